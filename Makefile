@@ -1,0 +1,42 @@
+# Two commands for a newcomer: `make demo` (the main job) and `make test` (everything CI runs).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export WANDB_MODE ?= offline
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: venv demo test lint typecheck pytest clean bench
+
+venv: $(STAMP)
+
+# Re-installs only when pyproject.toml changes; a second `make venv` is a no-op.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[atropos,docker,modal,dev]"
+	@touch $(STAMP)
+
+demo: venv
+	$(BIN)/hermes-async demo
+
+lint: venv
+	$(BIN)/ruff check hermes_async tests bench
+	$(BIN)/ruff format --check hermes_async tests bench
+
+typecheck: venv
+	$(BIN)/mypy
+
+pytest: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+bench: venv
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

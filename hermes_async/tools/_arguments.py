@@ -1,0 +1,195 @@
+"""Tool-call argument decoding, coercion and validation against a tool's JSON schema.
+
+Models often get argument *types* slightly wrong in harmless ways: ``"timeout": "30"``,
+``"background": "true"``, an array passed as a JSON-encoded string, or a single path where an
+array of paths was asked for. The reference coerced these before dispatch; so do we, then we
+validate with ``jsonschema`` and turn any remaining problem into one sentence that names the
+field, so the model can fix its next call.
+
+Everything here is pure (no I/O) and raises :class:`~hermes_async.errors.ToolArgumentsError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from hermes_async.errors import ToolArgumentsError
+from hermes_async.jsontypes import JSONObject
+
+__all__ = ["coerce_arguments", "decode_arguments", "validate_arguments"]
+
+_TRUE = {"true", "yes", "1"}
+_FALSE = {"false", "no", "0"}
+
+
+def decode_arguments(raw: str | Mapping[str, Any] | None) -> JSONObject:
+    """Turn a tool call's ``arguments`` (a JSON object string, or already a mapping) into a dict.
+
+    An empty or missing string means "no arguments". A JSON string that itself contains a JSON
+    object string (double-encoded, as some models and servers produce) is decoded once more.
+
+    Raises:
+        ToolArgumentsError: The text is not valid JSON, or the value is not an object.
+    """
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    text = raw.strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolArgumentsError(
+            f"Invalid JSON in tool arguments: {exc}. Please retry with valid JSON."
+        ) from exc
+    if isinstance(value, str):
+        # Double-encoded: the arguments object was serialized twice.
+        try:
+            inner = json.loads(value)
+        except json.JSONDecodeError:
+            inner = value
+        value = inner
+    if not isinstance(value, dict):
+        raise ToolArgumentsError(
+            'Tool arguments must be a JSON object (e.g. {"name": value}), '
+            f"got {type(value).__name__}: {_short(text)}"
+        )
+    return value
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    t = schema.get("type")
+    if isinstance(t, str):
+        return {t}
+    if isinstance(t, list):
+        return {x for x in t if isinstance(x, str)}
+    return set()
+
+
+def _coerce_value(value: Any, schema: Mapping[str, Any]) -> Any:
+    types = _types(schema)
+    if not types:
+        return value
+    if isinstance(value, str):
+        if "string" in types:
+            return value
+        stripped = value.strip()
+        lowered = stripped.lower()
+        if "integer" in types:
+            try:
+                return int(stripped)
+            except ValueError:
+                try:
+                    as_float = float(stripped)
+                except ValueError:
+                    pass
+                else:
+                    if as_float.is_integer():
+                        return int(as_float)
+        if "number" in types:
+            try:
+                as_float = float(stripped)
+            except ValueError:
+                pass
+            else:
+                return int(as_float) if as_float.is_integer() and "." not in stripped else as_float
+        if "boolean" in types:
+            if lowered in _TRUE:
+                return True
+            if lowered in _FALSE:
+                return False
+        if "null" in types and lowered in {"null", "none", ""}:
+            return None
+        if types & {"array", "object"} and stripped[:1] in "[{":
+            try:
+                decoded = json.loads(stripped)
+            except json.JSONDecodeError:
+                decoded = None
+            if isinstance(decoded, list) and "array" in types:
+                return _coerce_value(decoded, schema)
+            if isinstance(decoded, dict) and "object" in types:
+                return _coerce_value(decoded, schema)
+        if "array" in types:
+            return [_coerce_value(value, schema.get("items", {}))]
+        return value
+    if "array" in types and isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            return [_coerce_value(v, items) for v in value]
+        return value
+    if (
+        "array" in types
+        and not isinstance(value, list)
+        and value is not None
+        and not ("object" in types and isinstance(value, dict))
+    ):
+        return [_coerce_value(value, schema.get("items", {}))]
+    if "object" in types and isinstance(value, dict):
+        return coerce_arguments(schema, value)
+    if "number" in types and isinstance(value, bool) is False and isinstance(value, int):
+        return value
+    if "integer" in types and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def coerce_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> JSONObject:
+    """Apply the reference's lenient coercions to ``args`` as described by an object ``schema``.
+
+    Numeric and boolean strings become numbers and booleans, JSON-encoded arrays and objects are
+    decoded, and a bare scalar given for an array parameter becomes a one-element array.
+    Properties the schema does not describe are left as they are.
+    """
+    props = schema.get("properties")
+    if not isinstance(props, Mapping):
+        return dict(args)
+    out: JSONObject = {}
+    for key, value in args.items():
+        sub = props.get(key)
+        out[key] = _coerce_value(value, sub) if isinstance(sub, Mapping) else value
+    return out
+
+
+_VALIDATORS: dict[str, Draft202012Validator] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
+    key = json.dumps(schema, sort_keys=True)
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        validator = Draft202012Validator(schema)
+        _VALIDATORS[key] = validator
+    return validator
+
+
+def validate_arguments(tool_name: str, schema: Mapping[str, Any], args: JSONObject) -> None:
+    """Validate ``args`` against ``schema``.
+
+    Raises:
+        ToolArgumentsError: With a message naming the tool, the field and the problem.
+    """
+    error = best_match(_validator(schema).iter_errors(args))
+    if error is None:
+        return
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    if error.validator == "required":
+        where = "arguments"
+    elif path:
+        where = f"field '{path.lstrip('.')}'"
+    else:
+        where = "arguments"
+    raise ToolArgumentsError(
+        f"Invalid arguments for tool '{tool_name}': {where}: {error.message}",
+        field="$" + path,
+    )
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,341 @@
+"""Tools: schema + async handler, the registry that holds them, and the dispatcher.
+
+A :class:`Tool` is a name, an OpenAI function schema, an async handler, a result-size threshold
+and the toolset it belongs to. Handlers receive the decoded, coerced and validated arguments and a
+:class:`ToolRuntime` (the rollout's task id, limiters, per-rollout state). They return a ``str``
+or a JSON object; the dispatcher serializes objects.
+
+:func:`dispatch` is the one path every tool call takes, from the agent loop and from
+``ToolContext.call_tool`` alike. Its contract: *what the model did wrong is returned, never
+raised*. An unknown tool, undecodable or invalid arguments, a handler that raises, a timeout —
+each becomes ``{"error": ...}`` text for the model and a short ``error`` on the
+:class:`ToolOutcome`, from which the loop records a ``ToolError``. Only cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import anyio
+
+from hermes_async.errors import ToolArgumentsError, ToolExecutionError, ToolTimeoutError
+from hermes_async.jsontypes import JSONObject
+from hermes_async.limits import Limits
+from hermes_async.tools._arguments import coerce_arguments, decode_arguments, validate_arguments
+from hermes_async.tools._todo_store import TodoStore
+from hermes_async.tools.toolsets import resolve_toolsets
+
+__all__ = [
+    "BUILTIN_TOOL_MODULES",
+    "NOT_AVAILABLE_IN_RL",
+    "Tool",
+    "ToolDefinitions",
+    "ToolHandler",
+    "ToolOutcome",
+    "ToolRegistry",
+    "ToolRuntime",
+    "builtin_registry",
+    "dispatch",
+    "get_tool_definitions",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Default per-result threshold before a result is persisted into the sandbox (reference value).
+DEFAULT_MAX_RESULT_SIZE_CHARS = 100_000
+
+#: Tools the reference's RL loop answered itself with a fixed error.
+NOT_AVAILABLE_IN_RL: Mapping[str, str] = {
+    "memory": "Memory is not available in RL environments.",
+    "session_search": "Session search is not available in RL environments.",
+}
+
+
+@dataclass(slots=True)
+class ToolRuntime:
+    """What a tool handler can reach: the rollout's identity, limiters and per-rollout state.
+
+    One runtime per rollout (per ``task_id``). Later layers add their state here (sandbox
+    manager, process table, web configuration) rather than in module globals.
+
+    Attributes:
+        task_id: The rollout's id; tools that touch a sandbox use the sandbox of this id.
+        limits: Shared limiters (``tool_calls`` gates every dispatch).
+        todo: The rollout's todo list.
+        user_task: The first user message (capped), for tools that want task context.
+    """
+
+    task_id: str
+    limits: Limits = field(default_factory=Limits)
+    todo: TodoStore = field(default_factory=TodoStore)
+    user_task: str | None = None
+
+
+#: The signature of a tool handler.
+ToolHandler = Callable[[JSONObject, ToolRuntime], Awaitable[str | JSONObject]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One tool the model can call.
+
+    Attributes:
+        name: The function name the model uses.
+        description: Shown to the model.
+        parameters: JSON schema of the arguments object.
+        handler: ``async (args, runtime) -> str | dict``.
+        toolset: The toolset the tool belongs to.
+        max_result_size_chars: Results longer than this are persisted into the sandbox and
+            replaced by a preview; ``None`` exempts the tool (``read_file``).
+        available: Optional check (e.g. "an API key is configured"); an unavailable tool is
+            left out of the definitions offered to the model.
+    """
+
+    name: str
+    description: str
+    parameters: JSONObject
+    handler: ToolHandler
+    toolset: str
+    max_result_size_chars: int | None = DEFAULT_MAX_RESULT_SIZE_CHARS
+    available: Callable[[], bool] | None = None
+
+    @property
+    def schema(self) -> JSONObject:
+        """The OpenAI ``tools`` entry for this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def is_available(self) -> bool:
+        """Whether the tool should be offered (its ``available`` check passes, if any)."""
+        return self.available is None or bool(self.available())
+
+
+class ToolDefinitions(NamedTuple):
+    """Tool schemas to offer the model, and the names the loop accepts."""
+
+    schemas: list[JSONObject]
+    valid_names: set[str]
+
+
+class ToolRegistry:
+    """A set of tools by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        """Add ``tool``; a second tool with the same name is a ``ValueError``."""
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, or ``None``."""
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def names(self) -> list[str]:
+        """Registered tool names, sorted."""
+        return sorted(self._tools)
+
+    def definitions(
+        self,
+        enabled_toolsets: Iterable[str] | None = None,
+        disabled_toolsets: Iterable[str] | None = None,
+    ) -> ToolDefinitions:
+        """Resolve toolsets to the registered, available tools' schemas and names.
+
+        Raises:
+            ValueError: An unknown toolset name (the message lists the valid ones).
+        """
+        wanted = resolve_toolsets(enabled_toolsets, disabled_toolsets)
+        tools = [t for n in wanted if (t := self._tools.get(n)) is not None and t.is_available()]
+        return ToolDefinitions([t.schema for t in tools], {t.name for t in tools})
+
+
+#: Modules that define built-in tools (each exposes ``TOOLS: tuple[Tool, ...]``). Modules that
+#: are not importable yet (a later layer) are skipped, never stubbed.
+BUILTIN_TOOL_MODULES: tuple[str, ...] = (
+    "hermes_async.tools.terminal",
+    "hermes_async.tools.process",
+    "hermes_async.tools.files",
+    "hermes_async.tools.web",
+    "hermes_async.tools.todo",
+)
+
+_BUILTIN: ToolRegistry | None = None
+
+
+def builtin_registry() -> ToolRegistry:
+    """The registry of every built-in tool (built once, then shared; it is immutable in use)."""
+    global _BUILTIN
+    if _BUILTIN is None:
+        registry = ToolRegistry()
+        for module_name in BUILTIN_TOOL_MODULES:
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name != module_name:
+                    raise
+                continue
+            for tool in getattr(module, "TOOLS", ()):
+                registry.register(tool)
+        _BUILTIN = registry
+    return _BUILTIN
+
+
+def get_tool_definitions(
+    enabled_toolsets: Iterable[str] | None = None,
+    disabled_toolsets: Iterable[str] | None = None,
+    *,
+    registry: ToolRegistry | None = None,
+) -> ToolDefinitions:
+    """Return ``(schemas, valid_names)`` for the given toolsets.
+
+    Args:
+        enabled_toolsets: Toolsets to offer; ``None`` means all of them.
+        disabled_toolsets: Toolsets removed after expansion.
+        registry: Where the tools come from (default: the built-in tools).
+
+    Raises:
+        ValueError: An unknown toolset name (the message lists the valid ones).
+    """
+    return (registry or builtin_registry()).definitions(enabled_toolsets, disabled_toolsets)
+
+
+# --------------------------------------------------------------------------------------------
+# Dispatch
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """The result of one dispatched tool call.
+
+    Attributes:
+        content: Exactly what the model is shown.
+        error: A short description when the call failed (becomes ``ToolError.error``), else
+            ``None``.
+        duration_seconds: Time spent, including the wait for a ``tool_calls`` slot.
+        wait_seconds: Time spent waiting for that slot.
+    """
+
+    content: str
+    error: str | None = None
+    duration_seconds: float = 0.0
+    wait_seconds: float = 0.0
+
+
+def _error_json(message: str) -> str:
+    return json.dumps({"error": message}, ensure_ascii=False)
+
+
+def _serialize(result: str | JSONObject) -> str:
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, ensure_ascii=False)
+
+
+def result_error(content: str) -> str | None:
+    """The error a tool result reports, if it is a JSON object with a truthy ``error``.
+
+    The reference counted only errors with a negative ``exit_code`` and so missed timeouts
+    (exit 124) and every tool error without an exit code; here any reported error counts.
+    """
+    stripped = content.lstrip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(value, dict) and value.get("error"):
+        return str(value["error"])
+    return None
+
+
+async def dispatch(
+    name: str,
+    arguments: str | Mapping[str, object] | None,
+    runtime: ToolRuntime,
+    *,
+    registry: ToolRegistry | None = None,
+    valid_names: Iterable[str] | None = None,
+    timeout: float | None = None,
+) -> ToolOutcome:
+    """Run one tool call and return what the model should see.
+
+    Args:
+        name: Tool name as the model wrote it.
+        arguments: The raw arguments (JSON object text, or a mapping).
+        runtime: The rollout's runtime.
+        registry: Where tools come from (default: built-in tools).
+        valid_names: Names the model was offered; others are "unknown" even if registered.
+        timeout: Seconds before the call is cancelled and reported as timed out.
+
+    Returns:
+        A :class:`ToolOutcome`; every failure the model caused is inside it.
+
+    **Cancellation**: cancelling the caller cancels the handler (its own cleanup runs, e.g. the
+    process group is killed) and propagates; no outcome is produced.
+    """
+    registry = registry or builtin_registry()
+    start = anyio.current_time()
+
+    def done(content: str, error: str | None, waited: float = 0.0) -> ToolOutcome:
+        return ToolOutcome(content, error, anyio.current_time() - start, waited)
+
+    if name in NOT_AVAILABLE_IN_RL:
+        msg = NOT_AVAILABLE_IN_RL[name]
+        return done(_error_json(msg), msg)
+    allowed = set(valid_names) if valid_names is not None else set(registry.names())
+    tool = registry.get(name)
+    if tool is None or name not in allowed:
+        msg = f"Unknown tool '{name}'. Available tools: {sorted(allowed)}"
+        return done(_error_json(msg), f"Unknown tool '{name}'")
+    try:
+        args = decode_arguments(arguments)
+        args = coerce_arguments(tool.parameters, args)
+        validate_arguments(name, tool.parameters, args)
+    except ToolArgumentsError as exc:
+        return done(_error_json(exc.message), exc.message)
+
+    waited = 0.0
+    try:
+        async with runtime.limits.tool_calls as waited:
+            if timeout is None:
+                result = await tool.handler(args, runtime)
+            else:
+                with anyio.fail_after(timeout):
+                    result = await tool.handler(args, runtime)
+    except TimeoutError:
+        if timeout is None:
+            msg = f"Tool execution failed: TimeoutError in '{name}'"
+        else:
+            msg = str(ToolTimeoutError(name, timeout))
+        return done(_error_json(msg), msg, waited)
+    except ToolExecutionError as exc:
+        return done(_error_json(exc.message), exc.message, waited)
+    except Exception as exc:  # a handler bug must not kill the rollout's group
+        logger.warning("tool %r raised %s", name, type(exc).__name__, exc_info=True)
+        msg = f"Tool execution failed: {type(exc).__name__}: {exc}"[:2000]
+        return done(_error_json(msg), msg, waited)
+    content = _serialize(result)
+    return done(content, result_error(content), waited)

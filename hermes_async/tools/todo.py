@@ -1,0 +1,68 @@
+"""The ``todo`` tool: a task list the model keeps for itself during one rollout.
+
+Each rollout has its own :class:`~hermes_async.tools._todo_store.TodoStore` on its
+:class:`~hermes_async.tools.registry.ToolRuntime`, so concurrent rollouts never see each other's
+lists. Calling without ``todos`` reads the list.
+
+Result (always)::
+
+    {"todos": [{"id": "1", "content": "write tests", "status": "in_progress"}],
+     "summary": {"total": 1, "pending": 0, "in_progress": 1, "completed": 0, "cancelled": 0}}
+"""
+
+from __future__ import annotations
+
+from hermes_async.jsontypes import JSONObject
+from hermes_async.tools._todo_store import TODO_STATUSES, TodoStore
+from hermes_async.tools.registry import Tool, ToolRuntime
+
+__all__ = ["TODO_TOOL", "TOOLS", "TodoStore"]
+
+TODO_PARAMETERS: JSONObject = {
+    "type": "object",
+    "properties": {
+        "todos": {
+            "type": "array",
+            "description": "Task items to write. Omit to read the current list.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "Unique item identifier"},
+                    "content": {"type": "string", "description": "Task description"},
+                    "status": {"type": "string", "enum": list(TODO_STATUSES)},
+                },
+                "required": ["id", "content", "status"],
+            },
+        },
+        "merge": {
+            "type": "boolean",
+            "description": "true: update existing items by id and append new ones. "
+            "false (default): replace the whole list.",
+            "default": False,
+        },
+    },
+    "required": [],
+}
+
+
+async def _todo(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
+    todos = args.get("todos")
+    if todos is not None:
+        runtime.todo.write(todos, merge=bool(args.get("merge", False)))
+    return runtime.todo.result()
+
+
+TODO_TOOL = Tool(
+    name="todo",
+    description=(
+        "Manage your task list for the current task. Call with no arguments to read it. "
+        "Write items with `todos` (each with id, content, status: pending, in_progress, "
+        "completed or cancelled); `merge=true` updates items by id instead of replacing "
+        "the list. Use it to plan multi-step work and track progress."
+    ),
+    parameters=TODO_PARAMETERS,
+    handler=_todo,
+    toolset="todo",
+)
+
+TOOLS: tuple[Tool, ...] = (TODO_TOOL,)

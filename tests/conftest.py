@@ -1,0 +1,41 @@
+"""Test harness: every async test runs on asyncio (debug mode) and trio; offline by default."""
+
+from __future__ import annotations
+
+import os
+
+# Set before anything imports transformers / wandb / huggingface_hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ["WANDB_MODE"] = os.environ.get("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import pytest
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("asyncio", {"debug": True}), id="asyncio"),
+        pytest.param(("trio", {}), id="trio"),
+    ]
+)
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
+    return request.param  # type: ignore[no-any-return]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="run tests marked slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run_slow = config.getoption("--run-slow") or os.environ.get("HERMES_ASYNC_RUN_SLOW") == "1"
+    vllm_url = os.environ.get("HERMES_ASYNC_VLLM_URL")
+    skip_slow = pytest.mark.skip(reason="slow: opt in with --run-slow or HERMES_ASYNC_RUN_SLOW=1")
+    skip_vllm = pytest.mark.skip(
+        reason="vllm: needs a real vLLM server; run `make test-vllm` (sets HERMES_ASYNC_VLLM_URL)"
+    )
+    for item in items:
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(skip_slow)
+        if "vllm" in item.keywords and not vllm_url:
+            item.add_marker(skip_vllm)

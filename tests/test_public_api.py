@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import importlib
+import pathlib
+import re
+
+import hermes_async
+
+
+def test_all_is_exact() -> None:
+    public = {n for n in dir(hermes_async) if not n.startswith("_")} - {"annotations"}
+    modules = {n for n in public if type(getattr(hermes_async, n)).__name__ == "module"}
+    assert set(hermes_async.__all__) - {"__version__"} == public - modules
+    for name in hermes_async.__all__:
+        assert hasattr(hermes_async, name), name
+
+
+def test_py_typed_shipped() -> None:
+    assert (pathlib.Path(hermes_async.__file__).parent / "py.typed").exists()
+
+
+def test_core_imports_without_extras() -> None:
+    # The core must not import atroposlib, aiodocker, modal, wandb or transformers.
+    heavy = {"atroposlib", "aiodocker", "modal", "wandb", "transformers"}
+    importlib.import_module("hermes_async")
+    # Other tests may import them; check the package's own module sources instead.
+    root = pathlib.Path(hermes_async.__file__).parent
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("envs/", "tools/sandbox/docker", "tools/sandbox/modal")):
+            continue
+        text = path.read_text()
+        for mod in heavy:
+            assert not re.search(rf"^(import|from) {mod}\b", text, re.M), (rel, mod)
+
+
+def test_import_in_fresh_interpreter_loads_no_extra() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hermes_async; "
+        "print(sorted({'atroposlib','aiodocker','modal','wandb','transformers'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_no_thread_pools_or_nested_loops_in_library() -> None:
+    root = pathlib.Path(hermes_async.__file__).parent
+    banned = re.compile(
+        r"ThreadPoolExecutor|run_in_executor|asyncio\.run\(|new_event_loop|nest_asyncio"
+    )
+    offenders = [
+        f"{p.relative_to(root)}:{i}"
+        for p in root.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if banned.search(line)
+    ]
+    assert offenders == []

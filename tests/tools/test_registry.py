@@ -1,0 +1,318 @@
+from __future__ import annotations
+
+import functools
+import json
+import random
+
+import anyio
+import pytest
+
+from hermes_async.jsontypes import JSONObject
+from hermes_async.tools._arguments import coerce_arguments, decode_arguments
+from hermes_async.tools.registry import (
+    Tool,
+    ToolRegistry,
+    ToolRuntime,
+    builtin_registry,
+    dispatch,
+    get_tool_definitions,
+)
+from hermes_async.tools.toolsets import (
+    DISTRIBUTIONS,
+    TOOLSETS,
+    resolve_toolsets,
+    sample_toolsets_from_distribution,
+)
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA: JSONObject = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "integer", "minimum": 1},
+        "x": {"type": "number"},
+        "flag": {"type": "boolean"},
+        "paths": {"type": "array", "items": {"type": "string"}},
+        "opts": {"type": "object", "properties": {"depth": {"type": "integer"}}},
+        "name": {"type": "string"},
+        "maybe": {"type": ["integer", "null"]},
+    },
+    "required": ["name"],
+}
+
+
+async def _echo(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
+    return {"args": args, "task_id": runtime.task_id}
+
+
+async def _boom(args: JSONObject, runtime: ToolRuntime) -> str:
+    raise RuntimeError("kaput")
+
+
+async def _slow(args: JSONObject, runtime: ToolRuntime) -> str:
+    await anyio.sleep(10)
+    return "never"
+
+
+def _registry() -> ToolRegistry:
+    return ToolRegistry(
+        [
+            Tool("echo", "Echo.", SCHEMA, _echo, toolset="terminal"),
+            Tool("boom", "Raises.", {"type": "object", "properties": {}}, _boom, "terminal"),
+            Tool("slow", "Sleeps.", {"type": "object", "properties": {}}, _slow, "terminal"),
+        ]
+    )
+
+
+# ---------------------------------------------------------------- toolsets and definitions
+
+
+def test_reference_toolsets() -> None:
+    assert TOOLSETS["terminal"].tools == ("terminal", "process")
+    assert TOOLSETS["file"].tools == ("read_file", "write_file", "patch", "search_files")
+    assert TOOLSETS["web"].tools == ("web_search", "web_extract")
+    assert TOOLSETS["todo"].tools == ("todo",)
+    assert set(resolve_toolsets(["debugging"])) == {
+        "terminal",
+        "process",
+        "web_search",
+        "web_extract",
+        "read_file",
+        "write_file",
+        "patch",
+        "search_files",
+    }
+    assert resolve_toolsets(["terminal_tools"]) == ["terminal", "process"]
+    assert resolve_toolsets(["debugging"], ["web"]) == [
+        "terminal",
+        "process",
+        "read_file",
+        "write_file",
+        "patch",
+        "search_files",
+    ]
+
+
+def test_unknown_toolset_lists_valid_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown toolset 'termnal'; valid toolsets: .*terminal"):
+        get_tool_definitions(["termnal"])
+    with pytest.raises(ValueError, match="unknown toolset 'nope'"):
+        get_tool_definitions(None, ["nope"])
+
+
+def test_definitions_only_registered_tools() -> None:
+    defs = get_tool_definitions(["todo", "vision"])
+    assert defs.valid_names == {"todo"}
+    assert [s["function"]["name"] for s in defs.schemas] == ["todo"]
+    _schemas, names = defs  # unpacks like a tuple
+    assert names == {"todo"}
+    assert "todo" in builtin_registry()
+
+
+def test_unavailable_tool_left_out() -> None:
+    reg = ToolRegistry(
+        [Tool("echo", "Echo.", SCHEMA, _echo, toolset="terminal", available=lambda: False)]
+    )
+    assert reg.definitions(["terminal"]).valid_names == set()
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register(Tool("echo", "Echo.", SCHEMA, _echo, toolset="terminal"))
+
+
+# ---------------------------------------------------------------- distributions
+
+
+def test_every_reference_distribution_present() -> None:
+    assert set(DISTRIBUTIONS) == {
+        "default",
+        "image_gen",
+        "research",
+        "science",
+        "development",
+        "safe",
+        "balanced",
+        "minimal",
+        "terminal_only",
+        "terminal_web",
+        "creative",
+        "reasoning",
+        "browser_use",
+        "browser_only",
+        "browser_tasks",
+        "terminal_tasks",
+        "mixed_tasks",
+    }
+    for dist in DISTRIBUTIONS.values():
+        assert set(dist.toolsets) <= set(TOOLSETS), dist.name
+    assert DISTRIBUTIONS["terminal_tasks"].toolsets["web"] == 97
+
+
+def test_sampling_is_seeded_and_deterministic() -> None:
+    a = [sample_toolsets_from_distribution("balanced", random.Random(7)) for _ in range(5)]
+    b = [sample_toolsets_from_distribution("balanced", random.Random(7)) for _ in range(5)]
+    assert a == b
+    rng1, rng2 = random.Random(42), random.Random(42)
+    seq1 = [sample_toolsets_from_distribution("research", rng1) for _ in range(50)]
+    seq2 = [sample_toolsets_from_distribution("research", rng2) for _ in range(50)]
+    assert seq1 == seq2
+    assert len({tuple(s) for s in seq1}) > 1  # it does vary between groups
+
+
+def test_sampling_frequencies_follow_percentages() -> None:
+    rng = random.Random(0)
+    counts = {"web": 0, "terminal": 0}
+    for _ in range(2000):
+        chosen = sample_toolsets_from_distribution("research", rng)
+        for k in counts:
+            counts[k] += k in chosen
+    assert 0.86 < counts["web"] / 2000 < 0.94
+    assert 0.07 < counts["terminal"] / 2000 < 0.14
+
+
+def test_empty_sample_falls_back_to_most_likely() -> None:
+    class Always99(random.Random):
+        def random(self) -> float:
+            return 0.9999
+
+    assert sample_toolsets_from_distribution("research", Always99()) == ["web"]
+    assert sample_toolsets_from_distribution("reasoning", Always99()) == ["moa"]
+
+
+def test_unknown_distribution() -> None:
+    with pytest.raises(ValueError, match=r"unknown toolset distribution 'x'; valid .*balanced"):
+        sample_toolsets_from_distribution("x", random.Random(0))
+
+
+# ---------------------------------------------------------------- argument coercion
+
+
+def test_coercions() -> None:
+    args = coerce_arguments(
+        SCHEMA,
+        {
+            "n": "5",
+            "x": "2.5",
+            "flag": "true",
+            "paths": "a.txt",
+            "opts": '{"depth": "3"}',
+            "name": "keep me",
+            "maybe": "null",
+            "extra": "untouched",
+        },
+    )
+    assert args == {
+        "n": 5,
+        "x": 2.5,
+        "flag": True,
+        "paths": ["a.txt"],
+        "opts": {"depth": 3},
+        "name": "keep me",
+        "maybe": None,
+        "extra": "untouched",
+    }
+    assert coerce_arguments(SCHEMA, {"paths": '["a", "b"]', "n": 3.0, "flag": "False"}) == {
+        "paths": ["a", "b"],
+        "n": 3,
+        "flag": False,
+    }
+
+
+def test_decode_arguments() -> None:
+    assert decode_arguments(None) == {}
+    assert decode_arguments("  ") == {}
+    assert decode_arguments({"a": 1}) == {"a": 1}
+    assert decode_arguments('{"a": 1}') == {"a": 1}
+    # Double-encoded: decoded once more, not passed on as a string.
+    assert decode_arguments(json.dumps(json.dumps({"a": 1}))) == {"a": 1}
+
+
+async def test_dispatch_success_and_coercion() -> None:
+    rt = ToolRuntime("task-1")
+    out = await dispatch("echo", '{"name": "a", "n": "2"}', rt, registry=_registry())
+    assert out.error is None
+    assert json.loads(out.content) == {"args": {"name": "a", "n": 2}, "task_id": "task-1"}
+
+
+@pytest.mark.parametrize(
+    ("args", "pattern"),
+    [
+        ('{"name": 1', r"Invalid JSON in tool arguments: .*Please retry with valid JSON"),
+        ('["a"]', r"must be a JSON object .*got list"),
+        ('"just text"', r"must be a JSON object .*got str"),
+        ("{}", r"Invalid arguments for tool 'echo': arguments: 'name' is a required property"),
+        ('{"name": "a", "n": "many"}', r"field 'n': 'many' is not of type 'integer'"),
+        ('{"name": "a", "n": 0}', r"field 'n': 0 is less than the minimum of 1"),
+        ('{"name": "a", "opts": {"depth": "deep"}}', r"field 'opts.depth': 'deep' is not"),
+    ],
+)
+async def test_dispatch_bad_arguments_are_model_visible(args: str, pattern: str) -> None:
+    out = await dispatch("echo", args, ToolRuntime("t"), registry=_registry())
+    assert out.error is not None
+    assert set(json.loads(out.content)) == {"error"}
+    assert json.loads(out.content)["error"] == out.error
+    import re
+
+    assert re.search(pattern, out.error), out.error
+
+
+async def test_dispatch_unknown_and_not_offered() -> None:
+    reg = _registry()
+    out = await dispatch("nope", "{}", ToolRuntime("t"), registry=reg)
+    assert out.error == "Unknown tool 'nope'"
+    assert "Available tools: ['boom', 'echo', 'slow']" in out.content
+    out = await dispatch("boom", "{}", ToolRuntime("t"), registry=reg, valid_names={"echo"})
+    assert out.error == "Unknown tool 'boom'"
+
+
+async def test_dispatch_handler_exception_is_contained() -> None:
+    out = await dispatch("boom", "{}", ToolRuntime("t"), registry=_registry())
+    assert out.error == "Tool execution failed: RuntimeError: kaput"
+    assert json.loads(out.content) == {"error": out.error}
+
+
+async def test_dispatch_timeout() -> None:
+    out = await dispatch("slow", "{}", ToolRuntime("t"), registry=_registry(), timeout=0.05)
+    assert out.error == "Tool 'slow' timed out after 0.05 seconds and was cancelled"
+
+
+async def test_dispatch_cancellation_propagates() -> None:
+    rt = ToolRuntime("t")
+    with anyio.move_on_after(0.05) as scope:
+        await dispatch("slow", "{}", rt, registry=_registry())
+        pytest.fail("not cancelled")
+    assert scope.cancelled_caught
+    assert rt.limits.tool_calls.statistics().in_use == 0
+
+
+@pytest.mark.parametrize("name", ["memory", "session_search"])
+async def test_not_available_in_rl(name: str) -> None:
+    out = await dispatch(name, "{}", ToolRuntime("t"))
+    assert "not available in RL environments" in out.content
+    assert out.error is not None
+
+
+async def test_dispatch_respects_tool_calls_limiter() -> None:
+    from hermes_async.limits import Limits
+
+    limits = Limits(tool_calls=2)
+    peak = 0
+    current = 0
+
+    async def track(args: JSONObject, runtime: ToolRuntime) -> str:
+        nonlocal peak, current
+        current += 1
+        peak = max(peak, current)
+        await anyio.sleep(0.01)
+        current -= 1
+        return "ok"
+
+    reg = ToolRegistry([Tool("t", "T.", {"type": "object"}, track, "terminal")])
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(
+                functools.partial(dispatch, registry=reg),
+                "t",
+                "{}",
+                ToolRuntime(f"r{i}", limits=limits),
+            )
+    assert peak == 2
+    assert limits.tool_calls.statistics().acquisitions == 8
