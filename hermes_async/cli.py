@@ -72,10 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="run the offline demo")
     demo.add_argument("--rollouts", type=int, default=32, help="concurrent rollouts (default 32)")
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        return anyio.run(_demo, args.rollouts)
-    parser.error(f"unknown command {args.command!r}")
-    return 2
+    assert args.command == "demo"
+    return anyio.run(_demo, args.rollouts)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
 from hermes_async.tools._arguments import coerce_arguments, decode_arguments, validate_arguments
 from hermes_async.tools._todo_store import TodoStore
+from hermes_async.tools._web_settings import WebSettings
+from hermes_async.tools.sandbox.base import SandboxProvider
 from hermes_async.tools.toolsets import resolve_toolsets
 
 __all__ = [
@@ -68,12 +70,18 @@ class ToolRuntime:
         limits: Shared limiters (``tool_calls`` gates every dispatch).
         todo: The rollout's todo list.
         user_task: The first user message (capped), for tools that want task context.
+        sandboxes: Where sandbox-backed tools get the rollout's sandbox (``SandboxManager``);
+            ``None`` when the rollout has no sandbox (those tools then report an error).
+        web: Web-tool configuration (providers, keys, fetch guard); ``None`` means "from the
+            environment".
     """
 
     task_id: str
     limits: Limits = field(default_factory=Limits)
     todo: TodoStore = field(default_factory=TodoStore)
     user_task: str | None = None
+    sandboxes: SandboxProvider | None = None
+    web: WebSettings | None = None
 
 
 #: The signature of a tool handler.
