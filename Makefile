@@ -36,7 +36,7 @@ pytest: venv
 test: lint typecheck pytest
 
 bench: venv
-	$(BIN)/python bench/run_all.py
+	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
