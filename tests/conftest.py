@@ -39,3 +39,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_slow)
         if "vllm" in item.keywords and not vllm_url:
             item.add_marker(skip_vllm)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print how many tests passed on each async backend, so both are visible in every run."""
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if getattr(report, "when", "call") not in ("call", "setup"):
+                continue
+            if outcome == "passed" and report.when != "call":
+                continue
+            nodeid = getattr(report, "nodeid", "")
+            for backend in ("asyncio", "trio"):
+                if nodeid.endswith(f"[{backend}]") or f"[{backend}-" in nodeid or f"-{backend}]" in nodeid:
+                    counts.setdefault(backend, {}).setdefault(outcome, 0)
+                    counts[backend][outcome] += 1
+    if counts:
+        terminalreporter.section("async backends")
+        for backend, by_outcome in sorted(counts.items()):
+            detail = ", ".join(f"{n} {o}" for o, n in sorted(by_outcome.items()))
+            terminalreporter.write_line(f"{backend}: {detail}")
