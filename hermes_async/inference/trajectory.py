@@ -1,0 +1,122 @@
+"""Exact token bookkeeping for one Phase 2 rollout.
+
+A rollout's token sequence is built, never re-tokenized, from three kinds of segment:
+
+* ``prompt``: the rendered first prompt (system, user, tools, generation prompt) — not trained;
+* ``completion``: exactly the ids the server sampled, with their logprobs — trained;
+* ``suffix``: what the loop renders between two completions (an end-of-turn token the server did
+  not sample, the tool responses, the next generation prompt) — not trained.
+
+The next turn's prompt is always ``tokens`` so far; the server's sampled ids are kept verbatim,
+so a model that writes ``{"a":1}`` is trained on exactly that, not on a re-rendering.
+
+Masks follow Atropos: ``-100`` where not trained, the token id where trained. Logprobs follow
+the reference's ManagedServer node: the sampled logprob on trained positions, ``1.0`` elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hermes_async.jsontypes import JSONObject
+
+__all__ = ["MASKED_LOGPROB", "MASK_ID", "Segment", "Trajectory", "TrajectoryError"]
+
+#: Atropos' "not trained" mask value.
+MASK_ID = -100
+#: Logprob reported at masked positions (what atroposlib's trainers expect).
+MASKED_LOGPROB = 1.0
+
+SegmentKind = Literal["prompt", "completion", "suffix"]
+
+
+class TrajectoryError(ValueError):
+    """Token bookkeeping was given inconsistent data (e.g. ids and logprobs of different length)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A run of tokens of one kind (see the module docstring)."""
+
+    kind: SegmentKind
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] | None = None
+
+
+@dataclass(slots=True)
+class Trajectory:
+    """The growing token sequence of one rollout.
+
+    Args:
+        prompt_ids: Ids of the first rendered prompt.
+    """
+
+    prompt_ids: Sequence[int]
+    segments: list[Segment] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.segments:
+            self.segments.append(Segment("prompt", tuple(self.prompt_ids)))
+
+    def add_completion(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> None:
+        """Append sampled ids and their logprobs (trained positions).
+
+        Raises:
+            TrajectoryError: ``len(token_ids) != len(logprobs)``.
+        """
+        if len(token_ids) != len(logprobs):
+            raise TrajectoryError(
+                f"completion has {len(token_ids)} token ids but {len(logprobs)} logprobs; "
+                "the server must return one logprob per sampled token"
+            )
+        self.segments.append(Segment("completion", tuple(token_ids), tuple(logprobs)))
+
+    def add_suffix(self, token_ids: Sequence[int]) -> None:
+        """Append ids the loop rendered itself (masked positions)."""
+        if token_ids:
+            self.segments.append(Segment("suffix", tuple(token_ids)))
+
+    @property
+    def tokens(self) -> list[int]:
+        """All ids in order; also the prompt for the next turn."""
+        return [t for seg in self.segments for t in seg.token_ids]
+
+    @property
+    def masks(self) -> list[int]:
+        """``-100`` on prompt and suffix positions, the id on completion positions."""
+        out: list[int] = []
+        for seg in self.segments:
+            if seg.kind == "completion":
+                out.extend(seg.token_ids)
+            else:
+                out.extend([MASK_ID] * len(seg.token_ids))
+        return out
+
+    @property
+    def logprobs(self) -> list[float]:
+        """Sampled logprobs on completion positions, ``1.0`` elsewhere."""
+        out: list[float] = []
+        for seg in self.segments:
+            if seg.kind == "completion" and seg.logprobs is not None:
+                out.extend(seg.logprobs)
+            else:
+                out.extend([MASKED_LOGPROB] * len(seg.token_ids))
+        return out
+
+    @property
+    def completion_token_count(self) -> int:
+        """How many ids were sampled in total."""
+        return sum(len(s.token_ids) for s in self.segments if s.kind == "completion")
+
+    def __len__(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments)
+
+    def to_node(self) -> JSONObject:
+        """The reference's ManagedServer node shape: ``tokens``, ``masked_tokens``, ``logprobs``."""
+        return {"tokens": self.tokens, "masked_tokens": self.masks, "logprobs": self.logprobs}
+
+    def managed_state(self) -> JSONObject:
+        """``{"nodes": [node]}``, as ``AgentResult.managed_state`` carries it."""
+        return {"nodes": [self.to_node()]}

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import pytest
+
+from hermes_async.inference.trajectory import MASK_ID, Trajectory, TrajectoryError
+
+
+def test_segments_align_tokens_masks_logprobs() -> None:
+    t = Trajectory([1, 2, 3])
+    t.add_completion([10, 11], [-0.5, -0.25])
+    t.add_suffix([4, 5])
+    t.add_suffix([])
+    t.add_completion([12], [-1.0])
+    assert t.tokens == [1, 2, 3, 10, 11, 4, 5, 12]
+    assert t.masks == [MASK_ID, MASK_ID, MASK_ID, 10, 11, MASK_ID, MASK_ID, 12]
+    assert t.logprobs == [1.0, 1.0, 1.0, -0.5, -0.25, 1.0, 1.0, -1.0]
+    assert len(t) == len(t.tokens) == len(t.masks) == len(t.logprobs)
+    assert t.completion_token_count == 3
+    assert [s.kind for s in t.segments] == ["prompt", "completion", "suffix", "completion"]
+    node = t.managed_state()["nodes"][0]
+    assert node == {"tokens": t.tokens, "masked_tokens": t.masks, "logprobs": t.logprobs}
+
+
+def test_misaligned_logprobs_rejected() -> None:
+    t = Trajectory([1])
+    with pytest.raises(TrajectoryError, match="2 token ids but 1 logprobs"):
+        t.add_completion([5, 6], [-0.1])
+    assert t.tokens == [1]
