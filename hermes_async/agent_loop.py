@@ -1,19 +1,61 @@
-"""The agent loop's result types (the loop itself builds on these).
+"""HermesAgentLoop: the multi-turn tool-calling agent loop, and its result types.
 
-``AgentResult`` and ``ToolError`` keep the reference's field names, types and defaults so that
-reward functions written for the reference read them unchanged. Fields added here are additive
-and default to empty values.
+One :class:`HermesAgentLoop` runs one rollout: ask the model, run the tool calls it makes, append
+the results, repeat until the model answers without tools or ``max_turns`` is reached.
+
+Two kinds of model server:
+
+* **Phase 1** — anything with ``async chat_completion(**kwargs)`` returning an OpenAI-shaped
+  response (our :class:`~hermes_async.inference.chat.ChatClient`, an atroposlib
+  ``ServerManager``, ...). Structured ``tool_calls`` are used; when there are none but the content
+  holds ``<tool_call>`` text, the configured parser recovers the calls (the reference's fallback).
+* **Phase 2** — a token server (our ``hermes_async.inference.generate`` clients) plus a
+  tokenizer: the prompt is rendered with the chat template, completion tokens stream in, the
+  parser sees them as they arrive, and each tool call is **dispatched the moment it is sealed**,
+  while generation continues. The token sequence is kept exactly (prompt + sampled ids + rendered
+  suffixes; never re-tokenized) and handed out as ``managed_state``.
+
+What is returned and what is raised: every failure the *model* causes (unknown tool, invalid
+JSON, bad argument types, a tool timeout, a call cut off by ``max_tokens``) is a model-visible
+message plus a :class:`ToolError`; a model-server failure (after the client's retries) ends the
+rollout with ``finished_naturally=False`` and ``error`` set. Only cancellation propagates.
+
+``AgentResult`` and ``ToolError`` keep the reference's field names, types and defaults; added
+fields are additive and default to empty values.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["AgentResult", "ToolError"]
+import anyio
+from anyio.abc import TaskGroup
+
+from hermes_async._loop_tools import PendingCall, TurnToolRunner
+from hermes_async.jsontypes import JSONObject
+from hermes_async.limits import Limits
+from hermes_async.tools.registry import ToolRegistry, ToolRuntime
+from hermes_async.tools.sandbox.base import SandboxProvider
+
+__all__ = ["AgentResult", "ChatServer", "HermesAgentLoop", "ToolError"]
+
+logger = logging.getLogger(__name__)
 
 #: The reference truncates the raw argument string kept on a ToolError to this many characters.
 TOOL_ERROR_ARGUMENTS_MAX_CHARS = 200
+#: ... and the tool result kept on a ToolError to this many.
+TOOL_ERROR_RESULT_MAX_CHARS = 500
+#: The first user message is passed to tools as task context, capped like the reference.
+USER_TASK_MAX_CHARS = 500
+#: Default per-tool-call deadline. The reference had none (a hung tool blocked the rollout
+#: forever); 300 s is the reference ToolContext's own wait and above the terminal tool's 120 s
+#: default command timeout, so a command's own timeout always fires first.
+DEFAULT_TOOL_TIMEOUT_SECONDS = 300.0
 
 
 @dataclass(slots=True)
@@ -43,8 +85,8 @@ class ToolError:
 class AgentResult:
     """What one rollout of the agent loop produced.
 
-    ``messages`` is the very list passed to ``HermesAgentLoop.run`` (mutated in place), as in the
-    reference. There is no ``final_response`` field: verifiers scan ``messages``.
+    ``messages`` is the very list passed to :meth:`HermesAgentLoop.run` (mutated in place), as in
+    the reference. There is no ``final_response`` field: verifiers scan ``messages``.
 
     Attributes:
         messages: Full OpenAI-format history.
@@ -54,10 +96,11 @@ class AgentResult:
         finished_naturally: True iff the model ended with a turn that has no tool calls.
         reasoning_per_turn: One entry per successful model response (``None`` if it had none).
         tool_errors: Errors collected during the loop.
-        error: Why the loop stopped early (model server failure, deadline, cancellation), if it did.
-        template_mismatches: Number of turns where the decoded trajectory differed from the chat
-            template rendering of the messages (Phase 2); never hidden, never silently trained on.
-        timings: Per-turn timing records (time to first token, generation, tools, limiter waits).
+        error: Why the loop stopped early (model server failure, deadline), if it did.
+        template_mismatches: Phase 2: turns where the decoded trajectory differed from the chat
+            template's rendering of the messages; reported, never hidden.
+        timings: One record per turn: ``turn``, ``time_to_first_token``, ``generation_seconds``,
+            ``tool_seconds``, ``model_wait_seconds`` and ``tool:<index>:<name>`` durations.
     """
 
     messages: list[dict[str, Any]]
@@ -69,3 +112,318 @@ class AgentResult:
     error: str | None = None
     template_mismatches: int = 0
     timings: list[dict[str, float]] = field(default_factory=list)
+
+
+@runtime_checkable
+class ChatServer(Protocol):
+    """A Phase 1 model server: OpenAI-style chat completions."""
+
+    async def chat_completion(self, **kwargs: Any) -> Any:
+        """Return an OpenAI ``ChatCompletion``-shaped object."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers on OpenAI-shaped objects (attribute or dict access, as servers differ)
+
+
+def _get(obj: object, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def extract_reasoning(message: object) -> str | None:
+    """The reasoning text of a Phase 1 message, as the reference looked for it.
+
+    First non-empty of ``reasoning_content``, ``reasoning``, then the ``text`` of the first
+    ``reasoning_details`` entry that has one.
+    """
+    for attr in ("reasoning_content", "reasoning"):
+        value = _get(message, attr)
+        if isinstance(value, str) and value.strip():
+            return value
+    details = _get(message, "reasoning_details")
+    if isinstance(details, Sequence) and not isinstance(details, str):
+        for item in details:
+            text = _get(item, "text")
+            if isinstance(text, str) and text.strip():
+                return text
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    call_id: str
+    name: str
+    arguments: str
+
+
+def _normalize_tool_calls(raw_calls: Sequence[object]) -> list[_Call]:
+    """Turn object- or dict-shaped tool calls into (id, name, arguments string)."""
+    calls: list[_Call] = []
+    for raw in raw_calls:
+        function = _get(raw, "function")
+        name = _get(function, "name") if function is not None else _get(raw, "name")
+        args = _get(function, "arguments") if function is not None else _get(raw, "arguments")
+        if args is None:
+            args_text = "{}"
+        elif isinstance(args, str):
+            args_text = args
+        else:
+            args_text = json.dumps(args, ensure_ascii=False)
+        call_id = _get(raw, "id") or f"call_{uuid.uuid4().hex[:8]}"
+        calls.append(_Call(str(call_id), str(name or ""), args_text))
+    return calls
+
+
+def _assistant_message(
+    content: str | None, calls: Sequence[_Call], reasoning: str | None
+) -> JSONObject:
+    message: JSONObject = {"role": "assistant", "content": content or ""}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for c in calls
+        ]
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
+
+
+def _first_user_content(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    for message in messages:
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            return str(message["content"]).strip()[:USER_TASK_MAX_CHARS]
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class HermesAgentLoop:
+    """Run one multi-turn tool-calling rollout.
+
+    The positional arguments are the reference's, so code written for it constructs the loop
+    unchanged; everything new is keyword-only with a safe default.
+
+    Args:
+        server: A Phase 1 chat server (``async chat_completion(**kw)``).
+        tool_schemas: OpenAI tool schemas offered to the model.
+        valid_tool_names: Names the loop will execute (others are "unknown tool").
+        max_turns: Maximum model calls.
+        task_id: The rollout's id (its sandbox's key); a fresh uuid4 if ``None``.
+        temperature: Sampling temperature.
+        max_tokens: Per-turn completion cap (``None``: the server's default).
+        extra_body: Extra request fields merged into every model request.
+        budget_config: Tool-result budget (accepted for compatibility; see ``hermes_async.budget``).
+        limits: Shared limiters (default: a private :class:`Limits`).
+        sandboxes: Where tools get the rollout's sandbox (default: none; sandbox tools then
+            report an error to the model).
+        registry: Tool implementations (default: the built-in tools).
+        tool_timeout: Per-tool-call deadline in seconds; a call that passes it is cancelled and
+            reported to the model as timed out (a ``ToolError``).
+        turn_timeout: Deadline for one model call (Phase 1) or one generation (Phase 2).
+        rollout_timeout: Deadline for the whole rollout; on expiry the partial result is returned
+            with ``error`` set.
+        parallel_tool_calls: Run the calls of one turn concurrently (default: one after another,
+            in order, like the reference).
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        tool_schemas: Sequence[JSONObject],
+        valid_tool_names: set[str] | Sequence[str],
+        max_turns: int = 30,
+        task_id: str | None = None,
+        temperature: float = 1.0,
+        max_tokens: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        budget_config: Any = None,
+        *,
+        limits: Limits | None = None,
+        sandboxes: SandboxProvider | None = None,
+        registry: ToolRegistry | None = None,
+        tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT_SECONDS,
+        turn_timeout: float | None = None,
+        rollout_timeout: float | None = None,
+        parallel_tool_calls: bool = False,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns!r}")
+        self.server = server
+        self.tool_schemas = list(tool_schemas)
+        self.valid_tool_names = set(valid_tool_names)
+        self.max_turns = max_turns
+        self.task_id = task_id or str(uuid.uuid4())
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.extra_body = dict(extra_body) if extra_body else None
+        self.budget_config = budget_config
+        self.limits = limits or Limits()
+        self.sandboxes = sandboxes
+        self.registry = registry
+        self.tool_timeout = tool_timeout
+        self.turn_timeout = turn_timeout
+        self.rollout_timeout = rollout_timeout
+        self.parallel_tool_calls = parallel_tool_calls
+        #: The result so far; consistent after every step, readable after a cancellation.
+        self.partial: AgentResult | None = None
+
+    async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
+        """Run the rollout on ``messages`` (mutated in place) and return the result.
+
+        Returns:
+            The :class:`AgentResult`. A model-server failure or the rollout deadline ends the
+            loop early with ``finished_naturally=False`` and ``error`` set; the messages so far
+            are kept.
+
+        **Cancellation**: an outer cancellation cancels the model request (closing its HTTP
+        stream) and any running tool (its process group is killed) and propagates; the result so
+        far stays readable as :attr:`partial`. The sandbox is not released here: whoever owns the
+        ``SandboxManager`` releases it (the environment does, after the reward).
+        """
+        result = AgentResult(messages=messages)
+        self.partial = result
+        runtime = ToolRuntime(
+            task_id=self.task_id,
+            limits=self.limits,
+            user_task=_first_user_content(messages),
+            sandboxes=self.sandboxes,
+        )
+        with anyio.move_on_after(
+            self.rollout_timeout if self.rollout_timeout is not None else float("inf")
+        ) as deadline:
+            await self._run_phase1(result, runtime)
+        if deadline.cancelled_caught:
+            result.finished_naturally = False
+            result.error = f"rollout deadline of {self.rollout_timeout:g} s exceeded"
+        return result
+
+    # ---------------------------------------------------------------- Phase 1
+
+    def _request_kwargs(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "messages": messages,
+            "n": 1,
+            "temperature": self.temperature,
+        }
+        if self.tool_schemas:
+            kwargs["tools"] = self.tool_schemas
+        if self.max_tokens is not None:
+            kwargs["max_tokens"] = self.max_tokens
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        return kwargs
+
+    async def _run_phase1(self, result: AgentResult, runtime: ToolRuntime) -> None:
+        messages = result.messages
+        for turn in range(self.max_turns):
+            timing: dict[str, float] = {"turn": float(turn + 1)}
+            result.timings.append(timing)
+            result.turns_used = turn + 1
+            start = anyio.current_time()
+            try:
+                with anyio.fail_after(
+                    self.turn_timeout if self.turn_timeout is not None else float("inf")
+                ):
+                    response = await self.server.chat_completion(**self._request_kwargs(messages))
+            except TimeoutError:
+                result.error = f"model call timed out after {self.turn_timeout:g} s"
+                return
+            except Exception as exc:
+                logger.warning("task %s: model call failed: %s", self.task_id, exc)
+                result.error = f"model call failed: {type(exc).__name__}: {exc}"
+                return
+            timing["generation_seconds"] = anyio.current_time() - start
+            choices = _get(response, "choices") if response is not None else None
+            if not choices:
+                result.error = "model returned no choices"
+                return
+            message = _get(choices[0], "message")
+            reasoning = extract_reasoning(message)
+            result.reasoning_per_turn.append(reasoning)
+            content = _get(message, "content")
+            raw_calls = _get(message, "tool_calls") or []
+            calls = _normalize_tool_calls(raw_calls)
+            if not calls and self.tool_schemas and isinstance(content, str):
+                content, calls = self._fallback_parse(content)
+            if not calls:
+                messages.append(_assistant_message(content, (), reasoning))
+                result.finished_naturally = True
+                return
+            messages.append(_assistant_message(content, calls, reasoning))
+            await self._run_tools(result, runtime, turn + 1, calls, timing)
+
+    def _fallback_parse(self, content: str) -> tuple[str | None, list[_Call]]:
+        """Recover ``<tool_call>`` blocks from Phase 1 content (the reference's fallback)."""
+        if "<tool_call>" not in content:
+            return content, []
+        try:
+            from hermes_async.parsers import get_parser
+
+            parsed = get_parser("hermes", tools=self.tool_schemas).parse(content)
+        except Exception:  # a parser bug must not end the rollout; the text stays content
+            logger.warning("task %s: fallback tool-call parse failed", self.task_id, exc_info=True)
+            return content, []
+        if not parsed.tool_calls:
+            return content, []
+        return parsed.content, _normalize_tool_calls(parsed.tool_calls)
+
+    # ---------------------------------------------------------------- tools
+
+    async def _run_tools(
+        self,
+        result: AgentResult,
+        runtime: ToolRuntime,
+        turn: int,
+        calls: Sequence[_Call],
+        timing: dict[str, float],
+    ) -> None:
+        start = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            runner = self._runner(tg, runtime)
+            for call in calls:
+                runner.submit(call.call_id, call.name, call.arguments)
+        self._record_tools(result, turn, runner.calls, timing)
+        timing["tool_seconds"] = anyio.current_time() - start
+
+    def _runner(self, tg: TaskGroup, runtime: ToolRuntime) -> TurnToolRunner:
+        return TurnToolRunner(
+            tg,
+            runtime,
+            registry=self.registry,
+            valid_names=self.valid_tool_names,
+            timeout=self.tool_timeout,
+            parallel=self.parallel_tool_calls,
+        )
+
+    def _record_tools(
+        self,
+        result: AgentResult,
+        turn: int,
+        calls: Sequence[PendingCall],
+        timing: dict[str, float],
+    ) -> None:
+        for call in calls:
+            outcome = call.outcome
+            assert outcome is not None  # every call finished before the task group exited
+            timing[f"tool:{call.index}:{call.name}"] = outcome.duration_seconds
+            if outcome.error is not None:
+                result.tool_errors.append(
+                    ToolError(
+                        turn=turn,
+                        tool_name=call.name,
+                        arguments=call.arguments,
+                        error=outcome.error,
+                        tool_result=outcome.content[:TOOL_ERROR_RESULT_MAX_CHARS],
+                    )
+                )
+            result.messages.append(
+                {"role": "tool", "tool_call_id": call.call_id, "content": outcome.content}
+            )

@@ -30,7 +30,12 @@ from hermes_async.tools._arguments import coerce_arguments, decode_arguments, va
 from hermes_async.tools._todo_store import TodoStore
 from hermes_async.tools._web_settings import WebSettings
 from hermes_async.tools.sandbox.base import SandboxProvider
-from hermes_async.tools.toolsets import resolve_toolsets
+from hermes_async.tools.toolsets import (
+    TOOLSETS,
+    expand_toolsets,
+    resolve_toolsets,
+    validate_toolset,
+)
 
 __all__ = [
     "BUILTIN_TOOL_MODULES",
@@ -174,8 +179,25 @@ class ToolRegistry:
         Raises:
             ValueError: An unknown toolset name (the message lists the valid ones).
         """
-        wanted = resolve_toolsets(enabled_toolsets, disabled_toolsets)
-        tools = [t for n in wanted if (t := self._tools.get(n)) is not None and t.is_available()]
+        # Toolsets are the reference's static ones plus any a registered tool declares, so a
+        # custom tool in toolset "terminal" (or "my_tools") is offered with it.
+        custom = {t.toolset for t in self._tools.values()} - set(TOOLSETS)
+        enabled = None if enabled_toolsets is None else list(enabled_toolsets)
+        disabled = list(disabled_toolsets or ())
+        for name in [*(enabled or ()), *disabled]:
+            if name not in custom:
+                validate_toolset(name)
+        static_enabled = None if enabled is None else [n for n in enabled if n not in custom]
+        static_disabled = [n for n in disabled if n not in custom]
+        wanted = resolve_toolsets(static_enabled, static_disabled)
+        on = expand_toolsets(static_enabled if static_enabled is not None else TOOLSETS)
+        on |= custom if enabled is None else {n for n in enabled if n in custom}
+        off = expand_toolsets(static_disabled) | {n for n in disabled if n in custom}
+        names = dict.fromkeys(wanted)
+        for tool in self._tools.values():
+            if tool.toolset in on and tool.toolset not in off:
+                names.setdefault(tool.name)
+        tools = [t for n in names if (t := self._tools.get(n)) is not None and t.is_available()]
         return ToolDefinitions([t.schema for t in tools], {t.name for t in tools})
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "Toolset",
     "list_distributions",
     "list_toolsets",
+    "expand_toolsets",
     "resolve_toolsets",
     "sample_toolsets_from_distribution",
     "validate_toolset",
@@ -194,6 +195,23 @@ def _expand(name: str, seen: set[str]) -> list[str]:
     for inc in toolset.includes:
         tools.extend(_expand(inc, seen))
     return tools
+
+
+def expand_toolsets(names: Iterable[str]) -> set[str]:
+    """The toolsets ``names`` stand for, composites expanded (``debugging`` -> terminal, ...)."""
+    out: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in out:
+            return
+        out.add(name)
+        toolset = TOOLSETS.get(name)
+        for inc in toolset.includes if toolset else ():
+            visit(inc)
+
+    for name in names:
+        visit(_LEGACY_NAMES.get(name, name))
+    return out
 
 
 def resolve_toolsets(

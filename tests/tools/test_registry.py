@@ -316,3 +316,20 @@ async def test_dispatch_respects_tool_calls_limiter() -> None:
             )
     assert peak == 2
     assert limits.tool_calls.statistics().acquisitions == 8
+
+
+def test_custom_toolsets_and_tools_in_static_toolsets() -> None:
+    reg = ToolRegistry(
+        [
+            Tool("echo", "Echo.", SCHEMA, _echo, toolset="terminal"),
+            Tool("mine", "Mine.", SCHEMA, _echo, toolset="my_tools"),
+        ]
+    )
+    assert reg.definitions(["terminal"]).valid_names == {"echo"}
+    assert reg.definitions(["debugging"]).valid_names == {"echo"}
+    assert reg.definitions(["my_tools"]).valid_names == {"mine"}
+    assert reg.definitions().valid_names == {"echo", "mine"}
+    assert reg.definitions(None, ["my_tools"]).valid_names == {"echo"}
+    assert reg.definitions(None, ["debugging"]).valid_names == {"mine"}
+    with pytest.raises(ValueError, match="unknown toolset 'other'"):
+        reg.definitions(["other"])

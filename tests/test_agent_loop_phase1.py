@@ -1,0 +1,227 @@
+"""HermesAgentLoop with a Phase 1 (chat) server: the reference's behaviour and its gaps fixed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import pytest
+
+from hermes_async.agent_loop import AgentResult, HermesAgentLoop
+from hermes_async.jsontypes import JSONObject
+from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime, get_tool_definitions
+
+pytestmark = pytest.mark.anyio
+
+
+def _call(name: str, args: str, call_id: str = "c1") -> SimpleNamespace:
+    return SimpleNamespace(
+        id=call_id, type="function", function=SimpleNamespace(name=name, arguments=args)
+    )
+
+
+def _reply(content: str | None = "", calls: Sequence[object] = (), **extra: Any) -> SimpleNamespace:
+    message = SimpleNamespace(content=content, tool_calls=list(calls) or None, **extra)
+    return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason="stop")])
+
+
+class ScriptServer:
+    """Replies from a list; records every request."""
+
+    def __init__(self, replies: Sequence[object]) -> None:
+        self.replies = list(replies)
+        self.requests: list[dict[str, Any]] = []
+
+    async def chat_completion(self, **kwargs: Any) -> Any:
+        self.requests.append({**kwargs, "messages": list(kwargs["messages"])})
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+
+async def _sleepy(args: JSONObject, runtime: ToolRuntime) -> str:
+    await anyio.sleep(float(args.get("seconds", 10)))
+    return json.dumps({"slept": args.get("seconds"), "tag": args.get("tag")})
+
+
+def _registry() -> ToolRegistry:
+    schema = {
+        "type": "object",
+        "properties": {"seconds": {"type": "number"}, "tag": {"type": "string"}},
+    }
+    reg = ToolRegistry([Tool("sleepy", "Sleeps.", schema, _sleepy, "terminal")])
+    from hermes_async.tools.todo import TODO_TOOL
+
+    reg.register(TODO_TOOL)
+    return reg
+
+
+def _loop(server: ScriptServer, **kw: Any) -> HermesAgentLoop:
+    reg = _registry()
+    defs = reg.definitions(["terminal", "todo"])
+    return HermesAgentLoop(server, defs.schemas, defs.valid_names, registry=reg, **kw)
+
+
+async def test_plain_answer_finishes_naturally() -> None:
+    server = ScriptServer([_reply("hello", reasoning_content="thinking...")])
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    result = await _loop(server, max_tokens=50, extra_body={"top_k": 5}).run(messages)
+    assert result.messages is messages
+    assert result.finished_naturally and result.turns_used == 1
+    assert messages[-1] == {
+        "role": "assistant",
+        "content": "hello",
+        "reasoning_content": "thinking...",
+    }
+    assert result.reasoning_per_turn == ["thinking..."]
+    req = server.requests[0]
+    assert req["n"] == 1 and req["temperature"] == 1.0 and req["max_tokens"] == 50
+    assert req["extra_body"] == {"top_k": 5}
+    assert {t["function"]["name"] for t in req["tools"]} == {"sleepy", "todo"}
+    assert "tool_choice" not in req
+
+
+async def test_tool_call_round_trip_and_todo_per_loop() -> None:
+    todo_args = json.dumps({"todos": [{"id": "1", "content": "x", "status": "pending"}]})
+    server = ScriptServer([_reply("", [_call("todo", todo_args, "t1")]), _reply("done")])
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "plan"}]
+    result = await _loop(server).run(messages)
+    assert result.finished_naturally and result.turns_used == 2
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[1]["tool_calls"][0]["function"] == {"name": "todo", "arguments": todo_args}
+    assert messages[2]["tool_call_id"] == "t1"
+    assert json.loads(messages[2]["content"])["summary"]["pending"] == 1
+    assert result.tool_errors == []
+    assert "tool:0:todo" in result.timings[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "error_pattern"),
+    [
+        ("nope", "{}", "Unknown tool 'nope'"),
+        ("sleepy", "{not json", "Invalid JSON in tool arguments"),
+        ("sleepy", "[1, 2]", "must be a JSON object"),
+        ("sleepy", '{"seconds": "soon"}', "field 'seconds'"),
+        ("memory", "{}", "not available in RL environments"),
+        ("session_search", "{}", "not available in RL environments"),
+    ],
+)
+async def test_model_errors_are_visible_and_recorded(
+    name: str, args: str, error_pattern: str
+) -> None:
+    server = ScriptServer([_reply("", [_call(name, args)]), _reply("ok")])
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    result = await _loop(server).run(messages)
+    assert result.finished_naturally
+    assert len(result.tool_errors) == 1
+    err = result.tool_errors[0]
+    assert err.turn == 1 and err.tool_name == name and err.arguments == args
+    assert error_pattern in err.error
+    assert messages[2]["role"] == "tool" and error_pattern in messages[2]["content"]
+    assert err.tool_result == messages[2]["content"]
+
+
+async def test_tool_timeout_is_a_tool_error() -> None:
+    server = ScriptServer([_reply("", [_call("sleepy", '{"seconds": 30}')]), _reply("ok")])
+    result = await _loop(server, tool_timeout=0.05).run([{"role": "user", "content": "x"}])
+    assert len(result.tool_errors) == 1
+    assert "timed out after 0.05 seconds" in result.tool_errors[0].error
+
+
+async def test_server_failure_ends_rollout_with_error() -> None:
+    server = ScriptServer([_reply("", [_call("todo", "{}")]), ConnectionError("down")])
+    result = await _loop(server).run([{"role": "user", "content": "x"}])
+    assert not result.finished_naturally
+    assert result.turns_used == 2
+    assert result.error == "model call failed: ConnectionError: down"
+
+
+async def test_empty_choices_end_rollout() -> None:
+    result = await _loop(ScriptServer([SimpleNamespace(choices=[])])).run(
+        [{"role": "user", "content": "x"}]
+    )
+    assert (result.finished_naturally, result.turns_used, result.error) == (
+        False,
+        1,
+        "model returned no choices",
+    )
+
+
+async def test_max_turns() -> None:
+    server = ScriptServer([_reply("", [_call("todo", "{}", f"c{i}")]) for i in range(3)])
+    result = await _loop(server, max_turns=3).run([{"role": "user", "content": "x"}])
+    assert (result.finished_naturally, result.turns_used) == (False, 3)
+    assert result.messages[-1]["role"] == "tool"
+
+
+async def test_dict_shaped_calls_are_normalized() -> None:
+    raw = {"function": {"name": "todo", "arguments": {"todos": []}}}
+    server = ScriptServer([_reply("", [raw]), _reply("ok")])
+    result = await _loop(server).run([{"role": "user", "content": "x"}])
+    call = result.messages[1]["tool_calls"][0]
+    assert call["id"].startswith("call_") and len(call["id"]) == 13
+    assert call["function"] == {"name": "todo", "arguments": '{"todos": []}'}
+    assert result.tool_errors == []
+
+
+async def test_sequential_by_default_parallel_on_request() -> None:
+    calls = [
+        _call("sleepy", json.dumps({"seconds": 0.2, "tag": "a"}), "a"),
+        _call("sleepy", json.dumps({"seconds": 0.01, "tag": "b"}), "b"),
+    ]
+    for parallel in (False, True):
+        server = ScriptServer([_reply("", calls), _reply("ok")])
+        result = await _loop(server, parallel_tool_calls=parallel).run(
+            [{"role": "user", "content": "x"}]
+        )
+        # Results are appended in call order either way.
+        assert [m["tool_call_id"] for m in result.messages if m["role"] == "tool"] == ["a", "b"]
+        t = result.timings[0]["tool_seconds"]
+        if parallel:
+            assert t < 0.2 + 0.15
+        else:
+            assert t >= 0.2
+
+
+async def test_rollout_deadline_returns_partial() -> None:
+    server = ScriptServer([_reply("", [_call("sleepy", '{"seconds": 30}')])])
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "x"}]
+    result = await _loop(server, rollout_timeout=0.1).run(messages)
+    assert not result.finished_naturally
+    assert result.error == "rollout deadline of 0.1 s exceeded"
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+
+
+async def test_outer_cancellation_propagates_and_partial_is_readable() -> None:
+    server = ScriptServer([_reply("", [_call("sleepy", '{"seconds": 30}')])])
+    loop = _loop(server)
+    with anyio.move_on_after(0.1) as scope:
+        await loop.run([{"role": "user", "content": "x"}])
+    assert scope.cancelled_caught
+    assert isinstance(loop.partial, AgentResult)
+    assert loop.partial.turns_used == 1
+    assert loop.limits.tool_calls.statistics().in_use == 0
+
+
+async def test_reasoning_details_fallback() -> None:
+    reply = _reply("a", reasoning_details=[{"type": "x"}, {"text": "deep"}])
+    result = await _loop(ScriptServer([reply])).run([{"role": "user", "content": "x"}])
+    assert result.reasoning_per_turn == ["deep"]
+
+
+def test_reference_defaults() -> None:
+    defs = get_tool_definitions(["todo"])
+    loop = HermesAgentLoop(object(), defs.schemas, defs.valid_names)
+    assert (loop.max_turns, loop.temperature, loop.max_tokens, loop.extra_body) == (
+        30,
+        1.0,
+        None,
+        None,
+    )
+    assert len(loop.task_id) == 36
+    with pytest.raises(ValueError, match="max_turns must be >= 1"):
+        HermesAgentLoop(object(), [], set(), max_turns=0)
