@@ -13,6 +13,7 @@ process groups on the way out).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -74,6 +75,20 @@ class TurnToolRunner:
         call = PendingCall(len(self.calls), call_id, name, arguments, anyio.current_time())
         self.calls.append(call)
         self._tg.start_soon(self._run, call, previous, name=f"tool {name} #{call.index}")
+        return call
+
+    def reject(self, call_id: str, name: str, arguments: str, error: str) -> PendingCall:
+        """Record a call that must not run (malformed, or cut off by ``max_tokens``).
+
+        It keeps its place in the turn's order, and the model is shown ``{"error": error}`` as
+        its result, like any other failed call.
+        """
+        now = anyio.current_time()
+        content = json.dumps({"error": error}, ensure_ascii=False)
+        call = PendingCall(len(self.calls), call_id, name, arguments, now, now)
+        call.outcome = ToolOutcome(content, error)
+        call.done.set()
+        self.calls.append(call)
         return call
 
     async def _run(self, call: PendingCall, previous: PendingCall | None) -> None:

@@ -30,13 +30,18 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskGroup
 
 from hermes_async._loop_tools import PendingCall, TurnToolRunner
+from hermes_async._phase2 import Phase2Turn, split_think
+from hermes_async.errors import InferenceError
+from hermes_async.inference.generate import SamplingParams, TokenClient
+from hermes_async.inference.tokenizer import Tokenizer
+from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime
@@ -232,6 +237,15 @@ class HermesAgentLoop:
             with ``error`` set.
         parallel_tool_calls: Run the calls of one turn concurrently (default: one after another,
             in order, like the reference).
+        tokenizer: Phase 2: renders prompts and decodes the stream (required with a token
+            server).
+        tool_call_parser: Phase 2 parser name (and the Phase 1 fallback uses ``hermes``).
+        early_dispatch: Phase 2: start each tool call the moment the parser seals it, while
+            generation continues (default). ``False`` waits for the end of the completion.
+        sampling: Phase 2 sampling parameters; ``temperature`` and ``max_tokens`` above
+            override theirs.
+        split_reasoning: Move a leading ``<think>...</think>`` block of the completion into
+            ``reasoning_content`` (Phase 2).
     """
 
     def __init__(
@@ -253,6 +267,11 @@ class HermesAgentLoop:
         turn_timeout: float | None = None,
         rollout_timeout: float | None = None,
         parallel_tool_calls: bool = False,
+        tokenizer: Tokenizer | None = None,
+        tool_call_parser: str = "hermes",
+        early_dispatch: bool = True,
+        sampling: SamplingParams | None = None,
+        split_reasoning: bool = True,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns!r}")
@@ -272,6 +291,20 @@ class HermesAgentLoop:
         self.turn_timeout = turn_timeout
         self.rollout_timeout = rollout_timeout
         self.parallel_tool_calls = parallel_tool_calls
+        self.tokenizer = tokenizer
+        self.tool_call_parser = tool_call_parser
+        self.early_dispatch = early_dispatch
+        self.sampling = sampling
+        self.split_reasoning = split_reasoning
+        if isinstance(server, TokenClient) and tokenizer is None:
+            raise ValueError(
+                "a token server (Phase 2) needs a tokenizer: pass tokenizer=load_tokenizer(...)"
+            )
+        if not isinstance(server, TokenClient) and not isinstance(server, ChatServer):
+            raise TypeError(
+                f"server must have `async chat_completion(**kw)` (Phase 1) or be a token client "
+                f"with `stream(prompt_ids, params)` (Phase 2); got {type(server).__name__}"
+            )
         #: The result so far; consistent after every step, readable after a cancellation.
         self.partial: AgentResult | None = None
 
@@ -299,7 +332,10 @@ class HermesAgentLoop:
         with anyio.move_on_after(
             self.rollout_timeout if self.rollout_timeout is not None else float("inf")
         ) as deadline:
-            await self._run_phase1(result, runtime)
+            if isinstance(self.server, TokenClient):
+                await self._run_phase2(result, runtime)
+            else:
+                await self._run_phase1(result, runtime)
         if deadline.cancelled_caught:
             result.finished_naturally = False
             result.error = f"rollout deadline of {self.rollout_timeout:g} s exceeded"
@@ -374,6 +410,124 @@ class HermesAgentLoop:
         if not parsed.tool_calls:
             return content, []
         return parsed.content, _normalize_tool_calls(parsed.tool_calls)
+
+    # ---------------------------------------------------------------- Phase 2
+
+    def _sampling(self) -> SamplingParams:
+        base = self.sampling or SamplingParams()
+        assert self.tokenizer is not None
+        stop_ids = base.stop_token_ids or (self.tokenizer.eos_token_id,)
+        return replace(
+            base,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens if self.max_tokens is not None else base.max_tokens,
+            stop_token_ids=stop_ids,
+        )
+
+    async def _run_phase2(self, result: AgentResult, runtime: ToolRuntime) -> None:
+        tokenizer = self.tokenizer
+        assert tokenizer is not None
+        messages = result.messages
+        tools = self.tool_schemas or None
+        prompt_text = tokenizer.apply_chat_template(messages, tools, add_generation_prompt=True)
+        trajectory = Trajectory(tokenizer.encode(prompt_text))
+        result.managed_state = trajectory.managed_state()
+        sampling = self._sampling()
+        for turn in range(self.max_turns):
+            timing: dict[str, float] = {"turn": float(turn + 1)}
+            result.timings.append(timing)
+            result.turns_used = turn + 1
+            step = Phase2Turn(
+                tokenizer=tokenizer,
+                parser_name=self.tool_call_parser,
+                tool_schemas=self.tool_schemas,
+                early_dispatch=self.early_dispatch,
+            )
+            start = anyio.current_time()
+            try:
+                async with anyio.create_task_group() as tg:
+                    runner = self._runner(tg, runtime)
+                    with anyio.fail_after(
+                        self.turn_timeout if self.turn_timeout is not None else float("inf")
+                    ):
+                        async with self.server.stream(trajectory.tokens, sampling) as deltas:
+                            async for delta in deltas:
+                                step.feed(delta, runner, anyio.current_time() - start)
+                    step.finish(runner)
+                    timing["generation_seconds"] = anyio.current_time() - start
+            except TimeoutError:
+                result.error = f"generation timed out after {self.turn_timeout:g} s"
+                return
+            except InferenceError as exc:
+                logger.warning("task %s: generation failed: %s", self.task_id, exc)
+                result.error = f"model call failed: {type(exc).__name__}: {exc}"
+                return
+            finally:
+                if step.ttft is not None:
+                    timing["time_to_first_token"] = step.ttft
+            timing["tool_seconds"] = anyio.current_time() - start - timing["generation_seconds"]
+            trajectory.add_completion(step.token_ids, step.logprobs)
+            content, reasoning = step.content, None
+            if self.split_reasoning:
+                content, reasoning = split_think(content)
+            result.reasoning_per_turn.append(reasoning)
+            calls = [_Call(c.call_id, c.name, c.arguments) for c in runner.calls]
+            messages.append(_assistant_message(content, calls, reasoning))
+            self._record_tools(result, turn + 1, runner.calls, timing)
+            if not runner.calls:
+                result.finished_naturally = True
+                self._check_template(result, trajectory, tokenizer, final=True)
+                result.managed_state = trajectory.managed_state()
+                return
+            ended_on_eos = bool(step.token_ids) and step.token_ids[-1] == tokenizer.eos_token_id
+            trajectory.add_suffix(self._suffix_ids(messages, tokenizer, ended_on_eos))
+            self._check_template(result, trajectory, tokenizer, final=False)
+            result.managed_state = trajectory.managed_state()
+
+    def _suffix_ids(
+        self, messages: list[dict[str, Any]], tokenizer: Tokenizer, ended_on_eos: bool
+    ) -> list[int]:
+        """Ids between the sampled completion and the next generation.
+
+        The template renders an assistant turn as ``...<|im_end|>`` + separator; what follows
+        the assistant's end-of-turn token in the full rendering (tool responses, the next
+        generation prompt) is the suffix. If the model did not stop on the end-of-turn token
+        (length), the loop adds it, masked.
+        """
+        tools = self.tool_schemas or None
+        last_assistant = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")
+        before = tokenizer.apply_chat_template(
+            messages[: last_assistant + 1], tools, add_generation_prompt=False
+        )
+        full = tokenizer.apply_chat_template(messages, tools, add_generation_prompt=True)
+        eos_text = tokenizer.decode([tokenizer.eos_token_id])
+        cut = before.rfind(eos_text) + len(eos_text)
+        prefix = [] if ended_on_eos else [tokenizer.eos_token_id]
+        return prefix + tokenizer.encode(full[cut:])
+
+    def _check_template(
+        self,
+        result: AgentResult,
+        trajectory: Trajectory,
+        tokenizer: Tokenizer,
+        *,
+        final: bool,
+    ) -> None:
+        """Count a mismatch between the decoded tokens and the template's rendering."""
+        rendered = tokenizer.apply_chat_template(
+            result.messages, self.tool_schemas or None, add_generation_prompt=not final
+        )
+        decoded = tokenizer.decode(trajectory.tokens)
+        if final:
+            # The final assistant turn's separator after <|im_end|> is not sampled.
+            rendered = rendered[: len(decoded)] if rendered.startswith(decoded) else rendered
+        if decoded != rendered:
+            result.template_mismatches += 1
+            logger.info(
+                "task %s: trajectory differs from the template rendering (turn %d)",
+                self.task_id,
+                result.turns_used,
+            )
 
     # ---------------------------------------------------------------- tools
 

@@ -215,7 +215,7 @@ async def test_reasoning_details_fallback() -> None:
 
 def test_reference_defaults() -> None:
     defs = get_tool_definitions(["todo"])
-    loop = HermesAgentLoop(object(), defs.schemas, defs.valid_names)
+    loop = HermesAgentLoop(ScriptServer([]), defs.schemas, defs.valid_names)
     assert (loop.max_turns, loop.temperature, loop.max_tokens, loop.extra_body) == (
         30,
         1.0,
@@ -224,4 +224,6 @@ def test_reference_defaults() -> None:
     )
     assert len(loop.task_id) == 36
     with pytest.raises(ValueError, match="max_turns must be >= 1"):
-        HermesAgentLoop(object(), [], set(), max_turns=0)
+        HermesAgentLoop(ScriptServer([]), [], set(), max_turns=0)
+    with pytest.raises(TypeError, match=r"server must have `async chat_completion.*got object"):
+        HermesAgentLoop(object(), [], set())
