@@ -17,7 +17,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[atropos,docker,modal,dev]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[atropos,docker,modal,web,testing,dev]"
 	@touch $(STAMP)
 
 demo: venv
@@ -34,6 +34,12 @@ pytest: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint typecheck pytest
+
+# Opt-in, NOT part of `make test`: a real CPU vLLM (own venv .venv-vllm, ~3.4 GB, ~80 s the
+# first time) serving a tiny random model with the offline Qwen tokenizer; runs tests/integration.
+.PHONY: test-vllm
+test-vllm: venv
+	VENV=$(VENV) bash scripts/vllm/run_tests.sh
 
 bench: venv
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

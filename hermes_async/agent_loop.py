@@ -38,14 +38,21 @@ from anyio.abc import TaskGroup
 
 from hermes_async._loop_tools import PendingCall, TurnToolRunner
 from hermes_async._phase2 import Phase2Turn, split_think
+from hermes_async.budget import (
+    DEFAULT_BUDGET,
+    BudgetConfig,
+    enforce_turn_budget,
+    maybe_persist_tool_result,
+)
 from hermes_async.errors import InferenceError
 from hermes_async.inference.generate import SamplingParams, TokenClient
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
-from hermes_async.tools.registry import ToolRegistry, ToolRuntime
-from hermes_async.tools.sandbox.base import SandboxProvider
+from hermes_async.tools.registry import ToolRegistry, ToolRuntime, builtin_registry
+from hermes_async.tools.sandbox.base import Sandbox, SandboxProvider
+from hermes_async.tools.sandbox.manager import current_sandbox_manager
 
 __all__ = ["AgentResult", "ChatServer", "HermesAgentLoop", "ToolError"]
 
@@ -225,10 +232,13 @@ class HermesAgentLoop:
         temperature: Sampling temperature.
         max_tokens: Per-turn completion cap (``None``: the server's default).
         extra_body: Extra request fields merged into every model request.
-        budget_config: Tool-result budget (accepted for compatibility; see ``hermes_async.budget``).
+        budget_config: Tool-result budget (:class:`~hermes_async.budget.BudgetConfig`; default
+            100,000 chars per result, 200,000 per turn, 1,500-char previews). Oversized results
+            are saved into the rollout's sandbox and replaced by a preview.
         limits: Shared limiters (default: a private :class:`Limits`).
-        sandboxes: Where tools get the rollout's sandbox (default: none; sandbox tools then
-            report an error to the model).
+        sandboxes: Where tools get the rollout's sandbox (default: the current
+            ``SandboxManager`` of the context, see ``use_sandbox_manager``; with none, sandbox
+            tools report an error to the model).
         registry: Tool implementations (default: the built-in tools).
         tool_timeout: Per-tool-call deadline in seconds; a call that passes it is cancelled and
             reported to the model as timed out (a ``ToolError``).
@@ -327,7 +337,7 @@ class HermesAgentLoop:
             task_id=self.task_id,
             limits=self.limits,
             user_task=_first_user_content(messages),
-            sandboxes=self.sandboxes,
+            sandboxes=self.sandboxes or current_sandbox_manager(),
         )
         with anyio.move_on_after(
             self.rollout_timeout if self.rollout_timeout is not None else float("inf")
@@ -444,9 +454,13 @@ class HermesAgentLoop:
                 early_dispatch=self.early_dispatch,
             )
             start = anyio.current_time()
-            try:
-                async with anyio.create_task_group() as tg:
-                    runner = self._runner(tg, runtime)
+            failure: str | None = None
+            # Stream errors are caught inside the task group's body (an exception escaping the
+            # body would arrive wrapped in an ExceptionGroup); tools already started by early
+            # dispatch are then cancelled with the turn.
+            async with anyio.create_task_group() as tg:
+                runner = self._runner(tg, runtime)
+                try:
                     with anyio.fail_after(
                         self.turn_timeout if self.turn_timeout is not None else float("inf")
                     ):
@@ -454,17 +468,19 @@ class HermesAgentLoop:
                             async for delta in deltas:
                                 step.feed(delta, runner, anyio.current_time() - start)
                     step.finish(runner)
-                    timing["generation_seconds"] = anyio.current_time() - start
-            except TimeoutError:
-                result.error = f"generation timed out after {self.turn_timeout:g} s"
+                except TimeoutError:
+                    failure = f"generation timed out after {self.turn_timeout:g} s"
+                    tg.cancel_scope.cancel()
+                except InferenceError as exc:
+                    logger.warning("task %s: generation failed: %s", self.task_id, exc)
+                    failure = f"model call failed: {type(exc).__name__}: {exc}"
+                    tg.cancel_scope.cancel()
+                timing["generation_seconds"] = anyio.current_time() - start
+            if step.ttft is not None:
+                timing["time_to_first_token"] = step.ttft
+            if failure is not None:
+                result.error = failure
                 return
-            except InferenceError as exc:
-                logger.warning("task %s: generation failed: %s", self.task_id, exc)
-                result.error = f"model call failed: {type(exc).__name__}: {exc}"
-                return
-            finally:
-                if step.ttft is not None:
-                    timing["time_to_first_token"] = step.ttft
             timing["tool_seconds"] = anyio.current_time() - start - timing["generation_seconds"]
             trajectory.add_completion(step.token_ids, step.logprobs)
             content, reasoning = step.content, None
@@ -473,7 +489,7 @@ class HermesAgentLoop:
             result.reasoning_per_turn.append(reasoning)
             calls = [_Call(c.call_id, c.name, c.arguments) for c in runner.calls]
             messages.append(_assistant_message(content, calls, reasoning))
-            self._record_tools(result, turn + 1, runner.calls, timing)
+            await self._record_tools(result, runtime, turn + 1, runner.calls, timing)
             if not runner.calls:
                 result.finished_naturally = True
                 self._check_template(result, trajectory, tokenizer, final=True)
@@ -544,7 +560,7 @@ class HermesAgentLoop:
             runner = self._runner(tg, runtime)
             for call in calls:
                 runner.submit(call.call_id, call.name, call.arguments)
-        self._record_tools(result, turn, runner.calls, timing)
+        await self._record_tools(result, runtime, turn, runner.calls, timing)
         timing["tool_seconds"] = anyio.current_time() - start
 
     def _runner(self, tg: TaskGroup, runtime: ToolRuntime) -> TurnToolRunner:
@@ -557,13 +573,29 @@ class HermesAgentLoop:
             parallel=self.parallel_tool_calls,
         )
 
-    def _record_tools(
+    async def _record_tools(
         self,
         result: AgentResult,
+        runtime: ToolRuntime,
         turn: int,
         calls: Sequence[PendingCall],
         timing: dict[str, float],
     ) -> None:
+        """Append the turn's tool messages in call order, record errors, apply the budget."""
+        budget = self.budget_config if isinstance(self.budget_config, BudgetConfig) else None
+        budget = budget or DEFAULT_BUDGET
+        registry = self.registry or builtin_registry()
+        sandbox: Sandbox | None = None
+        needs_sandbox = runtime.sandboxes is not None and any(
+            c.outcome is not None and len(c.outcome.content) > budget.preview_size for c in calls
+        )
+        if needs_sandbox and runtime.sandboxes is not None:
+            try:
+                sandbox = await runtime.sandboxes.get(runtime.task_id)
+            except Exception as exc:  # the preview then says the output could not be saved
+                logger.warning("task %s: no sandbox for the result budget: %s", self.task_id, exc)
+        turn_messages: list[JSONObject] = []
+        names: list[str | None] = []
         for call in calls:
             outcome = call.outcome
             assert outcome is not None  # every call finished before the task group exited
@@ -578,6 +610,17 @@ class HermesAgentLoop:
                         tool_result=outcome.content[:TOOL_ERROR_RESULT_MAX_CHARS],
                     )
                 )
-            result.messages.append(
-                {"role": "tool", "tool_call_id": call.call_id, "content": outcome.content}
+            tool = registry.get(call.name)
+            content = await maybe_persist_tool_result(
+                outcome.content,
+                call.name,
+                call.call_id,
+                sandbox,
+                budget,
+                tool_threshold=tool.max_result_size_chars if tool is not None else None,
             )
+            message: JSONObject = {"role": "tool", "tool_call_id": call.call_id, "content": content}
+            turn_messages.append(message)
+            names.append(call.name)
+        await enforce_turn_budget(turn_messages, sandbox, budget, tool_names=names)
+        result.messages.extend(turn_messages)

@@ -227,3 +227,27 @@ def test_reference_defaults() -> None:
         HermesAgentLoop(ScriptServer([]), [], set(), max_turns=0)
     with pytest.raises(TypeError, match=r"server must have `async chat_completion.*got object"):
         HermesAgentLoop(object(), [], set())
+
+
+async def _huge(args: JSONObject, runtime: ToolRuntime) -> str:
+    return "x" * 150_000
+
+
+async def test_oversized_result_is_persisted_into_the_sandbox() -> None:
+    from hermes_async.budget import BudgetConfig
+    from hermes_async.tools.sandbox.manager import open_sandbox_manager
+
+    reg = _registry()
+    reg.register(Tool("huge", "Huge.", {"type": "object"}, _huge, "terminal"))
+    server = ScriptServer([_reply("", [_call("huge", "{}", "big1")]), _reply("ok")])
+    async with open_sandbox_manager() as manager:
+        loop = HermesAgentLoop(
+            server, [], {"huge"}, registry=reg, budget_config=BudgetConfig(preview_size=100)
+        )
+        result = await loop.run([{"role": "user", "content": "x"}])
+        content = result.messages[2]["content"]
+        assert content.startswith("<persisted-output>")
+        assert len(content) < 5_000
+        sandbox = await manager.get(loop.task_id)
+        listing = await sandbox.exec("cat ${TMPDIR:-/tmp}/hermes-results/big1-*.txt | wc -c")
+        assert listing.stdout.strip() == "150000"
