@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hermes_async.inference.generate import TokenDelta
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
+from hermes_async.parsers.types import (
+    ParserEvent,
+    ToolCallInvalid,
+    ToolCallSealed,
+    ToolCallTruncated,
+)
 
 if TYPE_CHECKING:
     from hermes_async._loop_tools import TurnToolRunner
@@ -59,10 +65,9 @@ class Phase2Turn:
         tool_schemas: Sequence[JSONObject],
         early_dispatch: bool,
     ) -> None:
-        from hermes_async import parsers
+        from hermes_async.parsers import get_parser
 
-        self._parsers: Any = parsers
-        self.parser: Any = parsers.get_parser(
+        self.parser = get_parser(
             parser_name, tools=list(tool_schemas) or None, tokenizer=tokenizer
         )
         self.decoder = tokenizer.incremental_decoder()
@@ -77,7 +82,7 @@ class Phase2Turn:
         endoftext = tokenizer.special_tokens.get("<|endoftext|>")
         if endoftext is not None:
             self._stop_ids.add(endoftext)
-        self._held: list[Any] = []
+        self._held: list[ToolCallSealed | ToolCallInvalid | ToolCallTruncated] = []
 
     def feed(self, delta: TokenDelta, runner: TurnToolRunner, elapsed: float) -> None:
         """Take one delta: keep its ids, decode, parse, and submit sealed calls."""
@@ -98,42 +103,26 @@ class Phase2Turn:
         if tail:
             self._handle(self.parser.feed(tail, None), runner)
         result = self.parser.finish()
-        events = getattr(result, "events", None)
-        if events:
-            self._handle(events, runner)
+        self._handle(result.final_events, runner)
         for event in self._held:
             self._submit(event, runner)
         self._held.clear()
         self.content = result.content or ""
 
-    def _handle(self, events: Sequence[Any], runner: TurnToolRunner) -> None:
-        p = self._parsers
+    def _handle(self, events: Sequence[ParserEvent], runner: TurnToolRunner) -> None:
         for event in events:
-            if isinstance(event, p.ToolCallSealed):
+            if isinstance(event, ToolCallSealed | ToolCallInvalid | ToolCallTruncated):
                 if self.early_dispatch:
                     self._submit(event, runner)
                 else:
                     self._held.append(event)
-            elif isinstance(event, p.ToolCallInvalid | p.ToolCallTruncated):
-                self._held.append(event) if not self.early_dispatch else self._submit(
-                    event, runner
-                )
 
-    def _submit(self, event: Any, runner: TurnToolRunner) -> None:
-        p = self._parsers
-        if isinstance(event, p.ToolCallSealed):
+    @staticmethod
+    def _submit(
+        event: ToolCallSealed | ToolCallInvalid | ToolCallTruncated, runner: TurnToolRunner
+    ) -> None:
+        if isinstance(event, ToolCallSealed):
             runner.submit(event.id, event.name, event.arguments)
-        elif isinstance(event, p.ToolCallTruncated):
-            runner.reject(
-                event.id,
-                event.name or "",
-                event.arguments or "",
-                "Tool call was cut off (the completion hit its token limit) and was not executed",
-            )
         else:
-            runner.reject(
-                event.id,
-                event.name or "",
-                event.arguments or "",
-                f"Invalid tool call: {event.error}",
-            )
+            # Malformed or cut off: kept in order, never executed; the model is told why.
+            runner.reject(event.id, event.name or "", event.raw, event.message)
