@@ -8,22 +8,58 @@ What is *returned* and what is *raised*: a command that exits non-zero, prints t
 out is an observation (an :class:`ExecResult`); a sandbox that cannot be reached or created is an
 operator problem (:class:`~hermes_async.errors.SandboxError`). File reads of a missing path raise
 ``FileNotFoundError`` so tools can turn them into model-visible errors.
+
+Contract for backends
+---------------------
+
+A backend implements six abstract coroutines: :meth:`Sandbox.exec`, :meth:`Sandbox.read_bytes`,
+:meth:`Sandbox.write_bytes`, :meth:`Sandbox.put_archive`, :meth:`Sandbox.get_archive` and
+:meth:`Sandbox.aclose`. Everything else has a working default built on them:
+
+* **Background processes** (``terminal(background=true)`` and the ``process`` tool) are started
+  *detached inside the sandbox* by a small POSIX ``sh`` wrapper, in their own session
+  (``setsid``), writing ``pid``, ``log`` and ``exit`` files under
+  ``{background_state_dir}/{session_id}/`` and reading standard input from a FIFO there (kept
+  open by a ``sleep`` "keeper" process until ``close``). Status, logs, kill and stdin writes are
+  short ``exec`` calls. So an exec-only backend (Docker, Modal) supports them with zero extra
+  code; it only needs ``sh``, ``setsid`` (or job control), ``mkfifo``, ``kill``, ``tail`` and
+  ``/proc`` or ``kill -0`` in its image. A backend may override the ``*_background`` methods
+  with real process handles; the tools only use the public methods below.
+* The per-sandbox background table lives on the instance (created lazily, so subclasses need
+  not call ``super().__init__``).
+
+Backends must bound every wait (a sandbox that does not answer raises ``SandboxError`` within a
+deadline) and make :meth:`Sandbox.aclose` idempotent. The reusable conformance suite in
+:mod:`hermes_async.testing.sandbox_conformance` checks all of this against any backend.
 """
 
 from __future__ import annotations
 
+import io
+import posixpath
+import secrets
+import shlex
+import tarfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Protocol, Self
 
+from hermes_async.errors import SandboxError
+
 __all__ = [
+    "BACKGROUND_OUTPUT_CHARS",
     "DEFAULT_OUTPUT_LIMIT_BYTES",
+    "MAX_BACKGROUND_PROCESSES",
     "TIMEOUT_EXIT_CODE",
+    "BackgroundProcess",
+    "BackgroundStatus",
     "ExecResult",
     "Sandbox",
     "SandboxProvider",
+    "check_tar_members",
 ]
 
 #: Exit code reported for a command killed by its timeout (what coreutils' ``timeout`` uses).
@@ -32,6 +68,18 @@ TIMEOUT_EXIT_CODE = 124
 #: Output kept in memory per stream before head+tail truncation (1 MiB: far above what any tool
 #: shows the model, far below what could hurt the host when hundreds of commands run at once).
 DEFAULT_OUTPUT_LIMIT_BYTES = 1 << 20
+
+#: Rolling output a background process keeps visible (the reference's 200,000-char buffer).
+BACKGROUND_OUTPUT_CHARS = 200_000
+
+#: Background processes tracked per sandbox (the reference's cap); exited ones are forgotten first.
+MAX_BACKGROUND_PROCESSES = 64
+
+#: Seconds a background process group gets between SIGTERM and SIGKILL.
+BACKGROUND_KILL_GRACE_SECONDS = 2.0
+
+#: Deadline for each short bookkeeping ``exec`` (status probe, kill, stdin write).
+BACKGROUND_EXEC_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +111,94 @@ class ExecResult:
         return self.stdout or self.stderr
 
 
+@dataclass(frozen=True, slots=True)
+class BackgroundProcess:
+    """A process started with :meth:`Sandbox.start_background`.
+
+    Attributes:
+        session_id: ``proc_<hex>``, the id the model uses with the ``process`` tool.
+        command: The command line.
+        cwd: Its working directory inside the sandbox.
+        pid: Process (and process-group / session) id inside the sandbox, if known.
+        started_at: Wall-clock start time (``time.time()``).
+        exit_code: Set once the process is known to have exited (``-1``: killed or lost).
+        state_dir: Where the default implementation keeps its ``pid``/``log``/``exit`` files.
+    """
+
+    session_id: str
+    command: str
+    cwd: str
+    pid: int | None
+    started_at: float
+    exit_code: int | None = None
+    state_dir: str = ""
+
+    @property
+    def exited(self) -> bool:
+        """Whether the process is known to have exited."""
+        return self.exit_code is not None
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundStatus:
+    """A snapshot of a background process.
+
+    Attributes:
+        process: The process record (with ``exit_code`` once it exited).
+        running: Whether it is still running.
+        output: The last ``tail_chars`` characters of its combined stdout/stderr.
+    """
+
+    process: BackgroundProcess
+    running: bool
+    output: str
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code once exited, else ``None``."""
+        return self.process.exit_code
+
+
+def check_tar_members(tar_data: bytes) -> list[tarfile.TarInfo]:
+    """Validate a tar archive before extracting it anywhere; return its members.
+
+    Rejected: absolute member names, names with a ``..`` component, device and FIFO members,
+    symbolic links whose target is absolute or leaves the archive root, and hard links to such
+    names. An empty archive is fine.
+
+    Raises:
+        ValueError: The data is not a tar archive, or a member is unsafe (the message names it).
+    """
+    try:
+        with tarfile.open(fileobj=io.BytesIO(tar_data), mode="r:*") as tf:
+            members = tf.getmembers()
+    except tarfile.TarError as exc:
+        if not tar_data.strip(b"\0"):
+            return []
+        raise ValueError(f"not a valid tar archive ({len(tar_data)} bytes): {exc}") from exc
+    for m in members:
+        _check_member_path(m.name, m.name)
+        if m.isdev() or m.isfifo():
+            raise ValueError(f"tar member {m.name!r} is a device or FIFO; refusing to extract it")
+        if m.issym():
+            if m.linkname.startswith("/"):
+                raise ValueError(
+                    f"tar member {m.name!r} is a symlink to absolute path {m.linkname!r}"
+                )
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(m.name), m.linkname))
+            _check_member_path(m.name, target)
+        elif m.islnk():
+            _check_member_path(m.name, m.linkname)
+    return members
+
+
+def _check_member_path(member: str, path: str) -> None:
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        raise ValueError(f"tar member {member!r} has an absolute path; refusing to extract it")
+    if ".." in path.replace("\\", "/").split("/"):
+        raise ValueError(f"tar member {member!r} escapes the destination ('..'); refusing it")
+
+
 class Sandbox(ABC):
     """One rollout's isolated execution environment.
 
@@ -72,10 +208,13 @@ class Sandbox(ABC):
     Attributes:
         task_id: The rollout this sandbox belongs to.
         workdir: Absolute path inside the sandbox where commands start and relative paths resolve.
+        background_state_dir: Directory inside the sandbox where the default background-process
+            implementation keeps one sub-directory per process.
     """
 
     task_id: str
     workdir: str
+    background_state_dir: str = "/tmp/.hermes_async/bg"
 
     @abstractmethod
     async def exec(
@@ -111,11 +250,17 @@ class Sandbox(ABC):
 
     @abstractmethod
     async def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path``, creating parent directories."""
+        """Write ``data`` to ``path``, creating parent directories.
+
+        Raises:
+            OSError: The path cannot be written (the message carries the sandbox's reason).
+        """
 
     @abstractmethod
     async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
         """Extract a tar archive into ``dest_dir`` (created if missing).
+
+        Implementations call :func:`check_tar_members` first.
 
         Raises:
             ValueError: A member is absolute, escapes ``dest_dir`` (``..``), or is a device or a
@@ -125,6 +270,9 @@ class Sandbox(ABC):
     @abstractmethod
     async def get_archive(self, path: str) -> bytes:
         """Return a tar archive of ``path`` (a file or a directory), members relative to it.
+
+        A directory's members are named ``./x/y``; a single file is one member named by its
+        basename.
 
         Raises:
             FileNotFoundError: ``path`` does not exist.
@@ -149,10 +297,253 @@ class Sandbox(ABC):
     ) -> None:
         await self.aclose()
 
+    # ----------------------------------------------------------------------------------------
+    # Background processes: a default built only on exec/write_bytes (see the module docstring).
+
+    def _background_table(self) -> dict[str, BackgroundProcess]:
+        try:
+            table: dict[str, BackgroundProcess] = self.__dict__["_hermes_background"]
+        except KeyError:
+            table = self.__dict__["_hermes_background"] = {}
+        return table
+
+    def background_processes(self) -> list[BackgroundProcess]:
+        """Every tracked background process, oldest first (exited ones included)."""
+        return sorted(self._background_table().values(), key=lambda p: p.started_at)
+
+    def get_background(self, session_id: str) -> BackgroundProcess | None:
+        """The tracked process ``session_id``, or ``None``."""
+        return self._background_table().get(session_id)
+
+    def forget_background(self, session_id: str) -> None:
+        """Stop tracking ``session_id`` (it is not killed)."""
+        self._background_table().pop(session_id, None)
+
+    def _background_started(self, process: BackgroundProcess) -> None:  # noqa: B027
+        """Hook: a background process was started (LocalSandbox records its session id)."""
+
+    async def start_background(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> BackgroundProcess:
+        """Start ``command`` detached, in its own session; return at once.
+
+        Raises:
+            SandboxError: The wrapper could not be started (e.g. the image lacks ``sh``), or
+                :data:`MAX_BACKGROUND_PROCESSES` are still running.
+
+        **Cancellation**: if cancelled after the process started, it keeps running and is
+        tracked only if the start completed; ``aclose`` kills it either way.
+        """
+        table = self._background_table()
+        if len(table) >= MAX_BACKGROUND_PROCESSES:
+            for old in self.background_processes():
+                if old.exited:
+                    table.pop(old.session_id, None)
+                if len(table) < MAX_BACKGROUND_PROCESSES:
+                    break
+            else:
+                raise SandboxError(
+                    f"too many background processes ({len(table)} running, limit "
+                    f"{MAX_BACKGROUND_PROCESSES}); kill some with process(action='kill')",
+                    task_id=getattr(self, "task_id", None),
+                )
+        session_id = f"proc_{secrets.token_hex(6)}"
+        state = posixpath.join(self.background_state_dir, session_id)
+        # Relative to the working directory, not to the state directory the wrapper starts in.
+        cwd = posixpath.normpath(posixpath.join(self.workdir, cwd or "."))
+        await self.write_bytes(posixpath.join(state, "cmd.sh"), command.encode())
+        await self.write_bytes(posixpath.join(state, "run.sh"), _wrapper_script(state, cwd))
+        # Wait (bounded) for the wrapper to write its pid: only then is it in its own session,
+        # safe from the kill of the launching shell's process group.
+        launch = (
+            f"cd {shlex.quote(state)} && "
+            "if command -v setsid >/dev/null 2>&1; then "
+            "setsid sh ./run.sh </dev/null >/dev/null 2>&1 & "
+            "else set -m; sh ./run.sh </dev/null >/dev/null 2>&1 & fi; "
+            "i=0; while [ ! -s pid ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done; "
+            "cat pid"
+        )
+        result = await self.exec(launch, env=env, timeout=BACKGROUND_EXEC_TIMEOUT_SECONDS)
+        pid_text = result.stdout.strip().splitlines()[-1:] if result.stdout.strip() else []
+        if result.exit_code != 0 or not pid_text or not pid_text[0].isdigit():
+            raise SandboxError(
+                f"could not start a background process (exit {result.exit_code}): "
+                f"{result.output.strip()[:500]!r}; the sandbox needs sh, setsid and mkfifo",
+                task_id=getattr(self, "task_id", None),
+            )
+        process = BackgroundProcess(
+            session_id=session_id,
+            command=command,
+            cwd=cwd,
+            pid=int(pid_text[0]),
+            started_at=time.time(),
+            state_dir=state,
+        )
+        table[session_id] = process
+        self._background_started(process)
+        return process
+
+    async def background_status(
+        self, session_id: str, *, tail_chars: int = BACKGROUND_OUTPUT_CHARS
+    ) -> BackgroundStatus:
+        """Probe ``session_id``: running or exited (with its exit code), and its output tail.
+
+        Raises:
+            KeyError: No such tracked process.
+
+        **Cancellation**: nothing to clean up; the probe is a short ``exec``.
+        """
+        proc = self._background_table()[session_id]
+        state = shlex.quote(proc.state_dir)
+        # One round trip: line 1 "running"|"exited", line 2 the exit code (or empty), then log.
+        probe = (
+            f"d={state}; pid={proc.pid}; "
+            'if [ -f "$d/exit" ]; then echo exited; '
+            'elif [ -d /proc/$pid ] && ! grep -q "^State:.*Z" /proc/$pid/status 2>/dev/null; '
+            "then echo running; "
+            'elif [ ! -d /proc ] && kill -0 "$pid" 2>/dev/null; then echo running; '
+            "else echo exited; fi; "
+            'cat "$d/exit" 2>/dev/null || echo; '
+            f'tail -c {int(tail_chars) * 4} "$d/log" 2>/dev/null; true'
+        )
+        result = await self.exec(
+            probe,
+            timeout=BACKGROUND_EXEC_TIMEOUT_SECONDS,
+            output_limit=max(DEFAULT_OUTPUT_LIMIT_BYTES, tail_chars * 4 + 1024),
+        )
+        state_line, _, rest = result.stdout.partition("\n")
+        code_line, _, output = rest.partition("\n")
+        running = state_line.strip() == "running" and proc.exit_code is None
+        if not running and proc.exit_code is None:
+            code = code_line.strip()
+            proc = replace(proc, exit_code=int(code) if code.lstrip("-").isdigit() else -1)
+            if session_id in self._background_table():
+                self._background_table()[session_id] = proc
+        return BackgroundStatus(proc, running, output[-tail_chars:] if tail_chars else "")
+
+    async def kill_background(self, session_id: str) -> bool:
+        """Kill ``session_id``'s whole process group (TERM, grace, KILL).
+
+        Returns:
+            ``True`` if it was running, ``False`` if it had already exited.
+
+        Raises:
+            KeyError: No such tracked process.
+
+        **Cancellation**: the kill is one ``exec``; if cancelled, ``aclose`` still kills it.
+        """
+        status = await self.background_status(session_id, tail_chars=0)
+        if not status.running:
+            return False
+        proc = status.process
+        pg = int(proc.pid or 0)
+        grace_steps = int(BACKGROUND_KILL_GRACE_SECONDS * 10)
+        # `alive` ignores zombies: killed processes re-parented to an init that reaps slowly
+        # (or never, in a container whose PID 1 is `sleep`) still answer `kill -0`.
+        script = (
+            f"pg={pg}; alive() {{ if [ -d /proc/self ]; then "
+            'for s in /proc/[0-9]*/stat; do read -r l < "$s" 2>/dev/null || continue; '
+            'r=${l##*) }; set -- $r; [ "$1" != Z ] && [ "$3" = "$pg" ] && return 0; done; '
+            'return 1; else kill -0 -- -"$pg" 2>/dev/null; fi; }; '
+            'kill -TERM -- -"$pg" 2>/dev/null; i=0; '
+            f"while [ $i -lt {grace_steps} ] && alive; do sleep 0.1; i=$((i+1)); done; "
+            'kill -KILL -- -"$pg" 2>/dev/null; true'
+        )
+        await self.exec(script, timeout=BACKGROUND_EXEC_TIMEOUT_SECONDS)
+        if session_id in self._background_table():
+            self._background_table()[session_id] = replace(proc, exit_code=-1)
+        return True
+
+    async def write_background_stdin(self, session_id: str, data: bytes) -> int:
+        """Write ``data`` to the process's standard input; return the bytes written.
+
+        Raises:
+            KeyError: No such tracked process.
+            OSError: Its standard input is closed or it exited.
+
+        **Cancellation**: a partial write may have happened.
+        """
+        proc = self._background_table()[session_id]
+        fifo = shlex.quote(posixpath.join(proc.state_dir, "stdin"))
+        keeper = shlex.quote(posixpath.join(proc.state_dir, "keeper"))
+        # Only write while the keeper holds the FIFO open; otherwise opening it would block.
+        script = (
+            f'k=$(cat {keeper} 2>/dev/null); [ -n "$k" ] && kill -0 "$k" 2>/dev/null '
+            f"|| {{ echo 'stdin is closed' >&2; exit 3; }}; cat >> {fifo}"
+        )
+        result = await self.exec(script, stdin=data, timeout=BACKGROUND_EXEC_TIMEOUT_SECONDS)
+        if result.exit_code != 0:
+            raise OSError(
+                f"cannot write to {session_id}'s stdin: "
+                f"{(result.stderr or result.stdout).strip() or f'exit {result.exit_code}'}"
+            )
+        return len(data)
+
+    async def close_background_stdin(self, session_id: str) -> None:
+        """Close the process's standard input (it reads end-of-file). Idempotent.
+
+        Raises:
+            KeyError: No such tracked process.
+
+        **Cancellation**: nothing to clean up.
+        """
+        proc = self._background_table()[session_id]
+        keeper = shlex.quote(posixpath.join(proc.state_dir, "keeper"))
+        await self.exec(
+            f'k=$(cat {keeper} 2>/dev/null); [ -n "$k" ] && kill "$k" 2>/dev/null; true',
+            timeout=BACKGROUND_EXEC_TIMEOUT_SECONDS,
+        )
+
+    async def kill_all_background(self) -> None:
+        """Kill every tracked background process that may still be running.
+
+        **Cancellation**: stops early; ``aclose`` still kills whatever is left.
+        """
+        for proc in self.background_processes():
+            if not proc.exited:
+                await self.kill_background(proc.session_id)
+
+
+def _wrapper_script(state_dir: str, cwd: str) -> bytes:
+    d = shlex.quote(state_dir)
+    c = shlex.quote(cwd)
+    # The keeper holds the FIFO's write end so the command's stdin stays open (no EOF) until
+    # `close`; its open() blocks until the command opens the read end, so start it first in
+    # the background. `pid` is written last: its appearance tells the launcher that the
+    # wrapper is in its own session and the keeper is recorded. Exit status goes to exit.tmp
+    # then `mv` so a reader never sees half a file.
+    script = f"""d={d}
+mkfifo "$d/stdin" 2>/dev/null
+sleep 2147483647 > "$d/stdin" &
+echo $! > "$d/keeper"
+echo $$ > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"
+if cd {c}; then
+  if command -v bash >/dev/null 2>&1; then sh_=bash; else sh_=sh; fi
+  "$sh_" "$d/cmd.sh" < "$d/stdin" > "$d/log" 2>&1
+  rc=$?
+else
+  printf 'cd: %s: No such file or directory\n' {c} > "$d/log"
+  exec 3< "$d/stdin"
+  rc=1
+fi
+echo $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
+kill "$(cat "$d/keeper")" 2>/dev/null
+exit 0
+"""
+    return script.encode()
+
 
 class SandboxProvider(Protocol):
     """Gives tools the sandbox of a rollout (implemented by ``SandboxManager``)."""
 
     async def get(self, task_id: str) -> Sandbox:
         """The sandbox for ``task_id``, created on first use."""
+        ...
+
+    async def release(self, task_id: str) -> None:
+        """Close ``task_id``'s sandbox (idempotent; shielded and bounded by the provider)."""
         ...

@@ -1,0 +1,389 @@
+"""FakeSandbox: an in-memory sandbox with scripted commands, latency and fault injection.
+
+For deterministic tests of the agent loop, of tools and of your own environment's reward
+function, without processes or containers::
+
+    fake = FakeSandbox(exec_script={"pytest -q": ExecResult("1 passed", "", 0)})
+    factory = FakeSandboxFactory(sandbox=fake)           # or FakeSandboxFactory(exec_script=...)
+    async with SandboxManager(factory) as manager:
+        ...
+
+Latency is ``anyio.sleep``, so under trio's ``MockClock(autojump_threshold=0)`` a test with
+minutes of scripted latency runs instantly. Faults: creation fails (``fail_create``), creation
+hangs (``create_hangs``), exec raises (``exec_error``), exec hangs until cancelled
+(``exec_hangs``), exec returns an error (script a non-zero :class:`ExecResult`).
+
+Files live in a dict keyed by normalized absolute path; archives are real tar data, so
+``put_archive``/``get_archive`` behave (and reject traversal) like a real backend. Background
+processes are records you finish from the test with :meth:`FakeSandbox.finish_background`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import posixpath
+import secrets
+import tarfile
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+
+import anyio
+
+from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.base import (
+    DEFAULT_OUTPUT_LIMIT_BYTES,
+    TIMEOUT_EXIT_CODE,
+    BackgroundProcess,
+    BackgroundStatus,
+    ExecResult,
+    Sandbox,
+    check_tar_members,
+)
+
+__all__ = ["ExecCall", "ExecScript", "FakeSandbox", "FakeSandboxFactory"]
+
+#: How a fake answers commands: a mapping ``command -> result`` (exact match; ``"*"`` is the
+#: fallback), or a callable ``command -> result`` (sync or async). A ``str`` result is stdout
+#: with exit code 0; an exception instance is raised.
+ExecScript = (
+    Mapping[str, "ExecResult | str | BaseException"]
+    | Callable[[str], "ExecResult | str | Awaitable[ExecResult | str]"]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecCall:
+    """One recorded ``exec`` call."""
+
+    command: str
+    cwd: str | None
+    env: Mapping[str, str] | None
+    timeout: float | None
+    stdin: bytes | None
+
+
+class FakeSandbox(Sandbox):
+    """An in-memory :class:`~hermes_async.tools.sandbox.base.Sandbox`.
+
+    Args:
+        task_id: The rollout it belongs to.
+        files: Initial files (path -> bytes or str; relative paths resolve against ``workdir``).
+        exec_script: How commands are answered (see :data:`ExecScript`); unscripted commands
+            exit 127 with ``fake: command not scripted``.
+        latency: Seconds every operation takes (a number, or ``command -> seconds`` for exec).
+        exec_error: Raised by every ``exec`` (e.g. ``SandboxError("connection lost")``).
+        exec_hangs: Every ``exec`` blocks until cancelled.
+        workdir: The working directory.
+    """
+
+    def __init__(
+        self,
+        task_id: str = "fake",
+        *,
+        files: Mapping[str, bytes | str] | None = None,
+        exec_script: ExecScript | None = None,
+        latency: float | Callable[[str], float] = 0.0,
+        exec_error: BaseException | None = None,
+        exec_hangs: bool = False,
+        workdir: str = "/work",
+    ) -> None:
+        self.task_id = task_id
+        self.workdir = workdir
+        self.exec_script = exec_script
+        self.latency = latency
+        self.exec_error = exec_error
+        self.exec_hangs = exec_hangs
+        self.files: dict[str, bytes] = {}
+        for path, data in (files or {}).items():
+            self.files[self._abs(path)] = data.encode() if isinstance(data, str) else data
+        self.calls: list[ExecCall] = []
+        self.closed = False
+        self.close_count = 0
+        self.stdin_writes: dict[str, list[bytes]] = {}
+        self.stdin_closed: set[str] = set()
+        self._outputs: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<FakeSandbox task_id={self.task_id!r} files={len(self.files)} closed={self.closed}>"
+        )
+
+    @property
+    def commands(self) -> list[str]:
+        """The commands ``exec`` was called with, in order."""
+        return [c.command for c in self.calls]
+
+    def _abs(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self.workdir, path))
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SandboxError("FakeSandbox is closed", task_id=self.task_id)
+
+    async def _delay(self, command: str = "") -> None:
+        delay = self.latency(command) if callable(self.latency) else self.latency
+        if delay > 0:
+            await anyio.sleep(delay)
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
+    ) -> ExecResult:
+        """Answer ``command`` from the script, after the scripted latency.
+
+        A scripted latency longer than ``timeout`` gives exit 124 and ``timed_out``.
+
+        **Cancellation**: nothing to clean up.
+        """
+        self._check_open()
+        self.calls.append(ExecCall(command, cwd, env, timeout, stdin))
+        if self.exec_hangs:
+            await anyio.sleep_forever()
+        if timeout is not None:
+            with anyio.move_on_after(timeout) as scope:
+                await self._delay(command)
+            if scope.cancelled_caught:
+                return ExecResult("", "", TIMEOUT_EXIT_CODE, timed_out=True)
+        else:
+            await self._delay(command)
+        if self.exec_error is not None:
+            raise self.exec_error
+        result = await self._answer(command)
+        if len(result.stdout) > output_limit:
+            half = output_limit // 2
+            result = replace(
+                result, stdout=result.stdout[:half] + result.stdout[-half:], truncated=True
+            )
+        return result
+
+    async def _answer(self, command: str) -> ExecResult:
+        script = self.exec_script
+        value: object
+        if script is None:
+            value = None
+        elif isinstance(script, Mapping):
+            value = script.get(command, script.get("*"))
+        else:
+            value = script(command)
+            if inspect.isawaitable(value):
+                value = await value
+        if value is None:
+            return ExecResult("", f"fake: command not scripted: {command}\n", 127)
+        if isinstance(value, BaseException):
+            raise value
+        if isinstance(value, str):
+            return ExecResult(value, "", 0)
+        if isinstance(value, ExecResult):
+            return value
+        raise TypeError(f"exec_script returned {type(value).__name__}; expected ExecResult or str")
+
+    async def read_bytes(self, path: str) -> bytes:
+        """Return a file's bytes.
+
+        **Cancellation**: nothing to clean up.
+        """
+        self._check_open()
+        await self._delay()
+        try:
+            return self.files[self._abs(path)]
+        except KeyError:
+            raise FileNotFoundError(f"No such file: {path!r}") from None
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Store a file's bytes.
+
+        **Cancellation**: the file is not written if cancelled during the latency.
+        """
+        self._check_open()
+        await self._delay()
+        self.files[self._abs(path)] = bytes(data)
+
+    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
+        """Validate and unpack a tar archive into the in-memory files.
+
+        **Cancellation**: nothing is unpacked if cancelled during the latency.
+        """
+        self._check_open()
+        members = check_tar_members(tar_data)
+        await self._delay()
+        base = self._abs(dest_dir)
+        with tarfile.open(fileobj=io.BytesIO(tar_data), mode="r:*") as tf:
+            for m in members:
+                if m.isfile():
+                    f = tf.extractfile(m)
+                    self.files[posixpath.normpath(posixpath.join(base, m.name))] = (
+                        f.read() if f is not None else b""
+                    )
+
+    async def get_archive(self, path: str) -> bytes:
+        """Pack a file, or every file under a directory, as a tar archive.
+
+        **Cancellation**: nothing to clean up.
+        """
+        self._check_open()
+        await self._delay()
+        target = self._abs(path)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            if target in self.files:
+                _add(tf, posixpath.basename(target), self.files[target])
+            else:
+                prefix = target.rstrip("/") + "/"
+                found = sorted(p for p in self.files if p.startswith(prefix))
+                if not found:
+                    raise FileNotFoundError(f"No such file or directory: {path!r}")
+                for p in found:
+                    _add(tf, "./" + p[len(prefix) :], self.files[p])
+        return buf.getvalue()
+
+    async def aclose(self) -> None:
+        """Mark the sandbox closed (idempotent; ``close_count`` counts calls).
+
+        **Cancellation**: nothing to clean up.
+        """
+        self.close_count += 1
+        self.closed = True
+
+    # background processes: in-memory records the test drives
+
+    async def start_background(
+        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+    ) -> BackgroundProcess:
+        """Record a running process.
+
+        **Cancellation**: nothing to clean up.
+        """
+        self._check_open()
+        await self._delay(command)
+        proc = BackgroundProcess(
+            session_id=f"proc_{secrets.token_hex(6)}",
+            command=command,
+            cwd=cwd or self.workdir,
+            pid=1000 + len(self._background_table()),
+            started_at=time.time(),
+        )
+        self._background_table()[proc.session_id] = proc
+        self._outputs[proc.session_id] = ""
+        return proc
+
+    def finish_background(self, session_id: str, exit_code: int = 0, output: str = "") -> None:
+        """Make a background process exit (test hook)."""
+        proc = self._background_table()[session_id]
+        self._background_table()[session_id] = replace(proc, exit_code=exit_code)
+        self._outputs[session_id] += output
+
+    def append_background_output(self, session_id: str, output: str) -> None:
+        """Add output to a background process (test hook)."""
+        self._outputs[session_id] += output
+
+    async def background_status(
+        self, session_id: str, *, tail_chars: int = 200_000
+    ) -> BackgroundStatus:
+        """Report the record.
+
+        **Cancellation**: nothing to clean up.
+        """
+        self._check_open()
+        proc = self._background_table()[session_id]
+        output = self._outputs.get(session_id, "")
+        return BackgroundStatus(proc, not proc.exited, output[-tail_chars:] if tail_chars else "")
+
+    async def kill_background(self, session_id: str) -> bool:
+        """Mark it exited with ``-1``.
+
+        **Cancellation**: nothing to clean up.
+        """
+        proc = self._background_table()[session_id]
+        if proc.exited:
+            return False
+        self._background_table()[session_id] = replace(proc, exit_code=-1)
+        return True
+
+    async def write_background_stdin(self, session_id: str, data: bytes) -> int:
+        """Record the write in :attr:`stdin_writes`.
+
+        **Cancellation**: nothing to clean up.
+        """
+        if self._background_table()[session_id].exited:
+            raise OSError(f"{session_id} has exited")
+        self.stdin_writes.setdefault(session_id, []).append(bytes(data))
+        return len(data)
+
+    async def close_background_stdin(self, session_id: str) -> None:
+        """Record the close in :attr:`stdin_closed`.
+
+        **Cancellation**: nothing to clean up.
+        """
+        if session_id not in self._background_table():
+            raise KeyError(session_id)
+        self.stdin_closed.add(session_id)
+
+
+def _add(tf: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    tf.addfile(info, io.BytesIO(data))
+
+
+class FakeSandboxFactory:
+    """A ``SandboxManager`` factory producing :class:`FakeSandbox` es, with creation faults.
+
+    Args:
+        sandbox: Return this one sandbox for every task (its ``task_id`` is updated);
+            otherwise a new ``FakeSandbox(task_id, **sandbox_kwargs)`` per call.
+        create_latency: Seconds each creation takes (``anyio.sleep``).
+        fail_create: Exception raised by creations (``None``: never fail).
+        fail_times: With ``fail_create``: fail only the first ``n`` creations (``None``: all).
+        create_hangs: Creations block until cancelled (the manager's ``create_timeout`` fires).
+        **sandbox_kwargs: Passed to each new :class:`FakeSandbox`.
+    """
+
+    def __init__(
+        self,
+        *,
+        sandbox: FakeSandbox | None = None,
+        create_latency: float = 0.0,
+        fail_create: BaseException | None = None,
+        fail_times: int | None = None,
+        create_hangs: bool = False,
+        **sandbox_kwargs: object,
+    ) -> None:
+        self.sandbox = sandbox
+        self.create_latency = create_latency
+        self.fail_create = fail_create
+        self.fail_times = fail_times
+        self.create_hangs = create_hangs
+        self.sandbox_kwargs = sandbox_kwargs
+        self.created: list[FakeSandbox] = []
+        self.attempts = 0
+
+    async def __call__(self, task_id: str) -> Sandbox:
+        """Create (or hand out) a fake sandbox for ``task_id``.
+
+        **Cancellation**: nothing is created.
+        """
+        self.attempts += 1
+        if self.create_latency > 0:
+            await anyio.sleep(self.create_latency)
+        if self.create_hangs:
+            await anyio.sleep_forever()
+        if self.fail_create is not None and (
+            self.fail_times is None or self.attempts <= self.fail_times
+        ):
+            raise self.fail_create
+        if self.sandbox is not None:
+            self.sandbox.task_id = task_id
+            sandbox = self.sandbox
+        else:
+            sandbox = FakeSandbox(task_id, **self.sandbox_kwargs)  # type: ignore[arg-type]
+        self.created.append(sandbox)
+        return sandbox

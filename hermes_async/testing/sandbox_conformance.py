@@ -1,0 +1,245 @@
+"""A conformance suite every sandbox backend runs (local, Docker, Modal, yours).
+
+Each check is an ``async (sandbox) -> None`` that raises ``AssertionError`` on a violation; it
+gets a fresh, open sandbox and leaves closing it to the caller. Run them from pytest::
+
+    from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS
+
+    @pytest.mark.parametrize("check", CONFORMANCE_CHECKS.values(), ids=CONFORMANCE_CHECKS.keys())
+    async def test_conformance(check):
+        sandbox = await my_factory("conformance")
+        try:
+            await check(sandbox)
+        finally:
+            with anyio.move_on_after(30, shield=True):
+                await sandbox.aclose()
+
+or all at once with :func:`run_conformance`. The checks need ``sh``, ``bash``, ``tar``,
+``setsid``, ``mkfifo``, ``head`` and ``sleep`` in the sandbox (any Debian/Ubuntu image).
+"""
+
+from __future__ import annotations
+
+import io
+import secrets
+import tarfile
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+
+import anyio
+
+from hermes_async.tools.sandbox.base import TIMEOUT_EXIT_CODE, BackgroundStatus, Sandbox
+
+__all__ = ["CONFORMANCE_CHECKS", "ConformanceCheck", "make_tar", "run_conformance"]
+
+#: One check: gets an open sandbox, raises ``AssertionError`` on a violation.
+ConformanceCheck = Callable[[Sandbox], Awaitable[None]]
+
+
+def make_tar(members: Mapping[str, bytes]) -> bytes:
+    """A tar archive of regular files (names used verbatim, so ``../x`` makes a hostile one)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+async def check_exec_output_and_exit_code(sb: Sandbox) -> None:
+    """stdout, stderr and the exit code come back separately."""
+    r = await sb.exec("echo out; echo err >&2; exit 3")
+    assert r.stdout == "out\n", r
+    assert r.stderr == "err\n", r
+    assert r.exit_code == 3 and not r.timed_out, r
+
+
+async def check_exec_stdin(sb: Sandbox) -> None:
+    """``stdin`` bytes reach the command and are closed afterwards."""
+    r = await sb.exec("wc -c", stdin=b"x" * 100_000)
+    assert r.exit_code == 0 and r.stdout.strip() == "100000", r
+
+
+async def check_exec_cwd_and_env(sb: Sandbox) -> None:
+    """``cwd`` and extra ``env`` apply; the default cwd is ``workdir``."""
+    r = await sb.exec("pwd")
+    assert r.stdout.strip() == sb.workdir.rstrip("/") or sb.workdir == "/", (r, sb.workdir)
+    await sb.exec("mkdir -p sub")
+    r = await sb.exec("pwd; echo $GREETING", cwd="sub", env={"GREETING": "hi there"})
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith("/sub") and lines[1] == "hi there", r
+    r = await sb.exec("pwd", cwd="does-not-exist")
+    assert r.exit_code != 0, r
+
+
+async def check_exec_timeout_kills_group(sb: Sandbox) -> None:
+    """A timeout kills the whole process group, ``&`` children included: exit 124."""
+    n = f"{secrets.randbelow(10**6) + 10**6}"  # a sleep length no other process uses
+    start = anyio.current_time()
+    r = await sb.exec(f"sleep {n} & sleep {n}", timeout=1)
+    assert r.exit_code == TIMEOUT_EXIT_CODE and r.timed_out, r
+    assert anyio.current_time() - start < 30
+    count = (
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
+        f" | grep -c '^sleep {n} *$' || true"
+    )
+    r = await sb.exec(count)
+    assert r.stdout.strip() == "0", f"'sleep {n}' survived the timeout: {r}"
+
+
+async def check_exec_output_is_bounded(sb: Sandbox) -> None:
+    """Huge output is cut to head + tail within ``output_limit`` and flagged."""
+    r = await sb.exec("head -c 5000000 /dev/zero | tr '\\0' a; echo END", output_limit=10_000)
+    assert r.exit_code == 0 and r.truncated, (r.exit_code, r.truncated)
+    assert len(r.stdout) < 12_000, len(r.stdout)
+    assert r.stdout.startswith("aaa") and r.stdout.rstrip().endswith("END"), r.stdout[-50:]
+
+
+async def check_exec_undecodable_bytes(sb: Sandbox) -> None:
+    """Invalid UTF-8 is replaced, never an exception."""
+    r = await sb.exec("printf 'ok \\377\\376 done'")
+    assert r.exit_code == 0 and r.stdout.startswith("ok ") and r.stdout.endswith(" done"), r
+    assert "\ufffd" in r.stdout, r
+
+
+async def check_home_is_inside(sb: Sandbox) -> None:
+    """``~`` is writable and readable through the file API."""
+    r = await sb.exec("echo hello > ~/greeting.txt && cat ~/greeting.txt && echo $HOME")
+    assert r.exit_code == 0 and r.stdout.startswith("hello\n"), r
+    home = r.stdout.splitlines()[1]
+    assert await sb.read_bytes(f"{home}/greeting.txt") == b"hello\n"
+
+
+async def check_files_roundtrip(sb: Sandbox) -> None:
+    """Bytes written come back identical; parents are created; odd names work."""
+    payload = bytes(range(256)) * 64
+    name = "d ir/sub/fïle 'q\".bin"
+    await sb.write_bytes(name, payload)
+    assert await sb.read_bytes(name) == payload
+    await sb.write_bytes("empty", b"")
+    assert await sb.read_bytes("empty") == b""
+    r = await sb.exec("ls 'd ir/sub'")
+    assert "fïle" in r.stdout, r
+
+
+async def check_read_missing_raises(sb: Sandbox) -> None:
+    """Reading a missing file (or a directory) raises ``FileNotFoundError``."""
+    for path in ("nope.txt", "."):
+        try:
+            await sb.read_bytes(path)
+        except FileNotFoundError:
+            continue
+        raise AssertionError(f"read_bytes({path!r}) did not raise FileNotFoundError")
+
+
+async def check_archive_roundtrip(sb: Sandbox) -> None:
+    """``put_archive`` then ``get_archive`` returns the same files, empty ones included."""
+    files = {"a.txt": b"alpha", "dir/b.bin": bytes(range(256)), "dir/empty": b""}
+    await sb.put_archive("arch", make_tar(files))
+    data = await sb.get_archive("arch")
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        got = {
+            m.name.removeprefix("./"): (tf.extractfile(m) or io.BytesIO()).read()
+            for m in tf.getmembers()
+            if m.isfile()
+        }
+    assert got == files, got
+    single = await sb.get_archive("arch/a.txt")
+    with tarfile.open(fileobj=io.BytesIO(single)) as tf:
+        assert [m.name for m in tf.getmembers()] == ["a.txt"]
+    try:
+        await sb.get_archive("missing-dir")
+    except FileNotFoundError:
+        pass
+    else:
+        raise AssertionError("get_archive of a missing path did not raise FileNotFoundError")
+
+
+async def check_archive_rejects_traversal(sb: Sandbox) -> None:
+    """Archives with ``..`` or absolute members are refused with ``ValueError``."""
+    for hostile in ({"../escape.txt": b"x"}, {"/abs.txt": b"x"}, {"ok/../../x": b"x"}):
+        try:
+            await sb.put_archive("dest", make_tar(hostile))
+        except ValueError:
+            continue
+        raise AssertionError(f"put_archive accepted {list(hostile)}")
+    r = await sb.exec("ls escape.txt ../escape.txt 2>/dev/null | wc -l")
+    assert r.stdout.strip() == "0", r
+
+
+async def _wait_exit(sb: Sandbox, session_id: str) -> BackgroundStatus:
+    with anyio.fail_after(20):
+        while True:
+            status = await sb.background_status(session_id)
+            if not status.running:
+                return status
+            await anyio.sleep(0.05)
+
+
+async def check_background_lifecycle(sb: Sandbox) -> None:
+    """A background process runs detached, reports output and exit code, and can be killed."""
+    proc = await sb.start_background("echo started; sleep 0.3; echo finished; exit 7")
+    assert proc.session_id.startswith("proc_") and proc.pid, proc
+    status = await _wait_exit(sb, proc.session_id)
+    assert status.exit_code == 7, status
+    assert "started\nfinished" in status.output, status
+    long = await sb.start_background("sleep 1000")
+    assert (await sb.background_status(long.session_id)).running
+    assert await sb.kill_background(long.session_id) is True
+    status = await sb.background_status(long.session_id)
+    assert not status.running, status
+    assert await sb.kill_background(long.session_id) is False
+
+
+async def check_background_stdin(sb: Sandbox) -> None:
+    """Writes reach the process's stdin; closing stdin delivers end-of-file."""
+    proc = await sb.start_background("cat; echo EOF-SEEN")
+    assert await sb.write_background_stdin(proc.session_id, b"line one\n") == 9
+    await sb.close_background_stdin(proc.session_id)
+    status = await _wait_exit(sb, proc.session_id)
+    assert status.output == "line one\nEOF-SEEN\n", status
+    assert status.exit_code == 0
+
+
+#: Every check, by name.
+CONFORMANCE_CHECKS: dict[str, ConformanceCheck] = {
+    "exec_output_and_exit_code": check_exec_output_and_exit_code,
+    "exec_stdin": check_exec_stdin,
+    "exec_cwd_and_env": check_exec_cwd_and_env,
+    "exec_timeout_kills_group": check_exec_timeout_kills_group,
+    "exec_output_is_bounded": check_exec_output_is_bounded,
+    "exec_undecodable_bytes": check_exec_undecodable_bytes,
+    "home_is_inside": check_home_is_inside,
+    "files_roundtrip": check_files_roundtrip,
+    "read_missing_raises": check_read_missing_raises,
+    "archive_roundtrip": check_archive_roundtrip,
+    "archive_rejects_traversal": check_archive_rejects_traversal,
+    "background_lifecycle": check_background_lifecycle,
+    "background_stdin": check_background_stdin,
+}
+
+
+async def run_conformance(
+    factory: Callable[[str], Awaitable[Sandbox]],
+    names: Iterable[str] | None = None,
+    *,
+    close_timeout: float = 30.0,
+) -> dict[str, str | None]:
+    """Run checks (all by default), each on a fresh sandbox; return ``name -> failure or None``.
+
+    **Cancellation**: the sandbox of the running check is closed (shielded, bounded).
+    """
+    results: dict[str, str | None] = {}
+    for name in names or CONFORMANCE_CHECKS:
+        check = CONFORMANCE_CHECKS[name]
+        sandbox = await factory(f"conformance-{name}")
+        try:
+            await check(sandbox)
+            results[name] = None
+        except AssertionError as exc:
+            results[name] = str(exc) or repr(exc)
+        finally:
+            with anyio.move_on_after(close_timeout, shield=True):
+                await sandbox.aclose()
+    return results

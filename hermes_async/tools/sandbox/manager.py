@@ -1,0 +1,667 @@
+"""SandboxManager: one sandbox per rollout, created lazily, gated, reaped, always released.
+
+::
+
+    async with SandboxManager(factory=local_factory(), limits=limits) as manager:
+        sandbox = await manager.get("task-1")       # created on first use
+        result = await sandbox.exec("ls")           # behind limits.sandbox_exec
+        await manager.release("task-1")             # idempotent, shielded, bounded
+
+Decisions:
+
+* **Creation** runs behind ``limits.sandbox_create`` with a deadline (``create_timeout``).
+  Concurrent ``get()`` calls for one ``task_id`` create exactly one sandbox: the first caller
+  creates, the others wait for it. If the creator is cancelled, a waiter takes over; if creation
+  fails, every waiter gets the same :class:`~hermes_async.errors.SandboxError`.
+* **Commands** are gated where they run: ``get()`` returns a :class:`ManagedSandbox` wrapper
+  whose every operation holds a ``limits.sandbox_exec`` slot and marks the sandbox busy, so
+  tools need not know about limiters and the reaper never closes a sandbox mid-command.
+* **Release** pops the sandbox and closes it under ``move_on_after(close_timeout, shield=True)``:
+  never skipped by cancellation, never hangs; a close that overruns is logged. Releasing an
+  unknown or already released id is a no-op; a second concurrent release waits for the first.
+* **Idle reaper**: a task in the manager's own task group closes sandboxes unused for
+  ``idle_timeout`` seconds (none with a command in flight or a running background process).
+* :meth:`request_release` is the synchronous form: it queues the release to the manager's own
+  janitor task (no fire-and-forget task; the queue is drained by a task the manager owns and
+  everything left is released when the manager exits). ``ToolContext.cleanup()`` called without
+  ``await`` relies on it.
+* The manager must be entered (``async with``) before use: its task group hosts the reaper and
+  the janitor, and its exit releases every sandbox.
+
+A process-wide *current* manager lives in a :class:`contextvars.ContextVar`, so code that builds
+``ToolContext(task_id)`` with no other argument (reference-style reward functions) finds the
+rollout's sandbox. Set it with :func:`use_sandbox_manager` or :func:`open_sandbox_manager`; tasks
+started inside inherit it. There is deliberately no implicit default: a missing manager is an
+error that says how to set one, never a silently created sandbox nobody closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from hermes_async.errors import SandboxError
+from hermes_async.limits import Limits
+from hermes_async.tools.sandbox.base import (
+    BACKGROUND_OUTPUT_CHARS,
+    DEFAULT_OUTPUT_LIMIT_BYTES,
+    BackgroundProcess,
+    BackgroundStatus,
+    ExecResult,
+    Sandbox,
+)
+
+__all__ = [
+    "DEFAULT_CLOSE_TIMEOUT_SECONDS",
+    "DEFAULT_CREATE_TIMEOUT_SECONDS",
+    "DEFAULT_IDLE_TIMEOUT_SECONDS",
+    "ManagedSandbox",
+    "SandboxFactory",
+    "SandboxManager",
+    "SandboxManagerStatistics",
+    "current_sandbox_manager",
+    "open_sandbox_manager",
+    "use_sandbox_manager",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``async (task_id) -> Sandbox``: how a manager creates sandboxes (local, Docker, Modal, fake).
+SandboxFactory = Callable[[str], Awaitable[Sandbox]]
+
+#: Seconds a sandbox may take to be created (container pulls and Modal cold starts included).
+DEFAULT_CREATE_TIMEOUT_SECONDS = 300.0
+
+#: Seconds a release may take (killing processes, removing the directory or container).
+DEFAULT_CLOSE_TIMEOUT_SECONDS = 30.0
+
+#: Idle lifetime before the reaper closes a sandbox (the RL env's ``TERMINAL_LIFETIME_SECONDS``).
+DEFAULT_IDLE_TIMEOUT_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxManagerStatistics:
+    """A snapshot of a manager.
+
+    Attributes:
+        active: Sandboxes alive now.
+        creating: Creations in progress.
+        busy: Sandboxes with an operation in flight.
+        created: Sandboxes created since the manager opened.
+        released: Sandboxes released (explicitly, by the reaper, or at exit).
+        reaped: Of those, released by the idle reaper.
+        create_failures: Creations that raised.
+    """
+
+    active: int
+    creating: int
+    busy: int
+    created: int
+    released: int
+    reaped: int
+    create_failures: int
+
+
+class _Entry:
+    __slots__ = ("busy", "done", "error", "last_used", "released", "sandbox", "task_id")
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.sandbox: Sandbox | None = None
+        self.error: BaseException | None = None
+        self.done = anyio.Event()
+        self.busy = 0
+        self.last_used = anyio.current_time()
+        self.released = False
+
+
+class SandboxManager:
+    """Own the sandboxes of many rollouts: one per ``task_id``.
+
+    Args:
+        factory: ``async (task_id) -> Sandbox`` (default: :func:`local_factory` with its
+            defaults).
+        limits: The limiters (``sandbox_create``, ``sandbox_exec``) shared with the rest of the
+            environment (default: a fresh :class:`~hermes_async.limits.Limits`).
+        idle_timeout: Seconds of inactivity before the reaper closes a sandbox; ``None`` or
+            ``math.inf`` disables the reaper.
+        create_timeout: Deadline for one creation.
+        close_timeout: Deadline for one release.
+        reap_interval: Seconds between reaper passes (default: ``idle_timeout / 4``, between 1
+            and 60 s).
+    """
+
+    def __init__(
+        self,
+        factory: SandboxFactory | None = None,
+        *,
+        limits: Limits | None = None,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_SECONDS,
+        create_timeout: float = DEFAULT_CREATE_TIMEOUT_SECONDS,
+        close_timeout: float = DEFAULT_CLOSE_TIMEOUT_SECONDS,
+        reap_interval: float | None = None,
+    ) -> None:
+        if factory is None:
+            from hermes_async.tools.sandbox.local import local_factory
+
+            factory = local_factory()
+        for name, value in (("create_timeout", create_timeout), ("close_timeout", close_timeout)):
+            if not value > 0:
+                raise ValueError(f"SandboxManager {name} must be > 0 seconds, got {value!r}")
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ValueError(
+                f"SandboxManager idle_timeout must be > 0 or None, got {idle_timeout!r}"
+            )
+        self.factory = factory
+        self.limits = limits or Limits()
+        self.idle_timeout = math.inf if idle_timeout is None else idle_timeout
+        self.create_timeout = create_timeout
+        self.close_timeout = close_timeout
+        if reap_interval is None:
+            reap_interval = min(60.0, max(1.0, self.idle_timeout / 4))
+        self.reap_interval = reap_interval
+        self._entries: dict[str, _Entry] = {}
+        self._closing: dict[str, anyio.Event] = {}
+        self._tg: TaskGroup | None = None
+        self._state = "unopened"
+        self._pending: list[tuple[str, _Entry]] = []
+        self._wake = anyio.Event()
+        self._created = self._released = self._reaped = self._create_failures = 0
+
+    # ----------------------------------------------------------------------------------------
+    # lifecycle
+
+    async def __aenter__(self) -> Self:
+        if self._state != "unopened":
+            raise RuntimeError(f"SandboxManager cannot be entered twice (state: {self._state})")
+        self._state = "open"
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            await self._tg.start(self._janitor)
+            if math.isfinite(self.idle_timeout):
+                await self._tg.start(self._reaper)
+        except BaseException:
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+            self._state = "closed"
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        """Release every sandbox (shielded, bounded), stop the reaper and the janitor.
+
+        **Cancellation**: the releases run shielded, each bounded by ``close_timeout``.
+        """
+        self._state = "closing"
+        assert self._tg is not None
+        try:
+            with anyio.move_on_after(self.close_timeout + 5, shield=True):
+                await self.release_all()
+        finally:
+            self._state = "closed"
+            self._tg.cancel_scope.cancel()
+            result = await self._tg.__aexit__(exc_type, exc, tb)
+        return result
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            hint = (
+                "use `async with SandboxManager(...) as manager:`"
+                if self._state == "unopened"
+                else "it has been closed"
+            )
+            raise SandboxError(f"SandboxManager is not open ({self._state}); {hint}")
+
+    # ----------------------------------------------------------------------------------------
+    # get / release
+
+    async def get(self, task_id: str) -> ManagedSandbox:
+        """The sandbox of ``task_id``, created on first use (behind ``limits.sandbox_create``).
+
+        Raises:
+            SandboxError: The manager is not open, or creation failed or timed out (the
+                original error is the ``__cause__``).
+
+        **Cancellation**: if the caller that is creating the sandbox is cancelled, creation is
+        abandoned (the factory cleans up what it started) and a concurrent waiter, if any,
+        starts over.
+        """
+        if not isinstance(task_id, str) or not task_id:
+            raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
+        while True:
+            self._check_open()
+            entry = self._entries.get(task_id)
+            if entry is None:
+                entry = _Entry(task_id)
+                self._entries[task_id] = entry
+                await self._create(entry)
+            else:
+                await entry.done.wait()
+            if entry.sandbox is not None and not entry.released:
+                entry.last_used = anyio.current_time()
+                return ManagedSandbox(self, entry)
+            if isinstance(entry.error, anyio.get_cancelled_exc_class()):
+                continue  # the creating caller was cancelled: start over
+            if entry.error is None:
+                raise SandboxError(
+                    "the sandbox was released while it was being created", task_id=task_id
+                )
+            raise SandboxError(
+                entry.error.message
+                if isinstance(entry.error, SandboxError)
+                else f"could not create the sandbox: {entry.error!r}",
+                task_id=task_id,
+            ) from entry.error
+
+    async def _create(self, entry: _Entry) -> None:
+        try:
+            async with self.limits.sandbox_create:
+                with anyio.fail_after(self.create_timeout):
+                    sandbox = await self.factory(entry.task_id)
+        except BaseException as exc:
+            error: BaseException = exc
+            if isinstance(exc, TimeoutError):
+                error = SandboxError(
+                    f"sandbox creation timed out after {self.create_timeout:g} s; raise "
+                    "create_timeout or check the backend",
+                    task_id=entry.task_id,
+                )
+            elif isinstance(exc, Exception):
+                error = SandboxError(
+                    f"could not create the sandbox: {type(exc).__name__}: {exc}",
+                    task_id=entry.task_id,
+                )
+            entry.error = error
+            if self._entries.get(entry.task_id) is entry:
+                del self._entries[entry.task_id]
+            if error is not exc:
+                self._create_failures += 1
+            entry.done.set()
+            if error is exc:
+                raise
+            raise error from exc
+        self._created += 1
+        entry.sandbox = sandbox
+        entry.last_used = anyio.current_time()
+        entry.done.set()
+        if entry.released or self._state != "open":
+            # Released (or the manager closed) while we were creating it.
+            await self._close(entry.task_id, sandbox)
+
+    async def release(self, task_id: str) -> None:
+        """Close ``task_id``'s sandbox: kill its processes and remove it. Idempotent.
+
+        Never raises for a backend failure (it is logged): cleanup must not mask the
+        rollout's own outcome.
+
+        **Cancellation**: runs shielded, bounded by ``close_timeout``; the sandbox is closed
+        (or the deadline logged) before cancellation propagates.
+        """
+        entry = self._entries.pop(task_id, None)
+        if entry is None:
+            closing = self._closing.get(task_id)
+            if closing is not None:
+                with anyio.move_on_after(self.close_timeout, shield=True):
+                    await closing.wait()
+            return
+        entry.released = True
+        if entry.sandbox is None:
+            return  # still being created: the creator closes it when it is done
+        await self._close(task_id, entry.sandbox)
+
+    async def _close(self, task_id: str, sandbox: Sandbox) -> None:
+        event = self._closing[task_id] = anyio.Event()
+        try:
+            with anyio.move_on_after(self.close_timeout, shield=True) as scope:
+                try:
+                    await sandbox.aclose()
+                except Exception:
+                    logger.warning("closing the sandbox of %r failed", task_id, exc_info=True)
+            if scope.cancelled_caught:
+                logger.warning(
+                    "closing the sandbox of %r overran close_timeout=%gs; abandoned",
+                    task_id,
+                    self.close_timeout,
+                )
+            self._released += 1
+        finally:
+            event.set()
+            if self._closing.get(task_id) is event:
+                del self._closing[task_id]
+
+    async def release_all(self) -> None:
+        """Release every sandbox, concurrently.
+
+        **Cancellation**: each release is shielded and bounded.
+        """
+        async with anyio.create_task_group() as tg:
+            for task_id in list(self._entries):
+                tg.start_soon(self.release, task_id)
+
+    def request_release(self, task_id: str) -> None:
+        """Queue a release of ``task_id`` to the manager's janitor task (synchronous).
+
+        For callers that cannot await (``ToolContext.cleanup()`` called without ``await``).
+        The release happens on the janitor's next wake-up, or at the latest when the manager
+        exits. No-op if the manager is not open.
+        """
+        entry = self._entries.get(task_id)
+        if self._state != "open" or entry is None:
+            return
+        # Queue the entry, not just the id: if the sandbox is released and a new one created
+        # for the same id before the janitor runs, the new one is left alone.
+        self._pending.append((task_id, entry))
+        self._wake.set()
+
+    async def _janitor(self, *, task_status: TaskStatus[None]) -> None:
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            pending, self._pending = self._pending, []
+            for task_id, entry in pending:
+                if self._entries.get(task_id) is entry:
+                    await self.release(task_id)
+
+    async def _reaper(self, *, task_status: TaskStatus[None]) -> None:
+        task_status.started()
+        while True:
+            await anyio.sleep(self.reap_interval)
+            await self.reap_idle()
+
+    async def reap_idle(self) -> int:
+        """Release sandboxes idle for ``idle_timeout``; return how many (the reaper's pass).
+
+        A sandbox with an operation in flight or a running background process is not idle.
+
+        **Cancellation**: releases already started complete (shielded, bounded).
+        """
+        now = anyio.current_time()
+        reaped = 0
+        for task_id, entry in list(self._entries.items()):
+            sandbox = entry.sandbox
+            if sandbox is None or entry.busy or now - entry.last_used < self.idle_timeout:
+                continue
+            if any(not p.exited for p in sandbox.background_processes()):
+                with anyio.move_on_after(self.close_timeout):
+                    still = False
+                    for p in sandbox.background_processes():
+                        if not p.exited:
+                            try:
+                                status = await sandbox.background_status(p.session_id, tail_chars=0)
+                            except Exception:  # an unreachable sandbox is reaped, not kept
+                                logger.debug("probe of %s failed", p.session_id, exc_info=True)
+                                continue
+                            still = still or status.running
+                    if still:
+                        entry.last_used = anyio.current_time()
+                        continue
+            if self._entries.get(task_id) is entry and not entry.busy:
+                logger.info("reaping idle sandbox of %r", task_id)
+                await self.release(task_id)
+                self._reaped += 1
+                reaped += 1
+        return reaped
+
+    # ----------------------------------------------------------------------------------------
+    # introspection
+
+    def __contains__(self, task_id: object) -> bool:
+        entry = self._entries.get(task_id) if isinstance(task_id, str) else None
+        return entry is not None and entry.sandbox is not None
+
+    def task_ids(self) -> list[str]:
+        """Task ids with a live sandbox."""
+        return [t for t, e in self._entries.items() if e.sandbox is not None]
+
+    def statistics(self) -> SandboxManagerStatistics:
+        """A snapshot of counts."""
+        entries = list(self._entries.values())
+        return SandboxManagerStatistics(
+            active=sum(e.sandbox is not None for e in entries),
+            creating=sum(e.sandbox is None for e in entries),
+            busy=sum(e.busy > 0 for e in entries),
+            created=self._created,
+            released=self._released,
+            reaped=self._reaped,
+            create_failures=self._create_failures,
+        )
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return (
+            f"<SandboxManager [{self._state} | {s.active} active, {s.busy} busy, "
+            f"{s.creating} creating]>"
+        )
+
+
+class ManagedSandbox(Sandbox):
+    """The sandbox a :class:`SandboxManager` hands out: every operation is gated and tracked.
+
+    Each call holds a ``limits.sandbox_exec`` slot for its duration and marks the sandbox busy
+    (the idle reaper skips busy sandboxes). ``aclose()`` releases the sandbox through the manager.
+    The underlying backend object is :attr:`inner`.
+    """
+
+    def __init__(self, manager: SandboxManager, entry: _Entry) -> None:
+        assert entry.sandbox is not None
+        self._manager = manager
+        self._entry = entry
+        self.inner: Sandbox = entry.sandbox
+        self.task_id = entry.task_id
+        self.workdir = self.inner.workdir
+        self.background_state_dir = self.inner.background_state_dir
+
+    def __repr__(self) -> str:
+        return f"<ManagedSandbox {self.inner!r}>"
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[Sandbox]:
+        if self._entry.released:
+            raise SandboxError(
+                "this sandbox was released; call manager.get(task_id) again for a new one",
+                task_id=self.task_id,
+            )
+        self._entry.busy += 1
+        try:
+            async with self._manager.limits.sandbox_exec:
+                yield self.inner
+        finally:
+            self._entry.busy -= 1
+            self._entry.last_used = anyio.current_time()
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
+    ) -> ExecResult:
+        """Run a command (see :meth:`Sandbox.exec`) holding a ``sandbox_exec`` slot.
+
+        **Cancellation**: as the backend's ``exec``; the slot is returned.
+        """
+        async with self._slot() as sb:
+            return await sb.exec(
+                command,
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                stdin=stdin,
+                output_limit=output_limit,
+            )
+
+    async def read_bytes(self, path: str) -> bytes:
+        """See :meth:`Sandbox.read_bytes`.
+
+        **Cancellation**: the slot is returned.
+        """
+        async with self._slot() as sb:
+            return await sb.read_bytes(path)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """See :meth:`Sandbox.write_bytes`.
+
+        **Cancellation**: the slot is returned; the file may be partial.
+        """
+        async with self._slot() as sb:
+            await sb.write_bytes(path, data)
+
+    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
+        """See :meth:`Sandbox.put_archive`.
+
+        **Cancellation**: the slot is returned; extraction may be partial.
+        """
+        async with self._slot() as sb:
+            await sb.put_archive(dest_dir, tar_data)
+
+    async def get_archive(self, path: str) -> bytes:
+        """See :meth:`Sandbox.get_archive`.
+
+        **Cancellation**: the slot is returned.
+        """
+        async with self._slot() as sb:
+            return await sb.get_archive(path)
+
+    async def aclose(self) -> None:
+        """Release the sandbox through the manager (idempotent).
+
+        **Cancellation**: shielded and bounded, as :meth:`SandboxManager.release`.
+        """
+        await self._manager.release(self.task_id)
+
+    def background_processes(self) -> list[BackgroundProcess]:
+        """See :meth:`Sandbox.background_processes`."""
+        return self.inner.background_processes()
+
+    def get_background(self, session_id: str) -> BackgroundProcess | None:
+        """See :meth:`Sandbox.get_background`."""
+        return self.inner.get_background(session_id)
+
+    def forget_background(self, session_id: str) -> None:
+        """See :meth:`Sandbox.forget_background`."""
+        self.inner.forget_background(session_id)
+
+    async def start_background(
+        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+    ) -> BackgroundProcess:
+        """See :meth:`Sandbox.start_background`.
+
+        **Cancellation**: as the backend's; the slot is returned.
+        """
+        async with self._slot() as sb:
+            return await sb.start_background(command, cwd=cwd, env=env)
+
+    async def background_status(
+        self, session_id: str, *, tail_chars: int = BACKGROUND_OUTPUT_CHARS
+    ) -> BackgroundStatus:
+        """See :meth:`Sandbox.background_status`.
+
+        **Cancellation**: the slot is returned.
+        """
+        async with self._slot() as sb:
+            return await sb.background_status(session_id, tail_chars=tail_chars)
+
+    async def kill_background(self, session_id: str) -> bool:
+        """See :meth:`Sandbox.kill_background`.
+
+        **Cancellation**: the slot is returned; ``aclose`` still kills the process.
+        """
+        async with self._slot() as sb:
+            return await sb.kill_background(session_id)
+
+    async def write_background_stdin(self, session_id: str, data: bytes) -> int:
+        """See :meth:`Sandbox.write_background_stdin`.
+
+        **Cancellation**: the slot is returned; the write may be partial.
+        """
+        async with self._slot() as sb:
+            return await sb.write_background_stdin(session_id, data)
+
+    async def close_background_stdin(self, session_id: str) -> None:
+        """See :meth:`Sandbox.close_background_stdin`.
+
+        **Cancellation**: the slot is returned.
+        """
+        async with self._slot() as sb:
+            await sb.close_background_stdin(session_id)
+
+    async def kill_all_background(self) -> None:
+        """See :meth:`Sandbox.kill_all_background`.
+
+        **Cancellation**: the slot is returned.
+        """
+        async with self._slot() as sb:
+            await sb.kill_all_background()
+
+
+# --------------------------------------------------------------------------------------------
+# the current manager
+
+_CURRENT: contextvars.ContextVar[SandboxManager | None] = contextvars.ContextVar(
+    "hermes_async_sandbox_manager", default=None
+)
+
+
+def current_sandbox_manager() -> SandboxManager | None:
+    """The manager set by :func:`use_sandbox_manager` in this context, or ``None``."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def use_sandbox_manager(manager: SandboxManager) -> Iterator[SandboxManager]:
+    """Make ``manager`` the current one for this context (and tasks started inside it).
+
+    ``ToolContext(task_id)`` without a ``manager=`` argument uses it::
+
+        async with SandboxManager(local_factory()) as manager:
+            with use_sandbox_manager(manager):
+                ...
+    """
+    token = _CURRENT.set(manager)
+    try:
+        yield manager
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextlib.asynccontextmanager
+async def open_sandbox_manager(
+    factory: SandboxFactory | None = None,
+    *,
+    limits: Limits | None = None,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_SECONDS,
+    create_timeout: float = DEFAULT_CREATE_TIMEOUT_SECONDS,
+    close_timeout: float = DEFAULT_CLOSE_TIMEOUT_SECONDS,
+) -> AsyncIterator[SandboxManager]:
+    """Open a :class:`SandboxManager` and make it current for the block.
+
+    **Cancellation**: on exit, however it exits, every sandbox is released (shielded, bounded).
+    """
+    async with SandboxManager(
+        factory,
+        limits=limits,
+        idle_timeout=idle_timeout,
+        create_timeout=create_timeout,
+        close_timeout=close_timeout,
+    ) as manager:
+        with use_sandbox_manager(manager):
+            yield manager

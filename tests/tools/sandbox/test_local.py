@@ -1,0 +1,217 @@
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+
+import anyio
+import pytest
+
+from hermes_async.errors import SandboxError
+from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS, ConformanceCheck, make_tar
+from hermes_async.tools.sandbox.base import check_tar_members
+from hermes_async.tools.sandbox.local import (
+    SANDBOX_MARKER_ENV,
+    LocalSandbox,
+    find_sandbox_processes,
+    run_bounded,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def _sandbox(tmp_path: pathlib.Path, **kwargs: object) -> LocalSandbox:
+    return await LocalSandbox.create("t", root_dir=str(tmp_path), terminate_grace=0.5, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("check", list(CONFORMANCE_CHECKS.values()), ids=list(CONFORMANCE_CHECKS))
+async def test_conformance(tmp_path: pathlib.Path, check: ConformanceCheck) -> None:
+    sb = await _sandbox(tmp_path)
+    try:
+        await check(sb)
+    finally:
+        with anyio.move_on_after(10, shield=True):
+            await sb.aclose()
+    assert sb.live_processes() == []
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_secret_in_host_env_is_absent(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-should-not-leak")
+    monkeypatch.setenv("MY_SECRET_TOKEN", "hunter2")
+    sb = await _sandbox(tmp_path, extra_env={"VISIBLE": "yes"})
+    try:
+        r = await sb.exec("env")
+        assert "sk-test-should-not-leak" not in r.stdout
+        assert "hunter2" not in r.stdout
+        assert "OPENAI_API_KEY" not in r.stdout
+        assert "VISIBLE=yes" in r.stdout
+        assert f"HOME={sb.home}" in r.stdout
+        # Background processes get the same environment.
+        proc = await sb.start_background("env")
+        with anyio.fail_after(10):
+            while (await sb.background_status(proc.session_id)).running:
+                await anyio.sleep(0.05)
+        status = await sb.background_status(proc.session_id)
+        assert "hunter2" not in status.output and "VISIBLE=yes" in status.output
+    finally:
+        await sb.aclose()
+
+
+async def test_home_file_lands_in_sandbox(tmp_path: pathlib.Path) -> None:
+    sb = await _sandbox(tmp_path)
+    try:
+        await sb.exec("echo hi > ~/greeting.txt")
+        assert (pathlib.Path(sb.home) / "greeting.txt").read_text() == "hi\n"
+        assert await sb.read_bytes("~/greeting.txt") == b"hi\n"
+    finally:
+        await sb.aclose()
+
+
+async def test_timed_out_background_pair_leaves_no_process(tmp_path: pathlib.Path) -> None:
+    sb = await _sandbox(tmp_path)
+    try:
+        r = await sb.exec("sleep 1000 & sleep 1000", timeout=0.5)
+        assert r.exit_code == 124 and r.timed_out
+        assert sb.live_processes() == []
+    finally:
+        await sb.aclose()
+
+
+async def test_foreground_leftovers_are_killed_on_exit(tmp_path: pathlib.Path) -> None:
+    sb = await _sandbox(tmp_path)
+    try:
+        r = await sb.exec("sleep 1000 & echo started")
+        assert r.stdout == "started\n" and r.exit_code == 0
+        assert sb.live_processes() == []
+    finally:
+        await sb.aclose()
+
+
+async def test_aclose_kills_escaped_sessions_and_removes_dir(tmp_path: pathlib.Path) -> None:
+    sb = await _sandbox(tmp_path)
+    # setsid escapes the command's process group and session; nohup ignores SIGHUP.
+    r = await sb.exec("setsid sleep 1000 >/dev/null 2>&1 < /dev/null & echo ok")
+    assert r.exit_code == 0
+    await sb.start_background("sleep 1000")
+    await sb.exec("chmod 000 work 2>/dev/null; mkdir -p locked/x && chmod 000 locked", cwd=sb.root)
+    with anyio.fail_after(5):
+        while not sb.live_processes():
+            await anyio.sleep(0.02)
+    await sb.aclose()
+    assert sb.live_processes() == []
+    assert not os.path.exists(sb.root)
+    await sb.aclose()  # idempotent
+    with pytest.raises(SandboxError, match="is closed"):
+        await sb.exec("true")
+
+
+async def test_sigterm_ignoring_command_is_killed(tmp_path: pathlib.Path) -> None:
+    sb = await _sandbox(tmp_path)
+    try:
+        start = anyio.current_time()
+        r = await sb.exec("trap '' TERM; sleep 1000", timeout=0.3)
+        assert r.timed_out and r.exit_code == 124
+        assert anyio.current_time() - start < 5
+        assert sb.live_processes() == []
+    finally:
+        await sb.aclose()
+
+
+async def test_cancellation_kills_process_group(tmp_path: pathlib.Path) -> None:
+    sb = await _sandbox(tmp_path)
+    try:
+        with anyio.move_on_after(0.3):
+            await sb.exec("sleep 1000 & sleep 1000 & wait")
+        assert sb.live_processes() == []
+    finally:
+        await sb.aclose()
+
+
+async def test_output_is_bounded_and_decoded(tmp_path: pathlib.Path) -> None:
+    sb = await _sandbox(tmp_path)
+    try:
+        r = await sb.exec("yes | head -c 50000000", output_limit=4096)
+        assert r.truncated and len(r.stdout) < 5000
+        assert "bytes of output omitted" in r.stdout
+        r = await sb.exec("printf '\\xff\\xfe'")
+        assert r.stdout == "\ufffd\ufffd"
+    finally:
+        await sb.aclose()
+
+
+async def test_invalid_env_name_rejected(tmp_path: pathlib.Path) -> None:
+    sb = await _sandbox(tmp_path)
+    try:
+        with pytest.raises(ValueError, match="invalid environment variable"):
+            await sb.exec("true", env={"A=B": "x"})
+    finally:
+        await sb.aclose()
+
+
+async def test_create_in_missing_root_is_sandbox_error(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(SandboxError, match="cannot create a local sandbox directory"):
+        await LocalSandbox.create("t", root_dir=str(tmp_path / "missing" / "deeper"))
+
+
+async def test_hundred_concurrent_sandboxes(tmp_path: pathlib.Path) -> None:
+    sandboxes: list[LocalSandbox] = []
+
+    async def one(i: int) -> None:
+        sb = await LocalSandbox.create(f"task-{i}", root_dir=str(tmp_path))
+        sandboxes.append(sb)
+        try:
+            await sb.write_bytes("n.txt", str(i).encode())
+            r = await sb.exec("cat n.txt; echo; yes | head -c 100000 | wc -c")
+            assert r.stdout.split() == [str(i), "100000"]
+            r = await sb.exec("sleep 1000 & sleep 1000", timeout=0.5)
+            assert r.timed_out
+        finally:
+            with anyio.move_on_after(10, shield=True):
+                await sb.aclose()
+
+    start = anyio.current_time()
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tg:
+            for i in range(100):
+                tg.start_soon(one, i)
+    elapsed = anyio.current_time() - start
+    print(f"100 concurrent sandboxes: {elapsed:.2f}s")
+    assert len(sandboxes) == 100
+    assert find_sandbox_processes(None, ()) == []  # sanity: empty query finds nothing
+    for sb in sandboxes:
+        assert sb.live_processes() == []
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_run_bounded_reports_signal_exit() -> None:
+    r = await run_bounded(["/bin/sh", "-c", "kill -TERM $$"], timeout=10)
+    assert r.exit_code == 128 + signal.SIGTERM
+
+
+def test_check_tar_members_rejects_hostile_archives() -> None:
+    import io
+    import tarfile
+
+    assert check_tar_members(b"") == []
+    assert [m.name for m in check_tar_members(make_tar({"a/b": b"x"}))] == ["a/b"]
+    for name in ("../x", "/etc/x", "a/../../x"):
+        with pytest.raises(ValueError, match="refusing"):
+            check_tar_members(make_tar({name: b"x"}))
+    for linkname in ("/etc/passwd", "../../outside"):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            info = tarfile.TarInfo("link")
+            info.type = tarfile.SYMTYPE
+            info.linkname = linkname
+            tf.addfile(info)
+        with pytest.raises(ValueError, match=r"symlink|escapes"):
+            check_tar_members(buf.getvalue())
+    with pytest.raises(ValueError, match="not a valid tar archive"):
+        check_tar_members(b"definitely not a tar file" * 40)
+
+
+def test_marker_env_constant() -> None:
+    assert SANDBOX_MARKER_ENV == "HERMES_ASYNC_SANDBOX"

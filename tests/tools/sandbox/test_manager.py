@@ -1,0 +1,342 @@
+from __future__ import annotations
+
+import pathlib
+
+import anyio
+import pytest
+
+from hermes_async.errors import SandboxError
+from hermes_async.limits import Limits
+from hermes_async.testing.fake_sandbox import FakeSandbox, FakeSandboxFactory
+from hermes_async.tools.sandbox.base import Sandbox
+from hermes_async.tools.sandbox.local import LocalSandbox, local_factory
+from hermes_async.tools.sandbox.manager import (
+    ManagedSandbox,
+    SandboxManager,
+    current_sandbox_manager,
+    open_sandbox_manager,
+    use_sandbox_manager,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_concurrent_get_creates_exactly_one() -> None:
+    factory = FakeSandboxFactory(create_latency=0.05)
+    async with SandboxManager(factory) as manager:
+        got: list[ManagedSandbox] = []
+
+        async def get() -> None:
+            got.append(await manager.get("t1"))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(get)
+        assert len(factory.created) == 1
+        assert {id(g.inner) for g in got} == {id(factory.created[0])}
+        assert "t1" in manager and manager.task_ids() == ["t1"]
+        assert manager.statistics().created == 1
+    assert factory.created[0].closed
+
+
+async def test_create_is_gated_by_limiter() -> None:
+    limits = Limits(sandbox_create=2)
+    factory = FakeSandboxFactory(create_latency=0.2)
+    peak = 0
+
+    async with SandboxManager(factory, limits=limits) as manager:
+
+        async def get(i: int) -> None:
+            await manager.get(f"t{i}")
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, limits.sandbox_create.statistics().in_use)
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(watch)
+            async with anyio.create_task_group() as tg:
+                for i in range(6):
+                    tg.start_soon(get, i)
+            outer.cancel_scope.cancel()
+    assert peak == 2
+    assert limits.sandbox_create.statistics().acquisitions == 6
+
+
+async def test_exec_is_gated_by_limiter() -> None:
+    limits = Limits(sandbox_exec=1)
+    release = anyio.Event()
+
+    async def script(command: str) -> str:
+        await release.wait()
+        return "ok"
+
+    fake = FakeSandbox(exec_script=script)
+    async with SandboxManager(FakeSandboxFactory(sandbox=fake), limits=limits) as manager:
+        sb = await manager.get("t")
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(sb.exec, "x")
+            with anyio.fail_after(5):
+                while limits.sandbox_exec.statistics().waiting < 2:
+                    await anyio.sleep(0.01)
+            stats = limits.sandbox_exec.statistics()
+            assert stats.in_use == 1 and stats.waiting == 2
+            assert manager.statistics().busy == 1
+            release.set()
+        assert limits.sandbox_exec.statistics().acquisitions == 3
+
+
+async def test_creation_failure_propagates_to_all_waiters() -> None:
+    factory = FakeSandboxFactory(create_latency=0.05, fail_create=RuntimeError("no capacity"))
+    async with SandboxManager(factory) as manager:
+        errors: list[BaseException] = []
+
+        async def get() -> None:
+            try:
+                await manager.get("t")
+            except SandboxError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(get)
+        assert len(errors) == 3
+        assert all("no capacity" in str(e) for e in errors)
+        assert factory.attempts == 1
+        assert manager.statistics().create_failures == 1
+        # A later get retries.
+        factory.fail_create = None
+        assert isinstance(await manager.get("t"), ManagedSandbox)
+
+
+async def test_creation_timeout_is_sandbox_error() -> None:
+    async with SandboxManager(FakeSandboxFactory(create_hangs=True), create_timeout=0.1) as m:
+        with pytest.raises(SandboxError, match=r"creation timed out after 0\.1 s"):
+            await m.get("t")
+
+
+class GatedFactory:
+    """Creation blocks until ``go`` is set; ``started`` fires when a creation begins."""
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.go = anyio.Event()
+        self.attempts = 0
+        self.created: list[FakeSandbox] = []
+
+    async def __call__(self, task_id: str) -> Sandbox:
+        self.attempts += 1
+        self.started.set()
+        await self.go.wait()
+        sb = FakeSandbox(task_id)
+        self.created.append(sb)
+        return sb
+
+
+async def test_cancelled_creator_hands_over_to_waiter() -> None:
+    factory = GatedFactory()
+    async with SandboxManager(factory) as manager:
+        result: list[Sandbox] = []
+        creator_scope = anyio.CancelScope()
+
+        async def creator() -> None:
+            with creator_scope:
+                await manager.get("t")
+
+        async def waiter() -> None:
+            result.append(await manager.get("t"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(creator)
+            await factory.started.wait()
+            tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            factory.started = anyio.Event()
+            creator_scope.cancel()
+            await factory.started.wait()  # the waiter started a new creation
+            factory.go.set()
+        assert len(result) == 1
+        assert factory.attempts == 2 and len(factory.created) == 1
+
+
+async def test_release_is_idempotent_and_closes() -> None:
+    factory = FakeSandboxFactory()
+    async with SandboxManager(factory) as manager:
+        sb = await manager.get("t")
+        await manager.release("t")
+        await manager.release("t")
+        await manager.release("never-created")
+        fake = factory.created[0]
+        assert fake.closed and fake.close_count == 1
+        with pytest.raises(SandboxError, match="was released"):
+            await sb.exec("ls")
+        again = await manager.get("t")
+        assert again.inner is not fake
+    assert manager.statistics().released == 2
+
+
+async def test_release_runs_even_when_cancelled() -> None:
+    closed = anyio.Event()
+
+    class SlowClose(FakeSandbox):
+        async def aclose(self) -> None:
+            await anyio.sleep(0.1)
+            await super().aclose()
+            closed.set()
+
+    async with SandboxManager(FakeSandboxFactory(sandbox=SlowClose())) as manager:
+        await manager.get("t")
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await manager.release("t")
+        assert closed.is_set()
+
+
+async def test_release_that_hangs_is_bounded() -> None:
+    class Hang(FakeSandbox):
+        async def aclose(self) -> None:
+            await anyio.sleep_forever()
+
+    async with SandboxManager(FakeSandboxFactory(sandbox=Hang()), close_timeout=0.1) as m:
+        await m.get("t")
+        start = anyio.current_time()
+        await m.release("t")
+        assert anyio.current_time() - start < 2
+        assert "t" not in m
+
+
+async def test_release_failure_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(FakeSandbox):
+        async def aclose(self) -> None:
+            raise RuntimeError("backend exploded")
+
+    async with SandboxManager(FakeSandboxFactory(sandbox=Broken())) as m:
+        await m.get("t")
+        await m.release("t")
+    assert "closing the sandbox of 't' failed" in caplog.text
+
+
+async def test_release_during_creation_closes_new_sandbox() -> None:
+    factory = GatedFactory()
+    async with SandboxManager(factory) as manager:
+        async with anyio.create_task_group() as tg:
+
+            async def get() -> None:
+                with pytest.raises(SandboxError, match="released while it was being created"):
+                    await manager.get("t")
+
+            tg.start_soon(get)
+            await factory.started.wait()
+            await manager.release("t")
+            factory.go.set()
+        assert factory.created[0].closed
+        assert "t" not in manager
+
+
+async def test_idle_reaper_closes_unused_sandboxes() -> None:
+    factory = FakeSandboxFactory()
+    async with SandboxManager(factory, idle_timeout=0.2, reap_interval=0.05) as manager:
+        await manager.get("idle")
+        busy = await manager.get("busy")
+        running = await manager.get("bg")
+        proc = await running.start_background("server")
+        with anyio.fail_after(5):
+            while "idle" in manager:
+                await busy.exec("true")
+                await anyio.sleep(0.05)
+        assert "busy" in manager
+        assert "bg" in manager  # a running background process keeps it alive
+        factory.created[2].finish_background(proc.session_id)
+        with anyio.fail_after(5):
+            while "bg" in manager:
+                await busy.exec("true")
+                await anyio.sleep(0.05)
+        assert manager.statistics().reaped == 2
+
+
+async def test_request_release_is_done_by_janitor() -> None:
+    factory = FakeSandboxFactory()
+    async with SandboxManager(factory) as manager:
+        await manager.get("t")
+        manager.request_release("t")
+        assert "t" in manager  # synchronous call only queues
+        with anyio.fail_after(5):
+            while "t" in manager:
+                await anyio.sleep(0.01)
+        assert factory.created[0].closed
+
+
+async def test_request_release_does_not_touch_a_newer_sandbox() -> None:
+    factory = FakeSandboxFactory()
+    async with SandboxManager(factory) as manager:
+        await manager.get("t")
+        manager.request_release("t")
+        await manager.release("t")
+        await manager.get("t")
+        await anyio.sleep(0.05)
+        assert "t" in manager and not factory.created[1].closed
+
+
+async def test_manager_must_be_open() -> None:
+    manager = SandboxManager(FakeSandboxFactory())
+    with pytest.raises(SandboxError, match=r"not open .*async with SandboxManager"):
+        await manager.get("t")
+    async with manager:
+        pass
+    with pytest.raises(SandboxError, match="has been closed"):
+        await manager.get("t")
+    with pytest.raises(RuntimeError, match="cannot be entered twice"):
+        async with manager:
+            pass
+
+
+def test_constructor_validates() -> None:
+    with pytest.raises(ValueError, match="create_timeout must be > 0"):
+        SandboxManager(FakeSandboxFactory(), create_timeout=0)
+    with pytest.raises(ValueError, match="idle_timeout must be > 0"):
+        SandboxManager(FakeSandboxFactory(), idle_timeout=-1)
+
+
+async def test_exit_releases_everything_even_when_cancelled() -> None:
+    factory = FakeSandboxFactory()
+    with anyio.CancelScope() as scope:
+        async with SandboxManager(factory) as manager:
+            for i in range(5):
+                await manager.get(f"t{i}")
+            scope.cancel()
+            await anyio.sleep(1)
+    assert all(s.closed for s in factory.created) and len(factory.created) == 5
+
+
+async def test_current_manager_contextvar() -> None:
+    assert current_sandbox_manager() is None
+    async with SandboxManager(FakeSandboxFactory()) as manager:
+        with use_sandbox_manager(manager):
+            assert current_sandbox_manager() is manager
+            seen: list[SandboxManager | None] = []
+
+            async def child() -> None:
+                seen.append(current_sandbox_manager())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child)
+            assert seen == [manager]
+        assert current_sandbox_manager() is None
+    async with open_sandbox_manager(FakeSandboxFactory()) as m2:
+        assert current_sandbox_manager() is m2
+    assert current_sandbox_manager() is None
+
+
+async def test_local_factory_through_manager(tmp_path: pathlib.Path) -> None:
+    async with SandboxManager(local_factory(str(tmp_path))) as manager:
+        sb = await manager.get("task/with odd:chars")
+        assert isinstance(sb.inner, LocalSandbox)
+        r = await sb.exec("echo hi")
+        assert r.stdout == "hi\n"
+        await sb.write_bytes("x.bin", b"\0\1")
+        assert await sb.read_bytes("x.bin") == b"\0\1"
+        assert repr(manager).startswith("<SandboxManager [open | 1 active")
+    assert list(tmp_path.iterdir()) == []
