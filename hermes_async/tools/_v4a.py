@@ -1,0 +1,382 @@
+"""V4A patches: parse the text a model writes, apply its hunks to file contents (pure, no I/O).
+
+The format (used by Codex-style agents and by the reference's ``patch`` tool in ``patch`` mode)::
+
+    *** Begin Patch
+    *** Update File: src/app.py
+    @@ def main():
+         setup()
+    -    run(debug=True)
+    +    run(debug=False)
+    *** Add File: notes/todo.txt
+    +first line
+    +second line
+    *** Delete File: old.txt
+    *** End Patch
+
+Update sections hold hunks. A hunk starts at ``@@`` (optionally followed by a hint: a line of the
+file near the change, e.g. the enclosing ``def``); its lines start with ``' '`` (context), ``'-'``
+(removed) or ``'+'`` (added). ``*** Move to: <path>`` right after ``*** Update File:`` renames the
+file; ``*** End of File`` anchors the preceding hunk at the end of the file. The reference's
+``*** Move File: a -> b`` line is accepted too.
+
+Matching a hunk: its context and removed lines, in order, must appear as consecutive lines of the
+file. They are searched from where the previous hunk ended (from the hint's line when the hint is
+found), then from the top; first exactly, then ignoring trailing whitespace, then ignoring
+surrounding whitespace, then also folding typographic quotes and dashes to ASCII. A hunk that does
+not match is an error that names the file and the first line that could not be found, so the model
+can re-read the file and retry. Nothing is written unless every operation of the patch applies
+(the shell in :mod:`hermes_async.tools.files` writes only after :func:`apply_update` succeeded for
+every file), which the reference did not guarantee.
+
+Leniency kept from the reference: missing ``*** Begin Patch`` / ``*** End Patch`` markers, a
+context line whose leading space was dropped, blank context lines, ``\\ No newline at end of
+file`` markers (ignored).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "FileOp",
+    "Hunk",
+    "HunkLine",
+    "PatchApplyError",
+    "PatchParseError",
+    "apply_update",
+    "parse_patch",
+]
+
+
+class PatchParseError(ValueError):
+    """The patch text is not valid V4A; the message says which line and what was expected."""
+
+
+class PatchApplyError(ValueError):
+    """A hunk does not match the file's current content; the message names file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class HunkLine:
+    """One line of a hunk: ``kind`` is ``' '`` (context), ``'-'`` (removed) or ``'+'`` (added)."""
+
+    kind: Literal[" ", "-", "+"]
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hunk:
+    """A group of changes: an optional hint line, the lines, and an end-of-file anchor."""
+
+    hint: str | None
+    lines: tuple[HunkLine, ...]
+    end_of_file: bool = False
+
+    @property
+    def old_lines(self) -> list[str]:
+        """The lines the file must contain (context and removed, in order)."""
+        return [line.text for line in self.lines if line.kind != "+"]
+
+    @property
+    def new_lines(self) -> list[str]:
+        """The lines that replace them (context and added, in order)."""
+        return [line.text for line in self.lines if line.kind != "-"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileOp:
+    """One file operation of a patch.
+
+    Attributes:
+        kind: ``"add"``, ``"update"`` or ``"delete"``.
+        path: The file, as written in the patch.
+        hunks: For ``update``: the hunks, in order.
+        content: For ``add``: the new file's content.
+        move_to: For ``update``: the new path when the file is renamed.
+    """
+
+    kind: Literal["add", "update", "delete"]
+    path: str
+    hunks: tuple[Hunk, ...] = ()
+    content: str = ""
+    move_to: str | None = None
+
+
+_BEGIN = re.compile(r"^\*\*\*\s*Begin Patch\s*$")
+_END = re.compile(r"^\*\*\*\s*End Patch\s*$")
+_UPDATE = re.compile(r"^\*\*\*\s*Update File:\s*(.+?)\s*$")
+_ADD = re.compile(r"^\*\*\*\s*Add File:\s*(.+?)\s*$")
+_DELETE = re.compile(r"^\*\*\*\s*Delete File:\s*(.+?)\s*$")
+_MOVE_TO = re.compile(r"^\*\*\*\s*Move to:\s*(.+?)\s*$")
+_MOVE_FILE = re.compile(r"^\*\*\*\s*Move File:\s*(.+?)\s*->\s*(.+?)\s*$")
+_END_OF_FILE = re.compile(r"^\*\*\*\s*End of File\s*$")
+_HUNK = re.compile(r"^@@(?:\s*(.*?)\s*(?:@@)?)?\s*$")
+
+_FORMAT_HELP = (
+    "Expected V4A: '*** Begin Patch', then '*** Update File: <path>' followed by hunks "
+    "('@@' line, then lines starting with ' ', '-' or '+'), '*** Add File: <path>' followed by "
+    "'+' lines, or '*** Delete File: <path>', and finally '*** End Patch'."
+)
+
+
+class _Builder:
+    """Accumulates the operation being parsed."""
+
+    def __init__(self) -> None:
+        self.ops: list[FileOp] = []
+        self.kind: Literal["add", "update", "delete"] | None = None
+        self.path = ""
+        self.move_to: str | None = None
+        self.hunks: list[Hunk] = []
+        self.hint: str | None = None
+        self.lines: list[HunkLine] = []
+        self.add_lines: list[str | None] = []  # None: a bare blank line (no '+')
+
+    def close_hunk(self, *, end_of_file: bool = False) -> None:
+        if self.lines:
+            self.hunks.append(Hunk(self.hint, tuple(self.lines), end_of_file))
+        self.hint = None
+        self.lines = []
+
+    def close_op(self) -> None:
+        self.close_hunk()
+        if self.kind == "update":
+            self.ops.append(FileOp("update", self.path, tuple(self.hunks), move_to=self.move_to))
+        elif self.kind == "add":
+            while self.add_lines and self.add_lines[-1] is None:
+                self.add_lines.pop()  # blank lines before the next marker are formatting
+            body = [x or "" for x in self.add_lines]
+            content = "\n".join(body) + ("\n" if body else "")
+            self.ops.append(FileOp("add", self.path, content=content))
+        self.kind = None
+        self.hunks = []
+        self.add_lines = []
+        self.move_to = None
+
+    def start(self, kind: Literal["add", "update", "delete"], path: str) -> None:
+        self.close_op()
+        if kind == "delete":
+            self.ops.append(FileOp("delete", path))
+            return
+        self.kind = kind
+        self.path = path
+
+
+def parse_patch(text: str) -> list[FileOp]:
+    """Parse V4A patch text into file operations.
+
+    Raises:
+        PatchParseError: The text holds no operation, an operation has no path, an update has
+            no hunk, or an ``Add File`` line lacks its ``+`` prefix.
+    """
+    lines = text.replace("\r\n", "\n").split("\n")
+    start = 0
+    for i, line in enumerate(lines):
+        if _BEGIN.match(line.strip()):
+            start = i + 1
+            break
+    b = _Builder()
+    for number, line in enumerate(lines[start:], start=start + 1):
+        stripped = line.strip()
+        if _END.match(stripped):
+            break
+        if m := _UPDATE.match(stripped):
+            b.start("update", m.group(1))
+        elif m := _ADD.match(stripped):
+            b.start("add", m.group(1))
+        elif m := _DELETE.match(stripped):
+            b.start("delete", m.group(1))
+        elif m := _MOVE_FILE.match(stripped):
+            b.start("update", m.group(1))
+            b.move_to = m.group(2)
+        elif m := _MOVE_TO.match(stripped):
+            if b.kind != "update":
+                raise PatchParseError(
+                    f"line {number}: '*** Move to:' must follow '*** Update File: <path>'. "
+                    + _FORMAT_HELP
+                )
+            b.move_to = m.group(1)
+        elif _END_OF_FILE.match(stripped):
+            if b.kind == "update":
+                b.close_hunk(end_of_file=True)
+        elif b.kind == "update" and (m := _HUNK.match(line)):
+            b.close_hunk()
+            hint = (m.group(1) or "").strip()
+            b.hint = hint or None
+        elif b.kind == "update":
+            if line.startswith("\\"):
+                continue  # "\ No newline at end of file"
+            if line[:1] in ("+", "-", " "):
+                kind: Literal[" ", "-", "+"] = line[0]  # type: ignore[assignment]
+                b.lines.append(HunkLine(kind, line[1:]))
+            else:
+                # A context line whose leading space the model dropped (or a blank line).
+                b.lines.append(HunkLine(" ", line))
+        elif b.kind == "add":
+            if line.startswith("+"):
+                b.add_lines.append(line[1:])
+            elif line == "":
+                b.add_lines.append(None)
+            else:
+                raise PatchParseError(
+                    f"line {number}: every line of '*** Add File: {b.path}' must start with "
+                    f"'+', got {line[:80]!r}"
+                )
+        elif stripped:
+            raise PatchParseError(
+                f"line {number}: unexpected {line[:80]!r} outside a file section. " + _FORMAT_HELP
+            )
+    b.close_op()
+    if not b.ops:
+        raise PatchParseError("the patch contains no file operation. " + _FORMAT_HELP)
+    for op in b.ops:
+        if not op.path:
+            raise PatchParseError(f"a '*** {op.kind.title()} File:' line has no path")
+        if op.kind == "update" and not op.hunks and op.move_to is None:
+            raise PatchParseError(
+                f"'*** Update File: {op.path}' has no hunk: add '@@' and lines starting with "
+                "' ', '-' or '+'"
+            )
+    # Trailing blank context lines are usually an artifact of the model's formatting.
+    return [_trim_op(op) for op in b.ops]
+
+
+def _trim_op(op: FileOp) -> FileOp:
+    if op.kind != "update":
+        return op
+    hunks = []
+    for hunk in op.hunks:
+        lines = list(hunk.lines)
+        while lines and lines[-1].kind == " " and lines[-1].text.strip() == "":
+            lines.pop()
+        if lines:
+            hunks.append(Hunk(hunk.hint, tuple(lines), hunk.end_of_file))
+    return FileOp(op.kind, op.path, tuple(hunks), op.content, op.move_to)
+
+
+# --------------------------------------------------------------------------------------------
+# Applying
+
+
+_PUNCT = str.maketrans(
+    {
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201a": "'",
+        "\u201b": "'",
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u201e": '"',
+        "\u201f": '"',
+        "\u2010": "-",
+        "\u2011": "-",
+        "\u2012": "-",
+        "\u2013": "-",
+        "\u2014": "-",
+        "\u2015": "-",
+        "\u2212": "-",
+        "\u00a0": " ",
+        "\u2009": " ",
+        "\u202f": " ",
+    }
+)
+
+#: Line normalizations tried in order, strictest first.
+_LEVELS: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("exact", lambda s: s),
+    ("trailing whitespace", str.rstrip),
+    ("surrounding whitespace", str.strip),
+    ("unicode punctuation", lambda s: s.translate(_PUNCT).strip()),
+)
+
+
+def _find_block(lines: Sequence[str], block: Sequence[str], start: int, *, eof: bool) -> int:
+    """Index where ``block`` occurs in ``lines`` (searching from ``start``, then from 0), or -1."""
+    n = len(block)
+    for _, norm in _LEVELS:
+        want = [norm(x) for x in block]
+        if eof and len(lines) >= n and [norm(x) for x in lines[len(lines) - n :]] == want:
+            return len(lines) - n
+        normed = [norm(x) for x in lines]
+        last = len(normed) - n
+        for lo, hi in ((start, last + 1), (0, min(start, last + 1))):
+            for i in range(lo, hi):
+                if normed[i] == want[0] and normed[i : i + n] == want:
+                    return i
+    return -1
+
+
+def _find_hint(lines: Sequence[str], hint: str, start: int) -> int:
+    target = hint.strip()
+    for lo, hi in ((start, len(lines)), (0, start)):
+        for i in range(lo, hi):
+            if lines[i].strip() == target:
+                return i
+    for lo, hi in ((start, len(lines)), (0, start)):
+        for i in range(lo, hi):
+            if target in lines[i]:
+                return i
+    return -1
+
+
+def _explain_miss(path: str, number: int, hunk: Hunk, lines: Sequence[str]) -> str:
+    present = {x.strip() for x in lines}
+    old = hunk.old_lines
+    missing = next((x for x in old if x.strip() not in present), None)
+    where = f"hunk {number}" + (f" (@@ {hunk.hint})" if hunk.hint else "")
+    if missing is not None:
+        detail = f"this line is not in the file: {missing!r}"
+    else:
+        detail = (
+            f"its {len(old)} context/removed lines exist but not consecutively in this order "
+            f"(first line: {old[0]!r})"
+        )
+    return (
+        f"Could not apply {where} to {path}: {detail}. Use read_file to see the current "
+        "content, then retry with context lines copied exactly."
+    )
+
+
+def apply_update(path: str, content: str, hunks: Sequence[Hunk]) -> str:
+    """Apply ``hunks`` to ``content`` (the file named ``path``) and return the new content.
+
+    Line endings: a file using ``\\r\\n`` keeps them. A missing final newline stays missing.
+
+    Raises:
+        PatchApplyError: A hunk's context/removed lines are not found; the message names the
+            file, the hunk and the first line that is missing.
+    """
+    crlf = "\r\n" in content
+    text = content.replace("\r\n", "\n") if crlf else content
+    trailing_newline = text.endswith("\n") or text == ""
+    lines = (text[:-1] if text.endswith("\n") else text).split("\n") if text else []
+    cursor = 0
+    for number, hunk in enumerate(hunks, start=1):
+        old, new = hunk.old_lines, hunk.new_lines
+        anchor = _find_hint(lines, hunk.hint, cursor) if hunk.hint else -1
+        if not old:
+            # Pure insertion: after the hint line, or at the end of the file.
+            pos = anchor + 1 if anchor >= 0 and not hunk.end_of_file else len(lines)
+        else:
+            pos = _find_block(lines, old, anchor if anchor >= 0 else cursor, eof=hunk.end_of_file)
+            if pos < 0:
+                raise PatchApplyError(_explain_miss(path, number, hunk, lines))
+        # Context lines keep the file's text (a fuzzy match must not rewrite what the model
+        # meant to leave alone); removed lines go, added lines come from the hunk.
+        replacement: list[str] = []
+        j = pos
+        for line in hunk.lines:
+            if line.kind == "+":
+                replacement.append(line.text)
+            else:
+                if line.kind == " ":
+                    replacement.append(lines[j])
+                j += 1
+        lines[pos : pos + len(old)] = replacement
+        cursor = pos + len(new)
+    out = "\n".join(lines) + ("\n" if trailing_newline and lines else "")
+    return out.replace("\n", "\r\n") if crlf else out
