@@ -1,0 +1,85 @@
+"""Model-server clients and the tokenizer layer.
+
+* Phase 2 token clients (:mod:`~hermes_async.inference.generate`): prompt ids in, exact
+  completion ids and logprobs out, for vLLM, the Atropos reference server and SGLang.
+* Phase 1 chat client (:mod:`~hermes_async.inference.chat`): OpenAI-compatible chat
+  completions, returning objects shaped like the OpenAI SDK's.
+* The shared HTTP layer's settings (:class:`HTTPOptions`, :class:`RetryPolicy`) and error tree
+  (:class:`ModelServerError` and its subclasses).
+* Tokenizers (:mod:`~hermes_async.inference.tokenizer`).
+"""
+
+from __future__ import annotations
+
+from hermes_async.inference._errors import (
+    ModelServerError,
+    ServerConnectError,
+    ServerProtocolError,
+    ServerStatusError,
+    ServerTimeoutError,
+    StreamInterruptedError,
+)
+from hermes_async.inference._http import HTTPOptions, RetryPolicy
+from hermes_async.inference.chat import (
+    ChatClient,
+    ChatCompletion,
+    ChatMessage,
+    ChatStream,
+    ChatStreamAssembler,
+    Choice,
+    FunctionCall,
+    ToolCall,
+    Usage,
+)
+from hermes_async.inference.generate import (
+    AtroposGenerateClient,
+    Completion,
+    GenerateClient,
+    SamplingParams,
+    SGLangGenerateClient,
+    TokenClient,
+    TokenDelta,
+    TokenStream,
+    VLLMGenerateClient,
+)
+from hermes_async.inference.tokenizer import (
+    QWEN_OFFLINE_NAME,
+    IncrementalDecoder,
+    QwenTokenizer,
+    Tokenizer,
+    load_tokenizer,
+)
+
+__all__ = [
+    "QWEN_OFFLINE_NAME",
+    "AtroposGenerateClient",
+    "ChatClient",
+    "ChatCompletion",
+    "ChatMessage",
+    "ChatStream",
+    "ChatStreamAssembler",
+    "Choice",
+    "Completion",
+    "FunctionCall",
+    "GenerateClient",
+    "HTTPOptions",
+    "IncrementalDecoder",
+    "ModelServerError",
+    "QwenTokenizer",
+    "RetryPolicy",
+    "SGLangGenerateClient",
+    "SamplingParams",
+    "ServerConnectError",
+    "ServerProtocolError",
+    "ServerStatusError",
+    "ServerTimeoutError",
+    "StreamInterruptedError",
+    "TokenClient",
+    "TokenDelta",
+    "TokenStream",
+    "Tokenizer",
+    "ToolCall",
+    "Usage",
+    "VLLMGenerateClient",
+    "load_tokenizer",
+]

@@ -1,8 +1,23 @@
-"""Tokenizer protocol (implementations: built-in offline Qwen via tiktoken, and HF).
+"""Tokenizer protocol and the two implementations: built-in offline Qwen (tiktoken) and HF.
 
 The agent loop never re-tokenizes sampled text: it keeps the ids the server sampled and only
 tokenizes what *it* renders (the prompt, the tool-response suffix). So the protocol is small:
 encode/decode, special tokens, an incremental decoder for streams, and the chat template.
+
+Implementations:
+
+- :class:`QwenTokenizer` (``"qwen-offline"``, the default): real Qwen2.5/Qwen3 ids with no hub
+  access, plus the project's ChatML + hermes ``<tool_call>`` chat template (its exact text
+  contract, including what separates an assistant turn from the next one, is documented in
+  :mod:`hermes_async.inference._chat_template`).
+- :class:`~hermes_async.inference.hf.HFTokenizer`: any ``transformers`` tokenizer from a local
+  directory or a hub name (needs the ``atropos`` extra).
+
+:func:`load_tokenizer` picks one from a name. Loading is **blocking** (reading vocabularies,
+0.3 s for ``qwen-offline``, about a second for an HF directory): call it at setup time, before
+the event loop runs rollouts, or wrap it yourself in ``anyio.to_thread.run_sync`` behind a
+limiter. The returned objects are safe to share between concurrent rollouts (they hold no
+per-stream state; each stream gets its own :meth:`Tokenizer.incremental_decoder`).
 """
 
 from __future__ import annotations
@@ -10,9 +25,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from hermes_async.inference._qwen import QWEN_OFFLINE_NAME, QwenTokenizer
 from hermes_async.jsontypes import JSONObject
 
-__all__ = ["IncrementalDecoder", "Tokenizer"]
+__all__ = [
+    "QWEN_OFFLINE_NAME",
+    "IncrementalDecoder",
+    "QwenTokenizer",
+    "Tokenizer",
+    "load_tokenizer",
+]
 
 
 @runtime_checkable
@@ -76,3 +98,26 @@ class Tokenizer(Protocol):
     ) -> str:
         """Render ``messages`` (and tool schemas) to the model's prompt text."""
         ...
+
+
+def load_tokenizer(name_or_path: str | None = None) -> Tokenizer:
+    """Load a tokenizer by name (blocking; call at setup time).
+
+    Args:
+        name_or_path: ``None`` or ``"qwen-offline"`` for the built-in offline Qwen tokenizer; an
+            existing directory for an HF tokenizer saved there (``tokenizer.json`` /
+            ``tokenizer_config.json``); anything else is an HF hub name (needs network, or a
+            local HF cache with ``HF_HUB_OFFLINE=1``).
+
+    Returns:
+        A :class:`Tokenizer`.
+
+    Raises:
+        ConfigError: The HF path is needed but ``transformers`` is missing (install the
+            ``atropos`` extra), or the directory / hub name cannot be loaded.
+    """
+    if name_or_path is None or name_or_path == QWEN_OFFLINE_NAME:
+        return QwenTokenizer()
+    from hermes_async.inference.hf import HFTokenizer
+
+    return HFTokenizer.from_pretrained(name_or_path)

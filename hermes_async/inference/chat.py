@@ -1,0 +1,590 @@
+"""Phase 1 client: OpenAI-compatible ``POST {base_url}/chat/completions``.
+
+:class:`ChatClient` exposes ``async chat_completion(**kwargs)`` and returns a
+:class:`ChatCompletion` shaped like the OpenAI SDK's (attribute access:
+``resp.choices[0].message.tool_calls[0].function.arguments``), so the agent loop accepts it,
+an atroposlib ``ServerManager``, or anything else with that method interchangeably.
+
+As in the OpenAI SDK, ``base_url`` includes the API version prefix
+(``http://127.0.0.1:8000/v1``, ``https://openrouter.ai/api/v1``), and ``extra_body`` is merged
+into the request body at the top level (after every other key, so it wins).
+
+Streaming (``stream=True``) is assembled into the same :class:`ChatCompletion`:
+``content``, ``reasoning_content`` / ``reasoning`` deltas are concatenated; tool-call deltas are
+keyed by ``index`` (``id`` and ``name`` arrive once, ``arguments`` in fragments)::
+
+    data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1",
+           "type": "function", "function": {"name": "terminal", "arguments": ""}}]}}]}
+    data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+           "function": {"arguments": "{\\"command\\": "}}]}}]}
+    data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    data: [DONE]
+
+The assembly itself is :class:`ChatStreamAssembler` (no I/O), usable on any chunk source.
+Failures raise :class:`~hermes_async.inference.ModelServerError` subclasses, after the shared
+retry policy (connect errors, 429, 5xx; never other 4xx, never once a stream started).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from types import TracebackType
+from typing import Self
+
+import httpx
+
+from hermes_async.inference._errors import (
+    ServerProtocolError,
+    StreamInterruptedError,
+)
+from hermes_async.inference._http import HTTPOptions, LineReader, ServerConnection
+from hermes_async.inference._sse import SSEDecoder, SSEFormatError
+from hermes_async.jsontypes import JSON, JSONObject
+from hermes_async.limits import NamedLimiter
+
+__all__ = [
+    "ChatClient",
+    "ChatCompletion",
+    "ChatMessage",
+    "ChatStream",
+    "ChatStreamAssembler",
+    "Choice",
+    "FunctionCall",
+    "ToolCall",
+    "Usage",
+]
+
+
+@dataclass(slots=True)
+class FunctionCall:
+    """The function part of a tool call: its name and JSON-encoded arguments (a string)."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call, as the OpenAI SDK's ``ChatCompletionMessageToolCall``."""
+
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    """The assistant's message: content, tool calls and the reasoning text if the server
+    returned one (``reasoning_content`` for vLLM/DeepSeek, ``reasoning`` for OpenRouter)."""
+
+    role: str = "assistant"
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+@dataclass(slots=True)
+class Choice:
+    """One choice. ``token_ids`` is vLLM's ``return_token_ids`` extension, when present."""
+
+    index: int
+    message: ChatMessage
+    finish_reason: str | None = None
+    logprobs: JSON = None
+    token_ids: list[int] | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts reported by the server."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+@dataclass(slots=True)
+class ChatCompletion:
+    """A chat completion, shaped like the OpenAI SDK's ``ChatCompletion``."""
+
+    id: str
+    choices: list[Choice]
+    created: int = 0
+    model: str = ""
+    object: str = "chat.completion"
+    usage: Usage | None = None
+    prompt_token_ids: list[int] | None = field(default=None)
+
+    def model_dump(self) -> JSONObject:
+        """A plain-dict copy (the OpenAI SDK's pydantic method of the same name)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: JSON) -> ChatCompletion:
+        """Build from a decoded non-streaming response body.
+
+        Raises:
+            ValueError: The body is not a chat completion.
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+            raise ValueError("response has no 'choices' list")
+        choices: list[Choice] = []
+        for raw in data["choices"]:
+            if not isinstance(raw, dict) or not isinstance(raw.get("message"), dict):
+                raise ValueError("each choice needs a 'message' object")
+            msg = raw["message"]
+            calls = None
+            if msg.get("tool_calls"):
+                calls = [_tool_call_from_dict(c) for c in msg["tool_calls"]]
+            choices.append(
+                Choice(
+                    index=int(raw.get("index", len(choices))),
+                    message=ChatMessage(
+                        role=str(msg.get("role") or "assistant"),
+                        content=msg.get("content"),
+                        tool_calls=calls,
+                        reasoning_content=msg.get("reasoning_content"),
+                        reasoning=msg.get("reasoning"),
+                    ),
+                    finish_reason=raw.get("finish_reason"),
+                    logprobs=raw.get("logprobs"),
+                    token_ids=raw.get("token_ids"),
+                )
+            )
+        return cls(
+            id=str(data.get("id") or ""),
+            choices=choices,
+            created=int(data.get("created") or 0),
+            model=str(data.get("model") or ""),
+            usage=_usage(data.get("usage")),
+            prompt_token_ids=data.get("prompt_token_ids"),
+        )
+
+
+def _tool_call_from_dict(raw: JSON) -> ToolCall:
+    if not isinstance(raw, dict) or not isinstance(raw.get("function"), dict):
+        raise ValueError("each tool call needs a 'function' object")
+    fn = raw["function"]
+    arguments = fn.get("arguments", "")
+    if not isinstance(arguments, str):  # some servers send an object; the SDK shape is a string
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return ToolCall(
+        id=str(raw.get("id") or _new_call_id()),
+        function=FunctionCall(name=str(fn.get("name") or ""), arguments=arguments),
+        type=str(raw.get("type") or "function"),
+    )
+
+
+def _usage(raw: JSON) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    return Usage(
+        prompt_tokens=int(raw.get("prompt_tokens") or 0),
+        completion_tokens=int(raw.get("completion_tokens") or 0),
+        total_tokens=int(raw.get("total_tokens") or 0),
+    )
+
+
+def _new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+# --------------------------------------------------------------------------------------------
+# Streaming assembly (no I/O)
+
+
+@dataclass(slots=True)
+class _ToolCallParts:
+    id: str = ""
+    type: str = "function"
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _ChoiceParts:
+    role: str = "assistant"
+    content: list[str] = field(default_factory=list)
+    reasoning_content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tool_calls: dict[int, _ToolCallParts] = field(default_factory=dict)
+    finish_reason: str | None = None
+    token_ids: list[int] | None = None
+
+
+class ChatStreamAssembler:
+    """Fold ``chat.completion.chunk`` objects into one :class:`ChatCompletion`.
+
+    Tool-call deltas are keyed by their ``index``: the first delta of an index sets ``id``,
+    ``type`` and ``name``; every delta appends its ``arguments`` fragment. Calls come out
+    sorted by index. Work is linear in the size of the stream.
+    """
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.model = ""
+        self.created = 0
+        self.usage: Usage | None = None
+        self.prompt_token_ids: list[int] | None = None
+        self._choices: dict[int, _ChoiceParts] = {}
+
+    @property
+    def finished(self) -> bool:
+        """Every choice seen so far has a finish_reason (and there is at least one)."""
+        return bool(self._choices) and all(
+            c.finish_reason is not None for c in self._choices.values()
+        )
+
+    def feed(self, chunk: JSON) -> None:
+        """Fold one decoded chunk in.
+
+        Raises:
+            ValueError: The chunk is not a chat-completion chunk (or is an error frame).
+        """
+        if not isinstance(chunk, dict):
+            raise ValueError(f"expected a JSON object, got {type(chunk).__name__}")
+        if chunk.get("error") is not None or chunk.get("object") == "error":
+            error = chunk.get("error") or chunk
+            detail = error.get("message", error) if isinstance(error, dict) else error
+            raise _ServerErrorFrame(f"the server reported an error mid-stream: {detail}")
+        self.id = self.id or str(chunk.get("id") or "")
+        self.model = self.model or str(chunk.get("model") or "")
+        self.created = self.created or int(chunk.get("created") or 0)
+        if chunk.get("usage"):
+            self.usage = _usage(chunk["usage"])
+        if chunk.get("prompt_token_ids") is not None:
+            self.prompt_token_ids = chunk["prompt_token_ids"]
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise ValueError("choices must be a list")
+        for raw in choices:
+            self._feed_choice(raw)
+
+    def _feed_choice(self, raw: JSON) -> None:
+        if not isinstance(raw, dict):
+            raise ValueError("each choice must be an object")
+        parts = self._choices.setdefault(int(raw.get("index", 0)), _ChoiceParts())
+        delta = raw.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise ValueError("choices[].delta must be an object")
+        if delta.get("role"):
+            parts.role = str(delta["role"])
+        for key in ("content", "reasoning_content", "reasoning"):
+            value = delta.get(key)
+            if value:
+                if not isinstance(value, str):
+                    raise ValueError(f"delta.{key} must be a string, got {value!r}")
+                getattr(parts, key).append(value)
+        for call in delta.get("tool_calls") or []:
+            self._feed_tool_call(parts, call)
+        if raw.get("token_ids"):
+            parts.token_ids = (parts.token_ids or []) + list(raw["token_ids"])
+        if raw.get("finish_reason") is not None:
+            parts.finish_reason = str(raw["finish_reason"])
+
+    def _feed_tool_call(self, parts: _ChoiceParts, call: JSON) -> None:
+        if not isinstance(call, dict):
+            raise ValueError("each tool-call delta must be an object")
+        index = call.get("index")
+        if not isinstance(index, int):
+            # Some servers omit the index when there is one call per chunk: append a new one
+            # when an id arrives, else extend the last.
+            if call.get("id") or not parts.tool_calls:
+                index = len(parts.tool_calls)
+            else:
+                index = max(parts.tool_calls)
+        acc = parts.tool_calls.setdefault(index, _ToolCallParts())
+        if call.get("id") and not acc.id:
+            acc.id = str(call["id"])
+        if call.get("type"):
+            acc.type = str(call["type"])
+        fn = call.get("function") or {}
+        if not isinstance(fn, dict):
+            raise ValueError("tool_calls[].function must be an object")
+        name = fn.get("name")
+        if name and name != acc.name:
+            acc.name += str(name)
+        arguments = fn.get("arguments")
+        if arguments:
+            acc.arguments.append(arguments if isinstance(arguments, str) else json.dumps(arguments))
+
+    def result(self) -> ChatCompletion:
+        """The assembled completion (whatever has arrived so far)."""
+        choices = []
+        for index in sorted(self._choices):
+            parts = self._choices[index]
+            calls = [
+                ToolCall(
+                    id=acc.id or _new_call_id(),
+                    type=acc.type,
+                    function=FunctionCall(name=acc.name, arguments="".join(acc.arguments)),
+                )
+                for _, acc in sorted(parts.tool_calls.items())
+            ]
+            choices.append(
+                Choice(
+                    index=index,
+                    message=ChatMessage(
+                        role=parts.role,
+                        content="".join(parts.content) if parts.content else None,
+                        tool_calls=calls or None,
+                        reasoning_content="".join(parts.reasoning_content) or None,
+                        reasoning="".join(parts.reasoning) or None,
+                    ),
+                    finish_reason=parts.finish_reason,
+                    token_ids=parts.token_ids,
+                )
+            )
+        return ChatCompletion(
+            id=self.id,
+            choices=choices,
+            created=self.created,
+            model=self.model,
+            usage=self.usage,
+            prompt_token_ids=self.prompt_token_ids,
+        )
+
+
+class _ServerErrorFrame(ValueError):
+    pass
+
+
+class ChatStream:
+    """An async iterator over the decoded chunks of a streaming chat completion.
+
+    Each chunk is folded into :attr:`assembler` before it is returned; after the iteration
+    :meth:`completion` gives the whole :class:`ChatCompletion`.
+    """
+
+    def __init__(self, reader: LineReader) -> None:
+        self._reader = reader
+        self._sse = SSEDecoder()
+        self._done = False
+        self.assembler = ChatStreamAssembler()
+        self.endpoint = reader.endpoint
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> JSONObject:
+        """Return the next chunk (a decoded JSON object).
+
+        Raises:
+            StopAsyncIteration: After ``[DONE]`` (or the end of the body once finished).
+            ModelServerError: A transport or format failure, or the stream ended unfinished.
+
+        **Cancellation**: leaving the ``stream_chat`` block closes the connection.
+        """
+        if self._done:
+            raise StopAsyncIteration
+        while True:
+            line = await self._reader.readline()
+            try:
+                event = self._sse.flush() if line is None else self._sse.feed_line(line)
+            except SSEFormatError as exc:
+                self._done = True
+                raise self._protocol_error(
+                    f"malformed Server-Sent Events stream: {exc}", exc.line
+                ) from None
+            if event is None:
+                if line is None:
+                    self._done = True
+                    if not self.assembler.finished:
+                        raise StreamInterruptedError(
+                            "the stream ended without [DONE] or a finish_reason",
+                            endpoint=self.endpoint,
+                        )
+                    raise StopAsyncIteration
+                continue
+            if event.data.strip() == "[DONE]":
+                self._done = True
+                raise StopAsyncIteration
+            try:
+                chunk = json.loads(event.data)
+            except ValueError:
+                self._done = True
+                raise self._protocol_error(
+                    "stream chunk is not valid JSON", event.last_line
+                ) from None
+            try:
+                self.assembler.feed(chunk)
+            except _ServerErrorFrame as exc:
+                self._done = True
+                raise StreamInterruptedError(
+                    str(exc), endpoint=self.endpoint, line=event.last_line
+                ) from None
+            except (ValueError, TypeError) as exc:
+                self._done = True
+                raise self._protocol_error(
+                    f"unexpected chunk shape: {exc}", event.last_line
+                ) from None
+            return chunk  # type: ignore[no-any-return]
+
+    def _protocol_error(self, message: str, line: str) -> ServerProtocolError:
+        return ServerProtocolError(
+            message,
+            endpoint=self.endpoint,
+            attempt=self._reader.attempt,
+            status=self._reader.response.status_code,
+            line=line,
+        )
+
+    def completion(self) -> ChatCompletion:
+        """The completion assembled from the chunks received so far."""
+        return self.assembler.result()
+
+
+# --------------------------------------------------------------------------------------------
+# Client
+
+_UNSUPPORTED_KWARGS = ("extra_headers", "extra_query", "timeout")
+
+
+class ChatClient:
+    """An OpenAI-compatible chat-completions client on the shared HTTP layer.
+
+    Args:
+        base_url: API root including the version prefix (``http://127.0.0.1:8000/v1``).
+        model: Default ``model`` for requests that do not name one.
+        api_key: Bearer token (never logged).
+        stream: Default for ``stream`` when a call does not say; streaming keeps the
+            connection's read timeout meaningful for long generations.
+        options: Deadlines, pool size, retry policy.
+        limiter: Gate for concurrent requests (``limits.model_requests``).
+        transport: An httpx transport instead of the network (tests, ASGI apps).
+        rng: Random source for retry jitter.
+    """
+
+    path = "/chat/completions"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str = "default",
+        api_key: str | None = None,
+        stream: bool = False,
+        options: HTTPOptions | None = None,
+        limiter: NamedLimiter | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.model = model
+        self.stream_by_default = stream
+        self.connection = ServerConnection(
+            base_url,
+            options=options,
+            limiter=limiter,
+            transport=transport,
+            api_key=api_key,
+            rng=rng,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        """``POST URL`` of the chat endpoint."""
+        return f"POST {self.connection.url(self.path)}"
+
+    async def __aenter__(self) -> Self:
+        """Open the connection pool.
+
+        **Cancellation**: nothing is opened before the first await.
+        """
+        await self.connection.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the connection pool.
+
+        **Cancellation**: the close is shielded and bounded.
+        """
+        await self.connection.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool.
+
+        **Cancellation**: shielded and bounded.
+        """
+        await self.connection.aclose()
+
+    def request_body(self, **kwargs: JSON) -> JSONObject:
+        """The JSON body for ``kwargs`` (pure): ``extra_body`` merged last, at the top level.
+
+        Raises:
+            TypeError: An OpenAI-SDK transport option this client does not support.
+        """
+        for name in _UNSUPPORTED_KWARGS:
+            if name in kwargs:
+                raise TypeError(
+                    f"ChatClient.chat_completion does not support {name!r}; set headers and "
+                    "deadlines on the client (HTTPOptions) instead"
+                )
+        extra = kwargs.pop("extra_body", None) or {}
+        if not isinstance(extra, Mapping):
+            raise TypeError(f"extra_body must be a mapping, got {type(extra).__name__}")
+        body: JSONObject = {"model": self.model}
+        body.update({k: v for k, v in kwargs.items() if v is not None})
+        body.update(extra)
+        body.setdefault("stream", self.stream_by_default)
+        if body["stream"]:
+            body.setdefault("stream_options", {"include_usage": True})
+        return body
+
+    async def chat_completion(self, **kwargs: JSON) -> ChatCompletion:
+        """Send a chat-completions request; return the (assembled) :class:`ChatCompletion`.
+
+        Keyword arguments are the OpenAI request fields (``messages``, ``tools``,
+        ``tool_choice``, ``temperature``, ``max_tokens``, ``n``, ``stream``, ...), plus
+        ``extra_body`` whose keys are merged into the body at the top level.
+
+        Raises:
+            ModelServerError: The request failed after retries, the stream broke, or the
+                response is not a chat completion.
+
+        **Cancellation**: the HTTP request or stream is closed (the server sees the
+        disconnect); nothing is returned.
+        """
+        body = self.request_body(**kwargs)
+        if not body["stream"]:
+            data = await self.connection.post_json(self.path, body)
+            try:
+                return ChatCompletion.from_dict(data)
+            except (ValueError, TypeError) as exc:
+                raise ServerProtocolError(
+                    f"not a chat completion: {exc}",
+                    endpoint=self.endpoint,
+                    line=json.dumps(data)[:500],
+                ) from None
+        async with self._open_stream(body) as chunks:
+            async for _ in chunks:
+                pass
+            return chunks.completion()
+
+    @asynccontextmanager
+    async def stream_chat(self, **kwargs: JSON) -> AsyncIterator[ChatStream]:
+        """Stream a chat completion; yield a :class:`ChatStream` of decoded chunks.
+
+        Same arguments as :meth:`chat_completion` (``stream`` is forced on).
+
+        **Cancellation**: leaving the block closes the stream; the server sees the
+        disconnect.
+        """
+        kwargs["stream"] = True
+        async with self._open_stream(self.request_body(**kwargs)) as chunks:
+            yield chunks
+
+    @asynccontextmanager
+    async def _open_stream(self, body: JSONObject) -> AsyncIterator[ChatStream]:
+        async with self.connection.open_lines(self.path, body) as reader:
+            yield ChatStream(reader)

@@ -1,0 +1,757 @@
+"""Phase 2 token clients: prompt ids in, a stream of exact completion ids and logprobs out.
+
+One interface, :class:`TokenClient`, three adapters for the token endpoints servers offer:
+
+* :class:`VLLMGenerateClient`: vLLM ``POST /inference/v1/generate``, SSE, each chunk
+  carries the new ids;
+* :class:`AtroposGenerateClient`: the Atropos reference server's ``POST /generate`` (base URL
+  minus ``/v1``), one JSON response;
+* :class:`SGLangGenerateClient`: SGLang ``POST /generate``, SSE, cumulative chunks (default)
+  or incremental ones.
+
+Usage::
+
+    async with VLLMGenerateClient("http://127.0.0.1:8000", limiter=limits.model_requests) as c:
+        async with c.stream(prompt_ids, SamplingParams(max_tokens=512)) as deltas:
+            async for delta in deltas:          # TokenDelta(token_ids, logprobs, finish_reason)
+                ...
+        completion = await c.generate(prompt_ids)   # the same, collected
+
+Guarantees, per chunk: ``len(token_ids) == len(logprobs)`` (a mismatch is a
+:class:`~hermes_async.inference.ServerProtocolError`, never padded); when the server names
+the id of each logprob entry, it must equal the id it sits beside; no tokens after a
+``finish_reason``. Concatenating the deltas gives exactly the ids the server sent. A stream
+that ends without a ``finish_reason`` is an error (:class:`StreamInterruptedError`), not a
+short completion.
+
+What is returned and what is raised: a completed generation is returned whatever its
+``finish_reason`` (``"stop"``, ``"length"``, ``"abort"``...). Every transport or format failure
+raises a :class:`~hermes_async.inference.ModelServerError` that carries the tokens received
+before it (``exc.token_ids`` / ``exc.logprobs``). Retries (connect errors, 429, 5xx) happen
+before the first token; once a token was handed out nothing is retried.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+import anyio
+import httpx
+
+from hermes_async.inference._errors import (
+    ModelServerError,
+    ServerProtocolError,
+    StreamInterruptedError,
+)
+from hermes_async.inference._http import (
+    CLOSE_GRACE_SECONDS,
+    HTTPOptions,
+    LineReader,
+    ServerConnection,
+)
+from hermes_async.inference._sse import SSEDecoder, SSEFormatError
+from hermes_async.jsontypes import JSON, JSONObject
+from hermes_async.limits import NamedLimiter
+
+__all__ = [
+    "AtroposGenerateClient",
+    "Completion",
+    "GenerateClient",
+    "SGLangGenerateClient",
+    "SamplingParams",
+    "TokenClient",
+    "TokenDelta",
+    "TokenStream",
+    "VLLMGenerateClient",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling parameters, translated by each adapter into its server's names.
+
+    Attributes:
+        max_tokens: Completion length limit (SGLang: ``max_new_tokens``).
+        temperature: Sampling temperature (1.0: sample from the model's distribution, what
+            on-policy RL wants).
+        top_p: Nucleus sampling mass.
+        top_k: Top-k cut-off; ``None`` leaves the server default.
+        seed: Per-request seed; ``None`` leaves the server default.
+        stop_token_ids: Ids that end the completion (typically the tokenizer's end of turn).
+        stop: Strings that end the completion.
+        extra: Server-specific sampling parameters merged last (e.g. vLLM
+            ``{"structured_outputs": {"regex": ...}}``). Atropos' server passes every key to
+            vLLM's ``SamplingParams``: an unknown key there is an HTTP 500.
+    """
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    extra: Mapping[str, JSON] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDelta:
+    """New completion tokens from one chunk of a stream.
+
+    Attributes:
+        token_ids: The ids, exactly as the server sampled them.
+        logprobs: The sampled tokens' logprobs, aligned one to one with ``token_ids``.
+        finish_reason: ``None`` until the last chunk, then ``"stop"``, ``"length"``, ...
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(
+                f"TokenDelta needs one logprob per token id, got {len(self.token_ids)} ids and "
+                f"{len(self.logprobs)} logprobs"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A whole completion: the concatenated deltas of one stream.
+
+    Attributes:
+        token_ids: Every completion id, in order.
+        logprobs: Their logprobs.
+        finish_reason: Why generation stopped.
+        chunks: How many chunks carried tokens (1 for non-streaming servers).
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    chunks: int
+
+
+@runtime_checkable
+class TokenClient(Protocol):
+    """What the Phase 2 agent loop needs from a token server."""
+
+    def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+    ) -> AbstractAsyncContextManager[TokenStream]:
+        """Start a generation; the context manager yields an async iterator of deltas."""
+        ...
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+    ) -> Completion:
+        """Run a generation to its end and return it whole.
+
+        **Cancellation**: the request is abandoned and its connection closed.
+        """
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Chunk decoders (sans I/O): one JSON chunk -> TokenDelta, with every check
+
+
+class _ChunkError(Exception):
+    """A chunk is malformed (``server_error`` False) or is an error frame (True)."""
+
+    def __init__(self, message: str, *, server_error: bool = False) -> None:
+        super().__init__(message)
+        self.server_error = server_error
+
+
+def _check_error_frame(payload: JSON) -> None:
+    if not isinstance(payload, dict):
+        raise _ChunkError(f"expected a JSON object, got {type(payload).__name__}")
+    error = payload.get("error")
+    if error is not None or payload.get("object") == "error":
+        detail = error if error is not None else payload.get("message", payload)
+        if isinstance(detail, dict):
+            detail = detail.get("message", detail)
+        raise _ChunkError(f"the server reported an error mid-stream: {detail}", server_error=True)
+
+
+def _int_ids(value: JSON, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in value
+    ):
+        raise _ChunkError(f"{what} must be a list of integers")
+    return value
+
+
+def _float(value: JSON, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _ChunkError(f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
+def _check_lengths(ids: Sequence[int], logprobs: Sequence[float]) -> None:
+    if len(ids) != len(logprobs):
+        raise _ChunkError(
+            f"chunk has {len(ids)} token ids but {len(logprobs)} logprobs; every sampled "
+            "token needs its logprob (request logprobs from the server)"
+        )
+
+
+def _finish_reason(value: JSON) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, dict):  # SGLang: {"type": "stop", "matched": 151645}
+        value = value.get("type")
+    if not isinstance(value, str):
+        raise _ChunkError(f"finish_reason must be a string or null, got {value!r}")
+    return value
+
+
+class _ChunkDecoder(ABC):
+    @abstractmethod
+    def feed(self, payload: JSON) -> TokenDelta | None:
+        """Decode one chunk; ``None`` for chunks without tokens or finish (usage, keep-alive)."""
+
+
+class _VLLMDecoder(_ChunkDecoder):
+    def feed(self, payload: JSON) -> TokenDelta | None:
+        _check_error_frame(payload)
+        choices = payload.get("choices")
+        if not choices:  # the usage chunk
+            return None
+        if not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise _ChunkError("choices must be a list of objects")
+        choice = choices[0]
+        ids = _int_ids(choice.get("token_ids", []), "choices[0].token_ids")
+        content = (choice.get("logprobs") or {}).get("content")
+        if content is None:
+            content = []
+        if not isinstance(content, list):
+            raise _ChunkError("choices[0].logprobs.content must be a list")
+        logprobs: list[float] = []
+        for i, entry in enumerate(content):
+            if not isinstance(entry, dict):
+                raise _ChunkError("logprobs.content entries must be objects")
+            logprobs.append(_float(entry.get("logprob"), "logprobs.content[].logprob"))
+            token_id = entry.get("token_id")
+            if token_id is not None and i < len(ids) and token_id != ids[i]:
+                raise _ChunkError(
+                    f"logprob entry {i} is for token {token_id} but the chunk's id there is "
+                    f"{ids[i]}"
+                )
+        _check_lengths(ids, logprobs)
+        finish = _finish_reason(choice.get("finish_reason"))
+        if not ids and finish is None:
+            return None
+        return TokenDelta(tuple(ids), tuple(logprobs), finish)
+
+
+class _SGLangDecoder(_ChunkDecoder):
+    def __init__(self, *, incremental: bool) -> None:
+        self._incremental = incremental
+        self._seen: list[int] = []
+
+    def feed(self, payload: JSON) -> TokenDelta | None:
+        _check_error_frame(payload)
+        ids = _int_ids(payload.get("output_ids"), "output_ids")
+        meta = payload.get("meta_info")
+        if not isinstance(meta, dict):
+            raise _ChunkError("meta_info must be an object")
+        raw = meta.get("output_token_logprobs")
+        if raw is None:
+            raise _ChunkError(
+                "meta_info.output_token_logprobs is missing (request return_logprob=true)"
+            )
+        if not isinstance(raw, list):
+            raise _ChunkError("meta_info.output_token_logprobs must be a list")
+        logprobs: list[float] = []
+        for i, entry in enumerate(raw):
+            if not isinstance(entry, list) or len(entry) < 2:
+                raise _ChunkError("output_token_logprobs entries must be [logprob, token_id, ...]")
+            logprobs.append(_float(entry[0], "output_token_logprobs[][0]"))
+            if i < len(ids) and entry[1] != ids[i]:
+                raise _ChunkError(
+                    f"logprob entry {i} is for token {entry[1]} but output_ids has {ids[i]} there"
+                )
+        _check_lengths(ids, logprobs)
+        finish = _finish_reason(meta.get("finish_reason"))
+        if not self._incremental:
+            seen = len(self._seen)
+            if len(ids) < seen or ids[:seen] != self._seen:
+                raise _ChunkError(
+                    f"cumulative chunk does not extend the {seen} ids seen so far; if the "
+                    "server runs with --incremental-streaming-output, use "
+                    "SGLangGenerateClient(..., incremental=True)"
+                )
+            ids, logprobs = ids[seen:], logprobs[seen:]
+            self._seen.extend(ids)
+        if not ids and finish is None:
+            return None
+        return TokenDelta(tuple(ids), tuple(logprobs), finish)
+
+
+class _AtroposDecoder(_ChunkDecoder):
+    def feed(self, payload: JSON) -> TokenDelta | None:
+        _check_error_frame(payload)
+        try:
+            ids_all = payload["token_ids"]
+            lps_all = payload["logprobs"]
+            reasons = payload["finish_reasons"]
+        except KeyError as exc:
+            raise _ChunkError(f"response lacks {exc.args[0]!r}") from None
+        if not (isinstance(ids_all, list) and ids_all and isinstance(lps_all, list) and lps_all):
+            raise _ChunkError("token_ids and logprobs must be non-empty lists (one per choice)")
+        ids = _int_ids(ids_all[0], "token_ids[0]")
+        entries = lps_all[0]
+        if not isinstance(entries, list):
+            raise _ChunkError("logprobs[0] must be a list")
+        logprobs: list[float] = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise _ChunkError('logprobs entries must be one-key objects {"<token id>": lp}')
+            ((key, value),) = entry.items()
+            if i < len(ids) and key != str(ids[i]):
+                raise _ChunkError(
+                    f"logprob entry {i} is for token {key} but token_ids has {ids[i]} there"
+                )
+            logprobs.append(_float(value, "logprob"))
+        _check_lengths(ids, logprobs)
+        finish = _finish_reason(reasons[0] if isinstance(reasons, list) and reasons else None)
+        return TokenDelta(tuple(ids), tuple(logprobs), finish or "stop")
+
+
+# --------------------------------------------------------------------------------------------
+# Sources: where the JSON chunks come from
+
+
+class _Source(ABC):
+    @abstractmethod
+    async def next(self) -> tuple[JSON, str] | None:
+        """The next chunk and the line it came from; ``None`` at the end."""
+
+
+class _SSESource(_Source):
+    def __init__(self, reader: LineReader) -> None:
+        self._reader = reader
+        self._sse = SSEDecoder()
+        self._done = False
+
+    async def next(self) -> tuple[JSON, str] | None:
+        if self._done:
+            return None
+        while True:
+            line = await self._reader.readline()
+            try:
+                event = self._sse.flush() if line is None else self._sse.feed_line(line)
+            except SSEFormatError as exc:
+                raise ServerProtocolError(
+                    f"malformed Server-Sent Events stream: {exc}",
+                    endpoint=self._reader.endpoint,
+                    attempt=self._reader.attempt,
+                    status=self._reader.response.status_code,
+                    line=exc.line,
+                ) from None
+            if event is None:
+                if line is None:
+                    self._done = True
+                    return None
+                continue
+            if event.data.strip() == "[DONE]":
+                self._done = True
+                await self._drain()
+                return None
+            try:
+                return json.loads(event.data), event.last_line
+            except ValueError:
+                raise ServerProtocolError(
+                    "stream chunk is not valid JSON",
+                    endpoint=self._reader.endpoint,
+                    attempt=self._reader.attempt,
+                    status=self._reader.response.status_code,
+                    line=event.last_line,
+                ) from None
+
+    async def _drain(self) -> None:
+        # Read to the end of the body after [DONE] so the connection can be reused; a server
+        # that lingers only costs a new connection next time.
+        with anyio.move_on_after(CLOSE_GRACE_SECONDS):
+            try:
+                while await self._reader.readline() is not None:
+                    pass
+            except ModelServerError:
+                pass
+
+
+class _JSONSource(_Source):
+    def __init__(self, connection: ServerConnection, path: str, body: JSONObject) -> None:
+        self._connection = connection
+        self._path = path
+        self._body = body
+        self._done = False
+
+    async def next(self) -> tuple[JSON, str] | None:
+        if self._done:
+            return None
+        self._done = True
+        payload = await self._connection.post_json(self._path, self._body)
+        return payload, json.dumps(payload)
+
+
+class TokenStream:
+    """An async iterator of :class:`TokenDelta`; also keeps everything received so far.
+
+    Obtained from :meth:`TokenClient.stream`; iterate it inside that ``async with`` block.
+
+    Attributes:
+        endpoint: ``METHOD URL`` of the request.
+        token_ids: Every id yielded so far.
+        logprobs: Their logprobs.
+        finish_reason: Set once the server reported it.
+        chunks: How many deltas were yielded.
+    """
+
+    def __init__(self, source: _Source, decoder: _ChunkDecoder, endpoint: str) -> None:
+        self._source = source
+        self._decoder = decoder
+        self.endpoint = endpoint
+        self.token_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.finish_reason: str | None = None
+        self.chunks = 0
+        self._ended = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> TokenDelta:
+        """Return the next delta.
+
+        Raises:
+            StopAsyncIteration: After the last delta.
+            ModelServerError: A failure; ``exc.token_ids`` holds the ids yielded before it.
+
+        **Cancellation**: the stream is left where it was; leaving the ``stream()`` block
+        closes the connection.
+        """
+        if self._ended:
+            raise StopAsyncIteration
+        while True:
+            try:
+                item = await self._source.next()
+            except ModelServerError as exc:
+                self._ended = True
+                raise exc.with_partial(self.token_ids, self.logprobs) from exc.__cause__
+            if item is None:
+                self._ended = True
+                if self.finish_reason is None:
+                    raise StreamInterruptedError(
+                        "the stream ended without a finish_reason; the server stopped early "
+                        "or a proxy cut the response",
+                        endpoint=self.endpoint,
+                        token_ids=self.token_ids,
+                        logprobs=self.logprobs,
+                    )
+                raise StopAsyncIteration
+            payload, line = item
+            try:
+                delta = self._decoder.feed(payload)
+                if delta is not None and delta.token_ids and self.finish_reason is not None:
+                    raise _ChunkError(
+                        f"chunk carries {len(delta.token_ids)} tokens after finish_reason "
+                        f"{self.finish_reason!r}"
+                    )
+            except _ChunkError as exc:
+                self._ended = True
+                cls = StreamInterruptedError if exc.server_error else ServerProtocolError
+                raise cls(
+                    str(exc),
+                    endpoint=self.endpoint,
+                    line=line,
+                    token_ids=self.token_ids,
+                    logprobs=self.logprobs,
+                ) from None
+            if delta is None:
+                continue
+            self.token_ids.extend(delta.token_ids)
+            self.logprobs.extend(delta.logprobs)
+            if delta.finish_reason is not None:
+                self.finish_reason = delta.finish_reason
+            self.chunks += 1
+            return delta
+
+    def completion(self) -> Completion:
+        """The completion so far (call after iteration ended)."""
+        if self.finish_reason is None:
+            raise RuntimeError("the stream has not finished; iterate it to the end first")
+        return Completion(
+            tuple(self.token_ids), tuple(self.logprobs), self.finish_reason, self.chunks
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Clients
+
+
+class GenerateClient(ABC):
+    """Shared shape of the token clients: connection handling plus a protocol adapter.
+
+    Args:
+        base_url: The server's base URL.
+        options: Deadlines, pool size and retry policy (:class:`HTTPOptions`).
+        limiter: Gate for concurrent requests, e.g. ``Limits().model_requests``; the pool is
+            sized to at least its total.
+        transport: An httpx transport to use instead of the network (tests, ASGI apps).
+        api_key: Sent as a bearer token when given.
+        rng: Random source for retry jitter.
+    """
+
+    #: Path of the endpoint, relative to the base URL.
+    path: str = ""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        options: HTTPOptions | None = None,
+        limiter: NamedLimiter | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.connection = ServerConnection(
+            self._base_url(base_url),
+            options=options,
+            limiter=limiter,
+            transport=transport,
+            api_key=api_key,
+            rng=rng,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        """``POST URL`` of the generation endpoint."""
+        return f"POST {self.connection.url(self.path)}"
+
+    def _base_url(self, base_url: str) -> str:
+        return base_url
+
+    async def __aenter__(self) -> Self:
+        """Open the connection pool.
+
+        **Cancellation**: nothing is opened before the first await.
+        """
+        await self.connection.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the connection pool.
+
+        **Cancellation**: the close is shielded and bounded.
+        """
+        await self.connection.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool.
+
+        **Cancellation**: shielded and bounded.
+        """
+        await self.connection.aclose()
+
+    @abstractmethod
+    def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
+        """The JSON body this server expects (pure; handy to inspect in tests)."""
+
+    @abstractmethod
+    def _decoder(self) -> _ChunkDecoder: ...
+
+    streaming: bool = True
+
+    @asynccontextmanager
+    async def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+    ) -> AsyncIterator[TokenStream]:
+        """Start a generation; yield a :class:`TokenStream` of :class:`TokenDelta`.
+
+        For a streaming server the request is sent (and retried) on entering the block.
+
+        Raises:
+            ModelServerError: On entry (the request failed) or while iterating.
+
+        **Cancellation**: leaving the block, by cancellation or otherwise, closes the HTTP
+        response, so the server sees the disconnect and stops generating; the close is
+        shielded and bounded.
+        """
+        body = self.request_body(prompt_ids, params or SamplingParams())
+        if not self.streaming:
+            yield TokenStream(
+                _JSONSource(self.connection, self.path, body), self._decoder(), self.endpoint
+            )
+            return
+        async with self.connection.open_lines(self.path, body) as reader:
+            yield TokenStream(_SSESource(reader), self._decoder(), self.endpoint)
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+    ) -> Completion:
+        """Run a generation to its end and return the :class:`Completion`.
+
+        Raises:
+            ModelServerError: The generation failed (partial tokens on the error).
+
+        **Cancellation**: the connection is closed; nothing is returned.
+        """
+        async with self.stream(prompt_ids, params) as deltas:
+            async for _ in deltas:
+                pass
+            return deltas.completion()
+
+
+def _sampling_common(params: SamplingParams) -> JSONObject:
+    out: JSONObject = {"temperature": params.temperature, "top_p": params.top_p}
+    if params.top_k is not None:
+        out["top_k"] = params.top_k
+    if params.stop:
+        out["stop"] = list(params.stop)
+    if params.stop_token_ids:
+        out["stop_token_ids"] = list(params.stop_token_ids)
+    return out
+
+
+class VLLMGenerateClient(GenerateClient):
+    """vLLM's tokens-in/tokens-out endpoint, ``POST /inference/v1/generate``, streamed as SSE.
+
+    The server must run with ``--enable-scale-out`` (it answers 403 otherwise; not retried).
+    Wire format::
+
+        > {"token_ids": [151644, ...], "sampling_params": {"max_tokens": 256, "logprobs": 0,
+        >  ...}, "stream": true}
+        < data: {"choices": [{"token_ids": [9707, 11], "finish_reason": null,
+        <        "logprobs": {"content": [{"token_id": 9707, "logprob": -0.3}, ...]}}]}
+        < data: [DONE]
+    """
+
+    path = "/inference/v1/generate"
+
+    def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
+        sampling = _sampling_common(params)
+        sampling["max_tokens"] = params.max_tokens
+        sampling["logprobs"] = 0
+        if params.seed is not None:
+            sampling["seed"] = params.seed
+        sampling.update(params.extra)
+        return {"token_ids": list(prompt_ids), "sampling_params": sampling, "stream": True}
+
+    def _decoder(self) -> _ChunkDecoder:
+        return _VLLMDecoder()
+
+
+class AtroposGenerateClient(GenerateClient):
+    """The Atropos reference server's ``POST /generate`` (``example_trainer/vllm_api_server.py``).
+
+    Non-streaming (its stream mode returns text only): the whole completion arrives as one
+    delta. ``base_url`` may end in ``/v1`` (as atroposlib configs do); it is stripped.
+    Wire format::
+
+        > {"prompt": {"prompt_token_ids": [...]}, "logprobs": 0, "n": 1, "max_tokens": 256, ...}
+        < {"token_ids": [[9707, 11]], "logprobs": [[{"9707": -0.3}, {"11": -1.2}]],
+        <  "finish_reasons": ["stop"], "text": [...], ...}
+    """
+
+    path = "/generate"
+    streaming = False
+
+    def _base_url(self, base_url: str) -> str:
+        return base_url.rstrip("/").removesuffix("/v1")
+
+    def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
+        body: JSONObject = {
+            "prompt": {"prompt_token_ids": list(prompt_ids)},
+            "logprobs": 0,
+            "n": 1,
+            "max_tokens": params.max_tokens,
+        }
+        body.update(_sampling_common(params))
+        if params.seed is not None:
+            body["seed"] = params.seed
+        body.update(params.extra)
+        return body
+
+    def _decoder(self) -> _ChunkDecoder:
+        return _AtroposDecoder()
+
+
+class SGLangGenerateClient(GenerateClient):
+    """SGLang's native ``POST /generate`` with ``input_ids``, streamed as SSE.
+
+    SGLang streams **cumulative** chunks by default (each carries all ids so far); a server
+    started with ``--incremental-streaming-output`` sends deltas: pass ``incremental=True``.
+    A cumulative chunk that does not extend the ids seen so far is a protocol error (the usual
+    sign of the wrong mode). Wire format::
+
+        > {"input_ids": [...], "sampling_params": {"max_new_tokens": 256, ...},
+        >  "return_logprob": true, "logprob_start_len": -1, "stream": true}
+        < data: {"output_ids": [9707, 11], "meta_info": {"finish_reason": null,
+        <        "output_token_logprobs": [[-0.3, 9707, null], [-1.2, 11, null]]}}
+        < data: [DONE]
+
+    Args:
+        incremental: The server sends deltas instead of cumulative chunks.
+        **kwargs: As for :class:`GenerateClient`.
+    """
+
+    path = "/generate"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        incremental: bool = False,
+        options: HTTPOptions | None = None,
+        limiter: NamedLimiter | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            options=options,
+            limiter=limiter,
+            transport=transport,
+            api_key=api_key,
+            rng=rng,
+        )
+        self.incremental = incremental
+
+    def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
+        sampling = _sampling_common(params)
+        sampling["max_new_tokens"] = params.max_tokens
+        if params.seed is not None:
+            sampling["sampling_seed"] = params.seed
+        sampling.update(params.extra)
+        return {
+            "input_ids": list(prompt_ids),
+            "sampling_params": sampling,
+            "return_logprob": True,
+            "logprob_start_len": -1,
+            "stream": True,
+        }
+
+    def _decoder(self) -> _ChunkDecoder:
+        return _SGLangDecoder(incremental=self.incremental)

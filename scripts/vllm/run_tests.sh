@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# `make test-vllm`: build the CPU vLLM venv and a tiny random model with the offline Qwen
+# tokenizer, start vLLM on loopback, run `pytest -m vllm tests/integration`, stop the server.
+#
+# Env: VLLM_VENV (.venv-vllm), VENV (.venv, the project venv), VLLM_PORT (a free port),
+#      VLLM_STARTUP_TIMEOUT_SECONDS (300), PYTEST_ARGS (extra pytest arguments).
+# Artifacts (model, tokenizer, server log) live in $VLLM_VENV/work.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+VLLM_VENV="${VLLM_VENV:-.venv-vllm}"
+VENV="${VENV:-.venv}"
+WORK="$VLLM_VENV/work"
+STARTUP_TIMEOUT_SECONDS="${VLLM_STARTUP_TIMEOUT_SECONDS:-300}"
+STOP_GRACE_SECONDS=30
+started=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - started )) s"; }
+
+bash scripts/vllm/setup_venv.sh
+echo "[test-vllm] venv ready after $(elapsed)"
+
+mkdir -p "$WORK"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+tokenizer_dir=$("$VENV/bin/python" -c "
+import sys
+from hermes_async.inference.hf import qwen_offline_hf_dir
+print(qwen_offline_hf_dir(sys.argv[1]))" "$WORK/tokenizer")
+"$VLLM_VENV/bin/python" scripts/vllm/make_tiny_model.py --tokenizer "$tokenizer_dir" --out "$WORK/tiny-model"
+echo "[test-vllm] model ready after $(elapsed)"
+
+port="${VLLM_PORT:-$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+url="http://127.0.0.1:$port"
+log="$WORK/server.log"
+
+# Own process group (setsid) so stopping it also stops vLLM's engine-core child process.
+HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CACHE_ROOT="$WORK/cache" VLLM_NO_USAGE_STATS=1 \
+    setsid "$VLLM_VENV/bin/python" -m vllm.entrypoints.openai.api_server \
+    --model "$WORK/tiny-model" --served-model-name tiny --host 127.0.0.1 --port "$port" \
+    --dtype float32 --max-model-len 2048 --enable-scale-out --enforce-eager \
+    >"$log" 2>&1 &
+server_pid=$!
+
+stop_server() {
+    if kill -0 "$server_pid" 2>/dev/null; then
+        kill -TERM -- "-$server_pid" 2>/dev/null || true
+        for _ in $(seq "$STOP_GRACE_SECONDS"); do
+            kill -0 "$server_pid" 2>/dev/null || break
+            sleep 1
+        done
+        kill -KILL -- "-$server_pid" 2>/dev/null || true
+    fi
+    wait "$server_pid" 2>/dev/null || true
+    echo "[test-vllm] server stopped; total $(elapsed)"
+}
+trap stop_server EXIT
+
+deadline=$(( $(date +%s) + STARTUP_TIMEOUT_SECONDS ))
+until curl -fsS -m 2 "$url/health" >/dev/null 2>&1; do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+        echo "[test-vllm] vLLM exited during startup; last lines of $log:" >&2
+        tail -n 40 "$log" >&2
+        exit 1
+    fi
+    if (( $(date +%s) > deadline )); then
+        echo "[test-vllm] vLLM not healthy after ${STARTUP_TIMEOUT_SECONDS} s; last lines of $log:" >&2
+        tail -n 40 "$log" >&2
+        exit 1
+    fi
+    sleep 1
+done
+echo "[test-vllm] server healthy at $url after $(elapsed)"
+
+HERMES_ASYNC_VLLM_URL="$url" HERMES_ASYNC_VLLM_TOKENIZER="$tokenizer_dir" \
+    "$VENV/bin/python" -m pytest -m vllm tests/integration -p no:cacheprovider ${PYTEST_ARGS:-}
