@@ -1,0 +1,384 @@
+"""Serve an ASGI app to httpx clients in tests: over real loopback HTTP, or in-process.
+
+Two helpers, both async context managers that own their tasks:
+
+* :func:`open_loopback_server` runs the app under `hypercorn <https://hypercorn.readthedocs.io>`_
+  on ``127.0.0.1`` with an ephemeral port, on the *current* async backend (asyncio or trio),
+  and yields its base URL. Use it when the test must exercise real sockets: connection pools,
+  a server that cuts the TCP connection, the server noticing a client disconnect.
+* :func:`open_asgi_transport` yields an ``httpx.AsyncBaseTransport`` that calls the app
+  in-process (no sockets) **and streams**: body chunks reach the client as the app sends them,
+  and closing the response early delivers ``http.disconnect`` to the app.
+
+Why not ``httpx.ASGITransport``? It runs the app to completion and buffers the whole body
+before returning the response (httpx 0.28). That is fine for request/response endpoints, but a
+streaming endpoint is then not streamed at all: a stalled stream blocks the request itself, a
+cancelled caller cancels the app's coroutine (it runs in the caller's task) instead of
+disconnecting, and no read timeout ever applies. :func:`open_asgi_transport` keeps the
+streaming semantics a real server has; the app runs in a task of the context manager's task
+group.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+__all__ = [
+    "SERVER_SHUTDOWN_GRACE_SECONDS",
+    "ASGIApp",
+    "open_app_endpoint",
+    "open_asgi_transport",
+    "open_loopback_server",
+]
+
+#: An ASGI 3 application: ``await app(scope, receive, send)``.
+ASGIApp = Callable[
+    [
+        MutableMapping[str, Any],
+        Callable[[], Awaitable[MutableMapping[str, Any]]],
+        Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ],
+    Awaitable[None],
+]
+
+#: How long shutdown waits for in-flight requests before cancelling them. Short: test servers
+#: have nothing worth waiting for, and every test pays this when a stream is left open.
+SERVER_SHUTDOWN_GRACE_SECONDS = 1.0
+
+
+@asynccontextmanager
+async def open_loopback_server(
+    app: ASGIApp, *, host: str = "127.0.0.1", startup_timeout: float = 10.0
+) -> AsyncIterator[str]:
+    """Serve ``app`` over HTTP/1.1 on ``host`` with an ephemeral port; yield ``"http://host:port"``.
+
+    The socket is bound before the server starts, so the URL is valid (connections queue in the
+    backlog) as soon as it is yielded. The server runs under hypercorn's asyncio or trio worker,
+    whichever backend the caller is running on, in a task group owned by this context manager.
+    Needs the ``testing`` extra (``hypercorn``).
+
+    Example::
+
+        async with open_loopback_server(app) as base_url:
+            async with httpx.AsyncClient(base_url=base_url) as client:
+                response = await client.get("/health")
+
+    Args:
+        app: An ASGI 3 application. It only sees ``http`` (and ``websocket``) scopes: the
+            ``lifespan`` protocol is answered here (hypercorn's trio worker fails on apps that
+            ignore it), so do start-up work before entering the block.
+        host: Interface to bind; keep the loopback default in tests.
+        startup_timeout: Seconds to wait for the app's lifespan startup.
+
+    Yields:
+        The base URL, without a trailing slash.
+
+    **Cancellation**: leaving the block (normally, by error or by cancellation) triggers a
+    graceful shutdown bounded by :data:`SERVER_SHUTDOWN_GRACE_SECONDS` (in-flight requests are
+    then cancelled), run shielded so the socket is always closed.
+    """
+    try:
+        from hypercorn.app_wrappers import ASGIWrapper
+        from hypercorn.config import Config, Sockets
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError(
+            "open_loopback_server needs hypercorn: pip install 'hermes-async[testing]'"
+        ) from exc
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        sock.listen(128)
+        sock.setblocking(False)
+        port = sock.getsockname()[1]
+    except BaseException:
+        sock.close()
+        raise
+
+    config = Config()
+    config.graceful_timeout = SERVER_SHUTDOWN_GRACE_SECONDS
+    config.startup_timeout = startup_timeout
+    config.shutdown_timeout = SERVER_SHUTDOWN_GRACE_SECONDS
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hermes_async.testing.http")
+    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
+    shutdown = anyio.Event()
+    backend = _current_backend()
+    wrapped = ASGIWrapper(_without_lifespan(app))  # type: ignore[arg-type]
+
+    server_done = anyio.Event()
+
+    async def run_server() -> None:
+        try:
+            if backend == "trio":
+                from hypercorn.trio.run import worker_serve as trio_serve
+
+                await trio_serve(wrapped, config, sockets=sockets, shutdown_trigger=shutdown.wait)
+            else:
+                from hypercorn.asyncio.run import worker_serve as asyncio_serve
+
+                await asyncio_serve(
+                    wrapped, config, sockets=sockets, shutdown_trigger=shutdown.wait
+                )
+        finally:
+            server_done.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_server)
+            try:
+                yield f"http://{host}:{port}"
+            finally:
+                shutdown.set()
+                # hypercorn waits up to graceful_timeout for in-flight requests; allow for that,
+                # then cancel whatever is left.
+                with anyio.move_on_after(SERVER_SHUTDOWN_GRACE_SECONDS * 3, shield=True):
+                    await server_done.wait()
+                tg.cancel_scope.cancel(reason="loopback server closed")
+    finally:
+        sock.close()
+
+
+def _current_backend() -> str:
+    try:
+        import trio
+
+        trio.lowlevel.current_task()  # raises RuntimeError outside a trio run
+    except (ImportError, RuntimeError):
+        return "asyncio"
+    return "trio"
+
+
+def _without_lifespan(app: ASGIApp) -> ASGIApp:
+    async def wrapper(
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "lifespan":
+            await app(scope, receive, send)
+            return
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    return wrapper
+
+
+# --------------------------------------------------------------------------------------------
+# In-process streaming transport
+
+
+@asynccontextmanager
+async def open_asgi_transport(app: ASGIApp) -> AsyncIterator[httpx.AsyncBaseTransport]:
+    """Yield an httpx transport that runs ``app`` in-process with real streaming semantics.
+
+    Each request starts the app as a task in this context manager's task group. Response body
+    chunks travel through a memory stream, so the client sees each one as soon as the app sends
+    it, and the client's read timeout applies as it would on a socket (``httpx.ReadTimeout``).
+    Closing the response before the body ended (an ``async with client.stream(...)``
+    left early, or a cancelled reader) makes the app's next ``receive()`` return
+    ``{"type": "http.disconnect"}`` and its next ``send()`` raise ``OSError``, as a real
+    server would. If the app fails before sending a response, the exception is raised to the
+    client as ``httpx.RemoteProtocolError``.
+
+    Example::
+
+        async with open_asgi_transport(app) as transport:
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+                ...
+
+    **Cancellation**: leaving the block cancels every request still running in the app.
+    """
+    async with anyio.create_task_group() as tg:
+        try:
+            yield _StreamingASGITransport(app, tg)
+        finally:
+            tg.cancel_scope.cancel(reason="ASGI transport closed")
+
+
+class _StreamingASGITransport(httpx.AsyncBaseTransport):
+    def __init__(self, app: ASGIApp, tg: anyio.abc.TaskGroup) -> None:
+        self._app = app
+        self._tg = tg
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": request.method,
+            "scheme": request.url.scheme,
+            "path": request.url.path,
+            "raw_path": request.url.raw_path.split(b"?")[0],
+            "query_string": request.url.query,
+            "root_path": "",
+            "headers": [(k.lower(), v) for k, v in request.headers.raw],
+            "client": ("127.0.0.1", 0),
+            "server": (request.url.host, request.url.port or 80),
+        }
+        read_timeout = _read_timeout(request)
+        exchange = _Exchange(body)
+        started = anyio.Event()
+        self._tg.start_soon(exchange.run_app, self._app, scope, started)
+        # Wait for the response start (or the app's failure) under the client's read timeout,
+        # as a socket read would; a cancelled or timed-out client disconnects.
+        try:
+            with anyio.fail_after(read_timeout):
+                await started.wait()
+        except TimeoutError:
+            exchange.disconnect()
+            raise httpx.ReadTimeout(
+                f"no response within the read timeout of {read_timeout:g} s", request=request
+            ) from None
+        except BaseException:
+            exchange.disconnect()
+            raise
+        if exchange.status is None:
+            exchange.disconnect()
+        if exchange.error is not None and exchange.status is None:
+            raise httpx.RemoteProtocolError(
+                f"ASGI app failed before responding: {exchange.error!r}", request=request
+            ) from exchange.error
+        if exchange.status is None:
+            raise httpx.RemoteProtocolError(
+                "ASGI app returned without sending a response", request=request
+            )
+        return httpx.Response(
+            exchange.status,
+            headers=exchange.headers,
+            stream=_ExchangeStream(exchange, read_timeout),
+        )
+
+
+def _read_timeout(request: httpx.Request) -> float:
+    timeouts = request.extensions.get("timeout") or {}
+    value = timeouts.get("read")
+    return math.inf if value is None else float(value)
+
+
+class _Exchange:
+    """One request/response between the transport and the app task."""
+
+    def __init__(self, body: bytes) -> None:
+        self.request_body = body
+        self.request_sent = False
+        self.status: int | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.error: BaseException | None = None
+        self.disconnected = anyio.Event()
+        send, receive = anyio.create_memory_object_stream[bytes | None](math.inf)
+        self.body_send: MemoryObjectSendStream[bytes | None] = send
+        self.body_receive: MemoryObjectReceiveStream[bytes | None] = receive
+
+    def disconnect(self) -> None:
+        self.disconnected.set()
+        self.body_receive.close()
+
+    async def run_app(
+        self, app: ASGIApp, scope: MutableMapping[str, Any], started: anyio.Event
+    ) -> None:
+        async def receive() -> MutableMapping[str, Any]:
+            if not self.request_sent:
+                self.request_sent = True
+                return {"type": "http.request", "body": self.request_body, "more_body": False}
+            await self.disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            if self.disconnected.is_set():
+                raise OSError("client disconnected")
+            if message["type"] == "http.response.start":
+                self.status = int(message["status"])
+                self.headers = list(message.get("headers", []))
+                started.set()
+            elif message["type"] == "http.response.body":
+                chunk = bytes(message.get("body", b""))
+                try:
+                    if chunk:
+                        self.body_send.send_nowait(chunk)
+                    if not message.get("more_body", False):
+                        self.body_send.send_nowait(None)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    raise OSError("client disconnected") from None
+                # Let the reader run, as a socket write would.
+                await anyio.lowlevel.checkpoint()
+
+        try:
+            await app(scope, receive, send)
+        except Exception as exc:
+            # Like a server: a failure after the response started cuts the connection.
+            self.error = exc
+        finally:
+            started.set()
+            self.body_send.close()
+
+
+class _ExchangeStream(httpx.AsyncByteStream):
+    def __init__(self, exchange: _Exchange, read_timeout: float) -> None:
+        self._exchange = exchange
+        self._read_timeout = read_timeout
+        self._complete = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        receive = self._exchange.body_receive
+        while True:
+            try:
+                with anyio.fail_after(self._read_timeout):
+                    chunk = await receive.receive()
+            except TimeoutError:
+                raise httpx.ReadTimeout(
+                    f"no data within the read timeout of {self._read_timeout:g} s"
+                ) from None
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise httpx.RemoteProtocolError(
+                    "peer closed connection without sending complete message body"
+                ) from self._exchange.error
+            if chunk is None:
+                self._complete = True
+                return
+            yield chunk
+
+    async def aclose(self) -> None:
+        if self._complete:
+            self._exchange.body_receive.close()
+        else:
+            self._exchange.disconnect()
+
+
+@asynccontextmanager
+async def open_app_endpoint(
+    app: ASGIApp, *, loopback: bool
+) -> AsyncIterator[tuple[str, httpx.AsyncBaseTransport | None]]:
+    """Serve ``app`` one way or the other; yield ``(base_url, transport)`` for a client.
+
+    With ``loopback`` the app runs under :func:`open_loopback_server` and ``transport`` is
+    ``None`` (use the network); otherwise it is an :func:`open_asgi_transport` and
+    ``base_url`` is ``"http://scripted.test"``. Handy to run one test both ways::
+
+        async with open_app_endpoint(server, loopback=True) as (base_url, transport):
+            async with VLLMGenerateClient(base_url, transport=transport) as client: ...
+
+    **Cancellation**: as for the two helpers.
+    """
+    if loopback:
+        async with open_loopback_server(app) as base_url:
+            yield base_url, None
+    else:
+        async with open_asgi_transport(app) as transport:
+            yield "http://scripted.test", transport

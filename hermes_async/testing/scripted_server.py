@@ -1,0 +1,857 @@
+"""A scripted model server: one ASGI app speaking every protocol the clients speak.
+
+:class:`ScriptedModelServer` answers from a :class:`ScriptedPolicy` (the conversation in, the
+next assistant text out) and serves:
+
+==========================================  ================================================
+``POST /inference/v1/generate``             vLLM tokens-in/tokens-out, SSE deltas
+``POST /generate`` with ``prompt``          Atropos reference server, one JSON response
+``POST /generate`` with ``input_ids``       SGLang, SSE, cumulative (default) or incremental
+``POST /v1/chat/completions``               OpenAI chat, streaming and non-streaming
+``GET /health``, ``GET /v1/models``         liveness
+==========================================  ================================================
+
+How a reply is made:
+
+1. The conversation: the chat route receives ``messages``; the token routes decode the prompt
+   ids with the real tokenizer and split the ChatML text back into messages
+   (:func:`parse_chatml`; ``<tool_response>`` blocks become ``tool`` messages).
+2. The policy returns the assistant's text (:class:`FixedScript` plays a list; any callable
+   ``PolicyRequest -> str`` is an oracle).
+3. Token routes encode the text, append the end-of-turn id (finish ``"stop"``) or cut at
+   ``max_tokens`` (finish ``"length"``), draw a logprob per token from a seeded RNG and stream
+   the ids in seeded random chunk sizes. The chat route turns ``<think>`` into
+   ``reasoning_content`` and ``<tool_call>`` blocks into structured ``tool_calls`` (when the
+   request has tools), streaming content in random character chunks and each call's
+   arguments in fragments.
+
+Everything random derives from ``(seed, request number)``, so a run is reproducible, and every
+response is recorded in :attr:`ScriptedModelServer.requests` (:class:`ServedRequest`: prompt,
+exact ids and logprobs sent, chunking, and a ``disconnected`` event set when the client went
+away), so tests compare what a client received with what was sent.
+
+Faults are injected per request number (1-based, counting generation requests only) with
+:class:`Fault`: HTTP 500 / any status, 429 with ``Retry-After``, a connection cut mid-stream,
+a malformed chunk, a stall. Latency: ``response_delay_seconds`` before the response and
+``chunk_delay_seconds`` between chunks.
+
+Serve it in-process with :func:`hermes_async.testing.http.open_asgi_transport` (streams, and
+delivers disconnects) or over loopback with :func:`~hermes_async.testing.http.open_loopback_server`.
+``httpx.ASGITransport`` also works for non-stalling cases but buffers whole responses (see
+:mod:`hermes_async.testing.http`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import random
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import anyio
+
+from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
+from hermes_async.jsontypes import JSON, JSONObject
+
+__all__ = [
+    "Fault",
+    "FixedScript",
+    "PolicyRequest",
+    "ScriptExhaustedError",
+    "ScriptedModelServer",
+    "ScriptedPolicy",
+    "ServedRequest",
+    "parse_chatml",
+]
+
+_Route = Literal["vllm", "atropos", "sglang", "chat"]
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRequest:
+    """What a policy sees for one request.
+
+    Attributes:
+        messages: The conversation so far (as sent on the chat route; recovered from the
+            prompt on token routes).
+        prompt_text: The prompt as text (the decoded ids, or the rendered chat template).
+        tools: Tool schemas sent with a chat request (empty on token routes; the schemas are
+            then inside the system message's text).
+        request_number: 1-based count of generation requests this server received.
+        protocol: Which route: ``"vllm"``, ``"atropos"``, ``"sglang"`` or ``"chat"``.
+    """
+
+    messages: tuple[JSONObject, ...]
+    prompt_text: str
+    tools: tuple[JSONObject, ...]
+    request_number: int
+    protocol: str
+
+    @property
+    def last_user_text(self) -> str:
+        """Content of the last ``user`` message ('' if none)."""
+        for message in reversed(self.messages):
+            if message.get("role") == "user":
+                return str(message.get("content") or "")
+        return ""
+
+
+@runtime_checkable
+class ScriptedPolicy(Protocol):
+    """The model being simulated: the conversation in, the next assistant text out."""
+
+    def __call__(self, request: PolicyRequest) -> str:
+        """Return the assistant's next message text (may contain ``<tool_call>`` blocks)."""
+        ...
+
+
+class ScriptExhaustedError(RuntimeError):
+    """A :class:`FixedScript` was asked for more replies than it holds."""
+
+
+class FixedScript:
+    """Reply with the given texts in order, one per request.
+
+    Args:
+        texts: The assistant messages, verbatim (``<tool_call>`` blocks included).
+        repeat: Start over after the last text instead of failing.
+    """
+
+    def __init__(self, texts: Sequence[str], *, repeat: bool = False) -> None:
+        if not texts:
+            raise ValueError("FixedScript needs at least one text")
+        self.texts = list(texts)
+        self.repeat = repeat
+        self.position = 0
+
+    def __call__(self, request: PolicyRequest) -> str:
+        if self.position >= len(self.texts):
+            if not self.repeat:
+                raise ScriptExhaustedError(
+                    f"FixedScript exhausted: all {len(self.texts)} replies were used "
+                    f"(request {request.request_number}); add texts or pass repeat=True"
+                )
+            self.position = 0
+        text = self.texts[self.position]
+        self.position += 1
+        return text
+
+
+FaultKind = Literal["status", "rate_limit", "disconnect", "malformed", "stall"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A misbehaviour to inject into one request. Build with the class methods.
+
+    Attributes:
+        kind: What goes wrong.
+        status: HTTP status for ``"status"`` / ``"rate_limit"``.
+        retry_after: ``Retry-After`` header value in seconds (``"rate_limit"``).
+        after_tokens: For ``disconnect`` / ``malformed`` / ``stall``: how many completion
+            tokens (chat: chunks) to send first.
+        stall_seconds: How long a stall lasts (``inf``: until the client disconnects).
+    """
+
+    kind: FaultKind
+    status: int = 500
+    retry_after: float | None = None
+    after_tokens: int = 0
+    stall_seconds: float = math.inf
+
+    @classmethod
+    def http_error(cls, status: int = 500) -> Fault:
+        """Answer with this HTTP status and a JSON error body."""
+        return cls("status", status=status)
+
+    @classmethod
+    def rate_limited(cls, retry_after: float = 0.05) -> Fault:
+        """Answer 429 with ``Retry-After: retry_after``."""
+        return cls("rate_limit", status=429, retry_after=retry_after)
+
+    @classmethod
+    def disconnect(cls, after_tokens: int = 1) -> Fault:
+        """Cut the connection after ``after_tokens`` tokens, mid-body."""
+        return cls("disconnect", after_tokens=after_tokens)
+
+    @classmethod
+    def malformed(cls, after_tokens: int = 1) -> Fault:
+        """Send a chunk that is not valid JSON after ``after_tokens`` tokens."""
+        return cls("malformed", after_tokens=after_tokens)
+
+    @classmethod
+    def stall(cls, after_tokens: int = 1, seconds: float = math.inf) -> Fault:
+        """Stop sending after ``after_tokens`` tokens for ``seconds``."""
+        return cls("stall", after_tokens=after_tokens, stall_seconds=seconds)
+
+
+#: The line a ``malformed`` fault sends.
+MALFORMED_LINE = 'data: {"choices": [{"token_ids": [1, 2'
+
+
+@dataclass(slots=True)
+class ServedRequest:
+    """The record of one generation request, filled in while it is served.
+
+    Attributes:
+        number: 1-based request number.
+        protocol: The route.
+        body: The decoded request body.
+        prompt_ids: Prompt ids (token routes; empty for chat).
+        completion_ids: Every completion id the server *sent* (chat: the encoded text).
+        logprobs: Their logprobs.
+        chunks: The id chunks as sent.
+        finish_reason: As sent ('' while unfinished).
+        text: The policy's reply.
+        fault: The fault injected, if any.
+        fault_at_token: How many completion ids (chat: deltas) were sent when a mid-stream
+            fault fired (``None`` if none did).
+        disconnected: Set when the server noticed the client going away mid-response.
+        completed: Set when the response was fully sent.
+    """
+
+    number: int
+    protocol: str
+    body: JSONObject
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    chunks: list[list[int]] = field(default_factory=list)
+    finish_reason: str = ""
+    text: str = ""
+    fault: Fault | None = None
+    fault_at_token: int | None = None
+    disconnected: anyio.Event = field(default_factory=anyio.Event)
+    completed: anyio.Event = field(default_factory=anyio.Event)
+
+
+class _SimulatedDisconnect(Exception):
+    """Raised inside the app to make the server cut the connection mid-body."""
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@functools.cache
+def _default_tokenizer() -> Tokenizer:
+    return load_tokenizer()
+
+
+_CHATML_TURN = re.compile(r"<\|im_start\|>([^\n]*)\n(.*?)(?:<\|im_end\|>\n?|\Z)", re.S)
+_TOOL_RESPONSE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.S)
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_THINK = re.compile(r"^\s*<think>\n?(.*?)\n?</think>\s*", re.S)
+
+
+def parse_chatml(text: str) -> list[JSONObject]:
+    """Split ChatML prompt text back into messages (the inverse of the built-in template).
+
+    A ``user`` turn made only of ``<tool_response>`` blocks becomes one ``tool`` message per
+    block; the trailing empty ``assistant`` generation prompt is dropped. Tool schemas stay in
+    the system message's text.
+    """
+    messages: list[JSONObject] = []
+    for match in _CHATML_TURN.finditer(text):
+        role, content = match.group(1).strip(), match.group(2)
+        if role == "user":
+            responses = _TOOL_RESPONSE.findall(content)
+            if responses and not _TOOL_RESPONSE.sub("", content).strip():
+                messages.extend({"role": "tool", "content": r} for r in responses)
+                continue
+        messages.append({"role": role, "content": content})
+    if messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
+        messages.pop()
+    return messages
+
+
+class ScriptedModelServer:
+    """An ASGI app simulating a model server from a policy (see the module docstring).
+
+    Args:
+        policy: Produces the assistant text for each request.
+        tokenizer: Tokenizer for prompts and replies; default: the built-in offline Qwen one
+            (loaded once per process, ~0.4 s, blocking: build servers at setup time).
+        seed: Seeds chunk sizes and logprobs, together with the request number.
+        max_chunk_tokens: Chunks carry 1..this many tokens (chat: characters x 4).
+        chunk_delay_seconds: Pause between chunks.
+        response_delay_seconds: Pause before each response starts.
+        faults: Request number (1-based) -> :class:`Fault`. Mutable: tests may add faults
+            between requests (``server.faults[3] = Fault.disconnect(2)``).
+        sglang_incremental: Stream SGLang chunks as deltas instead of cumulative.
+        model_name: ``model`` reported on the chat route.
+    """
+
+    def __init__(
+        self,
+        policy: ScriptedPolicy | Callable[[PolicyRequest], str],
+        *,
+        tokenizer: Tokenizer | None = None,
+        seed: int = 0,
+        max_chunk_tokens: int = 8,
+        chunk_delay_seconds: float = 0.0,
+        response_delay_seconds: float = 0.0,
+        faults: Mapping[int, Fault] | None = None,
+        sglang_incremental: bool = False,
+        model_name: str = "scripted",
+    ) -> None:
+        if max_chunk_tokens < 1:
+            raise ValueError(f"max_chunk_tokens must be >= 1, got {max_chunk_tokens!r}")
+        self.policy = policy
+        self.tokenizer = tokenizer if tokenizer is not None else _default_tokenizer()
+        self.seed = seed
+        self.max_chunk_tokens = max_chunk_tokens
+        self.chunk_delay_seconds = chunk_delay_seconds
+        self.response_delay_seconds = response_delay_seconds
+        self.faults: dict[int, Fault] = dict(faults or {})
+        self.sglang_incremental = sglang_incremental
+        self.model_name = model_name
+        self.requests: list[ServedRequest] = []
+
+    # ---------------------------------------------------------------- ASGI entry point
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        """ASGI entry point.
+
+        **Cancellation**: a cancelled request (the server shutting down) stops mid-response;
+        its :class:`ServedRequest` keeps what was sent, ``completed`` stays unset.
+        """
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        method, path = scope["method"], scope["path"].rstrip("/")
+        if method == "GET" and path in ("/health", "/v1/health"):
+            await _send_json(send, 200, {"status": "ok"})
+            return
+        if method == "GET" and path == "/v1/models":
+            await _send_json(
+                send, 200, {"object": "list", "data": [{"id": self.model_name, "object": "model"}]}
+            )
+            return
+        routes = {
+            "/inference/v1/generate",
+            "/generate",
+            "/v1/chat/completions",
+            "/chat/completions",
+        }
+        if path not in routes:
+            await _send_json(send, 404, {"error": {"message": f"no route {method} {path}"}})
+            return
+        if method != "POST":
+            await _send_json(send, 405, {"error": {"message": f"{method} not allowed on {path}"}})
+            return
+        try:
+            raw = await _read_body(receive)
+        except _ClientGone:
+            return
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+        except ValueError as exc:
+            await _send_json(send, 400, {"error": {"message": f"invalid JSON body: {exc}"}})
+            return
+        if path == "/inference/v1/generate":
+            protocol: _Route = "vllm"
+        elif path == "/generate":
+            protocol = "sglang" if "input_ids" in body else "atropos"
+        else:
+            protocol = "chat"
+        record = ServedRequest(number=len(self.requests) + 1, protocol=protocol, body=body)
+        record.fault = self.faults.get(record.number)
+        self.requests.append(record)
+        await self._serve(record, receive, send)
+
+    async def _serve(self, record: ServedRequest, receive: _Receive, send: _Send) -> None:
+        """Serve one generation request, watching for the client going away."""
+        fault = record.fault
+        async with anyio.create_task_group() as tg:
+
+            async def watch_disconnect() -> None:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        record.disconnected.set()
+                        tg.cancel_scope.cancel(reason="client disconnected")
+                        return
+
+            async def guarded_send(message: MutableMapping[str, Any]) -> None:
+                try:
+                    await send(message)
+                except OSError:
+                    record.disconnected.set()
+                    tg.cancel_scope.cancel(reason="client disconnected")
+                    raise _ClientGone from None
+
+            tg.start_soon(watch_disconnect)
+            try:
+                if self.response_delay_seconds:
+                    await anyio.sleep(self.response_delay_seconds)
+                if fault is not None and fault.kind == "status":
+                    await _send_json(
+                        guarded_send,
+                        fault.status,
+                        {
+                            "error": {
+                                "message": f"injected HTTP {fault.status}",
+                                "code": fault.status,
+                            }
+                        },
+                    )
+                elif fault is not None and fault.kind == "rate_limit":
+                    headers = [(b"retry-after", f"{fault.retry_after:g}".encode())]
+                    await _send_json(
+                        guarded_send,
+                        429,
+                        {"error": {"message": "injected rate limit", "code": 429}},
+                        headers,
+                    )
+                else:
+                    try:
+                        await self._respond(record, guarded_send)
+                    except _BadRequest as exc:
+                        await _send_json(guarded_send, exc.status, {"error": {"message": str(exc)}})
+                    except ScriptExhaustedError as exc:
+                        await _send_json(guarded_send, 500, {"error": {"message": str(exc)}})
+                record.completed.set()
+            except _ClientGone:
+                pass
+            tg.cancel_scope.cancel(reason="response sent")
+
+    async def _respond(self, record: ServedRequest, send: _Send) -> None:
+        body = record.body
+        if record.protocol == "chat":
+            await self._respond_chat(record, send)
+            return
+        if record.protocol == "vllm":
+            prompt_ids = body.get("token_ids")
+            sampling = body.get("sampling_params") or {}
+            max_tokens = sampling.get("max_tokens", 256)
+        elif record.protocol == "sglang":
+            prompt_ids = body.get("input_ids")
+            sampling = body.get("sampling_params") or {}
+            max_tokens = sampling.get("max_new_tokens", 128)
+        else:
+            prompt = body.get("prompt") or {}
+            prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
+            max_tokens = body.get("max_tokens", 16)
+        if not isinstance(prompt_ids, list) or not all(isinstance(i, int) for i in prompt_ids):
+            raise _BadRequest(400, "prompt token ids missing or not a list of integers")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise _BadRequest(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
+        record.prompt_ids = list(prompt_ids)
+        prompt_text = self.tokenizer.decode(prompt_ids)
+        text = self.policy(
+            PolicyRequest(
+                messages=tuple(parse_chatml(prompt_text)),
+                prompt_text=prompt_text,
+                tools=(),
+                request_number=record.number,
+                protocol=record.protocol,
+            )
+        )
+        record.text = text
+        rng = random.Random(f"{self.seed}:{record.number}")
+        ids = [*self.tokenizer.encode(text, allow_special=True), self.tokenizer.eos_token_id]
+        finish = "stop"
+        if len(ids) > max_tokens:
+            ids, finish = ids[:max_tokens], "length"
+        logprobs = [round(-rng.expovariate(2.0), 6) for _ in ids]
+        chunks = list(_chunk_sizes(len(ids), self.max_chunk_tokens, rng))
+        if record.protocol == "atropos":
+            await self._respond_atropos(record, send, ids, logprobs, finish, prompt_text)
+        else:
+            await self._respond_sse_tokens(record, send, ids, logprobs, finish, chunks)
+
+    async def _respond_sse_tokens(
+        self,
+        record: ServedRequest,
+        send: _Send,
+        ids: list[int],
+        logprobs: list[float],
+        finish: str,
+        chunk_sizes: list[int],
+    ) -> None:
+        fault = record.fault
+        await _start_sse(send)
+        position = 0
+        for index, size in enumerate(chunk_sizes):
+            if fault is not None and position >= fault.after_tokens:
+                await self._apply_stream_fault(record, fault, send, position)
+                fault = None
+            piece_ids = ids[position : position + size]
+            piece_lps = logprobs[position : position + size]
+            position += size
+            last = index == len(chunk_sizes) - 1
+            if record.protocol == "vllm":
+                payload = _vllm_chunk(record.number, piece_ids, piece_lps, finish if last else None)
+            elif self.sglang_incremental:
+                payload = _sglang_chunk(
+                    record.number, self.tokenizer, piece_ids, piece_lps, finish if last else None
+                )
+            else:
+                payload = _sglang_chunk(
+                    record.number,
+                    self.tokenizer,
+                    ids[:position],
+                    logprobs[:position],
+                    finish if last else None,
+                )
+            await _send_sse(send, payload)
+            record.chunks.append(piece_ids)
+            record.completion_ids.extend(piece_ids)
+            record.logprobs.extend(piece_lps)
+            if last:
+                record.finish_reason = finish
+            if self.chunk_delay_seconds and not last:
+                await anyio.sleep(self.chunk_delay_seconds)
+        if fault is not None:  # after_tokens >= the completion length
+            await self._apply_stream_fault(record, fault, send, position)
+        if record.protocol == "vllm":
+            usage = {
+                "prompt_tokens": len(record.prompt_ids),
+                "completion_tokens": len(ids),
+                "total_tokens": len(record.prompt_ids) + len(ids),
+            }
+            await _send_sse(send, {"id": f"gen-{record.number}", "choices": [], "usage": usage})
+        await _send_raw(send, b"data: [DONE]\n\n", more=False)
+
+    async def _apply_stream_fault(
+        self, record: ServedRequest, fault: Fault, send: _Send, position: int
+    ) -> None:
+        record.fault_at_token = position
+        if fault.kind == "disconnect":
+            raise _SimulatedDisconnect("injected disconnect")
+        if fault.kind == "malformed":
+            await _send_raw(send, MALFORMED_LINE.encode() + b"\n\n")
+        elif fault.kind == "stall":
+            await anyio.sleep(fault.stall_seconds)
+
+    async def _respond_atropos(
+        self,
+        record: ServedRequest,
+        send: _Send,
+        ids: list[int],
+        logprobs: list[float],
+        finish: str,
+        prompt_text: str,
+    ) -> None:
+        payload = {
+            "text": [self.tokenizer.decode(ids)],
+            "prompt": prompt_text,
+            "finish_reasons": [finish],
+            "logprobs": [[{str(i): lp} for i, lp in zip(ids, logprobs, strict=True)]],
+            "prompt_token_ids": record.prompt_ids,
+            "token_ids": [ids],
+        }
+        fault = record.fault
+        if fault is not None and fault.kind == "stall":
+            await anyio.sleep(fault.stall_seconds)
+        data = json.dumps(payload).encode()
+        if fault is not None and fault.kind == "malformed":
+            data = data[: len(data) // 2]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if fault is not None and fault.kind == "disconnect":
+            await _send_raw(send, data[: len(data) // 2])
+            raise _SimulatedDisconnect("injected disconnect")
+        record.completion_ids, record.logprobs, record.chunks = (
+            list(ids),
+            list(logprobs),
+            [list(ids)],
+        )
+        record.finish_reason = finish
+        await _send_raw(send, data, more=False)
+
+    # ---------------------------------------------------------------- chat route
+
+    async def _respond_chat(self, record: ServedRequest, send: _Send) -> None:
+        body = record.body
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _BadRequest(400, "messages must be a non-empty list")
+        tools = body.get("tools") or []
+        prompt_text = self.tokenizer.apply_chat_template(messages, tools or None)
+        text = self.policy(
+            PolicyRequest(
+                messages=tuple(messages),
+                prompt_text=prompt_text,
+                tools=tuple(tools),
+                request_number=record.number,
+                protocol="chat",
+            )
+        )
+        record.text = text
+        rng = random.Random(f"{self.seed}:{record.number}")
+        reasoning, content, calls = _split_reply(text, parse_tools=bool(tools))
+        finish = "tool_calls" if calls else "stop"
+        completion_ids = [*self.tokenizer.encode(text), self.tokenizer.eos_token_id]
+        record.completion_ids = completion_ids
+        record.finish_reason = finish
+        usage = {
+            "prompt_tokens": len(self.tokenizer.encode(prompt_text)),
+            "completion_tokens": len(completion_ids),
+            "total_tokens": len(self.tokenizer.encode(prompt_text)) + len(completion_ids),
+        }
+        completion_id = f"chatcmpl-{record.number}"
+        if not body.get("stream"):
+            message: JSONObject = {"role": "assistant", "content": content}
+            if reasoning is not None:
+                message["reasoning_content"] = reasoning
+            if calls:
+                message["tool_calls"] = calls
+            fault = record.fault
+            if fault is not None and fault.kind == "stall":
+                await anyio.sleep(fault.stall_seconds)
+            payload = {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": 0,
+                "model": self.model_name,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage,
+            }
+            data = json.dumps(payload).encode()
+            if fault is not None and fault.kind == "malformed":
+                data = data[: len(data) // 2]
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            if fault is not None and fault.kind == "disconnect":
+                await _send_raw(send, data[: len(data) // 2])
+                raise _SimulatedDisconnect("injected disconnect")
+            await _send_raw(send, data, more=False)
+            return
+        deltas = list(_chat_deltas(reasoning, content, calls, rng, self.max_chunk_tokens * 4))
+        await _start_sse(send)
+        fault = record.fault
+        base = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": self.model_name,
+        }
+        await _send_sse(
+            send,
+            {
+                **base,
+                "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}],
+            },
+        )
+        for index, delta in enumerate(deltas):
+            if fault is not None and index >= fault.after_tokens:
+                await self._apply_stream_fault(record, fault, send, index)
+                fault = None
+            await _send_sse(
+                send, {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+            )
+            if self.chunk_delay_seconds:
+                await anyio.sleep(self.chunk_delay_seconds)
+        if fault is not None:
+            await self._apply_stream_fault(record, fault, send, len(deltas))
+        await _send_sse(
+            send, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+        )
+        options = body.get("stream_options") or {}
+        if isinstance(options, dict) and options.get("include_usage"):
+            await _send_sse(send, {**base, "choices": [], "usage": usage})
+        await _send_raw(send, b"data: [DONE]\n\n", more=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers (pure)
+
+
+def _chunk_sizes(total: int, max_size: int, rng: random.Random) -> Iterator[int]:
+    while total > 0:
+        size = min(total, rng.randint(1, max_size))
+        total -= size
+        yield size
+
+
+def _split_reply(
+    text: str, *, parse_tools: bool
+) -> tuple[str | None, str | None, list[JSONObject]]:
+    """Reasoning, content and OpenAI tool calls of a reply text (as a hermes-parser server)."""
+    reasoning = None
+    think = _THINK.match(text)
+    if think:
+        reasoning = think.group(1)
+        text = text[think.end() :]
+    calls: list[JSONObject] = []
+    if parse_tools:
+        for match in _TOOL_CALL.finditer(text):
+            try:
+                call = json.loads(match.group(1))
+            except ValueError:
+                continue  # like a real parser: malformed calls stay in the content
+            if not isinstance(call, dict) or "name" not in call:
+                continue
+            calls.append(
+                {
+                    "id": f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {
+                        "name": call["name"],
+                        "arguments": json.dumps(call.get("arguments", {}), ensure_ascii=False),
+                    },
+                }
+            )
+        if calls:
+            text = _TOOL_CALL.sub("", text)
+    content = text.strip() if calls else text
+    return reasoning, (content or None), calls
+
+
+def _chat_deltas(
+    reasoning: str | None,
+    content: str | None,
+    calls: list[JSONObject],
+    rng: random.Random,
+    max_chars: int,
+) -> Iterator[JSONObject]:
+    def pieces(text: str) -> Iterator[str]:
+        position = 0
+        while position < len(text):
+            size = rng.randint(1, max_chars)
+            yield text[position : position + size]
+            position += size
+
+    for piece in pieces(reasoning or ""):
+        yield {"reasoning_content": piece}
+    for piece in pieces(content or ""):
+        yield {"content": piece}
+    for index, call in enumerate(calls):
+        fn = call["function"]
+        yield {
+            "tool_calls": [
+                {
+                    "index": index,
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": fn["name"], "arguments": ""},
+                }
+            ]
+        }
+        for piece in pieces(fn["arguments"]):
+            yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+
+
+def _vllm_chunk(
+    number: int, ids: list[int], logprobs: list[float], finish: str | None
+) -> JSONObject:
+    return {
+        "id": f"gen-{number}",
+        "output_mode": "tokens",
+        "choices": [
+            {
+                "index": 0,
+                "token_ids": ids,
+                "logprobs": {
+                    "content": [
+                        {"token_id": i, "logprob": lp} for i, lp in zip(ids, logprobs, strict=True)
+                    ]
+                },
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+        ],
+    }
+
+
+def _sglang_chunk(
+    number: int, tokenizer: Tokenizer, ids: list[int], logprobs: list[float], finish: str | None
+) -> JSONObject:
+    finish_info: JSON = None
+    if finish == "stop":
+        finish_info = {"type": "stop", "matched": tokenizer.eos_token_id}
+    elif finish is not None:
+        finish_info = {"type": finish, "length": len(ids)}
+    return {
+        "text": tokenizer.decode(ids),
+        "output_ids": ids,
+        "meta_info": {
+            "id": f"rid-{number}",
+            "finish_reason": finish_info,
+            "completion_tokens": len(ids),
+            "output_token_logprobs": [[lp, i, None] for i, lp in zip(ids, logprobs, strict=True)],
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# ASGI plumbing
+
+
+async def _lifespan(receive: _Receive, send: _Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _read_body(receive: _Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def _send_json(
+    send: _Send, status: int, payload: JSON, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    data = json.dumps(payload).encode()
+    all_headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(data)).encode()),
+        *(headers or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": all_headers})
+    await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+async def _start_sse(send: _Send) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+        }
+    )
+
+
+async def _send_sse(send: _Send, payload: JSON) -> None:
+    await _send_raw(send, b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+
+async def _send_raw(send: _Send, data: bytes, *, more: bool = True) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": more})

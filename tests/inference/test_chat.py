@@ -1,0 +1,366 @@
+"""Phase 1 chat client: SDK-shaped results, streaming assembly by index, extra_body, faults."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import httpx
+import pytest
+
+from hermes_async.inference import (
+    ChatClient,
+    ChatCompletion,
+    ChatStreamAssembler,
+    HTTPOptions,
+    RetryPolicy,
+    ServerProtocolError,
+    ServerStatusError,
+    ServerTimeoutError,
+    StreamInterruptedError,
+    load_tokenizer,
+)
+from hermes_async.testing.http import open_app_endpoint
+from hermes_async.testing.scripted_server import (
+    MALFORMED_LINE,
+    Fault,
+    FixedScript,
+    ScriptedModelServer,
+)
+
+pytestmark = pytest.mark.anyio
+
+TOKENIZER = load_tokenizer()
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "terminal",
+            "description": "Run a command",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    }
+]
+TWO_CALLS = (
+    "<think>I should look around first.</think>Checking both.\n"
+    '<tool_call>\n{"name": "terminal", "arguments": {"command": "ls -la /tmp && echo \\"done\\""}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "read_file", "arguments": {"path": "/etc/hostname", "limit": 10}}\n</tool_call>'
+)
+MESSAGES = [{"role": "user", "content": "Look around."}]
+FAST = HTTPOptions(retry=RetryPolicy(initial_backoff_seconds=0.01))
+
+
+def make_server(texts: list[str], **kwargs: object) -> ScriptedModelServer:
+    return ScriptedModelServer(
+        FixedScript(texts, repeat=True), tokenizer=TOKENIZER, max_chunk_tokens=2, **kwargs
+    )  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ assembler (no I/O)
+
+
+def test_assembler_joins_tool_call_fragments_by_index_even_interleaved() -> None:
+    asm = ChatStreamAssembler()
+    chunks = [
+        {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+        {"choices": [{"index": 0, "delta": {"reasoning_content": "thin"}}]},
+        {"choices": [{"index": 0, "delta": {"reasoning_content": "king"}}]},
+        {"choices": [{"index": 0, "delta": {"content": "Hi"}}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 1,
+                                "id": "b",
+                                "type": "function",
+                                "function": {"name": "read_file", "arguments": ""},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "a",
+                                "function": {"name": "terminal", "arguments": '{"comm'},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [{"index": 1, "function": {"arguments": '{"path": "x"}'}}]
+                    },
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [{"index": 0, "function": {"arguments": 'and": "ls"}'}}]
+                    },
+                }
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}},
+    ]
+    for chunk in chunks:
+        asm.feed(chunk)
+    result = asm.result()
+    message = result.choices[0].message
+    assert result.id == "c1" and result.model == "m"
+    assert message.content == "Hi"
+    assert message.reasoning_content == "thinking"
+    assert message.tool_calls is not None
+    assert [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls] == [
+        ("a", "terminal", '{"command": "ls"}'),
+        ("b", "read_file", '{"path": "x"}'),
+    ]
+    assert result.choices[0].finish_reason == "tool_calls"
+    assert result.usage is not None and result.usage.total_tokens == 7
+    assert asm.finished
+
+
+def test_assembler_multiple_choices_and_openrouter_reasoning() -> None:
+    asm = ChatStreamAssembler()
+    asm.feed(
+        {
+            "choices": [
+                {"index": 1, "delta": {"content": "B"}},
+                {"index": 0, "delta": {"reasoning": "r"}},
+            ]
+        }
+    )
+    asm.feed({"choices": [{"index": 0, "delta": {"content": "A"}, "finish_reason": "stop"}]})
+    assert not asm.finished
+    asm.feed({"choices": [{"index": 1, "delta": {}, "finish_reason": "length"}]})
+    result = asm.result()
+    assert [(c.index, c.message.content, c.finish_reason) for c in result.choices] == [
+        (0, "A", "stop"),
+        (1, "B", "length"),
+    ]
+    assert result.choices[0].message.reasoning == "r"
+    assert result.choices[0].message.tool_calls is None
+
+
+def test_from_dict_is_sdk_shaped_and_model_dump_round_trips() -> None:
+    data = {
+        "id": "x",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "t",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": {"a": 1}},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    completion = ChatCompletion.from_dict(data)
+    call = completion.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert call.function.arguments == '{"a": 1}'  # an object is encoded, as the SDK shape wants
+    dumped = completion.model_dump()
+    assert dumped["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "f"
+
+
+def test_request_body_merges_extra_body_last_at_top_level() -> None:
+    client = ChatClient("http://h/v1", model="m")
+    body = client.request_body(
+        messages=MESSAGES,
+        temperature=0.5,
+        max_tokens=None,
+        extra_body={"reasoning": {"enabled": True}, "temperature": 1.0, "return_token_ids": True},
+    )
+    assert body == {
+        "model": "m",
+        "messages": MESSAGES,
+        "temperature": 1.0,
+        "reasoning": {"enabled": True},
+        "return_token_ids": True,
+        "stream": False,
+    }
+    streaming = client.request_body(messages=MESSAGES, stream=True)
+    assert streaming["stream_options"] == {"include_usage": True}
+    with pytest.raises(TypeError, match="does not support 'extra_headers'"):
+        client.request_body(messages=MESSAGES, extra_headers={"x": "y"})
+
+
+# ------------------------------------------------------------------ against the scripted server
+
+
+@pytest.mark.parametrize("loopback", [False, True], ids=["inproc", "loopback"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_tool_calls_content_and_reasoning(stream: bool, loopback: bool) -> None:
+    server = make_server([TWO_CALLS])
+    async with (
+        open_app_endpoint(server, loopback=loopback) as (base_url, transport),
+        ChatClient(base_url + "/v1", transport=transport) as client,
+    ):
+        response = await client.chat_completion(messages=MESSAGES, tools=TOOLS, stream=stream)
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Checking both."
+    assert choice.message.reasoning_content == "I should look around first."
+    calls = choice.message.tool_calls
+    assert calls is not None and [c.function.name for c in calls] == ["terminal", "read_file"]
+    assert json.loads(calls[0].function.arguments) == {"command": 'ls -la /tmp && echo "done"'}
+    assert json.loads(calls[1].function.arguments) == {"path": "/etc/hostname", "limit": 10}
+    assert all(c.id.startswith("call_") and c.type == "function" for c in calls)
+    assert response.usage is not None and response.usage.completion_tokens > 0
+    assert server.requests[0].body["stream"] is stream
+    # The streamed arguments really arrived in fragments.
+    if stream:
+        assert len(server.requests[0].completion_ids) > 10
+
+
+async def test_streaming_and_whole_responses_agree() -> None:
+    server = make_server(["Plain answer with ünïcödé and 漢字."])
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        ChatClient(base_url + "/v1", transport=transport) as client,
+    ):
+        whole = await client.chat_completion(messages=MESSAGES)
+        streamed = await client.chat_completion(messages=MESSAGES, stream=True)
+        async with client.stream_chat(messages=MESSAGES) as chunks:
+            raw = [chunk async for chunk in chunks]
+            via_stream = chunks.completion()
+    for response in (whole, streamed, via_stream):
+        assert response.choices[0].message.content == "Plain answer with ünïcödé and 漢字."
+        assert response.choices[0].message.tool_calls is None
+        assert response.choices[0].finish_reason == "stop"
+    assert len(raw) > 3
+
+
+async def test_extra_body_reaches_the_server_at_top_level() -> None:
+    server = make_server(["ok"])
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        ChatClient(base_url + "/v1", model="policy", transport=transport) as client,
+    ):
+        await client.chat_completion(
+            messages=MESSAGES, n=1, extra_body={"skip_special_tokens": False, "top_k": 20}
+        )
+    body = server.requests[0].body
+    assert body["skip_special_tokens"] is False and body["top_k"] == 20
+    assert body["model"] == "policy" and body["n"] == 1 and "extra_body" not in body
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_chat_fault_matrix_retries_and_errors(stream: bool) -> None:
+    server = make_server(
+        ["fine"],
+        faults={
+            1: Fault.http_error(503),
+            2: Fault.rate_limited(0.05),
+            4: Fault.http_error(422),
+            5: Fault.disconnect(after_tokens=2),
+            6: Fault.malformed(after_tokens=1),
+        },
+    )
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        ChatClient(base_url + "/v1", transport=transport, options=FAST, stream=stream) as client,
+    ):
+        ok = await client.chat_completion(messages=MESSAGES)
+        assert ok.choices[0].message.content == "fine"
+        assert len(server.requests) == 3
+        with pytest.raises(ServerStatusError, match="HTTP 422") as info:
+            await client.chat_completion(messages=MESSAGES)
+        assert info.value.status == 422 and len(server.requests) == 4
+        with pytest.raises(StreamInterruptedError, match="closed before the response"):
+            await client.chat_completion(messages=MESSAGES)
+        assert len(server.requests) == 5
+        expected = MALFORMED_LINE if stream else None
+        with pytest.raises(ServerProtocolError, match="not valid JSON") as bad:
+            await client.chat_completion(messages=MESSAGES)
+        if expected is not None:
+            assert bad.value.line == expected
+        assert len(server.requests) == 6
+
+
+async def test_chat_stream_stall_times_out_and_disconnects() -> None:
+    server = make_server(
+        ["a long enough answer to stall in"], faults={1: Fault.stall(after_tokens=2)}
+    )
+    async with open_app_endpoint(server, loopback=True) as (base_url, transport):
+        options = HTTPOptions(read_timeout_seconds=0.3)
+        async with ChatClient(base_url + "/v1", transport=transport, options=options) as client:
+            with pytest.raises(ServerTimeoutError, match=r"no data for 0\.3 s"):
+                await client.chat_completion(messages=MESSAGES, stream=True)
+        with anyio.fail_after(5):
+            await server.requests[0].disconnected.wait()
+
+
+async def test_chat_error_frame_and_unfinished_stream() -> None:
+    frames = {
+        "error": b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\ndata: {"error": {"message": "upstream overloaded"}}\n\n',
+        "unfinished": b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n',
+    }
+    for name, body in frames.items():
+
+        def handler(request: httpx.Request, body: bytes = body) -> httpx.Response:
+            return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+        async with ChatClient("http://m/v1", transport=httpx.MockTransport(handler)) as client:
+            pattern = "upstream overloaded" if name == "error" else "ended without \\[DONE\\]"
+            with pytest.raises(StreamInterruptedError, match=pattern):
+                await client.chat_completion(messages=MESSAGES, stream=True)
+
+
+async def test_non_chat_json_is_a_protocol_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"object": "list", "data": []})
+
+    async with ChatClient("http://m/v1", transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(
+            ServerProtocolError,
+            match=r"/v1/chat/completions: not a chat completion: response has no 'choices'",
+        ):
+            await client.chat_completion(messages=MESSAGES)
+
+
+async def test_api_key_is_sent_as_bearer() -> None:
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(
+            200,
+            json={
+                "id": "1",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "k"}}],
+            },
+        )
+
+    async with ChatClient(
+        "http://m/v1", api_key="sk-test", transport=httpx.MockTransport(handler)
+    ) as client:
+        response = await client.chat_completion(messages=MESSAGES)
+    assert seen == ["Bearer sk-test"]
+    assert response.choices[0].message.content == "k"

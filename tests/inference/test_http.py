@@ -1,0 +1,312 @@
+"""The shared HTTP layer: retry decisions, Retry-After, SSE lines, deadlines, limiter, pool."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+
+import anyio
+import httpx
+import pytest
+
+from hermes_async.inference import (
+    HTTPOptions,
+    RetryPolicy,
+    ServerConnectError,
+    ServerProtocolError,
+    ServerStatusError,
+    ServerTimeoutError,
+)
+from hermes_async.inference._http import ServerConnection, parse_retry_after
+from hermes_async.inference._sse import SSEDecoder, SSEFormatError
+from hermes_async.limits import Limits
+
+FAST_RETRY = RetryPolicy(initial_backoff_seconds=0.01, max_backoff_seconds=0.05)
+
+
+# ------------------------------------------------------------------ pure decisions
+
+
+def test_backoff_grows_exponentially_with_bounded_jitter() -> None:
+    policy = RetryPolicy(initial_backoff_seconds=1.0, max_backoff_seconds=8.0, jitter=0.5)
+    rng = random.Random(0)
+    for attempt, full in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 8.0), (9, 8.0)]:
+        delays = [policy.backoff(attempt, rng) for _ in range(200)]
+        assert all(full / 2 <= d <= full for d in delays), (attempt, min(delays), max(delays))
+        assert max(delays) - min(delays) > full / 4  # the jitter really varies
+
+
+def test_retry_after_wins_over_backoff() -> None:
+    policy = RetryPolicy(initial_backoff_seconds=0.1, jitter=0.5)
+    delay = policy.delay(1, 3.0, random.Random(1))
+    assert 3.0 <= delay <= 3.05
+
+
+def test_parse_retry_after_forms() -> None:
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after(" 0.25 ") == 0.25
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after("-3") is None
+    now = 1_000_000.0
+    date = email.utils.formatdate(now + 30, usegmt=True)
+    assert parse_retry_after(date, now=now) == pytest.approx(30.0, abs=1.0)
+    past = email.utils.formatdate(now - 30, usegmt=True)
+    assert parse_retry_after(past, now=now) == 0.0
+
+
+def test_invalid_options_are_rejected_with_the_value() -> None:
+    with pytest.raises(ValueError, match=r"read_timeout_seconds must be > 0 seconds, got 0"):
+        HTTPOptions(read_timeout_seconds=0)
+    with pytest.raises(ValueError, match=r"max_attempts must be >= 1, got 0"):
+        RetryPolicy(max_attempts=0)
+    with pytest.raises(ValueError, match=r"jitter must be within \[0, 1\], got 2"):
+        RetryPolicy(jitter=2)
+
+
+def test_sse_decoder_events_comments_and_multiline_data() -> None:
+    decoder = SSEDecoder()
+    lines = [": keep-alive", "event: message", 'data: {"a":', "data: 1}", "", "data:[DONE]", ""]
+    events = [e for line in lines if (e := decoder.feed_line(line)) is not None]
+    assert [e.data for e in events] == ['{"a":\n1}', "[DONE]"]
+    assert events[0].event == "message"
+    assert events[0].last_line == "data: 1}"
+    assert decoder.feed_line("data: tail") is None
+    tail = decoder.flush()
+    assert tail is not None and tail.data == "tail"
+
+
+def test_sse_decoder_rejects_lines_that_are_not_sse() -> None:
+    decoder = SSEDecoder()
+    with pytest.raises(SSEFormatError, match="not a Server-Sent Events line") as info:
+        decoder.feed_line('{"text": "raw json line"}')
+    assert info.value.line == '{"text": "raw json line"}'
+
+
+# ------------------------------------------------------------------ async shell (MockTransport)
+
+
+def _json_response(
+    status: int, payload: object, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    return httpx.Response(status, json=payload, headers=headers)
+
+
+@pytest.mark.anyio
+async def test_5xx_is_retried_then_succeeds() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(json.loads(request.content))
+        if len(calls) < 3:
+            return _json_response(503, {"error": "busy"})
+        return _json_response(200, {"ok": True})
+
+    options = HTTPOptions(retry=FAST_RETRY)
+    async with ServerConnection(
+        "http://m", options=options, transport=httpx.MockTransport(handler)
+    ) as conn:
+        assert await conn.post_json("/x", {"n": 1}) == {"ok": True}
+    assert calls == [{"n": 1}] * 3
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+async def test_other_4xx_is_not_retried(status: int) -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return _json_response(status, {"error": {"message": "nope"}})
+
+    async with ServerConnection(
+        "http://m", options=HTTPOptions(retry=FAST_RETRY), transport=httpx.MockTransport(handler)
+    ) as conn:
+        with pytest.raises(
+            ServerStatusError, match=rf"HTTP {status} .*request was rejected"
+        ) as info:
+            await conn.post_json("/x", {})
+    assert calls == 1
+    assert info.value.status == status
+    assert info.value.attempt == 1
+    assert info.value.line is not None and "nope" in info.value.line
+
+
+@pytest.mark.anyio
+async def test_retries_give_up_after_max_attempts() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return _json_response(500, {"error": "boom"})
+
+    policy = RetryPolicy(max_attempts=3, initial_backoff_seconds=0.01)
+    async with ServerConnection(
+        "http://m", options=HTTPOptions(retry=policy), transport=httpx.MockTransport(handler)
+    ) as conn:
+        with pytest.raises(ServerStatusError, match="gave up after 3 attempts") as info:
+            await conn.post_json("/x", {})
+    assert calls == 3
+    assert info.value.attempt == 3
+    assert info.value.endpoint == "POST http://m/x"
+
+
+@pytest.mark.anyio
+async def test_429_honours_retry_after() -> None:
+    times: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        times.append(anyio.current_time())
+        if len(times) == 1:
+            return _json_response(429, {"error": "slow down"}, {"Retry-After": "0.3"})
+        return _json_response(200, {"ok": 1})
+
+    async with ServerConnection(
+        "http://m", options=HTTPOptions(retry=FAST_RETRY), transport=httpx.MockTransport(handler)
+    ) as conn:
+        assert await conn.post_json("/x", {}) == {"ok": 1}
+    assert times[1] - times[0] >= 0.3
+    assert times[1] - times[0] < 3.0
+
+
+@pytest.mark.anyio
+async def test_retry_after_beyond_the_cap_is_not_waited_for() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return _json_response(429, {}, {"Retry-After": "3600"})
+
+    policy = RetryPolicy(max_retry_after_seconds=10)
+    start = anyio.current_time()
+    async with ServerConnection(
+        "http://m", options=HTTPOptions(retry=policy), transport=httpx.MockTransport(handler)
+    ) as conn:
+        with pytest.raises(ServerStatusError, match=r"Retry-After asks for 3600 s"):
+            await conn.post_json("/x", {})
+    assert anyio.current_time() - start < 2.0
+
+
+@pytest.mark.anyio
+async def test_retry_that_would_pass_the_deadline_is_not_attempted() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return _json_response(429, {}, {"Retry-After": "5"})
+
+    options = HTTPOptions(request_timeout_seconds=1.0)
+    async with ServerConnection(
+        "http://m", options=options, transport=httpx.MockTransport(handler)
+    ) as conn:
+        with pytest.raises(ServerStatusError, match="would pass the request deadline of 1 s"):
+            await conn.post_json("/x", {})
+
+
+@pytest.mark.anyio
+async def test_connect_errors_are_retried_then_raised_clearly() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        raise httpx.ConnectError("connection refused", request=request)
+
+    policy = RetryPolicy(max_attempts=2, initial_backoff_seconds=0.01)
+    async with ServerConnection(
+        "http://m", options=HTTPOptions(retry=policy), transport=httpx.MockTransport(handler)
+    ) as conn:
+        with pytest.raises(ServerConnectError, match=r"cannot connect .*check that it is running"):
+            await conn.post_json("/x", {})
+    assert calls == 2
+
+
+@pytest.mark.anyio
+async def test_connect_error_to_a_closed_port_on_loopback() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # Nothing listens on ``port`` now.
+    policy = RetryPolicy(max_attempts=2, initial_backoff_seconds=0.01)
+    async with ServerConnection(
+        f"http://127.0.0.1:{port}", options=HTTPOptions(retry=policy)
+    ) as conn:
+        with pytest.raises(ServerConnectError, match=rf"127.0.0.1:{port}/x: cannot connect"):
+            await conn.post_json("/x", {})
+
+
+@pytest.mark.anyio
+async def test_invalid_json_body_names_endpoint_and_body() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>proxy error</html>")
+
+    async with ServerConnection("http://m", transport=httpx.MockTransport(handler)) as conn:
+        with pytest.raises(
+            ServerProtocolError,
+            match=r"POST http://m/x: response body is not valid JSON.*offending line: '<html>proxy",
+        ):
+            await conn.post_json("/x", {})
+
+
+@pytest.mark.anyio
+async def test_request_deadline_covers_a_slow_response() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await anyio.sleep(10)
+        return _json_response(200, {})
+
+    options = HTTPOptions(request_timeout_seconds=0.2)
+    start = anyio.current_time()
+    async with ServerConnection(
+        "http://m", options=options, transport=httpx.MockTransport(handler)
+    ) as conn:
+        with pytest.raises(ServerTimeoutError, match=r"request deadline of 0\.2 s") as info:
+            await conn.post_json("/x", {})
+    assert info.value.kind == "request"
+    assert anyio.current_time() - start < 3.0
+
+
+@pytest.mark.anyio
+async def test_using_a_client_outside_its_context_is_an_error() -> None:
+    conn = ServerConnection("http://m")
+    with pytest.raises(RuntimeError, match=r"is not open; use it inside `async with client:`"):
+        await conn.post_json("/x", {})
+    async with conn:
+        pass
+    with pytest.raises(RuntimeError, match="is closed"):
+        await conn.post_json("/x", {})
+    with pytest.raises(RuntimeError, match="cannot reopen"):
+        await conn.__aenter__()
+
+
+@pytest.mark.anyio
+async def test_limiter_gates_concurrency_and_pool_is_at_least_the_limiter() -> None:
+    limits = Limits(model_requests=3)
+    active = 0
+    peak = 0
+    release = anyio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await release.wait()
+        active -= 1
+        return _json_response(200, {})
+
+    conn = ServerConnection(
+        "http://m",
+        options=HTTPOptions(max_connections=1),
+        limiter=limits.model_requests,
+        transport=httpx.MockTransport(handler),
+    )
+    limits_kwargs = conn._client_kwargs["limits"]
+    assert isinstance(limits_kwargs, httpx.Limits)
+    assert limits_kwargs.max_connections == 3  # raised to the limiter's total
+    async with conn, anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(conn.post_json, "/x", {})
+        await anyio.wait_all_tasks_blocked()
+        stats = limits.model_requests.statistics()
+        assert (stats.in_use, stats.waiting) == (3, 5)
+        release.set()
+    assert peak == 3
+    assert limits.model_requests.statistics().acquisitions == 8
