@@ -1,12 +1,353 @@
-"""Configuration of the web tools (owned by the web-tools layer; extended there)."""
+"""Configuration of the web tools: providers, keys, fetch guard, caps and the optional summarizer.
+
+One :class:`WebSettings` travels on a rollout's ``ToolRuntime.web``; when it is ``None`` the tools
+read :meth:`WebSettings.from_env` on every call (as the reference read its keys from the
+environment). API keys live only here: ``repr()`` never shows them, and the tools redact them from
+every error they report.
+
+Environment variables read by :meth:`WebSettings.from_env`:
+
+=================================  =============================================================
+``FIRECRAWL_API_KEY``               Firecrawl key (``Authorization: Bearer``).
+``FIRECRAWL_API_URL``               Firecrawl base URL (self-hosted Firecrawl works without a key).
+``TAVILY_API_KEY``                  Tavily key.
+``TAVILY_BASE_URL``                 Tavily base URL (default ``https://api.tavily.com``).
+``EXA_API_KEY``                     Exa key (``x-api-key``).
+``EXA_BASE_URL``                    Exa base URL (default ``https://api.exa.ai``).
+``HERMES_WEB_BACKEND``              ``firecrawl`` | ``tavily`` | ``exa`` (default: the first
+                                    configured one, in that order, as in the reference).
+``HERMES_WEB_EXTRACT_BACKEND``      ``auto`` (default) | ``provider`` | ``direct``.
+``HERMES_WEB_DIRECT_EXTRACT``       ``1`` offers ``web_extract`` without any provider key (pages
+                                    are fetched directly, behind the SSRF guard).
+``HERMES_WEB_ALLOW``                Comma-separated hosts and/or CIDRs the SSRF guard lets through.
+``HERMES_WEB_SUMMARIZER_URL``       OpenAI-compatible base URL (``.../v1``) used to summarize long
+                                    pages; unset means long pages are cut (head + tail).
+``HERMES_WEB_SUMMARIZER_MODEL``     Model name sent to that server (required with the URL).
+``HERMES_WEB_SUMMARIZER_API_KEY``   Optional bearer key for that server.
+=================================  =============================================================
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, cast
 
-__all__ = ["WebSettings"]
+import httpx
+
+from hermes_async.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_PROVIDER_URLS",
+    "PROVIDER_KEY_ENV",
+    "PROVIDER_ORDER",
+    "ExtractBackend",
+    "Provider",
+    "Resolver",
+    "SummarizerSettings",
+    "WebSettings",
+]
+
+#: A web provider this package can talk to.
+Provider = Literal["firecrawl", "tavily", "exa"]
+
+#: Where ``web_extract`` gets pages: ``auto`` = the provider if one is configured, else direct.
+ExtractBackend = Literal["auto", "provider", "direct"]
+
+#: The reference's preference order when no backend is chosen explicitly (its "parallel"
+#: provider is not implemented here).
+PROVIDER_ORDER: tuple[Provider, ...] = ("firecrawl", "tavily", "exa")
+
+#: Environment variable holding each provider's API key.
+PROVIDER_KEY_ENV: Mapping[Provider, str] = {
+    "firecrawl": "FIRECRAWL_API_KEY",
+    "tavily": "TAVILY_API_KEY",
+    "exa": "EXA_API_KEY",
+}
+
+#: Public base URL of each provider's HTTP API.
+DEFAULT_PROVIDER_URLS: Mapping[Provider, str] = {
+    "firecrawl": "https://api.firecrawl.dev",
+    "tavily": "https://api.tavily.com",
+    "exa": "https://api.exa.ai",
+}
+
+_URL_ENV: Mapping[Provider, str] = {
+    "firecrawl": "FIRECRAWL_API_URL",
+    "tavily": "TAVILY_BASE_URL",
+    "exa": "EXA_BASE_URL",
+}
+
+#: ``async (host, port) -> [ip, ...]``: how the SSRF guard resolves host names. The default is
+#: :func:`anyio.getaddrinfo`; tests inject a fake so that no real DNS query is made.
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+_TRUE = {"1", "true", "yes", "on"}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class SummarizerSettings:
+    """An OpenAI-compatible chat server that summarizes pages longer than ``min_chars``.
+
+    Nothing is hard-coded: no summarizer is used unless one is configured here. When the server
+    fails, the page is cut (head + tail) instead and the failure is logged (never the key).
+
+    Attributes:
+        base_url: The server's OpenAI base URL, ending in ``/v1``; requests go to
+            ``{base_url}/chat/completions``.
+        model: Model name sent in the request.
+        api_key: Optional bearer key (hidden from ``repr``).
+        timeout_seconds: Deadline of one summary request.
+        min_chars: Pages at least this long are summarized (the reference's 5 000).
+        max_input_chars: Longer pages are cut (head + tail) before being sent.
+        max_output_chars: The summary is capped at this length (the reference's ~5 000).
+    """
+
+    base_url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    timeout_seconds: float = 60.0
+    min_chars: int = 5_000
+    max_input_chars: int = 100_000
+    max_output_chars: int = 5_000
+
+
+@dataclass(frozen=True, slots=True)
 class WebSettings:
-    """Web-tool configuration carried on a rollout's ``ToolRuntime``."""
+    """How the web tools search and fetch.
+
+    Provider selection: ``backend`` if set, else the first provider in :data:`PROVIDER_ORDER`
+    that is configured (has a key, or for Firecrawl a non-default ``firecrawl_url``).
+    ``web_search`` needs a provider. ``web_extract`` uses the provider too, unless
+    ``extract_backend="direct"`` (or ``"auto"`` with no provider), in which case pages are fetched
+    with httpx behind the SSRF guard. The tools are *offered* to the model only when a provider is
+    configured, as in the reference, or (``web_extract`` alone) when ``direct_extract`` is true.
+
+    Attributes:
+        backend: Force a provider; ``None`` picks the first configured one.
+        firecrawl_api_key: Firecrawl key (hidden from ``repr``).
+        tavily_api_key: Tavily key (hidden from ``repr``).
+        exa_api_key: Exa key (hidden from ``repr``).
+        firecrawl_url: Firecrawl API base URL.
+        tavily_url: Tavily API base URL.
+        exa_url: Exa API base URL.
+        extract_backend: ``auto`` | ``provider`` | ``direct`` (see above).
+        direct_extract: Offer ``web_extract`` even with no provider (direct fetches only).
+        allow: Hosts (exact, or ``.suffix``) and IP networks (``10.1.2.0/24``, ``127.0.0.1``)
+            the SSRF guard lets through although they are not public. Empty by default.
+        search_limit: Results per search (the reference always used 5).
+        max_concurrent_fetches: Local concurrency cap for one extract call when
+            ``runtime.limits`` has no ``web`` limiter.
+        request_timeout_seconds: Deadline of one provider request (connect + response).
+        fetch_timeout_seconds: Deadline of one direct fetch, all redirect hops and the body
+            included.
+        max_redirects: Redirect hops followed by a direct fetch (each hop re-vetted).
+        max_body_bytes: Bytes of a directly fetched body kept (decoded, after decompression);
+            the rest is not downloaded and the content says so.
+        max_content_chars: Page content longer than this is cut to head + tail with a note
+            (when no summarizer is configured, or it failed).
+        html_extractor: ``auto`` uses trafilatura when the ``web`` extra is installed, else the
+            built-in converter; ``trafilatura`` requires it; ``basic`` never uses it.
+        user_agent: ``User-Agent`` of direct fetches.
+        summarizer: Optional chat server that summarizes long pages.
+        trust_env: Let provider and summarizer requests use proxy settings from the
+            environment. Direct fetches never do (a proxy would resolve the host itself and
+            defeat the address pinning).
+        transport: httpx transport for every outgoing request (tests inject one that refuses
+            any non-loopback destination). The tools never close it: its owner does.
+        resolver: Host-name resolver for the SSRF guard (default :func:`anyio.getaddrinfo`).
+    """
+
+    backend: Provider | None = None
+    firecrawl_api_key: str | None = field(default=None, repr=False)
+    tavily_api_key: str | None = field(default=None, repr=False)
+    exa_api_key: str | None = field(default=None, repr=False)
+    firecrawl_url: str = DEFAULT_PROVIDER_URLS["firecrawl"]
+    tavily_url: str = DEFAULT_PROVIDER_URLS["tavily"]
+    exa_url: str = DEFAULT_PROVIDER_URLS["exa"]
+    extract_backend: ExtractBackend = "auto"
+    direct_extract: bool = False
+    allow: tuple[str, ...] = ()
+    search_limit: int = 5
+    max_concurrent_fetches: int = 5
+    request_timeout_seconds: float = 30.0
+    fetch_timeout_seconds: float = 20.0
+    max_redirects: int = 5
+    max_body_bytes: int = 2_000_000
+    max_content_chars: int = 20_000
+    html_extractor: Literal["auto", "trafilatura", "basic"] = "auto"
+    user_agent: str = "hermes-async/0.1 (web_extract)"
+    summarizer: SummarizerSettings | None = None
+    trust_env: bool = True
+    transport: httpx.AsyncBaseTransport | None = field(default=None, repr=False, compare=False)
+    resolver: Resolver | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.backend is not None and self.backend not in PROVIDER_ORDER:
+            raise ConfigError(
+                f"unknown web backend {self.backend!r}; available: {', '.join(PROVIDER_ORDER)}"
+            )
+        if self.extract_backend not in ("auto", "provider", "direct"):
+            raise ConfigError(
+                f"unknown web extract backend {self.extract_backend!r}; "
+                "available: auto, provider, direct"
+            )
+        if self.html_extractor not in ("auto", "trafilatura", "basic"):
+            raise ConfigError(
+                f"unknown html_extractor {self.html_extractor!r}; available: auto, trafilatura, basic"
+            )
+        for name in ("search_limit", "max_concurrent_fetches", "max_body_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"WebSettings.{name} must be an integer >= 1, got {value!r}")
+        if self.max_content_chars < 200:
+            raise ConfigError(
+                f"WebSettings.max_content_chars must be >= 200, got {self.max_content_chars!r}"
+            )
+        if self.max_redirects < 0:
+            raise ConfigError(f"WebSettings.max_redirects must be >= 0, got {self.max_redirects!r}")
+        for name in ("request_timeout_seconds", "fetch_timeout_seconds"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"WebSettings.{name} must be > 0, got {getattr(self, name)!r}")
+        for entry in self.allow:
+            _check_allow_entry(entry)
+
+    # ----------------------------------------------------------------------------------------
+    # Provider selection
+
+    def api_key(self, provider: Provider) -> str | None:
+        """The configured key of ``provider`` (``None`` when unset or empty)."""
+        key = {
+            "firecrawl": self.firecrawl_api_key,
+            "tavily": self.tavily_api_key,
+            "exa": self.exa_api_key,
+        }[provider]
+        return key or None
+
+    def base_url(self, provider: Provider) -> str:
+        """The API base URL of ``provider``, without a trailing slash."""
+        url = {"firecrawl": self.firecrawl_url, "tavily": self.tavily_url, "exa": self.exa_url}
+        return url[provider].rstrip("/")
+
+    def is_configured(self, provider: Provider) -> bool:
+        """Whether ``provider`` can be used: it has a key (or is a self-hosted Firecrawl)."""
+        if self.api_key(provider):
+            return True
+        return provider == "firecrawl" and self.base_url("firecrawl") != DEFAULT_PROVIDER_URLS[
+            "firecrawl"
+        ].rstrip("/")
+
+    def provider(self) -> Provider | None:
+        """The provider to use: ``backend`` if set (configured or not), else the first configured."""
+        if self.backend is not None:
+            return self.backend
+        for name in PROVIDER_ORDER:
+            if self.is_configured(name):
+                return name
+        return None
+
+    def search_available(self) -> bool:
+        """Whether ``web_search`` should be offered (a provider is configured)."""
+        provider = self.provider()
+        return provider is not None and self.is_configured(provider)
+
+    def extract_available(self) -> bool:
+        """Whether ``web_extract`` should be offered (a provider, or direct extraction enabled)."""
+        if self.extract_backend == "direct":
+            return True
+        return self.search_available() or self.direct_extract
+
+    def extract_provider(self) -> Provider | None:
+        """The provider ``web_extract`` goes through, or ``None`` for direct fetches."""
+        if self.extract_backend == "direct":
+            return None
+        if self.extract_backend == "provider":
+            return self.provider() or PROVIDER_ORDER[0]
+        return self.provider() if self.search_available() else None
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every configured secret, for redaction."""
+        values = [self.firecrawl_api_key, self.tavily_api_key, self.exa_api_key]
+        if self.summarizer is not None:
+            values.append(self.summarizer.api_key)
+        return tuple(v for v in values if v)
+
+    # ----------------------------------------------------------------------------------------
+    # Construction
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WebSettings:
+        """Build settings from environment variables (see the module docstring for the names).
+
+        Args:
+            environ: The mapping to read (default ``os.environ``).
+
+        Raises:
+            ConfigError: A variable has an invalid value (an unknown backend, a bad allow entry,
+                a summarizer URL without a model).
+        """
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        backend = get("HERMES_WEB_BACKEND")
+        if backend is not None:
+            backend = backend.lower()
+            if backend not in PROVIDER_ORDER:
+                raise ConfigError(
+                    f"HERMES_WEB_BACKEND={backend!r} is not a web backend; "
+                    f"available: {', '.join(PROVIDER_ORDER)}"
+                )
+        extract_backend = (get("HERMES_WEB_EXTRACT_BACKEND") or "auto").lower()
+        if extract_backend not in ("auto", "provider", "direct"):
+            raise ConfigError(
+                f"HERMES_WEB_EXTRACT_BACKEND={extract_backend!r} is invalid; "
+                "available: auto, provider, direct"
+            )
+        summarizer = None
+        summarizer_url = get("HERMES_WEB_SUMMARIZER_URL")
+        if summarizer_url is not None:
+            model = get("HERMES_WEB_SUMMARIZER_MODEL")
+            if model is None:
+                raise ConfigError(
+                    "HERMES_WEB_SUMMARIZER_URL is set but HERMES_WEB_SUMMARIZER_MODEL is not; "
+                    "set the model name the summarizer server serves"
+                )
+            summarizer = SummarizerSettings(
+                base_url=summarizer_url,
+                model=model,
+                api_key=get("HERMES_WEB_SUMMARIZER_API_KEY"),
+            )
+        allow = tuple(
+            part.strip() for part in (get("HERMES_WEB_ALLOW") or "").split(",") if part.strip()
+        )
+        return cls(
+            backend=backend,
+            firecrawl_api_key=get(PROVIDER_KEY_ENV["firecrawl"]),
+            tavily_api_key=get(PROVIDER_KEY_ENV["tavily"]),
+            exa_api_key=get(PROVIDER_KEY_ENV["exa"]),
+            firecrawl_url=get(_URL_ENV["firecrawl"]) or DEFAULT_PROVIDER_URLS["firecrawl"],
+            tavily_url=get(_URL_ENV["tavily"]) or DEFAULT_PROVIDER_URLS["tavily"],
+            exa_url=get(_URL_ENV["exa"]) or DEFAULT_PROVIDER_URLS["exa"],
+            extract_backend=cast(ExtractBackend, extract_backend),
+            direct_extract=(get("HERMES_WEB_DIRECT_EXTRACT") or "").lower() in _TRUE,
+            allow=allow,
+            summarizer=summarizer,
+        )
+
+
+def _check_allow_entry(entry: str) -> None:
+    if not isinstance(entry, str) or not entry.strip():
+        raise ConfigError(f"WebSettings.allow entries must be non-empty strings, got {entry!r}")
+    if "/" in entry:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError as exc:
+            raise ConfigError(
+                f"WebSettings.allow entry {entry!r} is neither a host name nor a valid CIDR "
+                f"network: {exc}"
+            ) from None
