@@ -1,0 +1,717 @@
+"""Call-body grammars: small state machines the engine runs between a call's open and close.
+
+A format names one body *spec* (a frozen, declarative description); the engine creates a fresh
+body from it for every call and feeds it text. Bodies report through a :class:`CallSink`
+(start, argument fragment, seal, invalid, truncated) and never see more than the current chunk
+plus a marker's length of held-back text, so their work is linear too.
+
+``consume(s, i, eof)`` contract: consume a prefix of ``s[i:]`` and return the index after it;
+return ``-1`` when nothing can be decided until more text arrives (the engine then holds
+``s[i:]``, which is always shorter than the longest marker). Returning ``i`` is allowed only
+after a state change. With ``eof`` set, never return ``-1``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from hermes_async.jsontypes import JSON, JSONObject
+from hermes_async.parsers._scan import PARTIAL, JsonScanner, Markers
+from hermes_async.parsers._values import ToolSchemas, decode_arguments, loads
+
+__all__ = [
+    "Body",
+    "BodySpec",
+    "CallSink",
+    "JsonCallSpec",
+    "MistralSpec",
+    "NamedJsonSpec",
+    "marker_set",
+    "name_problem",
+    "skip_ws",
+]
+
+#: A tool name longer than this (with no terminator in sight) means the model is not writing a
+#: call header; the attempt is reported invalid instead of buffering without bound.
+NAME_MAX_CHARS = 512
+
+_WS = " \t\r\n"
+_BAD_NAME_CHARS = frozenset(' \t\r\n{}<>"')
+
+
+class CallSink(Protocol):
+    """What a body reports to the engine. One *attempt* per call the model tries to make."""
+
+    schemas: ToolSchemas
+
+    def begin(self) -> None:
+        """A new call attempt starts (no event yet)."""
+
+    def start(self, name: str, native_id: str | None = None) -> None:
+        """The attempt's name is known: emit ``ToolCallStart``."""
+
+    def fragment(self, text: str) -> None:
+        """An arguments preview fragment of the started attempt."""
+
+    def seal(self, name: str, arguments: JSONObject, native_id: str | None = None) -> None:
+        """The attempt is complete and valid."""
+
+    def invalid(self, reason: str, raw: str, name: str | None = None) -> None:
+        """The attempt is malformed."""
+
+    def truncated(self, raw: str, name: str | None = None) -> None:
+        """The stream ended inside the attempt."""
+
+    def reject(self, text: str, *, relex: bool) -> None:
+        """The text was not a call after all (bare-JSON formats): give it back as content."""
+
+
+class BodySpec(Protocol):
+    """A declarative call-body description; ``new`` makes the per-call state machine."""
+
+    def new(self, sink: CallSink) -> Body:
+        """A fresh body for one call."""
+        ...
+
+    def spellings(self) -> tuple[str, ...]:
+        """Every marker the body looks for (so special token ids can be mapped back)."""
+        ...
+
+
+def skip_ws(s: str, i: int) -> int:
+    n = len(s)
+    while i < n and s[i] in _WS:
+        i += 1
+    return i
+
+
+@functools.lru_cache(maxsize=256)
+def marker_set(pairs: tuple[tuple[str, str], ...]) -> Markers:
+    return Markers(dict(pairs))
+
+
+def _roles(role: str, spellings: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((s, role) for s in spellings)
+
+
+def name_problem(name: str) -> str | None:
+    if not name:
+        return "the tool name is empty"
+    if len(name) > NAME_MAX_CHARS or any(c in _BAD_NAME_CHARS for c in name):
+        return f"{name[:80]!r} is not a tool name"
+    return None
+
+
+class Body:
+    """Shared state and the 'skip to the closing marker' step of every body."""
+
+    __slots__ = ("close", "done", "exit_section", "junk", "junk_reason", "name", "sink")
+
+    def __init__(self, sink: CallSink, close: tuple[str, ...]) -> None:
+        self.sink = sink
+        self.close = marker_set(_roles("close", close)) if close else None
+        self.done = False
+        self.exit_section = False
+        self.name: str | None = None
+        self.junk: list[str] = []
+        #: Set while skipping the rest of a malformed attempt; None while skipping noise after
+        #: a finished call (discarded silently).
+        self.junk_reason: str | None = None
+
+    def consume(self, s: str, i: int, eof: bool) -> int:
+        """Consume text; see the module docstring for the contract."""
+        raise NotImplementedError
+
+    def at_eof(self) -> None:
+        """The stream ended while this body was active: report what is pending."""
+        raise NotImplementedError
+
+    def wake_chars(self) -> tuple[str, str] | None:
+        """Characters without which a chunk may be scanned later, or None (scan every chunk).
+
+        Only inside a started call's JSON: a chunk with neither a ``}`` nor the first
+        character of a closing marker can neither end the object nor start the marker, so
+        deferring its scan changes when events come, never which.
+        """
+        return None
+
+    def _skip_to_close(self, s: str, i: int, eof: bool) -> int:
+        close = self.close
+        if close is None:  # no closing marker: the malformed attempt ends here
+            self._end_junk()
+            return i
+        m = close.search(s, i)
+        if m is None:
+            j = len(s) if eof else close.safe_end(s, i)
+            if self.junk_reason is not None:
+                self.junk.append(s[i:j])
+            return j if j > i else -1
+        if self.junk_reason is not None:
+            self.junk.append(s[i : m.start()])
+        self._end_junk()
+        return m.end()
+
+    def _end_junk(self) -> None:
+        if self.junk_reason is not None:
+            self.sink.invalid(self.junk_reason, "".join(self.junk), self.name)
+            self.junk_reason = None
+        self.done = True
+
+    def _eof_junk(self) -> None:
+        if self.junk_reason is not None:
+            self.sink.invalid(self.junk_reason, "".join(self.junk), self.name)
+            self.junk_reason = None
+
+
+# --------------------------------------------------------------------------- JSON object body
+
+
+@dataclass(frozen=True, slots=True)
+class JsonCallSpec:
+    """A call written as one JSON object ``{"name": ..., "arguments": {...}}``.
+
+    Attributes:
+        close: Closing markers (``</tool_call>``); empty when the object itself ends the call.
+        args_keys: Keys holding the arguments, in priority order.
+        candidate: Bare JSON in ordinary text (``llama3_json``): an object only becomes a call
+            once it has a string ``name`` and an arguments key; anything else is content.
+        multi: Several objects may share one pair of markers.
+        native_id_key: A key holding the model's own call id (Mistral Nemo's ``"id"``).
+    """
+
+    close: tuple[str, ...] = ()
+    args_keys: tuple[str, ...] = ("arguments", "parameters")
+    candidate: bool = False
+    multi: bool = False
+    native_id_key: str | None = None
+
+    def new(self, sink: CallSink) -> Body:
+        return JsonCallBody(self, sink)
+
+    def spellings(self) -> tuple[str, ...]:
+        return self.close
+
+
+_PRE, _OBJ, _AFTER, _JUNK = range(4)
+
+
+class JsonCallBody(Body):
+    """State machine for :class:`JsonCallSpec`."""
+
+    __slots__ = ("_interrupts", "committed", "pending", "scanner", "spec", "started", "state")
+
+    def __init__(self, spec: JsonCallSpec, sink: CallSink) -> None:
+        super().__init__(sink, spec.close)
+        self.spec = spec
+        self.state = _PRE
+        self.scanner: JsonScanner | None = None
+        self.started = False
+        self.committed = False
+        self.pending: list[str] = []
+        self._interrupts = "".join(sorted({c[0] for c in spec.close}))
+
+    def consume(self, s: str, i: int, eof: bool) -> int:
+        state = self.state
+        if state == _OBJ:
+            return self._scan(s, i, eof)
+        if state == _JUNK:
+            return self._skip_to_close(s, i, eof)
+        j = skip_ws(s, i)
+        if j >= len(s):
+            return j
+        if self.close is not None:
+            hit = self.close.match_at(s, j, eof)
+            if hit == PARTIAL and not eof:
+                return j if j > i else -1
+            if isinstance(hit, tuple):
+                self.done = True  # an empty tag is skipped, as in the reference
+                return hit[1]
+        if s[j] == "{" and (state == _PRE or self.spec.multi):
+            self._begin_object()
+            return j
+        if self.close is None:
+            self.done = True
+            return j
+        if state == _PRE:
+            self.sink.begin()
+            self.junk_reason = "expected a JSON object with 'name' and 'arguments'"
+        self.state = _JUNK
+        return j
+
+    def wake_chars(self) -> tuple[str, str] | None:
+        if self.state == _OBJ and self.started:
+            return "}", self._interrupts[:1] or "}"
+        return None
+
+    def _begin_object(self) -> None:
+        spec = self.spec
+        self.scanner = JsonScanner(
+            name_keys=frozenset({"name"}),
+            args_keys=frozenset(spec.args_keys),
+            interrupts=self._interrupts,
+        )
+        self.state = _OBJ
+        self.started = False
+        self.committed = not spec.candidate
+        self.pending = []
+        self.name = None
+        if self.committed:
+            self.sink.begin()
+
+    def _drain(self) -> None:
+        scanner = self.scanner
+        assert scanner is not None
+        if (
+            not self.started
+            and scanner.name is not None
+            and (self.committed or scanner.args_seen)
+            and name_problem(scanner.name) is None
+        ):
+            if not self.committed:
+                self.committed = True
+                self.sink.begin()
+            self.started = True
+            self.name = scanner.name
+            self.sink.start(scanner.name)
+            for fragment in self.pending:
+                self.sink.fragment(fragment)
+            self.pending = []
+        if scanner.frags:
+            if self.started:
+                for fragment in scanner.frags:
+                    self.sink.fragment(fragment)
+            else:
+                self.pending.extend(scanner.frags)
+            scanner.frags.clear()
+
+    def _scan(self, s: str, i: int, eof: bool) -> int:
+        scanner = self.scanner
+        assert scanner is not None
+        k = scanner.scan(s, i)
+        self._drain()
+        if scanner.done:
+            self._complete()
+            return k
+        if not scanner.stopped:
+            return k
+        if self.close is not None:
+            hit = self.close.match_at(s, k, eof)
+            if hit == PARTIAL and not eof:
+                return k if k > i else -1
+            if isinstance(hit, tuple):
+                if not self.committed:
+                    self._reject(relex=True)
+                    return k
+                self.sink.invalid(
+                    "the JSON object is incomplete (closing marker reached first)",
+                    scanner.text(),
+                    scanner.name,
+                )
+                self.done = True
+                return hit[1]
+        if not self.committed:
+            self._reject(relex=True)
+            return k
+        self.junk_reason = f"invalid JSON: unexpected {s[k]!r} after {_tail(scanner.text())!r}"
+        self.junk = [scanner.text()]
+        self.state = _JUNK
+        return k
+
+    def _reject(self, *, relex: bool) -> None:
+        assert self.scanner is not None
+        self.sink.reject(self.scanner.text(), relex=relex)
+        self.done = True
+
+    def _complete(self) -> None:
+        scanner = self.scanner
+        assert scanner is not None
+        text = scanner.text()
+        self.state = _AFTER
+        if self.close is None:
+            self.done = True
+        try:
+            obj: JSON = loads(text)
+        except ValueError as exc:
+            if not self.committed:
+                self._reject(relex=True)
+                return
+            self._fail(f"invalid JSON: {exc}", text)
+            return
+        spec = self.spec
+        if not self.committed:
+            if not (
+                isinstance(obj, dict)
+                and isinstance(obj.get("name"), str)
+                and name_problem(obj["name"]) is None
+                and any(k in obj for k in spec.args_keys)
+            ):
+                self._reject(relex=False)
+                return
+            self.committed = True
+            self.sink.begin()
+        if not isinstance(obj, dict):
+            self._fail("a tool call must be a JSON object with 'name' and 'arguments'", text)
+            return
+        name = obj.get("name")
+        if not isinstance(name, str):
+            self._fail("the tool call has no string 'name'", text)
+            return
+        problem = name_problem(name)
+        if problem is not None:
+            self._fail(problem, text)
+            return
+        raw_args: JSON = None
+        for key in spec.args_keys:
+            if key in obj:
+                raw_args = obj[key]
+                break
+        arguments, reason = decode_arguments(raw_args)
+        if arguments is None:
+            self._fail(reason or "invalid arguments", text, name)
+            return
+        native = obj.get(spec.native_id_key) if spec.native_id_key else None
+        self.sink.seal(name, arguments, native if isinstance(native, str) else None)
+
+    def _fail(self, reason: str, raw: str, name: str | None = None) -> None:
+        self.sink.invalid(reason, raw, name or self.name)
+
+    def at_eof(self) -> None:
+        if self.state == _OBJ:
+            assert self.scanner is not None
+            if not self.committed:
+                self._reject(relex=True)
+            else:
+                self.sink.truncated(self.scanner.text(), self.name)
+        elif self.state == _PRE:
+            self.sink.begin()
+            self.sink.truncated("", None)
+        elif self.state == _JUNK:
+            self._eof_junk()
+        self.done = True
+
+
+def _tail(text: str, size: int = 40) -> str:
+    return text if len(text) <= size else "..." + text[-size:]
+
+
+# --------------------------------------------------------------------- name, then JSON object
+
+
+@dataclass(frozen=True, slots=True)
+class NamedJsonSpec:
+    """A call written as a name (or id) header followed by a JSON object of arguments.
+
+    Attributes:
+        name_end: Markers that end the name and are consumed (``<｜tool▁sep｜>``, newline).
+        close: Markers that end the call; empty when the JSON object ends it (Mistral).
+        prefix: Skip everything up to one of these first (DeepSeek V3's call type).
+        id_marker: A marker after the name that introduces the model's own call id, which
+            runs to a ``name_end`` marker (Mistral ``[CALL_ID]``).
+        brace_ends_name: An opening brace ends the name (and starts the arguments).
+        fence: The arguments may be wrapped in a ```` ```json ```` code fence.
+        name_from_id: Turn the header into ``(name, native_id)`` (Kimi's
+            ``functions.get_weather:0``); None: the header is the name.
+    """
+
+    name_end: tuple[str, ...]
+    close: tuple[str, ...] = ()
+    prefix: tuple[str, ...] = ()
+    id_marker: tuple[str, ...] = ()
+    brace_ends_name: bool = False
+    fence: bool = False
+    name_from_id: Callable[[str], tuple[str, str | None]] | None = None
+
+    def new(self, sink: CallSink) -> Body:
+        return NamedJsonBody(self, sink)
+
+    def spellings(self) -> tuple[str, ...]:
+        return (*self.name_end, *self.close, *self.prefix, *self.id_marker)
+
+
+_N_PREFIX, _N_NAME, _N_ID, _N_PRE_ARGS, _N_OBJ, _N_POST, _N_JUNK = range(7)
+_FENCES = (("```json", "fence"), ("```JSON", "fence"), ("```", "fence"))
+
+
+class NamedJsonBody(Body):
+    """State machine for :class:`NamedJsonSpec`."""
+
+    __slots__ = (
+        "_header",
+        "_name_markers",
+        "_pre_args",
+        "native_id",
+        "parts",
+        "scanner",
+        "spec",
+        "state",
+    )
+
+    def __init__(self, spec: NamedJsonSpec, sink: CallSink) -> None:
+        super().__init__(sink, spec.close)
+        self.spec = spec
+        self.state = _N_PREFIX if spec.prefix else _N_NAME
+        self.parts: list[str] = []
+        self.native_id: str | None = None
+        self.scanner: JsonScanner | None = None
+        pairs = (
+            *_roles("end", spec.name_end),
+            *_roles("close", spec.close),
+            *_roles("id", spec.id_marker),
+            *((("{", "brace"),) if spec.brace_ends_name else ()),
+            *((("```", "fence"),) if spec.fence else ()),
+        )
+        self._name_markers = marker_set(pairs)
+        self._header = marker_set(_roles("prefix", spec.prefix)) if spec.prefix else None
+        pre = (*_roles("close", spec.close), *(_FENCES if spec.fence else ()))
+        self._pre_args = marker_set(pre) if pre else None
+        sink.begin()
+
+    def consume(self, s: str, i: int, eof: bool) -> int:
+        state = self.state
+        if state == _N_OBJ:
+            return self._scan(s, i, eof)
+        if state == _N_JUNK:
+            return self._skip_to_close(s, i, eof)
+        if state == _N_PREFIX:
+            assert self._header is not None
+            m = self._header.search(s, i)
+            if m is None:
+                j = len(s) if eof else self._header.safe_end(s, i)
+                return j if j > i else -1
+            self.state = _N_NAME
+            return m.end()
+        if state in (_N_NAME, _N_ID):
+            if not self.parts:
+                j = skip_ws(s, i)
+                if j > i:
+                    return j
+            markers = self._name_markers
+            m = markers.search(s, i)
+            if m is None:
+                j = len(s) if eof else markers.safe_end(s, i)
+                self.parts.append(s[i:j])
+                if sum(len(p) for p in self.parts) > NAME_MAX_CHARS:
+                    self._junk("no end of the tool name in sight")
+                return j if j > i else -1
+            self.parts.append(s[i : m.start()])
+            text = "".join(self.parts).strip()
+            self.parts = []
+            role = markers.roles[m.group()]
+            if state == _N_ID:
+                self.native_id = text or None
+                if role == "id":  # a second id marker: malformed
+                    self._junk("unexpected call-id marker")
+                    return m.end()
+            elif not self._named(text):
+                return m.end() if role not in ("brace", "close") else m.start()
+            if role == "id" and state == _N_NAME:
+                self.state = _N_ID
+                return m.end()
+            if role == "close":
+                self.sink.seal(self.name or "", {}, self.native_id)
+                self.done = True
+                return m.end()
+            self.state = _N_PRE_ARGS
+            return m.start() if role in ("brace", "fence") else m.end()
+        if state == _N_PRE_ARGS:
+            j = skip_ws(s, i)
+            if j >= len(s):
+                return j
+            if s[j] == "{":
+                self.scanner = JsonScanner(
+                    interrupts="".join(sorted({c[0] for c in self.spec.close})),
+                    whole_is_arguments=True,
+                )
+                self.state = _N_OBJ
+                return j
+            if self._pre_args is not None:
+                hit = self._pre_args.match_at(s, j, eof)
+                if hit == PARTIAL and not eof:
+                    return j if j > i else -1
+                if isinstance(hit, tuple):
+                    role, end = hit
+                    if role == "fence":
+                        return end
+                    self.sink.seal(self.name or "", {}, self.native_id)
+                    self.done = True
+                    return end
+            self._junk("expected a JSON object with the arguments")
+            return j
+        # _N_POST: after the arguments, up to the closing marker.
+        j = skip_ws(s, i)
+        if self.close is None:
+            self.done = True
+            return i
+        if j >= len(s):
+            return j
+        if self.spec.fence and s.startswith("`", j):
+            k = j
+            while k < len(s) and s[k] == "`":
+                k += 1
+            if k == len(s) and not eof and k - j < 3:
+                return j if j > i else -1
+            return k
+        hit = self.close.match_at(s, j, eof)
+        if hit == PARTIAL and not eof:
+            return j if j > i else -1
+        if isinstance(hit, tuple):
+            self.done = True
+            return hit[1]
+        self.junk_reason = None  # noise after a finished call: skip it
+        self.state = _N_JUNK
+        return j
+
+    def wake_chars(self) -> tuple[str, str] | None:
+        if self.state == _N_OBJ:
+            return "}", self.spec.close[0][0] if self.spec.close else "}"
+        return None
+
+    def _named(self, header: str) -> bool:
+        if self.spec.name_from_id is not None and header:
+            name, native = self.spec.name_from_id(header)
+            self.native_id = native
+        else:
+            name = header
+        problem = name_problem(name)
+        if problem is not None:
+            self._junk(problem, header)
+            return False
+        self.name = name
+        self.sink.start(name, self.native_id)
+        return True
+
+    def _junk(self, reason: str, raw: str = "") -> None:
+        self.junk_reason = reason
+        self.junk = [raw, *self.parts]
+        self.parts = []
+        self.state = _N_JUNK
+
+    def _scan(self, s: str, i: int, eof: bool) -> int:
+        scanner = self.scanner
+        assert scanner is not None
+        k = scanner.scan(s, i)
+        for fragment in scanner.frags:
+            self.sink.fragment(fragment)
+        scanner.frags.clear()
+        if scanner.done:
+            self.state = _N_POST
+            text = scanner.text()
+            try:
+                arguments = loads(text)
+            except ValueError as exc:
+                self.sink.invalid(f"invalid JSON arguments: {exc}", text, self.name)
+                return k
+            if not isinstance(arguments, dict):
+                self.sink.invalid("the arguments must be a JSON object", text, self.name)
+                return k
+            self.sink.seal(self.name or "", arguments, self.native_id)
+            return k
+        if not scanner.stopped:
+            return k
+        if self.close is not None:
+            hit = self.close.match_at(s, k, eof)
+            if hit == PARTIAL and not eof:
+                return k if k > i else -1
+            if isinstance(hit, tuple):
+                self.sink.invalid(
+                    "the arguments JSON is incomplete (closing marker reached first)",
+                    scanner.text(),
+                    self.name,
+                )
+                self.done = True
+                return hit[1]
+        self._junk(f"invalid JSON arguments: unexpected {s[k]!r}", scanner.text())
+        return k
+
+    def at_eof(self) -> None:
+        state = self.state
+        if state == _N_JUNK:
+            self._eof_junk()
+        elif state != _N_POST:
+            raw = self.scanner.text() if self.scanner is not None else "".join(self.parts)
+            self.sink.truncated(raw, self.name)
+        self.done = True
+
+
+# ------------------------------------------------------------------------------------ Mistral
+
+
+@dataclass(frozen=True, slots=True)
+class MistralSpec:
+    """After ``[TOOL_CALLS]``: a JSON array of call objects, one object, or ``name{args}``."""
+
+    named: NamedJsonSpec
+    single: JsonCallSpec = JsonCallSpec(native_id_key="id")
+
+    def new(self, sink: CallSink) -> Body:
+        return MistralBody(self, sink)
+
+    def spellings(self) -> tuple[str, ...]:
+        return self.named.spellings()
+
+
+_M_START, _M_ARRAY, _M_SUB = range(3)
+
+
+class MistralBody(Body):
+    """State machine for :class:`MistralSpec`."""
+
+    __slots__ = ("in_array", "spec", "state", "sub")
+
+    def __init__(self, spec: MistralSpec, sink: CallSink) -> None:
+        super().__init__(sink, ())
+        self.spec = spec
+        self.state = _M_START
+        self.sub: Body | None = None
+        self.in_array = False
+
+    def consume(self, s: str, i: int, eof: bool) -> int:
+        if self.state == _M_SUB:
+            assert self.sub is not None
+            k = self.sub.consume(s, i, eof)
+            if self.sub.done:
+                self.sub = None
+                if self.in_array:
+                    self.state = _M_ARRAY
+                else:
+                    self.done = True
+            return k
+        j = skip_ws(s, i)
+        if self.state == _M_ARRAY:
+            while j < len(s) and s[j] in ", \t\r\n":
+                j += 1
+        if j >= len(s):
+            return j
+        c = s[j]
+        if self.state == _M_ARRAY:
+            if c == "]":
+                self.done = True
+                return j + 1
+            if c != "{":
+                self.done = True  # the rest is ordinary text
+                return j
+            self.sub = self.spec.single.new(self.sink)
+        elif c == "[":
+            self.in_array = True
+            self.state = _M_ARRAY
+            return j + 1
+        elif c == "{":
+            self.sub = self.spec.single.new(self.sink)
+        else:
+            self.sub = self.spec.named.new(self.sink)
+        self.state = _M_SUB
+        return j
+
+    def wake_chars(self) -> tuple[str, str] | None:
+        return self.sub.wake_chars() if self.sub is not None else None
+
+    def at_eof(self) -> None:
+        if self.sub is not None:
+            self.sub.at_eof()
+        elif self.state == _M_START:
+            self.sink.begin()
+            self.sink.truncated("", None)
+        self.done = True

@@ -1,0 +1,558 @@
+"""The one streaming engine every tool-call format runs on.
+
+A format is a :class:`Format`: a few marker spellings (where calls, sections and reasoning
+begin and end) plus a call-body spec from :mod:`hermes_async.parsers._bodies`. The engine
+(:class:`ToolCallParser`) keeps all per-stream state, lexes the text outside calls, and hands
+the text inside a call to a fresh body state machine.
+
+Modes: ``CONTENT`` (ordinary text; looks for think/section/call openers), ``THINK`` (inside
+``<think>``: passed through as reasoning, only ``</think>`` is looked for), ``SECTION``
+(between calls inside a section such as Kimi's ``<|tool_calls_section_begin|>``), ``CALL``
+(a body is active).
+
+Work per chunk is proportional to the chunk plus at most one marker's length of held-back
+text (the longest suffix that could still become a marker), so a stream costs linear time
+however it is cut. :meth:`ToolCallParser.parse` is ``feed(text)`` + ``finish()`` on a fresh
+parser: the whole-text and streaming paths cannot disagree.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hermes_async.inference.tokenizer import Tokenizer
+from hermes_async.jsontypes import JSONObject
+from hermes_async.parsers._bodies import Body, BodySpec
+from hermes_async.parsers._scan import Markers
+from hermes_async.parsers._values import ToolSchemas, new_call_id, new_mistral_id
+from hermes_async.parsers.types import (
+    ArgumentsDelta,
+    ContentDelta,
+    FunctionCall,
+    ParseResult,
+    ParserEvent,
+    ToolCall,
+    ToolCallInvalid,
+    ToolCallSealed,
+    ToolCallStart,
+    ToolCallTruncated,
+)
+
+__all__ = ["Format", "ToolCallParser"]
+
+_CONTENT, _THINK, _SECTION, _CALL = range(4)
+#: Most chunks the deferred-scan fast path holds before scanning anyway (bounds how late an
+#: argument preview fragment can be; at one token per chunk, about 200 characters).
+_LAZY_MAX_CHUNKS = 48
+#: A lexer step that consumes nothing must change state; this many in a row is a bug.
+_MAX_STALLED_STEPS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """A declarative description of one tool-call format.
+
+    Attributes:
+        name: Registry name.
+        body: How the text of one call is read.
+        call_open: Markers that open a call (in content and inside a section).
+        section_open: Markers that open a section of calls.
+        section_close: Markers that close it.
+        drop: Markers removed from content without meaning (Llama's ``<|python_tag|>``).
+        think: Reasoning block tags; reasoning is never scanned for calls.
+        keep_call_open: The opening marker is part of the body (a bare ``{``).
+        short_ids: 9-character alphanumeric ids (Mistral) instead of ``call_<24 hex>``.
+        separators: Characters that, alone with whitespace, do not make a content piece
+            once calls were found (Llama's ``;`` between objects).
+    """
+
+    name: str
+    body: BodySpec
+    call_open: tuple[str, ...]
+    section_open: tuple[str, ...] = ()
+    section_close: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+    think: tuple[str, str] | None = ("<think>", "</think>")
+    keep_call_open: bool = False
+    short_ids: bool = False
+    separators: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    content: Markers
+    content_first: re.Pattern[str]
+    think_close: Markers | None
+    section: Markers | None
+    spellings: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(fmt: Format) -> _Compiled:
+    content: dict[str, str] = {}
+    for spelling in fmt.drop:
+        content[spelling] = "drop"
+    for spelling in fmt.section_open:
+        content[spelling] = "section"
+    for spelling in fmt.call_open:
+        content[spelling] = "call"
+    think_close = None
+    if fmt.think is not None:
+        content[fmt.think[0]] = "think"
+        think_close = Markers({fmt.think[1]: "close"})
+    section = None
+    if fmt.section_open:
+        section = Markers(
+            {**{s: "close" for s in fmt.section_close}, **{s: "call" for s in fmt.call_open}}
+        )
+    spellings = (
+        *fmt.call_open,
+        *fmt.section_open,
+        *fmt.section_close,
+        *fmt.drop,
+        *(fmt.think or ()),
+        *fmt.body.spellings(),
+    )
+    first = re.compile("[" + "".join(sorted({re.escape(s[0]) for s in content})) + "]")
+    return _Compiled(Markers(content), first, think_close, section, spellings)
+
+
+class _Attempt:
+    __slots__ = ("id", "index", "name", "started")
+
+    def __init__(self, call_id: str) -> None:
+        self.id = call_id
+        self.index: int | None = None
+        self.name: str | None = None
+        self.started = False
+
+
+class ToolCallParser:
+    """A streaming tool-call parser for one model output (one assistant turn).
+
+    Feed decoded text as it arrives — with the token ids when you have them — and act on the
+    events; call :meth:`finish` once at the end. Get one with
+    :func:`hermes_async.parsers.get_parser`; a parser is single-use (one stream) and not
+    shared between tasks.
+
+    Text must be decoded with special tokens spelled out (what
+    :meth:`~hermes_async.inference.tokenizer.Tokenizer.decode` and its incremental decoder
+    do). If your decoder drops special tokens, pass ``token_ids`` and construct the parser
+    with a ``tokenizer``: markers that arrive only as ids are then put back into the text.
+    Markers spelled out in ordinary tokens (constrained decoding) are recognized the same way.
+
+    Args:
+        fmt: The format description.
+        tools: OpenAI-style tool definitions; the XML formats type parameter values from them.
+        tokenizer: Used only to map special token ids back to marker text.
+        schemas: Pre-built schemas (internal; lets :meth:`parse` skip rebuilding them).
+    """
+
+    __slots__ = (
+        "_attempt",
+        "_body",
+        "_c",
+        "_calls",
+        "_finished",
+        "_held",
+        "_id_floor",
+        "_invalid",
+        "_lazy",
+        "_marker_ids",
+        "_mode",
+        "_new_id",
+        "_next_index",
+        "_out",
+        "_parent",
+        "_pending",
+        "_relex",
+        "_result",
+        "_segments",
+        "_tokenizer",
+        "_tools",
+        "_truncated",
+        "format",
+        "schemas",
+    )
+
+    def __init__(
+        self,
+        fmt: Format,
+        *,
+        tools: Sequence[JSONObject] | None = None,
+        tokenizer: Tokenizer | None = None,
+        schemas: ToolSchemas | None = None,
+    ) -> None:
+        self.format = fmt
+        self._tools = tools
+        self._tokenizer = tokenizer
+        self.schemas = schemas if schemas is not None else ToolSchemas(tools)
+        self._c = _compile(fmt)
+        self._marker_ids: dict[int, str] = {}
+        if tokenizer is not None:
+            specials = tokenizer.special_tokens
+            self._marker_ids = {specials[s]: s for s in self._c.spellings if s in specials}
+        # Chunks whose ids are all below this hold no marker id (a cheap test per feed).
+        self._id_floor = min(self._marker_ids, default=1 << 62)
+        self._new_id = new_mistral_id if fmt.short_ids else new_call_id
+        self._mode = _CONTENT
+        self._parent = _CONTENT
+        self._held = ""
+        self._body: Body | None = None
+        self._relex: str | None = None
+        self._out: list[ParserEvent] = []
+        self._segments: list[list[str]] = [[]]
+        self._calls: list[ToolCall] = []
+        self._invalid: list[ToolCallInvalid] = []
+        self._truncated: list[ToolCallTruncated] = []
+        self._attempt: _Attempt | None = None
+        self._next_index = 0
+        self._finished = False
+        self._result: ParseResult | None = None
+        # Deferred-scan fast path (see feed()): wake characters, and the chunks deferred.
+        self._lazy: tuple[str, str] | None = None
+        self._pending: list[str] = []
+
+    @property
+    def name(self) -> str:
+        """The format's registry name."""
+        return self.format.name
+
+    # ------------------------------------------------------------------ public API
+
+    def parse(self, text: str) -> ParseResult:
+        """Parse a whole output at once (a fresh stream: ``feed(text)`` then ``finish()``).
+
+        Does not touch this parser's own streaming state.
+        """
+        parser = ToolCallParser(
+            self.format, tools=self._tools, tokenizer=self._tokenizer, schemas=self.schemas
+        )
+        parser.feed(text)
+        return parser.finish()
+
+    def feed(self, text: str, token_ids: Sequence[int] | None = None) -> list[ParserEvent]:
+        """Add the next piece of the output; return the events it completes.
+
+        Args:
+            text: The newly decoded text (may be empty, may cut a marker anywhere).
+            token_ids: The ids ``text`` was decoded from, if known (see the class docstring).
+
+        Returns:
+            Events in order. A :class:`ToolCallSealed` is final: dispatch it at once.
+
+        Raises:
+            ValueError: :meth:`finish` was already called.
+        """
+        lazy = self._lazy
+        if (
+            lazy is not None
+            and lazy[0] not in text
+            and lazy[1] not in text
+            and (not token_ids or max(token_ids) < self._id_floor)
+        ):
+            # Fast path, inside a started call's JSON: a chunk without '}' cannot end the
+            # object and one without the closing marker's first character cannot start the
+            # marker, so its scan can wait for the next chunk that has one (or a few dozen
+            # chunks). Same characters, same order, same results; argument preview fragments
+            # just arrive coalesced. This keeps one-token feeds cheap. (Never set once
+            # finished.)
+            pending = self._pending
+            pending.append(text)
+            if len(pending) < _LAZY_MAX_CHUNKS:
+                return []
+            text, token_ids = "", None
+        if self._finished:
+            raise ValueError(
+                f"feed() after finish() on a {self.format.name!r} parser; "
+                "use a fresh parser from get_parser() for each output"
+            )
+        no_marker_ids = not token_ids or max(token_ids) < self._id_floor
+        if (
+            self._mode == _CONTENT
+            and no_marker_ids
+            and not self._held
+            and text
+            and self._c.content_first.search(text) is None
+        ):
+            # Fast path: plain text with no character that could start a marker.
+            self._segments[-1].append(text)
+            return [ContentDelta(text)]
+        if not no_marker_ids:
+            text = self._restore_markers(text, token_ids or ())
+        if self._pending:
+            text = "".join(self._pending) + text
+            self._pending = []
+        out: list[ParserEvent] = []
+        self._out = out
+        if text:
+            self._run(text, eof=False)
+        return out
+
+    def finish(self) -> ParseResult:
+        """End the stream: flush held text, close or truncate an open call, return the result.
+
+        A call still open here is reported as :class:`ToolCallTruncated` (never executed);
+        the events this produces are in :attr:`ParseResult.final_events`. Calling it again
+        returns the same result.
+        """
+        if self._result is not None:
+            return self._result
+        out: list[ParserEvent] = []
+        self._out = out
+        self._run("".join(self._pending), eof=True)
+        self._pending = []
+        self._finished = True
+        self._result = ParseResult(
+            content=self._content(),
+            tool_calls=list(self._calls) or None,
+            invalid_calls=tuple(self._invalid),
+            truncated_calls=tuple(self._truncated),
+            final_events=tuple(out),
+        )
+        return self._result
+
+    # ------------------------------------------------------------------ lexing
+
+    def _run(self, text: str, *, eof: bool) -> None:
+        s = self._held + text if self._held else text
+        self._held = ""
+        i = 0
+        stalled = 0
+        while True:
+            if i >= len(s):
+                if eof and self._mode == _CALL and self._body is not None:
+                    self._body.at_eof()
+                    self._end_body()
+                    if self._relex is not None:
+                        s, i = self._relex, 0
+                        self._relex = None
+                        continue
+                break
+            mode = self._mode
+            if mode == _CALL:
+                body = self._body
+                assert body is not None
+                j = body.consume(s, i, eof)
+                if body.done:
+                    self._end_body()
+            elif mode == _CONTENT:
+                j = self._lex_content(s, i, eof)
+            elif mode == _THINK:
+                j = self._lex_think(s, i, eof)
+            else:
+                j = self._lex_section(s, i, eof)
+            if self._relex is not None:
+                s, i = self._relex + s[max(j, i) :], 0
+                self._relex = None
+                continue
+            if j < 0:
+                self._held = s[i:]
+                break
+            if j == i:
+                stalled += 1
+                if stalled > _MAX_STALLED_STEPS:  # pragma: no cover - a body bug
+                    raise RuntimeError(
+                        f"{self.format.name} parser made no progress at {s[i : i + 40]!r}"
+                    )
+            else:
+                stalled = 0
+            i = j
+        body = self._body
+        self._lazy = body.wake_chars() if body is not None and not self._held else None
+
+    def _lex_content(self, s: str, i: int, eof: bool) -> int:
+        markers = self._c.content
+        m = markers.search(s, i)
+        if m is None:
+            j = len(s) if eof else markers.safe_end(s, i)
+            if j > i:
+                self._emit(s[i:j])
+                return j
+            return -1
+        start = m.start()
+        if start > i:
+            self._emit(s[i:start])
+        role = markers.roles[m.group()]
+        if role == "think":
+            self._emit(m.group(), reasoning=True)
+            self._mode = _THINK
+        elif role == "section":
+            self._mode = _SECTION
+        elif role == "call":
+            self._open_call(_CONTENT)
+            if self.format.keep_call_open:
+                return start
+        return m.end()
+
+    def _lex_think(self, s: str, i: int, eof: bool) -> int:
+        markers = self._c.think_close
+        assert markers is not None
+        m = markers.search(s, i)
+        if m is None:
+            j = len(s) if eof else markers.safe_end(s, i)
+            if j > i:
+                self._emit(s[i:j], reasoning=True)
+                return j
+            return -1
+        self._emit(s[i : m.end()], reasoning=True)
+        self._mode = _CONTENT
+        return m.end()
+
+    def _lex_section(self, s: str, i: int, eof: bool) -> int:
+        markers = self._c.section
+        assert markers is not None
+        m = markers.search(s, i)
+        if m is None:
+            j = len(s) if eof else markers.safe_end(s, i)
+            if j > i:
+                self._emit(s[i:j])
+                return j
+            return -1
+        if m.start() > i:
+            self._emit(s[i : m.start()])
+        if markers.roles[m.group()] == "call":
+            self._open_call(_SECTION)
+        else:
+            self._mode = _CONTENT
+        return m.end()
+
+    def _open_call(self, parent: int) -> None:
+        self._parent = parent
+        self._mode = _CALL
+        self._body = self.format.body.new(self)
+
+    def _end_body(self) -> None:
+        body = self._body
+        assert body is not None
+        self._mode = _CONTENT if body.exit_section else self._parent
+        self._body = None
+        self._attempt = None
+
+    def _emit(self, text: str, *, reasoning: bool = False) -> None:
+        self._out.append(ContentDelta(text, reasoning))
+        self._segments[-1].append(text)
+
+    def _content(self) -> str | None:
+        if self._next_index == 0:
+            return "".join(piece for segment in self._segments for piece in segment)
+        strip = " \t\r\n" + self.format.separators
+        pieces = []
+        for n, segment in enumerate(self._segments):
+            text = "".join(segment)
+            # Separators right after a call belong to the list of calls (`{...}; {...}`).
+            text = text.lstrip(strip).rstrip() if n else text.strip()
+            if text:
+                pieces.append(text)
+        return "\n".join(pieces) or None
+
+    # ------------------------------------------------------------------ special ids
+
+    def _restore_markers(self, text: str, token_ids: Sequence[int]) -> str:
+        """Put back markers the decoder dropped (they arrived only as special ids)."""
+        marks = [self._marker_ids[t] for t in token_ids if t in self._marker_ids]
+        if not marks:
+            return text
+        if len(token_ids) == 1:
+            return text or marks[0]
+        tokenizer = self._tokenizer
+        assert tokenizer is not None
+        # Align the chunk's pieces (runs of ordinary ids, markers) with the text: a marker
+        # the text spells is kept, one it lacks is put back.
+        out: list[str] = []
+        pos = 0
+        run: list[int] = []
+        for token in (*token_ids, None):
+            if token is not None and token not in self._marker_ids:
+                run.append(token)
+                continue
+            if run:
+                decoded = tokenizer.decode(run)
+                run = []
+                if not text.startswith(decoded, pos):
+                    return text  # cannot align (a character split across chunks): trust text
+                out.append(decoded)
+                pos += len(decoded)
+            if token is not None:
+                marker = self._marker_ids[token]
+                if text.startswith(marker, pos):
+                    pos += len(marker)
+                out.append(marker)
+        return "".join(out) if pos == len(text) else text
+
+    # ------------------------------------------------------------------ CallSink
+
+    def _current(self) -> _Attempt:
+        attempt = self._attempt
+        if attempt is None:
+            self.begin()
+            attempt = self._attempt
+            assert attempt is not None
+        if attempt.index is None:
+            attempt.index = self._next_index
+            self._next_index += 1
+        return attempt
+
+    def begin(self) -> None:
+        """Start a call attempt (a new content segment begins after it)."""
+        self._attempt = _Attempt(self._new_id())
+        self._segments.append([])
+
+    def start(self, name: str, native_id: str | None = None) -> None:
+        """Emit :class:`ToolCallStart`."""
+        attempt = self._current()
+        attempt.name = name
+        attempt.started = True
+        assert attempt.index is not None
+        self._out.append(ToolCallStart(attempt.index, attempt.id, name))
+
+    def fragment(self, text: str) -> None:
+        """Emit :class:`ArgumentsDelta`."""
+        if text:
+            attempt = self._current()
+            assert attempt.index is not None
+            self._out.append(ArgumentsDelta(attempt.index, text))
+
+    def seal(self, name: str, arguments: JSONObject, native_id: str | None = None) -> None:
+        """Emit :class:`ToolCallSealed` (and the start, if the name was not announced)."""
+        attempt = self._current()
+        if not attempt.started or attempt.name != name:
+            self.start(name, native_id)
+        assert attempt.index is not None
+        text = json.dumps(arguments, ensure_ascii=False)
+        self._out.append(ToolCallSealed(attempt.index, attempt.id, name, text, native_id))
+        self._calls.append(
+            ToolCall(attempt.id, FunctionCall(name, text), index=attempt.index, native_id=native_id)
+        )
+        self._attempt = None
+
+    def invalid(self, reason: str, raw: str, name: str | None = None) -> None:
+        """Emit :class:`ToolCallInvalid`."""
+        attempt = self._current()
+        assert attempt.index is not None
+        event = ToolCallInvalid(attempt.index, attempt.id, name or attempt.name, raw, reason)
+        self._out.append(event)
+        self._invalid.append(event)
+        self._attempt = None
+
+    def truncated(self, raw: str, name: str | None = None) -> None:
+        """Emit :class:`ToolCallTruncated`."""
+        attempt = self._current()
+        assert attempt.index is not None
+        event = ToolCallTruncated(attempt.index, attempt.id, name or attempt.name, raw)
+        self._out.append(event)
+        self._truncated.append(event)
+        self._attempt = None
+
+    def reject(self, text: str, *, relex: bool) -> None:
+        """Not a call after all: the text is content (re-lexed after its first character)."""
+        self._attempt = None
+        if relex:
+            self._emit(text[:1])
+            self._relex = text[1:]
+        else:
+            self._emit(text)

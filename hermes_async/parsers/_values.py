@@ -1,0 +1,226 @@
+"""Call ids, argument normalization, and schema-typed parameter values for the XML formats."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import secrets
+import string
+import uuid
+from collections.abc import Mapping, Sequence
+
+from hermes_async.jsontypes import JSON, JSONObject
+
+__all__ = [
+    "LITERAL_EVAL_MAX_CHARS",
+    "ToolSchemas",
+    "convert_value",
+    "decode_arguments",
+    "loads",
+    "new_call_id",
+    "new_mistral_id",
+]
+
+#: ``ast.literal_eval`` (the reference's fallback for untyped values) is only tried on values
+#: up to this size: its cost and recursion depth grow with the input, and a value that long is
+#: file content, which should stay a string anyway.
+LITERAL_EVAL_MAX_CHARS = 10_000
+
+_ALNUM = string.ascii_letters + string.digits
+
+
+def _reject_constant(name: str) -> JSON:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads(text: str) -> JSON:
+    """``json.loads`` without the ``NaN``/``Infinity`` extension (other consumers reject it)."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def new_call_id() -> str:
+    """A fresh call id, ``call_`` + 24 hex digits.
+
+    The reference used 8 hex digits (32 bits): over a long training run ids collide, and a
+    collision mixes up two calls' results (and their persisted outputs).
+    """
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def new_mistral_id() -> str:
+    """A fresh 9-character alphanumeric id (Mistral chat templates reject any other shape)."""
+    return "".join(secrets.choice(_ALNUM) for _ in range(9))
+
+
+def decode_arguments(value: JSON) -> tuple[JSONObject | None, str | None]:
+    """Normalize a call's ``arguments`` value to a JSON object.
+
+    A missing/None value is ``{}``. A JSON-encoded *string* holding an object (some models
+    write ``"arguments": "{\\"x\\": 1}"``) is decoded once — the reference re-encoded it, so
+    the tool received a string and failed. Anything else is an error.
+
+    Returns:
+        ``(object, None)`` or ``(None, reason)``.
+    """
+    if value is None:
+        return {}, None
+    if isinstance(value, dict):
+        return value, None
+    if isinstance(value, str):
+        if not value.strip():
+            return {}, None
+        try:
+            decoded = loads(value)
+        except ValueError as exc:
+            return None, f"arguments is a string that is not valid JSON ({exc})"
+        if isinstance(decoded, dict):
+            return decoded, None
+        return (
+            None,
+            f"arguments must be a JSON object, got a string holding {type(decoded).__name__}",
+        )
+    return None, f"arguments must be a JSON object, got {type(value).__name__}"
+
+
+class ToolSchemas:
+    """Parameter schemas by tool and parameter name, from OpenAI-style tool definitions.
+
+    Accepts ``{"type": "function", "function": {"name", "parameters"}}`` entries and bare
+    ``{"name", "parameters"}`` ones; anything else is ignored.
+    """
+
+    __slots__ = ("_params",)
+
+    def __init__(self, tools: Sequence[JSONObject] | None) -> None:
+        self._params: dict[str, dict[str, JSONObject]] = {}
+        for tool in tools or ():
+            function = tool.get("function", tool) if isinstance(tool, Mapping) else None
+            if not isinstance(function, Mapping):
+                continue
+            name = function.get("name")
+            parameters = function.get("parameters")
+            if not isinstance(name, str) or not isinstance(parameters, Mapping):
+                continue
+            properties = parameters.get("properties")
+            if isinstance(properties, Mapping):
+                self._params[name] = {
+                    k: v
+                    for k, v in properties.items()
+                    if isinstance(k, str) and isinstance(v, dict)
+                }
+
+    def __bool__(self) -> bool:
+        return bool(self._params)
+
+    def param(self, tool: str, param: str) -> JSONObject | None:
+        """The schema of ``tool``'s parameter ``param``, or None if unknown."""
+        return self._params.get(tool, {}).get(param)
+
+
+def _schema_types(schema: JSONObject) -> list[str]:
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return [kind]
+    if isinstance(kind, list):
+        return [k for k in kind if isinstance(k, str)]
+    types: list[str] = []
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list):
+            for option in options:
+                if isinstance(option, dict):
+                    types.extend(_schema_types(option))
+    if not types and "enum" in schema:
+        enum = schema["enum"]
+        if isinstance(enum, list) and all(isinstance(e, str) for e in enum):
+            types.append("string")
+    return types
+
+
+def _is_json_value(value: object) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _untyped(raw: str) -> JSON:
+    """The reference's rule without a schema: JSON, else a Python literal, else the string."""
+    text = raw.strip()
+    try:
+        value = loads(text)
+    except ValueError:
+        pass
+    else:
+        if not (isinstance(value, float) and not math.isfinite(value)):
+            return value
+    if len(text) <= LITERAL_EVAL_MAX_CHARS:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            pass
+        else:
+            if _is_json_value(value):
+                return json.loads(json.dumps(value))
+    return raw
+
+
+def _as_type(raw: str, kind: str) -> tuple[bool, JSON]:
+    text = raw.strip()
+    if kind == "string":
+        return True, raw
+    if kind == "integer":
+        try:
+            return True, int(text)
+        except ValueError:
+            try:
+                number = float(text)
+            except ValueError:
+                return False, None
+            if number.is_integer():
+                return True, int(number)
+            return False, None
+    if kind == "number":
+        try:
+            return True, int(text)
+        except ValueError:
+            try:
+                number = float(text)
+            except ValueError:
+                return False, None
+            return (True, number) if math.isfinite(number) else (False, None)
+    if kind == "boolean":
+        lowered = text.lower()
+        if lowered in ("true", "false"):
+            return True, lowered == "true"
+        return False, None
+    if kind == "null":
+        return (True, None) if text.lower() in ("null", "none") else (False, None)
+    if kind in ("object", "array"):
+        value = _untyped(raw)
+        wanted = dict if kind == "object" else list
+        return (True, value) if isinstance(value, wanted) else (False, None)
+    return False, None
+
+
+def convert_value(raw: str, schema: JSONObject | None) -> JSON:
+    """Type one XML parameter value.
+
+    With a schema, the declared type decides (``"3"`` stays a string for a ``string``
+    parameter, becomes ``3`` for an ``integer`` one); a value that fits none of the declared
+    types is passed as the raw string, for the tool's own validation to report. Without a
+    schema, the reference's rule applies: JSON, else a Python literal, else the raw string.
+    """
+    if schema is None:
+        return _untyped(raw)
+    types = _schema_types(schema)
+    if not types:
+        return _untyped(raw)
+    # Try non-string types first so ["integer", "string"] prefers the number.
+    for kind in sorted(types, key=lambda k: k == "string"):
+        ok, value = _as_type(raw, kind)
+        if ok:
+            return value
+    return raw

@@ -1,0 +1,311 @@
+"""Call bodies of the XML-style formats: ``qwen3_coder`` and ``glm45``/``glm47``.
+
+Same contract as :mod:`hermes_async.parsers._bodies`; values are typed per parameter from the
+tool schemas (:func:`hermes_async.parsers._values.convert_value`) and previewed as one JSON
+fragment per finished parameter, so the fragments of a call concatenate to its arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from hermes_async.jsontypes import JSON, JSONObject
+from hermes_async.parsers._bodies import (
+    NAME_MAX_CHARS,
+    Body,
+    CallSink,
+    marker_set,
+    name_problem,
+    skip_ws,
+)
+from hermes_async.parsers._scan import PARTIAL, Markers
+from hermes_async.parsers._values import convert_value
+
+__all__ = ["GlmSpec", "Qwen3CoderSpec"]
+
+
+def _param_fragment(first: bool, key: str, value: JSON) -> str:
+    body = json.dumps(key, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False)
+    return ("{" if first else ", ") + body
+
+
+class _XmlBody(Body):
+    """Shared parameter bookkeeping of the XML formats."""
+
+    __slots__ = ("key", "params", "parts")
+
+    def __init__(self, sink: CallSink, close: tuple[str, ...]) -> None:
+        super().__init__(sink, close)
+        self.params: JSONObject = {}
+        self.parts: list[str] = []
+        self.key = ""
+        sink.begin()
+
+    def _set_param(self, raw: str) -> None:
+        schema = self.sink.schemas.param(self.name or "", self.key) if self.sink.schemas else None
+        value = convert_value(raw, schema)
+        self.sink.fragment(_param_fragment(not self.params, self.key, value))
+        self.params[self.key] = value
+
+    def _seal(self) -> None:
+        self.sink.fragment("}" if self.params else "{}")
+        self.sink.seal(self.name or "", self.params)
+        self.done = True
+
+    def _collect(self, markers: Markers, s: str, i: int, eof: bool) -> tuple[int, str | None]:
+        """Collect text into ``parts`` up to a marker: ``(index, role)``; role None = need more."""
+        m = markers.search(s, i)
+        if m is None:
+            j = len(s) if eof else markers.safe_end(s, i)
+            self.parts.append(s[i:j])
+            return (j if j > i else -1), None
+        self.parts.append(s[i : m.start()])
+        return m.start(), markers.roles[m.group()]
+
+    def _take(self) -> str:
+        text = "".join(self.parts)
+        self.parts = []
+        return text
+
+    def at_eof(self) -> None:
+        if self.junk_reason is not None:
+            self._eof_junk()
+        else:
+            self.sink.truncated(self._raw(), self.name)
+        self.done = True
+
+    def _raw(self) -> str:
+        return json.dumps(self.params, ensure_ascii=False) + "".join(self.parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Qwen3CoderSpec:
+    """``<function=NAME>`` ``<parameter=KEY>VALUE</parameter>``... ``</function>``."""
+
+    def new(self, sink: CallSink) -> Body:
+        return Qwen3CoderBody(sink)
+
+    def spellings(self) -> tuple[str, ...]:
+        return ("</function>", "</tool_call>", "<parameter=", "</parameter>")
+
+
+_Q_FNAME, _Q_BODY, _Q_PNAME, _Q_VALUE, _Q_VCHECK, _Q_JUNK = range(6)
+_Q_NAME_END = marker_set((("<", "bad"), (">", "end"), ("\n", "bad")))
+_Q_BODY_MARKERS = marker_set(
+    (("<parameter=", "param"), ("</function>", "fend"), ("</tool_call>", "tend"))
+)
+_Q_VALUE_MARKERS = marker_set(
+    (
+        ("</parameter>", "pend"),
+        ("<parameter=", "next"),
+        ("</function>", "fend"),
+        ("</tool_call>", "tend"),
+    )
+)
+
+
+class Qwen3CoderBody(_XmlBody):
+    """State machine for :class:`Qwen3CoderSpec` (entered after ``<function=``).
+
+    A ``</parameter>`` ends a value only when what follows it (after whitespace) is another
+    parameter or the end of the function; otherwise it is part of the value, so a value may
+    contain that literal text (an XML file being written, for example).
+    """
+
+    __slots__ = ("pending_close", "state")
+
+    def __init__(self, sink: CallSink) -> None:
+        super().__init__(sink, ("</function>", "</tool_call>"))
+        self.state = _Q_FNAME
+        self.pending_close: list[str] = []
+
+    def consume(self, s: str, i: int, eof: bool) -> int:
+        state = self.state
+        if state in (_Q_FNAME, _Q_PNAME):
+            k, role = self._collect(_Q_NAME_END, s, i, eof)
+            if role is None:
+                if sum(len(p) for p in self.parts) > NAME_MAX_CHARS:
+                    self._bad_header("no '>' after the name")
+                return k
+            text = self._take().strip()
+            if role == "bad" or not text:
+                self._bad_header("a '<function=' or '<parameter=' tag without its closing '>'")
+                return k
+            if state == _Q_FNAME:
+                problem = name_problem(text)
+                if problem is not None:
+                    self._bad_header(problem)
+                    return k + 1
+                self.name = text
+                self.sink.start(text)
+                self.state = _Q_BODY
+            else:
+                self.key = text
+                self.state = _Q_VALUE
+            return k + 1
+        if state == _Q_JUNK:
+            return self._skip_to_close(s, i, eof)
+        if state == _Q_BODY:
+            m = _Q_BODY_MARKERS.search(s, i)
+            if m is None:
+                j = len(s) if eof else _Q_BODY_MARKERS.safe_end(s, i)
+                return j if j > i else -1
+            role = _Q_BODY_MARKERS.roles[m.group()]
+            if role == "param":
+                self.state = _Q_PNAME
+            else:
+                self.exit_section = role == "tend"
+                self._seal()
+            return m.end()
+        if state == _Q_VALUE:
+            k, role = self._collect(_Q_VALUE_MARKERS, s, i, eof)
+            if role is None:
+                return k
+            if role == "pend":
+                self.pending_close = ["</parameter>"]
+                self.state = _Q_VCHECK
+                return k + len("</parameter>")
+            self._end_value()
+            return k
+        # _Q_VCHECK: is the '</parameter>' we saw really the end of the value?
+        j = skip_ws(s, i)
+        if j > i:
+            self.pending_close.append(s[i:j])
+        if j >= len(s):
+            return j
+        hit = _Q_BODY_MARKERS.match_at(s, j, eof)
+        if hit == PARTIAL and not eof:
+            return j if j > i else -1
+        if hit is None or hit == PARTIAL:
+            self.parts.extend(self.pending_close)  # literal text inside the value
+            self.pending_close = []
+            self.state = _Q_VALUE
+            return j
+        self._end_value()
+        return j
+
+    def _end_value(self) -> None:
+        raw = self._take()
+        if raw.startswith("\n"):
+            raw = raw[1:]
+        if raw.endswith("\n"):
+            raw = raw[:-1]
+        self._set_param(raw)
+        self.pending_close = []
+        self.state = _Q_BODY
+
+    def _bad_header(self, reason: str) -> None:
+        self.junk_reason = reason
+        self.junk = [self._take()]
+        self.state = _Q_JUNK
+
+    def at_eof(self) -> None:
+        if self.state == _Q_VCHECK:
+            self.parts.extend(self.pending_close)
+        super().at_eof()
+
+
+@dataclass(frozen=True, slots=True)
+class GlmSpec:
+    """``NAME`` then ``<arg_key>K</arg_key><arg_value>V</arg_value>``... then ``</tool_call>``."""
+
+    def new(self, sink: CallSink) -> Body:
+        return GlmBody(sink)
+
+    def spellings(self) -> tuple[str, ...]:
+        return ("</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+
+
+_G_NAME, _G_ARGS, _G_KEY, _G_PREVAL, _G_VALUE, _G_JUNK = range(6)
+_G_NAME_MARKERS = marker_set(
+    (("\n", "end"), ("<arg_key>", "stop"), ("</tool_call>", "stop"), ("<arg_value>", "stop"))
+)
+_G_ARGS_MARKERS = marker_set((("<arg_key>", "key"), ("</tool_call>", "close")))
+_G_KEY_MARKERS = marker_set((("</arg_key>", "end"), ("</tool_call>", "close")))
+_G_PREVAL_MARKERS = marker_set(
+    (("<arg_value>", "value"), ("<arg_key>", "key"), ("</tool_call>", "close"))
+)
+_G_VALUE_MARKERS = marker_set((("</arg_value>", "end"), ("</tool_call>", "close")))
+
+
+class GlmBody(_XmlBody):
+    """State machine for :class:`GlmSpec` (entered after ``<tool_call>``).
+
+    Accepts glm47's relaxations in both names: the name may run straight into ``<arg_key>``,
+    and anything between ``</arg_key>`` and ``<arg_value>`` (newlines, a literal ``\\n``) is
+    skipped. A call with no arguments (``<tool_call>ping</tool_call>``) is kept.
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self, sink: CallSink) -> None:
+        super().__init__(sink, ("</tool_call>",))
+        self.state = _G_NAME
+
+    def consume(self, s: str, i: int, eof: bool) -> int:
+        state = self.state
+        if state == _G_JUNK:
+            return self._skip_to_close(s, i, eof)
+        if state == _G_NAME:
+            if not self.parts:
+                j = skip_ws(s, i)
+                if j > i:
+                    return j
+            k, role = self._collect(_G_NAME_MARKERS, s, i, eof)
+            if role is None:
+                if sum(len(p) for p in self.parts) > NAME_MAX_CHARS:
+                    self._bad("no end of the tool name in sight")
+                return k
+            name = self._take().strip()
+            problem = name_problem(name)
+            if problem is not None:
+                self.junk = [name]
+                self._bad(problem)
+                return k
+            self.name = name
+            self.sink.start(name)
+            self.state = _G_ARGS
+            return k + 1 if role == "end" else k
+        if state in (_G_ARGS, _G_PREVAL):
+            markers = _G_ARGS_MARKERS if state == _G_ARGS else _G_PREVAL_MARKERS
+            m = markers.search(s, i)
+            if m is None:
+                j = len(s) if eof else markers.safe_end(s, i)
+                return j if j > i else -1
+            role = markers.roles[m.group()]
+            if role == "close":
+                self._seal()
+            elif role == "key":
+                self.state = _G_KEY
+            else:
+                self.state = _G_VALUE
+            return m.end()
+        markers = _G_KEY_MARKERS if state == _G_KEY else _G_VALUE_MARKERS
+        k, role = self._collect(markers, s, i, eof)
+        if role is None:
+            return k
+        if role == "close":  # a key or value without its closing tag
+            self._bad("an <arg_key>/<arg_value> without its closing tag")
+            self.junk.insert(0, json.dumps(self.params, ensure_ascii=False))
+            return k
+        text = self._take()
+        if state == _G_KEY:
+            self.key = text.strip()
+            self.state = _G_PREVAL
+        else:
+            self._set_param(text)
+            self.state = _G_ARGS
+        return _marker_end(markers, s, k)
+
+    def _bad(self, reason: str) -> None:
+        self.junk_reason = reason
+        self.junk = [*self.junk, self._take()]
+        self.state = _G_JUNK
+
+
+def _marker_end(markers: Markers, s: str, k: int) -> int:
+    """End index of the marker known to start at ``s[k]``."""
+    hit = markers.match_at(s, k, True)
+    assert isinstance(hit, tuple)
+    return hit[1]
