@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[atropos,docker,modal,web,testing,dev]"
 	@touch $(STAMP)
 
+# TerminalTestEnv evaluate + process against the scripted oracle model on loopback (offline,
+# local sandboxes); writes demo_output/. A real server:
+#   make demo DEMO_ARGS="--openai.base_url http://host:8000/v1 --openai.server_type vllm"
 demo: venv
-	$(BIN)/hermes-async demo
+	$(BIN)/hermes-async demo $(DEMO_ARGS)
 
 lint: venv
 	$(BIN)/ruff check hermes_async tests bench
@@ -46,3 +49,11 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+
+# The docker-marked tests against a private engine: install/start it, build the test image,
+# run them (failing, not skipping, if the engine is missing), stop it and clean up.
+.PHONY: test-docker
+test-docker: venv
+	@engine_env="$$(scripts/docker/engine.sh up)" && eval "$$engine_env" && \
+	trap 'scripts/docker/engine.sh down' EXIT && \
+	HERMES_ASYNC_REQUIRE_DOCKER=1 $(BIN)/python -m pytest -m docker $(PYTEST_ARGS)

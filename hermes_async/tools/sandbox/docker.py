@@ -1,0 +1,864 @@
+"""The Docker sandbox backend: one long-lived, hardened container per rollout (extra ``[docker]``).
+
+Each task gets its own container running ``sleep infinity`` (with Docker's init as PID 1 so
+orphans are reaped); commands run through ``docker exec``, files move through the archive API.
+The client is aiodocker (aiohttp), so this backend runs **only under asyncio**: creating a
+sandbox under trio raises :class:`~hermes_async.errors.ConfigError` at once.
+
+Why these defaults (all in :class:`DockerSandboxConfig`):
+
+* **image** ``nikolaik/python-nodejs:python3.11-nodejs20``: the reference's default, so task
+  datasets written for it find Python and Node. A missing image is pulled once (bounded by
+  ``pull_timeout_seconds``); without a registry, build one locally (``scripts/docker/engine.sh``
+  builds ``hermes-async-busybox:local``).
+* **network** ``"none"``: a rollout runs model-written commands on the operator's machine;
+  the default keeps them off the operator's network. The reference defaulted to network on:
+  set ``network_mode="bridge"`` for tasks that install packages.
+* **hardening**: every capability dropped except the few a root shell needs to manage its own
+  files and processes (:data:`DEFAULT_CAPABILITIES`), ``no-new-privileges``, limits on pids
+  (512), memory (5 GiB, the reference's) and CPU (1). No tmpfs on ``/tmp`` (the reference had
+  one): the engine's archive API does not see tmpfs mounts, so files written through it would
+  land *under* the mount, invisible to commands.
+* **labels**: ``hermes-async=1``, the task id and an owner id (host/pid/process start time).
+  The first creation of a :class:`DockerBackend` removes labelled containers whose owner
+  process is gone (a crashed run's leftovers); containers of other hosts are left alone.
+
+Timeouts: every engine call has a deadline (``api_timeout_seconds``); a command's timeout
+kills its whole process group inside the container (see ``_container.EXEC_WRAPPER``) and is
+reported as exit code 124; removal runs shielded with ``remove_timeout_seconds``.
+
+As in the local backend, whatever a command leaves running in its process group (``cmd &``)
+is killed when it exits; long-running work belongs in ``terminal(background=true)``. A process
+that escapes the group (``setsid``) and keeps the output open does not make ``exec`` wait for
+it: once the command itself has exited, output is read for a short grace period and the
+result returned; the container's removal ends such processes.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import posixpath
+import re
+import secrets
+import socket
+import tarfile
+import uuid
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+
+from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.tools.sandbox._container import (
+    EXEC_DIR,
+    OutputCapture,
+    exec_argv,
+    kill_argv,
+    read_until_exit,
+    require_asyncio,
+    resolve_path,
+    single_file_tar,
+)
+from hermes_async.tools.sandbox.base import (
+    DEFAULT_OUTPUT_LIMIT_BYTES,
+    TIMEOUT_EXIT_CODE,
+    ExecResult,
+    Sandbox,
+    check_tar_members,
+)
+
+if TYPE_CHECKING:
+    import aiodocker
+    import aiodocker.containers
+
+__all__ = [
+    "DEFAULT_CAPABILITIES",
+    "DEFAULT_DOCKER_IMAGE",
+    "LABEL",
+    "DockerBackend",
+    "DockerSandbox",
+    "DockerSandboxConfig",
+    "reap_orphan_containers",
+    "resolve_docker_host",
+]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: The reference's default image (Python 3.11 + Node 20).
+DEFAULT_DOCKER_IMAGE = "nikolaik/python-nodejs:python3.11-nodejs20"
+
+#: Capabilities kept after dropping ALL: enough for root to own, chmod and kill its own files
+#: and processes and for package managers to switch users; nothing that reaches the host
+#: (no NET_ADMIN, SYS_ADMIN, SYS_PTRACE, MKNOD, NET_RAW).
+DEFAULT_CAPABILITIES: tuple[str, ...] = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+)
+
+#: Label every container of ours carries (value ``"1"``); more labels are ``LABEL + ".…"``.
+LABEL = "hermes-async"
+_TASK_LABEL = f"{LABEL}.task-id"
+_OWNER_LABEL = f"{LABEL}.owner"
+
+_DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+
+#: After a creation failed or was cancelled with no container id, how often (and how far
+#: apart) to look for a container the engine created anyway.
+_LATE_CREATE_CHECKS = 3
+_LATE_CREATE_DELAY_SECONDS = 0.3
+
+#: Uploads up to this size go straight to their directory (see ``_put_tar_into``).
+_TRY_FIRST_BYTES = 64 * 1024
+_HOW_TO_SET = (
+    "start a Docker engine, or point DOCKER_HOST at a running one "
+    "(e.g. DOCKER_HOST=unix:///path/to/docker.sock; `scripts/docker/engine.sh up` starts a "
+    "private engine), or pass docker_host=..., or use terminal_backend='local'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DockerSandboxConfig:
+    """How Docker sandboxes are created (see the module docstring for why the defaults).
+
+    Attributes:
+        image: Image to run; pulled once when missing locally (``pull_missing``).
+        workdir: Working directory of every command and the base of relative paths.
+        network_mode: Docker network mode: ``"none"`` (default), ``"bridge"``, a network name.
+        cpus: CPU quota (``NanoCpus``).
+        memory_mb: Memory limit in MiB (0 disables).
+        pids_limit: Maximum number of processes in the container.
+        capabilities: Capabilities added back after dropping ALL.
+        env: Container environment (an allowlist: nothing of the host's leaks in).
+        labels: Extra labels.
+        docker_host: Engine URL; default ``$DOCKER_HOST``, else ``unix:///var/run/docker.sock``.
+        api_timeout_seconds: Deadline of each engine call (ping, inspect, archive, exec setup).
+        create_timeout_seconds: Deadline of creating and starting one container.
+        pull_missing: Pull the image when the engine does not have it.
+        pull_timeout_seconds: Deadline of that pull.
+        default_exec_timeout_seconds: Command timeout when ``exec`` gets none (the
+            reference's ``TERMINAL_TIMEOUT``).
+        remove_timeout_seconds: Deadline of removing a container (shielded).
+        kill_timeout_seconds: Deadline of killing a timed-out command's process group.
+        reap_orphans: Remove dead owners' containers on the backend's first creation.
+    """
+
+    image: str = DEFAULT_DOCKER_IMAGE
+    workdir: str = "/root"
+    network_mode: str = "none"
+    cpus: float = 1.0
+    memory_mb: int = 5120
+    pids_limit: int = 512
+    capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
+    env: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+        }
+    )
+    labels: Mapping[str, str] = field(default_factory=dict)
+    docker_host: str | None = None
+    api_timeout_seconds: float = 60.0
+    create_timeout_seconds: float = 120.0
+    pull_missing: bool = True
+    pull_timeout_seconds: float = 900.0
+    default_exec_timeout_seconds: float = 180.0
+    remove_timeout_seconds: float = 30.0
+    kill_timeout_seconds: float = 10.0
+    reap_orphans: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.image:
+            raise ConfigError("DockerSandboxConfig.image must be a non-empty image name")
+        if not posixpath.isabs(self.workdir):
+            raise ConfigError(f"DockerSandboxConfig.workdir must be absolute, got {self.workdir!r}")
+        for name in (
+            "cpus",
+            "api_timeout_seconds",
+            "create_timeout_seconds",
+            "pull_timeout_seconds",
+            "default_exec_timeout_seconds",
+            "remove_timeout_seconds",
+            "kill_timeout_seconds",
+        ):
+            if not getattr(self, name) > 0:
+                raise ConfigError(
+                    f"DockerSandboxConfig.{name} must be > 0, got {getattr(self, name)!r}"
+                )
+        if self.pids_limit < 1 or self.memory_mb < 0:
+            raise ConfigError(
+                "DockerSandboxConfig: pids_limit must be >= 1 and memory_mb >= 0; got "
+                f"{self.pids_limit!r} and {self.memory_mb!r}"
+            )
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+def resolve_docker_host(explicit: str | None = None) -> str:
+    """Return the engine URL to use, checking that a unix socket exists.
+
+    Order: ``explicit``, ``$DOCKER_HOST``, ``unix:///var/run/docker.sock``.
+
+    Raises:
+        SandboxError: The URL names a unix socket that does not exist.
+    """
+    source = "docker_host" if explicit else "DOCKER_HOST" if os.environ.get("DOCKER_HOST") else None
+    url = explicit or os.environ.get("DOCKER_HOST") or _DEFAULT_SOCKET
+    if url.startswith("unix://"):
+        path = url[len("unix://") :]
+        if not os.path.exists(path):
+            where = f"(from {source})" if source else "(the default; DOCKER_HOST is not set)"
+            raise SandboxError(f"no Docker socket at {path} {where}: {_HOW_TO_SET}")
+    return url
+
+
+@cache
+def owner_id() -> str:
+    """This process's owner id: ``host/pid/start-ticks`` (start time tells reused pids apart)."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}/{pid}/{_start_ticks(pid) or 'na'}"
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def owner_is_alive(owner: str) -> bool:
+    """Whether the process named by an owner id still runs (True when it cannot be known)."""
+    parts = owner.split("/")
+    if len(parts) != 3 or parts[0] != socket.gethostname():
+        return True  # another host's (or a malformed) owner: not ours to judge
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return True
+    ticks = _start_ticks(pid)
+    if ticks is not None:
+        return parts[2] in (ticks, "na")
+    if os.path.isdir("/proc/self"):
+        return False  # /proc works but has no such pid: gone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def container_name(task_id: str) -> str:
+    """A valid, unique container name mentioning the task id."""
+    slug = re.sub(r"[^a-zA-Z0-9_.-]+", "-", task_id).strip("-.")[:40] or "task"
+    return f"hermes-async-{slug}-{secrets.token_hex(4)}"
+
+
+def container_config(config: DockerSandboxConfig, task_id: str) -> dict[str, Any]:
+    """The engine's create body for one task's container."""
+    host: dict[str, Any] = {
+        "CapDrop": ["ALL"],
+        "CapAdd": list(config.capabilities),
+        "SecurityOpt": ["no-new-privileges"],
+        "PidsLimit": config.pids_limit,
+        "NanoCpus": int(config.cpus * 1e9),
+        "NetworkMode": config.network_mode,
+        "Init": True,
+    }
+    if config.memory_mb:
+        host["Memory"] = config.memory_mb * 1024 * 1024
+    return {
+        "Image": config.image,
+        "Cmd": ["sleep", "infinity"],
+        "WorkingDir": config.workdir,
+        "Env": [f"{k}={v}" for k, v in config.env.items()],
+        "Labels": {**config.labels, LABEL: "1", _TASK_LABEL: task_id, _OWNER_LABEL: owner_id()},
+        "Tty": False,
+        "OpenStdin": False,
+        "AttachStdin": False,
+        "HostConfig": host,
+    }
+
+
+# --------------------------------------------------------------------------- I/O shell
+
+
+def _import_aiodocker() -> Any:
+    try:
+        import aiodocker
+    except ImportError as exc:
+        raise ConfigError(
+            "the docker sandbox backend needs aiodocker: install the extra with "
+            "`pip install 'hermes-async[docker]'`"
+        ) from exc
+    return aiodocker
+
+
+class _Engine:
+    """One aiodocker client plus the deadline/error translation every call goes through."""
+
+    def __init__(self, client: aiodocker.Docker, url: str, api_timeout: float) -> None:
+        self.client = client
+        self.url = url
+        self.api_timeout = api_timeout
+        self._aiodocker = _import_aiodocker()
+
+    @classmethod
+    def open(cls, config: DockerSandboxConfig) -> _Engine:
+        aiodocker_mod = _import_aiodocker()
+        url = resolve_docker_host(config.docker_host)
+        return cls(aiodocker_mod.Docker(url=url), url, config.api_timeout_seconds)
+
+    async def call(self, what: str, awaitable: Awaitable[_T], timeout: float | None = None) -> _T:
+        """Await an engine call with a deadline; translate transport failures."""
+        import aiohttp
+
+        limit = self.api_timeout if timeout is None else timeout
+        try:
+            with anyio.fail_after(limit):
+                return await awaitable
+        except TimeoutError as exc:
+            raise SandboxError(
+                f"the Docker engine at {self.url} did not answer {what} within {limit:g} s; "
+                "check that it is healthy (`docker info`)"
+            ) from exc
+        except (aiohttp.ClientConnectionError, ConnectionError, FileNotFoundError) as exc:
+            raise SandboxError(
+                f"cannot reach the Docker engine at {self.url} ({what}: {exc}): {_HOW_TO_SET}"
+            ) from exc
+        except Exception as exc:
+            # aiodocker reports connection failures as DockerError with the pseudo-status 900.
+            if self.is_docker_error(exc, 900):
+                raise SandboxError(
+                    f"cannot reach the Docker engine at {self.url} ({what}): {_HOW_TO_SET}"
+                ) from exc
+            raise
+
+    def is_docker_error(self, exc: BaseException, *statuses: int) -> bool:
+        return isinstance(exc, self._aiodocker.DockerError) and (
+            not statuses or exc.status in statuses
+        )
+
+    async def ping(self) -> None:
+        await self.call(
+            "a ping (GET /version)", self.client.version(), timeout=min(10.0, self.api_timeout)
+        )
+
+    async def aclose(self) -> None:
+        with anyio.move_on_after(5, shield=True):
+            await self.client.close()
+            # Closing a transport completes in a loop callback; give it its turn so the socket
+            # is really closed (not "closing") if the loop ends right after us.
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()
+
+
+async def reap_orphan_containers(
+    docker_host: str | None = None, *, timeout_seconds: float = 60.0
+) -> int:
+    """Remove labelled containers whose owner process is gone; return how many were removed.
+
+    Only containers created on this host are judged (the owner id names the host); a process
+    whose pid was reused is recognised by its start time.
+
+    **Cancellation**: containers already removed stay removed; the client is closed.
+    """
+    require_asyncio("docker", "aiodocker (aiohttp)")
+    engine = _Engine.open(DockerSandboxConfig(docker_host=docker_host, reap_orphans=False))
+    try:
+        return await _reap(engine, timeout_seconds)
+    finally:
+        await engine.aclose()
+
+
+async def _reap(engine: _Engine, timeout_seconds: float) -> int:
+    listing = await engine.call(
+        "a container listing",
+        engine.client.containers.list(all=True, filters={"label": [_OWNER_LABEL]}),
+    )
+    removed = 0
+    with anyio.move_on_after(timeout_seconds):
+        for container in listing:
+            try:
+                labels = container["Labels"] or {}
+            except KeyError:
+                labels = {}
+            owner = labels.get(_OWNER_LABEL, "")
+            if owner_is_alive(owner):
+                continue
+            logger.info("removing orphan container %s (owner %s is gone)", container.id[:12], owner)
+            try:
+                await engine.call("an orphan removal", container.delete(force=True))
+                removed += 1
+            except Exception as exc:
+                if not engine.is_docker_error(exc, 404, 409):
+                    raise
+    return removed
+
+
+class DockerBackend:
+    """Creates :class:`DockerSandbox` es: the ``factory(task_id)`` a ``SandboxManager`` takes.
+
+    The first creation reaps orphans (when ``config.reap_orphans``). Creation itself is not
+    rate limited here: the manager runs it behind the ``sandbox_create`` limiter.
+
+    Args:
+        config: How containers are created.
+    """
+
+    def __init__(self, config: DockerSandboxConfig | None = None) -> None:
+        self.config = config or DockerSandboxConfig()
+        self._reaped = not self.config.reap_orphans
+
+    async def __call__(self, task_id: str) -> DockerSandbox:
+        """Create and start the container for ``task_id``.
+
+        Raises:
+            ConfigError: Not running under asyncio, or aiodocker is not installed.
+            SandboxError: The engine is unreachable, the image is missing and cannot be
+                pulled, or creation exceeded ``create_timeout_seconds``.
+
+        **Cancellation**: a container created before the cancellation is removed (shielded,
+        bounded by ``remove_timeout_seconds``), the client closed; then the cancellation
+        propagates.
+        """
+        require_asyncio("docker", "aiodocker (aiohttp)")
+        engine = _Engine.open(self.config)
+        name = container_name(task_id)
+        container: aiodocker.containers.DockerContainer | None = None
+        try:
+            await engine.ping()
+        except BaseException:
+            await engine.aclose()
+            raise
+        try:
+            if not self._reaped:
+                self._reaped = True
+                await _reap(engine, self.config.api_timeout_seconds)
+            try:
+                with anyio.fail_after(self.config.create_timeout_seconds):
+                    container = await self._create(engine, name, task_id)
+                    await engine.call("a container start", container.start())
+            except TimeoutError as exc:
+                raise SandboxError(
+                    f"creating container {name} from {self.config.image!r} did not finish within "
+                    f"{self.config.create_timeout_seconds:g} s",
+                    task_id=task_id,
+                ) from exc
+        except BaseException:
+            # The engine may have created the container even if we never saw its id (a create
+            # request cancelled in flight still completes on the engine): remove it by name,
+            # shielded and bounded, looking again briefly when it is not there yet.
+            with anyio.move_on_after(self.config.remove_timeout_seconds, shield=True):
+                attempts = 1 if container is not None else _LATE_CREATE_CHECKS
+                for attempt in range(attempts):
+                    if await _remove_by_name(engine, name) or attempt == attempts - 1:
+                        break
+                    await anyio.sleep(_LATE_CREATE_DELAY_SECONDS)
+            await engine.aclose()
+            raise
+        return DockerSandbox(task_id, engine, container, self.config)
+
+    async def _create(
+        self, engine: _Engine, name: str, task_id: str
+    ) -> aiodocker.containers.DockerContainer:
+        body = container_config(self.config, task_id)
+        try:
+            return await engine.call(
+                "a container create", engine.client.containers.create(body, name=name)
+            )
+        except SandboxError:
+            raise
+        except Exception as exc:
+            if not engine.is_docker_error(exc, 404) or not self.config.pull_missing:
+                raise self._create_error(exc, task_id) from exc
+        logger.info("image %s not present; pulling it", self.config.image)
+        try:
+            await engine.call(
+                f"a pull of {self.config.image}",
+                engine.client.images.pull(self.config.image),
+                timeout=self.config.pull_timeout_seconds,
+            )
+            return await engine.call(
+                "a container create", engine.client.containers.create(body, name=name)
+            )
+        except Exception as exc:
+            if engine.is_docker_error(exc):
+                raise SandboxError(
+                    f"image {self.config.image!r} is not on the Docker engine and pulling it failed "
+                    f"({exc}); pull or build it first (`docker pull {self.config.image}`) or set "
+                    "another image",
+                    task_id=task_id,
+                ) from exc
+            raise
+
+    def _create_error(self, exc: Exception, task_id: str) -> BaseException:
+        if hasattr(exc, "status"):
+            return SandboxError(
+                f"the Docker engine refused to create a container from {self.config.image!r}: {exc}",
+                task_id=task_id,
+            )
+        return exc
+
+
+async def _remove_by_name(engine: _Engine, name: str) -> bool:
+    """Remove container ``name``; return whether it existed (or is being removed)."""
+    try:
+        container = engine.client.containers.container(name)
+        await engine.call(f"removal of {name}", container.delete(force=True))
+    except Exception as exc:
+        if engine.is_docker_error(exc, 404):
+            return False
+        if not engine.is_docker_error(exc, 409):
+            logger.warning("could not remove container %s: %s", name, exc)
+    return True
+
+
+class DockerSandbox(Sandbox):
+    """One task's container. Create it with :class:`DockerBackend`; close with :meth:`aclose`."""
+
+    def __init__(
+        self,
+        task_id: str,
+        engine: _Engine,
+        container: aiodocker.containers.DockerContainer,
+        config: DockerSandboxConfig,
+    ) -> None:
+        self.task_id = task_id
+        self.workdir = config.workdir
+        self.config = config
+        self._engine = engine
+        self._container = container
+        self._closed = False
+
+    @property
+    def container_id(self) -> str:
+        """The engine's id of this sandbox's container."""
+        return str(self._container.id)
+
+    def _resolve(self, path: str) -> str:
+        return resolve_path(self.workdir, path, self.config.env.get("HOME", "/root"))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(
+                "the Docker sandbox was closed; get a new one from the manager",
+                task_id=self.task_id,
+            )
+
+    def _engine_error(self, what: str, exc: BaseException) -> SandboxError:
+        return SandboxError(
+            f"Docker engine error during {what} in container {self.container_id[:12]}: {exc}",
+            task_id=self.task_id,
+        )
+
+    # ----------------------------------------------------------------- exec
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
+    ) -> ExecResult:
+        """Run ``command`` with ``sh -c`` in the container, in its own process group.
+
+        A timeout or a cancellation kills the command's whole process group inside the
+        container (a second ``exec`` that waits until the group is gone); a timeout is
+        reported as exit code 124 with ``timed_out=True``. Output is kept head + tail up to
+        ``output_limit`` bytes per stream.
+
+        Raises:
+            SandboxError: The engine is unreachable or the container is gone.
+
+        **Cancellation**: the command's process group is killed (shielded, bounded by
+        ``kill_timeout_seconds``) before the cancellation propagates.
+        """
+        self._check_open()
+        limit = self.config.default_exec_timeout_seconds if timeout is None else timeout
+        workdir = self._resolve(cwd) if cwd else self.workdir
+        exec_id = uuid.uuid4().hex
+        stdin_path = ""
+        if stdin is not None:
+            stdin_path = f"{EXEC_DIR}/{exec_id}.in"
+            await self._put_file(stdin_path, stdin, mode=0o600)
+        out, err = OutputCapture(output_limit), OutputCapture(output_limit)
+        start = anyio.current_time()
+        timed_out = False
+        exit_code: int | None = None
+        try:
+            with anyio.move_on_after(limit) as scope:
+                exit_code = await self._run(
+                    exec_argv(exec_id, workdir, stdin_path, command), env, out, err
+                )
+            timed_out = scope.cancelled_caught
+        except BaseException:
+            await self._kill_group(exec_id)
+            raise
+        if timed_out:
+            await self._kill_group(exec_id)
+            exit_code = TIMEOUT_EXIT_CODE
+        assert exit_code is not None
+        return ExecResult(
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=exit_code,
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+            duration_seconds=anyio.current_time() - start,
+        )
+
+    async def _run(
+        self,
+        argv: list[str],
+        env: Mapping[str, str] | None,
+        out: OutputCapture,
+        err: OutputCapture,
+    ) -> int:
+        engine = self._engine
+        try:
+            exe = await engine.call(
+                "an exec create",
+                self._container.exec(
+                    cmd=argv, stdout=True, stderr=True, environment=dict(env or {}), workdir="/"
+                ),
+            )
+            stream = exe.start(detach=False)
+            await engine.call("an exec start", stream.__aenter__())
+            try:
+
+                async def read_streams() -> None:
+                    while (message := await stream.read_out()) is not None:
+                        (out if message.stream == 1 else err).feed(bytes(message.data))
+
+                async def poll_exit() -> int | None:
+                    info = await engine.call("an exec inspect", exe.inspect())
+                    return None if info["Running"] else int(info["ExitCode"])
+
+                code = await read_until_exit(read_streams, poll_exit)
+            finally:
+                await stream.close()
+            if code is None:
+                info = await engine.call("an exec inspect", exe.inspect())
+                code = int(info["ExitCode"]) if info.get("ExitCode") is not None else -1
+            return code
+        except Exception as exc:
+            if engine.is_docker_error(exc):
+                raise self._engine_error("exec", exc) from exc
+            raise
+
+    async def _simple_exec(self, argv: list[str], what: str, timeout: float) -> tuple[int, str]:
+        """Run a short helper command to completion; return (exit code, stderr)."""
+        out, err = OutputCapture(1 << 16), OutputCapture(1 << 16)
+        with anyio.fail_after(timeout):
+            code = await self._run(argv, None, out, err)
+        return code, err.text()
+
+    async def _kill_group(self, exec_id: str) -> None:
+        with anyio.move_on_after(self.config.kill_timeout_seconds, shield=True) as scope:
+            try:
+                await self._simple_exec(
+                    kill_argv(exec_id), "a process-group kill", self.config.kill_timeout_seconds
+                )
+            except Exception as exc:
+                logger.warning(
+                    "could not kill exec %s in %s: %s", exec_id, self.container_id[:12], exc
+                )
+        if scope.cancelled_caught:
+            logger.warning(
+                "killing exec %s in %s took longer than %g s",
+                exec_id,
+                self.container_id[:12],
+                self.config.kill_timeout_seconds,
+            )
+
+    # ----------------------------------------------------------------- files
+
+    async def _get_tar(self, path: str) -> tarfile.TarFile:
+        try:
+            return await self._engine.call(
+                f"an archive read of {path}", self._container.get_archive(path)
+            )
+        except Exception as exc:
+            if self._engine.is_docker_error(exc, 404):
+                raise FileNotFoundError(
+                    f"no such file or directory in the sandbox: {path}"
+                ) from exc
+            if self._engine.is_docker_error(exc):
+                raise OSError(f"cannot read {path} in the sandbox: {exc}") from exc
+            raise
+
+    async def _put_tar(self, dest_dir: str, data: bytes) -> None:
+        try:
+            await self._engine.call(
+                f"an archive write to {dest_dir}",
+                # A BytesIO body: aiohttp sends it in chunks, yielding to the loop between them.
+                self._container.put_archive(dest_dir, io.BytesIO(data)),  # type: ignore[no-untyped-call]
+            )
+        except Exception as exc:
+            if self._engine.is_docker_error(exc, 404):
+                raise FileNotFoundError(f"no such directory in the sandbox: {dest_dir}") from exc
+            if self._engine.is_docker_error(exc):
+                raise OSError(f"cannot write into {dest_dir} in the sandbox: {exc}") from exc
+            raise
+
+    async def _mkdir(self, path: str) -> None:
+        code, err = await self._simple_exec(
+            ["mkdir", "-p", "--", path], f"mkdir {path}", self.config.api_timeout_seconds
+        )
+        if code != 0:
+            raise OSError(f"cannot create directory {path} in the sandbox: {err.strip()}")
+
+    async def _put_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        parent, name = posixpath.split(path)
+        await self._put_tar_into(parent, single_file_tar(name, data, mode=mode))
+
+    async def _put_tar_into(self, dest_dir: str, payload: bytes) -> None:
+        """Upload ``payload`` into ``dest_dir``, creating the directory if needed.
+
+        A small upload is tried first (one round trip when the directory exists). A large one
+        creates the directory first: the engine answers 404 for a missing directory before
+        reading the body, and the unsent rest would keep the connection "closing" forever.
+        """
+        if len(payload) > _TRY_FIRST_BYTES:
+            await self._mkdir(dest_dir)
+            await self._put_tar(dest_dir, payload)
+            return
+        try:
+            await self._put_tar(dest_dir, payload)
+        except FileNotFoundError:
+            await self._mkdir(dest_dir)
+            await self._put_tar(dest_dir, payload)
+
+    async def read_bytes(self, path: str) -> bytes:
+        """Return the contents of ``path`` (symlinks followed).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist or is not a regular file.
+
+        **Cancellation**: nothing to clean up; the read is abandoned.
+        """
+        self._check_open()
+        target = self._resolve(path)
+        for _ in range(16):  # symlink hops
+            tar = await self._get_tar(target)
+            members = tar.getmembers()
+            member = members[0] if members else None
+            if member is not None and member.issym():
+                target = posixpath.normpath(
+                    posixpath.join(posixpath.dirname(target), member.linkname)
+                )
+                continue
+            if member is None or not member.isfile():
+                raise FileNotFoundError(f"not a regular file in the sandbox: {target}")
+            fileobj = tar.extractfile(member)
+            assert fileobj is not None
+            return fileobj.read()
+        raise FileNotFoundError(f"too many levels of symbolic links in the sandbox: {path}")
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path``, creating parent directories.
+
+        **Cancellation**: the file may or may not have been written.
+        """
+        self._check_open()
+        await self._put_file(self._resolve(path), data)
+
+    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
+        """Extract a tar archive into ``dest_dir`` (created if missing).
+
+        Raises:
+            ValueError: A member is absolute, escapes ``dest_dir``, is a device/FIFO, or is a
+                link pointing outside.
+
+        **Cancellation**: the archive may be partly extracted.
+        """
+        self._check_open()
+        check_tar_members(tar_data)
+        await self._put_tar_into(self._resolve(dest_dir), tar_data)
+
+    async def get_archive(self, path: str) -> bytes:
+        """Return a tar archive of ``path``.
+
+        A directory's members are named ``.``, ``./x``, ``./x/y`` (as ``tar -C DIR -c .``
+        names them); a file is one member named by its base name.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+
+        **Cancellation**: nothing to clean up.
+        """
+        self._check_open()
+        source = self._resolve(path)
+        tar = await self._get_tar(source)
+        return _relative_archive(tar)
+
+    # ----------------------------------------------------------------- close
+
+    async def aclose(self) -> None:
+        """Remove the container (killing everything in it) and close the client. Idempotent.
+
+        **Cancellation**: runs shielded, bounded by ``remove_timeout_seconds``; a container that
+        could not be removed in time is logged and left to the orphan reaper.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.move_on_after(self.config.remove_timeout_seconds, shield=True) as scope:
+            try:
+                await self._engine.call("a container removal", self._container.delete(force=True))
+            except Exception as exc:
+                if not self._engine.is_docker_error(exc, 404, 409):
+                    logger.warning("could not remove container %s: %s", self.container_id[:12], exc)
+        if scope.cancelled_caught:
+            logger.warning(
+                "removing container %s took longer than %g s; left to the orphan reaper",
+                self.container_id[:12],
+                self.config.remove_timeout_seconds,
+            )
+        await self._engine.aclose()
+
+
+def _relative_archive(tar: tarfile.TarFile) -> bytes:
+    """Re-pack an engine archive (members ``top/...``) with names relative to ``top``."""
+    members = tar.getmembers()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as out:
+        if len(members) == 1 and not members[0].isdir():
+            member = members[0]
+            fileobj = tar.extractfile(member) if member.isfile() else None
+            out.addfile(member, fileobj)
+            return buf.getvalue()
+        # Like `tar -C DIR -c .`: the directory itself is ".", its contents "./x/y".
+        top = members[0].name.rstrip("/") if members else ""
+        for member in members:
+            name = member.name.rstrip("/")
+            if name == top:
+                member.name = "."
+            elif top and name.startswith(top + "/"):
+                member.name = "./" + name[len(top) + 1 :]
+            fileobj = tar.extractfile(member) if member.isfile() else None
+            out.addfile(member, fileobj)
+    return buf.getvalue()

@@ -1,0 +1,594 @@
+"""The Modal sandbox backend: one Modal Sandbox per rollout (extra ``[modal]``).
+
+Uses Modal 1.6's async API only: ``App.lookup.aio``, ``Sandbox.create.aio("sleep", "infinity",
+...)``, ``sb.exec.aio(...)`` with streamed ``stdout``/``stderr``, ``sb.filesystem.read_bytes.aio``
+/ ``write_bytes.aio``, ``sb.terminate.aio()``. No blocking call, no worker thread. Modal's
+client is asyncio-only (synchronicity): under trio, creating a sandbox raises
+:class:`~hermes_async.errors.ConfigError` at once.
+
+Why the deadlines and the rate limit:
+
+* **Every call has a deadline.** Without network or with bad credentials a Modal call does not
+  fail fast: it retries internally for ~57 s before raising. Creation is bounded by
+  ``create_timeout_seconds``, each other call by ``call_timeout_seconds``; a deadline that
+  passes is a :class:`~hermes_async.errors.SandboxError` naming the call and what to check.
+* **Creation is rate limited** on top of the manager's ``sandbox_create`` concurrency limit:
+  at most ``max_creates_per_second`` creations start per second and at most
+  ``max_concurrent_creates`` are in flight. The reference deadlocked at ~86 simultaneous
+  creations; a steady trickle reaches the same number of sandboxes without the burst.
+
+Commands run through the same wrapper as the Docker backend (``_container.EXEC_WRAPPER``): each
+in its own process group, killed as a group on timeout (exit 124) or cancellation. Archives
+are built by ``tar`` inside the sandbox and moved through ``sb.filesystem``.
+
+A sandbox whose creation is cancelled mid-call cannot be terminated (its id was never
+returned); Modal ends it after ``sandbox_lifetime_seconds``.
+
+Manual check with real credentials (not run in CI; needs ``modal token new`` or
+``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` and network)::
+
+    python - <<'EOF'
+    import anyio
+    from hermes_async.tools.sandbox.modal import ModalBackend, ModalSandboxConfig
+
+    async def main():
+        backend = ModalBackend(ModalSandboxConfig(image="python:3.11-slim"))
+        async with await backend("manual-check") as sb:
+            print(await sb.exec("python -c 'print(6 * 7)'; echo err >&2; exit 3"))
+            r = await sb.exec("sleep 60", timeout=2)
+            assert r.exit_code == 124 and r.timed_out, r
+            await sb.write_bytes("x/y.bin", bytes(range(256)) * 4096)
+            assert await sb.read_bytes("/root/x/y.bin") == bytes(range(256)) * 4096
+            print(len(await sb.get_archive("x")), "bytes of tar")
+
+    anyio.run(main)
+    EOF
+
+Expected: ``stdout='42\\n'``, ``stderr='err\\n'``, ``exit_code=3``; no assertion error; the
+sandbox disappears from ``modal sandbox list`` when the block exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import posixpath
+import uuid
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+
+from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.tools.sandbox._container import (
+    EXEC_DIR,
+    OutputCapture,
+    exec_argv,
+    kill_argv,
+    read_until_exit,
+    require_asyncio,
+    resolve_path,
+)
+from hermes_async.tools.sandbox.base import (
+    DEFAULT_OUTPUT_LIMIT_BYTES,
+    TIMEOUT_EXIT_CODE,
+    ExecResult,
+    Sandbox,
+    check_tar_members,
+)
+from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
+
+__all__ = [
+    "DEFAULT_MODAL_IMAGE",
+    "CreationRateLimiter",
+    "ModalBackend",
+    "ModalSandbox",
+    "ModalSandboxConfig",
+]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: The reference's default image (``TERMINAL_MODAL_IMAGE``).
+DEFAULT_MODAL_IMAGE = DEFAULT_DOCKER_IMAGE
+
+_CREDENTIALS_HINT = (
+    "check network access and credentials (`modal token info`; set MODAL_TOKEN_ID and "
+    "MODAL_TOKEN_SECRET or run `modal token new`), or use terminal_backend='local' or 'docker'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModalSandboxConfig:
+    """How Modal sandboxes are created.
+
+    Attributes:
+        image: Registry image (``Image.from_registry``).
+        app_name: Modal app the sandboxes belong to (looked up, created if missing).
+        workdir: Working directory of every command and the base of relative paths.
+        cpus: CPU request.
+        memory_mb: Memory request in MiB.
+        block_network: Cut the sandbox off the network (Modal's default is network on, and
+            tasks that install packages need it; the sandbox runs on Modal, not on this host).
+        sandbox_lifetime_seconds: Modal's hard lifetime of a sandbox (a bound on leaks).
+        create_timeout_seconds: Deadline of one creation (app lookup + create).
+        call_timeout_seconds: Deadline of every other Modal call (exec start, file transfer,
+            wait after a kill).
+        terminate_timeout_seconds: Deadline of ``terminate`` (shielded).
+        default_exec_timeout_seconds: Command timeout when ``exec`` gets none.
+        max_creates_per_second: Creations started per second, at most.
+        max_concurrent_creates: Creations in flight, at most.
+    """
+
+    image: str = DEFAULT_MODAL_IMAGE
+    app_name: str = "hermes-async"
+    workdir: str = "/root"
+    cpus: float = 1.0
+    memory_mb: int = 5120
+    block_network: bool = False
+    sandbox_lifetime_seconds: int = 3600
+    create_timeout_seconds: float = 180.0
+    call_timeout_seconds: float = 60.0
+    terminate_timeout_seconds: float = 30.0
+    default_exec_timeout_seconds: float = 180.0
+    max_creates_per_second: float = 4.0
+    max_concurrent_creates: int = 16
+
+    def __post_init__(self) -> None:
+        if not posixpath.isabs(self.workdir):
+            raise ConfigError(f"ModalSandboxConfig.workdir must be absolute, got {self.workdir!r}")
+        for name in (
+            "cpus",
+            "create_timeout_seconds",
+            "call_timeout_seconds",
+            "terminate_timeout_seconds",
+            "default_exec_timeout_seconds",
+            "max_creates_per_second",
+        ):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ConfigError(f"ModalSandboxConfig.{name} must be > 0, got {value!r}")
+        if self.max_concurrent_creates < 1 or self.sandbox_lifetime_seconds < 1:
+            raise ConfigError(
+                "ModalSandboxConfig: max_concurrent_creates and sandbox_lifetime_seconds must be "
+                f">= 1, got {self.max_concurrent_creates!r} and {self.sandbox_lifetime_seconds!r}"
+            )
+
+
+class CreationRateLimiter:
+    """At most ``rate`` starts per second, at most ``concurrency`` in flight.
+
+    Starts are spaced evenly (``1 / rate`` apart): each caller reserves the next free start
+    time, then sleeps until it. A caller cancelled while sleeping gives up its turn (the slot
+    stays used, which only makes the limiter more conservative).
+
+    Args:
+        rate: Starts per second (> 0).
+        concurrency: Holders at once (>= 1).
+    """
+
+    def __init__(self, rate: float, concurrency: int) -> None:
+        if not rate > 0 or concurrency < 1:
+            raise ValueError(
+                f"rate must be > 0 and concurrency >= 1, got {rate!r}, {concurrency!r}"
+            )
+        self.interval = 1.0 / rate
+        self.concurrency = concurrency
+        self._next_start = -math.inf
+        self._limiter: anyio.CapacityLimiter | None = None
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def __aenter__(self) -> None:
+        """Wait for a start slot and a concurrency slot.
+
+        **Cancellation**: no slot is held if cancelled while waiting.
+        """
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.concurrency)
+        await self._limiter.acquire()
+        try:
+            now = anyio.current_time()
+            start = max(now, self._next_start)
+            self._next_start = start + self.interval
+            await anyio.sleep(start - now)
+        except BaseException:
+            self._limiter.release()
+            raise
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.in_flight -= 1
+        assert self._limiter is not None
+        self._limiter.release()
+
+
+def _import_modal() -> Any:
+    try:
+        import modal
+    except ImportError as exc:
+        raise ConfigError(
+            "the modal sandbox backend needs the modal client: install the extra with "
+            "`pip install 'hermes-async[modal]'`"
+        ) from exc
+    return modal
+
+
+def _named(exc: BaseException, *names: str) -> bool:
+    """Whether ``exc`` is an instance of a class called one of ``names`` (real modal or double)."""
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
+
+
+async def _call(
+    what: str, awaitable: Awaitable[_T], timeout: float, task_id: str | None = None
+) -> _T:
+    """Await a Modal call with a deadline; turn Modal's failures into ``SandboxError``."""
+    try:
+        with anyio.fail_after(timeout):
+            return await awaitable
+    except TimeoutError as exc:
+        raise SandboxError(
+            f"Modal did not answer {what} within {timeout:g} s (offline or with bad credentials "
+            f"a Modal call hangs ~57 s before failing); {_CREDENTIALS_HINT}",
+            task_id=task_id,
+        ) from exc
+    except Exception as exc:
+        if _named(exc, "SandboxFilesystemError") or isinstance(exc, SandboxError):
+            raise
+        if _named(exc, "AuthError"):
+            raise SandboxError(
+                f"Modal refused {what}: not authenticated ({exc}); {_CREDENTIALS_HINT}",
+                task_id=task_id,
+            ) from exc
+        if _named(exc, "Error", "GRPCError", "ConnectionError", "OSError"):
+            raise SandboxError(
+                f"Modal failed {what}: {type(exc).__name__}: {exc}", task_id=task_id
+            ) from exc
+        raise
+
+
+class ModalBackend:
+    """Creates :class:`ModalSandbox` es: the ``factory(task_id)`` a ``SandboxManager`` takes.
+
+    Args:
+        config: How sandboxes are created.
+        modal: The ``modal`` module, or a double with the same async surface
+            (:class:`hermes_async.testing.modal_double.FakeModal`); default: ``import modal``.
+    """
+
+    def __init__(
+        self, config: ModalSandboxConfig | None = None, *, modal: object | None = None
+    ) -> None:
+        self.config = config or ModalSandboxConfig()
+        self._modal = modal
+        self.rate_limiter = CreationRateLimiter(
+            self.config.max_creates_per_second, self.config.max_concurrent_creates
+        )
+        self._app: object | None = None
+
+    async def __call__(self, task_id: str) -> ModalSandbox:
+        """Create the Modal sandbox for ``task_id`` (rate limited, bounded).
+
+        Raises:
+            ConfigError: Not running under asyncio, or modal is not installed.
+            SandboxError: Modal is unreachable, refuses, or creation exceeded
+                ``create_timeout_seconds``.
+
+        **Cancellation**: a sandbox whose handle was already returned is terminated (shielded,
+        bounded); one cancelled mid-call ends with its Modal lifetime.
+        """
+        require_asyncio("modal", "modal (synchronicity, asyncio)")
+        modal: Any = self._modal if self._modal is not None else _import_modal()
+        cfg = self.config
+        async with self.rate_limiter:
+            try:
+                with anyio.fail_after(cfg.create_timeout_seconds):
+                    if self._app is None:
+                        self._app = await modal.App.lookup.aio(cfg.app_name, create_if_missing=True)
+                    image = modal.Image.from_registry(cfg.image)
+                    handle = await modal.Sandbox.create.aio(
+                        "sleep",
+                        "infinity",
+                        app=self._app,
+                        image=image,
+                        workdir=cfg.workdir,
+                        timeout=cfg.sandbox_lifetime_seconds,
+                        cpu=cfg.cpus,
+                        memory=cfg.memory_mb,
+                        block_network=cfg.block_network,
+                    )
+            except TimeoutError as exc:
+                raise SandboxError(
+                    f"creating a Modal sandbox from {cfg.image!r} did not finish within "
+                    f"{cfg.create_timeout_seconds:g} s (offline or with bad credentials a Modal "
+                    f"call hangs ~57 s before failing); {_CREDENTIALS_HINT}",
+                    task_id=task_id,
+                ) from exc
+            except Exception as exc:
+                if _named(exc, "AuthError"):
+                    raise SandboxError(
+                        f"Modal refused to create a sandbox: not authenticated ({exc}); "
+                        f"{_CREDENTIALS_HINT}",
+                        task_id=task_id,
+                    ) from exc
+                if _named(exc, "Error", "GRPCError", "OSError"):
+                    raise SandboxError(
+                        f"Modal failed to create a sandbox from {cfg.image!r}: "
+                        f"{type(exc).__name__}: {exc}",
+                        task_id=task_id,
+                    ) from exc
+                raise
+        return ModalSandbox(task_id, handle, cfg)
+
+
+class ModalSandbox(Sandbox):
+    """One task's Modal sandbox. Create it with :class:`ModalBackend`; close with :meth:`aclose`."""
+
+    def __init__(self, task_id: str, handle: Any, config: ModalSandboxConfig) -> None:
+        self.task_id = task_id
+        self.workdir = config.workdir
+        self.config = config
+        self._sb = handle
+        self._closed = False
+
+    @property
+    def object_id(self) -> str:
+        """Modal's id of the sandbox (``sb-...``)."""
+        return str(getattr(self._sb, "object_id", "?"))
+
+    def _resolve(self, path: str) -> str:
+        return resolve_path(self.workdir, path)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(
+                "the Modal sandbox was closed; get a new one from the manager", task_id=self.task_id
+            )
+
+    async def _call(self, what: str, awaitable: Awaitable[_T]) -> _T:
+        return await _call(what, awaitable, self.config.call_timeout_seconds, self.task_id)
+
+    # ----------------------------------------------------------------- exec
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
+    ) -> ExecResult:
+        """Run ``command`` in the sandbox, in its own process group, output streamed.
+
+        Same semantics as the Docker backend: timeout -> the group is killed, exit 124;
+        head + tail output caps per stream; separate stdout/stderr.
+
+        Raises:
+            SandboxError: Modal did not answer within ``call_timeout_seconds`` or failed.
+
+        **Cancellation**: the command's process group is killed (shielded, bounded by
+        ``call_timeout_seconds``) before the cancellation propagates.
+        """
+        self._check_open()
+        limit = self.config.default_exec_timeout_seconds if timeout is None else timeout
+        workdir = self._resolve(cwd) if cwd else self.workdir
+        exec_id = uuid.uuid4().hex
+        stdin_path = ""
+        if stdin is not None:
+            stdin_path = f"{EXEC_DIR}/{exec_id}.in"
+            await self._write(stdin_path, stdin)
+        out, err = OutputCapture(output_limit), OutputCapture(output_limit)
+        start = anyio.current_time()
+        exit_code: int | None = None
+        try:
+            with anyio.move_on_after(limit) as scope:
+                exit_code = await self._run(
+                    exec_argv(exec_id, workdir, stdin_path, command), env, out, err, limit
+                )
+            timed_out = scope.cancelled_caught
+        except BaseException:
+            await self._kill_group(exec_id)
+            raise
+        if timed_out:
+            await self._kill_group(exec_id)
+            exit_code = TIMEOUT_EXIT_CODE
+        assert exit_code is not None
+        return ExecResult(
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=exit_code,
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+            duration_seconds=anyio.current_time() - start,
+        )
+
+    async def _run(
+        self,
+        argv: list[str],
+        env: Mapping[str, str] | None,
+        out: OutputCapture,
+        err: OutputCapture,
+        limit: float,
+    ) -> int:
+        # Modal's own exec timeout is a backstop a little past ours (integer seconds).
+        process = await self._call(
+            "an exec",
+            self._sb.exec.aio(
+                *argv,
+                env=dict(env) if env else None,
+                text=False,
+                timeout=math.ceil(limit) + 30 if math.isfinite(limit) else None,
+            ),
+        )
+
+        errors: list[Exception] = []
+
+        async def drain(stream: Any, sink: OutputCapture) -> None:
+            try:
+                async for chunk in stream:
+                    sink.feed(chunk if isinstance(chunk, bytes) else str(chunk).encode())
+            except Exception as exc:
+                errors.append(exc)  # raised unwrapped below, not as an exception group
+
+        async def read_streams() -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain, process.stdout, out)
+                tg.start_soon(drain, process.stderr, err)
+            if errors:
+                raise SandboxError(
+                    f"reading a command's output from Modal failed: {errors[0]!r}",
+                    task_id=self.task_id,
+                ) from errors[0]
+
+        async def poll_exit() -> int | None:
+            code = await self._call("an exec poll", process.poll.aio())
+            return None if code is None else int(code)
+
+        code = await read_until_exit(read_streams, poll_exit)
+        if code is None:
+            code = int(await self._call("an exec wait", process.wait.aio()))
+        return code
+
+    async def _kill_group(self, exec_id: str) -> None:
+        with anyio.move_on_after(self.config.call_timeout_seconds, shield=True) as scope:
+            try:
+                sink = OutputCapture(1 << 16)
+                await self._run(
+                    kill_argv(exec_id), None, sink, sink, self.config.call_timeout_seconds
+                )
+            except Exception as exc:
+                logger.warning("could not kill exec %s in %s: %s", exec_id, self.object_id, exc)
+        if scope.cancelled_caught:
+            logger.warning("killing exec %s in %s overran its deadline", exec_id, self.object_id)
+
+    async def _sh(self, script: str, *args: str) -> tuple[int, str]:
+        out, err = OutputCapture(1 << 16), OutputCapture(1 << 16)
+        with anyio.fail_after(self.config.call_timeout_seconds):
+            code = await self._run(
+                ["/bin/sh", "-c", script, "sh", *args],
+                None,
+                out,
+                err,
+                self.config.call_timeout_seconds,
+            )
+        return code, err.text().strip()
+
+    # ----------------------------------------------------------------- files
+
+    async def _write(self, path: str, data: bytes) -> None:
+        try:
+            await self._call(f"a write of {path}", self._sb.filesystem.write_bytes.aio(data, path))
+        except Exception as exc:
+            if _named(exc, "SandboxFilesystemError"):
+                raise OSError(f"cannot write {path} in the sandbox: {exc}") from exc
+            raise
+
+    async def _read(self, path: str) -> bytes:
+        try:
+            data = await self._call(f"a read of {path}", self._sb.filesystem.read_bytes.aio(path))
+        except Exception as exc:
+            if _named(
+                exc,
+                "SandboxFilesystemNotFoundError",
+                "SandboxFilesystemIsADirectoryError",
+                "SandboxFilesystemNotADirectoryError",
+            ):
+                raise FileNotFoundError(f"not a regular file in the sandbox: {path}") from exc
+            if _named(exc, "SandboxFilesystemError"):
+                raise OSError(f"cannot read {path} in the sandbox: {exc}") from exc
+            raise
+        return bytes(data)
+
+    async def read_bytes(self, path: str) -> bytes:
+        """Return the contents of ``path`` (through ``sb.filesystem``).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist or is not a regular file.
+
+        **Cancellation**: nothing to clean up.
+        """
+        self._check_open()
+        return await self._read(self._resolve(path))
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (parents created by Modal).
+
+        **Cancellation**: the file may or may not have been written.
+        """
+        self._check_open()
+        await self._write(self._resolve(path), data)
+
+    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
+        """Validate, upload and extract a tar archive into ``dest_dir`` (created if missing).
+
+        **Cancellation**: the archive may be partly extracted.
+        """
+        self._check_open()
+        check_tar_members(tar_data)
+        dest = self._resolve(dest_dir)
+        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
+        await self._write(staged, tar_data)
+        code, err = await self._sh(
+            'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc', dest, staged
+        )
+        if code != 0:
+            raise OSError(f"cannot extract archive into {dest_dir!r}: {err}")
+
+    async def get_archive(self, path: str) -> bytes:
+        """Return a tar archive of ``path`` (directory members ``./x``; a file by its basename).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+
+        **Cancellation**: a staged archive may be left in ``/tmp/.hermes-exec``.
+        """
+        self._check_open()
+        source = self._resolve(path)
+        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
+        code, err = await self._sh(
+            '[ -e "$1" ] || exit 66; mkdir -p -- "$(dirname -- "$2")" || exit 1; '
+            'if [ -d "$1" ]; then tar -c -f "$2" -C "$1" .; '
+            'else tar -c -f "$2" -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi',
+            source,
+            staged,
+        )
+        if code == 66:
+            raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
+        if code != 0:
+            raise OSError(f"cannot archive {path!r}: {err}")
+        try:
+            return await self._read(staged)
+        finally:
+            with anyio.move_on_after(self.config.call_timeout_seconds, shield=True):
+                try:
+                    await self._sh('rm -f -- "$1"', staged)
+                except Exception as exc:
+                    logger.debug("could not remove %s: %s", staged, exc)
+
+    # ----------------------------------------------------------------- close
+
+    async def aclose(self) -> None:
+        """Terminate the sandbox. Idempotent.
+
+        **Cancellation**: runs shielded, bounded by ``terminate_timeout_seconds``; a sandbox
+        that could not be terminated in time ends with its Modal lifetime.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.move_on_after(self.config.terminate_timeout_seconds, shield=True) as scope:
+            try:
+                await self._sb.terminate.aio()
+            except Exception as exc:
+                logger.warning("could not terminate Modal sandbox %s: %s", self.object_id, exc)
+        if scope.cancelled_caught:
+            logger.warning(
+                "terminating Modal sandbox %s took longer than %g s; it ends with its lifetime",
+                self.object_id,
+                self.config.terminate_timeout_seconds,
+            )
