@@ -68,6 +68,9 @@ USER_TASK_MAX_CHARS = 500
 #: forever); 300 s is the reference ToolContext's own wait and above the terminal tool's 120 s
 #: default command timeout, so a command's own timeout always fires first.
 DEFAULT_TOOL_TIMEOUT_SECONDS = 300.0
+#: Deadline of the shielded sandbox release on cancellation (the manager bounds its own close
+#: too; this is the outer bound, above the manager's default close timeout).
+SANDBOX_RELEASE_GRACE_SECONDS = 60.0
 
 
 @dataclass(slots=True)
@@ -256,6 +259,9 @@ class HermesAgentLoop:
             override theirs.
         split_reasoning: Move a leading ``<think>...</think>`` block of the completion into
             ``reasoning_content`` (Phase 2).
+        release_sandbox: Release the rollout's sandbox when :meth:`run` returns. Default
+            ``False``: a reward function usually inspects the sandbox afterwards, and whoever
+            owns the manager releases it. On an outer cancellation it is released regardless.
     """
 
     def __init__(
@@ -282,6 +288,7 @@ class HermesAgentLoop:
         early_dispatch: bool = True,
         sampling: SamplingParams | None = None,
         split_reasoning: bool = True,
+        release_sandbox: bool = False,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns!r}")
@@ -306,6 +313,7 @@ class HermesAgentLoop:
         self.early_dispatch = early_dispatch
         self.sampling = sampling
         self.split_reasoning = split_reasoning
+        self.release_sandbox = release_sandbox
         if isinstance(server, TokenClient) and tokenizer is None:
             raise ValueError(
                 "a token server (Phase 2) needs a tokenizer: pass tokenizer=load_tokenizer(...)"
@@ -327,9 +335,10 @@ class HermesAgentLoop:
             are kept.
 
         **Cancellation**: an outer cancellation cancels the model request (closing its HTTP
-        stream) and any running tool (its process group is killed) and propagates; the result so
-        far stays readable as :attr:`partial`. The sandbox is not released here: whoever owns the
-        ``SandboxManager`` releases it (the environment does, after the reward).
+        stream) and any running tool (its process group is killed), releases the rollout's
+        sandbox (shielded, bounded) and propagates; the result so far stays readable as
+        :attr:`partial`, internally consistent (tokens, masks and logprobs aligned; messages of
+        a turn appended only once the turn finished, in Phase 2).
         """
         result = AgentResult(messages=messages)
         self.partial = result
@@ -339,17 +348,41 @@ class HermesAgentLoop:
             user_task=_first_user_content(messages),
             sandboxes=self.sandboxes or current_sandbox_manager(),
         )
-        with anyio.move_on_after(
-            self.rollout_timeout if self.rollout_timeout is not None else float("inf")
-        ) as deadline:
-            if isinstance(self.server, TokenClient):
-                await self._run_phase2(result, runtime)
-            else:
-                await self._run_phase1(result, runtime)
+        try:
+            with anyio.move_on_after(
+                self.rollout_timeout if self.rollout_timeout is not None else float("inf")
+            ) as deadline:
+                if isinstance(self.server, TokenClient):
+                    await self._run_phase2(result, runtime)
+                else:
+                    await self._run_phase1(result, runtime)
+        except anyio.get_cancelled_exc_class():
+            # Nobody will compute a reward on this rollout: free its sandbox now.
+            await self._release_sandbox(runtime)
+            raise
+        finally:
+            if self.release_sandbox:
+                await self._release_sandbox(runtime)
         if deadline.cancelled_caught:
             result.finished_naturally = False
             result.error = f"rollout deadline of {self.rollout_timeout:g} s exceeded"
         return result
+
+    async def _release_sandbox(self, runtime: ToolRuntime) -> None:
+        """Release the rollout's sandbox: shielded, bounded, never raising."""
+        if runtime.sandboxes is None:
+            return
+        with anyio.move_on_after(SANDBOX_RELEASE_GRACE_SECONDS, shield=True) as scope:
+            try:
+                await runtime.sandboxes.release(self.task_id)
+            except Exception as exc:  # cleanup must not mask the rollout's own outcome
+                logger.warning("task %s: sandbox release failed: %s", self.task_id, exc)
+        if scope.cancelled_caught:
+            logger.warning(
+                "task %s: sandbox release did not finish within %g s",
+                self.task_id,
+                SANDBOX_RELEASE_GRACE_SECONDS,
+            )
 
     # ---------------------------------------------------------------- Phase 1
 

@@ -64,9 +64,11 @@ async def token_server(
     texts: Sequence[str], *, loopback: bool = False, **server_kw: Any
 ) -> AsyncIterator[tuple[ScriptedModelServer, VLLMGenerateClient]]:
     server = ScriptedModelServer(FixedScript(texts), tokenizer=TOKENIZER, **server_kw)
-    async with open_app_endpoint(server, loopback=loopback) as (base_url, transport):
-        async with VLLMGenerateClient(base_url, transport=transport) as client:
-            yield server, client
+    async with (
+        open_app_endpoint(server, loopback=loopback) as (base_url, transport),
+        VLLMGenerateClient(base_url, transport=transport) as client,
+    ):
+        yield server, client
 
 
 def make_loop(client: VLLMGenerateClient, rec: Recorder, **kw: Any) -> HermesAgentLoop:
