@@ -7,7 +7,8 @@ that are not API.
 
 from __future__ import annotations
 
-from hermes_async.agent_loop import AgentResult, ToolError
+from hermes_async.agent_loop import AgentResult, ChatServer, HermesAgentLoop, ToolError
+from hermes_async.budget import BudgetConfig
 from hermes_async.errors import (
     ConfigError,
     HermesAsyncError,
@@ -19,6 +20,21 @@ from hermes_async.errors import (
     ToolExecutionError,
     ToolTimeoutError,
 )
+from hermes_async.inference import (
+    AtroposGenerateClient,
+    ChatClient,
+    HTTPOptions,
+    ModelServerError,
+    RetryPolicy,
+    SamplingParams,
+    SGLangGenerateClient,
+    TokenClient,
+    TokenDelta,
+    Tokenizer,
+    VLLMGenerateClient,
+    load_tokenizer,
+)
+from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.limits import (
     LagMonitor,
@@ -28,6 +44,8 @@ from hermes_async.limits import (
     NamedLimiter,
     open_lag_monitor,
 )
+from hermes_async.parsers import ParseResult, ToolCallParser, get_parser, list_parsers
+from hermes_async.tool_context import ToolContext
 from hermes_async.tools.registry import (
     Tool,
     ToolDefinitions,
@@ -38,6 +56,16 @@ from hermes_async.tools.registry import (
     dispatch,
     get_tool_definitions,
 )
+from hermes_async.tools.sandbox import (
+    ExecResult,
+    LocalSandbox,
+    Sandbox,
+    SandboxManager,
+    local_factory,
+    open_sandbox_manager,
+    use_sandbox_manager,
+)
+from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.toolsets import (
     list_distributions,
     list_toolsets,
@@ -49,7 +77,14 @@ __version__ = "0.1.0"
 __all__ = [
     "JSON",
     "AgentResult",
+    "AtroposGenerateClient",
+    "BudgetConfig",
+    "ChatClient",
+    "ChatServer",
     "ConfigError",
+    "ExecResult",
+    "HTTPOptions",
+    "HermesAgentLoop",
     "HermesAsyncError",
     "InferenceError",
     "JSONObject",
@@ -58,11 +93,24 @@ __all__ = [
     "LimitError",
     "LimiterStatistics",
     "Limits",
+    "LocalSandbox",
+    "ModelServerError",
     "NamedLimiter",
     "ParseError",
+    "ParseResult",
+    "RetryPolicy",
+    "SGLangGenerateClient",
+    "SamplingParams",
+    "Sandbox",
     "SandboxError",
+    "SandboxManager",
+    "TokenClient",
+    "TokenDelta",
+    "Tokenizer",
     "Tool",
     "ToolArgumentsError",
+    "ToolCallParser",
+    "ToolContext",
     "ToolDefinitions",
     "ToolError",
     "ToolExecutionError",
@@ -70,12 +118,21 @@ __all__ = [
     "ToolRegistry",
     "ToolRuntime",
     "ToolTimeoutError",
+    "Trajectory",
+    "VLLMGenerateClient",
     "__version__",
     "builtin_registry",
     "dispatch",
+    "get_parser",
     "get_tool_definitions",
     "list_distributions",
+    "list_parsers",
     "list_toolsets",
+    "load_tokenizer",
+    "local_factory",
+    "make_backend_factory",
     "open_lag_monitor",
+    "open_sandbox_manager",
     "sample_toolsets_from_distribution",
+    "use_sandbox_manager",
 ]

@@ -1,10 +1,58 @@
 """Test helpers for hermes_async and for environments built on it.
 
-Fakes (scripted model server, in-memory sandbox with fault injection) and conformance suites live
-here, in the public package, so environment authors can write deterministic ``pytest`` + anyio
-tests of their own environments.
+Fakes and conformance suites live here, in the public package, so environment authors can write
+deterministic ``pytest`` + anyio tests of their own environments:
+
+* :class:`ScriptedModelServer` — one ASGI app serving vLLM ``/inference/v1/generate``, Atropos
+  and SGLang ``/generate`` and OpenAI chat from a :class:`ScriptedPolicy` (a :class:`FixedScript`
+  or any ``PolicyRequest -> str`` oracle), with seeded chunking, latency and :class:`Fault` s.
+  Serve it in-process (:func:`open_asgi_transport`) or over loopback
+  (:func:`open_loopback_server`, needs the ``testing`` extra).
+* :class:`FakeSandbox` — an in-memory sandbox with scripted commands, latency and faults;
+  :func:`run_conformance` / :data:`CONFORMANCE_CHECKS` — the checks every sandbox backend passes.
+* :class:`FakeModal` — a double of modal 1.6's async API; :mod:`hermes_async.testing.fake_web` —
+  a fake web provider, resolver and loopback-only transport.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from hermes_async.testing.fake_sandbox import ExecCall, ExecScript, FakeSandbox, FakeSandboxFactory
+from hermes_async.testing.http import open_app_endpoint, open_asgi_transport, open_loopback_server
+from hermes_async.testing.modal_double import FakeModal
+from hermes_async.testing.sandbox_conformance import (
+    CONFORMANCE_CHECKS,
+    ConformanceCheck,
+    run_conformance,
+)
+from hermes_async.testing.scripted_server import (
+    Fault,
+    FixedScript,
+    PolicyRequest,
+    ScriptedModelServer,
+    ScriptedPolicy,
+    ScriptExhaustedError,
+    ServedRequest,
+    parse_chatml,
+)
+
+__all__ = [
+    "CONFORMANCE_CHECKS",
+    "ConformanceCheck",
+    "ExecCall",
+    "ExecScript",
+    "FakeModal",
+    "FakeSandbox",
+    "FakeSandboxFactory",
+    "Fault",
+    "FixedScript",
+    "PolicyRequest",
+    "ScriptExhaustedError",
+    "ScriptedModelServer",
+    "ScriptedPolicy",
+    "ServedRequest",
+    "open_app_endpoint",
+    "open_asgi_transport",
+    "open_loopback_server",
+    "parse_chatml",
+    "run_conformance",
+]
