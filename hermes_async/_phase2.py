@@ -67,9 +67,7 @@ class Phase2Turn:
     ) -> None:
         from hermes_async.parsers import get_parser
 
-        self.parser = get_parser(
-            parser_name, tools=list(tool_schemas) or None, tokenizer=tokenizer
-        )
+        self.parser = get_parser(parser_name, tools=list(tool_schemas) or None, tokenizer=tokenizer)
         self.decoder = tokenizer.incremental_decoder()
         self.early_dispatch = early_dispatch
         self.token_ids: list[int] = []

@@ -1,79 +1,271 @@
 """The ``hermes-async`` command.
 
-``hermes-async demo`` is the project's main job: a real, offline run of what the library has.
+``hermes-async demo`` is the project's main job: TerminalTestEnv's ``evaluate`` and ``process``
+run end to end — agent loop, tools in local sandboxes, rewards through ``ToolContext``, scored
+groups written as JSONL plus atroposlib's HTML view — against a model server:
+
+* by default, the scripted **oracle** model (it knows each task and emits the right tool calls,
+  then a final answer), started on 127.0.0.1 and spoken to over vLLM's token protocol
+  (Phase 2: exact tokens, masks and logprobs); nothing leaves the machine;
+* with ``--openai.base_url http://host:8000/v1 --openai.server_type vllm`` (or ``sglang``, or
+  ``openai`` for a chat endpoint), a real server.
+
+Any ``--env.<field> <value>`` / ``--openai.<field> <value>`` flag overrides TerminalTestEnv's
+``config_init`` the way atroposlib's CLI does (CLI > defaults).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
+import os
 import sys
+import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import anyio
 
-from hermes_async.limits import Limits, open_lag_monitor
-from hermes_async.tools.registry import ToolRuntime, builtin_registry, dispatch
-
 __all__ = ["main"]
 
-# A fixed plan of tool calls, as a model would emit them (raw JSON argument strings, including
-# a malformed one and a call to a tool the model was not offered).
-_PLAN: list[tuple[str, str]] = [
-    ("todo", '{"todos": [{"id": "1", "content": "inspect the repo", "status": "in_progress"}]}'),
-    (
-        "todo",
-        '{"todos": "[{\\"id\\": \\"2\\", \\"content\\": \\"write tests\\", \\"status\\": \\"pending\\"}]", "merge": "true"}',
-    ),
-    ("todo", '{"todos": [{"id": "1", "content": "", "status": "completed"}], "merge": true}'),
-    ("todo", '{"todos": [{"id": 1'),
-    ("browser_navigate", '{"url": "https://example.com"}'),
-    ("todo", "{}"),
-]
+_DEMO_DESCRIPTION = (
+    "Run TerminalTestEnv evaluate + process offline against the scripted oracle model "
+    "(or a real server with --openai.base_url URL --openai.server_type vllm)."
+)
 
 
-async def _demo(rollouts: int) -> int:
-    limits = Limits(tool_calls=16)
-    registry = builtin_registry()
-    outcomes: list[list[tuple[str, str | None, str]]] = [[] for _ in range(rollouts)]
+def _parse_overrides(rest: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``--env.k v`` / ``--openai.k=v`` pairs -> two dicts of raw strings.
 
-    async def rollout(i: int) -> None:
-        runtime = ToolRuntime(task_id=f"demo-{i}", limits=limits)
-        for name, args in _PLAN:
-            out = await dispatch(name, args, runtime, registry=registry)
-            outcomes[i].append((name, out.error, out.content))
+    Raises:
+        SystemExit: A flag that is neither (argparse-style message, exit code 2).
+    """
+    env: dict[str, str] = {}
+    openai: dict[str, str] = {}
+    items = list(rest)
+    i = 0
+    while i < len(items):
+        flag = items[i]
+        if not flag.startswith(("--env.", "--openai.")):
+            raise SystemExit(
+                f"hermes-async demo: unrecognized argument {flag!r}; use --env.<field> VALUE or "
+                "--openai.<field> VALUE (see --help)"
+            )
+        if "=" in flag:
+            key, value = flag[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(items):
+                raise SystemExit(f"hermes-async demo: {flag} needs a value")
+            key, value = flag[2:], items[i + 1]
+            i += 2
+        namespace, _, field = key.partition(".")
+        (env if namespace == "env" else openai)[field] = value
+    return env, openai
 
-    async with open_lag_monitor() as monitor:
-        start = anyio.current_time()
-        async with anyio.create_task_group() as tg:
-            for i in range(rollouts):
-                tg.start_soon(rollout, i)
-        elapsed = anyio.current_time() - start
-    print(f"hermes-async demo: {rollouts} concurrent rollouts x {len(_PLAN)} tool calls")
-    print(f"registered tools: {', '.join(registry.names())}")
+
+def _build_configs(
+    env_over: dict[str, str], openai_over: dict[str, str], out: Path
+) -> tuple[Any, Any]:
+    from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+
+    from hermes_async.envs.terminal_test import TerminalTestEnv, TerminalTestEnvConfig
+
+    config, servers = TerminalTestEnv.config_init()
+    values = config.model_dump()
+    values.update(
+        use_wandb=False,
+        include_messages=True,
+        ensure_scores_are_not_same=False,
+        data_path_to_save_groups=str(out / "terminal_test.jsonl"),
+        data_dir_to_save_evals=str(out / "eval"),
+    )
+    values.update({k: (None if v == "None" else v) for k, v in env_over.items()})
+    unknown = sorted(set(env_over) - set(TerminalTestEnvConfig.model_fields))
+    if unknown:
+        raise SystemExit(f"hermes-async demo: unknown --env fields: {', '.join(unknown)}")
+    server_values = servers[0].model_dump()
+    server_values.update(model_name="scripted-oracle", health_check=False)
+    server_values.update({k: (None if v == "None" else v) for k, v in openai_over.items()})
+    unknown = sorted(set(openai_over) - set(APIServerConfig.model_fields))
+    if unknown:
+        raise SystemExit(f"hermes-async demo: unknown --openai fields: {', '.join(unknown)}")
+    return TerminalTestEnvConfig(**values), APIServerConfig(**server_values)
+
+
+async def _demo(
+    env_over: dict[str, str], openai_over: dict[str, str], out: Path, progress: bool
+) -> _DemoRun:
+    from hermes_async.envs._display import ProgressBar
+    from hermes_async.envs.base import RolloutSummary
+    from hermes_async.envs.terminal_test import (
+        EVAL_TASKS,
+        TerminalTestEnv,
+        terminal_test_oracle,
+    )
+
+    start = anyio.current_time()
+    config, server = _build_configs(env_over, openai_over, out)
+    use_oracle = "base_url" not in openai_over
+    async with contextlib.AsyncExitStack() as stack:
+        if use_oracle:
+            from hermes_async.testing.http import open_loopback_server
+            from hermes_async.testing.scripted_server import ScriptedModelServer
+
+            url = await stack.enter_async_context(
+                open_loopback_server(ScriptedModelServer(terminal_test_oracle()))
+            )
+            server.base_url = url + "/v1"
+        where = "scripted oracle model on " + server.base_url if use_oracle else server.base_url
+        print(f"hermes-async demo: TerminalTestEnv evaluate + process against {where}")
+        print(
+            f"  server_type={server.server_type} "
+            f"(Phase {'1: placeholder tokens' if server.server_type == 'openai' else '2: exact tokens'}), "
+            f"sandboxes={config.terminal_backend}, group_size={config.group_size}, "
+            f"groups={config.total_steps}"
+        )
+        print("  loading the tokenizer (built once, then cached) ...", flush=True)
+        env = TerminalTestEnv(config, [server])
+        env.process_mode = True
+        env.n_groups_to_process = config.total_steps
+        env.group_size_to_process = config.group_size
+        eval_count = len(EVAL_TASKS[: config.eval_size or None])
+        total = eval_count + config.total_steps * config.group_size
+        bar = ProgressBar(total, "  rollouts") if progress else None
+
+        def on_rollout(summary: RolloutSummary) -> None:
+            if bar is not None:
+                mode = "eval" if summary.evaluating else "train"
+                bar.advance(f"{mode}:{summary.label} reward={summary.reward:.2f}")
+
+        env.on_rollout = on_rollout
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Trainer requested to ignore max length")
+            with contextlib.redirect_stdout(sys.stderr):  # atroposlib's own prints
+                await env._run_evaluate()
+                await env.process_manager()
+        if bar is not None:
+            bar.close()
+    elapsed = anyio.current_time() - start
+    return _DemoRun(env, config, total, use_oracle, elapsed)
+
+
+@dataclass(frozen=True, slots=True)
+class _DemoRun:
+    env: Any
+    config: Any
+    total: int
+    use_oracle: bool
+    elapsed: float
+
+
+def _summarize(run: _DemoRun) -> int:
+    """Print the summary table and the files written; the demo's exit code."""
+    from hermes_async.envs._display import format_table
+
+    env, config, total, use_oracle, elapsed = (
+        run.env,
+        run.config,
+        run.total,
+        run.use_oracle,
+        run.elapsed,
+    )
+
+    rows: list[list[object]] = []
+    keys: list[tuple[str, str]] = []
+    for summary in env.rollout_summaries:
+        key = ("eval" if summary.evaluating else "process", summary.label)
+        if key not in keys:
+            keys.append(key)
+    for key in keys:
+        group = [
+            s
+            for s in env.rollout_summaries
+            if ("eval" if s.evaluating else "process", s.label) == key
+        ]
+        n = len(group)
+        rows.append(
+            [
+                key[0],
+                key[1],
+                n,
+                sum(s.reward for s in group) / n,
+                sum(s.turns for s in group) / n,
+                round(sum(s.tokens for s in group) / n),
+                sum(s.seconds for s in group) / n,
+            ]
+        )
     print()
-    for name, error, content in outcomes[0]:
-        status = "ERROR" if error else "ok"
-        print(f"  {name:<18} {status:<5} {content[:110]}")
-    final = json.loads(outcomes[0][-1][2])
-    errors = sum(1 for o in outcomes for _, e, _ in o if e)
+    print(
+        format_table(
+            ["mode", "task", "rollouts", "reward", "turns", "tokens", "time_s"],
+            rows,
+        )
+    )
+    report = getattr(env, "last_eval_report", None)
+    if report is not None and report.samples and report.samples[0].get("trajectory"):
+        print()
+        print(f"the eval trajectory ({report.samples[0]['task']}):")
+        for line in str(report.samples[0]["trajectory"]).splitlines():
+            print("  " + (line if len(line) <= 110 else line[:107] + "..."))
+    rewards = [s.reward for s in env.rollout_summaries]
+    jsonl = Path(config.data_path_to_save_groups)
+    html = jsonl.with_suffix(".html")
     print()
-    print(f"final todo summary (rollout 0): {final['summary']}")
-    print(f"tool errors (model-visible, expected 2 per rollout): {errors}")
-    print(f"elapsed {elapsed * 1e3:.1f} ms; {monitor.statistics()}")
-    print(f"limiter: {limits.tool_calls.statistics()}")
-    return 0 if errors == 2 * rollouts else 1
+    print(f"scored groups (JSONL): {jsonl}{'' if jsonl.is_file() else '  [MISSING]'}")
+    print(f"HTML view:             {html}{'' if html.is_file() else '  [MISSING]'}")
+    print(f"eval results:          {Path(config.data_dir_to_save_evals) / 'metrics.json'}")
+    print(
+        f"{len(rewards)} rollouts, mean reward {sum(rewards) / max(len(rewards), 1):.2f}, "
+        f"{elapsed:.1f} s"
+    )
+    ok = jsonl.is_file() and html.is_file() and len(rewards) == total
+    if use_oracle:
+        ok = ok and all(r == 1.0 for r in rewards)
+    return 0 if ok else 1
+
+
+def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
+    env_over, openai_over = _parse_overrides(rest)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # "PyTorch was not found" noise
+    try:
+        import hermes_async.envs.terminal_test  # noqa: F401  (fail early, clearly)
+    except ImportError as exc:
+        print(f"hermes-async demo: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("terminal_test.jsonl", "terminal_test.html"):
+        (out / stale).unlink(missing_ok=True)  # atroposlib would write *_1.jsonl instead
+    run: _DemoRun = anyio.run(
+        _demo, env_over, openai_over, out, not args.no_progress, backend="asyncio"
+    )
+    return _summarize(run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hermes-async`` command."""
-    parser = argparse.ArgumentParser(prog="hermes-async", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hermes-async", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the offline demo")
-    demo.add_argument("--rollouts", type=int, default=32, help="concurrent rollouts (default 32)")
-    args = parser.parse_args(argv)
-    assert args.command == "demo"
-    return anyio.run(_demo, args.rollouts)
+    demo = sub.add_parser(
+        "demo",
+        help="TerminalTestEnv evaluate + process against the scripted oracle (offline)",
+        description=_DEMO_DESCRIPTION,
+        epilog="Extra flags: --env.<field> VALUE and --openai.<field> VALUE (atroposlib's names).",
+    )
+    demo.add_argument(
+        "--out", default="demo_output", help="output directory (default: ./demo_output)"
+    )
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "demo":
+        return _run_demo(args, rest)
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse exits
 
 
 if __name__ == "__main__":

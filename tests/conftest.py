@@ -52,7 +52,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                 continue
             nodeid = getattr(report, "nodeid", "")
             for backend in ("asyncio", "trio"):
-                if nodeid.endswith(f"[{backend}]") or f"[{backend}-" in nodeid or f"-{backend}]" in nodeid:
+                if (
+                    nodeid.endswith(f"[{backend}]")
+                    or f"[{backend}-" in nodeid
+                    or f"-{backend}]" in nodeid
+                ):
                     counts.setdefault(backend, {}).setdefault(outcome, 0)
                     counts[backend][outcome] += 1
     if counts:

@@ -1,0 +1,53 @@
+"""Atropos environments: :class:`HermesAgentBaseEnv` and example environments.
+
+Needs the ``atropos`` extra (``pip install 'hermes-async[atropos]'``); the names below are
+imported on first use, so ``import hermes_async.envs`` is cheap and a missing extra is an
+``ImportError`` naming it. atroposlib is asyncio-only, and so are these environments.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hermes_async.envs.base import (
+        AsyncBackendError,
+        EvalReport,
+        HermesAgentBaseEnv,
+        HermesAgentEnvConfig,
+        RolloutSummary,
+    )
+    from hermes_async.envs.coding import CodingEnv, CodingEnvConfig
+    from hermes_async.envs.terminal_test import TerminalTestEnv, TerminalTestEnvConfig
+
+__all__ = [
+    "AsyncBackendError",
+    "CodingEnv",
+    "CodingEnvConfig",
+    "EvalReport",
+    "HermesAgentBaseEnv",
+    "HermesAgentEnvConfig",
+    "RolloutSummary",
+    "TerminalTestEnv",
+    "TerminalTestEnvConfig",
+]
+
+_WHERE = {
+    "AsyncBackendError": "base",
+    "EvalReport": "base",
+    "HermesAgentBaseEnv": "base",
+    "HermesAgentEnvConfig": "base",
+    "RolloutSummary": "base",
+    "CodingEnv": "coding",
+    "CodingEnvConfig": "coding",
+    "TerminalTestEnv": "terminal_test",
+    "TerminalTestEnvConfig": "terminal_test",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hermes_async.envs' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"hermes_async.envs.{module}"), name)

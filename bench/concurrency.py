@@ -1,0 +1,269 @@
+"""Concurrent rollouts: hermes_async's loop vs the reference design, side by side.
+
+Workload: N rollouts at once, each ``turns`` tool-calling turns and a final answer, against the
+scripted model server (served from a *separate process* over loopback, with a per-response
+latency, so its own CPU work does not count against the loop) and a tool with a fixed latency.
+
+* **ours**: ``HermesAgentLoop`` Phase 2 (vLLM token streaming, incremental parsing, early
+  dispatch); the tool is a coroutine (``anyio.sleep``).
+* **baseline** (the reference's design, reproduced here only): the same loop, but every tool
+  call runs as a blocking function through one shared ``ThreadPoolExecutor(max_workers=128)``
+  via ``run_in_executor``, the calls of a rollout one after another, as the reference's
+  ``_tool_executor`` did.
+
+Reported per N: completed rollouts per second, event-loop lag p50/p99 (a 5 ms ticker in the
+same loop), and resident memory per *idle* rollout (all N parked inside their first tool call,
+measured in a separate pass; sandboxes excluded: the tool needs none). Ratios are ours/baseline
+from the same process run (machines are noisy; absolute numbers mean little).
+
+    .venv/bin/python bench/concurrency.py                      # N = 100, 500, 2000
+    .venv/bin/python bench/concurrency.py --sizes 100 --tool-latency 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
+from hermes_async.inference.generate import VLLMGenerateClient
+from hermes_async.jsontypes import JSONObject
+from hermes_async.limits import open_lag_monitor
+from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_loopback_server
+
+WAIT_SCHEMA: JSONObject = {
+    "type": "object",
+    "properties": {"seconds": {"type": "number"}},
+    "required": ["seconds"],
+}
+
+
+def make_policy(turns: int, tool_latency: float) -> Callable[[PolicyRequest], str]:
+    def policy(request: PolicyRequest) -> str:
+        done = sum(1 for m in request.messages if m.get("role") == "assistant")
+        if done >= turns:
+            return "All steps are complete."
+        call = {"name": "wait", "arguments": {"seconds": tool_latency}}
+        return f"Step {done + 1}.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+    return policy
+
+
+# ------------------------------------------------------------------------------ server process
+
+
+async def serve(args: argparse.Namespace) -> None:
+    server = ScriptedModelServer(
+        make_policy(args.turns, args.tool_latency),
+        response_delay_seconds=args.model_latency,
+        max_chunk_tokens=8,
+    )
+    async with open_loopback_server(server) as base_url:
+        print(base_url, flush=True)
+        await anyio.sleep_forever()
+
+
+# ------------------------------------------------------------------------------ client side
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class Row:
+    n: int
+    mode: str
+    seconds: float
+    completed: int
+    lag_p50_ms: float
+    lag_p99_ms: float
+    lag_max_ms: float
+
+    @property
+    def rate(self) -> float:
+        return self.completed / self.seconds
+
+
+Handler = Callable[[JSONObject, ToolRuntime], Awaitable[str]]
+
+
+async def run_rollouts(
+    base_url: str, n: int, handler: Handler, *, label: str
+) -> tuple[float, int, Any]:
+    tokenizer = load_tokenizer()
+    registry = ToolRegistry([Tool("wait", "Wait.", WAIT_SCHEMA, handler, "terminal")])
+    defs = registry.definitions(["terminal"])
+    limits = Limits(model_requests=n, tool_calls=n)
+    completed = 0
+    async with VLLMGenerateClient(base_url, limiter=limits.model_requests) as client:
+
+        async def one(i: int) -> None:
+            nonlocal completed
+            loop = HermesAgentLoop(
+                client,
+                defs.schemas,
+                defs.valid_names,
+                task_id=f"{label}-{i}",
+                tokenizer=tokenizer,
+                registry=registry,
+                limits=limits,
+                max_tokens=128,
+            )
+            result = await loop.run([{"role": "user", "content": f"Do task {i}."}])
+            if result.finished_naturally and not result.tool_errors:
+                completed += 1
+            else:
+                print(
+                    f"  rollout {i} failed: {result.error or result.tool_errors}", file=sys.stderr
+                )
+
+        async with open_lag_monitor() as monitor:
+            start = anyio.current_time()
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(one, i)
+            elapsed = anyio.current_time() - start
+            stats = monitor.statistics()
+    return elapsed, completed, stats
+
+
+async def measure(base_url: str, n: int, mode: str, tool_latency: float) -> Row:
+    # Tool latencies vary +-50% around the nominal value (same seeded distribution for both).
+    rng = random.Random(7)
+    if mode == "ours":
+
+        async def handler(args: JSONObject, runtime: ToolRuntime) -> str:
+            await anyio.sleep(float(args["seconds"]) * (0.5 + rng.random()))
+            return '{"ok": true}'
+
+    else:
+        pool = BASELINE_POOL
+
+        async def handler(args: JSONObject, runtime: ToolRuntime) -> str:
+            seconds = float(args["seconds"]) * (0.5 + rng.random())
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(pool, time.sleep, seconds)
+            return '{"ok": true}'
+
+    elapsed, completed, lag = await run_rollouts(base_url, n, handler, label=mode)
+    return Row(n, mode, elapsed, completed, lag.p50 * 1e3, lag.p99 * 1e3, lag.max * 1e3)
+
+
+async def idle_rss_per_rollout(base_url: str, n: int) -> float:
+    """Park all N rollouts inside their first tool call; RSS growth / N, in bytes."""
+    arrived = 0
+    everyone_in = anyio.Event()
+    release = anyio.Event()
+
+    async def handler(args: JSONObject, runtime: ToolRuntime) -> str:
+        nonlocal arrived
+        arrived += 1
+        if arrived == n:
+            everyone_in.set()
+        await release.wait()
+        return '{"ok": true}'
+
+    gc.collect()
+    before = rss_bytes()
+    result: list[float] = []
+
+    async def sampler() -> None:
+        await everyone_in.wait()
+        gc.collect()
+        result.append((rss_bytes() - before) / n)
+        release.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sampler)
+        await run_rollouts(base_url, n, handler, label="idle")
+    return result[0]
+
+
+BASELINE_POOL = ThreadPoolExecutor(max_workers=128)
+
+
+async def main(args: argparse.Namespace) -> None:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    load_tokenizer()  # load outside the measurements
+    cmd = [
+        sys.executable,
+        __file__,
+        "--serve",
+        "--model-latency",
+        str(args.model_latency),
+        "--tool-latency",
+        str(args.tool_latency),
+        "--turns",
+        str(args.turns),
+    ]
+    async with await anyio.open_process(cmd) as proc:
+        assert proc.stdout is not None
+        with anyio.fail_after(30):
+            base_url = (await proc.stdout.receive()).decode().split()[0]
+        print(
+            f"scripted server (separate process) at {base_url}; model latency "
+            f"{args.model_latency}s, tool latency {args.tool_latency}s, {args.turns} tool turns "
+            "+ answer per rollout"
+        )
+        rows: list[Row] = []
+        rss: dict[int, float] = {}
+        try:
+            for n in sizes:
+                rss[n] = await idle_rss_per_rollout(base_url, n)
+                for mode in ("ours", "baseline"):
+                    row = await measure(base_url, n, mode, args.tool_latency)
+                    rows.append(row)
+                    print(
+                        f"  N={n:5d} {mode:8s} {row.seconds:7.2f}s  {row.rate:8.1f} rollouts/s  "
+                        f"lag p50 {row.lag_p50_ms:6.2f} ms p99 {row.lag_p99_ms:7.2f} ms  "
+                        f"completed {row.completed}/{n}",
+                        flush=True,
+                    )
+        finally:
+            proc.terminate()
+            BASELINE_POOL.shutdown(wait=False, cancel_futures=True)
+    print()
+    print(
+        "|     N | ours rollouts/s | baseline rollouts/s | ratio | ours lag p50 / p99 (ms) "
+        "| baseline lag p99 (ms) | RSS per idle rollout |"
+    )
+    print(
+        "|------:|----------------:|--------------------:|------:|------------------------:"
+        "|----------------------:|---------------------:|"
+    )
+    for n in sizes:
+        ours = next(r for r in rows if r.n == n and r.mode == "ours")
+        base = next(r for r in rows if r.n == n and r.mode == "baseline")
+        print(
+            f"| {n:5d} | {ours.rate:15.1f} | {base.rate:19.1f} | {ours.rate / base.rate:5.1f}x "
+            f"| {ours.lag_p50_ms:10.2f} / {ours.lag_p99_ms:10.2f} | {base.lag_p99_ms:21.2f} "
+            f"| {rss[n] / 1024:17.1f} KB |"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="100,500,2000")
+    parser.add_argument("--model-latency", type=float, default=0.2)
+    parser.add_argument("--tool-latency", type=float, default=1.0)
+    parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ns = parser.parse_args()
+    if ns.serve:
+        anyio.run(serve, ns)
+    else:
+        anyio.run(main, ns)  # asyncio: the baseline needs run_in_executor

@@ -1,0 +1,238 @@
+"""Which model client an environment uses, built from atroposlib's server configs.
+
+atroposlib describes servers with ``APIServerConfig`` (``server_type``, ``base_url``,
+``model_name``, ``api_key``, ``timeout``). The environment talks to them with its own anyio
+clients, never through atroposlib's ``ServerManager``/``ManagedServer``:
+
+=================  ======================================  =====================================
+``server_type``    client                                   phase
+=================  ======================================  =====================================
+``vllm``           token client; ``token_endpoint``:        Phase 2 (exact tokens and logprobs)
+                   ``vllm`` (``/inference/v1/generate``,
+                   default) or ``atropos`` (``/generate``)
+``sglang``         :class:`SGLangGenerateClient`            Phase 2
+``openai``         :class:`ChatClient`                      Phase 1 (placeholder tokens)
+=================  ======================================  =====================================
+
+Before the first request, :func:`check_reachable` proves the server answers HTTP at all,
+within a bounded time (atroposlib's own health check waits forever on a dead server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+import httpx
+
+from hermes_async.errors import ConfigError, InferenceError
+from hermes_async.inference._http import HTTPOptions
+from hermes_async.inference.chat import ChatClient
+from hermes_async.inference.generate import (
+    AtroposGenerateClient,
+    GenerateClient,
+    SGLangGenerateClient,
+    VLLMGenerateClient,
+)
+from hermes_async.limits import NamedLimiter
+
+__all__ = [
+    "TOKEN_ENDPOINTS",
+    "ModelClient",
+    "ServerSpec",
+    "ServerUnreachableError",
+    "check_reachable",
+    "endpoint_kind",
+    "open_model_clients",
+    "server_specs",
+]
+
+TokenEndpoint = Literal["auto", "vllm", "atropos", "sglang"]
+#: Values ``token_endpoint`` accepts.
+TOKEN_ENDPOINTS: tuple[str, ...] = ("auto", "vllm", "atropos", "sglang")
+
+#: Where atroposlib puts a ``ServerBaseline``'s servers when not under SLURM.
+_BASELINE_URLS = tuple(f"http://localhost:{9004 + i}/v1" for i in range(4))
+
+ModelClient = GenerateClient | ChatClient
+
+
+class ServerUnreachableError(InferenceError):
+    """The model server did not answer HTTP within the connect deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """One model server, as the environment uses it.
+
+    Attributes:
+        base_url: The configured base URL (usually ending in ``/v1``).
+        server_type: ``openai``, ``vllm`` or ``sglang``.
+        model_name: ``model`` for chat requests.
+        api_key: Bearer token, if any (never logged).
+        timeout: Overall per-request deadline in seconds.
+    """
+
+    base_url: str
+    server_type: str
+    model_name: str
+    api_key: str | None
+    timeout: float
+
+    @property
+    def phase(self) -> int:
+        """2 for token servers (vllm, sglang), 1 for chat servers (openai)."""
+        return 1 if self.server_type == "openai" else 2
+
+    @property
+    def root_url(self) -> str:
+        """The base URL without a trailing ``/v1`` (token endpoints live at the root)."""
+        url = self.base_url.rstrip("/")
+        return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def server_specs(server_configs: Any) -> list[ServerSpec]:
+    """Turn atroposlib server configs into :class:`ServerSpec` s.
+
+    Accepts a list of ``APIServerConfig``, a single one, or a ``ServerBaseline`` (which atroposlib
+    expands to four servers at ``localhost:9004-9007``; the same here).
+
+    Raises:
+        ConfigError: An unsupported ``server_type`` (``trl``) or a missing ``base_url``.
+    """
+    configs = server_configs if isinstance(server_configs, list) else [server_configs]
+    if not configs:
+        raise ConfigError("no model server configured: config_init() returned an empty list")
+    specs: list[ServerSpec] = []
+    for config in configs:
+        server_type = str(getattr(config, "server_type", "openai"))
+        if server_type not in ("openai", "vllm", "sglang"):
+            raise ConfigError(
+                f"server_type {server_type!r} is not supported by hermes_async environments; "
+                "use 'vllm' or 'sglang' (Phase 2, exact tokens) or 'openai' (Phase 1)"
+            )
+        base_url = getattr(config, "base_url", None)
+        urls = [base_url] if base_url else ([] if hasattr(config, "base_url") else _BASELINE_URLS)
+        if not urls:
+            raise ConfigError(
+                "a model server has no base_url; pass --openai.base_url http://host:port/v1"
+            )
+        for url in urls:
+            specs.append(
+                ServerSpec(
+                    base_url=str(url),
+                    server_type=server_type,
+                    model_name=str(getattr(config, "model_name", "default")),
+                    api_key=getattr(config, "api_key", None) or None,
+                    timeout=float(getattr(config, "timeout", 1200)),
+                )
+            )
+    phases = {s.phase for s in specs}
+    if len(phases) > 1:
+        raise ConfigError(
+            "mixing chat ('openai') and token ('vllm'/'sglang') servers in one environment is "
+            f"not supported; got {sorted({s.server_type for s in specs})}"
+        )
+    return specs
+
+
+def endpoint_kind(server_type: str, token_endpoint: str) -> str:
+    """The token protocol to speak: ``vllm``, ``atropos`` or ``sglang``.
+
+    Raises:
+        ConfigError: ``token_endpoint`` is not one of :data:`TOKEN_ENDPOINTS`.
+    """
+    if token_endpoint not in TOKEN_ENDPOINTS:
+        raise ConfigError(
+            f"unknown token_endpoint {token_endpoint!r}; valid: {', '.join(TOKEN_ENDPOINTS)}"
+        )
+    if token_endpoint != "auto":
+        return token_endpoint
+    return "sglang" if server_type == "sglang" else "vllm"
+
+
+def _make_client(
+    spec: ServerSpec,
+    token_endpoint: str,
+    limiter: NamedLimiter | None,
+    transport: httpx.AsyncBaseTransport | None,
+) -> ModelClient:
+    options = HTTPOptions(request_timeout_seconds=max(spec.timeout, 1.0))
+    if spec.phase == 1:
+        return ChatClient(
+            spec.base_url,
+            model=spec.model_name,
+            api_key=spec.api_key,
+            options=options,
+            limiter=limiter,
+            transport=transport,
+        )
+    kind = endpoint_kind(spec.server_type, token_endpoint)
+    common: dict[str, Any] = {
+        "options": options,
+        "limiter": limiter,
+        "transport": transport,
+        "api_key": spec.api_key,
+    }
+    if kind == "atropos":
+        return AtroposGenerateClient(spec.base_url, **common)
+    if kind == "sglang":
+        return SGLangGenerateClient(spec.root_url, **common)
+    return VLLMGenerateClient(spec.root_url, **common)
+
+
+@asynccontextmanager
+async def open_model_clients(
+    specs: Sequence[ServerSpec],
+    *,
+    token_endpoint: str = "auto",
+    limiter: NamedLimiter | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> AsyncIterator[list[ModelClient]]:
+    """Open one client per server (connection pools); close them all on exit.
+
+    **Cancellation**: the pools are closed, shielded and bounded, however the block exits.
+    """
+    async with AsyncExitStack() as stack:
+        clients: list[ModelClient] = []
+        for spec in specs:
+            client = _make_client(spec, token_endpoint, limiter, transport)
+            clients.append(await stack.enter_async_context(client))
+        yield clients
+
+
+async def check_reachable(
+    spec: ServerSpec,
+    *,
+    timeout: float,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> None:
+    """Wait until ``spec``'s server answers HTTP (any status), for at most ``timeout`` seconds.
+
+    A server that is still starting gets retries every 0.25 s; one that never answers ends in
+    a :class:`ServerUnreachableError` naming the URL and what to do.
+
+    **Cancellation**: the probe's connection is closed; nothing else is held.
+    """
+    url = spec.root_url + "/health"
+    last: Exception | None = None
+    with anyio.move_on_after(timeout):
+        async with httpx.AsyncClient(
+            transport=transport, timeout=httpx.Timeout(min(timeout, 10.0))
+        ) as client:
+            while True:
+                try:
+                    await client.get(url)
+                    return
+                except httpx.HTTPError as exc:
+                    last = exc
+                await anyio.sleep(0.25)
+    reason = f"{type(last).__name__}: {last}" if last is not None else "no answer"
+    raise ServerUnreachableError(
+        f"the model server at {spec.base_url} (server_type={spec.server_type}) did not answer "
+        f"within {timeout:g} s ({reason}); start it, or fix --openai.base_url, or raise "
+        "--env.server_connect_timeout"
+    )
