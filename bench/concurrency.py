@@ -102,7 +102,7 @@ Handler = Callable[[JSONObject, ToolRuntime], Awaitable[str]]
 
 
 async def run_rollouts(
-    base_url: str, n: int, handler: Handler, *, label: str
+    base_url: str, n: int, handler: Handler, *, label: str, ramp: float = 0.0
 ) -> tuple[float, int, Any]:
     tokenizer = load_tokenizer()
     registry = ToolRegistry([Tool("wait", "Wait.", WAIT_SCHEMA, handler, "terminal")])
@@ -113,6 +113,7 @@ async def run_rollouts(
 
         async def one(i: int) -> None:
             nonlocal completed
+            await anyio.sleep(ramp * i / n)
             loop = HermesAgentLoop(
                 client,
                 defs.schemas,
@@ -141,7 +142,7 @@ async def run_rollouts(
     return elapsed, completed, stats
 
 
-async def measure(base_url: str, n: int, mode: str, tool_latency: float) -> Row:
+async def measure(base_url: str, n: int, mode: str, tool_latency: float, ramp: float = 0.0) -> Row:
     # Tool latencies vary +-50% around the nominal value (same seeded distribution for both).
     rng = random.Random(7)
     if mode == "ours":
@@ -159,7 +160,7 @@ async def measure(base_url: str, n: int, mode: str, tool_latency: float) -> Row:
             await loop.run_in_executor(pool, time.sleep, seconds)
             return '{"ok": true}'
 
-    elapsed, completed, lag = await run_rollouts(base_url, n, handler, label=mode)
+    elapsed, completed, lag = await run_rollouts(base_url, n, handler, label=mode, ramp=ramp)
     return Row(n, mode, elapsed, completed, lag.p50 * 1e3, lag.p99 * 1e3, lag.max * 1e3)
 
 
@@ -216,8 +217,8 @@ async def main(args: argparse.Namespace) -> None:
             base_url = (await proc.stdout.receive()).decode().split()[0]
         print(
             f"scripted server (separate process) at {base_url}; model latency "
-            f"{args.model_latency}s, tool latency {args.tool_latency}s, {args.turns} tool turns "
-            "+ answer per rollout"
+            f"{args.model_latency}s, tool latency {args.tool_latency}s +-50%, {args.turns} tool "
+            f"turns + answer per rollout, starts ramped over {args.ramp}s"
         )
         rows: list[Row] = []
         rss: dict[int, float] = {}
@@ -225,7 +226,7 @@ async def main(args: argparse.Namespace) -> None:
             for n in sizes:
                 rss[n] = await idle_rss_per_rollout(base_url, n)
                 for mode in ("ours", "baseline"):
-                    row = await measure(base_url, n, mode, args.tool_latency)
+                    row = await measure(base_url, n, mode, args.tool_latency, args.ramp)
                     rows.append(row)
                     print(
                         f"  N={n:5d} {mode:8s} {row.seconds:7.2f}s  {row.rate:8.1f} rollouts/s  "
@@ -261,6 +262,12 @@ if __name__ == "__main__":
     parser.add_argument("--model-latency", type=float, default=0.2)
     parser.add_argument("--tool-latency", type=float, default=1.0)
     parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=0.0,
+        help="spread rollout starts evenly over this many seconds (0: all at once)",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.serve:

@@ -474,7 +474,21 @@ class HermesAgentLoop:
         tools = self.tool_schemas or None
         prompt_text = tokenizer.apply_chat_template(messages, tools, add_generation_prompt=True)
         trajectory = Trajectory(tokenizer.encode(prompt_text))
-        result.managed_state = trajectory.managed_state()
+        try:
+            await self._phase2_turns(result, runtime, tokenizer, trajectory)
+        finally:
+            # Built once, on every exit path (cancellation included): keeping three Python lists
+            # per rollout up to date every turn would cost memory while thousands wait on tools.
+            result.managed_state = trajectory.managed_state()
+
+    async def _phase2_turns(
+        self,
+        result: AgentResult,
+        runtime: ToolRuntime,
+        tokenizer: Tokenizer,
+        trajectory: Trajectory,
+    ) -> None:
+        messages = result.messages
         sampling = self._sampling()
         for turn in range(self.max_turns):
             timing: dict[str, float] = {"turn": float(turn + 1)}
@@ -525,18 +539,20 @@ class HermesAgentLoop:
             await self._record_tools(result, runtime, turn + 1, runner.calls, timing)
             if not runner.calls:
                 result.finished_naturally = True
-                self._check_template(result, trajectory, tokenizer, final=True)
-                result.managed_state = trajectory.managed_state()
+                rendered = tokenizer.apply_chat_template(
+                    messages, self.tool_schemas or None, add_generation_prompt=False
+                )
+                self._check_template(result, trajectory, tokenizer, rendered, final=True)
                 return
             ended_on_eos = bool(step.token_ids) and step.token_ids[-1] == tokenizer.eos_token_id
-            trajectory.add_suffix(self._suffix_ids(messages, tokenizer, ended_on_eos))
-            self._check_template(result, trajectory, tokenizer, final=False)
-            result.managed_state = trajectory.managed_state()
+            suffix, rendered = self._suffix_ids(messages, tokenizer, ended_on_eos)
+            trajectory.add_suffix(suffix)
+            self._check_template(result, trajectory, tokenizer, rendered, final=False)
 
     def _suffix_ids(
         self, messages: list[dict[str, Any]], tokenizer: Tokenizer, ended_on_eos: bool
-    ) -> list[int]:
-        """Ids between the sampled completion and the next generation.
+    ) -> tuple[list[int], str]:
+        """Ids between the sampled completion and the next generation, and the full rendering.
 
         The template renders an assistant turn as ``...<|im_end|>`` + separator; what follows
         the assistant's end-of-turn token in the full rendering (tool responses, the next
@@ -552,20 +568,18 @@ class HermesAgentLoop:
         eos_text = tokenizer.decode([tokenizer.eos_token_id])
         cut = before.rfind(eos_text) + len(eos_text)
         prefix = [] if ended_on_eos else [tokenizer.eos_token_id]
-        return prefix + tokenizer.encode(full[cut:])
+        return prefix + tokenizer.encode(full[cut:]), full
 
     def _check_template(
         self,
         result: AgentResult,
         trajectory: Trajectory,
         tokenizer: Tokenizer,
+        rendered: str,
         *,
         final: bool,
     ) -> None:
-        """Count a mismatch between the decoded tokens and the template's rendering."""
-        rendered = tokenizer.apply_chat_template(
-            result.messages, self.tool_schemas or None, add_generation_prompt=not final
-        )
+        """Count a mismatch between the decoded tokens and the template's ``rendered`` text."""
         decoded = tokenizer.decode(trajectory.tokens)
         if final:
             # The final assistant turn's separator after <|im_end|> is not sampled.
