@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from hermes_async.errors import ConfigError
+from hermes_async.tools.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult
 
 __all__ = [
     "EXEC_DIR",
@@ -265,3 +266,40 @@ def _current_async_library() -> str:
     except RuntimeError:
         return "an event loop other than asyncio"
     return "asyncio"
+
+
+async def run_killable(
+    run: Callable[[], Awaitable[int]],
+    kill: Callable[[], Awaitable[None]],
+    limit: float,
+    out: OutputCapture,
+    err: OutputCapture,
+) -> ExecResult:
+    """Run one exec with the shared timeout semantics of the container backends.
+
+    ``run`` streams the command's output into ``out``/``err`` and returns its exit code;
+    ``kill`` kills the command's process group (it must itself be shielded and bounded). On
+    timeout the group is killed and the result has exit code 124 and ``timed_out``; on
+    cancellation or error the group is killed before the exception propagates.
+    """
+    start = anyio.current_time()
+    exit_code: int | None = None
+    try:
+        with anyio.move_on_after(limit) as scope:
+            exit_code = await run()
+        timed_out = scope.cancelled_caught
+    except BaseException:
+        await kill()
+        raise
+    if timed_out:
+        await kill()
+        exit_code = TIMEOUT_EXIT_CODE
+    assert exit_code is not None
+    return ExecResult(
+        stdout=out.text(),
+        stderr=err.text(),
+        exit_code=exit_code,
+        timed_out=timed_out,
+        truncated=out.truncated or err.truncated,
+        duration_seconds=anyio.current_time() - start,
+    )

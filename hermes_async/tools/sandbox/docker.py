@@ -62,11 +62,11 @@ from hermes_async.tools.sandbox._container import (
     read_until_exit,
     require_asyncio,
     resolve_path,
+    run_killable,
     single_file_tar,
 )
 from hermes_async.tools.sandbox.base import (
     DEFAULT_OUTPUT_LIMIT_BYTES,
-    TIMEOUT_EXIT_CODE,
     ExecResult,
     Sandbox,
     check_tar_members,
@@ -605,29 +605,13 @@ class DockerSandbox(Sandbox):
             stdin_path = f"{EXEC_DIR}/{exec_id}.in"
             await self._put_file(stdin_path, stdin, mode=0o600)
         out, err = OutputCapture(output_limit), OutputCapture(output_limit)
-        start = anyio.current_time()
-        timed_out = False
-        exit_code: int | None = None
-        try:
-            with anyio.move_on_after(limit) as scope:
-                exit_code = await self._run(
-                    exec_argv(exec_id, workdir, stdin_path, command), env, out, err
-                )
-            timed_out = scope.cancelled_caught
-        except BaseException:
-            await self._kill_group(exec_id)
-            raise
-        if timed_out:
-            await self._kill_group(exec_id)
-            exit_code = TIMEOUT_EXIT_CODE
-        assert exit_code is not None
-        return ExecResult(
-            stdout=out.text(),
-            stderr=err.text(),
-            exit_code=exit_code,
-            timed_out=timed_out,
-            truncated=out.truncated or err.truncated,
-            duration_seconds=anyio.current_time() - start,
+        argv = exec_argv(exec_id, workdir, stdin_path, command)
+        return await run_killable(
+            lambda: self._run(argv, env, out, err),
+            lambda: self._kill_group(exec_id),
+            limit,
+            out,
+            err,
         )
 
     async def _run(
