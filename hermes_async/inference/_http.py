@@ -632,3 +632,47 @@ class LineReader:
                     pass
                 except Exception:  # the closed chain's own error is the expected way out
                     pass
+
+
+class ServerClient:
+    """Base of the model-server clients: owns one :class:`ServerConnection` and its lifecycle.
+
+    Subclasses set :attr:`path` and build requests; opening, closing and the ``endpoint`` label
+    live here once.
+    """
+
+    #: Path of the client's endpoint, relative to the base URL.
+    path: str = ""
+    connection: ServerConnection
+
+    @property
+    def endpoint(self) -> str:
+        """``POST URL`` of the client's endpoint."""
+        return f"POST {self.connection.url(self.path)}"
+
+    async def __aenter__(self) -> Self:
+        """Open the connection pool.
+
+        **Cancellation**: nothing is opened before the first await.
+        """
+        await self.connection.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the connection pool.
+
+        **Cancellation**: the close is shielded and bounded.
+        """
+        await self.connection.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool (idempotent).
+
+        **Cancellation**: shielded and bounded.
+        """
+        await self.connection.aclose()

@@ -33,7 +33,6 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
-from types import TracebackType
 from typing import Self
 
 import httpx
@@ -42,7 +41,7 @@ from hermes_async.inference._errors import (
     ServerProtocolError,
     StreamInterruptedError,
 )
-from hermes_async.inference._http import HTTPOptions, LineReader, ServerConnection
+from hermes_async.inference._http import HTTPOptions, LineReader, ServerClient, ServerConnection
 from hermes_async.inference._sse import SSEDecoder, SSEFormatError
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.limits import NamedLimiter
@@ -446,7 +445,7 @@ class ChatStream:
 _UNSUPPORTED_KWARGS = ("extra_headers", "extra_query", "timeout")
 
 
-class ChatClient:
+class ChatClient(ServerClient):
     """An OpenAI-compatible chat-completions client on the shared HTTP layer.
 
     Args:
@@ -485,38 +484,6 @@ class ChatClient:
             api_key=api_key,
             rng=rng,
         )
-
-    @property
-    def endpoint(self) -> str:
-        """``POST URL`` of the chat endpoint."""
-        return f"POST {self.connection.url(self.path)}"
-
-    async def __aenter__(self) -> Self:
-        """Open the connection pool.
-
-        **Cancellation**: nothing is opened before the first await.
-        """
-        await self.connection.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the connection pool.
-
-        **Cancellation**: the close is shielded and bounded.
-        """
-        await self.connection.aclose()
-
-    async def aclose(self) -> None:
-        """Close the connection pool.
-
-        **Cancellation**: shielded and bounded.
-        """
-        await self.connection.aclose()
 
     def request_body(self, **kwargs: JSON) -> JSONObject:
         """The JSON body for ``kwargs`` (pure): ``extra_body`` merged last, at the top level.

@@ -39,7 +39,6 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 import anyio
@@ -54,6 +53,7 @@ from hermes_async.inference._http import (
     CLOSE_GRACE_SECONDS,
     HTTPOptions,
     LineReader,
+    ServerClient,
     ServerConnection,
 )
 from hermes_async.inference._sse import SSEDecoder, SSEFormatError
@@ -504,7 +504,7 @@ class TokenStream:
 # Clients
 
 
-class GenerateClient(ABC):
+class GenerateClient(ServerClient, ABC):
     """Shared shape of the token clients: connection handling plus a protocol adapter.
 
     Args:
@@ -539,40 +539,8 @@ class GenerateClient(ABC):
             rng=rng,
         )
 
-    @property
-    def endpoint(self) -> str:
-        """``POST URL`` of the generation endpoint."""
-        return f"POST {self.connection.url(self.path)}"
-
     def _base_url(self, base_url: str) -> str:
         return base_url
-
-    async def __aenter__(self) -> Self:
-        """Open the connection pool.
-
-        **Cancellation**: nothing is opened before the first await.
-        """
-        await self.connection.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the connection pool.
-
-        **Cancellation**: the close is shielded and bounded.
-        """
-        await self.connection.aclose()
-
-    async def aclose(self) -> None:
-        """Close the connection pool.
-
-        **Cancellation**: shielded and bounded.
-        """
-        await self.connection.aclose()
 
     @abstractmethod
     def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
