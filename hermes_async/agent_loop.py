@@ -325,6 +325,9 @@ class HermesAgentLoop:
             )
         #: The result so far; consistent after every step, readable after a cancellation.
         self.partial: AgentResult | None = None
+        # The turn whose tools are running: its assistant message and call records, so a
+        # deadline or cancellation can still close it consistently.
+        self._inflight: tuple[JSONObject, list[PendingCall]] | None = None
 
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         """Run the rollout on ``messages`` (mutated in place) and return the result.
@@ -357,6 +360,7 @@ class HermesAgentLoop:
                 else:
                     await self._run_phase1(result, runtime)
         except anyio.get_cancelled_exc_class():
+            self._close_inflight(result, "the rollout was cancelled")
             # Nobody will compute a reward on this rollout: free its sandbox now.
             await self._release_sandbox(runtime)
             raise
@@ -366,7 +370,29 @@ class HermesAgentLoop:
         if deadline.cancelled_caught:
             result.finished_naturally = False
             result.error = f"rollout deadline of {self.rollout_timeout:g} s exceeded"
+            self._close_inflight(result, result.error)
         return result
+
+    def _close_inflight(self, result: AgentResult, reason: str) -> None:
+        """Append the interrupted turn: its assistant message and one result per call.
+
+        Calls that finished keep their results; the others get ``{"error": ...}`` naming why
+        they were cut short. Synchronous, so it runs even while cancellation propagates.
+        """
+        if self._inflight is None:
+            return
+        assistant, calls = self._inflight
+        self._inflight = None
+        result.messages.append(assistant)
+        for call in calls:
+            content = (
+                call.outcome.content
+                if call.outcome is not None
+                else json.dumps({"error": f"Tool call not completed: {reason}"})
+            )
+            result.messages.append(
+                {"role": "tool", "tool_call_id": call.call_id, "content": content}
+            )
 
     async def _release_sandbox(self, runtime: ToolRuntime) -> None:
         """Release the rollout's sandbox: shielded, bounded, never raising."""
@@ -436,8 +462,8 @@ class HermesAgentLoop:
                 messages.append(_assistant_message(content, (), reasoning))
                 result.finished_naturally = True
                 return
-            messages.append(_assistant_message(content, calls, reasoning))
-            await self._run_tools(result, runtime, turn + 1, calls, timing)
+            assistant = _assistant_message(content, calls, reasoning)
+            await self._run_tools(result, runtime, turn + 1, calls, timing, assistant)
 
     def _fallback_parse(self, content: str) -> tuple[str | None, list[_Call]]:
         """Recover ``<tool_call>`` blocks from Phase 1 content (the reference's fallback)."""
@@ -535,8 +561,9 @@ class HermesAgentLoop:
                 content, reasoning = split_think(content)
             result.reasoning_per_turn.append(reasoning)
             calls = [_Call(c.call_id, c.name, c.arguments) for c in runner.calls]
-            messages.append(_assistant_message(content, calls, reasoning))
-            await self._record_tools(result, runtime, turn + 1, runner.calls, timing)
+            assistant = _assistant_message(content, calls, reasoning)
+            self._inflight = (assistant, runner.calls)
+            await self._record_tools(result, runtime, turn + 1, runner.calls, timing, assistant)
             if not runner.calls:
                 result.finished_naturally = True
                 rendered = tokenizer.apply_chat_template(
@@ -601,13 +628,15 @@ class HermesAgentLoop:
         turn: int,
         calls: Sequence[_Call],
         timing: dict[str, float],
+        assistant: JSONObject,
     ) -> None:
         start = anyio.current_time()
         async with anyio.create_task_group() as tg:
             runner = self._runner(tg, runtime)
+            self._inflight = (assistant, runner.calls)
             for call in calls:
                 runner.submit(call.call_id, call.name, call.arguments)
-        await self._record_tools(result, runtime, turn, runner.calls, timing)
+        await self._record_tools(result, runtime, turn, runner.calls, timing, assistant)
         timing["tool_seconds"] = anyio.current_time() - start
 
     def _runner(self, tg: TaskGroup, runtime: ToolRuntime) -> TurnToolRunner:
@@ -627,8 +656,13 @@ class HermesAgentLoop:
         turn: int,
         calls: Sequence[PendingCall],
         timing: dict[str, float],
+        assistant: JSONObject,
     ) -> None:
-        """Append the turn's tool messages in call order, record errors, apply the budget."""
+        """Append the turn's assistant message and its tool messages (in call order) together.
+
+        Errors are recorded and the result budget applied first, so a cancellation in between
+        never leaves an assistant message whose calls have no results.
+        """
         budget = self.budget_config if isinstance(self.budget_config, BudgetConfig) else None
         budget = budget or DEFAULT_BUDGET
         registry = self.registry or builtin_registry()
@@ -670,4 +704,6 @@ class HermesAgentLoop:
             turn_messages.append(message)
             names.append(call.name)
         await enforce_turn_budget(turn_messages, sandbox, budget, tool_names=names)
+        self._inflight = None
+        result.messages.append(assistant)
         result.messages.extend(turn_messages)

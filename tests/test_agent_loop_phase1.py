@@ -193,7 +193,10 @@ async def test_rollout_deadline_returns_partial() -> None:
     result = await _loop(server, rollout_timeout=0.1).run(messages)
     assert not result.finished_naturally
     assert result.error == "rollout deadline of 0.1 s exceeded"
-    assert [m["role"] for m in messages] == ["user", "assistant"]
+    # The interrupted turn is closed consistently: the call gets a result saying why.
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"]
+    assert "not completed: rollout deadline of 0.1 s exceeded" in messages[2]["content"]
 
 
 async def test_outer_cancellation_propagates_and_partial_is_readable() -> None:
@@ -204,6 +207,9 @@ async def test_outer_cancellation_propagates_and_partial_is_readable() -> None:
     assert scope.cancelled_caught
     assert isinstance(loop.partial, AgentResult)
     assert loop.partial.turns_used == 1
+    roles = [m["role"] for m in loop.partial.messages]
+    assert roles == ["user", "assistant", "tool"]
+    assert "the rollout was cancelled" in loop.partial.messages[2]["content"]
     assert loop.limits.tool_calls.statistics().in_use == 0
 
 
