@@ -99,6 +99,11 @@ class NamedLimiter:
         """Current capacity."""
         return int(self._limiter.total_tokens)
 
+    @property
+    def capacity_limiter(self) -> anyio.CapacityLimiter:
+        """The underlying anyio limiter, for APIs that take one (``anyio.to_thread``)."""
+        return self._limiter
+
     def set_total(self, total: int) -> None:
         """Resize the limiter while it is in use.
 

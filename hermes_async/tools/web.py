@@ -91,6 +91,11 @@ WEB_LIMITER_NAME = "web"
 #: HTML longer than this is converted in a worker thread instead of on the event loop (measured
 #: with trafilatura on the 2-core dev machine: ~30 ms for 580 KB, ~150 ms for 2.3 MB of HTML).
 _THREAD_CONVERT_CHARS = 256_000
+
+#: Name of the limiter bounding HTML-conversion worker threads (the only threads web tools use).
+CONVERT_LIMITER_NAME = "html_convert"
+#: Its default size: conversions are CPU-bound, more threads than cores only queue in the GIL.
+DEFAULT_CONVERT_THREADS = 2
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset=["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 
 WEB_SEARCH_PARAMETERS: JSONObject = {
@@ -149,6 +154,18 @@ def _limiter(runtime: ToolRuntime, settings: WebSettings) -> NamedLimiter | anyi
         return anyio.CapacityLimiter(settings.max_concurrent_fetches)
 
 
+def _convert_limiter(runtime: ToolRuntime) -> anyio.CapacityLimiter:
+    """Worker threads for converting large HTML pages (CPU-bound, would stall the loop).
+
+    The environment's ``html_convert`` limiter when it defines one (shared by every rollout),
+    else one added to its ``Limits`` with :data:`DEFAULT_CONVERT_THREADS` slots.
+    """
+    try:
+        return runtime.limits[CONVERT_LIMITER_NAME].capacity_limiter
+    except KeyError:
+        return runtime.limits.add(CONVERT_LIMITER_NAME, DEFAULT_CONVERT_THREADS).capacity_limiter
+
+
 # --------------------------------------------------------------------------------------------
 # web_search
 
@@ -203,7 +220,9 @@ def _decode(body: bytes, charset: str | None, html: bool) -> str:
     return body.decode(encoding or "utf-8", errors="replace")
 
 
-async def _direct_page(url: str, settings: WebSettings, allow: Allowlist) -> PageResult:
+async def _direct_page(
+    url: str, settings: WebSettings, allow: Allowlist, threads: anyio.CapacityLimiter
+) -> PageResult:
     page = await fetch_page(url, settings, allow=allow)
     media_type = page.media_type
     looks_html = not media_type and page.body.lstrip()[:15].lower().startswith(
@@ -215,7 +234,7 @@ async def _direct_page(url: str, settings: WebSettings, allow: Allowlist) -> Pag
             html_to_text, text, url=page.url, extractor=settings.html_extractor
         )
         if len(text) > _THREAD_CONVERT_CHARS:
-            title, content = await anyio.to_thread.run_sync(convert)
+            title, content = await anyio.to_thread.run_sync(convert, limiter=threads)
         else:
             title, content = convert()
     elif is_text(media_type) or (not media_type and b"\x00" not in page.body[:1024]):
@@ -320,6 +339,7 @@ async def web_extract(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         }
     allow = Allowlist.from_entries(settings.allow)
     limiter = _limiter(runtime, settings)
+    threads = _convert_limiter(runtime)
     pages: list[PageResult] = [PageResult(u, error="not attempted") for u in urls]
 
     async with _client(settings) as client:
@@ -327,7 +347,7 @@ async def web_extract(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         async def direct(index: int) -> None:
             async with limiter:
                 try:
-                    page = await _direct_page(urls[index], settings, allow)
+                    page = await _direct_page(urls[index], settings, allow, threads)
                 except (ToolExecutionError, ConfigError) as exc:
                     pages[index] = _error(urls[index], exc, settings)
                     return
