@@ -608,10 +608,13 @@ class HermesAgentLoop:
     ) -> None:
         """Count a mismatch between the decoded tokens and the template's ``rendered`` text."""
         decoded = tokenizer.decode(trajectory.tokens)
+        # After the final turn the template's separator following <|im_end|> (whitespace) was
+        # never sampled: only that may remain of the rendering.
         if final:
-            # The final assistant turn's separator after <|im_end|> is not sampled.
-            rendered = rendered[: len(decoded)] if rendered.startswith(decoded) else rendered
-        if decoded != rendered:
+            matches = rendered.startswith(decoded) and not rendered[len(decoded) :].strip()
+        else:
+            matches = decoded == rendered
+        if not matches:
             result.template_mismatches += 1
             logger.info(
                 "task %s: trajectory differs from the template rendering (turn %d)",
@@ -667,8 +670,16 @@ class HermesAgentLoop:
         budget = budget or DEFAULT_BUDGET
         registry = self.registry or builtin_registry()
         sandbox: Sandbox | None = None
-        needs_sandbox = runtime.sandboxes is not None and any(
-            c.outcome is not None and len(c.outcome.content) > budget.preview_size for c in calls
+
+        def threshold(name: str) -> float:
+            tool = registry.get(name)
+            return budget.resolve_threshold(name, tool.max_result_size_chars if tool else None)
+
+        # Only fetch (and so maybe create) the sandbox when something will be persisted: a
+        # result over its threshold, or a turn over its budget. Most turns need neither.
+        sizes = [(c.name, len(c.outcome.content)) for c in calls if c.outcome is not None]
+        needs_sandbox = any(n > threshold(name) for name, n in sizes) or (
+            sum(n for _, n in sizes) > budget.turn_budget
         )
         if needs_sandbox and runtime.sandboxes is not None:
             try:

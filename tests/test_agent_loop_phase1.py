@@ -257,3 +257,21 @@ async def test_oversized_result_is_persisted_into_the_sandbox() -> None:
         sandbox = await manager.get(loop.task_id)
         listing = await sandbox.exec("cat ${TMPDIR:-/tmp}/hermes-results/big1-*.txt | wc -c")
         assert listing.stdout.strip() == "150000"
+
+
+async def _medium(args: JSONObject, runtime: ToolRuntime) -> str:
+    return "y" * 5_000
+
+
+async def test_results_under_the_threshold_create_no_sandbox() -> None:
+    from hermes_async.tools.sandbox.manager import open_sandbox_manager
+
+    reg = _registry()
+    reg.register(Tool("medium", "Medium.", {"type": "object"}, _medium, "terminal"))
+    server = ScriptServer([_reply("", [_call("medium", "{}")]), _reply("ok")])
+    async with open_sandbox_manager() as manager:
+        result = await HermesAgentLoop(server, [], {"medium"}, registry=reg).run(
+            [{"role": "user", "content": "x"}]
+        )
+        assert result.messages[2]["content"] == "y" * 5_000
+        assert manager.task_ids() == []  # the budget check did not create a sandbox

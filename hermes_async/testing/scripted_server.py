@@ -564,17 +564,7 @@ class ScriptedModelServer:
         fault = record.fault
         if fault is not None and fault.kind == "stall":
             await anyio.sleep(fault.stall_seconds)
-        data = json.dumps(payload).encode()
-        if fault is not None and fault.kind == "malformed":
-            data = data[: len(data) // 2]
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(data)).encode()),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        if fault is not None and fault.kind == "disconnect":
-            await _send_raw(send, data[: len(data) // 2])
-            raise _SimulatedDisconnect("injected disconnect")
+        data = await _start_json_with_fault(send, payload, fault)
         record.completion_ids, record.logprobs, record.chunks = (
             list(ids),
             list(logprobs),
@@ -631,17 +621,7 @@ class ScriptedModelServer:
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": usage,
             }
-            data = json.dumps(payload).encode()
-            if fault is not None and fault.kind == "malformed":
-                data = data[: len(data) // 2]
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-            ]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            if fault is not None and fault.kind == "disconnect":
-                await _send_raw(send, data[: len(data) // 2])
-                raise _SimulatedDisconnect("injected disconnect")
+            data = await _start_json_with_fault(send, payload, fault)
             await _send_raw(send, data, more=False)
             return
         deltas = list(_chat_deltas(reasoning, content, calls, rng, self.max_chunk_tokens * 4))
@@ -837,6 +817,26 @@ async def _send_json(
     ]
     await send({"type": "http.response.start", "status": status, "headers": all_headers})
     await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+async def _start_json_with_fault(send: _Send, payload: JSON, fault: Fault | None) -> bytes:
+    """Start a 200 JSON response, applying a body fault; return the body still to send.
+
+    ``malformed`` cuts the JSON in half (the content-length matches the cut body);
+    ``disconnect`` sends half of it and raises :class:`_SimulatedDisconnect`.
+    """
+    data = json.dumps(payload).encode()
+    if fault is not None and fault.kind == "malformed":
+        data = data[: len(data) // 2]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(data)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    if fault is not None and fault.kind == "disconnect":
+        await _send_raw(send, data[: len(data) // 2])
+        raise _SimulatedDisconnect("injected disconnect")
+    return data
 
 
 async def _start_sse(send: _Send) -> None:
