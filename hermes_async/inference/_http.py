@@ -2,8 +2,9 @@
 
 One :class:`ServerConnection` per server. Its job, and nothing else:
 
-* one ``httpx.AsyncClient`` whose connection pool is at least as large as the request limiter,
-  so a request that got a limiter slot never waits for a connection;
+* one connection pool (the lean HTTP/1.1 client of :mod:`._wire` over the network, httpx for
+  an injected transport or behind a proxy) at least as large as the request limiter, so a
+  request that got a limiter slot never waits for a connection;
 * requests gated by a :class:`~hermes_async.limits.NamedLimiter` (``Limits().model_requests``).
   The slot is held for the whole request, retries and back-off included: when a server answers
   429, fewer concurrent requests is exactly what it asked for;
@@ -11,15 +12,10 @@ One :class:`ServerConnection` per server. Its job, and nothing else:
   request deadline (retries and streaming included);
 * retries with exponential back-off and jitter on connection failures, 429 (``Retry-After``
   honoured) and 5xx. Never on other 4xx, never once a response body has started;
-* translation of httpx errors into :mod:`hermes_async.inference._errors` at this boundary.
+* translation of transport errors into :mod:`hermes_async.inference._errors` at this boundary.
 
 Decisions (delays, ``Retry-After`` parsing) are pure functions; the async shell only sleeps,
 sends and reads.
-
-Why the line reader drains on close: httpx streams a body through a chain of nested async
-generators. Leaving one early (a ``break``, an error between chunks) leaves the inner
-generators suspended, and trio warns about each when it is garbage collected. Closing the
-response and then pulling once more makes the chain raise and finish, on both backends.
 """
 
 from __future__ import annotations
@@ -33,15 +29,18 @@ import logging
 import random
 import ssl
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self
 
 import anyio
 import httpx
 
+from hermes_async.inference import _wire
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerConnectError,
@@ -184,12 +183,42 @@ def _shared_ssl_context() -> ssl.SSLContext:
 #: Seconds an idle pooled connection is kept (below servers' usual 5 s keep-alive timeout).
 KEEPALIVE_EXPIRY_SECONDS = 2.0
 
-#: Connections per httpx client before the pool is sharded (see ``ServerConnection``).
-POOL_SHARD_CONNECTIONS = 8
+_JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
+
+
+class _Response(Protocol):
+    """What the connection needs of a response, from either transport."""
+
+    status_code: int
+    reason_phrase: str
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    async def receive_some(self) -> bytes | None: ...
+
+    async def aread(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _proxy_applies(base_url: str) -> bool:
+    """True if the environment routes ``base_url`` through an HTTP proxy (httpx's rules)."""
+    proxies = urllib.request.getproxies_environment()
+    scheme = urllib.parse.urlsplit(base_url).scheme.lower()
+    if not (proxies.get(scheme) or proxies.get("all")):
+        return False
+    host = urllib.parse.urlsplit(base_url).netloc
+    return not urllib.request.proxy_bypass(host)
 
 
 class ServerConnection:
-    """One model server: base URL, pool, limiter, deadlines and retries.
+    """One model server: base URL, connections, limiter, deadlines and retries.
+
+    Over the network the connection uses the lean HTTP/1.1 client of
+    :mod:`hermes_async.inference._wire` (one keep-alive pool per server). With an injected
+    ``transport``, or when an HTTP proxy from the environment applies to the server's host, it
+    uses httpx instead. Either way the behaviour (deadlines, retries, errors) is the same.
 
     Use as an async context manager; requests outside it raise ``RuntimeError``.
 
@@ -222,6 +251,14 @@ class ServerConnection:
         headers = dict(self.options.headers)
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        self._headers = headers
+        self._pool_size = pool
+        #: "wire" (the lean client) or "httpx".
+        self.transport_kind = (
+            "wire" if transport is None and not _proxy_applies(self.base_url) else "httpx"
+        )
+        if self.transport_kind == "wire":
+            _wire.check_base_url(self.base_url)
         self._client_kwargs: dict[str, object] = {
             "base_url": self.base_url,
             "headers": headers,
@@ -240,16 +277,8 @@ class ServerConnection:
             ),
             "transport": transport,
         }
-        # httpcore's pool scans every connection of the pool whenever a request is queued or a
-        # connection is released: with N streams in flight that is O(N) per event and O(N^2)
-        # per wave of requests (measured: 100 concurrent streams spent 60% of their CPU in
-        # `_assign_requests_to_connections`). So a large pool is split into shards of
-        # POOL_SHARD_CONNECTIONS, used round-robin; each shard may still grow to the whole pool,
-        # so an unlucky spread never makes a request wait for a connection.
-        shards = 1 if transport is not None else max(1, -(-pool // POOL_SHARD_CONNECTIONS))
-        self._shard_count = shards
-        self._clients: list[httpx.AsyncClient] = []
-        self._next = 0
+        self._client: httpx.AsyncClient | None = None
+        self._wire: _wire.WirePool | None = None
         self._closed = False
 
     def url(self, path: str) -> str:
@@ -263,14 +292,19 @@ class ServerConnection:
         """
         if self._closed:
             raise RuntimeError("cannot reopen a closed model-server client; create a new one")
-        if not self._clients:
-            if self._shard_count > 1:
-                # One TLS context for every shard (building one costs ~20 ms).
-                self._client_kwargs["verify"] = _shared_ssl_context()
-            self._clients = [
-                httpx.AsyncClient(**self._client_kwargs)  # type: ignore[arg-type]
-                for _ in range(self._shard_count)
-            ]
+        if self._client is None and self._wire is None:
+            if self.transport_kind == "wire":
+                self._wire = _wire.WirePool(
+                    self.base_url,
+                    connect_timeout=self.options.connect_timeout_seconds,
+                    read_timeout=self.options.read_timeout_seconds,
+                    keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
+                    max_idle=self._pool_size,
+                    headers=self._headers,
+                    ssl_context=_shared_ssl_context,
+                )
+            else:
+                self._client = httpx.AsyncClient(**self._client_kwargs)  # type: ignore[arg-type]
         return self
 
     async def __aexit__(
@@ -291,20 +325,21 @@ class ServerConnection:
         **Cancellation**: closing runs shielded, bounded by :data:`CLOSE_GRACE_SECONDS`.
         """
         self._closed = True
-        clients, self._clients = self._clients, []
+        client, self._client = self._client, None
+        pool, self._wire = self._wire, None
         with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
-            for client in clients:
+            if client is not None:
                 await client.aclose()
+            if pool is not None:
+                await pool.aclose()
 
-    def _require_client(self) -> httpx.AsyncClient:
-        if not self._clients:
+    def _require_open(self) -> None:
+        if self._client is None and self._wire is None:
             state = "closed" if self._closed else "not open"
             raise RuntimeError(
                 f"model-server client for {self.base_url} is {state}; "
                 "use it inside `async with client:`"
             )
-        self._next = (self._next + 1) % len(self._clients)
-        return self._clients[self._next]
 
     # ---------------------------------------------------------------- public requests
 
@@ -367,10 +402,32 @@ class ServerConnection:
 
     # ---------------------------------------------------------------- internals
 
+    async def _open(self, path: str, payload: bytes) -> _Response:
+        """One attempt: send the request, return once the response head is in.
+
+        Raises the transport-neutral errors of :mod:`~hermes_async.inference._wire`.
+        """
+        if self._wire is not None:
+            return await self._wire.post(path, payload, _JSON_HEADERS)
+        client = self._client
+        assert client is not None  # _require_open ran
+        request = client.build_request("POST", path, content=payload, headers=_JSON_HEADERS)
+        try:
+            response = await client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.WriteError) as exc:
+            raise _wire.WireConnectError(f"{type(exc).__name__}: {exc}") from exc
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise _wire.WireClosedError(str(exc)) from exc
+        except httpx.TimeoutException as exc:
+            raise _httpx_timeout(exc, self.options) from exc
+        except httpx.TransportError as exc:
+            raise _wire.WireError(f"{type(exc).__name__}: {exc}") from exc
+        return _HttpxResponse(response, self.options.read_timeout_seconds)
+
     async def _send(
         self, path: str, body: JSONObject, endpoint: str, deadline: float
-    ) -> tuple[httpx.Response, int]:
-        client = self._require_client()
+    ) -> tuple[_Response, int]:
+        self._require_open()
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         policy = self.options.retry
         attempt = 0
@@ -381,24 +438,18 @@ class ServerConnection:
             remaining = deadline - anyio.current_time()
             try:
                 with anyio.fail_after(max(remaining, 0.0)):
-                    request = client.build_request(
-                        "POST",
-                        path,
-                        content=payload,
-                        headers={"Content-Type": "application/json"},
-                    )
-                    response = await client.send(request, stream=True)
+                    response = await self._open(path, payload)
             except TimeoutError:
                 raise self._request_deadline_error(endpoint, attempt) from None
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.WriteError) as exc:
+            except _wire.WireConnectError as exc:
                 error = ServerConnectError(
-                    f"cannot connect to the model server ({type(exc).__name__}: {exc}); "
+                    f"cannot connect to the model server ({exc}); "
                     "check that it is running and that base_url is right",
                     endpoint=endpoint,
                     attempt=attempt,
                 )
                 error.__cause__ = exc
-            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            except _wire.WireClosedError as exc:
                 # Closed or reset before any response byte (typically a keep-alive connection
                 # the server timed out just as it was reused): nothing was received, so a
                 # retry is safe. Seen at 2000 concurrent rollouts against a 5 s keep-alive.
@@ -408,11 +459,17 @@ class ServerConnection:
                     attempt=attempt,
                 )
                 error.__cause__ = exc
-            except httpx.TimeoutException as exc:
-                raise _timeout_error(exc, self.options, endpoint, attempt) from exc
-            except httpx.TransportError as exc:
+            except _wire.WireTimeoutError as exc:
+                raise ServerTimeoutError(
+                    f"{exc.kind} timeout after {exc.seconds:g} s",
+                    kind=exc.kind,
+                    timeout_seconds=exc.seconds,
+                    endpoint=endpoint,
+                    attempt=attempt,
+                ) from exc
+            except _wire.WireError as exc:
                 raise ServerConnectError(
-                    f"request failed: {type(exc).__name__}: {exc}",
+                    f"request failed: {exc}",
                     endpoint=endpoint,
                     attempt=attempt,
                 ) from exc
@@ -471,7 +528,7 @@ class ServerConnection:
             await anyio.sleep(delay)
 
     async def _read_body(
-        self, response: httpx.Response, endpoint: str, attempt: int, deadline: float
+        self, response: _Response, endpoint: str, attempt: int, deadline: float
     ) -> bytes:
         remaining = deadline - anyio.current_time()
         try:
@@ -479,9 +536,15 @@ class ServerConnection:
                 return await response.aread()
         except TimeoutError:
             raise self._request_deadline_error(endpoint, attempt) from None
-        except httpx.TimeoutException as exc:
-            raise _timeout_error(exc, self.options, endpoint, attempt) from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        except _wire.WireTimeoutError as exc:
+            raise ServerTimeoutError(
+                f"{exc.kind} timeout after {exc.seconds:g} s",
+                kind=exc.kind,
+                timeout_seconds=exc.seconds,
+                endpoint=endpoint,
+                attempt=attempt,
+            ) from exc
+        except _wire.WireError as exc:
             raise StreamInterruptedError(
                 f"the connection was closed before the response body ended ({exc})",
                 endpoint=endpoint,
@@ -501,22 +564,71 @@ class ServerConnection:
         )
 
 
-def _timeout_error(
-    exc: httpx.TimeoutException, options: HTTPOptions, endpoint: str, attempt: int
-) -> ServerTimeoutError:
+def _httpx_timeout(exc: httpx.TimeoutException, options: HTTPOptions) -> _wire.WireTimeoutError:
     if isinstance(exc, httpx.ConnectTimeout):
         kind, seconds = "connect", options.connect_timeout_seconds
     elif isinstance(exc, httpx.PoolTimeout):
         kind, seconds = "pool", options.request_timeout_seconds
     else:
         kind, seconds = "read", options.read_timeout_seconds
-    return ServerTimeoutError(
-        f"{kind} timeout after {seconds:g} s ({type(exc).__name__})",
-        kind=kind,
-        timeout_seconds=seconds,
-        endpoint=endpoint,
-        attempt=attempt,
-    )
+    return _wire.WireTimeoutError(f"{type(exc).__name__}: {exc}", kind=kind, seconds=seconds)
+
+
+class _HttpxResponse:
+    """An httpx streamed response behind the transport-neutral :class:`_Response` interface.
+
+    Why :meth:`aclose` drains: httpx streams a body through a chain of nested async generators.
+    Leaving one early (a ``break``, an error between chunks) leaves the inner generators
+    suspended, and trio warns about each when it is garbage collected. Closing the response
+    and then pulling once more makes the chain raise and finish, on both backends.
+    """
+
+    def __init__(self, response: httpx.Response, read_timeout: float) -> None:
+        self._response = response
+        self._read_timeout = read_timeout
+        self._chunks = response.aiter_bytes()
+        self._started = False
+        self._eof = False
+        self.status_code = response.status_code
+        self.reason_phrase = response.reason_phrase
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._response.headers
+
+    async def receive_some(self) -> bytes | None:
+        self._started = True
+        try:
+            return await self._chunks.__anext__()
+        except StopAsyncIteration:
+            self._eof = True
+            return None
+        except httpx.TimeoutException as exc:
+            raise _wire.WireTimeoutError(
+                f"{type(exc).__name__}: {exc}", kind="read", seconds=self._read_timeout
+            ) from exc
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError) as exc:
+            raise _wire.WireReadError(str(exc) or type(exc).__name__) from exc
+
+    async def aread(self) -> bytes:
+        parts = []
+        while (part := await self.receive_some()) is not None:
+            parts.append(part)
+        return b"".join(parts)
+
+    async def aclose(self) -> None:
+        with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
+            await self._response.aclose()
+            if self._started and not self._eof:
+                # Pull until the closed chain raises or ends (see the class docstring).
+                self._eof = True
+                try:
+                    while True:
+                        await self._chunks.__anext__()
+                except StopAsyncIteration:
+                    pass
+                except Exception:  # the closed chain's own error is the expected way out
+                    pass
 
 
 class LineReader:
@@ -528,7 +640,7 @@ class LineReader:
 
     def __init__(
         self,
-        response: httpx.Response,
+        response: _Response,
         *,
         endpoint: str,
         attempt: int,
@@ -540,8 +652,6 @@ class LineReader:
         self.attempt = attempt
         self._deadline = deadline
         self._read_timeout = read_timeout
-        self._chunks = response.aiter_bytes()
-        self._started = False
         self._eof = False
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
@@ -580,12 +690,9 @@ class LineReader:
             timeout, kind = self._read_timeout, "read"
         else:
             timeout, kind = max(remaining, 0.0), "request"
-        self._started = True
         try:
             with anyio.fail_after(timeout):
-                return await self._chunks.__anext__()
-        except StopAsyncIteration:
-            return None
+                return await self.response.receive_some()
         except TimeoutError:
             what = (
                 f"no data for {timeout:g} s (read timeout)"
@@ -599,39 +706,29 @@ class LineReader:
                 endpoint=self.endpoint,
                 attempt=self.attempt,
             ) from None
-        except httpx.TimeoutException as exc:
+        except _wire.WireTimeoutError as exc:
             raise ServerTimeoutError(
-                f"read timeout ({type(exc).__name__})",
+                f"read timeout ({exc})",
                 kind="read",
-                timeout_seconds=self._read_timeout,
+                timeout_seconds=exc.seconds,
                 endpoint=self.endpoint,
                 attempt=self.attempt,
             ) from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError) as exc:
+        except _wire.WireError as exc:
             raise StreamInterruptedError(
-                f"the connection was closed before the response ended ({exc or type(exc).__name__})",
+                f"the connection was closed before the response ended ({exc})",
                 endpoint=self.endpoint,
                 attempt=self.attempt,
                 status=self.response.status_code,
             ) from exc
 
     async def aclose(self) -> None:
-        """Close the response and finish httpx's iterator chain.
+        """Close the response (the connection is reused only if the body was read to its end).
 
         **Cancellation**: shielded, bounded by :data:`CLOSE_GRACE_SECONDS`.
         """
         with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
             await self.response.aclose()
-            if self._started and not self._eof:
-                # See the module docstring: pull until the closed chain raises or ends.
-                self._eof = True
-                try:
-                    while True:
-                        await self._chunks.__anext__()
-                except StopAsyncIteration:
-                    pass
-                except Exception:  # the closed chain's own error is the expected way out
-                    pass
 
 
 class ServerClient:
