@@ -11,13 +11,23 @@ latency, so its own CPU work does not count against the loop) and a tool with a 
   via ``run_in_executor``, the calls of a rollout one after another, as the reference's
   ``_tool_executor`` did.
 
+Both sides use the library's default limits (``Limits()``: 64 concurrent model requests),
+except ``tool_calls``, raised to N: here a tool slot is a coroutine, and the default 128 (which
+mirrors the reference's 128 threads) would cap a tool-bound workload at the baseline's rate.
+
 Reported per N: completed rollouts per second, event-loop lag p50/p99 (a 5 ms ticker in the
-same loop), and resident memory per *idle* rollout (all N parked inside their first tool call,
-measured in a separate pass; sandboxes excluded: the tool needs none). Ratios are ours/baseline
-from the same process run (machines are noisy; absolute numbers mean little).
+same loop), cyclic-GC collections and their total pause, and resident memory per *idle* rollout
+(all N parked inside their first tool call, measured in a separate pass; sandboxes excluded: the
+tool needs none). Ratios are ours/baseline from the same process run (machines are noisy;
+absolute numbers mean little).
+
+The process applies :func:`hermes_async.gc_tuning.tune_gc_for_rollouts` once at start-up, as
+``hermes-async demo`` and ``HermesAgentBaseEnv`` do, so both sides run with the same collector
+settings; ``--gc default`` keeps CPython's defaults instead, to see what the tuning buys.
 
     .venv/bin/python bench/concurrency.py                      # N = 100, 500, 2000
     .venv/bin/python bench/concurrency.py --sizes 100 --tool-latency 0.5
+    .venv/bin/python bench/concurrency.py --sizes 2000 --tool-latency 5 --modes ours --gc default
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from typing import Any
 import anyio
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
+from hermes_async.gc_tuning import tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import open_lag_monitor
@@ -83,6 +94,24 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+class GCWatch:
+    """Counts cyclic-GC collections and their pauses (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._start)
+
+
+GC_WATCH = GCWatch()
+
+
 @dataclass
 class Row:
     n: int
@@ -92,6 +121,11 @@ class Row:
     lag_p50_ms: float
     lag_p99_ms: float
     lag_max_ms: float
+    lag_samples: int
+    lag_over_20ms: int
+    gc_collections: int
+    gc_pause_ms: float
+    gc_max_pause_ms: float
 
     @property
     def rate(self) -> float:
@@ -102,12 +136,22 @@ Handler = Callable[[JSONObject, ToolRuntime], Awaitable[str]]
 
 
 async def run_rollouts(
-    base_url: str, n: int, handler: Handler, *, label: str, ramp: float = 0.0
-) -> tuple[float, int, Any]:
+    base_url: str,
+    n: int,
+    handler: Handler,
+    *,
+    label: str,
+    ramp: float = 0.0,
+    model_requests: int | None = None,
+) -> tuple[float, int, Any, list[float]]:
     tokenizer = load_tokenizer()
     registry = ToolRegistry([Tool("wait", "Wait.", WAIT_SCHEMA, handler, "terminal")])
     defs = registry.definitions(["terminal"])
-    limits = Limits(model_requests=n, tool_calls=n)
+    limits = (
+        Limits(tool_calls=n)
+        if model_requests is None
+        else Limits(tool_calls=n, model_requests=model_requests)
+    )
     completed = 0
     async with VLLMGenerateClient(base_url, limiter=limits.model_requests) as client:
 
@@ -139,10 +183,11 @@ async def run_rollouts(
                     tg.start_soon(one, i)
             elapsed = anyio.current_time() - start
             stats = monitor.statistics()
-    return elapsed, completed, stats
+            samples = monitor.samples()
+    return elapsed, completed, stats, samples
 
 
-async def measure(base_url: str, n: int, mode: str, tool_latency: float, ramp: float = 0.0) -> Row:
+async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) -> Row:
     # Tool latencies vary +-50% around the nominal value (same seeded distribution for both).
     rng = random.Random(7)
     if mode == "ours":
@@ -160,11 +205,28 @@ async def measure(base_url: str, n: int, mode: str, tool_latency: float, ramp: f
             await loop.run_in_executor(pool, time.sleep, seconds)
             return '{"ok": true}'
 
-    elapsed, completed, lag = await run_rollouts(base_url, n, handler, label=mode, ramp=ramp)
-    return Row(n, mode, elapsed, completed, lag.p50 * 1e3, lag.p99 * 1e3, lag.max * 1e3)
+    GC_WATCH.pauses.clear()
+    elapsed, completed, lag, samples = await run_rollouts(
+        base_url, n, handler, label=mode, ramp=args.ramp, model_requests=args.model_requests
+    )
+    pauses = GC_WATCH.pauses
+    return Row(
+        n,
+        mode,
+        elapsed,
+        completed,
+        lag.p50 * 1e3,
+        lag.p99 * 1e3,
+        lag.max * 1e3,
+        len(samples),
+        sum(1 for x in samples if x > 0.020),
+        len(pauses),
+        sum(pauses) * 1e3,
+        max(pauses, default=0.0) * 1e3,
+    )
 
 
-async def idle_rss_per_rollout(base_url: str, n: int) -> float:
+async def idle_rss_per_rollout(base_url: str, n: int, model_requests: int | None) -> float:
     """Park all N rollouts inside their first tool call; RSS growth / N, in bytes."""
     arrived = 0
     everyone_in = anyio.Event()
@@ -190,7 +252,7 @@ async def idle_rss_per_rollout(base_url: str, n: int) -> float:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(sampler)
-        await run_rollouts(base_url, n, handler, label="idle")
+        await run_rollouts(base_url, n, handler, label="idle", model_requests=model_requests)
     return result[0]
 
 
@@ -199,7 +261,10 @@ BASELINE_POOL = ThreadPoolExecutor(max_workers=128)
 
 async def main(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
+    modes = args.modes.split(",")
     load_tokenizer()  # load outside the measurements
+    if args.gc == "tuned":
+        tune_gc_for_rollouts()
     cmd = [
         sys.executable,
         __file__,
@@ -218,25 +283,32 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"scripted server (separate process) at {base_url}; model latency "
             f"{args.model_latency}s, tool latency {args.tool_latency}s +-50%, {args.turns} tool "
-            f"turns + answer per rollout, starts ramped over {args.ramp}s"
+            f"turns + answer per rollout, starts ramped over {args.ramp}s; GC {args.gc} "
+            f"(thresholds {gc.get_threshold()}); model_requests "
+            f"{args.model_requests or 'library default'}"
         )
         rows: list[Row] = []
         rss: dict[int, float] = {}
         try:
             for n in sizes:
-                rss[n] = await idle_rss_per_rollout(base_url, n)
-                for mode in ("ours", "baseline"):
-                    row = await measure(base_url, n, mode, args.tool_latency, args.ramp)
+                if not args.no_rss:
+                    rss[n] = await idle_rss_per_rollout(base_url, n, args.model_requests)
+                for mode in modes:
+                    row = await measure(base_url, n, mode, args)
                     rows.append(row)
                     print(
                         f"  N={n:5d} {mode:8s} {row.seconds:7.2f}s  {row.rate:8.1f} rollouts/s  "
-                        f"lag p50 {row.lag_p50_ms:6.2f} ms p99 {row.lag_p99_ms:7.2f} ms  "
-                        f"completed {row.completed}/{n}",
+                        f"lag p50 {row.lag_p50_ms:6.2f} ms p99 {row.lag_p99_ms:7.2f} ms "
+                        f"max {row.lag_max_ms:7.1f} ms ({row.lag_over_20ms}/{row.lag_samples} "
+                        f"ticks > 20 ms)  GC {row.gc_collections} runs, {row.gc_pause_ms:.0f} ms, "
+                        f"max {row.gc_max_pause_ms:.0f} ms  completed {row.completed}/{n}",
                         flush=True,
                     )
         finally:
             proc.terminate()
             BASELINE_POOL.shutdown(wait=False, cancel_futures=True)
+    if modes != ["ours", "baseline"] or args.no_rss:
+        return  # the table needs both sides and the RSS pass
     print()
     print(
         "|     N | ours rollouts/s | baseline rollouts/s | ratio | ours lag p50 / p99 (ms) "
@@ -268,6 +340,20 @@ if __name__ == "__main__":
         default=0.0,
         help="spread rollout starts evenly over this many seconds (0: all at once)",
     )
+    parser.add_argument(
+        "--gc",
+        choices=("tuned", "default"),
+        default="tuned",
+        help="tuned: tune_gc_for_rollouts() at start-up (default); default: CPython's settings",
+    )
+    parser.add_argument(
+        "--model-requests",
+        type=int,
+        default=None,
+        help="model_requests limiter total (default: the library's default)",
+    )
+    parser.add_argument("--modes", default="ours,baseline", help="comma-separated subset")
+    parser.add_argument("--no-rss", action="store_true", help="skip the idle-RSS pass")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.serve:

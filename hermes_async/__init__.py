@@ -20,6 +20,7 @@ from hermes_async.errors import (
     ToolExecutionError,
     ToolTimeoutError,
 )
+from hermes_async.gc_tuning import gc_tuned_for_rollouts, tune_gc_for_rollouts
 from hermes_async.inference import (
     AtroposGenerateClient,
     ChatClient,
@@ -123,6 +124,7 @@ __all__ = [
     "__version__",
     "builtin_registry",
     "dispatch",
+    "gc_tuned_for_rollouts",
     "get_parser",
     "get_tool_definitions",
     "list_distributions",
@@ -134,5 +136,6 @@ __all__ = [
     "open_lag_monitor",
     "open_sandbox_manager",
     "sample_toolsets_from_distribution",
+    "tune_gc_for_rollouts",
     "use_sandbox_manager",
 ]

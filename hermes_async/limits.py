@@ -302,6 +302,10 @@ class LagMonitor:
         self._max = 0.0
         self._count = 0
 
+    def samples(self) -> list[float]:
+        """The recorded lateness samples (seconds), oldest first (at most ``max_samples``)."""
+        return list(self._samples)
+
     def statistics(self) -> LagStatistics:
         """Return p50/p99/max over the recorded samples (zeros if none)."""
         data = sorted(self._samples)

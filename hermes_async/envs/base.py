@@ -45,7 +45,13 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +83,7 @@ from hermes_async.envs._servers import (
     server_specs,
 )
 from hermes_async.errors import HermesAsyncError, InferenceError
+from hermes_async.gc_tuning import gc_tuned_for_rollouts
 from hermes_async.inference.generate import GenerateClient, SamplingParams
 from hermes_async.inference.tokenizer import QWEN_OFFLINE_NAME, Tokenizer, load_tokenizer
 from hermes_async.jsontypes import JSONObject
@@ -236,6 +243,11 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     )
     sandbox_options: dict[str, Any] | None = Field(
         default=None, description="Options of the terminal_backend (e.g. docker image)."
+    )
+    tune_gc: bool = Field(
+        default=True,
+        description="Apply hermes_async.gc_tuning.tune_gc_for_rollouts() for the run of "
+        "serve/process/evaluate (fewer, shorter garbage-collector pauses with many rollouts).",
     )
 
     def build_budget_config(self) -> BudgetConfig:
@@ -545,8 +557,11 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         """
         _require_asyncio(what)
         terminated = False
+        tuned: AbstractContextManager[object] = (
+            gc_tuned_for_rollouts() if self.config.tune_gc else nullcontext()
+        )
         try:
-            with _single_errors():
+            with tuned, _single_errors():
                 async with self.open_sandboxes(), anyio.create_task_group() as tg:
 
                     async def on_sigterm(*, task_status: TaskStatus[None]) -> None:

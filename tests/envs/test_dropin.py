@@ -10,10 +10,13 @@ paths and ``await`` in front of the ``ctx.terminal(...)`` calls.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import random
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,9 @@ from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from pydantic import Field
 
 from hermes_async.agent_loop import AgentResult, HermesAgentLoop
+from hermes_async.envs import base as base_module
 from hermes_async.envs.base import HermesAgentBaseEnv, HermesAgentEnvConfig
+from hermes_async.gc_tuning import DEFAULT_YOUNG_THRESHOLD
 from hermes_async.testing.scripted_server import PolicyRequest
 from hermes_async.tool_context import ToolContext
 from tests.envs.helpers import CountingFactory, serve_policy, tool_call, with_factory
@@ -172,8 +177,21 @@ def word_oracle(request: PolicyRequest) -> str:
 
 @pytest.mark.filterwarnings("ignore:Trainer requested to ignore max length")
 @pytest.mark.parametrize("server_type", ["openai", "vllm"], ids=["chat-server", "token-server"])
-async def test_reference_style_env_runs_unchanged(tmp_path: Path, server_type: str) -> None:
+async def test_reference_style_env_runs_unchanged(
+    tmp_path: Path, server_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     factory = CountingFactory(tmp_path / "sandboxes")
+    tuned_thresholds: list[tuple[int, int, int]] = []
+    real_tuning = base_module.gc_tuned_for_rollouts
+
+    @contextlib.contextmanager
+    def recording_tuning() -> Iterator[object]:
+        with real_tuning() as state:
+            tuned_thresholds.append(gc.get_threshold())
+            yield state
+
+    monkeypatch.setattr(base_module, "gc_tuned_for_rollouts", recording_tuning)
+    thresholds_before = gc.get_threshold()
     async with serve_policy(word_oracle) as (url, _):
         env_config, server_configs = MyEnv.config_init()
         env_config.data_dir_to_save_evals = str(tmp_path / "evals")
@@ -198,3 +216,6 @@ async def test_reference_style_env_runs_unchanged(tmp_path: Path, server_type: s
         "eval/mean_reward": 1.0
     }
     assert len(factory.created) == 2 + 4 and factory.leftovers() == []
+    # Both entry points ran with the collector tuned for rollouts, and restored it afterwards.
+    assert [t[0] for t in tuned_thresholds] == [DEFAULT_YOUNG_THRESHOLD] * 2
+    assert gc.get_threshold() == thresholds_before
