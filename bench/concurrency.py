@@ -126,6 +126,7 @@ class Row:
     gc_collections: int
     gc_pause_ms: float
     gc_max_pause_ms: float
+    cpu_seconds: float
 
     @property
     def rate(self) -> float:
@@ -206,6 +207,7 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
             return '{"ok": true}'
 
     GC_WATCH.pauses.clear()
+    cpu_start = time.process_time()
     elapsed, completed, lag, samples = await run_rollouts(
         base_url, n, handler, label=mode, ramp=args.ramp, model_requests=args.model_requests
     )
@@ -223,6 +225,7 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
         len(pauses),
         sum(pauses) * 1e3,
         max(pauses, default=0.0) * 1e3,
+        time.process_time() - cpu_start,
     )
 
 
@@ -301,7 +304,8 @@ async def main(args: argparse.Namespace) -> None:
                         f"lag p50 {row.lag_p50_ms:6.2f} ms p99 {row.lag_p99_ms:7.2f} ms "
                         f"max {row.lag_max_ms:7.1f} ms ({row.lag_over_20ms}/{row.lag_samples} "
                         f"ticks > 20 ms)  GC {row.gc_collections} runs, {row.gc_pause_ms:.0f} ms, "
-                        f"max {row.gc_max_pause_ms:.0f} ms  completed {row.completed}/{n}",
+                        f"max {row.gc_max_pause_ms:.0f} ms  client CPU "
+                        f"{row.cpu_seconds / n * 1e3:.1f} ms/rollout  completed {row.completed}/{n}",
                         flush=True,
                     )
         finally:

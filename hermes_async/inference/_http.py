@@ -26,6 +26,7 @@ import email.utils
 import functools
 import json
 import logging
+import math
 import random
 import ssl
 import time
@@ -195,7 +196,7 @@ class _Response(Protocol):
     @property
     def headers(self) -> Mapping[str, str]: ...
 
-    async def receive_some(self) -> bytes | None: ...
+    async def receive_some(self, timeout: float = math.inf) -> bytes | None: ...
 
     async def aread(self) -> bytes: ...
 
@@ -596,10 +597,11 @@ class _HttpxResponse:
     def headers(self) -> Mapping[str, str]:
         return self._response.headers
 
-    async def receive_some(self) -> bytes | None:
+    async def receive_some(self, timeout: float = math.inf) -> bytes | None:
         self._started = True
         try:
-            return await self._chunks.__anext__()
+            with anyio.fail_after(timeout):
+                return await self._chunks.__anext__()
         except StopAsyncIteration:
             self._eof = True
             return None
@@ -691,8 +693,8 @@ class LineReader:
         else:
             timeout, kind = max(remaining, 0.0), "request"
         try:
-            with anyio.fail_after(timeout):
-                return await self.response.receive_some()
+            # The timeout applies to waiting on the network only: buffered data comes at once.
+            return await self.response.receive_some(timeout)
         except TimeoutError:
             what = (
                 f"no data for {timeout:g} s (read timeout)"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import select
 import socket
 import ssl
@@ -180,10 +181,15 @@ class WireResponse:
             name.decode("latin-1"): value.decode("latin-1") for name, value in head.headers
         }
 
-    async def receive_some(self) -> bytes | None:
+    async def receive_some(self, timeout: float = math.inf) -> bytes | None:
         """Return the next piece of the body, or ``None`` once it is complete.
 
+        Args:
+            timeout: Longest wait for the socket, in seconds. Data h11 has already buffered is
+                returned without waiting (and without the cost of a cancel scope).
+
         Raises:
+            TimeoutError: Nothing arrived within ``timeout``.
             WireReadError: The connection closed or broke before the body ended, or the server
                 sent something that is not HTTP/1.1.
 
@@ -201,7 +207,9 @@ class WireResponse:
             except h11.RemoteProtocolError as exc:
                 raise WireReadError(f"invalid HTTP from the server: {exc}") from None
             if event is h11.NEED_DATA:
-                state.receive_data(await _receive(conn, started=True))
+                with anyio.fail_after(timeout):
+                    data = await _receive(conn, started=True)
+                state.receive_data(data)
             elif type(event) is h11.Data:
                 return bytes(event.data)
             elif type(event) is h11.EndOfMessage:
