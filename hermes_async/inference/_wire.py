@@ -143,10 +143,12 @@ class _Connection:
         if self.sock is None:
             return False
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            # poll, not select: select() fails for descriptors above 1023.
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            return bool(poller.poll(0))
         except (OSError, ValueError):
             return True
-        return bool(readable)
 
     async def aclose(self) -> None:
         # Never blocks for long (no TLS close_notify exchange), but bounded all the same.
