@@ -260,6 +260,7 @@ class ServerConnection:
         )
         if self.transport_kind == "wire":
             _wire.check_base_url(self.base_url)
+            _wire.check_headers(headers)
         self._client_kwargs: dict[str, object] = {
             "base_url": self.base_url,
             "headers": headers,

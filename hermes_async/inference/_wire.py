@@ -121,9 +121,29 @@ def _parse_origin(base_url: str) -> _Origin:
     return _Origin(scheme, host, port, parts.path.rstrip("/"), host_header.encode("ascii"))
 
 
+def _header(name: str, value: str) -> tuple[bytes, bytes]:
+    """Encode and validate one header; the error names the header, never its value."""
+    try:
+        pair = (name.encode("latin-1"), value.encode("latin-1"))
+        host = [] if pair[0].lower() == b"host" else [(b"host", b"x")]
+        h11.Request(method=b"POST", target=b"/", headers=[*host, pair])
+    except (UnicodeEncodeError, h11.LocalProtocolError):
+        raise ValueError(
+            f"HTTP header {name!r} has an invalid name or value (non-Latin-1 or control "
+            "characters such as a newline); the value is not shown"
+        ) from None
+    return pair
+
+
 def check_base_url(base_url: str) -> None:
     """Raise ``ValueError`` (saying why) unless the pool can talk to ``base_url``."""
     _parse_origin(base_url)
+
+
+def check_headers(headers: Mapping[str, str]) -> None:
+    """Raise ``ValueError`` naming the first header that cannot be sent (never its value)."""
+    for name, value in headers.items():
+        _header(name, value)
 
 
 class _Connection:
@@ -298,7 +318,7 @@ class WirePool:
             "accept": "*/*",
         }
         fixed.update({k.lower(): v for k, v in (headers or {}).items()})
-        self._headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in fixed.items()]
+        self._headers = [_header(k, v) for k, v in fixed.items()]
         self._idle: collections.deque[_Connection] = collections.deque()
         self._closed = False
         #: Connections opened so far (for tests and statistics).

@@ -310,3 +310,11 @@ async def test_limiter_gates_concurrency_and_pool_is_at_least_the_limiter() -> N
         release.set()
     assert peak == 3
     assert limits.model_requests.statistics().acquisitions == 8
+
+
+def test_a_header_that_cannot_be_sent_is_rejected_without_its_value() -> None:
+    with pytest.raises(ValueError, match=r"HTTP header 'Authorization' has an invalid") as info:
+        ServerConnection("http://127.0.0.1:9", api_key="sk-secret\r\nX-Evil: 1")
+    assert "sk-secret" not in str(info.value)
+    with pytest.raises(ValueError, match=r"HTTP header 'X-Bad\\nName'"):
+        ServerConnection("http://127.0.0.1:9", options=HTTPOptions(headers={"X-Bad\nName": "v"}))
