@@ -186,6 +186,9 @@ KEEPALIVE_EXPIRY_SECONDS = 2.0
 
 _JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
 
+#: Immediate retries per request after a kept-alive connection turned out closed.
+_MAX_STALE_RETRIES = 8
+
 
 class _Response(Protocol):
     """What the connection needs of a response, from either transport."""
@@ -197,8 +200,6 @@ class _Response(Protocol):
     def headers(self) -> Mapping[str, str]: ...
 
     async def receive_some(self, timeout: float = math.inf) -> bytes | None: ...
-
-    async def aread(self) -> bytes: ...
 
     async def aclose(self) -> None: ...
 
@@ -259,7 +260,7 @@ class ServerConnection:
             "wire" if transport is None and not _proxy_applies(self.base_url) else "httpx"
         )
         if self.transport_kind == "wire":
-            _wire.check_base_url(self.base_url)
+            _wire.check_base_url(base_url)
             _wire.check_headers(headers)
         self._client_kwargs: dict[str, object] = {
             "base_url": self.base_url,
@@ -433,6 +434,7 @@ class ServerConnection:
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         policy = self.options.retry
         attempt = 0
+        stale_retries = 0
         while True:
             attempt += 1
             retry_after: float | None = None
@@ -461,6 +463,14 @@ class ServerConnection:
                     attempt=attempt,
                 )
                 error.__cause__ = exc
+                if exc.reused and stale_retries < _MAX_STALE_RETRIES:
+                    # A stale kept-alive connection says nothing about the server: retry at
+                    # once, without back-off and without using up an attempt (bounded, since
+                    # each failure discards one idle connection).
+                    stale_retries += 1
+                    attempt -= 1
+                    logger.debug("%s: stale kept-alive connection; retrying at once", endpoint)
+                    continue
             except _wire.WireTimeoutError as exc:
                 raise ServerTimeoutError(
                     f"{exc.kind} timeout after {exc.seconds:g} s",
@@ -532,27 +542,43 @@ class ServerConnection:
     async def _read_body(
         self, response: _Response, endpoint: str, attempt: int, deadline: float
     ) -> bytes:
-        remaining = deadline - anyio.current_time()
-        try:
-            with anyio.fail_after(max(remaining, 0.0)):
-                return await response.aread()
-        except TimeoutError:
-            raise self._request_deadline_error(endpoint, attempt) from None
-        except _wire.WireTimeoutError as exc:
-            raise ServerTimeoutError(
-                f"{exc.kind} timeout after {exc.seconds:g} s",
-                kind=exc.kind,
-                timeout_seconds=exc.seconds,
-                endpoint=endpoint,
-                attempt=attempt,
-            ) from exc
-        except _wire.WireError as exc:
-            raise StreamInterruptedError(
-                f"the connection was closed before the response body ended ({exc})",
-                endpoint=endpoint,
-                attempt=attempt,
-                status=response.status_code,
-            ) from exc
+        """The whole body, each wait bounded by the read timeout and the request deadline."""
+        read_timeout = self.options.read_timeout_seconds
+        parts: list[bytes] = []
+        while True:
+            remaining = max(deadline - anyio.current_time(), 0.0)
+            timeout = min(read_timeout, remaining)
+            try:
+                part = await response.receive_some(timeout)
+            except TimeoutError:
+                if remaining <= read_timeout:
+                    raise self._request_deadline_error(endpoint, attempt) from None
+                raise ServerTimeoutError(
+                    f"no data for {read_timeout:g} s (read timeout); the server stalled or is "
+                    "overloaded",
+                    kind="read",
+                    timeout_seconds=read_timeout,
+                    endpoint=endpoint,
+                    attempt=attempt,
+                ) from None
+            except _wire.WireTimeoutError as exc:
+                raise ServerTimeoutError(
+                    f"{exc.kind} timeout after {exc.seconds:g} s",
+                    kind=exc.kind,
+                    timeout_seconds=exc.seconds,
+                    endpoint=endpoint,
+                    attempt=attempt,
+                ) from exc
+            except _wire.WireError as exc:
+                raise StreamInterruptedError(
+                    f"the connection was closed before the response body ended ({exc})",
+                    endpoint=endpoint,
+                    attempt=attempt,
+                    status=response.status_code,
+                ) from exc
+            if part is None:
+                return b"".join(parts)
+            parts.append(part)
 
     def _request_deadline_error(self, endpoint: str, attempt: int) -> ServerTimeoutError:
         seconds = self.options.request_timeout_seconds
@@ -612,12 +638,6 @@ class _HttpxResponse:
             ) from exc
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError) as exc:
             raise _wire.WireReadError(str(exc) or type(exc).__name__) from exc
-
-    async def aread(self) -> bytes:
-        parts = []
-        while (part := await self.receive_some()) is not None:
-            parts.append(part)
-        return b"".join(parts)
 
     async def aclose(self) -> None:
         with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):

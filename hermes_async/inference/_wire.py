@@ -69,7 +69,13 @@ class WireClosedError(WireError):
 
     Typically a keep-alive connection the server timed out just as it was reused. Nothing was
     received, so retrying the request is safe.
+
+    Attributes:
+        reused: The connection had served earlier requests (a stale keep-alive connection, so
+            an immediate retry on a new connection is the natural remedy).
     """
+
+    reused: bool = False
 
 
 class WireReadError(WireError):
@@ -217,10 +223,10 @@ class WireResponse:
 
         **Cancellation**: safe; the response must still be closed (which drops the connection).
         """
+        if self._done:
+            return None
         conn = self._conn
         if conn is None:
-            if self._done:
-                return None
             raise WireReadError("the response was closed")
         state = conn.h11
         while True:
@@ -325,8 +331,9 @@ class WirePool:
         self.connections_opened = 0
 
     def target(self, path: str) -> bytes:
-        """The request target of ``path`` on this server."""
-        return f"{self._origin.prefix}/{path.lstrip('/')}".encode()
+        """The request target of ``path`` on this server (percent-encoded where needed)."""
+        quoted = urllib.parse.quote(path.lstrip("/"), safe="/:@!$&'()*+,;=-._~%?")
+        return f"{self._origin.prefix}/{quoted}".encode("ascii")
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> WireResponse:
         """Send ``POST path`` with ``body`` and wait for the response head.
@@ -374,6 +381,9 @@ class WirePool:
             head = await self._receive_head(conn)
             ok = True
             return WireResponse(self, conn, head)
+        except WireClosedError as exc:
+            exc.reused = reused
+            raise
         finally:
             if not ok:
                 await conn.aclose()
