@@ -11,7 +11,9 @@ One :class:`ServerConnection` per server. Its job, and nothing else:
 * three deadlines: connect, read (the longest silence between two chunks) and the overall
   request deadline (retries and streaming included);
 * retries with exponential back-off and jitter on connection failures, 429 (``Retry-After``
-  honoured) and 5xx. Never on other 4xx, never once a response body has started;
+  honoured) and 5xx. Never on other 4xx, never once a response body has started. A kept-alive
+  connection found closed when reused is retried at once on a new one (no back-off, no
+  attempt used: it says nothing about the server);
 * translation of transport errors into :mod:`hermes_async.inference._errors` at this boundary.
 
 Decisions (delays, ``Retry-After`` parsing) are pure functions; the async shell only sleeps,
