@@ -474,13 +474,7 @@ class ServerConnection:
                     logger.debug("%s: stale kept-alive connection; retrying at once", endpoint)
                     continue
             except _wire.WireTimeoutError as exc:
-                raise ServerTimeoutError(
-                    f"{exc.kind} timeout after {exc.seconds:g} s",
-                    kind=exc.kind,
-                    timeout_seconds=exc.seconds,
-                    endpoint=endpoint,
-                    attempt=attempt,
-                ) from exc
+                raise _wire_timeout(exc, endpoint, attempt) from exc
             except _wire.WireError as exc:
                 raise ServerConnectError(
                     f"request failed: {exc}",
@@ -545,42 +539,18 @@ class ServerConnection:
         self, response: _Response, endpoint: str, attempt: int, deadline: float
     ) -> bytes:
         """The whole body, each wait bounded by the read timeout and the request deadline."""
-        read_timeout = self.options.read_timeout_seconds
         parts: list[bytes] = []
-        while True:
-            remaining = max(deadline - anyio.current_time(), 0.0)
-            timeout = min(read_timeout, remaining)
-            try:
-                part = await response.receive_some(timeout)
-            except TimeoutError:
-                if remaining <= read_timeout:
-                    raise self._request_deadline_error(endpoint, attempt) from None
-                raise ServerTimeoutError(
-                    f"no data for {read_timeout:g} s (read timeout); the server stalled or is "
-                    "overloaded",
-                    kind="read",
-                    timeout_seconds=read_timeout,
-                    endpoint=endpoint,
-                    attempt=attempt,
-                ) from None
-            except _wire.WireTimeoutError as exc:
-                raise ServerTimeoutError(
-                    f"{exc.kind} timeout after {exc.seconds:g} s",
-                    kind=exc.kind,
-                    timeout_seconds=exc.seconds,
-                    endpoint=endpoint,
-                    attempt=attempt,
-                ) from exc
-            except _wire.WireError as exc:
-                raise StreamInterruptedError(
-                    f"the connection was closed before the response body ended ({exc})",
-                    endpoint=endpoint,
-                    attempt=attempt,
-                    status=response.status_code,
-                ) from exc
-            if part is None:
-                return b"".join(parts)
+        while (
+            part := await _receive_body_part(
+                response,
+                endpoint=endpoint,
+                attempt=attempt,
+                deadline=deadline,
+                read_timeout=self.options.read_timeout_seconds,
+            )
+        ) is not None:
             parts.append(part)
+        return b"".join(parts)
 
     def _request_deadline_error(self, endpoint: str, attempt: int) -> ServerTimeoutError:
         seconds = self.options.request_timeout_seconds
@@ -602,6 +572,53 @@ def _httpx_timeout(exc: httpx.TimeoutException, options: HTTPOptions) -> _wire.W
     else:
         kind, seconds = "read", options.read_timeout_seconds
     return _wire.WireTimeoutError(f"{type(exc).__name__}: {exc}", kind=kind, seconds=seconds)
+
+
+def _wire_timeout(exc: _wire.WireTimeoutError, endpoint: str, attempt: int) -> ServerTimeoutError:
+    return ServerTimeoutError(
+        f"{exc.kind} timeout after {exc.seconds:g} s",
+        kind=exc.kind,
+        timeout_seconds=exc.seconds,
+        endpoint=endpoint,
+        attempt=attempt,
+    )
+
+
+async def _receive_body_part(
+    response: _Response, *, endpoint: str, attempt: int, deadline: float, read_timeout: float
+) -> bytes | None:
+    """The next piece of a response body (``None`` at its end), within the read timeout and
+    the request deadline, with transport errors translated."""
+    remaining = deadline - anyio.current_time()
+    if read_timeout <= remaining:
+        timeout, kind = read_timeout, "read"
+    else:
+        timeout, kind = max(remaining, 0.0), "request"
+    try:
+        # The timeout applies to waiting on the network only: buffered data comes at once.
+        return await response.receive_some(timeout)
+    except TimeoutError:
+        what = (
+            f"no data for {timeout:g} s (read timeout)"
+            if kind == "read"
+            else "the request deadline passed while reading the response"
+        )
+        raise ServerTimeoutError(
+            f"{what}; the server stalled or is overloaded",
+            kind=kind,
+            timeout_seconds=timeout,
+            endpoint=endpoint,
+            attempt=attempt,
+        ) from None
+    except _wire.WireTimeoutError as exc:
+        raise _wire_timeout(exc, endpoint, attempt) from exc
+    except _wire.WireError as exc:
+        raise StreamInterruptedError(
+            f"the connection was closed before the response body ended ({exc})",
+            endpoint=endpoint,
+            attempt=attempt,
+            status=response.status_code,
+        ) from exc
 
 
 class _HttpxResponse:
@@ -710,42 +727,13 @@ class LineReader:
         return self._lines.popleft()
 
     async def _read_chunk(self) -> bytes | None:
-        remaining = self._deadline - anyio.current_time()
-        if self._read_timeout <= remaining:
-            timeout, kind = self._read_timeout, "read"
-        else:
-            timeout, kind = max(remaining, 0.0), "request"
-        try:
-            # The timeout applies to waiting on the network only: buffered data comes at once.
-            return await self.response.receive_some(timeout)
-        except TimeoutError:
-            what = (
-                f"no data for {timeout:g} s (read timeout)"
-                if kind == "read"
-                else "the request deadline passed while streaming"
-            )
-            raise ServerTimeoutError(
-                f"{what}; the server stalled or is overloaded",
-                kind=kind,
-                timeout_seconds=timeout,
-                endpoint=self.endpoint,
-                attempt=self.attempt,
-            ) from None
-        except _wire.WireTimeoutError as exc:
-            raise ServerTimeoutError(
-                f"read timeout ({exc})",
-                kind="read",
-                timeout_seconds=exc.seconds,
-                endpoint=self.endpoint,
-                attempt=self.attempt,
-            ) from exc
-        except _wire.WireError as exc:
-            raise StreamInterruptedError(
-                f"the connection was closed before the response ended ({exc})",
-                endpoint=self.endpoint,
-                attempt=self.attempt,
-                status=self.response.status_code,
-            ) from exc
+        return await _receive_body_part(
+            self.response,
+            endpoint=self.endpoint,
+            attempt=self.attempt,
+            deadline=self._deadline,
+            read_timeout=self._read_timeout,
+        )
 
     async def aclose(self) -> None:
         """Close the response (the connection is reused only if the body was read to its end).

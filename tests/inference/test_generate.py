@@ -219,7 +219,7 @@ async def test_fault_disconnect_mid_stream_raises_with_partial_tokens(
         make_client(kind, base_url, transport, options=FAST) as client,
     ):
         with pytest.raises(
-            StreamInterruptedError, match="closed before the response ended"
+            StreamInterruptedError, match="closed before the response body ended"
         ) as info:
             async with client.stream(PROMPT_IDS) as stream:
                 async for delta in stream:
@@ -305,7 +305,7 @@ async def test_request_deadline_bounds_a_slow_stream(kind: str) -> None:
         make_client(kind, base_url, transport, options=options) as client,
     ):
         with pytest.raises(
-            ServerTimeoutError, match="request deadline passed while streaming"
+            ServerTimeoutError, match="request deadline passed while reading the response"
         ) as info:
             await client.generate(PROMPT_IDS)
     assert info.value.kind == "request"

@@ -522,7 +522,7 @@ async def test_streamed_body_cut_midway_delivers_lines_then_interrupts() -> None
     async with serving(handler) as server, connection(server.url()) as conn:
         lines: list[str | None] = []
         with pytest.raises(
-            StreamInterruptedError, match="closed before the response ended"
+            StreamInterruptedError, match="closed before the response body ended"
         ) as info:
             async with conn.open_lines("stream", {}) as reader:
                 while True:
