@@ -155,14 +155,13 @@ def check_headers(headers: Mapping[str, str]) -> None:
 class _Connection:
     """One keep-alive connection: a byte stream, its h11 state and its raw socket."""
 
-    __slots__ = ("h11", "idle_since", "requests", "sock", "stream")
+    __slots__ = ("h11", "idle_since", "sock", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream, sock: socket.socket | None) -> None:
         self.stream = stream
         self.sock = sock
         self.h11 = h11.Connection(h11.CLIENT)
         self.idle_since = 0.0
-        self.requests = 0
 
     def looks_closed(self) -> bool:
         """True if the idle connection is readable: the server closed it (or sent junk)."""
@@ -377,7 +376,6 @@ class WirePool:
                 if reused:
                     raise WireClosedError(f"the kept-alive connection broke ({error})") from None
                 raise WireConnectError(f"cannot send the request ({error})") from None
-            conn.requests += 1
             head = await self._receive_head(conn)
             ok = True
             return WireResponse(self, conn, head)
