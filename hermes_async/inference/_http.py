@@ -34,7 +34,7 @@ import ssl
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -158,6 +158,8 @@ class HTTPOptions:
         max_connections: Pool size; raised to the limiter's total if that is larger.
         retry: The retry policy.
         headers: Extra headers sent with every request (never logged).
+        ssl_context: TLS settings for ``https`` servers (e.g. a private CA:
+            ``ssl.create_default_context(cafile=...)``). Default: the system's trust store.
     """
 
     connect_timeout_seconds: float = 10.0
@@ -166,6 +168,7 @@ class HTTPOptions:
     max_connections: int = DEFAULT_LIMITS["model_requests"]
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     headers: Mapping[str, str] = field(default_factory=dict)
+    ssl_context: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         for name in ("connect_timeout_seconds", "read_timeout_seconds", "request_timeout_seconds"):
@@ -281,10 +284,17 @@ class ServerConnection:
                 keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
             ),
             "transport": transport,
+            "verify": self.options.ssl_context or True,
         }
         self._client: httpx.AsyncClient | None = None
         self._wire: _wire.WirePool | None = None
         self._closed = False
+
+    def _ssl_context_factory(self) -> Callable[[], ssl.SSLContext]:
+        context = self.options.ssl_context
+        if context is None:
+            return _shared_ssl_context  # built once per process (~20 ms), on first use
+        return lambda: context
 
     def url(self, path: str) -> str:
         """Absolute URL of ``path`` on this server."""
@@ -306,7 +316,7 @@ class ServerConnection:
                     keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
                     max_idle=self._pool_size,
                     headers=self._headers,
-                    ssl_context=_shared_ssl_context,
+                    ssl_context=self._ssl_context_factory(),
                 )
             else:
                 self._client = httpx.AsyncClient(**self._client_kwargs)  # type: ignore[arg-type]
