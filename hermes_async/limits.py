@@ -7,8 +7,11 @@ tests, never share capacity by accident.
 
 Why these defaults:
 
-* ``model_requests=64`` matches a typical httpx pool; the inference client clamps its own pool to
-  at least this size so a request never waits for a connection *after* it got a slot.
+* ``model_requests=64``: enough streams in flight to keep a server's batch busy while the event
+  loop stays responsive (measured with ``bench/concurrency.py``: 2,000 concurrent rollouts at
+  75 rollouts/s with loop lag p99 ~11 ms). Raise it for a large vLLM deployment. The inference
+  client keeps at least this many connections, so a request never waits for a connection
+  *after* it got a slot.
 * ``sandbox_create=16``: container and Modal start-up are the expensive, rate-limited step; the
   reference deadlocked at ~86 simultaneous Modal creations. Creation is short, so a small number
   still starts hundreds of sandboxes quickly.
