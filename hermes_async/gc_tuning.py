@@ -49,7 +49,10 @@ class GCState:
 
     Attributes:
         thresholds: ``gc.get_threshold()`` before.
-        froze: Whether this call froze the heap (and so :func:`restore_gc` unfreezes it).
+        froze: Whether this call froze a heap nothing had frozen before, so that
+            :func:`restore_gc` unfreezes it. ``gc.unfreeze`` releases every frozen object at
+            once, so after an earlier freeze (the caller's own, or an outer tuning) restoring
+            leaves the permanent generation alone rather than undo that freeze too.
     """
 
     thresholds: tuple[int, int, int]
@@ -77,11 +80,12 @@ def tune_gc_for_rollouts(
     if young_threshold < 1:
         raise ValueError(f"young_threshold must be >= 1, got {young_threshold!r}")
     before = gc.get_threshold()
+    first_freeze = freeze and gc.get_freeze_count() == 0
     if freeze:
         gc.collect()
         gc.freeze()
     gc.set_threshold(young_threshold, before[1], before[2])
-    return GCState(thresholds=before, froze=freeze)
+    return GCState(thresholds=before, froze=first_freeze)
 
 
 def restore_gc(state: GCState) -> None:

@@ -64,3 +64,18 @@ def test_invalid_threshold_is_rejected_with_the_value(bad: object) -> None:
     with pytest.raises(ValueError, match=rf"young_threshold must be .*got {bad!r}"):
         tune_gc_for_rollouts(young_threshold=bad)  # type: ignore[arg-type]
     assert gc.get_freeze_count() == 0
+
+
+def test_nested_tuning_keeps_the_outer_freeze() -> None:
+    # An application tuned at start-up; an environment entry point tunes and restores inside.
+    gc.set_threshold(700, 10, 10)
+    outer = tune_gc_for_rollouts()
+    frozen_by_outer = gc.get_freeze_count()
+    with gc_tuned_for_rollouts(young_threshold=20_000):
+        assert gc.get_threshold() == (20_000, 10, 10)
+        assert gc.get_freeze_count() >= frozen_by_outer
+    assert gc.get_threshold() == (DEFAULT_YOUNG_THRESHOLD, 10, 10)
+    assert gc.get_freeze_count() >= frozen_by_outer > 0  # not unfrozen by the inner restore
+    restore_gc(outer)
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0

@@ -212,11 +212,10 @@ class _Response(Protocol):
 def _proxy_applies(base_url: str) -> bool:
     """True if the environment routes ``base_url`` through an HTTP proxy (httpx's rules)."""
     proxies = urllib.request.getproxies_environment()
-    scheme = urllib.parse.urlsplit(base_url).scheme.lower()
-    if not (proxies.get(scheme) or proxies.get("all")):
+    parts = urllib.parse.urlsplit(base_url)
+    if not (proxies.get(parts.scheme.lower()) or proxies.get("all")):
         return False
-    host = urllib.parse.urlsplit(base_url).netloc
-    return not urllib.request.proxy_bypass(host)
+    return not urllib.request.proxy_bypass(parts.netloc)
 
 
 class ServerConnection:
@@ -315,7 +314,7 @@ class ServerConnection:
                     read_timeout=self.options.read_timeout_seconds,
                     keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
                     max_idle=self._pool_size,
-                    headers=self._headers,
+                    headers={**self._headers, **_JSON_HEADERS},
                     ssl_context=self._ssl_context_factory(),
                 )
             else:
@@ -423,7 +422,7 @@ class ServerConnection:
         Raises the transport-neutral errors of :mod:`~hermes_async.inference._wire`.
         """
         if self._wire is not None:
-            return await self._wire.post(path, payload, _JSON_HEADERS)
+            return await self._wire.post(path, payload)  # JSON content type: a pool header
         client = self._client
         assert client is not None  # _require_open ran
         request = client.build_request("POST", path, content=payload, headers=_JSON_HEADERS)

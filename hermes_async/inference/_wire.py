@@ -52,6 +52,9 @@ __all__ = [
 #: Bound on closing one connection.
 _CLOSE_SECONDS = 2.0
 
+#: What a broken or closed connection raises, on either backend and with or without TLS.
+_STREAM_ERRORS = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, ssl.SSLError)
+
 #: Bytes asked for per socket read; a streamed response usually arrives in far less.
 _READ_SIZE = 65536
 
@@ -127,6 +130,10 @@ def _parse_origin(base_url: str) -> _Origin:
     return _Origin(scheme, host, port, parts.path.rstrip("/"), host_header.encode("ascii"))
 
 
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def _header(name: str, value: str) -> tuple[bytes, bytes]:
     """Encode and validate one header; the error names the header, never its value."""
     try:
@@ -179,7 +186,7 @@ class _Connection:
         # Never blocks for long (no TLS close_notify exchange), but bounded all the same.
         with (
             anyio.move_on_after(_CLOSE_SECONDS, shield=True),
-            contextlib.suppress(OSError, anyio.BrokenResourceError, ssl.SSLError),
+            contextlib.suppress(*_STREAM_ERRORS),
         ):
             await self.stream.aclose()
 
@@ -278,8 +285,8 @@ async def _receive(conn: _Connection, *, started: bool) -> bytes:
         return await conn.stream.receive(_READ_SIZE)
     except anyio.EndOfStream:
         return b""
-    except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, ssl.SSLError) as exc:
-        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except _STREAM_ERRORS as exc:
+        what = _describe(exc)
         if started:
             raise WireReadError(f"the connection broke mid-response ({what})") from None
         raise WireClosedError(f"the connection broke before a response ({what})") from None
@@ -334,8 +341,13 @@ class WirePool:
         quoted = urllib.parse.quote(path.lstrip("/"), safe="/:@!$&'()*+,;=-._~%?")
         return f"{self._origin.prefix}/{quoted}".encode("ascii")
 
-    async def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> WireResponse:
+    async def post(
+        self, path: str, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> WireResponse:
         """Send ``POST path`` with ``body`` and wait for the response head.
+
+        Headers common to every request belong in the pool's ``headers`` (encoded once);
+        ``headers`` here are added to this request only.
 
         Raises:
             WireConnectError: No connection could be made.
@@ -349,7 +361,7 @@ class WirePool:
             raise RuntimeError("the connection pool is closed")
         request_headers = [
             *self._headers,
-            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
+            *(_header(k, v) for k, v in (headers or {}).items()),
             (b"content-length", str(len(body)).encode("ascii")),
         ]
         conn = await self._checkout()
@@ -366,13 +378,8 @@ class WirePool:
             data += state.send(h11.EndOfMessage()) or b""
             try:
                 await conn.stream.send(data)
-            except (
-                OSError,
-                anyio.BrokenResourceError,
-                anyio.ClosedResourceError,
-                ssl.SSLError,
-            ) as exc:
-                error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            except _STREAM_ERRORS as exc:
+                error = _describe(exc)
                 if reused:
                     raise WireClosedError(f"the kept-alive connection broke ({error})") from None
                 raise WireConnectError(f"cannot send the request ({error})") from None
@@ -466,8 +473,8 @@ class WirePool:
                 kind="connect",
                 seconds=self._connect_timeout,
             ) from None
-        except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
-            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        except _STREAM_ERRORS as exc:
+            what = _describe(exc)
             raise WireConnectError(what) from None
         self.connections_opened += 1
         sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
