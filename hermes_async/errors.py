@@ -19,6 +19,7 @@ Each exception carries structured fields and builds ``str()`` from them, so a lo
 from __future__ import annotations
 
 __all__ = [
+    "AsyncBackendError",
     "ConfigError",
     "HermesAsyncError",
     "InferenceError",
@@ -57,6 +58,18 @@ class ConfigError(HermesAsyncError, ValueError):
     """A configuration value is invalid or a required component is missing (an extra, a file)."""
 
     phase = "config"
+
+
+class AsyncBackendError(ConfigError, RuntimeError):
+    """An asyncio-only component (atroposlib, aiodocker, Modal) was used under another library.
+
+    Attributes:
+        library: The async library that was running (``"trio"``).
+    """
+
+    def __init__(self, message: str, *, library: str, task_id: str | None = None) -> None:
+        super().__init__(message, task_id=task_id)
+        self.library = library
 
 
 class InferenceError(HermesAsyncError):
