@@ -21,7 +21,7 @@ async def test_guard_passes_on_asyncio_and_names_component_and_library_elsewhere
     if anyio_backend_name == "asyncio":
         require_asyncio("the widget", "widgetlib", remedy="use the gadget")
         return
-    with pytest.raises(AsyncBackendError, match="the widget needs asyncio.*widgetlib.*gadget"):
+    with pytest.raises(AsyncBackendError, match=r"the widget needs asyncio.*widgetlib.*gadget"):
         require_asyncio("the widget", "widgetlib", remedy="use the gadget")
     try:
         require_asyncio("the widget", "widgetlib", remedy="x")

@@ -65,6 +65,8 @@ async def test_the_callers_cancellation_is_delivered_after_the_step() -> None:
 
 
 def test_bad_timeout_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="cleanup timeout must be >= 0 seconds, got -1"):
-        with cleanup_scope("x", -1):
-            pass
+    with (
+        pytest.raises(ValueError, match="cleanup timeout must be >= 0 seconds, got -1"),
+        cleanup_scope("x", -1),
+    ):
+        pass
