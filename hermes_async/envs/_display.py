@@ -1,7 +1,7 @@
 """Text renderings for dashboards and terminals: trajectories, progress, the summary table.
 
 Everything here is pure (strings in, strings out) except :class:`ProgressBar`, which writes to
-a stream. Trajectories are redacted (:func:`~hermes_async.envs._redact.redact`) because they go
+a stream. Trajectories are redacted (:func:`~hermes_async._redact.redact`) because they go
 to wandb tables and terminals.
 """
 
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from hermes_async.envs._redact import redact
+from hermes_async._redact import redact
 
 __all__ = ["ProgressBar", "format_table", "format_trajectory_for_display"]
 

@@ -71,10 +71,10 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         f"pip install 'hermes-async[atropos]' ({exc})"
     ) from exc
 
+from hermes_async._redact import redact
 from hermes_async.agent_loop import AgentResult, HermesAgentLoop
 from hermes_async.budget import BudgetConfig
 from hermes_async.envs._display import format_trajectory_for_display
-from hermes_async.envs._redact import redact
 from hermes_async.envs._servers import (
     ModelClient,
     ServerSpec,
