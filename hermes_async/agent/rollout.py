@@ -362,7 +362,7 @@ async def run_group(
     limits: Limits | None = None,
     registry: ToolRegistry | None = None,
     placeholder_encode: Encode | None = None,
-    on_rollout: Callable[[ScoredRollout], None] | None = None,
+    on_rollout: Callable[[ScoredRollout], object] | None = None,
 ) -> ScoredGroup:
     """Run ``size`` rollouts of the same prompt concurrently; reward and score each one.
 

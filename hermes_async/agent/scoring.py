@@ -13,7 +13,7 @@ logprob, ``1.0`` at masked positions) — and whether they are fit to train on:
 
 :func:`scored_data_group` builds the dict Atropos' ``ScoredDataGroup`` describes (``tokens``,
 ``masks``, ``scores``, ``inference_logprobs``, ``messages`` aligned per rollout) without importing
-atroposlib.
+atroposlib; :func:`scored_data_item` the single-rollout form.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = (
     "placeholder_rows",
     "rollout_rows",
     "scored_data_group",
+    "scored_data_item",
 )
 
 
@@ -118,6 +119,17 @@ def model_answered(result: AgentResult) -> bool:
     return result.turns_used > 0 and any(
         m.get("role") not in ("system", "user") for m in result.messages
     )
+
+
+def scored_data_item(rollout: ScoredRows) -> dict[str, Any]:
+    """One rollout as atroposlib's ``collect_trajectory`` returns it (``scores`` a float)."""
+    return {
+        "tokens": rollout.tokens,
+        "masks": rollout.masks,
+        "scores": rollout.reward,
+        "inference_logprobs": rollout.logprobs,
+        "messages": rollout.messages,
+    }
 
 
 def scored_data_group(

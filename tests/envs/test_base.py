@@ -180,22 +180,53 @@ class FailingPromptEnv(TerminalTestEnv):
 
     def format_prompt(self, item: dict[str, str]) -> str:
         type(self).calls += 1
-        if type(self).calls == 3:
-            raise ValueError("bad item for rollout 3")
+        if type(self).calls == 2:
+            raise ValueError("bad item for group 2")
         return item["prompt"]
+
+
+async def test_failing_prompt_fails_its_group_and_leaves_no_sandbox(tmp_path: Path) -> None:
+    # format_prompt runs once per group (the group's rollouts share one prompt).
+    factory = CountingFactory(tmp_path / "sandboxes")
+    async with serve_policy(terminal_test_oracle()) as (url, _):
+        env = FailingPromptEnv(env_config(tmp_path), [server_config(url)])
+        with_factory(env, factory)
+        await env.setup()
+        group, _ = await env.collect_trajectories(GREETING)
+        assert group is not None and group["scores"] == [1.0, 1.0, 1.0]
+        with pytest.raises(ValueError, match="bad item for group 2"):
+            await env.collect_trajectories(GREETING)
+    assert len(factory.created) == 3 and factory.leftovers() == []
+
+
+def first_answers_others_sleep() -> Any:
+    served = 0
+
+    def policy(request: PolicyRequest) -> str:
+        nonlocal served
+        served += 1
+        return "done" if served == 1 else sleeper_policy(request)
+
+    return policy
 
 
 async def test_failing_rollout_cancels_siblings_and_propagates(tmp_path: Path) -> None:
     factory = CountingFactory(tmp_path / "sandboxes")
-    async with serve_policy(sleeper_policy) as (url, _):
-        env = FailingPromptEnv(env_config(tmp_path), [server_config(url)])
+    async with serve_policy(first_answers_others_sleep()) as (url, _):
+        env = TerminalTestEnv(env_config(tmp_path), [server_config(url)])
         with_factory(env, factory)
         await env.setup()
+
+        def explode(summary: Any) -> None:  # runs inside the rollout that just finished
+            raise ValueError(f"progress display broke on {summary.label}")
+
+        env.on_rollout = explode
         start = anyio.current_time()
-        with pytest.raises(ValueError, match="bad item for rollout 3"):
+        with pytest.raises(ValueError, match="progress display broke on greeting"):
             await env.collect_trajectories(GREETING)
         assert anyio.current_time() - start < 30  # the sleeping siblings were cancelled
     assert factory.leftovers() == []
+    assert all(find_sandbox_processes(s.sandbox_id) == [] for s in factory.created)
 
 
 async def test_unreachable_server_is_a_clear_error_within_bounded_time(tmp_path: Path) -> None:
@@ -218,6 +249,8 @@ async def test_unreachable_server_is_a_clear_error_within_bounded_time(tmp_path:
 
 class BufferingEnv(TerminalTestEnv):
     """Appends every reward to a buffer, unconditionally (the reference pitfall)."""
+
+    train_buffers = (*TerminalTestEnv.train_buffers, "my_reward_buffer")
 
     async def compute_reward(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
         reward = await super().compute_reward(item, result, ctx)
