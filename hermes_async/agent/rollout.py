@@ -326,26 +326,35 @@ async def run_rollout(
     Raises:
         ValueError: Bad options, or a token server without a tokenizer.
         TypeError: ``server`` is neither kind of server, or ``tools`` is not a pair.
+        Exception: Whatever the rollout raised (a reward's exception is not raised: it scores
+            0.0), as itself even when a private manager's task group wrapped it.
 
     **Cancellation**: the model request and running tools are cancelled, the sandbox is
     released (shielded and bounded by the manager), and the cancellation propagates. A private
     manager is closed on the way out, releasing everything it holds.
     """
-    async with _sandbox_manager(sandboxes, limits) as manager:
-        loop = _loop(
-            server, tools, options, manager, tokenizer=tokenizer, limits=limits, registry=registry
-        )
-        encode = await _placeholder_encoder(loop, tokenizer, placeholder_encode)
-        return await _one(
-            loop,
-            manager,
-            messages,
-            task_id or str(uuid.uuid4()),
-            seed=_seed(options, 0),
-            reward=reward,
-            registry=registry,
-            encode=encode,
-        )
+    with single_errors():
+        async with _sandbox_manager(sandboxes, limits) as manager:
+            loop = _loop(
+                server,
+                tools,
+                options,
+                manager,
+                tokenizer=tokenizer,
+                limits=limits,
+                registry=registry,
+            )
+            encode = await _placeholder_encoder(loop, tokenizer, placeholder_encode)
+            return await _one(
+                loop,
+                manager,
+                messages,
+                task_id or str(uuid.uuid4()),
+                seed=_seed(options, 0),
+                reward=reward,
+                registry=registry,
+                encode=encode,
+            )
 
 
 async def run_group(

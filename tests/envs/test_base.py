@@ -20,6 +20,7 @@ from hermes_async.envs.terminal_test import (
     TerminalTestEnv,
     terminal_test_oracle,
 )
+from hermes_async.errors import ConfigError
 from hermes_async.testing.scripted_server import PolicyRequest
 from hermes_async.tool_context import ToolContext
 from hermes_async.tools.sandbox.local import find_sandbox_processes
@@ -292,6 +293,29 @@ async def test_eval_helper_runs_agent_loop_bounded_and_keeps_buffers_clean(
     assert metrics["results"]["all"]["eval/accuracy"] == 1.0
     samples = (tmp_path / "evals" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 4 and "[TOOL CALL] terminal" in json.loads(samples[0])["trajectory"]
+
+
+class UnlistedBufferEnv(BufferingEnv):
+    train_buffers = TerminalTestEnv.train_buffers  # my_reward_buffer not listed
+
+
+class TypoBufferEnv(TerminalTestEnv):
+    train_buffers = ("reward_bufer",)
+
+
+async def test_only_listed_train_buffers_are_rolled_back(tmp_path: Path) -> None:
+    async with serve_policy(terminal_test_oracle()) as (url, _):
+        env = UnlistedBufferEnv(env_config(tmp_path), [server_config(url)])
+        await env.setup()
+        env.my_reward_buffer = []
+        env.results_buffer = ["kept"]  # a list named *_buffer that is no metric: untouched
+        await env.run_agent_eval(EVAL_TASKS, log=False)
+        assert env.my_reward_buffer == [1.0]  # not listed: kept (no name heuristic)
+        assert env.results_buffer == ["kept"]
+        typo = TypoBufferEnv(env_config(tmp_path), [server_config(url)])
+        await typo.setup()
+        with pytest.raises(ConfigError, match=r"train_buffers names 'reward_bufer'.*no such"):
+            await typo.run_agent_eval(EVAL_TASKS, log=False)
 
 
 async def test_terminal_test_evaluate_uses_tools(tmp_path: Path) -> None:
