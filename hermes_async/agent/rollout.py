@@ -227,60 +227,74 @@ async def _release(manager: SandboxManager, task_id: str) -> None:
     await manager.release(task_id)
 
 
-async def _one(
-    loop: HermesAgentLoop,
-    manager: SandboxManager,
-    messages: Sequence[Mapping[str, Any]],
-    task_id: str,
-    *,
-    seed: int | None,
-    reward: Reward | None,
-    registry: ToolRegistry | None,
-    encode: Encode,
-) -> ScoredRollout:
-    start = anyio.current_time()
-    try:
-        result = await loop.run([dict(m) for m in messages], task_id=task_id, seed=seed)
-        ctx = ToolContext(task_id, manager=manager, registry=registry)
-        value, reward_error = await _score(reward, result, ctx)
-    finally:
-        await _release(manager, task_id)
-    rows = rollout_rows(result, encode)
-    return ScoredRollout(
-        task_id=task_id,
-        result=result,
-        reward=value,
-        tokens=rows.tokens,
-        masks=rows.masks,
-        logprobs=rows.logprobs,
-        trainable=rows.trainable,
-        seconds=anyio.current_time() - start,
-        error=redact(result.error) if result.error else reward_error,
-        reward_error=reward_error,
-    )
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """What the rollouts of one call share: the loop, the manager, the reward, the encoder."""
+
+    loop: HermesAgentLoop
+    manager: SandboxManager
+    options: AgentOptions
+    reward: Reward | None
+    registry: ToolRegistry | None
+    encode: Encode
+
+    async def rollout(
+        self, messages: Sequence[Mapping[str, Any]], task_id: str, index: int
+    ) -> ScoredRollout:
+        """Rollout ``index`` of the batch: loop, reward, release, rows."""
+        start = anyio.current_time()
+        try:
+            result = await self.loop.run(
+                [dict(m) for m in messages], task_id=task_id, seed=_seed(self.options, index)
+            )
+            ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
+            value, reward_error = await _score(self.reward, result, ctx)
+        finally:
+            await _release(self.manager, task_id)
+        rows = rollout_rows(result, self.encode)
+        return ScoredRollout(
+            task_id=task_id,
+            result=result,
+            reward=value,
+            tokens=rows.tokens,
+            masks=rows.masks,
+            logprobs=rows.logprobs,
+            trainable=rows.trainable,
+            seconds=anyio.current_time() - start,
+            error=redact(result.error) if result.error else reward_error,
+            reward_error=reward_error,
+        )
 
 
-def _loop(
+@asynccontextmanager
+async def _open_batch(
     server: Any,
     tools: Tools,
-    options: AgentOptions,
-    manager: SandboxManager,
     *,
+    reward: Reward | None,
     tokenizer: Tokenizer | None,
+    options: AgentOptions,
+    sandboxes: SandboxManager | None,
     limits: Limits | None,
     registry: ToolRegistry | None,
-) -> HermesAgentLoop:
+    placeholder_encode: Encode | None,
+) -> AsyncIterator[_Batch]:
+    """The batch's sandboxes and loop; a lone exception of the block comes out unwrapped."""
     schemas, names = _split_tools(tools)
-    return HermesAgentLoop.from_options(
-        server,
-        schemas,
-        names,
-        options,
-        tokenizer=tokenizer,
-        limits=limits if limits is not None else manager.limits,
-        sandboxes=manager,
-        registry=registry,
-    )
+    with single_errors():
+        async with _sandbox_manager(sandboxes, limits) as manager:
+            loop = HermesAgentLoop.from_options(
+                server,
+                schemas,
+                names,
+                options,
+                tokenizer=tokenizer,
+                limits=limits if limits is not None else manager.limits,
+                sandboxes=manager,
+                registry=registry,
+            )
+            encode = await _placeholder_encoder(loop, tokenizer, placeholder_encode)
+            yield _Batch(loop, manager, options, reward, registry, encode)
 
 
 # ------------------------------------------------------------------------------------------
@@ -333,28 +347,18 @@ async def run_rollout(
     released (shielded and bounded by the manager), and the cancellation propagates. A private
     manager is closed on the way out, releasing everything it holds.
     """
-    with single_errors():
-        async with _sandbox_manager(sandboxes, limits) as manager:
-            loop = _loop(
-                server,
-                tools,
-                options,
-                manager,
-                tokenizer=tokenizer,
-                limits=limits,
-                registry=registry,
-            )
-            encode = await _placeholder_encoder(loop, tokenizer, placeholder_encode)
-            return await _one(
-                loop,
-                manager,
-                messages,
-                task_id or str(uuid.uuid4()),
-                seed=_seed(options, 0),
-                reward=reward,
-                registry=registry,
-                encode=encode,
-            )
+    async with _open_batch(
+        server,
+        tools,
+        reward=reward,
+        tokenizer=tokenizer,
+        options=options,
+        sandboxes=sandboxes,
+        limits=limits,
+        registry=registry,
+        placeholder_encode=placeholder_encode,
+    ) as batch:
+        return await batch.rollout(messages, task_id or str(uuid.uuid4()), 0)
 
 
 async def run_group(
@@ -419,37 +423,27 @@ async def run_group(
     if len(ids) != size:
         raise ValueError(f"run_group got {len(ids)} task_ids for size={size}; pass one per rollout")
     rollouts: list[ScoredRollout | None] = [None] * size
-    with single_errors():
-        async with _sandbox_manager(sandboxes, limits) as manager:
-            loop = _loop(
-                server,
-                tools,
-                options,
-                manager,
-                tokenizer=tokenizer,
-                limits=limits,
-                registry=registry,
-            )
-            encode = await _placeholder_encoder(loop, tokenizer, placeholder_encode)
+    async with _open_batch(
+        server,
+        tools,
+        reward=reward,
+        tokenizer=tokenizer,
+        options=options,
+        sandboxes=sandboxes,
+        limits=limits,
+        registry=registry,
+        placeholder_encode=placeholder_encode,
+    ) as batch:
 
-            async def one(index: int) -> None:
-                scored = await _one(
-                    loop,
-                    manager,
-                    messages,
-                    ids[index],
-                    seed=_seed(options, index),
-                    reward=reward,
-                    registry=registry,
-                    encode=encode,
-                )
-                rollouts[index] = scored
-                if on_rollout is not None:
-                    on_rollout(scored)
+        async def one(index: int) -> None:
+            scored = await batch.rollout(messages, ids[index], index)
+            rollouts[index] = scored
+            if on_rollout is not None:
+                on_rollout(scored)
 
-            async with anyio.create_task_group() as tg:
-                for index in range(size):
-                    tg.start_soon(one, index, name=f"rollout {ids[index]}")
+        async with anyio.create_task_group() as tg:
+            for index in range(size):
+                tg.start_soon(one, index, name=f"rollout {ids[index]}")
     done = tuple(r for r in rollouts if r is not None)
     if all(r.result.error and not _has_assistant(r.result) for r in done):
         raise InferenceError(

@@ -22,11 +22,9 @@ does the work. Per group (``collect_trajectories``):
 4. :meth:`~hermes_async.agent.ScoredGroup.to_scored_data_group` gives the ``ScoredDataGroup``
    (atroposlib's default collector drops ``inference_logprobs``; this one keeps them).
 
-**Phase 2** (``server_type`` ``vllm``/``sglang``): exact prompt + sampled + suffix token ids,
-masks (-100 off-policy) and the sampled logprobs (1.0 at masked positions) — trainable.
-**Phase 1** (``server_type`` ``openai``): placeholder tokens as in the reference (the
-conversation's text re-tokenized, first token masked, logprobs 1.0) — **not trainable**; good
-for SFT-style data and evaluation.
+``server_type`` ``vllm``/``sglang`` gives Phase 2 (exact, trainable tokens); ``openai`` gives
+Phase 1 (the reference's placeholder tokens, **not trainable**: evaluation, SFT-style data); see
+:mod:`hermes_async.agent.scoring`.
 
 atroposlib is asyncio-only, so is this module: every async entry point checks the running
 library and raises :class:`~hermes_async.errors.AsyncBackendError` under trio (the rollout core
@@ -43,7 +41,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -85,6 +83,7 @@ from hermes_async.gc_tuning import gc_tuned_for_rollouts
 from hermes_async.inference.generate import GenerateClient
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
+from hermes_async.limits import Limits
 from hermes_async.tools.registry import ToolRegistry, get_tool_definitions
 from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.manager import (
@@ -119,6 +118,15 @@ def _require_asyncio(what: str) -> None:
         "atroposlib (BaseEnv, its server manager and its trajectory-API client)",
         remedy="use hermes_async.agent.run_group / run_rollout, which run under trio too",
     )
+
+
+class _CoreArgs(TypedDict):
+    reward: Reward
+    tokenizer: Tokenizer | None
+    options: AgentOptions
+    limits: Limits
+    registry: ToolRegistry | None
+    placeholder_encode: Callable[[str], list[int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +206,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             else None
         )
 
-    # -------------------------------------------------------------- what subclasses implement
-
     def format_prompt(self, item: Any) -> str:
         """Turn a dataset item into the user message."""
         raise NotImplementedError(f"{type(self).__name__} must implement format_prompt(item)")
@@ -221,8 +227,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                     return str(item[key])
         text = str(item)
         return text if len(text) <= 40 else text[:37] + "..."
-
-    # -------------------------------------------------------------- properties
 
     @property
     def phase(self) -> int:
@@ -248,24 +252,21 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     async def env_manager(self) -> None:
         """``serve``: atroposlib's loop, inside one sandbox manager for the run.
 
-        **Cancellation**: every sandbox is released (shielded, bounded) on the way out; so does
-        SIGTERM, which then exits with status 143.
+        **Cancellation**: every sandbox is released; SIGTERM does the same, then exits 143.
         """
         await self._run_entry("serve", super().env_manager)
 
     async def process_manager(self) -> None:
         """``process``: atroposlib's loop, inside one sandbox manager for the run.
 
-        **Cancellation**: every sandbox is released (shielded, bounded) on the way out; so does
-        SIGTERM, which then exits with status 143.
+        **Cancellation**: every sandbox is released; SIGTERM does the same, then exits 143.
         """
         await self._run_entry("process", super().process_manager)
 
     async def _run_evaluate(self) -> None:
         """``evaluate``: ``setup()`` then ``evaluate()``, inside one sandbox manager.
 
-        **Cancellation**: every sandbox is released (shielded, bounded) on the way out; so does
-        SIGTERM, which then exits with status 143.
+        **Cancellation**: every sandbox is released; SIGTERM does the same, then exits 143.
         """
         await self._run_entry("evaluate", super()._run_evaluate)
 
@@ -351,8 +352,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         self._next_server += 1
         return client
 
-    # -------------------------------------------------------------- tools
-
     def _resolve_tools_for_group(self) -> tuple[list[JSONObject], set[str]]:
         """``(tool_schemas, valid_names)`` for one group (reference name and shape)."""
         config = self.config
@@ -369,8 +368,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         )
         return list(schemas), set(names)
 
-    # -------------------------------------------------------------- what run_group needs
-
     def _messages(self, item: Any) -> tuple[str, list[dict[str, Any]]]:
         prompt = self.format_prompt(item)
         messages: list[dict[str, Any]] = []
@@ -379,22 +376,26 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         messages.append({"role": "user", "content": prompt})
         return prompt, messages
 
-    def _options(self, client: ModelClient, temperature: float | None = None) -> AgentOptions:
-        """The agent options for one group or rollout (a fresh sampling seed, if seeded)."""
+    def _core_args(
+        self, item: Any, client: ModelClient, temperature: float | None = None
+    ) -> _CoreArgs:
+        """What ``run_group`` / ``run_rollout`` get for ``item`` (a fresh seed, if seeded)."""
         tokens = isinstance(client, GenerateClient)
         seed = self._rng.randrange(2**31) if tokens and self.config.seed is not None else None
-        return self.config.build_agent_options(
-            temperature=temperature, token_server=tokens, seed=seed
-        )
 
-    def _tokenizer_for(self, client: ModelClient) -> Tokenizer | None:
-        return self.loop_tokenizer if isinstance(client, GenerateClient) else None
-
-    def _reward(self, item: Any) -> Reward:
         async def reward(result: AgentResult, ctx: ToolContext) -> float:
             return await self.compute_reward(item, result, ctx)
 
-        return reward
+        return _CoreArgs(
+            reward=reward,
+            tokenizer=self.loop_tokenizer if tokens else None,
+            options=self.config.build_agent_options(
+                temperature=temperature, token_server=tokens, seed=seed
+            ),
+            limits=self.limits,
+            registry=self.tool_registry,
+            placeholder_encode=self._placeholder_encode,
+        )
 
     def _placeholder_encode(self, text: str) -> list[int]:
         """Phase 1 placeholder ids, with atroposlib's tokenizer as in the reference."""
@@ -413,8 +414,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             self.on_rollout(summary)
         return summary
 
-    # -------------------------------------------------------------- one rollout
-
     async def _run_rollout(
         self,
         item: Any,
@@ -432,14 +431,9 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                 client,
                 messages,
                 tools,
-                reward=self._reward(item),
                 task_id=str(uuid.uuid4()),
-                tokenizer=self._tokenizer_for(client),
-                options=self._options(client, temperature),
                 sandboxes=manager,
-                limits=self.limits,
-                registry=self.tool_registry,
-                placeholder_encode=self._placeholder_encode,
+                **self._core_args(item, client, temperature),
             )
         finally:
             _EVALUATING.reset(token)
@@ -457,8 +451,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                 item, tools, self._pick(clients), manager, evaluating=False
             )
         return scored_data_item(rollout.scored), []
-
-    # -------------------------------------------------------------- one group
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         """Run ``group_size`` rollouts of ``item`` concurrently and build the scored group.
@@ -492,14 +484,9 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                     messages,
                     tools,
                     size=self.config.group_size,
-                    reward=self._reward(item),
-                    tokenizer=self._tokenizer_for(client),
-                    options=self._options(client),
                     sandboxes=manager,
-                    limits=self.limits,
-                    registry=self.tool_registry,
-                    placeholder_encode=self._placeholder_encode,
                     on_rollout=lambda s: self._record(item, s, evaluating=False),
+                    **self._core_args(item, client),
                 )
         finally:
             self._training_groups_running -= 1

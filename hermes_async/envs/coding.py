@@ -24,11 +24,12 @@ from pydantic import Field
 from hermes_async.agent import AgentResult, ToolContext
 from hermes_async.envs._atropos import APIServerConfig
 from hermes_async.envs._examples import CyclingItems, example_configs, oracle_tool_call
-from hermes_async.envs.base import EvalReport, HermesAgentBaseEnv
+from hermes_async.envs.base import HermesAgentBaseEnv
 from hermes_async.envs.config import HermesAgentEnvConfig
+from hermes_async.envs.results import EvalReport
 from hermes_async.errors import ConfigError
 
-__all__ = ["BUILTIN_TASKS", "CodingEnv", "CodingEnvConfig", "coding_oracle"]
+__all__ = ("BUILTIN_TASKS", "CodingEnv", "CodingEnvConfig", "coding_oracle")
 
 #: The built-in tasks: prompt, tests (plain asserts), and a reference solution for the oracle.
 BUILTIN_TASKS: list[dict[str, str]] = [

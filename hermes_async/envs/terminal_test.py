@@ -25,17 +25,18 @@ from pydantic import Field
 from hermes_async.agent import AgentResult, ToolContext
 from hermes_async.envs._atropos import APIServerConfig
 from hermes_async.envs._examples import CyclingItems, example_configs, oracle_tool_call
-from hermes_async.envs.base import EvalReport, HermesAgentBaseEnv
+from hermes_async.envs.base import HermesAgentBaseEnv
 from hermes_async.envs.config import HermesAgentEnvConfig
+from hermes_async.envs.results import EvalReport
 
-__all__ = [
+__all__ = (
     "EVAL_TASKS",
     "ORACLE_COMMANDS",
     "TRAIN_TASKS",
     "TerminalTestEnv",
     "TerminalTestEnvConfig",
     "terminal_test_oracle",
-]
+)
 
 #: Training tasks (the reference's three, with its expected contents).
 TRAIN_TASKS: list[dict[str, str]] = [
