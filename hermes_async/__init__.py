@@ -1,14 +1,27 @@
 """hermes_async: a natively async (anyio) rollout layer for agentic RL.
 
 The public API is re-exported here; everything else lives in its own module
-(``hermes_async.agent_loop``, ``hermes_async.tools.registry``, ...) or in ``_private`` modules
-that are not API.
+(``hermes_async.agent``, ``hermes_async.tools.registry``, ...) or in ``_private`` modules that are
+not API. ``hermes_async.agent`` is the rollout core (the loop, ``ToolContext``, ``run_group``);
+``hermes_async.envs`` the atroposlib adapter on top of it.
 """
 
 from __future__ import annotations
 
-from hermes_async.agent_loop import AgentResult, ChatServer, HermesAgentLoop, ToolError
-from hermes_async.budget import BudgetConfig
+from hermes_async.agent import (
+    AgentOptions,
+    AgentResult,
+    BudgetConfig,
+    ChatServer,
+    HermesAgentLoop,
+    Reward,
+    ScoredGroup,
+    ScoredRollout,
+    ToolContext,
+    ToolError,
+    run_group,
+    run_rollout,
+)
 from hermes_async.errors import (
     ConfigError,
     HermesAsyncError,
@@ -46,7 +59,6 @@ from hermes_async.limits import (
     open_lag_monitor,
 )
 from hermes_async.parsers import ParseResult, ToolCallParser, get_parser, list_parsers
-from hermes_async.tool_context import ToolContext
 from hermes_async.tools.registry import (
     Tool,
     ToolDefinitions,
@@ -75,8 +87,9 @@ from hermes_async.tools.toolsets import (
 
 __version__ = "0.1.0"
 
-__all__ = [
+__all__ = (
     "JSON",
+    "AgentOptions",
     "AgentResult",
     "AtroposGenerateClient",
     "BudgetConfig",
@@ -100,11 +113,14 @@ __all__ = [
     "ParseError",
     "ParseResult",
     "RetryPolicy",
+    "Reward",
     "SGLangGenerateClient",
     "SamplingParams",
     "Sandbox",
     "SandboxError",
     "SandboxManager",
+    "ScoredGroup",
+    "ScoredRollout",
     "TokenClient",
     "TokenDelta",
     "Tokenizer",
@@ -135,7 +151,9 @@ __all__ = [
     "make_backend_factory",
     "open_lag_monitor",
     "open_sandbox_manager",
+    "run_group",
+    "run_rollout",
     "sample_toolsets_from_distribution",
     "tune_gc_for_rollouts",
     "use_sandbox_manager",
-]
+)

@@ -239,6 +239,7 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
         print(f"hermes-async demo: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
+    _build_configs(env_over, openai_over, out)  # bad flags fail before the output is touched
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("terminal_test.jsonl", "terminal_test.html"):
         (out / stale).unlink(missing_ok=True)  # atroposlib would write *_1.jsonl instead

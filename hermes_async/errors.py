@@ -8,7 +8,7 @@ transport details. Programmer mistakes (a bad argument to a public function) are
 
 Failures the *model* causes (unknown tool, invalid JSON arguments, a command that exits non-zero,
 a tool that times out) are never raised from the agent loop: they become a model-visible message
-and a :class:`~hermes_async.agent_loop.ToolError` record. The classes below that describe such
+and a :class:`~hermes_async.agent.ToolError` record. The classes below that describe such
 failures (:class:`ToolArgumentsError`, :class:`ToolTimeoutError`) exist so tool handlers can
 signal them precisely; the dispatcher turns them into observations.
 

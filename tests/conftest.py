@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 # Set before anything imports transformers / wandb / huggingface_hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ["WANDB_MODE"] = os.environ.get("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# Hypothesis keeps its example database (and caches) in ./.hypothesis by default: tests must not
+# write into the checkout, so it lives in the temp directory (still shared across runs).
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "hermes-async-hypothesis")
+)
 
 import pytest
 

@@ -45,11 +45,16 @@ def test_demo_phase1_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "Phase 1" in printed and "3 rollouts, mean reward 1.00" in printed
 
 
-def test_demo_rejects_unknown_flags() -> None:
+def test_demo_rejects_unknown_flags(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="unrecognized argument '--bogus'"):
         _parse_overrides(["--bogus", "1"])
     with pytest.raises(SystemExit, match="needs a value"):
         _parse_overrides(["--env.group_size"])
     assert _parse_overrides(["--env.a", "1", "--openai.b=2"]) == ({"a": "1"}, {"b": "2"})
+    out = tmp_path / "out"
+    (out).mkdir()
+    (out / "terminal_test.jsonl").write_text("a previous run\n")
     with pytest.raises(SystemExit, match="unknown --env fields: nonsense"):
-        main(["demo", "--env.nonsense", "1"])
+        main(["demo", "--out", str(out), "--env.nonsense", "1"])
+    # Rejected before anything in the output directory was touched.
+    assert (out / "terminal_test.jsonl").read_text() == "a previous run\n"

@@ -31,9 +31,12 @@ async def test_readme_embedding_example_runs() -> None:
 
     server = ScriptedModelServer(namespace["oracle"])
     async with open_loopback_server(server) as base_url:
-        rows = await namespace["run_batch"](base_url, 4)
-    assert [row["score"] for row in rows] == [1.0] * 4
-    for row in rows:
-        assert len(row["tokens"]) == len(row["masked_tokens"]) == len(row["logprobs"])
-        trained = [t for t in row["masked_tokens"] if t != -100]
+        batch = await namespace["run_batch"](base_url, 4)
+    assert batch["scores"] == [1.0] * 4
+    for tokens, masks, logprobs in zip(
+        batch["tokens"], batch["masks"], batch["inference_logprobs"], strict=True
+    ):
+        assert len(tokens) == len(masks) == len(logprobs)
+        trained = [t for t in masks if t != -100]
         assert trained, "sampled tokens are trained"
+    assert len(batch["messages"]) == 4 and batch["messages"][0][-1]["role"] == "assistant"

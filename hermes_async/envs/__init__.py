@@ -1,8 +1,11 @@
 """Atropos environments: :class:`HermesAgentBaseEnv` and example environments.
 
-Needs the ``atropos`` extra (``pip install 'hermes-async[atropos]'``); the names below are
-imported on first use, so ``import hermes_async.envs`` is cheap and a missing extra is an
-``ImportError`` naming it. atroposlib is asyncio-only, and so are these environments.
+A thin adapter: the rollouts themselves are :mod:`hermes_async.agent`'s ``run_group`` /
+``run_rollout``; this package maps atroposlib's config, entry points, evaluation and wandb
+logging onto them. Needs the ``atropos`` extra (``pip install 'hermes-async[atropos]'``); the
+names below are imported on first use, so ``import hermes_async.envs`` is cheap and a missing
+extra is an ``ImportError`` naming it. atroposlib is asyncio-only, and so are these
+environments.
 """
 
 from __future__ import annotations
@@ -11,17 +14,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hermes_async.envs.base import (
-        AsyncBackendError,
-        EvalReport,
-        HermesAgentBaseEnv,
-        HermesAgentEnvConfig,
-        RolloutSummary,
-    )
+    from hermes_async.envs.base import EvalReport, HermesAgentBaseEnv, RolloutSummary
     from hermes_async.envs.coding import CodingEnv, CodingEnvConfig
+    from hermes_async.envs.config import HermesAgentEnvConfig
     from hermes_async.envs.terminal_test import TerminalTestEnv, TerminalTestEnvConfig
+    from hermes_async.errors import AsyncBackendError
 
-__all__ = [
+__all__ = (
     "AsyncBackendError",
     "CodingEnv",
     "CodingEnvConfig",
@@ -31,13 +30,14 @@ __all__ = [
     "RolloutSummary",
     "TerminalTestEnv",
     "TerminalTestEnvConfig",
-]
+)
 
+# Where each name lives (AsyncBackendError is hermes_async.errors', re-exported by base).
 _WHERE = {
     "AsyncBackendError": "base",
     "EvalReport": "base",
     "HermesAgentBaseEnv": "base",
-    "HermesAgentEnvConfig": "base",
+    "HermesAgentEnvConfig": "config",
     "RolloutSummary": "base",
     "CodingEnv": "coding",
     "CodingEnvConfig": "coding",

@@ -1,19 +1,27 @@
 """Text renderings for dashboards and terminals: trajectories, progress, the summary table.
 
 Everything here is pure (strings in, strings out) except :class:`ProgressBar`, which writes to
-a stream. Trajectories are redacted (:func:`~hermes_async.envs._redact.redact`) because they go
+a stream. Trajectories are redacted (:func:`~hermes_async._redact.redact`) because they go
 to wandb tables and terminals.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from hermes_async.envs._redact import redact
+from hermes_async._redact import redact
+from hermes_async.agent import ToolError
 
-__all__ = ["ProgressBar", "format_table", "format_trajectory_for_display"]
+__all__ = (
+    "ProgressBar",
+    "format_table",
+    "format_tool_errors",
+    "format_trajectory_for_display",
+    "tool_error_entry",
+    "wandb_rows",
+)
 
 #: Truncation of each section, as the reference's display did.
 REASONING_DISPLAY_CHARS = 300
@@ -23,6 +31,46 @@ TOOL_RESULT_DISPLAY_CHARS = 500
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def tool_error_entry(error: ToolError) -> dict[str, Any]:
+    """One tool error as kept for the ``train/tool_error_details`` metric (redacted, clipped)."""
+    return {
+        "turn": error.turn,
+        "tool": error.tool_name,
+        "args": redact(error.arguments[:150]),
+        "error": redact(error.error[:300]),
+        "result": redact(error.tool_result[:300]),
+    }
+
+
+def format_tool_errors(entries: Sequence[Mapping[str, Any]]) -> str:
+    """``[turn N] tool(args) -> error`` lines of :func:`tool_error_entry` records."""
+    return "\n".join(
+        f"[turn {e['turn']}] {e['tool']}({e['args'][:80]}) -> {e['error'][:150]}" for e in entries
+    )
+
+
+def wandb_rows(
+    scored_data: Mapping[str, Any], keep: int, decode: Callable[[Sequence[int]], str]
+) -> list[tuple[str, float]]:
+    """``(text, score)`` rows of a scored group for the wandb rollout table (redacted).
+
+    The first ``keep`` rollouts (``-1``: all); a rollout's text is its formatted trajectory,
+    or its decoded tokens when the group carries no messages.
+    """
+    scores = list(scored_data.get("scores") or [])
+    if keep == -1:
+        keep = len(scores)
+    messages = scored_data.get("messages") or []
+    rows: list[tuple[str, float]] = []
+    for index in range(min(keep, len(scores))):
+        if index < len(messages) and messages[index]:
+            text = format_trajectory_for_display(messages[index])
+        else:
+            text = redact(decode(scored_data["tokens"][index]))
+        rows.append((text, scores[index]))
+    return rows
 
 
 def format_trajectory_for_display(messages: Sequence[Mapping[str, Any]]) -> str:

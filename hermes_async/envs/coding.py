@@ -19,15 +19,17 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from pydantic import Field
 
-from hermes_async.agent_loop import AgentResult
-from hermes_async.envs.base import EvalReport, HermesAgentBaseEnv, HermesAgentEnvConfig
+from hermes_async.agent import AgentResult, ToolContext
+from hermes_async.envs._atropos import APIServerConfig
+from hermes_async.envs._examples import CyclingItems, example_configs, oracle_tool_call
+from hermes_async.envs.base import HermesAgentBaseEnv
+from hermes_async.envs.config import HermesAgentEnvConfig
+from hermes_async.envs.results import EvalReport
 from hermes_async.errors import ConfigError
-from hermes_async.tool_context import ToolContext
 
-__all__ = ["BUILTIN_TASKS", "CodingEnv", "CodingEnvConfig", "coding_oracle"]
+__all__ = ("BUILTIN_TASKS", "CodingEnv", "CodingEnvConfig", "coding_oracle")
 
 #: The built-in tasks: prompt, tests (plain asserts), and a reference solution for the oracle.
 BUILTIN_TASKS: list[dict[str, str]] = [
@@ -80,7 +82,7 @@ class CodingEnvConfig(HermesAgentEnvConfig):
     eval_fraction: float = Field(default=0.25, description="Share of items held out for eval.")
 
 
-class CodingEnv(HermesAgentBaseEnv):
+class CodingEnv(CyclingItems, HermesAgentBaseEnv):
     """Function-writing tasks, rewarded by running their tests in the sandbox."""
 
     name = "coding"
@@ -89,25 +91,14 @@ class CodingEnv(HermesAgentBaseEnv):
     @classmethod
     def config_init(cls) -> tuple[CodingEnvConfig, list[APIServerConfig]]:
         """Defaults: terminal + file tools, 15 turns, groups of 4, local sandboxes."""
-        config = CodingEnvConfig(
-            enabled_toolsets=["terminal", "file"],
+        return example_configs(
+            CodingEnvConfig,
             max_agent_turns=15,
-            max_token_length=4096,
             system_prompt=SYSTEM_PROMPT,
-            terminal_backend="local",
             group_size=4,
             steps_per_eval=50,
             total_steps=8,
-            use_wandb=False,
         )
-        server = APIServerConfig(
-            base_url="http://127.0.0.1:8000/v1",
-            model_name="default",
-            server_type="vllm",
-            api_key="x",
-            health_check=False,
-        )
-        return config, [server]
 
     async def setup(self) -> None:
         """Load the built-in tasks or the HF dataset; hold out an eval split.
@@ -149,15 +140,6 @@ class CodingEnv(HermesAgentBaseEnv):
                 }
             )
         return items
-
-    async def get_next_item(self) -> dict[str, str]:
-        """Cycle through the training items.
-
-        **Cancellation**: nothing to clean up.
-        """
-        item = self.train_items[self._index % len(self.train_items)]
-        self._index += 1
-        return item
 
     def format_prompt(self, item: dict[str, str]) -> str:
         prompt = item["prompt"] + "\nPut it in solution.py in the current directory."
@@ -202,15 +184,12 @@ def coding_oracle() -> Callable[[Any], str]:
             return "I cannot solve this one."
         steps = sum(1 for m in messages[users[-1] :] if m.get("role") == "tool")
         if steps == 0:
-            call = {
-                "name": "write_file",
-                "arguments": {"path": "solution.py", "content": task["solution"]},
-            }
-            return "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
+            return oracle_tool_call(
+                "write_file", {"path": "solution.py", "content": task["solution"]}
+            )
         if steps == 1:
             command = "python3 -c " + json.dumps(task["test"])
-            call = {"name": "terminal", "arguments": {"command": command}}
-            return "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
+            return oracle_tool_call("terminal", {"command": command})
         return "solution.py is written and its tests pass."
 
     return policy

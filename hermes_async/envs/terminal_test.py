@@ -17,25 +17,26 @@ or offline against the scripted oracle model with ``hermes-async demo``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from pydantic import Field
 
-from hermes_async.agent_loop import AgentResult
-from hermes_async.envs.base import EvalReport, HermesAgentBaseEnv, HermesAgentEnvConfig
-from hermes_async.tool_context import ToolContext
+from hermes_async.agent import AgentResult, ToolContext
+from hermes_async.envs._atropos import APIServerConfig
+from hermes_async.envs._examples import CyclingItems, example_configs, oracle_tool_call
+from hermes_async.envs.base import HermesAgentBaseEnv
+from hermes_async.envs.config import HermesAgentEnvConfig
+from hermes_async.envs.results import EvalReport
 
-__all__ = [
+__all__ = (
     "EVAL_TASKS",
     "ORACLE_COMMANDS",
     "TRAIN_TASKS",
     "TerminalTestEnv",
     "TerminalTestEnvConfig",
     "terminal_test_oracle",
-]
+)
 
 #: Training tasks (the reference's three, with its expected contents).
 TRAIN_TASKS: list[dict[str, str]] = [
@@ -91,38 +92,32 @@ class TerminalTestEnvConfig(HermesAgentEnvConfig):
     eval_size: int = Field(default=0, description="Eval tasks to run (0: all).")
 
 
-class TerminalTestEnv(HermesAgentBaseEnv):
-    """File-writing tasks verified in the sandbox; the minimal end-to-end environment."""
+class TerminalTestEnv(CyclingItems, HermesAgentBaseEnv):
+    """File-writing tasks verified in the sandbox; the minimal end-to-end environment.
+
+    ``reward_buffer`` / ``partial_buffer`` collect training rewards for ``wandb_log``; they are
+    listed in ``train_buffers``, so an evaluation never leaves its rewards there.
+    """
 
     name = "terminal_test"
     env_config_cls = TerminalTestEnvConfig
+    train_buffers = ("reward_buffer", "partial_buffer")
 
     @classmethod
     def config_init(cls) -> tuple[TerminalTestEnvConfig, list[APIServerConfig]]:
         """Defaults: terminal + file tools, 10 turns, groups of 3, local sandboxes, a vLLM
         server on localhost (override with ``--openai.*``)."""
-        config = TerminalTestEnvConfig(
-            enabled_toolsets=["terminal", "file"],
+        return example_configs(
+            TerminalTestEnvConfig,
             max_agent_turns=10,
-            max_token_length=4096,
             agent_temperature=1.0,
             system_prompt=SYSTEM_PROMPT,
-            terminal_backend="local",
             group_size=3,
             steps_per_eval=3,
             total_steps=3,
-            use_wandb=False,
             ensure_scores_are_not_same=False,
             tool_call_parser="hermes",
         )
-        server = APIServerConfig(
-            base_url="http://127.0.0.1:8000/v1",
-            model_name="default",
-            server_type="vllm",
-            api_key="x",
-            health_check=False,
-        )
-        return config, [server]
 
     async def setup(self) -> None:
         """Load the inline tasks; reset the metric buffers.
@@ -135,15 +130,6 @@ class TerminalTestEnv(HermesAgentBaseEnv):
         self.reward_buffer: list[float] = []
         self.partial_buffer: list[float] = []
         self.last_eval_report: EvalReport | None = getattr(self, "last_eval_report", None)
-
-    async def get_next_item(self) -> dict[str, str]:
-        """Cycle through the training tasks.
-
-        **Cancellation**: nothing to clean up.
-        """
-        item = self.train_items[self._index % len(self.train_items)]
-        self._index += 1
-        return item
 
     def format_prompt(self, item: dict[str, str]) -> str:
         return item["prompt"]
@@ -195,14 +181,6 @@ class TerminalTestEnv(HermesAgentBaseEnv):
         await super().wandb_log(metrics)
 
 
-def _tool_call(name: str, arguments: dict[str, Any]) -> str:
-    return (
-        "<tool_call>\n"
-        + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-        + "\n</tool_call>"
-    )
-
-
 def terminal_test_oracle() -> Callable[[Any], str]:
     """A scripted policy that solves every TerminalTestEnv task (for the demo and tests).
 
@@ -223,11 +201,11 @@ def terminal_test_oracle() -> Callable[[Any], str]:
             return "I do not know this task."
         steps = sum(1 for m in messages[users[-1] :] if m.get("role") == "tool")
         if steps == 0:
-            return "I'll write the file.\n" + _tool_call(
+            return "I'll write the file.\n" + oracle_tool_call(
                 "terminal", {"command": ORACLE_COMMANDS[task["name"]]}
             )
         if steps == 1:
-            return _tool_call("read_file", {"path": task["verify_path"]})
+            return oracle_tool_call("read_file", {"path": task["verify_path"]})
         return f"Done: {task['verify_path']} is written and checked."
 
     return policy

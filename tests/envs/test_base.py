@@ -20,6 +20,7 @@ from hermes_async.envs.terminal_test import (
     TerminalTestEnv,
     terminal_test_oracle,
 )
+from hermes_async.errors import ConfigError
 from hermes_async.testing.scripted_server import PolicyRequest
 from hermes_async.tool_context import ToolContext
 from hermes_async.tools.sandbox.local import find_sandbox_processes
@@ -180,22 +181,53 @@ class FailingPromptEnv(TerminalTestEnv):
 
     def format_prompt(self, item: dict[str, str]) -> str:
         type(self).calls += 1
-        if type(self).calls == 3:
-            raise ValueError("bad item for rollout 3")
+        if type(self).calls == 2:
+            raise ValueError("bad item for group 2")
         return item["prompt"]
+
+
+async def test_failing_prompt_fails_its_group_and_leaves_no_sandbox(tmp_path: Path) -> None:
+    # format_prompt runs once per group (the group's rollouts share one prompt).
+    factory = CountingFactory(tmp_path / "sandboxes")
+    async with serve_policy(terminal_test_oracle()) as (url, _):
+        env = FailingPromptEnv(env_config(tmp_path), [server_config(url)])
+        with_factory(env, factory)
+        await env.setup()
+        group, _ = await env.collect_trajectories(GREETING)
+        assert group is not None and group["scores"] == [1.0, 1.0, 1.0]
+        with pytest.raises(ValueError, match="bad item for group 2"):
+            await env.collect_trajectories(GREETING)
+    assert len(factory.created) == 3 and factory.leftovers() == []
+
+
+def first_answers_others_sleep() -> Any:
+    served = 0
+
+    def policy(request: PolicyRequest) -> str:
+        nonlocal served
+        served += 1
+        return "done" if served == 1 else sleeper_policy(request)
+
+    return policy
 
 
 async def test_failing_rollout_cancels_siblings_and_propagates(tmp_path: Path) -> None:
     factory = CountingFactory(tmp_path / "sandboxes")
-    async with serve_policy(sleeper_policy) as (url, _):
-        env = FailingPromptEnv(env_config(tmp_path), [server_config(url)])
+    async with serve_policy(first_answers_others_sleep()) as (url, _):
+        env = TerminalTestEnv(env_config(tmp_path), [server_config(url)])
         with_factory(env, factory)
         await env.setup()
+
+        def explode(summary: Any) -> None:  # runs inside the rollout that just finished
+            raise ValueError(f"progress display broke on {summary.label}")
+
+        env.on_rollout = explode
         start = anyio.current_time()
-        with pytest.raises(ValueError, match="bad item for rollout 3"):
+        with pytest.raises(ValueError, match="progress display broke on greeting"):
             await env.collect_trajectories(GREETING)
         assert anyio.current_time() - start < 30  # the sleeping siblings were cancelled
     assert factory.leftovers() == []
+    assert all(find_sandbox_processes(s.sandbox_id) == [] for s in factory.created)
 
 
 async def test_unreachable_server_is_a_clear_error_within_bounded_time(tmp_path: Path) -> None:
@@ -218,6 +250,8 @@ async def test_unreachable_server_is_a_clear_error_within_bounded_time(tmp_path:
 
 class BufferingEnv(TerminalTestEnv):
     """Appends every reward to a buffer, unconditionally (the reference pitfall)."""
+
+    train_buffers = (*TerminalTestEnv.train_buffers, "my_reward_buffer")
 
     async def compute_reward(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
         reward = await super().compute_reward(item, result, ctx)
@@ -259,6 +293,29 @@ async def test_eval_helper_runs_agent_loop_bounded_and_keeps_buffers_clean(
     assert metrics["results"]["all"]["eval/accuracy"] == 1.0
     samples = (tmp_path / "evals" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 4 and "[TOOL CALL] terminal" in json.loads(samples[0])["trajectory"]
+
+
+class UnlistedBufferEnv(BufferingEnv):
+    train_buffers = TerminalTestEnv.train_buffers  # my_reward_buffer not listed
+
+
+class TypoBufferEnv(TerminalTestEnv):
+    train_buffers = ("reward_bufer",)
+
+
+async def test_only_listed_train_buffers_are_rolled_back(tmp_path: Path) -> None:
+    async with serve_policy(terminal_test_oracle()) as (url, _):
+        env = UnlistedBufferEnv(env_config(tmp_path), [server_config(url)])
+        await env.setup()
+        env.my_reward_buffer = []
+        env.results_buffer = ["kept"]  # a list named *_buffer that is no metric: untouched
+        await env.run_agent_eval(EVAL_TASKS, log=False)
+        assert env.my_reward_buffer == [1.0]  # not listed: kept (no name heuristic)
+        assert env.results_buffer == ["kept"]
+        typo = TypoBufferEnv(env_config(tmp_path), [server_config(url)])
+        await typo.setup()
+        with pytest.raises(ConfigError, match=r"train_buffers names 'reward_bufer'.*no such"):
+            await typo.run_agent_eval(EVAL_TASKS, log=False)
 
 
 async def test_terminal_test_evaluate_uses_tools(tmp_path: Path) -> None:

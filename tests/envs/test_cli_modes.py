@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hermes_async.envs.base import _resolve_tokenizer
+from hermes_async.envs.config import resolve_tokenizer
 from hermes_async.envs.terminal_test import terminal_test_oracle
 from hermes_async.inference.hf import qwen_offline_hf_dir
 from tests.envs.helpers import serve_policy
@@ -75,6 +75,6 @@ async def test_evaluate_mode_runs_the_agent_loop(tmp_path: Path) -> None:
 
 def test_tokenizer_names_resolve_to_local_directories(tmp_path: Path) -> None:
     built = qwen_offline_hf_dir()
-    assert _resolve_tokenizer("qwen-offline") == (str(built), True)
-    assert _resolve_tokenizer(str(built)) == (str(built), True)
-    assert _resolve_tokenizer(str(tmp_path)) == (str(tmp_path), False)
+    assert resolve_tokenizer("qwen-offline") == (str(built), True)
+    assert resolve_tokenizer(str(built)) == (str(built), True)
+    assert resolve_tokenizer(str(tmp_path)) == (str(tmp_path), False)

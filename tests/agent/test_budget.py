@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_async.budget import (
+from hermes_async.agent.budget import (
     DEFAULT_BUDGET,
     PERSISTED_OUTPUT_TAG,
     BudgetConfig,

@@ -1,4 +1,4 @@
-"""Secret redaction for everything the environments log or send to wandb.
+"""Secret redaction for everything the library logs, reports as an error, or sends to wandb.
 
 Two nets, applied together by :func:`redact`:
 
@@ -11,8 +11,8 @@ Two nets, applied together by :func:`redact`:
   at least :data:`MIN_SECRET_VALUE_CHARS` long is replaced wherever it appears, whatever its
   shape.
 
-Redaction is for logs and dashboards (tool error details, rollout tables, exception messages),
-never for training data: the JSONL of scored groups keeps the exact messages the tokens encode.
+Redaction is for logs and dashboards (tool error details, rollout tables, exception messages,
+the ``error`` of a scored rollout), never for training data: the JSONL of scored groups keeps the exact messages the tokens encode.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["MIN_SECRET_VALUE_CHARS", "REDACTED", "redact", "secret_env_values"]
+__all__ = ("MIN_SECRET_VALUE_CHARS", "REDACTED", "redact", "secret_env_values")
 
 #: What a secret is replaced with.
 REDACTED = "[REDACTED]"

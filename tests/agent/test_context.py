@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
+from hermes_async.agent import ToolContext
 from hermes_async.errors import SandboxError
 from hermes_async.testing.fake_sandbox import FakeSandbox, FakeSandboxFactory
 from hermes_async.testing.sandbox_conformance import make_tar
-from hermes_async.tool_context import ToolContext
 from hermes_async.tools.registry import ToolRuntime, dispatch
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.local import LocalSandbox, find_sandbox_processes, local_factory

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hermes_async.agent_loop import AgentResult, HermesAgentLoop
+from hermes_async.agent import AgentResult, HermesAgentLoop
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime, get_tool_definitions
 
@@ -240,7 +240,7 @@ async def _huge(args: JSONObject, runtime: ToolRuntime) -> str:
 
 
 async def test_oversized_result_is_persisted_into_the_sandbox() -> None:
-    from hermes_async.budget import BudgetConfig
+    from hermes_async.agent.budget import BudgetConfig
     from hermes_async.tools.sandbox.manager import open_sandbox_manager
 
     reg = _registry()

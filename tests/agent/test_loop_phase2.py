@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hermes_async.agent_loop import HermesAgentLoop
+from hermes_async.agent import HermesAgentLoop
 from hermes_async.inference.generate import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.inference.trajectory import MASK_ID

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hermes_async.agent_loop import HermesAgentLoop
+from hermes_async.agent import HermesAgentLoop
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.limits import Limits

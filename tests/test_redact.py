@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes_async.envs._redact import REDACTED, redact, secret_env_values
+from hermes_async._redact import REDACTED, redact, secret_env_values
 
 
 def test_known_token_shapes_and_assignments_are_redacted() -> None:

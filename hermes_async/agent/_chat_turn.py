@@ -1,0 +1,169 @@
+"""Phase 1 turns: OpenAI-style chat completions, with the reference's ``<tool_call>`` fallback.
+
+:class:`ChatTurns` runs the turns of one rollout against anything with ``async
+chat_completion(**kwargs)`` returning an OpenAI-shaped response (our
+:class:`~hermes_async.inference.chat.ChatClient`, an atroposlib ``ServerManager``, ...).
+Structured ``tool_calls`` are used; when there are none but the content holds ``<tool_call>``
+text, the hermes parser recovers the calls (the reference's fallback). Responses may be objects
+or dicts: servers differ, so fields are read either way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from hermes_async.agent._tool_runner import RunTools, ToolCall
+from hermes_async.agent._transcript import assistant_message
+from hermes_async.agent.result import AgentResult
+from hermes_async.jsontypes import JSONObject
+from hermes_async.parsers import get_parser
+
+__all__ = ("ChatTurns", "extract_reasoning", "normalize_tool_calls")
+
+logger = logging.getLogger("hermes_async.agent.loop")
+
+
+def _get(obj: object, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def extract_reasoning(message: object) -> str | None:
+    """The reasoning text of a Phase 1 message, as the reference looked for it.
+
+    First non-empty of ``reasoning_content``, ``reasoning``, then the ``text`` of the first
+    ``reasoning_details`` entry that has one.
+    """
+    for attr in ("reasoning_content", "reasoning"):
+        value = _get(message, attr)
+        if isinstance(value, str) and value.strip():
+            return value
+    details = _get(message, "reasoning_details")
+    if isinstance(details, Sequence) and not isinstance(details, str):
+        for item in details:
+            text = _get(item, "text")
+            if isinstance(text, str) and text.strip():
+                return text
+    return None
+
+
+def normalize_tool_calls(raw_calls: Sequence[object]) -> list[ToolCall]:
+    """Turn object- or dict-shaped tool calls into :class:`ToolCall` (arguments as a string)."""
+    calls: list[ToolCall] = []
+    for raw in raw_calls:
+        function = _get(raw, "function")
+        name = _get(function, "name") if function is not None else _get(raw, "name")
+        args = _get(function, "arguments") if function is not None else _get(raw, "arguments")
+        if args is None:
+            args_text = "{}"
+        elif isinstance(args, str):
+            args_text = args
+        else:
+            args_text = json.dumps(args, ensure_ascii=False)
+        call_id = _get(raw, "id") or f"call_{uuid.uuid4().hex[:8]}"
+        calls.append(ToolCall(str(call_id), str(name or ""), args_text))
+    return calls
+
+
+class ChatTurns:
+    """The Phase 1 turn strategy: one chat completion per turn, then that turn's tools.
+
+    Args:
+        complete: The server's ``chat_completion`` coroutine function.
+        tool_schemas: Tools offered to the model.
+        max_turns: Maximum model calls.
+        temperature: Sampling temperature.
+        max_tokens: Per-turn completion cap (``None``: the server's default).
+        extra_body: Extra request fields.
+        turn_timeout: Deadline of one model call in seconds (``None``: none).
+    """
+
+    def __init__(
+        self,
+        complete: Callable[..., Awaitable[Any]],
+        *,
+        tool_schemas: Sequence[JSONObject],
+        max_turns: int,
+        temperature: float,
+        max_tokens: int | None,
+        extra_body: Mapping[str, Any] | None,
+        turn_timeout: float | None,
+    ) -> None:
+        self._complete = complete
+        self._schemas = list(tool_schemas)
+        self._max_turns = max_turns
+        self._turn_timeout = turn_timeout
+        # The request's fixed part, built once; each turn adds the (growing) message list.
+        request: dict[str, Any] = {"n": 1, "temperature": temperature}
+        if self._schemas:
+            request["tools"] = self._schemas
+        if max_tokens is not None:
+            request["max_tokens"] = max_tokens
+        if extra_body:
+            request["extra_body"] = dict(extra_body)
+        self._request = request
+
+    async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
+        """Run the rollout's turns; stop on an answer without calls, a failure or max_turns.
+
+        ``seed`` is not sent: chat requests never carried one (as in the reference).
+
+        **Cancellation**: the model request is cancelled (its HTTP stream closed) and running
+        tools are cancelled; the interrupted turn stays in flight on ``tools``.
+        """
+        messages = result.messages
+        deadline = self._turn_timeout if self._turn_timeout is not None else math.inf
+        for turn in range(self._max_turns):
+            timing: dict[str, float] = {"turn": float(turn + 1)}
+            result.timings.append(timing)
+            result.turns_used = turn + 1
+            start = anyio.current_time()
+            try:
+                with anyio.fail_after(deadline):
+                    response = await self._complete(messages=messages, **self._request)
+            except TimeoutError:
+                result.error = f"model call timed out after {self._turn_timeout:g} s"
+                return
+            except Exception as exc:
+                logger.warning("task %s: model call failed: %s", tools.task_id, exc)
+                result.error = f"model call failed: {type(exc).__name__}: {exc}"
+                return
+            timing["generation_seconds"] = anyio.current_time() - start
+            choices = _get(response, "choices") if response is not None else None
+            if not choices:
+                result.error = "model returned no choices"
+                return
+            message = _get(choices[0], "message")
+            reasoning = extract_reasoning(message)
+            result.reasoning_per_turn.append(reasoning)
+            content = _get(message, "content")
+            calls = normalize_tool_calls(_get(message, "tool_calls") or [])
+            if not calls and self._schemas and isinstance(content, str):
+                content, calls = self._fallback_parse(content, tools.task_id)
+            if not calls:
+                messages.append(assistant_message(content, (), reasoning))
+                result.finished_naturally = True
+                return
+            assistant = assistant_message(content, calls, reasoning)
+            await tools.run_calls(result, turn + 1, calls, timing, assistant)
+
+    def _fallback_parse(self, content: str, task_id: str) -> tuple[str | None, list[ToolCall]]:
+        """Recover ``<tool_call>`` blocks from Phase 1 content (the reference's fallback)."""
+        if "<tool_call>" not in content:
+            return content, []
+        try:
+            parsed = get_parser("hermes", tools=self._schemas).parse(content)
+        except Exception:  # a parser bug must not end the rollout; the text stays content
+            logger.warning("task %s: fallback tool-call parse failed", task_id, exc_info=True)
+            return content, []
+        if not parsed.tool_calls:
+            return content, []
+        return parsed.content, normalize_tool_calls(parsed.tool_calls)

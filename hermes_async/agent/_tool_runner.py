@@ -1,0 +1,288 @@
+"""Running one turn's tool calls: in order by default, in parallel on request, started early.
+
+The agent loop submits each tool call the moment it is known (in Phase 2: the moment the parser
+seals it, while the model is still generating). :class:`TurnToolRunner` starts it at once — or,
+in sequential mode, as soon as the previous call of the same turn has finished — and keeps the
+outcomes in call order, so the tool messages appended afterwards are in the order the model wrote
+the calls, whatever order they finished in.
+
+All tasks live in the task group the caller passes in; the caller's scope owns them, so a
+deadline or a cancellation of the turn cancels running tools too (their handlers kill their
+process groups on the way out).
+
+:class:`RunTools` is the per-run half: one per :meth:`HermesAgentLoop.run
+<hermes_async.agent.loop.HermesAgentLoop.run>`, it holds the rollout's tool runtime and the turn
+whose tools are in flight, applies the result budget and appends a finished turn's messages.
+Keeping it per run (not on the loop) is what lets one loop instance run several rollouts at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskGroup
+
+from hermes_async.agent._transcript import interrupted_turn, tool_message
+from hermes_async.agent.budget import BudgetConfig, enforce_turn_budget, maybe_persist_tool_result
+from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
+from hermes_async.jsontypes import JSONObject
+from hermes_async.tools.registry import (
+    ToolOutcome,
+    ToolRegistry,
+    ToolRuntime,
+    builtin_registry,
+    dispatch,
+)
+from hermes_async.tools.sandbox.base import Sandbox
+
+__all__ = ("RunTools", "ToolCall", "ToolSettings", "TurnToolRunner")
+
+logger = logging.getLogger("hermes_async.agent.loop")
+
+
+@dataclass(slots=True, eq=False)
+class ToolCall:
+    """One tool call of a turn: what the model wrote and, once run, its outcome.
+
+    The one tool-call value inside the agent: Phase 1 builds it from the server's structured
+    ``tool_calls``, Phase 2 from the parser's sealed calls; the runner fills in the rest.
+
+    Attributes:
+        call_id: The call's id (the model's, or one made up for it).
+        name: The tool name as the model spelled it.
+        arguments: The raw argument string.
+        index: Position in the turn (set on submission).
+        submitted_at: Clock time of submission.
+        started_at: Clock time the tool started (after the previous call, in sequential mode).
+        outcome: What the model is shown, once the call finished.
+    """
+
+    call_id: str
+    name: str
+    arguments: str
+    index: int = -1
+    submitted_at: float = 0.0
+    started_at: float | None = None
+    outcome: ToolOutcome | None = None
+    done: anyio.Event = field(default_factory=anyio.Event, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSettings:
+    """How a loop runs tools (fixed at construction, shared by all its runs).
+
+    Attributes:
+        registry: Where tools come from (``None``: the built-in tools).
+        valid_names: Names the model was offered.
+        timeout: Per-call deadline in seconds (``None``: none).
+        parallel: Run one turn's calls concurrently.
+        budget: The tool-result budget.
+    """
+
+    registry: ToolRegistry | None
+    valid_names: frozenset[str]
+    timeout: float | None
+    parallel: bool
+    budget: BudgetConfig
+
+
+class TurnToolRunner:
+    """Start tool calls as they are submitted; collect outcomes in submission order.
+
+    Args:
+        tg: The task group the calls run in (owned by the caller's turn).
+        runtime: The rollout's tool runtime.
+        settings: The loop's tool settings.
+    """
+
+    def __init__(self, tg: TaskGroup, runtime: ToolRuntime, settings: ToolSettings) -> None:
+        self._tg = tg
+        self._runtime = runtime
+        self._settings = settings
+        self.calls: list[ToolCall] = []
+
+    def submit(self, call: ToolCall) -> ToolCall:
+        """Start ``call`` (or queue it behind the previous call of the turn); return it."""
+        previous = self.calls[-1] if self.calls and not self._settings.parallel else None
+        call.index = len(self.calls)
+        call.submitted_at = anyio.current_time()
+        self.calls.append(call)
+        self._tg.start_soon(self._run, call, previous, name=f"tool {call.name} #{call.index}")
+        return call
+
+    def reject(self, call: ToolCall, error: str) -> ToolCall:
+        """Record a call that must not run (malformed, or cut off by ``max_tokens``).
+
+        It keeps its place in the turn's order, and the model is shown ``{"error": error}`` as
+        its result, like any other failed call.
+        """
+        now = anyio.current_time()
+        call.index = len(self.calls)
+        call.submitted_at = call.started_at = now
+        call.outcome = ToolOutcome(json.dumps({"error": error}, ensure_ascii=False), error)
+        call.done.set()
+        self.calls.append(call)
+        return call
+
+    async def _run(self, call: ToolCall, previous: ToolCall | None) -> None:
+        if previous is not None:
+            await previous.done.wait()
+        call.started_at = anyio.current_time()
+        settings = self._settings
+        try:
+            call.outcome = await dispatch(
+                call.name,
+                call.arguments,
+                self._runtime,
+                registry=settings.registry,
+                valid_names=settings.valid_names,
+                timeout=settings.timeout,
+            )
+        finally:
+            call.done.set()
+
+    async def wait(self) -> list[ToolCall]:
+        """Wait until every submitted call has finished; return them in submission order.
+
+        **Cancellation**: the calls run in the caller's task group; cancelling it cancels them.
+        """
+        for call in self.calls:
+            await call.done.wait()
+        return list(self.calls)
+
+
+class RunTools:
+    """The tool side of one run: its runtime, the turn in flight, and recording a finished turn.
+
+    Args:
+        settings: The loop's tool settings.
+        runtime: This rollout's tool runtime (task id, limits, sandboxes, todo list).
+    """
+
+    __slots__ = ("_inflight", "runtime", "settings")
+
+    def __init__(self, settings: ToolSettings, runtime: ToolRuntime) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        # The turn whose tools are running: its assistant message and call records, so a
+        # deadline or cancellation can still close it consistently.
+        self._inflight: tuple[JSONObject, list[ToolCall]] | None = None
+
+    @property
+    def task_id(self) -> str:
+        """The rollout's task id."""
+        return self.runtime.task_id
+
+    def runner(self, tg: TaskGroup) -> TurnToolRunner:
+        """A runner for one turn whose calls run in ``tg``."""
+        return TurnToolRunner(tg, self.runtime, self.settings)
+
+    def begin_turn(self, assistant: JSONObject, calls: list[ToolCall]) -> None:
+        """Mark the turn ``(assistant, calls)`` as in flight (closed by :meth:`close_inflight`)."""
+        self._inflight = (assistant, calls)
+
+    def close_inflight(self, result: AgentResult, reason: str) -> None:
+        """Append the interrupted turn, if any: its assistant message and one result per call.
+
+        Synchronous, so it runs even while cancellation propagates.
+        """
+        if self._inflight is None:
+            return
+        assistant, calls = self._inflight
+        self._inflight = None
+        result.messages.extend(interrupted_turn(assistant, calls, reason))
+
+    async def run_calls(
+        self,
+        result: AgentResult,
+        turn: int,
+        calls: Sequence[ToolCall],
+        timing: dict[str, float],
+        assistant: JSONObject,
+    ) -> None:
+        """Run a turn whose calls are all known (Phase 1), then record it.
+
+        **Cancellation**: running tools are cancelled; the turn stays in flight for
+        :meth:`close_inflight`.
+        """
+        start = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            runner = self.runner(tg)
+            self.begin_turn(assistant, runner.calls)
+            for call in calls:
+                runner.submit(call)
+        await self.record_turn(result, turn, runner.calls, timing, assistant)
+        timing["tool_seconds"] = anyio.current_time() - start
+
+    async def record_turn(
+        self,
+        result: AgentResult,
+        turn: int,
+        calls: Sequence[ToolCall],
+        timing: dict[str, float],
+        assistant: JSONObject,
+    ) -> None:
+        """Append the turn's assistant message and its tool messages (in call order) together.
+
+        Errors are recorded and the result budget applied first, so a cancellation in between
+        never leaves an assistant message whose calls have no results.
+
+        **Cancellation**: nothing is appended; the turn stays in flight for
+        :meth:`close_inflight`.
+        """
+        budget = self.settings.budget
+        registry = self.settings.registry or builtin_registry()
+        runtime = self.runtime
+
+        def threshold(name: str) -> float:
+            tool = registry.get(name)
+            return budget.resolve_threshold(name, tool.max_result_size_chars if tool else None)
+
+        # Only fetch (and so maybe create) the sandbox when something will be persisted: a
+        # result over its threshold, or a turn over its budget. Most turns need neither.
+        sizes = [(c.name, len(c.outcome.content)) for c in calls if c.outcome is not None]
+        needs_sandbox = any(n > threshold(name) for name, n in sizes) or (
+            sum(n for _, n in sizes) > budget.turn_budget
+        )
+        sandbox: Sandbox | None = None
+        if needs_sandbox and runtime.sandboxes is not None:
+            try:
+                sandbox = await runtime.sandboxes.get(runtime.task_id)
+            except Exception as exc:  # the preview then says the output could not be saved
+                logger.warning("task %s: no sandbox for the result budget: %s", self.task_id, exc)
+        turn_messages: list[JSONObject] = []
+        names: list[str | None] = []
+        for call in calls:
+            outcome = call.outcome
+            assert outcome is not None  # every call finished before the task group exited
+            timing[f"tool:{call.index}:{call.name}"] = outcome.duration_seconds
+            if outcome.error is not None:
+                result.tool_errors.append(
+                    ToolError(
+                        turn=turn,
+                        tool_name=call.name,
+                        arguments=call.arguments,
+                        error=outcome.error,
+                        tool_result=outcome.content[:TOOL_ERROR_RESULT_MAX_CHARS],
+                    )
+                )
+            tool = registry.get(call.name)
+            content = await maybe_persist_tool_result(
+                outcome.content,
+                call.name,
+                call.call_id,
+                sandbox,
+                budget,
+                tool_threshold=tool.max_result_size_chars if tool is not None else None,
+            )
+            turn_messages.append(tool_message(call.call_id, content))
+            names.append(call.name)
+        await enforce_turn_budget(turn_messages, sandbox, budget, tool_names=names)
+        # From here on synchronous: the turn is appended whole or (cancelled above) not at all.
+        self._inflight = None
+        result.messages.append(assistant)
+        result.messages.extend(turn_messages)

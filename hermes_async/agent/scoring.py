@@ -1,0 +1,156 @@
+"""Training rows from finished rollouts, as pure functions (no I/O, no atroposlib).
+
+A scored rollout carries three aligned lists — ``tokens``, ``masks`` (``-100`` where the policy
+did not sample: prompt, tool responses, template suffixes) and ``logprobs`` (the sampled
+logprob, ``1.0`` at masked positions) — and whether they are fit to train on:
+
+* **Phase 2** (a token server): :func:`exact_rows` reads them from the loop's
+  ``managed_state``: exactly the ids the server sampled, never re-tokenized — trainable.
+* **Phase 1** (a chat server): there are no sampled ids, so :func:`placeholder_rows` does what
+  the reference did: the non-empty message contents joined by newlines and tokenized, the first
+  token masked, every logprob ``1.0``. **Not trainable** (good for SFT-style data and
+  evaluation); :attr:`Rows.trainable` says so.
+
+:func:`scored_data_group` builds the dict Atropos' ``ScoredDataGroup`` describes (``tokens``,
+``masks``, ``scores``, ``inference_logprobs``, ``messages`` aligned per rollout) without importing
+atroposlib; :func:`scored_data_item` the single-rollout form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hermes_async.agent.result import AgentResult
+from hermes_async.inference.trajectory import MASK_ID, MASKED_LOGPROB
+
+__all__ = (
+    "Rows",
+    "ScoredRows",
+    "exact_rows",
+    "model_answered",
+    "placeholder_rows",
+    "rollout_rows",
+    "scored_data_group",
+    "scored_data_item",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """One rollout's training rows, aligned one to one.
+
+    Attributes:
+        tokens: Token ids.
+        masks: The id where the policy sampled it, ``-100`` elsewhere.
+        logprobs: The sampled logprob, ``1.0`` at masked positions.
+        trainable: True for exact Phase 2 tokens; False for Phase 1 placeholders.
+    """
+
+    tokens: list[int]
+    masks: list[int]
+    logprobs: list[float]
+    trainable: bool
+
+
+class ScoredRows(Protocol):
+    """What :func:`scored_data_group` reads of each rollout (``ScoredRollout`` has it)."""
+
+    @property
+    def tokens(self) -> list[int]: ...
+
+    @property
+    def masks(self) -> list[int]: ...
+
+    @property
+    def logprobs(self) -> list[float]: ...
+
+    @property
+    def reward(self) -> float: ...
+
+    @property
+    def messages(self) -> list[dict[str, Any]]: ...
+
+
+def _node_field(node: object, name: str) -> list[Any]:
+    value = node.get(name) if isinstance(node, Mapping) else getattr(node, name, None)
+    return list(value or [])
+
+
+def exact_rows(managed_state: Mapping[str, Any] | None) -> Rows | None:
+    """The Phase 2 rows of ``managed_state`` (its last node), or ``None`` if it has none."""
+    nodes = (managed_state or {}).get("nodes") or []
+    if not nodes:
+        return None
+    node = nodes[-1]
+    return Rows(
+        tokens=[int(t) for t in _node_field(node, "tokens")],
+        masks=[int(t) for t in _node_field(node, "masked_tokens")],
+        logprobs=[float(x) for x in _node_field(node, "logprobs")],
+        trainable=True,
+    )
+
+
+def placeholder_rows(
+    messages: Sequence[Mapping[str, Any]], encode: Callable[[str], Sequence[int]]
+) -> Rows:
+    """Phase 1 placeholder rows, as the reference built them (not trainable).
+
+    The non-empty string contents of ``messages`` joined by newlines, tokenized with
+    ``encode``; the first token masked, every logprob ``1.0``.
+    """
+    text = "\n".join(
+        str(m["content"]) for m in messages if isinstance(m.get("content"), str) and m["content"]
+    )
+    tokens = [int(t) for t in encode(text)]
+    masks = [MASK_ID, *tokens[1:]] if tokens else []
+    return Rows(tokens, masks, [MASKED_LOGPROB] * len(tokens), trainable=False)
+
+
+def rollout_rows(result: AgentResult, encode: Callable[[str], Sequence[int]]) -> Rows:
+    """Exact rows if the rollout has a token trajectory, else placeholder rows."""
+    exact = exact_rows(result.managed_state)
+    return exact if exact is not None else placeholder_rows(result.messages, encode)
+
+
+def model_answered(result: AgentResult) -> bool:
+    """Whether the model produced anything at all (else there is nothing to reward)."""
+    return result.turns_used > 0 and any(
+        m.get("role") not in ("system", "user") for m in result.messages
+    )
+
+
+def scored_data_item(rollout: ScoredRows) -> dict[str, Any]:
+    """One rollout as atroposlib's ``collect_trajectory`` returns it (``scores`` a float)."""
+    return {
+        "tokens": rollout.tokens,
+        "masks": rollout.masks,
+        "scores": rollout.reward,
+        "inference_logprobs": rollout.logprobs,
+        "messages": rollout.messages,
+    }
+
+
+def scored_data_group(
+    rollouts: Sequence[ScoredRows], *, generation_params: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The Atropos-shaped group dict of ``rollouts`` (a ``ScoredDataGroup``), aligned.
+
+    ``tokens``, ``masks``, ``scores``, ``inference_logprobs`` and ``messages`` hold one entry per
+    rollout, in order; ``advantages``, ``ref_logprobs``, ``overrides`` and ``images`` are
+    ``None`` and ``group_overrides`` empty, as atroposlib's own environments leave them.
+    """
+    return {
+        "tokens": [r.tokens for r in rollouts],
+        "masks": [r.masks for r in rollouts],
+        "scores": [r.reward for r in rollouts],
+        "inference_logprobs": [r.logprobs for r in rollouts],
+        "messages": [r.messages for r in rollouts],
+        "advantages": None,
+        "ref_logprobs": None,
+        "generation_params": dict(generation_params) if generation_params is not None else None,
+        "group_overrides": {},
+        "overrides": None,
+        "images": None,
+    }

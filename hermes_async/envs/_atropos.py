@@ -1,0 +1,54 @@
+"""The one place ``hermes_async`` imports atroposlib (and wandb, which comes with it).
+
+A missing ``atropos`` extra is reported here, once, as an ``ImportError`` naming the extra to
+install; every other module of :mod:`hermes_async.envs` imports these names from here.
+:func:`atropos_safe` adjusts the server configs handed to atroposlib's own ``ServerManager``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import wandb
+    from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
+    from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ServerBaseline
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "hermes_async.envs needs atroposlib and its dependencies: "
+        f"pip install 'hermes-async[atropos]' ({exc})"
+    ) from exc
+
+__all__ = (
+    "APIServerConfig",
+    "BaseEnv",
+    "BaseEnvConfig",
+    "ScoredDataGroup",
+    "ServerBaseline",
+    "atropos_safe",
+    "wandb",
+)
+
+
+def atropos_safe(server_configs: Any) -> Any:
+    """Server configs for atroposlib's ``ServerManager`` that cannot hang or go online.
+
+    ``self.server`` stays a working chat server for user code (an LLM judge), but: every
+    server is built as an ``openai`` server (a ``vllm``/``sglang`` server would load another HF
+    tokenizer at construction), ``health_check`` is off (its wait loops forever on a dead
+    server), and an empty ``api_key`` becomes ``"x"`` (the OpenAI SDK refuses an empty one).
+    """
+
+    def fix(config: Any) -> Any:
+        if not isinstance(config, ServerBaseline):
+            return config
+        update: dict[str, Any] = {"server_type": "openai"}
+        if isinstance(config, APIServerConfig):
+            update["health_check"] = False
+            if not config.api_key:
+                update["api_key"] = "x"
+        return config.model_copy(update=update)
+
+    if isinstance(server_configs, list):
+        return [fix(c) for c in server_configs]
+    return fix(server_configs)

@@ -1,0 +1,104 @@
+"""The wrapper around atroposlib's entry points (``serve``, ``process``, ``evaluate``).
+
+Each run of an entry point gets, around atroposlib's own loop:
+
+* **one sandbox manager** for the run (every group and eval rollout shares it; its exit
+  releases whatever is left);
+* **SIGTERM as a cancellation**: orchestrators stop a process with SIGTERM, whose default
+  action kills it on the spot and skips every ``finally`` — sandboxes (containers, Modal
+  sandboxes) would leak. The run is cancelled instead, everything is released, and the process
+  exits with status 143 (128 + SIGTERM) as the signal's default would. SIGINT already cancels
+  through ``asyncio.run``. Only the main thread can receive signals, so elsewhere (a test
+  running an env in a thread) the handler is skipped;
+* **garbage-collector tuning** for many concurrent rollouts (config ``tune_gc``), restored
+  afterwards;
+* **closing atroposlib's OpenAI clients**, which atroposlib never closes itself (bounded).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from hermes_async._cleanup import cleanup_scope
+from hermes_async._groups import single_errors
+
+__all__ = ("CLIENT_CLOSE_TIMEOUT_SECONDS", "close_openai_clients", "run_entry")
+
+logger = logging.getLogger("hermes_async.envs.base")
+
+#: Deadline for closing atroposlib's OpenAI SDK clients at the end of a run (all of them).
+CLIENT_CLOSE_TIMEOUT_SECONDS = 5.0
+
+
+async def run_entry(
+    what: str,
+    run: Callable[[], Awaitable[None]],
+    *,
+    sandboxes: Callable[[], AbstractAsyncContextManager[Any]],
+    gc_tuning: Callable[[], AbstractContextManager[object]] | None,
+    servers: Iterable[object] = (),
+) -> None:
+    """Run ``run()`` inside a run-level sandbox manager, SIGTERM handling and GC tuning.
+
+    Args:
+        what: The entry point's name, for log lines.
+        run: atroposlib's entry point.
+        sandboxes: Opens the run's sandbox manager (and makes it current).
+        gc_tuning: The garbage-collector tuning for the run
+            (:func:`~hermes_async.gc_tuning.gc_tuned_for_rollouts`), or ``None``.
+        servers: atroposlib's servers, whose OpenAI clients are closed at the end.
+
+    Raises:
+        SystemExit: 143, after a SIGTERM was handled and everything released.
+
+    **Cancellation**: every sandbox is released (shielded, bounded by the manager) on the way
+    out; the OpenAI clients are closed (bounded).
+    """
+    terminated = False
+    tuned: AbstractContextManager[object] = gc_tuning() if gc_tuning is not None else nullcontext()
+    try:
+        with tuned, single_errors():
+            async with sandboxes(), anyio.create_task_group() as tg:
+
+                async def on_sigterm(*, task_status: TaskStatus[None]) -> None:
+                    nonlocal terminated
+                    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                        task_status.started()
+                        async for _ in signals:
+                            logger.warning("SIGTERM: stopping %s, releasing sandboxes", what)
+                            terminated = True
+                            tg.cancel_scope.cancel(reason=f"SIGTERM during {what}")
+                            return
+
+                if threading.current_thread() is threading.main_thread():
+                    await tg.start(on_sigterm)
+                await run()
+                tg.cancel_scope.cancel(reason=f"{what} finished")
+    finally:
+        await close_openai_clients(servers)
+    if terminated:
+        raise SystemExit(128 + signal.SIGTERM)
+
+
+async def close_openai_clients(servers: Iterable[object]) -> None:
+    """Close the OpenAI SDK clients of atroposlib's ``servers`` (it never does); never raises.
+
+    **Cancellation**: shielded, bounded by :data:`CLIENT_CLOSE_TIMEOUT_SECONDS` in total.
+    """
+    with cleanup_scope("close atroposlib's OpenAI clients", CLIENT_CLOSE_TIMEOUT_SECONDS):
+        for server in servers:
+            close = getattr(getattr(server, "openai", None), "close", None)
+            if close is None:
+                continue
+            try:
+                await close()
+            except Exception:  # closing is best effort; the run's result stands
+                logger.debug("closing an atroposlib client failed", exc_info=True)

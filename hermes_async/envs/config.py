@@ -1,0 +1,194 @@
+"""HermesAgentEnvConfig: the config of a :class:`~hermes_async.envs.base.HermesAgentBaseEnv`.
+
+The reference's fields with its names and defaults, plus the knobs of this implementation
+(deadlines, limiters, the token protocol). ``build_budget_config`` and ``build_agent_options``
+map the fields onto the rollout core's own option types, so the environment holds no policy of
+its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from hermes_async.agent import AgentOptions, BudgetConfig
+from hermes_async.envs._atropos import BaseEnvConfig
+from hermes_async.inference.generate import SamplingParams
+from hermes_async.inference.tokenizer import QWEN_OFFLINE_NAME, Tokenizer, load_tokenizer
+from hermes_async.limits import Limits
+
+__all__ = ("HermesAgentEnvConfig", "builtin_tokenizer", "loop_tokenizer", "resolve_tokenizer")
+
+
+class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
+    """Config of a :class:`HermesAgentBaseEnv`: the reference's fields and defaults, plus new ones.
+
+    Reference fields keep their names and defaults (``max_agent_turns=30``,
+    ``terminal_backend="local"``, ``tool_call_parser="hermes"``, ...). Differences:
+
+    * ``tokenizer_name`` defaults to ``"qwen-offline"``: the built-in offline Qwen tokenizer,
+      written out once as an HF tokenizer directory (atroposlib loads it with
+      ``AutoTokenizer``). Any HF name or local directory still works.
+    * ``tool_pool_size`` (deprecated) no longer sizes a thread pool (there is none): it sets the
+      ``tool_calls`` limiter, the number of tool calls running at once across all rollouts.
+    * ``terminal_timeout`` is the local sandbox's default command timeout;
+      ``terminal_lifetime`` the idle time after which a sandbox is reaped. No process-wide
+      environment variables are set.
+    """
+
+    enabled_toolsets: list[str] | None = Field(
+        default=None, description="Toolsets offered to the model (None: all)."
+    )
+    disabled_toolsets: list[str] | None = Field(
+        default=None, description="Toolsets removed after enabled/distribution."
+    )
+    distribution: str | None = Field(
+        default=None,
+        description="Toolset distribution sampled once per group (wins over enabled_toolsets).",
+    )
+    max_agent_turns: int = Field(default=30, description="Maximum model calls per rollout.")
+    system_prompt: str | None = Field(default=None, description="System message, if any.")
+    agent_temperature: float = Field(default=1.0, description="Sampling temperature.")
+    terminal_backend: str = Field(default="local", description="local, docker or modal.")
+    terminal_timeout: int = Field(default=120, description="Default command timeout (s).")
+    terminal_lifetime: int = Field(default=3600, description="Idle sandbox lifetime (s).")
+    dataset_name: str | None = Field(default=None, description="HF dataset name.")
+    dataset_split: str = Field(default="train", description="HF dataset split.")
+    prompt_field: str = Field(default="prompt", description="Item field holding the prompt.")
+    tool_pool_size: int = Field(
+        default=128,
+        description="Deprecated: concurrent tool calls across rollouts (the tool_calls limiter).",
+    )
+    tool_call_parser: str = Field(default="hermes", description="Phase 2 tool-call parser.")
+    default_result_size_chars: int = Field(
+        default=100_000, description="Tool results longer than this are saved to the sandbox."
+    )
+    turn_budget_chars: int = Field(default=200_000, description="Tool output per turn.")
+    preview_size_chars: int = Field(default=1_500, description="Preview of a saved result.")
+    tool_result_overrides: dict[str, int] | None = Field(
+        default=None, description="Per-tool result-size thresholds."
+    )
+    extra_body: dict[str, Any] | None = Field(
+        default=None, description="Extra fields for chat requests (Phase 1)."
+    )
+    tokenizer_name: str = Field(
+        default=QWEN_OFFLINE_NAME,
+        description="HF tokenizer name or directory; 'qwen-offline' is the built-in one.",
+    )
+    # ---- new in hermes_async
+    token_endpoint: str = Field(
+        default="auto",
+        description="Phase 2 protocol: auto, vllm (/inference/v1/generate), atropos "
+        "(/generate of atroposlib's vllm_api_server) or sglang.",
+    )
+    early_dispatch: bool = Field(
+        default=True, description="Start each tool call as soon as it is parsed (Phase 2)."
+    )
+    parallel_tool_calls: bool = Field(
+        default=False, description="Run one turn's tool calls concurrently."
+    )
+    tool_timeout: float | None = Field(default=300.0, description="Per-tool-call deadline (s).")
+    turn_timeout: float | None = Field(default=None, description="Per-generation deadline (s).")
+    rollout_timeout: float | None = Field(default=None, description="Per-rollout deadline (s).")
+    seed: int | None = Field(
+        default=None, description="Seeds toolset sampling and per-rollout sampling seeds."
+    )
+    eval_concurrency: int = Field(default=8, description="Eval rollouts running at once.")
+    eval_temperature: float = Field(default=0.0, description="Temperature for evaluation.")
+    server_connect_timeout: float = Field(
+        default=10.0, description="Seconds to wait for the model server to answer at all."
+    )
+    model_request_limit: int = Field(default=64, description="Concurrent model requests.")
+    sandbox_create_limit: int = Field(default=16, description="Concurrent sandbox creations.")
+    sandbox_exec_limit: int = Field(default=128, description="Concurrent sandbox commands.")
+    sandbox_release_timeout: float = Field(
+        default=30.0, description="Deadline for releasing one sandbox (s)."
+    )
+    sandbox_options: dict[str, Any] | None = Field(
+        default=None, description="Options of the terminal_backend (e.g. docker image)."
+    )
+    tune_gc: bool = Field(
+        default=True,
+        description="Apply hermes_async.gc_tuning.tune_gc_for_rollouts() for the run of "
+        "serve/process/evaluate (fewer, shorter garbage-collector pauses with many rollouts).",
+    )
+
+    def build_budget_config(self) -> BudgetConfig:
+        """The tool-result budget from the ``*_chars`` fields (reference v2)."""
+        return BudgetConfig(
+            default_result_size=self.default_result_size_chars,
+            turn_budget=self.turn_budget_chars,
+            preview_size=self.preview_size_chars,
+            tool_overrides=dict(self.tool_result_overrides or {}),
+        )
+
+    def build_limits(self) -> Limits:
+        """The shared limiters from the ``*_limit`` fields (``tool_pool_size``: tool calls)."""
+        return Limits(
+            model_requests=self.model_request_limit,
+            sandbox_create=self.sandbox_create_limit,
+            sandbox_exec=self.sandbox_exec_limit,
+            tool_calls=self.tool_pool_size,
+        )
+
+    def build_agent_options(
+        self,
+        *,
+        temperature: float | None = None,
+        token_server: bool = False,
+        seed: int | None = None,
+    ) -> AgentOptions:
+        """The rollout core's :class:`~hermes_async.agent.AgentOptions` from these fields.
+
+        Args:
+            temperature: Overrides ``agent_temperature`` (evaluation uses
+                ``eval_temperature``).
+            token_server: Phase 2: add sampling parameters (``max_token_length``, ``seed``).
+            seed: The sampling seed (Phase 2).
+        """
+        sampling = (
+            SamplingParams(max_tokens=self.max_token_length, seed=seed) if token_server else None
+        )
+        return AgentOptions(
+            max_turns=self.max_agent_turns,
+            temperature=self.agent_temperature if temperature is None else temperature,
+            max_tokens=self.max_token_length,
+            extra_body=self.extra_body,
+            budget=self.build_budget_config(),
+            tool_timeout=self.tool_timeout,
+            turn_timeout=self.turn_timeout,
+            rollout_timeout=self.rollout_timeout,
+            parallel_tool_calls=self.parallel_tool_calls,
+            tool_call_parser=self.tool_call_parser,
+            early_dispatch=self.early_dispatch,
+            sampling=sampling,
+        )
+
+
+def resolve_tokenizer(name: str) -> tuple[str, bool]:
+    """``(directory or name for AutoTokenizer, is_builtin)`` for a ``tokenizer_name``."""
+    if name == QWEN_OFFLINE_NAME:
+        from hermes_async.inference.hf import qwen_offline_hf_dir
+
+        return str(qwen_offline_hf_dir()), True
+    path = Path(name).expanduser()
+    builtin = path.is_dir() and (path / "hermes_async_tokenizer.json").is_file()
+    return name, builtin
+
+
+_BUILTIN_TOKENIZER: Tokenizer | None = None
+
+
+def builtin_tokenizer() -> Tokenizer:
+    """The built-in offline tokenizer, loaded once per process (blocking: call at setup)."""
+    global _BUILTIN_TOKENIZER
+    if _BUILTIN_TOKENIZER is None:
+        _BUILTIN_TOKENIZER = load_tokenizer(None)
+    return _BUILTIN_TOKENIZER
+
+
+def loop_tokenizer(name: str, *, builtin: bool) -> Tokenizer:
+    """The tokenizer the Phase 2 loop uses for ``tokenizer_name`` (blocking: call at setup)."""
+    return builtin_tokenizer() if builtin else load_tokenizer(name)
