@@ -34,33 +34,22 @@ before the first token; once a token was handed out nothing is retried.
 from __future__ import annotations
 
 import json
-import random
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, Self, runtime_checkable
-
-import anyio
-import httpx
+from typing import Protocol, Self, Unpack, runtime_checkable
 
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerProtocolError,
     StreamInterruptedError,
 )
-from hermes_async.inference._http import (
-    CLOSE_GRACE_SECONDS,
-    HTTPOptions,
-    LineReader,
-    ServerClient,
-    ServerConnection,
-)
-from hermes_async.inference._sse import SSEDecoder, SSEFormatError
+from hermes_async.inference._http import ConnectionKwargs, ServerClient, ServerConnection
+from hermes_async.inference._sse import SSEJSONReader
 from hermes_async.jsontypes import JSON, JSONObject
-from hermes_async.limits import NamedLimiter
 
-__all__ = [
+__all__ = (
     "AtroposGenerateClient",
     "Completion",
     "GenerateClient",
@@ -70,7 +59,7 @@ __all__ = [
     "TokenDelta",
     "TokenStream",
     "VLLMGenerateClient",
-]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,68 +322,16 @@ class _AtroposDecoder(_ChunkDecoder):
 
 
 # --------------------------------------------------------------------------------------------
-# Sources: where the JSON chunks come from
+# Sources: where the JSON chunks come from (an SSE body: SSEJSONReader; one JSON body: below)
 
 
-class _Source(ABC):
-    @abstractmethod
+class _Source(Protocol):
     async def next(self) -> tuple[JSON, str] | None:
         """The next chunk and the line it came from; ``None`` at the end."""
+        ...
 
 
-class _SSESource(_Source):
-    def __init__(self, reader: LineReader) -> None:
-        self._reader = reader
-        self._sse = SSEDecoder()
-        self._done = False
-
-    async def next(self) -> tuple[JSON, str] | None:
-        if self._done:
-            return None
-        while True:
-            line = await self._reader.readline()
-            try:
-                event = self._sse.flush() if line is None else self._sse.feed_line(line)
-            except SSEFormatError as exc:
-                raise ServerProtocolError(
-                    f"malformed Server-Sent Events stream: {exc}",
-                    endpoint=self._reader.endpoint,
-                    attempt=self._reader.attempt,
-                    status=self._reader.response.status_code,
-                    line=exc.line,
-                ) from None
-            if event is None:
-                if line is None:
-                    self._done = True
-                    return None
-                continue
-            if event.data.strip() == "[DONE]":
-                self._done = True
-                await self._drain()
-                return None
-            try:
-                return json.loads(event.data), event.last_line
-            except ValueError:
-                raise ServerProtocolError(
-                    "stream chunk is not valid JSON",
-                    endpoint=self._reader.endpoint,
-                    attempt=self._reader.attempt,
-                    status=self._reader.response.status_code,
-                    line=event.last_line,
-                ) from None
-
-    async def _drain(self) -> None:
-        # Read to the end of the body after [DONE] so the connection can be reused; a server
-        # that lingers only costs a new connection next time.
-        with anyio.move_on_after(CLOSE_GRACE_SECONDS):
-            try:
-                while await self._reader.readline() is not None:
-                    pass
-            except ModelServerError:
-                pass
-
-
-class _JSONSource(_Source):
+class _JSONSource:
     def __init__(self, connection: ServerConnection, path: str, body: JSONObject) -> None:
         self._connection = connection
         self._path = path
@@ -508,36 +445,21 @@ class GenerateClient(ServerClient, ABC):
     """Shared shape of the token clients: connection handling plus a protocol adapter.
 
     Args:
-        base_url: The server's base URL.
-        options: Deadlines, pool size and retry policy (:class:`HTTPOptions`).
-        limiter: Gate for concurrent requests, e.g. ``Limits().model_requests``; the pool is
-            sized to at least its total.
-        transport: An httpx transport to use instead of the network (tests, ASGI apps).
-        api_key: Sent as a bearer token when given.
-        rng: Random source for retry jitter.
+        base_url: The server's base URL (``user:password@`` in it: Basic authentication,
+            never shown in errors or logs).
+        **connection: Passed to the :class:`~hermes_async.inference._http.ServerConnection`:
+            ``options`` (deadlines, pool size, retry policy, line cap: :class:`HTTPOptions`),
+            ``limiter`` (gate for concurrent requests, e.g. ``Limits().model_requests``; the
+            pool is sized to at least its total), ``transport`` (an httpx transport to use
+            instead of the network: tests, ASGI apps), ``api_key`` (sent as a bearer token)
+            and ``rng`` (random source for retry jitter).
     """
 
     #: Path of the endpoint, relative to the base URL.
     path: str = ""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        options: HTTPOptions | None = None,
-        limiter: NamedLimiter | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        api_key: str | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.connection = ServerConnection(
-            self._base_url(base_url),
-            options=options,
-            limiter=limiter,
-            transport=transport,
-            api_key=api_key,
-            rng=rng,
-        )
+    def __init__(self, base_url: str, **connection: Unpack[ConnectionKwargs]) -> None:
+        self.connection = ServerConnection(self._base_url(base_url), **connection)
 
     def _base_url(self, base_url: str) -> str:
         return base_url
@@ -573,7 +495,7 @@ class GenerateClient(ServerClient, ABC):
             )
             return
         async with self.connection.open_lines(self.path, body) as reader:
-            yield TokenStream(_SSESource(reader), self._decoder(), self.endpoint)
+            yield TokenStream(SSEJSONReader(reader), self._decoder(), self.endpoint)
 
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
@@ -680,8 +602,9 @@ class SGLangGenerateClient(GenerateClient):
         < data: [DONE]
 
     Args:
+        base_url: The server's base URL.
         incremental: The server sends deltas instead of cumulative chunks.
-        **kwargs: As for :class:`GenerateClient`.
+        **connection: As for :class:`GenerateClient`.
     """
 
     path = "/generate"
@@ -691,20 +614,9 @@ class SGLangGenerateClient(GenerateClient):
         base_url: str,
         *,
         incremental: bool = False,
-        options: HTTPOptions | None = None,
-        limiter: NamedLimiter | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        api_key: str | None = None,
-        rng: random.Random | None = None,
+        **connection: Unpack[ConnectionKwargs],
     ) -> None:
-        super().__init__(
-            base_url,
-            options=options,
-            limiter=limiter,
-            transport=transport,
-            api_key=api_key,
-            rng=rng,
-        )
+        super().__init__(base_url, **connection)
         self.incremental = incremental
 
     def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:

@@ -19,6 +19,7 @@ from hermes_async.inference import (
     ServerTimeoutError,
 )
 from hermes_async.inference._http import ServerConnection, parse_retry_after
+from hermes_async.inference._httpx import HttpxTransport
 from hermes_async.inference._sse import SSEDecoder, SSEFormatError
 from hermes_async.limits import Limits
 
@@ -298,9 +299,9 @@ async def test_limiter_gates_concurrency_and_pool_is_at_least_the_limiter() -> N
         limiter=limits.model_requests,
         transport=httpx.MockTransport(handler),
     )
-    limits_kwargs = conn._client_kwargs["limits"]
-    assert isinstance(limits_kwargs, httpx.Limits)
-    assert limits_kwargs.max_connections == 3  # raised to the limiter's total
+    assert conn.pool_size == 3  # raised to the limiter's total
+    assert isinstance(conn.transport, HttpxTransport)
+    assert conn.transport.limits.max_connections == 3
     async with conn, anyio.create_task_group() as tg:
         for _ in range(8):
             tg.start_soon(conn.post_json, "/x", {})

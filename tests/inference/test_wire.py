@@ -24,7 +24,8 @@ from hermes_async.inference._errors import (
     StreamInterruptedError,
 )
 from hermes_async.inference._http import HTTPOptions, RetryPolicy, ServerConnection
-from hermes_async.inference._wire import WirePool, WireReadError
+from hermes_async.inference._transport import BodyCut
+from hermes_async.inference._wire import WirePool
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import NamedLimiter
 
@@ -218,8 +219,8 @@ def connection(
 
 def pool_of(conn: ServerConnection) -> WirePool:
     assert conn.transport_kind == "wire"
-    pool = conn._wire
-    assert pool is not None
+    pool = conn.transport
+    assert isinstance(pool, WirePool)
     return pool
 
 
@@ -346,7 +347,7 @@ async def test_pool_keeps_at_most_max_idle_connections() -> None:
         )
 
         async def call() -> None:
-            response = await pool.post("p", b"{}", {})
+            response = await pool.send("POST", "p", body=b"{}", headers={})
             assert await response.aread() == b"ok"
             await response.aclose()
 
@@ -365,7 +366,7 @@ async def test_pool_keeps_at_most_max_idle_connections() -> None:
             for peer in server.peers:
                 await peer.client_closed.wait()
         with pytest.raises(RuntimeError, match="pool is closed"):
-            await pool.post("p", b"{}", {})
+            await pool.send("POST", "p", body=b"{}", headers={})
 
 
 # ------------------------------------------------------------------ closed connections
@@ -728,7 +729,9 @@ async def test_wire_pool_directly_expiry_and_reuse() -> None:
         assert pool.target("/a/b") == b"/a/b"
         try:
             for expected, opened in [(b"n=0", 1), (b"n=1", 1)]:
-                response = await pool.post("a", b"xyz", {"Content-Type": "text/plain"})
+                response = await pool.send(
+                    "POST", "a", body=b"xyz", headers={"Content-Type": "text/plain"}
+                )
                 assert response.status_code == 200
                 assert response.reason_phrase == "OK"
                 assert response.headers["content-length"] == "3"
@@ -737,7 +740,7 @@ async def test_wire_pool_directly_expiry_and_reuse() -> None:
                 await response.aclose()  # idempotent
                 assert pool.connections_opened == opened
             await anyio.sleep(0.15)  # past the expiry
-            response = await pool.post("a", b"", {})
+            response = await pool.send("POST", "a", body=b"", headers={})
             await response.aread()
             await response.aclose()
             assert pool.connections_opened == 2
@@ -755,7 +758,7 @@ async def test_receive_some_after_the_end_keeps_returning_none() -> None:
             server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
         )
         try:
-            response = await pool.post("a", b"", {})
+            response = await pool.send("POST", "a", body=b"", headers={})
             assert await response.aread() == b"body"
             with anyio.move_on_after(0.3):
                 tail.append(await response.receive_some())
@@ -776,10 +779,10 @@ async def test_reading_a_closed_wire_response_is_an_error() -> None:
             server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
         )
         try:
-            response = await pool.post("a", b"", {})
+            response = await pool.send("POST", "a", body=b"", headers={})
             assert await response.receive_some() == b"abc"
             await response.aclose()
-            with pytest.raises(WireReadError, match="the response was closed"):
+            with pytest.raises(BodyCut, match="the response was closed"):
                 await response.receive_some()
             assert pool.idle_connections == 0
             with anyio.fail_after(SOON):
