@@ -73,30 +73,21 @@ async def receive_part(response: Response, context: BodyContext) -> bytes | None
         timeout, kind = context.read_timeout, "read"
     else:
         timeout, kind = max(remaining, 0.0), "request"
+    cause: TransportTimeout | None = None
     try:
         # The timeout applies to waiting on the network only: buffered data comes at once.
         return await response.receive_some(timeout)
     except TimeoutError:
+        seconds = timeout
         what = (
             f"no data for {timeout:g} s (read timeout)"
             if kind == "read"
             else "the request deadline passed while reading the response"
         )
-        raise ServerTimeoutError(
-            f"{what}; the server stalled or is overloaded",
-            kind=kind,
-            timeout_seconds=timeout,
-            endpoint=context.endpoint,
-            attempt=context.attempt,
-        ) from None
-    except TransportTimeout as exc:
-        raise ServerTimeoutError(
-            f"{exc.kind} timeout after {exc.seconds:g} s",
-            kind=exc.kind,
-            timeout_seconds=exc.seconds,
-            endpoint=context.endpoint,
-            attempt=context.attempt,
-        ) from exc
+        message = f"{what}; the server stalled or is overloaded"
+    except TransportTimeout as exc:  # the transport's own read timeout
+        cause, kind, seconds = exc, exc.kind, exc.seconds
+        message = f"{exc.kind} timeout after {exc.seconds:g} s"
     except TransportError as exc:
         raise StreamInterruptedError(
             f"the connection was closed before the response body ended ({exc})",
@@ -104,6 +95,13 @@ async def receive_part(response: Response, context: BodyContext) -> bytes | None
             attempt=context.attempt,
             status=response.status_code,
         ) from exc
+    raise ServerTimeoutError(
+        message,
+        kind=kind,
+        timeout_seconds=seconds,
+        endpoint=context.endpoint,
+        attempt=context.attempt,
+    ) from cause
 
 
 async def read_body(response: Response, context: BodyContext) -> bytes:

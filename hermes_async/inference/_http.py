@@ -411,7 +411,7 @@ class ServerConnection(AsyncResource):
             cause: BaseException | None = None
             try:
                 with anyio.fail_after(max(deadline - anyio.current_time(), 0.0)):
-                    response = await self.transport.send("POST", path, body=payload)
+                    response = await self.transport.send("POST", path, payload)
             except TimeoutError:
                 raise self._request_deadline_error(endpoint, attempt) from None
             except TransportError as exc:

@@ -172,15 +172,8 @@ class HttpxTransport:
             verify=ssl_context,
         )
 
-    async def send(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: bytes = b"",
-        headers: Mapping[str, str] | None = None,
-    ) -> HttpxResponse:
-        """Send ``method path`` and wait for the response head.
+    async def send(self, method: str, path: str, body: bytes = b"") -> HttpxResponse:
+        """Send ``method path`` through httpx and wait for the response head.
 
         Raises:
             TransportError: A typed outcome (httpx's error translated).
@@ -188,7 +181,7 @@ class HttpxTransport:
         **Cancellation**: httpx closes the connection in use.
         """
         client = self._client
-        request = client.build_request(method, path, content=body or None, headers=headers)
+        request = client.build_request(method, path, content=body or None)
         try:
             response = await client.send(request, stream=True)
         except httpx.TransportError as exc:

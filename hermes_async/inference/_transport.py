@@ -142,21 +142,16 @@ class Transport(Protocol):
     #: ``"wire"`` or ``"httpx"``, for diagnostics and tests.
     kind: str
 
-    async def send(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: bytes = b"",
-        headers: Mapping[str, str] | None = None,
-    ) -> Response:
+    async def send(self, method: str, path: str, body: bytes = b"") -> Response:
         """Send ``method path`` (relative to the base URL) and wait for the response head.
+
+        The headers are the transport's own, fixed at construction (encoded once): every
+        request to a model server carries the same ones.
 
         Args:
             method: ``"POST"``, ``"GET"``...
             path: The target, relative to the base URL's path.
             body: The request body (sent with a ``Content-Length``).
-            headers: Headers for this request only, on top of the transport's own.
 
         Raises:
             TransportError: One of the typed outcomes above.

@@ -314,19 +314,10 @@ class WirePool:
         quoted = urllib.parse.quote(path.lstrip("/"), safe="/:@!$&'()*+,;=-._~%?")
         return f"{self._origin.prefix}/{quoted}".encode("ascii")
 
-    async def send(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: bytes = b"",
-        headers: Mapping[str, str] | None = None,
-    ) -> WireResponse:
-        """Send ``method path`` with ``body`` and wait for the response head.
+    async def send(self, method: str, path: str, body: bytes = b"") -> WireResponse:
+        """Send ``method path`` with ``body`` and the pool's headers; wait for the head.
 
-        Headers common to every request belong in the pool's ``headers`` (encoded once);
-        ``headers`` here are added to this request only. A ``GET`` or ``HEAD`` without a body
-        is sent without a ``Content-Length``.
+        A ``GET`` or ``HEAD`` without a body is sent without a ``Content-Length``.
 
         Raises:
             ConnectFailed: No connection could be made.
@@ -338,9 +329,9 @@ class WirePool:
         """
         if self._closed:
             raise RuntimeError("the connection pool is closed")
-        request_headers = [*self._headers, *(_header(k, v) for k, v in (headers or {}).items())]
+        request_headers = self._headers
         if body or method not in ("GET", "HEAD"):
-            request_headers.append((b"content-length", str(len(body)).encode("ascii")))
+            request_headers = [*request_headers, (b"content-length", b"%d" % len(body))]
         conn = await self._checkout()
         reused = conn is not None
         if conn is None:

@@ -347,7 +347,7 @@ async def test_pool_keeps_at_most_max_idle_connections() -> None:
         )
 
         async def call() -> None:
-            response = await pool.send("POST", "p", body=b"{}", headers={})
+            response = await pool.send("POST", "p", b"{}")
             assert await response.aread() == b"ok"
             await response.aclose()
 
@@ -366,7 +366,7 @@ async def test_pool_keeps_at_most_max_idle_connections() -> None:
             for peer in server.peers:
                 await peer.client_closed.wait()
         with pytest.raises(RuntimeError, match="pool is closed"):
-            await pool.send("POST", "p", body=b"{}", headers={})
+            await pool.send("POST", "p", b"{}")
 
 
 # ------------------------------------------------------------------ closed connections
@@ -724,14 +724,12 @@ async def test_wire_pool_directly_expiry_and_reuse() -> None:
             read_timeout=SOON,
             keepalive_expiry=0.05,
             max_idle=4,
-            headers={"User-Agent": "custom"},
+            headers={"User-Agent": "custom", "Content-Type": "text/plain"},
         )
         assert pool.target("/a/b") == b"/a/b"
         try:
             for expected, opened in [(b"n=0", 1), (b"n=1", 1)]:
-                response = await pool.send(
-                    "POST", "a", body=b"xyz", headers={"Content-Type": "text/plain"}
-                )
+                response = await pool.send("POST", "a", b"xyz")
                 assert response.status_code == 200
                 assert response.reason_phrase == "OK"
                 assert response.headers["content-length"] == "3"
@@ -740,7 +738,7 @@ async def test_wire_pool_directly_expiry_and_reuse() -> None:
                 await response.aclose()  # idempotent
                 assert pool.connections_opened == opened
             await anyio.sleep(0.15)  # past the expiry
-            response = await pool.send("POST", "a", body=b"", headers={})
+            response = await pool.send("POST", "a", b"")
             await response.aread()
             await response.aclose()
             assert pool.connections_opened == 2
@@ -758,7 +756,7 @@ async def test_receive_some_after_the_end_keeps_returning_none() -> None:
             server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
         )
         try:
-            response = await pool.send("POST", "a", body=b"", headers={})
+            response = await pool.send("POST", "a", b"")
             assert await response.aread() == b"body"
             with anyio.move_on_after(0.3):
                 tail.append(await response.receive_some())
@@ -779,7 +777,7 @@ async def test_reading_a_closed_wire_response_is_an_error() -> None:
             server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
         )
         try:
-            response = await pool.send("POST", "a", body=b"", headers={})
+            response = await pool.send("POST", "a", b"")
             assert await response.receive_some() == b"abc"
             await response.aclose()
             with pytest.raises(BodyCut, match="the response was closed"):
