@@ -3,6 +3,7 @@ servers scripted byte by byte in the test's own task group."""
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import re
@@ -15,10 +16,11 @@ import anyio.abc
 import httpx
 import pytest
 
-from hermes_async.inference import _http
+from hermes_async.inference import ChatClient, _http
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerConnectError,
+    ServerProtocolError,
     ServerStatusError,
     ServerTimeoutError,
     StreamInterruptedError,
@@ -273,6 +275,30 @@ async def test_no_authorization_header_without_an_api_key() -> None:
     (request,) = server.requests
     assert request.line == "POST /health HTTP/1.1"
     assert "authorization" not in request.headers
+
+
+async def test_userinfo_is_basic_auth_on_the_wire_too_and_an_api_key_wins() -> None:
+    handler = keep_alive(lambda n, r: json_response({}))
+    async with serving(handler) as server:
+        url = f"http://bob:pa%3Ass@127.0.0.1:{server.port}/v1"
+        async with connection(url) as conn:
+            await conn.post_json("a", {})
+            assert "pa%3Ass" not in conn.endpoint("a")
+        async with connection(url, api_key="sk-key") as conn:
+            await conn.post_json("a", {})
+    first, second = server.requests
+    assert first.line == "POST /v1/a HTTP/1.1"
+    assert first.headers["authorization"] == "Basic " + base64.b64encode(b"bob:pa:ss").decode()
+    assert second.headers["authorization"] == "Bearer sk-key"
+
+
+async def test_get_without_a_body_has_no_content_length() -> None:
+    handler = keep_alive(lambda n, r: http_response(b"", status=404, reason="Not Found"))
+    async with serving(handler) as server, connection(server.url("")) as conn:
+        assert await conn.get_status("health") == 404
+    (request,) = server.requests
+    assert request.line == "GET /health HTTP/1.1"
+    assert "content-length" not in request.headers
 
 
 async def test_connection_close_response_opens_a_new_connection() -> None:
@@ -681,6 +707,51 @@ async def test_open_lines_read_to_the_end_returns_the_connection() -> None:
         assert await conn.post_json("x", {}) == {"n": 1}
         assert server.accepts == 1
         assert pool_of(conn).connections_opened == 1
+
+
+async def test_a_sse_line_over_the_cap_is_a_clear_error_and_closes_the_connection() -> None:
+    async def handler(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(CHUNKED_HEAD + chunk(b"data: " + b"z" * 8192))  # no newline, ever
+        await peer.wait_client_close()
+
+    options = HTTPOptions(retry=FAST_RETRY, max_line_bytes=4096)
+    async with serving(handler) as server:
+        client = ChatClient(server.url(), stream=True, options=options, rng=random.Random(0))
+        async with client:
+            with (
+                anyio.fail_after(SOON),
+                pytest.raises(
+                    ServerProtocolError,
+                    match=r"longer than HTTPOptions\.max_line_bytes=4096 bytes.*Raise "
+                    r"HTTPOptions\.max_line_bytes",
+                ) as info,
+            ):
+                await client.chat_completion(messages=[])
+            assert info.value.status == 200
+            assert client.connection.limiter.statistics().in_use == 0
+        with anyio.fail_after(SOON):
+            await server.peers[0].client_closed.wait()  # the client hung up
+
+
+async def test_a_chat_stream_is_read_past_done_so_its_connection_is_reused() -> None:
+    events = (
+        b'data: {"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+        b'data: {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+
+    def respond(n: int, request: Request) -> bytes:
+        return CHUNKED_HEAD + chunk(events) + LAST_CHUNK
+
+    async with (
+        serving(keep_alive(respond)) as server,
+        ChatClient(server.url(), stream=True, options=HTTPOptions()) as client,
+    ):
+        for _ in range(3):
+            completion = await client.chat_completion(messages=[])
+            assert completion.choices[0].message.content == "hi"
+        assert server.accepts == 1
 
 
 async def test_leaving_open_lines_early_closes_the_connection() -> None:
