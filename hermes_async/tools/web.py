@@ -45,7 +45,7 @@ from contextlib import asynccontextmanager
 import anyio
 import httpx
 
-from hermes_async._net import default_ssl_context
+from hermes_async._net import default_ssl_context, redact_urls
 from hermes_async.errors import ConfigError, ToolExecutionError
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.limits import NamedLimiter
@@ -291,7 +291,7 @@ async def _finish(page: PageResult, settings: WebSettings, client: httpx.AsyncCl
         try:
             summary = await _summarize(client, summarizer, page, content)
         except (TimeoutError, httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            detail = redact(f"{type(exc).__name__}: {exc}", settings.secrets())
+            detail = redact(redact_urls(f"{type(exc).__name__}: {exc}"), settings.secrets())
             logger.warning(
                 "web_extract: summarizer failed for %s (%s); cutting instead", page.url, detail
             )
