@@ -28,8 +28,9 @@ from typing import Any, Literal
 import anyio
 import httpx
 
+from hermes_async._net import redact_url
 from hermes_async.errors import ConfigError, InferenceError
-from hermes_async.inference._http import HTTPOptions
+from hermes_async.inference import HTTPOptions, ModelServerError, probe_server
 from hermes_async.inference.chat import ChatClient
 from hermes_async.inference.generate import (
     AtroposGenerateClient,
@@ -39,7 +40,8 @@ from hermes_async.inference.generate import (
 )
 from hermes_async.limits import NamedLimiter
 
-__all__ = [
+__all__ = (
+    "PROBE_INTERVAL_SECONDS",
     "TOKEN_ENDPOINTS",
     "ModelClient",
     "ServerSpec",
@@ -48,11 +50,16 @@ __all__ = [
     "endpoint_kind",
     "open_model_clients",
     "server_specs",
-]
+)
 
 TokenEndpoint = Literal["auto", "vllm", "atropos", "sglang"]
 #: Values ``token_endpoint`` accepts.
 TOKEN_ENDPOINTS: tuple[str, ...] = ("auto", "vllm", "atropos", "sglang")
+
+#: Pause between reachability probes of a server that is still starting.
+PROBE_INTERVAL_SECONDS = 0.25
+#: Longest single probe (a server that accepts but never answers is retried after it).
+_PROBE_TIMEOUT_SECONDS = 10.0
 
 #: Where atroposlib puts a ``ServerBaseline``'s servers when not under SLURM.
 _BASELINE_URLS = tuple(f"http://localhost:{9004 + i}/v1" for i in range(4))
@@ -69,7 +76,7 @@ class ServerSpec:
     """One model server, as the environment uses it.
 
     Attributes:
-        base_url: The configured base URL (usually ending in ``/v1``).
+        base_url: The configured base URL (usually ending in ``/v1``; shown redacted).
         server_type: ``openai``, ``vllm`` or ``sglang``.
         model_name: ``model`` for chat requests.
         api_key: Bearer token, if any (never logged).
@@ -81,6 +88,13 @@ class ServerSpec:
     model_name: str
     api_key: str | None
     timeout: float
+
+    def __repr__(self) -> str:  # credentials never reach a log line
+        return (
+            f"ServerSpec(base_url={redact_url(self.base_url)!r}, "
+            f"server_type={self.server_type!r}, model_name={self.model_name!r}, "
+            f"api_key={'[REDACTED]' if self.api_key else None}, timeout={self.timeout!r})"
+        )
 
     @property
     def phase(self) -> int:
@@ -212,27 +226,31 @@ async def check_reachable(
 ) -> None:
     """Wait until ``spec``'s server answers HTTP (any status), for at most ``timeout`` seconds.
 
-    A server that is still starting gets retries every 0.25 s; one that never answers ends in
-    a :class:`ServerUnreachableError` naming the URL and what to do.
+    Each probe is a ``GET {root_url}/health`` through the clients' own transport choice
+    (:func:`hermes_async.inference.probe_server`). A server that is still starting gets
+    retries every :data:`PROBE_INTERVAL_SECONDS`; one that never answers ends in a
+    :class:`ServerUnreachableError` naming the URL (credentials redacted) and what to do.
 
     **Cancellation**: the probe's connection is closed; nothing else is held.
     """
-    url = spec.root_url + "/health"
-    last: Exception | None = None
+    last: ModelServerError | None = None
     with anyio.move_on_after(timeout):
-        async with httpx.AsyncClient(
-            transport=transport, timeout=httpx.Timeout(min(timeout, 10.0))
-        ) as client:
-            while True:
-                try:
-                    await client.get(url)
-                    return
-                except httpx.HTTPError as exc:
-                    last = exc
-                await anyio.sleep(0.25)
-    reason = f"{type(last).__name__}: {last}" if last is not None else "no answer"
+        while True:
+            try:
+                await probe_server(
+                    spec.root_url,
+                    "/health",
+                    timeout=min(timeout, _PROBE_TIMEOUT_SECONDS),
+                    transport=transport,
+                    api_key=spec.api_key,
+                )
+                return
+            except ModelServerError as exc:
+                last = exc
+            await anyio.sleep(PROBE_INTERVAL_SECONDS)
+    reason = f"{type(last).__name__}: {last.message}" if last is not None else "no answer"
     raise ServerUnreachableError(
-        f"the model server at {spec.base_url} (server_type={spec.server_type}) did not answer "
-        f"within {timeout:g} s ({reason}); start it, or fix --openai.base_url, or raise "
-        "--env.server_connect_timeout"
+        f"the model server at {redact_url(spec.base_url)} (server_type={spec.server_type}) did "
+        f"not answer within {timeout:g} s ({reason}); start it, or fix --openai.base_url, or "
+        "raise --env.server_connect_timeout"
     )

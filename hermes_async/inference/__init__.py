@@ -4,8 +4,8 @@
   completion ids and logprobs out, for vLLM, the Atropos reference server and SGLang.
 * Phase 1 chat client (:mod:`~hermes_async.inference.chat`): OpenAI-compatible chat
   completions, returning objects shaped like the OpenAI SDK's.
-* The shared HTTP layer's settings (:class:`HTTPOptions`, :class:`RetryPolicy`) and error tree
-  (:class:`ModelServerError` and its subclasses).
+* The shared HTTP layer's settings (:class:`HTTPOptions`, :class:`RetryPolicy`), error tree
+  (:class:`ModelServerError` and its subclasses) and reachability probe (:func:`probe_server`).
 * Tokenizers (:mod:`~hermes_async.inference.tokenizer`).
 """
 
@@ -19,7 +19,8 @@ from hermes_async.inference._errors import (
     ServerTimeoutError,
     StreamInterruptedError,
 )
-from hermes_async.inference._http import HTTPOptions, RetryPolicy
+from hermes_async.inference._http import HTTPOptions, probe_server
+from hermes_async.inference._retry import RetryPolicy
 from hermes_async.inference.chat import (
     ChatClient,
     ChatCompletion,
@@ -50,7 +51,7 @@ from hermes_async.inference.tokenizer import (
     load_tokenizer,
 )
 
-__all__ = [
+__all__ = (
     "QWEN_OFFLINE_NAME",
     "AtroposGenerateClient",
     "ChatClient",
@@ -82,4 +83,5 @@ __all__ = [
     "Usage",
     "VLLMGenerateClient",
     "load_tokenizer",
-]
+    "probe_server",
+)

@@ -21,18 +21,20 @@ and the tokens already consumed would be silently duplicated or contradicted.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
+from typing import Self
 
 from hermes_async.errors import InferenceError
 
-__all__ = [
+__all__ = (
     "ModelServerError",
     "ServerConnectError",
     "ServerProtocolError",
     "ServerStatusError",
     "ServerTimeoutError",
     "StreamInterruptedError",
-]
+)
 
 _LINE_EXCERPT_CHARS = 200
 
@@ -69,11 +71,23 @@ class ModelServerError(InferenceError):
         self.token_ids: tuple[int, ...] = tuple(token_ids)
         self.logprobs: tuple[float, ...] = tuple(logprobs)
 
-    def with_partial(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> ModelServerError:
-        """Attach the tokens received before the failure; return ``self``."""
-        self.token_ids = tuple(token_ids)
-        self.logprobs = tuple(logprobs)
-        return self
+    def with_partial(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> Self:
+        """A copy of this error carrying the tokens received before the failure.
+
+        The stream layer that knows the tokens is above the layer that saw the failure; it
+        raises the copy (``raise exc.with_partial(...) from exc.__cause__``), so an error is
+        never changed after it was raised.
+        """
+        clone = copy.copy(self)
+        clone.token_ids = tuple(token_ids)
+        clone.logprobs = tuple(logprobs)
+        return clone
+
+    def __copy__(self) -> Self:
+        clone = type(self).__new__(type(self))
+        Exception.__init__(clone, *self.args)
+        clone.__dict__.update(self.__dict__)
+        return clone
 
     def __str__(self) -> str:
         parts = [f"{self.endpoint}: {self.message}"]

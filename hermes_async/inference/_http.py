@@ -1,147 +1,103 @@
-"""The HTTP layer the model-server clients share: one pool, a limiter, deadlines, retries.
+"""The HTTP layer the model-server clients share: one transport, a limiter, deadlines, retries.
 
 One :class:`ServerConnection` per server. Its job, and nothing else:
 
-* one connection pool (the lean HTTP/1.1 client of :mod:`._wire` over the network, httpx for
-  an injected transport or behind a proxy) at least as large as the request limiter, so a
-  request that got a limiter slot never waits for a connection;
+* one transport (:mod:`~hermes_async.inference._transport`), chosen once at construction: the
+  lean HTTP/1.1 pool of :mod:`._wire` over the network, the httpx adapter of :mod:`._httpx`
+  for an injected httpx transport or behind an HTTP proxy from the environment. Nothing below
+  the constructor asks which one it is;
+* a pool at least as large as the request limiter, so a request that got a limiter slot never
+  waits for a connection;
 * requests gated by a :class:`~hermes_async.limits.NamedLimiter` (``Limits().model_requests``).
   The slot is held for the whole request, retries and back-off included: when a server answers
   429, fewer concurrent requests is exactly what it asked for;
 * three deadlines: connect, read (the longest silence between two chunks) and the overall
   request deadline (retries and streaming included);
-* retries with exponential back-off and jitter on connection failures, 429 (``Retry-After``
-  honoured) and 5xx. Never on other 4xx, never once a response body has started. A kept-alive
-  connection found closed when reused is retried at once on a new one (no back-off, no
-  attempt used: it says nothing about the server);
-* translation of transport errors into :mod:`hermes_async.inference._errors` at this boundary.
-
-Decisions (delays, ``Retry-After`` parsing) are pure functions; the async shell only sleeps,
-sends and reads.
+* retries as :func:`~hermes_async.inference._retry.decide_retry` decides (a pure function over
+  the attempt's typed outcome); this module only sends, sleeps and raises;
+* translation of the transport's typed outcomes into the client errors of
+  :mod:`hermes_async.inference._errors`, once, where the request fails (body reads translate in
+  :mod:`._body`). Errors are built whole, never amended afterwards;
+* credentials: ``user:password@`` in ``base_url`` is sent as a Basic ``Authorization`` header
+  (as httpx would) and removed from the URL, and every URL in an error or log line is
+  redacted (:func:`hermes_async._net.redact_url`).
 """
 
 from __future__ import annotations
 
-import codecs
-import collections
-import email.utils
-import functools
+import base64
 import json
 import logging
-import math
 import random
 import ssl
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Protocol, Self
+from typing import Self, TypedDict
 
 import anyio
 import httpx
 
+from hermes_async._net import default_ssl_context, redact_url, redact_urls
+from hermes_async._resource import AsyncResource
 from hermes_async.inference import _wire
+from hermes_async.inference._body import BodyContext, LineReader, read_body
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerConnectError,
     ServerProtocolError,
     ServerStatusError,
     ServerTimeoutError,
-    StreamInterruptedError,
+)
+from hermes_async.inference._httpx import HttpxTransport
+from hermes_async.inference._retry import (
+    GiveUp,
+    HTTPStatus,
+    Outcome,
+    RetryPolicy,
+    decide_retry,
+    parse_retry_after,
+)
+from hermes_async.inference._transport import (
+    ClosedBeforeResponse,
+    ConnectFailed,
+    Response,
+    Transport,
+    TransportError,
+    TransportTimeout,
 )
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.limits import DEFAULT_LIMITS, NamedLimiter
 
-__all__ = [
-    "CLOSE_GRACE_SECONDS",
+__all__ = (
+    "DEFAULT_MAX_LINE_BYTES",
+    "KEEPALIVE_EXPIRY_SECONDS",
+    "ConnectionKwargs",
     "HTTPOptions",
     "LineReader",
     "RetryPolicy",
+    "ServerClient",
     "ServerConnection",
     "parse_retry_after",
-]
+    "probe_server",
+)
 
 logger = logging.getLogger("hermes_async.inference")
 
-#: Bound on closing a response (and draining its iterator chain) during cleanup.
-CLOSE_GRACE_SECONDS = 2.0
-
 _BODY_EXCERPT_CHARS = 500
 
+#: Seconds an idle pooled connection is kept (below servers' usual 5 s keep-alive timeout:
+#: uvicorn, hypercorn), so a reused connection is rarely a closed one.
+KEEPALIVE_EXPIRY_SECONDS = 2.0
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """When and how long to wait before retrying a failed request.
+#: Default cap on one line of a streamed response. Generous: a long completion in one SSE
+#: chunk is a few hundred KB; 16 MiB only stops a server that is not sending lines at all.
+DEFAULT_MAX_LINE_BYTES = 16 * 2**20
 
-    Retried: connection failures (refused, reset, closed before any response), HTTP 429 and
-    HTTP 5xx. Never retried: other 4xx, timeouts, and anything once a response body started
-    (tokens may already have been handed out).
-
-    Attributes:
-        max_attempts: Total attempts, the first included (4: three retries, ~1.75 s of back-off
-            with the defaults, enough to ride out a server restart's connection refusals).
-        initial_backoff_seconds: Delay before the first retry.
-        max_backoff_seconds: Cap on one delay.
-        multiplier: Growth of the delay per attempt.
-        jitter: Fraction of each delay that is random (0.5: a delay ``d`` becomes uniform in
-            ``[d/2, d]``), so clients that failed together do not retry together.
-        max_retry_after_seconds: A ``Retry-After`` longer than this is not waited for; the
-            error is raised at once (a server asking for minutes is not coming back soon).
-    """
-
-    max_attempts: int = 4
-    initial_backoff_seconds: float = 0.25
-    max_backoff_seconds: float = 8.0
-    multiplier: float = 2.0
-    jitter: float = 0.5
-    max_retry_after_seconds: float = 60.0
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ValueError(f"jitter must be within [0, 1], got {self.jitter!r}")
-
-    def backoff(self, attempt: int, rng: random.Random) -> float:
-        """Delay after failed attempt number ``attempt`` (1-based), jitter applied."""
-        delay = min(
-            self.max_backoff_seconds,
-            self.initial_backoff_seconds * self.multiplier ** (attempt - 1),
-        )
-        return delay * (1.0 - self.jitter * rng.random())
-
-    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
-        """Delay before the next attempt: ``Retry-After`` when the server gave one (plus a
-        little jitter), else the exponential back-off."""
-        if retry_after is not None:
-            return retry_after + self.initial_backoff_seconds * self.jitter * rng.random()
-        return self.backoff(attempt, rng)
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date).
-
-    Fractional seconds are accepted (not in the RFC, but harmless and handy in tests). Returns
-    ``None`` when the header is absent or unreadable, 0 for a date in the past.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        current = time.time() if now is None else now
-        return max(0.0, when.timestamp() - current)
-    if seconds != seconds or seconds < 0:  # NaN or negative
-        return None
-    return seconds
+#: Sent with every request: every body the clients send is JSON (encoded once per transport).
+_JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +115,11 @@ class HTTPOptions:
         retry: The retry policy.
         headers: Extra headers sent with every request (never logged).
         ssl_context: TLS settings for ``https`` servers (e.g. a private CA:
-            ``ssl.create_default_context(cafile=...)``). Default: the system's trust store.
+            ``ssl.create_default_context(cafile=...)``). Default: the system's trust store
+            plus certifi's bundle, one context per process.
+        max_line_bytes: Longest line accepted in a streamed (SSE) response, in bytes; a longer
+            one is a :class:`~hermes_async.inference.ServerProtocolError` naming this option.
+            It bounds the memory one response can take. Default 16 MiB.
     """
 
     connect_timeout_seconds: float = 10.0
@@ -169,6 +129,7 @@ class HTTPOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     headers: Mapping[str, str] = field(default_factory=dict)
     ssl_context: ssl.SSLContext | None = None
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
     def __post_init__(self) -> None:
         for name in ("connect_timeout_seconds", "read_timeout_seconds", "request_timeout_seconds"):
@@ -179,34 +140,20 @@ class HTTPOptions:
             raise ValueError(
                 f"HTTPOptions.max_connections must be >= 1, got {self.max_connections!r}"
             )
+        if self.max_line_bytes < 1:
+            raise ValueError(
+                f"HTTPOptions.max_line_bytes must be >= 1 byte, got {self.max_line_bytes!r}"
+            )
 
 
-@functools.cache
-def _shared_ssl_context() -> ssl.SSLContext:
-    return ssl.create_default_context()
+class ConnectionKwargs(TypedDict, total=False):
+    """The keyword arguments every client passes through to its :class:`ServerConnection`."""
 
-
-#: Seconds an idle pooled connection is kept (below servers' usual 5 s keep-alive timeout).
-KEEPALIVE_EXPIRY_SECONDS = 2.0
-
-_JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
-
-#: Immediate retries per request after a kept-alive connection turned out closed.
-_MAX_STALE_RETRIES = 8
-
-
-class _Response(Protocol):
-    """What the connection needs of a response, from either transport."""
-
-    status_code: int
-    reason_phrase: str
-
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-
-    async def receive_some(self, timeout: float = math.inf) -> bytes | None: ...
-
-    async def aclose(self) -> None: ...
+    options: HTTPOptions | None
+    limiter: NamedLimiter | None
+    transport: httpx.AsyncBaseTransport | None
+    api_key: str | None
+    rng: random.Random | None
 
 
 def _proxy_applies(base_url: str) -> bool:
@@ -218,8 +165,21 @@ def _proxy_applies(base_url: str) -> bool:
     return not urllib.request.proxy_bypass(parts.netloc)
 
 
-class ServerConnection:
-    """One model server: base URL, connections, limiter, deadlines and retries.
+def _split_credentials(base_url: str) -> tuple[str, str | None]:
+    """``base_url`` without ``user:password@``, and the Basic credentials it carried."""
+    scheme, sep, rest = base_url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if not sep or "@" not in authority:
+        return base_url, None
+    userinfo, _, host = authority.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    token = base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    return f"{scheme}://{host}{slash}{path}", token
+
+
+class ServerConnection(AsyncResource):
+    """One model server: base URL, transport, limiter, deadlines and retries.
 
     Over the network the connection uses the lean HTTP/1.1 client of
     :mod:`hermes_async.inference._wire` (one keep-alive pool per server). With an injected
@@ -229,7 +189,8 @@ class ServerConnection:
     Use as an async context manager; requests outside it raise ``RuntimeError``.
 
     Args:
-        base_url: The server's base URL (``http://host:port``).
+        base_url: The server's base URL (``http://host:port``). ``user:password@`` in it is
+            sent as Basic authentication (``api_key`` wins) and never shown.
         options: Deadlines, pool size and retry policy.
         limiter: Gate for concurrent requests (e.g. ``limits.model_requests``). Default: a
             private limiter sized like the pool.
@@ -237,6 +198,10 @@ class ServerConnection:
             :func:`hermes_async.testing.http.open_asgi_transport`).
         api_key: Sent as ``Authorization: Bearer ...`` when given.
         rng: Random source for back-off jitter (seed it in tests).
+
+    Raises:
+        ValueError: ``base_url`` or a header cannot be used (the message names it, never a
+            header's value or a credential).
     """
 
     def __init__(
@@ -249,109 +214,101 @@ class ServerConnection:
         api_key: str | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        url, basic = _split_credentials(base_url)
+        if "://" in url.rstrip("/"):  # keep "http://" whole, for its error message
+            url = url.rstrip("/")
+        #: The base URL, without credentials.
+        self.base_url = url
+        self._shown_url = redact_url(url)
         self.options = options or HTTPOptions()
         self.limiter = limiter or NamedLimiter("model_requests", self.options.max_connections)
         self._rng = rng or random.Random()
-        pool = max(self.options.max_connections, self.limiter.total)
         headers = dict(self.options.headers)
+        if basic is not None and not any(k.lower() == "authorization" for k in headers):
+            headers["Authorization"] = f"Basic {basic}"
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._headers = headers
-        self._pool_size = pool
-        #: "wire" (the lean client) or "httpx".
-        self.transport_kind = (
-            "wire" if transport is None and not _proxy_applies(self.base_url) else "httpx"
+        _wire.check_headers(headers)
+        #: Pool size: the options' ``max_connections``, raised to the limiter's total.
+        self.pool_size = max(self.options.max_connections, self.limiter.total)
+        self.transport: Transport = self._choose_transport(
+            url, {**headers, **_JSON_HEADERS}, transport
         )
-        if self.transport_kind == "wire":
-            _wire.check_base_url(base_url)
-            _wire.check_headers(headers)
-        self._client_kwargs: dict[str, object] = {
-            "base_url": self.base_url,
-            "headers": headers,
-            "timeout": httpx.Timeout(
-                connect=self.options.connect_timeout_seconds,
-                read=self.options.read_timeout_seconds,
-                write=self.options.read_timeout_seconds,
-                pool=self.options.request_timeout_seconds,
-            ),
-            # Idle connections are dropped after 2 s, before common servers' 5 s keep-alive
-            # timeout (uvicorn, hypercorn), so a reused connection is rarely a closed one.
-            "limits": httpx.Limits(
-                max_connections=pool,
-                max_keepalive_connections=pool,
+        self._state = "new"
+
+    def _choose_transport(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        injected: httpx.AsyncBaseTransport | None,
+    ) -> Transport:
+        options = self.options
+        if injected is None and not _proxy_applies(url):
+            return _wire.WirePool(
+                url,
+                connect_timeout=options.connect_timeout_seconds,
+                read_timeout=options.read_timeout_seconds,
                 keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
-            ),
-            "transport": transport,
-            "verify": self.options.ssl_context or True,
-        }
-        self._client: httpx.AsyncClient | None = None
-        self._wire: _wire.WirePool | None = None
-        self._closed = False
+                max_idle=self.pool_size,
+                headers=headers,
+                ssl_context=self._ssl_context_factory(),
+            )
+        return HttpxTransport(
+            url,
+            connect_timeout=options.connect_timeout_seconds,
+            read_timeout=options.read_timeout_seconds,
+            pool_timeout=options.request_timeout_seconds,
+            max_connections=self.pool_size,
+            keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
+            headers=headers,
+            ssl_context=options.ssl_context or default_ssl_context(),
+            transport=injected,
+        )
 
     def _ssl_context_factory(self) -> Callable[[], ssl.SSLContext]:
         context = self.options.ssl_context
         if context is None:
-            return _shared_ssl_context  # built once per process (~20 ms), on first use
+            return default_ssl_context  # built once per process (~20 ms), on first use
         return lambda: context
 
+    @property
+    def transport_kind(self) -> str:
+        """``"wire"`` (the lean client) or ``"httpx"``."""
+        return self.transport.kind
+
     def url(self, path: str) -> str:
-        """Absolute URL of ``path`` on this server."""
+        """Absolute URL of ``path`` on this server (without credentials)."""
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    async def __aenter__(self) -> Self:
-        """Open the connection pool.
+    def endpoint(self, path: str, method: str = "POST") -> str:
+        """``METHOD URL`` of ``path``, credentials redacted: the label of errors and logs."""
+        return f"{method} {self._shown_url}/{path.lstrip('/')}"
 
-        **Cancellation**: nothing is opened before the first await, so nothing leaks.
+    async def __aenter__(self) -> Self:
+        """Open the connection (the transport connects on the first request).
+
+        **Cancellation**: nothing is opened here, so nothing leaks.
         """
-        if self._closed:
+        if self._state == "closed":
             raise RuntimeError("cannot reopen a closed model-server client; create a new one")
-        if self._client is None and self._wire is None:
-            if self.transport_kind == "wire":
-                self._wire = _wire.WirePool(
-                    self.base_url,
-                    connect_timeout=self.options.connect_timeout_seconds,
-                    read_timeout=self.options.read_timeout_seconds,
-                    keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
-                    max_idle=self._pool_size,
-                    headers={**self._headers, **_JSON_HEADERS},
-                    ssl_context=self._ssl_context_factory(),
-                )
-            else:
-                self._client = httpx.AsyncClient(**self._client_kwargs)  # type: ignore[arg-type]
+        self._state = "open"
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the connection pool.
-
-        **Cancellation**: the close is shielded and bounded.
-        """
-        await self.aclose()
-
     async def aclose(self) -> None:
-        """Close the pool (idempotent).
+        """Close the transport's pool (idempotent).
 
-        **Cancellation**: closing runs shielded, bounded by :data:`CLOSE_GRACE_SECONDS`.
+        **Cancellation**: each close is shielded and bounded by the transport.
         """
-        self._closed = True
-        client, self._client = self._client, None
-        pool, self._wire = self._wire, None
-        with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
-            if client is not None:
-                await client.aclose()
-            if pool is not None:
-                await pool.aclose()
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        await self.transport.aclose()
 
     def _require_open(self) -> None:
-        if self._client is None and self._wire is None:
-            state = "closed" if self._closed else "not open"
+        if self._state != "open":
+            state = "closed" if self._state == "closed" else "not open"
             raise RuntimeError(
-                f"model-server client for {self.base_url} is {state}; "
+                f"model-server client for {self._shown_url} is {state}; "
                 "use it inside `async with client:`"
             )
 
@@ -366,15 +323,14 @@ class ServerConnection:
         **Cancellation**: the request is abandoned and its connection closed; the limiter
         slot is released.
         """
-        endpoint = f"POST {self.url(path)}"
+        endpoint = self.endpoint(path)
         deadline = anyio.current_time() + self.options.request_timeout_seconds
         async with self.limiter:
             response, attempt = await self._send(path, body, endpoint, deadline)
             try:
-                content = await self._read_body(response, endpoint, attempt, deadline)
+                content = await read_body(response, self._body_context(endpoint, attempt, deadline))
             finally:
-                with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
-                    await response.aclose()
+                await response.aclose()
         text = content.decode("utf-8", errors="replace")
         try:
             return json.loads(text)
@@ -396,170 +352,116 @@ class ServerConnection:
 
         **Cancellation**: leaving the block early (cancelled, an error, a ``break``) closes the
         HTTP response, so the server sees the client disconnect; the close is shielded and
-        bounded by :data:`CLOSE_GRACE_SECONDS`.
+        bounded.
         """
-        endpoint = f"POST {self.url(path)}"
+        endpoint = self.endpoint(path)
         deadline = anyio.current_time() + self.options.request_timeout_seconds
         async with self.limiter:
             response, attempt = await self._send(path, body, endpoint, deadline)
             reader = LineReader(
                 response,
-                endpoint=endpoint,
-                attempt=attempt,
-                deadline=deadline,
-                read_timeout=self.options.read_timeout_seconds,
+                self._body_context(endpoint, attempt, deadline),
+                max_line_bytes=self.options.max_line_bytes,
             )
             try:
                 yield reader
             finally:
                 await reader.aclose()
 
+    async def get_status(self, path: str) -> int:
+        """``GET path`` once (no retries, no limiter) and return the HTTP status, any status.
+
+        For reachability checks: a server that answers at all is reachable.
+
+        Raises:
+            ServerConnectError: No connection, or it closed before a response.
+            ServerTimeoutError: A deadline passed.
+
+        **Cancellation**: the connection is closed.
+        """
+        self._require_open()
+        endpoint = self.endpoint(path, "GET")
+        try:
+            with anyio.fail_after(self.options.request_timeout_seconds):
+                response = await self.transport.send("GET", path)
+        except TimeoutError:
+            raise self._request_deadline_error(endpoint, 1) from None
+        except TransportError as exc:
+            raise _request_error(exc, endpoint=endpoint, attempt=1) from exc
+        await response.aclose()
+        return response.status_code
+
     # ---------------------------------------------------------------- internals
 
-    async def _open(self, path: str, payload: bytes) -> _Response:
-        """One attempt: send the request, return once the response head is in.
-
-        Raises the transport-neutral errors of :mod:`~hermes_async.inference._wire`.
-        """
-        if self._wire is not None:
-            return await self._wire.post(path, payload)  # JSON content type: a pool header
-        client = self._client
-        assert client is not None  # _require_open ran
-        request = client.build_request("POST", path, content=payload, headers=_JSON_HEADERS)
-        try:
-            response = await client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.WriteError) as exc:
-            raise _wire.WireConnectError(f"{type(exc).__name__}: {exc}") from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            raise _wire.WireClosedError(str(exc)) from exc
-        except httpx.TimeoutException as exc:
-            raise _httpx_timeout(exc, self.options) from exc
-        except httpx.TransportError as exc:
-            raise _wire.WireError(f"{type(exc).__name__}: {exc}") from exc
-        return _HttpxResponse(response, self.options.read_timeout_seconds)
+    def _body_context(self, endpoint: str, attempt: int, deadline: float) -> BodyContext:
+        return BodyContext(endpoint, attempt, deadline, self.options.read_timeout_seconds)
 
     async def _send(
         self, path: str, body: JSONObject, endpoint: str, deadline: float
-    ) -> tuple[_Response, int]:
+    ) -> tuple[Response, int]:
+        """Send with retries until a response < 400 arrives; raise the last failure."""
         self._require_open()
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        policy = self.options.retry
+        options = self.options
         attempt = 0
         stale_retries = 0
         while True:
             attempt += 1
-            retry_after: float | None = None
-            error: ModelServerError
-            remaining = deadline - anyio.current_time()
+            outcome: Outcome
+            cause: BaseException | None = None
             try:
-                with anyio.fail_after(max(remaining, 0.0)):
-                    response = await self._open(path, payload)
+                with anyio.fail_after(max(deadline - anyio.current_time(), 0.0)):
+                    response = await self.transport.send("POST", path, payload)
             except TimeoutError:
                 raise self._request_deadline_error(endpoint, attempt) from None
-            except _wire.WireConnectError as exc:
-                error = ServerConnectError(
-                    f"cannot connect to the model server ({exc}); "
-                    "check that it is running and that base_url is right",
-                    endpoint=endpoint,
-                    attempt=attempt,
-                )
-                error.__cause__ = exc
-            except _wire.WireClosedError as exc:
-                # Closed or reset before any response byte (typically a keep-alive connection
-                # the server timed out just as it was reused): nothing was received, so a
-                # retry is safe. Seen at 2000 concurrent rollouts against a 5 s keep-alive.
-                error = ServerConnectError(
-                    f"the server closed the connection before responding ({exc})",
-                    endpoint=endpoint,
-                    attempt=attempt,
-                )
-                error.__cause__ = exc
-                if exc.reused and stale_retries < _MAX_STALE_RETRIES:
-                    # A stale kept-alive connection says nothing about the server: retry at
-                    # once, without back-off and without using up an attempt (bounded, since
-                    # each failure discards one idle connection).
-                    stale_retries += 1
-                    attempt -= 1
-                    logger.debug("%s: stale kept-alive connection; retrying at once", endpoint)
-                    continue
-            except _wire.WireTimeoutError as exc:
-                raise _wire_timeout(exc, endpoint, attempt) from exc
-            except _wire.WireError as exc:
-                raise ServerConnectError(
-                    f"request failed: {exc}",
-                    endpoint=endpoint,
-                    attempt=attempt,
-                ) from exc
+            except TransportError as exc:
+                outcome, cause = exc, exc
             else:
                 if response.status_code < 400:
                     return response, attempt
-                try:
-                    content = await self._read_body(response, endpoint, attempt, deadline)
-                finally:
-                    with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
-                        await response.aclose()
-                status = response.status_code
-                retryable = status == 429 or status >= 500
-                if status in (429, 503):
-                    retry_after = parse_retry_after(response.headers.get("retry-after"))
-                text = content.decode("utf-8", errors="replace")
-                hint = (
-                    "the server is overloaded or failing"
-                    if retryable
-                    else "the request was rejected; fix the request or the server configuration"
-                )
-                error = ServerStatusError(
-                    f"HTTP {status} {response.reason_phrase}: {hint}",
-                    endpoint=endpoint,
-                    attempt=attempt,
-                    status=status,
-                    line=text[:_BODY_EXCERPT_CHARS] or None,
-                )
-                if not retryable:
-                    raise error
-            # A retryable failure: decide whether and when to try again.
-            if attempt >= policy.max_attempts:
-                error.message += f" (gave up after {attempt} attempts)"
-                raise error
-            if retry_after is not None and retry_after > policy.max_retry_after_seconds:
-                error.message += (
-                    f" (Retry-After asks for {retry_after:g} s, more than "
-                    f"max_retry_after_seconds={policy.max_retry_after_seconds:g}; not waiting)"
-                )
-                raise error
-            delay = policy.delay(attempt, retry_after, self._rng)
-            if anyio.current_time() + delay >= deadline:
-                error.message += (
-                    f" (next retry in {delay:.2g} s would pass the request deadline of "
-                    f"{self.options.request_timeout_seconds:g} s)"
-                )
-                raise error
+                outcome = await self._status_outcome(response, endpoint, attempt, deadline)
+            decision = decide_retry(
+                outcome,
+                attempt=attempt,
+                stale_retries=stale_retries,
+                policy=options.retry,
+                remaining_seconds=deadline - anyio.current_time(),
+                request_timeout_seconds=options.request_timeout_seconds,
+                rng=self._rng,
+            )
+            if isinstance(decision, GiveUp):
+                raise _request_error(
+                    outcome, endpoint=endpoint, attempt=attempt, note=decision.note
+                ) from cause
+            if not decision.uses_attempt:
+                stale_retries += 1
+                attempt -= 1
+                logger.debug("%s: stale kept-alive connection; retrying at once", endpoint)
+                continue
             logger.warning(
                 "%s failed (%s); retry %d/%d in %.2f s",
                 endpoint,
-                error.message,
+                _request_error(outcome, endpoint=endpoint, attempt=attempt).message,
                 attempt,
-                policy.max_attempts - 1,
-                delay,
+                options.retry.max_attempts - 1,
+                decision.delay,
             )
-            await anyio.sleep(delay)
+            await anyio.sleep(decision.delay)
 
-    async def _read_body(
-        self, response: _Response, endpoint: str, attempt: int, deadline: float
-    ) -> bytes:
-        """The whole body, each wait bounded by the read timeout and the request deadline."""
-        parts: list[bytes] = []
-        while (
-            part := await _receive_body_part(
-                response,
-                endpoint=endpoint,
-                attempt=attempt,
-                deadline=deadline,
-                read_timeout=self.options.read_timeout_seconds,
-            )
-        ) is not None:
-            parts.append(part)
-        return b"".join(parts)
+    async def _status_outcome(
+        self, response: Response, endpoint: str, attempt: int, deadline: float
+    ) -> HTTPStatus:
+        """Read an error response's body (bounded) and close it."""
+        try:
+            content = await read_body(response, self._body_context(endpoint, attempt, deadline))
+        finally:
+            await response.aclose()
+        status = response.status_code
+        retry_after = None
+        if status in (429, 503):
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
+        text = content.decode("utf-8", errors="replace")[:_BODY_EXCERPT_CHARS]
+        return HTTPStatus(status, response.reason_phrase, retry_after, text)
 
     def _request_deadline_error(self, endpoint: str, attempt: int) -> ServerTimeoutError:
         seconds = self.options.request_timeout_seconds
@@ -573,187 +475,84 @@ class ServerConnection:
         )
 
 
-def _httpx_timeout(exc: httpx.TimeoutException, options: HTTPOptions) -> _wire.WireTimeoutError:
-    if isinstance(exc, httpx.ConnectTimeout):
-        kind, seconds = "connect", options.connect_timeout_seconds
-    elif isinstance(exc, httpx.PoolTimeout):
-        kind, seconds = "pool", options.request_timeout_seconds
+def _request_error(
+    outcome: Outcome, *, endpoint: str, attempt: int, note: str = ""
+) -> ModelServerError:
+    """The client error for a request that ended in ``outcome`` (``note``: why not retried)."""
+    if isinstance(outcome, HTTPStatus):
+        hint = (
+            "the server is overloaded or failing"
+            if outcome.retryable
+            else "the request was rejected; fix the request or the server configuration"
+        )
+        return ServerStatusError(
+            f"HTTP {outcome.status} {outcome.reason}: {hint}{note}",
+            endpoint=endpoint,
+            attempt=attempt,
+            status=outcome.status,
+            line=outcome.body or None,
+        )
+    detail = redact_urls(str(outcome))
+    if isinstance(outcome, TransportTimeout):
+        return ServerTimeoutError(
+            f"{outcome.kind} timeout after {outcome.seconds:g} s{note}",
+            kind=outcome.kind,
+            timeout_seconds=outcome.seconds,
+            endpoint=endpoint,
+            attempt=attempt,
+        )
+    if isinstance(outcome, ConnectFailed):
+        message = (
+            f"cannot connect to the model server ({detail}); "
+            "check that it is running and that base_url is right"
+        )
+    elif isinstance(outcome, ClosedBeforeResponse):
+        message = f"the server closed the connection before responding ({detail})"
     else:
-        kind, seconds = "read", options.read_timeout_seconds
-    return _wire.WireTimeoutError(f"{type(exc).__name__}: {exc}", kind=kind, seconds=seconds)
+        message = f"request failed: {detail}"
+    return ServerConnectError(message + note, endpoint=endpoint, attempt=attempt)
 
 
-def _wire_timeout(exc: _wire.WireTimeoutError, endpoint: str, attempt: int) -> ServerTimeoutError:
-    return ServerTimeoutError(
-        f"{exc.kind} timeout after {exc.seconds:g} s",
-        kind=exc.kind,
-        timeout_seconds=exc.seconds,
-        endpoint=endpoint,
-        attempt=attempt,
+async def probe_server(
+    base_url: str,
+    path: str = "/health",
+    *,
+    timeout: float,
+    transport: httpx.AsyncBaseTransport | None = None,
+    api_key: str | None = None,
+) -> int:
+    """``GET base_url + path`` once and return the HTTP status (any status means "reachable").
+
+    Uses the same transport choice as the clients (the lean client, or httpx behind a proxy
+    or with an injected transport).
+
+    Args:
+        base_url: The server's base URL.
+        path: What to ask for.
+        timeout: Seconds allowed for connect, the response head and the whole probe.
+        transport: An httpx transport to use instead of the network.
+        api_key: Sent as a bearer token when given.
+
+    Raises:
+        ServerConnectError: No connection, or it closed before a response.
+        ServerTimeoutError: ``timeout`` passed.
+
+    **Cancellation**: the probe's connection is closed; nothing else is held.
+    """
+    options = HTTPOptions(
+        connect_timeout_seconds=timeout,
+        read_timeout_seconds=timeout,
+        request_timeout_seconds=timeout,
+        max_connections=1,
+        retry=RetryPolicy(max_attempts=1),
     )
+    async with ServerConnection(
+        base_url, options=options, transport=transport, api_key=api_key
+    ) as connection:
+        return await connection.get_status(path)
 
 
-async def _receive_body_part(
-    response: _Response, *, endpoint: str, attempt: int, deadline: float, read_timeout: float
-) -> bytes | None:
-    """The next piece of a response body (``None`` at its end), within the read timeout and
-    the request deadline, with transport errors translated."""
-    remaining = deadline - anyio.current_time()
-    if read_timeout <= remaining:
-        timeout, kind = read_timeout, "read"
-    else:
-        timeout, kind = max(remaining, 0.0), "request"
-    try:
-        # The timeout applies to waiting on the network only: buffered data comes at once.
-        return await response.receive_some(timeout)
-    except TimeoutError:
-        what = (
-            f"no data for {timeout:g} s (read timeout)"
-            if kind == "read"
-            else "the request deadline passed while reading the response"
-        )
-        raise ServerTimeoutError(
-            f"{what}; the server stalled or is overloaded",
-            kind=kind,
-            timeout_seconds=timeout,
-            endpoint=endpoint,
-            attempt=attempt,
-        ) from None
-    except _wire.WireTimeoutError as exc:
-        raise _wire_timeout(exc, endpoint, attempt) from exc
-    except _wire.WireError as exc:
-        raise StreamInterruptedError(
-            f"the connection was closed before the response body ended ({exc})",
-            endpoint=endpoint,
-            attempt=attempt,
-            status=response.status_code,
-        ) from exc
-
-
-class _HttpxResponse:
-    """An httpx streamed response behind the transport-neutral :class:`_Response` interface.
-
-    Why :meth:`aclose` drains: httpx streams a body through a chain of nested async generators.
-    Leaving one early (a ``break``, an error between chunks) leaves the inner generators
-    suspended, and trio warns about each when it is garbage collected. Closing the response
-    and then pulling once more makes the chain raise and finish, on both backends.
-    """
-
-    def __init__(self, response: httpx.Response, read_timeout: float) -> None:
-        self._response = response
-        self._read_timeout = read_timeout
-        self._chunks = response.aiter_bytes()
-        self._started = False
-        self._eof = False
-        self.status_code = response.status_code
-        self.reason_phrase = response.reason_phrase
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        return self._response.headers
-
-    async def receive_some(self, timeout: float = math.inf) -> bytes | None:
-        self._started = True
-        try:
-            with anyio.fail_after(timeout):
-                return await self._chunks.__anext__()
-        except StopAsyncIteration:
-            self._eof = True
-            return None
-        except httpx.TimeoutException as exc:
-            raise _wire.WireTimeoutError(
-                f"{type(exc).__name__}: {exc}", kind="read", seconds=self._read_timeout
-            ) from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError) as exc:
-            raise _wire.WireReadError(str(exc) or type(exc).__name__) from exc
-
-    async def aclose(self) -> None:
-        with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
-            await self._response.aclose()
-            if self._started and not self._eof:
-                # Pull until the closed chain raises or ends (see the class docstring).
-                self._eof = True
-                try:
-                    while True:
-                        await self._chunks.__anext__()
-                except StopAsyncIteration:
-                    pass
-                except Exception:  # the closed chain's own error is the expected way out
-                    pass
-
-
-class LineReader:
-    """Lines of a streamed response body, each read under the read and request deadlines.
-
-    Lines are split on ``\\n`` only (a trailing ``\\r`` is stripped), never on the other Unicode
-    line separators that may legitimately appear inside JSON strings.
-    """
-
-    def __init__(
-        self,
-        response: _Response,
-        *,
-        endpoint: str,
-        attempt: int,
-        deadline: float,
-        read_timeout: float,
-    ) -> None:
-        self.response = response
-        self.endpoint = endpoint
-        self.attempt = attempt
-        self._deadline = deadline
-        self._read_timeout = read_timeout
-        self._eof = False
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
-        self._lines: collections.deque[str] = collections.deque()
-
-    async def readline(self) -> str | None:
-        """Return the next line (terminator stripped), or ``None`` at the end of the body.
-
-        Raises:
-            ServerTimeoutError: The read or request deadline passed.
-            StreamInterruptedError: The connection was closed mid-body.
-
-        **Cancellation**: safe; the reader can still be closed afterwards.
-        """
-        while not self._lines:
-            if self._eof:
-                if self._pending:
-                    line, self._pending = self._pending, ""
-                    return line.removesuffix("\r")
-                return None
-            chunk = await self._read_chunk()
-            if chunk is None:
-                self._eof = True
-                text = self._decoder.decode(b"", final=True)
-            else:
-                text = self._decoder.decode(chunk)
-            if text:
-                parts = (self._pending + text).split("\n")
-                self._pending = parts.pop()
-                self._lines.extend(part.removesuffix("\r") for part in parts)
-        return self._lines.popleft()
-
-    async def _read_chunk(self) -> bytes | None:
-        return await _receive_body_part(
-            self.response,
-            endpoint=self.endpoint,
-            attempt=self.attempt,
-            deadline=self._deadline,
-            read_timeout=self._read_timeout,
-        )
-
-    async def aclose(self) -> None:
-        """Close the response (the connection is reused only if the body was read to its end).
-
-        **Cancellation**: shielded, bounded by :data:`CLOSE_GRACE_SECONDS`.
-        """
-        with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
-            await self.response.aclose()
-
-
-class ServerClient:
+class ServerClient(AsyncResource):
     """Base of the model-server clients: owns one :class:`ServerConnection` and its lifecycle.
 
     Subclasses set :attr:`path` and build requests; opening, closing and the ``endpoint`` label
@@ -766,28 +565,16 @@ class ServerClient:
 
     @property
     def endpoint(self) -> str:
-        """``POST URL`` of the client's endpoint."""
-        return f"POST {self.connection.url(self.path)}"
+        """``POST URL`` of the client's endpoint (credentials redacted)."""
+        return self.connection.endpoint(self.path)
 
     async def __aenter__(self) -> Self:
-        """Open the connection pool.
+        """Open the connection.
 
-        **Cancellation**: nothing is opened before the first await.
+        **Cancellation**: nothing is opened before the first request.
         """
         await self.connection.__aenter__()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the connection pool.
-
-        **Cancellation**: the close is shielded and bounded.
-        """
-        await self.connection.aclose()
 
     async def aclose(self) -> None:
         """Close the connection pool (idempotent).

@@ -1,4 +1,4 @@
-"""Server-Sent Events line decoding, sans I/O.
+"""Server-Sent Events: line decoding (sans I/O), and the one SSE -> JSON loop of the clients.
 
 The model servers speak a small subset of SSE::
 
@@ -15,13 +15,29 @@ the four known fields (``data``, ``event``, ``id``, ``retry``) raises :class:`SS
 instead of being ignored. Model servers never send such lines; when one appears it is a server
 speaking another format (raw JSON lines, an HTML error page), and silently ignoring it would
 turn a clear error into a confusing "stream ended without tokens" later.
+
+:class:`SSEJSONReader` drives the decoder over a streamed body and decodes each event's data
+as JSON, up to ``data: [DONE]``; the token clients and the chat client both read their streams
+through it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
-__all__ = ["SSEDecoder", "SSEEvent", "SSEFormatError"]
+import anyio
+import anyio.lowlevel
+
+from hermes_async._net import CLOSE_GRACE_SECONDS
+from hermes_async.inference._body import BIG_LINE_BYTES, LineReader
+from hermes_async.inference._errors import ModelServerError, ServerProtocolError
+from hermes_async.jsontypes import JSON
+
+__all__ = ("DRAIN_SECONDS", "SSEDecoder", "SSEEvent", "SSEFormatError", "SSEJSONReader")
+
+#: Budget for reading the rest of a body after ``[DONE]`` (so its connection can be reused).
+DRAIN_SECONDS = CLOSE_GRACE_SECONDS
 
 _FIELDS = frozenset({"data", "event", "id", "retry"})
 
@@ -72,6 +88,10 @@ class SSEDecoder:
         """
         if not line:
             return self._dispatch()
+        if line.startswith("data: "):  # the common case, with one copy of a long line
+            self._data.append(line[6:])
+            self._last_line = line
+            return None
         if line.startswith(":"):
             return None
         name, sep, value = line.partition(":")
@@ -104,3 +124,80 @@ class SSEDecoder:
         self._data = []
         self._event = None
         return event
+
+
+class SSEJSONReader:
+    """The JSON payloads of a Server-Sent Events body, one per event, up to ``[DONE]``.
+
+    Args:
+        reader: The body's lines.
+
+    Attributes:
+        saw_done: The stream ended with ``data: [DONE]`` (not merely with the body).
+    """
+
+    def __init__(self, reader: LineReader) -> None:
+        self._reader = reader
+        self._sse = SSEDecoder()
+        self._ended = False
+        self.saw_done = False
+
+    async def next(self) -> tuple[JSON, str] | None:
+        """The next payload and the ``data`` line it came from; ``None`` at the end.
+
+        After ``[DONE]`` the rest of the body is read (bounded by :data:`DRAIN_SECONDS`) so
+        the connection can be reused; a server that lingers only costs a new connection.
+
+        Raises:
+            ServerProtocolError: A line that is not SSE, or data that is not JSON.
+            ModelServerError: A transport failure or deadline (from the line reader).
+
+        **Cancellation**: safe; closing the response is the caller's.
+        """
+        if self._ended:
+            return None
+        while True:
+            line = await self._reader.readline()
+            try:
+                event = self._sse.flush() if line is None else self._sse.feed_line(line)
+            except SSEFormatError as exc:
+                self._ended = True
+                raise self.protocol_error(
+                    f"malformed Server-Sent Events stream: {exc}", exc.line
+                ) from None
+            if event is None:
+                if line is None:
+                    self._ended = True
+                    return None
+                continue
+            if event.data.strip() == "[DONE]":
+                self._ended = self.saw_done = True
+                await self._drain()
+                return None
+            if len(event.data) > BIG_LINE_BYTES:
+                await anyio.lowlevel.checkpoint()  # a turn for the loop before a long decode
+            try:
+                return json.loads(event.data), event.last_line
+            except ValueError:
+                self._ended = True
+                raise self.protocol_error(
+                    "stream chunk is not valid JSON", event.last_line
+                ) from None
+
+    def protocol_error(self, message: str, line: str) -> ServerProtocolError:
+        """A :class:`ServerProtocolError` about ``line`` of this stream."""
+        return ServerProtocolError(
+            message,
+            endpoint=self._reader.endpoint,
+            attempt=self._reader.attempt,
+            status=self._reader.response.status_code,
+            line=line,
+        )
+
+    async def _drain(self) -> None:
+        with anyio.move_on_after(DRAIN_SECONDS):
+            try:
+                while await self._reader.readline() is not None:
+                    pass
+            except ModelServerError:  # the stream already ended well; only reuse is lost
+                pass

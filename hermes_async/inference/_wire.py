@@ -11,14 +11,16 @@ request, two thirds of all client CPU. This module keeps only what a model serve
   bounds concurrency), idle connections dropped after ``keepalive_expiry`` seconds or as soon
   as the server has closed them;
 * h11 for all framing (Content-Length, chunked, keep-alive rules);
-* errors sorted by what a caller may do about them: :class:`WireConnectError` and
-  :class:`WireClosedError` (nothing was received: a retry is safe), :class:`WireReadError`
-  (the response was cut: never retried), :class:`WireTimeoutError` (connect or read).
+* the typed outcomes of :mod:`~hermes_async.inference._transport`, decided where they happen:
+  :class:`ConnectFailed` and :class:`ClosedBeforeResponse` (nothing was received: a retry is
+  safe; ``reused`` says whether the connection was a kept-alive one), :class:`BodyCut` (the
+  response was cut or is not HTTP: never retried), :class:`TransportTimeout` (connect or head).
 
-Deadlines other than connect and "silence before the response head" are the caller's
-(``ServerConnection`` wraps every call in its read and request deadlines). No proxies, no
-compression, no redirects, no cookies: model servers need none, and ``ServerConnection`` falls
-back to httpx when an HTTP proxy applies to the server's host.
+It implements the :class:`~hermes_async.inference._transport.Transport` protocol. Deadlines other
+than connect and "silence before the response head" are the caller's (``ServerConnection`` wraps
+every call in its read and request deadlines). No proxies, no compression, no redirects, no
+cookies: model servers need none, and ``ServerConnection`` uses the httpx transport when an HTTP
+proxy applies to the server's host.
 """
 
 from __future__ import annotations
@@ -38,65 +40,27 @@ import anyio
 import anyio.abc
 import h11
 
-__all__ = [
-    "WireClosedError",
-    "WireConnectError",
-    "WireError",
-    "WirePool",
-    "WireReadError",
-    "WireResponse",
-    "WireTimeoutError",
-    "check_base_url",
-]
+from hermes_async._cleanup import cleanup_scope
+from hermes_async._net import CLOSE_GRACE_SECONDS, redact_url
+from hermes_async.inference._transport import (
+    BodyCut,
+    ClosedBeforeResponse,
+    ConnectFailed,
+    TransportTimeout,
+)
 
-#: Bound on closing one connection.
-_CLOSE_SECONDS = 2.0
+__all__ = (
+    "WirePool",
+    "WireResponse",
+    "check_base_url",
+    "check_headers",
+)
 
 #: What a broken or closed connection raises, on either backend and with or without TLS.
 _STREAM_ERRORS = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, ssl.SSLError)
 
 #: Bytes asked for per socket read; a streamed response usually arrives in far less.
 _READ_SIZE = 65536
-
-
-class WireError(Exception):
-    """A transport failure talking to the server."""
-
-
-class WireConnectError(WireError):
-    """No connection could be made (refused, unreachable, TLS failed)."""
-
-
-class WireClosedError(WireError):
-    """The connection was closed or reset before any byte of the response arrived.
-
-    Typically a keep-alive connection the server timed out just as it was reused. Nothing was
-    received, so retrying the request is safe.
-
-    Attributes:
-        reused: The connection had served earlier requests (a stale keep-alive connection, so
-            an immediate retry on a new connection is the natural remedy).
-    """
-
-    reused: bool = False
-
-
-class WireReadError(WireError):
-    """The response started but was cut (connection closed, reset, or not valid HTTP)."""
-
-
-class WireTimeoutError(WireError):
-    """Connecting, or waiting for the response head, took longer than allowed.
-
-    Attributes:
-        kind: ``"connect"`` or ``"read"``.
-        seconds: The limit that passed.
-    """
-
-    def __init__(self, message: str, *, kind: str, seconds: float) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.seconds = seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,20 +74,21 @@ class _Origin:
 
 def _parse_origin(base_url: str) -> _Origin:
     parts = urllib.parse.urlsplit(base_url)
+    shown_url = redact_url(base_url)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
         raise ValueError(
-            f"model-server base_url must start with http:// or https://, got {base_url!r}"
+            f"model-server base_url must start with http:// or https://, got {shown_url!r}"
         )
     if not parts.hostname:
-        raise ValueError(f"model-server base_url has no host: {base_url!r}")
+        raise ValueError(f"model-server base_url has no host: {shown_url!r}")
     if parts.query or parts.fragment:
-        raise ValueError(f"model-server base_url must not have a query or fragment: {base_url!r}")
+        raise ValueError(f"model-server base_url must not have a query or fragment: {shown_url!r}")
     default_port = 443 if scheme == "https" else 80
     try:
         port = parts.port or default_port
     except ValueError:
-        raise ValueError(f"model-server base_url has an invalid port: {base_url!r}") from None
+        raise ValueError(f"model-server base_url has an invalid port: {shown_url!r}") from None
     host = parts.hostname
     shown = f"[{host}]" if ":" in host else host
     host_header = shown if port == default_port else f"{shown}:{port}"
@@ -183,9 +148,10 @@ class _Connection:
             return True
 
     async def aclose(self) -> None:
-        # Never blocks for long (no TLS close_notify exchange), but bounded all the same.
+        # Never blocks for long (no TLS close_notify exchange), but bounded all the same: this
+        # is the one bound on closing a connection (callers add none).
         with (
-            anyio.move_on_after(_CLOSE_SECONDS, shield=True),
+            cleanup_scope("close a model-server connection", CLOSE_GRACE_SECONDS),
             contextlib.suppress(*_STREAM_ERRORS),
         ):
             await self.stream.aclose()
@@ -224,8 +190,8 @@ class WireResponse:
 
         Raises:
             TimeoutError: Nothing arrived within ``timeout``.
-            WireReadError: The connection closed or broke before the body ended, or the server
-                sent something that is not HTTP/1.1.
+            BodyCut: The connection closed or broke before the body ended, or the server sent
+                something that is not HTTP/1.1.
 
         **Cancellation**: safe; the response must still be closed (which drops the connection).
         """
@@ -233,13 +199,13 @@ class WireResponse:
             return None
         conn = self._conn
         if conn is None:
-            raise WireReadError("the response was closed")
+            raise BodyCut("the response was closed")
         state = conn.h11
         while True:
             try:
                 event = state.next_event()
             except h11.RemoteProtocolError as exc:
-                raise WireReadError(f"invalid HTTP from the server: {exc}") from None
+                raise BodyCut(f"invalid HTTP from the server: {exc}") from None
             if event is h11.NEED_DATA:
                 with anyio.fail_after(timeout):
                     data = await _receive(conn, started=True)
@@ -250,7 +216,7 @@ class WireResponse:
                 self._done = True
                 return None
             else:  # ConnectionClosed or PAUSED: the body cannot go on
-                raise WireReadError(f"the connection ended mid-body ({type(event).__name__})")
+                raise BodyCut(f"the connection ended mid-body ({type(event).__name__})")
 
     async def aread(self) -> bytes:
         """Read the rest of the body.
@@ -266,7 +232,8 @@ class WireResponse:
         """Release the connection: back to the pool if the exchange finished cleanly, else
         closed. Idempotent.
 
-        **Cancellation**: closing is shielded (closing a socket does not block).
+        **Cancellation**: every connection close is shielded and bounded (a return to the pool
+        does not wait at all).
         """
         conn, self._conn = self._conn, None
         if conn is None:
@@ -279,7 +246,7 @@ class WireResponse:
             await conn.aclose()
 
 
-async def _receive(conn: _Connection, *, started: bool) -> bytes:
+async def _receive(conn: _Connection, *, started: bool, reused: bool = False) -> bytes:
     """One socket read; ``b""`` at end of stream (h11's convention)."""
     try:
         return await conn.stream.receive(_READ_SIZE)
@@ -288,12 +255,16 @@ async def _receive(conn: _Connection, *, started: bool) -> bytes:
     except _STREAM_ERRORS as exc:
         what = _describe(exc)
         if started:
-            raise WireReadError(f"the connection broke mid-response ({what})") from None
-        raise WireClosedError(f"the connection broke before a response ({what})") from None
+            raise BodyCut(f"the connection broke mid-response ({what})") from None
+        raise ClosedBeforeResponse(
+            f"the connection broke before a response ({what})", reused=reused
+        ) from None
 
 
 class WirePool:
     """Keep-alive connections to one server, and the requests made over them.
+
+    Implements :class:`~hermes_async.inference._transport.Transport`.
 
     Args:
         base_url: ``http://host:port[/prefix]`` or ``https://...``; request targets are
@@ -305,6 +276,8 @@ class WirePool:
         headers: Sent with every request (after the defaults, so they can override them).
         ssl_context: Factory of the TLS context for ``https`` (called once, on first connect).
     """
+
+    kind = "wire"
 
     def __init__(
         self,
@@ -341,29 +314,24 @@ class WirePool:
         quoted = urllib.parse.quote(path.lstrip("/"), safe="/:@!$&'()*+,;=-._~%?")
         return f"{self._origin.prefix}/{quoted}".encode("ascii")
 
-    async def post(
-        self, path: str, body: bytes, headers: Mapping[str, str] | None = None
-    ) -> WireResponse:
-        """Send ``POST path`` with ``body`` and wait for the response head.
+    async def send(self, method: str, path: str, body: bytes = b"") -> WireResponse:
+        """Send ``method path`` with ``body`` and the pool's headers; wait for the head.
 
-        Headers common to every request belong in the pool's ``headers`` (encoded once);
-        ``headers`` here are added to this request only.
+        A ``GET`` or ``HEAD`` without a body is sent without a ``Content-Length``.
 
         Raises:
-            WireConnectError: No connection could be made.
-            WireClosedError: The connection closed before a response byte (retry-safe).
-            WireReadError: The response head was invalid or cut.
-            WireTimeoutError: Connecting or waiting for the head took too long.
+            ConnectFailed: No connection could be made.
+            ClosedBeforeResponse: The connection closed before a response byte (retry-safe).
+            BodyCut: The response head was invalid or cut.
+            TransportTimeout: Connecting or waiting for the head took too long.
 
         **Cancellation**: the connection in use is closed (never returned to the pool).
         """
         if self._closed:
             raise RuntimeError("the connection pool is closed")
-        request_headers = [
-            *self._headers,
-            *(_header(k, v) for k, v in (headers or {}).items()),
-            (b"content-length", str(len(body)).encode("ascii")),
-        ]
+        request_headers = self._headers
+        if body or method not in ("GET", "HEAD"):
+            request_headers = [*request_headers, (b"content-length", b"%d" % len(body))]
         conn = await self._checkout()
         reused = conn is not None
         if conn is None:
@@ -372,28 +340,30 @@ class WirePool:
         try:
             state = conn.h11
             data = state.send(
-                h11.Request(method=b"POST", target=self.target(path), headers=request_headers)
+                h11.Request(
+                    method=method.encode("ascii"), target=self.target(path), headers=request_headers
+                )
             )
-            data = (data or b"") + (state.send(h11.Data(data=body)) or b"")
-            data += state.send(h11.EndOfMessage()) or b""
+            if body:
+                data = (data or b"") + (state.send(h11.Data(data=body)) or b"")
+            data = (data or b"") + (state.send(h11.EndOfMessage()) or b"")
             try:
                 await conn.stream.send(data)
             except _STREAM_ERRORS as exc:
                 error = _describe(exc)
                 if reused:
-                    raise WireClosedError(f"the kept-alive connection broke ({error})") from None
-                raise WireConnectError(f"cannot send the request ({error})") from None
-            head = await self._receive_head(conn)
+                    raise ClosedBeforeResponse(
+                        f"the kept-alive connection broke ({error})", reused=True
+                    ) from None
+                raise ConnectFailed(f"cannot send the request ({error})") from None
+            head = await self._receive_head(conn, reused=reused)
             ok = True
             return WireResponse(self, conn, head)
-        except WireClosedError as exc:
-            exc.reused = reused
-            raise
         finally:
             if not ok:
                 await conn.aclose()
 
-    async def _receive_head(self, conn: _Connection) -> h11.Response:
+    async def _receive_head(self, conn: _Connection, *, reused: bool) -> h11.Response:
         state = conn.h11
         received = False
         try:
@@ -403,12 +373,12 @@ class WirePool:
                         event = state.next_event()
                     except h11.RemoteProtocolError as exc:
                         if not received:
-                            raise WireClosedError(
-                                f"the connection closed before a response ({exc})"
+                            raise ClosedBeforeResponse(
+                                f"the connection closed before a response ({exc})", reused=reused
                             ) from None
-                        raise WireReadError(f"invalid HTTP response head: {exc}") from None
+                        raise BodyCut(f"invalid HTTP response head: {exc}") from None
                     if event is h11.NEED_DATA:
-                        data = await _receive(conn, started=received)
+                        data = await _receive(conn, started=received, reused=reused)
                         received = received or bool(data)
                         state.receive_data(data)
                     elif type(event) is h11.Response:
@@ -416,13 +386,13 @@ class WirePool:
                     elif type(event) is h11.InformationalResponse:
                         continue
                     elif not received:
-                        raise WireClosedError("the connection closed before a response")
-                    else:
-                        raise WireReadError(
-                            f"the connection ended before the response head ({event!r})"
+                        raise ClosedBeforeResponse(
+                            "the connection closed before a response", reused=reused
                         )
+                    else:
+                        raise BodyCut(f"the connection ended before the response head ({event!r})")
         except TimeoutError:
-            raise WireTimeoutError(
+            raise TransportTimeout(
                 f"no response head within {self._read_timeout:g} s",
                 kind="read",
                 seconds=self._read_timeout,
@@ -468,14 +438,13 @@ class WirePool:
                 else:
                     stream = await anyio.connect_tcp(origin.host, origin.port)
         except TimeoutError:
-            raise WireTimeoutError(
+            raise TransportTimeout(
                 f"no connection within {self._connect_timeout:g} s",
                 kind="connect",
                 seconds=self._connect_timeout,
             ) from None
         except _STREAM_ERRORS as exc:
-            what = _describe(exc)
-            raise WireConnectError(what) from None
+            raise ConnectFailed(_describe(exc)) from None
         self.connections_opened += 1
         sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         return _Connection(stream, sock)
@@ -483,7 +452,7 @@ class WirePool:
     async def aclose(self) -> None:
         """Close every idle connection; connections in use close when their response does.
 
-        **Cancellation**: shielded (closing sockets does not block).
+        **Cancellation**: each close is shielded and bounded (closing sockets does not block).
         """
         self._closed = True
         idle, self._idle = self._idle, collections.deque()

@@ -28,25 +28,26 @@ retry policy (connect errors, 429, 5xx; never other 4xx, never once a stream sta
 from __future__ import annotations
 
 import json
-import random
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Self
-
-import httpx
+from typing import Self, Unpack
 
 from hermes_async.inference._errors import (
     ServerProtocolError,
     StreamInterruptedError,
 )
-from hermes_async.inference._http import HTTPOptions, LineReader, ServerClient, ServerConnection
-from hermes_async.inference._sse import SSEDecoder, SSEFormatError
+from hermes_async.inference._http import (
+    ConnectionKwargs,
+    LineReader,
+    ServerClient,
+    ServerConnection,
+)
+from hermes_async.inference._sse import SSEJSONReader
 from hermes_async.jsontypes import JSON, JSONObject
-from hermes_async.limits import NamedLimiter
 
-__all__ = [
+__all__ = (
     "ChatClient",
     "ChatCompletion",
     "ChatMessage",
@@ -56,7 +57,7 @@ __all__ = [
     "FunctionCall",
     "ToolCall",
     "Usage",
-]
+)
 
 
 @dataclass(slots=True)
@@ -362,8 +363,7 @@ class ChatStream:
     """
 
     def __init__(self, reader: LineReader) -> None:
-        self._reader = reader
-        self._sse = SSEDecoder()
+        self._chunks = SSEJSONReader(reader)
         self._done = False
         self.assembler = ChatStreamAssembler()
         self.endpoint = reader.endpoint
@@ -382,57 +382,29 @@ class ChatStream:
         """
         if self._done:
             raise StopAsyncIteration
-        while True:
-            line = await self._reader.readline()
-            try:
-                event = self._sse.flush() if line is None else self._sse.feed_line(line)
-            except SSEFormatError as exc:
-                self._done = True
-                raise self._protocol_error(
-                    f"malformed Server-Sent Events stream: {exc}", exc.line
-                ) from None
-            if event is None:
-                if line is None:
-                    self._done = True
-                    if not self.assembler.finished:
-                        raise StreamInterruptedError(
-                            "the stream ended without [DONE] or a finish_reason",
-                            endpoint=self.endpoint,
-                        )
-                    raise StopAsyncIteration
-                continue
-            if event.data.strip() == "[DONE]":
-                self._done = True
-                raise StopAsyncIteration
-            try:
-                chunk = json.loads(event.data)
-            except ValueError:
-                self._done = True
-                raise self._protocol_error(
-                    "stream chunk is not valid JSON", event.last_line
-                ) from None
-            try:
-                self.assembler.feed(chunk)
-            except _ServerErrorFrame as exc:
-                self._done = True
+        try:
+            item = await self._chunks.next()
+        except Exception:  # a failed stream is over (a cancellation leaves it as it was)
+            self._done = True
+            raise
+        if item is None:
+            self._done = True
+            if not self._chunks.saw_done and not self.assembler.finished:
                 raise StreamInterruptedError(
-                    str(exc), endpoint=self.endpoint, line=event.last_line
-                ) from None
-            except (ValueError, TypeError) as exc:
-                self._done = True
-                raise self._protocol_error(
-                    f"unexpected chunk shape: {exc}", event.last_line
-                ) from None
-            return chunk  # type: ignore[no-any-return]
-
-    def _protocol_error(self, message: str, line: str) -> ServerProtocolError:
-        return ServerProtocolError(
-            message,
-            endpoint=self.endpoint,
-            attempt=self._reader.attempt,
-            status=self._reader.response.status_code,
-            line=line,
-        )
+                    "the stream ended without [DONE] or a finish_reason",
+                    endpoint=self.endpoint,
+                )
+            raise StopAsyncIteration
+        chunk, line = item
+        try:
+            self.assembler.feed(chunk)
+        except _ServerErrorFrame as exc:
+            self._done = True
+            raise StreamInterruptedError(str(exc), endpoint=self.endpoint, line=line) from None
+        except (ValueError, TypeError) as exc:
+            self._done = True
+            raise self._chunks.protocol_error(f"unexpected chunk shape: {exc}", line) from None
+        return chunk  # type: ignore[no-any-return]
 
     def completion(self) -> ChatCompletion:
         """The completion assembled from the chunks received so far."""
@@ -451,13 +423,13 @@ class ChatClient(ServerClient):
     Args:
         base_url: API root including the version prefix (``http://127.0.0.1:8000/v1``).
         model: Default ``model`` for requests that do not name one.
-        api_key: Bearer token (never logged).
         stream: Default for ``stream`` when a call does not say; streaming keeps the
             connection's read timeout meaningful for long generations.
-        options: Deadlines, pool size, retry policy.
-        limiter: Gate for concurrent requests (``limits.model_requests``).
-        transport: An httpx transport instead of the network (tests, ASGI apps).
-        rng: Random source for retry jitter.
+        **connection: Passed to the connection: ``api_key`` (bearer token, never logged),
+            ``options`` (deadlines, pool size, retry policy, line cap: :class:`HTTPOptions`),
+            ``limiter`` (gate for concurrent requests: ``limits.model_requests``),
+            ``transport`` (an httpx transport instead of the network: tests, ASGI apps) and
+            ``rng`` (random source for retry jitter).
     """
 
     path = "/chat/completions"
@@ -467,23 +439,12 @@ class ChatClient(ServerClient):
         base_url: str,
         *,
         model: str = "default",
-        api_key: str | None = None,
         stream: bool = False,
-        options: HTTPOptions | None = None,
-        limiter: NamedLimiter | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        rng: random.Random | None = None,
+        **connection: Unpack[ConnectionKwargs],
     ) -> None:
         self.model = model
         self.stream_by_default = stream
-        self.connection = ServerConnection(
-            base_url,
-            options=options,
-            limiter=limiter,
-            transport=transport,
-            api_key=api_key,
-            rng=rng,
-        )
+        self.connection = ServerConnection(base_url, **connection)
 
     def request_body(self, **kwargs: JSON) -> JSONObject:
         """The JSON body for ``kwargs`` (pure): ``extra_body`` merged last, at the top level.

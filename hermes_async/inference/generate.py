@@ -34,33 +34,29 @@ before the first token; once a token was handed out nothing is retried.
 from __future__ import annotations
 
 import json
-import random
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, Self, runtime_checkable
-
-import anyio
-import httpx
+from typing import Protocol, Self, Unpack, runtime_checkable
 
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerProtocolError,
     StreamInterruptedError,
 )
-from hermes_async.inference._http import (
-    CLOSE_GRACE_SECONDS,
-    HTTPOptions,
-    LineReader,
-    ServerClient,
-    ServerConnection,
+from hermes_async.inference._http import ConnectionKwargs, ServerClient, ServerConnection
+from hermes_async.inference._sse import SSEJSONReader
+from hermes_async.inference._token_chunks import (
+    AtroposDecoder,
+    ChunkDecoder,
+    ChunkError,
+    SGLangDecoder,
+    VLLMDecoder,
 )
-from hermes_async.inference._sse import SSEDecoder, SSEFormatError
 from hermes_async.jsontypes import JSON, JSONObject
-from hermes_async.limits import NamedLimiter
 
-__all__ = [
+__all__ = (
     "AtroposGenerateClient",
     "Completion",
     "GenerateClient",
@@ -70,7 +66,7 @@ __all__ = [
     "TokenDelta",
     "TokenStream",
     "VLLMGenerateClient",
-]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,236 +161,16 @@ class TokenClient(Protocol):
 
 
 # --------------------------------------------------------------------------------------------
-# Chunk decoders (sans I/O): one JSON chunk -> TokenDelta, with every check
+# Sources: where the JSON chunks come from (an SSE body: SSEJSONReader; one JSON body: below)
 
 
-class _ChunkError(Exception):
-    """A chunk is malformed (``server_error`` False) or is an error frame (True)."""
-
-    def __init__(self, message: str, *, server_error: bool = False) -> None:
-        super().__init__(message)
-        self.server_error = server_error
-
-
-def _check_error_frame(payload: JSON) -> None:
-    if not isinstance(payload, dict):
-        raise _ChunkError(f"expected a JSON object, got {type(payload).__name__}")
-    error = payload.get("error")
-    if error is not None or payload.get("object") == "error":
-        detail = error if error is not None else payload.get("message", payload)
-        if isinstance(detail, dict):
-            detail = detail.get("message", detail)
-        raise _ChunkError(f"the server reported an error mid-stream: {detail}", server_error=True)
-
-
-def _int_ids(value: JSON, what: str) -> list[int]:
-    if not isinstance(value, list) or not all(
-        isinstance(x, int) and not isinstance(x, bool) for x in value
-    ):
-        raise _ChunkError(f"{what} must be a list of integers")
-    return value
-
-
-def _float(value: JSON, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _ChunkError(f"{what} must be a number, got {value!r}")
-    return float(value)
-
-
-def _check_lengths(ids: Sequence[int], logprobs: Sequence[float]) -> None:
-    if len(ids) != len(logprobs):
-        raise _ChunkError(
-            f"chunk has {len(ids)} token ids but {len(logprobs)} logprobs; every sampled "
-            "token needs its logprob (request logprobs from the server)"
-        )
-
-
-def _finish_reason(value: JSON) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, dict):  # SGLang: {"type": "stop", "matched": 151645}
-        value = value.get("type")
-    if not isinstance(value, str):
-        raise _ChunkError(f"finish_reason must be a string or null, got {value!r}")
-    return value
-
-
-class _ChunkDecoder(ABC):
-    @abstractmethod
-    def feed(self, payload: JSON) -> TokenDelta | None:
-        """Decode one chunk; ``None`` for chunks without tokens or finish (usage, keep-alive)."""
-
-
-class _VLLMDecoder(_ChunkDecoder):
-    def feed(self, payload: JSON) -> TokenDelta | None:
-        _check_error_frame(payload)
-        choices = payload.get("choices")
-        if not choices:  # the usage chunk
-            return None
-        if not isinstance(choices, list) or not isinstance(choices[0], dict):
-            raise _ChunkError("choices must be a list of objects")
-        choice = choices[0]
-        ids = _int_ids(choice.get("token_ids", []), "choices[0].token_ids")
-        content = (choice.get("logprobs") or {}).get("content")
-        if content is None:
-            content = []
-        if not isinstance(content, list):
-            raise _ChunkError("choices[0].logprobs.content must be a list")
-        logprobs: list[float] = []
-        for i, entry in enumerate(content):
-            if not isinstance(entry, dict):
-                raise _ChunkError("logprobs.content entries must be objects")
-            logprobs.append(_float(entry.get("logprob"), "logprobs.content[].logprob"))
-            token_id = entry.get("token_id")
-            if token_id is not None and i < len(ids) and token_id != ids[i]:
-                raise _ChunkError(
-                    f"logprob entry {i} is for token {token_id} but the chunk's id there is "
-                    f"{ids[i]}"
-                )
-        _check_lengths(ids, logprobs)
-        finish = _finish_reason(choice.get("finish_reason"))
-        if not ids and finish is None:
-            return None
-        return TokenDelta(tuple(ids), tuple(logprobs), finish)
-
-
-class _SGLangDecoder(_ChunkDecoder):
-    def __init__(self, *, incremental: bool) -> None:
-        self._incremental = incremental
-        self._seen: list[int] = []
-
-    def feed(self, payload: JSON) -> TokenDelta | None:
-        _check_error_frame(payload)
-        ids = _int_ids(payload.get("output_ids"), "output_ids")
-        meta = payload.get("meta_info")
-        if not isinstance(meta, dict):
-            raise _ChunkError("meta_info must be an object")
-        raw = meta.get("output_token_logprobs")
-        if raw is None:
-            raise _ChunkError(
-                "meta_info.output_token_logprobs is missing (request return_logprob=true)"
-            )
-        if not isinstance(raw, list):
-            raise _ChunkError("meta_info.output_token_logprobs must be a list")
-        logprobs: list[float] = []
-        for i, entry in enumerate(raw):
-            if not isinstance(entry, list) or len(entry) < 2:
-                raise _ChunkError("output_token_logprobs entries must be [logprob, token_id, ...]")
-            logprobs.append(_float(entry[0], "output_token_logprobs[][0]"))
-            if i < len(ids) and entry[1] != ids[i]:
-                raise _ChunkError(
-                    f"logprob entry {i} is for token {entry[1]} but output_ids has {ids[i]} there"
-                )
-        _check_lengths(ids, logprobs)
-        finish = _finish_reason(meta.get("finish_reason"))
-        if not self._incremental:
-            seen = len(self._seen)
-            if len(ids) < seen or ids[:seen] != self._seen:
-                raise _ChunkError(
-                    f"cumulative chunk does not extend the {seen} ids seen so far; if the "
-                    "server runs with --incremental-streaming-output, use "
-                    "SGLangGenerateClient(..., incremental=True)"
-                )
-            ids, logprobs = ids[seen:], logprobs[seen:]
-            self._seen.extend(ids)
-        if not ids and finish is None:
-            return None
-        return TokenDelta(tuple(ids), tuple(logprobs), finish)
-
-
-class _AtroposDecoder(_ChunkDecoder):
-    def feed(self, payload: JSON) -> TokenDelta | None:
-        _check_error_frame(payload)
-        try:
-            ids_all = payload["token_ids"]
-            lps_all = payload["logprobs"]
-            reasons = payload["finish_reasons"]
-        except KeyError as exc:
-            raise _ChunkError(f"response lacks {exc.args[0]!r}") from None
-        if not (isinstance(ids_all, list) and ids_all and isinstance(lps_all, list) and lps_all):
-            raise _ChunkError("token_ids and logprobs must be non-empty lists (one per choice)")
-        ids = _int_ids(ids_all[0], "token_ids[0]")
-        entries = lps_all[0]
-        if not isinstance(entries, list):
-            raise _ChunkError("logprobs[0] must be a list")
-        logprobs: list[float] = []
-        for i, entry in enumerate(entries):
-            if not isinstance(entry, dict) or len(entry) != 1:
-                raise _ChunkError('logprobs entries must be one-key objects {"<token id>": lp}')
-            ((key, value),) = entry.items()
-            if i < len(ids) and key != str(ids[i]):
-                raise _ChunkError(
-                    f"logprob entry {i} is for token {key} but token_ids has {ids[i]} there"
-                )
-            logprobs.append(_float(value, "logprob"))
-        _check_lengths(ids, logprobs)
-        finish = _finish_reason(reasons[0] if isinstance(reasons, list) and reasons else None)
-        return TokenDelta(tuple(ids), tuple(logprobs), finish or "stop")
-
-
-# --------------------------------------------------------------------------------------------
-# Sources: where the JSON chunks come from
-
-
-class _Source(ABC):
-    @abstractmethod
+class _Source(Protocol):
     async def next(self) -> tuple[JSON, str] | None:
         """The next chunk and the line it came from; ``None`` at the end."""
+        ...
 
 
-class _SSESource(_Source):
-    def __init__(self, reader: LineReader) -> None:
-        self._reader = reader
-        self._sse = SSEDecoder()
-        self._done = False
-
-    async def next(self) -> tuple[JSON, str] | None:
-        if self._done:
-            return None
-        while True:
-            line = await self._reader.readline()
-            try:
-                event = self._sse.flush() if line is None else self._sse.feed_line(line)
-            except SSEFormatError as exc:
-                raise ServerProtocolError(
-                    f"malformed Server-Sent Events stream: {exc}",
-                    endpoint=self._reader.endpoint,
-                    attempt=self._reader.attempt,
-                    status=self._reader.response.status_code,
-                    line=exc.line,
-                ) from None
-            if event is None:
-                if line is None:
-                    self._done = True
-                    return None
-                continue
-            if event.data.strip() == "[DONE]":
-                self._done = True
-                await self._drain()
-                return None
-            try:
-                return json.loads(event.data), event.last_line
-            except ValueError:
-                raise ServerProtocolError(
-                    "stream chunk is not valid JSON",
-                    endpoint=self._reader.endpoint,
-                    attempt=self._reader.attempt,
-                    status=self._reader.response.status_code,
-                    line=event.last_line,
-                ) from None
-
-    async def _drain(self) -> None:
-        # Read to the end of the body after [DONE] so the connection can be reused; a server
-        # that lingers only costs a new connection next time.
-        with anyio.move_on_after(CLOSE_GRACE_SECONDS):
-            try:
-                while await self._reader.readline() is not None:
-                    pass
-            except ModelServerError:
-                pass
-
-
-class _JSONSource(_Source):
+class _JSONSource:
     def __init__(self, connection: ServerConnection, path: str, body: JSONObject) -> None:
         self._connection = connection
         self._path = path
@@ -422,7 +198,7 @@ class TokenStream:
         chunks: How many deltas were yielded.
     """
 
-    def __init__(self, source: _Source, decoder: _ChunkDecoder, endpoint: str) -> None:
+    def __init__(self, source: _Source, decoder: ChunkDecoder, endpoint: str) -> None:
         self._source = source
         self._decoder = decoder
         self.endpoint = endpoint
@@ -466,13 +242,13 @@ class TokenStream:
                 raise StopAsyncIteration
             payload, line = item
             try:
-                delta = self._decoder.feed(payload)
-                if delta is not None and delta.token_ids and self.finish_reason is not None:
-                    raise _ChunkError(
-                        f"chunk carries {len(delta.token_ids)} tokens after finish_reason "
+                chunk = self._decoder.feed(payload)
+                if chunk is not None and chunk.token_ids and self.finish_reason is not None:
+                    raise ChunkError(
+                        f"chunk carries {len(chunk.token_ids)} tokens after finish_reason "
                         f"{self.finish_reason!r}"
                     )
-            except _ChunkError as exc:
+            except ChunkError as exc:
                 self._ended = True
                 cls = StreamInterruptedError if exc.server_error else ServerProtocolError
                 raise cls(
@@ -482,8 +258,9 @@ class TokenStream:
                     token_ids=self.token_ids,
                     logprobs=self.logprobs,
                 ) from None
-            if delta is None:
+            if chunk is None:
                 continue
+            delta = TokenDelta(*chunk)
             self.token_ids.extend(delta.token_ids)
             self.logprobs.extend(delta.logprobs)
             if delta.finish_reason is not None:
@@ -508,36 +285,21 @@ class GenerateClient(ServerClient, ABC):
     """Shared shape of the token clients: connection handling plus a protocol adapter.
 
     Args:
-        base_url: The server's base URL.
-        options: Deadlines, pool size and retry policy (:class:`HTTPOptions`).
-        limiter: Gate for concurrent requests, e.g. ``Limits().model_requests``; the pool is
-            sized to at least its total.
-        transport: An httpx transport to use instead of the network (tests, ASGI apps).
-        api_key: Sent as a bearer token when given.
-        rng: Random source for retry jitter.
+        base_url: The server's base URL (``user:password@`` in it: Basic authentication,
+            never shown in errors or logs).
+        **connection: Passed to the :class:`~hermes_async.inference._http.ServerConnection`:
+            ``options`` (deadlines, pool size, retry policy, line cap: :class:`HTTPOptions`),
+            ``limiter`` (gate for concurrent requests, e.g. ``Limits().model_requests``; the
+            pool is sized to at least its total), ``transport`` (an httpx transport to use
+            instead of the network: tests, ASGI apps), ``api_key`` (sent as a bearer token)
+            and ``rng`` (random source for retry jitter).
     """
 
     #: Path of the endpoint, relative to the base URL.
     path: str = ""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        options: HTTPOptions | None = None,
-        limiter: NamedLimiter | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        api_key: str | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.connection = ServerConnection(
-            self._base_url(base_url),
-            options=options,
-            limiter=limiter,
-            transport=transport,
-            api_key=api_key,
-            rng=rng,
-        )
+    def __init__(self, base_url: str, **connection: Unpack[ConnectionKwargs]) -> None:
+        self.connection = ServerConnection(self._base_url(base_url), **connection)
 
     def _base_url(self, base_url: str) -> str:
         return base_url
@@ -547,7 +309,7 @@ class GenerateClient(ServerClient, ABC):
         """The JSON body this server expects (pure; handy to inspect in tests)."""
 
     @abstractmethod
-    def _decoder(self) -> _ChunkDecoder: ...
+    def _decoder(self) -> ChunkDecoder: ...
 
     streaming: bool = True
 
@@ -573,7 +335,7 @@ class GenerateClient(ServerClient, ABC):
             )
             return
         async with self.connection.open_lines(self.path, body) as reader:
-            yield TokenStream(_SSESource(reader), self._decoder(), self.endpoint)
+            yield TokenStream(SSEJSONReader(reader), self._decoder(), self.endpoint)
 
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
@@ -626,8 +388,8 @@ class VLLMGenerateClient(GenerateClient):
         sampling.update(params.extra)
         return {"token_ids": list(prompt_ids), "sampling_params": sampling, "stream": True}
 
-    def _decoder(self) -> _ChunkDecoder:
-        return _VLLMDecoder()
+    def _decoder(self) -> ChunkDecoder:
+        return VLLMDecoder()
 
 
 class AtroposGenerateClient(GenerateClient):
@@ -661,8 +423,8 @@ class AtroposGenerateClient(GenerateClient):
         body.update(params.extra)
         return body
 
-    def _decoder(self) -> _ChunkDecoder:
-        return _AtroposDecoder()
+    def _decoder(self) -> ChunkDecoder:
+        return AtroposDecoder()
 
 
 class SGLangGenerateClient(GenerateClient):
@@ -680,8 +442,9 @@ class SGLangGenerateClient(GenerateClient):
         < data: [DONE]
 
     Args:
+        base_url: The server's base URL.
         incremental: The server sends deltas instead of cumulative chunks.
-        **kwargs: As for :class:`GenerateClient`.
+        **connection: As for :class:`GenerateClient`.
     """
 
     path = "/generate"
@@ -691,20 +454,9 @@ class SGLangGenerateClient(GenerateClient):
         base_url: str,
         *,
         incremental: bool = False,
-        options: HTTPOptions | None = None,
-        limiter: NamedLimiter | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        api_key: str | None = None,
-        rng: random.Random | None = None,
+        **connection: Unpack[ConnectionKwargs],
     ) -> None:
-        super().__init__(
-            base_url,
-            options=options,
-            limiter=limiter,
-            transport=transport,
-            api_key=api_key,
-            rng=rng,
-        )
+        super().__init__(base_url, **connection)
         self.incremental = incremental
 
     def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
@@ -721,5 +473,5 @@ class SGLangGenerateClient(GenerateClient):
             "stream": True,
         }
 
-    def _decoder(self) -> _ChunkDecoder:
-        return _SGLangDecoder(incremental=self.incremental)
+    def _decoder(self) -> ChunkDecoder:
+        return SGLangDecoder(incremental=self.incremental)

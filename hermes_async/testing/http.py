@@ -32,13 +32,14 @@ import anyio
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = [
+__all__ = (
     "SERVER_SHUTDOWN_GRACE_SECONDS",
     "ASGIApp",
+    "answer_lifespan",
     "open_app_endpoint",
     "open_asgi_transport",
     "open_loopback_server",
-]
+)
 
 #: An ASGI 3 application: ``await app(scope, receive, send)``.
 ASGIApp = Callable[
@@ -168,15 +169,26 @@ def _without_lifespan(app: ASGIApp) -> ASGIApp:
         if scope["type"] != "lifespan":
             await app(scope, receive, send)
             return
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await answer_lifespan(receive, send)
 
     return wrapper
+
+
+async def answer_lifespan(
+    receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+    send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+) -> None:
+    """Answer an ASGI ``lifespan`` scope: startup and shutdown complete at once.
+
+    **Cancellation**: safe; nothing is held.
+    """
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 # --------------------------------------------------------------------------------------------

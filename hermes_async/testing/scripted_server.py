@@ -57,8 +57,9 @@ import anyio
 
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.jsontypes import JSON, JSONObject
+from hermes_async.testing.http import answer_lifespan
 
-__all__ = [
+__all__ = (
     "Fault",
     "FixedScript",
     "PolicyRequest",
@@ -67,7 +68,7 @@ __all__ = [
     "ScriptedPolicy",
     "ServedRequest",
     "parse_chatml",
-]
+)
 
 _Route = Literal["vllm", "atropos", "sglang", "chat"]
 
@@ -332,7 +333,7 @@ class ScriptedModelServer:
         its :class:`ServedRequest` keeps what was sent, ``completed`` stays unset.
         """
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await answer_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -783,16 +784,6 @@ def _sglang_chunk(
 
 # --------------------------------------------------------------------------------------------
 # ASGI plumbing
-
-
-async def _lifespan(receive: _Receive, send: _Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 async def _read_body(receive: _Receive) -> bytes:

@@ -16,31 +16,25 @@ too many redirects). Both name the URL.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from types import TracebackType
 
 import anyio
 import httpx
 
+from hermes_async._cleanup import bounded_cleanup
+from hermes_async._net import CLOSE_GRACE_SECONDS, aclose_httpx_stream, default_ssl_context
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
 from hermes_async.tools._web_settings import WebSettings
 
-__all__ = [
-    "CLOSE_GRACE_SECONDS",
+__all__ = (
     "FetchedPage",
     "NonClosingTransport",
+    "aclose_client",
     "fetch_page",
-    "shared_ssl_context",
-]
+)
 
-#: Bound on closing a response or client during cleanup (shielded).
-CLOSE_GRACE_SECONDS = 5.0
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-# Reads tolerated after closing an abandoned body before giving up on finishing its iterators.
-_ABANDON_MAX_READS = 64
-_ssl_context: ssl.SSLContext | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,23 +68,8 @@ class NonClosingTransport(httpx.AsyncBaseTransport):
         return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
+        """Leave the wrapped transport open (``async with`` exits through this too)."""
         return None
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None = None,
-        exc_value: BaseException | None = None,
-        traceback: TracebackType | None = None,
-    ) -> None:
-        return None
-
-
-def shared_ssl_context() -> ssl.SSLContext:
-    """One verified TLS context for every web-tool client (loading the CA bundle costs ~25 ms)."""
-    global _ssl_context
-    if _ssl_context is None:
-        _ssl_context = httpx.create_ssl_context()
-    return _ssl_context
 
 
 def _hop_client(settings: WebSettings) -> httpx.AsyncClient:
@@ -98,7 +77,7 @@ def _hop_client(settings: WebSettings) -> httpx.AsyncClient:
     if settings.transport is not None:
         transport = NonClosingTransport(settings.transport)
     else:
-        transport = httpx.AsyncHTTPTransport(verify=shared_ssl_context(), retries=0)
+        transport = httpx.AsyncHTTPTransport(verify=default_ssl_context(), retries=0)
     return httpx.AsyncClient(
         transport=transport,
         timeout=httpx.Timeout(settings.fetch_timeout_seconds),
@@ -107,9 +86,12 @@ def _hop_client(settings: WebSettings) -> httpx.AsyncClient:
     )
 
 
-async def _close(resource: httpx.Response | httpx.AsyncClient) -> None:
-    with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
-        await resource.aclose()
+async def aclose_client(client: httpx.AsyncClient, what: str = "close a web client") -> None:
+    """Close a web-tool client: shielded, bounded by the shared close grace, failures logged.
+
+    **Cancellation**: the close still runs (bounded); the caller's cancellation follows.
+    """
+    await bounded_cleanup(what, client.aclose, timeout=CLOSE_GRACE_SECONDS)
 
 
 async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> FetchedPage:
@@ -127,8 +109,8 @@ async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> Fe
         URLRefusedError: The URL, or a redirect target, is not allowed.
         WebFetchError: Timeout, network failure, HTTP error status, too many redirects.
 
-    **Cancellation**: the open response and client are closed (shielded, bounded by
-    :data:`CLOSE_GRACE_SECONDS`) and the cancellation propagates.
+    **Cancellation**: the open response and client are closed (shielded, each bounded by
+    :data:`hermes_async._net.CLOSE_GRACE_SECONDS`) and the cancellation propagates.
     """
     timeout = settings.fetch_timeout_seconds
     try:
@@ -163,6 +145,7 @@ async def _fetch(start: str, settings: WebSettings, allow: Allowlist) -> Fetched
         }
         extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else {}
         client = _hop_client(settings)
+        body_chunks: AsyncIterator[bytes] | None = None  # once reading the body started
         try:
             request = client.build_request(
                 "GET", target.connect_url, headers=headers, extensions=extensions
@@ -191,7 +174,8 @@ async def _fetch(start: str, settings: WebSettings, allow: Allowlist) -> Fetched
                         f"{str(current)!r} answered HTTP {status} {reason}".rstrip(),
                         url=str(current),
                     )
-                body, truncated = await _read_capped(response, settings.max_body_bytes, current)
+                body_chunks = response.aiter_bytes()
+                body, truncated = await _read_capped(body_chunks, settings.max_body_bytes, current)
                 media_type = response.headers.get("content-type", "").split(";", 1)[0]
                 return FetchedPage(
                     url=str(current),
@@ -202,9 +186,9 @@ async def _fetch(start: str, settings: WebSettings, allow: Allowlist) -> Fetched
                     truncated=truncated,
                 )
             finally:
-                await _close(response)
+                await aclose_httpx_stream(response, body_chunks, what="close a fetched page")
         finally:
-            await _close(client)
+            await aclose_client(client, "close a page-fetch client")
     raise WebFetchError(
         f"too many redirects fetching {start!r} (more than {settings.max_redirects}, the "
         "max_redirects setting)",
@@ -212,38 +196,23 @@ async def _fetch(start: str, settings: WebSettings, allow: Allowlist) -> Fetched
     )
 
 
-async def _read_capped(response: httpx.Response, limit: int, url: httpx.URL) -> tuple[bytes, bool]:
-    chunks: list[bytes] = []
+async def _read_capped(
+    chunks: AsyncIterator[bytes], limit: int, url: httpx.URL
+) -> tuple[bytes, bool]:
+    """The body up to ``limit`` bytes, and whether it was longer (the rest is not read; the
+    caller's close finishes the iterator)."""
+    parts: list[bytes] = []
     size = 0
-    iterator = response.aiter_bytes()
     try:
-        async for chunk in iterator:
+        async for chunk in chunks:
             room = limit - size
             if len(chunk) > room:
-                chunks.append(chunk[:room])
-                await _abandon(response, iterator)
-                return b"".join(chunks), True
-            chunks.append(chunk)
+                parts.append(chunk[:room])
+                return b"".join(parts), True
+            parts.append(chunk)
             size += len(chunk)
     except httpx.HTTPError as exc:
         raise WebFetchError(
             f"reading the body of {str(url)!r} failed: {type(exc).__name__}: {exc}", url=str(url)
         ) from None
-    return b"".join(chunks), False
-
-
-async def _abandon(response: httpx.Response, iterator: AsyncIterator[bytes]) -> None:
-    """Stop downloading: close the connection, then run the body iterator to its end.
-
-    httpx's body iterators are nested async generators. Leaving them suspended lets the garbage
-    collector finalize them later (trio warns about each one); after the close, the next read
-    fails at the bottom of the chain and every layer finishes at once.
-    """
-    await _close(response)
-    for _ in range(_ABANDON_MAX_READS):
-        try:
-            await iterator.__anext__()
-        except StopAsyncIteration:
-            return
-        except Exception:  # the expected "socket closed" error ends the chain; nothing to report
-            return
+    return b"".join(parts), False

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 import anyio
 import httpx
 
+from hermes_async._net import redact_url, redact_urls
 from hermes_async.errors import ToolExecutionError
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.tools._web_settings import PROVIDER_KEY_ENV, Provider, WebSettings
 
-__all__ = [
+__all__ = (
     "EXA_SEARCH_TEXT_CHARS",
     "PageResult",
     "ProviderError",
@@ -48,7 +49,7 @@ __all__ = [
     "redact",
     "scrape_one",
     "search",
-]
+)
 
 #: Characters of page text Exa is asked for per search hit (it becomes the description).
 EXA_SEARCH_TEXT_CHARS = 500
@@ -131,16 +132,18 @@ async def _post(
     """POST ``payload`` to the provider and return its JSON object, or raise ProviderError."""
     secrets = settings.secrets()
     url = settings.base_url(provider) + path
+    shown = redact_url(url)
     timeout = settings.request_timeout_seconds
     try:
         with anyio.fail_after(timeout):
             response = await client.post(url, json=payload, headers=_headers(provider, settings))
     except TimeoutError:
         raise ProviderError(
-            provider, f"{provider} did not answer {url} within {timeout:g} seconds"
+            provider, f"{provider} did not answer {shown} within {timeout:g} seconds"
         ) from None
     except httpx.HTTPError as exc:
-        message = f"could not reach {provider} at {url}: {type(exc).__name__}: {exc}"
+        detail = redact_urls(f"{type(exc).__name__}: {exc}")
+        message = f"could not reach {provider} at {shown}: {detail}"
         raise ProviderError(provider, redact(message, secrets)) from None
     status = response.status_code
     if status >= 400:

@@ -45,17 +45,13 @@ from contextlib import asynccontextmanager
 import anyio
 import httpx
 
+from hermes_async._net import default_ssl_context, redact_urls
 from hermes_async.errors import ConfigError, ToolExecutionError
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.limits import NamedLimiter
 from hermes_async.tools._html import cut_head_tail, html_to_text, is_html, is_text
 from hermes_async.tools._ssrf import Allowlist, WebFetchError, parse_url, vet_url
-from hermes_async.tools._web_fetch import (
-    CLOSE_GRACE_SECONDS,
-    NonClosingTransport,
-    fetch_page,
-    shared_ssl_context,
-)
+from hermes_async.tools._web_fetch import NonClosingTransport, aclose_client, fetch_page
 from hermes_async.tools._web_providers import (
     PageResult,
     ProviderError,
@@ -72,7 +68,7 @@ from hermes_async.tools._web_settings import (
 )
 from hermes_async.tools.registry import Tool, ToolRuntime
 
-__all__ = [
+__all__ = (
     "MAX_EXTRACT_URLS",
     "TOOLS",
     "WEB_EXTRACT_TOOL",
@@ -80,7 +76,7 @@ __all__ = [
     "WEB_SEARCH_TOOL",
     "SummarizerSettings",
     "WebSettings",
-]
+)
 
 logger = logging.getLogger(__name__)
 
@@ -132,19 +128,19 @@ def _no_provider_message() -> str:
 
 @asynccontextmanager
 async def _client(settings: WebSettings) -> AsyncIterator[httpx.AsyncClient]:
-    """One client per tool call for provider and summarizer requests, closed shielded."""
+    """One client per tool call for provider and summarizer requests, closed shielded and
+    bounded."""
     injected = settings.transport is not None
     client = httpx.AsyncClient(
         transport=NonClosingTransport(settings.transport) if settings.transport else None,
         timeout=httpx.Timeout(settings.request_timeout_seconds),
         trust_env=settings.trust_env and not injected,
-        verify=shared_ssl_context(),
+        verify=default_ssl_context(),
     )
     try:
         yield client
     finally:
-        with anyio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
-            await client.aclose()
+        await aclose_client(client, "close a web-tool client")
 
 
 def _limiter(runtime: ToolRuntime, settings: WebSettings) -> NamedLimiter | anyio.CapacityLimiter:
@@ -295,7 +291,7 @@ async def _finish(page: PageResult, settings: WebSettings, client: httpx.AsyncCl
         try:
             summary = await _summarize(client, summarizer, page, content)
         except (TimeoutError, httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            detail = redact(f"{type(exc).__name__}: {exc}", settings.secrets())
+            detail = redact(redact_urls(f"{type(exc).__name__}: {exc}"), settings.secrets())
             logger.warning(
                 "web_extract: summarizer failed for %s (%s); cutting instead", page.url, detail
             )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
+import logging
 import random
 
 import anyio
@@ -17,9 +19,26 @@ from hermes_async.inference import (
     ServerProtocolError,
     ServerStatusError,
     ServerTimeoutError,
+    probe_server,
 )
 from hermes_async.inference._http import ServerConnection, parse_retry_after
+from hermes_async.inference._httpx import HttpxTransport, translate
+from hermes_async.inference._retry import (
+    MAX_STALE_RETRIES,
+    GiveUp,
+    HTTPStatus,
+    Outcome,
+    Retry,
+    decide_retry,
+)
 from hermes_async.inference._sse import SSEDecoder, SSEFormatError
+from hermes_async.inference._transport import (
+    BodyCut,
+    ClosedBeforeResponse,
+    ConnectFailed,
+    TransportError,
+    TransportTimeout,
+)
 from hermes_async.limits import Limits
 
 FAST_RETRY = RetryPolicy(initial_backoff_seconds=0.01, max_backoff_seconds=0.05)
@@ -298,9 +317,9 @@ async def test_limiter_gates_concurrency_and_pool_is_at_least_the_limiter() -> N
         limiter=limits.model_requests,
         transport=httpx.MockTransport(handler),
     )
-    limits_kwargs = conn._client_kwargs["limits"]
-    assert isinstance(limits_kwargs, httpx.Limits)
-    assert limits_kwargs.max_connections == 3  # raised to the limiter's total
+    assert conn.pool_size == 3  # raised to the limiter's total
+    assert isinstance(conn.transport, HttpxTransport)
+    assert conn.transport.limits.max_connections == 3
     async with conn, anyio.create_task_group() as tg:
         for _ in range(8):
             tg.start_soon(conn.post_json, "/x", {})
@@ -318,3 +337,184 @@ def test_a_header_that_cannot_be_sent_is_rejected_without_its_value() -> None:
     assert "sk-secret" not in str(info.value)
     with pytest.raises(ValueError, match=r"HTTP header 'X-Bad\\nName'"):
         ServerConnection("http://127.0.0.1:9", options=HTTPOptions(headers={"X-Bad\nName": "v"}))
+
+
+# ------------------------------------------------------------------ the retry decision (pure)
+
+
+def _decide(
+    outcome: Outcome, *, attempt: int = 1, stale: int = 0, remaining: float = 100.0
+) -> Retry | GiveUp:
+    return decide_retry(
+        outcome,
+        attempt=attempt,
+        stale_retries=stale,
+        policy=RetryPolicy(max_attempts=3, initial_backoff_seconds=0.5, jitter=0.0),
+        remaining_seconds=remaining,
+        request_timeout_seconds=100.0,
+        rng=random.Random(0),
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [
+        (ConnectFailed("refused"), Retry(0.5)),
+        (ClosedBeforeResponse("reset"), Retry(0.5)),  # a fresh connection: back-off
+        (ClosedBeforeResponse("stale", reused=True), Retry(0.0, uses_attempt=False)),
+        (HTTPStatus(500), Retry(0.5)),
+        (HTTPStatus(429), Retry(0.5)),
+        (HTTPStatus(503, retry_after=2.0), Retry(2.0)),
+        (HTTPStatus(404), GiveUp()),
+        (HTTPStatus(400, retry_after=1.0), GiveUp()),
+        (TransportTimeout("slow", kind="connect", seconds=1.0), GiveUp()),
+        (BodyCut("cut"), GiveUp()),
+        (TransportError("proxy refused"), GiveUp()),
+    ],
+    ids=repr,
+)
+def test_decide_retry_per_outcome(outcome: Outcome, expected: Retry | GiveUp) -> None:
+    assert _decide(outcome) == expected
+
+
+def test_decide_retry_gives_up_with_the_reason() -> None:
+    assert _decide(HTTPStatus(500), attempt=3) == GiveUp(" (gave up after 3 attempts)")
+    gave_up = _decide(HTTPStatus(429, retry_after=3600.0))
+    assert isinstance(gave_up, GiveUp) and "Retry-After asks for 3600 s" in gave_up.note
+    gave_up = _decide(ConnectFailed("refused"), remaining=0.1)
+    assert isinstance(gave_up, GiveUp)
+    assert "would pass the request deadline of 100 s" in gave_up.note
+    # Stale kept-alive retries are bounded; then the connection error counts as usual.
+    assert _decide(ClosedBeforeResponse("stale", reused=True), stale=MAX_STALE_RETRIES) == Retry(
+        0.5
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome", "kind"),
+    [
+        (httpx.ConnectError("refused"), ConnectFailed, None),
+        (httpx.WriteError("broken pipe"), ConnectFailed, None),
+        (httpx.RemoteProtocolError("closed"), ClosedBeforeResponse, None),
+        (httpx.ReadError("reset"), ClosedBeforeResponse, None),
+        (httpx.ConnectTimeout("slow"), TransportTimeout, "connect"),
+        (httpx.PoolTimeout("full"), TransportTimeout, "pool"),
+        (httpx.ReadTimeout("silent"), TransportTimeout, "read"),
+        (httpx.ProxyError("refused"), TransportError, None),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
+)
+def test_httpx_errors_are_translated_once_into_typed_outcomes(
+    error: httpx.TransportError, outcome: type[TransportError], kind: str | None
+) -> None:
+    mapped = translate(error, connect_timeout=1.0, read_timeout=2.0, pool_timeout=3.0)
+    assert type(mapped) is outcome
+    if kind is not None:
+        assert isinstance(mapped, TransportTimeout)
+        assert (mapped.kind, mapped.seconds) == (
+            kind,
+            {"connect": 1.0, "read": 2.0, "pool": 3.0}[kind],
+        )
+
+
+def test_with_partial_returns_a_copy_and_leaves_the_original_alone() -> None:
+    original = ServerTimeoutError(
+        "read timeout", kind="read", timeout_seconds=5.0, endpoint="POST http://m/x", attempt=2
+    )
+    copy = original.with_partial([1, 2], [-0.5, -0.25])
+    assert copy is not original
+    assert type(copy) is ServerTimeoutError
+    assert (copy.kind, copy.timeout_seconds, copy.attempt) == ("read", 5.0, 2)
+    assert copy.token_ids == (1, 2) and copy.logprobs == (-0.5, -0.25)
+    assert original.token_ids == () and original.logprobs == ()
+    assert "after 2 completion tokens" in str(copy)
+    assert "completion tokens" not in str(original)
+
+
+# ------------------------------------------------------------------ credentials never shown
+
+
+@pytest.mark.anyio
+async def test_userinfo_in_base_url_is_sent_as_basic_auth_and_never_shown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        assert "hunter2" not in str(request.url)
+        return _json_response(503, {"error": "busy"})
+
+    caplog.set_level(logging.DEBUG, logger="hermes_async")
+    policy = RetryPolicy(max_attempts=2, initial_backoff_seconds=0.01)
+    conn = ServerConnection(
+        "http://admin:hunter2@m/v1",
+        options=HTTPOptions(retry=policy),
+        transport=httpx.MockTransport(handler),
+    )
+    assert "hunter2" not in conn.base_url
+    async with conn:
+        with pytest.raises(ServerStatusError) as info:
+            await conn.post_json("/x", {})
+    expected = "Basic " + base64.b64encode(b"admin:hunter2").decode()
+    assert seen == [expected, expected]
+    assert "hunter2" not in str(info.value)
+    assert "hunter2" not in info.value.endpoint
+    assert "retry 1/1" in caplog.text  # the warning was logged...
+    assert "hunter2" not in caplog.text  # ...without the password
+
+
+@pytest.mark.anyio
+async def test_a_password_in_base_url_never_reaches_a_connect_error() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    policy = RetryPolicy(max_attempts=1)
+    async with ServerConnection(
+        f"http://user:s3cret-pw@127.0.0.1:{port}/v1", options=HTTPOptions(retry=policy)
+    ) as conn:
+        with pytest.raises(ServerConnectError, match="cannot connect") as info:
+            await conn.post_json("/x", {})
+    assert "s3cret-pw" not in str(info.value)
+    assert f"127.0.0.1:{port}/v1/x" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "secret", "shown"),
+    [
+        ("ftp://user:pw-secret@h", "pw-secret", "'ftp://h'"),
+        ("http://h/v1?api_key=sk-secret-1", "sk-secret-1", "'http://h/v1?api_key=[REDACTED]'"),
+        ("http://u:pw-secret@h:notaport", "pw-secret", "'http://h:notaport'"),
+    ],
+)
+def test_invalid_base_urls_are_named_without_their_credentials(
+    url: str, secret: str, shown: str
+) -> None:
+    with pytest.raises(ValueError, match="model-server base_url") as info:
+        ServerConnection(url)
+    assert secret not in str(info.value)
+    assert shown in str(info.value)
+
+
+# ------------------------------------------------------------------ the probe
+
+
+@pytest.mark.anyio
+async def test_probe_server_returns_any_status_and_raises_when_unreachable() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert (request.method, request.url.path) == ("GET", "/health")
+        return httpx.Response(404)
+
+    assert (
+        await probe_server("http://m", timeout=1.0, transport=httpx.MockTransport(handler)) == 404
+    )
+
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ServerConnectError, match=rf"GET http://127.0.0.1:{port}/health"):
+        await probe_server(f"http://127.0.0.1:{port}", timeout=1.0)

@@ -3,6 +3,7 @@ servers scripted byte by byte in the test's own task group."""
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import re
@@ -15,16 +16,18 @@ import anyio.abc
 import httpx
 import pytest
 
-from hermes_async.inference import _http
+from hermes_async.inference import ChatClient, _http
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerConnectError,
+    ServerProtocolError,
     ServerStatusError,
     ServerTimeoutError,
     StreamInterruptedError,
 )
 from hermes_async.inference._http import HTTPOptions, RetryPolicy, ServerConnection
-from hermes_async.inference._wire import WirePool, WireReadError
+from hermes_async.inference._transport import BodyCut
+from hermes_async.inference._wire import WirePool
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import NamedLimiter
 
@@ -218,8 +221,8 @@ def connection(
 
 def pool_of(conn: ServerConnection) -> WirePool:
     assert conn.transport_kind == "wire"
-    pool = conn._wire
-    assert pool is not None
+    pool = conn.transport
+    assert isinstance(pool, WirePool)
     return pool
 
 
@@ -272,6 +275,30 @@ async def test_no_authorization_header_without_an_api_key() -> None:
     (request,) = server.requests
     assert request.line == "POST /health HTTP/1.1"
     assert "authorization" not in request.headers
+
+
+async def test_userinfo_is_basic_auth_on_the_wire_too_and_an_api_key_wins() -> None:
+    handler = keep_alive(lambda n, r: json_response({}))
+    async with serving(handler) as server:
+        url = f"http://bob:pa%3Ass@127.0.0.1:{server.port}/v1"
+        async with connection(url) as conn:
+            await conn.post_json("a", {})
+            assert "pa%3Ass" not in conn.endpoint("a")
+        async with connection(url, api_key="sk-key") as conn:
+            await conn.post_json("a", {})
+    first, second = server.requests
+    assert first.line == "POST /v1/a HTTP/1.1"
+    assert first.headers["authorization"] == "Basic " + base64.b64encode(b"bob:pa:ss").decode()
+    assert second.headers["authorization"] == "Bearer sk-key"
+
+
+async def test_get_without_a_body_has_no_content_length() -> None:
+    handler = keep_alive(lambda n, r: http_response(b"", status=404, reason="Not Found"))
+    async with serving(handler) as server, connection(server.url("")) as conn:
+        assert await conn.get_status("health") == 404
+    (request,) = server.requests
+    assert request.line == "GET /health HTTP/1.1"
+    assert "content-length" not in request.headers
 
 
 async def test_connection_close_response_opens_a_new_connection() -> None:
@@ -346,7 +373,7 @@ async def test_pool_keeps_at_most_max_idle_connections() -> None:
         )
 
         async def call() -> None:
-            response = await pool.post("p", b"{}", {})
+            response = await pool.send("POST", "p", b"{}")
             assert await response.aread() == b"ok"
             await response.aclose()
 
@@ -365,7 +392,7 @@ async def test_pool_keeps_at_most_max_idle_connections() -> None:
             for peer in server.peers:
                 await peer.client_closed.wait()
         with pytest.raises(RuntimeError, match="pool is closed"):
-            await pool.post("p", b"{}", {})
+            await pool.send("POST", "p", b"{}")
 
 
 # ------------------------------------------------------------------ closed connections
@@ -682,6 +709,51 @@ async def test_open_lines_read_to_the_end_returns_the_connection() -> None:
         assert pool_of(conn).connections_opened == 1
 
 
+async def test_a_sse_line_over_the_cap_is_a_clear_error_and_closes_the_connection() -> None:
+    async def handler(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(CHUNKED_HEAD + chunk(b"data: " + b"z" * 8192))  # no newline, ever
+        await peer.wait_client_close()
+
+    options = HTTPOptions(retry=FAST_RETRY, max_line_bytes=4096)
+    async with serving(handler) as server:
+        client = ChatClient(server.url(), stream=True, options=options, rng=random.Random(0))
+        async with client:
+            with (
+                anyio.fail_after(SOON),
+                pytest.raises(
+                    ServerProtocolError,
+                    match=r"longer than HTTPOptions\.max_line_bytes=4096 bytes.*Raise "
+                    r"HTTPOptions\.max_line_bytes",
+                ) as info,
+            ):
+                await client.chat_completion(messages=[])
+            assert info.value.status == 200
+            assert client.connection.limiter.statistics().in_use == 0
+        with anyio.fail_after(SOON):
+            await server.peers[0].client_closed.wait()  # the client hung up
+
+
+async def test_a_chat_stream_is_read_past_done_so_its_connection_is_reused() -> None:
+    events = (
+        b'data: {"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+        b'data: {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+
+    def respond(n: int, request: Request) -> bytes:
+        return CHUNKED_HEAD + chunk(events) + LAST_CHUNK
+
+    async with (
+        serving(keep_alive(respond)) as server,
+        ChatClient(server.url(), stream=True, options=HTTPOptions()) as client,
+    ):
+        for _ in range(3):
+            completion = await client.chat_completion(messages=[])
+            assert completion.choices[0].message.content == "hi"
+        assert server.accepts == 1
+
+
 async def test_leaving_open_lines_early_closes_the_connection() -> None:
     async def handler(peer: Peer) -> None:
         while await peer.read_request() is not None:
@@ -723,12 +795,12 @@ async def test_wire_pool_directly_expiry_and_reuse() -> None:
             read_timeout=SOON,
             keepalive_expiry=0.05,
             max_idle=4,
-            headers={"User-Agent": "custom"},
+            headers={"User-Agent": "custom", "Content-Type": "text/plain"},
         )
         assert pool.target("/a/b") == b"/a/b"
         try:
             for expected, opened in [(b"n=0", 1), (b"n=1", 1)]:
-                response = await pool.post("a", b"xyz", {"Content-Type": "text/plain"})
+                response = await pool.send("POST", "a", b"xyz")
                 assert response.status_code == 200
                 assert response.reason_phrase == "OK"
                 assert response.headers["content-length"] == "3"
@@ -737,7 +809,7 @@ async def test_wire_pool_directly_expiry_and_reuse() -> None:
                 await response.aclose()  # idempotent
                 assert pool.connections_opened == opened
             await anyio.sleep(0.15)  # past the expiry
-            response = await pool.post("a", b"", {})
+            response = await pool.send("POST", "a", b"")
             await response.aread()
             await response.aclose()
             assert pool.connections_opened == 2
@@ -755,7 +827,7 @@ async def test_receive_some_after_the_end_keeps_returning_none() -> None:
             server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
         )
         try:
-            response = await pool.post("a", b"", {})
+            response = await pool.send("POST", "a", b"")
             assert await response.aread() == b"body"
             with anyio.move_on_after(0.3):
                 tail.append(await response.receive_some())
@@ -776,10 +848,10 @@ async def test_reading_a_closed_wire_response_is_an_error() -> None:
             server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
         )
         try:
-            response = await pool.post("a", b"", {})
+            response = await pool.send("POST", "a", b"")
             assert await response.receive_some() == b"abc"
             await response.aclose()
-            with pytest.raises(WireReadError, match="the response was closed"):
+            with pytest.raises(BodyCut, match="the response was closed"):
                 await response.receive_some()
             assert pool.idle_connections == 0
             with anyio.fail_after(SOON):

@@ -16,6 +16,7 @@ from anyio.streams.tls import TLSListener
 
 from hermes_async.inference import HTTPOptions, RetryPolicy, ServerConnectError
 from hermes_async.inference._http import ServerConnection
+from hermes_async.inference._wire import WirePool
 
 pytestmark = pytest.mark.anyio
 
@@ -113,7 +114,8 @@ async def test_https_with_a_private_ca_reuses_one_connection(ca: trustme.CA) -> 
             # TLS 1.3 session tickets arrive after the handshake: they must not make an idle
             # connection look closed, or every request would pay a new handshake.
             assert server.accepts == 1
-            assert conn._wire is not None and conn._wire.connections_opened == 1
+            assert isinstance(conn.transport, WirePool)
+            assert conn.transport.connections_opened == 1
     assert server.requests == [
         b"POST /v1/a HTTP/1.1",
         b"POST /v1/b HTTP/1.1",

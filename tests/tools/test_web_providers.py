@@ -179,6 +179,20 @@ async def test_unreachable_provider_is_an_error_result() -> None:
     assert KEYS["tavily"] not in result["error"]
 
 
+async def test_a_password_in_a_provider_url_never_shows_in_the_error() -> None:
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    transport = LoopbackOnlyTransport()
+    web = settings_for("firecrawl", f"http://admin:pw-SECRET-42@127.0.0.1:{port}", transport)
+    result = await web_search({"query": "q"}, runtime(web))
+    await transport.aclose()
+    assert result["error"].startswith(
+        f"Error searching web: could not reach firecrawl at http://[REDACTED]@127.0.0.1:{port}/"
+    )
+    assert "pw-SECRET-42" not in result["error"]
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_extract_request_shape_and_mapping(provider: str) -> None:
     pages = {"https://docs.example/a": ("Doc A", "# A\n\nalpha text")}

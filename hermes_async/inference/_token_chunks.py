@@ -1,0 +1,198 @@
+"""Token-server chunk decoders, sans I/O: one decoded JSON chunk in, checked tokens out.
+
+One decoder per wire format (vLLM ``/inference/v1/generate``, SGLang ``/generate``, the Atropos
+reference server's ``/generate``; the formats are documented on their clients in
+:mod:`hermes_async.inference.generate`). Each checks everything a trainer relies on: ids are
+integers, one logprob per id, a logprob entry that names its id names the id beside it, SGLang's
+cumulative chunks extend what came before. A violation is a :class:`ChunkError` (an error frame
+from the server says ``server_error=True``); the stream above turns it into the client error.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from hermes_async.jsontypes import JSON
+
+__all__ = (
+    "AtroposDecoder",
+    "ChunkDecoder",
+    "ChunkError",
+    "SGLangDecoder",
+    "TokenChunk",
+    "VLLMDecoder",
+)
+
+
+class TokenChunk(NamedTuple):
+    """The new tokens of one chunk (``len(token_ids) == len(logprobs)``, checked)."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str | None
+
+
+class ChunkError(Exception):
+    """A chunk is malformed (``server_error`` False) or is an error frame (True)."""
+
+    def __init__(self, message: str, *, server_error: bool = False) -> None:
+        super().__init__(message)
+        self.server_error = server_error
+
+
+def _check_error_frame(payload: JSON) -> None:
+    if not isinstance(payload, dict):
+        raise ChunkError(f"expected a JSON object, got {type(payload).__name__}")
+    error = payload.get("error")
+    if error is not None or payload.get("object") == "error":
+        detail = error if error is not None else payload.get("message", payload)
+        if isinstance(detail, dict):
+            detail = detail.get("message", detail)
+        raise ChunkError(f"the server reported an error mid-stream: {detail}", server_error=True)
+
+
+def _int_ids(value: JSON, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in value
+    ):
+        raise ChunkError(f"{what} must be a list of integers")
+    return value
+
+
+def _float(value: JSON, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ChunkError(f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
+def _check_lengths(ids: Sequence[int], logprobs: Sequence[float]) -> None:
+    if len(ids) != len(logprobs):
+        raise ChunkError(
+            f"chunk has {len(ids)} token ids but {len(logprobs)} logprobs; every sampled "
+            "token needs its logprob (request logprobs from the server)"
+        )
+
+
+def _finish_reason(value: JSON) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, dict):  # SGLang: {"type": "stop", "matched": 151645}
+        value = value.get("type")
+    if not isinstance(value, str):
+        raise ChunkError(f"finish_reason must be a string or null, got {value!r}")
+    return value
+
+
+class ChunkDecoder(ABC):
+    @abstractmethod
+    def feed(self, payload: JSON) -> TokenChunk | None:
+        """Decode one chunk; ``None`` for chunks without tokens or finish (usage, keep-alive)."""
+
+
+class VLLMDecoder(ChunkDecoder):
+    def feed(self, payload: JSON) -> TokenChunk | None:
+        _check_error_frame(payload)
+        choices = payload.get("choices")
+        if not choices:  # the usage chunk
+            return None
+        if not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise ChunkError("choices must be a list of objects")
+        choice = choices[0]
+        ids = _int_ids(choice.get("token_ids", []), "choices[0].token_ids")
+        content = (choice.get("logprobs") or {}).get("content")
+        if content is None:
+            content = []
+        if not isinstance(content, list):
+            raise ChunkError("choices[0].logprobs.content must be a list")
+        logprobs: list[float] = []
+        for i, entry in enumerate(content):
+            if not isinstance(entry, dict):
+                raise ChunkError("logprobs.content entries must be objects")
+            logprobs.append(_float(entry.get("logprob"), "logprobs.content[].logprob"))
+            token_id = entry.get("token_id")
+            if token_id is not None and i < len(ids) and token_id != ids[i]:
+                raise ChunkError(
+                    f"logprob entry {i} is for token {token_id} but the chunk's id there is "
+                    f"{ids[i]}"
+                )
+        _check_lengths(ids, logprobs)
+        finish = _finish_reason(choice.get("finish_reason"))
+        if not ids and finish is None:
+            return None
+        return TokenChunk(tuple(ids), tuple(logprobs), finish)
+
+
+class SGLangDecoder(ChunkDecoder):
+    def __init__(self, *, incremental: bool) -> None:
+        self._incremental = incremental
+        self._seen: list[int] = []
+
+    def feed(self, payload: JSON) -> TokenChunk | None:
+        _check_error_frame(payload)
+        ids = _int_ids(payload.get("output_ids"), "output_ids")
+        meta = payload.get("meta_info")
+        if not isinstance(meta, dict):
+            raise ChunkError("meta_info must be an object")
+        raw = meta.get("output_token_logprobs")
+        if raw is None:
+            raise ChunkError(
+                "meta_info.output_token_logprobs is missing (request return_logprob=true)"
+            )
+        if not isinstance(raw, list):
+            raise ChunkError("meta_info.output_token_logprobs must be a list")
+        logprobs: list[float] = []
+        for i, entry in enumerate(raw):
+            if not isinstance(entry, list) or len(entry) < 2:
+                raise ChunkError("output_token_logprobs entries must be [logprob, token_id, ...]")
+            logprobs.append(_float(entry[0], "output_token_logprobs[][0]"))
+            if i < len(ids) and entry[1] != ids[i]:
+                raise ChunkError(
+                    f"logprob entry {i} is for token {entry[1]} but output_ids has {ids[i]} there"
+                )
+        _check_lengths(ids, logprobs)
+        finish = _finish_reason(meta.get("finish_reason"))
+        if not self._incremental:
+            seen = len(self._seen)
+            if len(ids) < seen or ids[:seen] != self._seen:
+                raise ChunkError(
+                    f"cumulative chunk does not extend the {seen} ids seen so far; if the "
+                    "server runs with --incremental-streaming-output, use "
+                    "SGLangGenerateClient(..., incremental=True)"
+                )
+            ids, logprobs = ids[seen:], logprobs[seen:]
+            self._seen.extend(ids)
+        if not ids and finish is None:
+            return None
+        return TokenChunk(tuple(ids), tuple(logprobs), finish)
+
+
+class AtroposDecoder(ChunkDecoder):
+    def feed(self, payload: JSON) -> TokenChunk | None:
+        _check_error_frame(payload)
+        try:
+            ids_all = payload["token_ids"]
+            lps_all = payload["logprobs"]
+            reasons = payload["finish_reasons"]
+        except KeyError as exc:
+            raise ChunkError(f"response lacks {exc.args[0]!r}") from None
+        if not (isinstance(ids_all, list) and ids_all and isinstance(lps_all, list) and lps_all):
+            raise ChunkError("token_ids and logprobs must be non-empty lists (one per choice)")
+        ids = _int_ids(ids_all[0], "token_ids[0]")
+        entries = lps_all[0]
+        if not isinstance(entries, list):
+            raise ChunkError("logprobs[0] must be a list")
+        logprobs: list[float] = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise ChunkError('logprobs entries must be one-key objects {"<token id>": lp}')
+            ((key, value),) = entry.items()
+            if i < len(ids) and key != str(ids[i]):
+                raise ChunkError(
+                    f"logprob entry {i} is for token {key} but token_ids has {ids[i]} there"
+                )
+            logprobs.append(_float(value, "logprob"))
+        _check_lengths(ids, logprobs)
+        finish = _finish_reason(reasons[0] if isinstance(reasons, list) and reasons else None)
+        return TokenChunk(tuple(ids), tuple(logprobs), finish or "stop")
