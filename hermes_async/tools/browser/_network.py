@@ -7,13 +7,19 @@ whatever the guard refuses is aborted with ``blockedbyclient``, whatever fails o
 with ``failed``/``timedout``. Chromium itself resolves nothing (``--host-resolver-rules=MAP *
 ~NOTFOUND``), so this handler is the page's only way out.
 
-Redirects: a *navigation* that answers 3xx is handed back to the browser as a redirect of the
-navigation (Playwright's ``redirectNavigationRequest``, which Playwright's HAR replay uses), so
-the page ends up at the new URL and the next hop comes through this handler again, vetted like
-the first. A redirect of a *subresource* is followed here, hop by hop, and the final response is
-fulfilled for the original URL (a fulfilled 3xx would be followed by Chromium outside
-interception and fail at the resolver). Without Playwright's private hook (a future version),
-navigations are followed here too and the page keeps its first URL.
+Redirects: a *subresource* redirect is followed here, hop by hop (each hop vetted), and the final
+response is fulfilled for the original URL. A *navigation* that answers 3xx gets a small
+"redirect page" instead: the 3xx response's headers (its ``Set-Cookie`` included, attributed to
+the right origin) with ``Refresh: 0;url=<target>`` and the matching ``<meta http-equiv=refresh>``,
+so Chromium starts a new navigation to the target, which comes through this handler again and
+is vetted like the first (a target the guard refuses is refused *before* the page is served,
+with "redirect from ..." in the reason). Chromium replaces the redirect page's history entry,
+and ``Refresh`` navigations are ``GET``, as a 301/302/303 redirect of a form ``POST`` is; a
+307/308 of a ``POST`` keeps its method and body and is followed here instead. Why not a plain
+fulfilled 3xx: Chromium would follow it itself, outside interception, and fail at the resolver;
+and Playwright's private ``redirectNavigationRequest`` (what its HAR replay uses) leaves an
+unhandled promise rejection in the driver when the redirected navigation fails, which kills the
+driver under Node's default ``--unhandled-rejections=throw``.
 
 ``data:``/``blob:`` URLs need no network and continue; any other non-http(s) scheme is refused.
 Header handling, decided in :func:`upstream_headers` / :func:`browser_headers` (pure): the
@@ -24,6 +30,7 @@ the (decoded, re-framed) body.
 
 from __future__ import annotations
 
+import html
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,7 +39,7 @@ from typing import Any, Literal
 import anyio
 import httpx
 
-from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError
+from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
 from hermes_async.tools._web_fetch import HopResponse, fetch
 from hermes_async.tools._web_settings import WebSettings
 
@@ -82,7 +89,7 @@ class RequestOutcome:
 
     Attributes:
         url: The request's URL.
-        disposition: ``fulfilled``, ``redirected`` (a navigation handed back as a redirect),
+        disposition: ``fulfilled``, ``redirected`` (a navigation answered by a redirect page),
             ``blocked`` (refused by the guard) or ``failed`` (network error, timeout, too
             large, too many redirects).
         navigation: Whether it was a navigation request.
@@ -132,10 +139,20 @@ async def abort_quietly(route: Any, error_code: str = "failed") -> None:
             logger.debug("route.abort failed", exc_info=True)
 
 
-def _redirect_hook(route: Any) -> Callable[[str], Any] | None:
-    impl = getattr(route, "_impl_obj", None)
-    hook = getattr(impl, "_redirect_navigation_request", None)
-    return hook if callable(hook) else None
+def _redirect_page(response: HopResponse, target: str) -> tuple[dict[str, str], str]:
+    """Headers and body that make Chromium navigate to ``target`` (see the module docstring)."""
+    headers = {
+        k: v
+        for k, v in browser_headers(response).items()
+        if k not in ("location", "refresh", "content-type", "content-security-policy")
+    }
+    headers["refresh"] = f"0;url={target}"
+    headers["content-type"] = "text/html; charset=utf-8"
+    body = (
+        "<!doctype html><title>Redirecting</title>"
+        f'<meta http-equiv="refresh" content="0;url={html.escape(target, quote=True)}">'
+    )
+    return headers, body
 
 
 async def serve_request(
@@ -145,11 +162,14 @@ async def serve_request(
     settings: WebSettings,
     allow: Allowlist,
     timeout: float,
+    record: Callable[[RequestOutcome], None] | None = None,
 ) -> RequestOutcome:
-    """Answer one intercepted request through the guarded fetcher (fulfil, redirect or abort).
+    """Answer one intercepted request through the guarded fetcher (fulfil or abort).
 
     The route is always handled when this returns; if it raises (cancellation included), the
-    caller aborts it.
+    caller aborts it. ``record`` is called with the outcome *before* the route is handled, so
+    whoever waits on the navigation (a ``goto``) finds the reason of a refusal, or the redirect
+    page, already recorded when it wakes up.
 
     Args:
         route: Playwright's ``Route``.
@@ -157,6 +177,7 @@ async def serve_request(
         settings: Fetch caps, transport and resolver.
         allow: Hosts and networks let through on purpose.
         timeout: Deadline of the whole exchange (all hops and the body).
+        record: Called with the outcome just before the route is fulfilled or aborted.
 
     Returns:
         What was done, for the session's records.
@@ -166,49 +187,90 @@ async def serve_request(
     """
     url: str = request.url
     navigation = bool(request.is_navigation_request())
+
+    def done(outcome: RequestOutcome) -> RequestOutcome:
+        if record is not None:
+            record(outcome)
+        return outcome
+
     if url.startswith(_NO_NETWORK_SCHEMES):
+        outcome = done(RequestOutcome(url, "fulfilled", navigation))
         await route.continue_()
-        return RequestOutcome(url, "fulfilled", navigation)
-    hook = _redirect_hook(route) if navigation else None
+        return outcome
+    method: str = request.method
+    body: bytes | None = request.post_data_buffer
     try:
         headers = upstream_headers(await request.all_headers())
         with anyio.fail_after(timeout):
             response = await fetch(
-                request.method,
+                method,
                 url,
                 headers=headers,
-                content=request.post_data_buffer,
+                content=body,
                 settings=settings,
                 allow=allow,
-                follow_redirects=hook is None,
+                follow_redirects=not navigation,
             )
+            location = response.location
+            target = None
+            if navigation and location is not None:
+                target = str(httpx.URL(url).join(location))
+                if response.status in (307, 308) and method.upper() not in ("GET", "HEAD"):
+                    # A method-preserving redirect of a form post: follow it here.
+                    try:
+                        response = await fetch(
+                            method,
+                            target,
+                            headers=headers,
+                            content=body,
+                            settings=settings,
+                            allow=allow,
+                        )
+                    except URLRefusedError as exc:
+                        raise URLRefusedError(
+                            exc.url, f"redirect from {url!r}: {exc.reason}"
+                        ) from None
+                    target = None
+                else:
+                    try:
+                        await vet_url(parse_url(target), allow=allow, resolver=settings.resolver)
+                    except URLRefusedError as exc:
+                        raise URLRefusedError(
+                            exc.url, f"redirect from {url!r}: {exc.reason}"
+                        ) from None
     except URLRefusedError as exc:
+        detail = f"refused {exc.url!r}: {exc.reason}"
+        outcome = done(RequestOutcome(url, "blocked", navigation, detail))
         await route.abort("blockedbyclient")
-        return RequestOutcome(url, "blocked", navigation, f"refused {exc.url!r}: {exc.reason}")
+        return outcome
     except TimeoutError:
-        await route.abort("timedout")
         detail = f"{url!r} took longer than {timeout:g} seconds (fetch_timeout_seconds)"
-        return RequestOutcome(url, "failed", navigation, detail)
+        outcome = done(RequestOutcome(url, "failed", navigation, detail))
+        await route.abort("timedout")
+        return outcome
+    except (httpx.InvalidURL, ValueError) as exc:
+        detail = f"{url!r} redirected to a bad URL: {exc}"
+        outcome = done(RequestOutcome(url, "failed", navigation, detail))
+        await route.abort("failed")
+        return outcome
     except WebFetchError as exc:
+        outcome = done(RequestOutcome(url, "failed", navigation, exc.message))
         await route.abort("failed")
-        return RequestOutcome(url, "failed", navigation, exc.message)
-    location = response.location
-    if hook is not None and location is not None:
-        try:
-            target = str(httpx.URL(url).join(location))
-        except (httpx.InvalidURL, ValueError) as exc:
-            await route.abort("failed")
-            detail = f"{url!r} redirected to an invalid URL {location!r}: {exc}"
-            return RequestOutcome(url, "failed", navigation, detail)
-        await hook(target)
-        return RequestOutcome(url, "redirected", navigation, location=target)
+        return outcome
+    if target is not None:
+        redirect_headers, page = _redirect_page(response, target)
+        outcome = done(RequestOutcome(url, "redirected", navigation, location=target))
+        await route.fulfill(status=200, headers=redirect_headers, body=page)
+        return outcome
     if response.truncated and request.resource_type != "document":
-        await route.abort("failed")
         detail = (
             f"{url!r} is larger than {settings.max_body_bytes:,} bytes (max_body_bytes); refused"
         )
-        return RequestOutcome(url, "failed", navigation, detail)
+        outcome = done(RequestOutcome(url, "failed", navigation, detail))
+        await route.abort("failed")
+        return outcome
+    outcome = done(RequestOutcome(url, "fulfilled", navigation))
     await route.fulfill(
         status=response.status, headers=browser_headers(response), body=response.body
     )
-    return RequestOutcome(url, "fulfilled", navigation)
+    return outcome

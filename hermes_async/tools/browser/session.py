@@ -66,6 +66,8 @@ MAX_IMAGES = 100
 _MAX_SRC_CHARS = 2_000
 #: After a click or key press, how long to wait for a navigation it started to finish loading.
 SETTLE_TIMEOUT_SECONDS = 5.0
+#: After a failed navigation, how long to wait for Chromium's error page to commit.
+ERROR_PAGE_WAIT_SECONDS = 3.0
 
 _BOT_PATTERNS = (
     "access denied",
@@ -112,6 +114,21 @@ def _target_closed(exc: BaseException) -> bool:
     return type(exc).__name__ == "TargetClosedError" or "has been closed" in str(exc)
 
 
+def _is_error_page(url: str) -> bool:
+    return url.startswith("chrome-error:")
+
+
+def _main_frame_page(request: Request) -> int | None:
+    """``id`` of the page whose main frame makes this navigation request, else ``None``."""
+    if not request.is_navigation_request():
+        return None
+    try:
+        frame = request.frame
+    except PlaywrightError:  # a service worker's request: no frame
+        return None
+    return id(frame.page) if frame.parent_frame is None else None
+
+
 def _failure(message: str) -> JSONObject:
     return {"success": False, "error": message}
 
@@ -153,8 +170,12 @@ class BrowserSession:
         keep = settings.console_max_messages
         self._console: collections.deque[JSONObject] = collections.deque(maxlen=keep)
         self._errors: collections.deque[JSONObject] = collections.deque(maxlen=keep)
-        self._refused: collections.deque[tuple[int, RequestOutcome]] = collections.deque(maxlen=64)
+        # (sequence number, outcome, id of the page whose main frame navigated, if it was one)
+        self._refused: collections.deque[tuple[int, RequestOutcome, int | None]] = (
+            collections.deque(maxlen=64)
+        )
         self._redirected_from: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._redirect_pages: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._navigation_redirects = 0
         self._seq = 0
 
@@ -213,8 +234,6 @@ class BrowserSession:
                 if request.is_navigation_request() and left <= 0:
                     # A redirect loop handed back to the browser: refuse the next hop.
                     self._navigation_redirects = 0
-                    await route.abort("failed")
-                    handled = True
                     self._record(
                         RequestOutcome(
                             request.url,
@@ -222,30 +241,36 @@ class BrowserSession:
                             True,
                             f"too many redirects (more than {self._settings.max_redirects}, "
                             "the max_redirects setting)",
-                        )
+                        ),
+                        _main_frame_page(request),
                     )
+                    await route.abort("failed")
+                    handled = True
                     return
-                outcome = await serve_request(
+                page_key = _main_frame_page(request)
+                await serve_request(
                     route,
                     request,
                     settings=self._fetch,
                     allow=self._allow,
                     timeout=self._settings.fetch_timeout_seconds,
+                    record=lambda outcome: self._record(outcome, page_key),
                 )
                 handled = True
-                self._record(outcome)
         except Exception:  # a page/context that went away mid-request; the route is aborted
             logger.debug("serving %s for %r failed", request.url, self.task_id, exc_info=True)
         finally:
             if not handled:
                 await abort_quietly(route)
 
-    def _record(self, outcome: RequestOutcome) -> None:
+    def _record(self, outcome: RequestOutcome, page_key: int | None = None) -> None:
         if outcome.disposition == "redirected" and outcome.location is not None:
             self._navigation_redirects += 1
+            self._redirect_pages[outcome.url] = outcome.location
             self._redirected_from[outcome.location] = outcome.url
-            while len(self._redirected_from) > 32:
-                self._redirected_from.popitem(last=False)
+            for table in (self._redirect_pages, self._redirected_from):
+                while len(table) > 32:
+                    table.popitem(last=False)
             return
         if outcome.navigation:
             self._navigation_redirects = 0
@@ -254,19 +279,15 @@ class BrowserSession:
             return
         detail = outcome.detail or outcome.url
         origin = self._redirected_from.get(outcome.url)
-        if origin is not None and outcome.navigation:
+        if origin is not None and outcome.navigation and "redirect from" not in detail:
             detail = f"redirect from {origin!r}: {detail}"
         if outcome.disposition == "blocked":
             self._counters.blocked += 1
         else:
             self._counters.failed += 1
         self._seq += 1
-        self._refused.append(
-            (
-                self._seq,
-                RequestOutcome(outcome.url, outcome.disposition, outcome.navigation, detail),
-            )
-        )
+        refused = RequestOutcome(outcome.url, outcome.disposition, outcome.navigation, detail)
+        self._refused.append((self._seq, refused, page_key))
         label = "Blocked by the SSRF guard" if outcome.disposition == "blocked" else "Failed"
         self._console.append(
             {"type": "error", "text": f"{label}: {detail}"[:MAX_MESSAGE_CHARS], "source": "network"}
@@ -358,12 +379,51 @@ class BrowserSession:
         except PlaywrightError as exc:
             if self._unavailable(exc) is not None:
                 raise
+        await self._follow_redirects(page, SETTLE_TIMEOUT_SECONDS)
 
-    def _refusal_since(self, mark: int) -> str | None:
-        for seq, outcome in reversed(self._refused):
-            if seq > mark and outcome.navigation:
+    async def _follow_redirects(self, page: Page, timeout: float) -> None:
+        """Wait while the page sits on a redirect page (see :mod:`._network`) until the target
+        has loaded, or failed; at most ``max_redirects`` hops, each within ``timeout``."""
+        for _ in range(self._settings.max_redirects + 1):
+            current = page.url
+            if current not in self._redirect_pages:
+                return
+
+            def moved_on(url: str, current: str = current) -> bool:
+                return url != current
+
+            try:
+                await page.wait_for_url(moved_on, wait_until="load", timeout=timeout * 1000)
+            except PlaywrightError as exc:
+                if self._unavailable(exc) is not None:
+                    raise
+                if not isinstance(exc, PlaywrightTimeoutError):
+                    await self._settle_failure(page)  # the target failed: its error page lands
+                return
+
+    @staticmethod
+    def _refused_failure(detail: str) -> JSONObject:
+        if detail.startswith("refused "):
+            return _failure(f"Blocked: {detail}")
+        return _failure(f"Navigation failed: {detail}")
+
+    def _refusal_since(self, mark: int, page: Page) -> str | None:
+        """Why the last main-frame navigation of ``page`` after ``mark`` was refused, if it was."""
+        for seq, outcome, page_key in reversed(self._refused):
+            if seq > mark and page_key == id(page):
                 return outcome.detail
         return None
+
+    async def _settle_failure(self, page: Page) -> None:
+        """After a failed navigation, wait (briefly) for Chromium's error page to commit, so
+        that it cannot interrupt the next navigation."""
+        try:
+            await page.wait_for_url(
+                _is_error_page, wait_until="load", timeout=ERROR_PAGE_WAIT_SECONDS * 1000
+            )
+        except PlaywrightError as exc:
+            if self._unavailable(exc) is not None:
+                raise
 
     # ----------------------------------------------------------------------------------------
     # the operations (one per tool)
@@ -395,13 +455,28 @@ class BrowserSession:
         timeout = self._settings.navigation_timeout_seconds
         async with self._operation(timeout) as page:
             mark = self._seq
-            try:
-                await page.goto(url.strip(), wait_until="load", timeout=timeout * 1000)
-            except PlaywrightError as exc:
-                refusal = self._refusal_since(mark)
-                if refusal is not None and self._unavailable(exc) is None:
-                    return _failure(f"Blocked: {refusal}")
-                return self._model_error("Navigation failed", exc)
+            for attempt in range(2):
+                try:
+                    await page.goto(url.strip(), wait_until="load", timeout=timeout * 1000)
+                    await self._follow_redirects(page, timeout)
+                    break
+                except PlaywrightError as exc:
+                    gone = self._unavailable(exc)
+                    if gone is not None:
+                        raise gone from exc
+                    if attempt == 0 and "interrupted by another navigation" in str(exc):
+                        # A late error page of an earlier failure: let it land, go again.
+                        await self._settle_failure(page)
+                        continue
+                    refusal = self._refusal_since(mark, page)
+                    if not isinstance(exc, PlaywrightTimeoutError):
+                        await self._settle_failure(page)
+                    if refusal is not None:
+                        return self._refused_failure(refusal)
+                    return self._model_error("Navigation failed", exc)
+            if _is_error_page(page.url):  # a redirect target that failed
+                refusal = self._refusal_since(mark, page) or f"could not load {url!r}"
+                return self._refused_failure(refusal)
             title = await page.title()
             result: JSONObject = {"success": True, "url": page.url, "title": title[:500]}
         if any(pattern in title.lower() for pattern in _BOT_PATTERNS):

@@ -9,7 +9,6 @@ equal to the number of requests that got through.
 
 from __future__ import annotations
 
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
