@@ -106,10 +106,12 @@ class BrowserManagerStatistics:
         sessions: Sessions open now.
         pending: Sessions waiting for a ``browser_sessions`` slot or being opened.
         unavailable: Sessions lost in a crash and not released yet.
-        created: Sessions opened since the manager opened.
-        closed: Contexts closed (released, reaped, failed, lost).
+        created: Browser contexts created since the manager opened (a session released while
+            it was being opened included).
+        closed: Browser contexts closed (released, reaped, failed, lost); equals ``created``
+            once every session is released.
         reaped: Sessions released by the idle reaper.
-        create_failures: Sessions that could not be opened.
+        create_failures: Sessions that could not be opened (no context, or no page).
         browser_launches: Browser processes started (1 + restarts after crashes).
         browser_crashes: Times the browser went away while the manager was open.
         open_contexts: Contexts the browser itself reports open (0 without a browser).
@@ -481,6 +483,7 @@ class BrowserManager(AsyncResource):
                 f"could not open a browser context: {_describe(exc)}", task_id=entry.task_id
             )
             return
+        self._created += 1
         entry.generation = generation
         assert self._counters is not None
         try:
@@ -500,7 +503,6 @@ class BrowserManager(AsyncResource):
                             task_id=entry.task_id,
                         )
                 if entry.error is None and not entry.closing.is_set():
-                    self._created += 1
                     entry.phase = "open"
                     entry.ready.set()
                     await entry.closing.wait()

@@ -345,13 +345,19 @@ def _executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def find_chromium(configured: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+def find_chromium(
+    configured: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    candidates: tuple[str, ...] = CHROMIUM_CANDIDATES,
+) -> str:
     """The Chromium executable to start: the configured one, or the first one found.
 
     Args:
         configured: ``BrowserSettings.executable_path``; when ``None``,
             ``HERMES_BROWSER_EXECUTABLE`` is read from ``environ``.
-        environ: The mapping to read (default ``os.environ``).
+        environ: The mapping to read (default ``os.environ``); its ``PATH`` is searched.
+        candidates: Paths and names to look for, in order.
 
     Returns:
         An absolute path to an executable file.
@@ -371,12 +377,12 @@ def find_chromium(configured: str | None = None, environ: Mapping[str, str] | No
                 f"an executable file; {INSTALL_HINT}"
             )
         return os.path.abspath(path)
-    for candidate in CHROMIUM_CANDIDATES:
+    for candidate in candidates:
         found = candidate if os.sep in candidate else shutil.which(candidate, path=env.get("PATH"))
         if found is not None and _executable(found):
             return os.path.abspath(found)
     raise ConfigError(
-        f"no Chromium executable found (looked for {', '.join(CHROMIUM_CANDIDATES)}); "
+        f"no Chromium executable found (looked for {', '.join(candidates)}); "
         f"{INSTALL_HINT}"
     )
 

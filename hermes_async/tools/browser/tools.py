@@ -82,7 +82,10 @@ NO_MANAGER_MESSAGE = (
 
 def browser_available() -> bool:
     """Whether the browser tools can run: Playwright installed and a Chromium found."""
-    if importlib.util.find_spec("playwright") is None:
+    try:
+        if importlib.util.find_spec("playwright") is None:
+            return False
+    except (ImportError, ValueError):  # a stubbed-out module (sys.modules[...] = None)
         return False
     try:
         find_chromium()

@@ -37,6 +37,7 @@ class Page:
     content_type: str = "text/html; charset=utf-8"
     status: int = 200
     headers: tuple[tuple[str, str], ...] = ()
+    delay: float = 0.0  # seconds the server waits before answering
 
 
 Handler = Page | Callable[[Received], Page]
@@ -79,6 +80,8 @@ class Site:
                 page = handler
             else:
                 page = handler(request)
+            if page.delay:
+                await anyio.sleep(page.delay)
             body = page.body.encode() if isinstance(page.body, str) else page.body
             head = [
                 f"HTTP/1.1 {page.status} X",
