@@ -382,8 +382,7 @@ def find_chromium(
         if found is not None and _executable(found):
             return os.path.abspath(found)
     raise ConfigError(
-        f"no Chromium executable found (looked for {', '.join(candidates)}); "
-        f"{INSTALL_HINT}"
+        f"no Chromium executable found (looked for {', '.join(candidates)}); {INSTALL_HINT}"
     )
 
 
