@@ -507,6 +507,12 @@ class BrowserManager(AsyncResource):
                     entry.ready.set()
                     await entry.closing.wait()
                 entry.phase = "closing"
+                if session.dead is None:  # a stale reference must not act on a closed page
+                    session.dead = BrowserUnavailableError(
+                        f"this browser session was closed ({entry.reason or 'released'}); "
+                        "get the rollout's session again for a fresh one",
+                        task_id=entry.task_id,
+                    )
                 requests.cancel_scope.cancel(entry.reason or "the browser session is closing")
         finally:
             with cleanup_scope(

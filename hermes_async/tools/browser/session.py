@@ -61,9 +61,14 @@ MAX_PAGES = 4
 OPERATION_SLACK_SECONDS = 5.0
 #: Characters of one console message or page error kept.
 MAX_MESSAGE_CHARS = 2_000
+#: Characters of console output one ``browser_console`` result carries at most (the newest
+#: messages and errors are kept; the result says how many older ones were left out).
+MAX_CONSOLE_RESULT_CHARS = 20_000
+#: Characters of a URL or title in a result.
+_MAX_URL_CHARS = 2_000
 #: Images ``browser_get_images`` lists at most, and characters of one ``src`` kept.
 MAX_IMAGES = 100
-_MAX_SRC_CHARS = 2_000
+_MAX_SRC_CHARS = 300
 #: After a click or key press, how long to wait for a navigation it started to finish loading.
 SETTLE_TIMEOUT_SECONDS = 5.0
 #: After a failed navigation, how long to wait for Chromium's error page to commit.
@@ -127,6 +132,18 @@ def _main_frame_page(request: Request) -> int | None:
     except PlaywrightError:  # a service worker's request: no frame
         return None
     return id(frame.page) if frame.parent_frame is None else None
+
+
+def _newest_within(entries: list[JSONObject], key: str, budget: int) -> list[JSONObject]:
+    """The newest ``entries`` whose ``key`` texts fit in ``budget`` characters, oldest first."""
+    kept: list[JSONObject] = []
+    for entry in reversed(entries):
+        budget -= len(str(entry.get(key, "")))
+        if budget < 0:
+            break
+        kept.append(entry)
+    kept.reverse()
+    return kept
 
 
 def _failure(message: str) -> JSONObject:
@@ -473,12 +490,21 @@ class BrowserSession:
                         await self._settle_failure(page)
                     if refusal is not None:
                         return self._refused_failure(refusal)
+                    if "Download is starting" in str(exc):
+                        return _failure(
+                            f"Navigation failed: {url!r} is a file download, and downloads are "
+                            "disabled in the browser tools"
+                        )
                     return self._model_error("Navigation failed", exc)
             if _is_error_page(page.url):  # a redirect target that failed
                 refusal = self._refusal_since(mark, page) or f"could not load {url!r}"
                 return self._refused_failure(refusal)
             title = await page.title()
-            result: JSONObject = {"success": True, "url": page.url, "title": title[:500]}
+            result: JSONObject = {
+                "success": True,
+                "url": page.url[:_MAX_URL_CHARS],
+                "title": title[:500],
+            }
         if any(pattern in title.lower() for pattern in _BOT_PATTERNS):
             result["bot_detection_warning"] = (
                 f"Page title {title[:200]!r} suggests bot detection. The site may have blocked "
@@ -616,7 +642,7 @@ class BrowserSession:
                 await page.go_back(wait_until="load", timeout=timeout * 1000)
             except PlaywrightError as exc:
                 return self._model_error("Failed to go back", exc)
-            return {"success": True, "url": page.url}
+            return {"success": True, "url": page.url[:_MAX_URL_CHARS]}
 
     async def press(self, key: str) -> JSONObject:
         """Press a keyboard key in the page (``browser_press``).
@@ -670,7 +696,8 @@ class BrowserSession:
             ``{"success": true, "console_messages": [{"type", "text", "source"}],
             "js_errors": [{"message", "source"}], "total_messages": n, "total_errors": m}``.
             Requests the guard refused appear as messages of type ``error`` with source
-            ``network``.
+            ``network``. At most :data:`MAX_CONSOLE_RESULT_CHARS` of text: the newest entries
+            are kept and ``omitted_older`` counts the rest.
 
         Raises:
             BrowserUnavailableError: The browser crashed.
@@ -678,19 +705,23 @@ class BrowserSession:
         **Cancellation**: nothing to clean up.
         """
         self._check_alive()
-        messages = list(self._console)
-        errors = list(self._errors)
+        messages = _newest_within(list(self._console), "text", MAX_CONSOLE_RESULT_CHARS // 2)
+        errors = _newest_within(list(self._errors), "message", MAX_CONSOLE_RESULT_CHARS // 2)
+        omitted = len(self._console) - len(messages) + len(self._errors) - len(errors)
         if clear:
             self._console.clear()
             self._errors.clear()
         self.last_used = anyio.current_time()
-        return {
+        result: JSONObject = {
             "success": True,
             "console_messages": messages,
             "js_errors": errors,
             "total_messages": len(messages),
             "total_errors": len(errors),
         }
+        if omitted:
+            result["omitted_older"] = omitted
+        return result
 
     async def screenshot(self) -> bytes:
         """A PNG of the viewport (for ``browser_vision``).

@@ -271,3 +271,35 @@ async def test_sessions_are_isolated_and_limited_by_the_named_limiter(
         # A new session for "a" starts clean.
         again = await manager.get("a")
         assert (await again.navigate(site.url("/who")))["title"] == "nobody"
+
+
+async def test_downloads_are_refused_and_service_workers_never_registered(
+    manager: BrowserManager, site: Site
+) -> None:
+    site.pages = {
+        "/": Page(
+            "<title>sw</title><script>navigator.serviceWorker.register('/sw.js')"
+            ".catch(() => {})</script>"
+        ),
+        "/sw.js": Page("self.onfetch = () => {}", content_type="text/javascript"),
+        "/file.zip": Page(
+            b"PK\x03\x04",
+            content_type="application/zip",
+            headers=(("Content-Disposition", "attachment; filename=f.zip"),),
+        ),
+    }
+    runtime = ToolRuntime(task_id="dl", browsers=manager)
+    assert (await _call(runtime, "browser_navigate", url=site.url("/")))["success"]
+    download = await _call(runtime, "browser_navigate", url=site.url("/file.zip"))
+    assert download["success"] is False and "downloads are disabled" in download["error"]
+    assert "/sw.js" not in [r.path for r in site.received]
+
+
+def test_console_results_keep_the_newest_entries_within_the_budget() -> None:
+    pytest.importorskip("playwright")
+    from hermes_async.tools.browser.session import _newest_within
+
+    entries: list[JSONObject] = [{"text": f"{i:03d}" + "x" * 96} for i in range(50)]
+    kept = _newest_within(entries, "text", 1_000)
+    assert [e["text"][:3] for e in kept] == [f"{i:03d}" for i in range(40, 50)]
+    assert _newest_within(entries, "text", 10) == []
