@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hermes_async.errors import SandboxError
 
-__all__ = ("BrowserUnavailableError",)
+__all__ = ("BrowserUnavailableError", "target_closed")
 
 
 class BrowserUnavailableError(SandboxError):
@@ -21,3 +21,8 @@ class BrowserUnavailableError(SandboxError):
     for the same ``task_id`` until the session is released, so a rollout never continues
     silently on a blank page; the next session gets a fresh browser.
     """
+
+
+def target_closed(exc: BaseException) -> bool:
+    """Whether a Playwright error means its page, context, browser or driver is gone."""
+    return type(exc).__name__ == "TargetClosedError" or "has been closed" in str(exc)

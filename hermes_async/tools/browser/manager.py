@@ -54,7 +54,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 import anyio.lowlevel
@@ -66,7 +66,7 @@ from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError
 from hermes_async.limits import Limits, NamedLimiter
 from hermes_async.tools.browser._network import ROUTE_ABORT_GRACE_SECONDS
-from hermes_async.tools.browser.errors import BrowserUnavailableError
+from hermes_async.tools.browser.errors import BrowserUnavailableError, target_closed
 from hermes_async.tools.browser.settings import (
     INSTALL_HINT,
     BrowserSettings,
@@ -114,6 +114,7 @@ class BrowserManagerStatistics:
         create_failures: Sessions that could not be opened (no context, or no page).
         browser_launches: Browser processes started (1 + restarts after crashes).
         browser_crashes: Times the browser went away while the manager was open.
+        driver_restarts: Times the Playwright driver was restarted after it went away.
         open_contexts: Contexts the browser itself reports open (0 without a browser).
         requests_fulfilled: Page requests answered through the guard.
         requests_blocked: Page requests the SSRF guard refused.
@@ -130,6 +131,7 @@ class BrowserManagerStatistics:
     create_failures: int
     browser_launches: int
     browser_crashes: int
+    driver_restarts: int
     open_contexts: int
     requests_fulfilled: int
     requests_blocked: int
@@ -212,7 +214,7 @@ class BrowserManager(AsyncResource):
         self._launch_lock = anyio.Lock()
         self._counters: SessionCounters | None = None
         self._created = self._closed = self._reaped = self._create_failures = 0
-        self._launches = self._crashes = 0
+        self._launches = self._crashes = self._driver_restarts = 0
 
     def __repr__(self) -> str:
         s = self.statistics()
@@ -350,8 +352,9 @@ class BrowserManager(AsyncResource):
             if entry.generation != generation or entry.phase not in ("creating", "open"):
                 continue
             error = BrowserUnavailableError(
-                "the browser crashed or was killed, and this rollout's browser session (page, "
-                "cookies, history) was lost; the next rollout gets a fresh browser",
+                "the browser (or its Playwright driver) crashed or was killed, and this "
+                "rollout's browser session (page, cookies, history) was lost; the next rollout "
+                "gets a fresh browser",
                 task_id=entry.task_id,
             )
             entry.error = error
@@ -368,15 +371,26 @@ class BrowserManager(AsyncResource):
             lost,
         )
 
-    async def _ensure_browser(self) -> tuple[Browser, int]:
+    async def _ensure_browser(self, failed: int | None = None) -> tuple[Browser, int]:
+        """The browser to open a context in, launched (or relaunched) when needed.
+
+        Args:
+            failed: The launch (generation) a context could not be opened on because the
+                browser or the Playwright driver behind it is gone: its sessions are failed,
+                and the driver is restarted before a new browser is launched.
+        """
+        from playwright.async_api import Error as PlaywrightError
+
         async with self._launch_lock:
-            if self._browser is not None and not self._browser.is_connected():
+            if self._browser is not None and (
+                failed == self._generation or not self._browser.is_connected()
+            ):
                 self._on_disconnected(self._generation)
+                if failed is not None:
+                    await self._restart_driver()
             if self._browser is None:
                 if self._state != "open":
                     raise BrowserUnavailableError("the browser manager is closing")
-                from playwright.async_api import Error as PlaywrightError
-
                 try:
                     await self._launch()
                 except (TimeoutError, PlaywrightError) as exc:
@@ -385,6 +399,24 @@ class BrowserManager(AsyncResource):
                     ) from exc
             assert self._browser is not None
             return self._browser, self._generation
+
+    async def _restart_driver(self) -> None:
+        """Replace a Playwright driver that went away (bounded; the old one is stopped first)."""
+        from playwright.async_api import async_playwright
+
+        old, self._playwright = self._playwright, None
+        if old is not None:
+            await bounded_cleanup(
+                "stop the failed Playwright driver",
+                old.stop,
+                timeout=self.settings.close_timeout_seconds,
+                reason="the driver went away",
+                log=logger,
+            )
+        logger.warning("restarting the Playwright driver")
+        with anyio.fail_after(self.settings.launch_timeout_seconds):
+            self._playwright = await async_playwright().start()
+        self._driver_restarts += 1
 
     def _check_open(self, task_id: str) -> None:
         if self._state != "open":
@@ -472,11 +504,15 @@ class BrowserManager(AsyncResource):
         try:
             with anyio.fail_after(settings.create_timeout_seconds):
                 browser, generation = await self._ensure_browser()
-                context = await browser.new_context(
-                    viewport={"width": settings.viewport_width, "height": settings.viewport_height},
-                    service_workers="block",
-                    accept_downloads=False,
-                )
+                try:
+                    context = await browser.new_context(**self._context_options())
+                except PlaywrightError as exc:
+                    if not (target_closed(exc) or not browser.is_connected()):
+                        raise
+                    # The browser, or the driver behind it, is gone (a dead driver sends no
+                    # "disconnected" event): restart what is needed and try once more.
+                    browser, generation = await self._ensure_browser(failed=generation)
+                    context = await browser.new_context(**self._context_options())
         except (TimeoutError, PlaywrightError, BrowserUnavailableError) as exc:
             self._create_failures += 1
             entry.error = BrowserUnavailableError(
@@ -526,6 +562,14 @@ class BrowserManager(AsyncResource):
                 except PlaywrightError:  # the browser is already gone: nothing left to close
                     logger.debug("closing the context of %r failed", entry.task_id, exc_info=True)
             self._closed += 1
+
+    def _context_options(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "viewport": {"width": s.viewport_width, "height": s.viewport_height},
+            "service_workers": "block",
+            "accept_downloads": False,
+        }
 
     def _begin_close(self, entry: _Entry, reason: str) -> None:
         entry.reason = entry.reason or reason
@@ -643,6 +687,7 @@ class BrowserManager(AsyncResource):
             create_failures=self._create_failures,
             browser_launches=self._launches,
             browser_crashes=self._crashes,
+            driver_restarts=self._driver_restarts,
             open_contexts=len(browser.contexts) if browser is not None else 0,
             requests_fulfilled=counters.fulfilled if counters else 0,
             requests_blocked=counters.blocked if counters else 0,

@@ -41,7 +41,7 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
 from hermes_async.tools.browser._network import RequestOutcome, abort_quietly, serve_request
 from hermes_async.tools.browser._snapshot import RefTable, compact_snapshot, cut_snapshot
-from hermes_async.tools.browser.errors import BrowserUnavailableError
+from hermes_async.tools.browser.errors import BrowserUnavailableError, target_closed
 
 if TYPE_CHECKING:
     from hermes_async.tools.browser.settings import BrowserSettings
@@ -113,10 +113,6 @@ def _short(exc: BaseException) -> str:
     """The first line of a Playwright error, without its ``Page.goto:`` prefix, capped."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return _API_PREFIX.sub("", text)[:500]
-
-
-def _target_closed(exc: BaseException) -> bool:
-    return type(exc).__name__ == "TargetClosedError" or "has been closed" in str(exc)
 
 
 def _is_error_page(url: str) -> bool:
@@ -335,7 +331,7 @@ class BrowserSession:
         if self.dead is not None:
             return BrowserUnavailableError(self.dead.message, task_id=self.task_id)
         browser = self._context.browser
-        if _target_closed(exc) or (browser is not None and not browser.is_connected()):
+        if target_closed(exc) or (browser is not None and not browser.is_connected()):
             return BrowserUnavailableError(
                 f"the browser went away during the operation ({_short(exc)})",
                 task_id=self.task_id,

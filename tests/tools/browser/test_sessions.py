@@ -17,13 +17,17 @@ from hermes_async.limits import Limits
 from hermes_async.tools.browser import BrowserManager, BrowserUnavailableError
 from hermes_async.tools.registry import ToolRuntime, dispatch
 from tests.tools.browser.conftest import settings_for_tests
-from tests.tools.browser.procs import browser_processes
+from tests.tools.browser.procs import browser_processes, children, read_bytes
 from tests.tools.browser.site import Page, Site
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 
 ROLLOUTS = 200
 PAGE = "<title>Task</title><h1>Task</h1><form><input aria-label=answer><button>ok</button></form>"
+
+
+def _cmdline(pid: int) -> bytes:
+    return read_bytes(f"/proc/{pid}/cmdline")
 
 
 async def _wait_for(predicate: object, timeout: float = 10.0) -> bool:
@@ -210,4 +214,25 @@ async def test_a_killed_browser_fails_its_sessions_and_the_next_ones_get_a_fresh
         assert (await again.navigate(site.url("/")))["success"]
         await manager.release("b")
         assert manager.statistics().unavailable == 0
+    assert await _wait_for(lambda: browser_processes() == [])
+
+
+async def test_a_killed_driver_is_restarted_for_the_next_session(
+    browser_engine: str, site: Site
+) -> None:
+    site.pages = {"/": Page(PAGE)}
+    async with BrowserManager(settings_for_tests()) as manager:
+        a = await manager.get("a")
+        await a.navigate(site.url("/"))
+        [driver] = [p for p in children(os.getpid()) if b"run-driver" in _cmdline(p)]
+        os.kill(driver, signal.SIGKILL)
+        with pytest.raises(BrowserUnavailableError):
+            await a.snapshot()
+        b = await manager.get("b")  # a fresh driver and browser
+        assert (await b.navigate(site.url("/")))["success"]
+        stats = manager.statistics()
+        assert stats.driver_restarts == 1 and stats.browser_launches == 2
+        assert len(browser_processes()) == 1
+        with pytest.raises(BrowserUnavailableError, match="crashed or was killed"):
+            await manager.get("a")
     assert await _wait_for(lambda: browser_processes() == [])
