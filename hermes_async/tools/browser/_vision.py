@@ -14,8 +14,9 @@ import base64
 import anyio
 import httpx
 
+from hermes_async._net import default_ssl_context, redact_urls
 from hermes_async.jsontypes import JSON
-from hermes_async.tools._web_fetch import NonClosingTransport, shared_ssl_context
+from hermes_async.tools._web_fetch import NonClosingTransport, aclose_client
 from hermes_async.tools.browser.settings import VisionSettings
 
 __all__ = ("VISION_UNAVAILABLE", "VisionError", "analyze_screenshot")
@@ -27,8 +28,6 @@ VISION_UNAVAILABLE = (
     "HERMES_BROWSER_VISION_URL and HERMES_BROWSER_VISION_MODEL (an OpenAI-compatible server "
     "with a vision-capable model), or BrowserSettings.vision, to enable browser vision."
 )
-
-_CLOSE_GRACE_SECONDS = 5.0
 
 
 class VisionError(Exception):
@@ -73,7 +72,7 @@ async def analyze_screenshot(settings: VisionSettings, question: str, png: bytes
     client = httpx.AsyncClient(
         transport=NonClosingTransport(settings.transport) if settings.transport else None,
         timeout=httpx.Timeout(settings.timeout_seconds),
-        verify=shared_ssl_context(),
+        verify=default_ssl_context(),
     )
     try:
         with anyio.fail_after(settings.timeout_seconds):
@@ -88,10 +87,10 @@ async def analyze_screenshot(settings: VisionSettings, question: str, png: bytes
             f"the vision model did not answer within {settings.timeout_seconds:g} seconds"
         ) from None
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise VisionError(_redact(f"{type(exc).__name__}: {exc}", settings.api_key)) from None
+        detail = redact_urls(_redact(f"{type(exc).__name__}: {exc}", settings.api_key))
+        raise VisionError(detail) from None
     finally:
-        with anyio.move_on_after(_CLOSE_GRACE_SECONDS, shield=True):
-            await client.aclose()
+        await aclose_client(client, "close the vision client")
     if not isinstance(answer, str) or not answer.strip():
         raise VisionError("the vision model returned an empty answer")
     return answer.strip()
