@@ -1,22 +1,28 @@
-"""Direct page fetches for ``web_extract``: SSRF-vetted, address-pinned, capped in size and time.
+"""Direct fetches behind the SSRF guard: vetted, address-pinned, capped in size and time.
 
-One fetch is a loop over redirect hops. Each hop: vet the URL (:func:`~._ssrf.vet_url`), send
-``GET`` to the vetted IP with the original ``Host`` header and TLS server name (so certificate
-checks still name the host), and stream the body up to ``max_body_bytes``. Redirects are
-followed by hand, at most ``max_redirects`` of them, each target vetted again. The whole fetch,
-all hops and the body included, runs under one deadline (``fetch_timeout_seconds``).
+Two users share this module: ``web_extract``'s direct page reads (:func:`fetch_page`) and the
+browser tools, which answer every request a page makes through it (``tools/browser``).
+
+One *hop* (:func:`fetch_hop`) is one HTTP exchange: vet the URL (:func:`~._ssrf.vet_url`), send
+the request to the vetted IP with the original ``Host`` header and TLS server name (so
+certificate checks still name the host), and stream the body up to ``max_body_bytes``.
+:func:`fetch` follows redirects by hand, at most ``max_redirects`` of them, each target vetted
+again (301/302/303 turn a non-``HEAD`` request into a body-less ``GET``, as browsers do; 307/308
+keep the method and body). :func:`fetch_page` is ``fetch("GET", ...)`` under one deadline
+(``fetch_timeout_seconds``, all hops and the body included) that also refuses HTTP errors.
 
 Each hop uses its own short-lived client: connections are pooled per *address*, and a pooled
 TLS connection verified for one host name must not carry a request for another.
 
 What is raised: :class:`~._ssrf.URLRefusedError` when the guard refuses a hop,
-:class:`~._ssrf.WebFetchError` for every other failure (timeout, network error, HTTP status >= 400,
-too many redirects). Both name the URL.
+:class:`~._ssrf.WebFetchError` for every other failure (timeout, network error, too many
+redirects, and in :func:`fetch_page` an HTTP status >= 400). All name the URL.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import email.message
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -28,13 +34,18 @@ from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, 
 from hermes_async.tools._web_settings import WebSettings
 
 __all__ = (
+    "REDIRECT_STATUSES",
     "FetchedPage",
+    "HopResponse",
     "NonClosingTransport",
     "aclose_client",
+    "fetch",
+    "fetch_hop",
     "fetch_page",
 )
 
-_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: Statuses that redirect (with a ``Location`` header).
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,40 @@ class FetchedPage:
     charset: str | None
     body: bytes
     truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HopResponse:
+    """The response to one request (one hop, or the last hop of :func:`fetch`).
+
+    Attributes:
+        url: The URL this response answers (after redirects, for :func:`fetch`).
+        status: The HTTP status, whatever it is (errors are responses here).
+        reason: The reason phrase (may be empty).
+        headers: Every response header, in order, repeated names kept (``set-cookie``).
+        body: The body (decoded from any content coding), at most ``max_body_bytes``; empty
+            for a redirect.
+        truncated: The body was longer than ``max_body_bytes``; the rest was not downloaded.
+        redirects: How many redirects :func:`fetch` followed to get here.
+    """
+
+    url: str
+    status: int
+    reason: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    truncated: bool
+    redirects: int = 0
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-insensitive), or ``None``."""
+        lowered = name.lower()
+        return next((v for k, v in self.headers if k.lower() == lowered), None)
+
+    @property
+    def location(self) -> str | None:
+        """The ``Location`` of a redirect response, else ``None``."""
+        return self.header("location") if self.status in REDIRECT_STATUSES else None
 
 
 class NonClosingTransport(httpx.AsyncBaseTransport):
@@ -113,87 +158,192 @@ async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> Fe
     :data:`hermes_async._net.CLOSE_GRACE_SECONDS`) and the cancellation propagates.
     """
     timeout = settings.fetch_timeout_seconds
+    headers = {
+        "User-Agent": settings.user_agent,
+        "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
+    }
     try:
         with anyio.fail_after(timeout):
-            return await _fetch(url, settings, allow)
+            response = await fetch(
+                "GET", url, headers=headers, settings=settings, allow=allow, error_bodies=False
+            )
     except TimeoutError:
         raise WebFetchError(
             f"fetching {url!r} took longer than {timeout:g} seconds (fetch_timeout_seconds)",
             url=url,
         ) from None
+    if response.status >= 400:
+        status = response.status
+        reason = response.reason or httpx.codes.get_reason_phrase(status)
+        raise WebFetchError(
+            f"{response.url!r} answered HTTP {status} {reason}".rstrip(), url=response.url
+        )
+    content_type = response.header("content-type") or ""
+    return FetchedPage(
+        url=response.url,
+        status=response.status,
+        media_type=content_type.split(";", 1)[0].strip().lower(),
+        charset=_charset(content_type),
+        body=response.body,
+        truncated=response.truncated,
+    )
 
 
-async def _fetch(start: str, settings: WebSettings, allow: Allowlist) -> FetchedPage:
-    current = parse_url(start)
+def _charset(content_type: str) -> str | None:
+    """The ``charset`` parameter of a ``Content-Type`` value (parsed as httpx does)."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    return message.get_content_charset(failobj=None)
+
+
+async def fetch(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    settings: WebSettings,
+    allow: Allowlist,
+    content: bytes | None = None,
+    follow_redirects: bool = True,
+    error_bodies: bool = True,
+) -> HopResponse:
+    """Send a request behind the SSRF guard, following redirects by hand when asked.
+
+    Every hop is vetted (a redirect to a refused address raises, naming the redirect). The
+    caller bounds the whole exchange (each hop's client also has ``fetch_timeout_seconds``).
+
+    Args:
+        method: The HTTP method.
+        url: The first URL.
+        headers: Request headers (``Host`` and ``Accept-Encoding`` are set here).
+        settings: Caps, transport and resolver.
+        allow: Hosts and networks let through on purpose.
+        content: The request body.
+        follow_redirects: Follow up to ``max_redirects`` redirects; ``False`` returns a
+            redirect response as it is.
+        error_bodies: Read the body of an HTTP error response (status >= 400); ``False``
+            leaves it empty and does not download it.
+
+    Returns:
+        The last response, whatever its status.
+
+    Raises:
+        URLRefusedError: The URL, or a redirect target, is not allowed.
+        WebFetchError: Network failure or too many redirects.
+
+    **Cancellation**: the open response and client are closed (shielded, bounded) and the
+    cancellation propagates.
+    """
+    current = parse_url(url)
     previous: httpx.URL | None = None
-    for _hop in range(settings.max_redirects + 1):
+    for hop in range(settings.max_redirects + 1):
         try:
-            target = await vet_url(current, allow=allow, resolver=settings.resolver)
+            response = await fetch_hop(
+                method,
+                current,
+                headers=headers,
+                settings=settings,
+                allow=allow,
+                content=content,
+                error_bodies=error_bodies,
+            )
         except URLRefusedError as exc:
             if previous is None:
                 raise
             raise URLRefusedError(
                 str(current), f"redirect from {str(previous)!r}: {exc.reason}"
             ) from None
-        headers = {
-            "Host": target.host_header,
-            "User-Agent": settings.user_agent,
-            "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
-            # Ask for no content coding: the size cap then counts what was sent, and a
-            # compressed bomb cannot inflate inside one read.
-            "Accept-Encoding": "identity",
-        }
-        extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else {}
-        client = _hop_client(settings)
-        body_chunks: AsyncIterator[bytes] | None = None  # once reading the body started
-        try:
-            request = client.build_request(
-                "GET", target.connect_url, headers=headers, extensions=extensions
+        location = response.location
+        if not follow_redirects or not location:
+            return HopResponse(
+                response.url,
+                response.status,
+                response.reason,
+                response.headers,
+                response.body,
+                response.truncated,
+                redirects=hop,
             )
-            try:
-                response = await client.send(request, stream=True)
-            except httpx.HTTPError as exc:
-                raise WebFetchError(
-                    f"could not fetch {str(current)!r}: {type(exc).__name__}: {exc}",
-                    url=str(current),
-                ) from None
-            try:
-                location = response.headers.get("location")
-                if response.status_code in _REDIRECT_STATUSES and location:
-                    try:
-                        previous, current = current, parse_url(str(current.join(location)))
-                    except URLRefusedError as exc:
-                        raise URLRefusedError(
-                            location, f"redirect from {str(current)!r}: {exc.reason}"
-                        ) from None
-                    continue
-                if response.status_code >= 400:
-                    status = response.status_code
-                    reason = response.reason_phrase or httpx.codes.get_reason_phrase(status)
-                    raise WebFetchError(
-                        f"{str(current)!r} answered HTTP {status} {reason}".rstrip(),
-                        url=str(current),
-                    )
-                body_chunks = response.aiter_bytes()
-                body, truncated = await _read_capped(body_chunks, settings.max_body_bytes, current)
-                media_type = response.headers.get("content-type", "").split(";", 1)[0]
-                return FetchedPage(
-                    url=str(current),
-                    status=response.status_code,
-                    media_type=media_type.strip().lower(),
-                    charset=response.charset_encoding,
-                    body=body,
-                    truncated=truncated,
-                )
-            finally:
-                await aclose_httpx_stream(response, body_chunks, what="close a fetched page")
-        finally:
-            await aclose_client(client, "close a page-fetch client")
+        try:
+            previous, current = current, parse_url(str(current.join(location)))
+        except URLRefusedError as exc:
+            raise URLRefusedError(
+                location, f"redirect from {str(current)!r}: {exc.reason}"
+            ) from None
+        if response.status in (301, 302, 303) and method.upper() != "HEAD":
+            method, content = "GET", None
     raise WebFetchError(
-        f"too many redirects fetching {start!r} (more than {settings.max_redirects}, the "
+        f"too many redirects fetching {url!r} (more than {settings.max_redirects}, the "
         "max_redirects setting)",
-        url=start,
+        url=url,
     )
+
+
+async def fetch_hop(
+    method: str,
+    url: httpx.URL,
+    *,
+    headers: Mapping[str, str],
+    settings: WebSettings,
+    allow: Allowlist,
+    content: bytes | None = None,
+    error_bodies: bool = True,
+) -> HopResponse:
+    """One request to the vetted address of ``url``; redirects are returned, not followed.
+
+    The body is read up to ``settings.max_body_bytes`` (the rest is not downloaded and
+    ``truncated`` says so); a redirect's body is not read, nor an error's unless
+    ``error_bodies``. ``Accept-Encoding: identity`` is sent, so the cap counts what was sent
+    and a compressed bomb cannot inflate inside one read.
+
+    Raises:
+        URLRefusedError: The guard refuses ``url``.
+        WebFetchError: The request failed on the network or its body could not be read.
+
+    **Cancellation**: the open response and client are closed (shielded, bounded) and the
+    cancellation propagates.
+    """
+    target = await vet_url(url, allow=allow, resolver=settings.resolver)
+    sent = {k: v for k, v in headers.items() if k.lower() not in ("host", "accept-encoding")}
+    sent["Host"] = target.host_header
+    sent["Accept-Encoding"] = "identity"
+    extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else {}
+    client = _hop_client(settings)
+    body_chunks: AsyncIterator[bytes] | None = None  # once reading the body started
+    try:
+        request = client.build_request(
+            method, target.connect_url, headers=sent, content=content, extensions=extensions
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise WebFetchError(
+                f"could not fetch {str(url)!r}: {type(exc).__name__}: {exc}", url=str(url)
+            ) from None
+        try:
+            header_items = tuple(
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
+            )
+            redirect = response.status_code in REDIRECT_STATUSES and response.headers.get(
+                "location"
+            )
+            if redirect or (response.status_code >= 400 and not error_bodies):
+                body, truncated = b"", False
+            else:
+                body_chunks = response.aiter_bytes()
+                body, truncated = await _read_capped(body_chunks, settings.max_body_bytes, url)
+            return HopResponse(
+                url=str(url),
+                status=response.status_code,
+                reason=response.reason_phrase,
+                headers=header_items,
+                body=body,
+                truncated=truncated,
+            )
+        finally:
+            await aclose_httpx_stream(response, body_chunks, what="close a fetched response")
+    finally:
+        await aclose_client(client, "close a page-fetch client")
 
 
 async def _read_capped(

@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
 
@@ -36,6 +36,9 @@ from hermes_async.tools.toolsets import (
     resolve_toolsets,
     validate_toolset,
 )
+
+if TYPE_CHECKING:
+    from hermes_async.tools.browser.manager import BrowserManager
 
 __all__ = [
     "BUILTIN_TOOL_MODULES",
@@ -79,6 +82,8 @@ class ToolRuntime:
             ``None`` when the rollout has no sandbox (those tools then report an error).
         web: Web-tool configuration (providers, keys, fetch guard); ``None`` means "from the
             environment".
+        browsers: Where the browser tools get the rollout's browser session
+            (``BrowserManager``); ``None`` means the current one (``use_browser_manager``).
     """
 
     task_id: str
@@ -87,6 +92,7 @@ class ToolRuntime:
     user_task: str | None = None
     sandboxes: SandboxProvider | None = None
     web: WebSettings | None = None
+    browsers: BrowserManager | None = None
 
 
 #: The signature of a tool handler.
@@ -209,6 +215,7 @@ BUILTIN_TOOL_MODULES: tuple[str, ...] = (
     "hermes_async.tools.files",
     "hermes_async.tools.web",
     "hermes_async.tools.todo",
+    "hermes_async.tools.browser",
 )
 
 _BUILTIN: ToolRegistry | None = None

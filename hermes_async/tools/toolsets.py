@@ -5,10 +5,12 @@ composite toolset includes others. A *distribution* gives each toolset an inclus
 in percent; an environment samples one set of toolsets per group, so rollouts in a group see the
 same tools and groups differ.
 
-Toolsets whose tools this project does not implement (``vision``, ``image_gen``, ``moa``,
-``browser``) are still *valid names* here, because the reference's distributions mention them;
-resolving them yields tool names that simply are not registered, and they drop out of the tool
-definitions.
+Toolsets whose tools this project does not implement (``vision``, ``image_gen``, ``moa``) are
+still *valid names* here, because the reference's distributions mention them; resolving them
+yields tool names that simply are not registered, and they drop out of the tool definitions.
+``browser`` is the reference's RL-era toolset: the ten ``browser_*`` tools
+(:mod:`hermes_async.tools.browser`) plus ``web_search``; its tools are offered when the browser
+engine is installed (the ``browser`` extra and a Chromium executable).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ _TOOLSET_LIST = [
     Toolset("moa", "Mixture of agents.", ("mixture_of_agents",)),
     Toolset(
         "browser",
-        "Drive a headless browser.",
+        "Drive a headless browser (Chromium): navigate, read the accessibility tree, click, type.",
         (
             "browser_navigate",
             "browser_snapshot",

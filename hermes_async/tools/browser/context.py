@@ -1,0 +1,70 @@
+"""What ``ToolContext.browser_navigate`` / ``browser_snapshot`` run: the rollout's own session.
+
+Reward code reaches the browser session the model used (same ``task_id``, same page, cookies
+and history), as the reference's ``ToolContext`` did::
+
+    async def compute_reward(self, item, result, ctx) -> float:
+        page = await ctx.browser_snapshot()
+        return 1.0 if "Thank you" in page["snapshot"] else 0.0
+
+These are plain functions so ``ToolContext`` can delegate to them with one line each; they take
+the manager explicitly or use the current one (:func:`~.manager.use_browser_manager`).
+
+Returned vs raised, as the rest of ``ToolContext``: the tools' result dicts are returned
+(including ``{"success": false, ...}`` for a refused URL or a timeout); a missing manager (an
+operator mistake), a lost browser (:class:`~.errors.BrowserUnavailableError`), trio
+(:class:`~hermes_async.errors.AsyncBackendError`) and cancellation are raised.
+"""
+
+from __future__ import annotations
+
+from hermes_async._asynclib import require_asyncio
+from hermes_async.errors import SandboxError
+from hermes_async.jsontypes import JSONObject
+from hermes_async.tools.browser.manager import BrowserManager, current_browser_manager
+
+__all__ = ("context_browser_navigate", "context_browser_snapshot")
+
+
+def _manager(task_id: str, manager: BrowserManager | None) -> BrowserManager:
+    require_asyncio(
+        "ToolContext's browser methods", "playwright", remedy="leave the browser out of trio runs"
+    )
+    chosen = manager if manager is not None else current_browser_manager()
+    if chosen is None:
+        raise SandboxError(
+            "ToolContext has no BrowserManager: pass it explicitly or run inside "
+            "`async with open_browser_manager(...):` (or `with use_browser_manager(m):`)",
+            task_id=task_id,
+        )
+    return chosen
+
+
+async def context_browser_navigate(
+    task_id: str, url: str, *, manager: BrowserManager | None = None
+) -> JSONObject:
+    """Navigate the rollout's page to ``url`` (the ``browser_navigate`` result dict).
+
+    Raises:
+        SandboxError: No manager was given and none is current.
+        BrowserUnavailableError: The rollout's browser session was lost.
+
+    **Cancellation**: the navigation is abandoned; the session stays usable.
+    """
+    session = await _manager(task_id, manager).get(task_id)
+    return await session.navigate(url)
+
+
+async def context_browser_snapshot(
+    task_id: str, full: bool = False, *, manager: BrowserManager | None = None
+) -> JSONObject:
+    """The accessibility snapshot of the rollout's page (the ``browser_snapshot`` result dict).
+
+    Raises:
+        SandboxError: No manager was given and none is current.
+        BrowserUnavailableError: The rollout's browser session was lost.
+
+    **Cancellation**: nothing to clean up.
+    """
+    session = await _manager(task_id, manager).get(task_id)
+    return await session.snapshot(full=full)

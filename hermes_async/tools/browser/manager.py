@@ -1,0 +1,742 @@
+"""BrowserManager: one Chromium per manager, one browser context per rollout.
+
+::
+
+    async with BrowserManager(BrowserSettings.from_env(), limits=limits) as browsers:
+        with use_browser_manager(browsers):        # the browser tools find it here
+            session = await browsers.get("task-1")  # context opened on first use
+            await session.navigate("https://example.com")
+            await browsers.release("task-1")       # idempotent, shielded, bounded
+
+Decisions:
+
+* **One browser process** per manager, started when the manager opens (a missing or broken
+  Chromium is a start-up :class:`~hermes_async.errors.ConfigError` naming the fix, not a tool
+  error later). Each rollout (``task_id``) gets its own *context* (cookies, storage, cache and
+  history of its own) with one page, opened lazily by the first browser tool call.
+* **A named limiter** (``browser_sessions``, default :data:`~.settings.DEFAULT_MAX_SESSIONS`)
+  bounds the contexts open at once: a renderer per context is the expensive part (memory), so
+  the slot is held for the session's whole life, not just its creation. A rollout that finds no
+  slot waits in order; its tool call's own deadline bounds the wait. Pass the environment's
+  ``limits`` (the limiter is added to it under that name) or any ``CapacityLimiter`` /
+  ``NamedLimiter``.
+* **Each session lives in a task of the manager's task group** (:meth:`_host`): it waits for a
+  slot, opens the context, serves the page's requests in a task group of its own, and closes
+  the context when released. The caller of :meth:`get` only waits for it to be ready, so a
+  rollout cancelled while its context is being created never leaks one: the host task finishes
+  the creation and then closes it. No threads, no fire-and-forget tasks.
+* **Release**: :meth:`release` (the rollout pipeline calls it with the sandbox release) asks the
+  host to close and waits for it, shielded and bounded (:attr:`release_timeout`);
+  :meth:`request_release` is the synchronous form; the **idle reaper** (a task in the manager's
+  task group) requests the release of sessions unused for ``idle_timeout_seconds``; closing the
+  manager releases everything and then closes the browser and the Playwright driver, each
+  bounded.
+* **Crash**: when the browser process goes away (killed, OOM), every session on it is marked
+  unavailable: its rollout's later browser calls raise
+  :class:`~hermes_async.tools.browser.errors.BrowserUnavailableError` until the session is
+  released (the rollout's page state is gone; continuing on a blank page would mislead the
+  model and the reward). The next new session starts a fresh browser.
+
+The browser tools reach the manager through ``ToolRuntime.browsers`` or, when that is ``None``,
+the *current* manager of this context (:func:`use_browser_manager`, :func:`open_browser_manager`),
+as the sandbox tools reach the current ``SandboxManager``.
+
+Playwright's async API runs on asyncio only: under trio, entering a manager raises
+:class:`~hermes_async.errors.AsyncBackendError`. The manager must be closed by the task that
+entered it (its task group lives in that task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import math
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup, TaskStatus
+
+from hermes_async._asynclib import require_asyncio
+from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._resource import AsyncResource
+from hermes_async.errors import ConfigError
+from hermes_async.limits import Limits, NamedLimiter
+from hermes_async.tools.browser._network import ROUTE_ABORT_GRACE_SECONDS
+from hermes_async.tools.browser.errors import BrowserUnavailableError, target_closed
+from hermes_async.tools.browser.settings import (
+    INSTALL_HINT,
+    BrowserSettings,
+    chromium_args,
+    find_chromium,
+    launch_environment,
+)
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, Playwright
+
+    from hermes_async.tools.browser.session import BrowserSession, SessionCounters
+
+__all__ = (
+    "BROWSER_LIMITER_NAME",
+    "BrowserManager",
+    "BrowserManagerStatistics",
+    "current_browser_manager",
+    "open_browser_manager",
+    "use_browser_manager",
+)
+
+logger = logging.getLogger(__name__)
+
+#: Name of the limiter bounding open browser contexts (added to ``Limits`` under this name).
+BROWSER_LIMITER_NAME = "browser_sessions"
+
+_COMPONENT = "the browser tools (BrowserManager)"
+_REMEDY = "leave the 'browser' toolset out of trio runs"
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserManagerStatistics:
+    """A snapshot of a manager.
+
+    Attributes:
+        sessions: Sessions open now.
+        pending: Sessions waiting for a ``browser_sessions`` slot or being opened.
+        unavailable: Sessions lost in a crash and not released yet.
+        created: Browser contexts created since the manager opened (a session released while
+            it was being opened included).
+        closed: Browser contexts closed (released, reaped, failed, lost); equals ``created``
+            once every session is released.
+        reaped: Sessions released by the idle reaper.
+        create_failures: Sessions that could not be opened (no context, or no page).
+        browser_launches: Browser processes started (1 + restarts after crashes).
+        browser_crashes: Times the browser went away while the manager was open.
+        driver_restarts: Times the Playwright driver was restarted after it went away.
+        open_contexts: Contexts the browser itself reports open (0 without a browser).
+        requests_fulfilled: Page requests answered through the guard.
+        requests_blocked: Page requests the SSRF guard refused.
+        requests_failed: Page requests that failed (network, timeout, too large).
+        websockets_refused: WebSocket connections refused.
+    """
+
+    sessions: int
+    pending: int
+    unavailable: int
+    created: int
+    closed: int
+    reaped: int
+    create_failures: int
+    browser_launches: int
+    browser_crashes: int
+    driver_restarts: int
+    open_contexts: int
+    requests_fulfilled: int
+    requests_blocked: int
+    requests_failed: int
+    websockets_refused: int
+
+
+class _Entry:
+    """One ``task_id``'s session as the manager tracks it (phases: waiting, creating, open,
+    closing, closed)."""
+
+    __slots__ = (
+        "closed",
+        "closing",
+        "crashed",
+        "died_at",
+        "error",
+        "generation",
+        "phase",
+        "ready",
+        "reason",
+        "scope",
+        "session",
+        "task_id",
+    )
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.phase = "waiting"
+        self.ready = anyio.Event()
+        self.closing = anyio.Event()
+        self.closed = anyio.Event()
+        self.session: BrowserSession | None = None
+        self.error: BrowserUnavailableError | None = None
+        self.crashed = False
+        self.died_at = 0.0
+        self.scope: anyio.CancelScope | None = None
+        self.generation = 0
+        self.reason: str | None = None
+
+
+class BrowserManager(AsyncResource):
+    """Own one browser process and the browser sessions of many rollouts.
+
+    Args:
+        settings: Executable, guard, timeouts, caps (default :meth:`BrowserSettings.from_env`).
+        limits: The environment's limiters; the ``browser_sessions`` limiter is taken from it,
+            or added to it with ``settings.max_sessions`` slots.
+        limiter: A limiter to use instead (takes precedence over ``limits``).
+
+    Raises:
+        ConfigError: (when entered) No Chromium executable, Playwright not installed, or the
+            browser does not start; :class:`~hermes_async.errors.AsyncBackendError` under trio.
+    """
+
+    def __init__(
+        self,
+        settings: BrowserSettings | None = None,
+        *,
+        limits: Limits | None = None,
+        limiter: NamedLimiter | anyio.CapacityLimiter | None = None,
+    ) -> None:
+        self.settings = settings if settings is not None else BrowserSettings.from_env()
+        if limiter is None:
+            if limits is not None:
+                try:
+                    limiter = limits[BROWSER_LIMITER_NAME]
+                except KeyError:
+                    limiter = limits.add(BROWSER_LIMITER_NAME, self.settings.max_sessions)
+            else:
+                limiter = NamedLimiter(BROWSER_LIMITER_NAME, self.settings.max_sessions)
+        self.limiter: NamedLimiter | anyio.CapacityLimiter = limiter
+        self.executable: str | None = None
+        self._state = "unopened"
+        self._tg: TaskGroup | None = None
+        self._entries: dict[str, _Entry] = {}
+        self._playwright: Playwright | None = None
+        self._browser: Browser | None = None
+        self._generation = 0
+        self._launch_lock = anyio.Lock()
+        self._counters: SessionCounters | None = None
+        self._created = self._closed = self._reaped = self._create_failures = 0
+        self._launches = self._crashes = self._driver_restarts = 0
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return (
+            f"<BrowserManager [{self._state} | {s.sessions} open, {s.pending} pending, "
+            f"{s.unavailable} unavailable]>"
+        )
+
+    @property
+    def release_timeout(self) -> float:
+        """The bound of one :meth:`release`: a session being created is first finished
+        (``create_timeout``), its requests aborted, then its context closed
+        (``close_timeout``)."""
+        s = self.settings
+        return s.create_timeout_seconds + ROUTE_ABORT_GRACE_SECONDS + s.close_timeout_seconds + 1
+
+    # ----------------------------------------------------------------------------------------
+    # lifecycle
+
+    async def __aenter__(self) -> Self:
+        """Start the Playwright driver and the browser, then the idle reaper.
+
+        Raises:
+            AsyncBackendError: Not running under asyncio.
+            ConfigError: Playwright is missing, no Chromium is found, or it does not start.
+
+        **Cancellation**: whatever was started is stopped (shielded, bounded).
+        """
+        require_asyncio(_COMPONENT, "playwright", remedy=_REMEDY)
+        if self._state != "unopened":
+            raise RuntimeError(f"BrowserManager cannot be entered twice (state: {self._state})")
+        self.executable = find_chromium(self.settings.executable_path)
+        try:
+            from playwright.async_api import async_playwright
+        except ImportError as exc:
+            raise ConfigError(
+                "the browser tools need Playwright: `pip install 'hermes-async[browser]'` "
+                "(then no `playwright install`: the browser is Debian's chromium)"
+            ) from exc
+        from hermes_async.tools.browser.session import SessionCounters
+
+        self._counters = SessionCounters()
+        self._state = "open"
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            with anyio.fail_after(self.settings.launch_timeout_seconds):
+                self._playwright = await async_playwright().start()
+            try:
+                await self._launch()
+            except Exception as exc:
+                raise ConfigError(
+                    f"could not start the browser {self.executable!r}: {_describe(exc)}; "
+                    f"{INSTALL_HINT}"
+                ) from exc
+            if self.settings.idle_timeout_seconds is not None:
+                await self._tg.start(self._reaper)
+        except BaseException:
+            self._state = "closing"
+            self._tg.cancel_scope.cancel("browser manager failed to start")
+            await self._tg.__aexit__(None, None, None)
+            await self._shutdown("the manager failed to start")
+            self._state = "closed"
+            raise
+        return self
+
+    async def aclose(self) -> None:
+        """Release every session, stop the reaper, close the browser and the driver.
+
+        Idempotent. Must run in the task that entered the manager.
+
+        **Cancellation**: every step is shielded and bounded (each session by
+        :attr:`release_timeout`, the browser and the driver by ``close_timeout_seconds``).
+        """
+        if self._state in ("unopened", "closing", "closed"):
+            return
+        self._state = "closing"
+        assert self._tg is not None
+        try:
+            await self.release_all(reason="the browser manager is closing")
+        finally:
+            self._tg.cancel_scope.cancel("the browser manager is closing")
+            try:
+                # Every session task is cancelled, and each one's cleanup is bounded on its own.
+                await self._tg.__aexit__(None, None, None)
+            finally:
+                await self._shutdown("the browser manager is closing")
+                self._state = "closed"
+
+    async def _shutdown(self, reason: str) -> None:
+        timeout = self.settings.close_timeout_seconds
+        browser, self._browser = self._browser, None
+        if browser is not None:
+            await bounded_cleanup(
+                "close the browser", browser.close, timeout=timeout, reason=reason, log=logger
+            )
+        playwright, self._playwright = self._playwright, None
+        if playwright is not None:
+            await bounded_cleanup(
+                "stop the Playwright driver",
+                playwright.stop,
+                timeout=timeout,
+                reason=reason,
+                log=logger,
+            )
+
+    async def _launch(self) -> None:
+        assert self._playwright is not None
+        timeout = self.settings.launch_timeout_seconds
+        with anyio.fail_after(timeout + 5):
+            browser = await self._playwright.chromium.launch(
+                executable_path=self.executable,
+                args=chromium_args(self.settings),
+                headless=True,
+                chromium_sandbox=self.settings.chromium_sandbox,
+                timeout=timeout * 1000,
+                handle_sigint=False,
+                handle_sigterm=False,
+                handle_sighup=False,
+                env=launch_environment(),
+            )
+        self._generation += 1
+        generation = self._generation
+        browser.on("disconnected", lambda _browser: self._on_disconnected(generation))
+        self._browser = browser
+        self._launches += 1
+
+    def _on_disconnected(self, generation: int) -> None:
+        if generation != self._generation or self._browser is None or self._state != "open":
+            return  # an older browser, or our own close
+        self._browser = None
+        self._crashes += 1
+        lost = 0
+        for entry in self._entries.values():
+            if entry.generation != generation or entry.phase not in ("creating", "open"):
+                continue
+            error = BrowserUnavailableError(
+                "the browser (or its Playwright driver) crashed or was killed, and this "
+                "rollout's browser session (page, cookies, history) was lost; the next rollout "
+                "gets a fresh browser",
+                task_id=entry.task_id,
+            )
+            entry.error = error
+            entry.crashed = True
+            if entry.session is not None:
+                entry.session.dead = error
+            entry.reason = "the browser went away"
+            entry.closing.set()
+            lost += 1
+        logger.warning(
+            "the browser (launch %d) went away; %d session(s) lost; the next session starts a "
+            "new browser",
+            generation,
+            lost,
+        )
+
+    async def _ensure_browser(self, failed: int | None = None) -> tuple[Browser, int]:
+        """The browser to open a context in, launched (or relaunched) when needed.
+
+        Args:
+            failed: The launch (generation) a context could not be opened on because the
+                browser or the Playwright driver behind it is gone: its sessions are failed,
+                and the driver is restarted before a new browser is launched.
+        """
+        from playwright.async_api import Error as PlaywrightError
+
+        async with self._launch_lock:
+            if self._browser is not None and (
+                failed == self._generation or not self._browser.is_connected()
+            ):
+                self._on_disconnected(self._generation)
+                if failed is not None:
+                    await self._restart_driver()
+            if self._browser is None:
+                if self._state != "open":
+                    raise BrowserUnavailableError("the browser manager is closing")
+                try:
+                    await self._launch()
+                except (TimeoutError, PlaywrightError) as exc:
+                    raise BrowserUnavailableError(
+                        f"could not restart the browser after a crash: {_describe(exc)}"
+                    ) from exc
+            assert self._browser is not None
+            return self._browser, self._generation
+
+    async def _restart_driver(self) -> None:
+        """Replace a Playwright driver that went away (bounded; the old one is stopped first)."""
+        from playwright.async_api import async_playwright
+
+        old, self._playwright = self._playwright, None
+        if old is not None:
+            await bounded_cleanup(
+                "stop the failed Playwright driver",
+                old.stop,
+                timeout=self.settings.close_timeout_seconds,
+                reason="the driver went away",
+                log=logger,
+            )
+        logger.warning("restarting the Playwright driver")
+        with anyio.fail_after(self.settings.launch_timeout_seconds):
+            self._playwright = await async_playwright().start()
+        self._driver_restarts += 1
+
+    def _check_open(self, task_id: str) -> None:
+        if self._state != "open":
+            hint = (
+                "use `async with BrowserManager(...) as manager:`"
+                if self._state == "unopened"
+                else "it has been closed"
+            )
+            raise BrowserUnavailableError(
+                f"the BrowserManager is not open ({self._state}); {hint}", task_id=task_id
+            )
+
+    # ----------------------------------------------------------------------------------------
+    # sessions
+
+    async def get(self, task_id: str) -> BrowserSession:
+        """The browser session of ``task_id``, opened on first use.
+
+        Waits for a ``browser_sessions`` slot (in order) and for the context to open (bounded
+        by ``create_timeout_seconds``).
+
+        Raises:
+            ValueError: ``task_id`` is not a non-empty string.
+            BrowserUnavailableError: The manager is not open, the context could not be opened,
+                or this rollout's session was lost in a crash (until it is released).
+
+        **Cancellation**: only the wait is abandoned; a session being opened is finished by
+        the manager and kept for ``task_id`` (release it, or the reaper will).
+        """
+        if not isinstance(task_id, str) or not task_id:
+            raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
+        require_asyncio(_COMPONENT, "playwright", remedy=_REMEDY)
+        self._check_open(task_id)
+        entry = self._entries.get(task_id)
+        if entry is None:
+            entry = _Entry(task_id)
+            self._entries[task_id] = entry
+            assert self._tg is not None
+            self._tg.start_soon(self._host, entry, name=f"browser session {task_id!r}")
+        await entry.ready.wait()
+        if entry.phase == "open" and entry.error is None and entry.session is not None:
+            entry.session.last_used = anyio.current_time()
+            return entry.session
+        if entry.error is not None:
+            raise BrowserUnavailableError(entry.error.message, task_id=task_id) from entry.error
+        raise BrowserUnavailableError(
+            "the browser session was released while it was being opened", task_id=task_id
+        )
+
+    async def _host(self, entry: _Entry) -> None:
+        """The life of one session, in the manager's task group (never raises but cancels)."""
+        try:
+            with anyio.CancelScope() as scope:
+                entry.scope = scope
+                if entry.closing.is_set():
+                    return
+                async with self.limiter:
+                    if entry.closing.is_set():
+                        return
+                    entry.phase = "creating"
+                    await self._run_session(entry)
+        except Exception as exc:  # a bug or an unexpected Playwright error: contained here
+            logger.warning("browser session of %r failed", entry.task_id, exc_info=True)
+            if entry.error is None:
+                entry.error = BrowserUnavailableError(
+                    f"the browser session failed: {_describe(exc)}", task_id=entry.task_id
+                )
+        finally:
+            entry.phase = "closed"
+            entry.died_at = anyio.current_time()
+            entry.ready.set()
+            entry.closed.set()
+            # A crashed session stays as a tombstone until released; anything else that ends
+            # without a release (a failed open, the manager closing) is forgotten, so the next
+            # get() starts over.
+            if not entry.crashed and self._entries.get(entry.task_id) is entry:
+                del self._entries[entry.task_id]
+
+    async def _run_session(self, entry: _Entry) -> None:
+        from playwright.async_api import Error as PlaywrightError
+
+        from hermes_async.tools.browser.session import BrowserSession
+
+        settings = self.settings
+        try:
+            with anyio.fail_after(settings.create_timeout_seconds):
+                browser, generation = await self._ensure_browser()
+                try:
+                    context = await browser.new_context(**self._context_options())
+                except PlaywrightError as exc:
+                    if not (target_closed(exc) or not browser.is_connected()):
+                        raise
+                    # The browser, or the driver behind it, is gone (a dead driver sends no
+                    # "disconnected" event): restart what is needed and try once more.
+                    browser, generation = await self._ensure_browser(failed=generation)
+                    context = await browser.new_context(**self._context_options())
+        except (TimeoutError, PlaywrightError, BrowserUnavailableError) as exc:
+            self._create_failures += 1
+            entry.error = BrowserUnavailableError(
+                f"could not open a browser context: {_describe(exc)}", task_id=entry.task_id
+            )
+            return
+        self._created += 1
+        entry.generation = generation
+        assert self._counters is not None
+        try:
+            async with anyio.create_task_group() as requests:
+                session = BrowserSession(
+                    entry.task_id, context, requests, settings=settings, counters=self._counters
+                )
+                entry.session = session
+                try:
+                    with anyio.fail_after(settings.create_timeout_seconds):
+                        await session._setup()
+                except (TimeoutError, PlaywrightError) as exc:
+                    self._create_failures += 1
+                    if entry.error is None:
+                        entry.error = BrowserUnavailableError(
+                            f"could not open a browser page: {_describe(exc)}",
+                            task_id=entry.task_id,
+                        )
+                if entry.error is None and not entry.closing.is_set():
+                    entry.phase = "open"
+                    entry.ready.set()
+                    await entry.closing.wait()
+                entry.phase = "closing"
+                if session.dead is None:  # a stale reference must not act on a closed page
+                    session.dead = BrowserUnavailableError(
+                        f"this browser session was closed ({entry.reason or 'released'}); "
+                        "get the rollout's session again for a fresh one",
+                        task_id=entry.task_id,
+                    )
+                requests.cancel_scope.cancel(entry.reason or "the browser session is closing")
+        finally:
+            with cleanup_scope(
+                f"close the browser context of {entry.task_id!r}",
+                settings.close_timeout_seconds,
+                reason=entry.reason,
+                log=logger,
+            ):
+                try:
+                    await context.close()
+                except PlaywrightError:  # the browser is already gone: nothing left to close
+                    logger.debug("closing the context of %r failed", entry.task_id, exc_info=True)
+            self._closed += 1
+
+    def _context_options(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "viewport": {"width": s.viewport_width, "height": s.viewport_height},
+            "service_workers": "block",
+            "accept_downloads": False,
+        }
+
+    def _begin_close(self, entry: _Entry, reason: str) -> None:
+        entry.reason = entry.reason or reason
+        entry.closing.set()
+        if entry.phase == "waiting" and entry.scope is not None:
+            entry.scope.cancel(reason)
+
+    async def release(self, task_id: str, *, reason: str = "released") -> None:
+        """Close ``task_id``'s session (its context, page, requests). Idempotent.
+
+        Never raises for a browser failure (logged): cleanup must not mask the rollout's own
+        outcome. Also forgets a session lost in a crash, so the ``task_id`` can start over.
+
+        **Cancellation**: runs shielded, bounded by :attr:`release_timeout`; the context is
+        closed (or the overrun logged) before cancellation propagates.
+        """
+        entry = self._entries.pop(task_id, None)
+        if entry is None:
+            return
+        self._begin_close(entry, reason)
+        with cleanup_scope(
+            f"release the browser session of {task_id!r}",
+            self.release_timeout,
+            reason=reason,
+            log=logger,
+        ):
+            await entry.closed.wait()
+
+    def request_release(self, task_id: str, *, reason: str = "release requested") -> None:
+        """Start closing ``task_id``'s session without waiting (synchronous; idempotent).
+
+        The manager's own task closes it (bounded); the manager's exit waits for it.
+        """
+        entry = self._entries.pop(task_id, None)
+        if entry is not None:
+            self._begin_close(entry, reason)
+
+    async def release_all(self, *, reason: str = "release all") -> None:
+        """Release every session, concurrently.
+
+        **Cancellation**: each release is shielded and bounded.
+        """
+        async with anyio.create_task_group() as tg:
+            for task_id in list(self._entries):
+                tg.start_soon(self._release_for, task_id, reason)
+
+    async def _release_for(self, task_id: str, reason: str) -> None:
+        await self.release(task_id, reason=reason)
+
+    @contextlib.asynccontextmanager
+    async def session(self, task_id: str) -> AsyncIterator[BrowserSession]:
+        """``get(task_id)`` for the block, released when it exits (however it exits).
+
+        **Cancellation**: the release is shielded and bounded, as :meth:`release`.
+        """
+        try:
+            yield await self.get(task_id)
+        finally:
+            await self.release(task_id, reason="session block exited")
+
+    async def _reaper(self, *, task_status: TaskStatus[None]) -> None:
+        task_status.started()
+        while True:
+            await anyio.sleep(self.settings.reap_interval)
+            await self.reap_idle()
+
+    async def reap_idle(self) -> int:
+        """Release sessions unused for ``idle_timeout_seconds``; return how many (a reaper
+        pass). Sessions with an operation in flight are not idle; sessions lost in a crash are
+        forgotten after the same time.
+
+        **Cancellation**: safe; releases already requested complete in the manager's task.
+        """
+        idle = self.settings.idle_timeout_seconds
+        if idle is None or not math.isfinite(idle):
+            return 0
+        now = anyio.current_time()
+        reaped = 0
+        for task_id, entry in list(self._entries.items()):
+            session = entry.session
+            if entry.phase == "open" and session is not None:
+                if session.busy == 0 and now - session.last_used >= idle:
+                    logger.info("reaping idle browser session of %r", task_id)
+                    self.request_release(task_id, reason="idle")
+                    reaped += 1
+            elif entry.crashed and entry.phase == "closed" and now - entry.died_at >= idle:
+                self._entries.pop(task_id, None)
+        self._reaped += reaped
+        await anyio.lowlevel.checkpoint()
+        return reaped
+
+    # ----------------------------------------------------------------------------------------
+    # introspection
+
+    def __contains__(self, task_id: object) -> bool:
+        entry = self._entries.get(task_id) if isinstance(task_id, str) else None
+        return entry is not None and entry.phase == "open"
+
+    def task_ids(self) -> list[str]:
+        """Task ids with an open session."""
+        return [t for t, e in self._entries.items() if e.phase == "open"]
+
+    def statistics(self) -> BrowserManagerStatistics:
+        """A snapshot of counts."""
+        entries = list(self._entries.values())
+        counters = self._counters
+        browser = self._browser
+        return BrowserManagerStatistics(
+            sessions=sum(e.phase == "open" for e in entries),
+            pending=sum(e.phase in ("waiting", "creating") for e in entries),
+            unavailable=sum(e.crashed for e in entries),
+            created=self._created,
+            closed=self._closed,
+            reaped=self._reaped,
+            create_failures=self._create_failures,
+            browser_launches=self._launches,
+            browser_crashes=self._crashes,
+            driver_restarts=self._driver_restarts,
+            open_contexts=len(browser.contexts) if browser is not None else 0,
+            requests_fulfilled=counters.fulfilled if counters else 0,
+            requests_blocked=counters.blocked if counters else 0,
+            requests_failed=counters.failed if counters else 0,
+            websockets_refused=counters.websockets_refused if counters else 0,
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first[:500]}" if first else type(exc).__name__
+
+
+# --------------------------------------------------------------------------------------------
+# the current manager
+
+_CURRENT: contextvars.ContextVar[BrowserManager | None] = contextvars.ContextVar(
+    "hermes_async_browser_manager", default=None
+)
+
+
+def current_browser_manager() -> BrowserManager | None:
+    """The manager set by :func:`use_browser_manager` in this context, or ``None``."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def use_browser_manager(manager: BrowserManager) -> Iterator[BrowserManager]:
+    """Make ``manager`` the current one for this context (and tasks started inside it)."""
+    token = _CURRENT.set(manager)
+    try:
+        yield manager
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextlib.asynccontextmanager
+async def open_browser_manager(
+    settings: BrowserSettings | None = None,
+    *,
+    limits: Limits | None = None,
+    limiter: NamedLimiter | anyio.CapacityLimiter | None = None,
+) -> AsyncIterator[BrowserManager]:
+    """Open a :class:`BrowserManager` and make it current for the block.
+
+    **Cancellation**: on exit, however it exits, every session is released and the browser
+    closed (shielded, bounded).
+    """
+    async with BrowserManager(settings, limits=limits, limiter=limiter) as manager:
+        with use_browser_manager(manager):
+            yield manager

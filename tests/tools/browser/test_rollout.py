@@ -1,0 +1,128 @@
+"""A scripted-model rollout that fills in and submits a form, and a reward that checks it.
+
+The model is :class:`~hermes_async.testing.ScriptedModelServer` over the OpenAI chat route with
+an oracle policy that reads the last tool result (the snapshot's refs) and acts on it; the loop
+is :class:`~hermes_async.agent_loop.HermesAgentLoop` with the ``browser`` toolset; the reward
+reads the rollout's own page through the function ``ToolContext.browser_snapshot`` delegates to.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from hermes_async.agent_loop import AgentResult, HermesAgentLoop
+from hermes_async.inference.chat import ChatClient
+from hermes_async.limits import Limits
+from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
+from hermes_async.tools.browser import (
+    BROWSER_TOOL_NAMES,
+    BrowserManager,
+    context_browser_snapshot,
+    use_browser_manager,
+)
+from hermes_async.tools.registry import get_tool_definitions
+from tests.tools.browser.conftest import settings_for_tests
+from tests.tools.browser.site import Page, Received, Site
+
+pytestmark = [pytest.mark.anyio, pytest.mark.browser]
+
+FORM = """<title>Register</title><h1>Register for the workshop</h1>
+<form action="/register" method="post">
+  <label>Name <input name="name"></label>
+  <label>Email <input name="email" type="email"></label>
+  <button type="submit">Register</button>
+</form>"""
+
+
+def _tool_call(name: str, arguments: dict[str, Any]) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def _ref(snapshot: str, label: str) -> str:
+    match = re.search(re.escape(label) + r" \[ref=(e\d+)\]", snapshot)
+    assert match, (label, snapshot)
+    return "@" + match.group(1)
+
+
+def oracle(form_url: str) -> Any:
+    """The scripted model: navigate, look, fill the form, submit, check, answer."""
+
+    def policy(request: PolicyRequest) -> str:
+        results = [m for m in request.messages if m.get("role") == "tool"]
+        if not results:
+            return "I'll open the form.\n" + _tool_call("browser_navigate", {"url": form_url})
+        last = json.loads(results[-1]["content"])
+        snapshot = last.get("snapshot")
+        if snapshot is None:
+            return _tool_call("browser_snapshot", {})
+        if "Welcome aboard" in snapshot:
+            return "I registered Ada Lovelace for the workshop."
+        return (
+            _tool_call(
+                "browser_type", {"ref": _ref(snapshot, 'textbox "Name"'), "text": "Ada Lovelace"}
+            )
+            + "\n"
+            + _tool_call(
+                "browser_type",
+                {"ref": _ref(snapshot, 'textbox "Email"'), "text": "ada@example.org"},
+            )
+            + "\n"
+            + _tool_call("browser_click", {"ref": _ref(snapshot, 'button "Register"')})
+        )
+
+    return policy
+
+
+async def reward(result: AgentResult, task_id: str, manager: BrowserManager) -> float:
+    """1.0 when the rollout's own page shows the confirmation for the right person."""
+    page = await context_browser_snapshot(task_id, manager=manager)
+    return 1.0 if "Welcome aboard, Ada Lovelace" in page["snapshot"] else 0.0
+
+
+async def test_a_scripted_rollout_completes_the_form_and_scores_one(
+    browser_engine: str, site: Site
+) -> None:
+    def register(request: Received) -> Page:
+        fields = dict(p.split("=", 1) for p in request.body.decode().split("&"))
+        name = fields["name"].replace("+", " ")
+        return Page(f"<title>Done</title><h1>Welcome aboard, {name}!</h1>")
+
+    site.pages = {"/form": Page(FORM), "/register": register}
+    server = ScriptedModelServer(oracle(site.url("/form")))
+    definitions = get_tool_definitions(["browser"])
+    assert set(BROWSER_TOOL_NAMES) <= definitions.valid_names
+    limits = Limits()
+    async with (
+        BrowserManager(settings_for_tests(), limits=limits) as manager,
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        ChatClient(base_url, transport=transport) as client,
+    ):
+        loop = HermesAgentLoop(
+            client,
+            definitions.schemas,
+            definitions.valid_names,
+            task_id="form-task",
+            max_turns=8,
+            limits=limits,
+        )
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": "Register Ada Lovelace (ada@example.org) for the workshop."}
+        ]
+        with use_browser_manager(manager):  # how the loop's tools find the rollout's browser
+            result = await loop.run(messages)
+        score = await reward(result, "form-task", manager)
+        # Another rollout's browser is its own (a blank page): the reward reads only this one's.
+        assert await reward(result, "other-task", manager) == 0.0
+        await manager.release("form-task")
+        await manager.release("other-task")
+        assert manager.statistics().open_contexts == 0
+    assert result.finished_naturally, result.error
+    assert result.tool_errors == []
+    assert result.turns_used == 5  # navigate, snapshot, fill + submit, snapshot, answer
+    assert score == 1.0
+    [post] = [r for r in site.received if r.path == "/register"]
+    assert post.method == "POST" and b"email=ada%40example.org" in post.body
