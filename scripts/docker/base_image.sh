@@ -26,11 +26,11 @@
 #
 # Talks to the engine named by DOCKER_HOST (the docker CLI's own rule). Needs root for
 # debootstrap (it chroots and creates device nodes). Knobs: HERMES_ASYNC_CACHE,
-# HERMES_BASE_MIRROR (default http://deb.debian.org/debian), HERMES_BASE_TIMEOUT_SECONDS
-# (debootstrap deadline, default 1200).
+# HERMES_BASE_IMAGE (the tag), HERMES_BASE_MIRROR (default http://deb.debian.org/debian),
+# HERMES_BASE_TIMEOUT_SECONDS (debootstrap deadline, default 1200).
 set -euo pipefail
 
-IMAGE="hermes-async-base:bookworm"
+IMAGE="${HERMES_BASE_IMAGE:-hermes-async-base:bookworm}"
 SUITE="bookworm"
 MIRROR="${HERMES_BASE_MIRROR:-http://deb.debian.org/debian}"
 PACKAGES="bash,coreutils,findutils,grep,sed,tar,gzip,procps,python3,python3-pytest,git"

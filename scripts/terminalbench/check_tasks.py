@@ -45,7 +45,11 @@ from hermes_async.envs.terminalbench import (  # noqa: E402
 )
 from hermes_async.envs.terminalbench._docker_cli import DockerCli, run_tasks  # noqa: E402
 from hermes_async.envs.terminalbench.contract import AgentKind  # noqa: E402
-from hermes_async.envs.terminalbench.expect import expectation_for, mismatch  # noqa: E402
+from hermes_async.envs.terminalbench.expect import (  # noqa: E402
+    expectation_for,
+    is_negative_fixture,
+    mismatch,
+)
 from hermes_async.envs.terminalbench.tasks import HarborTask  # noqa: E402
 
 
@@ -105,13 +109,26 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.monotonic() - started
     by_name = {t.name: t for t in selection.tasks}
     failures = []
+    real, fixtures, fixture_notes = [], [], []
     for result in results:
-        expected = expectation_for(by_name[result.task], result.agent)
+        task = by_name[result.task]
+        expected = expectation_for(task, result.agent)
         problem = mismatch(result, expected) if expected is not None else None
         if problem:
             failures.append(f"{result.task} ({result.agent}): {problem}")
-    print(format_pass_table(results))
-    print(f"{len(results)} trials in {wall:.1f} s wall, {cli.builds} image build(s)")
+        if is_negative_fixture(task):
+            fixtures.append(result)
+            fixture_notes.append(
+                f"NOT MET: {problem}" if problem else f"as expected: {result.error or 'reward 0'}"
+            )
+        else:
+            real.append(result)
+    if real:
+        print(format_pass_table(real))
+    if fixtures:
+        print("\nnegative fixtures (not in the pass rate):")
+        print(format_pass_table(fixtures, notes=fixture_notes).rsplit("\n", 1)[0])
+    print(f"\n{len(results)} trials in {wall:.1f} s wall, {cli.builds} image build(s)")
     if args.json is not None:
         with args.json.open("w", encoding="utf-8") as f:
             for result in results:

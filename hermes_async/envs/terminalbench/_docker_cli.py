@@ -7,8 +7,9 @@ binary and an engine (``DOCKER_HOST``).
 
 * **Images** are built from the task's ``environment/`` with ``--network none`` and tagged
   ``hermes-async-task/<task>:<hash>``, where the hash covers every file of the build context
-  (path, executable bit, content, link target): an unchanged context is never rebuilt, a
-  changed one gets a new tag. Builds run behind a limiter (one at a time by default: the
+  (path, executable bit, content, link target) and the ids of the ``FROM`` images: an
+  unchanged context on an unchanged base is never rebuilt; a changed one (or a re-imported
+  base image) gets a new tag. Builds run behind a limiter (one at a time by default: the
   box has two cores), and concurrent requests for the same tag wait for one build.
 * **Containers** run ``tail -f /dev/null`` under ``--init`` with ``--network none``, the
   task's cpus and memory (swap = memory), ``[environment.env]`` and the workdir, labelled
@@ -58,9 +59,12 @@ REMOVE_SECONDS = 30.0
 MAX_EXEC_OUTPUT_BYTES = 64 * 1024
 
 
-def context_digest(context: Path) -> str:
-    """A hash of a build context: every path, its executable bit, content or link target."""
+def context_digest(context: Path, base_ids: Sequence[str] = ()) -> str:
+    """A hash of a build context (every path, its executable bit, content or link target)
+    and of the ids of the images it builds on (a rebuilt base image means a new tag)."""
     h = hashlib.sha256()
+    for base in base_ids:
+        h.update(b"B" + base.encode() + b"\0")
     for path in sorted(context.rglob("*")):
         rel = path.relative_to(context).as_posix()
         if path.is_symlink():
@@ -74,13 +78,13 @@ def context_digest(context: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def image_tag(task: HarborTask) -> str:
-    """``hermes-async-task/<name>:<context digest>`` (the name made a valid repository)."""
+def image_tag(task: HarborTask, base_ids: Sequence[str] = ()) -> str:
+    """``hermes-async-task/<name>:<digest>`` (the name made a valid repository name)."""
     context = task.environment.build_context
     if context is None:
         raise ConfigError(f"task {task.name!r} has no build context")
     name = re.sub(r"[^a-z0-9._-]+", "-", task.name.lower()).strip("._-") or "task"
-    return f"hermes-async-task/{name}:{context_digest(context)}"
+    return f"hermes-async-task/{name}:{context_digest(context, base_ids)}"
 
 
 class DockerCli:
@@ -127,13 +131,19 @@ class DockerCli:
             raise SandboxError(f"docker {what} failed (exit {done.returncode}): {err}")
         return done
 
+    async def image_id(self, image: str) -> str | None:
+        """The image's id, None when the engine does not have it."""
+        try:
+            done = await self.run(
+                ["image", "inspect", "--format", "{{.Id}}", image], what="image inspect"
+            )
+        except SandboxError:
+            return None
+        return done.stdout.decode().strip()
+
     async def image_exists(self, image: str) -> bool:
         """Whether the engine has ``image``."""
-        try:
-            await self.run(["image", "inspect", "--format", "{{.Id}}", image], what="image inspect")
-        except SandboxError:
-            return False
-        return True
+        return await self.image_id(image) is not None
 
     async def image_workdir(self, image: str) -> str | None:
         """The image's ``WORKDIR`` (None if it sets none)."""
@@ -161,7 +171,9 @@ class DockerCli:
                     "does not pull; build it or give the task an environment/Dockerfile"
                 )
             return image
-        tag = image_tag(task)
+        # A base that is not on the engine is left to the build to report (it cannot pull).
+        base_ids = [await self.image_id(base) or base for base in env.base_images]
+        tag = image_tag(task, base_ids)
         lock = self._build_locks.setdefault(tag, anyio.Lock())
         async with lock:
             if await self.image_exists(tag):

@@ -13,7 +13,7 @@ the environment's job (it runs the agent loop on the same sandbox, then calls
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -324,8 +324,14 @@ async def run_trial(
     )
 
 
-def format_pass_table(results: list[TrialResult] | tuple[TrialResult, ...]) -> str:
-    """A plain-text table: one line per trial, then the pass count (reward 1.0 and ``ok``)."""
+def format_pass_table(
+    results: Sequence[TrialResult], *, notes: Sequence[str | None] | None = None
+) -> str:
+    """A plain-text table, one line per trial, then a pass line per agent kind.
+
+    A trial passes when its status is ``ok`` and its reward is 1.0. ``notes`` (one per
+    result) replaces the note column (default: the error).
+    """
     header = ("task", "agent", "status", "reward", "agent s", "verifier s", "note")
     rows = [
         (
@@ -335,15 +341,22 @@ def format_pass_table(results: list[TrialResult] | tuple[TrialResult, ...]) -> s
             "null" if r.reward is None else f"{r.reward:g}",
             f"{r.agent_seconds:.1f}",
             f"{r.verifier_seconds:.1f}",
-            (r.error or "")[:60],
+            ((notes[i] if notes is not None else r.error) or "")[:70],
         )
-        for r in results
+        for i, r in enumerate(results)
     ]
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=False)]
     lines = [
-        "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
         for row in (header, *rows)
     ]
-    passed = sum(1 for r in results if r.status == "ok" and r.reward == 1.0)
-    lines.append(f"{passed}/{len(results)} passed (reward 1.0, status ok)")
+    for kind in dict.fromkeys(r.agent for r in results):
+        mine = [r for r in results if r.agent == kind]
+        passed = sum(1 for r in mine if r.status == "ok" and r.reward == 1.0)
+        rewards = [r.reward for r in mine if r.reward is not None]
+        mean = sum(rewards) / len(rewards) if rewards else float("nan")
+        lines.append(
+            f"{kind}: {passed}/{len(mine)} passed (reward 1.0, status ok), "
+            f"mean reward {mean:.3g}, {len(mine) - len(rewards)} without a reward"
+        )
     return "\n".join(lines)
