@@ -50,7 +50,7 @@ from hermes_async.envs.terminalbench.expect import (  # noqa: E402
     is_negative_fixture,
     mismatch,
 )
-from hermes_async.envs.terminalbench.tasks import HarborTask  # noqa: E402
+from hermes_async.envs.terminalbench.task import HarborTask  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Terminal-Bench 2 and Harbor tasks: the task model, the loader and the verifier contract.
 
-* :mod:`.tasks` — :class:`HarborTask`, parsed from ``task.toml`` schema 1.0 to 1.4;
+* :mod:`.task` — :class:`HarborTask`, parsed from ``task.toml`` schema 1.0 to 1.4;
 * :mod:`.rows` — the Hermes dataset rows (JSONL / Parquet), materialised as task folders;
 * :mod:`.dataset` — :func:`load_dataset` (folders or rows; invalid tasks reported, never
   fatal) and :func:`select` (``task_filter`` / ``skip_tasks``);
@@ -23,7 +23,7 @@ from hermes_async.envs.terminalbench.contract import (
 )
 from hermes_async.envs.terminalbench.dataset import LoadReport, Selection, load_dataset, select
 from hermes_async.envs.terminalbench.rows import HermesRow, materialise_row, read_rows
-from hermes_async.envs.terminalbench.tasks import (
+from hermes_async.envs.terminalbench.task import (
     BASE_IMAGE,
     HarborTask,
     NetworkPolicy,

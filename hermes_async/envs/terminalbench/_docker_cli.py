@@ -36,7 +36,7 @@ import anyio
 
 from hermes_async._cleanup import bounded_cleanup
 from hermes_async.envs.terminalbench.contract import AgentKind, ExecSpec
-from hermes_async.envs.terminalbench.tasks import HarborTask
+from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.envs.terminalbench.trial import ExecResult, TrialResult, run_trial
 from hermes_async.errors import ConfigError, SandboxError
 

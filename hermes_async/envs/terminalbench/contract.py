@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hermes_async.envs.terminalbench.tasks import HarborTask
+from hermes_async.envs.terminalbench.task import HarborTask
 
 __all__ = (
     "AGENT_LOGS_DIR",

@@ -31,7 +31,7 @@ from hermes_async.envs.terminalbench.rows import (
     parse_row,
     read_rows,
 )
-from hermes_async.envs.terminalbench.tasks import LOCAL_IMAGES, HarborTask, TaskError, load_task
+from hermes_async.envs.terminalbench.task import LOCAL_IMAGES, HarborTask, TaskError, load_task
 from hermes_async.errors import ConfigError
 
 __all__ = (

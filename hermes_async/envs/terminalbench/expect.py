@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hermes_async.envs.terminalbench.contract import AgentKind, TrialStatus
-from hermes_async.envs.terminalbench.tasks import HarborTask
+from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.envs.terminalbench.trial import TrialResult
 
 __all__ = (

@@ -48,7 +48,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from hermes_async.envs.terminalbench.tasks import TaskError
+from hermes_async.envs.terminalbench.task import TaskError
 from hermes_async.errors import ConfigError
 
 __all__ = (

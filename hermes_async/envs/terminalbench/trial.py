@@ -46,7 +46,7 @@ from hermes_async.envs.terminalbench.contract import (
     verifier_spec,
     workdir_for,
 )
-from hermes_async.envs.terminalbench.tasks import HarborTask
+from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.errors import ConfigError, SandboxError
 
 __all__ = (

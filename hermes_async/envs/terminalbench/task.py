@@ -442,7 +442,7 @@ _FETCHES = (
     (re.compile(r"\b(apt-get|apt|apk|yum|dnf|microdnf)\s+(-\S+\s+)*(update|install|add)\b"), "installs OS packages"),
     (re.compile(r"\bpip3?\s+(-\S+\s+)*install\b|\bpython3?\s+-m\s+pip\s+install\b"), "pip-installs"),
     (re.compile(r"\b(uv|uvx)\b\s+(-\S+\s+)*(pip|tool|run|sync|add|-w|--with)\b|\buvx\s"), "runs uv (downloads)"),
-    (re.compile(r"\b(curl|wget)\b"), "downloads (curl/wget)"),
+    (re.compile(r"\b(curl|wget)\b[^|;&]*\b(https?|ftp)://"), "downloads (curl/wget)"),
     (re.compile(r"\bgit\s+(clone|fetch|pull)\b"), "fetches a git repository"),
     (re.compile(r"\b(npm|pnpm|yarn)\s+(install|i|add)\b|\bnpx\s"), "installs node packages"),
     (re.compile(r"\bcargo\s+(install|fetch|build)\b|\bgo\s+(get|install|mod\s+download)\b"), "fetches build dependencies"),
