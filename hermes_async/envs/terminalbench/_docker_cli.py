@@ -132,7 +132,10 @@ class DockerCli:
         return done
 
     async def image_id(self, image: str) -> str | None:
-        """The image's id, None when the engine does not have it."""
+        """The image's id, None when the engine does not have it.
+
+        **Cancellation**: the CLI process is killed.
+        """
         try:
             done = await self.run(
                 ["image", "inspect", "--format", "{{.Id}}", image], what="image inspect"
@@ -142,11 +145,17 @@ class DockerCli:
         return done.stdout.decode().strip()
 
     async def image_exists(self, image: str) -> bool:
-        """Whether the engine has ``image``."""
+        """Whether the engine has ``image``.
+
+        **Cancellation**: the CLI process is killed.
+        """
         return await self.image_id(image) is not None
 
     async def image_workdir(self, image: str) -> str | None:
-        """The image's ``WORKDIR`` (None if it sets none)."""
+        """The image's ``WORKDIR`` (None if it sets none).
+
+        **Cancellation**: the CLI process is killed.
+        """
         done = await self.run(
             ["image", "inspect", "--format", "{{.Config.WorkingDir}}", image], what="image inspect"
         )

@@ -39,6 +39,11 @@ Decisions (each one a rule of the contract or a fix of the reference's TB2 envir
   ``/`` (TB2 test scripts refuse to run with ``PWD=/``, so tasks set one).
 * The test script runs as ``bash /tests/test.sh`` (not a login shell: Debian's
   ``/etc/profile`` resets ``PATH`` and would drop the image's ``ENV PATH``).
+
+Known limit (Harbor's too, in its shared verifier mode): the verifier runs in the container
+the agent used, so an agent with root can still change what the tests run on (replace
+``python3``, edit a library). Only a separate verifier container closes that; tasks that
+care run the agent as a non-root ``[agent].user``.
 """
 
 from __future__ import annotations

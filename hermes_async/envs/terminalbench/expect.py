@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 from hermes_async.envs.terminalbench.contract import AgentKind, TrialStatus
 from hermes_async.envs.terminalbench.task import HarborTask
@@ -22,6 +23,9 @@ __all__ = (
     "is_negative_fixture",
     "mismatch",
 )
+
+
+_STATUSES: dict[str, TrialStatus] = {status: status for status in get_args(TrialStatus)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +54,17 @@ def expectation_for(task: HarborTask, agent: AgentKind) -> Expectation | None:
     if is_negative_fixture(task):
         if agent != "oracle":
             return None
-        status = meta.get("expect_status", "ok")
+        raw = meta.get("expect_status", "ok")
+        status = _STATUSES.get(raw) if isinstance(raw, str) else None
+        if status is None:
+            raise ValueError(
+                f"task {task.name!r}: [metadata].expect_status {raw!r} is not one of "
+                f"{', '.join(_STATUSES)}"
+            )
         reward = meta.get("expect_reward")
         error = meta.get("expect_error")
         return Expectation(
-            status=status if isinstance(status, str) else "ok",  # type: ignore[arg-type]
+            status=status,
             reward=float(reward) if isinstance(reward, int | float) else None,
             error_contains=error if isinstance(error, str) else None,
         )

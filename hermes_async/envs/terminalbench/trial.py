@@ -90,15 +90,25 @@ class TrialSandbox(Protocol):
         ...
 
     async def exec(self, spec: ExecSpec) -> ExecResult:
-        """Run ``spec`` in the container and wait for it, at most ``spec.timeout`` seconds."""
+        """Run ``spec`` in the container and wait for it, at most ``spec.timeout`` seconds.
+
+        **Cancellation**: the wait ends; whether the command is stopped is the sandbox's
+        choice (the container's removal ends it at the latest).
+        """
         ...
 
     async def upload_dir(self, source: Path, target: str) -> None:
-        """Copy the *contents* of the host folder ``source`` into ``target`` (which exists)."""
+        """Copy the *contents* of the host folder ``source`` into ``target`` (which exists).
+
+        **Cancellation**: the copy may be left partial.
+        """
         ...
 
     async def read_file(self, path: str, *, max_bytes: int, tail: bool = False) -> bytes | None:
-        """The file's first (``tail``: last) ``max_bytes`` bytes; None when it does not exist."""
+        """The file's first (``tail``: last) ``max_bytes`` bytes; None when it does not exist.
+
+        **Cancellation**: nothing to clean up.
+        """
         ...
 
 

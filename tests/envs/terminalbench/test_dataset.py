@@ -135,3 +135,13 @@ def test_bundled_fixtures_declare_their_outcome() -> None:
         assert is_negative_fixture(task)
         assert "expect_status" in task.metadata
     assert report.by_name["verifier-timeout"].verifier_timeout_sec == 3.0
+
+
+def test_a_fixture_with_an_unknown_expected_status_is_refused(tmp_path: Path) -> None:
+    from hermes_async.envs.terminalbench.expect import expectation_for
+
+    toml = '[metadata]\ntags = ["negative"]\nexpect_status = "fine"\n'
+    task = load_dataset(make_task(tmp_path, "odd", toml)).tasks[0]
+    with pytest.raises(ValueError, match=r"expect_status 'fine' is not one of ok, model"):
+        expectation_for(task, "oracle")
+    assert expectation_for(task, "null") is None
