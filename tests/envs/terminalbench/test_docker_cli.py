@@ -24,8 +24,13 @@ from hermes_async.envs.terminalbench import (
     load_task,
     select,
 )
-from hermes_async.envs.terminalbench._docker_cli import CONTAINER_LABEL, DockerCli, run_tasks
-from hermes_async.envs.terminalbench.contract import ExecSpec
+from hermes_async.envs.terminalbench._docker_cli import (
+    CONTAINER_LABEL,
+    DockerCli,
+    DockerCliSandbox,
+    run_tasks,
+)
+from hermes_async.envs.terminalbench.contract import REWARD_TXT, ExecSpec
 from hermes_async.envs.terminalbench.expect import expectation_for, mismatch
 from hermes_async.envs.terminalbench.rows import write_parquet
 from hermes_async.envs.terminalbench.trial import run_agent_phase, verify
@@ -101,14 +106,25 @@ async def test_stopping_agent_processes_defeats_a_background_writer() -> None:
     task = load_task(BUNDLED_FIXTURES / "hygiene-daemon")
     cli = DockerCli()
     image = await cli.ensure_image(task)
-    for stop, want in ((False, 1.0), (True, 0.0)):
-        async with cli.open_sandbox(task, image) as sandbox:
-            await run_agent_phase(task, sandbox, agent="oracle")
-            verified = await verify(task, sandbox, stop_agent_processes=stop)
-            assert verified.reading is not None
-            # Without the stop, the job rewrites reward.txt after test.sh wrote 0: the
-            # attack works, which is what the stop is for.
-            assert verified.reading.reward == want, (stop, verified.stdout)
+
+    async def reward_after(sandbox: DockerCliSandbox, seconds: float) -> bytes | None:
+        # What reward.txt says once the job (if alive) has had `seconds` to rewrite it.
+        with anyio.move_on_after(seconds):
+            while (data := await sandbox.read_file(REWARD_TXT, max_bytes=64)) != b"1\n":
+                await anyio.sleep(0.05)
+        return data
+
+    async with cli.open_sandbox(task, image) as sandbox:
+        await run_agent_phase(task, sandbox, agent="oracle")
+        await verify(task, sandbox, stop_agent_processes=False)
+        # Without the stop, the job overwrites the 0 that test.sh wrote: the attack works,
+        # which is what the stop is for.
+        assert await reward_after(sandbox, 10) == b"1\n"
+    async with cli.open_sandbox(task, image) as sandbox:
+        await run_agent_phase(task, sandbox, agent="oracle")
+        verified = await verify(task, sandbox)
+        assert verified.reading is not None and verified.reading.reward == 0.0
+        assert await reward_after(sandbox, 1) == b"0\n"  # and the job is really gone
 
 
 async def test_task_resources_and_runtime_reach_the_container() -> None:
