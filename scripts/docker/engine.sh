@@ -7,6 +7,8 @@
 #   scripts/docker/engine.sh down    remove our containers, stop the engine, clean up
 #   scripts/docker/engine.sh status  say whether the engine answers
 #   scripts/docker/engine.sh env     print the export line only
+#   scripts/docker/engine.sh base    build the offline task base image hermes-async-base:bookworm
+#                                    on the engine (scripts/docker/base_image.sh; cached)
 #
 # Usage in a shell:   eval "$(scripts/docker/engine.sh up)"; ...; scripts/docker/engine.sh down
 #
@@ -24,7 +26,9 @@
 # * Images are built from a local rootfs (no registry is reachable): busybox-static plus its
 #   applets -> `hermes-async-busybox:local` (< 1 s). With HERMES_DOCKER_PYTHON_IMAGE=1 also a
 #   Debian minbase + python3 image via debootstrap -> `hermes-async-python:local` (about a
-#   minute; not needed by the tests).
+#   minute; not needed by the tests). With HERMES_DOCKER_BASE_IMAGE=1 (or `engine.sh base`)
+#   also `hermes-async-base:bookworm` for the Harbor tasks (scripts/docker/base_image.sh: about
+#   50 s the first time, a few seconds from its cached rootfs tarball after a `down`).
 #
 # `down` removes $HERMES_DOCKER_DIR entirely (images included; rebuilding takes < 1 s) unless
 # HERMES_DOCKER_KEEP_DATA=1.
@@ -62,7 +66,7 @@ install_packages() {
     local need=()
     command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
     [ -x /bin/busybox ] || need+=(busybox-static)
-    if [ "${HERMES_DOCKER_PYTHON_IMAGE:-0}" = 1 ]; then
+    if [ "${HERMES_DOCKER_PYTHON_IMAGE:-0}" = 1 ] || [ "${HERMES_DOCKER_BASE_IMAGE:-0}" = 1 ]; then
         command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
     fi
     [ ${#need[@]} -eq 0 ] && return 0
@@ -151,12 +155,21 @@ build_python_image() {
     rm -rf "$root" "$DIR/python-rootfs.tar"
 }
 
+build_base_image() {
+    # The rootfs tarball is cached outside $DIR ($HERMES_ASYNC_CACHE), so it survives `down`.
+    DOCKER_HOST="unix://$SOCK" "$REPO/scripts/docker/base_image.sh" build >&2 \
+        || die "building hermes-async-base:bookworm failed"
+}
+
 cmd_up() {
     local t0 t
     t0="$(now)"
     t="$(now)"; install_packages; log "install: $(elapsed "$t")s"
     t="$(now)"; start_engine;     log "engine start: $(elapsed "$t")s"
     t="$(now)"; build_busybox_image; build_python_image; log "image build: $(elapsed "$t")s"
+    if [ "${HERMES_DOCKER_BASE_IMAGE:-0}" = 1 ]; then
+        t="$(now)"; build_base_image; log "base image: $(elapsed "$t")s"
+    fi
     log "ready in $(elapsed "$t0")s: DOCKER_HOST=unix://$SOCK, test image $BUSYBOX_IMAGE"
     echo "export DOCKER_HOST=unix://$SOCK"
     echo "export HERMES_ASYNC_DOCKER_TEST_IMAGE=$BUSYBOX_IMAGE"
@@ -232,5 +245,6 @@ case "${1:-}" in
     down) cmd_down ;;
     status) cmd_status ;;
     env) echo "export DOCKER_HOST=unix://$SOCK"; echo "export HERMES_ASYNC_DOCKER_TEST_IMAGE=$BUSYBOX_IMAGE" ;;
-    *) echo "usage: $0 {up|down|status|env}" >&2; exit 2 ;;
+    base) engine_answers || die "no engine answers on unix://$SOCK: run $0 up first"; build_base_image ;;
+    *) echo "usage: $0 {up|down|status|env|base}" >&2; exit 2 ;;
 esac

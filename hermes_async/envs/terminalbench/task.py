@@ -1,0 +1,687 @@
+"""Harbor task folders: the task model and the ``task.toml`` parser (pure, no Docker).
+
+A Harbor task is a folder whose name is the task id::
+
+    fix-git/
+      task.toml          host-side config (never copied into the container)
+      instruction.md     the prompt, verbatim
+      environment/       the build context (Dockerfile), or empty with a prebuilt docker_image
+      solution/solve.sh  the oracle, copied to /solution only for oracle runs
+      tests/test.sh      the verifier entry point, copied to /tests only after the agent
+
+``task.toml`` has had five schema versions. This module reads all of them into one frozen
+:class:`HarborTask`:
+
+* 1.0 (Terminal-Bench 2.0): ``version = "1.0"``, ``[metadata]``, ``[verifier].timeout_sec``,
+  ``[agent].timeout_sec``, ``[environment]`` with ``memory = "2G"`` / ``storage = "10G"``;
+* 1.1 (TB 2.1): ``schema_version``, ``[task]`` (name, description, keywords, authors),
+  ``memory_mb`` / ``storage_mb`` / ``gpus`` / ``allow_internet``, the ``env`` tables of
+  ``[environment]``, ``[verifier]`` and ``[solution]``;
+* 1.2 to 1.4: ``network_mode`` (+ ``allowed_hosts``) per phase (``[environment]``,
+  ``[agent]``, ``[verifier]``), ``[agent].user`` / ``[verifier].user``,
+  ``[[verifier.collect]]`` hooks, ``[environment].workdir``.
+
+Decisions:
+
+* **Deprecated spellings are normalised** (``version`` -> schema version, ``memory`` /
+  ``storage`` size strings -> MB, ``allow_internet = false`` -> ``no-network``), so code
+  downstream sees one spelling.
+* **Omitted resources are None**, not Harbor's old defaults (cpus 1, 2048 MB): the caller
+  decides what "unspecified" means on its backend. Omitted timeouts follow Harbor's
+  defaults where it has one (verifier 600 s, build 600 s); the agent's has none (None).
+* **Unknown keys are ignored** (a newer minor schema must still load); a major version other
+  than 1 is refused. Features this project cannot run yet (docker-compose environments,
+  separate verifier environments, multi-step ``[[steps]]`` tasks) are refused with that
+  reason, so they are reported instead of run wrongly.
+* **Network needs are flagged** (:attr:`HarborTask.network_reasons`): a build that pulls a
+  base image other than a locally provisioned one, a ``RUN`` step or a ``test.sh`` that
+  installs or downloads. ``allow_internet = true`` alone is a permission, not a need.
+* Environment values are literal strings. Harbor expands ``${VAR}`` from the host; that
+  would hand host secrets to a sandbox, so it is left to an explicit allowlist later.
+
+Errors: :class:`TaskError` names the task, the field and the fix. A dataset loader
+(:mod:`.dataset`) reports it and skips the task.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal, cast
+
+from hermes_async.errors import ConfigError
+
+__all__ = (
+    "BASE_IMAGE",
+    "DEFAULT_BUILD_TIMEOUT_SECONDS",
+    "DEFAULT_VERIFIER_TIMEOUT_SECONDS",
+    "LOCAL_IMAGES",
+    "SUPPORTED_SCHEMA",
+    "CollectHook",
+    "HarborTask",
+    "NetworkMode",
+    "NetworkPolicy",
+    "TaskEnvironment",
+    "TaskError",
+    "dockerfile_base_images",
+    "load_task",
+    "network_reasons",
+    "parse_size_mb",
+    "parse_task_config",
+)
+
+#: The offline base image ``scripts/docker/base_image.sh`` provisions.
+BASE_IMAGE = "hermes-async-base:bookworm"
+#: Images that need no registry: ``FROM`` one of these builds offline.
+LOCAL_IMAGES: frozenset[str] = frozenset({BASE_IMAGE})
+#: Harbor's default ``[verifier].timeout_sec`` when a task omits it.
+DEFAULT_VERIFIER_TIMEOUT_SECONDS = 600.0
+#: Harbor's default ``[environment].build_timeout_sec``.
+DEFAULT_BUILD_TIMEOUT_SECONDS = 600.0
+#: The schema versions this parser was written against (later 1.x minors load too).
+SUPPORTED_SCHEMA = ("1.0", "1.1", "1.2", "1.3", "1.4")
+
+NetworkMode = Literal["public", "no-network", "allowlist"]
+_NETWORK_MODES: tuple[NetworkMode, ...] = ("public", "no-network", "allowlist")
+
+
+class TaskError(ConfigError):
+    """A task folder or row is invalid; the message names the task, the field and the fix.
+
+    Attributes:
+        task: The task id (folder name or row ``task_name``).
+        reason: What is wrong, without the task name (for a report line).
+    """
+
+    def __init__(self, task: str, reason: str) -> None:
+        super().__init__(f"task {task!r}: {reason}")
+        self.task = task
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkPolicy:
+    """The network a phase may use.
+
+    Attributes:
+        mode: ``"public"``, ``"no-network"`` or ``"allowlist"``.
+        allowed_hosts: Hostnames (lower case, no trailing dot) for ``"allowlist"``.
+    """
+
+    mode: NetworkMode = "public"
+    allowed_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CollectHook:
+    """A ``[[verifier.collect]]`` hook: run before grading, best effort.
+
+    Attributes:
+        command: A shell command run in the container.
+        user: Who runs it (None: the image's default user).
+        timeout_sec: Its deadline (None: the verifier's).
+        service: The compose service it runs in (None: the main container).
+    """
+
+    command: str
+    user: str | None = None
+    timeout_sec: float | None = None
+    service: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEnvironment:
+    """How the task's container is built and sized (``[environment]``).
+
+    Attributes:
+        build_context: The folder to build from (``<task>/environment``), or None when the
+            task names a prebuilt ``docker_image`` and has no Dockerfile.
+        dockerfile: ``build_context / "Dockerfile"``, or None.
+        docker_image: A prebuilt image to use instead of (or as well as) a build.
+        base_images: The images the Dockerfile's ``FROM`` lines name (build stages excluded).
+        cpus: CPU count (fractions allowed), None if unspecified.
+        memory_mb: Memory limit in MB, None if unspecified.
+        storage_mb: Disk size in MB, None if unspecified.
+        gpus: GPU count, None if unspecified.
+        workdir: The agent's and verifier's working directory, None: the image's WORKDIR.
+        env: ``[environment.env]``: the container's environment.
+        build_timeout_sec: Deadline for building the image.
+    """
+
+    build_context: Path | None
+    dockerfile: Path | None
+    docker_image: str | None
+    base_images: tuple[str, ...] = ()
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    gpus: int | None = None
+    workdir: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    build_timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class HarborTask:
+    """One Harbor task, every schema version normalised to one shape.
+
+    Attributes:
+        name: The task id: the folder name (or the Hermes row's ``task_name``); what
+            ``task_filter`` / ``skip_tasks`` match.
+        path: The task folder.
+        schema_version: The declared schema (``"1.0"`` ... ``"1.4"``).
+        instruction: ``instruction.md``, verbatim (the agent's prompt).
+        category: ``[metadata].category`` (``"uncategorized"`` if none).
+        difficulty: ``[metadata].difficulty``, if any.
+        tags: ``[metadata].tags`` plus ``[task].keywords``.
+        description: ``[task].description``, if any.
+        environment: Build and resources.
+        network: Per-phase network policy: ``environment`` (setup), ``agent``, ``verifier``.
+        agent_timeout_sec: ``[agent].timeout_sec`` (None: no limit of the task's own).
+        agent_user: ``[agent].user`` (None: the image's default user).
+        verifier_timeout_sec: ``[verifier].timeout_sec``.
+        verifier_user: ``[verifier].user`` (None: the image's default user).
+        verifier_env: ``[verifier.env]``.
+        solution_env: ``[solution.env]``.
+        collect: ``[[verifier.collect]]`` hooks, in order.
+        solution_dir: ``<task>/solution`` if it exists.
+        tests_dir: ``<task>/tests``.
+        metadata: The raw ``[metadata]`` table (for fields this model does not name).
+        network_reasons: Why the task needs the network at build or verify time (empty: it
+            runs offline).
+    """
+
+    name: str
+    path: Path
+    schema_version: str
+    instruction: str
+    category: str
+    difficulty: str | None
+    tags: tuple[str, ...]
+    description: str | None
+    environment: TaskEnvironment
+    network: Mapping[str, NetworkPolicy]
+    agent_timeout_sec: float | None
+    agent_user: str | None
+    verifier_timeout_sec: float
+    verifier_user: str | None
+    verifier_env: Mapping[str, str]
+    solution_env: Mapping[str, str]
+    collect: tuple[CollectHook, ...]
+    solution_dir: Path | None
+    tests_dir: Path
+    metadata: Mapping[str, object] = field(default_factory=dict)
+    network_reasons: tuple[str, ...] = ()
+
+    @property
+    def needs_network(self) -> bool:
+        """True if the task cannot build or verify offline (see :attr:`network_reasons`)."""
+        return bool(self.network_reasons)
+
+    @property
+    def test_script(self) -> Path:
+        """The verifier entry point on the host (``tests/test.sh``)."""
+        return self.tests_dir / "test.sh"
+
+
+# --------------------------------------------------------------------------- parsing helpers
+
+
+class _Fields:
+    """Typed reads from one TOML table, with errors naming ``section.key``."""
+
+    def __init__(self, task: str, section: str, table: object) -> None:
+        if table is None:
+            table = {}
+        if not isinstance(table, dict):
+            raise TaskError(task, f"[{section}] must be a table, got {type(table).__name__}")
+        self.task = task
+        self.section = section
+        self.table = cast(dict[str, object], table)
+
+    def _bad(self, key: str, want: str, value: object) -> TaskError:
+        return TaskError(
+            self.task, f"{self.section}.{key} must be {want}, got {value!r} in task.toml"
+        )
+
+    def has(self, key: str) -> bool:
+        return self.table.get(key) is not None
+
+    def str_(self, key: str) -> str | None:
+        value = self.table.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self._bad(key, "a string", value)
+        return value
+
+    def user(self, key: str) -> str | None:
+        # Harbor accepts a user name or a numeric uid.
+        value = self.table.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise self._bad(key, "a user name or uid", value)
+        text = str(value).strip()
+        return text or None
+
+    def number(self, key: str, *, positive: bool = True) -> float | None:
+        value = self.table.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._bad(key, "a number", value)
+        number = float(value)
+        if not math.isfinite(number) or number < 0 or (positive and number == 0):
+            raise self._bad(key, "a positive number" if positive else "a number >= 0", value)
+        return number
+
+    def count(self, key: str) -> int | None:
+        value = self.table.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._bad(key, "an integer >= 0", value)
+        return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self.table.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._bad(key, "a list of strings", value)
+        return tuple(cast(list[str], value))
+
+    def env(self, key: str = "env") -> dict[str, str]:
+        value = self.table.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self._bad(key, "a table of strings", value)
+        env: dict[str, str] = {}
+        for name, item in value.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise self._bad(f"{key}.{name}", "a valid environment variable name", name)
+            if isinstance(item, bool):
+                item = "true" if item else "false"
+            if not isinstance(item, str | int | float):
+                raise self._bad(f"{key}.{name}", "a string", item)
+            env[name] = str(item)
+        return env
+
+    def sub(self, key: str) -> _Fields:
+        return _Fields(self.task, f"{self.section}.{key}", self.table.get(key))
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B?)\s*$", re.IGNORECASE)
+_SIZE_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024.0}
+
+
+def parse_size_mb(value: str | int) -> int:
+    """A size as Harbor's deprecated ``memory`` / ``storage`` spell it, in MB.
+
+    ``"2G"`` -> 2048, ``"512M"`` -> 512, ``"1.5g"`` -> 1536, ``"2Gi"`` / ``"2GB"`` -> 2048
+    (binary units, as Harbor reads them). A bare integer is MB already.
+
+    Raises:
+        ValueError: Not a size (``"lots"``, ``"2X"``, ``"-1G"``, a unitless string).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"size must be positive, got {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"size must be a string like '2G' or '512M', got {value!r}")
+    match = _SIZE.match(value)
+    if match is None or not match.group(2):
+        raise ValueError(f"size must be a string like '2G' or '512M', got {value!r}")
+    mb = int(float(match.group(1)) * _SIZE_MB[match.group(2).upper()])
+    if mb <= 0:
+        raise ValueError(f"size must be at least 1 MB, got {value!r}")
+    return mb
+
+
+def _size(fields: _Fields, new: str, old: str) -> int | None:
+    if fields.has(new):
+        count = fields.count(new)
+        if count == 0:
+            raise fields._bad(new, "a positive integer (MB)", 0)
+        return count
+    raw = fields.table.get(old)
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, str | int):
+        raise fields._bad(old, "a size like '2G'", raw)
+    try:
+        return parse_size_mb(raw)
+    except ValueError:
+        raise fields._bad(old, f"a size like '2G' (or use {new} = <MB>)", raw) from None
+
+
+def _policy(fields: _Fields, baseline: NetworkPolicy | None) -> NetworkPolicy | None:
+    """A phase's explicit policy, the baseline when it has none (Harbor's resolution)."""
+    raw_mode = fields.str_("network_mode")
+    hosts = tuple(
+        dict.fromkeys(h.strip().lower().rstrip(".") for h in fields.strings("allowed_hosts"))
+    )
+    hosts = tuple(h for h in hosts if h)
+    for host in hosts:
+        if any(c in host for c in ":/"):
+            raise fields._bad("allowed_hosts", "hostnames (no URL, port or path)", host)
+    if raw_mode is None and not hosts:
+        return baseline
+    mode = raw_mode or "allowlist"
+    if mode not in _NETWORK_MODES:
+        raise fields._bad("network_mode", f"one of {', '.join(_NETWORK_MODES)}", raw_mode)
+    if hosts and mode != "allowlist":
+        raise fields._bad("allowed_hosts", "empty unless network_mode = 'allowlist'", list(hosts))
+    return NetworkPolicy(mode, hosts)
+
+
+def _schema_version(task: str, data: dict[str, object]) -> str:
+    raw = data.get("schema_version", data.get("version", "1.0"))
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        raw = str(raw)
+    if not isinstance(raw, str) or not re.fullmatch(r"\d+(\.\d+)*", raw.strip()):
+        raise TaskError(task, f"schema_version must be a string like '1.1', got {raw!r}")
+    version = raw.strip()
+    if version.split(".")[0] != "1":
+        raise TaskError(
+            task,
+            f"schema_version {version!r} is not supported (this loader reads "
+            f"{SUPPORTED_SCHEMA[0]} to {SUPPORTED_SCHEMA[-1]} and later 1.x)",
+        )
+    return version
+
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
+
+
+def dockerfile_base_images(text: str) -> tuple[str, ...]:
+    """The images a Dockerfile builds on, build-stage names excluded, in order."""
+    stages: set[str] = set()
+    images: list[str] = []
+    for line in _logical_lines(text):
+        match = _FROM.match(line)
+        if match is None:
+            continue
+        image, alias = match.group(1), match.group(2)
+        if image.lower() not in stages and image not in images:
+            images.append(image)
+        if alias:
+            stages.add(alias.lower())
+    return tuple(images)
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Lines with comments dropped and backslash continuations joined."""
+    lines: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        current += stripped
+        if current:
+            lines.append(current)
+        current = ""
+    if current:
+        lines.append(current)
+    return lines
+
+
+# What a build step or a verifier script does when it reaches for the network.
+_FETCHES = (
+    (re.compile(r"\b(apt-get|apt|apk|yum|dnf|microdnf)\s+(-\S+\s+)*(update|install|add)\b"), "installs OS packages"),
+    (re.compile(r"\bpip3?\s+(-\S+\s+)*install\b|\bpython3?\s+-m\s+pip\s+install\b"), "pip-installs"),
+    (re.compile(r"\b(uv|uvx)\b\s+(-\S+\s+)*(pip|tool|run|sync|add|-w|--with)\b|\buvx\s"), "runs uv (downloads)"),
+    (re.compile(r"\b(curl|wget)\b[^|;&]*\b(https?|ftp)://"), "downloads (curl/wget)"),
+    (re.compile(r"\bgit\s+(clone|fetch|pull)\b"), "fetches a git repository"),
+    (re.compile(r"\b(npm|pnpm|yarn)\s+(install|i|add)\b|\bnpx\s"), "installs node packages"),
+    (re.compile(r"\bcargo\s+(install|fetch|build)\b|\bgo\s+(get|install|mod\s+download)\b"), "fetches build dependencies"),
+)  # fmt: skip
+
+
+def _fetch_reasons(where: str, text: str, *, run_only: bool) -> list[str]:
+    reasons: list[str] = []
+    for line in _logical_lines(text):
+        if run_only and not re.match(r"^\s*RUN\s", line, re.IGNORECASE):
+            continue
+        for pattern, what in _FETCHES:
+            if pattern.search(line) and f"{where} {what}" not in reasons:
+                reasons.append(f"{where} {what}")
+    return reasons
+
+
+def network_reasons(
+    *,
+    dockerfile_text: str | None,
+    docker_image: str | None,
+    test_sh_text: str | None,
+    local_images: frozenset[str] = LOCAL_IMAGES,
+) -> tuple[str, ...]:
+    """Why a task needs the network at build or verify time (empty: offline is fine)."""
+    reasons: list[str] = []
+    if dockerfile_text is None:
+        if docker_image is not None and docker_image not in local_images:
+            reasons.append(f"image {docker_image!r} must be pulled from a registry")
+    else:
+        for image in dockerfile_base_images(dockerfile_text):
+            if image not in local_images and image.lower() != "scratch":
+                reasons.append(f"Dockerfile builds FROM {image!r} (pulled from a registry)")
+        reasons.extend(_fetch_reasons("Dockerfile RUN", dockerfile_text, run_only=True))
+    if test_sh_text is not None:
+        reasons.extend(_fetch_reasons("tests/test.sh", test_sh_text, run_only=False))
+    return tuple(reasons)
+
+
+# --------------------------------------------------------------------------- the parser
+
+
+def parse_task_config(
+    name: str,
+    data: Mapping[str, object],
+    *,
+    path: Path,
+    instruction: str,
+    dockerfile_text: str | None = None,
+    test_sh_text: str | None = None,
+    local_images: frozenset[str] = LOCAL_IMAGES,
+) -> HarborTask:
+    """Build a :class:`HarborTask` from a parsed ``task.toml`` (pure: no file access).
+
+    Args:
+        name: The task id.
+        data: ``tomllib.loads(task.toml)``.
+        path: The task folder (paths of the build context, solution and tests derive from it;
+            whether they exist is :func:`load_task`'s concern).
+        instruction: The prompt.
+        dockerfile_text: The Dockerfile, if the task has one (for base images and network
+            flags); None: no Dockerfile.
+        test_sh_text: ``tests/test.sh`` (for network flags).
+        local_images: Images that need no registry.
+
+    Raises:
+        TaskError: An invalid or unsupported field, naming it.
+    """
+    top = dict(data)
+    schema = _schema_version(name, top)
+    if top.get("steps"):
+        raise TaskError(name, "multi-step tasks ([[steps]]) are not supported yet")
+    meta = _Fields(name, "metadata", top.get("metadata"))
+    task_table = _Fields(name, "task", top.get("task"))
+    env_t = _Fields(name, "environment", top.get("environment"))
+    agent_t = _Fields(name, "agent", top.get("agent"))
+    verifier_t = _Fields(name, "verifier", top.get("verifier"))
+    solution_t = _Fields(name, "solution", top.get("solution"))
+    if verifier_t.table.get("environment"):
+        raise TaskError(
+            name, "separate verifier environments ([verifier.environment]) are not supported yet"
+        )
+
+    # [environment]: deprecated spellings first, then the network baseline.
+    allow = env_t.table.get("allow_internet")
+    if allow is not None and not isinstance(allow, bool):
+        raise env_t._bad("allow_internet", "true or false", allow)
+    baseline = _policy(env_t, None) or NetworkPolicy("no-network" if allow is False else "public")
+    network = {
+        "environment": baseline,
+        "agent": _policy(agent_t, None) or baseline,
+        "verifier": _policy(verifier_t, None) or baseline,
+    }
+    docker_image = env_t.str_("docker_image")
+    if dockerfile_text is None and docker_image is None:
+        raise TaskError(
+            name,
+            "no environment/Dockerfile and no [environment].docker_image: the task has no image",
+        )
+    workdir = env_t.str_("workdir")
+    if workdir is not None and not workdir.startswith("/"):
+        raise env_t._bad("workdir", "an absolute path", workdir)
+    build_context = path / "environment" if dockerfile_text is not None else None
+    environment = TaskEnvironment(
+        build_context=build_context,
+        dockerfile=build_context / "Dockerfile" if build_context is not None else None,
+        docker_image=docker_image,
+        base_images=dockerfile_base_images(dockerfile_text) if dockerfile_text else (),
+        cpus=env_t.number("cpus"),
+        memory_mb=_size(env_t, "memory_mb", "memory"),
+        storage_mb=_size(env_t, "storage_mb", "storage"),
+        gpus=env_t.count("gpus"),
+        workdir=workdir,
+        env=env_t.env(),
+        build_timeout_sec=env_t.number("build_timeout_sec") or DEFAULT_BUILD_TIMEOUT_SECONDS,
+    )
+
+    collect: list[CollectHook] = []
+    raw_collect = verifier_t.table.get("collect") or []
+    if not isinstance(raw_collect, list):
+        raise verifier_t._bad("collect", "an array of tables ([[verifier.collect]])", raw_collect)
+    for i, hook in enumerate(raw_collect):
+        hook_t = _Fields(name, f"verifier.collect[{i}]", hook)
+        command = hook_t.str_("command")
+        if not command:
+            raise hook_t._bad("command", "a non-empty shell command", command)
+        collect.append(
+            CollectHook(
+                command=command,
+                user=hook_t.user("user"),
+                timeout_sec=hook_t.number("timeout_sec"),
+                service=hook_t.str_("service"),
+            )
+        )
+
+    category = meta.str_("category") or "uncategorized"
+    difficulty = meta.str_("difficulty")
+    tags = tuple(dict.fromkeys((*meta.strings("tags"), *task_table.strings("keywords"))))
+    solution_dir = path / "solution"
+    return HarborTask(
+        name=name,
+        path=path,
+        schema_version=schema,
+        instruction=instruction,
+        category=category,
+        difficulty=difficulty,
+        tags=tags,
+        description=task_table.str_("description"),
+        environment=environment,
+        network=network,
+        agent_timeout_sec=agent_t.number("timeout_sec"),
+        agent_user=agent_t.user("user"),
+        verifier_timeout_sec=verifier_t.number("timeout_sec") or DEFAULT_VERIFIER_TIMEOUT_SECONDS,
+        verifier_user=verifier_t.user("user"),
+        verifier_env=verifier_t.env(),
+        solution_env=solution_t.env(),
+        collect=tuple(collect),
+        solution_dir=solution_dir,
+        tests_dir=path / "tests",
+        metadata=dict(meta.table),
+        network_reasons=network_reasons(
+            dockerfile_text=dockerfile_text,
+            docker_image=docker_image,
+            test_sh_text=test_sh_text,
+            local_images=local_images,
+        ),
+    )
+
+
+#: Largest task.toml / instruction.md / script read (a task folder is hand-written text).
+MAX_TEXT_BYTES = 1_000_000
+
+
+def _read_text(name: str, file: Path, what: str) -> str:
+    try:
+        size = file.stat().st_size
+        if size > MAX_TEXT_BYTES:
+            raise TaskError(name, f"{what} is {size} bytes (more than {MAX_TEXT_BYTES})")
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskError(name, f"{what} is not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise TaskError(name, f"cannot read {what}: {exc.strerror or exc}") from None
+
+
+def load_task(
+    path: str | Path,
+    *,
+    name: str | None = None,
+    local_images: frozenset[str] = LOCAL_IMAGES,
+) -> HarborTask:
+    """Load one Harbor task folder.
+
+    Args:
+        path: The task folder (it holds ``task.toml``).
+        name: The task id (default: the folder's name).
+        local_images: Images that need no registry (for :attr:`HarborTask.network_reasons`).
+
+    Raises:
+        TaskError: The folder is not a valid task; the message says which file or field.
+    """
+    folder = Path(path)
+    task_name = name or folder.resolve().name
+    toml_file = folder / "task.toml"
+    if not toml_file.is_file():
+        raise TaskError(task_name, f"no task.toml in {folder}")
+    try:
+        data = tomllib.loads(_read_text(task_name, toml_file, "task.toml"))
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError(task_name, f"task.toml is not valid TOML: {exc}") from None
+    instruction_file = folder / "instruction.md"
+    if not instruction_file.is_file():
+        raise TaskError(task_name, "no instruction.md (the agent's prompt)")
+    instruction = _read_text(task_name, instruction_file, "instruction.md")
+    if not instruction.strip():
+        raise TaskError(task_name, "instruction.md is empty")
+    test_sh = folder / "tests" / "test.sh"
+    if not test_sh.is_file():
+        raise TaskError(task_name, "no tests/test.sh (the verifier entry point)")
+    env_dir = folder / "environment"
+    if any((env_dir / f).exists() for f in ("docker-compose.yaml", "docker-compose.yml")):
+        raise TaskError(task_name, "docker-compose environments are not supported yet")
+    dockerfile = env_dir / "Dockerfile"
+    dockerfile_text = (
+        _read_text(task_name, dockerfile, "environment/Dockerfile")
+        if dockerfile.is_file()
+        else None
+    )
+    task = parse_task_config(
+        task_name,
+        data,
+        path=folder,
+        instruction=instruction,
+        dockerfile_text=dockerfile_text,
+        test_sh_text=_read_text(task_name, test_sh, "tests/test.sh"),
+        local_images=local_images,
+    )
+    solution = folder / "solution"
+    if not (solution / "solve.sh").is_file():
+        # A task without an oracle still runs with a model; only oracle runs refuse it.
+        task = replace(task, solution_dir=None)
+    return task

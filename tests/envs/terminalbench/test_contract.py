@@ -1,0 +1,180 @@
+"""The contract's pure decisions: reward files, statuses, the commands."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hermes_async.envs.terminalbench.contract import (
+    DEFAULT_AGENT_TIMEOUT_SECONDS,
+    RewardReading,
+    agent_timeout,
+    oracle_spec,
+    prepare_verifier_spec,
+    read_reward,
+    trial_status,
+    verifier_spec,
+    workdir_for,
+)
+from hermes_async.envs.terminalbench.task import load_task
+from tests.envs.terminalbench.helpers import make_task
+
+
+@pytest.mark.parametrize(
+    ("txt", "reward"),
+    [(b"1", 1.0), (b"0", 0.0), (b"1\n", 1.0), (b"  0.25 \n", 0.25), (b"1e0", 1.0), (b"-0.5", -0.5)],
+)
+def test_reward_txt(txt: bytes, reward: float) -> None:
+    assert read_reward(txt, None) == RewardReading(reward, {"reward": reward}, "reward.txt")
+
+
+@pytest.mark.parametrize(
+    ("txt", "error"),
+    [
+        (b"", "reward.txt is empty"),
+        (b" \n", "reward.txt is empty"),
+        (b"pass", "reward.txt is not a number: 'pass'"),
+        (b"nan", "reward.txt is not a finite number: 'nan'"),
+        (b"inf", "reward.txt is not a finite number"),
+        (b"1\n0\n", "reward.txt is not a number"),
+    ],
+)
+def test_bad_reward_txt_is_no_reward(txt: bytes, error: str) -> None:
+    reading = read_reward(txt, None)
+    assert reading.reward is None
+    assert reading.error is not None and reading.error.startswith(error)
+
+
+def test_no_reward_file() -> None:
+    reading = read_reward(None, None)
+    assert reading.reward is None and reading.source is None
+    assert (
+        reading.error
+        == "the verifier wrote no /logs/verifier/reward.txt or /logs/verifier/reward.json"
+    )
+
+
+def test_reward_json_rules() -> None:
+    # The reward key; the other numeric fields are metrics; non-numbers and bools are dropped.
+    reading = read_reward(None, b'{"tests": 0.5, "reward": 0.75, "name": "x", "ok": true}')
+    assert reading == RewardReading(0.75, {"tests": 0.5, "reward": 0.75}, "reward.json")
+    # No reward key: reward.txt's scalar ...
+    assert read_reward(b"1", b'{"a": 0.5}').reward == 1.0
+    # ... else the first numeric value.
+    assert read_reward(None, b'{"label": "x", "a": 0.5, "b": 1}').reward == 0.5
+    assert read_reward(b"junk", b'{"a": 0.5}').reward == 0.5
+    # reward.json wins over reward.txt when both exist.
+    assert read_reward(b"0", b'{"reward": 1}').reward == 1.0
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"", "reward.json is empty"),
+        (b"{", "reward.json is not JSON"),
+        (b"[1]", "reward.json is not an object"),
+        (b'{"reward": "1"}', "reward.json has no numeric value"),
+        (b'{"reward": NaN}', "reward.json has no numeric value"),
+        (b"[" * 100_000, "reward.json is not"),
+    ],
+)
+def test_bad_reward_json_is_no_reward(data: bytes, error: str) -> None:
+    # reward.json exists, so a good reward.txt does not rescue a broken one.
+    reading = read_reward(b"1" if error != "reward.json has no numeric value" else None, data)
+    assert reading.reward is None
+    assert reading.error is not None and reading.error.startswith(error)
+
+
+def test_trial_status_never_uses_the_exit_code() -> None:
+    ok = RewardReading(1.0, {"reward": 1.0}, "reward.txt")
+    assert trial_status(agent="ok", verifier_timed_out=False, verifier_timeout=60, reading=ok) == (
+        "ok",
+        1.0,
+        None,
+    )
+    missing = read_reward(None, None)
+    assert trial_status(
+        agent="ok", verifier_timed_out=False, verifier_timeout=60, reading=missing
+    ) == (
+        "verifier",
+        None,
+        missing.error,
+    )
+    assert trial_status(
+        agent="ok", verifier_timed_out=True, verifier_timeout=2.5, reading=None
+    ) == (
+        "verifier",
+        None,
+        "tests/test.sh timed out after 2.5 s",
+    )
+    # An agent timeout is still graded; the status keeps the timeout.
+    assert trial_status(
+        agent="agent_timeout", verifier_timed_out=False, verifier_timeout=60, reading=ok
+    ) == (
+        "agent_timeout",
+        1.0,
+        None,
+    )
+    # No reward outranks the agent's timeout.
+    assert (
+        trial_status(
+            agent="agent_timeout", verifier_timed_out=False, verifier_timeout=60, reading=missing
+        )[0]
+        == "verifier"
+    )
+
+
+def test_specs_follow_the_task(tmp_path: Path) -> None:
+    toml = """
+schema_version = "1.4"
+[agent]
+user = "agent"
+[verifier]
+user = "checker"
+timeout_sec = 42.0
+[verifier.env]
+TEST_DIR = "/elsewhere"
+MODE = "strict"
+[solution.env]
+HINT = "x"
+"""
+    task = load_task(make_task(tmp_path, "t", toml))
+    spec = verifier_spec(task, workdir="/app")
+    assert spec.argv == ("bash", "-c", "bash /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1")
+    assert (spec.user, spec.cwd, spec.timeout) == ("checker", "/app", 42.0)
+    assert dict(spec.env) == {"TEST_DIR": "/elsewhere", "MODE": "strict"}  # [verifier.env] wins
+    oracle = oracle_spec(task, workdir="/app")
+    assert oracle.user == "agent" and dict(oracle.env) == {"HINT": "x"}
+    assert oracle.timeout == DEFAULT_AGENT_TIMEOUT_SECONDS  # the task sets no agent timeout
+    assert agent_timeout(task, 2.0) == 2 * DEFAULT_AGENT_TIMEOUT_SECONDS
+    with pytest.raises(ValueError, match="multiplier must be > 0"):
+        agent_timeout(task, 0)
+    assert workdir_for(task, "/image-workdir") == "/image-workdir"
+    assert workdir_for(task, None) == "/"
+
+
+def test_workdir_from_the_task_wins(tmp_path: Path) -> None:
+    task = load_task(make_task(tmp_path, "t", '[environment]\nworkdir = "/srv"\n'))
+    assert workdir_for(task, "/app") == "/srv"
+
+
+def test_prepare_script_is_valid_posix_sh() -> None:
+    # dash is Debian's /bin/sh: the script must parse there (-n: syntax only, runs nothing).
+    for spec in (prepare_verifier_spec(), prepare_verifier_spec(stop_agent_processes=False)):
+        assert spec.argv[:2] == ("sh", "-c") and spec.user == "root"
+        done = subprocess.run(
+            ["sh", "-n", "-c", spec.argv[2]], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    assert "kill -s" in prepare_verifier_spec().argv[2]
+    assert "kill" not in prepare_verifier_spec(stop_agent_processes=False).argv[2]
+    assert "rm -rf /tests /logs/verifier" in prepare_verifier_spec().argv[2]
+
+
+def test_nan_is_not_a_metric() -> None:
+    reading = read_reward(None, b'{"reward": 0.5, "x": NaN}')
+    assert reading.metrics == {"reward": 0.5}
+    assert not any(math.isnan(v) for v in reading.metrics.values())
