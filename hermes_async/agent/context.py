@@ -48,6 +48,12 @@ from typing import Any, Generic, NoReturn, TypeVar
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
 from hermes_async.jsontypes import JSONObject
+from hermes_async.tools.browser import (
+    BrowserManager,
+    context_browser_navigate,
+    context_browser_snapshot,
+    current_browser_manager,
+)
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime, dispatch
 from hermes_async.tools.sandbox.base import Sandbox, check_tar_members
 from hermes_async.tools.sandbox.local import run_bounded
@@ -141,6 +147,8 @@ class ToolContext(AsyncResource):
         runtime: A ``ToolRuntime`` to dispatch tools with (default: one built for ``task_id``
             on ``manager``, with the manager's limits).
         registry: Where tools come from (default: the built-in tools).
+        browsers: The browser manager for ``browser_*`` methods (default: the runtime's, else
+            the current one, see ``use_browser_manager``).
     """
 
     def __init__(
@@ -150,11 +158,13 @@ class ToolContext(AsyncResource):
         manager: SandboxManager | None = None,
         runtime: ToolRuntime | None = None,
         registry: ToolRegistry | None = None,
+        browsers: BrowserManager | None = None,
     ) -> None:
         self.task_id = task_id
         self._manager = manager if manager is not None else current_sandbox_manager()
         self._runtime = runtime
         self._registry = registry
+        self._browsers = browsers
 
     def __repr__(self) -> str:
         return f"ToolContext({self.task_id!r})"
@@ -188,6 +198,13 @@ class ToolContext(AsyncResource):
                 task_id=self.task_id, limits=manager.limits, sandboxes=manager
             )
         return self._runtime
+
+    def _browser_manager(self) -> BrowserManager | None:
+        if self._browsers is not None:
+            return self._browsers
+        if self._runtime is not None and self._runtime.browsers is not None:
+            return self._runtime.browsers
+        return current_browser_manager()
 
     async def _sandbox(self) -> Sandbox:
         return await self.manager.get(self.task_id)
@@ -436,6 +453,31 @@ class ToolContext(AsyncResource):
         return _Pending("download_dir", run)
 
     # ----------------------------------------------------------------------------------------
+    # browser
+
+    def browser_navigate(self, url: str) -> _Pending[JSONObject]:
+        """Navigate the rollout's browser page to ``url`` (the ``browser_navigate`` result dict).
+
+        The page is the same session the model's ``browser_*`` tools used.
+
+        **Cancellation**: the navigation is abandoned; the session stays usable.
+        """
+        return _Pending(
+            "browser_navigate",
+            lambda: context_browser_navigate(self.task_id, url, manager=self._browser_manager()),
+        )
+
+    def browser_snapshot(self, full: bool = False) -> _Pending[JSONObject]:
+        """The rollout's page as an accessibility snapshot (the ``browser_snapshot`` result).
+
+        **Cancellation**: nothing to clean up.
+        """
+        return _Pending(
+            "browser_snapshot",
+            lambda: context_browser_snapshot(self.task_id, full, manager=self._browser_manager()),
+        )
+
+    # ----------------------------------------------------------------------------------------
     # lifecycle
 
     def cleanup(self) -> _CleanupHandle:
@@ -451,12 +493,18 @@ class ToolContext(AsyncResource):
         manager = self._manager or current_sandbox_manager()
         if manager is not None:
             manager.request_release(self.task_id)
+        browsers = self._browser_manager()
+        if browsers is not None:
+            browsers.request_release(self.task_id)
         return _CleanupHandle(self)
 
     async def _release_now(self) -> None:
         manager = self._manager or current_sandbox_manager()
         if manager is not None:
             await manager.release(self.task_id)
+        browsers = self._browser_manager()
+        if browsers is not None:
+            await browsers.release(self.task_id)
 
     async def aclose(self) -> None:
         """Release the rollout's sandbox now (``async with ToolContext(...)`` calls it on exit).

@@ -46,6 +46,7 @@ from hermes_async.errors import InferenceError
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
+from hermes_async.tools.browser import current_browser_manager
 from hermes_async.tools.registry import ToolDefinitions, ToolRegistry
 from hermes_async.tools.sandbox.manager import (
     SandboxManager,
@@ -222,9 +223,12 @@ async def _score(
 
 
 async def _release(manager: SandboxManager, task_id: str) -> None:
-    # The manager's release shields itself and is bounded by its close_timeout; it never
-    # raises for a backend failure. No second bound here.
+    # The managers' releases shield themselves and are bounded by their own close timeouts;
+    # they never raise for a backend failure. No second bound here.
     await manager.release(task_id)
+    browsers = current_browser_manager()
+    if browsers is not None:  # the rollout's browser session goes with its sandbox
+        await browsers.release(task_id)
 
 
 @dataclass(frozen=True, slots=True)

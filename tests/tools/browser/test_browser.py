@@ -6,6 +6,7 @@ import json
 import re
 
 import httpx
+import anyio
 import pytest
 
 from hermes_async.jsontypes import JSONObject
@@ -303,3 +304,24 @@ def test_console_results_keep_the_newest_entries_within_the_budget() -> None:
     kept = _newest_within(entries, "text", 1_000)
     assert [e["text"][:3] for e in kept] == [f"{i:03d}" for i in range(40, 50)]
     assert _newest_within(entries, "text", 10) == []
+
+
+async def test_tool_context_browser_methods_use_the_rollouts_session(
+    manager: BrowserManager, site: Site
+) -> None:
+    from hermes_async.agent import ToolContext
+
+    _serve_shop(site)
+    runtime = ToolRuntime(task_id="ctx", browsers=manager)
+    assert (await _call(runtime, "browser_navigate", url=site.url("/")))["success"] is True
+    ctx = ToolContext("ctx", browsers=manager)
+    snap = await ctx.browser_snapshot()
+    assert 'heading "Welcome"' in snap["snapshot"]  # the page the model's tool opened
+    nav = await ctx.browser_navigate(site.url("/form"))
+    assert nav["title"] == "Contact"
+    assert manager.statistics().open_contexts == 1
+    await ctx.cleanup()  # releases the browser session with the sandbox
+    assert manager.statistics().sessions == 0
+    with anyio.fail_after(10):  # the context itself closes in its session's task
+        while manager.statistics().open_contexts:
+            await anyio.sleep(0.05)
