@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-import httpx
 import anyio
+import httpx
 import pytest
 
 from hermes_async.jsontypes import JSONObject
