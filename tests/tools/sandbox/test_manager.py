@@ -182,9 +182,9 @@ async def test_release_runs_even_when_cancelled() -> None:
     closed = anyio.Event()
 
     class SlowClose(FakeSandbox):
-        async def aclose(self) -> None:
+        async def aclose(self, interrupted: bool = False) -> None:
             await anyio.sleep(0.1)
-            await super().aclose()
+            await super().aclose(interrupted)
             closed.set()
 
     async with SandboxManager(FakeSandboxFactory(sandbox=SlowClose())) as manager:
@@ -197,7 +197,7 @@ async def test_release_runs_even_when_cancelled() -> None:
 
 async def test_release_that_hangs_is_bounded() -> None:
     class Hang(FakeSandbox):
-        async def aclose(self) -> None:
+        async def aclose(self, interrupted: bool = False) -> None:
             await anyio.sleep_forever()
 
     async with SandboxManager(FakeSandboxFactory(sandbox=Hang()), close_timeout=0.1) as m:
@@ -210,13 +210,13 @@ async def test_release_that_hangs_is_bounded() -> None:
 
 async def test_release_failure_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     class Broken(FakeSandbox):
-        async def aclose(self) -> None:
+        async def aclose(self, interrupted: bool = False) -> None:
             raise RuntimeError("backend exploded")
 
     async with SandboxManager(FakeSandboxFactory(sandbox=Broken())) as m:
         await m.get("t")
         await m.release("t")
-    assert "closing the sandbox of 't' failed" in caplog.text
+    assert "cleanup failed: close the sandbox of 't': RuntimeError: backend exploded" in caplog.text
 
 
 async def test_release_during_creation_closes_new_sandbox() -> None:
