@@ -214,11 +214,12 @@ class SandboxManager(AsyncResource):
     ) -> None:
         """Release every sandbox, stop the reaper and the janitor (see :meth:`aclose`).
 
-        Written out rather than inherited: the block ran inside the manager's task group, so
-        the group must see the block's exception (only it can turn a cancellation it caused
-        back into the real error), and a block that raised releases with ``interrupted=True``.
+        Written out rather than inherited from ``AsyncResource``: a block that raised (or was
+        cancelled) releases with ``interrupted=True``. The block's exception propagates as
+        itself: the manager's task group never sees it (it would wrap it in an
+        ``ExceptionGroup``); only a failure of the manager's own tasks comes out as a group.
         """
-        await self._shutdown(exc_type, exc, tb, interrupted=exc is not None)
+        await self._shutdown(interrupted=exc is not None)
 
     async def aclose(self, *, interrupted: bool = False) -> None:
         """Release every sandbox, stop the reaper and the janitor. Idempotent.
@@ -231,16 +232,9 @@ class SandboxManager(AsyncResource):
 
         **Cancellation**: the releases run shielded, each bounded by ``close_timeout``.
         """
-        await self._shutdown(None, None, None, interrupted=interrupted)
+        await self._shutdown(interrupted=interrupted)
 
-    async def _shutdown(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-        *,
-        interrupted: bool,
-    ) -> None:
+    async def _shutdown(self, *, interrupted: bool) -> None:
         if self._state == "unopened":
             self._state = "closed"
         if self._state != "open":
@@ -257,11 +251,7 @@ class SandboxManager(AsyncResource):
         finally:
             self._state = "closed"
             self._tg.cancel_scope.cancel(f"SandboxManager closing: {reason}")
-            # The group is cancelled here, after the block ended, or by a failing child (and then
-            # it raises that failure): the block never raised a cancellation that is the
-            # group's own, so a "suppress" verdict can only concern an outer cancellation, which
-            # re-raising hands to the scope that owns it.
-            await self._tg.__aexit__(exc_type, exc, tb)
+            await self._tg.__aexit__(None, None, None)
 
     def _check_open(self) -> None:
         if self._state != "open":

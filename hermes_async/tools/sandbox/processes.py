@@ -14,12 +14,16 @@ The close of one sandbox needs a few snapshots (find, signal, confirm). Done per
 synchronously, closing 500 sandboxes at once blocked the event loop for over a minute, in
 stalls of ~50 ms each. Two changes make it cheap:
 
-* **One sweep serves every closer** (:class:`ProcessSweeper`): a sandbox asks for a snapshot
-  taken entirely *after* its request (so it sees the effect of the signals it just sent);
-  every request that arrives while a sweep runs is served by the next sweep, together. 500
-  sandboxes closing at once cost a handful of sweeps, not 1,500.
-* **A sweep yields to the event loop** every :data:`SWEEP_SLICE_SECONDS` of work, so no other
-  task waits longer than that for it (plain ``await`` checkpoints, no thread).
+* **One sweep serves every closer** (:class:`ProcessSweeper`): a sandbox asks for a kill round
+  — "find my processes in a snapshot taken entirely *after* this request (so it sees the
+  effect of the signals I sent before), and send them this signal" — and every request that
+  arrives while a sweep runs is served by the next sweep, together. 500 sandboxes closing at
+  once cost a handful of sweeps, not 1,500.
+* **The sweep does the work, in slices.** It reads ``/proc``, indexes the snapshot by marker
+  and session once, then finds and signals every request's processes itself, yielding to the
+  event loop every :data:`SWEEP_SLICE_SECONDS` of work (plain ``await`` checkpoints, no
+  thread). The requesters, all woken at once when it ends, only pick up their answer: no
+  thundering herd of per-sandbox work in one loop iteration.
 
 Signals are sent only to processes found in the snapshot, after re-reading the process's
 ``stat`` and checking that its start time (and group) are still the ones seen: a pid that died
@@ -40,6 +44,8 @@ from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
+
+from hermes_async.tools.sandbox._batch import Batcher
 
 __all__ = (
     "SANDBOX_MARKER_ENV",
@@ -92,11 +98,28 @@ class ProcessEntry:
     markers: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
 class ProcessTable:
-    """A snapshot of the host's live (non-zombie) processes, this process excluded."""
+    """A snapshot of the host's live (non-zombie) processes, this process excluded.
 
-    entries: tuple[ProcessEntry, ...]
+    Indexed by marker value and by session on first use, so :meth:`members` costs the size of
+    the sandbox's answer, not of the table (one sweep answers hundreds of sandboxes).
+    """
+
+    __slots__ = ("_by_marker", "_by_session", "entries")
+
+    def __init__(self, entries: tuple[ProcessEntry, ...]) -> None:
+        self.entries = entries
+        self._by_marker: dict[str, list[ProcessEntry]] | None = None
+        self._by_session: dict[int, list[ProcessEntry]] = {}
+
+    def _index(self) -> dict[str, list[ProcessEntry]]:
+        if self._by_marker is None:
+            self._by_marker = {}
+            for entry in self.entries:
+                for value in set(entry.markers):
+                    self._by_marker.setdefault(value, []).append(entry)
+                self._by_session.setdefault(entry.session, []).append(entry)
+        return self._by_marker
 
     def members(
         self,
@@ -112,21 +135,24 @@ class ProcessTable:
             sessions: Session ids the sandbox started (exec shells, background wrappers).
             marker_prefix: Match marker values that start with ``marker``.
         """
+        by_marker = self._index()
         wanted = set(sessions)
-        marked: list[ProcessEntry] = []
-        by_session: list[ProcessEntry] = []
-        confirmed: set[int] = set()
-        for entry in self.entries:
-            if marker is not None and any(
-                m == marker or (marker_prefix and m.startswith(marker)) for m in entry.markers
-            ):
-                marked.append(entry)
-                confirmed.add(entry.session)
-            elif entry.session in wanted:
-                by_session.append(entry)
         if marker is None:
-            return by_session
-        return marked + [e for e in by_session if e.session in confirmed]
+            return [e for s in wanted for e in self._by_session.get(s, ())]
+        if marker_prefix:
+            keys = [k for k in by_marker if k.startswith(marker)]
+        else:
+            keys = [marker] if marker in by_marker else []
+        seen: set[int] = set()
+        marked = []
+        for key in keys:
+            for entry in by_marker[key]:
+                if entry.pid not in seen:
+                    seen.add(entry.pid)
+                    marked.append(entry)
+        confirmed = {e.session for e in marked} & wanted
+        others = [e for s in confirmed for e in self._by_session.get(s, ()) if e.pid not in seen]
+        return marked + others
 
 
 def _read_stat(pid: str) -> tuple[str, int, int, int] | None:
@@ -213,27 +239,29 @@ def find_sandbox_processes(
 
 @dataclass(frozen=True, slots=True)
 class SweeperStatistics:
-    """Counts of a :class:`ProcessSweeper`: snapshot requests and the sweeps that served them."""
+    """Counts of a :class:`ProcessSweeper`: kill-round requests and the sweeps that served them."""
 
     requests: int
     sweeps: int
 
 
-class _Sweep:
-    __slots__ = ("done", "table")
+class _Request:
+    __slots__ = ("found", "marker", "sessions", "sig")
 
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.table: ProcessTable | None = None
+    def __init__(self, marker: str, sessions: frozenset[int], sig: int | None) -> None:
+        self.marker = marker
+        self.sessions = sessions
+        self.sig = sig
+        self.found: list[int] = []
 
 
 class ProcessSweeper:
-    """Serve many concurrent snapshot requests with as few ``/proc`` sweeps as possible.
+    """Serve many concurrent kill rounds with as few ``/proc`` sweeps as possible.
 
-    A request is served by the first sweep that *starts* after it: if no sweep is running, the
-    requester runs one at once; if one is running, the requester joins the next one (and the
-    first to join runs it, once the current one is done). So at most two sweeps are ever in
-    the picture, and everything that arrives during a sweep shares the next.
+    A request is served by the first sweep that *starts* after it (a
+    :class:`~hermes_async.tools.sandbox._batch.Batcher` of requests): everything that arrives
+    during a sweep shares the next one. The sweep finds and signals the processes of every
+    request it serves, in slices (see the module docstring).
 
     One sweeper per ``local_factory`` (so one per ``SandboxManager``); a sandbox created on its
     own gets a private one.
@@ -246,45 +274,50 @@ class ProcessSweeper:
         if not slice_seconds > 0:
             raise ValueError(f"slice_seconds must be > 0, got {slice_seconds!r}")
         self.slice_seconds = slice_seconds
-        self._running: _Sweep | None = None
-        self._next: _Sweep | None = None
+        self._batches: Batcher[_Request] = Batcher(self._sweep)
         self._requests = 0
-        self._sweeps = 0
 
     def statistics(self) -> SweeperStatistics:
-        """How many snapshots were requested and how many sweeps served them."""
-        return SweeperStatistics(self._requests, self._sweeps)
+        """How many kill rounds were requested and how many sweeps served them."""
+        return SweeperStatistics(self._requests, self._batches.runs)
 
-    async def snapshot(self) -> ProcessTable:
-        """A :class:`ProcessTable` read entirely after this call began.
+    async def kill_round(
+        self, marker: str, sessions: Iterable[int], sig: int | None = None
+    ) -> list[int]:
+        """Find a sandbox's live processes in a sweep that starts after this call; signal them.
+
+        Args:
+            marker: The sandbox's marker value.
+            sessions: Its tracked session ids.
+            sig: The signal sent to each process found (and to its process group, when the
+                process still belongs to the group the sweep saw); ``None``: only look.
+
+        Returns:
+            The pids found (and signalled).
 
         **Cancellation**: a cancelled requester that was running a sweep hands over: the
         requests waiting on it start a new one.
         """
         self._requests += 1
-        while True:
-            sweep = self._next
-            if sweep is not None:
-                await sweep.done.wait()
-                if sweep.table is not None:
-                    return sweep.table
-                continue  # the sweep's runner was cancelled: ask again
-            sweep = self._next = _Sweep()
-            try:
-                while self._running is not None:
-                    await self._running.done.wait()
-                # From here on, new requests need the sweep after this one.
-                self._next = None
-                self._running = sweep
-                self._sweeps += 1
-                sweep.table = await sweep_process_table(self.slice_seconds)
-                return sweep.table
-            finally:
-                if self._next is sweep:
-                    self._next = None
-                if self._running is sweep:
-                    self._running = None
-                sweep.done.set()
+        request = _Request(marker, frozenset(sessions), sig)
+        await self._batches.submit(request)
+        return request.found
+
+    async def _sweep(self, requests: list[_Request]) -> None:
+        table = await sweep_process_table(self.slice_seconds)
+        await self._serve(table, requests)
+
+    async def _serve(self, table: ProcessTable, requests: list[_Request]) -> None:
+        budget_end = time.perf_counter() + self.slice_seconds
+        for request in requests:
+            found = table.members(request.marker, request.sessions)
+            if request.sig is not None:
+                for entry in found:
+                    _signal_entry(entry, request.sig)
+            request.found = [e.pid for e in found]
+            if time.perf_counter() >= budget_end:
+                await anyio.lowlevel.checkpoint()
+                budget_end = time.perf_counter() + self.slice_seconds
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -317,28 +350,23 @@ async def terminate_members(
 
     Graceful: SIGTERM every member, up to ``grace`` seconds for them to go, then SIGKILL the
     rest, up to ``kill_wait``; not graceful (an interrupted release): SIGKILL at once. Each
-    round takes a fresh snapshot and signals what it finds (a process that forks while it is
-    being killed does not slip through).
+    round is a fresh sweep that signals what it finds, so a process that forks while it is
+    being killed does not slip through.
 
     **Cancellation**: stops between rounds; run it under the release's cleanup scope.
     """
     tracked = tuple(sessions)
     stages = [(signal.SIGTERM, grace)] if graceful else []
     stages.append((signal.SIGKILL, kill_wait))
-    found: list[ProcessEntry] = []
     for sig, wait in stages:
         deadline = anyio.current_time() + wait
         while True:
-            found = (await sweeper.snapshot()).members(marker, tracked)
-            if not found:
+            if not await sweeper.kill_round(marker, tracked, sig):
                 return []
-            for entry in found:
-                _signal_entry(entry, sig)
             if anyio.current_time() >= deadline:
                 break
             await anyio.sleep(_ROUND_PAUSE_SECONDS)
-    found = (await sweeper.snapshot()).members(marker, tracked)
-    return [e.pid for e in found]
+    return await sweeper.kill_round(marker, tracked)
 
 
 def group_alive(pgid: int) -> bool:

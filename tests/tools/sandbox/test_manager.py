@@ -340,3 +340,58 @@ async def test_local_factory_through_manager(tmp_path: pathlib.Path) -> None:
         assert await sb.read_bytes("x.bin") == b"\0\1"
         assert repr(manager).startswith("<SandboxManager [open | 1 active")
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_release_passes_interrupted_to_the_backend() -> None:
+    factory = FakeSandboxFactory()
+    async with SandboxManager(factory) as manager:
+        await manager.get("graceful")
+        await manager.get("cut")
+        managed = await manager.get("managed")
+        await manager.release("graceful")
+        await manager.release("cut", interrupted=True)
+        await managed.aclose(interrupted=True)
+    assert [s.closes for s in factory.created] == [[False], [True], [True]]
+
+
+async def test_exit_releases_interrupted_when_the_block_raised() -> None:
+    factory = FakeSandboxFactory()
+    with pytest.raises(RuntimeError, match="rollout crashed"):
+        async with SandboxManager(factory) as manager:
+            await manager.get("t")
+            raise RuntimeError("rollout crashed")
+    async with SandboxManager(factory) as manager:
+        await manager.get("u")
+    assert [s.closes for s in factory.created] == [[True], [False]]
+    await manager.aclose()  # idempotent after exit
+    unopened = SandboxManager(factory)
+    await unopened.aclose()
+    with pytest.raises(SandboxError, match="has been closed"):
+        await unopened.get("t")
+
+
+async def test_exit_is_bounded_by_close_timeout_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """Each release is the one bound: exiting with stuck closes takes ~close_timeout, once."""
+
+    class Hang(FakeSandbox):
+        async def aclose(self, interrupted: bool = False) -> None:
+            await anyio.sleep_forever()
+
+    class HangFactory(FakeSandboxFactory):
+        async def __call__(self, task_id: str) -> Sandbox:
+            sandbox = Hang(task_id)
+            self.created.append(sandbox)
+            return sandbox
+
+    start = anyio.current_time()
+    with anyio.CancelScope() as scope:
+        async with SandboxManager(HangFactory(), close_timeout=0.5) as manager:
+            for i in range(5):
+                await manager.get(f"t{i}")
+            scope.cancel("test: the run is cancelled")
+            await anyio.sleep(10)
+    elapsed = anyio.current_time() - start
+    assert 0.5 <= elapsed < 4  # concurrent releases, each bounded by 0.5 s; no second bound
+    overruns = [r for r in caplog.records if "overran its deadline" in r.getMessage()]
+    assert len(overruns) == 5
+    assert "cleanup because: the rollout was interrupted" in overruns[0].getMessage()
