@@ -31,6 +31,7 @@ import logging
 import uuid
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 import anyio
 
@@ -49,6 +50,7 @@ __all__ = (
     "EXEC_DIR",
     "EXEC_WRAPPER",
     "KILL_SCRIPT",
+    "ContainerExec",
     "ContainerSandbox",
     "exec_argv",
     "kill_argv",
@@ -175,6 +177,26 @@ async def read_until_exit(
     return exit_code
 
 
+@dataclass(frozen=True, slots=True)
+class ContainerExec:
+    """One argv to run in a container, where its output goes, and its timeout.
+
+    Attributes:
+        argv: Program and arguments (the wrapper, a kill script, a helper).
+        env: Extra environment variables, or ``None``.
+        out: Where standard output goes.
+        err: Where standard error goes (may be ``out``).
+        limit: The command's own timeout in seconds (a backend may pass a backstop to its API;
+            the caller enforces it).
+    """
+
+    argv: list[str]
+    env: Mapping[str, str] | None
+    out: OutputCapture
+    err: OutputCapture
+    limit: float
+
+
 class ContainerSandbox(Sandbox):
     """A sandbox whose commands run inside a container through an exec API (Docker, Modal).
 
@@ -183,7 +205,15 @@ class ContainerSandbox(Sandbox):
     timeout the group is killed and the result is exit 124 with ``timed_out``; on cancellation
     or error the group is killed (shielded, bounded by :attr:`kill_timeout`) before the
     exception propagates. A backend implements the hooks :meth:`_run_argv` and
-    :meth:`_stage_file` and sets the attributes below.
+    :meth:`_stage_file` and passes the attributes below to ``__init__``.
+
+    Args:
+        task_id: The rollout it belongs to.
+        workdir: Working directory of every command and the base of relative paths.
+        home: ``~`` inside the container.
+        default_exec_timeout: Command timeout when ``exec`` gets none.
+        kill_timeout: Deadline of killing a command's process group.
+        close_timeout: Bound of a release owned by ``async with``.
 
     Attributes:
         kind: The backend's name for messages (``"Docker"``, ``"Modal"``).
@@ -193,10 +223,24 @@ class ContainerSandbox(Sandbox):
     """
 
     kind: str = "container"
-    home: str = "/root"
-    default_exec_timeout: float = 180.0
-    kill_timeout: float = 10.0
-    _closed: bool = False
+
+    def __init__(
+        self,
+        task_id: str,
+        workdir: str,
+        *,
+        home: str = "/root",
+        default_exec_timeout: float,
+        kill_timeout: float,
+        close_timeout: float,
+    ) -> None:
+        self.task_id = task_id
+        self.workdir = workdir
+        self.home = home
+        self.default_exec_timeout = default_exec_timeout
+        self.kill_timeout = kill_timeout
+        self.close_timeout = close_timeout
+        self._closed = False
 
     @property
     @abstractmethod
@@ -204,19 +248,9 @@ class ContainerSandbox(Sandbox):
         """A short name of the container for log lines (an id prefix)."""
 
     @abstractmethod
-    async def _run_argv(
-        self,
-        argv: list[str],
-        env: Mapping[str, str] | None,
-        out: OutputCapture,
-        err: OutputCapture,
-        limit: float,
-    ) -> int:
-        """Run ``argv`` in the container, stream its output into ``out``/``err``; exit code.
-
-        ``limit`` is the command's own timeout (a backend may pass a backstop to its API); the
-        caller enforces it.
-        """
+    async def _run_argv(self, run: ContainerExec) -> int:
+        """Run ``run.argv`` in the container, stream its output into ``run.out``/``run.err``;
+        return its exit code."""
 
     @abstractmethod
     async def _stage_file(self, path: str, data: bytes) -> None:
@@ -260,7 +294,7 @@ class ContainerSandbox(Sandbox):
         exit_code = TIMEOUT_EXIT_CODE
         try:
             with anyio.move_on_after(limit) as scope:
-                exit_code = await self._run_argv(argv, request.env, out, err, limit)
+                exit_code = await self._run_argv(ContainerExec(argv, request.env, out, err, limit))
         except BaseException:
             await self._kill_group(exec_id, "the command was cancelled or failed")
             raise
@@ -286,7 +320,9 @@ class ContainerSandbox(Sandbox):
         ):
             sink = OutputCapture(_HELPER_OUTPUT_BYTES)
             try:
-                await self._run_argv(kill_argv(exec_id), None, sink, sink, self.kill_timeout)
+                await self._run_argv(
+                    ContainerExec(kill_argv(exec_id), None, sink, sink, self.kill_timeout)
+                )
             except Exception as exc:  # the kill is cleanup: it must not mask the outcome
                 logger.warning("could not kill exec %s in %s: %s", exec_id, self.label, exc)
 
@@ -298,5 +334,5 @@ class ContainerSandbox(Sandbox):
         """
         out, err = OutputCapture(_HELPER_OUTPUT_BYTES), OutputCapture(_HELPER_OUTPUT_BYTES)
         with anyio.fail_after(timeout):
-            code = await self._run_argv(argv, None, out, err, timeout)
+            code = await self._run_argv(ContainerExec(argv, None, out, err, timeout))
         return code, err.text()

@@ -59,9 +59,12 @@ from hermes_async._asynclib import require_asyncio
 from hermes_async._cleanup import bounded_cleanup, cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
-from hermes_async.tools.sandbox._container import ContainerSandbox, read_until_exit
+from hermes_async.tools.sandbox._container import (
+    ContainerExec,
+    ContainerSandbox,
+    read_until_exit,
+)
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
-from hermes_async.tools.sandbox.output import OutputCapture
 
 if TYPE_CHECKING:
     import aiodocker
@@ -566,16 +569,17 @@ class DockerSandbox(ContainerSandbox):
         container: aiodocker.containers.DockerContainer,
         config: DockerSandboxConfig,
     ) -> None:
-        self.task_id = task_id
-        self.workdir = config.workdir
-        self.home = config.env.get("HOME", "/root")
-        self.default_exec_timeout = config.default_exec_timeout_seconds
-        self.kill_timeout = config.kill_timeout_seconds
-        self.close_timeout = config.remove_timeout_seconds
+        super().__init__(
+            task_id,
+            config.workdir,
+            home=config.env.get("HOME", "/root"),
+            default_exec_timeout=config.default_exec_timeout_seconds,
+            kill_timeout=config.kill_timeout_seconds,
+            close_timeout=config.remove_timeout_seconds,
+        )
         self.config = config
         self._engine = engine
         self._container = container
-        self._closed = False
 
     @property
     def container_id(self) -> str:
@@ -595,15 +599,9 @@ class DockerSandbox(ContainerSandbox):
 
     # ----------------------------------------------------------------- exec hooks
 
-    async def _run_argv(
-        self,
-        argv: list[str],
-        env: Mapping[str, str] | None,
-        out: OutputCapture,
-        err: OutputCapture,
-        limit: float,
-    ) -> int:
+    async def _run_argv(self, run: ContainerExec) -> int:
         engine = self._engine
+        argv, env, out, err = run.argv, run.env, run.out, run.err
         try:
             exe = await engine.call(
                 "an exec create",

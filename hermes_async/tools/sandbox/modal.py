@@ -55,7 +55,7 @@ import logging
 import math
 import posixpath
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -64,7 +64,12 @@ import anyio
 from hermes_async._asynclib import require_asyncio
 from hermes_async._cleanup import bounded_cleanup
 from hermes_async.errors import ConfigError, SandboxError
-from hermes_async.tools.sandbox._container import EXEC_DIR, ContainerSandbox, read_until_exit
+from hermes_async.tools.sandbox._container import (
+    EXEC_DIR,
+    ContainerExec,
+    ContainerSandbox,
+    read_until_exit,
+)
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
 from hermes_async.tools.sandbox.output import OutputCapture
@@ -330,14 +335,15 @@ class ModalSandbox(ContainerSandbox):
     kind = "Modal"
 
     def __init__(self, task_id: str, handle: Any, config: ModalSandboxConfig) -> None:
-        self.task_id = task_id
-        self.workdir = config.workdir
-        self.default_exec_timeout = config.default_exec_timeout_seconds
-        self.kill_timeout = config.call_timeout_seconds
-        self.close_timeout = config.terminate_timeout_seconds
+        super().__init__(
+            task_id,
+            config.workdir,
+            default_exec_timeout=config.default_exec_timeout_seconds,
+            kill_timeout=config.call_timeout_seconds,
+            close_timeout=config.terminate_timeout_seconds,
+        )
         self.config = config
         self._sb = handle
-        self._closed = False
 
     @property
     def object_id(self) -> str:
@@ -354,14 +360,8 @@ class ModalSandbox(ContainerSandbox):
 
     # ----------------------------------------------------------------- exec hooks
 
-    async def _run_argv(
-        self,
-        argv: list[str],
-        env: Mapping[str, str] | None,
-        out: OutputCapture,
-        err: OutputCapture,
-        limit: float,
-    ) -> int:
+    async def _run_argv(self, run: ContainerExec) -> int:
+        argv, env, out, err, limit = run.argv, run.env, run.out, run.err, run.limit
         # Modal's own exec timeout is a backstop a little past ours (integer seconds).
         process = await self._call(
             "an exec",

@@ -60,10 +60,12 @@ async def test_sweep_finds_and_signals_a_marked_process_and_its_group() -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        with anyio.fail_after(10):
-            while len(find_sandbox_processes(marker, [proc.pid])) < 3:
+        with anyio.fail_after(10):  # until both children have exec'd: sh + 2 sleeps, 1 unmarked
+            while (
+                len(find_sandbox_processes(marker)) != 2
+                or len(find_sandbox_processes(marker, [proc.pid])) != 3
+            ):
                 await anyio.sleep(0.02)
-        assert len(find_sandbox_processes(marker)) == 2  # sh and its marked sleep
         sweeper = ProcessSweeper()
         found = await sweeper.kill_round(marker, [proc.pid])  # look only
         assert len(found) == 3 and group_alive(proc.pid)
@@ -131,7 +133,7 @@ async def test_batcher_serves_late_arrivals_together_in_the_next_batch() -> None
             tg.start_soon(submit, i)
         await anyio.wait_all_tasks_blocked()
         work.go.set()
-    assert work.batches == [[0], [1, 2, 3, 4, 5]] and batcher.runs == 2
+    assert [sorted(b) for b in work.batches] == [[0], [1, 2, 3, 4, 5]] and batcher.runs == 2
     assert sorted(served) == [0, 1, 2, 3, 4, 5]
 
 
