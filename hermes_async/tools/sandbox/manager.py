@@ -92,7 +92,6 @@ SandboxFactory = Callable[[str], Awaitable[Sandbox]]
 #: Seconds a sandbox may take to be created (container pulls and Modal cold starts included).
 DEFAULT_CREATE_TIMEOUT_SECONDS = 300.0
 
-
 #: Idle lifetime before the reaper closes a sandbox (the RL env's ``TERMINAL_LIFETIME_SECONDS``).
 DEFAULT_IDLE_TIMEOUT_SECONDS = 3600.0
 

@@ -273,8 +273,10 @@ class ModalBackend:
             SandboxError: Modal is unreachable, refuses, or creation exceeded
                 ``create_timeout_seconds``.
 
-        **Cancellation**: a sandbox whose handle was already returned is terminated (shielded,
-        bounded); one cancelled mid-call ends with its Modal lifetime.
+        **Cancellation**: nothing is awaited once the handle is returned, so a cancellation
+        either comes before (no sandbox) or during the create call; a sandbox whose creation was
+        cancelled mid-call cannot be terminated (its id never arrived) and ends with its Modal
+        lifetime.
         """
         require_asyncio(
             "the modal sandbox backend",
