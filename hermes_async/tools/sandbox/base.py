@@ -29,12 +29,15 @@ Everything else has a working default built on them:
   with real process handles; the tools only use the public methods below.
 * The per-sandbox background table lives on the instance (created lazily, so subclasses need
   not call ``super().__init__``).
-* ``async with sandbox:`` closes it (:class:`~hermes_async._resource.AsyncResource`).
+* ``async with sandbox:`` closes it, the block owning the release (shielded, bounded by
+  :attr:`Sandbox.close_timeout`, ``interrupted`` when the block raised).
+* A subclass written before :meth:`Sandbox.exec_request` existed, which overrides ``exec``
+  itself, keeps working: its ``exec`` becomes the hook's implementation.
 
 Backends must bound every wait (a sandbox that does not answer raises ``SandboxError`` within a
 deadline) and make :meth:`Sandbox.aclose` idempotent. Closing is *owned* by whoever releases the
-sandbox: ``SandboxManager.release`` runs ``aclose`` under its one shielded, bounded cleanup
-scope, so ``aclose`` itself does not shield (a shield inside would make that bound powerless);
+sandbox: ``SandboxManager.release`` (or an ``async with`` block) runs ``aclose`` under its one
+shielded, bounded cleanup scope, so ``aclose`` itself does not shield (a shield inside would make that bound powerless);
 it gives each external call its own deadline. ``aclose(interrupted=True)`` says the release
 happens because the rollout was cancelled or timed out: a backend may then skip graceful steps
 (the local backend sends SIGKILL at once instead of SIGTERM and a grace period).
