@@ -16,6 +16,9 @@ hangs (``create_hangs``), exec raises (``exec_error``), exec hangs until cancell
 Files live in a dict keyed by normalized absolute path; archives are real tar data, so
 ``put_archive``/``get_archive`` behave (and reject traversal) like a real backend. Background
 processes are records you finish from the test with :meth:`FakeSandbox.finish_background`.
+Every ``exec`` is recorded as the :class:`~hermes_async.tools.sandbox.base.ExecRequest` the
+backend received (:attr:`FakeSandbox.calls`); every close as its ``interrupted`` flag
+(:attr:`FakeSandbox.closes`).
 """
 
 from __future__ import annotations
@@ -27,22 +30,23 @@ import secrets
 import tarfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import anyio
 
 from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.archive import check_tar_members, pack_files
 from hermes_async.tools.sandbox.base import (
-    DEFAULT_OUTPUT_LIMIT_BYTES,
     TIMEOUT_EXIT_CODE,
     BackgroundProcess,
     BackgroundStatus,
+    ExecRequest,
     ExecResult,
     Sandbox,
-    check_tar_members,
 )
+from hermes_async.tools.sandbox.output import OutputCapture
 
-__all__ = ["ExecCall", "ExecScript", "FakeSandbox", "FakeSandboxFactory"]
+__all__ = ("ExecCall", "ExecScript", "FakeSandbox", "FakeSandboxFactory")
 
 #: How a fake answers commands: a mapping ``command -> result`` (exact match; ``"*"`` is the
 #: fallback), or a callable ``command -> result`` (sync or async). A ``str`` result is stdout
@@ -52,16 +56,9 @@ ExecScript = (
     | Callable[[str], "ExecResult | str | Awaitable[ExecResult | str]"]
 )
 
-
-@dataclass(frozen=True, slots=True)
-class ExecCall:
-    """One recorded ``exec`` call."""
-
-    command: str
-    cwd: str | None
-    env: Mapping[str, str] | None
-    timeout: float | None
-    stdin: bytes | None
+#: One recorded ``exec`` call: the validated request (``command``, ``cwd``, ``env``,
+#: ``timeout``, ``stdin``, ``output_limit``).
+ExecCall = ExecRequest
 
 
 class FakeSandbox(Sandbox):
@@ -101,6 +98,8 @@ class FakeSandbox(Sandbox):
         self.calls: list[ExecCall] = []
         self.closed = False
         self.close_count = 0
+        #: The ``interrupted`` flag of every ``aclose`` call, in order.
+        self.closes: list[bool] = []
         self.stdin_writes: dict[str, list[bytes]] = {}
         self.stdin_closed: set[str] = set()
         self._outputs: dict[str, str] = {}
@@ -127,28 +126,22 @@ class FakeSandbox(Sandbox):
         if delay > 0:
             await anyio.sleep(delay)
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
-    ) -> ExecResult:
-        """Answer ``command`` from the script, after the scripted latency.
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
+        """Answer the command from the script, after the scripted latency.
 
-        A scripted latency longer than ``timeout`` gives exit 124 and ``timed_out``.
+        A scripted latency longer than ``timeout`` gives exit 124 and ``timed_out``; stdout
+        longer than ``output_limit`` bytes is cut to head + tail with the marker real backends
+        use.
 
         **Cancellation**: nothing to clean up.
         """
         self._check_open()
-        self.calls.append(ExecCall(command, cwd, env, timeout, stdin))
+        self.calls.append(request)
+        command = request.command
         if self.exec_hangs:
             await anyio.sleep_forever()
-        if timeout is not None:
-            with anyio.move_on_after(timeout) as scope:
+        if request.timeout is not None:
+            with anyio.move_on_after(request.timeout) as scope:
                 await self._delay(command)
             if scope.cancelled_caught:
                 return ExecResult("", "", TIMEOUT_EXIT_CODE, timed_out=True)
@@ -157,11 +150,10 @@ class FakeSandbox(Sandbox):
         if self.exec_error is not None:
             raise self.exec_error
         result = await self._answer(command)
-        if len(result.stdout) > output_limit:
-            half = output_limit // 2
-            result = replace(
-                result, stdout=result.stdout[:half] + result.stdout[-half:], truncated=True
-            )
+        capture = OutputCapture(request.output_limit)
+        capture.feed(result.stdout.encode())
+        if capture.truncated:
+            result = replace(result, stdout=capture.text(), truncated=True)
         return result
 
     async def _answer(self, command: str) -> ExecResult:
@@ -231,25 +223,22 @@ class FakeSandbox(Sandbox):
         self._check_open()
         await self._delay()
         target = self._abs(path)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tf:
-            if target in self.files:
-                _add(tf, posixpath.basename(target), self.files[target])
-            else:
-                prefix = target.rstrip("/") + "/"
-                found = sorted(p for p in self.files if p.startswith(prefix))
-                if not found:
-                    raise FileNotFoundError(f"No such file or directory: {path!r}")
-                for p in found:
-                    _add(tf, "./" + p[len(prefix) :], self.files[p])
-        return buf.getvalue()
+        if target in self.files:
+            return pack_files({posixpath.basename(target): self.files[target]})
+        prefix = target.rstrip("/") + "/"
+        found = sorted(p for p in self.files if p.startswith(prefix))
+        if not found:
+            raise FileNotFoundError(f"No such file or directory: {path!r}")
+        return pack_files({"./" + p[len(prefix) :]: self.files[p] for p in found})
 
-    async def aclose(self) -> None:
-        """Mark the sandbox closed (idempotent; ``close_count`` counts calls).
+    async def aclose(self, interrupted: bool = False) -> None:
+        """Mark the sandbox closed (idempotent; ``close_count`` counts calls, ``closes`` keeps
+        their ``interrupted`` flags).
 
         **Cancellation**: nothing to clean up.
         """
         self.close_count += 1
+        self.closes.append(interrupted)
         self.closed = True
 
     # background processes: in-memory records the test drives
@@ -325,13 +314,6 @@ class FakeSandbox(Sandbox):
         if session_id not in self._background_table():
             raise KeyError(session_id)
         self.stdin_closed.add(session_id)
-
-
-def _add(tf: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = 0o644
-    tf.addfile(info, io.BytesIO(data))
 
 
 class FakeSandboxFactory:

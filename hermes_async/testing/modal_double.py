@@ -30,10 +30,9 @@ raises ``exc``. Counters (:attr:`FakeModal.creates_in_flight`, ``max_creates_in_
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import secrets
-import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Generic, ParamSpec, TypeVar
@@ -41,9 +40,15 @@ from typing import Generic, ParamSpec, TypeVar
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
-from hermes_async.tools.sandbox.local import SANDBOX_MARKER_ENV, find_sandbox_processes
+from hermes_async._cleanup import cleanup_scope
+from hermes_async.tools.sandbox.processes import (
+    SANDBOX_MARKER_ENV,
+    ProcessSweeper,
+    find_sandbox_processes,
+    terminate_members,
+)
 
-__all__ = [
+__all__ = (
     "AuthError",
     "Error",
     "FakeApp",
@@ -56,7 +61,13 @@ __all__ = [
     "SandboxFilesystemIsADirectoryError",
     "SandboxFilesystemNotFoundError",
     "SandboxTerminatedError",
-]
+)
+
+#: How long the double's ``terminate`` may take to kill its processes (Modal's side of it: it
+#: completes whether or not the client waits, so it runs shielded).
+_TERMINATE_SECONDS = 10.0
+
+logger = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -188,6 +199,8 @@ class FakeModal:
         self.exception = _ExceptionNamespace
         self.apps: dict[str, FakeApp] = {}
         self.sandboxes: list[FakeSandbox] = []
+        #: One ``/proc`` sweeper for every sandbox of this double (terminations share sweeps).
+        self.sweeper = ProcessSweeper()
         self.creates_in_flight = 0
         self.max_creates_in_flight = 0
         self.create_start_times: list[float] = []
@@ -392,14 +405,20 @@ class FakeSandbox:
         if self.terminated:
             return
         self.terminated = True
-        with anyio.move_on_after(10, shield=True):
-            for _attempt in range(50):
-                pids = self.live_processes()
-                if not pids:
-                    break
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGKILL)
-                await anyio.sleep(0.02)
+        with cleanup_scope(
+            f"terminate the Modal double's sandbox {self.object_id}",
+            _TERMINATE_SECONDS,
+            reason="terminate called",
+        ):
+            survivors = await terminate_members(
+                self._modal.sweeper,
+                self._marker,
+                (),
+                grace=0.0,
+                kill_wait=_TERMINATE_SECONDS / 2,
+                graceful=False,
+            )
+            if survivors:
+                logger.warning("Modal double %s: %s survived SIGKILL", self.object_id, survivors)
             for process in self._processes:
                 await process.aclose()

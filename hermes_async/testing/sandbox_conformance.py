@@ -1,7 +1,9 @@
 """A conformance suite every sandbox backend runs (local, Docker, Modal, yours).
 
 Each check is an ``async (sandbox) -> None`` that raises ``AssertionError`` on a violation; it
-gets a fresh, open sandbox and leaves closing it to the caller. Run them from pytest::
+gets a fresh, open sandbox and leaves closing it to the caller (``aclose`` is idempotent, so a
+check that closes the sandbox itself — ``interrupted_close_is_final`` — is fine). Run them from
+pytest::
 
     from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS
 
@@ -11,7 +13,7 @@ gets a fresh, open sandbox and leaves closing it to the caller. Run them from py
         try:
             await check(sandbox)
         finally:
-            with anyio.move_on_after(30, shield=True):
+            with anyio.move_on_after(30, shield=True):  # the caller owns the close: bound it
                 await sandbox.aclose()
 
 or all at once with :func:`run_conformance`. The checks need ``sh``, ``bash``, ``tar``,
@@ -27,9 +29,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import anyio
 
+from hermes_async._cleanup import cleanup_scope
+from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.archive import pack_files
 from hermes_async.tools.sandbox.base import TIMEOUT_EXIT_CODE, BackgroundStatus, Sandbox
 
-__all__ = ["CONFORMANCE_CHECKS", "ConformanceCheck", "make_tar", "run_conformance"]
+__all__ = ("CONFORMANCE_CHECKS", "ConformanceCheck", "make_tar", "run_conformance")
 
 #: One check: gets an open sandbox, raises ``AssertionError`` on a violation.
 ConformanceCheck = Callable[[Sandbox], Awaitable[None]]
@@ -37,14 +42,7 @@ ConformanceCheck = Callable[[Sandbox], Awaitable[None]]
 
 def make_tar(members: Mapping[str, bytes]) -> bytes:
     """A tar archive of regular files (names used verbatim, so ``../x`` makes a hostile one)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return pack_files(members)
 
 
 async def check_exec_output_and_exit_code(sb: Sandbox) -> None:
@@ -202,6 +200,22 @@ async def check_background_stdin(sb: Sandbox) -> None:
     assert status.exit_code == 0
 
 
+async def check_interrupted_close_is_final(sb: Sandbox) -> None:
+    """``aclose(interrupted=True)`` closes at once, even with a running (TERM-ignoring) process;
+    afterwards every operation raises ``SandboxError`` and ``aclose()`` is a no-op."""
+    await sb.start_background("trap '' TERM; sleep 1000")
+    with anyio.fail_after(30):
+        await sb.aclose(interrupted=True)
+    for operation in (lambda: sb.exec("true"), lambda: sb.start_background("true")):
+        try:
+            await operation()
+        except SandboxError:
+            continue
+        raise AssertionError("an operation on a closed sandbox did not raise SandboxError")
+    with anyio.fail_after(5):
+        await sb.aclose()  # idempotent
+
+
 #: Every check, by name.
 CONFORMANCE_CHECKS: dict[str, ConformanceCheck] = {
     "exec_output_and_exit_code": check_exec_output_and_exit_code,
@@ -217,6 +231,7 @@ CONFORMANCE_CHECKS: dict[str, ConformanceCheck] = {
     "archive_rejects_traversal": check_archive_rejects_traversal,
     "background_lifecycle": check_background_lifecycle,
     "background_stdin": check_background_stdin,
+    "interrupted_close_is_final": check_interrupted_close_is_final,
 }
 
 
@@ -228,18 +243,29 @@ async def run_conformance(
 ) -> dict[str, str | None]:
     """Run checks (all by default), each on a fresh sandbox; return ``name -> failure or None``.
 
-    **Cancellation**: the sandbox of the running check is closed (shielded, bounded).
+    A close that fails raises (a backend whose ``aclose`` breaks does not conform); one that
+    overruns ``close_timeout`` is logged and abandoned.
+
+    **Cancellation**: the sandbox of the running check is closed (shielded, bounded by
+    ``close_timeout``; ``interrupted=True``).
     """
     results: dict[str, str | None] = {}
     for name in names or CONFORMANCE_CHECKS:
         check = CONFORMANCE_CHECKS[name]
         sandbox = await factory(f"conformance-{name}")
+        interrupted = True
         try:
             await check(sandbox)
             results[name] = None
+            interrupted = False
         except AssertionError as exc:
             results[name] = str(exc) or repr(exc)
+            interrupted = False
         finally:
-            with anyio.move_on_after(close_timeout, shield=True):
-                await sandbox.aclose()
+            with cleanup_scope(
+                f"close the sandbox of conformance check {name}",
+                close_timeout,
+                reason="the check ended" if not interrupted else "the check was interrupted",
+            ):
+                await sandbox.aclose(interrupted=interrupted)
     return results

@@ -130,3 +130,16 @@ class TestVirtualClock:
                 assert (await sb.exec("x")).stdout == "ok"
             assert anyio.current_time() - virtual == pytest.approx(300)
         assert time.monotonic() - wall < 5
+
+
+async def test_output_limit_and_recorded_requests_and_closes() -> None:
+    fake = FakeSandbox(exec_script={"*": "a" * 100 + "b" * 100})
+    r = await fake.exec("big", output_limit=20, env={"K": "v"})
+    assert r.truncated
+    assert r.stdout == "a" * 10 + "\n\n... [180 bytes of output omitted] ...\n\n" + "b" * 10
+    (call,) = fake.calls
+    assert (call.command, call.env, call.output_limit) == ("big", {"K": "v"}, 20)
+    assert not (await fake.exec("big")).truncated
+    await fake.aclose(interrupted=True)
+    await fake.aclose()
+    assert fake.closes == [True, False] and fake.close_count == 2

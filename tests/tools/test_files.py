@@ -577,7 +577,7 @@ class _ScriptedSandbox(Sandbox):
     async def get_archive(self, path: str) -> bytes:
         raise FileNotFoundError(path)
 
-    async def aclose(self) -> None:
+    async def aclose(self, interrupted: bool = False) -> None:
         return None
 
 
@@ -642,7 +642,7 @@ class _Recording(Sandbox):
     async def get_archive(self, path: str) -> bytes:
         return await self.inner.get_archive(path)
 
-    async def aclose(self) -> None:
+    async def aclose(self, interrupted: bool = False) -> None:
         return None
 
 

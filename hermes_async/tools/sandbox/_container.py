@@ -1,9 +1,11 @@
-"""Pieces shared by the container backends (Docker, Modal): decisions without I/O.
+"""What the container backends (Docker, Modal) share: the exec protocol and its plumbing.
 
 * :data:`EXEC_WRAPPER` / :data:`KILL_SCRIPT`: how a command gets its own process group inside a
   container and how that group is killed from outside (timeout, cancellation).
-* :class:`OutputCapture`: head + tail truncation of a stream.
-* :func:`require_asyncio`: the fail-fast check for asyncio-only client libraries.
+* :class:`ContainerSandbox`: ``exec`` written once on top of two small hooks a backend
+  implements (run an argv and stream its output; stage a file), with the shared timeout,
+  kill-on-cancel and head + tail output semantics.
+* :func:`read_until_exit`: reading output until the streams end *or* the command has exited.
 
 The process-group protocol, step by step (POSIX ``sh``; busybox, dash and bash all qualify):
 
@@ -25,29 +27,40 @@ itself is removed when the sandbox closes.
 
 from __future__ import annotations
 
-import asyncio
-import io
-import posixpath
-import tarfile
-from collections.abc import Awaitable, Callable
+import logging
+import uuid
+from abc import abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 import anyio
 
-from hermes_async.errors import ConfigError
-from hermes_async.tools.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult
+from hermes_async._cleanup import cleanup_scope
+from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.base import (
+    TIMEOUT_EXIT_CODE,
+    ExecRequest,
+    ExecResult,
+    Sandbox,
+    resolve_path,
+)
+from hermes_async.tools.sandbox.output import OutputCapture
 
-__all__ = [
+__all__ = (
     "EXEC_DIR",
     "EXEC_WRAPPER",
     "KILL_SCRIPT",
-    "OutputCapture",
+    "ContainerExec",
+    "ContainerSandbox",
     "exec_argv",
     "kill_argv",
     "read_until_exit",
-    "require_asyncio",
-    "resolve_path",
-    "single_file_tar",
-]
+)
+
+logger = logging.getLogger("hermes_async.tools.sandbox")
+
+#: Output kept from a helper command (mkdir, tar, rm, the group kill): its messages only.
+_HELPER_OUTPUT_BYTES = 1 << 16
 
 #: Directory inside the container for the wrapper's pid, cancel and stdin files.
 EXEC_DIR = "/tmp/.hermes-exec"
@@ -107,94 +120,6 @@ def kill_argv(exec_id: str) -> list[str]:
     return ["/bin/sh", "-c", KILL_SCRIPT, "hermes-kill", exec_id]
 
 
-def resolve_path(workdir: str, path: str, home: str = "/root") -> str:
-    """Resolve ``path`` against ``workdir`` (``~`` against ``home``) and normalise it.
-
-    Raises:
-        ValueError: ``path`` is empty or contains a NUL byte.
-    """
-    if not path or "\0" in path:
-        raise ValueError(f"invalid sandbox path {path!r}: must be non-empty and without NUL")
-    if path == "~":
-        path = home
-    elif path.startswith("~/"):
-        path = posixpath.join(home, path[2:])
-    return posixpath.normpath(posixpath.join(workdir, path))
-
-
-class OutputCapture:
-    """Keep the first ``limit // 2`` and last ``limit - limit // 2`` bytes, counting the rest.
-
-    Memory stays bounded however much a command prints; the model sees the start (usually
-    the command's own messages) and the end (usually the error) with a marker in between.
-    """
-
-    __slots__ = ("_head", "_limit", "_tail", "dropped")
-
-    def __init__(self, limit: int) -> None:
-        if limit < 0:
-            raise ValueError(f"output_limit must be >= 0, got {limit!r}")
-        self._limit = limit
-        self._head = bytearray()
-        self._tail = bytearray()
-        self.dropped = 0
-
-    def feed(self, data: bytes) -> None:
-        """Append a chunk of output."""
-        head_room = self._limit // 2 - len(self._head)
-        if head_room > 0:
-            self._head += data[:head_room]
-            data = data[head_room:]
-        if not data:
-            return
-        keep = self._limit - self._limit // 2
-        self._tail += data
-        excess = len(self._tail) - keep
-        if excess > 0:
-            del self._tail[:excess]
-            self.dropped += excess
-
-    @property
-    def truncated(self) -> bool:
-        """Whether bytes were dropped from the middle."""
-        return self.dropped > 0
-
-    def text(self) -> str:
-        """The kept output as text (UTF-8, undecodable bytes replaced), with a marker."""
-        head = bytes(self._head).decode("utf-8", errors="replace")
-        tail = bytes(self._tail).decode("utf-8", errors="replace")
-        if not self.dropped:
-            return head + tail
-        return f"{head}\n\n... [{self.dropped} bytes of output omitted] ...\n\n{tail}"
-
-
-def single_file_tar(name: str, data: bytes, *, mode: int = 0o644) -> bytes:
-    """A tar archive holding one regular file ``name`` with ``data``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        info.mode = mode
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def require_asyncio(backend: str, library: str) -> None:
-    """Fail fast when an asyncio-only client library would run under another event loop.
-
-    Raises:
-        ConfigError: The current async library is not asyncio (e.g. trio).
-    """
-    current = _current_async_library()
-    if current != "asyncio":
-        raise ConfigError(
-            f"the {backend} sandbox backend needs asyncio, but this code runs under {current!r}: "
-            f"its client library {library} is built on asyncio and cannot run on another event "
-            "loop; run the environment under asyncio (anyio.run(..., backend='asyncio')) or use "
-            "terminal_backend='local'"
-        )
-
-
 async def read_until_exit(
     read_streams: Callable[[], Awaitable[None]],
     poll_exit: Callable[[], Awaitable[int | None]],
@@ -238,7 +163,7 @@ async def read_until_exit(
                 if code is not None:
                     exit_code = code
                     await anyio.sleep(drain_grace_seconds)
-                    tg.cancel_scope.cancel()
+                    tg.cancel_scope.cancel("the command exited; its output is drained")
                     return
 
         tg.start_soon(poll)
@@ -246,60 +171,168 @@ async def read_until_exit(
             await read_streams()
         except Exception as exc:
             error = exc  # re-raised below, unwrapped
-        tg.cancel_scope.cancel()
+        tg.cancel_scope.cancel("the output streams ended")
     if error is not None:
         raise error
     return exit_code
 
 
-def _current_async_library() -> str:
-    # sniffio names the library when it is installed (it comes with trio); anyio itself does
-    # not depend on it, so fall back to asking asyncio whether its loop is the one running.
-    try:
-        import sniffio
+@dataclass(frozen=True, slots=True)
+class ContainerExec:
+    """One argv to run in a container, where its output goes, and its timeout.
 
-        return str(sniffio.current_async_library())
-    except Exception:
-        pass
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return "an event loop other than asyncio"
-    return "asyncio"
-
-
-async def run_killable(
-    run: Callable[[], Awaitable[int]],
-    kill: Callable[[], Awaitable[None]],
-    limit: float,
-    out: OutputCapture,
-    err: OutputCapture,
-) -> ExecResult:
-    """Run one exec with the shared timeout semantics of the container backends.
-
-    ``run`` streams the command's output into ``out``/``err`` and returns its exit code;
-    ``kill`` kills the command's process group (it must itself be shielded and bounded). On
-    timeout the group is killed and the result has exit code 124 and ``timed_out``; on
-    cancellation or error the group is killed before the exception propagates.
+    Attributes:
+        argv: Program and arguments (the wrapper, a kill script, a helper).
+        env: Extra environment variables, or ``None``.
+        out: Where standard output goes.
+        err: Where standard error goes (may be ``out``).
+        limit: The command's own timeout in seconds (a backend may pass a backstop to its API;
+            the caller enforces it).
     """
-    start = anyio.current_time()
-    exit_code: int | None = None
-    try:
-        with anyio.move_on_after(limit) as scope:
-            exit_code = await run()
-        timed_out = scope.cancelled_caught
-    except BaseException:
-        await kill()
-        raise
-    if timed_out:
-        await kill()
+
+    argv: list[str]
+    env: Mapping[str, str] | None
+    out: OutputCapture
+    err: OutputCapture
+    limit: float
+
+
+class ContainerSandbox(Sandbox):
+    """A sandbox whose commands run inside a container through an exec API (Docker, Modal).
+
+    ``exec`` is implemented here once: the command runs through :data:`EXEC_WRAPPER` in its own
+    process group; ``stdin`` is staged as a file first; each stream is kept head + tail; on
+    timeout the group is killed and the result is exit 124 with ``timed_out``; on cancellation
+    or error the group is killed (shielded, bounded by :attr:`kill_timeout`) before the
+    exception propagates. A backend implements the hooks :meth:`_run_argv` and
+    :meth:`_stage_file` and passes the attributes below to ``__init__``.
+
+    Args:
+        task_id: The rollout it belongs to.
+        workdir: Working directory of every command and the base of relative paths.
+        home: ``~`` inside the container.
+        default_exec_timeout: Command timeout when ``exec`` gets none.
+        kill_timeout: Deadline of killing a command's process group.
+        close_timeout: Bound of a release owned by ``async with``.
+
+    Attributes:
+        kind: The backend's name for messages (``"Docker"``, ``"Modal"``).
+        home: ``~`` inside the container.
+        default_exec_timeout: Command timeout when ``exec`` gets none.
+        kill_timeout: Deadline of killing a command's process group.
+    """
+
+    kind: str = "container"
+
+    def __init__(
+        self,
+        task_id: str,
+        workdir: str,
+        *,
+        home: str = "/root",
+        default_exec_timeout: float,
+        kill_timeout: float,
+        close_timeout: float,
+    ) -> None:
+        self.task_id = task_id
+        self.workdir = workdir
+        self.home = home
+        self.default_exec_timeout = default_exec_timeout
+        self.kill_timeout = kill_timeout
+        self.close_timeout = close_timeout
+        self._closed = False
+
+    @property
+    @abstractmethod
+    def label(self) -> str:
+        """A short name of the container for log lines (an id prefix)."""
+
+    @abstractmethod
+    async def _run_argv(self, run: ContainerExec) -> int:
+        """Run ``run.argv`` in the container, stream its output into ``run.out``/``run.err``;
+        return its exit code."""
+
+    @abstractmethod
+    async def _stage_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to the absolute ``path`` in the container (parents created)."""
+
+    def _resolve(self, path: str) -> str:
+        return resolve_path(self.workdir, path, self.home)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(
+                f"the {self.kind} sandbox was closed; get a new one from the manager",
+                task_id=self.task_id,
+            )
+
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
+        """Run the command with ``sh -c`` in the container, in its own process group.
+
+        A timeout or a cancellation kills the command's whole process group inside the
+        container (a second exec that waits until the group is gone); a timeout is reported as
+        exit code 124 with ``timed_out=True``. Output is kept head + tail up to
+        ``output_limit`` bytes per stream.
+
+        Raises:
+            SandboxError: The backend is unreachable or the container is gone.
+
+        **Cancellation**: the command's process group is killed (shielded, bounded by
+        :attr:`kill_timeout`) before the cancellation propagates.
+        """
+        self._check_open()
+        limit = self.default_exec_timeout if request.timeout is None else request.timeout
+        workdir = self.workdir if request.cwd is None else self._resolve(request.cwd)
+        exec_id = uuid.uuid4().hex
+        stdin_path = ""
+        if request.stdin is not None:
+            stdin_path = f"{EXEC_DIR}/{exec_id}.in"
+            await self._stage_file(stdin_path, request.stdin)
+        out, err = OutputCapture(request.output_limit), OutputCapture(request.output_limit)
+        argv = exec_argv(exec_id, workdir, stdin_path, request.command)
+        start = anyio.current_time()
         exit_code = TIMEOUT_EXIT_CODE
-    assert exit_code is not None
-    return ExecResult(
-        stdout=out.text(),
-        stderr=err.text(),
-        exit_code=exit_code,
-        timed_out=timed_out,
-        truncated=out.truncated or err.truncated,
-        duration_seconds=anyio.current_time() - start,
-    )
+        try:
+            with anyio.move_on_after(limit) as scope:
+                exit_code = await self._run_argv(ContainerExec(argv, request.env, out, err, limit))
+        except BaseException:
+            await self._kill_group(exec_id, "the command was cancelled or failed")
+            raise
+        if scope.cancelled_caught:
+            exit_code = TIMEOUT_EXIT_CODE
+            await self._kill_group(exec_id, f"the command timed out after {limit:g} s")
+        return ExecResult(
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=exit_code,
+            timed_out=scope.cancelled_caught,
+            truncated=out.truncated or err.truncated,
+            duration_seconds=anyio.current_time() - start,
+        )
+
+    async def _kill_group(self, exec_id: str, reason: str) -> None:
+        """Kill the process group of exec ``exec_id``: shielded, bounded, never raising."""
+        with cleanup_scope(
+            f"kill exec {exec_id[:12]} in {self.kind} container {self.label}",
+            self.kill_timeout,
+            reason=reason,
+            log=logger,
+        ):
+            sink = OutputCapture(_HELPER_OUTPUT_BYTES)
+            try:
+                await self._run_argv(
+                    ContainerExec(kill_argv(exec_id), None, sink, sink, self.kill_timeout)
+                )
+            except Exception as exc:  # the kill is cleanup: it must not mask the outcome
+                logger.warning("could not kill exec %s in %s: %s", exec_id, self.label, exc)
+
+    async def _helper(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        """Run a short helper command to completion within ``timeout``; (exit code, stderr).
+
+        Raises:
+            TimeoutError: It did not finish within ``timeout``.
+        """
+        out, err = OutputCapture(_HELPER_OUTPUT_BYTES), OutputCapture(_HELPER_OUTPUT_BYTES)
+        with anyio.fail_after(timeout):
+            code = await self._run_argv(ContainerExec(argv, None, out, err, timeout))
+        return code, err.text()

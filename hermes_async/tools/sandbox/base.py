@@ -12,9 +12,11 @@ operator problem (:class:`~hermes_async.errors.SandboxError`). File reads of a m
 Contract for backends
 ---------------------
 
-A backend implements six abstract coroutines: :meth:`Sandbox.exec`, :meth:`Sandbox.read_bytes`,
-:meth:`Sandbox.write_bytes`, :meth:`Sandbox.put_archive`, :meth:`Sandbox.get_archive` and
-:meth:`Sandbox.aclose`. Everything else has a working default built on them:
+A backend implements six abstract coroutines: :meth:`Sandbox.exec_request` (the hook behind the
+public :meth:`Sandbox.exec`, which validates and normalises its arguments into one frozen
+:class:`ExecRequest`), :meth:`Sandbox.read_bytes`, :meth:`Sandbox.write_bytes`,
+:meth:`Sandbox.put_archive`, :meth:`Sandbox.get_archive` and :meth:`Sandbox.aclose`.
+Everything else has a working default built on them:
 
 * **Background processes** (``terminal(background=true)`` and the ``process`` tool) are started
   *detached inside the sandbox* by a small POSIX ``sh`` wrapper, in their own session
@@ -27,40 +29,57 @@ A backend implements six abstract coroutines: :meth:`Sandbox.exec`, :meth:`Sandb
   with real process handles; the tools only use the public methods below.
 * The per-sandbox background table lives on the instance (created lazily, so subclasses need
   not call ``super().__init__``).
+* ``async with sandbox:`` closes it, the block owning the release (shielded, bounded by
+  :attr:`Sandbox.close_timeout`, ``interrupted`` when the block raised).
+* A subclass written before :meth:`Sandbox.exec_request` existed, which overrides ``exec``
+  itself, keeps working: its ``exec`` becomes the hook's implementation.
 
 Backends must bound every wait (a sandbox that does not answer raises ``SandboxError`` within a
-deadline) and make :meth:`Sandbox.aclose` idempotent. The reusable conformance suite in
-:mod:`hermes_async.testing.sandbox_conformance` checks all of this against any backend.
+deadline) and make :meth:`Sandbox.aclose` idempotent. Closing is *owned* by whoever releases the
+sandbox: ``SandboxManager.release`` (or an ``async with`` block) runs ``aclose`` under its one
+shielded, bounded cleanup scope, so ``aclose`` itself does not shield (a shield inside would make that bound powerless);
+it gives each external call its own deadline. ``aclose(interrupted=True)`` says the release
+happens because the rollout was cancelled or timed out: a backend may then skip graceful steps
+(the local backend sends SIGKILL at once instead of SIGTERM and a grace period).
+
+The reusable conformance suite in :mod:`hermes_async.testing.sandbox_conformance` checks all of
+this against any backend.
 """
 
 from __future__ import annotations
 
-import io
+import math
 import posixpath
 import secrets
 import shlex
-import tarfile
 import time
-from abc import ABC, abstractmethod
+import types
+from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Any, Protocol
 
+from hermes_async._cleanup import cleanup_scope
+from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.archive import check_tar_members
 
-__all__ = [
+__all__ = (
     "BACKGROUND_OUTPUT_CHARS",
+    "DEFAULT_CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_OUTPUT_LIMIT_BYTES",
     "MAX_BACKGROUND_PROCESSES",
     "TIMEOUT_EXIT_CODE",
     "BackgroundProcess",
     "BackgroundStatus",
+    "ExecRequest",
     "ExecResult",
     "Sandbox",
     "SandboxProvider",
     "check_tar_members",
-]
+    "resolve_path",
+)
 
 #: Exit code reported for a command killed by its timeout (what coreutils' ``timeout`` uses).
 TIMEOUT_EXIT_CODE = 124
@@ -77,6 +96,9 @@ MAX_BACKGROUND_PROCESSES = 64
 
 #: Seconds a background process group gets between SIGTERM and SIGKILL.
 BACKGROUND_KILL_GRACE_SECONDS = 2.0
+
+#: Bound of a release owned by ``async with sandbox:`` (the manager's default ``close_timeout``).
+DEFAULT_CLOSE_TIMEOUT_SECONDS = 30.0
 
 #: Deadline for each short bookkeeping ``exec`` (status probe, kill, stdin write).
 BACKGROUND_EXEC_TIMEOUT_SECONDS = 30.0
@@ -159,64 +181,128 @@ class BackgroundStatus:
         return self.process.exit_code
 
 
-def check_tar_members(tar_data: bytes) -> list[tarfile.TarInfo]:
-    """Validate a tar archive before extracting it anywhere; return its members.
+@dataclass(frozen=True, slots=True)
+class ExecRequest:
+    """One command for a sandbox, validated and normalised: what :meth:`Sandbox.exec` builds.
 
-    Rejected: absolute member names, names with a ``..`` component, device and FIFO members,
-    symbolic links whose target is absolute or leaves the archive root, and hard links to such
-    names. An empty archive is fine.
+    Backends receive it in :meth:`Sandbox.exec_request`; constructing one checks every field,
+    so a backend never sees a malformed request.
+
+    Attributes:
+        command: A shell command line.
+        cwd: Working directory as the caller gave it (relative to ``workdir``, ``~`` allowed);
+            ``None`` (also for ``""``): the sandbox's ``workdir``.
+        env: Extra environment variables (read-only), or ``None`` for none.
+        timeout: Seconds before the command's process group is killed; ``None``: the backend's
+            default. A negative budget (one already spent) is ``0``: time out at once.
+        stdin: Bytes for standard input, or ``None`` for no input (``/dev/null``).
+        output_limit: Bytes kept per stream (head + tail).
 
     Raises:
-        ValueError: The data is not a tar archive, or a member is unsafe (the message names it).
+        TypeError: ``command`` is not a string.
+        ValueError: A NUL byte in ``command`` or ``cwd``; an environment variable name that is
+            empty or contains ``=`` or NUL, or a value with NUL; a NaN ``timeout``; a negative
+            ``output_limit``.
     """
-    try:
-        with tarfile.open(fileobj=io.BytesIO(tar_data), mode="r:*") as tf:
-            members = tf.getmembers()
-    except tarfile.TarError as exc:
-        if not tar_data.strip(b"\0"):
-            return []
-        raise ValueError(f"not a valid tar archive ({len(tar_data)} bytes): {exc}") from exc
-    for m in members:
-        _check_member_path(m.name, m.name)
-        if m.isdev() or m.isfifo():
-            raise ValueError(f"tar member {m.name!r} is a device or FIFO; refusing to extract it")
-        if m.issym():
-            if m.linkname.startswith("/"):
+
+    command: str
+    cwd: str | None = None
+    env: Mapping[str, str] | None = None
+    timeout: float | None = None
+    stdin: bytes | None = None
+    output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.command, str):
+            raise TypeError(f"command must be a string, got {type(self.command).__name__}")
+        if "\0" in self.command:
+            raise ValueError("command contains a NUL byte; shells cannot run it")
+        if self.cwd is not None and "\0" in self.cwd:
+            raise ValueError(f"cwd contains a NUL byte: {self.cwd!r}")
+        if self.cwd == "":
+            object.__setattr__(self, "cwd", None)
+        if self.env is not None:
+            bad = [k for k in self.env if not k or "=" in k or "\0" in k]
+            if bad:
                 raise ValueError(
-                    f"tar member {m.name!r} is a symlink to absolute path {m.linkname!r}"
+                    f"invalid environment variable name(s): {bad!r}; names must be non-empty "
+                    "and contain neither '=' nor NUL"
                 )
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(m.name), m.linkname))
-            _check_member_path(m.name, target)
-        elif m.islnk():
-            _check_member_path(m.name, m.linkname)
-    return members
+            bad = [k for k, v in self.env.items() if "\0" in v]
+            if bad:
+                raise ValueError(f"environment variable value(s) with a NUL byte: {bad!r}")
+            env = types.MappingProxyType(dict(self.env)) if self.env else None
+            object.__setattr__(self, "env", env)
+        if self.timeout is not None:
+            if math.isnan(self.timeout):
+                raise ValueError("exec timeout is NaN; pass seconds >= 0 or None")
+            object.__setattr__(self, "timeout", max(0.0, float(self.timeout)))
+        if self.output_limit < 0:
+            raise ValueError(f"output_limit must be >= 0 bytes, got {self.output_limit!r}")
 
 
-def _check_member_path(member: str, path: str) -> None:
-    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
-        raise ValueError(f"tar member {member!r} has an absolute path; refusing to extract it")
-    if ".." in path.replace("\\", "/").split("/"):
-        raise ValueError(f"tar member {member!r} escapes the destination ('..'); refusing it")
+def resolve_path(workdir: str, path: str, home: str) -> str:
+    """Resolve ``path`` inside a sandbox: against ``workdir``, ``~`` against ``home``; normalised.
+
+    Raises:
+        ValueError: ``path`` is empty or contains a NUL byte.
+    """
+    if not path or "\0" in path:
+        raise ValueError(f"invalid sandbox path {path!r}: must be non-empty and without NUL")
+    if path == "~":
+        path = home
+    elif path.startswith("~/"):
+        path = posixpath.join(home, path[2:])
+    return posixpath.normpath(posixpath.join(workdir, path))
 
 
-class Sandbox(ABC):
+class Sandbox(AsyncResource):
     """One rollout's isolated execution environment.
 
     Subclasses implement the abstract coroutines; every method must bound its waits (a sandbox
     that does not answer raises :class:`~hermes_async.errors.SandboxError` within a deadline).
+
+    ``async with sandbox:`` makes the block the owner of the release: on exit, ``aclose`` runs
+    shielded and bounded by :attr:`close_timeout`, with ``interrupted=True`` when the block
+    raised or was cancelled.
 
     Attributes:
         task_id: The rollout this sandbox belongs to.
         workdir: Absolute path inside the sandbox where commands start and relative paths resolve.
         background_state_dir: Directory inside the sandbox where the default background-process
             implementation keeps one sub-directory per process.
+        close_timeout: Bound of the release when ``async with`` owns it (``None``: ``aclose`` is
+            bounded by its own owner already, as a ``ManagedSandbox``'s is by its manager).
     """
 
     task_id: str
     workdir: str
     background_state_dir: str = "/tmp/.hermes_async/bg"
+    close_timeout: float | None = DEFAULT_CLOSE_TIMEOUT_SECONDS
 
-    @abstractmethod
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Compatibility: a subclass written before ``exec_request`` existed overrides ``exec``
+        # itself. Its ``exec`` stays the implementation; the hook forwards to it, so the class
+        # is still concrete and code that calls the hook (``ManagedSandbox``) reaches it.
+        legacy = cls.__dict__.get("exec")
+        if legacy is None or getattr(cls.exec_request, "__isabstractmethod__", False) is False:
+            return
+
+        async def exec_request(self: Sandbox, request: ExecRequest) -> ExecResult:
+            result: ExecResult = await legacy(
+                self,
+                request.command,
+                cwd=request.cwd,
+                env=request.env,
+                timeout=request.timeout,
+                stdin=request.stdin,
+                output_limit=request.output_limit,
+            )
+            return result
+
+        cls.exec_request = exec_request  # type: ignore[method-assign]
+
     async def exec(
         self,
         command: str,
@@ -229,15 +315,38 @@ class Sandbox(ABC):
     ) -> ExecResult:
         """Run ``command`` through the sandbox's shell and wait for it.
 
+        Validates and normalises the arguments into an :class:`ExecRequest` and hands it to
+        the backend's :meth:`exec_request`.
+
         Args:
             command: A shell command line.
-            cwd: Working directory (default :attr:`workdir`).
+            cwd: Working directory (default :attr:`workdir`; relative paths resolve against it).
             env: Extra environment variables on top of the sandbox's allowlisted environment.
-            timeout: Seconds before the command's whole process group is killed (exit 124).
+            timeout: Seconds before the command's whole process group is killed (exit 124);
+                ``None``: the backend's default.
             stdin: Bytes written to the command's standard input, then closed.
             output_limit: Bytes kept per stream; beyond it, head and tail are kept.
 
+        Raises:
+            ValueError: An invalid argument (see :class:`ExecRequest`).
+            SandboxError: The sandbox is closed or cannot be reached.
+
         **Cancellation**: the command's process group is killed before this returns.
+        """
+        request = ExecRequest(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, output_limit=output_limit
+        )
+        return await self.exec_request(request)
+
+    @abstractmethod
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
+        """Run one validated command: the hook a backend implements behind :meth:`exec`.
+
+        Semantics are :meth:`exec`'s: a non-zero exit, a timeout (exit 124, ``timed_out``) and
+        truncated output are results; an unreachable sandbox is a
+        :class:`~hermes_async.errors.SandboxError`.
+
+        **Cancellation**: the command's process group must be killed before this returns.
         """
 
     @abstractmethod
@@ -279,15 +388,19 @@ class Sandbox(ABC):
         """
 
     @abstractmethod
-    async def aclose(self) -> None:
+    async def aclose(self, interrupted: bool = False) -> None:
         """Kill every process the sandbox started and remove it. Idempotent.
 
-        **Cancellation**: callers run this under a shielded, bounded scope; implementations
-        must not wait on anything without a deadline.
-        """
+        Args:
+            interrupted: The release happens because the rollout was cancelled or timed out;
+                graceful steps may be skipped (e.g. SIGKILL at once instead of SIGTERM and a
+                grace period). ``aclose()`` with no argument is the graceful close.
 
-    async def __aenter__(self) -> Self:
-        return self
+        **Cancellation**: not shielded by itself: the owner of the release runs it under one
+        shielded, bounded cleanup scope (``SandboxManager.release`` does; standalone, use
+        :func:`hermes_async._cleanup.bounded_cleanup`). Every external wait inside has its own
+        deadline.
+        """
 
     async def __aexit__(
         self,
@@ -295,7 +408,24 @@ class Sandbox(ABC):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.aclose()
+        """Close the sandbox; the block owns the release (see the class docstring).
+
+        Extends :class:`~hermes_async._resource.AsyncResource`'s exit, which only awaits
+        ``aclose()``: ``aclose`` does not shield itself (so that a manager's bound can stop it),
+        hence the block, as the release's owner, shields and bounds it here.
+
+        **Cancellation**: the close completes (or is abandoned at :attr:`close_timeout`, logged)
+        before the block's exception propagates.
+        """
+        if self.close_timeout is None:
+            await self.aclose(interrupted=exc is not None)
+            return
+        with cleanup_scope(
+            f"close the sandbox of {getattr(self, 'task_id', '?')!r}",
+            self.close_timeout,
+            reason="its async-with block raised or was cancelled" if exc else "its block ended",
+        ):
+            await self.aclose(interrupted=exc is not None)
 
     # ----------------------------------------------------------------------------------------
     # Background processes: a default built only on exec/write_bytes (see the module docstring).
@@ -319,7 +449,7 @@ class Sandbox(ABC):
         """Stop tracking ``session_id`` (it is not killed)."""
         self._background_table().pop(session_id, None)
 
-    def _background_started(self, process: BackgroundProcess) -> None:  # noqa: B027
+    def _background_started(self, process: BackgroundProcess) -> None:
         """Hook: a background process was started (LocalSandbox records its session id)."""
 
     async def start_background(
@@ -544,6 +674,9 @@ class SandboxProvider(Protocol):
         """The sandbox for ``task_id``, created on first use."""
         ...
 
-    async def release(self, task_id: str) -> None:
-        """Close ``task_id``'s sandbox (idempotent; shielded and bounded by the provider)."""
+    async def release(self, task_id: str, *, interrupted: bool = False) -> None:
+        """Close ``task_id``'s sandbox (idempotent; shielded and bounded by the provider).
+
+        ``interrupted``: the rollout was cancelled or timed out (see :meth:`Sandbox.aclose`).
+        """
         ...

@@ -3,7 +3,8 @@
 Each task gets its own container running ``sleep infinity`` (with Docker's init as PID 1 so
 orphans are reaped); commands run through ``docker exec``, files move through the archive API.
 The client is aiodocker (aiohttp), so this backend runs **only under asyncio**: creating a
-sandbox under trio raises :class:`~hermes_async.errors.ConfigError` at once.
+sandbox under trio raises :class:`~hermes_async.errors.AsyncBackendError` (a
+:class:`~hermes_async.errors.ConfigError`) at once.
 
 Why these defaults (all in :class:`DockerSandboxConfig`):
 
@@ -25,7 +26,9 @@ Why these defaults (all in :class:`DockerSandboxConfig`):
 
 Timeouts: every engine call has a deadline (``api_timeout_seconds``); a command's timeout
 kills its whole process group inside the container (see ``_container.EXEC_WRAPPER``) and is
-reported as exit code 124; removal runs shielded with ``remove_timeout_seconds``.
+reported as exit code 124; removing the container is one engine call bounded by
+``remove_timeout_seconds``, run under the release's cleanup scope (the manager's
+``close_timeout`` is the one bound of a release; ``aclose`` does not shield by itself).
 
 As in the local backend, whatever a command leaves running in its process group (``cmd &``)
 is killed when it exits; long-running work belongs in ``terminal(background=true)``. A process
@@ -44,7 +47,6 @@ import re
 import secrets
 import socket
 import tarfile
-import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -53,30 +55,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.lowlevel
 
+from hermes_async._asynclib import require_asyncio
+from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
-    EXEC_DIR,
-    OutputCapture,
-    exec_argv,
-    kill_argv,
+    ContainerExec,
+    ContainerSandbox,
     read_until_exit,
-    require_asyncio,
-    resolve_path,
-    run_killable,
-    single_file_tar,
 )
-from hermes_async.tools.sandbox.base import (
-    DEFAULT_OUTPUT_LIMIT_BYTES,
-    ExecResult,
-    Sandbox,
-    check_tar_members,
-)
+from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
 
 if TYPE_CHECKING:
     import aiodocker
     import aiodocker.containers
 
-__all__ = [
+__all__ = (
     "DEFAULT_CAPABILITIES",
     "DEFAULT_DOCKER_IMAGE",
     "LABEL",
@@ -85,7 +79,7 @@ __all__ = [
     "DockerSandboxConfig",
     "reap_orphan_containers",
     "resolve_docker_host",
-]
+)
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +107,12 @@ _TASK_LABEL = f"{LABEL}.task-id"
 _OWNER_LABEL = f"{LABEL}.owner"
 
 _DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+
+#: Deadline of closing the aiohttp client (its connections; nothing remote to wait for).
+_CLIENT_CLOSE_SECONDS = 5.0
+
+_ASYNCIO_ONLY = ("the docker sandbox backend", "aiodocker (aiohttp)")
+_REMEDY = "use terminal_backend='local'"
 
 #: After a creation failed or was cancelled with no container id, how often (and how far
 #: apart) to look for a container the engine created anyway.
@@ -149,7 +149,9 @@ class DockerSandboxConfig:
         pull_timeout_seconds: Deadline of that pull.
         default_exec_timeout_seconds: Command timeout when ``exec`` gets none (the
             reference's ``TERMINAL_TIMEOUT``).
-        remove_timeout_seconds: Deadline of removing a container (shielded).
+        remove_timeout_seconds: Deadline of removing a container: the engine call's, and the
+            bound of a release that ``async with sandbox:`` owns (through a manager, its
+            ``close_timeout`` is the release's bound).
         kill_timeout_seconds: Deadline of killing a timed-out command's process group.
         reap_orphans: Remove dead owners' containers on the backend's first creation.
     """
@@ -313,7 +315,7 @@ def _import_aiodocker() -> Any:
     return aiodocker
 
 
-class _Engine:
+class _Engine(AsyncResource):
     """One aiodocker client plus the deadline/error translation every call goes through."""
 
     def __init__(self, client: aiodocker.Docker, url: str, api_timeout: float) -> None:
@@ -364,12 +366,25 @@ class _Engine:
         )
 
     async def aclose(self) -> None:
-        with anyio.move_on_after(5, shield=True):
+        """Close the client: shielded, bounded, never raising (its own cleanup step).
+
+        Shielded even inside a release's scope: the client is a separate resource whose close
+        must run after the container's removal even when that removal used up the release's
+        deadline (an unclosed aiohttp session would leak its sockets).
+
+        **Cancellation**: completes (bounded by ``_CLIENT_CLOSE_SECONDS``) before returning.
+        """
+
+        async def close() -> None:
             await self.client.close()
             # Closing a transport completes in a loop callback; give it its turn so the socket
             # is really closed (not "closing") if the loop ends right after us.
             for _ in range(3):
                 await anyio.lowlevel.checkpoint()
+
+        await bounded_cleanup(
+            f"close the Docker client of {self.url}", close, timeout=_CLIENT_CLOSE_SECONDS
+        )
 
 
 async def reap_orphan_containers(
@@ -382,7 +397,7 @@ async def reap_orphan_containers(
 
     **Cancellation**: containers already removed stay removed; the client is closed.
     """
-    require_asyncio("docker", "aiodocker (aiohttp)")
+    require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
     engine = _Engine.open(DockerSandboxConfig(docker_host=docker_host, reap_orphans=False))
     try:
         return await _reap(engine, timeout_seconds)
@@ -441,7 +456,7 @@ class DockerBackend:
         bounded by ``remove_timeout_seconds``), the client closed; then the cancellation
         propagates.
         """
-        require_asyncio("docker", "aiodocker (aiohttp)")
+        require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
         engine = _Engine.open(self.config)
         name = container_name(task_id)
         container: aiodocker.containers.DockerContainer | None = None
@@ -468,7 +483,12 @@ class DockerBackend:
             # The engine may have created the container even if we never saw its id (a create
             # request cancelled in flight still completes on the engine): remove it by name,
             # shielded and bounded, looking again briefly when it is not there yet.
-            with anyio.move_on_after(self.config.remove_timeout_seconds, shield=True):
+            with cleanup_scope(
+                f"remove container {name} after a failed or cancelled creation",
+                self.config.remove_timeout_seconds,
+                reason="sandbox creation did not complete",
+                log=logger,
+            ):
                 attempts = 1 if container is not None else _LATE_CREATE_CHECKS
                 for attempt in range(attempts):
                     if await _remove_by_name(engine, name) or attempt == attempts - 1:
@@ -533,8 +553,14 @@ async def _remove_by_name(engine: _Engine, name: str) -> bool:
     return True
 
 
-class DockerSandbox(Sandbox):
-    """One task's container. Create it with :class:`DockerBackend`; close with :meth:`aclose`."""
+class DockerSandbox(ContainerSandbox):
+    """One task's container. Create it with :class:`DockerBackend`; close with :meth:`aclose`.
+
+    ``exec`` is :class:`~hermes_async.tools.sandbox._container.ContainerSandbox`'s: each command
+    in its own process group, killed as a group on timeout or cancellation.
+    """
+
+    kind = "Docker"
 
     def __init__(
         self,
@@ -543,85 +569,39 @@ class DockerSandbox(Sandbox):
         container: aiodocker.containers.DockerContainer,
         config: DockerSandboxConfig,
     ) -> None:
-        self.task_id = task_id
-        self.workdir = config.workdir
+        super().__init__(
+            task_id,
+            config.workdir,
+            home=config.env.get("HOME", "/root"),
+            default_exec_timeout=config.default_exec_timeout_seconds,
+            kill_timeout=config.kill_timeout_seconds,
+            close_timeout=config.remove_timeout_seconds,
+        )
         self.config = config
         self._engine = engine
         self._container = container
-        self._closed = False
 
     @property
     def container_id(self) -> str:
         """The engine's id of this sandbox's container."""
         return str(self._container.id)
 
-    def _resolve(self, path: str) -> str:
-        return resolve_path(self.workdir, path, self.config.env.get("HOME", "/root"))
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxError(
-                "the Docker sandbox was closed; get a new one from the manager",
-                task_id=self.task_id,
-            )
+    @property
+    def label(self) -> str:
+        """The container id's first 12 characters (as ``docker ps`` shows it)."""
+        return self.container_id[:12]
 
     def _engine_error(self, what: str, exc: BaseException) -> SandboxError:
         return SandboxError(
-            f"Docker engine error during {what} in container {self.container_id[:12]}: {exc}",
+            f"Docker engine error during {what} in container {self.label}: {exc}",
             task_id=self.task_id,
         )
 
-    # ----------------------------------------------------------------- exec
+    # ----------------------------------------------------------------- exec hooks
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
-    ) -> ExecResult:
-        """Run ``command`` with ``sh -c`` in the container, in its own process group.
-
-        A timeout or a cancellation kills the command's whole process group inside the
-        container (a second ``exec`` that waits until the group is gone); a timeout is
-        reported as exit code 124 with ``timed_out=True``. Output is kept head + tail up to
-        ``output_limit`` bytes per stream.
-
-        Raises:
-            SandboxError: The engine is unreachable or the container is gone.
-
-        **Cancellation**: the command's process group is killed (shielded, bounded by
-        ``kill_timeout_seconds``) before the cancellation propagates.
-        """
-        self._check_open()
-        limit = self.config.default_exec_timeout_seconds if timeout is None else timeout
-        workdir = self._resolve(cwd) if cwd else self.workdir
-        exec_id = uuid.uuid4().hex
-        stdin_path = ""
-        if stdin is not None:
-            stdin_path = f"{EXEC_DIR}/{exec_id}.in"
-            await self._put_file(stdin_path, stdin, mode=0o600)
-        out, err = OutputCapture(output_limit), OutputCapture(output_limit)
-        argv = exec_argv(exec_id, workdir, stdin_path, command)
-        return await run_killable(
-            lambda: self._run(argv, env, out, err),
-            lambda: self._kill_group(exec_id),
-            limit,
-            out,
-            err,
-        )
-
-    async def _run(
-        self,
-        argv: list[str],
-        env: Mapping[str, str] | None,
-        out: OutputCapture,
-        err: OutputCapture,
-    ) -> int:
+    async def _run_argv(self, run: ContainerExec) -> int:
         engine = self._engine
+        argv, env, out, err = run.argv, run.env, run.out, run.err
         try:
             exe = await engine.call(
                 "an exec create",
@@ -653,30 +633,8 @@ class DockerSandbox(Sandbox):
                 raise self._engine_error("exec", exc) from exc
             raise
 
-    async def _simple_exec(self, argv: list[str], what: str, timeout: float) -> tuple[int, str]:
-        """Run a short helper command to completion; return (exit code, stderr)."""
-        out, err = OutputCapture(1 << 16), OutputCapture(1 << 16)
-        with anyio.fail_after(timeout):
-            code = await self._run(argv, None, out, err)
-        return code, err.text()
-
-    async def _kill_group(self, exec_id: str) -> None:
-        with anyio.move_on_after(self.config.kill_timeout_seconds, shield=True) as scope:
-            try:
-                await self._simple_exec(
-                    kill_argv(exec_id), "a process-group kill", self.config.kill_timeout_seconds
-                )
-            except Exception as exc:
-                logger.warning(
-                    "could not kill exec %s in %s: %s", exec_id, self.container_id[:12], exc
-                )
-        if scope.cancelled_caught:
-            logger.warning(
-                "killing exec %s in %s took longer than %g s",
-                exec_id,
-                self.container_id[:12],
-                self.config.kill_timeout_seconds,
-            )
+    async def _stage_file(self, path: str, data: bytes) -> None:
+        await self._put_file(path, data, mode=0o600)
 
     # ----------------------------------------------------------------- files
 
@@ -709,9 +667,7 @@ class DockerSandbox(Sandbox):
             raise
 
     async def _mkdir(self, path: str) -> None:
-        code, err = await self._simple_exec(
-            ["mkdir", "-p", "--", path], f"mkdir {path}", self.config.api_timeout_seconds
-        )
+        code, err = await self._helper(["mkdir", "-p", "--", path], self.config.api_timeout_seconds)
         if code != 0:
             raise OSError(f"cannot create directory {path} in the sandbox: {err.strip()}")
 
@@ -801,28 +757,34 @@ class DockerSandbox(Sandbox):
 
     # ----------------------------------------------------------------- close
 
-    async def aclose(self) -> None:
+    async def aclose(self, interrupted: bool = False) -> None:
         """Remove the container (killing everything in it) and close the client. Idempotent.
 
-        **Cancellation**: runs shielded, bounded by ``remove_timeout_seconds``; a container that
-        could not be removed in time is logged and left to the orphan reaper.
+        ``interrupted`` changes nothing here: removal is already a forced kill.
+
+        **Cancellation**: the removal is one engine call bounded by ``remove_timeout_seconds``;
+        run ``aclose`` under the release's cleanup scope (``SandboxManager.release`` does). A
+        container that could not be removed is logged and left to the orphan reaper; the
+        client is closed either way (its own shielded, bounded step).
         """
         if self._closed:
             return
         self._closed = True
-        with anyio.move_on_after(self.config.remove_timeout_seconds, shield=True) as scope:
-            try:
-                await self._engine.call("a container removal", self._container.delete(force=True))
-            except Exception as exc:
-                if not self._engine.is_docker_error(exc, 404, 409):
-                    logger.warning("could not remove container %s: %s", self.container_id[:12], exc)
-        if scope.cancelled_caught:
-            logger.warning(
-                "removing container %s took longer than %g s; left to the orphan reaper",
-                self.container_id[:12],
-                self.config.remove_timeout_seconds,
+        try:
+            await self._engine.call(
+                "a container removal",
+                self._container.delete(force=True),
+                timeout=self.config.remove_timeout_seconds,
             )
-        await self._engine.aclose()
+        except Exception as exc:
+            if not self._engine.is_docker_error(exc, 404, 409):
+                logger.warning(
+                    "could not remove container %s (left to the orphan reaper): %s",
+                    self.label,
+                    exc,
+                )
+        finally:
+            await self._engine.aclose()
 
 
 def _relative_archive(tar: tarfile.TarFile) -> bytes:

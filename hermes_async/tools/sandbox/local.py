@@ -19,9 +19,14 @@ id is the shell's pid. On timeout the group gets SIGTERM, a grace period, then S
 when the shell exits normally, whatever it left running in its group (``cmd &``) is killed too, so
 a foreground command can never leak a process. Long-running work belongs in
 ``terminal(background=true)``, which starts a detached session that lives until ``process kill``
-or close. ``aclose`` kills every tracked group and also scans ``/proc`` for any process carrying
-this sandbox's marker variable (``HERMES_ASYNC_SANDBOX``) or belonging to one of its sessions, so
-``setsid``/``nohup`` escapes die too; then it removes the directory.
+or close. ``aclose`` kills every process carrying this sandbox's marker variable
+(``HERMES_ASYNC_SANDBOX``) or belonging to one of its sessions, found in ``/proc``, so
+``setsid``/``nohup`` escapes die too (SIGTERM, grace, SIGKILL; SIGKILL at once when the release is
+``interrupted``); then it removes the directory. The ``/proc`` reading is shared: every sandbox of
+one :func:`local_factory` (so of one ``SandboxManager``) closing at the same moment is served by
+the same sweep, which yields to the event loop as it goes (see
+:mod:`hermes_async.tools.sandbox.processes`), and their directories are removed together by one
+``rm`` (:class:`DirectoryRemover`).
 
 Output: stdout and stderr are drained concurrently (no full-pipe deadlock) into a bounded
 head+tail buffer, so ``yes | head -c 500M`` costs at most ``output_limit`` bytes per stream.
@@ -32,8 +37,6 @@ event loop.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import logging
 import os
 import re
@@ -47,27 +50,41 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
+from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox._batch import Batcher
+from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import (
     DEFAULT_OUTPUT_LIMIT_BYTES,
     TIMEOUT_EXIT_CODE,
     BackgroundProcess,
+    ExecRequest,
     ExecResult,
     Sandbox,
-    check_tar_members,
+    resolve_path,
+)
+from hermes_async.tools.sandbox.output import OutputCapture
+from hermes_async.tools.sandbox.processes import (
+    SANDBOX_MARKER_ENV,
+    ProcessSweeper,
+    find_sandbox_processes,
+    group_alive,
+    signal_group,
+    terminate_members,
 )
 
-__all__ = [
+__all__ = (
     "DEFAULT_ENV_ALLOWLIST",
     "DEFAULT_EXEC_TIMEOUT_SECONDS",
     "SANDBOX_MARKER_ENV",
     "TERMINATE_GRACE_SECONDS",
+    "DirectoryRemover",
     "LocalSandbox",
     "RawResult",
     "find_sandbox_processes",
     "local_factory",
     "run_bounded",
-]
+)
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +102,6 @@ DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = (
     "SHELL",
 )
 
-#: Environment variable carrying the sandbox id into every process it starts; ``aclose`` uses it
-#: to find processes that left the sandbox's sessions (``setsid``). Not a secret.
-SANDBOX_MARKER_ENV = "HERMES_ASYNC_SANDBOX"
-
 #: Commands without an explicit timeout get this one (the reference's ``TERMINAL_TIMEOUT``).
 DEFAULT_EXEC_TIMEOUT_SECONDS = 180.0
 
@@ -105,6 +118,12 @@ PIPE_DRAIN_GRACE_SECONDS = 2.0
 
 #: Deadline for file transfers (``cat``/``tar`` subprocesses).
 TRANSFER_TIMEOUT_SECONDS = 300.0
+
+#: Most directories one ``rm`` removes (far below the kernel's argument-size limit).
+_PATHS_PER_RM = 512
+
+#: Deadline for closing a command's stdin pipe after the input was written.
+_STDIN_CLOSE_SECONDS = 1.0
 
 _READ_CHUNK = 65536
 _SAFE_TASK_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -131,46 +150,7 @@ class RawResult:
     pgid: int
 
 
-class _Capture:
-    """Keep the first and last ``limit // 2`` bytes of a stream; count the rest."""
-
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit
-        self.head = bytearray()
-        self.tail: collections.deque[bytes] = collections.deque()
-        self.tail_len = 0
-        self.total = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        if self.limit is None:
-            self.head += chunk
-            return
-        head_limit = self.limit // 2
-        if len(self.head) < head_limit:
-            take = head_limit - len(self.head)
-            self.head += chunk[:take]
-            chunk = chunk[take:]
-        if not chunk:
-            return
-        tail_limit = self.limit - head_limit
-        self.tail.append(chunk)
-        self.tail_len += len(chunk)
-        while self.tail and self.tail_len - len(self.tail[0]) >= tail_limit:
-            self.tail_len -= len(self.tail.popleft())
-
-    def value(self) -> tuple[bytes, bool]:
-        if self.limit is None:
-            return bytes(self.head), False
-        tail = b"".join(self.tail)[-(self.limit - self.limit // 2) :] if self.tail else b""
-        dropped = self.total - len(self.head) - len(tail)
-        if dropped <= 0:
-            return bytes(self.head) + tail, False
-        marker = f"\n\n... [{dropped} bytes of output omitted] ...\n\n".encode()
-        return bytes(self.head) + marker + tail, True
-
-
-async def _drain(stream: ByteReceiveStream | None, sink: _Capture) -> None:
+async def _drain(stream: ByteReceiveStream | None, sink: OutputCapture) -> None:
     if stream is None:
         return
     try:
@@ -189,50 +169,20 @@ async def _feed(stream: ByteSendStream | None, data: bytes) -> None:
     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass  # the command stopped reading stdin; not an error
     finally:
-        with anyio.move_on_after(1, shield=True):
+        with cleanup_scope("close a command's stdin", _STDIN_CLOSE_SECONDS):
             await stream.aclose()
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 async def _terminate(proc: Process, pgid: int, grace: float) -> None:
     """SIGTERM the group, wait ``grace`` for the leader, SIGKILL the group, wait (bounded)."""
-    _signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGTERM)
     if proc.returncode is None:
         with anyio.move_on_after(grace):
             await proc.wait()
-    _signal_group(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
     if proc.returncode is None:
         with anyio.move_on_after(KILL_WAIT_SECONDS):
             await proc.wait()
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` has a member that is not a zombie.
-
-    One ``killpg(pgid, 0)`` answers the common case (the group is gone); only when members
-    remain is ``/proc`` scanned, because SIGKILLed processes stay visible (and signalable) as
-    zombies until reaped, and a SIGKILL takes a moment to land on a busy machine.
-    """
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return False
-    for entry in entries:
-        if entry.isdigit():
-            stat = _proc_stat(entry)
-            if stat is not None and stat[1] == pgid and stat[0] not in ("Z", "X"):
-                return True
-    return False
 
 
 def _exit_code(returncode: int | None) -> int:
@@ -284,14 +234,15 @@ async def run_bounded(
     pgid = proc.pid
     if on_start is not None:
         on_start(pgid)
-    out, err = _Capture(output_limit), _Capture(output_limit)
+    out, err = OutputCapture(output_limit), OutputCapture(output_limit)
     timed_out = False
+    ending = "cancelled or failed"  # why the group is cleaned up, for an overrun log line
     try:
         async with anyio.create_task_group() as tg:
             drained = anyio.Event()
             remaining = [2]
 
-            async def drain(stream: ByteReceiveStream | None, sink: _Capture) -> None:
+            async def drain(stream: ByteReceiveStream | None, sink: OutputCapture) -> None:
                 await _drain(stream, sink)
                 remaining[0] -= 1
                 if remaining[0] == 0:
@@ -305,97 +256,41 @@ async def run_bounded(
                 await proc.wait()
             if scope.cancelled_caught:
                 timed_out = True
+                ending = f"timed out after {timeout:g} s"
                 await _terminate(proc, pgid, terminate_grace)
             else:
+                ending = "exited"
                 # Kill what the shell left behind in its group (`cmd &`) so pipes reach EOF.
-                _signal_group(pgid, signal.SIGKILL)
+                signal_group(pgid, signal.SIGKILL)
             with anyio.move_on_after(PIPE_DRAIN_GRACE_SECONDS):
                 await drained.wait()
-            tg.cancel_scope.cancel()
+            tg.cancel_scope.cancel("the command ended and its output is drained")
     finally:
-        with anyio.move_on_after(terminate_grace + KILL_WAIT_SECONDS + 1, shield=True):
+        with cleanup_scope(
+            f"terminate process group {pgid} ({argv[0]})",
+            terminate_grace + KILL_WAIT_SECONDS + 1,
+            reason=f"the command {ending}",
+            log=logger,
+        ):
             if proc.returncode is None:
                 await _terminate(proc, pgid, terminate_grace)
             else:
-                _signal_group(pgid, signal.SIGKILL)
+                signal_group(pgid, signal.SIGKILL)
             await proc.aclose()
             # Return only once every member is really gone (not just signalled).
-            while _group_alive(pgid):
-                _signal_group(pgid, signal.SIGKILL)
+            while group_alive(pgid):
+                signal_group(pgid, signal.SIGKILL)
                 await anyio.sleep(0.01)
         if on_exit is not None:
             on_exit(pgid)
-    stdout, t1 = out.value()
-    stderr, t2 = err.value()
     code = TIMEOUT_EXIT_CODE if timed_out else _exit_code(proc.returncode)
-    return RawResult(code, stdout, stderr, timed_out, t1 or t2, pgid)
+    return RawResult(
+        code, out.value(), err.value(), timed_out, out.truncated or err.truncated, pgid
+    )
 
 
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
-
-
-def _proc_stat(pid: str) -> tuple[str, int, int] | None:
-    """``(state, process_group, session_id)`` of ``pid`` from /proc, or ``None`` if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return fields[0].decode(), int(fields[2]), int(fields[3])
-    except (IndexError, ValueError):
-        return None
-
-
-def find_sandbox_processes(
-    marker: str | None = None, sessions: Iterable[int] = (), *, marker_prefix: bool = False
-) -> list[int]:
-    """Pids of live (non-zombie) processes that belong to a sandbox.
-
-    A process belongs if its environment has ``HERMES_ASYNC_SANDBOX=<marker>`` (or, with
-    ``marker_prefix``, a value starting with ``marker``), or if its session id is in
-    ``sessions`` *and* that session still holds a process with the marker (so a session id
-    reused by an unrelated process after a long run is never mistaken for ours). With
-    ``marker=None`` only ``sessions`` count. Reads ``/proc`` directly (small synchronous reads
-    of a virtual filesystem; no disk I/O).
-    """
-    wanted_sessions = set(sessions)
-    needle = None if marker is None else f"{SANDBOX_MARKER_ENV}={marker}".encode()
-    me = os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    marked: list[int] = []
-    by_session: list[tuple[int, int]] = []
-    confirmed: set[int] = set()
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        stat = _proc_stat(entry)
-        if stat is None or stat[0] in ("Z", "X"):
-            continue
-        has_marker = False
-        if needle is not None:
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    environ = f.read()
-            except OSError:
-                environ = b""
-            has_marker = any(
-                item == needle or (marker_prefix and item.startswith(needle))
-                for item in environ.split(b"\0")
-            )
-        if has_marker:
-            marked.append(int(entry))
-            confirmed.add(stat[2])
-        elif stat[2] in wanted_sessions:
-            by_session.append((int(entry), stat[2]))
-    if needle is None:
-        return [pid for pid, _ in by_session]
-    return marked + [pid for pid, sid in by_session if sid in confirmed]
 
 
 class LocalSandbox(Sandbox):
@@ -410,6 +305,9 @@ class LocalSandbox(Sandbox):
         default_timeout: Seconds for ``exec`` calls that give no timeout.
         terminate_grace: SIGTERM -> SIGKILL grace on timeout and cancellation.
         shell: The shell that runs commands.
+        sweeper: The ``/proc`` sweeper its close shares with other sandboxes (default: a
+            private one).
+        remover: The directory remover its close shares (default: a private one).
     """
 
     def __init__(
@@ -421,6 +319,8 @@ class LocalSandbox(Sandbox):
         default_timeout: float = DEFAULT_EXEC_TIMEOUT_SECONDS,
         terminate_grace: float = TERMINATE_GRACE_SECONDS,
         shell: str = "/bin/bash",
+        sweeper: ProcessSweeper | None = None,
+        remover: DirectoryRemover | None = None,
     ) -> None:
         self.task_id = task_id
         self.root = root
@@ -432,6 +332,8 @@ class LocalSandbox(Sandbox):
         self.default_timeout = default_timeout
         self.terminate_grace = terminate_grace
         self.shell = shell
+        self.sweeper = sweeper or ProcessSweeper()
+        self.remover = remover or DirectoryRemover()
         self._groups: set[int] = set()  # sessions of running execs and of background processes
         self._closed = False
         self._inflight = 0  # _run calls between the open check and their cleanup
@@ -447,6 +349,8 @@ class LocalSandbox(Sandbox):
         extra_env: Mapping[str, str] | None = None,
         default_timeout: float = DEFAULT_EXEC_TIMEOUT_SECONDS,
         terminate_grace: float = TERMINATE_GRACE_SECONDS,
+        sweeper: ProcessSweeper | None = None,
+        remover: DirectoryRemover | None = None,
     ) -> LocalSandbox:
         """Create a sandbox directory for ``task_id`` and return the sandbox.
 
@@ -458,6 +362,8 @@ class LocalSandbox(Sandbox):
                 unless you put them here).
             default_timeout: Seconds for commands that give no timeout.
             terminate_grace: SIGTERM -> SIGKILL grace.
+            sweeper: The ``/proc`` sweeper to share with other sandboxes (default: private).
+            remover: The directory remover to share (default: private).
 
         Raises:
             SandboxError: The directory could not be created.
@@ -491,7 +397,6 @@ class LocalSandbox(Sandbox):
                 "TMPDIR": os.path.join(root, "tmp"),
                 "PAGER": "cat",
                 "GIT_PAGER": "cat",
-                SANDBOX_MARKER_ENV: sandbox_id,
             }
         )
         if extra_env:
@@ -503,6 +408,8 @@ class LocalSandbox(Sandbox):
             env,
             default_timeout=default_timeout,
             terminate_grace=terminate_grace,
+            sweeper=sweeper,
+            remover=remover,
         )
 
     def __repr__(self) -> str:
@@ -532,12 +439,7 @@ class LocalSandbox(Sandbox):
         output_limit: int | None = DEFAULT_OUTPUT_LIMIT_BYTES,
     ) -> RawResult:
         self._check_open()
-        full_env = self.env
-        if env:
-            bad = [k for k in env if not k or "=" in k or "\0" in k]
-            if bad:
-                raise ValueError(f"invalid environment variable name(s): {bad!r}")
-            full_env = {**self.env, **env, SANDBOX_MARKER_ENV: self.sandbox_id}
+        full_env = {**self.env, **env, SANDBOX_MARKER_ENV: self.sandbox_id} if env else self.env
         self._inflight += 1
         try:
             return await run_bounded(
@@ -556,17 +458,8 @@ class LocalSandbox(Sandbox):
             if self._inflight == 0 and self._drained is not None:
                 self._drained.set()
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
-    ) -> ExecResult:
-        """Run ``command`` with ``bash -c`` in a new session (see :meth:`Sandbox.exec`).
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
+        """Run the command with ``bash -c`` in a new session (see :meth:`Sandbox.exec`).
 
         A ``cwd`` that does not exist gives exit 1 and a ``cd`` message, like a shell.
 
@@ -575,15 +468,15 @@ class LocalSandbox(Sandbox):
         """
         self._check_open()
         start = anyio.current_time()
-        workdir = self.workdir if cwd is None else _join(self.workdir, _home(cwd, self.home))
+        cwd = request.cwd
         try:
             raw = await self._run(
-                [self.shell, "-c", command],
-                cwd=workdir,
-                env=env,
-                timeout=timeout,
-                stdin=stdin,
-                output_limit=output_limit,
+                [self.shell, "-c", request.command],
+                cwd=self.workdir if cwd is None else self._resolve(cwd),
+                env=request.env,
+                timeout=request.timeout,
+                stdin=request.stdin,
+                output_limit=request.output_limit,
             )
         except (FileNotFoundError, NotADirectoryError):
             if cwd is None:
@@ -610,7 +503,7 @@ class LocalSandbox(Sandbox):
         )
 
     def _resolve(self, path: str) -> str:
-        return _join(self.workdir, _home(path, self.home))
+        return resolve_path(self.workdir, path, self.home)
 
     async def read_bytes(self, path: str) -> bytes:
         """Return the contents of ``path`` (via ``cat`` in the sandbox's environment).
@@ -679,95 +572,100 @@ class LocalSandbox(Sandbox):
             self._groups.add(process.pid)
 
     def live_processes(self) -> list[int]:
-        """Pids of live processes that belong to this sandbox (marker or tracked session)."""
-        return find_sandbox_processes(self.sandbox_id, self._groups)
+        """Pids of live processes that belong to this sandbox (one synchronous ``/proc`` read).
 
-    async def _kill_everything(self) -> None:
-        # Rescan and re-signal every round: a process that forks while we kill it (a shell
-        # mid-`&`) must not slip through. Signal the found pids and their current process
-        # groups (confirmed ours because a member was just found), never a remembered group
-        # id blindly: after a long run a dead group's id may belong to an unrelated process.
-        for sig, wait in (
-            (signal.SIGTERM, self.terminate_grace),
-            (signal.SIGKILL, KILL_WAIT_SECONDS),
-        ):
-            deadline = anyio.current_time() + wait
-            while True:
-                pids = self.live_processes()
-                if not pids:
-                    return
-                groups = set()
-                for pid in pids:
-                    stat = _proc_stat(str(pid))
-                    if stat is not None:
-                        groups.add(stat[1])
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, sig)
-                for pg in groups:
-                    _signal_group(pg, sig)
-                if anyio.current_time() >= deadline:
-                    break
-                await anyio.sleep(0.02)
+        For tests and diagnostics; :meth:`aclose` uses the shared, yielding sweeper instead.
+        """
+        return find_sandbox_processes(self.sandbox_id, self._groups)
 
     def _on_start(self, pgid: int) -> None:
         self._groups.add(pgid)
         if self._closed:
             # Started while aclose() was running (spawning is not atomic with our check).
-            _signal_group(pgid, signal.SIGKILL)
+            signal_group(pgid, signal.SIGKILL)
 
-    async def aclose(self) -> None:
+    async def _kill_everything(self, *, graceful: bool) -> list[int]:
+        return await terminate_members(
+            self.sweeper,
+            self.sandbox_id,
+            self._groups,
+            grace=self.terminate_grace,
+            kill_wait=KILL_WAIT_SECONDS,
+            graceful=graceful,
+        )
+
+    async def aclose(self, interrupted: bool = False) -> None:
         """Kill every process the sandbox started, then remove its directory. Idempotent.
 
-        SIGTERM to every tracked group and every process found by :meth:`live_processes`, up to
-        ``terminate_grace`` for them to go, SIGKILL to the rest, then ``rm -rf`` of the root.
+        Graceful: SIGTERM to every process of the sandbox (found through the shared ``/proc``
+        sweeper), up to ``terminate_grace`` for them to go, SIGKILL to the rest. Interrupted
+        (the rollout was cancelled or timed out): SIGKILL at once. Then ``rm -rf`` of the root.
 
-        **Cancellation**: every wait here is bounded; run it under
-        ``anyio.move_on_after(t, shield=True)`` so it is never skipped.
+        **Cancellation**: every wait here is bounded; the owner of the release runs it under a
+        shielded cleanup scope (``SandboxManager.release`` does) so it is never skipped.
         """
         if self._closed:
             return
         self._closed = True
-        await self._kill_everything()
+        graceful = not interrupted
+        survivors = await self._kill_everything(graceful=graceful)
         if self._inflight:
-            # A command may have been spawning while we scanned (its shell not yet visible, or
+            # A command may have been spawning while we swept (its shell not yet visible, or
             # already forking): wait for those calls to finish (they are being killed), then
             # sweep once more, so nothing started "during" close survives it.
             self._drained = anyio.Event()
             with anyio.move_on_after(self.terminate_grace + KILL_WAIT_SECONDS + 2):
                 await self._drained.wait()
-            await self._kill_everything()
-        leftover = self.live_processes()
-        if leftover:
-            logger.warning("sandbox %s: processes %s survived SIGKILL", self.sandbox_id, leftover)
-        await _remove_tree(self.root)
+            survivors = await self._kill_everything(graceful=False)
+        if survivors:
+            logger.warning("sandbox %s: processes %s survived SIGKILL", self.sandbox_id, survivors)
+        await self.remover.remove(self.root)
 
 
-async def _remove_tree(path: str) -> None:
-    # `chmod` first: a model that did `chmod 000 dir` must not make cleanup fail.
-    try:
-        raw = await run_bounded(
-            ["/bin/sh", "-c", 'chmod -R u+rwx -- "$1" 2>/dev/null; rm -rf -- "$1"', "sh", path],
-            timeout=TRANSFER_TIMEOUT_SECONDS,
-            env={"PATH": "/usr/bin:/bin"},
-            output_limit=4096,
-        )
-    except OSError as exc:
-        logger.warning("could not remove sandbox directory %s: %s", path, exc)
-        return
-    if raw.exit_code != 0:
-        logger.warning("could not remove sandbox directory %s: %s", path, _decode(raw.stderr))
+class DirectoryRemover:
+    """Remove sandbox directories, one ``rm`` for all the removals that arrive together.
 
+    Starting a subprocess costs the event loop ~3 ms (fork + exec on its thread, plus
+    asyncio's child watcher); 500 sandboxes closing at once would start 500 ``rm``. Removals
+    requested while one ``rm`` runs are done by the next one, together (a
+    :class:`~hermes_async.tools.sandbox._batch.Batcher`). ``chmod`` first: a model that did
+    ``chmod 000 dir`` must not make cleanup fail. Failures are logged, never raised.
+    """
 
-def _home(path: str, home: str) -> str:
-    if path == "~":
-        return home
-    if path.startswith("~/"):
-        return os.path.join(home, path[2:])
-    return path
+    def __init__(self) -> None:
+        self._batches: Batcher[str] = Batcher(self._remove_all)
 
+    @property
+    def runs(self) -> int:
+        """How many ``rm`` batches ran."""
+        return self._batches.runs
 
-def _join(base: str, path: str) -> str:
-    return os.path.normpath(os.path.join(base, path))
+    async def remove(self, path: str) -> None:
+        """Remove ``path`` and everything under it (in a batch that starts after this call).
+
+        **Cancellation**: bounded by ``TRANSFER_TIMEOUT_SECONDS``; a cancelled caller that was
+        running the batch kills its ``rm`` and the others start a new one.
+        """
+        await self._batches.submit(path)
+
+    async def _remove_all(self, paths: list[str]) -> None:
+        for i in range(0, len(paths), _PATHS_PER_RM):
+            chunk = paths[i : i + _PATHS_PER_RM]
+            script = 'chmod -R u+rwx -- "$@" 2>/dev/null; rm -rf -- "$@"'
+            try:
+                raw = await run_bounded(
+                    ["/bin/sh", "-c", script, "sh", *chunk],
+                    timeout=TRANSFER_TIMEOUT_SECONDS,
+                    env={"PATH": "/usr/bin:/bin"},
+                    output_limit=4096,
+                )
+            except OSError as exc:
+                logger.warning("could not remove sandbox directories %s: %s", chunk, exc)
+                continue
+            if raw.exit_code != 0:
+                logger.warning(
+                    "could not remove sandbox directories %s: %s", chunk, _decode(raw.stderr)
+                )
 
 
 def local_factory(
@@ -780,6 +678,10 @@ def local_factory(
 ) -> Callable[[str], Awaitable[Sandbox]]:
     """A ``SandboxManager`` factory that creates :class:`LocalSandbox` es.
 
+    Its sandboxes share one :class:`~hermes_async.tools.sandbox.processes.ProcessSweeper`, so
+    those closing at the same moment are served by one ``/proc`` sweep, and one
+    :class:`DirectoryRemover` (one ``rm`` for the directories removed together).
+
     Args:
         root_dir: Parent directory of the sandbox directories (default: system temp dir).
         env_allowlist: Host variables copied into each sandbox.
@@ -787,6 +689,8 @@ def local_factory(
         default_timeout: Seconds for commands that give no timeout.
         terminate_grace: SIGTERM -> SIGKILL grace.
     """
+    sweeper = ProcessSweeper()
+    remover = DirectoryRemover()
 
     async def factory(task_id: str) -> Sandbox:
         return await LocalSandbox.create(
@@ -796,6 +700,8 @@ def local_factory(
             extra_env=extra_env,
             default_timeout=default_timeout,
             terminate_grace=terminate_grace,
+            sweeper=sweeper,
+            remover=remover,
         )
 
     return factory

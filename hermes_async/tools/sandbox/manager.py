@@ -16,9 +16,14 @@ Decisions:
 * **Commands** are gated where they run: ``get()`` returns a :class:`ManagedSandbox` wrapper
   whose every operation holds a ``limits.sandbox_exec`` slot and marks the sandbox busy, so
   tools need not know about limiters and the reaper never closes a sandbox mid-command.
-* **Release** pops the sandbox and closes it under ``move_on_after(close_timeout, shield=True)``:
-  never skipped by cancellation, never hangs; a close that overruns is logged. Releasing an
-  unknown or already released id is a no-op; a second concurrent release waits for the first.
+* **Release** pops the sandbox and closes it under one
+  :func:`~hermes_async._cleanup.cleanup_scope` bounded by ``close_timeout``: never skipped by
+  cancellation, never hangs; a close that overruns is logged with its reason. This is *the* bound
+  of a release: callers (the loop, the rollout pipeline, ``ToolContext``) add none of their own,
+  and backends' ``aclose`` does not shield (each external call in it has its own deadline).
+  ``release(task_id, interrupted=True)`` — the rollout was cancelled or timed out — lets the
+  backend skip graceful steps. Releasing an unknown or already released id is a no-op; a second
+  concurrent release waits for the first.
 * **Idle reaper**: a task in the manager's own task group closes sandboxes unused for
   ``idle_timeout`` seconds (none with a command in flight or a running background process).
 * :meth:`request_release` is the synchronous form: it queues the release to the manager's own
@@ -26,7 +31,9 @@ Decisions:
   everything left is released when the manager exits). ``ToolContext.cleanup()`` called without
   ``await`` relies on it.
 * The manager must be entered (``async with``) before use: its task group hosts the reaper and
-  the janitor, and its exit releases every sandbox.
+  the janitor, and its exit releases every sandbox, concurrently, each release bounded by
+  ``close_timeout`` (so exiting takes at most about ``close_timeout``; no second bound around
+  them), with ``interrupted=True`` when the block exits by an exception or a cancellation.
 
 A process-wide *current* manager lives in a :class:`contextvars.ContextVar`, so code that builds
 ``ToolContext(task_id)`` with no other argument (reference-style reward functions) finds the
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -49,18 +57,21 @@ from typing import Self
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
 from hermes_async.limits import Limits
 from hermes_async.tools.sandbox.base import (
     BACKGROUND_OUTPUT_CHARS,
-    DEFAULT_OUTPUT_LIMIT_BYTES,
+    DEFAULT_CLOSE_TIMEOUT_SECONDS,
     BackgroundProcess,
     BackgroundStatus,
+    ExecRequest,
     ExecResult,
     Sandbox,
 )
 
-__all__ = [
+__all__ = (
     "DEFAULT_CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_CREATE_TIMEOUT_SECONDS",
     "DEFAULT_IDLE_TIMEOUT_SECONDS",
@@ -71,7 +82,7 @@ __all__ = [
     "current_sandbox_manager",
     "open_sandbox_manager",
     "use_sandbox_manager",
-]
+)
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +91,6 @@ SandboxFactory = Callable[[str], Awaitable[Sandbox]]
 
 #: Seconds a sandbox may take to be created (container pulls and Modal cold starts included).
 DEFAULT_CREATE_TIMEOUT_SECONDS = 300.0
-
-#: Seconds a release may take (killing processes, removing the directory or container).
-DEFAULT_CLOSE_TIMEOUT_SECONDS = 30.0
 
 #: Idle lifetime before the reaper closes a sandbox (the RL env's ``TERMINAL_LIFETIME_SECONDS``).
 DEFAULT_IDLE_TIMEOUT_SECONDS = 3600.0
@@ -124,7 +132,7 @@ class _Entry:
         self.released = False
 
 
-class SandboxManager:
+class SandboxManager(AsyncResource):
     """Own the sandboxes of many rollouts: one per ``task_id``.
 
     Args:
@@ -191,7 +199,7 @@ class SandboxManager:
             if math.isfinite(self.idle_timeout):
                 await self._tg.start(self._reaper)
         except BaseException:
-            self._tg.cancel_scope.cancel()
+            self._tg.cancel_scope.cancel("SandboxManager failed to start its tasks")
             await self._tg.__aexit__(None, None, None)
             self._state = "closed"
             raise
@@ -202,21 +210,47 @@ class SandboxManager:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
-        """Release every sandbox (shielded, bounded), stop the reaper and the janitor.
+    ) -> None:
+        """Release every sandbox, stop the reaper and the janitor (see :meth:`aclose`).
+
+        Written out rather than inherited from ``AsyncResource``: a block that raised (or was
+        cancelled) releases with ``interrupted=True``. The block's exception propagates as
+        itself: the manager's task group never sees it (it would wrap it in an
+        ``ExceptionGroup``); only a failure of the manager's own tasks comes out as a group.
+        """
+        await self._shutdown(interrupted=exc is not None)
+
+    async def aclose(self, *, interrupted: bool = False) -> None:
+        """Release every sandbox, stop the reaper and the janitor. Idempotent.
+
+        What ``async with`` does on exit: the releases run concurrently, each bounded by
+        ``close_timeout`` (the one bound; nothing wraps them in a second).
+
+        Args:
+            interrupted: Release with ``interrupted=True`` (the run was cancelled).
 
         **Cancellation**: the releases run shielded, each bounded by ``close_timeout``.
         """
+        await self._shutdown(interrupted=interrupted)
+
+    async def _shutdown(self, *, interrupted: bool) -> None:
+        if self._state == "unopened":
+            self._state = "closed"
+        if self._state != "open":
+            return
         self._state = "closing"
         assert self._tg is not None
+        reason = (
+            "the manager's block raised or was cancelled" if interrupted else "the manager closed"
+        )
         try:
-            with anyio.move_on_after(self.close_timeout + 5, shield=True):
-                await self.release_all()
+            # Shield only: every release inside is bounded by close_timeout.
+            with cleanup_scope("release every sandbox", math.inf, reason=reason, log=logger):
+                await self.release_all(interrupted=interrupted)
         finally:
             self._state = "closed"
-            self._tg.cancel_scope.cancel()
-            result = await self._tg.__aexit__(exc_type, exc, tb)
-        return result
+            self._tg.cancel_scope.cancel(f"SandboxManager closing: {reason}")
+            await self._tg.__aexit__(None, None, None)
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -301,57 +335,65 @@ class SandboxManager:
         entry.done.set()
         if entry.released or self._state != "open":
             # Released (or the manager closed) while we were creating it.
-            await self._close(entry.task_id, sandbox)
+            await self._close(
+                entry.task_id, sandbox, interrupted=False, reason="released during its creation"
+            )
 
-    async def release(self, task_id: str) -> None:
+    async def release(self, task_id: str, *, interrupted: bool = False) -> None:
         """Close ``task_id``'s sandbox: kill its processes and remove it. Idempotent.
 
         Never raises for a backend failure (it is logged): cleanup must not mask the
-        rollout's own outcome.
+        rollout's own outcome. This is the one bound of a release: do not wrap it in another.
+
+        Args:
+            task_id: The rollout whose sandbox to close.
+            interrupted: The rollout was cancelled or timed out: the backend may skip graceful
+                steps (the local backend sends SIGKILL at once). The loop and the rollout
+                pipeline pass it; the default is the graceful close.
 
         **Cancellation**: runs shielded, bounded by ``close_timeout``; the sandbox is closed
-        (or the deadline logged) before cancellation propagates.
+        (or the overrun logged) before cancellation propagates.
         """
         entry = self._entries.pop(task_id, None)
         if entry is None:
             closing = self._closing.get(task_id)
             if closing is not None:
-                with anyio.move_on_after(self.close_timeout, shield=True):
+                # Shield only: the close being waited for is bounded by close_timeout.
+                with cleanup_scope(f"wait for the close of {task_id!r}", math.inf, log=logger):
                     await closing.wait()
             return
         entry.released = True
         if entry.sandbox is None:
             return  # still being created: the creator closes it when it is done
-        await self._close(task_id, entry.sandbox)
+        reason = "the rollout was interrupted" if interrupted else "released"
+        await self._close(task_id, entry.sandbox, interrupted=interrupted, reason=reason)
 
-    async def _close(self, task_id: str, sandbox: Sandbox) -> None:
+    async def _close(
+        self, task_id: str, sandbox: Sandbox, *, interrupted: bool, reason: str
+    ) -> None:
         event = self._closing[task_id] = anyio.Event()
         try:
-            with anyio.move_on_after(self.close_timeout, shield=True) as scope:
-                try:
-                    await sandbox.aclose()
-                except Exception:
-                    logger.warning("closing the sandbox of %r failed", task_id, exc_info=True)
-            if scope.cancelled_caught:
-                logger.warning(
-                    "closing the sandbox of %r overran close_timeout=%gs; abandoned",
-                    task_id,
-                    self.close_timeout,
-                )
+            await bounded_cleanup(
+                f"close the sandbox of {task_id!r}",
+                lambda: sandbox.aclose(interrupted=interrupted),
+                timeout=self.close_timeout,
+                reason=reason,
+                log=logger,
+            )
             self._released += 1
         finally:
             event.set()
             if self._closing.get(task_id) is event:
                 del self._closing[task_id]
 
-    async def release_all(self) -> None:
+    async def release_all(self, *, interrupted: bool = False) -> None:
         """Release every sandbox, concurrently.
 
         **Cancellation**: each release is shielded and bounded.
         """
         async with anyio.create_task_group() as tg:
             for task_id in list(self._entries):
-                tg.start_soon(self.release, task_id)
+                tg.start_soon(functools.partial(self.release, task_id, interrupted=interrupted))
 
     def request_release(self, task_id: str) -> None:
         """Queue a release of ``task_id`` to the manager's janitor task (synchronous).
@@ -454,9 +496,12 @@ class ManagedSandbox(Sandbox):
     """The sandbox a :class:`SandboxManager` hands out: every operation is gated and tracked.
 
     Each call holds a ``limits.sandbox_exec`` slot for its duration and marks the sandbox busy
-    (the idle reaper skips busy sandboxes). ``aclose()`` releases the sandbox through the manager.
-    The underlying backend object is :attr:`inner`.
+    (the idle reaper skips busy sandboxes). ``aclose()`` (and ``async with``) release the sandbox
+    through the manager, whose ``close_timeout`` is the release's one bound. The underlying
+    backend object is :attr:`inner`.
     """
+
+    close_timeout = None  # the manager's release bounds it
 
     def __init__(self, manager: SandboxManager, entry: _Entry) -> None:
         assert entry.sandbox is not None
@@ -485,29 +530,13 @@ class ManagedSandbox(Sandbox):
             self._entry.busy -= 1
             self._entry.last_used = anyio.current_time()
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
-    ) -> ExecResult:
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
         """Run a command (see :meth:`Sandbox.exec`) holding a ``sandbox_exec`` slot.
 
-        **Cancellation**: as the backend's ``exec``; the slot is returned.
+        **Cancellation**: as the backend's; the slot is returned.
         """
         async with self._slot() as sb:
-            return await sb.exec(
-                command,
-                cwd=cwd,
-                env=env,
-                timeout=timeout,
-                stdin=stdin,
-                output_limit=output_limit,
-            )
+            return await sb.exec_request(request)
 
     async def read_bytes(self, path: str) -> bytes:
         """See :meth:`Sandbox.read_bytes`.
@@ -541,12 +570,12 @@ class ManagedSandbox(Sandbox):
         async with self._slot() as sb:
             return await sb.get_archive(path)
 
-    async def aclose(self) -> None:
+    async def aclose(self, interrupted: bool = False) -> None:
         """Release the sandbox through the manager (idempotent).
 
         **Cancellation**: shielded and bounded, as :meth:`SandboxManager.release`.
         """
-        await self._manager.release(self.task_id)
+        await self._manager.release(self.task_id, interrupted=interrupted)
 
     def background_processes(self) -> list[BackgroundProcess]:
         """See :meth:`Sandbox.background_processes`."""

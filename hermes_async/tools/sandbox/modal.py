@@ -4,7 +4,8 @@ Uses Modal 1.6's async API only: ``App.lookup.aio``, ``Sandbox.create.aio("sleep
 ...)``, ``sb.exec.aio(...)`` with streamed ``stdout``/``stderr``, ``sb.filesystem.read_bytes.aio``
 / ``write_bytes.aio``, ``sb.terminate.aio()``. No blocking call, no worker thread. Modal's
 client is asyncio-only (synchronicity): under trio, creating a sandbox raises
-:class:`~hermes_async.errors.ConfigError` at once.
+:class:`~hermes_async.errors.AsyncBackendError` (a :class:`~hermes_async.errors.ConfigError`)
+at once.
 
 Why the deadlines and the rate limit:
 
@@ -54,38 +55,32 @@ import logging
 import math
 import posixpath
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
 
+from hermes_async._asynclib import require_asyncio
+from hermes_async._cleanup import bounded_cleanup
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
     EXEC_DIR,
-    OutputCapture,
-    exec_argv,
-    kill_argv,
+    ContainerExec,
+    ContainerSandbox,
     read_until_exit,
-    require_asyncio,
-    resolve_path,
-    run_killable,
 )
-from hermes_async.tools.sandbox.base import (
-    DEFAULT_OUTPUT_LIMIT_BYTES,
-    ExecResult,
-    Sandbox,
-    check_tar_members,
-)
+from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
+from hermes_async.tools.sandbox.output import OutputCapture
 
-__all__ = [
+__all__ = (
     "DEFAULT_MODAL_IMAGE",
     "CreationRateLimiter",
     "ModalBackend",
     "ModalSandbox",
     "ModalSandboxConfig",
-]
+)
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +111,8 @@ class ModalSandboxConfig:
         create_timeout_seconds: Deadline of one creation (app lookup + create).
         call_timeout_seconds: Deadline of every other Modal call (exec start, file transfer,
             wait after a kill).
-        terminate_timeout_seconds: Deadline of ``terminate`` (shielded).
+        terminate_timeout_seconds: Deadline of ``terminate``, and the bound of a release that
+            ``async with sandbox:`` owns.
         default_exec_timeout_seconds: Command timeout when ``exec`` gets none.
         max_creates_per_second: Creations started per second, at most.
         max_concurrent_creates: Creations in flight, at most.
@@ -277,10 +273,16 @@ class ModalBackend:
             SandboxError: Modal is unreachable, refuses, or creation exceeded
                 ``create_timeout_seconds``.
 
-        **Cancellation**: a sandbox whose handle was already returned is terminated (shielded,
-        bounded); one cancelled mid-call ends with its Modal lifetime.
+        **Cancellation**: nothing is awaited once the handle is returned, so a cancellation
+        either comes before (no sandbox) or during the create call; a sandbox whose creation was
+        cancelled mid-call cannot be terminated (its id never arrived) and ends with its Modal
+        lifetime.
         """
-        require_asyncio("modal", "modal (synchronicity, asyncio)")
+        require_asyncio(
+            "the modal sandbox backend",
+            "modal (synchronicity, asyncio)",
+            remedy="use terminal_backend='local' or 'docker'",
+        )
         modal: Any = self._modal if self._modal is not None else _import_modal()
         cfg = self.config
         async with self.rate_limiter:
@@ -324,82 +326,44 @@ class ModalBackend:
         return ModalSandbox(task_id, handle, cfg)
 
 
-class ModalSandbox(Sandbox):
-    """One task's Modal sandbox. Create it with :class:`ModalBackend`; close with :meth:`aclose`."""
+class ModalSandbox(ContainerSandbox):
+    """One task's Modal sandbox. Create it with :class:`ModalBackend`; close with :meth:`aclose`.
+
+    ``exec`` is :class:`~hermes_async.tools.sandbox._container.ContainerSandbox`'s, as for
+    Docker: each command in its own process group, killed as a group on timeout (exit 124) or
+    cancellation; head + tail output caps per stream; separate stdout/stderr.
+    """
+
+    kind = "Modal"
 
     def __init__(self, task_id: str, handle: Any, config: ModalSandboxConfig) -> None:
-        self.task_id = task_id
-        self.workdir = config.workdir
+        super().__init__(
+            task_id,
+            config.workdir,
+            default_exec_timeout=config.default_exec_timeout_seconds,
+            kill_timeout=config.call_timeout_seconds,
+            close_timeout=config.terminate_timeout_seconds,
+        )
         self.config = config
         self._sb = handle
-        self._closed = False
 
     @property
     def object_id(self) -> str:
         """Modal's id of the sandbox (``sb-...``)."""
         return str(getattr(self._sb, "object_id", "?"))
 
-    def _resolve(self, path: str) -> str:
-        return resolve_path(self.workdir, path)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxError(
-                "the Modal sandbox was closed; get a new one from the manager", task_id=self.task_id
-            )
+    @property
+    def label(self) -> str:
+        """Modal's id of the sandbox."""
+        return self.object_id
 
     async def _call(self, what: str, awaitable: Awaitable[_T]) -> _T:
         return await _call(what, awaitable, self.config.call_timeout_seconds, self.task_id)
 
-    # ----------------------------------------------------------------- exec
+    # ----------------------------------------------------------------- exec hooks
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
-    ) -> ExecResult:
-        """Run ``command`` in the sandbox, in its own process group, output streamed.
-
-        Same semantics as the Docker backend: timeout -> the group is killed, exit 124;
-        head + tail output caps per stream; separate stdout/stderr.
-
-        Raises:
-            SandboxError: Modal did not answer within ``call_timeout_seconds`` or failed.
-
-        **Cancellation**: the command's process group is killed (shielded, bounded by
-        ``call_timeout_seconds``) before the cancellation propagates.
-        """
-        self._check_open()
-        limit = self.config.default_exec_timeout_seconds if timeout is None else timeout
-        workdir = self._resolve(cwd) if cwd else self.workdir
-        exec_id = uuid.uuid4().hex
-        stdin_path = ""
-        if stdin is not None:
-            stdin_path = f"{EXEC_DIR}/{exec_id}.in"
-            await self._write(stdin_path, stdin)
-        out, err = OutputCapture(output_limit), OutputCapture(output_limit)
-        argv = exec_argv(exec_id, workdir, stdin_path, command)
-        return await run_killable(
-            lambda: self._run(argv, env, out, err, limit),
-            lambda: self._kill_group(exec_id),
-            limit,
-            out,
-            err,
-        )
-
-    async def _run(
-        self,
-        argv: list[str],
-        env: Mapping[str, str] | None,
-        out: OutputCapture,
-        err: OutputCapture,
-        limit: float,
-    ) -> int:
+    async def _run_argv(self, run: ContainerExec) -> int:
+        argv, env, out, err, limit = run.argv, run.env, run.out, run.err, run.limit
         # Modal's own exec timeout is a backstop a little past ours (integer seconds).
         process = await self._call(
             "an exec",
@@ -439,29 +403,14 @@ class ModalSandbox(Sandbox):
             code = int(await self._call("an exec wait", process.wait.aio()))
         return code
 
-    async def _kill_group(self, exec_id: str) -> None:
-        with anyio.move_on_after(self.config.call_timeout_seconds, shield=True) as scope:
-            try:
-                sink = OutputCapture(1 << 16)
-                await self._run(
-                    kill_argv(exec_id), None, sink, sink, self.config.call_timeout_seconds
-                )
-            except Exception as exc:
-                logger.warning("could not kill exec %s in %s: %s", exec_id, self.object_id, exc)
-        if scope.cancelled_caught:
-            logger.warning("killing exec %s in %s overran its deadline", exec_id, self.object_id)
+    async def _stage_file(self, path: str, data: bytes) -> None:
+        await self._write(path, data)
 
     async def _sh(self, script: str, *args: str) -> tuple[int, str]:
-        out, err = OutputCapture(1 << 16), OutputCapture(1 << 16)
-        with anyio.fail_after(self.config.call_timeout_seconds):
-            code = await self._run(
-                ["/bin/sh", "-c", script, "sh", *args],
-                None,
-                out,
-                err,
-                self.config.call_timeout_seconds,
-            )
-        return code, err.text().strip()
+        code, err = await self._helper(
+            ["/bin/sh", "-c", script, "sh", *args], self.config.call_timeout_seconds
+        )
+        return code, err.strip()
 
     # ----------------------------------------------------------------- files
 
@@ -549,31 +498,38 @@ class ModalSandbox(Sandbox):
         try:
             return await self._read(staged)
         finally:
-            with anyio.move_on_after(self.config.call_timeout_seconds, shield=True):
-                try:
-                    await self._sh('rm -f -- "$1"', staged)
-                except Exception as exc:
-                    logger.debug("could not remove %s: %s", staged, exc)
+            # The helper's own deadline (call_timeout_seconds) is this step's one bound.
+            await bounded_cleanup(
+                f"remove the staged archive {staged} in Modal sandbox {self.object_id}",
+                lambda: self._sh('rm -f -- "$1"', staged),
+                timeout=math.inf,
+                log=logger,
+            )
 
     # ----------------------------------------------------------------- close
 
-    async def aclose(self) -> None:
+    async def aclose(self, interrupted: bool = False) -> None:
         """Terminate the sandbox. Idempotent.
 
-        **Cancellation**: runs shielded, bounded by ``terminate_timeout_seconds``; a sandbox
-        that could not be terminated in time ends with its Modal lifetime.
+        ``interrupted`` changes nothing here: ``terminate`` is already immediate.
+
+        **Cancellation**: one Modal call bounded by ``terminate_timeout_seconds``; run ``aclose``
+        under the release's cleanup scope (``SandboxManager.release`` does). A sandbox that
+        could not be terminated is logged; it ends with its Modal lifetime.
         """
         if self._closed:
             return
         self._closed = True
-        with anyio.move_on_after(self.config.terminate_timeout_seconds, shield=True) as scope:
-            try:
-                await self._sb.terminate.aio()
-            except Exception as exc:
-                logger.warning("could not terminate Modal sandbox %s: %s", self.object_id, exc)
-        if scope.cancelled_caught:
-            logger.warning(
-                "terminating Modal sandbox %s took longer than %g s; it ends with its lifetime",
-                self.object_id,
+        try:
+            await _call(
+                f"terminate of {self.object_id}",
+                self._sb.terminate.aio(),
                 self.config.terminate_timeout_seconds,
+                self.task_id,
+            )
+        except Exception as exc:
+            logger.warning(
+                "could not terminate Modal sandbox %s (it ends with its lifetime): %s",
+                self.object_id,
+                exc,
             )

@@ -14,6 +14,7 @@ from hermes_async.tools.sandbox.local import (
     SANDBOX_MARKER_ENV,
     LocalSandbox,
     find_sandbox_processes,
+    local_factory,
     run_bounded,
 )
 
@@ -215,3 +216,75 @@ def test_check_tar_members_rejects_hostile_archives() -> None:
 
 def test_marker_env_constant() -> None:
     assert SANDBOX_MARKER_ENV == "HERMES_ASYNC_SANDBOX"
+
+
+@pytest.mark.parametrize("interrupted", [False, True], ids=["graceful", "interrupted"])
+async def test_close_is_graceful_unless_interrupted(
+    tmp_path: pathlib.Path, interrupted: bool
+) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    # A long grace: a graceful close waits it out for processes that ignore TERM.
+    sb = await LocalSandbox.create("t", root_dir=str(root), terminate_grace=4)
+    trapped = outside / "trapped"
+    await sb.start_background(
+        f"trap 'echo TERM > {trapped}; exit 0' TERM; while :; do sleep 0.05; done"
+    )
+    await sb.start_background("trap '' TERM; sleep 1000")
+    with anyio.fail_after(10):
+        while len(sb.live_processes()) < 4:
+            await anyio.sleep(0.02)
+    start = anyio.current_time()
+    await sb.aclose(interrupted=interrupted)
+    elapsed = anyio.current_time() - start
+    assert sb.live_processes() == []
+    assert not os.path.exists(sb.root)
+    if interrupted:
+        assert not trapped.exists()  # SIGKILL at once: no TERM handler ran
+        assert elapsed < 3.5
+    else:
+        assert trapped.read_text() == "TERM\n"
+        assert elapsed >= 3.5  # the TERM-ignoring sleep got the whole grace
+
+
+async def test_closes_of_one_factory_share_sweeps_and_removals(tmp_path: pathlib.Path) -> None:
+    from hermes_async.limits import open_lag_monitor
+    from hermes_async.tools.sandbox.manager import SandboxManager
+
+    n = 40
+    factory = local_factory(str(tmp_path), terminate_grace=2.0)
+    async with SandboxManager(factory, idle_timeout=None) as manager:
+        inner: list[LocalSandbox] = []
+
+        async def start(i: int) -> None:
+            sb = await manager.get(f"t{i}")
+            await sb.start_background("sleep 1000")
+            assert isinstance(sb.inner, LocalSandbox)
+            inner.append(sb.inner)
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(start, i)
+        sweeper, remover = inner[0].sweeper, inner[0].remover
+        assert all(sb.sweeper is sweeper and sb.remover is remover for sb in inner)
+        before = sweeper.statistics()
+        async with open_lag_monitor() as monitor:
+            with anyio.fail_after(120):
+                async with anyio.create_task_group() as tg:
+                    for i in range(n):
+                        tg.start_soon(manager.release, f"t{i}")
+            lag = monitor.statistics()
+    after = sweeper.statistics()
+    requests, sweeps = after.requests - before.requests, after.sweeps - before.sweeps
+    print(f"{n} closes: {requests} kill rounds in {sweeps} sweeps, {remover.runs} rm; {lag}")
+    assert requests >= 2 * n  # each close: a TERM round, then a round that finds nothing
+    assert sweeps <= requests // 4  # shared, not one per close
+    assert remover.runs <= n // 4
+    # The old per-sandbox synchronous scans stalled the loop for seconds at this size; the
+    # bound is generous for a loaded machine (bench/sandbox_close.py measures it properly).
+    assert lag.max < 2.0
+    for sb in inner:
+        assert sb.live_processes() == []
+    assert list(tmp_path.iterdir()) == []

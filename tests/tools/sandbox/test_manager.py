@@ -182,9 +182,9 @@ async def test_release_runs_even_when_cancelled() -> None:
     closed = anyio.Event()
 
     class SlowClose(FakeSandbox):
-        async def aclose(self) -> None:
+        async def aclose(self, interrupted: bool = False) -> None:
             await anyio.sleep(0.1)
-            await super().aclose()
+            await super().aclose(interrupted)
             closed.set()
 
     async with SandboxManager(FakeSandboxFactory(sandbox=SlowClose())) as manager:
@@ -197,7 +197,7 @@ async def test_release_runs_even_when_cancelled() -> None:
 
 async def test_release_that_hangs_is_bounded() -> None:
     class Hang(FakeSandbox):
-        async def aclose(self) -> None:
+        async def aclose(self, interrupted: bool = False) -> None:
             await anyio.sleep_forever()
 
     async with SandboxManager(FakeSandboxFactory(sandbox=Hang()), close_timeout=0.1) as m:
@@ -210,13 +210,13 @@ async def test_release_that_hangs_is_bounded() -> None:
 
 async def test_release_failure_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     class Broken(FakeSandbox):
-        async def aclose(self) -> None:
+        async def aclose(self, interrupted: bool = False) -> None:
             raise RuntimeError("backend exploded")
 
     async with SandboxManager(FakeSandboxFactory(sandbox=Broken())) as m:
         await m.get("t")
         await m.release("t")
-    assert "closing the sandbox of 't' failed" in caplog.text
+    assert "cleanup failed: close the sandbox of 't': RuntimeError: backend exploded" in caplog.text
 
 
 async def test_release_during_creation_closes_new_sandbox() -> None:
@@ -340,3 +340,58 @@ async def test_local_factory_through_manager(tmp_path: pathlib.Path) -> None:
         assert await sb.read_bytes("x.bin") == b"\0\1"
         assert repr(manager).startswith("<SandboxManager [open | 1 active")
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_release_passes_interrupted_to_the_backend() -> None:
+    factory = FakeSandboxFactory()
+    async with SandboxManager(factory) as manager:
+        await manager.get("graceful")
+        await manager.get("cut")
+        managed = await manager.get("managed")
+        await manager.release("graceful")
+        await manager.release("cut", interrupted=True)
+        await managed.aclose(interrupted=True)
+    assert [s.closes for s in factory.created] == [[False], [True], [True]]
+
+
+async def test_exit_releases_interrupted_when_the_block_raised() -> None:
+    factory = FakeSandboxFactory()
+    with pytest.raises(RuntimeError, match="rollout crashed"):
+        async with SandboxManager(factory) as manager:
+            await manager.get("t")
+            raise RuntimeError("rollout crashed")
+    async with SandboxManager(factory) as manager:
+        await manager.get("u")
+    assert [s.closes for s in factory.created] == [[True], [False]]
+    await manager.aclose()  # idempotent after exit
+    unopened = SandboxManager(factory)
+    await unopened.aclose()
+    with pytest.raises(SandboxError, match="has been closed"):
+        await unopened.get("t")
+
+
+async def test_exit_is_bounded_by_close_timeout_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """Each release is the one bound: exiting with stuck closes takes ~close_timeout, once."""
+
+    class Hang(FakeSandbox):
+        async def aclose(self, interrupted: bool = False) -> None:
+            await anyio.sleep_forever()
+
+    class HangFactory(FakeSandboxFactory):
+        async def __call__(self, task_id: str) -> Sandbox:
+            sandbox = Hang(task_id)
+            self.created.append(sandbox)
+            return sandbox
+
+    start = anyio.current_time()
+    with anyio.CancelScope() as scope:
+        async with SandboxManager(HangFactory(), close_timeout=0.5) as manager:
+            for i in range(5):
+                await manager.get(f"t{i}")
+            scope.cancel("test: the run is cancelled")
+            await anyio.sleep(10)
+    elapsed = anyio.current_time() - start
+    assert 0.5 <= elapsed < 4  # concurrent releases, each bounded by 0.5 s; no second bound
+    overruns = [r for r in caplog.records if "overran its deadline" in r.getMessage()]
+    assert len(overruns) == 5
+    assert "cleanup because: the rollout was interrupted" in overruns[0].getMessage()
