@@ -55,7 +55,8 @@ from hermes_async.tools.browser import (
     current_browser_manager,
 )
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime, dispatch
-from hermes_async.tools.sandbox.base import Sandbox, check_tar_members
+from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
+from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.local import run_bounded
 from hermes_async.tools.sandbox.manager import SandboxManager, current_sandbox_manager
 
@@ -321,7 +322,7 @@ class ToolContext(AsyncResource):
             name = posixpath.basename(remote_path.rstrip("/"))
             if not name:
                 return {"exit_code": -1, "output": f"Invalid remote path: {remote_path!r}"}
-            tar = _single_file_tar(name, data)
+            tar = single_file_tar(name, data)
             sandbox = await self._sandbox()
             try:
                 await sandbox.put_archive(posixpath.dirname(remote_path) or ".", tar)
@@ -527,16 +528,6 @@ def _as_dict(content: str, raw_key: str) -> JSONObject:
     if isinstance(value, dict):
         return value
     return {raw_key: content}
-
-
-def _single_file_tar(name: str, data: bytes) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        info.mode = 0o644
-        tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 async def _host_read_file(path: str) -> tuple[int, bytes]:

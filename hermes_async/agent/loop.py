@@ -449,16 +449,18 @@ class HermesAgentLoop:
         tools = RunTools(self._tools, runtime)
         timeout = self.options.rollout_timeout
         release = self.release_sandbox
+        interrupted = False
         try:
             with anyio.move_on_after(timeout if timeout is not None else math.inf) as deadline:
                 await self._turns.run(result, tools, seed=seed)
         except anyio.get_cancelled_exc_class():
             tools.close_inflight(result, "the rollout was cancelled")
             release = True  # nobody will compute a reward on this rollout: free its sandbox now
+            interrupted = True
             raise
         finally:
             if release:
-                await _release(sandboxes, task_id)
+                await _release(sandboxes, task_id, interrupted=interrupted)
         if deadline.cancelled_caught:
             result.finished_naturally = False
             result.error = f"rollout deadline of {timeout:g} s exceeded"
@@ -466,7 +468,9 @@ class HermesAgentLoop:
         return result
 
 
-async def _release(sandboxes: SandboxProvider | None, task_id: str) -> None:
+async def _release(
+    sandboxes: SandboxProvider | None, task_id: str, *, interrupted: bool = False
+) -> None:
     """Release ``task_id``'s sandbox; never raises.
 
     No bound here: the provider's ``release`` shields and bounds itself (``SandboxManager``:
@@ -475,6 +479,6 @@ async def _release(sandboxes: SandboxProvider | None, task_id: str) -> None:
     if sandboxes is None:
         return
     try:
-        await sandboxes.release(task_id)
+        await sandboxes.release(task_id, interrupted=interrupted)
     except Exception as exc:  # cleanup must not mask the rollout's own outcome
         logger.warning("task %s: sandbox release failed: %s", task_id, exc)

@@ -222,10 +222,10 @@ async def _score(
         return 0.0, f"reward failed: {message}"
 
 
-async def _release(manager: SandboxManager, task_id: str) -> None:
+async def _release(manager: SandboxManager, task_id: str, *, interrupted: bool) -> None:
     # The managers' releases shield themselves and are bounded by their own close timeouts;
     # they never raise for a backend failure. No second bound here.
-    await manager.release(task_id)
+    await manager.release(task_id, interrupted=interrupted)
     browsers = current_browser_manager()
     if browsers is not None:  # the rollout's browser session goes with its sandbox
         await browsers.release(task_id)
@@ -247,14 +247,18 @@ class _Batch:
     ) -> ScoredRollout:
         """Rollout ``index`` of the batch: loop, reward, release, rows."""
         start = anyio.current_time()
+        interrupted = False
         try:
             result = await self.loop.run(
                 [dict(m) for m in messages], task_id=task_id, seed=_seed(self.options, index)
             )
             ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
             value, reward_error = await _score(self.reward, result, ctx)
+        except anyio.get_cancelled_exc_class():
+            interrupted = True
+            raise
         finally:
-            await _release(self.manager, task_id)
+            await _release(self.manager, task_id, interrupted=interrupted)
         rows = rollout_rows(result, self.encode)
         return ScoredRollout(
             task_id=task_id,

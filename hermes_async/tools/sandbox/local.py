@@ -112,6 +112,9 @@ TERMINATE_GRACE_SECONDS = 2.0
 #: After SIGKILL, how long to wait for the kernel to reap (a bound, never expected to matter).
 KILL_WAIT_SECONDS = 5.0
 
+#: Deadline of starting one local process (fork + exec; milliseconds in practice), shielded.
+PROCESS_START_TIMEOUT_SECONDS = 30.0
+
 #: After the shell exited and its group was killed, how long to keep reading pipes that a
 #: process outside the group (e.g. ``setsid x &`` without redirection) may still hold open.
 PIPE_DRAIN_GRACE_SECONDS = 2.0
@@ -222,15 +225,20 @@ async def run_bounded(
     scope bounded by ``terminate_grace + KILL_WAIT_SECONDS + 1`` before the cancellation
     propagates.
     """
-    proc = await anyio.open_process(
-        argv,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
+    # Shielded (and bounded): asyncio leaks the half-built subprocess transport (its pipes
+    # and the child) when a cancellation lands inside subprocess creation. Starting a local
+    # process takes milliseconds; the caller's cancellation is delivered right after, with the
+    # group's cleanup below.
+    with anyio.fail_after(PROCESS_START_TIMEOUT_SECONDS, shield=True):
+        proc = await anyio.open_process(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
     pgid = proc.pid
     if on_start is not None:
         on_start(pgid)
