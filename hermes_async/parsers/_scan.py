@@ -11,6 +11,8 @@ import json
 import re
 from collections.abc import Mapping
 
+from hermes_async._json import MAX_JSON_DEPTH, scrub_text
+
 __all__ = ["PARTIAL", "JsonScanner", "Markers"]
 
 #: ``Markers.match_at`` result: the text ends inside a marker spelling; wait for more.
@@ -41,6 +43,10 @@ class Markers:
     def search(self, s: str, i: int) -> re.Match[str] | None:
         """The earliest full marker in ``s[i:]``."""
         return self._find.search(s, i)
+
+    def free_end(self, s: str, i: int, eof: bool) -> int:
+        """How far ``s[i:]``, which holds no full marker, can be released (all of it at eof)."""
+        return len(s) if eof else self.safe_end(s, i)
 
     def safe_end(self, s: str, i: int) -> int:
         """Index up to which ``s[i:]`` holds no start of a marker that may continue later.
@@ -117,6 +123,9 @@ class JsonScanner:
     character that cannot continue the object at the top level, or on one of ``interrupts``
     outside a string at any depth (the first characters of a closing marker: ``<`` is never
     valid JSON outside a string, so the engine can check for ``</tool_call>`` there).
+
+    Nesting deeper than :data:`~hermes_async._json.MAX_JSON_DEPTH` sets ``too_deep`` (the scan
+    itself is iterative and goes on): the finished text must not be handed to ``json.loads``.
     """
 
     __slots__ = (
@@ -139,6 +148,7 @@ class JsonScanner:
         "name_keys",
         "parts",
         "stopped",
+        "too_deep",
     )
 
     def __init__(
@@ -159,6 +169,7 @@ class JsonScanner:
         self.esc = False
         self.done = False
         self.stopped = False
+        self.too_deep = False
         self.parts: list[str] = []
         self.frags: list[str] = []
         self.name: str | None = None
@@ -211,7 +222,7 @@ class JsonScanner:
                         self._cap.append(s[cs:j])
                         cs = -1
                         try:
-                            value = json.loads('"' + "".join(self._cap) + '"')
+                            value = scrub_text(json.loads('"' + "".join(self._cap) + '"'))
                         except ValueError:
                             value = None
                         self._cap = None
@@ -238,6 +249,8 @@ class JsonScanner:
                     self.in_str = True
                 elif c == "{" or c == "[":
                     self.depth += 1
+                    if self.depth > MAX_JSON_DEPTH:
+                        self.too_deep = True
                 elif c == "}" or c == "]":
                     self.depth -= 1
                     if self.depth == 1:
@@ -279,17 +292,17 @@ class JsonScanner:
                 else:
                     i += 1
                     continue
+            if c == "}" and state in (_KEY_OR_END, _COMMA_OR_END):
+                self.depth = 0
+                self.done = True
+                i += 1
+                break
             if state in (_KEY_OR_END, _KEY):
                 if c == '"':
                     self.in_str = True
                     self._role = _ROLE_KEY
                     self._cap = []
                     cs = i + 1
-                elif c == "}" and state == _KEY_OR_END:
-                    self.depth = 0
-                    self.done = True
-                    i += 1
-                    break
                 else:
                     self.stopped = True
                     break
@@ -321,16 +334,10 @@ class JsonScanner:
                     self.stopped = True
                     break
             else:  # _COMMA_OR_END
-                if c == ",":
-                    self._state = _KEY
-                elif c == "}":
-                    self.depth = 0
-                    self.done = True
-                    i += 1
-                    break
-                else:
+                if c != ",":
                     self.stopped = True
                     break
+                self._state = _KEY
             i += 1
         if i > start:
             self.parts.append(s[start:i])
