@@ -406,7 +406,7 @@ class ToolCallParser:
                 break
             else:
                 stalled += 1
-                if stalled > _MAX_STALLED_STEPS:  # pragma: no cover - only a body bug
+                if stalled > _MAX_STALLED_STEPS:  # only a body bug (a user format may have one)
                     self._force_progress(s[i])
                     i += 1
                     stalled = 0
