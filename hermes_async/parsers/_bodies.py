@@ -188,8 +188,20 @@ class Body:
         self.parts.append(s[i : m.start()])
         return m.start(), markers.roles[m.group()], m.end()
 
-    def _name_overflows(self) -> bool:
-        return sum(len(p) for p in self.parts) > NAME_MAX_CHARS
+    def _name_text(
+        self, markers: Markers, s: str, i: int, eof: bool
+    ) -> tuple[int, str | None, int]:
+        """:meth:`_collect` for a name. One that runs past :data:`NAME_MAX_CHARS` is junk from
+        exactly its next character on, whether or not a terminator comes later: the verdict and
+        the place it ends do not depend on where the chunks were cut."""
+        have = sum(len(p) for p in self.parts)
+        k, role, end = self._collect(markers, s, i, eof)
+        if have + len(self.parts[-1]) > NAME_MAX_CHARS:
+            cut = i + NAME_MAX_CHARS + 1 - have
+            self.parts[-1] = s[i:cut]
+            self._junk("no end of the tool name in sight")
+            return cut, None, cut
+        return k, role, end
 
     def _take(self) -> str:
         text = "".join(self.parts)
@@ -589,10 +601,8 @@ class NamedJsonBody(_JsonBody):
             j = skip_ws(s, i)
             if j > i:
                 return j
-        k, role, end = self._collect(self._name_markers, s, i, eof)
+        k, role, end = self._name_text(self._name_markers, s, i, eof)
         if role is None:
-            if self._name_overflows():
-                self._junk("no end of the tool name in sight")
             return k
         text = self._take().strip()
         if self.state == _N_ID:

@@ -188,6 +188,7 @@ class ToolCallParser:
         "_new_id",
         "_next_index",
         "_offset",
+        "_others",
         "_out",
         "_parent",
         "_pending",
@@ -223,6 +224,7 @@ class ToolCallParser:
         self.schemas = schemas if schemas is not None else ToolSchemas(tools)
         self._c = _compile(fmt)
         self._marker_ids: dict[int, str] = {}
+        self._others: frozenset[int] | None = None
         if tokenizer is not None:
             specials = tokenizer.special_tokens
             self._marker_ids = {specials[s]: s for s in self._c.spellings if s in specials}
@@ -542,6 +544,10 @@ class ToolCallParser:
             if run:
                 try:
                     decoded = tokenizer.decode(run)
+                    if not text.startswith(decoded, pos):
+                        # A decoder that skips special tokens skipped the others too.
+                        others = self._other_special_ids()
+                        decoded = tokenizer.decode([t for t in run if t not in others])
                 except Exception:  # ids are model output: a tokenizer may refuse odd ones
                     return text
                 run = []
@@ -555,6 +561,15 @@ class ToolCallParser:
                     pos += len(marker)
                 out.append(marker)
         return "".join(out) if pos == len(text) else text
+
+    def _other_special_ids(self) -> frozenset[int]:
+        """The tokenizer's special ids that are not this format's markers (computed once)."""
+        others = self._others
+        if others is None:
+            assert self._tokenizer is not None
+            specials = self._tokenizer.special_tokens.values()
+            others = self._others = frozenset(specials) - self._marker_ids.keys()
+        return others
 
     # ------------------------------------------------------------------ CallSink
 

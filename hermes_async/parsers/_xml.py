@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.parsers._bodies import JUNK, Body, CallSink, marker_set, name_problem, skip_ws
-from hermes_async.parsers._scan import PARTIAL, Markers
+from hermes_async.parsers._scan import PARTIAL
 from hermes_async.parsers._values import convert_value
 
 __all__ = ["GlmSpec", "Qwen3CoderSpec"]
@@ -44,15 +44,6 @@ class _XmlBody(Body):
         self.sink.fragment("}" if self.params else "{}")
         self.sink.seal(self.name or "", self.params)
         self.done = True
-
-    def _name_text(
-        self, markers: Markers, s: str, i: int, eof: bool
-    ) -> tuple[int, str | None, int]:
-        """:meth:`_collect` for a name; one that runs on past ``NAME_MAX_CHARS`` is junk."""
-        k, role, end = self._collect(markers, s, i, eof)
-        if role is None and self._name_overflows():
-            self._junk("no end of the tool name in sight")
-        return k, role, end
 
     def at_eof(self) -> None:
         if self.junk_reason is not None:
