@@ -177,15 +177,20 @@ class Body:
             return hit[1]
         return WAIT if hit == PARTIAL else NO_MARKER
 
-    def _collect(self, markers: Markers, s: str, i: int, eof: bool) -> tuple[int, str | None, int]:
-        """Collect text into ``parts`` up to a marker: ``(start, role, end)`` of the marker;
-        role None: no marker yet (``start`` is where to go on from, -1 to wait)."""
+    def _collect(
+        self, markers: Markers, s: str, i: int, eof: bool, *, keep: bool = True
+    ) -> tuple[int, str | None, int]:
+        """Collect text into ``parts`` (or, without ``keep``, drop it) up to a marker:
+        ``(start, role, end)`` of the marker; role None: no marker yet (``start`` is where to
+        go on from, -1 to wait)."""
         m = markers.search(s, i)
         if m is None:
             j = markers.free_end(s, i, eof)
-            self.parts.append(s[i:j])
+            if keep:
+                self.parts.append(s[i:j])
             return (j if j > i else -1), None, j
-        self.parts.append(s[i : m.start()])
+        if keep:
+            self.parts.append(s[i : m.start()])
         return m.start(), markers.roles[m.group()], m.end()
 
     def _name_text(
@@ -202,6 +207,16 @@ class Body:
             self._junk("no end of the tool name in sight")
             return cut, None, cut
         return k, role, end
+
+    def _accept_name(self, name: str, raw: str | None = None, native_id: str | None = None) -> bool:
+        """Announce ``name`` (``ToolCallStart``), or junk the attempt if it is no tool name."""
+        problem = name_problem(name)
+        if problem is not None:
+            self._junk(problem, name if raw is None else raw)
+            return False
+        self.name = name
+        self.sink.start(name, native_id)
+        return True
 
     def _take(self) -> str:
         text = "".join(self.parts)
@@ -262,6 +277,18 @@ class _JsonBody(Body):
         self.committed = True
         #: The call's name was announced (argument fragments flow).
         self.started = False
+
+    def consume(self, s: str, i: int, eof: bool) -> int:
+        state = self.state
+        if state == SCAN:
+            return self._scan(s, i, eof)
+        if state == JUNK:
+            return self._skip_to_close(s, i, eof)
+        return self._step(s, i, eof)
+
+    def _step(self, s: str, i: int, eof: bool) -> int:
+        """:meth:`consume` in the body's own states (not scanning, not skipping junk)."""
+        raise NotImplementedError
 
     def wake_chars(self) -> tuple[str, str] | None:
         if self.state == SCAN and self.started and len(self.interrupts) <= 1:
@@ -353,12 +380,8 @@ class JsonCallBody(_JsonBody):
         #: Argument fragments seen before a candidate became a call.
         self.pending: list[str] = []
 
-    def consume(self, s: str, i: int, eof: bool) -> int:
+    def _step(self, s: str, i: int, eof: bool) -> int:
         state = self.state
-        if state == SCAN:
-            return self._scan(s, i, eof)
-        if state == JUNK:
-            return self._skip_to_close(s, i, eof)
         j = skip_ws(s, i)
         if j >= len(s):
             return j
@@ -554,20 +577,15 @@ class NamedJsonBody(_JsonBody):
         self._pre_args = marker_set(pre) if pre else None
         sink.begin()
 
-    def consume(self, s: str, i: int, eof: bool) -> int:
+    def _step(self, s: str, i: int, eof: bool) -> int:
         state = self.state
-        if state == SCAN:
-            return self._scan(s, i, eof)
-        if state == JUNK:
-            return self._skip_to_close(s, i, eof)
         if state == _N_PREFIX:
             assert self._header is not None
-            m = self._header.search(s, i)
-            if m is None:
-                j = self._header.free_end(s, i, eof)
-                return j if j > i else -1
+            k, role, end = self._collect(self._header, s, i, eof, keep=False)
+            if role is None:
+                return k
             self.state = _N_NAME
-            return m.end()
+            return end
         if state in (_N_NAME, _N_ID):
             return self._header_text(s, i, eof)
         if state == _N_PRE_ARGS:
@@ -652,13 +670,7 @@ class NamedJsonBody(_JsonBody):
             self.native_id = native
         else:
             name = header
-        problem = name_problem(name)
-        if problem is not None:
-            self._junk(problem, header)
-            return False
-        self.name = name
-        self.sink.start(name, self.native_id)
-        return True
+        return self._accept_name(name, header, self.native_id)
 
     def _decoded(self, scanner: JsonScanner) -> None:
         self.state = _N_POST

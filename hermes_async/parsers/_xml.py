@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from hermes_async.jsontypes import JSON, JSONObject
-from hermes_async.parsers._bodies import JUNK, Body, CallSink, marker_set, name_problem, skip_ws
+from hermes_async.parsers._bodies import JUNK, Body, CallSink, marker_set, skip_ws
 from hermes_async.parsers._scan import PARTIAL
 from hermes_async.parsers._values import convert_value
 
@@ -107,12 +107,8 @@ class Qwen3CoderBody(_XmlBody):
                 self._junk("a '<function=' or '<parameter=' tag without its closing '>'", text)
                 return k
             if state == _Q_FNAME:
-                problem = name_problem(text)
-                if problem is not None:
-                    self._junk(problem, text)
+                if not self._accept_name(text):
                     return end
-                self.name = text
-                self.sink.start(text)
                 self.state = _Q_BODY
             else:
                 self.key = text
@@ -121,17 +117,15 @@ class Qwen3CoderBody(_XmlBody):
         if state == JUNK:
             return self._skip_to_close(s, i, eof)
         if state == _Q_BODY:
-            m = _Q_BODY_MARKERS.search(s, i)
-            if m is None:
-                j = _Q_BODY_MARKERS.free_end(s, i, eof)
-                return j if j > i else -1
-            role = _Q_BODY_MARKERS.roles[m.group()]
+            k, role, end = self._collect(_Q_BODY_MARKERS, s, i, eof, keep=False)
+            if role is None:
+                return k
             if role == "param":
                 self.state = _Q_PNAME
             else:
                 self.exit_section = role == "tend"
                 self._seal()
-            return m.end()
+            return end
         if state == _Q_VALUE:
             k, role, end = self._collect(_Q_VALUE_MARKERS, s, i, eof)
             if role is None:
@@ -223,29 +217,22 @@ class GlmBody(_XmlBody):
             k, role, end = self._name_text(_G_NAME_MARKERS, s, i, eof)
             if role is None:
                 return k
-            name = self._take().strip()
-            problem = name_problem(name)
-            if problem is not None:
-                self._junk(problem, name)
+            if not self._accept_name(self._take().strip()):
                 return k
-            self.name = name
-            self.sink.start(name)
             self.state = _G_ARGS
             return end if role == "end" else k
         if state in (_G_ARGS, _G_PREVAL):
             markers = _G_ARGS_MARKERS if state == _G_ARGS else _G_PREVAL_MARKERS
-            m = markers.search(s, i)
-            if m is None:
-                j = markers.free_end(s, i, eof)
-                return j if j > i else -1
-            role = markers.roles[m.group()]
+            k, role, end = self._collect(markers, s, i, eof, keep=False)
+            if role is None:
+                return k
             if role == "close":
                 self._seal()
             elif role == "key":
                 self.state = _G_KEY
             else:
                 self.state = _G_VALUE
-            return m.end()
+            return end
         markers = _G_KEY_MARKERS if state == _G_KEY else _G_VALUE_MARKERS
         k, role, end = self._collect(markers, s, i, eof)
         if role is None:
