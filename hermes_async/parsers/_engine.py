@@ -50,8 +50,8 @@ __all__ = ["Format", "ToolCallParser"]
 
 _CONTENT, _THINK, _SECTION, _CALL = range(4)
 #: Most chunks the deferred-scan fast path holds before scanning anyway (bounds how late an
-#: argument preview fragment can be; at one token per chunk, about 200 characters).
-_LAZY_MAX_CHUNKS = 48
+#: argument preview fragment can be; at one token per chunk, about 270 characters).
+_LAZY_MAX_CHUNKS = 64
 #: The text re-lexed after rejected bare-JSON candidates is capped at this many times the
 #: stream offset plus ``_RELEX_FREE_CHARS`` (see ``ToolCallParser.reject``).
 _RELEX_FACTOR = 4
@@ -182,7 +182,6 @@ class ToolCallParser:
         "_held",
         "_id_floor",
         "_invalid",
-        "_lazy",
         "_marker_ids",
         "_mode",
         "_new_id",
@@ -199,6 +198,8 @@ class ToolCallParser:
         "_tokenizer",
         "_tools",
         "_truncated",
+        "_wake",
+        "_wake2",
         "format",
         "schemas",
     )
@@ -251,7 +252,8 @@ class ToolCallParser:
         self._finished = False
         self._result: ParseResult | None = None
         # Deferred-scan fast path (see feed()): wake characters, and the chunks deferred.
-        self._lazy: tuple[str, str] | None = None
+        self._wake: str | None = None
+        self._wake2 = ""
         self._pending: list[str] = []
 
     @property
@@ -285,12 +287,15 @@ class ToolCallParser:
         Raises:
             ValueError: :meth:`finish` was already called.
         """
-        lazy = self._lazy
+        wake = self._wake
         if (
-            lazy is not None
-            and lazy[0] not in text
-            and lazy[1] not in text
-            and (not token_ids or max(token_ids) < self._id_floor)
+            wake is not None
+            and wake not in text
+            and self._wake2 not in text
+            and (
+                not token_ids
+                or (token_ids[0] if len(token_ids) == 1 else max(token_ids)) < self._id_floor
+            )
         ):
             # Fast path, inside a started call's JSON: a chunk without '}' cannot end the
             # object and one without the closing marker's first character cannot start the
@@ -414,7 +419,8 @@ class ToolCallParser:
                     stalled = 0
         self._offset = base + min(i, len(s))
         body = self._body
-        self._lazy = body.wake_chars() if body is not None and not self._held else None
+        wake = body.wake_chars() if body is not None and not self._held else None
+        self._wake, self._wake2 = wake if wake is not None else (None, "")
 
     def _relexed_text(self, s: str, k: int, base: int) -> tuple[str, int, int]:
         """``(s, i, base)`` to lex the rejected candidate's text (ending at ``s[k]``) again.

@@ -194,15 +194,19 @@ class JsonScanner:
         n = len(s)
         start = i
         self.stopped = False
+        # The hot state in locals (written back after the loop); searches bound once.
+        depth, in_str, esc = self.depth, self.in_str, self.esc
+        string_stop = _STRING_STOP.search
+        deep = self._deep.search
         fs = i if self.in_args else -1
         cs = i if self._cap is not None else -1
         while i < n:
-            if self.in_str:
-                if self.esc:
-                    self.esc = False
+            if in_str:
+                if esc:
+                    esc = False
                     i += 1
                     continue
-                m = _STRING_STOP.search(s, i)
+                m = string_stop(s, i)
                 if m is None:
                     i = n
                     break
@@ -211,12 +215,12 @@ class JsonScanner:
                     if j + 1 < n:
                         i = j + 2
                     else:
-                        self.esc = True
+                        esc = True
                         i = n
                     continue
-                self.in_str = False
+                in_str = False
                 i = j + 1
-                if self.depth == 1:
+                if depth == 1:
                     value: str | None = None
                     if self._cap is not None:
                         self._cap.append(s[cs:j])
@@ -238,22 +242,22 @@ class JsonScanner:
                             self.in_args = False
                         self._state = _COMMA_OR_END
                 continue
-            if self.depth >= 2:
-                m = self._deep.search(s, i)
+            if depth >= 2:
+                m = deep(s, i)
                 if m is None:
                     i = n
                     break
                 j = m.start()
                 c = s[j]
                 if c == '"':
-                    self.in_str = True
+                    in_str = True
                 elif c == "{" or c == "[":
-                    self.depth += 1
-                    if self.depth > MAX_JSON_DEPTH:
+                    depth += 1
+                    if depth > MAX_JSON_DEPTH:
                         self.too_deep = True
                 elif c == "}" or c == "]":
-                    self.depth -= 1
-                    if self.depth == 1:
+                    depth -= 1
+                    if depth == 1:
                         if self.in_args:
                             self._frag(s, fs, j + 1)
                             fs = -1
@@ -268,14 +272,14 @@ class JsonScanner:
             c = s[i]
             state = self._state
             if c in _WS:
-                if self.depth == 1 and state == _SCALAR:
+                if depth == 1 and state == _SCALAR:
                     self._end_scalar(s, fs, i)
                     fs = -1
                 i += 1
                 continue
-            if self.depth == 0:
+            if depth == 0:
                 if c == "{":
-                    self.depth = 1
+                    depth = 1
                     self._state = _KEY_OR_END
                     i += 1
                     continue
@@ -293,13 +297,13 @@ class JsonScanner:
                     i += 1
                     continue
             if c == "}" and state in (_KEY_OR_END, _COMMA_OR_END):
-                self.depth = 0
+                depth = 0
                 self.done = True
                 i += 1
                 break
             if state in (_KEY_OR_END, _KEY):
                 if c == '"':
-                    self.in_str = True
+                    in_str = True
                     self._role = _ROLE_KEY
                     self._cap = []
                     cs = i + 1
@@ -318,7 +322,7 @@ class JsonScanner:
                     self.in_args = True
                     fs = i
                 if c == '"':
-                    self.in_str = True
+                    in_str = True
                     if key is not None and key in self.name_keys and self.name is None:
                         self._role = _ROLE_NAME
                         self._cap = []
@@ -326,7 +330,7 @@ class JsonScanner:
                     else:
                         self._role = _ROLE_VALUE
                 elif c == "{" or c == "[":
-                    self.depth = 2
+                    depth = 2
                 elif c in _SCALAR_START:
                     self._state = _SCALAR
                 else:
@@ -339,6 +343,7 @@ class JsonScanner:
                     break
                 self._state = _KEY
             i += 1
+        self.depth, self.in_str, self.esc = depth, in_str, esc
         if i > start:
             self.parts.append(s[start:i])
             if self._frag_all:
