@@ -186,6 +186,11 @@ class _Standard:
     def __get__(self, obj: Limits | None, owner: type[Limits]) -> NamedLimiter | _Standard:
         return self if obj is None else obj[self._name]
 
+    def __set__(self, obj: Limits, value: object) -> None:
+        raise AttributeError(
+            f"Limits.{self._name} is read-only; resize it with limits.resize({self._name!r}, n)"
+        )
+
 
 class Limits:
     """The set of named limiters one environment (or one test) shares across its rollouts.
