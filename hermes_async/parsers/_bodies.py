@@ -263,7 +263,7 @@ class Body:
 class _JsonBody(Body):
     """A body that scans a JSON object with :class:`JsonScanner` (state :data:`SCAN`)."""
 
-    __slots__ = ("committed", "interrupts", "scanner", "started")
+    __slots__ = ("_wake", "committed", "interrupts", "scanner", "started")
 
     #: How reasons name the object this body scans.
     what = "JSON object"
@@ -273,6 +273,8 @@ class _JsonBody(Body):
         self.scanner: JsonScanner | None = None
         #: The first characters of the closing markers: where the scanner stops to look.
         self.interrupts = "".join(sorted({c[0] for c in close}))
+        # What may wake a deferred scan (only one marker character can be watched cheaply).
+        self._wake = ("}", self.interrupts or "}") if len(self.interrupts) <= 1 else None
         #: False while a bare-JSON candidate may still turn out not to be a call.
         self.committed = True
         #: The call's name was announced (argument fragments flow).
@@ -291,8 +293,8 @@ class _JsonBody(Body):
         raise NotImplementedError
 
     def wake_chars(self) -> tuple[str, str] | None:
-        if self.state == SCAN and self.started and len(self.interrupts) <= 1:
-            return "}", self.interrupts or "}"
+        if self.state == SCAN and self.started:
+            return self._wake
         return None
 
     def _scan(self, s: str, i: int, eof: bool) -> int:

@@ -50,8 +50,9 @@ __all__ = ["Format", "ToolCallParser"]
 
 _CONTENT, _THINK, _SECTION, _CALL = range(4)
 #: Most chunks the deferred-scan fast path holds before scanning anyway (bounds how late an
-#: argument preview fragment can be; at one token per chunk, about 270 characters).
-_LAZY_MAX_CHUNKS = 64
+#: argument preview fragment can be; at one token per chunk, about 540 characters; sealing is
+#: never deferred: a `}` or a closing marker's first character wakes the scan at once).
+_LAZY_MAX_CHUNKS = 128
 #: The text re-lexed after rejected bare-JSON candidates is capped at this many times the
 #: stream offset plus ``_RELEX_FREE_CHARS`` (see ``ToolCallParser.reject``).
 _RELEX_FACTOR = 4
@@ -322,7 +323,8 @@ class ToolCallParser:
             and self._c.content_first.search(text) is None
         ):
             # Fast path: plain text with no character that could start a marker.
-            text = scrub_text(text)
+            if not text.isascii():
+                text = scrub_text(text)
             self._segments[-1].append(text)
             self._offset += len(text)
             return [ContentDelta(text)]
@@ -333,7 +335,8 @@ class ToolCallParser:
             self._pending = []
         # Lone surrogates cannot be encoded (request bodies, JSONL): U+FFFD, character by
         # character, so where a chunk ends does not matter. Markers are never surrogates.
-        text = scrub_text(text)
+        if not text.isascii():
+            text = scrub_text(text)
         out: list[ParserEvent] = []
         self._out = out
         if text:
