@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = [
+__all__ = (
     "AsyncBackendError",
     "ConfigError",
     "HermesAsyncError",
@@ -46,7 +46,7 @@ __all__ = [
     "ToolTimeoutError",
     "UnknownLimiterError",
     "UnknownParserError",
-]
+)
 
 
 class HermesAsyncError(Exception):

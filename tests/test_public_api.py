@@ -4,15 +4,33 @@ import importlib
 import pathlib
 import re
 
+import pytest
+
 import hermes_async
 
 
 def test_all_is_exact() -> None:
-    public = {n for n in dir(hermes_async) if not n.startswith("_")} - {"annotations"}
-    modules = {n for n in public if type(getattr(hermes_async, n)).__name__ == "module"}
-    assert set(hermes_async.__all__) - {"__version__"} == public - modules
+    # The root re-exports lazily: __all__ is every name it knows except the deprecated one.
+    where = hermes_async._WHERE
+    assert set(hermes_async.__all__) - {"__version__"} == set(where) - {"ParseError"}
+    assert isinstance(hermes_async.__all__, tuple)
     for name in hermes_async.__all__:
         assert hasattr(hermes_async, name), name
+    assert set(hermes_async.__all__) <= set(dir(hermes_async))
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        hermes_async.nope  # noqa: B018
+
+
+def test_root_import_loads_no_subpackage_until_used() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hermes_async; "
+        "print(sorted(m for m in sys.modules if m.startswith('hermes_async.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_py_typed_shipped() -> None:

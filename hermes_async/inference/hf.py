@@ -43,11 +43,11 @@ from hermes_async.jsontypes import JSONObject
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = [
+__all__ = (
     "HFTokenizer",
     "default_tokenizer_cache_dir",
     "qwen_offline_hf_dir",
-]
+)
 
 _EXTRA_HINT = "install the 'atropos' extra: pip install 'hermes-async[atropos]'"
 #: File in a written tokenizer directory that records what it was built from.

@@ -18,6 +18,7 @@ know the tokenizer protocol for typing only.
 
 from __future__ import annotations
 
+from hermes_async._exports import fixup_module_metadata
 from hermes_async.parsers import types as _types
 from hermes_async.parsers._bodies import JsonCallSpec, NamedJsonSpec
 from hermes_async.parsers._engine import Format, ToolCallParser
@@ -69,3 +70,6 @@ for _fmt, *_aliases in (
     for _name in (_fmt.name, *_aliases):
         register_parser(_name)(_cls)
 del _fmt, _aliases, _cls, _name
+
+
+fixup_module_metadata(__name__, globals())

@@ -32,7 +32,10 @@ import dataclasses
 from hermes_async.parsers._engine import Format
 from hermes_async.parsers._xml import GlmSpec
 
-__all__ = ["GLM45", "GLM47"]
+__all__ = (
+    "GLM45",
+    "GLM47",
+)
 
 GLM45 = Format(name="glm45", call_open=("<tool_call>",), body=GlmSpec())
 #: One body accepts both shapes, so glm47 is glm45 under its own name.

@@ -26,7 +26,10 @@ import dataclasses
 from hermes_async.parsers._bodies import JsonCallSpec
 from hermes_async.parsers._engine import Format
 
-__all__ = ["LLAMA3_JSON", "LLAMA4_JSON"]
+__all__ = (
+    "LLAMA3_JSON",
+    "LLAMA4_JSON",
+)
 
 LLAMA3_JSON = Format(
     name="llama3_json",

@@ -5,8 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_async.errors import ConfigError
 from hermes_async.inference._chat_template import (

@@ -24,8 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from hermes_async.inference.tokenizer import QwenTokenizer
 from hermes_async.parsers import PARSER_REGISTRY, ParseResult, ParserEvent, get_parser

@@ -349,11 +349,6 @@ def test_parsers_import_neither_the_inference_layer_nor_http() -> None:
     assert not _forbidden(loaded)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hermes_async/__init__.py imports the whole library eagerly (inference, tools); "
-    "passes once the root package re-exports lazily",
-)
 def test_importing_hermes_async_parsers_leaves_http_unloaded() -> None:
     assert not _forbidden(_run("import sys, hermes_async.parsers; print(' '.join(sys.modules))"))
 

@@ -33,9 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
-from playwright.async_api import BrowserContext, ConsoleMessage, Page, Request, Route
-from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+from playwright.async_api import (
+    BrowserContext,
+    ConsoleMessage,
+    Error as PlaywrightError,
+    Page,
+    Request,
+    Route,
+    TimeoutError as PlaywrightTimeoutError,
+)
 
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
