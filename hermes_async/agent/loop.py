@@ -34,12 +34,13 @@ import logging
 import math
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
 from hermes_async.agent._chat_turn import ChatTurns
+from hermes_async.agent._sampling import SamplingHook, end_of_turn_ids, resolve_sampling
 from hermes_async.agent._token_turn import TokenTurns
 from hermes_async.agent._tool_runner import RunTools, ToolSettings
 from hermes_async.agent._transcript import first_user_content
@@ -91,11 +92,21 @@ class AgentOptions:
     :meth:`HermesAgentLoop.from_options` builds a loop from it. Defaults are the loop's (and the
     reference's, where it had the knob).
 
+    Precedence (Phase 2): **a value given explicitly always wins over a default.** The loop's
+    ``temperature`` / ``max_tokens`` override ``sampling``'s only when given (``None`` means not
+    given: ``sampling=SamplingParams(temperature=0.3)`` samples at 0.3); ``extra_body`` merges
+    into ``sampling.extra`` (the same key with two values is an error); a per-run ``seed`` beats
+    ``sampling.seed``; a ``sampling_hook`` result is that turn's parameters. Details:
+    :mod:`hermes_async.agent._sampling`.
+
     Attributes:
         max_turns: Maximum model calls per rollout.
-        temperature: Sampling temperature (1.0: on-policy sampling).
+        temperature: Sampling temperature; ``None``: not given (Phase 1 sends 1.0, on-policy
+            sampling; Phase 2 uses ``sampling.temperature``, itself 1.0 by default).
         max_tokens: Per-turn completion cap (``None``: the server's default).
-        extra_body: Extra request fields merged into every chat request (Phase 1).
+        extra_body: Extra request fields: merged into every chat request (Phase 1), and into
+            the token requests' extras (Phase 2: checked against the server kind when the loop
+            is built, e.g. ``{"structured_outputs": {"regex": ...}}``).
         budget: Tool-result budget (``None``: 100,000 chars per result, 200,000 per turn).
         tool_timeout: Per-tool-call deadline in seconds (300 s: above the terminal tool's own
             120 s command timeout, so the command's timeout fires first).
@@ -106,16 +117,21 @@ class AgentOptions:
             reference).
         tool_call_parser: Phase 2 parser name.
         early_dispatch: Phase 2: start each call the moment it is sealed.
-        sampling: Phase 2 sampling parameters; ``temperature`` and ``max_tokens`` override
-            theirs.
+        sampling: Phase 2 sampling parameters (see the precedence above).
         split_reasoning: Phase 2: move a leading ``<think>`` block into ``reasoning_content``.
+        sampling_hook: Phase 2: ``hook(turn, messages, params) -> SamplingParams | None``,
+            called before each generation; a result replaces that turn's parameters (e.g. a
+            different ``structured_outputs`` regex per turn).
+        end_of_turn: Phase 2: the tokens (ids or texts) that end a model turn; ``None``: the
+            tokenizer's (its ``end_of_turn_ids``, else ``eos_token_id``). They are the default
+            stop ids and decide where the template's suffix starts.
 
     Raises:
         ValueError: ``max_turns`` < 1, or a timeout that is not positive.
     """
 
     max_turns: int = 30
-    temperature: float = 1.0
+    temperature: float | None = None
     max_tokens: int | None = None
     extra_body: Mapping[str, Any] | None = None
     budget: BudgetConfig | None = None
@@ -127,6 +143,9 @@ class AgentOptions:
     early_dispatch: bool = True
     sampling: SamplingParams | None = None
     split_reasoning: bool = True
+    # ---- Phase 2 fidelity (issue 22): per-turn sampling and the end-of-turn tokens
+    sampling_hook: SamplingHook | None = None
+    end_of_turn: tuple[int | str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -157,9 +176,11 @@ class HermesAgentLoop:
         max_turns: Maximum model calls.
         task_id: The rollout's id (its sandbox's key); a fresh uuid4 if ``None``. A run may
             override it (``run(messages, task_id=...)``).
-        temperature: Sampling temperature.
+        temperature: Sampling temperature; ``None``: not given (1.0 for chat servers;
+            ``sampling``'s for token servers; see :class:`AgentOptions` for the precedence).
         max_tokens: Per-turn completion cap (``None``: the server's default).
-        extra_body: Extra request fields merged into every model request.
+        extra_body: Extra request fields merged into every model request (Phase 2: checked
+            against the token server's accepted extras when the loop is built).
         budget_config: Tool-result budget (:class:`~hermes_async.agent.budget.BudgetConfig`;
             default 100,000 chars per result, 200,000 per turn, 1,500-char previews). Oversized
             results are saved into the rollout's sandbox and replaced by a preview. Anything
@@ -181,13 +202,15 @@ class HermesAgentLoop:
         tool_call_parser: Phase 2 parser name (and the Phase 1 fallback uses ``hermes``).
         early_dispatch: Phase 2: start each tool call the moment the parser seals it, while
             generation continues (default). ``False`` waits for the end of the completion.
-        sampling: Phase 2 sampling parameters; ``temperature`` and ``max_tokens`` above
-            override theirs.
+        sampling: Phase 2 sampling parameters; ``temperature``, ``max_tokens`` and
+            ``extra_body`` above override or extend them when given.
         split_reasoning: Move a leading ``<think>...</think>`` block of the completion into
             ``reasoning_content`` (Phase 2).
         release_sandbox: Release the rollout's sandbox when :meth:`run` returns. Default
             ``False``: a reward function usually inspects the sandbox afterwards, and whoever
             owns the manager releases it. On an outer cancellation it is released regardless.
+        sampling_hook: Phase 2 per-turn sampling (see :class:`AgentOptions`).
+        end_of_turn: Phase 2 end-of-turn tokens (see :class:`AgentOptions`).
 
     Raises:
         ValueError: ``max_turns`` < 1, a non-positive timeout, or a token server without a
@@ -202,7 +225,7 @@ class HermesAgentLoop:
         valid_tool_names: Collection[str],
         max_turns: int = 30,
         task_id: str | None = None,
-        temperature: float = 1.0,
+        temperature: float | None = None,
         max_tokens: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
         budget_config: Any = None,
@@ -220,6 +243,8 @@ class HermesAgentLoop:
         sampling: SamplingParams | None = None,
         split_reasoning: bool = True,
         release_sandbox: bool = False,
+        sampling_hook: SamplingHook | None = None,
+        end_of_turn: Sequence[int | str] | None = None,
     ) -> None:
         options = AgentOptions(
             max_turns=max_turns,
@@ -235,6 +260,8 @@ class HermesAgentLoop:
             early_dispatch=early_dispatch,
             sampling=sampling,
             split_reasoning=split_reasoning,
+            sampling_hook=sampling_hook,
+            end_of_turn=tuple(end_of_turn) if end_of_turn is not None else None,
         )
         self.options = options
         self.server = server
@@ -297,6 +324,8 @@ class HermesAgentLoop:
             sampling=options.sampling,
             split_reasoning=options.split_reasoning,
             release_sandbox=release_sandbox,
+            sampling_hook=options.sampling_hook,
+            end_of_turn=options.end_of_turn,
         )
 
     def _strategy(self, server: Any, tokenizer: Tokenizer | None) -> _TurnStrategy:
@@ -307,15 +336,18 @@ class HermesAgentLoop:
                 raise ValueError(
                     "a token server (Phase 2) needs a tokenizer: pass tokenizer=load_tokenizer(...)"
                 )
-            base = options.sampling or SamplingParams()
-            sampling = replace(
-                base,
+            # The precedence rule and the extras check live in agent/_sampling.py.
+            end_of_turn = end_of_turn_ids(tokenizer, options.end_of_turn)
+            sampling = resolve_sampling(
+                options.sampling,
                 temperature=options.temperature,
-                max_tokens=options.max_tokens
-                if options.max_tokens is not None
-                else base.max_tokens,
-                stop_token_ids=base.stop_token_ids or (tokenizer.eos_token_id,),
+                max_tokens=options.max_tokens,
+                extra_body=options.extra_body,
+                stop_ids=end_of_turn,
             )
+            check = getattr(server, "check_sampling", None)
+            if callable(check):
+                check(sampling)  # a key the server does not accept fails here, not silently
             return TokenTurns(
                 server,
                 tokenizer=tokenizer,
@@ -326,13 +358,16 @@ class HermesAgentLoop:
                 split_reasoning=options.split_reasoning,
                 sampling=sampling,
                 turn_timeout=options.turn_timeout,
+                end_of_turn=end_of_turn,
+                sampling_hook=options.sampling_hook,
+                check_sampling=check if callable(check) else None,
             )
         if isinstance(server, ChatServer):
             return ChatTurns(
                 server.chat_completion,
                 tool_schemas=self.tool_schemas,
                 max_turns=options.max_turns,
-                temperature=options.temperature,
+                temperature=options.temperature if options.temperature is not None else 1.0,
                 max_tokens=options.max_tokens,
                 extra_body=options.extra_body,
                 turn_timeout=options.turn_timeout,
@@ -351,8 +386,12 @@ class HermesAgentLoop:
 
     @property
     def temperature(self) -> float:
-        """Sampling temperature."""
-        return self.options.temperature
+        """The sampling temperature in effect (given, else ``sampling``'s, else 1.0)."""
+        if self.options.temperature is not None:
+            return self.options.temperature
+        if self.options.sampling is not None and isinstance(self.server, TokenClient):
+            return self.options.sampling.temperature
+        return 1.0
 
     @property
     def max_tokens(self) -> int | None:

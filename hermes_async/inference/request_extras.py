@@ -233,8 +233,7 @@ def _sglang_structured(value: JSON, kind: str) -> JSONObject:
             )
     if len({"regex", "json_schema", "ebnf"} & out.keys()) > 1:
         raise UnsupportedExtraError(
-            "SGLang accepts one of regex / json_schema / ebnf per request, got "
-            f"{sorted(out)}",
+            f"SGLang accepts one of regex / json_schema / ebnf per request, got {sorted(out)}",
             kind=kind,
             key="structured_outputs",
         )
