@@ -19,6 +19,8 @@ and token bookkeeping), ``result``, ``budget``, ``context``, ``rollout``, ``scor
 
 from __future__ import annotations
 
+from hermes_async.agent._sampling import SamplingHook
+from hermes_async.agent._segments import TemplateCheck
 from hermes_async.agent.budget import BudgetConfig
 from hermes_async.agent.context import ToolContext
 from hermes_async.agent.loop import AgentOptions, ChatServer, HermesAgentLoop
@@ -39,8 +41,10 @@ __all__ = (
     "ChatServer",
     "HermesAgentLoop",
     "Reward",
+    "SamplingHook",
     "ScoredGroup",
     "ScoredRollout",
+    "TemplateCheck",
     "ToolContext",
     "ToolError",
     "Tools",
