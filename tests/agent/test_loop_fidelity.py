@@ -69,7 +69,7 @@ def test_a_key_the_server_does_not_accept_fails_when_the_loop_is_built() -> None
     client = SGLangGenerateClient("http://127.0.0.1:9")
     with pytest.raises(UnsupportedExtraError, match="'bogus' is not accepted by a 'sglang'"):
         make_loop(client, rec, extra_body={"bogus": 1})  # type: ignore[arg-type]
-    with pytest.raises(UnsupportedExtraError, match="use SamplingParams.max_tokens"):
+    with pytest.raises(UnsupportedExtraError, match=r"use SamplingParams\.max_tokens"):
         make_loop(client, rec, sampling=SamplingParams(extra={"max_new_tokens": 5}))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="give it in one place"):
         make_loop(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from hermes_async.agent._tool_runner import ToolCall
 from hermes_async.agent._transcript import (

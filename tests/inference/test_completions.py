@@ -77,9 +77,11 @@ def test_extras_are_checked_and_translated_per_server_kind() -> None:
     assert sampling == {"structured_outputs": {"regex": "x"}} and top == {"priority": 1}
     choice, _ = split_extras("sglang", {"guided_choice": ["a.b", "c"]})
     assert choice == {"regex": r"(a\.b|c)"}
-    with pytest.raises(UnsupportedExtraError, match="'structured_outputs' is not accepted by a 'atropos'"):
+    with pytest.raises(
+        UnsupportedExtraError, match="'structured_outputs' is not accepted by a 'atropos'"
+    ):
         split_extras("atropos", {"structured_outputs": {"regex": "x"}})
-    with pytest.raises(UnsupportedExtraError, match="use SamplingParams.seed") as info:
+    with pytest.raises(UnsupportedExtraError, match=r"use SamplingParams\.seed") as info:
         split_extras("completions", {"seed": 1})
     assert info.value.key == "seed" and info.value.kind == "completions"
     assert "min_p" in accepted_extras("completions")
@@ -121,10 +123,12 @@ async def test_completions_client_rejects_a_server_that_returns_no_ids() -> None
     server = NoIds(FixedScript(["hi"]), tokenizer=TOKENIZER)
     # A server that ignores return_token_ids and return_tokens_as_token_ids (a chat server's
     # completions imitation): text and logprobs, no ids.
-    async with open_app_endpoint(_strip_ids(server), loopback=False) as (base_url, transport):
-        async with VLLMCompletionsClient(base_url, transport=transport) as client:
-            with pytest.raises(ServerProtocolError, match="no token ids"):
-                await client.generate(PROMPT)
+    async with (
+        open_app_endpoint(_strip_ids(server), loopback=False) as (base_url, transport),
+        VLLMCompletionsClient(base_url, transport=transport) as client,
+    ):
+        with pytest.raises(ServerProtocolError, match="no token ids"):
+            await client.generate(PROMPT)
 
 
 def _strip_ids(app: ScriptedModelServer):  # an ASGI wrapper rewriting the SSE frames
