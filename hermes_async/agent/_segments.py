@@ -198,6 +198,18 @@ def place_turn(
         body = completion[: -len(stop)] if stop and completion.endswith(stop) else completion
         found = full.find(body, split) if body else -1
         start = found if found >= 0 else -1
+    if final and ended_on_stop and start >= 0 and stop_texts:
+        # A stop token that opens the next message (GLM's <|user|>) is not rendered after the
+        # final turn: the rendering ends with the completion's text before it.
+        stop = stop_texts[0]
+        trimmed = completion[: -len(stop)] if completion.endswith(stop) else None
+        if (
+            trimmed is not None
+            and not full.startswith(completion, start)
+            and full.startswith(trimmed, start)
+            and not full[start + len(trimmed) :].strip()
+        ):
+            return TurnPlacement("", tuple(checks))
     if start >= 0 and full.startswith(completion, start):
         rest = full[start + len(completion) :]
         if not final:

@@ -181,7 +181,16 @@ class Phase2Turn:
             raw_arguments = self._raw_arguments(event)
             shown = raw_arguments if raw_arguments is not None else event.arguments
             raw = event.raw if event.raw and event.raw != shown else None
-            runner.submit(ToolCall(event.id, event.name, event.arguments, raw_arguments, raw))
+            runner.submit(
+                ToolCall(
+                    event.id,
+                    event.name,
+                    event.arguments,
+                    raw_arguments,
+                    raw,
+                    native_id=event.native_id,
+                )
+            )
         else:
             # Malformed: kept in order, never executed; the model is told why.
             self._fragments.pop(event.index, None)

@@ -61,6 +61,8 @@ class ToolCall:
         raw: Phase 2: the call's JSON as the model wrote it, when the format writes the whole
             call as one JSON object (hermes, llama3_json) or the call is malformed; chat
             templates that know it render the model's own text.
+        native_id: Phase 2: the model's own id for the call, when the format has one (Kimi K2's
+            ``functions.name:0``); chat templates re-render it.
         index: Position in the turn (set on submission).
         submitted_at: Clock time of submission.
         started_at: Clock time the tool started (after the previous call, in sequential mode).
@@ -72,6 +74,7 @@ class ToolCall:
     arguments: str
     raw_arguments: str | None = None
     raw: str | None = None
+    native_id: str | None = None
     index: int = -1
     submitted_at: float = 0.0
     started_at: float | None = None

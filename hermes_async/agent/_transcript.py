@@ -51,6 +51,9 @@ class CallRecord(Protocol):
     def raw(self) -> str | None: ...
 
     @property
+    def native_id(self) -> str | None: ...
+
+    @property
     def outcome(self) -> ToolOutcome | None: ...
 
 
@@ -61,8 +64,8 @@ def assistant_message(
 
     Each call's ``function.arguments`` is the argument text as the model wrote it when that is
     known (Phase 2), else the canonical string; ``raw`` (an extension key on the tool call,
-    present only when it says more than the arguments) is the call's JSON as written, for
-    templates that render it.
+    present only when it says more than the arguments) is the call's JSON as written, and
+    ``native_id`` the model's own id for the call (Kimi K2), for templates that render them.
     """
     message: JSONObject = {"role": "assistant", "content": content or ""}
     if calls:
@@ -76,6 +79,8 @@ def assistant_message(
             }
             if c.raw is not None:
                 entry["raw"] = c.raw
+            if c.native_id is not None:
+                entry["native_id"] = c.native_id
             entries.append(entry)
         message["tool_calls"] = entries
     if reasoning:

@@ -66,7 +66,8 @@ start_server() {
 }
 
 stop_server() {
-    if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    [[ -n "$server_pid" ]] || return 0
+    if kill -0 "$server_pid" 2>/dev/null; then
         kill -TERM -- "-$server_pid" 2>/dev/null || true
         for _ in $(seq "$STOP_GRACE_SECONDS"); do
             kill -0 "$server_pid" 2>/dev/null || break
@@ -74,7 +75,7 @@ stop_server() {
         done
         kill -KILL -- "-$server_pid" 2>/dev/null || true
     fi
-    [[ -n "$server_pid" ]] && { wait "$server_pid" 2>/dev/null || true; }
+    wait "$server_pid" 2>/dev/null || true
     server_pid=""
     echo "[test-vllm] server stopped; total $(elapsed)"
 }
