@@ -76,3 +76,21 @@ def test_no_thread_pools_or_nested_loops_in_library() -> None:
         if banned.search(line)
     ]
     assert offenders == []
+
+
+def test_no_fire_and_forget_tasks_and_threads_only_behind_named_limiters() -> None:
+    """Every task lives in a task group; a worker thread only for a blocking library call
+    behind a named limiter (``to_thread.run_sync(..., limiter=...)`` or under ``async with``)."""
+    root = pathlib.Path(hermes_async.__file__).parent
+    spawn = re.compile(r"\b(create_task|ensure_future|threading\.Thread|call_soon_threadsafe)\(")
+    offenders = []
+    for path in root.rglob("*.py"):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines, 1):
+            if spawn.search(line):
+                offenders.append(f"{path.relative_to(root)}:{i}")
+            if "to_thread.run_sync(" in line and "limiter=" not in line:
+                context = "\n".join(lines[max(0, i - 4) : i])
+                if "async with" not in context:
+                    offenders.append(f"{path.relative_to(root)}:{i} (no named limiter)")
+    assert offenders == []
