@@ -19,6 +19,7 @@ and token bookkeeping), ``result``, ``budget``, ``context``, ``rollout``, ``scor
 
 from __future__ import annotations
 
+from hermes_async._exports import fixup_module_metadata
 from hermes_async.agent._sampling import SamplingHook
 from hermes_async.agent._segments import TemplateCheck
 from hermes_async.agent.budget import BudgetConfig
@@ -51,3 +52,5 @@ __all__ = (
     "run_group",
     "run_rollout",
 )
+
+fixup_module_metadata(__name__, globals())

@@ -52,6 +52,8 @@ __all__ = (
 
 #: Characters of text kept on each side of a divergence in a :class:`TemplateCheck`.
 EXCERPT_CHARS = 80
+# How far back a divergence is moved to the start of a marker it falls inside.
+_MARKER_CHARS = 16
 
 CheckReason = Literal["history", "completion", "length"]
 
@@ -116,6 +118,13 @@ def common_prefix_length(a: str, b: str) -> int:
         else:
             hi = mid
     return lo
+
+
+def _marker_start(text: str, split: int) -> int:
+    """``split`` moved back to the ``<`` of a marker it falls inside (``<t|hink>``), so an
+    excerpt starts with a whole marker; otherwise ``split``."""
+    opening = text.rfind("<", max(0, split - _MARKER_CHARS), split)
+    return opening if opening >= 0 and ">" not in text[opening:split] else split
 
 
 def _check(
@@ -191,12 +200,16 @@ def place_turn(
     start = len(prompt)
     if not full.startswith(prompt):
         split = common_prefix_length(full, prompt)
-        checks.append(_check(turn, "history", split, full[split:], prompt[split:]))
+        shown = _marker_start(full, split)
+        checks.append(_check(turn, "history", shown, full[shown:], prompt[shown:]))
         # Find the completion again after the rewritten part (the sampled text itself is
         # usually still rendered verbatim).
         stop = stop_texts[0] if ended_on_stop and stop_texts else ""
         body = completion[: -len(stop)] if stop and completion.endswith(stop) else completion
-        found = full.find(body, split) if body else -1
+        # The texts may part inside the completion's first characters (``<think>`` of the
+        # prompt vs ``<tool_call>`` of the rendering share ``<t``): look from where the
+        # completion could begin at the earliest.
+        found = full.find(body, max(0, split - len(body))) if body else -1
         start = found if found >= 0 else -1
     if final and ended_on_stop and start >= 0 and stop_texts:
         # A stop token that opens the next message (GLM's <|user|>) is not rendered after the
@@ -226,7 +239,9 @@ def place_turn(
         checks.append(_check(turn, "completion", end, rest, ""))
         return TurnPlacement("", tuple(checks))
     if start >= 0:
-        split = start + common_prefix_length(full[start:], completion)
+        split = max(
+            start, _marker_start(full, start + common_prefix_length(full[start:], completion))
+        )
         checks.append(_check(turn, "completion", split, full[split:], completion[split - start :]))
     elif not any(c.reason == "completion" for c in checks):
         checks.append(_check(turn, "completion", len(full), "", completion))

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("transformers")
+
 from hermes_async.agent import AgentResult, HermesAgentLoop
 from hermes_async.inference.families import FamilyTokenizer, load_family_tokenizer
 from hermes_async.inference.generate import VLLMGenerateClient
@@ -42,7 +44,7 @@ SCRIPTS: dict[str, list[str]] = {
         "<think>\nNow b.\n</think>\n\n" + hermes_call("b", compact=True),
         "<think>\nDone.\n</think>\n\n" + ANSWER,
     ],
-    "qwen3-nothink": [hermes_call("a"), hermes_call("b"), ANSWER],
+    "qwen3-nothink": [hermes_call("a"), hermes_call("b", compact=True), ANSWER],
     "llama3": [
         '{"name": "record", "parameters": {"tag": "a"}}',
         '{"name":"record","parameters":{"tag":"b"}}',
