@@ -69,6 +69,14 @@ SCRIPTS: dict[str, list[str]] = {
         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
         ANSWER,
     ],
+    # Thinking on: the generation prompt opens <think>; the model writes reasoning, </think>.
+    "deepseek_v31-think": [
+        "I should record a.</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>record<｜tool▁sep｜>"
+        '{"tag": "a"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        "Now b.</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>record<｜tool▁sep｜>"
+        '{"tag":"b"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        "Done.</think>" + ANSWER,
+    ],
     # GLM ends a turn by writing the next role token: the server stops on it (a stop id).
     "glm45": [
         "\n<think>Record a.</think>\n<tool_call>record\n<arg_key>tag</arg_key>\n"
@@ -96,6 +104,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "mistral_v11": ("mistral_v11", {}),
     "deepseek_v3": ("deepseek_v3", {}),
     "deepseek_v31": ("deepseek_v31", {}),
+    "deepseek_v31-think": ("deepseek_v31", {"enable_thinking": True}),
     "glm45": ("glm45", {}),
     "kimi_k2": ("kimi_k2", {}),
 }
@@ -122,8 +131,21 @@ def case(request: pytest.FixtureRequest, family_dirs: Path) -> tuple[str, Family
     return name, tokenizer_for(name, family_dirs)
 
 
+@pytest.fixture
+def qwen3(family_dirs: Path) -> FamilyTokenizer:
+    return tokenizer_for("qwen3", family_dirs)  # loaded outside the event loop (blocking)
+
+
+@pytest.fixture
+def llama3(family_dirs: Path) -> FamilyTokenizer:
+    return tokenizer_for("llama3", family_dirs)  # loaded outside the event loop (blocking)
+
+
 async def rollout(
-    tok: FamilyTokenizer, texts: Sequence[str], messages: list[dict[str, Any]] | None = None
+    tok: FamilyTokenizer,
+    texts: Sequence[str],
+    messages: list[dict[str, Any]] | None = None,
+    **loop_kwargs: Any,
 ) -> tuple[AgentResult, ScriptedModelServer, Recorder]:
     rec = Recorder()
     server = ScriptedModelServer(FixedScript(texts), tokenizer=tok, max_chunk_tokens=3)
@@ -140,6 +162,7 @@ async def rollout(
             registry=reg,
             tokenizer=tok,
             tool_call_parser=tok.parser,
+            **loop_kwargs,
         )
         convo = messages or [
             {"role": "system", "content": "You are terse."},
@@ -200,6 +223,16 @@ async def test_multi_turn_rollout_per_family(case: tuple[str, FamilyTokenizer]) 
         assert checks == [(1, "history"), (2, "history")]
         assert result.template_mismatches == 2
         assert all(c.actual.startswith("<think>") for c in result.template_checks)
+    elif name == "deepseek_v31-think":
+        # The named break: V3.1 renders past turns non-thinking (``</think>`` + content), so
+        # every generation prompt's ``<think>`` is rewritten once the turn is history -- the
+        # final one included. The documented fix: keep enable_thinking=False.
+        assert checks == [(1, "history"), (2, "history"), (3, "history")]
+        assert result.template_mismatches == 3
+        assert all(
+            c.actual == "<think>" and c.expected.startswith("</think>")
+            for c in result.template_checks
+        )
     else:
         assert checks == [] and result.template_mismatches == 0
         reg = registry(Recorder())
@@ -214,9 +247,9 @@ async def test_multi_turn_rollout_per_family(case: tuple[str, FamilyTokenizer]) 
 
 @pytest.mark.parametrize("reasoning", [True, False], ids=["earlier-reasoning", "no-reasoning"])
 async def test_qwen3_history_with_and_without_earlier_reasoning(
-    family_dirs: Path, reasoning: bool
+    qwen3: FamilyTokenizer, reasoning: bool
 ) -> None:
-    tok = tokenizer_for("qwen3", family_dirs)
+    tok = qwen3
     earlier: dict[str, Any] = {"role": "assistant", "content": "Earlier answer."}
     if reasoning:
         earlier["reasoning_content"] = "earlier thoughts"
@@ -245,3 +278,31 @@ def test_load_tokenizer_recognizes_a_family_directory(family_dirs: Path) -> None
         loaded.end_of_turn_ids
     )
     assert loaded.parser == "glm45" and loaded.family == "glm45"
+
+
+async def test_the_end_of_turn_tokens_come_from_the_family_and_can_be_overridden(
+    llama3: FamilyTokenizer,
+) -> None:
+    tok = llama3
+    specials = tok.special_tokens
+    eot, eom = specials["<|eot_id|>"], specials["<|eom_id|>"]
+    assert tok.end_of_turn_ids == (eot, eom)
+    _result, server, _rec = await rollout(tok, SCRIPTS["llama3"])
+    assert {tuple(r.body["sampling_params"]["stop_token_ids"]) for r in server.requests} == {
+        (eot, eom)
+    }
+    result, server, _rec = await rollout(tok, SCRIPTS["llama3"], end_of_turn=["<|eot_id|>"])
+    assert {tuple(r.body["sampling_params"]["stop_token_ids"]) for r in server.requests} == {(eot,)}
+    assert result.finished_naturally and result.template_mismatches == 0
+    assert_exact(result, server, tok)
+
+
+def test_an_end_of_turn_text_that_is_not_one_token_is_an_error(llama3: FamilyTokenizer) -> None:
+    tok = llama3
+    reg = registry(Recorder())
+    defs = reg.definitions(["terminal"])
+    client = VLLMGenerateClient("http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="'end of turn' is not a single token"):
+        HermesAgentLoop(
+            client, defs.schemas, defs.valid_names, tokenizer=tok, end_of_turn=["end of turn"]
+        )

@@ -1,9 +1,9 @@
 """Multi-turn Phase 2 rollouts against a real CPU vLLM, on the generate route and on the stock
 completions route.
 
-N rollouts run at once, 3 turns each: two tool calls forced by ``structured_outputs`` (through
-the loop's ``extra_body``), then a short final answer forced by a regex that a
-``sampling_hook`` puts on the third turn. What vLLM streamed is recorded at the HTTP level (a
+N rollouts run at once, 3 turns each: two tool calls forced by ``structured_outputs`` (the
+first through the loop's ``extra_body``; the second, a compact-JSON call, and the final short
+answer by regexes a ``sampling_hook`` puts on turns 2 and 3). What vLLM streamed is recorded at the HTTP level (a
 tee on the transport) and parsed here independently of our clients; every rollout's trajectory
 must hold exactly those ids and bit-equal logprobs, aligned masks, no doubled end-of-turn, and
 the template check must find nothing. A ``max_tokens`` cut inside a call is the cut call's
@@ -37,6 +37,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.vllm]
 
 ROLLOUTS = 6
 ANSWER_REGEX = r"[a-z]{1,12}"
+# The model's own spelling of a call (no spaces): the message must keep it, so the template
+# renders what was sampled.
+COMPACT_CALL_REGEX = (
+    r'<tool_call>\n\{"name":"terminal","arguments":\{"command":"[a-z]{1,12}"\}\}\n</tool_call>'
+)
 OPTIONS = HTTPOptions(
     connect_timeout_seconds=5, read_timeout_seconds=120, request_timeout_seconds=300
 )
@@ -118,10 +123,14 @@ def _registry() -> ToolRegistry:
     )
 
 
-def _answer_on_turn_3(turn: int, messages: Sequence[JSONObject], params: SamplingParams) -> Any:
-    if turn < 3:
-        return None
-    return dataclasses.replace(params, extra={"structured_outputs": {"regex": ANSWER_REGEX}})
+def _per_turn(turn: int, messages: Sequence[JSONObject], params: SamplingParams) -> Any:
+    if turn == 1:
+        return None  # the loop's extra_body
+    regex = COMPACT_CALL_REGEX if turn == 2 else ANSWER_REGEX
+    return dataclasses.replace(params, extra={"structured_outputs": {"regex": regex}})
+
+
+TURN_REGEXES = (TOOL_CALL_REGEX, COMPACT_CALL_REGEX, ANSWER_REGEX)
 
 
 def _client(route: str, url: str, transport: RecordingTransport) -> GenerateClient:
@@ -181,7 +190,7 @@ async def test_concurrent_three_turn_rollouts_keep_every_sampled_token(
             registry=registry,
             tokenizer=served_tokenizer,
             extra_body={"structured_outputs": {"regex": TOOL_CALL_REGEX}},
-            sampling_hook=_answer_on_turn_3,
+            sampling_hook=_per_turn,
         )
 
         async def one(i: int) -> None:
@@ -205,9 +214,12 @@ async def test_concurrent_three_turn_rollouts_keep_every_sampled_token(
             assert finish == "stop" and ids[-1] == IM_END
             text = served_tokenizer.decode(ids[:-1])
             # The extras reached vLLM: every output is what its regex forces.
-            assert re.fullmatch(TOOL_CALL_REGEX if n < 3 else ANSWER_REGEX, text), text
+            assert re.fullmatch(TURN_REGEXES[n - 1], text), text
         calls = [m for m in result.messages if m.get("tool_calls")]
         assert len(calls) == 2 and result.finished_naturally
+        # The compact call is stored as the model wrote it.
+        compact = calls[1]["tool_calls"][0]["function"]["arguments"]
+        assert compact.startswith('{"command":"') and " " not in compact
         assert [m["role"] for m in result.messages].count("tool") == 2
         assert not result.tool_errors
     bodies = [body for body, _ in transport.exchanges]
@@ -215,8 +227,7 @@ async def test_concurrent_three_turn_rollouts_keep_every_sampled_token(
         regexes = [b["sampling_params"]["structured_outputs"]["regex"] for b in bodies]
     else:
         regexes = [b["structured_outputs"]["regex"] for b in bodies]
-    assert regexes.count(ANSWER_REGEX) == ROLLOUTS
-    assert regexes.count(TOOL_CALL_REGEX) == 2 * ROLLOUTS
+    assert [regexes.count(r) for r in TURN_REGEXES] == [ROLLOUTS] * 3
 
 
 @pytest.mark.parametrize("route", ["vllm", "completions"])
