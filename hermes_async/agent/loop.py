@@ -40,6 +40,13 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 
 from hermes_async.agent._chat_turn import ChatTurns
+from hermes_async.agent._reasoning import (
+    TemplateKwargsTokenizer,
+    check_reasoning,
+    reasoning_request_fields,
+    thinking_template_kwargs,
+)
+from hermes_async.agent._standalone import standalone_factory
 from hermes_async.agent._token_turn import TokenTurns
 from hermes_async.agent._tool_runner import RunTools, ToolSettings
 from hermes_async.agent._transcript import first_user_content
@@ -51,7 +58,7 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime
 from hermes_async.tools.sandbox.base import SandboxProvider
-from hermes_async.tools.sandbox.manager import current_sandbox_manager
+from hermes_async.tools.sandbox.manager import current_sandbox_manager, open_sandbox_manager
 
 __all__ = (
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
@@ -108,10 +115,20 @@ class AgentOptions:
         early_dispatch: Phase 2: start each call the moment it is sealed.
         sampling: Phase 2 sampling parameters; ``temperature`` and ``max_tokens`` override
             theirs.
-        split_reasoning: Phase 2: move a leading ``<think>`` block into ``reasoning_content``.
+        split_reasoning: Phase 2: move a leading ``<think>`` block into ``reasoning_content``
+            (``False`` keeps it in ``content``: the environment's ``preserve_think_blocks``).
+        terminal_timeout: Default command timeout of the ``terminal`` tool in seconds
+            (``None``: ``TERMINAL_TIMEOUT``, else 180 s); an explicit ``timeout`` wins.
+        skills_dir: Where the ``skills`` tools read (``None``: ``~/.hermes/skills``, else the
+            built-in examples).
+        thinking_mode: Ask the model to reason (atroposlib's ``thinking_mode``).
+        reasoning_effort: ``none``, ``minimal``, ``low``, ``medium``, ``high`` or ``xhigh``.
+        max_reasoning_tokens: A reasoning token budget (Phase 1 only). See
+            :mod:`hermes_async.agent._reasoning` for how the three reach each kind of server.
 
     Raises:
-        ValueError: ``max_turns`` < 1, or a timeout that is not positive.
+        ValueError: ``max_turns`` < 1, a timeout that is not positive, an unknown
+            ``reasoning_effort`` or a non-positive ``max_reasoning_tokens``.
     """
 
     max_turns: int = 30
@@ -127,6 +144,11 @@ class AgentOptions:
     early_dispatch: bool = True
     sampling: SamplingParams | None = None
     split_reasoning: bool = True
+    terminal_timeout: float | None = None
+    skills_dir: str | None = None
+    thinking_mode: bool = False
+    reasoning_effort: str | None = None
+    max_reasoning_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -134,6 +156,8 @@ class AgentOptions:
         _check_timeout("tool_timeout", self.tool_timeout)
         _check_timeout("turn_timeout", self.turn_timeout)
         _check_timeout("rollout_timeout", self.rollout_timeout)
+        _check_timeout("terminal_timeout", self.terminal_timeout)
+        check_reasoning(self.reasoning_effort, self.max_reasoning_tokens)
 
 
 class _TurnStrategy(Protocol):
@@ -166,8 +190,12 @@ class HermesAgentLoop:
             else (the reference accepted any object) means the default.
         limits: Shared limiters (default: a private :class:`Limits`).
         sandboxes: Where tools get the rollout's sandbox (default: the current
-            ``SandboxManager`` of the context, see ``use_sandbox_manager``; with none, sandbox
-            tools report an error to the model).
+            ``SandboxManager`` of the context, see ``use_sandbox_manager``). With none --
+            reference-style code outside an environment -- each :meth:`run` opens a private
+            manager on the configured backend (``TERMINAL_ENV``, default ``local``) and
+            **the run owns the sandbox**: it is released when ``run`` returns. To verify in the
+            same sandbox afterwards, open a manager around both (``async with
+            open_sandbox_manager(): ...``; ``ToolContext(task_id)`` inside finds it).
         registry: Tool implementations (default: the built-in tools).
         tool_timeout: Per-tool-call deadline in seconds; a call that passes it is cancelled and
             reported to the model as timed out (a ``ToolError``).
@@ -185,6 +213,11 @@ class HermesAgentLoop:
             override theirs.
         split_reasoning: Move a leading ``<think>...</think>`` block of the completion into
             ``reasoning_content`` (Phase 2).
+        terminal_timeout: Default command timeout of ``terminal`` calls (seconds).
+        skills_dir: Directory of the ``skills`` tools.
+        thinking_mode: Ask the model to reason (see :class:`AgentOptions`).
+        reasoning_effort: Reasoning effort (see :class:`AgentOptions`).
+        max_reasoning_tokens: Reasoning token budget (Phase 1; see :class:`AgentOptions`).
         release_sandbox: Release the rollout's sandbox when :meth:`run` returns. Default
             ``False``: a reward function usually inspects the sandbox afterwards, and whoever
             owns the manager releases it. On an outer cancellation it is released regardless.
@@ -220,6 +253,11 @@ class HermesAgentLoop:
         sampling: SamplingParams | None = None,
         split_reasoning: bool = True,
         release_sandbox: bool = False,
+        terminal_timeout: float | None = None,
+        skills_dir: str | None = None,
+        thinking_mode: bool = False,
+        reasoning_effort: str | None = None,
+        max_reasoning_tokens: int | None = None,
     ) -> None:
         options = AgentOptions(
             max_turns=max_turns,
@@ -235,6 +273,11 @@ class HermesAgentLoop:
             early_dispatch=early_dispatch,
             sampling=sampling,
             split_reasoning=split_reasoning,
+            terminal_timeout=terminal_timeout,
+            skills_dir=skills_dir,
+            thinking_mode=thinking_mode,
+            reasoning_effort=reasoning_effort,
+            max_reasoning_tokens=max_reasoning_tokens,
         )
         self.options = options
         self.server = server
@@ -297,6 +340,11 @@ class HermesAgentLoop:
             sampling=options.sampling,
             split_reasoning=options.split_reasoning,
             release_sandbox=release_sandbox,
+            terminal_timeout=options.terminal_timeout,
+            skills_dir=options.skills_dir,
+            thinking_mode=options.thinking_mode,
+            reasoning_effort=options.reasoning_effort,
+            max_reasoning_tokens=options.max_reasoning_tokens,
         )
 
     def _strategy(self, server: Any, tokenizer: Tokenizer | None) -> _TurnStrategy:
@@ -307,6 +355,11 @@ class HermesAgentLoop:
                 raise ValueError(
                     "a token server (Phase 2) needs a tokenizer: pass tokenizer=load_tokenizer(...)"
                 )
+            switch = thinking_template_kwargs(
+                options.thinking_mode, options.reasoning_effort, options.max_reasoning_tokens
+            )
+            if switch:
+                tokenizer = TemplateKwargsTokenizer(tokenizer, switch)
             base = options.sampling or SamplingParams()
             sampling = replace(
                 base,
@@ -336,6 +389,12 @@ class HermesAgentLoop:
                 max_tokens=options.max_tokens,
                 extra_body=options.extra_body,
                 turn_timeout=options.turn_timeout,
+                reasoning=reasoning_request_fields(
+                    options.thinking_mode,
+                    options.reasoning_effort,
+                    options.max_reasoning_tokens,
+                    base_url=_base_url(server),
+                ),
             )
         raise TypeError(
             f"server must have `async chat_completion(**kw)` (Phase 1) or be a token client "
@@ -437,17 +496,35 @@ class HermesAgentLoop:
         logprobs aligned; messages of a turn appended only once the turn finished, in Phase 2).
         """
         task_id = task_id or self.task_id
+        sandboxes = self.sandboxes or current_sandbox_manager()
+        if sandboxes is None:
+            # Reference-style use outside an environment: this run owns a private manager.
+            async with open_sandbox_manager(
+                standalone_factory()[1], limits=self.limits, idle_timeout=None
+            ) as private:
+                return await self._run(messages, task_id, seed, private)
+        return await self._run(messages, task_id, seed, sandboxes)
+
+    async def _run(
+        self,
+        messages: list[dict[str, Any]],
+        task_id: str,
+        seed: int | None,
+        sandboxes: SandboxProvider,
+    ) -> AgentResult:
         result = AgentResult(messages=messages)
         self.partial = result
-        sandboxes = self.sandboxes or current_sandbox_manager()
+        options = self.options
         runtime = ToolRuntime(
             task_id=task_id,
             limits=self.limits,
             user_task=first_user_content(messages),
             sandboxes=sandboxes,
+            terminal_timeout=options.terminal_timeout,
+            skills_dir=options.skills_dir,
         )
         tools = RunTools(self._tools, runtime)
-        timeout = self.options.rollout_timeout
+        timeout = options.rollout_timeout
         release = self.release_sandbox
         interrupted = False
         try:
@@ -466,6 +543,15 @@ class HermesAgentLoop:
             result.error = f"rollout deadline of {timeout:g} s exceeded"
             tools.close_inflight(result, result.error)
         return result
+
+
+def _base_url(server: Any) -> str | None:
+    """The server's base URL, when it tells (our clients; atroposlib's server configs)."""
+    for candidate in (server, getattr(server, "config", None)):
+        url = getattr(candidate, "base_url", None)
+        if isinstance(url, str):
+            return url
+    return None
 
 
 async def _release(

@@ -39,7 +39,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -84,7 +84,12 @@ from hermes_async.inference.generate import GenerateClient
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
-from hermes_async.tools.registry import ToolRegistry, get_tool_definitions
+from hermes_async.tools.registry import (
+    ToolDefaults,
+    ToolRegistry,
+    get_tool_definitions,
+    use_tool_defaults,
+)
 from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.manager import (
     SandboxFactory,
@@ -285,8 +290,12 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     def make_sandbox_factory(self) -> SandboxFactory:
         """The sandbox factory for ``terminal_backend`` (override to plug in your own)."""
         options = dict(self.config.sandbox_options or {})
-        if self.config.terminal_backend == "local":
-            options.setdefault("default_timeout", float(self.config.terminal_timeout))
+        # Commands sent without a timeout (tools other than terminal) get terminal_timeout too.
+        key = "default_timeout" if self.config.terminal_backend == "local" else None
+        if self.config.terminal_backend in ("docker", "modal"):
+            key = "default_exec_timeout_seconds"
+        if key is not None:
+            options.setdefault(key, float(self.config.terminal_timeout))
         return make_backend_factory(self.config.terminal_backend, **options)
 
     @asynccontextmanager
@@ -296,18 +305,28 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         **Cancellation**: a manager opened here releases all its sandboxes on exit, shielded
         and bounded.
         """
-        current = current_sandbox_manager()
-        if current is not None:
-            yield current
-            return
-        async with SandboxManager(
-            self.make_sandbox_factory(),
-            limits=self.limits,
-            idle_timeout=float(self.config.terminal_lifetime),
-            close_timeout=self.config.sandbox_release_timeout,
-        ) as manager:
-            with use_sandbox_manager(manager):
-                yield manager
+        # The run's tool defaults (terminal_timeout, skills_dir) reach every tool runtime built
+        # inside, including loops and ToolContexts that subclass code builds itself.
+        with self.tool_defaults():
+            current = current_sandbox_manager()
+            if current is not None:
+                yield current
+                return
+            async with SandboxManager(
+                self.make_sandbox_factory(),
+                limits=self.limits,
+                idle_timeout=float(self.config.terminal_lifetime),
+                close_timeout=self.config.sandbox_release_timeout,
+            ) as manager:
+                with use_sandbox_manager(manager):
+                    yield manager
+
+    def tool_defaults(self) -> AbstractContextManager[ToolDefaults]:
+        """``use_tool_defaults`` with this config's ``terminal_timeout`` and ``skills_dir``."""
+        return use_tool_defaults(
+            terminal_timeout=float(self.config.terminal_timeout),
+            skills_dir=self.config.skills_dir,
+        )
 
     @asynccontextmanager
     async def open_model_clients(self) -> AsyncIterator[list[ModelClient]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import codecs
 import functools
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +28,7 @@ from tiktoken.load import load_tiktoken_bpe
 
 from hermes_async.errors import ConfigError
 from hermes_async.inference._chat_template import render_chat_template
-from hermes_async.jsontypes import JSONObject
+from hermes_async.jsontypes import JSON, JSONObject
 
 if TYPE_CHECKING:
     from hermes_async.inference.tokenizer import IncrementalDecoder
@@ -244,16 +244,22 @@ class QwenTokenizer:
         tools: Sequence[JSONObject] | None = None,
         *,
         add_generation_prompt: bool = True,
+        chat_template_kwargs: Mapping[str, JSON] | None = None,
     ) -> str:
         """Render ``messages`` with the chat template (built-in unless one was given).
+
+        ``chat_template_kwargs`` become template variables (``enable_thinking``; the built-in
+        template has no switch and ignores it).
 
         Raises:
             ValueError: A malformed message list.
         """
+        variables: dict[str, JSON] = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+        variables.update(chat_template_kwargs or {})
         return render_chat_template(
             messages,
             tools,
             add_generation_prompt=add_generation_prompt,
             template=self._chat_template,
-            variables={"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+            variables=variables,
         )

@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ from hermes_async.inference._qwen import (
     QWEN_PATTERN,
     qwen_bpe_path,
 )
-from hermes_async.jsontypes import JSONObject
+from hermes_async.jsontypes import JSON, JSONObject
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -264,8 +264,12 @@ class HFTokenizer:
         tools: Sequence[JSONObject] | None = None,
         *,
         add_generation_prompt: bool = True,
+        chat_template_kwargs: Mapping[str, JSON] | None = None,
     ) -> str:
         """Render with the tokenizer's own chat template (``tokenize=False``).
+
+        ``chat_template_kwargs`` are passed to the template as variables (Qwen3's
+        ``enable_thinking``).
 
         Raises:
             ConfigError: The tokenizer has no chat template.
@@ -280,6 +284,7 @@ class HFTokenizer:
             tools=list(tools) if tools else None,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
+            **dict(chat_template_kwargs or {}),
         )
         return str(text)
 

@@ -22,11 +22,11 @@ per-stream state; each stream gets its own :meth:`Tokenizer.incremental_decoder`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from hermes_async.inference._qwen import QWEN_OFFLINE_NAME, QwenTokenizer
-from hermes_async.jsontypes import JSONObject
+from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = [
     "QWEN_OFFLINE_NAME",
@@ -95,8 +95,14 @@ class Tokenizer(Protocol):
         tools: Sequence[JSONObject] | None = None,
         *,
         add_generation_prompt: bool = True,
+        chat_template_kwargs: Mapping[str, JSON] | None = None,
     ) -> str:
-        """Render ``messages`` (and tool schemas) to the model's prompt text."""
+        """Render ``messages`` (and tool schemas) to the model's prompt text.
+
+        ``chat_template_kwargs`` are extra template variables (Qwen3's ``enable_thinking``);
+        templates that do not use them ignore them. The loop passes them only when reasoning
+        options are configured, so a tokenizer written before they existed keeps working.
+        """
         ...
 
 
