@@ -17,7 +17,7 @@ reference's ``TERMINAL_ENV`` and ``TERMINAL_DOCKER_IMAGE`` / ``TERMINAL_MODAL_IM
 by default) for its own lifetime, and releases it on exit.
 
 How a standalone context stays structured. Its private owner
-(:class:`~hermes_async.agent._standalone.StandaloneSandboxes`) has no task and holds no cancel
+(:class:`~hermes_async.tools.standalone.StandaloneSandboxes`) has no task and holds no cancel
 scope, so it is created lazily inside the first awaited method (constructing a context does
 nothing) and may outlive that call. Its lifetime ends in one of three ways, none of which
 schedules anything:
@@ -70,7 +70,6 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, NoReturn, TypeVar
 
 from hermes_async._resource import AsyncResource
-from hermes_async.agent._standalone import StandaloneSandboxes, standalone_factory
 from hermes_async.errors import SandboxError
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
@@ -85,6 +84,7 @@ from hermes_async.tools.sandbox.archive import check_tar_members, single_file_ta
 from hermes_async.tools.sandbox.base import Sandbox, SandboxProvider
 from hermes_async.tools.sandbox.local import run_bounded
 from hermes_async.tools.sandbox.manager import SandboxManager, current_sandbox_manager
+from hermes_async.tools.standalone import StandaloneSandboxes, standalone_factory
 from hermes_async.tools.terminal import default_command_timeout
 
 __all__ = ("DEFAULT_TOOL_TIMEOUT_SECONDS", "ToolContext")

@@ -46,12 +46,12 @@ from hermes_async.agent._reasoning import (
     reasoning_request_fields,
     thinking_template_kwargs,
 )
-from hermes_async.agent._standalone import standalone_factory
 from hermes_async.agent._token_turn import TokenTurns
 from hermes_async.agent._tool_runner import RunTools, ToolSettings
 from hermes_async.agent._transcript import first_user_content
 from hermes_async.agent.budget import DEFAULT_BUDGET, BudgetConfig
 from hermes_async.agent.result import AgentResult
+from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import SamplingParams, TokenClient
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
@@ -59,12 +59,14 @@ from hermes_async.limits import Limits
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime
 from hermes_async.tools.sandbox.base import SandboxProvider
 from hermes_async.tools.sandbox.manager import current_sandbox_manager, open_sandbox_manager
+from hermes_async.tools.standalone import standalone_factory
 
 __all__ = (
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
     "AgentOptions",
     "ChatServer",
     "HermesAgentLoop",
+    "resize_tool_pool",
 )
 
 logger = logging.getLogger(__name__)
@@ -568,3 +570,38 @@ async def _release(
         await sandboxes.release(task_id, interrupted=interrupted)
     except Exception as exc:  # cleanup must not mask the rollout's own outcome
         logger.warning("task %s: sandbox release failed: %s", task_id, exc)
+
+
+def resize_tool_pool(max_workers: int, *, limits: Limits | None = None) -> Limits:
+    """Resize the ``tool_calls`` limiter (the reference resized its tool thread pool).
+
+    There is no thread pool: this resizes the limiter of tool calls running at once of the
+    **current run** -- the limits of the current ``SandboxManager``, which the environment's
+    rollouts, loops and ``ToolContext`` s share. Pass ``limits=`` to resize another
+    :class:`~hermes_async.limits.Limits`. Outside a run there is no shared pool (each standalone
+    loop has private limits), and that is a ``ConfigError`` saying so, not a silent no-op.
+
+    Args:
+        max_workers: Tool calls allowed to run at once (>= 1).
+        limits: The limits to resize (default: the current run's).
+
+    Returns:
+        The :class:`~hermes_async.limits.Limits` that was resized.
+
+    Raises:
+        ConfigError: No ``limits`` given and no run is current.
+        ValueError: ``max_workers`` < 1.
+    """
+    target = limits
+    if target is None:
+        manager = current_sandbox_manager()
+        if manager is None:
+            raise ConfigError(
+                f"resize_tool_pool({max_workers}) needs a run to resize: there is no tool "
+                "thread pool, only the tool_calls limiter of the current run (inside an "
+                "environment's serve/process/evaluate or a use_sandbox_manager block); set "
+                "tool_pool_size in the environment's config, or pass limits=..."
+            )
+        target = manager.limits
+    target.tool_calls.set_total(max_workers)
+    return target

@@ -42,7 +42,7 @@ from hermes_async.tools.toolsets import (
 if TYPE_CHECKING:
     from hermes_async.tools.browser.manager import BrowserManager
 
-__all__ = [
+__all__ = (
     "BUILTIN_TOOL_MODULES",
     "NOT_AVAILABLE_IN_RL",
     "Tool",
@@ -57,7 +57,7 @@ __all__ = [
     "dispatch",
     "get_tool_definitions",
     "use_tool_defaults",
-]
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ DEFAULT_MAX_RESULT_SIZE_CHARS = 100_000
 NOT_AVAILABLE_IN_RL: Mapping[str, str] = {
     "memory": "Memory is not available in RL environments.",
     "session_search": "Session search is not available in RL environments.",
+    "delegate_task": "Delegation is not available in RL environments.",
+    "clarify": "Clarify is not available in RL environments.",
 }
 
 
@@ -273,6 +275,8 @@ BUILTIN_TOOL_MODULES: tuple[str, ...] = (
     "hermes_async.tools.web",
     "hermes_async.tools.todo",
     "hermes_async.tools.browser",
+    "hermes_async.tools.skills",
+    "hermes_async.tools.code_execution",
 )
 
 _BUILTIN: ToolRegistry | None = None
@@ -299,14 +303,21 @@ def builtin_registry() -> ToolRegistry:
 def get_tool_definitions(
     enabled_toolsets: Iterable[str] | None = None,
     disabled_toolsets: Iterable[str] | None = None,
+    quiet_mode: bool = False,
     *,
     registry: ToolRegistry | None = None,
 ) -> ToolDefinitions:
     """Return ``(schemas, valid_names)`` for the given toolsets.
 
+    The reference's call spelling works unchanged
+    (``get_tool_definitions(enabled_toolsets=[...], disabled_toolsets=None, quiet_mode=True)``).
+    One difference: the reference returned the list of schemas alone; this returns the pair
+    (``.schemas`` is that list), because every caller needs the names too.
+
     Args:
         enabled_toolsets: Toolsets to offer; ``None`` means all of them.
         disabled_toolsets: Toolsets removed after expansion.
+        quiet_mode: Accepted for the reference's signature; nothing is printed either way.
         registry: Where the tools come from (default: the built-in tools).
 
     Raises:

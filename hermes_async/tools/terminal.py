@@ -366,10 +366,12 @@ async def run_in_session(
     timeout: float,
     output_limit: int,
     workdir: str | None = None,
+    stdin: bytes | None = None,
 ) -> ExecResult:
     """Run ``command`` as the terminal does: in the session's directory, which it then updates.
 
-    With ``workdir`` the command runs there and the session's directory is left alone. Used by
+    With ``workdir`` the command runs there and the session's directory is left alone.
+    ``stdin`` is fed to the command (``execute_code`` sends its program that way). Used by
     ``terminal`` and ``execute_code``.
 
     Raises:
@@ -380,12 +382,15 @@ async def run_in_session(
     """
     if workdir or not _tracks_cwd(sandbox):
         return await sandbox.exec(
-            command, cwd=workdir or None, timeout=timeout, output_limit=output_limit
+            command, cwd=workdir or None, timeout=timeout, stdin=stdin, output_limit=output_limit
         )
     key = _session_key(sandbox)
     marker = f"__HERMES_ASYNC_CWD_{secrets.token_hex(8)}__"
     res = await sandbox.exec(
-        _wrap(command, _SESSION_CWD.get(key), marker), timeout=timeout, output_limit=output_limit
+        _wrap(command, _SESSION_CWD.get(key), marker),
+        timeout=timeout,
+        stdin=stdin,
+        output_limit=output_limit,
     )
     stdout, cwd = _unwrap(res.stdout, marker)
     if cwd is not None:

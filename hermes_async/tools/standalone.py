@@ -1,4 +1,5 @@
-"""Sandboxes for code that runs outside an environment: a reference-style ``ToolContext`` or loop.
+"""Sandboxes for code that runs outside an environment: a reference-style ``ToolContext``, loop
+or ``handle_function_call``.
 
 Inside an environment (``serve`` / ``process`` / ``evaluate``, or any ``use_sandbox_manager``
 block) the current :class:`~hermes_async.tools.sandbox.manager.SandboxManager` owns every
@@ -22,6 +23,10 @@ owner instead of an error:
   system calls); a container sandbox cannot be removed without awaiting its engine, so it is
   left for ``await ctx.cleanup()`` and, if that never comes, reported (a ``RuntimeWarning``
   naming the fix). See :mod:`hermes_async.agent.context`.
+
+Who owns what outside an environment: a ``ToolContext`` owns its private sandbox until its
+cleanup; a ``HermesAgentLoop.run`` owns a private manager for the run (its sandbox is released
+when ``run`` returns); a ``handle_function_call`` owns one for the call.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ __all__ = (
     "standalone_factory",
 )
 
-logger = logging.getLogger("hermes_async.agent.context")
+logger = logging.getLogger(__name__)
 
 #: The reference's variables naming a backend's image, by backend.
 _IMAGE_VARIABLES = {"docker": "TERMINAL_DOCKER_IMAGE", "modal": "TERMINAL_MODAL_IMAGE"}
