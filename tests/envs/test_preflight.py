@@ -1,0 +1,180 @@
+"""Start-up validation: a broken run fails before the first rollout, naming the setting.
+
+Issue #14: an unknown ``tool_call_parser`` failed at the first rollout, a Docker engine that was
+down (or missing Modal credentials) turned every rollout into a tool error and reward 0, and
+atroposlib waited forever on a dead model server. The subprocess cases run ``process`` as a
+user does and check the exit status, the time, the message and that no group was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hermes_async.envs._preflight import check_parser, check_toolsets
+from hermes_async.envs.terminal_test import TerminalTestEnv, terminal_test_oracle
+from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.tools.sandbox.backends import preflight_backend
+from hermes_async.tools.sandbox.docker import DockerSandboxConfig
+from tests.envs.helpers import env_config, serve_policy, server_config
+
+pytestmark = pytest.mark.anyio
+
+#: The issue's bound for a run against a stopped engine or a dead server.
+FAIL_WITHIN_SECONDS = 30.0
+
+
+def closed_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    sock.close()  # nothing listens there now
+    return port
+
+
+def stale_socket(path: Path) -> str:
+    """A unix socket file nobody listens on: what a stopped engine leaves behind."""
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()
+    return f"unix://{path}"
+
+
+async def run_process(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[bytes], float, Path]:
+    groups = tmp_path / "out" / "groups.jsonl"
+    start = time.monotonic()
+    with anyio.fail_after(FAIL_WITHIN_SECONDS + 30):
+        done = await anyio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "hermes_async.envs.terminal_test",
+                "process",
+                "--env.use_wandb",
+                "false",
+                "--env.total_steps",
+                "2",
+                "--env.data_path_to_save_groups",
+                str(groups),
+                *args,
+            ],
+            check=False,
+            env={**os.environ, **(env or {})},
+        )
+    return done, time.monotonic() - start, groups
+
+
+def assert_no_groups(groups: Path) -> None:
+    lines = groups.read_text().splitlines() if groups.exists() else []
+    assert lines == [], f"{len(lines)} groups written by a run that should not have started"
+
+
+async def test_dead_model_server_fails_the_run_fast(tmp_path: Path) -> None:
+    done, seconds, groups = await run_process(
+        tmp_path, "--openai.base_url", f"http://127.0.0.1:{closed_port()}/v1"
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode != 0, stderr[-2000:]
+    assert seconds < FAIL_WITHIN_SECONDS, seconds
+    assert "start-up check failed" in stderr and "--openai.base_url" in stderr
+    assert_no_groups(groups)
+
+
+@pytest.mark.parametrize("kind", ["stale-socket", "missing-socket"])
+async def test_stopped_docker_engine_fails_the_run_fast(tmp_path: Path, kind: str) -> None:
+    host = (
+        stale_socket(tmp_path / "docker.sock")
+        if kind == "stale-socket"
+        else f"unix://{tmp_path}/no-engine.sock"
+    )
+    async with serve_policy(terminal_test_oracle()) as (url, server):
+        done, seconds, groups = await run_process(
+            tmp_path,
+            "--env.terminal_backend",
+            "docker",
+            "--openai.base_url",
+            url + "/v1",
+            env={"DOCKER_HOST": host},
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode != 0, stderr[-2000:]
+    assert seconds < FAIL_WITHIN_SECONDS, seconds
+    assert "terminal_backend='docker'" in stderr and "DOCKER_HOST" in stderr
+    assert server.requests == []  # not one rollout started
+    assert_no_groups(groups)
+
+
+async def test_unknown_parser_fails_at_start_up(tmp_path: Path) -> None:
+    async with serve_policy(terminal_test_oracle()) as (url, server):
+        done, seconds, groups = await run_process(
+            tmp_path, "--env.tool_call_parser", "hermez", "--openai.base_url", url + "/v1"
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode != 0 and seconds < FAIL_WITHIN_SECONDS
+    assert "--env.tool_call_parser='hermez'" in stderr and "qwen3_coder" in stderr
+    assert server.requests == []
+    assert_no_groups(groups)
+
+
+# ---------------------------------------------------------------- in-process checks
+
+
+def test_config_checks_name_the_setting() -> None:
+    check_parser("hermes")
+    with pytest.raises(ConfigError, match=r"--env.tool_call_parser='nope'.*hermes"):
+        check_parser("nope")
+    check_toolsets(["terminal", "skills", "code_execution", "delegation"], ["web"], "development")
+    with pytest.raises(ConfigError, match=r"--env.enabled_toolsets: unknown toolset 'termnal'"):
+        check_toolsets(["termnal"], None, None)
+    with pytest.raises(ConfigError, match=r"--env.disabled_toolsets: unknown toolset 'x'"):
+        check_toolsets(None, ["x"], None)
+    with pytest.raises(ConfigError, match=r"--env.distribution: unknown toolset distribution"):
+        check_toolsets(None, None, "devlopment")
+
+
+async def test_missing_modal_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MODAL_TOKEN_ID", raising=False)
+    monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
+    monkeypatch.setenv("MODAL_CONFIG_PATH", str(tmp_path / "none.toml"))
+    with pytest.raises(SandboxError, match=r"terminal_backend='modal'.*MODAL_TOKEN_ID"):
+        await preflight_backend("modal")
+    (tmp_path / "none.toml").write_text('[default]\ntoken_id = "x"\n')
+    await preflight_backend("modal")  # credentials configured: passes
+    await preflight_backend("modal", modal=object())  # an injected double: nothing to check
+    with pytest.raises(ConfigError, match=r"unknown terminal_backend 'ssh'"):
+        await preflight_backend("ssh")
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) imagee"):
+        await preflight_backend("docker", imagee="x")
+
+
+async def test_docker_preflight_names_docker_host(tmp_path: Path) -> None:
+    start = anyio.current_time()
+    with pytest.raises(SandboxError, match=r"terminal_backend='docker'.*DOCKER_HOST"):
+        await preflight_backend(
+            "docker", docker_host=stale_socket(tmp_path / "d.sock"), api_timeout_seconds=5.0
+        )
+    assert anyio.current_time() - start < 12
+    assert DockerSandboxConfig  # the options are DockerSandboxConfig's fields
+
+
+async def test_env_preflight_runs_before_setup_and_rollouts(tmp_path: Path) -> None:
+    async with serve_policy(terminal_test_oracle()) as (url, server):
+        env = TerminalTestEnv(
+            env_config(tmp_path, enabled_toolsets=["terminal", "fiel"]), [server_config(url)]
+        )
+        with pytest.raises(ConfigError, match=r"--env.enabled_toolsets: unknown toolset 'fiel'"):
+            await env._run_evaluate()
+        assert server.requests == []
+        ok = TerminalTestEnv(env_config(tmp_path), [server_config(url)])
+        await ok.preflight()  # a good config passes
+    assert json.dumps  # keep the import list honest
