@@ -548,8 +548,8 @@ class HermesAgentLoop:
 
 
 def _base_url(server: Any) -> str | None:
-    """The server's base URL, when it tells (our clients; atroposlib's server configs)."""
-    for candidate in (server, getattr(server, "config", None)):
+    """The server's base URL, when it tells (our clients, atroposlib's server configs)."""
+    for candidate in (server, getattr(server, "connection", None), getattr(server, "config", None)):
         url = getattr(candidate, "base_url", None)
         if isinstance(url, str):
             return url
