@@ -44,6 +44,7 @@ delivers disconnects) or over loopback with :func:`~hermes_async.testing.http.op
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import random
@@ -296,6 +297,10 @@ class ScriptedModelServer:
             between requests (``server.faults[3] = Fault.disconnect(2)``).
         sglang_incremental: Stream SGLang chunks as deltas instead of cumulative.
         model_name: ``model`` reported on the chat route.
+        rng_key: What the per-request randomness (logprobs, chunking) derives from, with
+            ``seed``: ``"request"`` (default), the request number; ``"prompt"``, the prompt
+            text, so concurrent rollouts get the same numbers whatever order their requests
+            arrive in (what the pytest plugin uses for reproducible groups).
     """
 
     def __init__(
@@ -310,6 +315,7 @@ class ScriptedModelServer:
         faults: Mapping[int, Fault] | None = None,
         sglang_incremental: bool = False,
         model_name: str = "scripted",
+        rng_key: Literal["request", "prompt"] = "request",
     ) -> None:
         if max_chunk_tokens < 1:
             raise ValueError(f"max_chunk_tokens must be >= 1, got {max_chunk_tokens!r}")
@@ -322,6 +328,9 @@ class ScriptedModelServer:
         self.faults: dict[int, Fault] = dict(faults or {})
         self.sglang_incremental = sglang_incremental
         self.model_name = model_name
+        if rng_key not in ("request", "prompt"):
+            raise ValueError(f"rng_key must be 'request' or 'prompt', got {rng_key!r}")
+        self.rng_key = rng_key
         self.requests: list[ServedRequest] = []
 
     # ---------------------------------------------------------------- ASGI entry point
@@ -469,7 +478,7 @@ class ScriptedModelServer:
             )
         )
         record.text = text
-        rng = random.Random(f"{self.seed}:{record.number}")
+        rng = self._rng(record, prompt_text)
         ids = [*self.tokenizer.encode(text, allow_special=True), self.tokenizer.eos_token_id]
         finish = "stop"
         if len(ids) > max_tokens:
@@ -576,6 +585,12 @@ class ScriptedModelServer:
 
     # ---------------------------------------------------------------- chat route
 
+    def _rng(self, record: ServedRequest, prompt_text: str) -> random.Random:
+        if self.rng_key == "prompt":
+            digest = hashlib.sha256(prompt_text.encode()).hexdigest()
+            return random.Random(f"{self.seed}:{digest}")
+        return random.Random(f"{self.seed}:{record.number}")
+
     async def _respond_chat(self, record: ServedRequest, send: _Send) -> None:
         body = record.body
         messages = body.get("messages")
@@ -593,7 +608,7 @@ class ScriptedModelServer:
             )
         )
         record.text = text
-        rng = random.Random(f"{self.seed}:{record.number}")
+        rng = self._rng(record, prompt_text)
         reasoning, content, calls = _split_reply(text, parse_tools=bool(tools))
         finish = "tool_calls" if calls else "stop"
         completion_ids = [*self.tokenizer.encode(text), self.tokenizer.eos_token_id]
