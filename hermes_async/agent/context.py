@@ -67,7 +67,7 @@ import posixpath
 import tarfile
 import warnings
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
@@ -87,7 +87,7 @@ from hermes_async.tools.sandbox.manager import SandboxManager, current_sandbox_m
 from hermes_async.tools.standalone import StandaloneSandboxes, standalone_factory
 from hermes_async.tools.terminal import default_command_timeout
 
-__all__ = ("DEFAULT_TOOL_TIMEOUT_SECONDS", "ToolContext")
+__all__ = ("DEFAULT_TOOL_TIMEOUT_SECONDS", "TerminalResult", "ToolContext")
 
 #: Deadline for one tool call through the context (the reference's ``future.result(timeout=300)``).
 #: ``terminal`` gets its own command timeout plus :data:`_TERMINAL_SLACK_SECONDS` instead.
@@ -149,6 +149,32 @@ class _Pending(Generic[T]):
                 RuntimeWarning,
                 stacklevel=2,
             )
+
+
+class TerminalResult(dict[str, Any]):
+    """The terminal tool's result dict, as :meth:`ToolContext.terminal` returns it.
+
+    A plain ``dict`` (``{"output", "exit_code", "error", ...}``: equal to, and serialized as, the
+    tool's JSON), which also answers the spellings reward code written for other shapes uses:
+    ``result["stdout"]`` is ``result["output"]`` (stdout and stderr, merged as the reference's
+    terminal merged them) and ``result["returncode"]`` is ``result["exit_code"]``. The aliases
+    are never stored, so iterating, comparing or dumping the dict shows the tool's keys only.
+    """
+
+    _ALIASES: ClassVar[dict[str, str]] = {"stdout": "output", "returncode": "exit_code"}
+
+    def __missing__(self, key: str) -> Any:
+        alias = self._ALIASES.get(key)
+        if alias is not None and alias in self:
+            return self[alias]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``dict.get``, with the aliases of ``[]``."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
 
 
 class _CleanupHandle:
@@ -316,10 +342,11 @@ class ToolContext(AsyncResource):
     # ----------------------------------------------------------------------------------------
     # tools
 
-    def terminal(self, command: str, timeout: int | None = None) -> _Pending[JSONObject]:
+    def terminal(self, command: str, timeout: int | None = None) -> _Pending[TerminalResult]:
         """Run ``command`` in the sandbox; return the terminal tool's result dict.
 
-        ``{"output", "exit_code", "error", ...}``; a result that is not JSON comes back as
+        ``{"output", "exit_code", "error", ...}`` (a :class:`TerminalResult`: ``["stdout"]`` and
+        ``["returncode"]`` also work); a result that is not JSON comes back as
         ``{"exit_code": -1, "output": raw}``. Without ``timeout``, the rollout's
         ``terminal_timeout`` applies (see the module docstring); the command starts where the
         rollout's last command ended (the terminal's session directory).
@@ -327,7 +354,7 @@ class ToolContext(AsyncResource):
         **Cancellation**: the command's process group is killed.
         """
 
-        async def run() -> JSONObject:
+        async def run() -> TerminalResult:
             args: JSONObject = {"command": command}
             if timeout is not None:
                 args["timeout"] = timeout
@@ -335,8 +362,8 @@ class ToolContext(AsyncResource):
             content = await self._call("terminal", args, limit + _TERMINAL_SLACK_SECONDS)
             value = _loads(content)
             if isinstance(value, dict):
-                return value
-            return {"exit_code": -1, "output": content}
+                return TerminalResult(value)
+            return TerminalResult({"exit_code": -1, "output": content})
 
         return _Pending("terminal", run)
 
