@@ -34,7 +34,7 @@ BUILTIN_SAMPLES = [
 class MyEnvConfig(HermesAgentEnvConfig):
     """Custom config – enable only terminal + file tools, use Modal sandbox."""
 
-    pass  # all defaults are fine; you could set terminal_backend="modal" here
+    pass  # noqa: PIE790 (verbatim: "all defaults are fine; you could set terminal_backend")
 
 
 class MyEnv(HermesAgentBaseEnv):
