@@ -120,7 +120,8 @@ class AgentOptions:
         split_reasoning: Phase 2: move a leading ``<think>`` block into ``reasoning_content``
             (``False`` keeps it in ``content``: the environment's ``preserve_think_blocks``).
         terminal_timeout: Default command timeout of the ``terminal`` tool in seconds
-            (``None``: ``TERMINAL_TIMEOUT``, else 180 s); an explicit ``timeout`` wins.
+            (``None``: the run's ``use_tool_defaults``, else ``TERMINAL_TIMEOUT``, else 180 s);
+            an explicit ``timeout`` wins.
         skills_dir: Where the ``skills`` tools read (``None``: ``~/.hermes/skills``, else the
             built-in examples).
         thinking_mode: Ask the model to reason (atroposlib's ``thinking_mode``).
