@@ -27,7 +27,11 @@ from hermes_async.tools.registry import (
     dispatch,
     get_tool_definitions,
 )
-from hermes_async.tools.sandbox.manager import current_sandbox_manager, open_sandbox_manager
+from hermes_async.tools.sandbox.manager import (
+    SandboxManager,
+    current_sandbox_manager,
+    open_sandbox_manager,
+)
 from hermes_async.tools.standalone import standalone_factory
 
 __all__ = (
@@ -74,8 +78,8 @@ async def handle_function_call(
     if function_name in AGENT_LOOP_TOOLS:
         return json.dumps({"error": f"{function_name} must be handled by the agent loop"})
     key = task_id or "default"
-    manager = current_sandbox_manager()
-    if manager is not None:
+
+    async def call(manager: SandboxManager) -> str:
         runtime = ToolRuntime(
             task_id=key, limits=manager.limits, sandboxes=manager, user_task=user_task
         )
@@ -83,11 +87,9 @@ async def handle_function_call(
             function_name, function_args, runtime, registry=registry, timeout=timeout
         )
         return outcome.content
+
+    current = current_sandbox_manager()
+    if current is not None:
+        return await call(current)
     async with open_sandbox_manager(standalone_factory()[1], idle_timeout=None) as private:
-        runtime = ToolRuntime(
-            task_id=key, limits=private.limits, sandboxes=private, user_task=user_task
-        )
-        outcome = await dispatch(
-            function_name, function_args, runtime, registry=registry, timeout=timeout
-        )
-        return outcome.content
+        return await call(private)
