@@ -89,7 +89,12 @@ class ScriptedEndpoint:
 
     def server_config(self, server_type: str = "vllm") -> Any:
         """An atroposlib ``APIServerConfig`` for this server (needs the ``atropos`` extra)."""
-        from hermes_async.envs._atropos import APIServerConfig
+        try:
+            from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ImportError(
+                f"server_config() needs atroposlib: pip install 'hermes-async[atropos]' ({exc})"
+            ) from exc
 
         return APIServerConfig(
             base_url=self.openai_url,

@@ -56,6 +56,7 @@ __all__ = (
     "current_tool_defaults",
     "dispatch",
     "get_tool_definitions",
+    "result_error",
     "use_tool_defaults",
 )
 
