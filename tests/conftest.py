@@ -118,6 +118,13 @@ _CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
         "ToolContext transfers read tar members from in-memory BytesIO archives (no file "
         "descriptor behind them)",
     ),
+    (
+        "hermes_async/tools/standalone.py",
+        ("close_local_now", "_remove_tree", "retry"),
+        "the reference's synchronous `ctx.cleanup()` (no await) of a standalone local sandbox: "
+        "it must kill and remove on the spot, as the reference's did; awaited cleanup "
+        "(`await ctx.cleanup()`, `async with`) goes through the async release instead",
+    ),
 ]
 
 

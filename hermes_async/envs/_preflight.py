@@ -12,6 +12,8 @@ what                               how                                          
 ``tool_call_parser``               the parser registry knows the name                  ConfigError
 ``enabled_toolsets`` /             every name is a toolset (or a registered tool's     ConfigError
 ``disabled_toolsets``              toolset); ``distribution`` is a distribution
+``enabled_toolsets`` (offered)     every registered tool of an explicitly enabled      ConfigError
+                                   toolset can run here (browser engine, web API key)
 ``terminal_backend``               registered; its preflight hook passes (Docker       ConfigError /
                                    engine answers a ping, Modal credentials exist)     SandboxError
 the model servers                  each answers HTTP within ``server_connect_timeout``  ServerUnreachableError
@@ -31,9 +33,29 @@ from hermes_async.errors import ConfigError
 from hermes_async.parsers import get_parser
 from hermes_async.tools.registry import ToolRegistry, builtin_registry
 from hermes_async.tools.sandbox.backends import preflight_backend
-from hermes_async.tools.toolsets import TOOLSETS, validate_distribution, validate_toolset
+from hermes_async.tools.toolsets import (
+    TOOLSETS,
+    expand_toolsets,
+    resolve_toolsets,
+    validate_distribution,
+    validate_toolset,
+)
 
-__all__ = ("check_parser", "check_toolsets", "preflight")
+__all__ = ("check_offered", "check_parser", "check_toolsets", "preflight")
+
+#: What a tool needs when its availability check fails, by name prefix (the message's fix).
+_NEEDS = (
+    (
+        "browser_",
+        "the browser tools need Playwright (pip install 'hermes-async[browser]') and a Chromium "
+        "(apt-get install chromium, or HERMES_BROWSER_EXECUTABLE)",
+    ),
+    (
+        "web_",
+        "the web tools need a search provider key (FIRECRAWL_API_KEY, FIRECRAWL_API_URL, "
+        "TAVILY_API_KEY or EXA_API_KEY; web_extract also runs with HERMES_WEB_DIRECT_EXTRACT=1)",
+    ),
+)
 
 
 def check_parser(name: str) -> None:
@@ -71,6 +93,45 @@ def check_toolsets(
             raise ConfigError(f"--env.distribution: {exc}") from exc
 
 
+def check_offered(
+    enabled: Iterable[str] | None,
+    disabled: Iterable[str] | None,
+    registry: ToolRegistry | None = None,
+) -> None:
+    """Raise a :class:`ConfigError` if an explicitly enabled toolset would lose tools.
+
+    The reference dropped a tool whose availability check failed without a word (``browser``
+    shrank to ``web_search`` without Chromium, ``web`` vanished without an API key), and the
+    run trained a model on fewer tools than it was configured with. Here a toolset named in
+    ``enabled_toolsets`` must have every registered tool available (tools this project does not
+    implement, such as ``vision_analyze``, are not registered and do not count; a toolset in
+    ``disabled_toolsets`` is not checked, nor are the tools it removes). Distributions
+    keep the reference's rule (a sampled toolset offers what is available): they are sampled,
+    not a promise.
+    """
+    if enabled is None:
+        return
+    reg = registry or builtin_registry()
+    known = {tool.name: tool for tool in reg}
+    off = set(expand_toolsets(disabled or ()))
+    for name in enabled:
+        if name in off:
+            continue
+        try:
+            tool_names = resolve_toolsets([name], disabled)
+        except ValueError:  # a custom toolset: the registry's tools that name it
+            tool_names = [tool.name for tool in reg if tool.toolset == name]
+        missing = [t for t in tool_names if t in known and not known[t].is_available()]
+        if not missing:
+            continue
+        needs = [hint for prefix, hint in _NEEDS if any(t.startswith(prefix) for t in missing)]
+        raise ConfigError(
+            f"--env.enabled_toolsets: toolset {name!r} is enabled but {', '.join(missing)} "
+            f"cannot run here ({'; '.join(needs) or 'their availability checks fail'}); fix "
+            f"that, or remove {name!r} from enabled_toolsets (or add it to disabled_toolsets)"
+        )
+
+
 async def preflight(
     config: Any,
     *,
@@ -95,5 +156,7 @@ async def preflight(
     """
     check_parser(config.tool_call_parser)
     check_toolsets(config.enabled_toolsets, config.disabled_toolsets, config.distribution, registry)
+    if not config.distribution:  # a distribution wins over enabled_toolsets (reference rule)
+        check_offered(config.enabled_toolsets, config.disabled_toolsets, registry)
     await preflight_backend(config.terminal_backend, **dict(backend_options))
     await check_servers()

@@ -20,6 +20,7 @@ import pytest
 from hermes_async.agent_loop import HermesAgentLoop
 from hermes_async.errors import ConfigError
 from hermes_async.inference.chat import ChatClient
+from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.tool_context import ToolContext
 from hermes_async.tools.registry import get_tool_definitions
@@ -27,6 +28,10 @@ from hermes_async.tools.sandbox.local import find_sandbox_processes
 from hermes_async.tools.sandbox.manager import open_sandbox_manager
 
 pytestmark = pytest.mark.anyio
+
+#: Loaded (and its chat template read) at import: reading files would block a running loop.
+TOKENIZER = load_tokenizer()
+TOKENIZER.apply_chat_template([{"role": "user", "content": "warm-up"}])
 
 
 @pytest.fixture
@@ -117,29 +122,6 @@ def test_unawaited_cleanup_of_a_container_sandbox_warns() -> None:
         gc.collect()
 
 
-@pytest.mark.docker
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {}), id="asyncio")])
-async def test_standalone_docker_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.tools.sandbox.test_docker import TEST_IMAGE, _engine_url, _our_containers, _request
-
-    try:
-        status, _ = _request(_engine_url(), "/_ping", timeout=3)
-    except OSError:
-        status = 0
-    if status != 200:
-        pytest.skip("no Docker engine answers")
-    monkeypatch.setenv("TERMINAL_ENV", "docker")
-    monkeypatch.setenv("TERMINAL_DOCKER_IMAGE", TEST_IMAGE)
-    ctx = ToolContext("solo-docker", sandbox_options={"image": TEST_IMAGE, "pull_missing": False})
-    try:
-        await ctx.write_file("/root/a.txt", "in a container\n")
-        assert (await ctx.terminal("cat /root/a.txt"))["output"] == "in a container\n"
-        assert len(_our_containers(_engine_url())) == 1
-    finally:
-        await ctx.cleanup()
-    assert _our_containers(_engine_url()) == []
-
-
 def policy(request: PolicyRequest) -> str:
     tools = [m for m in request.messages if m.get("role") == "tool"]
     if not tools:
@@ -150,7 +132,7 @@ def policy(request: PolicyRequest) -> str:
 
 async def test_reference_style_loop_outside_an_environment(sandbox_root: pathlib.Path) -> None:
     tools, valid_names = get_tool_definitions(["terminal"], None, quiet_mode=True)
-    server = ScriptedModelServer(policy)
+    server = ScriptedModelServer(policy, tokenizer=TOKENIZER)
     async with (
         open_app_endpoint(server, loopback=False) as (base_url, transport),
         ChatClient(base_url, transport=transport) as client,

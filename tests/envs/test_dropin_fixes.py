@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from hermes_async.agent import HermesAgentLoop
@@ -49,10 +48,8 @@ def sleeper(request: PolicyRequest) -> str:
 
 class TimedRewardEnv(TerminalTestEnv):
     async def compute_reward(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
-        start = anyio.current_time()
         out = await ctx.terminal("sleep 4; echo slept")  # no timeout: terminal_timeout applies
-        quick = anyio.current_time() - start < 3.5
-        return 1.0 if out["exit_code"] == 124 and quick else 0.0
+        return 1.0 if out["exit_code"] == 124 and "slept" not in out["output"] else 0.0
 
 
 @pytest.mark.parametrize("server_type", ["openai", "vllm"], ids=["chat-server", "token-server"])
@@ -65,13 +62,11 @@ async def test_terminal_timeout_reaches_model_calls_and_ctx(
             [server_config(url, server_type)],
         )
         await env.setup()
-        start = anyio.current_time()
         group, _ = await env.collect_trajectories(GREETING)
     assert group is not None and group["scores"] == [1.0]
     (result,) = tool_results(group["messages"][0])
-    assert result["exit_code"] == 124
+    assert result["exit_code"] == 124 and "slept" not in result["output"]
     assert result["error"] == "Command timed out after 1 seconds"
-    assert anyio.current_time() - start < 7
 
 
 # ---------------------------------------------------------------- collect_trajectory override

@@ -8,7 +8,6 @@ user does and check the exit status, the time, the message and that no group was
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -19,11 +18,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hermes_async.envs._preflight import check_parser, check_toolsets
+from hermes_async.envs._preflight import check_offered, check_parser, check_toolsets
 from hermes_async.envs.terminal_test import TerminalTestEnv, terminal_test_oracle
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox.backends import preflight_backend
-from hermes_async.tools.sandbox.docker import DockerSandboxConfig
 from tests.envs.helpers import env_config, serve_policy, server_config
 
 pytestmark = pytest.mark.anyio
@@ -151,8 +149,8 @@ async def test_missing_modal_credentials(tmp_path: Path, monkeypatch: pytest.Mon
     (tmp_path / "none.toml").write_text('[default]\ntoken_id = "x"\n')
     await preflight_backend("modal")  # credentials configured: passes
     await preflight_backend("modal", modal=object())  # an injected double: nothing to check
-    with pytest.raises(ConfigError, match=r"unknown terminal_backend 'ssh'"):
-        await preflight_backend("ssh")
+    with pytest.raises(ConfigError, match=r"unknown terminal_backend 'dockr'; available: local"):
+        await preflight_backend("dockr")
     with pytest.raises(ConfigError, match=r"unknown option\(s\) imagee"):
         await preflight_backend("docker", imagee="x")
 
@@ -164,7 +162,6 @@ async def test_docker_preflight_names_docker_host(tmp_path: Path) -> None:
             "docker", docker_host=stale_socket(tmp_path / "d.sock"), api_timeout_seconds=5.0
         )
     assert anyio.current_time() - start < 12
-    assert DockerSandboxConfig  # the options are DockerSandboxConfig's fields
 
 
 async def test_env_preflight_runs_before_setup_and_rollouts(tmp_path: Path) -> None:
@@ -177,4 +174,42 @@ async def test_env_preflight_runs_before_setup_and_rollouts(tmp_path: Path) -> N
         assert server.requests == []
         ok = TerminalTestEnv(env_config(tmp_path), [server_config(url)])
         await ok.preflight()  # a good config passes
-    assert json.dumps  # keep the import list honest
+
+
+@pytest.mark.parametrize("backend", ["ssh", "singularity", "daytona"])
+async def test_reference_backends_we_lack_say_what_to_do(tmp_path: Path, backend: str) -> None:
+    # Seed 002 lists local/docker/modal/daytona/ssh/singularity as terminal_backend values.
+    message = (
+        rf"terminal_backend '{backend}' \(a hermes-agent backend\) is not implemented.*"
+        r"available: local, docker, modal.*register_backend"
+    )
+    with pytest.raises(ConfigError, match=message):
+        await preflight_backend(backend)
+    env = TerminalTestEnv(env_config(tmp_path, terminal_backend=backend), [server_config("x")])
+    with pytest.raises(ConfigError, match=message):
+        await env.preflight()
+
+
+def test_an_enabled_toolset_that_would_shrink_fails_at_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue #14: `browser` silently shrank to web_search; `web` vanished without a key.
+    for key in ("FIRECRAWL_API_KEY", "FIRECRAWL_API_URL", "TAVILY_API_KEY", "EXA_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("HERMES_WEB_DIRECT_EXTRACT", raising=False)
+    monkeypatch.delenv("HERMES_WEB_EXTRACT_BACKEND", raising=False)
+    with pytest.raises(
+        ConfigError,
+        match=r"toolset 'web' is enabled but web_search, web_extract cannot run here "
+        r"\(the web tools need a search provider key.*remove 'web' from enabled_toolsets",
+    ):
+        check_offered(["terminal", "web"], None, None)
+    monkeypatch.setenv("HERMES_BROWSER_EXECUTABLE", "/nonexistent/chromium")
+    with pytest.raises(ConfigError, match=r"toolset 'browser' is enabled but browser_navigate.*"):
+        check_offered(["browser"], ["search"], None)
+    # Disabled toolsets are not checked; tools without a check (terminal, file) always pass;
+    # toolsets whose tools this project does not implement (vision) have nothing to lose.
+    check_offered(["terminal", "file", "web", "vision"], ["web"], None)
+    check_offered(None, None, None)  # None = all toolsets, the reference's "offer what runs"
+    monkeypatch.setenv("TAVILY_API_KEY", "k")
+    check_offered(["web"], None, None)

@@ -75,7 +75,16 @@ def test_new_toolsets_resolve_and_offer_their_tools() -> None:
     assert get_tool_definitions(["delegation", "memory", "session_search"]).valid_names == set()
 
 
+#: The reference's distribution table (toolset_distributions.py), every name.
+REFERENCE_DISTRIBUTIONS = {
+    "default", "image_gen", "research", "science", "development", "safe", "balanced",
+    "minimal", "terminal_only", "terminal_web", "creative", "reasoning", "browser_use",
+    "browser_only", "browser_tasks", "terminal_tasks", "mixed_tasks",
+}  # fmt: skip
+
+
 def test_every_reference_distribution_resolves() -> None:
+    assert set(DISTRIBUTIONS) >= REFERENCE_DISTRIBUTIONS
     rng = random.Random(3)
     for name in DISTRIBUTIONS:
         for _ in range(20):

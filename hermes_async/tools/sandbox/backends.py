@@ -69,6 +69,26 @@ _PREFLIGHTS: dict[str, BackendPreflight] = {}
 
 _C = TypeVar("_C")
 
+#: The reference's backends that this project does not implement (ssh's persistent shell,
+#: Singularity/Apptainer instances, the Daytona SDK): named in the error so a ported config
+#: gets told what to do instead of only "unknown".
+_REFERENCE_ONLY = ("ssh", "singularity", "daytona")
+
+
+def _unknown_backend(kind: str) -> ConfigError:
+    available = ", ".join(available_backends())
+    if kind in _REFERENCE_ONLY:
+        return ConfigError(
+            f"terminal_backend {kind!r} (a hermes-agent backend) is not implemented in "
+            f"hermes_async; available: {available} (docker or modal for isolated "
+            "sandboxes), or register your own with "
+            "hermes_async.tools.sandbox.backends.register_backend"
+        )
+    return ConfigError(
+        f"unknown terminal_backend {kind!r}; available: {available} (or register your own "
+        "with hermes_async.tools.sandbox.backends.register_backend)"
+    )
+
 
 def register_backend(
     name: str,
@@ -124,9 +144,7 @@ def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
     """
     builder = _REGISTRY.get(kind)
     if builder is None:
-        raise ConfigError(
-            f"unknown terminal_backend {kind!r}; available: {', '.join(available_backends())}"
-        )
+        raise _unknown_backend(kind)
     try:
         return builder(**options)
     except TypeError as exc:
@@ -148,9 +166,7 @@ async def preflight_backend(kind: str, **options: object) -> None:
     **Cancellation**: whatever the check opened is closed.
     """
     if kind not in _REGISTRY:
-        raise ConfigError(
-            f"unknown terminal_backend {kind!r}; available: {', '.join(available_backends())}"
-        )
+        raise _unknown_backend(kind)
     hook = _PREFLIGHTS.get(kind)
     if hook is None:
         return
