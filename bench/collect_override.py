@@ -32,8 +32,7 @@ from typing import Any
 
 import anyio
 
-from hermes_async.envs import _override
-from hermes_async.envs import base as env_base
+from hermes_async.envs import _override, base as env_base
 from hermes_async.envs.terminal_test import TRAIN_TASKS, TerminalTestEnv, terminal_test_oracle
 from hermes_async.testing.pytest_plugin import open_scripted_endpoint
 from hermes_async.tools.sandbox.local import local_factory

@@ -19,7 +19,7 @@ import pytest
 from hermes_async.agent import HermesAgentLoop
 from hermes_async.agent_loop import AgentResult
 from hermes_async.envs.base import HermesAgentEnvConfig
-from hermes_async.envs.terminal_test import TRAIN_TASKS, TerminalTestEnv
+from hermes_async.envs.terminal_test import ORACLE_COMMANDS, TRAIN_TASKS, TerminalTestEnv
 from hermes_async.inference._chat_template import default_chat_template
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.tokenizer import QwenTokenizer
@@ -238,3 +238,52 @@ async def test_cwd_carries_over_in_a_rollout(tmp_path: Path) -> None:
         await env.setup()
         group, _ = await env.collect_trajectories(GREETING)
     assert group is not None and group["scores"] == [1.0, 1.0]
+
+
+# ---------------------------------------------------------------- a user parser (register_parser)
+
+
+def angle_caller(request: PolicyRequest) -> str:
+    if not any(m.get("role") == "tool" for m in request.messages):
+        call = {"name": "terminal", "arguments": {"command": ORACLE_COMMANDS["greeting"]}}
+        return "Writing it.<call>" + json.dumps(call) + "</call>"
+    return "done"
+
+
+async def test_a_registered_parser_drives_phase2_rollouts(tmp_path: Path) -> None:
+    # The reference's extension point: @register_parser("name") on a class, then
+    # tool_call_parser="name" in the config. It passes the start-up check and parses the
+    # token stream of a Phase 2 rollout (the call runs, the reward sees the file).
+    from hermes_async.envs._preflight import check_parser
+    from hermes_async.parsers import (
+        PARSER_REGISTRY,
+        Format,
+        JsonCallSpec,
+        ToolCallParser,
+        register_parser,
+    )
+
+    saved = dict(PARSER_REGISTRY)
+    try:
+
+        @register_parser("angle_calls")
+        class AngleParser(ToolCallParser):
+            FORMAT = Format(
+                name="angle_calls", call_open=("<call>",), body=JsonCallSpec(close=("</call>",))
+            )
+
+        check_parser("angle_calls")
+        async with serve_policy(angle_caller) as (url, _):
+            env = TerminalTestEnv(
+                env_config(tmp_path, group_size=1, tool_call_parser="angle_calls"),
+                [server_config(url, "vllm")],
+            )
+            await env.preflight()
+            await env.setup()
+            group, _ = await env.collect_trajectories(GREETING)
+    finally:
+        PARSER_REGISTRY.clear()
+        PARSER_REGISTRY.update(saved)
+    assert group is not None and group["scores"] == [1.0]
+    (result,) = tool_results(group["messages"][0])
+    assert result["exit_code"] == 0
