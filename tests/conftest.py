@@ -51,11 +51,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip_vllm = pytest.mark.skip(
         reason="vllm: needs a real vLLM server; run `make test-vllm` (sets HERMES_ASYNC_VLLM_URL)"
     )
+    stock = bool(vllm_url) and os.environ.get("HERMES_ASYNC_VLLM_SCALE_OUT") == "0"
+    skip_stock = pytest.mark.skip(
+        reason="vllm_stock: needs a stock vLLM (no --enable-scale-out); run `make test-vllm`"
+    )
     for item in items:
         if "slow" in item.keywords and not run_slow:
             item.add_marker(skip_slow)
         if "vllm" in item.keywords and not vllm_url:
             item.add_marker(skip_vllm)
+        if "vllm_stock" in item.keywords and not stock:
+            item.add_marker(skip_stock)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

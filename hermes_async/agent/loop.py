@@ -34,7 +34,7 @@ import logging
 import math
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -46,6 +46,7 @@ from hermes_async.agent._reasoning import (
     reasoning_request_fields,
     thinking_template_kwargs,
 )
+from hermes_async.agent._sampling import SamplingHook, end_of_turn_ids, resolve_sampling
 from hermes_async.agent._token_turn import TokenTurns
 from hermes_async.agent._tool_runner import RunTools, ToolSettings
 from hermes_async.agent._transcript import first_user_content
@@ -100,11 +101,21 @@ class AgentOptions:
     :meth:`HermesAgentLoop.from_options` builds a loop from it. Defaults are the loop's (and the
     reference's, where it had the knob).
 
+    Precedence (Phase 2): **a value given explicitly always wins over a default.** The loop's
+    ``temperature`` / ``max_tokens`` override ``sampling``'s only when given (``None`` means not
+    given: ``sampling=SamplingParams(temperature=0.3)`` samples at 0.3); ``extra_body`` merges
+    into ``sampling.extra`` (the same key with two values is an error); a per-run ``seed`` beats
+    ``sampling.seed``; a ``sampling_hook`` result is that turn's parameters. Details:
+    :mod:`hermes_async.agent._sampling`.
+
     Attributes:
         max_turns: Maximum model calls per rollout.
-        temperature: Sampling temperature (1.0: on-policy sampling).
+        temperature: Sampling temperature; ``None``: not given (Phase 1 sends 1.0, on-policy
+            sampling; Phase 2 uses ``sampling.temperature``, itself 1.0 by default).
         max_tokens: Per-turn completion cap (``None``: the server's default).
-        extra_body: Extra request fields merged into every chat request (Phase 1).
+        extra_body: Extra request fields: merged into every chat request (Phase 1), and into
+            the token requests' extras (Phase 2: checked against the server kind when the loop
+            is built, e.g. ``{"structured_outputs": {"regex": ...}}``).
         budget: Tool-result budget (``None``: 100,000 chars per result, 200,000 per turn).
         tool_timeout: Per-tool-call deadline in seconds (300 s: above the terminal tool's own
             120 s command timeout, so the command's timeout fires first).
@@ -128,6 +139,14 @@ class AgentOptions:
         reasoning_effort: ``none``, ``minimal``, ``low``, ``medium``, ``high`` or ``xhigh``.
         max_reasoning_tokens: A reasoning token budget (Phase 1 only). See
             :mod:`hermes_async.agent._reasoning` for how the three reach each kind of server.
+        sampling: Phase 2 sampling parameters (see the precedence above).
+        split_reasoning: Phase 2: move a leading ``<think>`` block into ``reasoning_content``.
+        sampling_hook: Phase 2: ``hook(turn, messages, params) -> SamplingParams | None``,
+            called before each generation; a result replaces that turn's parameters (e.g. a
+            different ``structured_outputs`` regex per turn).
+        end_of_turn: Phase 2: the tokens (ids or texts) that end a model turn; ``None``: the
+            tokenizer's (its ``end_of_turn_ids``, else ``eos_token_id``). They are the default
+            stop ids and decide where the template's suffix starts.
 
     Raises:
         ValueError: ``max_turns`` < 1, a timeout that is not positive, an unknown
@@ -135,7 +154,7 @@ class AgentOptions:
     """
 
     max_turns: int = 30
-    temperature: float = 1.0
+    temperature: float | None = None
     max_tokens: int | None = None
     extra_body: Mapping[str, Any] | None = None
     budget: BudgetConfig | None = None
@@ -152,6 +171,9 @@ class AgentOptions:
     thinking_mode: bool = False
     reasoning_effort: str | None = None
     max_reasoning_tokens: int | None = None
+    # ---- Phase 2 fidelity (issue 22): per-turn sampling and the end-of-turn tokens
+    sampling_hook: SamplingHook | None = None
+    end_of_turn: tuple[int | str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -184,9 +206,11 @@ class HermesAgentLoop:
         max_turns: Maximum model calls.
         task_id: The rollout's id (its sandbox's key); a fresh uuid4 if ``None``. A run may
             override it (``run(messages, task_id=...)``).
-        temperature: Sampling temperature.
+        temperature: Sampling temperature; ``None``: not given (1.0 for chat servers;
+            ``sampling``'s for token servers; see :class:`AgentOptions` for the precedence).
         max_tokens: Per-turn completion cap (``None``: the server's default).
-        extra_body: Extra request fields merged into every model request.
+        extra_body: Extra request fields merged into every model request (Phase 2: checked
+            against the token server's accepted extras when the loop is built).
         budget_config: Tool-result budget (:class:`~hermes_async.agent.budget.BudgetConfig`;
             default 100,000 chars per result, 200,000 per turn, 1,500-char previews). Oversized
             results are saved into the rollout's sandbox and replaced by a preview. Anything
@@ -212,8 +236,8 @@ class HermesAgentLoop:
         tool_call_parser: Phase 2 parser name (and the Phase 1 fallback uses ``hermes``).
         early_dispatch: Phase 2: start each tool call the moment the parser seals it, while
             generation continues (default). ``False`` waits for the end of the completion.
-        sampling: Phase 2 sampling parameters; ``temperature`` and ``max_tokens`` above
-            override theirs.
+        sampling: Phase 2 sampling parameters; ``temperature``, ``max_tokens`` and
+            ``extra_body`` above override or extend them when given.
         split_reasoning: Move a leading ``<think>...</think>`` block of the completion into
             ``reasoning_content`` (Phase 2).
         terminal_timeout: Default command timeout of ``terminal`` calls (seconds).
@@ -224,6 +248,8 @@ class HermesAgentLoop:
         release_sandbox: Release the rollout's sandbox when :meth:`run` returns. Default
             ``False``: a reward function usually inspects the sandbox afterwards, and whoever
             owns the manager releases it. On an outer cancellation it is released regardless.
+        sampling_hook: Phase 2 per-turn sampling (see :class:`AgentOptions`).
+        end_of_turn: Phase 2 end-of-turn tokens (see :class:`AgentOptions`).
 
     Raises:
         ValueError: ``max_turns`` < 1, a non-positive timeout, or a token server without a
@@ -238,7 +264,7 @@ class HermesAgentLoop:
         valid_tool_names: Collection[str],
         max_turns: int = 30,
         task_id: str | None = None,
-        temperature: float = 1.0,
+        temperature: float | None = None,
         max_tokens: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
         budget_config: Any = None,
@@ -261,6 +287,8 @@ class HermesAgentLoop:
         thinking_mode: bool = False,
         reasoning_effort: str | None = None,
         max_reasoning_tokens: int | None = None,
+        sampling_hook: SamplingHook | None = None,
+        end_of_turn: Sequence[int | str] | None = None,
     ) -> None:
         options = AgentOptions(
             max_turns=max_turns,
@@ -281,6 +309,8 @@ class HermesAgentLoop:
             thinking_mode=thinking_mode,
             reasoning_effort=reasoning_effort,
             max_reasoning_tokens=max_reasoning_tokens,
+            sampling_hook=sampling_hook,
+            end_of_turn=tuple(end_of_turn) if end_of_turn is not None else None,
         )
         self.options = options
         self.server = server
@@ -348,6 +378,8 @@ class HermesAgentLoop:
             thinking_mode=options.thinking_mode,
             reasoning_effort=options.reasoning_effort,
             max_reasoning_tokens=options.max_reasoning_tokens,
+            sampling_hook=options.sampling_hook,
+            end_of_turn=options.end_of_turn,
         )
 
     def _strategy(self, server: Any, tokenizer: Tokenizer | None) -> _TurnStrategy:
@@ -363,15 +395,18 @@ class HermesAgentLoop:
             )
             if switch:
                 tokenizer = TemplateKwargsTokenizer(tokenizer, switch)
-            base = options.sampling or SamplingParams()
-            sampling = replace(
-                base,
+            # The precedence rule and the extras check live in agent/_sampling.py.
+            end_of_turn = end_of_turn_ids(tokenizer, options.end_of_turn)
+            sampling = resolve_sampling(
+                options.sampling,
                 temperature=options.temperature,
-                max_tokens=options.max_tokens
-                if options.max_tokens is not None
-                else base.max_tokens,
-                stop_token_ids=base.stop_token_ids or (tokenizer.eos_token_id,),
+                max_tokens=options.max_tokens,
+                extra_body=options.extra_body,
+                stop_ids=end_of_turn,
             )
+            check = getattr(server, "check_sampling", None)
+            if callable(check):
+                check(sampling)  # a key the server does not accept fails here, not silently
             return TokenTurns(
                 server,
                 tokenizer=tokenizer,
@@ -382,13 +417,16 @@ class HermesAgentLoop:
                 split_reasoning=options.split_reasoning,
                 sampling=sampling,
                 turn_timeout=options.turn_timeout,
+                end_of_turn=end_of_turn,
+                sampling_hook=options.sampling_hook,
+                check_sampling=check if callable(check) else None,
             )
         if isinstance(server, ChatServer):
             return ChatTurns(
                 server.chat_completion,
                 tool_schemas=self.tool_schemas,
                 max_turns=options.max_turns,
-                temperature=options.temperature,
+                temperature=options.temperature if options.temperature is not None else 1.0,
                 max_tokens=options.max_tokens,
                 extra_body=options.extra_body,
                 turn_timeout=options.turn_timeout,
@@ -413,8 +451,12 @@ class HermesAgentLoop:
 
     @property
     def temperature(self) -> float:
-        """Sampling temperature."""
-        return self.options.temperature
+        """The sampling temperature in effect (given, else ``sampling``'s, else 1.0)."""
+        if self.options.temperature is not None:
+            return self.options.temperature
+        if self.options.sampling is not None and isinstance(self.server, TokenClient):
+            return self.options.sampling.temperature
+        return 1.0
 
     @property
     def max_tokens(self) -> int | None:

@@ -200,6 +200,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         self._current_group_tools: tuple[list[JSONObject], set[str]] | None = None
         self._tool_error_buffer: list[dict[str, Any]] = []
         self._reachable: set[str] = set()
+        self._token_endpoints: dict[str, str] = {}  # token_endpoint="auto": probed once (#22)
         self._next_server = 0
         self._training_groups_running = 0
         self._training_groups_started = 0
@@ -380,6 +381,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             token_endpoint=self.config.token_endpoint,
             limiter=self.limits.model_requests,
             transport=self.model_transport,
+            endpoint_cache=self._token_endpoints,
         ) as clients:
             yield clients
 

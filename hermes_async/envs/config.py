@@ -87,8 +87,10 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     # ---- new in hermes_async
     token_endpoint: str = Field(
         default="auto",
-        description="Phase 2 protocol: auto, vllm (/inference/v1/generate), atropos "
-        "(/generate of atroposlib's vllm_api_server) or sglang.",
+        description="Phase 2 protocol: auto (vLLM: the generate route if the server has it, "
+        "else the stock /v1/completions; probed once), vllm (/inference/v1/generate), "
+        "completions (/v1/completions of a stock vLLM), atropos (/generate of atroposlib's "
+        "vllm_api_server) or sglang.",
     )
     early_dispatch: bool = Field(
         default=True, description="Start each tool call as soon as it is parsed (Phase 2)."
@@ -136,6 +138,20 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
         description="Apply hermes_async.gc_tuning.tune_gc_for_rollouts() for the run of "
         "serve/process/evaluate (fewer, shorter garbage-collector pauses with many rollouts).",
     )
+    # ---- Phase 2 fidelity (issue 22). Decision: Phase 2 request extras get their own field;
+    # extra_body stays the chat requests' (Phase 1), so a chat-only extra never hits a token
+    # server's key check. Keys are checked against the server kind when the loop is built.
+    sampling_extra: dict[str, Any] | None = Field(
+        default=None,
+        description="Phase 2 request extras (SamplingParams.extra), e.g. "
+        '{"structured_outputs": {"regex": "..."}, "min_p": 0.05}; keys the token server does '
+        "not accept are an error.",
+    )
+    end_of_turn_tokens: list[str] | None = Field(
+        default=None,
+        description="Phase 2: the tokens that end a model turn (default: the tokenizer's, "
+        "from its chat template / config).",
+    )
 
     def build_budget_config(self) -> BudgetConfig:
         """The tool-result budget from the ``*_chars`` fields (reference v2)."""
@@ -171,13 +187,17 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
             seed: The sampling seed (Phase 2).
         """
         sampling = (
-            SamplingParams(max_tokens=self.max_token_length, seed=seed) if token_server else None
+            SamplingParams(
+                max_tokens=self.max_token_length, seed=seed, extra=dict(self.sampling_extra or {})
+            )
+            if token_server
+            else None
         )
         return AgentOptions(
             max_turns=self.max_agent_turns,
             temperature=self.agent_temperature if temperature is None else temperature,
             max_tokens=self.max_token_length,
-            extra_body=self.extra_body,
+            extra_body=None if token_server else self.extra_body,
             budget=self.build_budget_config(),
             tool_timeout=self.tool_timeout,
             turn_timeout=self.turn_timeout,
@@ -192,6 +212,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
             thinking_mode=bool(self.thinking_mode),
             reasoning_effort=self.reasoning_effort,
             max_reasoning_tokens=self.max_reasoning_tokens,
+            end_of_turn=tuple(self.end_of_turn_tokens) if self.end_of_turn_tokens else None,
         )
 
     @property
