@@ -48,6 +48,7 @@ delivers disconnects) or over loopback with :func:`~hermes_async.testing.http.op
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import random
@@ -300,6 +301,10 @@ class ScriptedModelServer:
             between requests (``server.faults[3] = Fault.disconnect(2)``).
         sglang_incremental: Stream SGLang chunks as deltas instead of cumulative.
         model_name: ``model`` reported on the chat route.
+        rng_key: What the per-request randomness (logprobs, chunking) derives from, with
+            ``seed``: ``"request"`` (default), the request number; ``"prompt"``, the prompt
+            text, so concurrent rollouts get the same numbers whatever order their requests
+            arrive in (what the pytest plugin uses for reproducible groups).
         scale_out: Serve ``/inference/v1/generate``; ``False`` answers it 403 like a vLLM
             started without ``--enable-scale-out`` (``/v1/completions`` still works).
     """
@@ -316,6 +321,7 @@ class ScriptedModelServer:
         faults: Mapping[int, Fault] | None = None,
         sglang_incremental: bool = False,
         model_name: str = "scripted",
+        rng_key: Literal["request", "prompt"] = "request",
         scale_out: bool = True,
     ) -> None:
         if max_chunk_tokens < 1:
@@ -329,6 +335,9 @@ class ScriptedModelServer:
         self.faults: dict[int, Fault] = dict(faults or {})
         self.sglang_incremental = sglang_incremental
         self.model_name = model_name
+        if rng_key not in ("request", "prompt"):
+            raise ValueError(f"rng_key must be 'request' or 'prompt', got {rng_key!r}")
+        self.rng_key = rng_key
         self.scale_out = scale_out
         self.requests: list[ServedRequest] = []
 
@@ -491,7 +500,7 @@ class ScriptedModelServer:
             )
         )
         record.text = text
-        rng = random.Random(f"{self.seed}:{record.number}")
+        rng = self._rng(record, prompt_text)
         ids = _stop_at(self.tokenizer.encode(text, allow_special=True), stop_ids)
         if ids is None:
             ids = [*self.tokenizer.encode(text, allow_special=True), self.tokenizer.eos_token_id]
@@ -604,6 +613,12 @@ class ScriptedModelServer:
 
     # ---------------------------------------------------------------- chat route
 
+    def _rng(self, record: ServedRequest, prompt_text: str) -> random.Random:
+        if self.rng_key == "prompt":
+            digest = hashlib.sha256(prompt_text.encode()).hexdigest()
+            return random.Random(f"{self.seed}:{digest}")
+        return random.Random(f"{self.seed}:{record.number}")
+
     async def _respond_chat(self, record: ServedRequest, send: _Send) -> None:
         body = record.body
         messages = body.get("messages")
@@ -621,7 +636,7 @@ class ScriptedModelServer:
             )
         )
         record.text = text
-        rng = random.Random(f"{self.seed}:{record.number}")
+        rng = self._rng(record, prompt_text)
         reasoning, content, calls = _split_reply(text, parse_tools=bool(tools))
         finish = "tool_calls" if calls else "stop"
         completion_ids = [*self.tokenizer.encode(text), self.tokenizer.eos_token_id]

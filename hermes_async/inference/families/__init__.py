@@ -493,7 +493,11 @@ class FamilyTokenizer(HFTokenizer):
         )
 
     def _render(
-        self, messages: list[JSONObject], tools: list[JSONObject] | None, generation: bool
+        self,
+        messages: list[JSONObject],
+        tools: list[JSONObject] | None,
+        generation: bool,
+        variables: dict[str, JSON],
     ) -> str:
         if self._objects:
             messages = _objects(messages)
@@ -502,7 +506,7 @@ class FamilyTokenizer(HFTokenizer):
             tools=list(tools) if tools else None,
             tokenize=False,
             add_generation_prompt=generation,
-            **self._variables,
+            **{**self._variables, **variables},  # a call's chat_template_kwargs win
         )
         return str(text)
 
