@@ -35,7 +35,7 @@ import math
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 import anyio
 
@@ -189,6 +189,35 @@ class _TurnStrategy(Protocol):
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run one rollout's turns into ``result``."""
         ...
+
+
+_T = TypeVar("_T")
+
+
+class _Option(Generic[_T]):
+    """A read-only loop attribute under the reference's name, read from the loop's options."""
+
+    def __init__(self, field: str | None = None) -> None:
+        self._field = field
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._field = self._field or name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> _Option[_T]: ...
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> _T: ...
+    def __get__(self, obj: object | None, objtype: type | None = None) -> _T | _Option[_T]:
+        if obj is None:
+            return self
+        value: _T = getattr(obj.options, self._field or "")  # type: ignore[attr-defined]
+        return value
+
+    def __set__(self, obj: object, value: object) -> None:
+        raise AttributeError(
+            f"{self._field} is fixed once the loop is built (its turn strategy was configured "
+            "from it): build another HermesAgentLoop, or pass AgentOptions"
+        )
 
 
 class HermesAgentLoop:
@@ -444,10 +473,8 @@ class HermesAgentLoop:
 
     # The reference's attribute names, read from the options (fixed once built: the turn
     # strategy was configured from them).
-    @property
-    def max_turns(self) -> int:
-        """Maximum model calls."""
-        return self.options.max_turns
+    max_turns: _Option[int] = _Option()
+    """Maximum model calls."""
 
     @property
     def temperature(self) -> float:
@@ -458,60 +485,40 @@ class HermesAgentLoop:
             return self.options.sampling.temperature
         return 1.0
 
-    @property
-    def max_tokens(self) -> int | None:
-        """Per-turn completion cap."""
-        return self.options.max_tokens
+    max_tokens: _Option[int | None] = _Option()
+    """Per-turn completion cap."""
 
     @property
     def extra_body(self) -> dict[str, Any] | None:
         """Extra request fields (a copy)."""
         return dict(self.options.extra_body) if self.options.extra_body else None
 
-    @property
-    def budget_config(self) -> BudgetConfig | None:
-        """The tool-result budget (``None``: the default)."""
-        return self.options.budget
+    budget_config: _Option[BudgetConfig | None] = _Option("budget")
+    """The tool-result budget (``None``: the default)."""
 
-    @property
-    def tool_timeout(self) -> float | None:
-        """Per-tool-call deadline in seconds."""
-        return self.options.tool_timeout
+    tool_timeout: _Option[float | None] = _Option()
+    """Per-tool-call deadline in seconds."""
 
-    @property
-    def turn_timeout(self) -> float | None:
-        """Per-model-call deadline in seconds."""
-        return self.options.turn_timeout
+    turn_timeout: _Option[float | None] = _Option()
+    """Per-model-call deadline in seconds."""
 
-    @property
-    def rollout_timeout(self) -> float | None:
-        """Whole-rollout deadline in seconds."""
-        return self.options.rollout_timeout
+    rollout_timeout: _Option[float | None] = _Option()
+    """Whole-rollout deadline in seconds."""
 
-    @property
-    def parallel_tool_calls(self) -> bool:
-        """Whether one turn's calls run concurrently."""
-        return self.options.parallel_tool_calls
+    parallel_tool_calls: _Option[bool] = _Option()
+    """Whether one turn's calls run concurrently."""
 
-    @property
-    def tool_call_parser(self) -> str:
-        """The Phase 2 parser name."""
-        return self.options.tool_call_parser
+    tool_call_parser: _Option[str] = _Option()
+    """The Phase 2 parser name."""
 
-    @property
-    def early_dispatch(self) -> bool:
-        """Whether sealed calls start while generation continues."""
-        return self.options.early_dispatch
+    early_dispatch: _Option[bool] = _Option()
+    """Whether sealed calls start while generation continues."""
 
-    @property
-    def sampling(self) -> SamplingParams | None:
-        """The Phase 2 sampling parameters as given."""
-        return self.options.sampling
+    sampling: _Option[SamplingParams | None] = _Option()
+    """The Phase 2 sampling parameters as given."""
 
-    @property
-    def split_reasoning(self) -> bool:
-        """Whether a leading ``<think>`` block becomes ``reasoning_content``."""
-        return self.options.split_reasoning
+    split_reasoning: _Option[bool] = _Option()
+    """Whether a leading ``<think>`` block becomes ``reasoning_content``."""
 
     async def run(
         self,

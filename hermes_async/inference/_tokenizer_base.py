@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from hermes_async.jsontypes import JSON, JSONObject
@@ -91,6 +92,17 @@ class Tokenizer(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class RenderRequest:
+    """What :meth:`TokenizerBase._render` renders: the conversation, the tool schemas, whether
+    to open the assistant's turn, and extra template variables (``enable_thinking``)."""
+
+    messages: list[JSONObject]
+    tools: list[JSONObject] | None
+    generation: bool
+    variables: dict[str, JSON]
+
+
 class TokenizerBase(ABC):
     """What the built-in tokenizers share: name, end-of-turn id, ``repr``, the template call.
 
@@ -143,18 +155,14 @@ class TokenizerBase(ABC):
                 template at all).
         """
         return self._render(
-            list(messages),
-            list(tools) if tools else None,
-            add_generation_prompt,
-            dict(chat_template_kwargs or {}),
+            RenderRequest(
+                list(messages),
+                list(tools) if tools else None,
+                add_generation_prompt,
+                dict(chat_template_kwargs or {}),
+            )
         )
 
     @abstractmethod
-    def _render(
-        self,
-        messages: list[JSONObject],
-        tools: list[JSONObject] | None,
-        generation: bool,
-        variables: dict[str, JSON],
-    ) -> str:
+    def _render(self, request: RenderRequest) -> str:
         """Render with this tokenizer's template (see :meth:`apply_chat_template`)."""

@@ -46,19 +46,17 @@ from hermes_async.inference._http import (
     HTTPOptions,
     ServerConnection,
 )
-from hermes_async.inference._retry import RetryPolicy
 from hermes_async.inference._token_chunks import (
     ChunkDecoder,
     ChunkError,
     TokenChunk,
-    _check_error_frame,
     _check_lengths,
     _finish_reason,
     _float,
     _int_ids,
+    first_choice,
 )
 from hermes_async.inference.generate import GenerateClient, SamplingParams
-from hermes_async.inference.request_extras import split_extras
 from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = (
@@ -82,13 +80,9 @@ class CompletionsDecoder(ChunkDecoder):
 
     def feed(self, payload: JSON) -> TokenChunk | None:
         """Decode one chunk; ``None`` for a chunk without tokens or finish (usage)."""
-        _check_error_frame(payload)
-        choices = payload.get("choices")
-        if not choices:  # the usage chunk
+        choice = first_choice(payload)
+        if choice is None:  # the usage chunk
             return None
-        if not isinstance(choices, list) or not isinstance(choices[0], dict):
-            raise ChunkError("choices must be a list of objects")
-        choice = choices[0]
         logprobs_obj = choice.get("logprobs") or {}
         if not isinstance(logprobs_obj, dict):
             raise ChunkError("choices[0].logprobs must be an object")
@@ -179,11 +173,7 @@ class VLLMCompletionsClient(GenerateClient):
             body["stop"] = list(params.stop)
         if params.stop_token_ids:
             body["stop_token_ids"] = list(params.stop_token_ids)
-        if params.seed is not None:
-            body["seed"] = params.seed
-        _, top = split_extras(self.extras_kind, params.extra)
-        body.update(top)
-        return body
+        return self._flat_tail(body, params)
 
     def _decoder(self) -> ChunkDecoder:
         return CompletionsDecoder()
@@ -214,13 +204,7 @@ async def detect_token_endpoint(
 
     **Cancellation**: the probe's connection is closed; nothing else is held.
     """
-    options = HTTPOptions(
-        connect_timeout_seconds=timeout,
-        read_timeout_seconds=timeout,
-        request_timeout_seconds=timeout,
-        max_connections=1,
-        retry=RetryPolicy(max_attempts=1),
-    )
+    options = HTTPOptions.for_probe(timeout)
     root = base_url.rstrip("/").removesuffix("/v1")
     async with ServerConnection(
         root, options=options, transport=transport, api_key=api_key

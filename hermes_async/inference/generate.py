@@ -319,6 +319,14 @@ class GenerateClient(ServerClient, ABC):
     def _base_url(self, base_url: str) -> str:
         return base_url
 
+    def _flat_tail(self, body: JSONObject, params: SamplingParams) -> JSONObject:
+        """``seed`` and the extras at the top level of a flat body (Atropos, completions)."""
+        if params.seed is not None:
+            body["seed"] = params.seed
+        _, top = split_extras(self.extras_kind, params.extra)
+        body.update(top)
+        return body
+
     @abstractmethod
     def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
         """The JSON body this server expects (pure; handy to inspect in tests)."""
@@ -435,11 +443,7 @@ class AtroposGenerateClient(GenerateClient):
             "max_tokens": params.max_tokens,
         }
         body.update(_sampling_common(params))
-        if params.seed is not None:
-            body["seed"] = params.seed
-        _, top = split_extras(self.extras_kind, params.extra)
-        body.update(top)
-        return body
+        return self._flat_tail(body, params)
 
     def _decoder(self) -> ChunkDecoder:
         return AtroposDecoder()

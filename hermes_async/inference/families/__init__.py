@@ -53,7 +53,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING
 from hermes_async._exports import fixup_module_metadata
 from hermes_async.errors import ConfigError
 from hermes_async.inference._chat_template import default_chat_template
+from hermes_async.inference._tokenizer_base import RenderRequest
 from hermes_async.inference.families._build import build_backend
 from hermes_async.inference.hf import HFTokenizer, _import_transformers, default_tokenizer_cache_dir
 from hermes_async.jsontypes import JSON, JSONObject
@@ -492,23 +493,14 @@ class FamilyTokenizer(HFTokenizer):
             parser=str(stamp.get("parser", "hermes")),
         )
 
-    def _render(
-        self,
-        messages: list[JSONObject],
-        tools: list[JSONObject] | None,
-        generation: bool,
-        variables: dict[str, JSON],
-    ) -> str:
-        if self._objects:
-            messages = _objects(messages)
-        text = self.hf_tokenizer.apply_chat_template(
-            messages,
-            tools=list(tools) if tools else None,
-            tokenize=False,
-            add_generation_prompt=generation,
-            **{**self._variables, **variables},  # a call's chat_template_kwargs win
+    def _render(self, request: RenderRequest) -> str:
+        return super()._render(
+            replace(
+                request,
+                messages=_objects(request.messages) if self._objects else request.messages,
+                variables={**self._variables, **request.variables},  # the call's kwargs win
+            )
         )
-        return str(text)
 
 
 def load_family_tokenizer(
