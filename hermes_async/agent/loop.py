@@ -341,6 +341,64 @@ class HermesAgentLoop:
             sampling_hook=sampling_hook,
             end_of_turn=tuple(end_of_turn) if end_of_turn is not None else None,
         )
+        self._configure(
+            server,
+            tool_schemas,
+            valid_tool_names,
+            options,
+            task_id=task_id,
+            tokenizer=tokenizer,
+            limits=limits,
+            sandboxes=sandboxes,
+            registry=registry,
+            release_sandbox=release_sandbox,
+        )
+
+    @classmethod
+    def from_options(
+        cls,
+        server: Any,
+        tool_schemas: Sequence[JSONObject],
+        valid_tool_names: Collection[str],
+        options: AgentOptions,
+        *,
+        task_id: str | None = None,
+        tokenizer: Tokenizer | None = None,
+        limits: Limits | None = None,
+        sandboxes: SandboxProvider | None = None,
+        registry: ToolRegistry | None = None,
+        release_sandbox: bool = False,
+    ) -> HermesAgentLoop:
+        """The loop for ``options`` (the constructor's other arguments as keywords)."""
+        loop = cls.__new__(cls)
+        loop._configure(
+            server,
+            tool_schemas,
+            valid_tool_names,
+            options,
+            task_id=task_id,
+            tokenizer=tokenizer,
+            limits=limits,
+            sandboxes=sandboxes,
+            registry=registry,
+            release_sandbox=release_sandbox,
+        )
+        return loop
+
+    def _configure(
+        self,
+        server: Any,
+        tool_schemas: Sequence[JSONObject],
+        valid_tool_names: Collection[str],
+        options: AgentOptions,
+        *,
+        task_id: str | None,
+        tokenizer: Tokenizer | None,
+        limits: Limits | None,
+        sandboxes: SandboxProvider | None,
+        registry: ToolRegistry | None,
+        release_sandbox: bool,
+    ) -> None:
         self.options = options
         self.server = server
         self.tool_schemas: list[JSONObject] = list(tool_schemas)
@@ -362,54 +420,6 @@ class HermesAgentLoop:
         #: The result of the latest run started: consistent after every step, readable after a
         #: cancellation.
         self.partial: AgentResult | None = None
-
-    @classmethod
-    def from_options(
-        cls,
-        server: Any,
-        tool_schemas: Sequence[JSONObject],
-        valid_tool_names: Collection[str],
-        options: AgentOptions,
-        *,
-        task_id: str | None = None,
-        tokenizer: Tokenizer | None = None,
-        limits: Limits | None = None,
-        sandboxes: SandboxProvider | None = None,
-        registry: ToolRegistry | None = None,
-        release_sandbox: bool = False,
-    ) -> HermesAgentLoop:
-        """The loop for ``options`` (the constructor's other arguments as keywords)."""
-        return cls(
-            server,
-            tool_schemas,
-            valid_tool_names,
-            max_turns=options.max_turns,
-            task_id=task_id,
-            temperature=options.temperature,
-            max_tokens=options.max_tokens,
-            extra_body=options.extra_body,
-            budget_config=options.budget,
-            limits=limits,
-            sandboxes=sandboxes,
-            registry=registry,
-            tool_timeout=options.tool_timeout,
-            turn_timeout=options.turn_timeout,
-            rollout_timeout=options.rollout_timeout,
-            parallel_tool_calls=options.parallel_tool_calls,
-            tokenizer=tokenizer,
-            tool_call_parser=options.tool_call_parser,
-            early_dispatch=options.early_dispatch,
-            sampling=options.sampling,
-            split_reasoning=options.split_reasoning,
-            release_sandbox=release_sandbox,
-            terminal_timeout=options.terminal_timeout,
-            skills_dir=options.skills_dir,
-            thinking_mode=options.thinking_mode,
-            reasoning_effort=options.reasoning_effort,
-            max_reasoning_tokens=options.max_reasoning_tokens,
-            sampling_hook=options.sampling_hook,
-            end_of_turn=options.end_of_turn,
-        )
 
     def _strategy(self, server: Any, tokenizer: Tokenizer | None) -> _TurnStrategy:
         """Pick the turn strategy for ``server``, once."""

@@ -95,14 +95,17 @@ ASSISTANT_TURN_END = "<|im_end|>\n"
 TURN_SEPARATOR = "\n"
 
 
-@functools.cache
+# Read at import (a small package file), so that no rollout reads it on the event loop.
+_DEFAULT_TEMPLATE = (
+    resources.files("hermes_async.inference")
+    .joinpath("chat_template.jinja")
+    .read_text(encoding="utf-8")
+)
+
+
 def default_chat_template() -> str:
     """The built-in ChatML + hermes ``<tool_call>`` template's Jinja source."""
-    return (
-        resources.files("hermes_async.inference")
-        .joinpath("chat_template.jinja")
-        .read_text(encoding="utf-8")
-    )
+    return _DEFAULT_TEMPLATE
 
 
 def _tojson(
