@@ -45,7 +45,8 @@ def task_sandbox_spec(task: HarborTask, *, allow_network: bool = False) -> Sandb
             offline; tasks flagged in ``network_reasons`` need it).
     """
     env = task.environment
-    network = allow_network and task.network.environment.mode != "no-network"
+    policy = task.network.get("environment")
+    network = allow_network and (policy is None or policy.mode != "no-network")
     return SandboxSpec(
         image=env.docker_image if env.build_context is None else None,
         build_context=env.build_context,
