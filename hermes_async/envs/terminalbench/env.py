@@ -54,6 +54,7 @@ from hermes_async.envs.config import HermesAgentEnvConfig
 from hermes_async.envs.terminalbench.contract import (
     VERIFIER_LOGS_DIR,
     AgentKind,
+    TrialStatus,
     agent_timeout,
     setup_spec,
     trial_status,
