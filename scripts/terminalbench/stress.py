@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import subprocess
 import sys
 import time
 import uuid
@@ -26,12 +25,12 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hermes_async.envs.terminalbench import BUNDLED_TASKS, format_pass_table, load_dataset  # noqa: E402
-from hermes_async.envs.terminalbench.env import (  # noqa: E402
+from hermes_async.envs.terminalbench import BUNDLED_TASKS, format_pass_table, load_dataset
+from hermes_async.envs.terminalbench.env import (
     TerminalBench2EvalEnv,
     TerminalBench2EvalEnvConfig,
 )
-from hermes_async.tools.sandbox.docker_images import ImageBuilder, context_digest  # noqa: E402
+from hermes_async.tools.sandbox.docker_images import ImageBuilder, context_digest
 
 
 def used_memory_bytes() -> int:
@@ -92,12 +91,12 @@ async def main(args: argparse.Namespace) -> int:
         f"host_used_mib start={baseline / 2**20:.0f} peak={peak / 2**20:.0f}"
     )
     if repository is not None:
-        listed = subprocess.run(
-            ["docker", "images", "-q", repository], capture_output=True, text=True, check=False
+        listed = await anyio.run_process(
+            ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", repository], check=False
         )
-        ids = listed.stdout.split()
-        if ids:
-            subprocess.run(["docker", "rmi", "-f", *ids], capture_output=True, check=False)
+        tags = listed.stdout.decode().split()  # by tag: an id may be shared with the cached images
+        if tags:
+            await anyio.run_process(["docker", "rmi", *tags], check=False)
     ok = len(results) == args.trials and (not args.fresh or env.images.builds == expected)
     return 0 if ok else 1
 
