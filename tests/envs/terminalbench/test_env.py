@@ -256,3 +256,42 @@ async def test_process_gives_phase2_groups_with_the_verifier_reward(tmp_path: Pa
         assert len(tokens) == len(masks) == len(logprobs)
         assert any(m != -100 for m in masks)
     assert dropped is None  # a rollout without a verifier reward drops its group, never 0
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("base_image")
+async def test_process_command_writes_phase2_groups_scored_by_the_verifier(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    groups_path = tmp_path / "groups.jsonl"
+    async with serve_policy(solving_policy()) as (url, _):
+        with anyio.fail_after(600):
+            done = await anyio.run_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "hermes_async.envs.terminalbench",
+                    "process",
+                    "--env.total_steps",
+                    "1",
+                    "--env.group_size",
+                    "2",
+                    "--env.task_filter",
+                    "sales-summary",
+                    "--env.use_wandb",
+                    "false",
+                    "--env.data_path_to_save_groups",
+                    str(groups_path),
+                    "--openai.base_url",
+                    url + "/v1",
+                ],
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    groups = [json.loads(line) for line in groups_path.read_text().splitlines()]
+    assert len(groups) == 1 and groups[0]["scores"] == [1.0, 1.0]
+    assert all(
+        len(t) == len(m) for t, m in zip(groups[0]["tokens"], groups[0]["masks"], strict=True)
+    )
