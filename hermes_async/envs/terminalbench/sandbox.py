@@ -15,19 +15,18 @@
 
 from __future__ import annotations
 
-import io
 import shlex
-import tarfile
 from pathlib import Path
 
 from hermes_async.envs.terminalbench.contract import ExecSpec
 from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.envs.terminalbench.trial import ExecResult
 from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.archive import directory_tar
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
-__all__ = ("SandboxTrial", "directory_tar", "task_sandbox_spec")
+__all__ = ("SandboxTrial", "task_sandbox_spec")
 
 #: How much of a command's output an :class:`ExecResult` keeps (per stream, head + tail).
 MAX_EXEC_OUTPUT_BYTES = 64 * 1024
@@ -59,22 +58,6 @@ def task_sandbox_spec(task: HarborTask, *, allow_network: bool = False) -> Sandb
         env=dict(env.env),
         labels={"hermes-async.terminalbench.task": task.name},
     )
-
-
-def directory_tar(source: Path) -> bytes:
-    """The contents of ``source`` as a tar (members ``./x``; owners root; links kept)."""
-
-    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = "root"
-        return info
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(source.rglob("*")):
-            name = "./" + path.relative_to(source).as_posix()
-            tar.add(path, arcname=name, recursive=False, filter=clean)
-    return buf.getvalue()
 
 
 class SandboxTrial:
@@ -116,7 +99,7 @@ class SandboxTrial:
 
         **Cancellation**: the copy may be left partial.
         """
-        await self.sandbox.put_archive(target, directory_tar(source))
+        await self.sandbox.put_archive(target, directory_tar(source, prefix="./"))
 
     async def read_file(self, path: str, *, max_bytes: int, tail: bool = False) -> bytes | None:
         """The file's first (``tail``: last) ``max_bytes`` bytes, None when it does not exist.

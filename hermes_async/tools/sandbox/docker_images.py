@@ -25,7 +25,6 @@ import io
 import logging
 import os
 import re
-import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.archive import directory_tar
 
 if TYPE_CHECKING:
     from hermes_async.tools.sandbox.docker import _Engine
@@ -42,7 +42,6 @@ __all__ = (
     "BuiltImage",
     "ImageBuilder",
     "context_digest",
-    "context_tar",
     "dockerfile_base_images",
     "dockerfile_lines",
 )
@@ -108,26 +107,6 @@ def context_digest(context: Path, base_ids: Sequence[str] = ()) -> str:
         elif path.is_dir():
             h.update(b"D" + rel.encode() + b"\0")
     return h.hexdigest()[:16]
-
-
-def context_tar(context: Path) -> bytes:
-    """The build context as an uncompressed tar (what the engine's build endpoint takes).
-
-    Links are stored as links (never followed), owners normalised to root.
-    """
-
-    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = "root"
-        return info
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(context.rglob("*")):
-            tar.add(
-                path, arcname=path.relative_to(context).as_posix(), recursive=False, filter=clean
-            )
-    return buf.getvalue()
 
 
 class BuiltImage:
@@ -218,7 +197,7 @@ class ImageBuilder:
 
     async def _build(self, engine: _Engine, context: Path, tag: str, timeout: float) -> None:
         logger.info("building %s from %s", tag, context)
-        payload = gzip.compress(context_tar(context), mtime=0)
+        payload = gzip.compress(directory_tar(context), mtime=0)
         try:
             messages = await engine.call(
                 f"the build of {tag} from {context}",
