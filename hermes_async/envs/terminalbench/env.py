@@ -49,7 +49,7 @@ from pydantic import Field
 from hermes_async.agent import AgentOptions, AgentResult, ToolContext, run_rollout
 from hermes_async.envs._atropos import APIServerConfig, ScoredDataGroup
 from hermes_async.envs._examples import CyclingItems, example_configs
-from hermes_async.envs.base import HermesAgentBaseEnv
+from hermes_async.envs.base import HermesAgentBaseEnv, _require_asyncio
 from hermes_async.envs.config import HermesAgentEnvConfig
 from hermes_async.envs.terminalbench.contract import (
     VERIFIER_LOGS_DIR,
@@ -379,8 +379,12 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         At most ``max_concurrent_tasks`` at once, in one task group; a task that fails to
         build or start is an ``infra`` trial, never an exception.
 
+        Raises:
+            AsyncBackendError: Not running under asyncio (atroposlib, aiodocker).
+
         **Cancellation**: every running trial is cancelled and its sandbox released.
         """
+        _require_asyncio("TerminalBench2EvalEnv.run_tasks")
         chosen = list(tasks if tasks is not None else self.tasks or self.load_tasks())
         kind: AgentKind = self.tb_config.agent
         limiter = anyio.CapacityLimiter(self.tb_config.max_concurrent_tasks)

@@ -72,6 +72,15 @@ def test_task_filter_and_skip_tasks_select_exactly(tmp_path: Path) -> None:
         make_env(tmp_path, task_filter="no-such-task").load_tasks()
 
 
+@pytest.mark.parametrize("anyio_backend", [pytest.param(("trio", {}), id="trio")])
+async def test_run_tasks_under_trio_is_a_clear_error(tmp_path: Path, anyio_backend: object) -> None:
+    from hermes_async.errors import AsyncBackendError
+
+    env = make_env(tmp_path, agent="oracle")
+    with pytest.raises(AsyncBackendError, match="asyncio"):
+        await env.run_tasks(ALL_TASKS[:1])
+
+
 def _check(runs: list[Any], agent: str) -> None:
     problems = []
     for run in runs:
