@@ -54,6 +54,7 @@ from hermes_async.inference._token_chunks import (
     SGLangDecoder,
     VLLMDecoder,
 )
+from hermes_async.inference.request_extras import split_extras
 from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = (
@@ -82,9 +83,11 @@ class SamplingParams:
         seed: Per-request seed; ``None`` leaves the server default.
         stop_token_ids: Ids that end the completion (typically the tokenizer's end of turn).
         stop: Strings that end the completion.
-        extra: Server-specific sampling parameters merged last (e.g. vLLM
-            ``{"structured_outputs": {"regex": ...}}``). Atropos' server passes every key to
-            vLLM's ``SamplingParams``: an unknown key there is an HTTP 500.
+        extra: Server-specific request extras (e.g. vLLM ``{"structured_outputs": {"regex":
+            ...}}``, ``min_p``, ``repetition_penalty``), checked and placed per server by
+            :mod:`~hermes_async.inference.request_extras` (``structured_outputs`` is translated
+            for SGLang); a key the server does not accept raises ``UnsupportedExtraError``
+            instead of being dropped.
     """
 
     max_tokens: int = 256
@@ -297,9 +300,21 @@ class GenerateClient(ServerClient, ABC):
 
     #: Path of the endpoint, relative to the base URL.
     path: str = ""
+    #: Which table of :mod:`~hermes_async.inference.request_extras` checks and places
+    #: ``SamplingParams.extra`` for this server.
+    extras_kind: str = "vllm"
 
     def __init__(self, base_url: str, **connection: Unpack[ConnectionKwargs]) -> None:
         self.connection = ServerConnection(self._base_url(base_url), **connection)
+
+    def check_sampling(self, params: SamplingParams) -> None:
+        """Raise if this server cannot take ``params`` (an extra key it does not accept).
+
+        Raises:
+            UnsupportedExtraError: Names the key and what to use instead (see
+                :func:`~hermes_async.inference.request_extras.split_extras`).
+        """
+        split_extras(self.extras_kind, params.extra)
 
     def _base_url(self, base_url: str) -> str:
         return base_url
@@ -385,8 +400,9 @@ class VLLMGenerateClient(GenerateClient):
         sampling["logprobs"] = 0
         if params.seed is not None:
             sampling["seed"] = params.seed
-        sampling.update(params.extra)
-        return {"token_ids": list(prompt_ids), "sampling_params": sampling, "stream": True}
+        extra, top = split_extras(self.extras_kind, params.extra)
+        sampling.update(extra)
+        return {"token_ids": list(prompt_ids), "sampling_params": sampling, "stream": True, **top}
 
     def _decoder(self) -> ChunkDecoder:
         return VLLMDecoder()
@@ -406,6 +422,7 @@ class AtroposGenerateClient(GenerateClient):
 
     path = "/generate"
     streaming = False
+    extras_kind = "atropos"
 
     def _base_url(self, base_url: str) -> str:
         return base_url.rstrip("/").removesuffix("/v1")
@@ -420,7 +437,8 @@ class AtroposGenerateClient(GenerateClient):
         body.update(_sampling_common(params))
         if params.seed is not None:
             body["seed"] = params.seed
-        body.update(params.extra)
+        _, top = split_extras(self.extras_kind, params.extra)
+        body.update(top)
         return body
 
     def _decoder(self) -> ChunkDecoder:
@@ -448,6 +466,7 @@ class SGLangGenerateClient(GenerateClient):
     """
 
     path = "/generate"
+    extras_kind = "sglang"
 
     def __init__(
         self,
@@ -464,13 +483,15 @@ class SGLangGenerateClient(GenerateClient):
         sampling["max_new_tokens"] = params.max_tokens
         if params.seed is not None:
             sampling["sampling_seed"] = params.seed
-        sampling.update(params.extra)
+        extra, top = split_extras(self.extras_kind, params.extra)
+        sampling.update(extra)
         return {
             "input_ids": list(prompt_ids),
             "sampling_params": sampling,
             "return_logprob": True,
             "logprob_start_len": -1,
             "stream": True,
+            **top,
         }
 
     def _decoder(self) -> ChunkDecoder:

@@ -38,7 +38,7 @@ from hermes_async.inference._qwen import (
     qwen_bpe_path,
 )
 from hermes_async.inference._tokenizer_base import IncrementalDecoder, TokenizerBase
-from hermes_async.jsontypes import JSONObject
+from hermes_async.jsontypes import JSON, JSONObject
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -247,9 +247,16 @@ class HFTokenizer(TokenizerBase):
         return _WindowIncrementalDecoder(self.decode)
 
     def _render(
-        self, messages: list[JSONObject], tools: list[JSONObject] | None, generation: bool
+        self,
+        messages: list[JSONObject],
+        tools: list[JSONObject] | None,
+        generation: bool,
+        variables: dict[str, JSON],
     ) -> str:
-        """With the tokenizer's own chat template (``tokenize=False``); ConfigError if none."""
+        """With the tokenizer's own chat template (``tokenize=False``); ConfigError if none.
+
+        ``variables`` reach the template as keyword arguments (Qwen3's ``enable_thinking``).
+        """
         if not self._tokenizer.chat_template:
             raise ConfigError(
                 f"tokenizer {self._name!r} has no chat template; use a tokenizer directory "
@@ -260,6 +267,7 @@ class HFTokenizer(TokenizerBase):
             tools=list(tools) if tools else None,  # (transformers types it list[dict | Callable])
             tokenize=False,
             add_generation_prompt=generation,
+            **variables,
         )
         return str(text)
 

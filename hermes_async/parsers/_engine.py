@@ -1,5 +1,9 @@
 """The one streaming engine every tool-call format runs on.
 
+Why one module of this size: it is one state machine (the modes, the held-back marker text
+and the event emission share one per-stream state); split, each piece would need the others'
+internals.
+
 A format is a :class:`Format`: a few marker spellings (where calls, sections and reasoning
 begin and end) plus a call-body spec from :mod:`hermes_async.parsers._bodies`. The engine
 (:class:`ToolCallParser`) keeps all per-stream state, lexes the text outside calls, and hands
@@ -613,14 +617,17 @@ class ToolCallParser:
             assert attempt.index is not None
             self._out.append(ArgumentsDelta(attempt.index, text))
 
-    def seal(self, name: str, arguments: JSONObject, native_id: str | None = None) -> None:
+    def seal(
+        self, name: str, arguments: JSONObject, native_id: str | None = None, raw: str = ""
+    ) -> None:
         """Emit :class:`ToolCallSealed` (and the start, if the name was not announced)."""
         attempt = self._current()
         if not attempt.started or attempt.name != name:
             self.start(name, native_id)
         assert attempt.index is not None
         text = json.dumps(arguments, ensure_ascii=False)
-        self._out.append(ToolCallSealed(attempt.index, attempt.id, name, text, native_id))
+        event = ToolCallSealed(attempt.index, attempt.id, name, text, native_id, raw)
+        self._out.append(event)
         self._calls.append(
             ToolCall(attempt.id, FunctionCall(name, text), index=attempt.index, native_id=native_id)
         )
