@@ -53,6 +53,7 @@ from hermes_async.tools.sandbox.manager import (
     current_sandbox_manager,
     open_sandbox_manager,
 )
+from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
     "DEFAULT_OPTIONS",
@@ -248,6 +249,7 @@ class _Batch:
     reward: Reward | None
     registry: ToolRegistry | None
     encode: Encode
+    spec: SandboxSpec | None = None
 
     async def rollout(
         self, messages: Sequence[Mapping[str, Any]], task_id: str, index: int
@@ -255,6 +257,8 @@ class _Batch:
         """Rollout ``index`` of the batch: loop, reward, release, rows."""
         start = anyio.current_time()
         interrupted = False
+        if self.spec is not None:  # this rollout's sandbox is created from the item's spec
+            self.manager.assign_spec(task_id, self.spec)
         try:
             result = await self.loop.run(
                 [dict(m) for m in messages], task_id=task_id, seed=_seed(self.options, index)
@@ -293,6 +297,7 @@ async def _open_batch(
     limits: Limits | None,
     registry: ToolRegistry | None,
     placeholder_encode: Encode | None,
+    sandbox_spec: SandboxSpec | None = None,
 ) -> AsyncIterator[_Batch]:
     """The batch's sandboxes and loop; a lone exception of the block comes out unwrapped."""
     schemas, names = _split_tools(tools)
@@ -309,7 +314,7 @@ async def _open_batch(
                 registry=registry,
             )
             encode = await _placeholder_encoder(loop, tokenizer, placeholder_encode)
-            yield _Batch(loop, manager, options, reward, registry, encode)
+            yield _Batch(loop, manager, options, reward, registry, encode, sandbox_spec)
 
 
 # ------------------------------------------------------------------------------------------
@@ -329,6 +334,7 @@ async def run_rollout(
     limits: Limits | None = None,
     registry: ToolRegistry | None = None,
     placeholder_encode: Encode | None = None,
+    sandbox_spec: SandboxSpec | None = None,
 ) -> ScoredRollout:
     """Run one rollout, reward it on its own sandbox, release the sandbox, build its rows.
 
@@ -346,6 +352,9 @@ async def run_rollout(
         registry: Tool implementations (default: the built-in tools).
         placeholder_encode: Phase 1: ``text -> ids`` for the placeholder rows (default: the
             tokenizer's, else the built-in offline tokenizer's).
+        sandbox_spec: How this rollout's sandbox is created (image, limits, workdir, env;
+            see :class:`~hermes_async.tools.sandbox.spec.SandboxSpec`), assigned to the
+            manager under the rollout's task id; ``None``: the manager's factory defaults.
 
     Returns:
         The :class:`ScoredRollout`. A model-server failure or the rollout deadline is not
@@ -372,6 +381,7 @@ async def run_rollout(
         limits=limits,
         registry=registry,
         placeholder_encode=placeholder_encode,
+        sandbox_spec=sandbox_spec,
     ) as batch:
         return await batch.rollout(messages, task_id or str(uuid.uuid4()), 0)
 
@@ -391,6 +401,7 @@ async def run_group(
     registry: ToolRegistry | None = None,
     placeholder_encode: Encode | None = None,
     on_rollout: Callable[[ScoredRollout], object] | None = None,
+    sandbox_spec: SandboxSpec | None = None,
 ) -> ScoredGroup:
     """Run ``size`` rollouts of the same prompt concurrently; reward and score each one.
 
@@ -414,6 +425,7 @@ async def run_group(
         placeholder_encode: See :func:`run_rollout`.
         on_rollout: Called with each :class:`ScoredRollout` as it finishes (progress displays);
             what it raises fails the group like a failing rollout.
+        sandbox_spec: See :func:`run_rollout`: every rollout's sandbox is made from it.
 
     Returns:
         The :class:`ScoredGroup`, rollouts in index order.
@@ -448,6 +460,7 @@ async def run_group(
         limits=limits,
         registry=registry,
         placeholder_encode=placeholder_encode,
+        sandbox_spec=sandbox_spec,
     ) as batch:
 
         async def one(index: int) -> None:

@@ -99,6 +99,7 @@ from hermes_async.tools.sandbox.manager import (
     current_sandbox_manager,
     use_sandbox_manager,
 )
+from hermes_async.tools.sandbox.spec import SandboxSpec
 from hermes_async.tools.toolsets import sample_toolsets_from_distribution
 
 __all__ = (
@@ -226,6 +227,26 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         raise NotImplementedError(
             f"{type(self).__name__} must implement async compute_reward(item, result, ctx)"
         )
+
+    def sandbox_spec(self, item: Any) -> SandboxSpec | None:
+        """How ``item``'s rollouts get their sandboxes (image, limits, workdir, env, timeouts).
+
+        ``None`` (the default): the ``terminal_backend`` factory's configuration. The spec is
+        handed to the rollout core (``run_group(..., sandbox_spec=...)``), which has the
+        manager create each of the item's sandboxes from it (see
+        :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` for what each backend applies).
+        """
+        del item
+        return None
+
+    def rollout_options(self, item: Any, options: AgentOptions) -> AgentOptions:
+        """The agent options for ``item``'s rollouts (default: ``options`` unchanged).
+
+        Override to give an item its own deadline (``dataclasses.replace(options,
+        rollout_timeout=...)``), turn budget or sampling.
+        """
+        del item
+        return options
 
     def item_label(self, item: Any) -> str:
         """A short name for ``item`` in tables and progress output."""
@@ -447,8 +468,11 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         return _CoreArgs(
             reward=reward,
             tokenizer=self.loop_tokenizer if tokens else None,
-            options=self.config.build_agent_options(
-                temperature=temperature, token_server=tokens, seed=seed
+            options=self.rollout_options(
+                item,
+                self.config.build_agent_options(
+                    temperature=temperature, token_server=tokens, seed=seed
+                ),
             ),
             limits=self.limits,
             registry=self.tool_registry,
@@ -491,6 +515,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                 tools,
                 task_id=str(uuid.uuid4()),
                 sandboxes=manager,
+                sandbox_spec=self.sandbox_spec(item),
                 **self._core_args(item, client, temperature),
             )
         finally:
@@ -559,6 +584,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                     tools,
                     size=self.config.group_size,
                     sandboxes=manager,
+                    sandbox_spec=self.sandbox_spec(item),
                     on_rollout=lambda s: self._record(item, s, evaluating=False),
                     **self._core_args(item, client),
                 )

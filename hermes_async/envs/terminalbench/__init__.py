@@ -7,13 +7,21 @@
 * :mod:`.contract` — the runtime contract as pure decisions (commands, reward files,
   statuses); :mod:`.trial` — one trial over any :class:`TrialSandbox`.
 
-Nothing here needs Docker or atroposlib; ``tasks/`` holds the bundled task set and
+* :mod:`.sandbox` — a task's :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` and
+  trials over any project sandbox; :mod:`.report` — results rows, metrics, Harbor's trial
+  directories (ATIF trajectories);
+* :mod:`.env` — :class:`TerminalBench2EvalEnv` (``python -m hermes_async.envs.terminalbench
+  serve|process|evaluate``), loaded lazily: it needs atroposlib, the rest does not.
+
+Apart from :mod:`.env`, nothing here needs Docker or atroposlib; ``tasks/`` holds the bundled task set and
 ``fixtures/`` the harness's negative fixtures (see ``tasks/README.md``).
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Any
 
 from hermes_async.envs.terminalbench.contract import (
     ExecSpec,
@@ -55,6 +63,8 @@ __all__ = (
     "Selection",
     "TaskEnvironment",
     "TaskError",
+    "TerminalBench2EvalEnv",
+    "TerminalBench2EvalEnvConfig",
     "TrialResult",
     "TrialSandbox",
     "TrialStatus",
@@ -77,3 +87,17 @@ BUNDLED_FIXTURES = Path(__file__).parent / "fixtures"
 #: Two bundled tasks as Hermes dataset rows (with this project's ``solution_tar``), made by
 #: ``scripts/terminalbench/make_rows.py``.
 BUNDLED_ROWS = BUNDLED_FIXTURES / "hermes_rows.jsonl"
+
+_LAZY = {
+    "TerminalBench2EvalEnv": "hermes_async.envs.terminalbench.env",
+    "TerminalBench2EvalEnvConfig": "hermes_async.envs.terminalbench.env",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

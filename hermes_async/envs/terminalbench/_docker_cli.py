@@ -21,7 +21,6 @@ binary and an engine (``DOCKER_HOST``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
@@ -39,6 +38,7 @@ from hermes_async.envs.terminalbench.contract import AgentKind, ExecSpec
 from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.envs.terminalbench.trial import ExecResult, TrialResult, run_trial
 from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.tools.sandbox.docker_images import context_digest
 
 __all__ = (
     "CONTAINER_LABEL",
@@ -57,25 +57,6 @@ ENGINE_CALL_SECONDS = 60.0
 REMOVE_SECONDS = 30.0
 #: How much of a command's output an :class:`ExecResult` keeps (the tail).
 MAX_EXEC_OUTPUT_BYTES = 64 * 1024
-
-
-def context_digest(context: Path, base_ids: Sequence[str] = ()) -> str:
-    """A hash of a build context (every path, its executable bit, content or link target)
-    and of the ids of the images it builds on (a rebuilt base image means a new tag)."""
-    h = hashlib.sha256()
-    for base in base_ids:
-        h.update(b"B" + base.encode() + b"\0")
-    for path in sorted(context.rglob("*")):
-        rel = path.relative_to(context).as_posix()
-        if path.is_symlink():
-            h.update(b"L" + rel.encode() + b"\0" + os.readlink(path).encode() + b"\0")
-        elif path.is_file():
-            mode = b"x" if os.access(path, os.X_OK) else b"-"
-            h.update(b"F" + mode + rel.encode() + b"\0")
-            h.update(hashlib.sha256(path.read_bytes()).digest())
-        elif path.is_dir():
-            h.update(b"D" + rel.encode() + b"\0")
-    return h.hexdigest()[:16]
 
 
 def image_tag(task: HarborTask, base_ids: Sequence[str] = ()) -> str:

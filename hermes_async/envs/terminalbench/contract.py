@@ -30,8 +30,8 @@ Decisions (each one a rule of the contract or a fix of the reference's TB2 envir
   ``/logs/verifier`` recreated empty, so a planted reward, a replaced ``test.sh`` or a
   background job that keeps writing ``reward.txt`` cannot score. Stopping processes is this
   project's addition to the contract (Harbor only empties the folders). It keeps PID 1 and
-  the oldest child of PID 1 (the idle command under ``docker run --init``) and the
-  preparing shell itself; everything else in the container's PID namespace is stopped
+  the oldest child of PID 1 (the idle command under ``docker run --init``), the
+  preparing shell and its ancestors (a sandbox backend's exec wrapper); everything else in the container's PID namespace is stopped
   and killed (two passes, for jobs that fork while being killed).
 * An agent that fails or times out is still graded (Harbor does): the status says what
   happened to the agent (``agent_timeout``) and the reward says what the verifier found.
@@ -207,10 +207,18 @@ for s in /proc/[0-9]*/stat; do
   set -- ${line##*) }
   if [ "$2" = 1 ] && { [ -z "$idle" ] || [ "$pid" -lt "$idle" ]; }; then idle=$pid; fi
 done
+keep=" 1 $$ $idle "
+p=$$
+while [ "${p:-0}" -gt 1 ]; do
+  read -r line < "/proc/$p/stat" 2>/dev/null || break
+  set -- ${line##*) }
+  p=$2
+  keep="$keep$p "
+done
 for sig in STOP KILL KILL; do
   for d in /proc/[0-9]*; do
     pid=${d#/proc/}
-    case " 1 $$ $idle " in *" $pid "*) continue ;; esac
+    case "$keep" in *" $pid "*) continue ;; esac
     kill -s $sig "$pid" 2>/dev/null
   done
 done

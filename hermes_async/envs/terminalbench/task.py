@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from hermes_async.errors import ConfigError
+from hermes_async.tools.sandbox.docker_images import dockerfile_base_images, dockerfile_lines
 
 __all__ = (
     "BASE_IMAGE",
@@ -398,45 +399,6 @@ def _schema_version(task: str, data: dict[str, object]) -> str:
     return version
 
 
-_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
-
-
-def dockerfile_base_images(text: str) -> tuple[str, ...]:
-    """The images a Dockerfile builds on, build-stage names excluded, in order."""
-    stages: set[str] = set()
-    images: list[str] = []
-    for line in _logical_lines(text):
-        match = _FROM.match(line)
-        if match is None:
-            continue
-        image, alias = match.group(1), match.group(2)
-        if image.lower() not in stages and image not in images:
-            images.append(image)
-        if alias:
-            stages.add(alias.lower())
-    return tuple(images)
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Lines with comments dropped and backslash continuations joined."""
-    lines: list[str] = []
-    current = ""
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if stripped.startswith("#"):
-            continue
-        if stripped.endswith("\\"):
-            current += stripped[:-1] + " "
-            continue
-        current += stripped
-        if current:
-            lines.append(current)
-        current = ""
-    if current:
-        lines.append(current)
-    return lines
-
-
 # What a build step or a verifier script does when it reaches for the network.
 _FETCHES = (
     (re.compile(r"\b(apt-get|apt|apk|yum|dnf|microdnf)\s+(-\S+\s+)*(update|install|add)\b"), "installs OS packages"),
@@ -451,7 +413,7 @@ _FETCHES = (
 
 def _fetch_reasons(where: str, text: str, *, run_only: bool) -> list[str]:
     reasons: list[str] = []
-    for line in _logical_lines(text):
+    for line in dockerfile_lines(text):
         if run_only and not re.match(r"^\s*RUN\s", line, re.IGNORECASE):
             continue
         for pattern, what in _FETCHES:

@@ -17,7 +17,8 @@ there).
 
 Building: :func:`pack_files` makes an archive of regular files from a mapping (names used
 verbatim, so tests can build hostile ones); :func:`single_file_tar` is its one-file case, used
-by the container backends to stage a file and by ``ToolContext.upload_file``.
+by the container backends to stage a file and by ``ToolContext.upload_file``;
+:func:`directory_tar` packs a host folder (a Docker build context, a task's ``tests/``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import Mapping
+from pathlib import Path
 
-__all__ = ("check_tar_members", "pack_files", "single_file_tar")
+__all__ = ("check_tar_members", "directory_tar", "pack_files", "single_file_tar")
 
 #: Where the filter pretends to extract: absolute and certainly absent, so that the filter's
 #: ``realpath`` calls resolve nothing on the host and the verdict depends on the archive only.
@@ -99,3 +101,25 @@ def pack_files(files: Mapping[str, bytes], *, mode: int = 0o644) -> bytes:
 def single_file_tar(name: str, data: bytes, *, mode: int = 0o644) -> bytes:
     """A tar archive holding one regular file ``name`` with ``data``."""
     return pack_files({name: data}, mode=mode)
+
+
+def directory_tar(source: Path, *, prefix: str = "") -> bytes:
+    """The contents of the host folder ``source`` as an uncompressed tar.
+
+    Members are named ``prefix + relative path`` (``prefix="./"`` names them as
+    ``tar -C source -c .`` does); links are stored as links (never followed); owners are
+    normalised to root. Read synchronously: meant for small folders (a build context, a
+    task's tests).
+    """
+
+    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        return info
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(source.rglob("*")):
+            name = prefix + path.relative_to(source).as_posix()
+            tar.add(path, arcname=name, recursive=False, filter=clean)
+    return buf.getvalue()

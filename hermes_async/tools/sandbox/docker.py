@@ -39,6 +39,7 @@ result returned; the container's removal ends such processes.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -65,6 +66,8 @@ from hermes_async.tools.sandbox._container import (
     read_until_exit,
 )
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
+from hermes_async.tools.sandbox.docker_images import ImageBuilder
+from hermes_async.tools.sandbox.spec import SandboxSpec
 
 if TYPE_CHECKING:
     import aiodocker
@@ -79,6 +82,7 @@ __all__ = (
     "DockerSandboxConfig",
     "container_config",
     "container_name",
+    "docker_config_for",
     "owner_is_alive",
     "reap_orphan_containers",
     "resolve_docker_host",
@@ -157,6 +161,7 @@ class DockerSandboxConfig:
             ``close_timeout`` is the release's bound).
         kill_timeout_seconds: Deadline of killing a timed-out command's process group.
         reap_orphans: Remove dead owners' containers on the backend's first creation.
+        user: The container's user (``None``: the image's).
     """
 
     image: str = DEFAULT_DOCKER_IMAGE
@@ -183,6 +188,7 @@ class DockerSandboxConfig:
     remove_timeout_seconds: float = 30.0
     kill_timeout_seconds: float = 10.0
     reap_orphans: bool = True
+    user: str | None = None
 
     def __post_init__(self) -> None:
         if not self.image:
@@ -291,7 +297,9 @@ def container_config(config: DockerSandboxConfig, task_id: str) -> dict[str, Any
     }
     if config.memory_mb:
         host["Memory"] = config.memory_mb * 1024 * 1024
+    extra: dict[str, Any] = {"User": config.user} if config.user else {}
     return {
+        **extra,
         "Image": config.image,
         "Cmd": ["sleep", "infinity"],
         "WorkingDir": config.workdir,
@@ -433,22 +441,71 @@ async def _reap(engine: _Engine, timeout_seconds: float) -> int:
     return removed
 
 
+def docker_config_for(
+    config: DockerSandboxConfig,
+    spec: SandboxSpec | None,
+    *,
+    image: str | None = None,
+    image_workdir: str | None = None,
+) -> DockerSandboxConfig:
+    """``config`` with a per-item spec applied (pure).
+
+    ``image`` (the built image's tag) wins over ``spec.image``; the workdir is the spec's,
+    else the image's ``WORKDIR`` (``image_workdir``) when the spec names an image, else the
+    config's.
+    """
+    if spec is None:
+        return config
+    changes: dict[str, Any] = {}
+    chosen = image or spec.image
+    if chosen is not None:
+        changes["image"] = chosen
+    workdir = spec.workdir or (image_workdir if chosen is not None else None)
+    if workdir:
+        changes["workdir"] = workdir
+    if spec.cpus is not None:
+        changes["cpus"] = float(spec.cpus)
+    if spec.memory_mb is not None:
+        changes["memory_mb"] = spec.memory_mb
+    if spec.network_mode is not None:
+        changes["network_mode"] = spec.network_mode
+    if spec.env:
+        changes["env"] = {**config.env, **spec.env}
+    if spec.user is not None:
+        changes["user"] = spec.user
+    if spec.labels:
+        changes["labels"] = {**config.labels, **spec.labels}
+    if spec.create_timeout is not None:
+        changes["create_timeout_seconds"] = spec.create_timeout
+    if spec.exec_timeout is not None:
+        changes["default_exec_timeout_seconds"] = spec.exec_timeout
+    return dataclasses.replace(config, **changes)
+
+
 class DockerBackend:
     """Creates :class:`DockerSandbox` es: the ``factory(task_id)`` a ``SandboxManager`` takes.
 
     The first creation reaps orphans (when ``config.reap_orphans``). Creation itself is not
-    rate limited here: the manager runs it behind the ``sandbox_create`` limiter.
+    rate limited here: the manager runs it behind the ``sandbox_create`` limiter. A per-item
+    :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` (``spec=``) overrides the image,
+    limits, network, workdir, env and user (:func:`docker_config_for`); a spec's
+    ``build_context`` is built by :attr:`images` (once per content digest, behind its own
+    limiter).
 
     Args:
         config: How containers are created.
+        images: The image builder (default: one build at a time).
     """
 
-    def __init__(self, config: DockerSandboxConfig | None = None) -> None:
+    def __init__(
+        self, config: DockerSandboxConfig | None = None, *, images: ImageBuilder | None = None
+    ) -> None:
         self.config = config or DockerSandboxConfig()
+        self.images = images or ImageBuilder()
         self._reaped = not self.config.reap_orphans
 
-    async def __call__(self, task_id: str) -> DockerSandbox:
-        """Create and start the container for ``task_id``.
+    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> DockerSandbox:
+        """Create and start the container for ``task_id`` (from ``spec``, if given).
 
         Raises:
             ConfigError: Not running under asyncio, or aiodocker is not installed.
@@ -463,8 +520,11 @@ class DockerBackend:
         engine = _Engine.open(self.config)
         name = container_name(task_id)
         container: aiodocker.containers.DockerContainer | None = None
+        config = self.config
         try:
             await engine.ping()
+            if spec is not None:
+                config = await self._config_for(engine, spec)
         except BaseException:
             await engine.aclose()
             raise
@@ -473,13 +533,13 @@ class DockerBackend:
                 self._reaped = True
                 await _reap(engine, self.config.api_timeout_seconds)
             try:
-                with anyio.fail_after(self.config.create_timeout_seconds):
-                    container = await self._create(engine, name, task_id)
+                with anyio.fail_after(config.create_timeout_seconds):
+                    container = await self._create(engine, name, task_id, config)
                     await engine.call("a container start", container.start())
             except TimeoutError as exc:
                 raise SandboxError(
-                    f"creating container {name} from {self.config.image!r} did not finish within "
-                    f"{self.config.create_timeout_seconds:g} s",
+                    f"creating container {name} from {config.image!r} did not finish within "
+                    f"{config.create_timeout_seconds:g} s",
                     task_id=task_id,
                 ) from exc
         except BaseException:
@@ -499,12 +559,24 @@ class DockerBackend:
                     await anyio.sleep(_LATE_CREATE_DELAY_SECONDS)
             await engine.aclose()
             raise
-        return DockerSandbox(task_id, engine, container, self.config)
+        return DockerSandbox(task_id, engine, container, config)
+
+    async def _config_for(self, engine: _Engine, spec: SandboxSpec) -> DockerSandboxConfig:
+        """The config of a spec's container: its image built (or found) and its WORKDIR."""
+        if spec.build_context is not None:
+            built = await self.images.ensure(engine, spec.build_context, timeout=spec.build_timeout)
+            return docker_config_for(
+                self.config, spec, image=built.tag, image_workdir=built.workdir
+            )
+        workdir = None
+        if spec.image is not None and spec.workdir is None:
+            workdir = await self.images.workdir_of(engine, spec.image)
+        return docker_config_for(self.config, spec, image_workdir=workdir)
 
     async def _create(
-        self, engine: _Engine, name: str, task_id: str
+        self, engine: _Engine, name: str, task_id: str, config: DockerSandboxConfig
     ) -> aiodocker.containers.DockerContainer:
-        body = container_config(self.config, task_id)
+        body = container_config(config, task_id)
         try:
             return await engine.call(
                 "a container create", engine.client.containers.create(body, name=name)
@@ -512,14 +584,14 @@ class DockerBackend:
         except SandboxError:
             raise
         except Exception as exc:
-            if not engine.is_docker_error(exc, 404) or not self.config.pull_missing:
-                raise self._create_error(exc, task_id) from exc
-        logger.info("image %s not present; pulling it", self.config.image)
+            if not engine.is_docker_error(exc, 404) or not config.pull_missing:
+                raise self._create_error(exc, task_id, config) from exc
+        logger.info("image %s not present; pulling it", config.image)
         try:
             await engine.call(
-                f"a pull of {self.config.image}",
-                engine.client.images.pull(self.config.image),
-                timeout=self.config.pull_timeout_seconds,
+                f"a pull of {config.image}",
+                engine.client.images.pull(config.image),
+                timeout=config.pull_timeout_seconds,
             )
             return await engine.call(
                 "a container create", engine.client.containers.create(body, name=name)
@@ -527,17 +599,19 @@ class DockerBackend:
         except Exception as exc:
             if engine.is_docker_error(exc):
                 raise SandboxError(
-                    f"image {self.config.image!r} is not on the Docker engine and pulling it failed "
-                    f"({exc}); pull or build it first (`docker pull {self.config.image}`) or set "
+                    f"image {config.image!r} is not on the Docker engine and pulling it failed "
+                    f"({exc}); pull or build it first (`docker pull {config.image}`) or set "
                     "another image",
                     task_id=task_id,
                 ) from exc
             raise
 
-    def _create_error(self, exc: Exception, task_id: str) -> BaseException:
+    def _create_error(
+        self, exc: Exception, task_id: str, config: DockerSandboxConfig
+    ) -> BaseException:
         if hasattr(exc, "status"):
             return SandboxError(
-                f"the Docker engine refused to create a container from {self.config.image!r}: {exc}",
+                f"the Docker engine refused to create a container from {config.image!r}: {exc}",
                 task_id=task_id,
             )
         return exc

@@ -72,6 +72,7 @@ from hermes_async.tools.sandbox.processes import (
     signal_group,
     terminate_members,
 )
+from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
     "DEFAULT_ENV_ALLOWLIST",
@@ -683,8 +684,12 @@ def local_factory(
     extra_env: Mapping[str, str] | None = None,
     default_timeout: float = DEFAULT_EXEC_TIMEOUT_SECONDS,
     terminate_grace: float = TERMINATE_GRACE_SECONDS,
-) -> Callable[[str], Awaitable[Sandbox]]:
+) -> Callable[..., Awaitable[Sandbox]]:
     """A ``SandboxManager`` factory that creates :class:`LocalSandbox` es.
+
+    It takes a :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` (``spec=``): its ``env``
+    is added, its ``workdir`` becomes a folder of that path inside the sandbox's work dir, its
+    ``exec_timeout`` the default command timeout; the rest needs a container backend.
 
     Its sandboxes share one :class:`~hermes_async.tools.sandbox.processes.ProcessSweeper`, so
     those closing at the same moment are served by one ``/proc`` sweep, and one
@@ -700,16 +705,28 @@ def local_factory(
     sweeper = ProcessSweeper()
     remover = DirectoryRemover()
 
-    async def factory(task_id: str) -> Sandbox:
-        return await LocalSandbox.create(
+    async def factory(task_id: str, spec: SandboxSpec | None = None) -> Sandbox:
+        # A spec's env and workdir apply here (a folder of that path inside the sandbox's
+        # work dir); images and resource limits need a container backend.
+        env = dict(extra_env or {})
+        if spec is not None:
+            env.update(spec.env)
+        sandbox = await LocalSandbox.create(
             task_id,
             root_dir=root_dir,
             env_allowlist=env_allowlist,
-            extra_env=extra_env,
-            default_timeout=default_timeout,
+            extra_env=env,
+            default_timeout=(
+                spec.exec_timeout if spec is not None and spec.exec_timeout else default_timeout
+            ),
             terminate_grace=terminate_grace,
             sweeper=sweeper,
             remover=remover,
         )
+        if spec is not None and spec.workdir is not None:
+            workdir = os.path.join(sandbox.workdir, spec.workdir.lstrip("/"))
+            os.makedirs(workdir, exist_ok=True)
+            sandbox.workdir = workdir
+        return sandbox
 
     return factory

@@ -24,6 +24,11 @@ Decisions:
   ``release(task_id, interrupted=True)`` — the rollout was cancelled or timed out — lets the
   backend skip graceful steps. Releasing an unknown or already released id is a no-op; a second
   concurrent release waits for the first.
+* **Per-item sandboxes**: :meth:`assign_spec` records a
+  :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` for a task id; that id's sandbox is then
+  created with ``factory(task_id, spec=spec)`` (its ``create_timeout`` replacing the manager's)
+  and the spec is forgotten when the sandbox is released. The rollout core assigns the spec an
+  environment's ``sandbox_spec(item)`` returns.
 * **Idle reaper**: a task in the manager's own task group closes sandboxes unused for
   ``idle_timeout`` seconds (none with a command in flight or a running background process).
 * :meth:`request_release` is the synchronous form: it queues the release to the manager's own
@@ -59,7 +64,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from hermes_async._cleanup import bounded_cleanup, cleanup_scope
 from hermes_async._resource import AsyncResource
-from hermes_async.errors import SandboxError
+from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.limits import Limits
 from hermes_async.tools.sandbox.base import (
     BACKGROUND_OUTPUT_CHARS,
@@ -70,6 +75,7 @@ from hermes_async.tools.sandbox.base import (
     ExecResult,
     Sandbox,
 )
+from hermes_async.tools.sandbox.spec import SandboxSpec, accepts_spec
 
 __all__ = (
     "DEFAULT_CLOSE_TIMEOUT_SECONDS",
@@ -179,6 +185,7 @@ class SandboxManager(AsyncResource):
         self.reap_interval = reap_interval
         self._entries: dict[str, _Entry] = {}
         self._closing: dict[str, anyio.Event] = {}
+        self._specs: dict[str, SandboxSpec] = {}
         self._tg: TaskGroup | None = None
         self._state = "unopened"
         self._pending: list[tuple[str, _Entry]] = []
@@ -302,16 +309,46 @@ class SandboxManager(AsyncResource):
                 task_id=task_id,
             ) from entry.error
 
+    def assign_spec(self, task_id: str, spec: SandboxSpec | None) -> None:
+        """Create ``task_id``'s sandbox from ``spec`` (``None``: forget a recorded spec).
+
+        Takes effect at the sandbox's next creation; released with the sandbox.
+
+        Raises:
+            ConfigError: The manager's factory takes no ``spec`` keyword.
+        """
+        if spec is None:
+            self._specs.pop(task_id, None)
+            return
+        if not accepts_spec(self.factory):
+            raise ConfigError(
+                f"this SandboxManager's factory {self.factory!r} takes no spec= keyword, so it "
+                "cannot create per-item sandboxes; use a built-in backend "
+                "(make_backend_factory) or accept `spec: SandboxSpec | None = None`"
+            )
+        self._specs[task_id] = spec
+
+    def spec_for(self, task_id: str) -> SandboxSpec | None:
+        """The spec recorded for ``task_id`` (see :meth:`assign_spec`), if any."""
+        return self._specs.get(task_id)
+
     async def _create(self, entry: _Entry) -> None:
+        spec = self._specs.get(entry.task_id)
+        timeout = self.create_timeout
+        if spec is not None and spec.create_timeout is not None:
+            timeout = spec.create_timeout
         try:
             async with self.limits.sandbox_create:
-                with anyio.fail_after(self.create_timeout):
-                    sandbox = await self.factory(entry.task_id)
+                with anyio.fail_after(timeout):
+                    if spec is None:
+                        sandbox = await self.factory(entry.task_id)
+                    else:
+                        sandbox = await self.factory(entry.task_id, spec=spec)  # type: ignore[call-arg]
         except BaseException as exc:
             error: BaseException = exc
             if isinstance(exc, TimeoutError):
                 error = SandboxError(
-                    f"sandbox creation timed out after {self.create_timeout:g} s; raise "
+                    f"sandbox creation timed out after {timeout:g} s; raise "
                     "create_timeout or check the backend",
                     task_id=entry.task_id,
                 )
@@ -355,6 +392,7 @@ class SandboxManager(AsyncResource):
         (or the overrun logged) before cancellation propagates.
         """
         entry = self._entries.pop(task_id, None)
+        self._specs.pop(task_id, None)
         if entry is None:
             closing = self._closing.get(task_id)
             if closing is not None:

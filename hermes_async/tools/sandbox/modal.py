@@ -51,6 +51,7 @@ sandbox disappears from ``modal sandbox list`` when the block exits.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import posixpath
@@ -73,6 +74,7 @@ from hermes_async.tools.sandbox._container import (
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
 from hermes_async.tools.sandbox.output import OutputCapture
+from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
     "DEFAULT_MODAL_IMAGE",
@@ -80,6 +82,7 @@ __all__ = (
     "ModalBackend",
     "ModalSandbox",
     "ModalSandboxConfig",
+    "modal_config_for",
 )
 
 logger = logging.getLogger(__name__)
@@ -246,6 +249,38 @@ async def _call(
         raise
 
 
+def modal_config_for(config: ModalSandboxConfig, spec: SandboxSpec | None) -> ModalSandboxConfig:
+    """``config`` with a per-item spec's fields applied (image, cpus, memory, network,
+    workdir, timeouts); a ``build_context`` is refused (Modal builds from a registry image).
+
+    Raises:
+        ConfigError: The spec asks for a local build.
+    """
+    if spec is None:
+        return config
+    if spec.build_context is not None and spec.image is None:
+        raise ConfigError(
+            f"the modal backend cannot build {str(spec.build_context)!r} locally; push the image "
+            "to a registry and give SandboxSpec.image, or use terminal_backend='docker'"
+        )
+    changes: dict[str, Any] = {}
+    if spec.image is not None:
+        changes["image"] = spec.image
+    if spec.cpus is not None:
+        changes["cpus"] = float(spec.cpus)
+    if spec.memory_mb is not None:
+        changes["memory_mb"] = spec.memory_mb
+    if spec.network_mode is not None:
+        changes["block_network"] = spec.network_mode == "none"
+    if spec.workdir is not None:
+        changes["workdir"] = spec.workdir
+    if spec.create_timeout is not None:
+        changes["create_timeout_seconds"] = spec.create_timeout
+    if spec.exec_timeout is not None:
+        changes["default_exec_timeout_seconds"] = spec.exec_timeout
+    return dataclasses.replace(config, **changes)
+
+
 class ModalBackend:
     """Creates :class:`ModalSandbox` es: the ``factory(task_id)`` a ``SandboxManager`` takes.
 
@@ -265,8 +300,12 @@ class ModalBackend:
         )
         self._app: object | None = None
 
-    async def __call__(self, task_id: str) -> ModalSandbox:
+    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> ModalSandbox:
         """Create the Modal sandbox for ``task_id`` (rate limited, bounded).
+
+        ``spec`` (a per-item :class:`~hermes_async.tools.sandbox.spec.SandboxSpec`) overrides
+        the config's image, resources, network, workdir and timeouts
+        (:func:`modal_config_for`).
 
         Raises:
             ConfigError: Not running under asyncio, or modal is not installed.
@@ -284,7 +323,7 @@ class ModalBackend:
             remedy="use terminal_backend='local' or 'docker'",
         )
         modal: Any = self._modal if self._modal is not None else _import_modal()
-        cfg = self.config
+        cfg = modal_config_for(self.config, spec)
         async with self.rate_limiter:
             try:
                 with anyio.fail_after(cfg.create_timeout_seconds):

@@ -1,0 +1,226 @@
+"""Images for per-item Docker sandboxes: built from a context once per content, behind a limiter.
+
+A :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` with a ``build_context`` makes the
+Docker backend build that folder's ``Dockerfile``. :class:`ImageBuilder` decides when:
+
+* **Cached by content**: the tag is ``<repository>:<digest>``, where the digest
+  (:func:`context_digest`) covers every file of the context (path, executable bit, content,
+  link target) and the ids of the images its ``FROM`` lines name. An unchanged context on an
+  unchanged base is never rebuilt (not in this process, not in the next: the engine keeps the
+  tag); a changed file or a re-imported base image gets a new tag.
+* **Once per tag**: concurrent requests for one tag wait for one build (a lock per tag).
+* **Behind their own limiter**: builds are CPU-heavy and a 2-core box runs one at a time
+  (``build_concurrency``); they do not hold the ``sandbox_create`` slots' deadline hostage
+  beyond the spec's ``build_timeout``.
+
+Contexts are read on the event loop (small folders: a task's Dockerfile and a few files);
+the build itself runs on the engine through aiodocker (asyncio only).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import logging
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.archive import directory_tar
+
+if TYPE_CHECKING:
+    from hermes_async.tools.sandbox.docker import _Engine
+
+__all__ = (
+    "DEFAULT_BUILD_REPOSITORY",
+    "BuiltImage",
+    "ImageBuilder",
+    "context_digest",
+    "dockerfile_base_images",
+    "dockerfile_lines",
+)
+
+logger = logging.getLogger(__name__)
+
+#: Repository of built images (the tag is the context digest).
+DEFAULT_BUILD_REPOSITORY = "hermes-async-build"
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
+
+
+def dockerfile_lines(text: str) -> list[str]:
+    """A Dockerfile's logical lines: comments dropped, backslash continuations joined."""
+    lines: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        current += stripped
+        if current:
+            lines.append(current)
+        current = ""
+    if current:
+        lines.append(current)
+    return lines
+
+
+def dockerfile_base_images(text: str) -> tuple[str, ...]:
+    """The images a Dockerfile builds on, build-stage names excluded, in order."""
+    stages: set[str] = set()
+    images: list[str] = []
+    for line in dockerfile_lines(text):
+        match = _FROM.match(line)
+        if match is None:
+            continue
+        image, alias = match.group(1), match.group(2)
+        if image.lower() not in stages and image not in images:
+            images.append(image)
+        if alias:
+            stages.add(alias.lower())
+    return tuple(images)
+
+
+def context_digest(context: Path, base_ids: Sequence[str] = ()) -> str:
+    """A hash of a build context (every path, its executable bit, content or link target)
+    and of the ids of the images it builds on (a rebuilt base image means a new tag)."""
+    h = hashlib.sha256()
+    for base in base_ids:
+        h.update(b"B" + base.encode() + b"\0")
+    for path in sorted(context.rglob("*")):
+        rel = path.relative_to(context).as_posix()
+        if path.is_symlink():
+            h.update(b"L" + rel.encode() + b"\0" + os.readlink(path).encode() + b"\0")
+        elif path.is_file():
+            mode = b"x" if os.access(path, os.X_OK) else b"-"
+            h.update(b"F" + mode + rel.encode() + b"\0")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+        elif path.is_dir():
+            h.update(b"D" + rel.encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+class BuiltImage:
+    """An image ready to run: its tag and its ``WORKDIR`` (``None``: the image sets none)."""
+
+    __slots__ = ("built", "tag", "workdir")
+
+    def __init__(self, tag: str, workdir: str | None, *, built: bool) -> None:
+        self.tag = tag
+        self.workdir = workdir
+        self.built = built
+
+    def __repr__(self) -> str:
+        return f"BuiltImage({self.tag!r}, workdir={self.workdir!r}, built={self.built})"
+
+
+class ImageBuilder:
+    """Builds context folders into images, once per content digest, behind a limiter.
+
+    Args:
+        build_concurrency: Builds at once (the limiter's size; resizable through
+            ``limiter.total_tokens``).
+        repository: Repository of the tags.
+
+    Attributes:
+        builds: Images this builder built (not found cached).
+        limiter: The build limiter.
+    """
+
+    def __init__(
+        self, *, build_concurrency: int = 1, repository: str = DEFAULT_BUILD_REPOSITORY
+    ) -> None:
+        self.limiter = anyio.CapacityLimiter(build_concurrency)
+        self.repository = repository
+        self.builds = 0
+        self._locks: dict[str, anyio.Lock] = {}
+
+    async def _image(self, engine: _Engine, name: str) -> dict[str, Any] | None:
+        try:
+            info: dict[str, Any] = await engine.call(
+                f"an inspect of image {name}", engine.client.images.inspect(name)
+            )
+        except Exception as exc:
+            if engine.is_docker_error(exc, 404):
+                return None
+            raise
+        return info
+
+    async def workdir_of(self, engine: _Engine, image: str) -> str | None:
+        """The image's ``WORKDIR`` (None when it sets none or the engine lacks the image).
+
+        **Cancellation**: nothing to clean up.
+        """
+        info = await self._image(engine, image)
+        if info is None:
+            return None
+        return (info.get("Config") or {}).get("WorkingDir") or None
+
+    async def ensure(self, engine: _Engine, context: Path, *, timeout: float) -> BuiltImage:
+        """The image of ``context``: the cached tag, or built now (at most one build per tag).
+
+        Raises:
+            SandboxError: The build failed (the engine's message), or ran past ``timeout``.
+
+        **Cancellation**: the wait or the build request is abandoned; the engine may finish
+        the build and tag it (the next request then finds it cached).
+        """
+        dockerfile = (context / "Dockerfile").read_text(encoding="utf-8", errors="replace")
+        base_ids = []
+        for base in dockerfile_base_images(dockerfile):
+            info = await self._image(engine, base)
+            base_ids.append(str(info["Id"]) if info else base)
+        tag = f"{self.repository}:{context_digest(context, base_ids)}"
+        lock = self._locks.setdefault(tag, anyio.Lock())
+        async with lock:
+            info = await self._image(engine, tag)
+            built = False
+            if info is None:
+                async with self.limiter:
+                    await self._build(engine, context, tag, timeout)
+                self.builds += 1
+                built = True
+                info = await self._image(engine, tag)
+                if info is None:
+                    raise SandboxError(f"the engine built {tag} but does not show it afterwards")
+        workdir = (info.get("Config") or {}).get("WorkingDir") or None
+        return BuiltImage(tag, workdir, built=built)
+
+    async def _build(self, engine: _Engine, context: Path, tag: str, timeout: float) -> None:
+        logger.info("building %s from %s", tag, context)
+        payload = gzip.compress(directory_tar(context), mtime=0)
+        try:
+            messages = await engine.call(
+                f"the build of {tag} from {context}",
+                engine.client.images.build(
+                    fileobj=io.BytesIO(payload),
+                    encoding="gzip",
+                    tag=tag,
+                    rm=True,
+                    forcerm=True,
+                    labels={"hermes-async.build-context": str(context)},
+                ),
+                timeout=timeout,
+            )
+        except SandboxError:
+            raise
+        except Exception as exc:
+            if engine.is_docker_error(exc):
+                raise SandboxError(f"the Docker engine refused to build {context}: {exc}") from exc
+            raise
+        errors = [
+            str(m.get("error") or (m.get("errorDetail") or {}).get("message"))
+            for m in messages or ()
+            if isinstance(m, dict) and (m.get("error") or m.get("errorDetail"))
+        ]
+        if errors:
+            raise SandboxError(f"building {context} failed: {errors[-1][-800:]}")
