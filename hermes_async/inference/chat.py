@@ -40,9 +40,10 @@ from hermes_async.inference._errors import (
 )
 from hermes_async.inference._http import (
     ConnectionKwargs,
+    ConnectionSource,
     LineReader,
     ServerClient,
-    ServerConnection,
+    connect,
 )
 from hermes_async.inference._sse import SSEJSONReader
 from hermes_async.jsontypes import JSON, JSONObject
@@ -421,7 +422,8 @@ class ChatClient(ServerClient):
     """An OpenAI-compatible chat-completions client on the shared HTTP layer.
 
     Args:
-        base_url: API root including the version prefix (``http://127.0.0.1:8000/v1``).
+        base_url: API root including the version prefix (``http://127.0.0.1:8000/v1``), or a
+            :class:`~hermes_async.inference.pool.ServerPool` of such roots.
         model: Default ``model`` for requests that do not name one.
         stream: Default for ``stream`` when a call does not say; streaming keeps the
             connection's read timeout meaningful for long generations.
@@ -436,7 +438,7 @@ class ChatClient(ServerClient):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | ConnectionSource,
         *,
         model: str = "default",
         stream: bool = False,
@@ -444,7 +446,7 @@ class ChatClient(ServerClient):
     ) -> None:
         self.model = model
         self.stream_by_default = stream
-        self.connection = ServerConnection(base_url, **connection)
+        self.connection = connect(base_url, connection)
 
     def request_body(self, **kwargs: JSON) -> JSONObject:
         """The JSON body for ``kwargs`` (pure): ``extra_body`` merged last, at the top level.

@@ -45,7 +45,13 @@ from hermes_async.inference._errors import (
     ServerProtocolError,
     StreamInterruptedError,
 )
-from hermes_async.inference._http import ConnectionKwargs, ServerClient, ServerConnection
+from hermes_async.inference._http import (
+    Connection,
+    ConnectionKwargs,
+    ConnectionSource,
+    ServerClient,
+    connect,
+)
 from hermes_async.inference._sse import SSEJSONReader
 from hermes_async.inference._token_chunks import (
     AtroposDecoder,
@@ -171,7 +177,7 @@ class _Source(Protocol):
 
 
 class _JSONSource:
-    def __init__(self, connection: ServerConnection, path: str, body: JSONObject) -> None:
+    def __init__(self, connection: Connection, path: str, body: JSONObject) -> None:
         self._connection = connection
         self._path = path
         self._body = body
@@ -286,7 +292,9 @@ class GenerateClient(ServerClient, ABC):
 
     Args:
         base_url: The server's base URL (``user:password@`` in it: Basic authentication,
-            never shown in errors or logs).
+            never shown in errors or logs), or a
+            :class:`~hermes_async.inference.pool.ServerPool` of several servers (which then
+            owns the connection options).
         **connection: Passed to the :class:`~hermes_async.inference._http.ServerConnection`:
             ``options`` (deadlines, pool size, retry policy, line cap: :class:`HTTPOptions`),
             ``limiter`` (gate for concurrent requests, e.g. ``Limits().model_requests``; the
@@ -298,8 +306,10 @@ class GenerateClient(ServerClient, ABC):
     #: Path of the endpoint, relative to the base URL.
     path: str = ""
 
-    def __init__(self, base_url: str, **connection: Unpack[ConnectionKwargs]) -> None:
-        self.connection = ServerConnection(self._base_url(base_url), **connection)
+    def __init__(
+        self, base_url: str | ConnectionSource, **connection: Unpack[ConnectionKwargs]
+    ) -> None:
+        self.connection = connect(base_url, connection, transform=self._base_url)
 
     def _base_url(self, base_url: str) -> str:
         return base_url
@@ -451,7 +461,7 @@ class SGLangGenerateClient(GenerateClient):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | ConnectionSource,
         *,
         incremental: bool = False,
         **connection: Unpack[ConnectionKwargs],
