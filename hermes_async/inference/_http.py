@@ -84,6 +84,7 @@ __all__ = (
     "ServerClient",
     "ServerConnection",
     "connect",
+    "decode_json_body",
     "encode_body",
     "parse_retry_after",
     "probe_server",
@@ -178,6 +179,25 @@ class AttemptFailure:
 def encode_body(body: JSONObject) -> bytes:
     """A request body as sent: JSON, UTF-8, encoded once per request (not per attempt)."""
     return json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+
+def decode_json_body(content: bytes, endpoint: str, attempt: int, status: int) -> JSON:
+    """A whole response body decoded as JSON.
+
+    Raises:
+        ServerProtocolError: It is not JSON (the usual sign of a wrong ``base_url``).
+    """
+    text = content.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ServerProtocolError(
+            "response body is not valid JSON; is base_url pointing at the right server?",
+            endpoint=endpoint,
+            attempt=attempt,
+            status=status,
+            line=text,
+        ) from None
 
 
 @runtime_checkable
@@ -424,17 +444,7 @@ class ServerConnection(AsyncResource):
                 content = await read_body(response, self.body_context(endpoint, attempt, deadline))
             finally:
                 await response.aclose()
-        text = content.decode("utf-8", errors="replace")
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise ServerProtocolError(
-                "response body is not valid JSON; is base_url pointing at the right server?",
-                endpoint=endpoint,
-                attempt=attempt,
-                status=response.status_code,
-                line=text,
-            ) from None
+        return decode_json_body(content, endpoint, attempt, response.status_code)
 
     @asynccontextmanager
     async def open_lines(self, path: str, body: JSONObject) -> AsyncIterator[LineReader]:
