@@ -13,6 +13,7 @@ generation requests (every ``POST``) itself while a mode is on; ``GET`` routes (
         server.fail(500)                            # every POST: HTTP 500 (health stays ok)
         server.down()                               # every route: 503 (health fails too)
         server.slow(0.2)                            # 0.2 s more before each response
+        server.pause()                              # hold every POST until resume()
         server.heal()                               # back to normal
 
 It counts what it answered (:attr:`FaultyServer.statuses`) and the peak of concurrent generation
@@ -59,6 +60,8 @@ class FaultyServer:
         self._retry_after: float | None = None
         self._above: int | None = None
         self.delay_seconds = 0.0
+        self._paused = False
+        self._gate: anyio.Event | None = None
         self.statuses: Counter[int] = Counter()
         self.concurrency = 0
         self.peak_concurrency = 0
@@ -86,6 +89,17 @@ class FaultyServer:
     def slow(self, seconds: float) -> None:
         """Wait ``seconds`` before passing each generation request on."""
         self.delay_seconds = seconds
+
+    def pause(self) -> None:
+        """Hold every generation request (a hung server) until :meth:`resume`."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Let held requests (and new ones) through."""
+        self._paused = False
+        if self._gate is not None:
+            self._gate.set()
+            self._gate = None
 
     def reset_counts(self) -> None:
         """Forget the counters (not the mode)."""
@@ -126,6 +140,10 @@ class FaultyServer:
                 await _answer(send, 429, "injected rate limit", self._retry_after)
                 self._count(429)
                 return
+            if self._paused:
+                if self._gate is None:
+                    self._gate = anyio.Event()
+                await self._gate.wait()
             if self.delay_seconds:
                 await anyio.sleep(self.delay_seconds)
             await self.app(scope, receive, send)

@@ -21,7 +21,9 @@ URLS = [f"http://10.0.0.{i}:8000" for i in range(1, 5)]
 
 def members(n: int = 4, limit: int = 64) -> list[MemberState]:
     return [
-        MemberState(URLS[i] if i < len(URLS) else f"http://x{i}", AdaptiveLimit(1, 64, limit), Health())
+        MemberState(
+            URLS[i] if i < len(URLS) else f"http://x{i}", AdaptiveLimit(1, 64, limit), Health()
+        )
         for i in range(n)
     ]
 
@@ -79,8 +81,9 @@ def test_placement_keeps_a_key_on_its_server_while_within_the_bound() -> None:
     loads = [10, 10, 10, 10]
     assert choose_member(ring.order("group-1"), loads, [1.0] * 4, [True] * 4, 1.25) == first
     loads[first] = 20  # over 1.25 x fair share: spills to the next on the ring
-    assert choose_member(ring.order("group-1"), loads, [1.0] * 4, [True] * 4, 1.25) == (
-        ring.order("group-1")[1]
+    assert (
+        choose_member(ring.order("group-1"), loads, [1.0] * 4, [True] * 4, 1.25)
+        == (ring.order("group-1")[1])
     )
 
 
