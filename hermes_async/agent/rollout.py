@@ -43,6 +43,7 @@ from hermes_async.agent.loop import AgentOptions, HermesAgentLoop
 from hermes_async.agent.result import AgentResult
 from hermes_async.agent.scoring import model_answered, rollout_rows, scored_data_group
 from hermes_async.errors import InferenceError
+from hermes_async.inference.pool import ServerPool, pool_session
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
@@ -196,6 +197,16 @@ async def _sandbox_manager(
         yield private
 
 
+@asynccontextmanager
+async def _model_client(server: Any) -> AsyncIterator[Any]:
+    """``server`` itself, or for a :class:`ServerPool` a client of its ``api`` for the block."""
+    if not isinstance(server, ServerPool):
+        yield server
+        return
+    async with server.client() as client:
+        yield client
+
+
 def _split_tools(tools: Tools) -> tuple[Sequence[JSONObject], Collection[str]]:
     try:
         schemas, names = tools
@@ -297,9 +308,9 @@ async def _open_batch(
     """The batch's sandboxes and loop; a lone exception of the block comes out unwrapped."""
     schemas, names = _split_tools(tools)
     with single_errors():
-        async with _sandbox_manager(sandboxes, limits) as manager:
+        async with _sandbox_manager(sandboxes, limits) as manager, _model_client(server) as model:
             loop = HermesAgentLoop.from_options(
-                server,
+                model,
                 schemas,
                 names,
                 options,
@@ -333,7 +344,9 @@ async def run_rollout(
     """Run one rollout, reward it on its own sandbox, release the sandbox, build its rows.
 
     Args:
-        server: A chat server (Phase 1) or a token client (Phase 2, needs ``tokenizer``).
+        server: A chat server (Phase 1), a token client (Phase 2, needs ``tokenizer``), or a
+            :class:`~hermes_async.inference.pool.ServerPool` (a client of its ``api`` is opened
+            for the call; the rollout's turns stay on one server while it is healthy).
         messages: The prompt; copied, so the caller's list is never changed.
         tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
         reward: ``async (result, ctx) -> float``; ``None`` scores 0.0.
@@ -400,7 +413,9 @@ async def run_group(
     keeps per-run state apart). The arguments are :func:`run_rollout`'s, plus:
 
     Args:
-        server: A chat server (Phase 1) or a token client (Phase 2, needs ``tokenizer``).
+        server: A chat server, a token client or a
+            :class:`~hermes_async.inference.pool.ServerPool` (see :func:`run_rollout`); on a
+            pool the group is placed on one server while it has room.
         messages: The prompt shared by the group; copied per rollout.
         tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
         size: Number of rollouts (>= 1).
@@ -456,9 +471,12 @@ async def run_group(
             if on_rollout is not None:
                 on_rollout(scored)
 
-        async with anyio.create_task_group() as tg:
-            for index in range(size):
-                tg.start_soon(one, index, name=f"rollout {ids[index]}")
+        # The group's rollouts share a prompt: on a ServerPool they are placed by one key
+        # (one server's prefix cache while it has room), each pinned on its own session.
+        with pool_session(f"group:{ids[0]}"):
+            async with anyio.create_task_group() as tg:
+                for index in range(size):
+                    tg.start_soon(one, index, name=f"rollout {ids[index]}")
     done = tuple(r for r in rollouts if r is not None)
     if all(r.result.error and not _has_assistant(r.result) for r in done):
         raise InferenceError(

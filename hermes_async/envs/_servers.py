@@ -14,6 +14,14 @@ clients, never through atroposlib's ``ServerManager``/``ManagedServer``:
 ``openai``         :class:`ChatClient`                      Phase 1 (placeholder tokens)
 =================  ======================================  =====================================
 
+Several servers of one kind (atroposlib's list of server configs, or a ``ServerBaseline``'s
+four) become one :class:`~hermes_async.inference.pool.ServerPool` behind one client: a
+rollout's turns stay on one server while it is healthy (its prefix cache), new sessions go to
+the least-loaded server, per-server concurrency adapts to 429s and failures, a failing server
+is ejected and probed back in. The per-server limiters (``model_requests@host:port``) join the
+environment's ``limits``, each up to ``model_request_limit``. Servers with different API keys
+cannot share a pool; they are used in turn, group by group, as with ``server_pool=False``.
+
 Before the first request, :func:`check_reachable` proves the server answers HTTP at all,
 within a bounded time (atroposlib's own health check waits forever on a dead server).
 """
@@ -38,7 +46,8 @@ from hermes_async.inference.generate import (
     SGLangGenerateClient,
     VLLMGenerateClient,
 )
-from hermes_async.limits import NamedLimiter
+from hermes_async.inference.pool import PoolAPI, PoolOptions, ServerPool
+from hermes_async.limits import Limits, NamedLimiter
 
 __all__ = (
     "PROBE_INTERVAL_SECONDS",
@@ -49,6 +58,7 @@ __all__ = (
     "check_reachable",
     "endpoint_kind",
     "open_model_clients",
+    "poolable",
     "server_specs",
 )
 
@@ -198,6 +208,18 @@ def _make_client(
     return VLLMGenerateClient(spec.root_url, **common)
 
 
+def poolable(specs: Sequence[ServerSpec]) -> bool:
+    """True if ``specs`` can share one :class:`ServerPool`: several, one API key."""
+    return len(specs) > 1 and len({s.api_key for s in specs}) == 1
+
+
+def _pool_api(spec: ServerSpec, token_endpoint: str) -> PoolAPI:
+    if spec.phase == 1:
+        return "chat"
+    kind = endpoint_kind(spec.server_type, token_endpoint)
+    return "atropos" if kind == "atropos" else "sglang" if kind == "sglang" else "vllm"
+
+
 @asynccontextmanager
 async def open_model_clients(
     specs: Sequence[ServerSpec],
@@ -205,13 +227,50 @@ async def open_model_clients(
     token_endpoint: str = "auto",
     limiter: NamedLimiter | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    pool: bool = True,
+    limits: Limits | None = None,
+    pool_options: PoolOptions | None = None,
 ) -> AsyncIterator[list[ModelClient]]:
-    """Open one client per server (connection pools); close them all on exit.
+    """Open the clients of ``specs``; close them (and their pool) on exit.
+
+    With ``pool`` and several servers that can share one (:func:`poolable`), the list holds
+    one client on a :class:`ServerPool` of them all; else one client per server.
+
+    Args:
+        specs: The servers.
+        token_endpoint: The token protocol (see :func:`endpoint_kind`).
+        limiter: The one-server clients' request limiter; with a pool, its total is each
+            server's highest concurrency (unless ``pool_options`` is given).
+        transport: An httpx transport for every client (tests).
+        pool: Put several servers behind one :class:`ServerPool`.
+        limits: Where the pool's per-server limiters are added.
+        pool_options: The pool's options (default: ``max_limit`` from ``limiter``, the request
+            deadline from the specs' ``timeout``).
 
     **Cancellation**: the pools are closed, shielded and bounded, however the block exits.
     """
     async with AsyncExitStack() as stack:
         clients: list[ModelClient] = []
+        if pool and poolable(specs):
+            first = specs[0]
+            options = pool_options or PoolOptions(
+                max_limit=limiter.total if limiter is not None else PoolOptions().max_limit,
+                http=HTTPOptions(request_timeout_seconds=max(max(s.timeout for s in specs), 1.0)),
+            )
+            server_pool = await stack.enter_async_context(
+                ServerPool(
+                    [s.base_url for s in specs],
+                    options=options,
+                    limits=limits,
+                    transport=transport,
+                    api_key=first.api_key,
+                    api=_pool_api(first, token_endpoint),
+                    model=first.model_name,
+                )
+            )
+            clients.append(await stack.enter_async_context(server_pool.client()))
+            yield clients
+            return
         for spec in specs:
             client = _make_client(spec, token_endpoint, limiter, transport)
             clients.append(await stack.enter_async_context(client))

@@ -52,7 +52,7 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Literal, Self
 
 import anyio
 import httpx
@@ -88,7 +88,13 @@ from hermes_async.inference._transport import (
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.limits import DEFAULT_LIMITS, Limits, NamedLimiter
 
+if TYPE_CHECKING:
+    from hermes_async.inference.chat import ChatClient
+    from hermes_async.inference.generate import GenerateClient
+
 __all__ = (
+    "POOL_APIS",
+    "PoolAPI",
     "PoolOptions",
     "PoolSession",
     "PoolStatistics",
@@ -99,6 +105,11 @@ __all__ = (
 )
 
 logger = logging.getLogger("hermes_async.inference.pool")
+
+#: What a pool's :meth:`ServerPool.client` speaks.
+PoolAPI = Literal["vllm", "atropos", "sglang", "chat"]
+#: The values ``ServerPool(api=...)`` accepts.
+POOL_APIS: tuple[str, ...] = ("vllm", "atropos", "sglang", "chat")
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,9 +396,13 @@ class ServerPool(AsyncResource):
         api_key: Sent as a bearer token to every member.
         rng: Random source of retry jitter.
         limiter_name: Prefix of the per-server limiter names.
+        api: The protocol :meth:`client` speaks (and so what ``run_group(pool, ...)`` uses):
+            ``vllm`` (default), ``atropos`` or ``sglang`` (token clients; a trailing ``/v1``
+            of the URLs is dropped, as atroposlib configs carry one) or ``chat``.
+        model: ``model`` of chat requests (``api="chat"``).
 
     Raises:
-        ValueError: No URLs, or one given twice.
+        ValueError: No URLs, one given twice, or an unknown ``api``.
     """
 
     def __init__(
@@ -400,10 +415,16 @@ class ServerPool(AsyncResource):
         api_key: str | None = None,
         rng: random.Random | None = None,
         limiter_name: str = "model_requests",
+        api: PoolAPI = "vllm",
+        model: str = "default",
     ) -> None:
         urls = [str(u).rstrip("/") for u in base_urls]
         if not urls:
             raise ValueError("a ServerPool needs at least one base URL")
+        if api not in POOL_APIS:
+            raise ValueError(f"unknown ServerPool api {api!r}; valid: {', '.join(POOL_APIS)}")
+        self.api: PoolAPI = api
+        self.model = model
         self.options = options or PoolOptions()
         opts = self.options
         #: The servers' base URLs, credentials redacted, in pool order.
@@ -507,6 +528,28 @@ class ServerPool(AsyncResource):
             transform: Maps each base URL the way the client would (e.g. strip ``/v1``).
         """
         return _PooledConnection(self, transform)
+
+    def client(self) -> GenerateClient | ChatClient:
+        """A new client of :attr:`api` on this pool (enter it inside the pool's block).
+
+        ``run_group(pool, ...)`` / ``run_rollout(pool, ...)`` call this for their own lifetime;
+        build one yourself to share it between calls.
+        """
+        from hermes_async.inference.chat import ChatClient
+        from hermes_async.inference.generate import (
+            AtroposGenerateClient,
+            SGLangGenerateClient,
+            VLLMGenerateClient,
+        )
+
+        if self.api == "chat":
+            return ChatClient(self, model=self.model)
+        rooted = _Rooted(self)
+        if self.api == "atropos":
+            return AtroposGenerateClient(rooted)
+        if self.api == "sglang":
+            return SGLangGenerateClient(rooted)
+        return VLLMGenerateClient(rooted)
 
     # ---------------------------------------------------------------- statistics
 
@@ -680,6 +723,19 @@ class ServerPool(AsyncResource):
             logger.warning("%s readmitted after a health check (%s)", member.name, detail)
         else:
             logger.info("%s still failing its health check (%s)", member.name, detail)
+
+
+class _Rooted:
+    """The pool as a connection source whose URLs lose a trailing ``/v1`` (token routes)."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: ServerPool) -> None:
+        self.pool = pool
+
+    def connection(self, transform: Callable[[str], str] | None = None) -> _PooledConnection:
+        inner = transform or str
+        return self.pool.connection(lambda url: inner(_root(url)))
 
 
 def _describe(outcome: Outcome | BaseException) -> str:
