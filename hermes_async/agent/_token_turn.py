@@ -24,6 +24,7 @@ from dataclasses import replace
 
 import anyio
 
+from hermes_async._otel import span
 from hermes_async.agent._tool_runner import RunTools, ToolCall, TurnToolRunner
 from hermes_async.agent._transcript import assistant_message, suffix_ids, template_matches
 from hermes_async.agent.result import AgentResult
@@ -214,61 +215,66 @@ class TokenTurns:
         schemas = self._schemas or None
         deadline = self._turn_timeout if self._turn_timeout is not None else math.inf
         for turn in range(self._max_turns):
-            timing: dict[str, float] = {"turn": float(turn + 1)}
-            result.timings.append(timing)
-            result.turns_used = turn + 1
-            step = Phase2Turn(
-                tokenizer=tokenizer,
-                parser_name=self._parser_name,
-                tool_schemas=self._schemas,
-                early_dispatch=self._early_dispatch,
-            )
-            start = anyio.current_time()
-            failure: str | None = None
-            # Stream errors are caught inside the task group's body (an exception escaping the
-            # body would arrive wrapped in an ExceptionGroup); tools already started by early
-            # dispatch are then cancelled with the turn.
-            async with anyio.create_task_group() as tg:
-                runner = tools.runner(tg)
-                try:
-                    with anyio.fail_after(deadline):
-                        async with self._server.stream(trajectory.tokens, sampling) as deltas:
-                            async for delta in deltas:
-                                step.feed(delta, runner, anyio.current_time() - start)
-                    step.finish(runner)
-                except TimeoutError:
-                    failure = f"generation timed out after {self._turn_timeout:g} s"
-                    tg.cancel_scope.cancel(reason=failure)
-                except InferenceError as exc:
-                    logger.warning("task %s: generation failed: %s", tools.task_id, exc)
-                    failure = f"model call failed: {type(exc).__name__}: {exc}"
-                    tg.cancel_scope.cancel(reason="generation failed")
-                timing["generation_seconds"] = anyio.current_time() - start
-            if step.ttft is not None:
-                timing["time_to_first_token"] = step.ttft
-            if failure is not None:
-                result.error = failure
-                return
-            timing["tool_seconds"] = anyio.current_time() - start - timing["generation_seconds"]
-            trajectory.add_completion(step.token_ids, step.logprobs)
-            content, reasoning = step.content, None
-            if self._split_reasoning:
-                content, reasoning = split_think(content)
-            result.reasoning_per_turn.append(reasoning)
-            assistant = assistant_message(content, runner.calls, reasoning)
-            tools.begin_turn(assistant, runner.calls)
-            await tools.record_turn(result, turn + 1, runner.calls, timing, assistant)
-            if not runner.calls:
-                result.finished_naturally = True
-                rendered = tokenizer.apply_chat_template(
-                    messages, schemas, add_generation_prompt=False
+            with span(
+                "turn", {"hermes_async.task_id": tools.task_id, "hermes_async.turn": turn + 1}
+            ):
+                timing: dict[str, float] = {"turn": float(turn + 1)}
+                result.timings.append(timing)
+                result.turns_used = turn + 1
+                step = Phase2Turn(
+                    tokenizer=tokenizer,
+                    parser_name=self._parser_name,
+                    tool_schemas=self._schemas,
+                    early_dispatch=self._early_dispatch,
                 )
-                self._check_template(result, trajectory, rendered, tools.task_id, final=True)
-                return
-            ended_on_eos = bool(step.token_ids) and step.token_ids[-1] == tokenizer.eos_token_id
-            suffix, rendered = suffix_ids(messages, tokenizer, schemas, ended_on_eos=ended_on_eos)
-            trajectory.add_suffix(suffix)
-            self._check_template(result, trajectory, rendered, tools.task_id, final=False)
+                start = anyio.current_time()
+                failure: str | None = None
+                # Stream errors are caught inside the task group's body (an exception escaping the
+                # body would arrive wrapped in an ExceptionGroup); tools already started by early
+                # dispatch are then cancelled with the turn.
+                async with anyio.create_task_group() as tg:
+                    runner = tools.runner(tg)
+                    try:
+                        with anyio.fail_after(deadline):
+                            async with self._server.stream(trajectory.tokens, sampling) as deltas:
+                                async for delta in deltas:
+                                    step.feed(delta, runner, anyio.current_time() - start)
+                        step.finish(runner)
+                    except TimeoutError:
+                        failure = f"generation timed out after {self._turn_timeout:g} s"
+                        tg.cancel_scope.cancel(reason=failure)
+                    except InferenceError as exc:
+                        logger.warning("task %s: generation failed: %s", tools.task_id, exc)
+                        failure = f"model call failed: {type(exc).__name__}: {exc}"
+                        tg.cancel_scope.cancel(reason="generation failed")
+                    timing["generation_seconds"] = anyio.current_time() - start
+                if step.ttft is not None:
+                    timing["time_to_first_token"] = step.ttft
+                if failure is not None:
+                    result.error = failure
+                    return
+                timing["tool_seconds"] = anyio.current_time() - start - timing["generation_seconds"]
+                trajectory.add_completion(step.token_ids, step.logprobs)
+                content, reasoning = step.content, None
+                if self._split_reasoning:
+                    content, reasoning = split_think(content)
+                result.reasoning_per_turn.append(reasoning)
+                assistant = assistant_message(content, runner.calls, reasoning)
+                tools.begin_turn(assistant, runner.calls)
+                await tools.record_turn(result, turn + 1, runner.calls, timing, assistant)
+                if not runner.calls:
+                    result.finished_naturally = True
+                    rendered = tokenizer.apply_chat_template(
+                        messages, schemas, add_generation_prompt=False
+                    )
+                    self._check_template(result, trajectory, rendered, tools.task_id, final=True)
+                    return
+                ended_on_eos = bool(step.token_ids) and step.token_ids[-1] == tokenizer.eos_token_id
+                suffix, rendered = suffix_ids(
+                    messages, tokenizer, schemas, ended_on_eos=ended_on_eos
+                )
+                trajectory.add_suffix(suffix)
+                self._check_template(result, trajectory, rendered, tools.task_id, final=False)
 
     def _check_template(
         self,

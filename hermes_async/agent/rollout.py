@@ -37,6 +37,7 @@ from typing import Any, TypeAlias
 import anyio
 
 from hermes_async._groups import single_errors
+from hermes_async._otel import span
 from hermes_async._redact import redact
 from hermes_async.agent.context import ToolContext
 from hermes_async.agent.loop import AgentOptions, HermesAgentLoop
@@ -45,8 +46,10 @@ from hermes_async.agent.scoring import model_answered, rollout_rows, scored_data
 from hermes_async.errors import InferenceError
 from hermes_async.inference.pool import ServerPool, pool_session
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
+from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
+from hermes_async.telemetry import record_rollout
 from hermes_async.tools.browser import current_browser_manager
 from hermes_async.tools.registry import ToolDefinitions, ToolRegistry
 from hermes_async.tools.sandbox.manager import (
@@ -233,7 +236,10 @@ async def _score(
     if reward is None or not model_answered(result):
         return 0.0, None  # nothing to verify if the model never answered (reference)
     try:
-        return float(await reward(result, ctx)), None
+        with span("reward", {"hermes_async.task_id": ctx.task_id}) as traced:
+            value = float(await reward(result, ctx))
+            traced.set("hermes_async.reward", value)
+        return value, None
     except Exception as exc:  # the reference's rule: a failing reward scores 0.0
         message = redact(f"{type(exc).__name__}: {exc}")
         logger.warning("task %s: reward failed (%s); reward 0.0", ctx.task_id, message)
@@ -266,18 +272,29 @@ class _Batch:
         """Rollout ``index`` of the batch: loop, reward, release, rows."""
         start = anyio.current_time()
         interrupted = False
-        try:
-            result = await self.loop.run(
-                [dict(m) for m in messages], task_id=task_id, seed=_seed(self.options, index)
-            )
-            ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
-            value, reward_error = await _score(self.reward, result, ctx)
-        except anyio.get_cancelled_exc_class():
-            interrupted = True
-            raise
-        finally:
-            await _release(self.manager, task_id, interrupted=interrupted)
-        rows = rollout_rows(result, self.encode)
+        attributes = {"gen_ai.operation.name": "invoke_agent", "hermes_async.task_id": task_id}
+        with span("invoke_agent rollout", attributes) as traced:
+            try:
+                result = await self.loop.run(
+                    [dict(m) for m in messages], task_id=task_id, seed=_seed(self.options, index)
+                )
+                ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
+                value, reward_error = await _score(self.reward, result, ctx)
+            except anyio.get_cancelled_exc_class():
+                interrupted = True
+                record_rollout("cancelled", 0, 0)
+                raise
+            finally:
+                await _release(self.manager, task_id, interrupted=interrupted)
+            rows = rollout_rows(result, self.encode)
+            outcome = "error" if result.error else "reward_error" if reward_error else "ok"
+            traced.set("hermes_async.outcome", outcome)
+            traced.set("hermes_async.turns", result.turns_used)
+            traced.set("hermes_async.reward", value)
+            if result.error:
+                traced.error(redact(result.error))
+            sampled = sum(1 for m in rows.masks if m != MASK_ID)
+            record_rollout(outcome, len(rows.tokens) - sampled, sampled)
         return ScoredRollout(
             task_id=task_id,
             result=result,

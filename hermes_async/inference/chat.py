@@ -34,6 +34,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Self, Unpack
 
+from hermes_async._otel import request_attributes, span
 from hermes_async.inference._errors import (
     ServerProtocolError,
     StreamInterruptedError,
@@ -486,6 +487,19 @@ class ChatClient(ServerClient):
         disconnect); nothing is returned.
         """
         body = self.request_body(**kwargs)
+        attributes = request_attributes("chat", body)
+        attributes["hermes_async.endpoint"] = self.endpoint
+        with span(f"chat {body.get('model')}", attributes, kind="client") as traced:
+            completion = await self._complete(body)
+            if completion.usage is not None:
+                traced.set("gen_ai.usage.input_tokens", completion.usage.prompt_tokens)
+                traced.set("gen_ai.usage.output_tokens", completion.usage.completion_tokens)
+            reasons = tuple(str(c.finish_reason) for c in completion.choices if c.finish_reason)
+            traced.set("gen_ai.response.finish_reasons", reasons or None)
+            traced.set("gen_ai.response.id", completion.id or None)
+            return completion
+
+    async def _complete(self, body: JSONObject) -> ChatCompletion:
         if not body["stream"]:
             data = await self.connection.post_json(self.path, body)
             try:

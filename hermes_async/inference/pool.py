@@ -87,6 +87,7 @@ from hermes_async.inference._transport import (
 )
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.limits import DEFAULT_LIMITS, Limits, NamedLimiter
+from hermes_async.telemetry import forget_pool, observe_pool
 
 if TYPE_CHECKING:
     from hermes_async.inference.chat import ChatClient
@@ -490,6 +491,7 @@ class ServerPool(AsyncResource):
             self._state = "closed"
             raise
         self._state = "open"
+        observe_pool(self)
         return self
 
     async def __aexit__(
@@ -510,6 +512,7 @@ class ServerPool(AsyncResource):
             self._state = "closed"
             return
         self._state = "closed"
+        forget_pool(self)
         assert self._tg is not None
         self._tg.cancel_scope.cancel("ServerPool closed")
         await self._tg.__aexit__(None, None, None)

@@ -58,6 +58,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._otel import span
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
 from hermes_async.limits import Limits
@@ -304,9 +305,10 @@ class SandboxManager(AsyncResource):
 
     async def _create(self, entry: _Entry) -> None:
         try:
-            async with self.limits.sandbox_create:
-                with anyio.fail_after(self.create_timeout):
-                    sandbox = await self.factory(entry.task_id)
+            with span("sandbox create", {"hermes_async.task_id": entry.task_id}):
+                async with self.limits.sandbox_create:
+                    with anyio.fail_after(self.create_timeout):
+                        sandbox = await self.factory(entry.task_id)
         except BaseException as exc:
             error: BaseException = exc
             if isinstance(exc, TimeoutError):
@@ -373,13 +375,17 @@ class SandboxManager(AsyncResource):
     ) -> None:
         event = self._closing[task_id] = anyio.Event()
         try:
-            await bounded_cleanup(
-                f"close the sandbox of {task_id!r}",
-                lambda: sandbox.aclose(interrupted=interrupted),
-                timeout=self.close_timeout,
-                reason=reason,
-                log=logger,
-            )
+            with span(
+                "sandbox close",
+                {"hermes_async.task_id": task_id, "hermes_async.interrupted": interrupted},
+            ):
+                await bounded_cleanup(
+                    f"close the sandbox of {task_id!r}",
+                    lambda: sandbox.aclose(interrupted=interrupted),
+                    timeout=self.close_timeout,
+                    reason=reason,
+                    log=logger,
+                )
             self._released += 1
         finally:
             event.set()
@@ -535,8 +541,11 @@ class ManagedSandbox(Sandbox):
 
         **Cancellation**: as the backend's; the slot is returned.
         """
-        async with self._slot() as sb:
-            return await sb.exec_request(request)
+        with span("sandbox exec", {"hermes_async.task_id": self.task_id}) as traced:
+            async with self._slot() as sb:
+                result = await sb.exec_request(request)
+            traced.set("hermes_async.exit_code", result.exit_code)
+            return result
 
     async def read_bytes(self, path: str) -> bytes:
         """See :meth:`Sandbox.read_bytes`.
