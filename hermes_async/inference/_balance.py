@@ -207,6 +207,7 @@ class Health:
         streak: Ejections in a row (sets the next ejection's length).
         ejected_until: Clock time the current ejection ends.
         ejections: Ejections since creation.
+        first_ejected_at: Clock time of the first ejection (``None``: never ejected).
     """
 
     eject_after: int = 3
@@ -218,6 +219,7 @@ class Health:
     successes: int = 0
     ejected_until: float = -math.inf
     ejections: int = 0
+    first_ejected_at: float | None = None
 
     def record_success(self) -> None:
         """A request to the server succeeded."""
@@ -239,6 +241,8 @@ class Health:
         """Take the server out for its backoff time."""
         self.streak += 1
         self.ejections += 1
+        if self.first_ejected_at is None:
+            self.first_ejected_at = now
         seconds = min(self.max_seconds, self.base_seconds * 2 ** (self.streak - 1))
         self.state = "ejected"
         self.ejected_until = now + seconds

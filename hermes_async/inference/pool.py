@@ -286,6 +286,7 @@ class ServerStatistics:
         failures: Attempts that failed.
         rate_limited: Attempts it answered with 429.
         ejections: Times it was ejected.
+        first_ejected_at: Clock time (``anyio.current_time()``) of its first ejection, if any.
         seconds_unavailable: Until it takes requests again (0 when up).
     """
 
@@ -299,6 +300,7 @@ class ServerStatistics:
     failures: int
     rate_limited: int
     ejections: int
+    first_ejected_at: float | None
     seconds_unavailable: float
 
     @property
@@ -575,6 +577,7 @@ class ServerPool(AsyncResource):
                     failures=m.failures,
                     rate_limited=m.rate_limited,
                     ejections=m.health.ejections,
+                    first_ejected_at=m.health.first_ejected_at,
                     seconds_unavailable=max(0.0, until - now),
                 )
             )
