@@ -174,12 +174,38 @@ async def main(args: argparse.Namespace) -> None:
         finally:
             configure_telemetry()
             proc.terminate()
+    site_off, site_on = span_site_cost(exporter_off=True), span_site_cost(exporter_off=False)
     off, on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
     print(
         f"\nmedian client CPU per rollout: off {off * 1e3:.2f} ms, on {on * 1e3:.2f} ms "
         f"({spans_per_rollout:.1f} spans per rollout); ratio on/off = {on / off:.3f} "
         f"({(on / off - 1) * 100:+.1f}%)"
     )
+    print(
+        f"one span site, CPU: off {site_off * 1e6:.2f} us, on {site_on * 1e6:.2f} us "
+        f"(x {spans_per_rollout:.0f} per rollout: off {site_off * spans_per_rollout / off:.2%}, "
+        f"on {site_on * spans_per_rollout / off:.2%} of a rollout)"
+    )
+
+
+def span_site_cost(*, exporter_off: bool, n: int = 20_000) -> float:
+    """CPU seconds of one ``with span(...)`` site (two attributes), off or on."""
+    from hermes_async._otel import span
+
+    if exporter_off:
+        configure_telemetry()
+    else:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        configure_telemetry(tracer_provider=provider)
+    try:
+        start = time.process_time()
+        for _ in range(n):
+            with span("turn", {"hermes_async.task_id": "t", "hermes_async.turn": 1}) as s:
+                s.set("hermes_async.reward", 1.0)
+        return (time.process_time() - start) / n
+    finally:
+        configure_telemetry()
 
 
 if __name__ == "__main__":
@@ -191,6 +217,6 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--model-latency", type=float, default=0.05)
     parser.add_argument("--tool-latency", type=float, default=0.05)
-    parser.add_argument("--model-requests", type=int, default=256)
+    parser.add_argument("--model-requests", type=int, default=64)
     parsed = parser.parse_args()
     anyio.run(serve if parsed.serve else main, parsed)
