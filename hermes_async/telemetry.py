@@ -42,6 +42,12 @@ processor's ``on_start`` sees it (exporters only see ended spans).
 
 Use the global providers (``opentelemetry.trace.set_tracer_provider(...)``) or give this
 library its own with :func:`configure_telemetry`.
+
+**Prometheus** (no OpenTelemetry needed): :func:`serve_metrics` answers ``GET /metrics`` with
+the same limiter and pool gauges in the text exposition format, read at each scrape::
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_metrics, 9464)       # http://127.0.0.1:9464/metrics
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
+import anyio
+from anyio.abc import SocketStream, TaskStatus
+
 from hermes_async import _otel
 
 __all__ = (
@@ -59,7 +68,9 @@ __all__ = (
     "forget_pool",
     "observe_limits",
     "observe_pool",
+    "prometheus_text",
     "record_rollout",
+    "serve_metrics",
     "tracing_enabled",
 )
 
@@ -253,3 +264,98 @@ def _pool_instruments(meter: Any) -> None:
             f"hermes_async.pool.server.{name}",
             [observe_with(lambda s, n=name: getattr(s, n))],
         )
+
+
+# --------------------------------------------------------------------------------------------
+# Prometheus text exposition
+
+#: Longest wait for a scraper's request line (a silent client is dropped after it).
+SCRAPE_READ_TIMEOUT_SECONDS = 5.0
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def prometheus_text() -> str:
+    """The limiter and pool metrics in Prometheus' text format (pure; read now)."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, rows: list[tuple[dict[str, str], float]]) -> None:
+        lines.append(f"# TYPE {name} {kind}")
+        for attrs, value in rows:
+            labels = ",".join(f'{k}="{_label(v)}"' for k, v in attrs.items())
+            lines.append(f"{name}{{{labels}}} {value:g}")
+
+    limiters = list(_limiter_rows())
+    for field, name in (("total", "limit"), ("in_use", "in_use"), ("waiting", "waiting")):
+        family(
+            f"hermes_async_limiter_{name}",
+            "gauge",
+            [(a, float(getattr(s, field))) for a, s in limiters],
+        )
+    family(
+        "hermes_async_limiter_wait_seconds_total",
+        "counter",
+        [(a, float(s.total_wait_seconds)) for a, s in limiters],
+    )
+    servers = list(_server_rows())
+    for name in ("limit", "in_use", "waiting", "sessions"):
+        family(
+            f"hermes_async_pool_server_{name}",
+            "gauge",
+            [(a, float(getattr(s, name))) for a, s in servers],
+        )
+    family("hermes_async_pool_server_up", "gauge", [(a, 1.0 if s.up else 0.0) for a, s in servers])
+    for name in ("requests", "failures", "rate_limited", "ejections"):
+        family(
+            f"hermes_async_pool_server_{name}_total",
+            "counter",
+            [(a, float(getattr(s, name))) for a, s in servers],
+        )
+    return "\n".join(lines) + "\n"
+
+
+async def serve_metrics(
+    port: int = 0,
+    host: str = "127.0.0.1",
+    *,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve :func:`prometheus_text` at ``http://host:port/metrics`` until cancelled.
+
+    Start it with ``port = await tg.start(serve_metrics, 9464)``; ``task_status`` receives the
+    bound port (useful with ``port=0``).
+
+    **Cancellation**: the listener and every open scrape connection are closed.
+    """
+    async with await anyio.create_tcp_listener(local_host=host, local_port=port) as listener:
+        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+        task_status.started(bound)
+        await listener.serve(_answer_scrape)
+
+
+async def _answer_scrape(stream: SocketStream) -> None:
+    async with stream:
+        request = b""
+        with anyio.move_on_after(SCRAPE_READ_TIMEOUT_SECONDS):
+            while b"\r\n\r\n" not in request and len(request) < 8192:
+                try:
+                    request += await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return
+        first = request.split(b"\r\n", 1)[0].split()
+        if len(first) >= 2 and first[0] == b"GET" and first[1].split(b"?")[0] == b"/metrics":
+            status, body = "200 OK", prometheus_text().encode()
+            kind = "text/plain; version=0.0.4; charset=utf-8"
+        else:
+            status, body, kind = "404 Not Found", b"try GET /metrics\n", "text/plain"
+        head = (
+            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        try:
+            with anyio.move_on_after(SCRAPE_READ_TIMEOUT_SECONDS):
+                await stream.send(head.encode() + body)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the scraper went away

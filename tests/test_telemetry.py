@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -22,7 +23,7 @@ from hermes_async.inference import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.pool import ServerPool
 from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.limits import Limits
-from hermes_async.telemetry import configure_telemetry, tracing_enabled
+from hermes_async.telemetry import configure_telemetry, serve_metrics, tracing_enabled
 from hermes_async.testing import (
     FakeSandboxFactory,
     PolicyRequest,
@@ -238,3 +239,33 @@ def test_without_a_provider_nothing_is_recorded() -> None:
     configure_telemetry(tracer_provider=TracerProvider(), enabled=False)
     assert _otel.span("x") is _otel.NO_SPAN
     configure_telemetry()
+
+
+async def test_the_prometheus_endpoint_shows_limiters_and_pool_servers_during_a_run() -> None:
+    limits = Limits(tool_calls=3)
+    server = ScriptedModelServer(two_commands, tokenizer=TOKENIZER)
+    async with (
+        open_loopback_server(server) as url,
+        ServerPool([url], limits=limits) as pool,
+        VLLMGenerateClient(pool) as client,
+        anyio.create_task_group() as tg,
+    ):
+        port = await tg.start(serve_metrics, 0)
+        await client.generate([1, 2], SamplingParams(max_tokens=4))
+        async with limits.tool_calls, httpx.AsyncClient() as http:  # a slot held while scraped
+            page = await http.get(f"http://127.0.0.1:{port}/metrics")
+            missing = await http.get(f"http://127.0.0.1:{port}/other")
+        tg.cancel_scope.cancel("the test is done")
+    assert page.status_code == 200 and missing.status_code == 404
+    text = page.text
+    number = next(
+        line.split('limits="')[1].split('"')[0]
+        for line in text.splitlines()
+        if 'limiter="tool_calls"' in line
+        and line.startswith("hermes_async_limiter_limit")
+        and line.endswith(" 3")
+    )
+    assert f'hermes_async_limiter_in_use{{limiter="tool_calls",limits="{number}"}} 1' in text
+    assert f'hermes_async_pool_server_up{{server="{url}"}} 1' in text
+    assert f'hermes_async_pool_server_requests_total{{server="{url}"}} 1' in text
+    assert "# TYPE hermes_async_limiter_wait_seconds_total counter" in text
