@@ -145,6 +145,7 @@ async def test_2000_rollouts_on_four_servers_affinity_failover_and_a_429_storm(
             await run_groups(pool, healthy, limits, done, concurrent=32)
             share, counted = turns.first_server_share(set())
             assert counted == len(healthy) * GROUP
+            print(f"\nhealthy: {share:.1%} of later turns on the rollout's first server")
             assert share >= 0.95, share
             homes = {turns_[0] for turns_ in turns.served.values()}
             assert homes == {0, 1, 2, 3}
@@ -200,4 +201,5 @@ async def test_2000_rollouts_on_four_servers_affinity_failover_and_a_429_storm(
         storm_seconds,
     )
     share, counted = turns.first_server_share({2, 3})
+    print(f"whole run, rollouts started on servers 0-1: {share:.1%} on their first server")
     assert share >= 0.95 and counted > 0, share
