@@ -40,6 +40,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from hermes_async.errors import ConfigError, LimitError, UnknownLimiterError
+from hermes_async.telemetry import observe_limits
 
 __all__ = (
     "DEFAULT_LIMITS",
@@ -224,6 +225,7 @@ class Limits:
             **extra,
         }.items():
             self._limiters[name] = NamedLimiter(name, total)
+        observe_limits(self)  # metrics for every limiter, when an OpenTelemetry SDK is set
 
     model_requests = _Standard()
     sandbox_create = _Standard()

@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from hermes_async._otel import span
 from hermes_async.agent._tool_runner import RunTools, ToolCall
 from hermes_async.agent._transcript import assistant_message
 from hermes_async.agent.result import AgentResult
@@ -126,38 +127,41 @@ class ChatTurns:
         messages = result.messages
         deadline = self._turn_timeout if self._turn_timeout is not None else math.inf
         for turn in range(self._max_turns):
-            timing: dict[str, float] = {"turn": float(turn + 1)}
-            result.timings.append(timing)
-            result.turns_used = turn + 1
-            start = anyio.current_time()
-            try:
-                with anyio.fail_after(deadline):
-                    response = await self._complete(messages=messages, **self._request)
-            except TimeoutError:
-                result.error = f"model call timed out after {self._turn_timeout:g} s"
-                return
-            except Exception as exc:
-                logger.warning("task %s: model call failed: %s", tools.task_id, exc)
-                result.error = f"model call failed: {type(exc).__name__}: {exc}"
-                return
-            timing["generation_seconds"] = anyio.current_time() - start
-            choices = _get(response, "choices") if response is not None else None
-            if not choices:
-                result.error = "model returned no choices"
-                return
-            message = _get(choices[0], "message")
-            reasoning = extract_reasoning(message)
-            result.reasoning_per_turn.append(reasoning)
-            content = _get(message, "content")
-            calls = normalize_tool_calls(_get(message, "tool_calls") or [])
-            if not calls and self._schemas and isinstance(content, str):
-                content, calls = self._fallback_parse(content, tools.task_id)
-            if not calls:
-                messages.append(assistant_message(content, (), reasoning))
-                result.finished_naturally = True
-                return
-            assistant = assistant_message(content, calls, reasoning)
-            await tools.run_calls(result, turn + 1, calls, timing, assistant)
+            with span(
+                "turn", {"hermes_async.task_id": tools.task_id, "hermes_async.turn": turn + 1}
+            ):
+                timing: dict[str, float] = {"turn": float(turn + 1)}
+                result.timings.append(timing)
+                result.turns_used = turn + 1
+                start = anyio.current_time()
+                try:
+                    with anyio.fail_after(deadline):
+                        response = await self._complete(messages=messages, **self._request)
+                except TimeoutError:
+                    result.error = f"model call timed out after {self._turn_timeout:g} s"
+                    return
+                except Exception as exc:
+                    logger.warning("task %s: model call failed: %s", tools.task_id, exc)
+                    result.error = f"model call failed: {type(exc).__name__}: {exc}"
+                    return
+                timing["generation_seconds"] = anyio.current_time() - start
+                choices = _get(response, "choices") if response is not None else None
+                if not choices:
+                    result.error = "model returned no choices"
+                    return
+                message = _get(choices[0], "message")
+                reasoning = extract_reasoning(message)
+                result.reasoning_per_turn.append(reasoning)
+                content = _get(message, "content")
+                calls = normalize_tool_calls(_get(message, "tool_calls") or [])
+                if not calls and self._schemas and isinstance(content, str):
+                    content, calls = self._fallback_parse(content, tools.task_id)
+                if not calls:
+                    messages.append(assistant_message(content, (), reasoning))
+                    result.finished_naturally = True
+                    return
+                assistant = assistant_message(content, calls, reasoning)
+                await tools.run_calls(result, turn + 1, calls, timing, assistant)
 
     def _fallback_parse(self, content: str, task_id: str) -> tuple[str | None, list[ToolCall]]:
         """Recover ``<tool_call>`` blocks from Phase 1 content (the reference's fallback)."""

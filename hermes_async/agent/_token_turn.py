@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from hermes_async._json import loads
+from hermes_async._otel import span
 from hermes_async.agent._sampling import SamplingHook, turn_sampling
 from hermes_async.agent._segments import place_turn
 from hermes_async.agent._tool_runner import RunTools, ToolCall, TurnToolRunner
@@ -291,66 +292,67 @@ class TokenTurns:
         messages = result.messages
         deadline = self._turn_timeout if self._turn_timeout is not None else math.inf
         for turn in range(1, self._max_turns + 1):
-            timing: dict[str, float] = {"turn": float(turn)}
-            result.timings.append(timing)
-            result.turns_used = turn
-            sampling = turn_sampling(
-                self._sampling, turn=turn, messages=messages, hook=self._hook, seed=seed
-            )
-            if sampling is not self._sampling and self._check_sampling is not None:
-                self._check_sampling(sampling)
-            step = Phase2Turn(
-                tokenizer=tokenizer,
-                parser_name=self._parser_name,
-                tool_schemas=self._schemas,
-                early_dispatch=self._early_dispatch,
-                stop_ids=(*self._end_of_turn, *sampling.stop_token_ids),
-            )
-            start = anyio.current_time()
-            failure: str | None = None
-            # Stream errors are caught inside the task group's body (an exception escaping the
-            # body would arrive wrapped in an ExceptionGroup); tools already started by early
-            # dispatch are then cancelled with the turn.
-            async with anyio.create_task_group() as tg:
-                runner = tools.runner(tg)
-                try:
-                    with anyio.fail_after(deadline):
-                        async with self._server.stream(trajectory.tokens, sampling) as deltas:
-                            async for delta in deltas:
-                                step.feed(delta, runner, anyio.current_time() - start)
-                    step.finish(runner)
-                except TimeoutError:
-                    failure = f"generation timed out after {self._turn_timeout:g} s"
-                    tg.cancel_scope.cancel(reason=failure)
-                except InferenceError as exc:
-                    logger.warning("task %s: generation failed: %s", tools.task_id, exc)
-                    failure = f"model call failed: {type(exc).__name__}: {exc}"
-                    tg.cancel_scope.cancel(reason="generation failed")
-                timing["generation_seconds"] = anyio.current_time() - start
-            if step.ttft is not None:
-                timing["time_to_first_token"] = step.ttft
-            if failure is not None:
-                result.error = failure
-                return
-            timing["tool_seconds"] = anyio.current_time() - start - timing["generation_seconds"]
-            trajectory.add_completion(step.token_ids, step.logprobs, turn=turn)
-            content, reasoning = step.assistant_content(bool(runner.calls)), None
-            if self._split_reasoning:
-                content, reasoning = split_think(content)
-            result.reasoning_per_turn.append(reasoning)
-            assistant = assistant_message(content, runner.calls, reasoning)
-            tools.begin_turn(assistant, runner.calls)
-            await tools.record_turn(result, turn, runner.calls, timing, assistant)
-            at = len(messages) - 1 - len(runner.calls)  # the assistant message just appended
-            self._record_cut(result, turn, step)
-            final = not runner.calls and not step.cut
-            if final:
-                result.finished_naturally = True
-            prompt = self._place(
-                result, trajectory, turn, step, prompt, at, final=final, task_id=tools.task_id
-            )
-            if final:
-                return
+            with span("turn", {"hermes_async.task_id": tools.task_id, "hermes_async.turn": turn}):
+                timing: dict[str, float] = {"turn": float(turn)}
+                result.timings.append(timing)
+                result.turns_used = turn
+                sampling = turn_sampling(
+                    self._sampling, turn=turn, messages=messages, hook=self._hook, seed=seed
+                )
+                if sampling is not self._sampling and self._check_sampling is not None:
+                    self._check_sampling(sampling)
+                step = Phase2Turn(
+                    tokenizer=tokenizer,
+                    parser_name=self._parser_name,
+                    tool_schemas=self._schemas,
+                    early_dispatch=self._early_dispatch,
+                    stop_ids=(*self._end_of_turn, *sampling.stop_token_ids),
+                )
+                start = anyio.current_time()
+                failure: str | None = None
+                # Stream errors are caught inside the task group's body (an exception escaping the
+                # body would arrive wrapped in an ExceptionGroup); tools already started by early
+                # dispatch are then cancelled with the turn.
+                async with anyio.create_task_group() as tg:
+                    runner = tools.runner(tg)
+                    try:
+                        with anyio.fail_after(deadline):
+                            async with self._server.stream(trajectory.tokens, sampling) as deltas:
+                                async for delta in deltas:
+                                    step.feed(delta, runner, anyio.current_time() - start)
+                        step.finish(runner)
+                    except TimeoutError:
+                        failure = f"generation timed out after {self._turn_timeout:g} s"
+                        tg.cancel_scope.cancel(reason=failure)
+                    except InferenceError as exc:
+                        logger.warning("task %s: generation failed: %s", tools.task_id, exc)
+                        failure = f"model call failed: {type(exc).__name__}: {exc}"
+                        tg.cancel_scope.cancel(reason="generation failed")
+                    timing["generation_seconds"] = anyio.current_time() - start
+                if step.ttft is not None:
+                    timing["time_to_first_token"] = step.ttft
+                if failure is not None:
+                    result.error = failure
+                    return
+                timing["tool_seconds"] = anyio.current_time() - start - timing["generation_seconds"]
+                trajectory.add_completion(step.token_ids, step.logprobs, turn=turn)
+                content, reasoning = step.assistant_content(bool(runner.calls)), None
+                if self._split_reasoning:
+                    content, reasoning = split_think(content)
+                result.reasoning_per_turn.append(reasoning)
+                assistant = assistant_message(content, runner.calls, reasoning)
+                tools.begin_turn(assistant, runner.calls)
+                await tools.record_turn(result, turn, runner.calls, timing, assistant)
+                at = len(messages) - 1 - len(runner.calls)  # the assistant message just appended
+                self._record_cut(result, turn, step)
+                final = not runner.calls and not step.cut
+                if final:
+                    result.finished_naturally = True
+                prompt = self._place(
+                    result, trajectory, turn, step, prompt, at, final=final, task_id=tools.task_id
+                )
+                if final:
+                    return
 
     def _record_cut(self, result: AgentResult, turn: int, step: Phase2Turn) -> None:
         """A call cut off by ``max_tokens``: a ``ToolError`` and a ``user`` message saying so."""

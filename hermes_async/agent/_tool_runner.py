@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskGroup
 
+from hermes_async._otel import span
 from hermes_async.agent._transcript import interrupted_turn, tool_message
 from hermes_async.agent.budget import BudgetConfig, enforce_turn_budget, maybe_persist_tool_result
 from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
@@ -144,15 +145,24 @@ class TurnToolRunner:
             await previous.done.wait()
         call.started_at = anyio.current_time()
         settings = self._settings
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.call_id,
+            "hermes_async.task_id": self._runtime.task_id,
+        }
         try:
-            call.outcome = await dispatch(
-                call.name,
-                call.arguments,
-                self._runtime,
-                registry=settings.registry,
-                valid_names=settings.valid_names,
-                timeout=settings.timeout,
-            )
+            with span(f"execute_tool {call.name}", attributes) as traced:
+                call.outcome = await dispatch(
+                    call.name,
+                    call.arguments,
+                    self._runtime,
+                    registry=settings.registry,
+                    valid_names=settings.valid_names,
+                    timeout=settings.timeout,
+                )
+                if call.outcome.error is not None:
+                    traced.error(call.outcome.error)
         finally:
             call.done.set()
 

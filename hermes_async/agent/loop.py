@@ -54,6 +54,7 @@ from hermes_async.agent.budget import DEFAULT_BUDGET, BudgetConfig
 from hermes_async.agent.result import AgentResult
 from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import SamplingParams, TokenClient
+from hermes_async.inference.pool import pool_session
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
@@ -590,7 +591,12 @@ class HermesAgentLoop:
         release = self.release_sandbox
         interrupted = False
         try:
-            with anyio.move_on_after(timeout if timeout is not None else math.inf) as deadline:
+            # One pool session per run: a ServerPool keeps the run's turns on one server (its
+            # prefix cache); without a pool this is one context variable set and reset.
+            with (
+                pool_session(task_id),
+                anyio.move_on_after(timeout if timeout is not None else math.inf) as deadline,
+            ):
                 await self._turns.run(result, tools, seed=seed)
         except anyio.get_cancelled_exc_class():
             tools.close_inflight(result, "the rollout was cancelled")

@@ -37,15 +37,19 @@ from typing import Any, TypeAlias
 import anyio
 
 from hermes_async._groups import single_errors
+from hermes_async._otel import span
 from hermes_async._redact import redact
 from hermes_async.agent.context import ToolContext
 from hermes_async.agent.loop import AgentOptions, HermesAgentLoop
 from hermes_async.agent.result import AgentResult
 from hermes_async.agent.scoring import model_answered, rollout_rows, scored_data_group
 from hermes_async.errors import InferenceError
+from hermes_async.inference.pool import ServerPool, pool_session
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
+from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
+from hermes_async.telemetry import record_rollout
 from hermes_async.tools.browser import current_browser_manager
 from hermes_async.tools.registry import ToolDefinitions, ToolRegistry
 from hermes_async.tools.sandbox.manager import (
@@ -197,6 +201,16 @@ async def _sandbox_manager(
         yield private
 
 
+@asynccontextmanager
+async def _model_client(server: Any) -> AsyncIterator[Any]:
+    """``server`` itself, or for a :class:`ServerPool` a client of its ``api`` for the block."""
+    if not isinstance(server, ServerPool):
+        yield server
+        return
+    async with server.client() as client:
+        yield client
+
+
 def _split_tools(tools: Tools) -> tuple[Sequence[JSONObject], Collection[str]]:
     try:
         schemas, names = tools
@@ -223,7 +237,10 @@ async def _score(
     if reward is None or not model_answered(result):
         return 0.0, None  # nothing to verify if the model never answered (reference)
     try:
-        return float(await reward(result, ctx)), None
+        with span("reward", {"hermes_async.task_id": ctx.task_id}) as traced:
+            value = float(await reward(result, ctx))
+            traced.set("hermes_async.reward", value)
+        return value, None
     except Exception as exc:  # the reference's rule: a failing reward scores 0.0
         message = redact(f"{type(exc).__name__}: {exc}")
         logger.warning("task %s: reward failed (%s); reward 0.0", ctx.task_id, message)
@@ -259,18 +276,29 @@ class _Batch:
         interrupted = False
         if self.spec is not None:  # this rollout's sandbox is created from the item's spec
             self.manager.assign_spec(task_id, self.spec)
-        try:
-            result = await self.loop.run(
-                [dict(m) for m in messages], task_id=task_id, seed=_seed(self.options, index)
-            )
-            ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
-            value, reward_error = await _score(self.reward, result, ctx)
-        except anyio.get_cancelled_exc_class():
-            interrupted = True
-            raise
-        finally:
-            await _release(self.manager, task_id, interrupted=interrupted)
-        rows = rollout_rows(result, self.encode)
+        attributes = {"gen_ai.operation.name": "invoke_agent", "hermes_async.task_id": task_id}
+        with span("invoke_agent rollout", attributes) as traced:
+            try:
+                result = await self.loop.run(
+                    [dict(m) for m in messages], task_id=task_id, seed=_seed(self.options, index)
+                )
+                ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
+                value, reward_error = await _score(self.reward, result, ctx)
+            except anyio.get_cancelled_exc_class():
+                interrupted = True
+                record_rollout("cancelled", 0, 0)
+                raise
+            finally:
+                await _release(self.manager, task_id, interrupted=interrupted)
+            rows = rollout_rows(result, self.encode)
+            outcome = "error" if result.error else "reward_error" if reward_error else "ok"
+            traced.set("hermes_async.outcome", outcome)
+            traced.set("hermes_async.turns", result.turns_used)
+            traced.set("hermes_async.reward", value)
+            if result.error:
+                traced.error(redact(result.error))
+            sampled = sum(1 for m in rows.masks if m != MASK_ID)
+            record_rollout(outcome, len(rows.tokens) - sampled, sampled)
         return ScoredRollout(
             task_id=task_id,
             result=result,
@@ -302,9 +330,9 @@ async def _open_batch(
     """The batch's sandboxes and loop; a lone exception of the block comes out unwrapped."""
     schemas, names = _split_tools(tools)
     with single_errors():
-        async with _sandbox_manager(sandboxes, limits) as manager:
+        async with _sandbox_manager(sandboxes, limits) as manager, _model_client(server) as model:
             loop = HermesAgentLoop.from_options(
-                server,
+                model,
                 schemas,
                 names,
                 options,
@@ -339,7 +367,9 @@ async def run_rollout(
     """Run one rollout, reward it on its own sandbox, release the sandbox, build its rows.
 
     Args:
-        server: A chat server (Phase 1) or a token client (Phase 2, needs ``tokenizer``).
+        server: A chat server (Phase 1), a token client (Phase 2, needs ``tokenizer``), or a
+            :class:`~hermes_async.inference.pool.ServerPool` (a client of its ``api`` is opened
+            for the call; the rollout's turns stay on one server while it is healthy).
         messages: The prompt; copied, so the caller's list is never changed.
         tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
         reward: ``async (result, ctx) -> float``; ``None`` scores 0.0.
@@ -411,7 +441,9 @@ async def run_group(
     keeps per-run state apart). The arguments are :func:`run_rollout`'s, plus:
 
     Args:
-        server: A chat server (Phase 1) or a token client (Phase 2, needs ``tokenizer``).
+        server: A chat server, a token client or a
+            :class:`~hermes_async.inference.pool.ServerPool` (see :func:`run_rollout`); on a
+            pool the group is placed on one server while it has room.
         messages: The prompt shared by the group; copied per rollout.
         tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
         size: Number of rollouts (>= 1).
@@ -469,9 +501,12 @@ async def run_group(
             if on_rollout is not None:
                 on_rollout(scored)
 
-        async with anyio.create_task_group() as tg:
-            for index in range(size):
-                tg.start_soon(one, index, name=f"rollout {ids[index]}")
+        # The group's rollouts share a prompt: on a ServerPool they are placed by one key
+        # (one server's prefix cache while it has room), each pinned on its own session.
+        with pool_session(f"group:{ids[0]}"):
+            async with anyio.create_task_group() as tg:
+                for index in range(size):
+                    tg.start_soon(one, index, name=f"rollout {ids[index]}")
     done = tuple(r for r in rollouts if r is not None)
     if all(r.result.error and not _has_assistant(r.result) for r in done):
         raise InferenceError(

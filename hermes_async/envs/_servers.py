@@ -18,6 +18,14 @@ clients, never through atroposlib's ``ServerManager``/``ManagedServer``:
 ``openai``         :class:`ChatClient`                      Phase 1 (placeholder tokens)
 =================  ======================================  =====================================
 
+Several servers of one kind (atroposlib's list of server configs, or a ``ServerBaseline``'s
+four) become one :class:`~hermes_async.inference.pool.ServerPool` behind one client: a
+rollout's turns stay on one server while it is healthy (its prefix cache), new sessions go to
+the least-loaded server, per-server concurrency adapts to 429s and failures, a failing server
+is ejected and probed back in. The per-server limiters (``model_requests@host:port``) join the
+environment's ``limits``, each up to ``model_request_limit``. Servers with different API keys
+cannot share a pool; they are used in turn, group by group, as with ``server_pool=False``.
+
 Before the first request, :func:`check_reachable` proves the server answers HTTP at all,
 within a bounded time (atroposlib's own health check waits forever on a dead server).
 """
@@ -43,7 +51,8 @@ from hermes_async.inference.generate import (
     SGLangGenerateClient,
     VLLMGenerateClient,
 )
-from hermes_async.limits import NamedLimiter
+from hermes_async.inference.pool import PoolAPI, PoolOptions, ServerPool
+from hermes_async.limits import Limits, NamedLimiter
 
 __all__ = (
     "PROBE_INTERVAL_SECONDS",
@@ -54,6 +63,7 @@ __all__ = (
     "check_reachable",
     "endpoint_kind",
     "open_model_clients",
+    "poolable",
     "resolve_endpoint_kind",
     "server_specs",
 )
@@ -242,6 +252,19 @@ def _make_client(
     return VLLMGenerateClient(spec.root_url, **common)
 
 
+def poolable(specs: Sequence[ServerSpec]) -> bool:
+    """True if ``specs`` can share one :class:`ServerPool`: several, one API key."""
+    return len(specs) > 1 and len({s.api_key for s in specs}) == 1
+
+
+_POOL_APIS: dict[str, PoolAPI] = {
+    "chat": "chat",
+    "vllm": "vllm",
+    "atropos": "atropos",
+    "sglang": "sglang",
+}
+
+
 @asynccontextmanager
 async def open_model_clients(
     specs: Sequence[ServerSpec],
@@ -250,8 +273,25 @@ async def open_model_clients(
     limiter: NamedLimiter | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     endpoint_cache: MutableMapping[str, str] | None = None,
+    pool: bool = True,
+    limits: Limits | None = None,
+    pool_options: PoolOptions | None = None,
 ) -> AsyncIterator[list[ModelClient]]:
-    """Open one client per server (connection pools); close them all on exit.
+    """Open the clients of ``specs``; close them (and their pool) on exit.
+
+    With ``pool`` and several servers that can share one (:func:`poolable`), the list holds
+    one client on a :class:`ServerPool` of them all; else one client per server.
+
+    Args:
+        specs: The servers.
+        token_endpoint: The token protocol (see :func:`endpoint_kind`).
+        limiter: The one-server clients' request limiter; with a pool, its total is each
+            server's highest concurrency (unless ``pool_options`` is given).
+        transport: An httpx transport for every client (tests).
+        pool: Put several servers behind one :class:`ServerPool`.
+        limits: Where the pool's per-server limiters are added.
+        pool_options: The pool's options (default: ``max_limit`` from ``limiter``, the request
+            deadline from the specs' ``timeout``).
 
     With ``token_endpoint="auto"`` a vLLM server's route is probed (once per server when an
     ``endpoint_cache`` is passed; see :func:`resolve_endpoint_kind`).
@@ -260,6 +300,35 @@ async def open_model_clients(
     """
     async with AsyncExitStack() as stack:
         clients: list[ModelClient] = []
+        first = specs[0] if specs else None
+        first_kind = (
+            "chat"
+            if first is None or first.phase != 2
+            else await resolve_endpoint_kind(
+                first, token_endpoint, cache=endpoint_cache, transport=transport
+            )
+        )
+        # A pool speaks the generate routes and chat; stock-vLLM completions servers get one
+        # client each.
+        if pool and poolable(specs) and first is not None and first_kind in _POOL_APIS:
+            options = pool_options or PoolOptions(
+                max_limit=limiter.total if limiter is not None else PoolOptions().max_limit,
+                http=HTTPOptions(request_timeout_seconds=max(max(s.timeout for s in specs), 1.0)),
+            )
+            server_pool = await stack.enter_async_context(
+                ServerPool(
+                    [s.base_url for s in specs],
+                    options=options,
+                    limits=limits,
+                    transport=transport,
+                    api_key=first.api_key,
+                    api=_POOL_APIS[first_kind],
+                    model=first.model_name,
+                )
+            )
+            clients.append(await stack.enter_async_context(server_pool.client()))
+            yield clients
+            return
         for spec in specs:
             kind = (
                 await resolve_endpoint_kind(

@@ -16,9 +16,11 @@ does the work. Per group (``collect_trajectories``):
    ``serve``/``process``/``evaluate`` entry points; one per group when called directly).
 3. :func:`hermes_async.agent.run_group`: ``group_size`` rollouts of the item, each rewarded by
    ``compute_reward`` through a :class:`ToolContext` on its own sandbox, each sandbox released
-   whatever happened; exact rows (Phase 2) or placeholders (Phase 1). A group's rollouts go to
-   one server (several servers take turns group by group, which keeps a group's shared prompt
-   in one server's prefix cache).
+   whatever happened; exact rows (Phase 2) or placeholders (Phase 1). Several servers share one
+   :class:`~hermes_async.inference.pool.ServerPool` (``server_pool``, default on; opened once
+   per run by the entry points, so its per-server limits and ejections persist): a group is
+   placed on one server while it has room, each rollout's turns stay on its server while it is
+   healthy. With ``server_pool=False`` servers take turns group by group.
 4. :meth:`~hermes_async.agent.ScoredGroup.to_scored_data_group` gives the ``ScoredDataGroup``
    (atroposlib's default collector drops ``inference_logprobs``; this one keeps them).
 
@@ -39,7 +41,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -203,6 +205,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         self._reachable: set[str] = set()
         self._token_endpoints: dict[str, str] = {}  # token_endpoint="auto": probed once (#22)
         self._next_server = 0
+        self._run_clients: list[ModelClient] | None = None
         self._training_groups_running = 0
         self._training_groups_started = 0
         self._warned_all_tools = False
@@ -309,7 +312,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         await run_entry(
             what,
             run,
-            sandboxes=self.open_sandboxes,
+            sandboxes=self._open_run_resources,
             gc_tuning=gc_tuned_for_rollouts if self.config.tune_gc else None,
             servers=getattr(self.server, "servers", []),
         )
@@ -388,22 +391,43 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         )
 
     @asynccontextmanager
-    async def open_model_clients(self) -> AsyncIterator[list[ModelClient]]:
-        """Clients for the configured servers, checked reachable first (bounded).
+    async def _open_run_resources(self) -> AsyncIterator[SandboxManager]:
+        """The run's sandbox manager and model clients (a pool's state lives for the run)."""
+        async with self.open_sandboxes() as manager, self._open_clients() as clients:
+            self._run_clients = clients
+            try:
+                yield manager
+            finally:
+                self._run_clients = None
 
-        Raises:
-            ServerUnreachableError: A server did not answer within ``server_connect_timeout``.
-
-        **Cancellation**: the connection pools are closed, shielded and bounded.
-        """
-        await self._ensure_reachable()
-        async with open_model_clients(
+    def _open_clients(self) -> AbstractAsyncContextManager[list[ModelClient]]:
+        return open_model_clients(
             self._specs,
             token_endpoint=self.config.token_endpoint,
             limiter=self.limits.model_requests,
             transport=self.model_transport,
             endpoint_cache=self._token_endpoints,
-        ) as clients:
+            pool=self.config.server_pool,
+            limits=self.limits,
+        )
+
+    @asynccontextmanager
+    async def open_model_clients(self) -> AsyncIterator[list[ModelClient]]:
+        """Clients for the configured servers, checked reachable first (bounded).
+
+        The run's clients inside ``serve``/``process``/``evaluate``; else new ones for the
+        block.
+
+        Raises:
+            ServerUnreachableError: A server did not answer within ``server_connect_timeout``.
+
+        **Cancellation**: connection pools opened here are closed, shielded and bounded.
+        """
+        await self._ensure_reachable()
+        if self._run_clients is not None:
+            yield self._run_clients
+            return
+        async with self._open_clients() as clients:
             yield clients
 
     async def _ensure_reachable(self) -> None:

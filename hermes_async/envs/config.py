@@ -109,7 +109,15 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     server_connect_timeout: float = Field(
         default=10.0, description="Seconds to wait for the model server to answer at all."
     )
-    model_request_limit: int = Field(default=64, description="Concurrent model requests.")
+    model_request_limit: int = Field(
+        default=64,
+        description="Concurrent model requests (per server when several share a pool).",
+    )
+    server_pool: bool = Field(
+        default=True,
+        description="Several servers of one kind share one session-affine, load-aware pool "
+        "(hermes_async.inference.ServerPool); False: servers take turns group by group.",
+    )
     sandbox_create_limit: int = Field(default=16, description="Concurrent sandbox creations.")
     sandbox_exec_limit: int = Field(default=128, description="Concurrent sandbox commands.")
     sandbox_release_timeout: float = Field(

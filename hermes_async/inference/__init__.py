@@ -4,6 +4,8 @@
   completion ids and logprobs out, for vLLM, the Atropos reference server and SGLang.
 * Phase 1 chat client (:mod:`~hermes_async.inference.chat`): OpenAI-compatible chat
   completions, returning objects shaped like the OpenAI SDK's.
+* Several servers behind one client (:mod:`~hermes_async.inference.pool`): session-affine,
+  load-aware placement, adaptive per-server concurrency, failover and ejection.
 * The shared HTTP layer's settings (:class:`HTTPOptions`, :class:`RetryPolicy`), error tree
   (:class:`ModelServerError` and its subclasses) and reachability probe (:func:`probe_server`).
 * Tokenizers (:mod:`~hermes_async.inference.tokenizer`).
@@ -44,6 +46,13 @@ from hermes_async.inference.generate import (
     TokenStream,
     VLLMGenerateClient,
 )
+from hermes_async.inference.pool import (
+    PoolOptions,
+    PoolStatistics,
+    ServerPool,
+    ServerStatistics,
+    pool_session,
+)
 from hermes_async.inference.tokenizer import (
     QWEN_OFFLINE_NAME,
     IncrementalDecoder,
@@ -67,12 +76,16 @@ __all__ = (
     "HTTPOptions",
     "IncrementalDecoder",
     "ModelServerError",
+    "PoolOptions",
+    "PoolStatistics",
     "QwenTokenizer",
     "RetryPolicy",
     "SGLangGenerateClient",
     "SamplingParams",
     "ServerConnectError",
+    "ServerPool",
     "ServerProtocolError",
+    "ServerStatistics",
     "ServerStatusError",
     "ServerTimeoutError",
     "StreamInterruptedError",
@@ -84,6 +97,7 @@ __all__ = (
     "Usage",
     "VLLMGenerateClient",
     "load_tokenizer",
+    "pool_session",
     "probe_server",
 )
 

@@ -33,9 +33,9 @@ import ssl
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Self, TypedDict
+from typing import Protocol, Self, TypedDict, runtime_checkable
 
 import anyio
 import httpx
@@ -74,14 +74,21 @@ from hermes_async.limits import DEFAULT_LIMITS, NamedLimiter
 __all__ = (
     "DEFAULT_MAX_LINE_BYTES",
     "KEEPALIVE_EXPIRY_SECONDS",
+    "AttemptFailure",
+    "Connection",
     "ConnectionKwargs",
+    "ConnectionSource",
     "HTTPOptions",
     "LineReader",
     "RetryPolicy",
     "ServerClient",
     "ServerConnection",
+    "connect",
+    "decode_json_body",
+    "encode_body",
     "parse_retry_after",
     "probe_server",
+    "request_error",
 )
 
 logger = logging.getLogger("hermes_async.inference")
@@ -166,6 +173,112 @@ class ConnectionKwargs(TypedDict, total=False):
     transport: httpx.AsyncBaseTransport | None
     api_key: str | None
     rng: random.Random | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailure:
+    """How one attempt failed short of a usable response (see :meth:`ServerConnection.send_once`).
+
+    Attributes:
+        outcome: The typed outcome :func:`~hermes_async.inference._retry.decide_retry` reads.
+        cause: The transport exception behind it (``None`` for an HTTP error status).
+    """
+
+    outcome: Outcome
+    cause: BaseException | None = None
+
+
+def encode_body(body: JSONObject) -> bytes:
+    """A request body as sent: JSON, UTF-8, encoded once per request (not per attempt)."""
+    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+
+def decode_json_body(content: bytes, endpoint: str, attempt: int, status: int) -> JSON:
+    """A whole response body decoded as JSON.
+
+    Raises:
+        ServerProtocolError: It is not JSON (the usual sign of a wrong ``base_url``).
+    """
+    text = content.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ServerProtocolError(
+            "response body is not valid JSON; is base_url pointing at the right server?",
+            endpoint=endpoint,
+            attempt=attempt,
+            status=status,
+            line=text,
+        ) from None
+
+
+@runtime_checkable
+class Connection(Protocol):
+    """What a client needs from the connection under it: one server, or a pool of them.
+
+    :class:`ServerConnection` is one server; :class:`~hermes_async.inference.pool.ServerPool`
+    hands out connections that route each request to one of several.
+    """
+
+    def endpoint(self, path: str, method: str = "POST") -> str:
+        """``METHOD URL`` of ``path``, credentials redacted (the label of errors and logs)."""
+        ...
+
+    async def post_json(self, path: str, body: JSONObject) -> JSON:
+        """POST ``body`` as JSON and return the decoded JSON response (with retries).
+
+        **Cancellation**: the request is abandoned and its connection closed.
+        """
+        ...
+
+    def open_lines(self, path: str, body: JSONObject) -> AbstractAsyncContextManager[LineReader]:
+        """POST ``body`` and yield a :class:`LineReader` over the streamed response body."""
+        ...
+
+    async def __aenter__(self) -> Self:
+        """Open the connection.
+
+        **Cancellation**: nothing is held before the first request.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close it (idempotent).
+
+        **Cancellation**: shielded and bounded.
+        """
+        ...
+
+
+@runtime_checkable
+class ConnectionSource(Protocol):
+    """Something a client can be built on instead of a base URL (a server pool)."""
+
+    def connection(self, transform: Callable[[str], str] | None = None) -> Connection:
+        """A connection for one client; ``transform`` maps each base URL the way the client
+        would (e.g. strip a trailing ``/v1``)."""
+        ...
+
+
+def connect(
+    target: str | ConnectionSource,
+    connection: ConnectionKwargs,
+    *,
+    transform: Callable[[str], str] | None = None,
+) -> Connection:
+    """The connection a client uses for ``target``: a base URL, or a pool.
+
+    Raises:
+        TypeError: Connection options given together with a pool (the pool owns them).
+    """
+    if isinstance(target, str):
+        return ServerConnection(transform(target) if transform else target, **connection)
+    if connection:
+        raise TypeError(
+            f"connection options {sorted(connection)} cannot be combined with a server pool; "
+            "give them to the ServerPool instead"
+        )
+    return target.connection(transform)
 
 
 def _proxy_applies(base_url: str) -> bool:
@@ -340,20 +453,10 @@ class ServerConnection(AsyncResource):
         async with self.limiter:
             response, attempt = await self._send(path, body, endpoint, deadline)
             try:
-                content = await read_body(response, self._body_context(endpoint, attempt, deadline))
+                content = await read_body(response, self.body_context(endpoint, attempt, deadline))
             finally:
                 await response.aclose()
-        text = content.decode("utf-8", errors="replace")
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise ServerProtocolError(
-                "response body is not valid JSON; is base_url pointing at the right server?",
-                endpoint=endpoint,
-                attempt=attempt,
-                status=response.status_code,
-                line=text,
-            ) from None
+        return decode_json_body(content, endpoint, attempt, response.status_code)
 
     @asynccontextmanager
     async def open_lines(self, path: str, body: JSONObject) -> AsyncIterator[LineReader]:
@@ -372,7 +475,7 @@ class ServerConnection(AsyncResource):
             response, attempt = await self._send(path, body, endpoint, deadline)
             reader = LineReader(
                 response,
-                self._body_context(endpoint, attempt, deadline),
+                self.body_context(endpoint, attempt, deadline),
                 max_line_bytes=self.options.max_line_bytes,
             )
             try:
@@ -397,15 +500,16 @@ class ServerConnection(AsyncResource):
             with anyio.fail_after(self.options.request_timeout_seconds):
                 response = await self.transport.send("GET", path)
         except TimeoutError:
-            raise self._request_deadline_error(endpoint, 1) from None
+            raise self.request_deadline_error(endpoint, 1) from None
         except TransportError as exc:
-            raise _request_error(exc, endpoint=endpoint, attempt=1) from exc
+            raise request_error(exc, endpoint=endpoint, attempt=1) from exc
         await response.aclose()
         return response.status_code
 
     # ---------------------------------------------------------------- internals
 
-    def _body_context(self, endpoint: str, attempt: int, deadline: float) -> BodyContext:
+    def body_context(self, endpoint: str, attempt: int, deadline: float) -> BodyContext:
+        """How a response body of this connection is read (deadlines, for error messages)."""
         return BodyContext(endpoint, attempt, deadline, self.options.read_timeout_seconds)
 
     async def _send(
@@ -413,25 +517,16 @@ class ServerConnection(AsyncResource):
     ) -> tuple[Response, int]:
         """Send with retries until a response < 400 arrives; raise the last failure."""
         self._require_open()
-        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        payload = encode_body(body)
         options = self.options
         attempt = 0
         stale_retries = 0
         while True:
             attempt += 1
-            outcome: Outcome
-            cause: BaseException | None = None
-            try:
-                with anyio.fail_after(max(deadline - anyio.current_time(), 0.0)):
-                    response = await self.transport.send("POST", path, payload)
-            except TimeoutError:
-                raise self._request_deadline_error(endpoint, attempt) from None
-            except TransportError as exc:
-                outcome, cause = exc, exc
-            else:
-                if response.status_code < 400:
-                    return response, attempt
-                outcome = await self._status_outcome(response, endpoint, attempt, deadline)
+            result = await self.send_once(path, payload, endpoint, deadline, attempt)
+            if not isinstance(result, AttemptFailure):
+                return result, attempt
+            outcome = result.outcome
             decision = decide_retry(
                 outcome,
                 attempt=attempt,
@@ -442,9 +537,9 @@ class ServerConnection(AsyncResource):
                 rng=self._rng,
             )
             if isinstance(decision, GiveUp):
-                raise _request_error(
+                raise request_error(
                     outcome, endpoint=endpoint, attempt=attempt, note=decision.note
-                ) from cause
+                ) from result.cause
             if not decision.uses_attempt:
                 stale_retries += 1
                 attempt -= 1
@@ -453,19 +548,45 @@ class ServerConnection(AsyncResource):
             logger.warning(
                 "%s failed (%s); retry %d/%d in %.2f s",
                 endpoint,
-                _request_error(outcome, endpoint=endpoint, attempt=attempt).message,
+                request_error(outcome, endpoint=endpoint, attempt=attempt).message,
                 attempt,
                 options.retry.max_attempts - 1,
                 decision.delay,
             )
             await anyio.sleep(decision.delay)
 
+    async def send_once(
+        self, path: str, payload: bytes, endpoint: str, deadline: float, attempt: int
+    ) -> Response | AttemptFailure:
+        """One attempt: the response (status < 400, body unread) or how the attempt failed.
+
+        The building block of the retry loops (this connection's own, and a
+        :class:`~hermes_async.inference.pool.ServerPool`'s across servers). An error status's
+        body is read (bounded) and closed here.
+
+        Raises:
+            ServerTimeoutError: ``deadline`` (clock time) passed during the attempt.
+
+        **Cancellation**: the attempt's connection is closed; nothing is held.
+        """
+        self._require_open()
+        try:
+            with anyio.fail_after(max(deadline - anyio.current_time(), 0.0)):
+                response = await self.transport.send("POST", path, payload)
+        except TimeoutError:
+            raise self.request_deadline_error(endpoint, attempt) from None
+        except TransportError as exc:
+            return AttemptFailure(exc, exc)
+        if response.status_code < 400:
+            return response
+        return AttemptFailure(await self._status_outcome(response, endpoint, attempt, deadline))
+
     async def _status_outcome(
         self, response: Response, endpoint: str, attempt: int, deadline: float
     ) -> HTTPStatus:
         """Read an error response's body (bounded) and close it."""
         try:
-            content = await read_body(response, self._body_context(endpoint, attempt, deadline))
+            content = await read_body(response, self.body_context(endpoint, attempt, deadline))
         finally:
             await response.aclose()
         status = response.status_code
@@ -475,7 +596,8 @@ class ServerConnection(AsyncResource):
         text = content.decode("utf-8", errors="replace")[:_BODY_EXCERPT_CHARS]
         return HTTPStatus(status, response.reason_phrase, retry_after, text)
 
-    def _request_deadline_error(self, endpoint: str, attempt: int) -> ServerTimeoutError:
+    def request_deadline_error(self, endpoint: str, attempt: int) -> ServerTimeoutError:
+        """The error for a request whose overall deadline passed."""
         seconds = self.options.request_timeout_seconds
         return ServerTimeoutError(
             f"no complete response within the request deadline of {seconds:g} s; raise "
@@ -487,7 +609,7 @@ class ServerConnection(AsyncResource):
         )
 
 
-def _request_error(
+def request_error(
     outcome: Outcome, *, endpoint: str, attempt: int, note: str = ""
 ) -> ModelServerError:
     """The client error for a request that ended in ``outcome`` (``note``: why not retried)."""
@@ -567,7 +689,8 @@ class ServerClient(AsyncResource):
 
     #: Path of the client's endpoint, relative to the base URL.
     path: str = ""
-    connection: ServerConnection
+    #: One server's connection, or a pool's (:class:`Connection`).
+    connection: Connection
 
     @property
     def endpoint(self) -> str:

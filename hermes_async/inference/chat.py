@@ -34,15 +34,17 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Self, Unpack
 
+from hermes_async._otel import request_attributes, span
 from hermes_async.inference._errors import (
     ServerProtocolError,
     StreamInterruptedError,
 )
 from hermes_async.inference._http import (
     ConnectionKwargs,
+    ConnectionSource,
     LineReader,
     ServerClient,
-    ServerConnection,
+    connect,
 )
 from hermes_async.inference._sse import SSEJSONReader
 from hermes_async.jsontypes import JSON, JSONObject
@@ -421,7 +423,8 @@ class ChatClient(ServerClient):
     """An OpenAI-compatible chat-completions client on the shared HTTP layer.
 
     Args:
-        base_url: API root including the version prefix (``http://127.0.0.1:8000/v1``).
+        base_url: API root including the version prefix (``http://127.0.0.1:8000/v1``), or a
+            :class:`~hermes_async.inference.pool.ServerPool` of such roots.
         model: Default ``model`` for requests that do not name one.
         stream: Default for ``stream`` when a call does not say; streaming keeps the
             connection's read timeout meaningful for long generations.
@@ -436,7 +439,7 @@ class ChatClient(ServerClient):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | ConnectionSource,
         *,
         model: str = "default",
         stream: bool = False,
@@ -444,7 +447,7 @@ class ChatClient(ServerClient):
     ) -> None:
         self.model = model
         self.stream_by_default = stream
-        self.connection = ServerConnection(base_url, **connection)
+        self.connection = connect(base_url, connection)
 
     def request_body(self, **kwargs: JSON) -> JSONObject:
         """The JSON body for ``kwargs`` (pure): ``extra_body`` merged last, at the top level.
@@ -484,6 +487,19 @@ class ChatClient(ServerClient):
         disconnect); nothing is returned.
         """
         body = self.request_body(**kwargs)
+        attributes = request_attributes("chat", body)
+        attributes["hermes_async.endpoint"] = self.endpoint
+        with span(f"chat {body.get('model')}", attributes, kind="client") as traced:
+            completion = await self._complete(body)
+            if completion.usage is not None:
+                traced.set("gen_ai.usage.input_tokens", completion.usage.prompt_tokens)
+                traced.set("gen_ai.usage.output_tokens", completion.usage.completion_tokens)
+            reasons = tuple(str(c.finish_reason) for c in completion.choices if c.finish_reason)
+            traced.set("gen_ai.response.finish_reasons", reasons or None)
+            traced.set("gen_ai.response.id", completion.id or None)
+            return completion
+
+    async def _complete(self, body: JSONObject) -> ChatCompletion:
         if not body["stream"]:
             data = await self.connection.post_json(self.path, body)
             try:

@@ -40,12 +40,21 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, Self, Unpack, runtime_checkable
 
+import anyio
+
+from hermes_async._otel import request_attributes, span
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerProtocolError,
     StreamInterruptedError,
 )
-from hermes_async.inference._http import ConnectionKwargs, ServerClient, ServerConnection
+from hermes_async.inference._http import (
+    Connection,
+    ConnectionKwargs,
+    ConnectionSource,
+    ServerClient,
+    connect,
+)
 from hermes_async.inference._sse import SSEJSONReader
 from hermes_async.inference._token_chunks import (
     AtroposDecoder,
@@ -174,7 +183,7 @@ class _Source(Protocol):
 
 
 class _JSONSource:
-    def __init__(self, connection: ServerConnection, path: str, body: JSONObject) -> None:
+    def __init__(self, connection: Connection, path: str, body: JSONObject) -> None:
         self._connection = connection
         self._path = path
         self._body = body
@@ -199,6 +208,7 @@ class TokenStream:
         logprobs: Their logprobs.
         finish_reason: Set once the server reported it.
         chunks: How many deltas were yielded.
+        first_token_at: Clock time (``anyio.current_time()``) of the first token, if any.
     """
 
     def __init__(self, source: _Source, decoder: ChunkDecoder, endpoint: str) -> None:
@@ -209,6 +219,7 @@ class TokenStream:
         self.logprobs: list[float] = []
         self.finish_reason: str | None = None
         self.chunks = 0
+        self.first_token_at: float | None = None
         self._ended = False
 
     def __aiter__(self) -> Self:
@@ -264,6 +275,8 @@ class TokenStream:
             if chunk is None:
                 continue
             delta = TokenDelta(*chunk)
+            if self.first_token_at is None and delta.token_ids:
+                self.first_token_at = anyio.current_time()
             self.token_ids.extend(delta.token_ids)
             self.logprobs.extend(delta.logprobs)
             if delta.finish_reason is not None:
@@ -289,7 +302,9 @@ class GenerateClient(ServerClient, ABC):
 
     Args:
         base_url: The server's base URL (``user:password@`` in it: Basic authentication,
-            never shown in errors or logs).
+            never shown in errors or logs), or a
+            :class:`~hermes_async.inference.pool.ServerPool` of several servers (which then
+            owns the connection options).
         **connection: Passed to the :class:`~hermes_async.inference._http.ServerConnection`:
             ``options`` (deadlines, pool size, retry policy, line cap: :class:`HTTPOptions`),
             ``limiter`` (gate for concurrent requests, e.g. ``Limits().model_requests``; the
@@ -304,8 +319,10 @@ class GenerateClient(ServerClient, ABC):
     #: ``SamplingParams.extra`` for this server.
     extras_kind: str = "vllm"
 
-    def __init__(self, base_url: str, **connection: Unpack[ConnectionKwargs]) -> None:
-        self.connection = ServerConnection(self._base_url(base_url), **connection)
+    def __init__(
+        self, base_url: str | ConnectionSource, **connection: Unpack[ConnectionKwargs]
+    ) -> None:
+        self.connection = connect(base_url, connection, transform=self._base_url)
 
     def check_sampling(self, params: SamplingParams) -> None:
         """Raise if this server cannot take ``params`` (an extra key it does not accept).
@@ -352,13 +369,38 @@ class GenerateClient(ServerClient, ABC):
         shielded and bounded.
         """
         body = self.request_body(prompt_ids, params or SamplingParams())
-        if not self.streaming:
-            yield TokenStream(
-                _JSONSource(self.connection, self.path, body), self._decoder(), self.endpoint
-            )
-            return
-        async with self.connection.open_lines(self.path, body) as reader:
-            yield TokenStream(SSEJSONReader(reader), self._decoder(), self.endpoint)
+        sampling = body.get("sampling_params")
+        attributes = request_attributes(
+            "text_completion", body, sampling if isinstance(sampling, dict) else None
+        )
+        attributes["gen_ai.usage.input_tokens"] = len(prompt_ids)
+        attributes["hermes_async.endpoint"] = self.endpoint
+        # Not the current span: the caller's work during the stream (early-dispatched tools)
+        # belongs to its turn, not to the generation.
+        with span("text_completion", attributes, kind="client", current=False) as traced:
+            start = anyio.current_time()
+            stream: TokenStream | None = None
+            try:
+                if not self.streaming:
+                    stream = TokenStream(
+                        _JSONSource(self.connection, self.path, body),
+                        self._decoder(),
+                        self.endpoint,
+                    )
+                    yield stream
+                    return
+                async with self.connection.open_lines(self.path, body) as reader:
+                    stream = TokenStream(SSEJSONReader(reader), self._decoder(), self.endpoint)
+                    yield stream
+            finally:
+                if stream is not None:
+                    traced.set("gen_ai.usage.output_tokens", len(stream.token_ids))
+                    if stream.finish_reason is not None:
+                        traced.set("gen_ai.response.finish_reasons", (stream.finish_reason,))
+                    if stream.first_token_at is not None:
+                        traced.set(
+                            "hermes_async.time_to_first_token", stream.first_token_at - start
+                        )
 
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
@@ -474,7 +516,7 @@ class SGLangGenerateClient(GenerateClient):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | ConnectionSource,
         *,
         incremental: bool = False,
         **connection: Unpack[ConnectionKwargs],

@@ -8,6 +8,8 @@ deterministic ``pytest`` + anyio tests of their own environments:
   or any ``PolicyRequest -> str`` oracle), with seeded chunking, latency and :class:`Fault` s.
   Serve it in-process (:func:`open_asgi_transport`) or over loopback
   (:func:`open_loopback_server`, needs the ``testing`` extra).
+* :class:`FaultyServer` — ASGI middleware that makes a whole server fail, rate limit (429 with
+  ``Retry-After``), slow down or go down while a test runs (server pools, failover).
 * :class:`FakeSandbox` — an in-memory sandbox with scripted commands, latency and faults;
   :func:`run_conformance` / :data:`CONFORMANCE_CHECKS` — the checks every sandbox backend passes.
 * :class:`FakeModal` — a double of modal 1.6's async API; :mod:`hermes_async.testing.fake_web` —
@@ -34,6 +36,7 @@ from hermes_async.testing.scripted_server import (
     ServedRequest,
     parse_chatml,
 )
+from hermes_async.testing.server_faults import FaultyServer
 
 __all__ = (
     "CONFORMANCE_CHECKS",
@@ -44,6 +47,7 @@ __all__ = (
     "FakeSandbox",
     "FakeSandboxFactory",
     "Fault",
+    "FaultyServer",
     "FixedScript",
     "PolicyRequest",
     "ScriptExhaustedError",

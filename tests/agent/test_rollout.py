@@ -34,6 +34,7 @@ from hermes_async.tools.sandbox.manager import SandboxManager, current_sandbox_m
 pytestmark = pytest.mark.anyio
 
 TOKENIZER: Tokenizer = load_tokenizer()
+TOKENIZER.apply_chat_template([{"role": "user", "content": "x"}], None)  # loads the template
 TOOLS = get_tool_definitions(["terminal", "file"])
 PROMPT = [{"role": "user", "content": "Put 42 in ~/answer.txt"}]
 

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import socket
+from contextlib import AsyncExitStack
 
 import anyio
 import httpx
 import pytest
 
-from hermes_async.envs._servers import ServerSpec, ServerUnreachableError, check_reachable
+from hermes_async.envs._servers import (
+    ServerSpec,
+    ServerUnreachableError,
+    check_reachable,
+    open_model_clients,
+)
+from hermes_async.inference import SamplingParams, VLLMGenerateClient
+from hermes_async.inference.tokenizer import load_tokenizer
+from hermes_async.limits import Limits
+from hermes_async.testing import FixedScript, ScriptedModelServer, open_loopback_server
 
 pytestmark = pytest.mark.anyio
 
@@ -46,3 +56,30 @@ async def test_any_answer_counts_and_the_probe_asks_the_root_for_health() -> Non
         _spec("http://model:8000/v1"), timeout=5, transport=httpx.MockTransport(handler)
     )
     assert seen == ["GET http://model:8000/health"]  # a 503 is an answer too
+
+
+async def test_several_servers_share_one_pool_unless_their_keys_differ() -> None:
+    tokenizer = load_tokenizer()
+    servers = [
+        ScriptedModelServer(FixedScript(["ok"], repeat=True), tokenizer=tokenizer) for _ in range(2)
+    ]
+    async with AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(open_loopback_server(s)) for s in servers]
+        specs = [_spec(u + "/v1") for u in urls]
+        limits = Limits(model_requests=5)
+        async with open_model_clients(
+            specs, limiter=limits.model_requests, limits=limits
+        ) as clients:
+            assert len(clients) == 1 and isinstance(clients[0], VLLMGenerateClient)
+            client = clients[0]
+            async with anyio.create_task_group() as tg:
+                for i in range(8):
+                    tg.start_soon(client.generate, [i, 1], SamplingParams(max_tokens=4))
+            pooled = {lim.name: lim.total for lim in limits if "@" in lim.name}
+        assert all(len(s.requests) >= 2 for s in servers)  # both served (least loaded)
+        assert pooled == {f"model_requests@{u.removeprefix('http://')}": 5 for u in urls}
+        async with open_model_clients(specs, pool=False) as clients:
+            assert len(clients) == 2
+        keyed = [_spec(u + "/v1", api_key=f"k{i}") for i, u in enumerate(urls)]
+        async with open_model_clients(keyed) as clients:
+            assert len(clients) == 2  # different keys: one client each, used in turn

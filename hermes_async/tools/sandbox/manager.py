@@ -63,6 +63,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._otel import span
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.limits import Limits
@@ -338,12 +339,13 @@ class SandboxManager(AsyncResource):
         if spec is not None and spec.create_timeout is not None:
             timeout = spec.create_timeout
         try:
-            async with self.limits.sandbox_create:
-                with anyio.fail_after(timeout):
-                    if spec is None:
-                        sandbox = await self.factory(entry.task_id)
-                    else:
-                        sandbox = await self.factory(entry.task_id, spec=spec)  # type: ignore[call-arg]
+            with span("sandbox create", {"hermes_async.task_id": entry.task_id}):
+                async with self.limits.sandbox_create:
+                    with anyio.fail_after(timeout):
+                        if spec is None:
+                            sandbox = await self.factory(entry.task_id)
+                        else:
+                            sandbox = await self.factory(entry.task_id, spec=spec)  # type: ignore[call-arg]
         except BaseException as exc:
             error: BaseException = exc
             if isinstance(exc, TimeoutError):
@@ -411,13 +413,17 @@ class SandboxManager(AsyncResource):
     ) -> None:
         event = self._closing[task_id] = anyio.Event()
         try:
-            await bounded_cleanup(
-                f"close the sandbox of {task_id!r}",
-                lambda: sandbox.aclose(interrupted=interrupted),
-                timeout=self.close_timeout,
-                reason=reason,
-                log=logger,
-            )
+            with span(
+                "sandbox close",
+                {"hermes_async.task_id": task_id, "hermes_async.interrupted": interrupted},
+            ):
+                await bounded_cleanup(
+                    f"close the sandbox of {task_id!r}",
+                    lambda: sandbox.aclose(interrupted=interrupted),
+                    timeout=self.close_timeout,
+                    reason=reason,
+                    log=logger,
+                )
             self._released += 1
         finally:
             event.set()
@@ -573,8 +579,11 @@ class ManagedSandbox(Sandbox):
 
         **Cancellation**: as the backend's; the slot is returned.
         """
-        async with self._slot() as sb:
-            return await sb.exec_request(request)
+        with span("sandbox exec", {"hermes_async.task_id": self.task_id}) as traced:
+            async with self._slot() as sb:
+                result = await sb.exec_request(request)
+            traced.set("hermes_async.exit_code", result.exit_code)
+            return result
 
     async def read_bytes(self, path: str) -> bytes:
         """See :meth:`Sandbox.read_bytes`.

@@ -1,0 +1,222 @@
+"""Tracing on vs off: client CPU per rollout at 2,000 concurrent rollouts, in one run.
+
+Workload: ``--groups`` groups of ``--size`` rollouts at once (default 250 x 8 = 2,000), each
+``--turns`` tool-calling turns and an answer, through ``run_group`` (rollout, turn, generation,
+tool, sandbox release and reward spans), against the scripted model server in a *separate
+process* over loopback (its CPU does not count). The tool is a coroutine (``anyio.sleep``); the
+sandboxes are fakes, shared through one manager.
+
+* **off**: opentelemetry-api importable, no SDK provider configured (what a user gets without
+  ``[otel]`` set up): the span sites take the no-op path.
+* **on**: an SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` into an
+  ``InMemorySpanExporter`` (every span built, ended and exported synchronously), and an SDK
+  ``MeterProvider`` with an in-memory reader.
+
+Rounds alternate (off, on, off, on, ...) so drift on a shared machine hits both; the reported
+ratio is the median CPU per rollout of ``on`` over that of ``off``.
+
+    .venv/bin/python bench/telemetry.py                    # 250 x 8 rollouts, 2 rounds each
+    .venv/bin/python bench/telemetry.py --groups 50 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import anyio
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from hermes_async import Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
+from hermes_async.agent import AgentOptions, run_group
+from hermes_async.gc_tuning import tune_gc_for_rollouts
+from hermes_async.inference import SamplingParams
+from hermes_async.inference.generate import VLLMGenerateClient
+from hermes_async.jsontypes import JSONObject
+from hermes_async.telemetry import configure_telemetry, tracing_enabled
+from hermes_async.testing import (
+    FakeSandboxFactory,
+    PolicyRequest,
+    ScriptedModelServer,
+    open_loopback_server,
+)
+from hermes_async.tools.sandbox.manager import SandboxManager
+
+WAIT_SCHEMA: JSONObject = {
+    "type": "object",
+    "properties": {"seconds": {"type": "number"}},
+    "required": ["seconds"],
+}
+
+
+def make_policy(turns: int, tool_latency: float) -> Callable[[PolicyRequest], str]:
+    def policy(request: PolicyRequest) -> str:
+        done = sum(1 for m in request.messages if m.get("role") == "assistant")
+        if done >= turns:
+            return "All steps are complete."
+        call = {"name": "wait", "arguments": {"seconds": tool_latency}}
+        return f"Step {done + 1}.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+    return policy
+
+
+async def serve(args: argparse.Namespace) -> None:
+    server = ScriptedModelServer(
+        make_policy(args.turns, args.tool_latency),
+        response_delay_seconds=args.model_latency,
+        max_chunk_tokens=8,
+    )
+    async with open_loopback_server(server) as base_url:
+        print(base_url, flush=True)
+        await anyio.sleep_forever()
+
+
+async def one_round(base_url: str, args: argparse.Namespace, label: str) -> tuple[float, int]:
+    """``(client CPU seconds, rollouts that finished cleanly)`` of one round."""
+    tokenizer = load_tokenizer()
+
+    async def wait(arguments: JSONObject, runtime: ToolRuntime) -> str:
+        await anyio.sleep(float(arguments["seconds"]))
+        return '{"ok": true}'
+
+    registry = ToolRegistry([Tool("wait", "Wait.", WAIT_SCHEMA, wait, "terminal")])
+    tools = registry.definitions(["terminal"])
+    n = args.groups * args.size
+    limits = Limits(tool_calls=n, model_requests=args.model_requests)
+    options = AgentOptions(max_turns=args.turns + 1, sampling=SamplingParams(max_tokens=128))
+    clean = 0
+
+    async def reward(result: object, ctx: object) -> float:
+        return 1.0
+
+    cpu = time.process_time()
+    async with (
+        VLLMGenerateClient(base_url, limiter=limits.model_requests) as client,
+        SandboxManager(FakeSandboxFactory(), limits=limits) as manager,
+    ):
+
+        async def group(g: int) -> None:
+            nonlocal clean
+            scored = await run_group(
+                client,
+                [{"role": "user", "content": f"Do task {g}."}],
+                tools,
+                size=args.size,
+                reward=reward,  # type: ignore[arg-type]
+                tokenizer=tokenizer,
+                options=options,
+                sandboxes=manager,
+                limits=limits,
+                registry=registry,
+                task_ids=[f"{label}-{g}-{i}" for i in range(args.size)],
+            )
+            clean += sum(1 for r in scored.rollouts if r.error is None)
+
+        async with anyio.create_task_group() as tg:
+            for g in range(args.groups):
+                tg.start_soon(group, g)
+    return time.process_time() - cpu, clean
+
+
+async def main(args: argparse.Namespace) -> None:
+    load_tokenizer().apply_chat_template([{"role": "user", "content": "x"}], None)
+    tune_gc_for_rollouts()
+    cmd = [sys.executable, __file__, "--serve", "--model-latency", str(args.model_latency)]
+    cmd += ["--tool-latency", str(args.tool_latency), "--turns", str(args.turns)]
+    n = args.groups * args.size
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
+    spans_per_rollout = 0.0
+    async with await anyio.open_process(cmd) as proc:
+        assert proc.stdout is not None
+        with anyio.fail_after(30):
+            base_url = (await proc.stdout.receive()).decode().split()[0]
+        print(
+            f"scripted server (separate process) at {base_url}; {args.groups} groups x "
+            f"{args.size} = {n} concurrent rollouts, {args.turns} tool turns + answer each; "
+            f"model latency {args.model_latency}s, tool latency {args.tool_latency}s"
+        )
+        try:
+            await one_round(base_url, args, "warmup")
+            for r in range(args.rounds):
+                for mode in ("off", "on"):
+                    exporter = InMemorySpanExporter()
+                    if mode == "on":
+                        provider = TracerProvider()
+                        provider.add_span_processor(SimpleSpanProcessor(exporter))
+                        reader = InMemoryMetricReader()
+                        configure_telemetry(
+                            tracer_provider=provider, meter_provider=MeterProvider([reader])
+                        )
+                        assert tracing_enabled()
+                    else:
+                        configure_telemetry()  # no SDK configured
+                        assert not tracing_enabled()
+                    seconds, clean = await one_round(base_url, args, f"{mode}{r}")
+                    cpu[mode].append(seconds / n)
+                    spans = len(exporter.get_finished_spans())
+                    if mode == "on":
+                        spans_per_rollout = spans / n
+                        reader.get_metrics_data()
+                    exporter.clear()
+                    print(
+                        f"  round {r} {mode:3s}: client CPU {seconds / n * 1e3:6.2f} ms/rollout, "
+                        f"{clean}/{n} clean, {spans / n:.1f} spans/rollout",
+                        flush=True,
+                    )
+        finally:
+            configure_telemetry()
+            proc.terminate()
+    site_off, site_on = span_site_cost(exporter_off=True), span_site_cost(exporter_off=False)
+    off, on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
+    print(
+        f"\nmedian client CPU per rollout: off {off * 1e3:.2f} ms, on {on * 1e3:.2f} ms "
+        f"({spans_per_rollout:.1f} spans per rollout); ratio on/off = {on / off:.3f} "
+        f"({(on / off - 1) * 100:+.1f}%)"
+    )
+    print(
+        f"one span site, CPU: off {site_off * 1e6:.2f} us, on {site_on * 1e6:.2f} us "
+        f"(x {spans_per_rollout:.0f} per rollout: off {site_off * spans_per_rollout / off:.2%}, "
+        f"on {site_on * spans_per_rollout / off:.2%} of a rollout)"
+    )
+
+
+def span_site_cost(*, exporter_off: bool, n: int = 20_000) -> float:
+    """CPU seconds of one ``with span(...)`` site (two attributes), off or on."""
+    from hermes_async._otel import span
+
+    if exporter_off:
+        configure_telemetry()
+    else:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        configure_telemetry(tracer_provider=provider)
+    try:
+        start = time.process_time()
+        for _ in range(n):
+            with span("turn", {"hermes_async.task_id": "t", "hermes_async.turn": 1}) as s:
+                s.set("hermes_async.reward", 1.0)
+        return (time.process_time() - start) / n
+    finally:
+        configure_telemetry()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--groups", type=int, default=250)
+    parser.add_argument("--size", type=int, default=8)
+    parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--model-latency", type=float, default=0.05)
+    parser.add_argument("--tool-latency", type=float, default=0.05)
+    parser.add_argument("--model-requests", type=int, default=64)
+    parsed = parser.parse_args()
+    anyio.run(serve if parsed.serve else main, parsed)

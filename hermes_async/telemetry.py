@@ -1,0 +1,361 @@
+"""OpenTelemetry traces and metrics, when opentelemetry-api is installed and a provider is set.
+
+The core depends on nothing here: ``opentelemetry-api`` is optional (``pip install
+'hermes-async[otel]'`` brings the API, the SDK and the OTLP exporter). With the API but no SDK
+configured, nothing is recorded and nothing is paid (``bench/telemetry.py`` measures it).
+
+**Traces** (GenAI semantic conventions where they apply; every span ends, a cancelled one
+with ``hermes_async.cancelled=true``):
+
+==========================  =====================================================================
+span                        attributes
+==========================  =====================================================================
+``invoke_agent rollout``    ``hermes_async.task_id``, ``.outcome``, ``.turns``, ``.reward``
+``turn``                    ``hermes_async.task_id``, ``hermes_async.turn``
+``text_completion``         ``gen_ai.request.*`` (max_tokens, temperature, top_p, seed),
+                            ``gen_ai.usage.input_tokens`` / ``output_tokens``,
+                            ``gen_ai.response.finish_reasons``,
+                            ``hermes_async.time_to_first_token`` (s), ``hermes_async.endpoint``
+``chat {model}``            the same for chat completions (usage as the server reports it)
+``execute_tool {name}``     ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``hermes_async.task_id``
+``sandbox create``          ``hermes_async.task_id``
+``sandbox exec``            ``hermes_async.task_id``, ``hermes_async.exit_code``
+``sandbox close``           ``hermes_async.task_id``, ``hermes_async.interrupted``
+``reward``                  ``hermes_async.task_id``, ``hermes_async.reward``
+==========================  =====================================================================
+
+A hung tool is an ``execute_tool`` span started and never ended, with its task id: any span
+processor's ``on_start`` sees it (exporters only see ended spans).
+
+**Metrics** (observed when the reader collects, nothing is kept per request):
+
+* every named limiter of every live :class:`~hermes_async.limits.Limits`
+  (``hermes_async.limiter.limit``, ``.in_use``, ``.waiting`` gauges and the
+  ``.wait_time`` counter in seconds; attributes ``limiter`` and ``limits``, the set's number);
+* every open :class:`~hermes_async.inference.pool.ServerPool`'s servers
+  (``hermes_async.pool.server.limit``, ``.in_use``, ``.waiting``, ``.sessions``, ``.up`` gauges;
+  ``.requests``, ``.failures``, ``.rate_limited``, ``.ejections`` counters; attribute
+  ``server``, its redacted URL);
+* ``hermes_async.rollouts`` by ``outcome`` (ok, error, reward_error, cancelled) and
+  ``hermes_async.tokens`` by ``gen_ai.token.type`` (``input``: prompt and tool results,
+  ``output``: sampled).
+
+Use the global providers (``opentelemetry.trace.set_tracer_provider(...)``) or give this
+library its own with :func:`configure_telemetry`.
+
+**Prometheus** (no OpenTelemetry needed): :func:`serve_metrics` answers ``GET /metrics`` with
+the same limiter and pool gauges in the text exposition format, read at each scrape::
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_metrics, 9464)       # http://127.0.0.1:9464/metrics
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+import anyio
+from anyio.abc import SocketStream, TaskStatus
+
+from hermes_async import _otel
+
+__all__ = (
+    "TELEMETRY_AVAILABLE",
+    "configure_telemetry",
+    "forget_pool",
+    "observe_limits",
+    "observe_pool",
+    "prometheus_text",
+    "record_rollout",
+    "serve_metrics",
+    "tracing_enabled",
+)
+
+_metrics: Any
+try:
+    from opentelemetry import metrics as _otel_metrics
+
+    _metrics = _otel_metrics
+except ImportError:  # pragma: no cover - exercised where opentelemetry-api is absent
+    _metrics = None
+
+#: True when opentelemetry-api can be imported.
+TELEMETRY_AVAILABLE = _metrics is not None
+
+
+class _LimitsLike(Protocol):
+    def statistics(self) -> dict[str, Any]: ...
+
+
+class _PoolLike(Protocol):
+    def statistics(self) -> Any: ...
+
+
+_limits: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_pools: weakref.WeakSet[Any] = weakref.WeakSet()
+_numbers = itertools.count(1)
+_meter_provider: Any = None
+_instruments: tuple[Any, Any, Any] | None = None  # (provider, rollouts counter, tokens counter)
+
+
+def configure_telemetry(
+    *, tracer_provider: Any = None, meter_provider: Any = None, enabled: bool = True
+) -> None:
+    """Give hermes_async its own providers, or go back to the global ones.
+
+    Args:
+        tracer_provider: An SDK ``TracerProvider`` (``None``: the global one, recorded only
+            once an SDK provider is set globally).
+        meter_provider: An SDK ``MeterProvider`` (``None``: the global one).
+        enabled: ``False`` turns tracing off whatever the providers (the cost is then one
+            flag test per span site).
+
+    Raises:
+        RuntimeError: opentelemetry-api is not installed (``pip install 'hermes-async[otel]'``).
+    """
+    global _meter_provider, _instruments
+    if not TELEMETRY_AVAILABLE:
+        raise RuntimeError(
+            "opentelemetry-api is not installed; pip install 'hermes-async[otel]' to trace"
+        )
+    _otel._set_provider(tracer_provider, disabled=not enabled)
+    _meter_provider = meter_provider
+    _instruments = None
+    _ensure_instruments()
+
+
+def tracing_enabled() -> bool:
+    """True when hermes_async records spans (an SDK provider is configured)."""
+    return _otel.tracing()
+
+
+def observe_limits(limits: _LimitsLike) -> None:
+    """Report ``limits``' limiters as metrics for as long as it lives (every ``Limits`` does
+    this itself when created)."""
+    if limits not in _limits:
+        _limits[limits] = next(_numbers)
+    _ensure_instruments()
+
+
+def observe_pool(pool: _PoolLike) -> None:
+    """Report ``pool``'s servers as metrics while it is open (:class:`ServerPool` calls it)."""
+    _pools.add(pool)
+    _ensure_instruments()
+
+
+def forget_pool(pool: _PoolLike) -> None:
+    """Stop reporting ``pool`` (it closed)."""
+    _pools.discard(pool)
+
+
+def record_rollout(outcome: str, input_tokens: int, output_tokens: int) -> None:
+    """Count one finished rollout and its tokens (no-op without a meter provider)."""
+    if _metrics is None:
+        return
+    instruments = _instruments if _instruments is not None else _ensure_instruments()
+    if instruments is None:
+        return
+    _, rollouts, tokens = instruments
+    rollouts.add(1, {"outcome": outcome})
+    if input_tokens:
+        tokens.add(input_tokens, {"gen_ai.token.type": "input"})
+    if output_tokens:
+        tokens.add(output_tokens, {"gen_ai.token.type": "output"})
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _provider() -> Any:
+    if _meter_provider is not None:
+        return _meter_provider
+    provider = _metrics.get_meter_provider()
+    if isinstance(provider, _metrics.NoOpMeterProvider) or type(provider).__name__.startswith(
+        "_Proxy"
+    ):
+        return None  # no SDK configured: nothing would be recorded
+    return provider
+
+
+def _ensure_instruments() -> tuple[Any, Any, Any] | None:
+    """Create the instruments on the current meter provider once (``None``: none set)."""
+    global _instruments
+    if _metrics is None:
+        return None
+    provider = _provider()
+    if provider is None:
+        return None
+    if _instruments is not None and _instruments[0] is provider:
+        return _instruments
+    from hermes_async import __version__
+
+    meter = provider.get_meter(_otel.SCOPE, __version__)
+    _limiter_instruments(meter)
+    _pool_instruments(meter)
+    rollouts = meter.create_counter(
+        "hermes_async.rollouts", unit="{rollout}", description="Finished rollouts by outcome."
+    )
+    tokens = meter.create_counter(
+        "hermes_async.tokens", unit="{token}", description="Trajectory tokens by type."
+    )
+    _instruments = (provider, rollouts, tokens)
+    return _instruments
+
+
+def _limiter_rows() -> Iterator[tuple[dict[str, str], Any]]:
+    for limits, number in list(_limits.items()):
+        for name, stats in limits.statistics().items():
+            yield {"limiter": name, "limits": str(number)}, stats
+
+
+def _limiter_instruments(meter: Any) -> None:
+    def gauge(field: str) -> Any:
+        def observe(options: object) -> Iterable[Any]:
+            return [
+                _metrics.Observation(getattr(stats, field), attrs)
+                for attrs, stats in _limiter_rows()
+            ]
+
+        return observe
+
+    for name, field, description in (
+        ("limit", "total", "The limiter's current capacity."),
+        ("in_use", "in_use", "Slots held."),
+        ("waiting", "waiting", "Tasks waiting for a slot."),
+    ):
+        meter.create_observable_gauge(
+            f"hermes_async.limiter.{name}", [gauge(field)], unit="{slot}", description=description
+        )
+    meter.create_observable_counter(
+        "hermes_async.limiter.wait_time",
+        [gauge("total_wait_seconds")],
+        unit="s",
+        description="Time spent waiting for slots.",
+    )
+
+
+def _server_rows() -> Iterator[tuple[dict[str, str], Any]]:
+    for pool in list(_pools):
+        for server in pool.statistics().servers:
+            yield {"server": server.url}, server
+
+
+def _pool_instruments(meter: Any) -> None:
+    def observe_with(value: Any) -> Any:
+        def observe(options: object) -> Iterable[Any]:
+            return [_metrics.Observation(value(s), attrs) for attrs, s in _server_rows()]
+
+        return observe
+
+    gauges = {
+        "limit": lambda s: s.limit,
+        "in_use": lambda s: s.in_use,
+        "waiting": lambda s: s.waiting,
+        "sessions": lambda s: s.sessions,
+        "up": lambda s: 1 if s.up else 0,
+    }
+    for name, value in gauges.items():
+        meter.create_observable_gauge(f"hermes_async.pool.server.{name}", [observe_with(value)])
+    for name in ("requests", "failures", "rate_limited", "ejections"):
+        meter.create_observable_counter(
+            f"hermes_async.pool.server.{name}",
+            [observe_with(lambda s, n=name: getattr(s, n))],
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Prometheus text exposition
+
+#: Longest wait for a scraper's request line (a silent client is dropped after it).
+SCRAPE_READ_TIMEOUT_SECONDS = 5.0
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def prometheus_text() -> str:
+    """The limiter and pool metrics in Prometheus' text format (pure; read now)."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, rows: list[tuple[dict[str, str], float]]) -> None:
+        lines.append(f"# TYPE {name} {kind}")
+        for attrs, value in rows:
+            labels = ",".join(f'{k}="{_label(v)}"' for k, v in attrs.items())
+            lines.append(f"{name}{{{labels}}} {value:g}")
+
+    limiters = list(_limiter_rows())
+    for field, name in (("total", "limit"), ("in_use", "in_use"), ("waiting", "waiting")):
+        family(
+            f"hermes_async_limiter_{name}",
+            "gauge",
+            [(a, float(getattr(s, field))) for a, s in limiters],
+        )
+    family(
+        "hermes_async_limiter_wait_seconds_total",
+        "counter",
+        [(a, float(s.total_wait_seconds)) for a, s in limiters],
+    )
+    servers = list(_server_rows())
+    for name in ("limit", "in_use", "waiting", "sessions"):
+        family(
+            f"hermes_async_pool_server_{name}",
+            "gauge",
+            [(a, float(getattr(s, name))) for a, s in servers],
+        )
+    family("hermes_async_pool_server_up", "gauge", [(a, 1.0 if s.up else 0.0) for a, s in servers])
+    for name in ("requests", "failures", "rate_limited", "ejections"):
+        family(
+            f"hermes_async_pool_server_{name}_total",
+            "counter",
+            [(a, float(getattr(s, name))) for a, s in servers],
+        )
+    return "\n".join(lines) + "\n"
+
+
+async def serve_metrics(
+    port: int = 0,
+    host: str = "127.0.0.1",
+    *,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve :func:`prometheus_text` at ``http://host:port/metrics`` until cancelled.
+
+    Start it with ``port = await tg.start(serve_metrics, 9464)``; ``task_status`` receives the
+    bound port (useful with ``port=0``).
+
+    **Cancellation**: the listener and every open scrape connection are closed.
+    """
+    async with await anyio.create_tcp_listener(local_host=host, local_port=port) as listener:
+        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+        task_status.started(bound)
+        await listener.serve(_answer_scrape)
+
+
+async def _answer_scrape(stream: SocketStream) -> None:
+    async with stream:
+        request = b""
+        with anyio.move_on_after(SCRAPE_READ_TIMEOUT_SECONDS):
+            while b"\r\n\r\n" not in request and len(request) < 8192:
+                try:
+                    request += await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return
+        first = request.split(b"\r\n", 1)[0].split()
+        if len(first) >= 2 and first[0] == b"GET" and first[1].split(b"?")[0] == b"/metrics":
+            status, body = "200 OK", prometheus_text().encode()
+            kind = "text/plain; version=0.0.4; charset=utf-8"
+        else:
+            status, body, kind = "404 Not Found", b"try GET /metrics\n", "text/plain"
+        head = (
+            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        try:
+            with anyio.move_on_after(SCRAPE_READ_TIMEOUT_SECONDS):
+                await stream.send(head.encode() + body)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the scraper went away

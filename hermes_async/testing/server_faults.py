@@ -1,0 +1,175 @@
+"""Server-level misbehaviour in front of any ASGI model server, switchable while it runs.
+
+:class:`ScriptedModelServer`'s :class:`~hermes_async.testing.Fault` s target single requests by
+number. Pool and failover tests need the other kind: *this server* is failing, rate limiting,
+slow or down from now on, until told otherwise. :class:`FaultyServer` wraps an app and answers
+generation requests (every ``POST``) itself while a mode is on; ``GET`` routes (``/health``,
+``/v1/models``) pass through, except in ``down`` mode::
+
+    server = FaultyServer(ScriptedModelServer(policy), name="b")
+    async with open_loopback_server(server) as url:
+        server.rate_limit(retry_after=0.5)          # every POST: 429, Retry-After: 0.5
+        server.rate_limit(retry_after=0.5, above=4) # only beyond 4 concurrent requests
+        server.fail(500)                            # every POST: HTTP 500 (health stays ok)
+        server.down()                               # every route: 503 (health fails too)
+        server.slow(0.2)                            # 0.2 s more before each response
+        server.pause()                              # hold every POST until resume()
+        server.heal()                               # back to normal
+
+It counts what it answered (:attr:`FaultyServer.statuses`) and the peak of concurrent generation
+requests (:attr:`FaultyServer.peak_concurrency`), so a test can assert that a client backed off.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import anyio
+
+__all__ = ("FaultyServer",)
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
+
+
+class FaultyServer:
+    """ASGI middleware: switchable failing / rate-limiting / slow / down modes (see above).
+
+    Args:
+        app: The server behind it (usually a :class:`ScriptedModelServer`).
+        name: A label for assertions and logs.
+
+    Attributes:
+        statuses: How many generation requests were answered with each status (the app's own
+            answers count as 200).
+        concurrency: Generation requests being served right now.
+        peak_concurrency: The most at once since the last :meth:`reset_counts`.
+        timeline: ``(clock time, status)`` of every generation request answered.
+    """
+
+    def __init__(self, app: _App, *, name: str = "") -> None:
+        self.app = app
+        self.name = name
+        self.mode = "ok"
+        self._status = 500
+        self._retry_after: float | None = None
+        self._above: int | None = None
+        self.delay_seconds = 0.0
+        self._paused = False
+        self._gate: anyio.Event | None = None
+        self.statuses: Counter[int] = Counter()
+        self.concurrency = 0
+        self.peak_concurrency = 0
+        self.timeline: list[tuple[float, int]] = []
+
+    # ------------------------------------------------------------------ modes
+
+    def heal(self) -> None:
+        """Serve normally again (a ``slow`` delay is kept; ``slow(0)`` removes it)."""
+        self.mode = "ok"
+
+    def fail(self, status: int = 500) -> None:
+        """Answer every generation request with ``status``; health checks still pass."""
+        self.mode, self._status = "fail", status
+
+    def down(self) -> None:
+        """Answer every request, health checks included, with 503."""
+        self.mode = "down"
+
+    def rate_limit(self, retry_after: float | None = 0.5, *, above: int | None = None) -> None:
+        """Answer 429 (with ``Retry-After: retry_after`` when given) to every generation request,
+        or only to those beyond ``above`` concurrent ones (a server with that capacity)."""
+        self.mode, self._retry_after, self._above = "rate_limit", retry_after, above
+
+    def slow(self, seconds: float) -> None:
+        """Wait ``seconds`` before passing each generation request on."""
+        self.delay_seconds = seconds
+
+    def pause(self) -> None:
+        """Hold every generation request (a hung server) until :meth:`resume`."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Let held requests (and new ones) through."""
+        self._paused = False
+        if self._gate is not None:
+            self._gate.set()
+            self._gate = None
+
+    def reset_counts(self) -> None:
+        """Forget the counters (not the mode)."""
+        self.statuses.clear()
+        self.peak_concurrency = self.concurrency
+        self.timeline.clear()
+
+    # ------------------------------------------------------------------ ASGI
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        """ASGI entry point.
+
+        **Cancellation**: a request cancelled mid-answer stops there; counters stay consistent.
+        """
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.mode == "down":
+            await _answer(send, 503, "injected: server down", None)
+            if scope["method"] == "POST":
+                self._count(503)
+            return
+        if scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        self.concurrency += 1
+        self.peak_concurrency = max(self.peak_concurrency, self.concurrency)
+        try:
+            if self.mode == "fail":
+                await _drain(receive)
+                await _answer(send, self._status, f"injected HTTP {self._status}", None)
+                self._count(self._status)
+                return
+            if self.mode == "rate_limit" and (
+                self._above is None or self.concurrency > self._above
+            ):
+                await _drain(receive)
+                await _answer(send, 429, "injected rate limit", self._retry_after)
+                self._count(429)
+                return
+            if self._paused:
+                if self._gate is None:
+                    self._gate = anyio.Event()
+                await self._gate.wait()
+            if self.delay_seconds:
+                await anyio.sleep(self.delay_seconds)
+            await self.app(scope, receive, send)
+            self._count(200)
+        finally:
+            self.concurrency -= 1
+
+    def _count(self, status: int) -> None:
+        self.statuses[status] += 1
+        self.timeline.append((anyio.current_time(), status))
+
+
+async def _drain(receive: _Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+
+
+async def _answer(send: _Send, status: int, message: str, retry_after: float | None) -> None:
+    data = json.dumps({"error": {"message": message, "code": status}}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(data)).encode()),
+    ]
+    if retry_after is not None:
+        headers.append((b"retry-after", f"{retry_after:g}".encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data, "more_body": False})
