@@ -53,7 +53,11 @@ from hermes_async.tools.sandbox.base import (
     Sandbox,
     resolve_path,
 )
-from hermes_async.tools.sandbox.errors import SandboxUnavailableError, TransferLimitError
+from hermes_async.tools.sandbox.errors import (
+    NotARegularFileError,
+    SandboxUnavailableError,
+    TransferLimitError,
+)
 from hermes_async.tools.sandbox.output import OutputCapture
 
 __all__ = (
@@ -78,11 +82,11 @@ EXEC_DIR = "/tmp/.hermes-exec"
 #: Deadline of one streamed transfer's command.
 TRANSFER_TIMEOUT_SECONDS = 600.0
 
-#: Exit codes of the transfer scripts: missing / too large.
-_MISSING, _TOO_LARGE = 66, 67
+#: Exit codes of the transfer scripts: missing / too large / not a regular file.
+_MISSING, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
 
 _STREAM_FILE = (
-    f'[ -f "$1" ] || exit {_MISSING}; '
+    f'[ -e "$1" ] || exit {_MISSING}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
     'if [ "$2" -ge 0 ]; then s=$(stat -c %s -- "$1" 2>/dev/null || wc -c < "$1"); s=$((s)); '
     f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; fi; exec cat -- "$1"'
 )
@@ -400,6 +404,8 @@ class ContainerSandbox(Sandbox):
             raise OSError(f"{what} timed out after {TRANSFER_TIMEOUT_SECONDS:g} s")
         if code == _MISSING:
             raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
+        if code == _NOT_REGULAR:
+            raise NotARegularFileError(f"not a regular file in the sandbox: {path!r}")
         if code == _TOO_LARGE and max_bytes is not None:
             raise TransferLimitError(
                 what, limit=max_bytes, size=int(detail) if detail.isdigit() else None

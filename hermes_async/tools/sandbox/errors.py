@@ -23,6 +23,7 @@ from hermes_async.errors import SandboxError
 
 __all__ = (
     "UNAVAILABLE_REASONS",
+    "NotARegularFileError",
     "SandboxUnavailableError",
     "TransferLimitError",
     "UnavailableReason",
@@ -114,3 +115,10 @@ class TransferLimitError(OSError):
         self.what = what
         self.limit = limit
         self.size = size
+
+
+class NotARegularFileError(FileNotFoundError):
+    """The path exists in the sandbox but is not a regular file (a directory, a FIFO, ...).
+
+    A ``FileNotFoundError``, so code written for "no such file" handles it too.
+    """

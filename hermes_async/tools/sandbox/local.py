@@ -80,7 +80,11 @@ from hermes_async.tools.sandbox.base import (
     Sandbox,
     resolve_path,
 )
-from hermes_async.tools.sandbox.errors import SandboxUnavailableError, TransferLimitError
+from hermes_async.tools.sandbox.errors import (
+    NotARegularFileError,
+    SandboxUnavailableError,
+    TransferLimitError,
+)
 from hermes_async.tools.sandbox.host import (
     KILL_WAIT_SECONDS,
     TERMINATE_GRACE_SECONDS,
@@ -154,8 +158,8 @@ DEFAULT_EXEC_TIMEOUT_SECONDS = 180.0
 #: PATH inside a namespaced sandbox (the host's PATH names directories it cannot see).
 _NAMESPACE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-#: Exit codes of the transfer scripts: missing / too large.
-_MISSING, _TOO_LARGE = 66, 67
+#: Exit codes of the transfer scripts: missing / too large / not a regular file.
+_MISSING, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
 
 _SAFE_TASK_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -179,13 +183,21 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _not_found(path: str, code: int) -> FileNotFoundError:
+    if code == _NOT_REGULAR:
+        return NotARegularFileError(f"Not a regular file: {path!r}")
+    return FileNotFoundError(f"No such file: {path!r}")
+
+
 def _size_checked(script: str) -> str:
-    """A transfer script's prologue: exit 66 if ``$1`` is not a regular file, 67 (size on
-    stderr) if it is larger than ``$2`` bytes (``stat``, else ``wc -c``)."""
+    """A transfer script's prologue: exit 66 if ``$1`` does not exist, 68 if it is not a
+    regular file, 67 (size on stderr) if it is larger than ``$2`` bytes (``stat``, else
+    ``wc -c``; ``$2`` < 0: no cap)."""
     return (
-        f'[ -f "$1" ] || exit {_MISSING}; '
+        f'[ -e "$1" ] || exit {_MISSING}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
         's=$(stat -c %s -- "$1" 2>/dev/null || wc -c < "$1"); s=$((s)); '
-        f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; ' + script
+        f'if [ "$2" -ge 0 ] && [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; '
+        + script
     )
 
 
@@ -523,8 +535,8 @@ class LocalSandbox(Sandbox):
         raw = await self._sh(
             _size_checked('exec cat -- "$1"'), target, str(MAX_READ_BYTES), limit=MAX_READ_BYTES
         )
-        if raw.exit_code == _MISSING:
-            raise FileNotFoundError(f"No such file: {path!r}")
+        if raw.exit_code in (_MISSING, _NOT_REGULAR):
+            raise _not_found(path, raw.exit_code)
         if raw.exit_code == _TOO_LARGE or raw.truncated:
             size = _decode(raw.stderr).strip()
             raise TransferLimitError(
@@ -590,14 +602,9 @@ class LocalSandbox(Sandbox):
         target = self._resolve(path)
         limit = -1 if max_bytes is None else max_bytes
         counter = _Counter(sink, max_bytes, f"file {path!r}")
-        script = (
-            _size_checked('exec cat -- "$1"')
-            if limit >= 0
-            else (f'[ -f "$1" ] || exit {_MISSING}; exec cat -- "$1"')
-        )
-        raw = await self._sh(script, target, str(limit), sink=counter)
-        if raw.exit_code == _MISSING:
-            raise FileNotFoundError(f"No such file: {path!r}")
+        raw = await self._sh(_size_checked('exec cat -- "$1"'), target, str(limit), sink=counter)
+        if raw.exit_code in (_MISSING, _NOT_REGULAR):
+            raise _not_found(path, raw.exit_code)
         if raw.exit_code == _TOO_LARGE and max_bytes is not None:
             size = _decode(raw.stderr).strip()
             raise TransferLimitError(
@@ -660,16 +667,18 @@ class LocalSandbox(Sandbox):
 
     async def _end_world(self, ns: Namespace, *, graceful: bool) -> None:
         if graceful and ns.alive():
-            # TERM every process of the sandbox user in the world (kill(-1) spares PID 1, which
-            # is root's, and the sending shell), then give them the grace to go.
+            # TERM every process of the world but PID 1, then give them the grace to go.
             try:
                 with anyio.fail_after(self.terminate_grace + 5):
-                    await run_bounded(
-                        ns.command(["/bin/sh", "-c", "kill -TERM -1 2>/dev/null; true"], "/"),
-                        env=self.env,
-                        timeout=self.terminate_grace + 5,
-                        output_limit=4096,
-                    )
+                    if ns.signal_members(signal.SIGTERM) is None:
+                        # No cgroup to list them: kill(-1) inside, as the sandbox user, spares
+                        # PID 1 (root's) and the sending shell.
+                        await run_bounded(
+                            ns.command(["/bin/sh", "-c", "kill -TERM -1 2>/dev/null; true"], "/"),
+                            env=self.env,
+                            timeout=self.terminate_grace + 5,
+                            output_limit=4096,
+                        )
                     await ns.wait_quiet(self.terminate_grace)
             except (OSError, TimeoutError) as exc:
                 logger.debug("graceful stop of %s failed: %s", self.sandbox_id, exc)
@@ -702,6 +711,7 @@ class LocalSandbox(Sandbox):
                         await self._drained.wait()
             finally:
                 await ns.release()
+            await self.remover.remove_cgroups(ns.cgroup_dirs)
             await self.remover.remove(self.root)
             return
         survivors = await self._kill_everything(graceful=not interrupted)

@@ -11,7 +11,8 @@ membership is decided by the kernel, never by anything a command controls:
   ``No space left on device`` at the cap) and ``bwrap`` starts with new PID, IPC, UTS, cgroup
   and (by default) network namespaces. Its PID 1 is bubblewrap's reaper (orphans are
   collected), PID 2 a ``sleep`` that keeps the world alive. bubblewrap reports the host pid of
-  PID 1 on ``--info-fd``; we hold a **pidfd** on it (no pid-reuse race when we signal it).
+  PID 1 on ``--info-fd``; we hold a **pidfd** on it (no pid-reuse race when we signal it), and
+  wait until PID 1 has exec'd the keeper (the world is built by then: mounts, hostname).
 * **Each command** (a few ms more than a bare ``bash -c``): ``sh`` joins the cgroups, then
   ``nsenter -t PID1`` enters the mount, PID, IPC, UTS, cgroup and network namespaces, takes
   PID 1's root and drops to the sandbox user (uid/gid 65534 by default: no capabilities, and
@@ -20,13 +21,21 @@ membership is decided by the kernel, never by anything a command controls:
   world), ``cd``\\ s and ``exec``\\ s the command. The host side is the same
   :func:`~hermes_async.tools.sandbox.local.run_bounded` as the process mode: output drained
   into bounded buffers, timeout and cancellation kill the process group.
-* **Close**: graceful, ``kill -TERM -1`` as the sandbox user inside (every process of the
-  world except PID 1), up to the grace for them to go (watched through the ``pids`` cgroup),
-  then SIGKILL to PID 1 through the pidfd: the kernel kills every process of a PID namespace
+* **Close**: graceful, SIGTERM to every process of the world except PID 1 (the cgroup's member
+  list, each pinned by a pidfd and checked to be in the world; without cgroups, ``kill -TERM
+  -1`` as the sandbox user inside), up to the grace for them to go (watched through the
+  ``pids`` cgroup), then SIGKILL to PID 1 through the pidfd: the kernel kills every process of a PID namespace
   whose init dies and reaps them before the init is gone. No ``/proc`` scan, nothing a process
   could hide from (``setsid``, double fork, ``env -i`` all stay in the namespace). The mount
   namespace dies with its last process, the loop device detaches, the image is deleted.
-* **Crash safety**: ``--die-with-parent`` SIGKILLs the world when this process dies.
+* **Crash safety**: bubblewrap's parent is a host ``sh`` (the *supervisor*, holding the private
+  mount namespace) that blocks reading a pipe only this process writes. When this process
+  dies, however, the kernel closes that pipe, the supervisor exits, and bubblewrap's
+  ``--die-with-parent`` SIGKILLs the world's PID 1. Why not bubblewrap straight under this
+  process: ``--die-with-parent`` fires when the *thread* that spawned bubblewrap exits, and
+  trio spawns processes from worker threads that come and go (worlds died at random); and a
+  keeper that merely exits does not end a world, since bubblewrap's PID 1 waits for every
+  orphan too.
 
 What a command sees (the mount namespace): the host's ``/usr``, ``/etc`` and the ``/bin``,
 ``/lib*``, ``/sbin`` links read-only (:data:`DEFAULT_RO_PATHS`; add more with ``ro_binds``);
@@ -62,6 +71,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -127,9 +137,9 @@ START_TIMEOUT_SECONDS = 60.0
 KILL_WAIT_SECONDS = 10.0
 #: How often a graceful close looks whether the world's processes are gone.
 _GRACE_POLL_SECONDS = 0.05
-#: Processes of ours in a world's pids cgroup when nothing of the sandbox runs: bubblewrap
-#: outside, its PID 1, the keeper ``sleep``.
-_BASE_TASKS = 3
+#: Processes of ours in a world's pids cgroup when nothing of the sandbox runs: the supervisor,
+#: bubblewrap outside, its PID 1, the keeper ``sleep``.
+_BASE_TASKS = 4
 
 #: Exit code of the entry script when the world is not the sandbox's (hostname check failed).
 _WRONG_WORLD = 125
@@ -138,6 +148,9 @@ _WRONG_WORLD_MARK = "hermes-async: not this sandbox's namespaces"
 _CGROUP_ROOT = "/sys/fs/cgroup"
 _CGROUP_DIR = "hermes-async"
 _TEMPLATE_VERSION = 1
+
+#: Where the empty disk images that sandboxes copy are kept (one per size).
+TEMPLATE_DIR = os.path.join(tempfile.gettempdir(), "hermes-async-disk-templates")
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +242,6 @@ async def probe_namespaces() -> str | None:
     if reason is None:
         argv = [
             "bwrap",
-            "--die-with-parent",
             "--unshare-pid",
             "--unshare-net",
             "--unshare-ipc",
@@ -372,15 +384,19 @@ class _Host:
             self._loop_ok = ok
         return self._loop_ok
 
-    async def template(self, directory: str, size_mb: int) -> str:
-        """An empty ext4 image of ``size_mb`` in ``directory`` (made once, then copied)."""
+    async def template(self, size_mb: int) -> str:
+        """An empty ext4 image of ``size_mb`` (made once per host, then copied per sandbox).
+
+        Kept in :data:`TEMPLATE_DIR`, not among the sandboxes: ~1 MiB on disk (sparse).
+        """
+        directory = TEMPLATE_DIR
         key = (directory, size_mb)
         path = self._templates.get(key)
         if path is not None:
             return path
         path = os.path.join(directory, f".hermes-sbx-template-v{_TEMPLATE_VERSION}-{size_mb}m.img")
         script = (
-            '[ -f "$1" ] && exit 0; t="$1.$$.tmp"; '
+            '[ -f "$1" ] && exit 0; mkdir -p -- "$(dirname -- "$1")"; t="$1.$$.tmp"; '
             'truncate -s "$2" "$t" && '
             'mkfs.ext4 -q -F -O ^has_journal -E lazy_itable_init=1,nodiscard -m 0 "$t" '
             '&& mv -f "$t" "$1" || { rm -f "$t"; exit 1; }'
@@ -512,7 +528,7 @@ class Namespace:
             )
             if use_loop:
                 disk = "loop"
-                template = await host.template(os.path.dirname(root), options.disk_limit_mb)
+                template = await host.template(options.disk_limit_mb)
             else:
                 disk = "tmpfs"
                 if memory_mb is not None:
@@ -599,7 +615,11 @@ class Namespace:
                 "mkdir -p " + " ".join(shlex.quote(d) for d in dirs),
                 f"chown {owner} " + " ".join(shlex.quote(d) for d in dirs),
                 f"chmod 1777 {shlex.quote(fs + '/tmp')}",
-                "exec " + shlex.join(bwrap),
+                # This shell is the supervisor: bubblewrap's parent, waiting for end-of-file on
+                # the host's pipe (our close, or this process's death); then it exits and
+                # bubblewrap's --die-with-parent takes the world down.
+                shlex.join(bwrap) + " &",
+                "read -r _ || true",
             ]
         )
         setup.append(
@@ -612,7 +632,7 @@ class Namespace:
             with anyio.fail_after(START_TIMEOUT_SECONDS, shield=True):
                 launcher = await anyio.open_process(
                     ["/bin/sh", "-c", script, "hermes-launch"],
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE,  # the supervisor's lifeline (see the module doc)
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
                     env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
@@ -647,6 +667,16 @@ class Namespace:
                     f"the namespaced sandbox's PID 1 ({info['child-pid']}) exited at once",
                     task_id=task_id,
                 )
+            # bubblewrap reports PID 1 before it has built the world (mounts, pivot_root,
+            # hostname); the world is ready once PID 1's child has become the keeper.
+            with anyio.fail_after(START_TIMEOUT_SECONDS):
+                while not _keeper_started(info["child-pid"]):
+                    if launcher.returncode is not None:
+                        raise SandboxError(
+                            "the namespaced sandbox's bubblewrap exited while building it",
+                            task_id=task_id,
+                        )
+                    await anyio.sleep(0.002)
         except BaseException:
             if info_w >= 0:
                 os.close(info_w)
@@ -757,6 +787,42 @@ class Namespace:
 
     # ------------------------------------------------------------------------ close
 
+    def signal_members(self, sig: int) -> int | None:
+        """Send ``sig`` to every process of the world but its PID 1, from the host.
+
+        The members come from the world's cgroup (``cgroup.procs``: the kernel's list, no
+        ``/proc`` scan); each is pinned with a pidfd and checked to be in the world's PID
+        namespace before it is signalled, so a pid reused meanwhile is never hit. No process
+        is spawned (asyncio forks on the event loop's thread: hundreds of closes at once each
+        starting a ``kill`` stalled it for seconds).
+
+        Returns:
+            How many were signalled, or ``None`` without a cgroup (then signal from inside).
+        """
+        cgroup = self.pids_cgroup or self.memory_cgroup
+        if cgroup is None:
+            return None
+        members = self._read_cgroup(cgroup, "cgroup.procs").split()
+        wanted = f"pid:[{self.pid_namespace}]"
+        sent = 0
+        for text in members:
+            pid = int(text)
+            if pid == self.init_pid:
+                continue
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue  # already gone
+            try:
+                if os.readlink(f"/proc/{pid}/ns/pid") == wanted:
+                    signal.pidfd_send_signal(fd, sig)
+                    sent += 1
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        return sent
+
     async def wait_quiet(self, grace: float) -> None:
         """Wait up to ``grace`` seconds for the world to hold only its own processes."""
         deadline = anyio.current_time() + grace
@@ -778,33 +844,48 @@ class Namespace:
             if self._pidfd is not None:
                 while self.alive():
                     await anyio.wait_readable(self._pidfd)
+            # End the supervisor: end-of-file on its pipe.
+            if self.launcher.stdin is not None:
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await self.launcher.stdin.aclose()
             await self.launcher.wait()
         if self.launcher.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.launcher.pid, signal.SIGKILL)
 
-    async def release(self) -> None:
-        """Close our handles and remove the cgroups (after :meth:`kill`). Idempotent.
+    @property
+    def cgroup_dirs(self) -> tuple[str, ...]:
+        """The world's cgroup directories (to remove once it is gone)."""
+        return tuple(os.path.dirname(procs) for procs in self.cgroups)
 
-        **Cancellation**: bounded (the launcher's pipes, a few ``rmdir`` retries).
+    async def release(self) -> None:
+        """Close our handles (after :meth:`kill`). Idempotent. The cgroups are the caller's to
+        remove (:attr:`cgroup_dirs`), in a child process.
+
+        **Cancellation**: bounded (the launcher's pipes).
         """
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
         with anyio.move_on_after(5):
             await self.launcher.aclose()
-        for procs in self.cgroups:
-            directory = os.path.dirname(procs)
-            for _ in range(100):
-                try:
-                    os.rmdir(directory)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    await anyio.sleep(0.02)  # tasks still leaving the cgroup
-            else:
-                logger.warning("could not remove cgroup %s (still busy)", directory)
+
+
+_KEEPER_CMDLINE = b"sleep\x002147483647\x00"
+
+
+def _keeper_started(init_pid: int) -> bool:
+    """Whether PID 1's child runs the keeper (``sleep``): bubblewrap execs it last."""
+    try:
+        with open(f"/proc/{init_pid}/task/{init_pid}/children", "rb") as f:
+            children = f.read().split()
+        for child in children:
+            with open(f"/proc/{int(child)}/cmdline", "rb") as f:
+                if f.read() == _KEEPER_CMDLINE:
+                    return True
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 async def _read_info(fd: int) -> dict[str, int] | None:
