@@ -253,7 +253,16 @@ async def download_dir(
     )
     code = -1
     try:
-        await sandbox.stream_archive(remote_dir, writer.send, max_bytes=max_bytes)
+        try:
+            await sandbox.stream_archive(remote_dir, writer.send, max_bytes=max_bytes)
+        except TransferLimitError:
+            raise
+        except OSError:
+            # The extractor stopped reading: past its own cap (a backend that ignored ours)?
+            if writer.proc.returncode == archive.EXIT_TOO_LARGE:
+                code = archive.EXIT_TOO_LARGE
+                raise TransferLimitError(f"archive of {remote_dir!r}", limit=max_bytes) from None
+            raise
         code = await writer.finish()
     finally:
         await writer.abort()
