@@ -44,8 +44,10 @@ __all__ = (
     "CONFORMANCE_CHECKS",
     "ConformanceCheck",
     "check_archive_rejects_traversal",
+    "check_archive_rejects_unsafe_members",
     "check_archive_roundtrip",
     "check_background_lifecycle",
+    "check_background_log_is_bounded",
     "check_background_stdin",
     "check_exec_cwd_and_env",
     "check_exec_output_and_exit_code",
@@ -57,6 +59,7 @@ __all__ = (
     "check_home_is_inside",
     "check_interrupted_close_is_final",
     "check_read_missing_raises",
+    "check_stream_file_and_archive",
     "make_tar",
     "run_conformance",
 )

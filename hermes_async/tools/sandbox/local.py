@@ -639,12 +639,17 @@ class LocalSandbox(Sandbox):
 
         For tests and diagnostics only: closing never scans. Process mode: the marker and
         session rule of :mod:`~hermes_async.tools.sandbox.processes`. Namespaces mode: every
-        process in the world's PID namespace, plus its bubblewrap while it runs.
+        process in the world's PID namespace; while the sandbox is open the world's own two
+        (PID 1 and its keeper) are left out, once it is closed they count too, and so does its
+        bubblewrap (and supervisor) while it runs.
         """
         ns = self.namespace
         if ns is None:
             return find_sandbox_processes(self.sandbox_id, self._groups)
         found = processes_in_pid_namespace(ns.pid_namespace)
+        if not self._closed:
+            own = {ns.init_pid, ns.keeper_pid}
+            return [pid for pid in found if pid not in own]
         if ns.launcher.returncode is None:
             found.append(ns.launcher.pid)
         return found

@@ -21,7 +21,7 @@ membership is decided by the kernel, never by anything a command controls:
   world), ``cd``\\ s and ``exec``\\ s the command. The host side is the same
   :func:`~hermes_async.tools.sandbox.local.run_bounded` as the process mode: output drained
   into bounded buffers, timeout and cancellation kill the process group.
-* **Close**: graceful, SIGTERM to every process of the world except PID 1 (the cgroup's member
+* **Close**: graceful, SIGTERM to every process of the world except PID 1 and the keeper (the cgroup's member
   list, each pinned by a pidfd and checked to be in the world; without cgroups, ``kill -TERM
   -1`` as the sandbox user inside), up to the grace for them to go (watched through the
   ``pids`` cgroup), then SIGKILL to PID 1 through the pidfd: the kernel kills every process of a PID namespace
@@ -490,6 +490,7 @@ class Namespace:
         memory_cgroup: str | None,
         pids_cgroup: str | None,
         disk: str,
+        keeper_pid: int = 0,
     ) -> None:
         self.root = root
         self.hostname = hostname
@@ -504,6 +505,9 @@ class Namespace:
         self.pids_cgroup = pids_cgroup
         #: How the disk cap is made: ``"loop"``, ``"tmpfs"`` or ``"none"``.
         self.disk = disk
+        #: Host pid of the keeper (PID 2 of the world), spared by the graceful TERM: if it
+        #: died, bubblewrap's PID 1 would end the world at once, without the grace.
+        self.keeper_pid = keeper_pid
 
     # ------------------------------------------------------------------------ start
 
@@ -670,7 +674,7 @@ class Namespace:
             # bubblewrap reports PID 1 before it has built the world (mounts, pivot_root,
             # hostname); the world is ready once PID 1's child has become the keeper.
             with anyio.fail_after(START_TIMEOUT_SECONDS):
-                while not _keeper_started(info["child-pid"]):
+                while not (keepers := _keeper_pids(info["child-pid"])):
                     if launcher.returncode is not None:
                         raise SandboxError(
                             "the namespaced sandbox's bubblewrap exited while building it",
@@ -704,6 +708,7 @@ class Namespace:
             memory_cgroup=memory_cgroup,
             pids_cgroup=pids_cgroup,
             disk=disk,
+            keeper_pid=keepers[0],
         )
 
     # ------------------------------------------------------------------------ commands
@@ -788,7 +793,7 @@ class Namespace:
     # ------------------------------------------------------------------------ close
 
     def signal_members(self, sig: int) -> int | None:
-        """Send ``sig`` to every process of the world but its PID 1, from the host.
+        """Send ``sig`` to every process of the world but its PID 1 and keeper, from the host.
 
         The members come from the world's cgroup (``cgroup.procs``: the kernel's list, no
         ``/proc`` scan); each is pinned with a pidfd and checked to be in the world's PID
@@ -807,7 +812,7 @@ class Namespace:
         sent = 0
         for text in members:
             pid = int(text)
-            if pid == self.init_pid:
+            if pid in (self.init_pid, self.keeper_pid):
                 continue
             try:
                 fd = os.pidfd_open(pid)
@@ -874,18 +879,23 @@ class Namespace:
 _KEEPER_CMDLINE = b"sleep\x002147483647\x00"
 
 
-def _keeper_started(init_pid: int) -> bool:
-    """Whether PID 1's child runs the keeper (``sleep``): bubblewrap execs it last."""
+def _keeper_pids(init_pid: int) -> list[int]:
+    """Host pids of PID 1's children that run the keeper (``sleep``): bubblewrap execs it
+    last, so one is there once the world is built."""
+    found: list[int] = []
     try:
         with open(f"/proc/{init_pid}/task/{init_pid}/children", "rb") as f:
             children = f.read().split()
-        for child in children:
+    except OSError:
+        return found
+    for child in children:
+        try:
             with open(f"/proc/{int(child)}/cmdline", "rb") as f:
                 if f.read() == _KEEPER_CMDLINE:
-                    return True
-    except (OSError, ValueError):
-        pass
-    return False
+                    found.append(int(child))
+        except (OSError, ValueError):
+            pass
+    return found
 
 
 async def _read_info(fd: int) -> dict[str, int] | None:

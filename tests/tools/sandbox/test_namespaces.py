@@ -26,14 +26,10 @@ from hermes_async.tools.sandbox.local import LocalSandbox, local_factory
 from hermes_async.tools.sandbox.manager import SandboxManager
 from hermes_async.tools.sandbox.namespaces import (
     INSIDE_ROOT,
-    namespace_support,
     processes_in_pid_namespace,
 )
 
-pytestmark = [
-    pytest.mark.anyio,
-    pytest.mark.skipif(namespace_support() is not None, reason=f"{namespace_support()}"),
-]
+pytestmark = [pytest.mark.anyio, pytest.mark.namespaces]
 
 
 async def _world(root: pathlib.Path, **options: object) -> LocalSandbox:
@@ -109,7 +105,7 @@ async def test_close_kills_every_escape_without_a_proc_scan(
     )
     with anyio.fail_after(10):
         while len(_sleepers(marker)) < 7:
-            await anyio.sleep(0.02)
+            await anyio.sleep(0.05)
     namespace = sb.namespace
     assert namespace is not None
     await sb.aclose()
