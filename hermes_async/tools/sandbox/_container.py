@@ -329,7 +329,8 @@ class ContainerSandbox(Sandbox):
         ``output_limit`` bytes per stream.
 
         Raises:
-            SandboxError: The backend is unreachable or the container is gone.
+            SandboxUnavailableError: The container is gone (before or while the command ran).
+            SandboxError: The backend is unreachable.
 
         **Cancellation**: the command's process group is killed (shielded, bounded by
         :attr:`kill_timeout`) before the cancellation propagates.
@@ -338,6 +339,10 @@ class ContainerSandbox(Sandbox):
         out, err = OutputCapture(request.output_limit), OutputCapture(request.output_limit)
         start = anyio.current_time()
         exit_code, timed_out = await self._execute(request, out, err)
+        if self._gone is not None:
+            # The container died under the command (the disk watchdog, an OOM-killed init):
+            # its exit code says nothing about the command.
+            raise self._gone
         return ExecResult(
             stdout=out.text(),
             stderr=err.text(),

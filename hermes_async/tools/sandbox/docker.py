@@ -557,8 +557,12 @@ class DockerBackend:
                     "a container create", engine.client.containers.create(body, name=name)
                 )
             except Exception as exc:
-                if not (engine.is_docker_error(exc) and "storage" in str(exc).lower()):
+                if not engine.is_docker_error(exc):
                     raise
+                if "storage" not in str(exc).lower():
+                    # Not about the cap (a missing image, a bad option): the plain create
+                    # below reports it, or pulls the image (the cap is decided next time).
+                    return await self._create_plain(engine, name, task_id)
                 logger.info(
                     "the Docker storage driver cannot cap a container's disk (%s); using an "
                     "fsize ulimit and the disk watchdog instead",
@@ -568,6 +572,11 @@ class DockerBackend:
             else:
                 self._storage_opt = True
                 return created
+        return await self._create_plain(engine, name, task_id)
+
+    async def _create_plain(
+        self, engine: _Engine, name: str, task_id: str
+    ) -> aiodocker.containers.DockerContainer:
         body = container_config(self.config, task_id)
         try:
             return await engine.call(
