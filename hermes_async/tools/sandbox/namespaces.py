@@ -673,6 +673,9 @@ class Namespace:
                 )
             # bubblewrap reports PID 1 before it has built the world (mounts, pivot_root,
             # hostname); the world is ready once PID 1's child has become the keeper.
+            # Polled with a backoff (2 ms doubling to 50 ms): hundreds of sandboxes starting
+            # at once each polling every 2 ms kept the event loop busy (lag of seconds).
+            pause = 0.002
             with anyio.fail_after(START_TIMEOUT_SECONDS):
                 while not (keepers := _keeper_pids(info["child-pid"])):
                     if launcher.returncode is not None:
@@ -680,7 +683,8 @@ class Namespace:
                             "the namespaced sandbox's bubblewrap exited while building it",
                             task_id=task_id,
                         )
-                    await anyio.sleep(0.002)
+                    await anyio.sleep(pause)
+                    pause = min(pause * 2, 0.05)
         except BaseException:
             if info_w >= 0:
                 os.close(info_w)
