@@ -56,11 +56,15 @@ def isolation_problem() -> str | None:
     if not _isolation_problem:
         import subprocess
 
-        from hermes_async.tools.sandbox.namespaces import namespace_support
+        from hermes_async.tools.sandbox.namespaces import (
+            DEFAULT_RO_PATHS,
+            _ro_args,
+            namespace_support,
+        )
 
         problem = namespace_support()
         if problem is None:
-            argv = ["bwrap", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/"]
+            argv = ["bwrap", "--unshare-pid", "--unshare-net", *_ro_args(DEFAULT_RO_PATHS)]
             argv += ["--proc", "/proc", "--dev", "/dev", "--", "/bin/sh", "-c", "exit 0"]
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=30, check=False)

@@ -56,7 +56,13 @@ check() {
         ok=1
     fi
     if command -v bwrap >/dev/null 2>&1; then
-        if ! bwrap --unshare-pid --unshare-net --unshare-ipc --unshare-uts --ro-bind / / \
+        # The paths a sandbox shows (namespaces.DEFAULT_RO_PATHS), symlinks kept as symlinks.
+        local binds=() p
+        for p in /usr /bin /sbin /lib /lib32 /lib64 /libx32 /etc; do
+            if [ -L "$p" ]; then binds+=(--symlink "$(readlink "$p")" "$p")
+            elif [ -d "$p" ]; then binds+=(--ro-bind "$p" "$p"); fi
+        done
+        if ! bwrap --unshare-pid --unshare-net --unshare-ipc --unshare-uts "${binds[@]}" \
             --proc /proc --dev /dev -- /bin/sh -c 'exit 0' 2>/dev/null; then
             log "bwrap is installed but cannot build a world here (a container without" \
                 "CAP_SYS_ADMIN? run privileged)"

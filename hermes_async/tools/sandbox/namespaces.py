@@ -246,9 +246,9 @@ async def probe_namespaces() -> str | None:
             "--unshare-net",
             "--unshare-ipc",
             "--unshare-uts",
-            "--ro-bind",
-            "/",
-            "/",
+            # The system paths a world shows, not `--ro-bind / /`: that binds every host
+            # mount recursively and fails on some (a Docker overlay's resolv.conf bind).
+            *_ro_args(DEFAULT_RO_PATHS),
             "--proc",
             "/proc",
             "--dev",
@@ -691,14 +691,14 @@ class Namespace:
             os.close(info_r)
             if pidfd is not None:
                 os.close(pidfd)
-            if launcher is not None:
-                with cleanup_scope("kill a namespaced sandbox that failed to start", 10):
+            with cleanup_scope("kill a namespaced sandbox that failed to start", 10):
+                if launcher is not None:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(launcher.pid, signal.SIGKILL)
                     await launcher.aclose()
-            for c in cgroups:
-                with contextlib.suppress(OSError):
-                    os.rmdir(os.path.dirname(c))
+                # The world's PID 1 is outside the launcher's process group and may be
+                # starting still: kill whatever is in its cgroups, then remove them.
+                await _abandon_cgroups([os.path.dirname(c) for c in cgroups])
             raise
         os.close(info_r)
         return cls(
@@ -881,6 +881,43 @@ class Namespace:
 
 
 _KEEPER_CMDLINE = b"sleep\x002147483647\x00"
+
+
+def _cgroup_members(directory: str) -> list[int] | None:
+    """Pids in cgroup ``directory`` (a sysfs read), ``None`` if it does not exist."""
+    try:
+        with open(os.path.join(directory, "cgroup.procs"), encoding="ascii") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return []
+
+
+async def _abandon_cgroups(directories: Sequence[str]) -> None:
+    """SIGKILL every member of the cgroups of a world that failed to start, and remove them
+    (retried while the members exit; the caller bounds it). Membership is the kernel's
+    record: only the world's processes are in these groups."""
+    left = list(directories)
+    while left:
+        for directory in list(left):
+            members = _cgroup_members(directory)
+            if members is None:
+                left.remove(directory)
+                continue
+            for pid in members:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                os.rmdir(directory)
+            except FileNotFoundError:
+                left.remove(directory)
+            except OSError:
+                continue  # busy: members still exiting
+            else:
+                left.remove(directory)
+        if left:
+            await anyio.sleep(0.02)
 
 
 def _keeper_pids(init_pid: int) -> list[int]:

@@ -160,7 +160,9 @@ async def test_close_is_graceful_unless_interrupted(
 
 
 @pytest.mark.parametrize(
-    "n", [50, pytest.param(500, marks=pytest.mark.slow)], ids=["50", "500-slow"]
+    "n",
+    [50, pytest.param(500, marks=[pytest.mark.slow, pytest.mark.timeout(1200)])],
+    ids=["50", "500-slow"],
 )
 async def test_many_sandboxes_of_escapes_leave_nothing(tmp_path: pathlib.Path, n: int) -> None:
     """Acceptance: 500 sandboxes, each with setsid / nohup / double-fork / env -i escapes and a
@@ -401,3 +403,45 @@ async def test_isolation_is_explicit(
     with caplog.at_level(logging.WARNING, logger="hermes_async.tools.sandbox.local"):
         local_factory(str(tmp_path), isolation="process")
     assert not caplog.records
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Host pids whose command line contains ``text`` (the launcher, supervisor and bubblewrap
+    of a world all name its directory)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+async def test_cancelled_starts_leave_nothing(tmp_path: pathlib.Path) -> None:
+    """Cancelling a namespaced sandbox's creation at any moment leaves no process, no cgroup
+    and no directory (the cancellation matrix's 'during sandbox start' on the real kernel)."""
+    from hermes_async.tools.sandbox.namespaces import _host
+
+    factory = local_factory(str(tmp_path), isolation="namespaces", disk_limit_mb=64)
+    await (await factory("warm-up")).aclose()  # probe + disk template outside the matrix
+    outcomes = []
+    for delay in (0.0, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3):
+        with anyio.move_on_after(delay) as scope:
+            sb = await factory("cancelstart")
+        outcomes.append(scope.cancelled_caught)
+        if not scope.cancelled_caught:
+            await sb.aclose()
+    assert any(outcomes), outcomes  # at least some starts were really cut short
+    with anyio.fail_after(15):
+        while _processes_mentioning(str(tmp_path)):
+            await anyio.sleep(0.05)
+    assert list(tmp_path.iterdir()) == []
+    for base in (_host().cgroups.memory, _host().cgroups.pids):
+        if base is not None:
+            left = [n for n in os.listdir(base) if "cancelstart" in n]
+            procs = [(pathlib.Path(base) / n / "cgroup.procs").read_text() for n in left]
+            assert left == [], (outcomes, procs)
