@@ -294,10 +294,19 @@ class DirectoryRemover:
     async def _rmdir_all(self, paths: list[str]) -> None:
         for i in range(0, len(paths), _PATHS_PER_RM):
             chunk = paths[i : i + _PATHS_PER_RM]
+            # In rounds over all of them (not one directory's retries after another): after
+            # hundreds of worlds die at once many groups stay busy for a while as the kernel
+            # reaps their members, and waiting for each in turn took longer than the release's
+            # bound (the sandbox directories, removed after, were then left behind).
             script = (
-                'for d; do n=0; while [ -d "$d" ] && ! rmdir -- "$d" 2>/dev/null; do '
-                'n=$((n + 1)); [ "$n" -ge 250 ] && { echo "$d" >&2; break; }; sleep 0.02; '
-                "done; done"
+                "left=$(printf '%s\\n' \"$@\"); n=0\n"
+                'while [ -n "$left" ] && [ "$n" -lt 250 ]; do\n'
+                "  next=$(printf '%s\\n' \"$left\" | while IFS= read -r d; do\n"
+                '    [ -n "$d" ] && [ -d "$d" ] && ! rmdir -- "$d" 2>/dev/null && printf \'%s\\n\' "$d"\n'
+                "  done)\n"
+                '  left=$next; n=$((n + 1)); [ -n "$left" ] && sleep 0.02\n'
+                "done\n"
+                '[ -z "$left" ] || printf \'%s\\n\' "$left" >&2\n'
             )
             try:
                 raw = await run_bounded(

@@ -716,8 +716,12 @@ class LocalSandbox(Sandbox):
                         await self._drained.wait()
             finally:
                 await ns.release()
-            await self.remover.remove_cgroups(ns.cgroup_dirs)
-            await self.remover.remove(self.root)
+            # Together: the cgroups may stay busy while the kernel reaps the world, and the
+            # directory must not wait for them (a release that runs out of its bound would
+            # leave it behind).
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.remover.remove, self.root)
+                tg.start_soon(self.remover.remove_cgroups, ns.cgroup_dirs)
             return
         survivors = await self._kill_everything(graceful=not interrupted)
         if self._inflight:
