@@ -140,6 +140,30 @@ _CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
         "sandbox (a thread hop would cost more than the calls)",
     ),
     (
+        "hermes_async/tools/sandbox/namespaces.py",
+        (
+            "namespace_support",
+            "_own_cgroup",
+            "_owner_tag",
+            "_pid_start",
+            "discover",
+            "_sweep_dead_owners",
+            "_ro_args",
+            "_keeper_pids",
+            "_read_info",
+            "_read_cgroup",
+            "_cgroup_members",
+            "_abandon_cgroups",
+            "signal_members",
+            "start",
+            "release",
+            "processes_in_pid_namespace",  # diagnostics (live_processes), tests only
+        ),
+        "namespaced sandboxes: procfs / cgroupfs reads and writes (kernel memory, no disk), "
+        "PATH lookups and stat of the system paths a world shows (cached dentries), pipe and "
+        "pidfd handles; microseconds each, a few per sandbox start and close",
+    ),
+    (
         "hermes_async/tools/sandbox/archive.py",
         ("check_tar_members",),
         "tarfile.data_filter resolves member paths against a synthetic destination "
