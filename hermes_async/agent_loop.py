@@ -1,6 +1,7 @@
 """The reference's import path of the agent loop: re-exports from :mod:`hermes_async.agent`.
 
-``from hermes_async.agent_loop import HermesAgentLoop, AgentResult, ToolError`` keeps working;
+``from hermes_async.agent_loop import HermesAgentLoop, AgentResult, ToolError`` (and
+``resize_tool_pool``) keeps working;
 the code lives in :mod:`hermes_async.agent.loop` and :mod:`hermes_async.agent.result`.
 """
 
@@ -11,6 +12,7 @@ from hermes_async.agent.loop import (
     AgentOptions,
     ChatServer,
     HermesAgentLoop,
+    resize_tool_pool,
 )
 from hermes_async.agent.result import (
     TOOL_ERROR_ARGUMENTS_MAX_CHARS,
@@ -28,4 +30,5 @@ __all__ = (
     "ChatServer",
     "HermesAgentLoop",
     "ToolError",
+    "resize_tool_pool",
 )

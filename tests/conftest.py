@@ -16,7 +16,18 @@ os.environ.setdefault(
     "HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "hermes-async-hypothesis")
 )
 
+import importlib.metadata
+
 import pytest
+
+# The plugin environment authors get (hermes_async.testing.pytest_plugin): loaded through its
+# pytest11 entry point once the package is installed with it, else (an older install of this
+# checkout) from here -- never both, which pytest refuses.
+if not any(
+    ep.value == "hermes_async.testing.pytest_plugin"
+    for ep in importlib.metadata.entry_points(group="pytest11")
+):
+    pytest_plugins = ["hermes_async.testing.pytest_plugin"]
 
 
 @pytest.fixture(
@@ -40,11 +51,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip_vllm = pytest.mark.skip(
         reason="vllm: needs a real vLLM server; run `make test-vllm` (sets HERMES_ASYNC_VLLM_URL)"
     )
+    stock = bool(vllm_url) and os.environ.get("HERMES_ASYNC_VLLM_SCALE_OUT") == "0"
+    skip_stock = pytest.mark.skip(
+        reason="vllm_stock: needs a stock vLLM (no --enable-scale-out); run `make test-vllm`"
+    )
     for item in items:
         if "slow" in item.keywords and not run_slow:
             item.add_marker(skip_slow)
         if "vllm" in item.keywords and not vllm_url:
             item.add_marker(skip_vllm)
+        if "vllm_stock" in item.keywords and not stock:
+            item.add_marker(skip_stock)
 
 
 _isolation_problem: list[str | None] = []
@@ -180,6 +197,13 @@ _CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
         ("run",),
         "ToolContext transfers read tar members from in-memory BytesIO archives (no file "
         "descriptor behind them)",
+    ),
+    (
+        "hermes_async/tools/standalone.py",
+        ("close_local_now", "_remove_tree", "retry"),
+        "the reference's synchronous `ctx.cleanup()` (no await) of a standalone local sandbox: "
+        "it must kill and remove on the spot, as the reference's did; awaited cleanup "
+        "(`await ctx.cleanup()`, `async with`) goes through the async release instead",
     ),
 ]
 

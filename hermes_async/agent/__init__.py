@@ -19,6 +19,9 @@ and token bookkeeping), ``result``, ``budget``, ``context``, ``rollout``, ``scor
 
 from __future__ import annotations
 
+from hermes_async._exports import fixup_module_metadata
+from hermes_async.agent._sampling import SamplingHook
+from hermes_async.agent._segments import TemplateCheck
 from hermes_async.agent.budget import BudgetConfig
 from hermes_async.agent.context import ToolContext
 from hermes_async.agent.loop import AgentOptions, ChatServer, HermesAgentLoop
@@ -39,11 +42,15 @@ __all__ = (
     "ChatServer",
     "HermesAgentLoop",
     "Reward",
+    "SamplingHook",
     "ScoredGroup",
     "ScoredRollout",
+    "TemplateCheck",
     "ToolContext",
     "ToolError",
     "Tools",
     "run_group",
     "run_rollout",
 )
+
+fixup_module_metadata(__name__, globals())

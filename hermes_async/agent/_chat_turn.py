@@ -84,6 +84,8 @@ class ChatTurns:
         max_tokens: Per-turn completion cap (``None``: the server's default).
         extra_body: Extra request fields.
         turn_timeout: Deadline of one model call in seconds (``None``: none).
+        reasoning: Reasoning request fields (:mod:`hermes_async.agent._reasoning`), merged
+            over ``extra_body`` (they win on a clash, as in atroposlib).
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class ChatTurns:
         max_tokens: int | None,
         extra_body: Mapping[str, Any] | None,
         turn_timeout: float | None,
+        reasoning: Mapping[str, Any] | None = None,
     ) -> None:
         self._complete = complete
         self._schemas = list(tool_schemas)
@@ -107,8 +110,9 @@ class ChatTurns:
             request["tools"] = self._schemas
         if max_tokens is not None:
             request["max_tokens"] = max_tokens
-        if extra_body:
-            request["extra_body"] = dict(extra_body)
+        body = {**(extra_body or {}), **(reasoning or {})}
+        if body:
+            request["extra_body"] = body
         self._request = request
 
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:

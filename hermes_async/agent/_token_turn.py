@@ -5,7 +5,14 @@
 chat template, completion tokens stream in, the parser sees them as they arrive, and each tool
 call is **dispatched the moment it is sealed**, while generation continues. The token sequence is
 kept exactly (prompt + sampled ids + rendered suffixes; never re-tokenized) and handed out as
-``managed_state``.
+``managed_state`` (with the segment boundaries).
+
+Messages are the model's words: a sealed call keeps the argument text exactly as the model
+wrote it (``function.arguments``; the tool receives the parsed, validated arguments) and, where
+the format writes the whole call as JSON, that JSON (``raw`` on the tool call, which the
+project's templates render); a call cut off by ``max_tokens`` is no call: the text it got to is
+the assistant's content, and the model is told in a ``user`` message. Each turn is checked
+against the chat template once (:mod:`hermes_async.agent._segments`).
 
 :class:`Phase2Turn` holds the state of one streamed completion, and nothing else: the ids and
 logprobs exactly as sampled, a UTF-8-safe incremental decoder, and a fresh streaming parser. Every
@@ -19,14 +26,16 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 
 import anyio
 
+from hermes_async._json import loads
+from hermes_async.agent._sampling import SamplingHook, turn_sampling
+from hermes_async.agent._segments import place_turn
 from hermes_async.agent._tool_runner import RunTools, ToolCall, TurnToolRunner
-from hermes_async.agent._transcript import assistant_message, suffix_ids, template_matches
-from hermes_async.agent.result import AgentResult
+from hermes_async.agent._transcript import assistant_message
+from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
 from hermes_async.errors import InferenceError
 from hermes_async.inference.generate import SamplingParams, TokenClient, TokenDelta
 from hermes_async.inference.tokenizer import Tokenizer
@@ -34,6 +43,7 @@ from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
 from hermes_async.parsers import get_parser
 from hermes_async.parsers.types import (
+    ArgumentsDelta,
     ParserEvent,
     ToolCallInvalid,
     ToolCallSealed,
@@ -71,6 +81,7 @@ class Phase2Turn:
         parser_name: Tool-call parser for this turn.
         tool_schemas: Offered tools (parsers type parameters from them).
         early_dispatch: Submit calls as soon as they are sealed; else at :meth:`finish`.
+        stop_ids: End-of-turn ids: sampled (and trained on) but not text for the parser.
     """
 
     def __init__(
@@ -80,6 +91,7 @@ class Phase2Turn:
         parser_name: str,
         tool_schemas: Sequence[JSONObject],
         early_dispatch: bool,
+        stop_ids: Sequence[int] = (),
     ) -> None:
         self.parser = get_parser(parser_name, tools=list(tool_schemas) or None, tokenizer=tokenizer)
         self.decoder = tokenizer.incremental_decoder()
@@ -89,12 +101,25 @@ class Phase2Turn:
         self.ttft: float | None = None
         self.finish_reason: str | None = None
         self.content = ""
-        # End-of-turn ids are sampled (and trained on) but are not text for the parser.
-        self._stop_ids = {tokenizer.eos_token_id}
+        #: Calls cut off by the end of the stream: content, never executed.
+        self.cut: list[ToolCallTruncated] = []
+        self._stop_ids = {tokenizer.eos_token_id, *stop_ids}
         endoftext = tokenizer.special_tokens.get("<|endoftext|>")
         if endoftext is not None:
             self._stop_ids.add(endoftext)
-        self._held: list[ToolCallSealed | ToolCallInvalid | ToolCallTruncated] = []
+        self._held: list[ToolCallSealed | ToolCallInvalid] = []
+        self._text: list[str] = []
+        self._fragments: dict[int, list[str]] = {}
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """The ids that end this completion (not parsed as text)."""
+        return frozenset(self._stop_ids)
+
+    @property
+    def text(self) -> str:
+        """Everything the parser was fed: the completion's text without end-of-turn tokens."""
+        return "".join(self._text)
 
     def feed(self, delta: TokenDelta, runner: TurnToolRunner, elapsed: float) -> None:
         """Take one delta: keep its ids, decode, parse, and submit sealed calls."""
@@ -107,12 +132,14 @@ class Phase2Turn:
         ids = [i for i in delta.token_ids if i not in self._stop_ids]
         text = self.decoder.decode(ids)
         if text:
+            self._text.append(text)
             self._handle(self.parser.feed(text, ids), runner)
 
     def finish(self, runner: TurnToolRunner) -> None:
         """End of stream: flush the decoder, close the parser, submit what is left."""
         tail = self.decoder.flush()
         if tail:
+            self._text.append(tail)
             self._handle(self.parser.feed(tail, None), runner)
         result = self.parser.finish()
         self._handle(result.final_events, runner)
@@ -123,21 +150,63 @@ class Phase2Turn:
 
     def _handle(self, events: Sequence[ParserEvent], runner: TurnToolRunner) -> None:
         for event in events:
-            if isinstance(event, ToolCallSealed | ToolCallInvalid | ToolCallTruncated):
+            if isinstance(event, ArgumentsDelta):
+                self._fragments.setdefault(event.index, []).append(event.fragment)
+            elif isinstance(event, ToolCallTruncated):
+                self.cut.append(event)
+            elif isinstance(event, ToolCallSealed | ToolCallInvalid):
                 if self.early_dispatch:
                     self._submit(event, runner)
                 else:
                     self._held.append(event)
 
-    @staticmethod
-    def _submit(
-        event: ToolCallSealed | ToolCallInvalid | ToolCallTruncated, runner: TurnToolRunner
-    ) -> None:
+    def _raw_arguments(self, event: ToolCallSealed) -> str | None:
+        """The arguments exactly as written, if the preview fragments spell the same object.
+
+        JSON formats stream the argument text as the model writes it; the XML formats stream
+        a re-serialization, and a JSON-encoded string argument is decoded once: those keep the
+        canonical string (``None`` here).
+        """
+        text = "".join(self._fragments.pop(event.index, ()))
+        if not text or text == event.arguments:
+            return None
+        try:
+            same = loads(text) == loads(event.arguments)
+        except ValueError:
+            return None
+        return text if same else None
+
+    def _submit(self, event: ToolCallSealed | ToolCallInvalid, runner: TurnToolRunner) -> None:
         if isinstance(event, ToolCallSealed):
-            runner.submit(ToolCall(event.id, event.name, event.arguments))
+            raw_arguments = self._raw_arguments(event)
+            shown = raw_arguments if raw_arguments is not None else event.arguments
+            raw = event.raw if event.raw and event.raw != shown else None
+            runner.submit(
+                ToolCall(
+                    event.id,
+                    event.name,
+                    event.arguments,
+                    raw_arguments,
+                    raw,
+                    native_id=event.native_id,
+                )
+            )
         else:
-            # Malformed or cut off: kept in order, never executed; the model is told why.
-            runner.reject(ToolCall(event.id, event.name or "", event.raw), event.message)
+            # Malformed: kept in order, never executed; the model is told why.
+            self._fragments.pop(event.index, None)
+            raw = event.raw.strip() or None
+            runner.reject(ToolCall(event.id, event.name or "", event.raw, raw=raw), event.message)
+
+    def assistant_content(self, has_calls: bool) -> str:
+        """The turn's content: the parser's, or, when a call was cut off and there is no other
+        call, exactly the text the model produced (the cut call included)."""
+        if not self.cut:
+            return self.content
+        if not has_calls:
+            return self.text
+        # The cut text follows calls the message lists separately: the template renders them
+        # after the content, so this ordering cannot match the sampled text (counted).
+        return "\n".join(part for part in (self.content, *(c.raw for c in self.cut)) if part)
 
 
 class TokenTurns:
@@ -153,6 +222,9 @@ class TokenTurns:
         split_reasoning: Move a leading ``<think>`` block into ``reasoning_content``.
         sampling: Sampling parameters of every generation (stop ids already set).
         turn_timeout: Deadline of one generation in seconds (``None``: none).
+        end_of_turn: The ids that end a model turn.
+        sampling_hook: Called before each generation; may return that turn's parameters.
+        check_sampling: Raises for parameters the server cannot take (applied to the hook's).
     """
 
     def __init__(
@@ -167,6 +239,9 @@ class TokenTurns:
         split_reasoning: bool,
         sampling: SamplingParams,
         turn_timeout: float | None,
+        end_of_turn: Sequence[int] = (),
+        sampling_hook: SamplingHook | None = None,
+        check_sampling: Callable[[SamplingParams], None] | None = None,
     ) -> None:
         self._server = server
         self._tokenizer = tokenizer
@@ -177,6 +252,9 @@ class TokenTurns:
         self._split_reasoning = split_reasoning
         self._sampling = sampling
         self._turn_timeout = turn_timeout
+        self._end_of_turn = tuple(end_of_turn) or (tokenizer.eos_token_id,)
+        self._hook = sampling_hook
+        self._check_sampling = check_sampling
 
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run the rollout's turns; ``managed_state`` is set on every exit path.
@@ -190,13 +268,12 @@ class TokenTurns:
         ``managed_state`` still holds the aligned trajectory so far.
         """
         tokenizer = self._tokenizer
-        sampling = self._sampling if seed is None else replace(self._sampling, seed=seed)
         prompt = tokenizer.apply_chat_template(
             result.messages, self._schemas or None, add_generation_prompt=True
         )
         trajectory = Trajectory(tokenizer.encode(prompt))
         try:
-            await self._turns(result, tools, trajectory, sampling)
+            await self._turns(result, tools, trajectory, prompt, seed)
         finally:
             # Built once, on every exit path (cancellation included): keeping three Python lists
             # per rollout up to date every turn would cost memory while thousands wait on tools.
@@ -207,21 +284,27 @@ class TokenTurns:
         result: AgentResult,
         tools: RunTools,
         trajectory: Trajectory,
-        sampling: SamplingParams,
+        prompt: str,
+        seed: int | None,
     ) -> None:
         tokenizer = self._tokenizer
         messages = result.messages
-        schemas = self._schemas or None
         deadline = self._turn_timeout if self._turn_timeout is not None else math.inf
-        for turn in range(self._max_turns):
-            timing: dict[str, float] = {"turn": float(turn + 1)}
+        for turn in range(1, self._max_turns + 1):
+            timing: dict[str, float] = {"turn": float(turn)}
             result.timings.append(timing)
-            result.turns_used = turn + 1
+            result.turns_used = turn
+            sampling = turn_sampling(
+                self._sampling, turn=turn, messages=messages, hook=self._hook, seed=seed
+            )
+            if sampling is not self._sampling and self._check_sampling is not None:
+                self._check_sampling(sampling)
             step = Phase2Turn(
                 tokenizer=tokenizer,
                 parser_name=self._parser_name,
                 tool_schemas=self._schemas,
                 early_dispatch=self._early_dispatch,
+                stop_ids=(*self._end_of_turn, *sampling.stop_token_ids),
             )
             start = anyio.current_time()
             failure: str | None = None
@@ -250,40 +333,82 @@ class TokenTurns:
                 result.error = failure
                 return
             timing["tool_seconds"] = anyio.current_time() - start - timing["generation_seconds"]
-            trajectory.add_completion(step.token_ids, step.logprobs)
-            content, reasoning = step.content, None
+            trajectory.add_completion(step.token_ids, step.logprobs, turn=turn)
+            content, reasoning = step.assistant_content(bool(runner.calls)), None
             if self._split_reasoning:
                 content, reasoning = split_think(content)
             result.reasoning_per_turn.append(reasoning)
             assistant = assistant_message(content, runner.calls, reasoning)
             tools.begin_turn(assistant, runner.calls)
-            await tools.record_turn(result, turn + 1, runner.calls, timing, assistant)
-            if not runner.calls:
+            await tools.record_turn(result, turn, runner.calls, timing, assistant)
+            at = len(messages) - 1 - len(runner.calls)  # the assistant message just appended
+            self._record_cut(result, turn, step)
+            final = not runner.calls and not step.cut
+            if final:
                 result.finished_naturally = True
-                rendered = tokenizer.apply_chat_template(
-                    messages, schemas, add_generation_prompt=False
-                )
-                self._check_template(result, trajectory, rendered, tools.task_id, final=True)
+            prompt = self._place(
+                result, trajectory, turn, step, prompt, at, final=final, task_id=tools.task_id
+            )
+            if final:
                 return
-            ended_on_eos = bool(step.token_ids) and step.token_ids[-1] == tokenizer.eos_token_id
-            suffix, rendered = suffix_ids(messages, tokenizer, schemas, ended_on_eos=ended_on_eos)
-            trajectory.add_suffix(suffix)
-            self._check_template(result, trajectory, rendered, tools.task_id, final=False)
 
-    def _check_template(
+    def _record_cut(self, result: AgentResult, turn: int, step: Phase2Turn) -> None:
+        """A call cut off by ``max_tokens``: a ``ToolError`` and a ``user`` message saying so."""
+        if not step.cut:
+            return
+        for event in step.cut:
+            result.tool_errors.append(
+                ToolError(
+                    turn=turn,
+                    tool_name=event.name or "",
+                    arguments=event.raw,
+                    error=event.message,
+                    tool_result=event.message[:TOOL_ERROR_RESULT_MAX_CHARS],
+                )
+            )
+        text = "\n".join(dict.fromkeys(event.message for event in step.cut))
+        result.messages.append({"role": "user", "content": text})
+
+    def _place(
         self,
         result: AgentResult,
         trajectory: Trajectory,
-        rendered: str,
-        task_id: str,
+        turn: int,
+        step: Phase2Turn,
+        prompt: str,
+        at: int,
         *,
         final: bool,
-    ) -> None:
-        """Count a mismatch between the decoded tokens and the template's ``rendered`` text."""
-        if not template_matches(self._tokenizer.decode(trajectory.tokens), rendered, final=final):
-            result.template_mismatches += 1
-            logger.info(
-                "task %s: trajectory differs from the template rendering (turn %d)",
-                task_id,
-                result.turns_used,
-            )
+        task_id: str,
+    ) -> str:
+        """Check the turn against the template, append its suffix; return the next prompt."""
+        tokenizer = self._tokenizer
+        messages = result.messages
+        schemas = self._schemas or None
+        full = tokenizer.apply_chat_template(messages, schemas, add_generation_prompt=not final)
+        ids = step.token_ids
+        ended = bool(ids) and ids[-1] in step.stop_ids
+        stops = [tokenizer.decode([ids[-1]])] if ended else self._end_texts()
+        placement = place_turn(
+            turn=turn,
+            prompt=prompt,
+            full=full,
+            completion=tokenizer.decode(ids),
+            stop_texts=stops,
+            ended_on_stop=ended,
+            final=final,
+            before=lambda: tokenizer.apply_chat_template(
+                messages[: at + 1], schemas, add_generation_prompt=False
+            ),
+        )
+        for check in placement.checks:
+            result.template_checks.append(check)
+            if check.counted:
+                result.template_mismatches += 1
+                logger.info("task %s: template check: %s", task_id, check.describe())
+        if placement.suffix:
+            trajectory.add_suffix(tokenizer.encode(placement.suffix), turn=turn)
+        return full
+
+    def _end_texts(self) -> list[str]:
+        return [self._tokenizer.decode([i]) for i in self._end_of_turn]

@@ -54,7 +54,15 @@ class ToolCall:
     Attributes:
         call_id: The call's id (the model's, or one made up for it).
         name: The tool name as the model spelled it.
-        arguments: The raw argument string.
+        arguments: The argument string the tool receives (Phase 2: the parser's validated,
+            canonical JSON; for a malformed call, its text).
+        raw_arguments: Phase 2: the arguments exactly as the model wrote them, when they
+            differ from :attr:`arguments` (the message shows these).
+        raw: Phase 2: the call's JSON as the model wrote it, when the format writes the whole
+            call as one JSON object (hermes, llama3_json) or the call is malformed; chat
+            templates that know it render the model's own text.
+        native_id: Phase 2: the model's own id for the call, when the format has one (Kimi K2's
+            ``functions.name:0``); chat templates re-render it.
         index: Position in the turn (set on submission).
         submitted_at: Clock time of submission.
         started_at: Clock time the tool started (after the previous call, in sequential mode).
@@ -64,6 +72,9 @@ class ToolCall:
     call_id: str
     name: str
     arguments: str
+    raw_arguments: str | None = None
+    raw: str | None = None
+    native_id: str | None = None
     index: int = -1
     submitted_at: float = 0.0
     started_at: float | None = None

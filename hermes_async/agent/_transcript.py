@@ -1,15 +1,13 @@
-"""The transcript, as pure functions: messages, the interrupted turn, suffix ids, template check.
+"""The transcript, as pure functions: the turn's messages and the interrupted turn.
 
 Everything the loop decides about *what the conversation looks like* lives here, free of I/O,
 so both turn strategies share it and tests can call it directly:
 
 * :func:`assistant_message` / :func:`tool_message` — the OpenAI-format messages of one turn;
 * :func:`interrupted_turn` — how a turn cut short by a deadline or a cancellation is closed
-  (the assistant message plus one result per call, so no call is left without a result);
-* :func:`suffix_ids` — Phase 2: the token ids between a sampled completion and the next
-  generation (tool responses and the next generation prompt), never re-tokenizing sampled ids;
-* :func:`template_matches` — Phase 2: whether the decoded trajectory is what the chat template
-  renders for the messages.
+  (the assistant message plus one result per call, so no call is left without a result).
+
+Phase 2's suffixes and the template check are in :mod:`hermes_async.agent._segments`.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools.registry import ToolOutcome
 
@@ -28,8 +25,6 @@ __all__ = (
     "assistant_message",
     "first_user_content",
     "interrupted_turn",
-    "suffix_ids",
-    "template_matches",
     "tool_message",
 )
 
@@ -50,23 +45,44 @@ class CallRecord(Protocol):
     def arguments(self) -> str: ...
 
     @property
+    def raw_arguments(self) -> str | None: ...
+
+    @property
+    def raw(self) -> str | None: ...
+
+    @property
+    def native_id(self) -> str | None: ...
+
+    @property
     def outcome(self) -> ToolOutcome | None: ...
 
 
 def assistant_message(
     content: str | None, calls: Sequence[CallRecord], reasoning: str | None
 ) -> JSONObject:
-    """The assistant message of one turn: content, ``tool_calls`` if any, reasoning if any."""
+    """The assistant message of one turn: content, ``tool_calls`` if any, reasoning if any.
+
+    Each call's ``function.arguments`` is the argument text as the model wrote it when that is
+    known (Phase 2), else the canonical string; ``raw`` (an extension key on the tool call,
+    present only when it says more than the arguments) is the call's JSON as written, and
+    ``native_id`` the model's own id for the call (Kimi K2), for templates that render them.
+    """
     message: JSONObject = {"role": "assistant", "content": content or ""}
     if calls:
-        message["tool_calls"] = [
-            {
+        entries: list[JSONObject] = []
+        for c in calls:
+            arguments = c.raw_arguments if c.raw_arguments is not None else c.arguments
+            entry: JSONObject = {
                 "id": c.call_id,
                 "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments},
+                "function": {"name": c.name, "arguments": arguments},
             }
-            for c in calls
-        ]
+            if c.raw is not None:
+                entry["raw"] = c.raw
+            if c.native_id is not None:
+                entry["native_id"] = c.native_id
+            entries.append(entry)
+        message["tool_calls"] = entries
     if reasoning:
         message["reasoning_content"] = reasoning
     return message
@@ -102,43 +118,3 @@ def first_user_content(messages: Sequence[Mapping[str, Any]]) -> str | None:
         if message.get("role") == "user" and isinstance(message.get("content"), str):
             return str(message["content"]).strip()[:USER_TASK_MAX_CHARS]
     return None
-
-
-def suffix_ids(
-    messages: Sequence[JSONObject],
-    tokenizer: Tokenizer,
-    tools: Sequence[JSONObject] | None,
-    *,
-    ended_on_eos: bool,
-) -> tuple[list[int], str]:
-    """Ids between the sampled completion and the next generation, and the full rendering.
-
-    The template renders an assistant turn as ``...<|im_end|>`` + separator; what follows the
-    assistant's end-of-turn token in the full rendering (tool responses, the next generation
-    prompt) is the suffix. If the model did not stop on the end-of-turn token (length), the
-    suffix starts with it (it is masked like every suffix id).
-
-    Returns:
-        ``(suffix ids, the rendering of all messages with a generation prompt)``.
-    """
-    tool_list = list(tools) if tools else None
-    last_assistant = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")
-    before = tokenizer.apply_chat_template(
-        messages[: last_assistant + 1], tool_list, add_generation_prompt=False
-    )
-    full = tokenizer.apply_chat_template(messages, tool_list, add_generation_prompt=True)
-    eos_text = tokenizer.decode([tokenizer.eos_token_id])
-    cut = before.rfind(eos_text) + len(eos_text)
-    prefix = [] if ended_on_eos else [tokenizer.eos_token_id]
-    return prefix + tokenizer.encode(full[cut:]), full
-
-
-def template_matches(decoded: str, rendered: str, *, final: bool) -> bool:
-    """Whether the decoded trajectory ``decoded`` is the template's ``rendered`` text.
-
-    After the final turn the template's separator following the end-of-turn token (whitespace)
-    was never sampled: only that may remain of the rendering.
-    """
-    if final:
-        return rendered.startswith(decoded) and not rendered[len(decoded) :].strip()
-    return decoded == rendered

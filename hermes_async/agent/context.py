@@ -8,24 +8,48 @@ with one change: every method is a coroutine, so it never blocks the event loop:
         out = await ctx.terminal("pytest -q", timeout=180)
         return 1.0 if out["exit_code"] == 0 else 0.0
 
-Which sandbox: the one the current :class:`~hermes_async.tools.sandbox.manager.SandboxManager`
-holds for ``task_id`` (set by the environment with ``use_sandbox_manager``), or the ``manager``
-passed explicitly. Without either, sandbox methods raise :class:`~hermes_async.errors.SandboxError`
-saying how to set one.
+Which sandbox: the one the ``manager`` passed explicitly holds for ``task_id``, else the one of
+the current :class:`~hermes_async.tools.sandbox.manager.SandboxManager` (set by the environment
+with ``use_sandbox_manager``). With neither -- a notebook, a verification script, the reference's
+``ctx = ToolContext(task_id)`` outside any environment -- the context is **standalone**: it owns
+a private sandbox on the configured backend (``backend=`` / ``sandbox_options=``, else the
+reference's ``TERMINAL_ENV`` and ``TERMINAL_DOCKER_IMAGE`` / ``TERMINAL_MODAL_IMAGE``; ``local``
+by default) for its own lifetime, and releases it on exit.
+
+How a standalone context stays structured. Its private owner
+(:class:`~hermes_async.tools.standalone.StandaloneSandboxes`) has no task and holds no cancel
+scope, so it is created lazily inside the first awaited method (constructing a context does
+nothing) and may outlive that call. Its lifetime ends in one of three ways, none of which
+schedules anything:
+
+* ``async with ToolContext(task_id) as ctx:`` -- the block is the scope: on exit the sandbox is
+  released, shielded and bounded.
+* ``await ctx.cleanup()`` or ``await ctx.aclose()`` -- the same release, now.
+* ``ctx.cleanup()`` without ``await`` (the reference's ``finally: ctx.cleanup()``) -- nothing
+  can be awaited there, so the release is done synchronously: a local sandbox is gone when the
+  call returns (every process carrying its marker gets SIGKILL, its directory is removed). A
+  Docker or Modal sandbox cannot be removed without awaiting its engine; awaiting the handle
+  ``cleanup()`` returns removes it, and a handle dropped without ``await`` emits a
+  ``RuntimeWarning`` naming the fix (the container is then left to the backend's own safety
+  net: Docker's orphan reaping by owner process, Modal's sandbox lifetime).
 
 Returned vs raised: like the reference, methods return result dicts for everything the sandbox or
-a tool reports (non-zero exits, missing files, rejected archives); only a missing manager (an
+a tool reports (non-zero exits, missing files, rejected archives); only an unusable backend (an
 operator mistake) and cancellation are raised.
+
+``terminal(command)`` without a timeout uses the rollout's ``terminal_timeout`` (the
+``terminal_timeout`` argument here, which the environment sets from its config), else
+``TERMINAL_TIMEOUT``, else 180 s -- the same rule as the model's ``terminal`` calls.
 
 Two guards for code written against the synchronous reference:
 
 * **A result used without ``await``** (``ctx.terminal("ls")["exit_code"]``) raises ``TypeError:
   ... write `await ctx.terminal(...)` ...`` instead of failing obscurely later. A call whose result
   is dropped without ``await`` does nothing and emits a ``RuntimeWarning``, like a coroutine.
-* **``ctx.cleanup()`` without ``await``** (reference code calls it in a ``finally``) still releases
-  the sandbox: calling ``cleanup()`` immediately queues the release to the manager's own janitor
-  task (``SandboxManager.request_release``; no task is spawned here), which releases it at its
-  next scheduling point, shielded and bounded; the manager's exit releases anything left. Awaiting
+* **``ctx.cleanup()`` without ``await``** inside an environment still releases the sandbox:
+  calling ``cleanup()`` immediately queues the release to the manager's own janitor task
+  (``SandboxManager.request_release``; no task is spawned here), which releases it at its next
+  scheduling point, shielded and bounded; the manager's exit releases anything left. Awaiting
   the handle instead releases at once and returns when the sandbox is gone. The environment also
   releases the sandbox in its own ``finally``, so a rollout never leaks one either way.
 
@@ -47,11 +71,12 @@ import json
 import posixpath
 import warnings
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
 from hermes_async.jsontypes import JSONObject
+from hermes_async.limits import Limits
 from hermes_async.tools.browser import (
     BrowserManager,
     context_browser_navigate,
@@ -61,12 +86,14 @@ from hermes_async.tools.browser import (
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime, dispatch
 from hermes_async.tools.sandbox import transfer
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
-from hermes_async.tools.sandbox.base import Sandbox
+from hermes_async.tools.sandbox.base import Sandbox, SandboxProvider
 from hermes_async.tools.sandbox.errors import NotARegularFileError, TransferLimitError
 from hermes_async.tools.sandbox.manager import SandboxManager, current_sandbox_manager
 from hermes_async.tools.sandbox.transfer import DEFAULT_TRANSFER_LIMIT_BYTES
+from hermes_async.tools.standalone import StandaloneSandboxes, standalone_factory
+from hermes_async.tools.terminal import default_command_timeout
 
-__all__ = ("DEFAULT_TOOL_TIMEOUT_SECONDS", "ToolContext")
+__all__ = ("DEFAULT_TOOL_TIMEOUT_SECONDS", "TerminalResult", "ToolContext")
 
 #: Deadline for one tool call through the context (the reference's ``future.result(timeout=300)``).
 #: ``terminal`` gets its own command timeout plus :data:`_TERMINAL_SLACK_SECONDS` instead.
@@ -127,19 +154,65 @@ class _Pending(Generic[T]):
             )
 
 
+class TerminalResult(dict[str, Any]):
+    """The terminal tool's result dict, as :meth:`ToolContext.terminal` returns it.
+
+    A plain ``dict`` (``{"output", "exit_code", "error", ...}``: equal to, and serialized as, the
+    tool's JSON), which also answers the spellings reward code written for other shapes uses:
+    ``result["stdout"]`` is ``result["output"]`` (stdout and stderr, merged as the reference's
+    terminal merged them) and ``result["returncode"]`` is ``result["exit_code"]``. The aliases
+    are never stored, so iterating, comparing or dumping the dict shows the tool's keys only.
+    """
+
+    _ALIASES: ClassVar[dict[str, str]] = {"stdout": "output", "returncode": "exit_code"}
+
+    def __missing__(self, key: str) -> Any:
+        alias = self._ALIASES.get(key)
+        if alias is not None and alias in self:
+            return self[alias]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``dict.get``, with the aliases of ``[]``."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
 class _CleanupHandle:
-    """Returned by :meth:`ToolContext.cleanup`; the release is already queued when you get it."""
+    """Returned by :meth:`ToolContext.cleanup`; what could be released synchronously already is.
 
-    __slots__ = ("_ctx",)
+    Awaiting it releases the rest and returns when everything is gone. A standalone context's
+    container sandbox (Docker, Modal) can only be released by awaiting: dropping the handle
+    without ``await`` then warns.
+    """
 
-    def __init__(self, ctx: ToolContext) -> None:
+    __slots__ = ("_awaited", "_ctx", "_left")
+
+    def __init__(self, ctx: ToolContext, left: list[str]) -> None:
         self._ctx = ctx
+        self._left = left
+        self._awaited = False
 
     def __await__(self) -> Generator[Any, None, None]:
+        self._awaited = True
         return self._ctx._release_now().__await__()
 
     def __repr__(self) -> str:
         return f"<ToolContext({self._ctx.task_id!r}).cleanup(): release queued; await to wait>"
+
+    def __del__(self) -> None:
+        if self._left and not self._awaited:
+            backend = self._ctx._standalone.backend if self._ctx._standalone else "?"
+            warnings.warn(
+                f"ToolContext({self._ctx.task_id!r}).cleanup() was not awaited: its "
+                f"{backend} sandbox cannot be removed synchronously and was left to the "
+                "backend's own reaping; write `await ctx.cleanup()` or use "
+                "`async with ToolContext(task_id) as ctx:`",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 class ToolContext(AsyncResource):
@@ -147,12 +220,19 @@ class ToolContext(AsyncResource):
 
     Args:
         task_id: The rollout whose sandbox to use.
-        manager: The sandbox manager (default: the current one, see ``use_sandbox_manager``).
+        manager: The sandbox manager (default: the current one, see ``use_sandbox_manager``;
+            with none, the context is standalone and owns a private sandbox).
         runtime: A ``ToolRuntime`` to dispatch tools with (default: one built for ``task_id``
-            on ``manager``, with the manager's limits).
+            on the manager, with the manager's limits).
         registry: Where tools come from (default: the built-in tools).
         browsers: The browser manager for ``browser_*`` methods (default: the runtime's, else
             the current one, see ``use_browser_manager``).
+        terminal_timeout: Default command timeout of ``terminal`` (seconds); ``None``:
+            ``TERMINAL_TIMEOUT``, else 180 s. An environment sets it from its config.
+        backend: Standalone only: the sandbox backend (default ``TERMINAL_ENV``, else
+            ``local``).
+        sandbox_options: Standalone only: the backend's options (default: the image from
+            ``TERMINAL_DOCKER_IMAGE`` / ``TERMINAL_MODAL_IMAGE``).
     """
 
     def __init__(
@@ -163,12 +243,20 @@ class ToolContext(AsyncResource):
         runtime: ToolRuntime | None = None,
         registry: ToolRegistry | None = None,
         browsers: BrowserManager | None = None,
+        terminal_timeout: float | None = None,
+        backend: str | None = None,
+        sandbox_options: dict[str, Any] | None = None,
     ) -> None:
         self.task_id = task_id
         self._manager = manager if manager is not None else current_sandbox_manager()
         self._runtime = runtime
         self._registry = registry
         self._browsers = browsers
+        #: Default command timeout of :meth:`terminal` (set before the first call).
+        self.terminal_timeout = terminal_timeout
+        self._backend = backend
+        self._sandbox_options = sandbox_options
+        self._standalone: StandaloneSandboxes | None = None
 
     def __repr__(self) -> str:
         return f"ToolContext({self.task_id!r})"
@@ -181,25 +269,53 @@ class ToolContext(AsyncResource):
         """The sandbox manager this context uses.
 
         Raises:
-            SandboxError: No manager was given and none is current.
+            SandboxError: The context is standalone (its sandbox has a private owner, no
+                manager).
         """
         if self._manager is None:
             self._manager = current_sandbox_manager()
         if self._manager is None:
             raise SandboxError(
-                "ToolContext has no SandboxManager: pass ToolContext(task_id, manager=m) or "
-                "run inside `async with SandboxManager(...) as m:` + `with use_sandbox_manager(m):`",
+                "this ToolContext is standalone: no SandboxManager was passed or current, so "
+                "its sandbox has a private owner; pass ToolContext(task_id, manager=m) or run "
+                "inside `async with SandboxManager(...) as m:` + `with use_sandbox_manager(m):` "
+                "to share one",
                 task_id=self.task_id,
             )
         return self._manager
 
     @property
+    def standalone(self) -> bool:
+        """True when no manager was given or current (the context owns a private sandbox)."""
+        return self._runtime is None and (self._manager or current_sandbox_manager()) is None
+
+    def _provider(self) -> SandboxProvider:
+        if self._runtime is not None and self._runtime.sandboxes is not None:
+            return self._runtime.sandboxes
+        if self._manager is None:
+            self._manager = current_sandbox_manager()
+        if self._manager is not None:
+            return self._manager
+        if self._standalone is None:
+            kind, factory = standalone_factory(self._backend, self._sandbox_options)
+            self._standalone = StandaloneSandboxes(factory, backend=kind)
+        return self._standalone
+
+    @property
     def runtime(self) -> ToolRuntime:
-        """The runtime tools are dispatched with (built on first use)."""
+        """The runtime tools are dispatched with (built on first use).
+
+        Raises:
+            ConfigError: Standalone, and the configured backend is unknown.
+        """
         if self._runtime is None:
-            manager = self.manager
+            provider = self._provider()
+            limits = getattr(provider, "limits", None)
             self._runtime = ToolRuntime(
-                task_id=self.task_id, limits=manager.limits, sandboxes=manager
+                task_id=self.task_id,
+                limits=limits if isinstance(limits, Limits) else Limits(),
+                sandboxes=provider,
+                terminal_timeout=self.terminal_timeout,
             )
         return self._runtime
 
@@ -211,7 +327,10 @@ class ToolContext(AsyncResource):
         return current_browser_manager()
 
     async def _sandbox(self) -> Sandbox:
-        return await self.manager.get(self.task_id)
+        sandboxes = self.runtime.sandboxes
+        if sandboxes is None:  # a runtime passed in without sandboxes
+            raise SandboxError("this ToolContext's runtime has no sandboxes", task_id=self.task_id)
+        return await sandboxes.get(self.task_id)
 
     async def _call(self, name: str, args: JSONObject, timeout: float) -> str:
         outcome = await dispatch(name, args, self.runtime, registry=self._registry, timeout=timeout)
@@ -226,22 +345,28 @@ class ToolContext(AsyncResource):
     # ----------------------------------------------------------------------------------------
     # tools
 
-    def terminal(self, command: str, timeout: int = 180) -> _Pending[JSONObject]:
+    def terminal(self, command: str, timeout: int | None = None) -> _Pending[TerminalResult]:
         """Run ``command`` in the sandbox; return the terminal tool's result dict.
 
-        ``{"output", "exit_code", "error", ...}``; a result that is not JSON comes back as
-        ``{"exit_code": -1, "output": raw}``.
+        ``{"output", "exit_code", "error", ...}`` (a :class:`TerminalResult`: ``["stdout"]`` and
+        ``["returncode"]`` also work); a result that is not JSON comes back as
+        ``{"exit_code": -1, "output": raw}``. Without ``timeout``, the rollout's
+        ``terminal_timeout`` applies (see the module docstring); the command starts where the
+        rollout's last command ended (the terminal's session directory).
 
         **Cancellation**: the command's process group is killed.
         """
 
-        async def run() -> JSONObject:
-            args: JSONObject = {"command": command, "timeout": timeout}
-            content = await self._call("terminal", args, float(timeout) + _TERMINAL_SLACK_SECONDS)
+        async def run() -> TerminalResult:
+            args: JSONObject = {"command": command}
+            if timeout is not None:
+                args["timeout"] = timeout
+            limit = float(timeout) if timeout is not None else default_command_timeout(self.runtime)
+            content = await self._call("terminal", args, limit + _TERMINAL_SLACK_SECONDS)
             value = _loads(content)
             if isinstance(value, dict):
-                return value
-            return {"exit_code": -1, "output": content}
+                return TerminalResult(value)
+            return TerminalResult({"exit_code": -1, "output": content})
 
         return _Pending("terminal", run)
 
@@ -470,25 +595,34 @@ class ToolContext(AsyncResource):
     def cleanup(self) -> _CleanupHandle:
         """Release the rollout's sandbox (kill its processes, remove it). Never raises.
 
-        The release is queued to the manager's janitor the moment this is called, so
-        ``ctx.cleanup()`` without ``await`` (reference style) still releases the sandbox;
-        ``await ctx.cleanup()`` releases it now and returns when it is gone.
+        With a manager, the release is queued to the manager's janitor the moment this is
+        called, so ``ctx.cleanup()`` without ``await`` (reference style) still releases the
+        sandbox; ``await ctx.cleanup()`` releases it now and returns when it is gone. A
+        standalone context releases a local sandbox synchronously, here; see the module
+        docstring for container sandboxes.
 
-        **Cancellation**: the release is shielded and bounded by the manager's
+        **Cancellation**: the release is shielded and bounded by the owner's
         ``close_timeout``.
         """
-        manager = self._manager or current_sandbox_manager()
-        if manager is not None:
-            manager.request_release(self.task_id)
+        left: list[str] = []
+        if self._standalone is not None:
+            left = self._standalone.close_now()
+        else:
+            manager = self._manager or current_sandbox_manager()
+            if manager is not None:
+                manager.request_release(self.task_id)
         browsers = self._browser_manager()
         if browsers is not None:
             browsers.request_release(self.task_id)
-        return _CleanupHandle(self)
+        return _CleanupHandle(self, left)
 
     async def _release_now(self) -> None:
-        manager = self._manager or current_sandbox_manager()
-        if manager is not None:
-            await manager.release(self.task_id)
+        if self._standalone is not None:
+            await self._standalone.aclose()
+        else:
+            manager = self._manager or current_sandbox_manager()
+            if manager is not None:
+                await manager.release(self.task_id)
         browsers = self._browser_manager()
         if browsers is not None:
             await browsers.release(self.task_id)
@@ -496,10 +630,10 @@ class ToolContext(AsyncResource):
     async def aclose(self) -> None:
         """Release the rollout's sandbox now (``async with ToolContext(...)`` calls it on exit).
 
-        **Cancellation**: the release is shielded and bounded by the manager's
+        **Cancellation**: the release is shielded and bounded by the owner's
         ``close_timeout``.
         """
-        await self.cleanup()
+        await self._release_now()
 
 
 def _loads(content: str) -> object:

@@ -34,30 +34,40 @@ import logging
 import math
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 import anyio
 
 from hermes_async.agent._chat_turn import ChatTurns
+from hermes_async.agent._reasoning import (
+    TemplateKwargsTokenizer,
+    check_reasoning,
+    reasoning_request_fields,
+    thinking_template_kwargs,
+)
+from hermes_async.agent._sampling import SamplingHook, end_of_turn_ids, resolve_sampling
 from hermes_async.agent._token_turn import TokenTurns
 from hermes_async.agent._tool_runner import RunTools, ToolSettings
 from hermes_async.agent._transcript import first_user_content
 from hermes_async.agent.budget import DEFAULT_BUDGET, BudgetConfig
 from hermes_async.agent.result import AgentResult
+from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import SamplingParams, TokenClient
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime
 from hermes_async.tools.sandbox.base import SandboxProvider
-from hermes_async.tools.sandbox.manager import current_sandbox_manager
+from hermes_async.tools.sandbox.manager import current_sandbox_manager, open_sandbox_manager
+from hermes_async.tools.standalone import standalone_factory
 
 __all__ = (
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
     "AgentOptions",
     "ChatServer",
     "HermesAgentLoop",
+    "resize_tool_pool",
 )
 
 logger = logging.getLogger(__name__)
@@ -91,11 +101,21 @@ class AgentOptions:
     :meth:`HermesAgentLoop.from_options` builds a loop from it. Defaults are the loop's (and the
     reference's, where it had the knob).
 
+    Precedence (Phase 2): **a value given explicitly always wins over a default.** The loop's
+    ``temperature`` / ``max_tokens`` override ``sampling``'s only when given (``None`` means not
+    given: ``sampling=SamplingParams(temperature=0.3)`` samples at 0.3); ``extra_body`` merges
+    into ``sampling.extra`` (the same key with two values is an error); a per-run ``seed`` beats
+    ``sampling.seed``; a ``sampling_hook`` result is that turn's parameters. Details:
+    :mod:`hermes_async.agent._sampling`.
+
     Attributes:
         max_turns: Maximum model calls per rollout.
-        temperature: Sampling temperature (1.0: on-policy sampling).
+        temperature: Sampling temperature; ``None``: not given (Phase 1 sends 1.0, on-policy
+            sampling; Phase 2 uses ``sampling.temperature``, itself 1.0 by default).
         max_tokens: Per-turn completion cap (``None``: the server's default).
-        extra_body: Extra request fields merged into every chat request (Phase 1).
+        extra_body: Extra request fields: merged into every chat request (Phase 1), and into
+            the token requests' extras (Phase 2: checked against the server kind when the loop
+            is built, e.g. ``{"structured_outputs": {"regex": ...}}``).
         budget: Tool-result budget (``None``: 100,000 chars per result, 200,000 per turn).
         tool_timeout: Per-tool-call deadline in seconds (300 s: above the terminal tool's own
             120 s command timeout, so the command's timeout fires first).
@@ -108,14 +128,33 @@ class AgentOptions:
         early_dispatch: Phase 2: start each call the moment it is sealed.
         sampling: Phase 2 sampling parameters; ``temperature`` and ``max_tokens`` override
             theirs.
+        split_reasoning: Phase 2: move a leading ``<think>`` block into ``reasoning_content``
+            (``False`` keeps it in ``content``: the environment's ``preserve_think_blocks``).
+        terminal_timeout: Default command timeout of the ``terminal`` tool in seconds
+            (``None``: the run's ``use_tool_defaults``, else ``TERMINAL_TIMEOUT``, else 180 s);
+            an explicit ``timeout`` wins.
+        skills_dir: Where the ``skills`` tools read (``None``: ``~/.hermes/skills``, else the
+            built-in examples).
+        thinking_mode: Ask the model to reason (atroposlib's ``thinking_mode``).
+        reasoning_effort: ``none``, ``minimal``, ``low``, ``medium``, ``high`` or ``xhigh``.
+        max_reasoning_tokens: A reasoning token budget (Phase 1 only). See
+            :mod:`hermes_async.agent._reasoning` for how the three reach each kind of server.
+        sampling: Phase 2 sampling parameters (see the precedence above).
         split_reasoning: Phase 2: move a leading ``<think>`` block into ``reasoning_content``.
+        sampling_hook: Phase 2: ``hook(turn, messages, params) -> SamplingParams | None``,
+            called before each generation; a result replaces that turn's parameters (e.g. a
+            different ``structured_outputs`` regex per turn).
+        end_of_turn: Phase 2: the tokens (ids or texts) that end a model turn; ``None``: the
+            tokenizer's (its ``end_of_turn_ids``, else ``eos_token_id``). They are the default
+            stop ids and decide where the template's suffix starts.
 
     Raises:
-        ValueError: ``max_turns`` < 1, or a timeout that is not positive.
+        ValueError: ``max_turns`` < 1, a timeout that is not positive, an unknown
+            ``reasoning_effort`` or a non-positive ``max_reasoning_tokens``.
     """
 
     max_turns: int = 30
-    temperature: float = 1.0
+    temperature: float | None = None
     max_tokens: int | None = None
     extra_body: Mapping[str, Any] | None = None
     budget: BudgetConfig | None = None
@@ -127,6 +166,14 @@ class AgentOptions:
     early_dispatch: bool = True
     sampling: SamplingParams | None = None
     split_reasoning: bool = True
+    terminal_timeout: float | None = None
+    skills_dir: str | None = None
+    thinking_mode: bool = False
+    reasoning_effort: str | None = None
+    max_reasoning_tokens: int | None = None
+    # ---- Phase 2 fidelity (issue 22): per-turn sampling and the end-of-turn tokens
+    sampling_hook: SamplingHook | None = None
+    end_of_turn: tuple[int | str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -134,12 +181,43 @@ class AgentOptions:
         _check_timeout("tool_timeout", self.tool_timeout)
         _check_timeout("turn_timeout", self.turn_timeout)
         _check_timeout("rollout_timeout", self.rollout_timeout)
+        _check_timeout("terminal_timeout", self.terminal_timeout)
+        check_reasoning(self.reasoning_effort, self.max_reasoning_tokens)
 
 
 class _TurnStrategy(Protocol):
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run one rollout's turns into ``result``."""
         ...
+
+
+_T = TypeVar("_T")
+
+
+class _Option(Generic[_T]):
+    """A read-only loop attribute under the reference's name, read from the loop's options."""
+
+    def __init__(self, field: str | None = None) -> None:
+        self._field = field
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._field = self._field or name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> _Option[_T]: ...
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> _T: ...
+    def __get__(self, obj: object | None, objtype: type | None = None) -> _T | _Option[_T]:
+        if obj is None:
+            return self
+        value: _T = getattr(obj.options, self._field or "")  # type: ignore[attr-defined]
+        return value
+
+    def __set__(self, obj: object, value: object) -> None:
+        raise AttributeError(
+            f"{self._field} is fixed once the loop is built (its turn strategy was configured "
+            "from it): build another HermesAgentLoop, or pass AgentOptions"
+        )
 
 
 class HermesAgentLoop:
@@ -157,17 +235,23 @@ class HermesAgentLoop:
         max_turns: Maximum model calls.
         task_id: The rollout's id (its sandbox's key); a fresh uuid4 if ``None``. A run may
             override it (``run(messages, task_id=...)``).
-        temperature: Sampling temperature.
+        temperature: Sampling temperature; ``None``: not given (1.0 for chat servers;
+            ``sampling``'s for token servers; see :class:`AgentOptions` for the precedence).
         max_tokens: Per-turn completion cap (``None``: the server's default).
-        extra_body: Extra request fields merged into every model request.
+        extra_body: Extra request fields merged into every model request (Phase 2: checked
+            against the token server's accepted extras when the loop is built).
         budget_config: Tool-result budget (:class:`~hermes_async.agent.budget.BudgetConfig`;
             default 100,000 chars per result, 200,000 per turn, 1,500-char previews). Oversized
             results are saved into the rollout's sandbox and replaced by a preview. Anything
             else (the reference accepted any object) means the default.
         limits: Shared limiters (default: a private :class:`Limits`).
         sandboxes: Where tools get the rollout's sandbox (default: the current
-            ``SandboxManager`` of the context, see ``use_sandbox_manager``; with none, sandbox
-            tools report an error to the model).
+            ``SandboxManager`` of the context, see ``use_sandbox_manager``). With none --
+            reference-style code outside an environment -- each :meth:`run` opens a private
+            manager on the configured backend (``TERMINAL_ENV``, default ``local``) and
+            **the run owns the sandbox**: it is released when ``run`` returns. To verify in the
+            same sandbox afterwards, open a manager around both (``async with
+            open_sandbox_manager(): ...``; ``ToolContext(task_id)`` inside finds it).
         registry: Tool implementations (default: the built-in tools).
         tool_timeout: Per-tool-call deadline in seconds; a call that passes it is cancelled and
             reported to the model as timed out (a ``ToolError``).
@@ -181,13 +265,20 @@ class HermesAgentLoop:
         tool_call_parser: Phase 2 parser name (and the Phase 1 fallback uses ``hermes``).
         early_dispatch: Phase 2: start each tool call the moment the parser seals it, while
             generation continues (default). ``False`` waits for the end of the completion.
-        sampling: Phase 2 sampling parameters; ``temperature`` and ``max_tokens`` above
-            override theirs.
+        sampling: Phase 2 sampling parameters; ``temperature``, ``max_tokens`` and
+            ``extra_body`` above override or extend them when given.
         split_reasoning: Move a leading ``<think>...</think>`` block of the completion into
             ``reasoning_content`` (Phase 2).
+        terminal_timeout: Default command timeout of ``terminal`` calls (seconds).
+        skills_dir: Directory of the ``skills`` tools.
+        thinking_mode: Ask the model to reason (see :class:`AgentOptions`).
+        reasoning_effort: Reasoning effort (see :class:`AgentOptions`).
+        max_reasoning_tokens: Reasoning token budget (Phase 1; see :class:`AgentOptions`).
         release_sandbox: Release the rollout's sandbox when :meth:`run` returns. Default
             ``False``: a reward function usually inspects the sandbox afterwards, and whoever
             owns the manager releases it. On an outer cancellation it is released regardless.
+        sampling_hook: Phase 2 per-turn sampling (see :class:`AgentOptions`).
+        end_of_turn: Phase 2 end-of-turn tokens (see :class:`AgentOptions`).
 
     Raises:
         ValueError: ``max_turns`` < 1, a non-positive timeout, or a token server without a
@@ -202,7 +293,7 @@ class HermesAgentLoop:
         valid_tool_names: Collection[str],
         max_turns: int = 30,
         task_id: str | None = None,
-        temperature: float = 1.0,
+        temperature: float | None = None,
         max_tokens: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
         budget_config: Any = None,
@@ -220,6 +311,13 @@ class HermesAgentLoop:
         sampling: SamplingParams | None = None,
         split_reasoning: bool = True,
         release_sandbox: bool = False,
+        terminal_timeout: float | None = None,
+        skills_dir: str | None = None,
+        thinking_mode: bool = False,
+        reasoning_effort: str | None = None,
+        max_reasoning_tokens: int | None = None,
+        sampling_hook: SamplingHook | None = None,
+        end_of_turn: Sequence[int | str] | None = None,
     ) -> None:
         options = AgentOptions(
             max_turns=max_turns,
@@ -235,6 +333,13 @@ class HermesAgentLoop:
             early_dispatch=early_dispatch,
             sampling=sampling,
             split_reasoning=split_reasoning,
+            terminal_timeout=terminal_timeout,
+            skills_dir=skills_dir,
+            thinking_mode=thinking_mode,
+            reasoning_effort=reasoning_effort,
+            max_reasoning_tokens=max_reasoning_tokens,
+            sampling_hook=sampling_hook,
+            end_of_turn=tuple(end_of_turn) if end_of_turn is not None else None,
         )
         self.options = options
         self.server = server
@@ -297,6 +402,13 @@ class HermesAgentLoop:
             sampling=options.sampling,
             split_reasoning=options.split_reasoning,
             release_sandbox=release_sandbox,
+            terminal_timeout=options.terminal_timeout,
+            skills_dir=options.skills_dir,
+            thinking_mode=options.thinking_mode,
+            reasoning_effort=options.reasoning_effort,
+            max_reasoning_tokens=options.max_reasoning_tokens,
+            sampling_hook=options.sampling_hook,
+            end_of_turn=options.end_of_turn,
         )
 
     def _strategy(self, server: Any, tokenizer: Tokenizer | None) -> _TurnStrategy:
@@ -307,15 +419,23 @@ class HermesAgentLoop:
                 raise ValueError(
                     "a token server (Phase 2) needs a tokenizer: pass tokenizer=load_tokenizer(...)"
                 )
-            base = options.sampling or SamplingParams()
-            sampling = replace(
-                base,
-                temperature=options.temperature,
-                max_tokens=options.max_tokens
-                if options.max_tokens is not None
-                else base.max_tokens,
-                stop_token_ids=base.stop_token_ids or (tokenizer.eos_token_id,),
+            switch = thinking_template_kwargs(
+                options.thinking_mode, options.reasoning_effort, options.max_reasoning_tokens
             )
+            if switch:
+                tokenizer = TemplateKwargsTokenizer(tokenizer, switch)
+            # The precedence rule and the extras check live in agent/_sampling.py.
+            end_of_turn = end_of_turn_ids(tokenizer, options.end_of_turn)
+            sampling = resolve_sampling(
+                options.sampling,
+                temperature=options.temperature,
+                max_tokens=options.max_tokens,
+                extra_body=options.extra_body,
+                stop_ids=end_of_turn,
+            )
+            check = getattr(server, "check_sampling", None)
+            if callable(check):
+                check(sampling)  # a key the server does not accept fails here, not silently
             return TokenTurns(
                 server,
                 tokenizer=tokenizer,
@@ -326,16 +446,25 @@ class HermesAgentLoop:
                 split_reasoning=options.split_reasoning,
                 sampling=sampling,
                 turn_timeout=options.turn_timeout,
+                end_of_turn=end_of_turn,
+                sampling_hook=options.sampling_hook,
+                check_sampling=check if callable(check) else None,
             )
         if isinstance(server, ChatServer):
             return ChatTurns(
                 server.chat_completion,
                 tool_schemas=self.tool_schemas,
                 max_turns=options.max_turns,
-                temperature=options.temperature,
+                temperature=options.temperature if options.temperature is not None else 1.0,
                 max_tokens=options.max_tokens,
                 extra_body=options.extra_body,
                 turn_timeout=options.turn_timeout,
+                reasoning=reasoning_request_fields(
+                    options.thinking_mode,
+                    options.reasoning_effort,
+                    options.max_reasoning_tokens,
+                    base_url=_base_url(server),
+                ),
             )
         raise TypeError(
             f"server must have `async chat_completion(**kw)` (Phase 1) or be a token client "
@@ -344,70 +473,52 @@ class HermesAgentLoop:
 
     # The reference's attribute names, read from the options (fixed once built: the turn
     # strategy was configured from them).
-    @property
-    def max_turns(self) -> int:
-        """Maximum model calls."""
-        return self.options.max_turns
+    max_turns: _Option[int] = _Option()
+    """Maximum model calls."""
 
     @property
     def temperature(self) -> float:
-        """Sampling temperature."""
-        return self.options.temperature
+        """The sampling temperature in effect (given, else ``sampling``'s, else 1.0)."""
+        if self.options.temperature is not None:
+            return self.options.temperature
+        if self.options.sampling is not None and isinstance(self.server, TokenClient):
+            return self.options.sampling.temperature
+        return 1.0
 
-    @property
-    def max_tokens(self) -> int | None:
-        """Per-turn completion cap."""
-        return self.options.max_tokens
+    max_tokens: _Option[int | None] = _Option()
+    """Per-turn completion cap."""
 
     @property
     def extra_body(self) -> dict[str, Any] | None:
         """Extra request fields (a copy)."""
         return dict(self.options.extra_body) if self.options.extra_body else None
 
-    @property
-    def budget_config(self) -> BudgetConfig | None:
-        """The tool-result budget (``None``: the default)."""
-        return self.options.budget
+    budget_config: _Option[BudgetConfig | None] = _Option("budget")
+    """The tool-result budget (``None``: the default)."""
 
-    @property
-    def tool_timeout(self) -> float | None:
-        """Per-tool-call deadline in seconds."""
-        return self.options.tool_timeout
+    tool_timeout: _Option[float | None] = _Option()
+    """Per-tool-call deadline in seconds."""
 
-    @property
-    def turn_timeout(self) -> float | None:
-        """Per-model-call deadline in seconds."""
-        return self.options.turn_timeout
+    turn_timeout: _Option[float | None] = _Option()
+    """Per-model-call deadline in seconds."""
 
-    @property
-    def rollout_timeout(self) -> float | None:
-        """Whole-rollout deadline in seconds."""
-        return self.options.rollout_timeout
+    rollout_timeout: _Option[float | None] = _Option()
+    """Whole-rollout deadline in seconds."""
 
-    @property
-    def parallel_tool_calls(self) -> bool:
-        """Whether one turn's calls run concurrently."""
-        return self.options.parallel_tool_calls
+    parallel_tool_calls: _Option[bool] = _Option()
+    """Whether one turn's calls run concurrently."""
 
-    @property
-    def tool_call_parser(self) -> str:
-        """The Phase 2 parser name."""
-        return self.options.tool_call_parser
+    tool_call_parser: _Option[str] = _Option()
+    """The Phase 2 parser name."""
 
-    @property
-    def early_dispatch(self) -> bool:
-        """Whether sealed calls start while generation continues."""
-        return self.options.early_dispatch
+    early_dispatch: _Option[bool] = _Option()
+    """Whether sealed calls start while generation continues."""
 
-    @property
-    def sampling(self) -> SamplingParams | None:
-        """The Phase 2 sampling parameters as given."""
-        return self.options.sampling
+    sampling: _Option[SamplingParams | None] = _Option()
+    """The Phase 2 sampling parameters as given."""
 
-    @property
-    def split_reasoning(self) -> bool:
-        """Whether a leading ``<think>`` block becomes ``reasoning_content``."""
-        return self.options.split_reasoning
+    split_reasoning: _Option[bool] = _Option()
+    """Whether a leading ``<think>`` block becomes ``reasoning_content``."""
 
     async def run(
         self,
@@ -437,17 +548,35 @@ class HermesAgentLoop:
         logprobs aligned; messages of a turn appended only once the turn finished, in Phase 2).
         """
         task_id = task_id or self.task_id
+        sandboxes = self.sandboxes or current_sandbox_manager()
+        if sandboxes is None:
+            # Reference-style use outside an environment: this run owns a private manager.
+            async with open_sandbox_manager(
+                standalone_factory()[1], limits=self.limits, idle_timeout=None
+            ) as private:
+                return await self._run(messages, task_id, seed, private)
+        return await self._run(messages, task_id, seed, sandboxes)
+
+    async def _run(
+        self,
+        messages: list[dict[str, Any]],
+        task_id: str,
+        seed: int | None,
+        sandboxes: SandboxProvider,
+    ) -> AgentResult:
         result = AgentResult(messages=messages)
         self.partial = result
-        sandboxes = self.sandboxes or current_sandbox_manager()
+        options = self.options
         runtime = ToolRuntime(
             task_id=task_id,
             limits=self.limits,
             user_task=first_user_content(messages),
             sandboxes=sandboxes,
+            terminal_timeout=options.terminal_timeout,
+            skills_dir=options.skills_dir,
         )
         tools = RunTools(self._tools, runtime)
-        timeout = self.options.rollout_timeout
+        timeout = options.rollout_timeout
         release = self.release_sandbox
         interrupted = False
         try:
@@ -468,6 +597,15 @@ class HermesAgentLoop:
         return result
 
 
+def _base_url(server: Any) -> str | None:
+    """The server's base URL, when it tells (our clients, atroposlib's server configs)."""
+    for candidate in (server, getattr(server, "connection", None), getattr(server, "config", None)):
+        url = getattr(candidate, "base_url", None)
+        if isinstance(url, str):
+            return url
+    return None
+
+
 async def _release(
     sandboxes: SandboxProvider | None, task_id: str, *, interrupted: bool = False
 ) -> None:
@@ -482,3 +620,38 @@ async def _release(
         await sandboxes.release(task_id, interrupted=interrupted)
     except Exception as exc:  # cleanup must not mask the rollout's own outcome
         logger.warning("task %s: sandbox release failed: %s", task_id, exc)
+
+
+def resize_tool_pool(max_workers: int, *, limits: Limits | None = None) -> Limits:
+    """Resize the ``tool_calls`` limiter (the reference resized its tool thread pool).
+
+    There is no thread pool: this resizes the limiter of tool calls running at once of the
+    **current run** -- the limits of the current ``SandboxManager``, which the environment's
+    rollouts, loops and ``ToolContext`` s share. Pass ``limits=`` to resize another
+    :class:`~hermes_async.limits.Limits`. Outside a run there is no shared pool (each standalone
+    loop has private limits), and that is a ``ConfigError`` saying so, not a silent no-op.
+
+    Args:
+        max_workers: Tool calls allowed to run at once (>= 1).
+        limits: The limits to resize (default: the current run's).
+
+    Returns:
+        The :class:`~hermes_async.limits.Limits` that was resized.
+
+    Raises:
+        ConfigError: No ``limits`` given and no run is current.
+        ValueError: ``max_workers`` < 1.
+    """
+    target = limits
+    if target is None:
+        manager = current_sandbox_manager()
+        if manager is None:
+            raise ConfigError(
+                f"resize_tool_pool({max_workers}) needs a run to resize: there is no tool "
+                "thread pool, only the tool_calls limiter of the current run (inside an "
+                "environment's serve/process/evaluate or a use_sandbox_manager block); set "
+                "tool_pool_size in the environment's config, or pass limits=..."
+            )
+        target = manager.limits
+    target.tool_calls.set_total(max_workers)
+    return target

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_async.agent._segments import TemplateCheck
+
 __all__ = (
     "TOOL_ERROR_ARGUMENTS_MAX_CHARS",
     "TOOL_ERROR_RESULT_MAX_CHARS",
@@ -62,10 +64,14 @@ class AgentResult:
         reasoning_per_turn: One entry per successful model response (``None`` if it had none).
         tool_errors: Errors collected during the loop.
         error: Why the loop stopped early (model server failure, deadline), if it did.
-        template_mismatches: Phase 2: turns where the decoded trajectory differed from the chat
-            template's rendering of the messages; reported, never hidden.
+        template_mismatches: Phase 2: divergences between the decoded trajectory and the chat
+            template's rendering of the messages, each counted once, at the turn where it
+            appeared (a final answer cut by ``max_tokens`` is not one); reported, never hidden.
         timings: One record per turn: ``turn``, ``time_to_first_token``, ``generation_seconds``,
             ``tool_seconds``, ``model_wait_seconds`` and ``tool:<index>:<name>`` durations.
+        template_checks: Phase 2: every divergence found, with its turn, reason (``history``,
+            ``completion``, or the uncounted ``length``) and the two texts where they part
+            (:class:`~hermes_async.agent.TemplateCheck`).
     """
 
     messages: list[dict[str, Any]]
@@ -77,3 +83,4 @@ class AgentResult:
     error: str | None = None
     template_mismatches: int = 0
     timings: list[dict[str, float]] = field(default_factory=list)
+    template_checks: list[TemplateCheck] = field(default_factory=list)

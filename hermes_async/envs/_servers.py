@@ -8,8 +8,12 @@ clients, never through atroposlib's ``ServerManager``/``ManagedServer``:
 ``server_type``    client                                   phase
 =================  ======================================  =====================================
 ``vllm``           token client; ``token_endpoint``:        Phase 2 (exact tokens and logprobs)
-                   ``vllm`` (``/inference/v1/generate``,
-                   default) or ``atropos`` (``/generate``)
+                   ``auto`` (default: the generate route
+                   if the server has it, else the stock
+                   ``/v1/completions``; probed once),
+                   ``vllm`` (``/inference/v1/generate``),
+                   ``completions`` (``/v1/completions``)
+                   or ``atropos`` (``/generate``)
 ``sglang``         :class:`SGLangGenerateClient`            Phase 2
 ``openai``         :class:`ChatClient`                      Phase 1 (placeholder tokens)
 =================  ======================================  =====================================
@@ -20,7 +24,7 @@ within a bounded time (atroposlib's own health check waits forever on a dead ser
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, MutableMapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,6 +36,7 @@ from hermes_async._net import redact_url
 from hermes_async.errors import ConfigError, InferenceError
 from hermes_async.inference import HTTPOptions, ModelServerError, probe_server
 from hermes_async.inference.chat import ChatClient
+from hermes_async.inference.completions import VLLMCompletionsClient, detect_token_endpoint
 from hermes_async.inference.generate import (
     AtroposGenerateClient,
     GenerateClient,
@@ -49,12 +54,13 @@ __all__ = (
     "check_reachable",
     "endpoint_kind",
     "open_model_clients",
+    "resolve_endpoint_kind",
     "server_specs",
 )
 
-TokenEndpoint = Literal["auto", "vllm", "atropos", "sglang"]
+TokenEndpoint = Literal["auto", "vllm", "completions", "atropos", "sglang"]
 #: Values ``token_endpoint`` accepts.
-TOKEN_ENDPOINTS: tuple[str, ...] = ("auto", "vllm", "atropos", "sglang")
+TOKEN_ENDPOINTS: tuple[str, ...] = ("auto", "vllm", "completions", "atropos", "sglang")
 
 #: Pause between reachability probes of a server that is still starting.
 PROBE_INTERVAL_SECONDS = 0.25
@@ -154,7 +160,11 @@ def server_specs(server_configs: Any) -> list[ServerSpec]:
 
 
 def endpoint_kind(server_type: str, token_endpoint: str) -> str:
-    """The token protocol to speak: ``vllm``, ``atropos`` or ``sglang``.
+    """The token protocol to speak: ``vllm``, ``completions``, ``atropos`` or ``sglang``.
+
+    Without a probe, ``auto`` means ``sglang`` for SGLang servers and ``vllm`` otherwise;
+    :func:`open_model_clients` probes a vLLM server once instead
+    (:func:`~hermes_async.inference.completions.detect_token_endpoint`).
 
     Raises:
         ConfigError: ``token_endpoint`` is not one of :data:`TOKEN_ENDPOINTS`.
@@ -168,9 +178,42 @@ def endpoint_kind(server_type: str, token_endpoint: str) -> str:
     return "sglang" if server_type == "sglang" else "vllm"
 
 
-def _make_client(
+async def resolve_endpoint_kind(
     spec: ServerSpec,
     token_endpoint: str,
+    *,
+    cache: MutableMapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout: float = _PROBE_TIMEOUT_SECONDS,
+) -> str:
+    """:func:`endpoint_kind`, with ``auto`` on a vLLM server decided by one probe.
+
+    The probe asks whether ``/inference/v1/generate`` exists (a vLLM started without
+    ``--enable-scale-out`` answers 403); if not, the stock ``/v1/completions`` route is used.
+    The answer is kept in ``cache`` (by root URL), so an environment probes each server once.
+
+    Raises:
+        ConfigError: An unknown ``token_endpoint``.
+        ModelServerError: The probe failed (unreachable server, wrong key).
+
+    **Cancellation**: the probe's connection is closed.
+    """
+    kind = endpoint_kind(spec.server_type, token_endpoint)
+    if token_endpoint != "auto" or spec.server_type != "vllm" or spec.phase != 2:
+        return kind
+    if cache is not None and spec.root_url in cache:
+        return cache[spec.root_url]
+    kind = await detect_token_endpoint(
+        spec.root_url, timeout=timeout, transport=transport, api_key=spec.api_key
+    )
+    if cache is not None:
+        cache[spec.root_url] = kind
+    return kind
+
+
+def _make_client(
+    spec: ServerSpec,
+    kind: str,
     limiter: NamedLimiter | None,
     transport: httpx.AsyncBaseTransport | None,
 ) -> ModelClient:
@@ -184,7 +227,6 @@ def _make_client(
             limiter=limiter,
             transport=transport,
         )
-    kind = endpoint_kind(spec.server_type, token_endpoint)
     common: dict[str, Any] = {
         "options": options,
         "limiter": limiter,
@@ -195,6 +237,8 @@ def _make_client(
         return AtroposGenerateClient(spec.base_url, **common)
     if kind == "sglang":
         return SGLangGenerateClient(spec.root_url, **common)
+    if kind == "completions":
+        return VLLMCompletionsClient(spec.root_url, model=spec.model_name, **common)
     return VLLMGenerateClient(spec.root_url, **common)
 
 
@@ -205,15 +249,26 @@ async def open_model_clients(
     token_endpoint: str = "auto",
     limiter: NamedLimiter | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    endpoint_cache: MutableMapping[str, str] | None = None,
 ) -> AsyncIterator[list[ModelClient]]:
     """Open one client per server (connection pools); close them all on exit.
+
+    With ``token_endpoint="auto"`` a vLLM server's route is probed (once per server when an
+    ``endpoint_cache`` is passed; see :func:`resolve_endpoint_kind`).
 
     **Cancellation**: the pools are closed, shielded and bounded, however the block exits.
     """
     async with AsyncExitStack() as stack:
         clients: list[ModelClient] = []
         for spec in specs:
-            client = _make_client(spec, token_endpoint, limiter, transport)
+            kind = (
+                await resolve_endpoint_kind(
+                    spec, token_endpoint, cache=endpoint_cache, transport=transport
+                )
+                if spec.phase == 2
+                else "chat"
+            )
+            client = _make_client(spec, kind, limiter, transport)
             clients.append(await stack.enter_async_context(client))
         yield clients
 

@@ -39,7 +39,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -60,6 +60,8 @@ from hermes_async.agent.scoring import scored_data_item
 from hermes_async.envs._atropos import BaseEnv, ScoredDataGroup, atropos_safe, wandb
 from hermes_async.envs._entry import run_entry
 from hermes_async.envs._eval import eval_report, roll_back_buffers, run_items, train_buffer_lengths
+from hermes_async.envs._override import collect_with_override, overrides
+from hermes_async.envs._preflight import preflight
 from hermes_async.envs._servers import (
     ModelClient,
     ServerSpec,
@@ -78,13 +80,18 @@ from hermes_async.envs.display import (
     wandb_rows,
 )
 from hermes_async.envs.results import EvalReport, RolloutSummary, summarize
-from hermes_async.errors import AsyncBackendError
+from hermes_async.errors import AsyncBackendError, HermesAsyncError
 from hermes_async.gc_tuning import gc_tuned_for_rollouts
 from hermes_async.inference.generate import GenerateClient
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
-from hermes_async.tools.registry import ToolRegistry, get_tool_definitions
+from hermes_async.tools.registry import (
+    ToolDefaults,
+    ToolRegistry,
+    get_tool_definitions,
+    use_tool_defaults,
+)
 from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.manager import (
     SandboxFactory,
@@ -193,6 +200,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         self._current_group_tools: tuple[list[JSONObject], set[str]] | None = None
         self._tool_error_buffer: list[dict[str, Any]] = []
         self._reachable: set[str] = set()
+        self._token_endpoints: dict[str, str] = {}  # token_endpoint="auto": probed once (#22)
         self._next_server = 0
         self._training_groups_running = 0
         self._training_groups_started = 0
@@ -272,6 +280,11 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
     async def _run_entry(self, what: str, run: Callable[[], Any]) -> None:
         _require_asyncio(what)
+        try:
+            await self.preflight()
+        except HermesAsyncError as exc:
+            logger.error("%s: start-up check failed, no rollout was run: %s", what, exc)
+            raise
         await run_entry(
             what,
             run,
@@ -280,14 +293,48 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             servers=getattr(self.server, "servers", []),
         )
 
+    async def preflight(self) -> None:
+        """Check the configuration and the infrastructure before the first rollout.
+
+        The entry points run it first: an unknown ``tool_call_parser``, toolset or
+        distribution, an unreachable sandbox backend (Docker engine down, Modal credentials
+        missing) or a model server that does not answer fails the run at once, with the
+        setting and the fix in the message (see :mod:`hermes_async.envs._preflight`). The
+        backend check is skipped when ``make_sandbox_factory`` is replaced (your own factory).
+
+        Raises:
+            ConfigError: A bad setting.
+            SandboxError: The sandbox backend is unusable.
+            ServerUnreachableError: A model server did not answer in time.
+
+        **Cancellation**: whatever a check opened is closed.
+        """
+        custom_factory = "make_sandbox_factory" in vars(self) or overrides(
+            self, HermesAgentBaseEnv, "make_sandbox_factory"
+        )
+        config = self.config
+        await preflight(
+            config.model_copy(update={"terminal_backend": "local"}) if custom_factory else config,
+            backend_options={} if custom_factory else self._sandbox_options(),
+            registry=self.tool_registry,
+            check_servers=self._ensure_reachable,
+        )
+
     # -------------------------------------------------------------- resources
+
+    def _sandbox_options(self) -> dict[str, Any]:
+        options = dict(self.config.sandbox_options or {})
+        # Commands sent without a timeout (tools other than terminal) get terminal_timeout too.
+        key = "default_timeout" if self.config.terminal_backend == "local" else None
+        if self.config.terminal_backend in ("docker", "modal"):
+            key = "default_exec_timeout_seconds"
+        if key is not None:
+            options.setdefault(key, float(self.config.terminal_timeout))
+        return options
 
     def make_sandbox_factory(self) -> SandboxFactory:
         """The sandbox factory for ``terminal_backend`` (override to plug in your own)."""
-        options = dict(self.config.sandbox_options or {})
-        if self.config.terminal_backend == "local":
-            options.setdefault("default_timeout", float(self.config.terminal_timeout))
-        return make_backend_factory(self.config.terminal_backend, **options)
+        return make_backend_factory(self.config.terminal_backend, **self._sandbox_options())
 
     @asynccontextmanager
     async def open_sandboxes(self) -> AsyncIterator[SandboxManager]:
@@ -296,18 +343,28 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         **Cancellation**: a manager opened here releases all its sandboxes on exit, shielded
         and bounded.
         """
-        current = current_sandbox_manager()
-        if current is not None:
-            yield current
-            return
-        async with SandboxManager(
-            self.make_sandbox_factory(),
-            limits=self.limits,
-            idle_timeout=float(self.config.terminal_lifetime),
-            close_timeout=self.config.sandbox_release_timeout,
-        ) as manager:
-            with use_sandbox_manager(manager):
-                yield manager
+        # The run's tool defaults (terminal_timeout, skills_dir) reach every tool runtime built
+        # inside, including loops and ToolContexts that subclass code builds itself.
+        with self.tool_defaults():
+            current = current_sandbox_manager()
+            if current is not None:
+                yield current
+                return
+            async with SandboxManager(
+                self.make_sandbox_factory(),
+                limits=self.limits,
+                idle_timeout=float(self.config.terminal_lifetime),
+                close_timeout=self.config.sandbox_release_timeout,
+            ) as manager:
+                with use_sandbox_manager(manager):
+                    yield manager
+
+    def tool_defaults(self) -> AbstractContextManager[ToolDefaults]:
+        """``use_tool_defaults`` with this config's ``terminal_timeout`` and ``skills_dir``."""
+        return use_tool_defaults(
+            terminal_timeout=float(self.config.terminal_timeout),
+            skills_dir=self.config.skills_dir,
+        )
 
     @asynccontextmanager
     async def open_model_clients(self) -> AsyncIterator[list[ModelClient]]:
@@ -324,6 +381,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             token_endpoint=self.config.token_endpoint,
             limiter=self.limits.model_requests,
             transport=self.model_transport,
+            endpoint_cache=self._token_endpoints,
         ) as clients:
             yield clients
 
@@ -455,6 +513,10 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         """Run ``group_size`` rollouts of ``item`` concurrently and build the scored group.
 
+        A subclass that overrides :meth:`collect_trajectory` (the reference's single-rollout
+        extension point) gets its override run ``group_size`` times instead, the group built
+        from its items (see :mod:`hermes_async.envs._override`).
+
         Returns:
             ``(group, [])``. The group has ``tokens``, ``masks``, ``scores``, ``messages`` and
             ``inference_logprobs`` per rollout, aligned.
@@ -472,10 +534,22 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         _require_asyncio("collect_trajectories")
         tools = self._resolve_tools_for_group()
         self._current_group_tools = tools
-        await self._ensure_reachable()
+        custom = overrides(self, HermesAgentBaseEnv, "collect_trajectory")
+        if not custom:
+            await self._ensure_reachable()
         self._training_groups_running += 1
         self._training_groups_started += 1
         try:
+            if custom:
+                # The reference's extension point: each rollout through the subclass's override.
+                with single_errors():
+                    async with self.open_sandboxes():
+                        return await collect_with_override(
+                            self.collect_trajectory,
+                            item,
+                            self.config.group_size,
+                            generation_params=self._generation_params(),
+                        )
             async with self._rollout_resources() as (manager, clients):
                 client = self._pick(clients)
                 _, messages = self._messages(item)
@@ -491,12 +565,15 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         finally:
             self._training_groups_running -= 1
         scored: ScoredDataGroup = group.to_scored_data_group(
-            generation_params={
-                "temperature": self.config.agent_temperature,
-                "max_tokens": self.config.max_token_length,
-            }
+            generation_params=self._generation_params()
         )
         return scored, []
+
+    def _generation_params(self) -> dict[str, Any]:
+        return {
+            "temperature": self.config.agent_temperature,
+            "max_tokens": self.config.max_token_length,
+        }
 
     # -------------------------------------------------------------- evaluation
 

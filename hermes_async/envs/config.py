@@ -33,9 +33,16 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
       ``AutoTokenizer``). Any HF name or local directory still works.
     * ``tool_pool_size`` (deprecated) no longer sizes a thread pool (there is none): it sets the
       ``tool_calls`` limiter, the number of tool calls running at once across all rollouts.
-    * ``terminal_timeout`` is the local sandbox's default command timeout;
+    * ``terminal_timeout`` is the default timeout of every ``terminal`` command (the model's
+      and ``ctx.terminal``'s) on every backend, carried by the rollout's tool runtime;
       ``terminal_lifetime`` the idle time after which a sandbox is reaped. No process-wide
       environment variables are set.
+    * atroposlib's ``thinking_mode`` / ``reasoning_effort`` / ``max_reasoning_tokens`` reach
+      the model (see :mod:`hermes_async.agent._reasoning`); ``preserve_think_blocks`` (default:
+      ``thinking_mode``, the reference's v2 rule) keeps ``<think>`` blocks in the assistant
+      messages instead of moving them to ``reasoning_content``.
+    * ``eval_size`` exists on the base config (the reference's guide reads
+      ``self.config.eval_size`` in ``evaluate``); ``None`` means every eval item.
     """
 
     enabled_toolsets: list[str] | None = Field(
@@ -80,8 +87,10 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     # ---- new in hermes_async
     token_endpoint: str = Field(
         default="auto",
-        description="Phase 2 protocol: auto, vllm (/inference/v1/generate), atropos "
-        "(/generate of atroposlib's vllm_api_server) or sglang.",
+        description="Phase 2 protocol: auto (vLLM: the generate route if the server has it, "
+        "else the stock /v1/completions; probed once), vllm (/inference/v1/generate), "
+        "completions (/v1/completions of a stock vLLM), atropos (/generate of atroposlib's "
+        "vllm_api_server) or sglang.",
     )
     early_dispatch: bool = Field(
         default=True, description="Start each tool call as soon as it is parsed (Phase 2)."
@@ -109,10 +118,39 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     sandbox_options: dict[str, Any] | None = Field(
         default=None, description="Options of the terminal_backend (e.g. docker image)."
     )
+    # ---- drop-in completeness (issue #14): reference spellings and settings
+    eval_size: int | None = Field(
+        default=None,
+        description="Eval items evaluate() runs (None: all; the guide's self.config.eval_size).",
+    )
+    preserve_think_blocks: bool | None = Field(
+        default=None,
+        description="Keep <think> blocks in assistant content instead of reasoning_content "
+        "(None: thinking_mode, the reference's rule).",
+    )
+    skills_dir: str | None = Field(
+        default=None,
+        description="Directory of SKILL.md skills for the skills toolset "
+        "(None: ~/.hermes/skills, else the built-in examples).",
+    )
     tune_gc: bool = Field(
         default=True,
         description="Apply hermes_async.gc_tuning.tune_gc_for_rollouts() for the run of "
         "serve/process/evaluate (fewer, shorter garbage-collector pauses with many rollouts).",
+    )
+    # ---- Phase 2 fidelity (issue 22). Decision: Phase 2 request extras get their own field;
+    # extra_body stays the chat requests' (Phase 1), so a chat-only extra never hits a token
+    # server's key check. Keys are checked against the server kind when the loop is built.
+    sampling_extra: dict[str, Any] | None = Field(
+        default=None,
+        description="Phase 2 request extras (SamplingParams.extra), e.g. "
+        '{"structured_outputs": {"regex": "..."}, "min_p": 0.05}; keys the token server does '
+        "not accept are an error.",
+    )
+    end_of_turn_tokens: list[str] | None = Field(
+        default=None,
+        description="Phase 2: the tokens that end a model turn (default: the tokenizer's, "
+        "from its chat template / config).",
     )
 
     def build_budget_config(self) -> BudgetConfig:
@@ -149,13 +187,17 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
             seed: The sampling seed (Phase 2).
         """
         sampling = (
-            SamplingParams(max_tokens=self.max_token_length, seed=seed) if token_server else None
+            SamplingParams(
+                max_tokens=self.max_token_length, seed=seed, extra=dict(self.sampling_extra or {})
+            )
+            if token_server
+            else None
         )
         return AgentOptions(
             max_turns=self.max_agent_turns,
             temperature=self.agent_temperature if temperature is None else temperature,
             max_tokens=self.max_token_length,
-            extra_body=self.extra_body,
+            extra_body=None if token_server else self.extra_body,
             budget=self.build_budget_config(),
             tool_timeout=self.tool_timeout,
             turn_timeout=self.turn_timeout,
@@ -164,7 +206,22 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
             tool_call_parser=self.tool_call_parser,
             early_dispatch=self.early_dispatch,
             sampling=sampling,
+            split_reasoning=not self.keeps_think_blocks,
+            terminal_timeout=float(self.terminal_timeout),
+            skills_dir=self.skills_dir,
+            thinking_mode=bool(self.thinking_mode),
+            reasoning_effort=self.reasoning_effort,
+            max_reasoning_tokens=self.max_reasoning_tokens,
+            end_of_turn=tuple(self.end_of_turn_tokens) if self.end_of_turn_tokens else None,
         )
+
+    @property
+    def keeps_think_blocks(self) -> bool:
+        """Whether ``<think>`` blocks stay in the messages: ``preserve_think_blocks``, else
+        ``thinking_mode`` (the reference's ``preserve_think_blocks=bool(thinking_mode)``)."""
+        if self.preserve_think_blocks is not None:
+            return self.preserve_think_blocks
+        return bool(self.thinking_mode)
 
 
 def resolve_tokenizer(name: str) -> tuple[str, bool]:

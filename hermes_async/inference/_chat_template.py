@@ -38,7 +38,10 @@ Every turn is ``<|im_start|>{role}\\n{body}<|im_end|>\\n``. Literally::
   ``<|im_end|>\\n``. Each tool call is ``<tool_call>\\n{"name": <json string>, "arguments":
   <arguments>}\\n</tool_call>``; the arguments string of an OpenAI message is inserted verbatim
   (a dict is ``tojson``-ed); calls are separated from the content and from each other by one
-  ``\\n`` (no separator when the content is empty and it is the first call).
+  ``\\n`` (no separator when the content is empty and it is the first call). A tool call that
+  carries a string ``raw`` (the agent loop's Phase 2 messages: the call's JSON exactly as the
+  model wrote it, e.g. compact ``{"name":"t","arguments":{}}``) renders as
+  ``<tool_call>\\n{raw}\\n</tool_call>``, so the rendering is the model's own text.
 - **Separator after an assistant turn**: exactly ``"\\n"`` follows the assistant's
   ``<|im_end|>``, then the next turn's ``<|im_start|>``. So after the model stopped on
   ``<|im_end|>`` (id 151645, included in the sampled ids), the loop's suffix text for the next

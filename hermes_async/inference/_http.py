@@ -131,6 +131,18 @@ class HTTPOptions:
     ssl_context: ssl.SSLContext | None = None
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
+    @classmethod
+    def for_probe(cls, timeout: float) -> HTTPOptions:
+        """One connection, one attempt, every deadline ``timeout``: what a reachability probe
+        uses."""
+        return cls(
+            connect_timeout_seconds=timeout,
+            read_timeout_seconds=timeout,
+            request_timeout_seconds=timeout,
+            max_connections=1,
+            retry=RetryPolicy(max_attempts=1),
+        )
+
     def __post_init__(self) -> None:
         for name in ("connect_timeout_seconds", "read_timeout_seconds", "request_timeout_seconds"):
             value = getattr(self, name)
@@ -539,13 +551,7 @@ async def probe_server(
 
     **Cancellation**: the probe's connection is closed; nothing else is held.
     """
-    options = HTTPOptions(
-        connect_timeout_seconds=timeout,
-        read_timeout_seconds=timeout,
-        request_timeout_seconds=timeout,
-        max_connections=1,
-        retry=RetryPolicy(max_attempts=1),
-    )
+    options = HTTPOptions.for_probe(timeout)
     async with ServerConnection(
         base_url, options=options, transport=transport, api_key=api_key
     ) as connection:

@@ -26,9 +26,8 @@ import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
 from hermes_async.errors import ConfigError
-from hermes_async.inference._chat_template import render_chat_template
-from hermes_async.inference._tokenizer_base import IncrementalDecoder, TokenizerBase
-from hermes_async.jsontypes import JSONObject
+from hermes_async.inference._chat_template import default_chat_template, render_chat_template
+from hermes_async.inference._tokenizer_base import IncrementalDecoder, RenderRequest, TokenizerBase
 
 __all__ = [
     "QWEN_ADDED_TOKENS",
@@ -159,6 +158,8 @@ class QwenTokenizer(TokenizerBase):
     def __init__(self, *, chat_template: str | None = None) -> None:
         self._encoding = qwen_encoding()
         self._chat_template = chat_template
+        if chat_template is None:
+            default_chat_template()  # read the file now (blocking), never on the event loop
         self._special_tokens = {
             tok: QWEN_FIRST_ADDED_ID + i for i, tok in enumerate(QWEN_ADDED_TOKENS)
         }
@@ -212,14 +213,14 @@ class QwenTokenizer(TokenizerBase):
         """Id of an added token's text, or ``None``."""
         return self._special_tokens.get(token)
 
-    def _render(
-        self, messages: list[JSONObject], tools: list[JSONObject] | None, generation: bool
-    ) -> str:
+    def _render(self, request: RenderRequest) -> str:
         # The built-in template unless one was given; ValueError on a malformed message list.
+        # The built-in template has no thinking switch and ignores ``enable_thinking``.
+        variables = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", **request.variables}
         return render_chat_template(
-            messages,
-            tools,
-            add_generation_prompt=generation,
+            request.messages,
+            request.tools,
+            add_generation_prompt=request.generation,
             template=self._chat_template,
-            variables={"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+            variables=variables,
         )

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from hermes_async.jsontypes import JSON
+from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = (
     "AtroposDecoder",
@@ -23,6 +23,7 @@ __all__ = (
     "SGLangDecoder",
     "TokenChunk",
     "VLLMDecoder",
+    "first_choice",
 )
 
 
@@ -91,15 +92,26 @@ class ChunkDecoder(ABC):
         """Decode one chunk; ``None`` for chunks without tokens or finish (usage, keep-alive)."""
 
 
+def first_choice(payload: JSON) -> JSONObject | None:
+    """``choices[0]`` of an OpenAI-style chunk; ``None`` for the usage chunk (no choices).
+
+    Raises:
+        ChunkError: An error frame, or ``choices`` that is not a list of objects.
+    """
+    _check_error_frame(payload)
+    choices = payload.get("choices")
+    if not choices:
+        return None
+    if not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise ChunkError("choices must be a list of objects")
+    return choices[0]
+
+
 class VLLMDecoder(ChunkDecoder):
     def feed(self, payload: JSON) -> TokenChunk | None:
-        _check_error_frame(payload)
-        choices = payload.get("choices")
-        if not choices:  # the usage chunk
+        choice = first_choice(payload)
+        if choice is None:  # the usage chunk
             return None
-        if not isinstance(choices, list) or not isinstance(choices[0], dict):
-            raise ChunkError("choices must be a list of objects")
-        choice = choices[0]
         ids = _int_ids(choice.get("token_ids", []), "choices[0].token_ids")
         content = (choice.get("logprobs") or {}).get("content")
         if content is None:

@@ -10,10 +10,11 @@ import circle, no import inside a function to hide one.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
-from hermes_async.jsontypes import JSONObject
+from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = ("IncrementalDecoder", "Messages", "Tokenizer", "TokenizerBase", "ToolSpecs")
 
@@ -75,10 +76,31 @@ class Tokenizer(Protocol):
         ...
 
     def apply_chat_template(
-        self, messages: Messages, tools: ToolSpecs = None, *, add_generation_prompt: bool = True
+        self,
+        messages: Messages,
+        tools: ToolSpecs = None,
+        *,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: Mapping[str, JSON] | None = None,
     ) -> str:
-        """Render ``messages`` (and tool schemas) to the model's prompt text."""
+        """Render ``messages`` (and tool schemas) to the model's prompt text.
+
+        ``chat_template_kwargs`` are extra template variables (Qwen3's ``enable_thinking``);
+        templates that do not use them ignore them. The loop passes them only when reasoning
+        options are configured, so a tokenizer written before they existed keeps working.
+        """
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class RenderRequest:
+    """What :meth:`TokenizerBase._render` renders: the conversation, the tool schemas, whether
+    to open the assistant's turn, and extra template variables (``enable_thinking``)."""
+
+    messages: list[JSONObject]
+    tools: list[JSONObject] | None
+    generation: bool
+    variables: dict[str, JSON]
 
 
 class TokenizerBase(ABC):
@@ -116,18 +138,31 @@ class TokenizerBase(ABC):
         return f"{type(self).__name__}(name={self._name!r}, vocab={len(self)})"
 
     def apply_chat_template(
-        self, messages: Messages, tools: ToolSpecs = None, *, add_generation_prompt: bool = True
+        self,
+        messages: Messages,
+        tools: ToolSpecs = None,
+        *,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: Mapping[str, JSON] | None = None,
     ) -> str:
         """Render the conversation with this tokenizer's chat template (text, not ids).
+
+        ``chat_template_kwargs`` become template variables (``enable_thinking``); a template
+        without such a switch ignores them.
 
         Raises:
             ValueError: A malformed message list (a ``ConfigError`` when the tokenizer has no
                 template at all).
         """
-        return self._render(list(messages), list(tools) if tools else None, add_generation_prompt)
+        return self._render(
+            RenderRequest(
+                list(messages),
+                list(tools) if tools else None,
+                add_generation_prompt,
+                dict(chat_template_kwargs or {}),
+            )
+        )
 
     @abstractmethod
-    def _render(
-        self, messages: list[JSONObject], tools: list[JSONObject] | None, generation: bool
-    ) -> str:
+    def _render(self, request: RenderRequest) -> str:
         """Render with this tokenizer's template (see :meth:`apply_chat_template`)."""

@@ -54,6 +54,7 @@ from hermes_async.inference._token_chunks import (
     SGLangDecoder,
     VLLMDecoder,
 )
+from hermes_async.inference.request_extras import split_extras
 from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = (
@@ -82,9 +83,11 @@ class SamplingParams:
         seed: Per-request seed; ``None`` leaves the server default.
         stop_token_ids: Ids that end the completion (typically the tokenizer's end of turn).
         stop: Strings that end the completion.
-        extra: Server-specific sampling parameters merged last (e.g. vLLM
-            ``{"structured_outputs": {"regex": ...}}``). Atropos' server passes every key to
-            vLLM's ``SamplingParams``: an unknown key there is an HTTP 500.
+        extra: Server-specific request extras (e.g. vLLM ``{"structured_outputs": {"regex":
+            ...}}``, ``min_p``, ``repetition_penalty``), checked and placed per server by
+            :mod:`~hermes_async.inference.request_extras` (``structured_outputs`` is translated
+            for SGLang); a key the server does not accept raises ``UnsupportedExtraError``
+            instead of being dropped.
     """
 
     max_tokens: int = 256
@@ -297,12 +300,32 @@ class GenerateClient(ServerClient, ABC):
 
     #: Path of the endpoint, relative to the base URL.
     path: str = ""
+    #: Which table of :mod:`~hermes_async.inference.request_extras` checks and places
+    #: ``SamplingParams.extra`` for this server.
+    extras_kind: str = "vllm"
 
     def __init__(self, base_url: str, **connection: Unpack[ConnectionKwargs]) -> None:
         self.connection = ServerConnection(self._base_url(base_url), **connection)
 
+    def check_sampling(self, params: SamplingParams) -> None:
+        """Raise if this server cannot take ``params`` (an extra key it does not accept).
+
+        Raises:
+            UnsupportedExtraError: Names the key and what to use instead (see
+                :func:`~hermes_async.inference.request_extras.split_extras`).
+        """
+        split_extras(self.extras_kind, params.extra)
+
     def _base_url(self, base_url: str) -> str:
         return base_url
+
+    def _flat_tail(self, body: JSONObject, params: SamplingParams) -> JSONObject:
+        """``seed`` and the extras at the top level of a flat body (Atropos, completions)."""
+        if params.seed is not None:
+            body["seed"] = params.seed
+        _, top = split_extras(self.extras_kind, params.extra)
+        body.update(top)
+        return body
 
     @abstractmethod
     def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
@@ -385,8 +408,9 @@ class VLLMGenerateClient(GenerateClient):
         sampling["logprobs"] = 0
         if params.seed is not None:
             sampling["seed"] = params.seed
-        sampling.update(params.extra)
-        return {"token_ids": list(prompt_ids), "sampling_params": sampling, "stream": True}
+        extra, top = split_extras(self.extras_kind, params.extra)
+        sampling.update(extra)
+        return {"token_ids": list(prompt_ids), "sampling_params": sampling, "stream": True, **top}
 
     def _decoder(self) -> ChunkDecoder:
         return VLLMDecoder()
@@ -406,6 +430,7 @@ class AtroposGenerateClient(GenerateClient):
 
     path = "/generate"
     streaming = False
+    extras_kind = "atropos"
 
     def _base_url(self, base_url: str) -> str:
         return base_url.rstrip("/").removesuffix("/v1")
@@ -418,10 +443,7 @@ class AtroposGenerateClient(GenerateClient):
             "max_tokens": params.max_tokens,
         }
         body.update(_sampling_common(params))
-        if params.seed is not None:
-            body["seed"] = params.seed
-        body.update(params.extra)
-        return body
+        return self._flat_tail(body, params)
 
     def _decoder(self) -> ChunkDecoder:
         return AtroposDecoder()
@@ -448,6 +470,7 @@ class SGLangGenerateClient(GenerateClient):
     """
 
     path = "/generate"
+    extras_kind = "sglang"
 
     def __init__(
         self,
@@ -464,13 +487,15 @@ class SGLangGenerateClient(GenerateClient):
         sampling["max_new_tokens"] = params.max_tokens
         if params.seed is not None:
             sampling["sampling_seed"] = params.seed
-        sampling.update(params.extra)
+        extra, top = split_extras(self.extras_kind, params.extra)
+        sampling.update(extra)
         return {
             "input_ids": list(prompt_ids),
             "sampling_params": sampling,
             "return_logprob": True,
             "logprob_start_len": -1,
             "stream": True,
+            **top,
         }
 
     def _decoder(self) -> ChunkDecoder:

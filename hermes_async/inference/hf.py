@@ -37,8 +37,7 @@ from hermes_async.inference._qwen import (
     QWEN_PATTERN,
     qwen_bpe_path,
 )
-from hermes_async.inference._tokenizer_base import IncrementalDecoder, TokenizerBase
-from hermes_async.jsontypes import JSONObject
+from hermes_async.inference._tokenizer_base import IncrementalDecoder, RenderRequest, TokenizerBase
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -246,20 +245,23 @@ class HFTokenizer(TokenizerBase):
     def incremental_decoder(self) -> IncrementalDecoder:
         return _WindowIncrementalDecoder(self.decode)
 
-    def _render(
-        self, messages: list[JSONObject], tools: list[JSONObject] | None, generation: bool
-    ) -> str:
-        """With the tokenizer's own chat template (``tokenize=False``); ConfigError if none."""
+    def _render(self, request: RenderRequest) -> str:
+        """With the tokenizer's own chat template (``tokenize=False``); ConfigError if none.
+
+        ``request.variables`` reach the template as keyword arguments (Qwen3's ``enable_thinking``).
+        """
         if not self._tokenizer.chat_template:
             raise ConfigError(
                 f"tokenizer {self._name!r} has no chat template; use a tokenizer directory "
                 f"with one, or the built-in {QWEN_OFFLINE_NAME!r}"
             )
         text = self._tokenizer.apply_chat_template(
-            messages,
-            tools=list(tools) if tools else None,  # (transformers types it list[dict | Callable])
+            request.messages,
+            # (transformers types it list[dict | Callable])
+            tools=list(request.tools) if request.tools else None,
             tokenize=False,
-            add_generation_prompt=generation,
+            add_generation_prompt=request.generation,
+            **request.variables,
         )
         return str(text)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from hermes_async.inference._qwen import QWEN_OFFLINE_NAME, QwenTokenizer
 from hermes_async.inference._tokenizer_base import IncrementalDecoder, Tokenizer
+from hermes_async.inference.families import FamilyTokenizer, is_family_dir
 from hermes_async.inference.hf import HFTokenizer
 
 __all__ = (
@@ -50,7 +51,9 @@ def load_tokenizer(name_or_path: str | None = None) -> Tokenizer:
     Args:
         name_or_path: ``None`` or ``"qwen-offline"`` for the built-in offline Qwen tokenizer; an
             existing directory for an HF tokenizer saved there (``tokenizer.json`` /
-            ``tokenizer_config.json``); anything else is an HF hub name (needs network, or a
+            ``tokenizer_config.json``; a family directory of
+            :mod:`hermes_async.inference.families` gives a ``FamilyTokenizer``, which knows
+            the family's end-of-turn tokens); anything else is an HF hub name (needs network, or a
             local HF cache with ``HF_HUB_OFFLINE=1``).
 
     Returns:
@@ -62,4 +65,6 @@ def load_tokenizer(name_or_path: str | None = None) -> Tokenizer:
     """
     if name_or_path is None or name_or_path == QWEN_OFFLINE_NAME:
         return QwenTokenizer()
+    if is_family_dir(name_or_path):
+        return FamilyTokenizer.from_directory(name_or_path)
     return HFTokenizer.from_pretrained(name_or_path)

@@ -54,6 +54,8 @@ class Segment:
     kind: SegmentKind
     token_ids: array[int]
     logprobs: array[float] | None = None
+    #: The turn (1-based) a completion or suffix belongs to; 0 for the prompt.
+    turn: int = 0
 
 
 @dataclass(slots=True)
@@ -71,8 +73,10 @@ class Trajectory:
         if not self.segments:
             self.segments.append(Segment("prompt", array("i", self.prompt_ids)))
 
-    def add_completion(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> None:
-        """Append sampled ids and their logprobs (trained positions).
+    def add_completion(
+        self, token_ids: Sequence[int], logprobs: Sequence[float], *, turn: int = 0
+    ) -> None:
+        """Append sampled ids and their logprobs (trained positions) of turn ``turn``.
 
         Raises:
             TrajectoryError: ``len(token_ids) != len(logprobs)``.
@@ -82,12 +86,14 @@ class Trajectory:
                 f"completion has {len(token_ids)} token ids but {len(logprobs)} logprobs; "
                 "the server must return one logprob per sampled token"
             )
-        self.segments.append(Segment("completion", array("i", token_ids), array("d", logprobs)))
+        self.segments.append(
+            Segment("completion", array("i", token_ids), array("d", logprobs), turn)
+        )
 
-    def add_suffix(self, token_ids: Sequence[int]) -> None:
-        """Append ids the loop rendered itself (masked positions)."""
+    def add_suffix(self, token_ids: Sequence[int], *, turn: int = 0) -> None:
+        """Append ids the loop rendered itself (masked positions) after turn ``turn``."""
         if token_ids:
-            self.segments.append(Segment("suffix", array("i", token_ids)))
+            self.segments.append(Segment("suffix", array("i", token_ids), None, turn))
 
     @property
     def tokens(self) -> list[int]:
@@ -128,6 +134,23 @@ class Trajectory:
         """The reference's ManagedServer node shape: ``tokens``, ``masked_tokens``, ``logprobs``."""
         return {"tokens": self.tokens, "masked_tokens": self.masks, "logprobs": self.logprobs}
 
+    def boundaries(self) -> list[JSONObject]:
+        """The segments as ``{"kind", "turn", "start", "end"}`` token offsets, in order.
+
+        ``tokens[start:end]`` of a ``completion`` is exactly what the server sampled on that
+        turn; a ``suffix`` follows its turn's completion; the ``prompt`` (turn 0) comes first.
+        """
+        out: list[JSONObject] = []
+        start = 0
+        for seg in self.segments:
+            end = start + len(seg.token_ids)
+            out.append({"kind": seg.kind, "turn": seg.turn, "start": start, "end": end})
+            start = end
+        return out
+
     def managed_state(self) -> JSONObject:
-        """``{"nodes": [node]}``, as ``AgentResult.managed_state`` carries it."""
-        return {"nodes": [self.to_node()]}
+        """``{"nodes": [node], "segments": [...]}``, as ``AgentResult.managed_state`` carries it.
+
+        ``nodes`` is the reference's shape; ``segments`` (:meth:`boundaries`) is additive.
+        """
+        return {"nodes": [self.to_node()], "segments": self.boundaries()}

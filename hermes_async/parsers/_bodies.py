@@ -62,8 +62,10 @@ class CallSink(Protocol):
     def fragment(self, text: str) -> None:
         """An arguments preview fragment of the started attempt."""
 
-    def seal(self, name: str, arguments: JSONObject, native_id: str | None = None) -> None:
-        """The attempt is complete and valid."""
+    def seal(
+        self, name: str, arguments: JSONObject, native_id: str | None = None, raw: str = ""
+    ) -> None:
+        """The attempt is complete and valid (``raw``: its JSON text as written)."""
 
     def invalid(self, reason: str, raw: str, name: str | None = None) -> None:
         """The attempt is malformed."""
@@ -500,7 +502,7 @@ class JsonCallBody(_JsonBody):
             self._fail(reason or "invalid arguments", text, name)
             return
         native = obj.get(spec.native_id_key) if spec.native_id_key else None
-        self.sink.seal(name, arguments, native if isinstance(native, str) else None)
+        self.sink.seal(name, arguments, native if isinstance(native, str) else None, text)
 
     def _fail(self, reason: str, raw: str, name: str | None = None) -> None:
         self.sink.invalid(reason, raw, name or self.name)
@@ -688,7 +690,7 @@ class NamedJsonBody(_JsonBody):
         if not isinstance(arguments, dict):
             self.sink.invalid("the arguments must be a JSON object", text, self.name)
             return
-        self.sink.seal(self.name or "", arguments, self.native_id)
+        self.sink.seal(self.name or "", arguments, self.native_id, text)
 
     def at_eof(self) -> None:
         state = self.state

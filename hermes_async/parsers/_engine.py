@@ -617,14 +617,17 @@ class ToolCallParser:
             assert attempt.index is not None
             self._out.append(ArgumentsDelta(attempt.index, text))
 
-    def seal(self, name: str, arguments: JSONObject, native_id: str | None = None) -> None:
+    def seal(
+        self, name: str, arguments: JSONObject, native_id: str | None = None, raw: str = ""
+    ) -> None:
         """Emit :class:`ToolCallSealed` (and the start, if the name was not announced)."""
         attempt = self._current()
         if not attempt.started or attempt.name != name:
             self.start(name, native_id)
         assert attempt.index is not None
         text = json.dumps(arguments, ensure_ascii=False)
-        self._out.append(ToolCallSealed(attempt.index, attempt.id, name, text, native_id))
+        event = ToolCallSealed(attempt.index, attempt.id, name, text, native_id, raw)
+        self._out.append(event)
         self._calls.append(
             ToolCall(attempt.id, FunctionCall(name, text), index=attempt.index, native_id=native_id)
         )

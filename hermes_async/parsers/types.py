@@ -150,6 +150,12 @@ class ToolCallSealed:
         arguments: The arguments, a JSON object serialized with ``ensure_ascii=False``.
         native_id: The model's own id for the call, if the format has one (see
             :attr:`ToolCall.native_id`).
+        raw: The call's JSON exactly as the model wrote it (whitespace and key order kept):
+            for formats that write a call as one JSON object (``hermes``, ``llama3_json``,
+            Mistral's object form) the whole object, for formats that write a name and then a
+            JSON object (Mistral v11, DeepSeek, Kimi K2) that arguments object; ``""`` for the
+            XML formats and calls without arguments. A chat template that renders it gives
+            back the model's own text (the agent loop keeps it in the message).
     """
 
     index: int
@@ -157,6 +163,7 @@ class ToolCallSealed:
     name: str
     arguments: str
     native_id: str | None = None
+    raw: str = ""
 
     @property
     def call(self) -> ToolCall:

@@ -81,6 +81,10 @@ class FakeSandbox(Sandbox):
         workdir: The working directory.
     """
 
+    #: Commands reach the script exactly as the tool wrote them: the terminal's working-directory
+    #: wrapper (``hermes_async.tools.terminal``) is not applied to a sandbox that is no shell.
+    terminal_tracks_cwd = False
+
     def __init__(
         self,
         task_id: str = "fake",

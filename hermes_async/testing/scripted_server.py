@@ -4,7 +4,10 @@
 next assistant text out) and serves:
 
 ==========================================  ================================================
-``POST /inference/v1/generate``             vLLM tokens-in/tokens-out, SSE deltas
+``POST /inference/v1/generate``             vLLM tokens-in/tokens-out, SSE deltas (403 with
+                                            ``scale_out=False``, like a stock vLLM)
+``POST /v1/completions`` with id prompts    stock vLLM completions, SSE, ``token_ids`` +
+                                            ``logprobs`` (``return_token_ids``)
 ``POST /generate`` with ``prompt``          Atropos reference server, one JSON response
 ``POST /generate`` with ``input_ids``       SGLang, SSE, cumulative (default) or incremental
 ``POST /v1/chat/completions``               OpenAI chat, streaming and non-streaming
@@ -18,8 +21,9 @@ How a reply is made:
    (:func:`parse_chatml`; ``<tool_response>`` blocks become ``tool`` messages).
 2. The policy returns the assistant's text (:class:`FixedScript` plays a list; any callable
    ``PolicyRequest -> str`` is an oracle).
-3. Token routes encode the text, append the end-of-turn id (finish ``"stop"``) or cut at
-   ``max_tokens`` (finish ``"length"``), draw a logprob per token from a seeded RNG and stream
+3. Token routes encode the text, stop at the first of the request's ``stop_token_ids`` the
+   text contains (it is sent, finish ``"stop"``), else append the end-of-turn id (finish
+   ``"stop"``), and cut at ``max_tokens`` (finish ``"length"``), draw a logprob per token from a seeded RNG and stream
    the ids in seeded random chunk sizes. The chat route turns ``<think>`` into
    ``reasoning_content`` and ``<tool_call>`` blocks into structured ``tool_calls`` (when the
    request has tools), streaming content in random character chunks and each call's
@@ -44,6 +48,7 @@ delivers disconnects) or over loopback with :func:`~hermes_async.testing.http.op
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import random
@@ -70,7 +75,7 @@ __all__ = (
     "parse_chatml",
 )
 
-_Route = Literal["vllm", "atropos", "sglang", "chat"]
+_Route = Literal["vllm", "atropos", "sglang", "chat", "completions"]
 
 _Scope = MutableMapping[str, Any]
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -296,6 +301,12 @@ class ScriptedModelServer:
             between requests (``server.faults[3] = Fault.disconnect(2)``).
         sglang_incremental: Stream SGLang chunks as deltas instead of cumulative.
         model_name: ``model`` reported on the chat route.
+        rng_key: What the per-request randomness (logprobs, chunking) derives from, with
+            ``seed``: ``"request"`` (default), the request number; ``"prompt"``, the prompt
+            text, so concurrent rollouts get the same numbers whatever order their requests
+            arrive in (what the pytest plugin uses for reproducible groups).
+        scale_out: Serve ``/inference/v1/generate``; ``False`` answers it 403 like a vLLM
+            started without ``--enable-scale-out`` (``/v1/completions`` still works).
     """
 
     def __init__(
@@ -310,6 +321,8 @@ class ScriptedModelServer:
         faults: Mapping[int, Fault] | None = None,
         sglang_incremental: bool = False,
         model_name: str = "scripted",
+        rng_key: Literal["request", "prompt"] = "request",
+        scale_out: bool = True,
     ) -> None:
         if max_chunk_tokens < 1:
             raise ValueError(f"max_chunk_tokens must be >= 1, got {max_chunk_tokens!r}")
@@ -322,6 +335,10 @@ class ScriptedModelServer:
         self.faults: dict[int, Fault] = dict(faults or {})
         self.sglang_incremental = sglang_incremental
         self.model_name = model_name
+        if rng_key not in ("request", "prompt"):
+            raise ValueError(f"rng_key must be 'request' or 'prompt', got {rng_key!r}")
+        self.rng_key = rng_key
+        self.scale_out = scale_out
         self.requests: list[ServedRequest] = []
 
     # ---------------------------------------------------------------- ASGI entry point
@@ -351,12 +368,17 @@ class ScriptedModelServer:
             "/generate",
             "/v1/chat/completions",
             "/chat/completions",
+            "/v1/completions",
         }
         if path not in routes:
             await _send_json(send, 404, {"error": {"message": f"no route {method} {path}"}})
             return
         if method != "POST":
             await _send_json(send, 405, {"error": {"message": f"{method} not allowed on {path}"}})
+            return
+        if path == "/inference/v1/generate" and not self.scale_out:
+            message = "Scale-out endpoints are disabled (scripted server with scale_out=False)"
+            await _send_json(send, 403, {"error": {"message": message, "code": 403}})
             return
         try:
             raw = await _read_body(receive)
@@ -373,6 +395,8 @@ class ScriptedModelServer:
             protocol: _Route = "vllm"
         elif path == "/generate":
             protocol = "sglang" if "input_ids" in body else "atropos"
+        elif path == "/v1/completions":
+            protocol = "completions"
         else:
             protocol = "chat"
         record = ServedRequest(number=len(self.requests) + 1, protocol=protocol, body=body)
@@ -441,14 +465,21 @@ class ScriptedModelServer:
         if record.protocol == "chat":
             await self._respond_chat(record, send)
             return
+        stop_ids: object = None
         if record.protocol == "vllm":
             prompt_ids = body.get("token_ids")
             sampling = body.get("sampling_params") or {}
             max_tokens = sampling.get("max_tokens", 256)
+            stop_ids = sampling.get("stop_token_ids")
+        elif record.protocol == "completions":
+            prompt_ids = body.get("prompt")
+            max_tokens = body.get("max_tokens", 16)
+            stop_ids = body.get("stop_token_ids")
         elif record.protocol == "sglang":
             prompt_ids = body.get("input_ids")
             sampling = body.get("sampling_params") or {}
             max_tokens = sampling.get("max_new_tokens", 128)
+            stop_ids = sampling.get("stop_token_ids")
         else:
             prompt = body.get("prompt") or {}
             prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
@@ -469,8 +500,10 @@ class ScriptedModelServer:
             )
         )
         record.text = text
-        rng = random.Random(f"{self.seed}:{record.number}")
-        ids = [*self.tokenizer.encode(text, allow_special=True), self.tokenizer.eos_token_id]
+        rng = self._rng(record, prompt_text)
+        ids = _stop_at(self.tokenizer.encode(text, allow_special=True), stop_ids)
+        if ids is None:
+            ids = [*self.tokenizer.encode(text, allow_special=True), self.tokenizer.eos_token_id]
         finish = "stop"
         if len(ids) > max_tokens:
             ids, finish = ids[:max_tokens], "length"
@@ -503,6 +536,10 @@ class ScriptedModelServer:
             last = index == len(chunk_sizes) - 1
             if record.protocol == "vllm":
                 payload = _vllm_chunk(record.number, piece_ids, piece_lps, finish if last else None)
+            elif record.protocol == "completions":
+                payload = _completions_chunk(
+                    record.number, self.tokenizer, piece_ids, piece_lps, finish if last else None
+                )
             elif self.sglang_incremental:
                 payload = _sglang_chunk(
                     record.number, self.tokenizer, piece_ids, piece_lps, finish if last else None
@@ -576,6 +613,12 @@ class ScriptedModelServer:
 
     # ---------------------------------------------------------------- chat route
 
+    def _rng(self, record: ServedRequest, prompt_text: str) -> random.Random:
+        if self.rng_key == "prompt":
+            digest = hashlib.sha256(prompt_text.encode()).hexdigest()
+            return random.Random(f"{self.seed}:{digest}")
+        return random.Random(f"{self.seed}:{record.number}")
+
     async def _respond_chat(self, record: ServedRequest, send: _Send) -> None:
         body = record.body
         messages = body.get("messages")
@@ -593,7 +636,7 @@ class ScriptedModelServer:
             )
         )
         record.text = text
-        rng = random.Random(f"{self.seed}:{record.number}")
+        rng = self._rng(record, prompt_text)
         reasoning, content, calls = _split_reply(text, parse_tools=bool(tools))
         finish = "tool_calls" if calls else "stop"
         completion_ids = [*self.tokenizer.encode(text), self.tokenizer.eos_token_id]
@@ -738,6 +781,41 @@ def _chat_deltas(
         }
         for piece in pieces(fn["arguments"]):
             yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+
+
+def _stop_at(ids: list[int], stop_ids: object) -> list[int] | None:
+    """``ids`` up to and including the first of ``stop_ids`` in them, else ``None``."""
+    if not isinstance(stop_ids, list):
+        return None
+    stops = {i for i in stop_ids if isinstance(i, int)}
+    for position, token in enumerate(ids):
+        if token in stops:
+            return ids[: position + 1]
+    return None
+
+
+def _completions_chunk(
+    number: int, tokenizer: Tokenizer, ids: list[int], logprobs: list[float], finish: str | None
+) -> JSONObject:
+    return {
+        "id": f"cmpl-{number}",
+        "object": "text_completion",
+        "choices": [
+            {
+                "index": 0,
+                "text": tokenizer.decode(ids),
+                "token_ids": ids,
+                "logprobs": {
+                    "tokens": [f"token_id:{i}" for i in ids],
+                    "token_logprobs": logprobs,
+                    "top_logprobs": [{} for _ in ids],
+                    "text_offset": [0 for _ in ids],
+                },
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+        ],
+    }
 
 
 def _vllm_chunk(

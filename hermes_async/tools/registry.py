@@ -14,6 +14,8 @@ each becomes ``{"error": ...}`` text for the model and a short ``error`` on the
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import json
 import logging
@@ -44,15 +46,18 @@ __all__ = (
     "BUILTIN_TOOL_MODULES",
     "NOT_AVAILABLE_IN_RL",
     "Tool",
+    "ToolDefaults",
     "ToolDefinitions",
     "ToolHandler",
     "ToolOutcome",
     "ToolRegistry",
     "ToolRuntime",
     "builtin_registry",
+    "current_tool_defaults",
     "dispatch",
     "get_tool_definitions",
     "result_error",
+    "use_tool_defaults",
 )
 
 logger = logging.getLogger(__name__)
@@ -64,7 +69,52 @@ DEFAULT_MAX_RESULT_SIZE_CHARS = 100_000
 NOT_AVAILABLE_IN_RL: Mapping[str, str] = {
     "memory": "Memory is not available in RL environments.",
     "session_search": "Session search is not available in RL environments.",
+    "delegate_task": "Delegation is not available in RL environments.",
+    "clarify": "Clarify is not available in RL environments.",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefaults:
+    """Defaults for tool settings a runtime leaves unset, for a whole run (see
+    :func:`use_tool_defaults`).
+
+    Attributes:
+        terminal_timeout: Default command timeout of ``terminal`` / ``execute_code`` (seconds).
+        skills_dir: Directory the ``skills`` tools read.
+    """
+
+    terminal_timeout: float | None = None
+    skills_dir: str | None = None
+
+
+_NO_DEFAULTS = ToolDefaults()
+_DEFAULTS: contextvars.ContextVar[ToolDefaults | None] = contextvars.ContextVar(
+    "hermes_async_tool_defaults", default=None
+)
+
+
+def current_tool_defaults() -> ToolDefaults:
+    """The defaults set by :func:`use_tool_defaults` in this context (empty outside one)."""
+    return _DEFAULTS.get() or _NO_DEFAULTS
+
+
+@contextlib.contextmanager
+def use_tool_defaults(
+    *, terminal_timeout: float | None = None, skills_dir: str | None = None
+) -> Iterator[ToolDefaults]:
+    """Make these the defaults of every tool runtime in this context (and tasks started in it).
+
+    An environment sets them from its config for the run (``terminal_timeout``, ``skills_dir``),
+    so a loop or a ``ToolContext`` that reference-style code builds itself inside the run gets
+    the configured values too. A runtime's own setting wins.
+    """
+    defaults = ToolDefaults(terminal_timeout=terminal_timeout, skills_dir=skills_dir)
+    token = _DEFAULTS.set(defaults)
+    try:
+        yield defaults
+    finally:
+        _DEFAULTS.reset(token)
 
 
 @dataclass(slots=True)
@@ -85,6 +135,13 @@ class ToolRuntime:
             environment".
         browsers: Where the browser tools get the rollout's browser session
             (``BrowserManager``); ``None`` means the current one (``use_browser_manager``).
+        terminal_timeout: Default command timeout in seconds of ``terminal`` (and
+            ``execute_code``) calls that give none: the environment's ``terminal_timeout``.
+            ``None`` falls back to :func:`current_tool_defaults`, then ``TERMINAL_TIMEOUT``,
+            then 180 s (the reference's defaults for code outside an environment). An explicit
+            ``timeout`` argument wins.
+        skills_dir: Directory the ``skills`` tools read (``None``: the current defaults', else
+            ``~/.hermes/skills`` when it exists, else the built-in example skills).
     """
 
     task_id: str
@@ -94,6 +151,8 @@ class ToolRuntime:
     sandboxes: SandboxProvider | None = None
     web: WebSettings | None = None
     browsers: BrowserManager | None = None
+    terminal_timeout: float | None = None
+    skills_dir: str | None = None
 
 
 #: The signature of a tool handler.
@@ -217,6 +276,8 @@ BUILTIN_TOOL_MODULES: tuple[str, ...] = (
     "hermes_async.tools.web",
     "hermes_async.tools.todo",
     "hermes_async.tools.browser",
+    "hermes_async.tools.skills",
+    "hermes_async.tools.code_execution",
 )
 
 _BUILTIN: ToolRegistry | None = None
@@ -243,14 +304,21 @@ def builtin_registry() -> ToolRegistry:
 def get_tool_definitions(
     enabled_toolsets: Iterable[str] | None = None,
     disabled_toolsets: Iterable[str] | None = None,
+    quiet_mode: bool = False,
     *,
     registry: ToolRegistry | None = None,
 ) -> ToolDefinitions:
     """Return ``(schemas, valid_names)`` for the given toolsets.
 
+    The reference's call spelling works unchanged
+    (``get_tool_definitions(enabled_toolsets=[...], disabled_toolsets=None, quiet_mode=True)``).
+    One difference: the reference returned the list of schemas alone; this returns the pair
+    (``.schemas`` is that list), because every caller needs the names too.
+
     Args:
         enabled_toolsets: Toolsets to offer; ``None`` means all of them.
         disabled_toolsets: Toolsets removed after expansion.
+        quiet_mode: Accepted for the reference's signature; nothing is printed either way.
         registry: Where the tools come from (default: the built-in tools).
 
     Raises:

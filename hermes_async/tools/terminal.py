@@ -14,27 +14,52 @@ Background result (``background=true``)::
 Output is ANSI-stripped and, past :data:`MAX_OUTPUT_CHARS`, cut to 40 % head + 60 % tail with the
 reference's ``... [OUTPUT TRUNCATED - N chars omitted out of M total] ...`` marker.
 
-Settings come from the environment on every call, as in the reference: ``TERMINAL_TIMEOUT``
-(default timeout, 180 s; the RL environment sets 120) and ``TERMINAL_MAX_FOREGROUND_TIMEOUT``
-(600 s; larger foreground timeouts are refused with a hint to use ``background=true``).
+Timeouts: a call without ``timeout`` gets the rollout's default command timeout,
+:attr:`ToolRuntime.terminal_timeout <hermes_async.tools.registry.ToolRuntime.terminal_timeout>`
+(the environment's ``terminal_timeout``, the same on every backend); outside an environment
+the reference's ``TERMINAL_TIMEOUT`` variable, else 180 s. An explicit ``timeout`` wins, up to
+``TERMINAL_MAX_FOREGROUND_TIMEOUT`` (600 s) in the foreground; larger foreground timeouts are
+refused with a hint to use ``background=true`` (the reference's rule).
 
-Differences from the reference, on purpose: each command starts in the sandbox's working
-directory with a fresh shell (``cd`` and ``export`` do not carry over; use ``workdir`` or
-``cd dir && ...``); a timeout keeps the partial output instead of returning ``""``; ``pty``,
-``notify_on_complete`` and ``watch_patterns`` are accepted for schema compatibility but have no
-effect (there is no PTY and no notifier in an RL rollout); backend errors are not retried.
+Session state, as the reference keeps it: **the working directory carries over**. Each command
+runs in a fresh shell (local, Docker, Modal alike), started in the directory the previous
+command ended in; ``cd build`` in one call makes the next ``make`` run in ``build``. How, on every
+backend at once: the command runs under a small wrapper that first ``cd`` s to the recorded
+directory, ``eval`` s the command, then prints ``<marker><pwd>`` at the end of stdout, where
+``<marker>`` is a random per-call nonce the model cannot guess; the tool strips that line and
+records the directory for the sandbox (per task id: the sandbox of the rollout, so the reward's
+``ctx.terminal`` continues where the model stopped, as in the reference). A command that ends
+without reaching the trailer (``exit``, a timeout, ``exec``) leaves the recorded directory as it
+was; a recorded directory that no longer exists falls back to the sandbox's working directory,
+with a note on stderr. ``workdir`` runs that one command in the given directory and leaves the
+recorded one alone. Background processes start in the recorded directory.
+
+What does **not** carry over: environment variables (``export``), shell options, functions and
+aliases. Keeping them would need one long-lived shell per sandbox, fed through a PTY or pipes on
+every backend; that shell would then own every command's process group, its output framing and
+its timeouts, and one stuck command would wedge the session (the reference kept a persistent
+shell only for ssh). Directory tracking gives models what they rely on; put variables on the
+same line (``FOO=1 make``) or in a file you ``source``.
+
+Other differences from the reference, on purpose: a timeout keeps the partial output instead of
+returning ``""``; ``pty``, ``notify_on_complete`` and ``watch_patterns`` are accepted for schema
+compatibility but have no effect (there is no PTY and no notifier in an RL rollout); backend
+errors are not retried.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
+import weakref
+from dataclasses import replace
 
 from hermes_async.errors import SandboxError
 from hermes_async.jsontypes import JSONObject
-from hermes_async.tools.registry import Tool, ToolRuntime
-from hermes_async.tools.sandbox.base import TIMEOUT_EXIT_CODE, Sandbox
+from hermes_async.tools.registry import Tool, ToolRuntime, current_tool_defaults
+from hermes_async.tools.sandbox.base import TIMEOUT_EXIT_CODE, ExecResult, Sandbox
 
 __all__ = (
     "DEFAULT_TERMINAL_TIMEOUT_SECONDS",
@@ -42,9 +67,13 @@ __all__ = (
     "MAX_OUTPUT_CHARS",
     "TERMINAL_TOOL",
     "TOOLS",
+    "default_command_timeout",
     "exit_code_meaning",
+    "format_seconds",
     "get_sandbox",
     "max_foreground_timeout",
+    "run_in_session",
+    "session_cwd",
     "strip_ansi",
     "terminal_timeout",
     "truncate_output",
@@ -68,8 +97,9 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\
 
 TERMINAL_DESCRIPTION = (
     "Run a shell command in this task's Linux sandbox and return its output and exit code. "
-    "Files persist between calls; each command starts in the sandbox's working directory "
-    "with a fresh shell, so chain steps with && or pass `workdir`.\n\n"
+    "Files and the working directory persist between calls (`cd dir` carries over to the next "
+    "command); environment variables do not: each command runs in a fresh shell, so set them "
+    "on the same line (`FOO=1 make`). `workdir` runs one command elsewhere.\n\n"
     "Prefer the file tools for file work: read_file instead of cat/head/tail, search_files "
     "instead of grep/find/ls, patch instead of sed/awk, write_file instead of echo or "
     "heredocs. Use terminal for builds, installs, git, running programs and tests, and "
@@ -93,14 +123,14 @@ TERMINAL_PARAMETERS: JSONObject = {
         },
         "timeout": {
             "type": "integer",
-            "description": "Seconds before a foreground command is killed (default 180, "
-            "maximum 600 in the foreground).",
+            "description": "Seconds before a foreground command is killed (default: the "
+            "environment's terminal timeout; maximum 600 in the foreground).",
             "minimum": 1,
         },
         "workdir": {
             "type": "string",
-            "description": "Working directory for this command (absolute, or relative to the "
-            "sandbox's working directory).",
+            "description": "Working directory for this command only (absolute, or relative to "
+            "the sandbox's working directory); the session's directory stays as it was.",
         },
         "pty": {
             "type": "boolean",
@@ -205,8 +235,29 @@ def _env_number(name: str, default: int) -> int:
 
 
 def terminal_timeout() -> int:
-    """The default command timeout: ``TERMINAL_TIMEOUT`` or 180 seconds."""
+    """The reference's default command timeout: ``TERMINAL_TIMEOUT`` or 180 seconds.
+
+    Only for code outside an environment: a rollout's default is its runtime's
+    ``terminal_timeout`` (see :func:`default_command_timeout`).
+    """
     return _env_number("TERMINAL_TIMEOUT", DEFAULT_TERMINAL_TIMEOUT_SECONDS)
+
+
+def default_command_timeout(runtime: ToolRuntime) -> float:
+    """The timeout of a command that gives none: the runtime's ``terminal_timeout``, else the
+    run's (:func:`~hermes_async.tools.registry.use_tool_defaults`), else
+    :func:`terminal_timeout` (``TERMINAL_TIMEOUT`` or 180 s)."""
+    if runtime.terminal_timeout is not None:
+        return float(runtime.terminal_timeout)
+    ambient = current_tool_defaults().terminal_timeout
+    if ambient is not None:
+        return float(ambient)
+    return float(terminal_timeout())
+
+
+def format_seconds(seconds: float) -> str:
+    """``2`` for 2.0, ``2.5`` for 2.5 (the numbers in timeout messages)."""
+    return f"{seconds:g}"
 
 
 def max_foreground_timeout() -> int:
@@ -254,6 +305,98 @@ async def get_sandbox(runtime: ToolRuntime) -> Sandbox:
 
 _WORKDIR_OK = re.compile(r"^[^\x00-\x1f`$;|&<>]*$")
 
+# --------------------------------------------------------------------------------------------
+# Session state: the working directory, per sandbox
+
+# The backend sandbox object -> the directory its last command ended in. Weak keys: the entry
+# goes with the sandbox; there is nothing to clean up and no task behind it.
+_SESSION_CWD: weakref.WeakKeyDictionary[Sandbox, str] = weakref.WeakKeyDictionary()
+
+
+def _session_key(sandbox: Sandbox) -> Sandbox:
+    # ``SandboxManager.get`` returns a fresh ``ManagedSandbox`` wrapper per call; the backend
+    # object behind it (``inner``) is the one that lives as long as the sandbox.
+    inner = getattr(sandbox, "inner", sandbox)
+    return inner if isinstance(inner, Sandbox) else sandbox
+
+
+def _tracks_cwd(sandbox: Sandbox) -> bool:
+    # A backend that is no shell (the in-memory FakeSandbox answers commands by exact text)
+    # sets ``terminal_tracks_cwd = False``: its commands are sent unwrapped.
+    return bool(getattr(_session_key(sandbox), "terminal_tracks_cwd", True))
+
+
+def session_cwd(sandbox: Sandbox) -> str | None:
+    """The directory the sandbox's last foreground command ended in (``None``: not yet known,
+    commands start in the sandbox's working directory)."""
+    return _SESSION_CWD.get(_session_key(sandbox))
+
+
+def _wrap(command: str, cwd: str | None, marker: str) -> str:
+    """The command under the session wrapper (see the module docstring)."""
+    lines = []
+    if cwd is not None:
+        lines.append(
+            f"cd -- {shlex.quote(cwd)} 2>/dev/null || echo "
+            '"note: the previous working directory is gone; running in $PWD" >&2'
+        )
+    lines.append(f"eval {shlex.quote(command)}")
+    lines.append("__hermes_rc=$?")
+    lines.append(f"printf '%s%s\\n' {shlex.quote(marker)} \"$PWD\"")
+    lines.append('exit "$__hermes_rc"')
+    return "\n".join(lines)
+
+
+def _unwrap(stdout: str, marker: str) -> tuple[str, str | None]:
+    """``(stdout without the trailer, the final directory or None)``."""
+    at = stdout.rfind(marker)
+    if at < 0:
+        return stdout, None
+    tail = stdout[at + len(marker) :]
+    cwd = tail[:-1] if tail.endswith("\n") else tail
+    if not cwd.startswith("/") or "\n" in cwd:
+        return stdout, None
+    return stdout[:at], cwd
+
+
+async def run_in_session(
+    sandbox: Sandbox,
+    command: str,
+    *,
+    timeout: float,
+    output_limit: int,
+    workdir: str | None = None,
+    stdin: bytes | None = None,
+) -> ExecResult:
+    """Run ``command`` as the terminal does: in the session's directory, which it then updates.
+
+    With ``workdir`` the command runs there and the session's directory is left alone.
+    ``stdin`` is fed to the command (``execute_code`` sends its program that way). Used by
+    ``terminal`` and ``execute_code``.
+
+    Raises:
+        SandboxError: The sandbox cannot be reached.
+
+    **Cancellation**: the command's process group is killed (the backend's ``exec``); the
+    session's directory is unchanged.
+    """
+    if workdir or not _tracks_cwd(sandbox):
+        return await sandbox.exec(
+            command, cwd=workdir or None, timeout=timeout, stdin=stdin, output_limit=output_limit
+        )
+    key = _session_key(sandbox)
+    marker = f"__HERMES_ASYNC_CWD_{secrets.token_hex(8)}__"
+    res = await sandbox.exec(
+        _wrap(command, _SESSION_CWD.get(key), marker),
+        timeout=timeout,
+        stdin=stdin,
+        output_limit=output_limit,
+    )
+    stdout, cwd = _unwrap(res.stdout, marker)
+    if cwd is not None:
+        _SESSION_CWD[key] = cwd
+    return replace(res, stdout=stdout)
+
 
 async def _terminal(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
     command = args["command"]
@@ -263,16 +406,18 @@ async def _terminal(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         return _failure(
             f"Blocked: workdir contains disallowed characters: {workdir!r}", status="blocked"
         )
-    timeout = args.get("timeout")
+    requested = args.get("timeout")
     ceiling = max_foreground_timeout()
-    if timeout is None:
-        timeout = terminal_timeout()
-    elif not background and timeout > ceiling:
+    if requested is None:
+        timeout = default_command_timeout(runtime)
+    elif not background and requested > ceiling:
         return {
-            "error": f"Foreground timeout {timeout}s exceeds the maximum of {ceiling}s. "
+            "error": f"Foreground timeout {requested}s exceeds the maximum of {ceiling}s. "
             "Use background=true for long-running commands and check on them with the "
             "process tool, or lower the timeout."
         }
+    else:
+        timeout = float(requested)
     if not isinstance(command, str) or not command.strip():
         return _failure("command must be a non-empty string")
     try:
@@ -281,7 +426,8 @@ async def _terminal(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         return exc.result
     try:
         if background:
-            proc = await sandbox.start_background(command, cwd=workdir or None)
+            cwd = workdir or session_cwd(sandbox)
+            proc = await sandbox.start_background(command, cwd=cwd or None)
             result: JSONObject = {
                 "output": "Background process started",
                 "session_id": proc.session_id,
@@ -296,11 +442,12 @@ async def _terminal(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
             if args.get("watch_patterns"):
                 result["watch_patterns"] = args["watch_patterns"]
             return result
-        res = await sandbox.exec(
+        res = await run_in_session(
+            sandbox,
             command,
-            cwd=workdir or None,
-            timeout=float(timeout),
+            timeout=timeout,
             output_limit=_EXEC_OUTPUT_LIMIT_BYTES,
+            workdir=workdir or None,
         )
     except SandboxError as exc:
         return _failure(f"Command execution failed: {type(exc).__name__}: {exc.message}")
@@ -311,7 +458,7 @@ async def _terminal(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         return {
             "output": output,
             "exit_code": TIMEOUT_EXIT_CODE,
-            "error": f"Command timed out after {timeout} seconds",
+            "error": f"Command timed out after {format_seconds(timeout)} seconds",
         }
     result = {"output": output, "exit_code": res.exit_code, "error": None}
     meaning = exit_code_meaning(command, res.exit_code)

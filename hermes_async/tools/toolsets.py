@@ -8,6 +8,11 @@ same tools and groups differ.
 Toolsets whose tools this project does not implement (``vision``, ``image_gen``, ``moa``) are
 still *valid names* here, because the reference's distributions mention them; resolving them
 yields tool names that simply are not registered, and they drop out of the tool definitions.
+Toolsets whose tools cannot exist in an RL rollout (``memory``, ``session_search``,
+``delegation``) resolve the same way, and a call to one of their tools gets the reference's
+"... is not available in RL environments." error
+(:data:`~hermes_async.tools.registry.NOT_AVAILABLE_IN_RL`). ``skills`` (read-only skill
+documents) and ``code_execution`` (``execute_code``) are implemented.
 ``browser`` is the reference's RL-era toolset: the ten ``browser_*`` tools
 (:mod:`hermes_async.tools.browser`) plus ``web_search``; its tools are offered when the browser
 engine is installed (the ``browser`` extra and a Chromium executable).
@@ -29,6 +34,7 @@ __all__ = (
     "list_toolsets",
     "resolve_toolsets",
     "sample_toolsets_from_distribution",
+    "validate_distribution",
     "validate_toolset",
 )
 
@@ -83,6 +89,17 @@ _TOOLSET_LIST = [
             "browser_console",
             "web_search",
         ),
+    ),
+    Toolset(
+        "skills",
+        "Read skill documents: instructions for specific tasks (read-only).",
+        ("skills_list", "skill_view"),
+    ),
+    Toolset("code_execution", "Run Python programs in the sandbox.", ("execute_code",)),
+    Toolset(
+        "delegation",
+        "Delegate a task to a sub-agent (not available in RL environments).",
+        ("delegate_task",),
     ),
     Toolset("memory", "Long-term memory (not available in RL environments).", ("memory",)),
     Toolset(
@@ -188,6 +205,20 @@ def validate_toolset(name: str) -> str:
     return canonical
 
 
+def validate_distribution(name: str) -> str:
+    """Return ``name`` if it is a distribution.
+
+    Raises:
+        ValueError: ``name`` is not a distribution; the message lists the valid ones.
+    """
+    if name not in DISTRIBUTIONS:
+        raise ValueError(
+            f"unknown toolset distribution {name!r}; valid distributions: "
+            f"{', '.join(list_distributions())}"
+        )
+    return name
+
+
 def _expand(name: str, seen: set[str]) -> list[str]:
     if name in seen:
         return []
@@ -251,12 +282,7 @@ def sample_toolsets_from_distribution(name: str, rng: random.Random | None = Non
     Raises:
         ValueError: ``name`` is not a distribution; the message lists the valid ones.
     """
-    dist = DISTRIBUTIONS.get(name)
-    if dist is None:
-        raise ValueError(
-            f"unknown toolset distribution {name!r}; valid distributions: "
-            f"{', '.join(list_distributions())}"
-        )
+    dist = DISTRIBUTIONS[validate_distribution(name)]
     rng = rng if rng is not None else random.Random()
     chosen = [ts for ts, pct in dist.toolsets.items() if rng.random() * 100 < pct]
     if not chosen:

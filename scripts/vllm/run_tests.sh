@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # `make test-vllm`: build the CPU vLLM venv and a tiny random model with the offline Qwen
 # tokenizer, start vLLM on loopback, run `pytest -m vllm tests/integration`, stop the server.
+# Then start it again as a *stock* server (no --enable-scale-out: the generate route answers
+# 403) and run the stock-completions tests against it (HERMES_ASYNC_VLLM_SCALE_OUT=0).
 #
 # Env: VLLM_VENV (.venv-vllm), VENV (.venv, the project venv), VLLM_PORT (a free port),
-#      VLLM_STARTUP_TIMEOUT_SECONDS (300), PYTEST_ARGS (extra pytest arguments).
-# Artifacts (model, tokenizer, server log) live in $VLLM_VENV/work.
+#      VLLM_STARTUP_TIMEOUT_SECONDS (300), PYTEST_ARGS (extra pytest arguments),
+#      VLLM_WORK (artifacts: model, tokenizer, server logs; default $VLLM_VENV/work),
+#      VLLM_STOCK_PHASE (1; 0 skips the stock-server run).
+# Relative paths are taken from the checkout this script is in, so a git worktree can run it
+# with the main checkout's venvs: VENV=/path/.venv VLLM_VENV=/path/.venv-vllm bash ...
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 VLLM_VENV="${VLLM_VENV:-.venv-vllm}"
 VENV="${VENV:-.venv}"
-WORK="$VLLM_VENV/work"
+WORK="${VLLM_WORK:-$VLLM_VENV/work}"
 STARTUP_TIMEOUT_SECONDS="${VLLM_STARTUP_TIMEOUT_SECONDS:-300}"
 STOP_GRACE_SECONDS=30
 started=$(date +%s)
@@ -30,17 +35,38 @@ echo "[test-vllm] model ready after $(elapsed)"
 
 port="${VLLM_PORT:-$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 url="http://127.0.0.1:$port"
-log="$WORK/server.log"
+server_pid=""
 
-# Own process group (setsid) so stopping it also stops vLLM's engine-core child process.
-HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CACHE_ROOT="$WORK/cache" VLLM_NO_USAGE_STATS=1 \
-    setsid "$VLLM_VENV/bin/python" -m vllm.entrypoints.openai.api_server \
-    --model "$WORK/tiny-model" --served-model-name tiny --host 127.0.0.1 --port "$port" \
-    --dtype float32 --max-model-len 2048 --enable-scale-out --enforce-eager \
-    >"$log" 2>&1 &
-server_pid=$!
+# start_server LOG [EXTRA_ARGS...]: vLLM in its own process group (setsid), so stopping it also
+# stops its engine-core child process; returns once /health answers.
+start_server() {
+    local log="$1"
+    shift
+    HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CACHE_ROOT="$WORK/cache" VLLM_NO_USAGE_STATS=1 \
+        setsid "$VLLM_VENV/bin/python" -m vllm.entrypoints.openai.api_server \
+        --model "$WORK/tiny-model" --served-model-name tiny --host 127.0.0.1 --port "$port" \
+        --dtype float32 --max-model-len 2048 --enforce-eager "$@" \
+        >"$log" 2>&1 &
+    server_pid=$!
+    local deadline=$(( $(date +%s) + STARTUP_TIMEOUT_SECONDS ))
+    until curl -fsS -m 2 "$url/health" >/dev/null 2>&1; do
+        if ! kill -0 "$server_pid" 2>/dev/null; then
+            echo "[test-vllm] vLLM exited during startup; last lines of $log:" >&2
+            tail -n 40 "$log" >&2
+            exit 1
+        fi
+        if (( $(date +%s) > deadline )); then
+            echo "[test-vllm] vLLM not healthy after ${STARTUP_TIMEOUT_SECONDS} s; last lines of $log:" >&2
+            tail -n 40 "$log" >&2
+            exit 1
+        fi
+        sleep 1
+    done
+    echo "[test-vllm] server healthy at $url after $(elapsed) ($*)"
+}
 
 stop_server() {
+    [[ -n "$server_pid" ]] || return 0
     if kill -0 "$server_pid" 2>/dev/null; then
         kill -TERM -- "-$server_pid" 2>/dev/null || true
         for _ in $(seq "$STOP_GRACE_SECONDS"); do
@@ -50,25 +76,20 @@ stop_server() {
         kill -KILL -- "-$server_pid" 2>/dev/null || true
     fi
     wait "$server_pid" 2>/dev/null || true
+    server_pid=""
     echo "[test-vllm] server stopped; total $(elapsed)"
 }
 trap stop_server EXIT
 
-deadline=$(( $(date +%s) + STARTUP_TIMEOUT_SECONDS ))
-until curl -fsS -m 2 "$url/health" >/dev/null 2>&1; do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-        echo "[test-vllm] vLLM exited during startup; last lines of $log:" >&2
-        tail -n 40 "$log" >&2
-        exit 1
-    fi
-    if (( $(date +%s) > deadline )); then
-        echo "[test-vllm] vLLM not healthy after ${STARTUP_TIMEOUT_SECONDS} s; last lines of $log:" >&2
-        tail -n 40 "$log" >&2
-        exit 1
-    fi
-    sleep 1
-done
-echo "[test-vllm] server healthy at $url after $(elapsed)"
-
+start_server "$WORK/server.log" --enable-scale-out
 HERMES_ASYNC_VLLM_URL="$url" HERMES_ASYNC_VLLM_TOKENIZER="$tokenizer_dir" \
     "$VENV/bin/python" -m pytest -m vllm tests/integration -p no:cacheprovider ${PYTEST_ARGS:-}
+stop_server
+
+if [[ "${VLLM_STOCK_PHASE:-1}" != "0" ]]; then
+    start_server "$WORK/server-stock.log"
+    HERMES_ASYNC_VLLM_URL="$url" HERMES_ASYNC_VLLM_TOKENIZER="$tokenizer_dir" \
+        HERMES_ASYNC_VLLM_SCALE_OUT=0 \
+        "$VENV/bin/python" -m pytest -m vllm_stock tests/integration -p no:cacheprovider ${PYTEST_ARGS:-}
+    stop_server
+fi

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 import anyio
 import httpx
@@ -157,12 +158,16 @@ def test_request_bodies_follow_each_wire_format() -> None:
     }
     atropos = AtroposGenerateClient("http://h/v1")
     assert atropos.endpoint == "POST http://h/generate"
-    body = atropos.request_body([1], params)
+    body = atropos.request_body([1], replace(params, extra={"min_p": 0.1}))
     assert body["prompt"] == {"prompt_token_ids": [1]} and body["logprobs"] == 0 and body["n"] == 1
+    assert body["min_p"] == 0.1  # Atropos: extras at the top level
     sglang = SGLangGenerateClient("http://h").request_body([1], params)
     assert sglang["input_ids"] == [1] and sglang["return_logprob"] is True
     assert sglang["sampling_params"]["max_new_tokens"] == 9
     assert sglang["sampling_params"]["sampling_seed"] == 3
+    # vLLM's structured_outputs, in SGLang's spelling.
+    assert sglang["sampling_params"]["regex"] == "a+"
+    assert "structured_outputs" not in sglang["sampling_params"]
 
 
 # ------------------------------------------------------------------ fault matrix

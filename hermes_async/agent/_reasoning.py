@@ -1,0 +1,157 @@
+"""Reasoning options: how ``thinking_mode`` / ``reasoning_effort`` / ``max_reasoning_tokens``
+reach the model.
+
+atroposlib's ``BaseEnvConfig`` carries the three fields; its ``ReasoningConfig`` turns them into
+request fields for chat servers. The same mapping here, as pure functions:
+
+* **Phase 1** (chat completions): reasoning is *active* when ``thinking_mode`` is on or an effort
+  or a token budget is given. Then the request gets ``extra_body={"reasoning": {"enabled": true,
+  "effort": ...}}`` (OpenRouter and the OpenAI-compatible providers), or ``{"max_tokens": n}``
+  instead of the effort when only a budget is given (OpenRouter accepts one of the two; the
+  effort wins, as in atroposlib). OpenAI's own API (``api.openai.com``) takes a top-level
+  ``reasoning_effort`` instead (``"medium"`` when only ``thinking_mode`` is set).
+* **Phase 2** (token servers): the chat template decides whether the model thinks. Templates
+  with a switch (Qwen3's ``enable_thinking``) get it as a template variable: ``True`` when
+  reasoning is active, ``False`` for ``reasoning_effort="none"``; nothing when reasoning is not
+  configured (the template's own default). Templates without a switch ignore it (the built-in
+  ChatML template has none: whether the model thinks is then up to the model). A reasoning
+  token budget has no sampling parameter on vLLM's token endpoint and is not sent.
+
+Whether a ``<think>`` block stays in the assistant message's ``content`` or moves to
+``reasoning_content`` is the loop's ``split_reasoning`` (the environment's
+``preserve_think_blocks``); the trained tokens are the exact sampled ids either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hermes_async.inference.tokenizer import IncrementalDecoder, Tokenizer
+from hermes_async.jsontypes import JSON, JSONObject
+
+__all__ = (
+    "REASONING_EFFORTS",
+    "TemplateKwargsTokenizer",
+    "check_reasoning",
+    "reasoning_active",
+    "reasoning_request_fields",
+    "thinking_template_kwargs",
+)
+
+#: The effort levels atroposlib accepts.
+REASONING_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def check_reasoning(effort: str | None, max_tokens: int | None) -> None:
+    """Validate the options.
+
+    Raises:
+        ValueError: An unknown effort, or a budget that is not a positive integer.
+    """
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise ValueError(
+            f"reasoning_effort {effort!r} is not one of {', '.join(REASONING_EFFORTS)}"
+        )
+    if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+        raise ValueError(f"max_reasoning_tokens must be a positive integer, got {max_tokens!r}")
+
+
+def reasoning_active(thinking_mode: bool, effort: str | None, max_tokens: int | None) -> bool:
+    """Whether reasoning is configured at all (atroposlib's rule)."""
+    return bool(thinking_mode) or effort is not None or max_tokens is not None
+
+
+def reasoning_request_fields(
+    thinking_mode: bool,
+    effort: str | None,
+    max_tokens: int | None,
+    *,
+    base_url: str | None = None,
+) -> dict[str, Any] | None:
+    """The Phase 1 ``extra_body`` fields for the options, or ``None`` when not active."""
+    if not reasoning_active(thinking_mode, effort, max_tokens):
+        return None
+    if base_url and "api.openai.com" in base_url:
+        return {"reasoning_effort": effort or "medium"}
+    reasoning: dict[str, Any] = {"enabled": True}
+    if effort is not None:
+        reasoning["effort"] = effort
+    elif max_tokens is not None:
+        reasoning["max_tokens"] = max_tokens
+    return {"reasoning": reasoning}
+
+
+def thinking_template_kwargs(
+    thinking_mode: bool, effort: str | None, max_tokens: int | None
+) -> dict[str, JSON]:
+    """The Phase 2 chat-template variables for the options (empty when not configured)."""
+    if not reasoning_active(thinking_mode, effort, max_tokens):
+        return {}
+    return {"enable_thinking": effort != "none"}
+
+
+class TemplateKwargsTokenizer:
+    """A tokenizer whose chat template always gets ``kwargs`` (e.g. ``enable_thinking``).
+
+    Everything else is the wrapped tokenizer's; the loop wraps it once, at construction, so the
+    prompt, every suffix and the template check render with the same switch.
+    """
+
+    __slots__ = ("_inner", "_kwargs")
+
+    def __init__(self, inner: Tokenizer, kwargs: Mapping[str, JSON]) -> None:
+        self._inner = inner
+        self._kwargs = dict(kwargs)
+
+    @property
+    def inner(self) -> Tokenizer:
+        """The wrapped tokenizer."""
+        return self._inner
+
+    @property
+    def name(self) -> str:
+        """The wrapped tokenizer's name."""
+        return self._inner.name
+
+    @property
+    def eos_token_id(self) -> int:
+        """The wrapped tokenizer's end-of-turn id."""
+        return self._inner.eos_token_id
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """The wrapped tokenizer's special tokens."""
+        return self._inner.special_tokens
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
+        """The wrapped tokenizer's ``encode``."""
+        return self._inner.encode(text, allow_special=allow_special)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """The wrapped tokenizer's ``decode``."""
+        return self._inner.decode(token_ids)
+
+    def incremental_decoder(self) -> IncrementalDecoder:
+        """The wrapped tokenizer's incremental decoder."""
+        return self._inner.incremental_decoder()
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[JSONObject],
+        tools: Sequence[JSONObject] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: Mapping[str, JSON] | None = None,
+    ) -> str:
+        """Render with the wrapped tokenizer, the fixed ``kwargs`` added."""
+        merged = {**self._kwargs, **(chat_template_kwargs or {})}
+        return self._inner.apply_chat_template(
+            messages,
+            tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template_kwargs=merged,
+        )

@@ -1,0 +1,171 @@
+"""Phase 2 sampling parameters: the one precedence rule, end-of-turn ids, the per-turn hook.
+
+The precedence rule (documented on :class:`~hermes_async.agent.loop.AgentOptions`): **a value
+given explicitly always wins over a default.** Concretely, each field of a generation's
+:class:`~hermes_async.inference.generate.SamplingParams` is taken from the first of
+
+1. the ``sampling_hook``'s result for that turn (it is the turn's parameters, whole);
+2. the run's ``seed`` (``loop.run(messages, seed=...)``), for ``seed``;
+3. the loop's own argument, when it was given (``temperature``, ``max_tokens``; ``None`` means
+   "not given"), and ``extra_body``, merged into ``extra``;
+4. the ``sampling`` argument;
+5. the defaults of :class:`SamplingParams`, and for ``stop_token_ids`` the end-of-turn ids.
+
+So ``sampling=SamplingParams(temperature=0.3)`` is sampled at 0.3 unless the loop was also
+given ``temperature=`` explicitly. A key in both ``extra_body`` and ``sampling.extra`` with two
+different values is a ``ValueError`` (neither is a default). ``extra_body`` keys that name a
+typed field (``top_k``, ``top_p``, ``seed``, ``stop``, ``stop_token_ids``) fill that field when
+``sampling`` leaves it at its default (a different explicit value there is a ``ValueError``);
+the request-extra table of the server checks the rest
+(:mod:`hermes_async.inference.request_extras`), once, when the loop is built.
+
+End-of-turn ids: the loop's ``end_of_turn`` (ids or token texts) when given, else the
+tokenizer's ``end_of_turn_ids`` when it has them (the family tokenizers of
+:mod:`hermes_async.inference.families`: e.g. GLM-4.5 ends a turn with ``<|observation|>`` or
+``<|user|>``), else its ``eos_token_id``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from hermes_async.inference.generate import SamplingParams
+from hermes_async.inference.tokenizer import Tokenizer
+from hermes_async.jsontypes import JSON, JSONObject
+
+__all__ = (
+    "SamplingHook",
+    "end_of_turn_ids",
+    "resolve_sampling",
+    "turn_sampling",
+)
+
+#: ``hook(turn, messages, params) -> SamplingParams | None``: called before each generation
+#: with the 1-based turn, the conversation so far and the parameters the turn would use;
+#: return replacement parameters for this turn (``dataclasses.replace(params, extra=...)``),
+#: or ``None`` to keep them.
+SamplingHook: TypeAlias = Callable[
+    [int, Sequence[JSONObject], SamplingParams], "SamplingParams | None"
+]
+
+_DEFAULTS = SamplingParams()
+#: extra_body keys that are typed SamplingParams fields.
+_TYPED_FROM_EXTRA = ("top_k", "top_p", "seed", "stop", "stop_token_ids")
+_LOOP_ARGUMENTS = {"temperature": "temperature", "max_tokens": "max_tokens"}
+
+
+def end_of_turn_ids(tokenizer: Tokenizer, override: Sequence[int | str] | None) -> tuple[int, ...]:
+    """The ids that end a model turn (see the module docstring).
+
+    Raises:
+        ValueError: An ``override`` text that is not one token of ``tokenizer``, or an empty
+            ``override``.
+    """
+    if override is not None:
+        if not override:
+            raise ValueError("end_of_turn must name at least one token (or be None)")
+        ids: list[int] = []
+        specials = tokenizer.special_tokens
+        for item in override:
+            if isinstance(item, int):
+                ids.append(item)
+                continue
+            token = specials.get(item)
+            if token is None:
+                encoded = tokenizer.encode(item)
+                if len(encoded) != 1:
+                    raise ValueError(
+                        f"end_of_turn token {item!r} is not a single token of tokenizer "
+                        f"{tokenizer.name!r} (it encodes to {encoded}); pass its id instead"
+                    )
+                token = encoded[0]
+            ids.append(token)
+        return tuple(dict.fromkeys(ids))
+    declared = getattr(tokenizer, "end_of_turn_ids", None)
+    if declared:
+        return tuple(int(i) for i in declared)
+    return (tokenizer.eos_token_id,)
+
+
+def resolve_sampling(
+    sampling: SamplingParams | None,
+    *,
+    temperature: float | None,
+    max_tokens: int | None,
+    extra_body: Mapping[str, Any] | None,
+    stop_ids: Sequence[int],
+) -> SamplingParams:
+    """The loop's sampling parameters by the precedence rule (module docstring).
+
+    Raises:
+        ValueError: ``extra_body`` and ``sampling`` set one thing to two different values, or
+            ``extra_body`` sets ``temperature`` / ``max_tokens`` (use the arguments).
+    """
+    base = sampling or SamplingParams()
+    changes: dict[str, Any] = {}
+    if temperature is not None:
+        changes["temperature"] = temperature
+    if max_tokens is not None:
+        changes["max_tokens"] = max_tokens
+    extra: dict[str, JSON] = dict(base.extra)
+    for key, value in (extra_body or {}).items():
+        if key in _LOOP_ARGUMENTS:
+            raise ValueError(
+                f"extra_body sets {key!r}; pass the loop's {_LOOP_ARGUMENTS[key]}= argument "
+                "(or SamplingParams) instead"
+            )
+        if key in _TYPED_FROM_EXTRA:
+            typed = tuple(value) if key in ("stop", "stop_token_ids") else value
+            current = getattr(base, key)
+            if current != getattr(_DEFAULTS, key) and current != typed:
+                raise ValueError(
+                    f"extra_body sets {key}={value!r} but sampling sets {key}={current!r}; "
+                    "give it in one place"
+                )
+            changes[key] = typed
+            continue
+        if key in extra and extra[key] != value:
+            raise ValueError(
+                f"extra_body sets {key}={value!r} but sampling.extra sets "
+                f"{key}={extra[key]!r}; give it in one place"
+            )
+        extra[key] = value
+    changes["extra"] = extra
+    resolved = dataclasses.replace(base, **changes)
+    if not resolved.stop_token_ids:
+        resolved = dataclasses.replace(resolved, stop_token_ids=tuple(stop_ids))
+    return resolved
+
+
+def turn_sampling(
+    base: SamplingParams,
+    *,
+    turn: int,
+    messages: Sequence[JSONObject],
+    hook: SamplingHook | None,
+    seed: int | None,
+) -> SamplingParams:
+    """This turn's parameters: the run's seed applied, then the hook's replacement, if any.
+
+    A hook's result without stop ids gets the loop's; without a seed, the run's.
+
+    Raises:
+        TypeError: The hook returned something that is not ``SamplingParams`` or ``None``.
+    """
+    params = base if seed is None else dataclasses.replace(base, seed=seed)
+    if hook is None:
+        return params
+    chosen = hook(turn, messages, params)
+    if chosen is None:
+        return params
+    if not isinstance(chosen, SamplingParams):
+        raise TypeError(
+            f"sampling_hook must return SamplingParams or None, got {type(chosen).__name__}"
+        )
+    if not chosen.stop_token_ids:
+        chosen = dataclasses.replace(chosen, stop_token_ids=params.stop_token_ids)
+    if chosen.seed is None and params.seed is not None:
+        chosen = dataclasses.replace(chosen, seed=params.seed)
+    return chosen

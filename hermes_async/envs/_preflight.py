@@ -1,0 +1,162 @@
+"""Start-up checks: a run whose configuration or infrastructure is broken fails before rollout one.
+
+Without them a broken run looks like a bad policy: an unknown ``tool_call_parser`` failed at the
+first rollout, a stopped Docker engine turned every tool call into an error and every reward
+into 0.0, a dead model server hung (atroposlib's health check) or scored zeros. The entry points
+(``serve`` / ``process`` / ``evaluate``) run :func:`preflight` first; each check raises an error
+that names the setting and the fix:
+
+=================================  ==================================================  ==========
+what                               how                                                 raises
+=================================  ==================================================  ==========
+``tool_call_parser``               the parser registry knows the name                  ConfigError
+``enabled_toolsets`` /             every name is a toolset (or a registered tool's     ConfigError
+``disabled_toolsets``              toolset); ``distribution`` is a distribution
+``enabled_toolsets`` (offered)     every registered tool of an explicitly enabled      ConfigError
+                                   toolset can run here (browser engine, web API key)
+``terminal_backend``               registered; its preflight hook passes (Docker       ConfigError /
+                                   engine answers a ping, Modal credentials exist)     SandboxError
+the model servers                  each answers HTTP within ``server_connect_timeout``  ServerUnreachableError
+=================================  ==================================================  ==========
+
+The configuration checks are pure; the backend and server checks are bounded (the Docker ping by
+~10 s, the servers by ``server_connect_timeout``, 10 s by default), so a run against a stopped
+engine or a dead server exits non-zero within seconds, before atroposlib writes a single group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from hermes_async.errors import ConfigError
+from hermes_async.parsers import get_parser
+from hermes_async.tools.registry import ToolRegistry, builtin_registry
+from hermes_async.tools.sandbox.backends import preflight_backend
+from hermes_async.tools.toolsets import (
+    TOOLSETS,
+    expand_toolsets,
+    resolve_toolsets,
+    validate_distribution,
+    validate_toolset,
+)
+
+__all__ = ("check_offered", "check_parser", "check_toolsets", "preflight")
+
+#: What a tool needs when its availability check fails, by name prefix (the message's fix).
+_NEEDS = (
+    (
+        "browser_",
+        "the browser tools need Playwright (pip install 'hermes-async[browser]') and a Chromium "
+        "(apt-get install chromium, or HERMES_BROWSER_EXECUTABLE)",
+    ),
+    (
+        "web_",
+        "the web tools need a search provider key (FIRECRAWL_API_KEY, FIRECRAWL_API_URL, "
+        "TAVILY_API_KEY or EXA_API_KEY; web_extract also runs with HERMES_WEB_DIRECT_EXTRACT=1)",
+    ),
+)
+
+
+def check_parser(name: str) -> None:
+    """Raise a :class:`ConfigError` naming ``tool_call_parser`` if ``name`` is not registered."""
+    try:
+        get_parser(name)
+    except KeyError as exc:  # also UnknownParserError (a ConfigError that is a KeyError)
+        reason = exc.args[0] if exc.args else str(exc)
+        raise ConfigError(
+            f"--env.tool_call_parser={name!r} is not a tool-call parser: {reason}; pick one of "
+            "those, or register yours with register_parser before the environment starts"
+        ) from exc
+
+
+def check_toolsets(
+    enabled: Iterable[str] | None,
+    disabled: Iterable[str] | None,
+    distribution: str | None,
+    registry: ToolRegistry | None = None,
+) -> None:
+    """Raise a :class:`ConfigError` naming the setting for an unknown toolset or distribution."""
+    custom = {t.toolset for t in (registry or builtin_registry())} - set(TOOLSETS)
+    for setting, names in (("enabled_toolsets", enabled), ("disabled_toolsets", disabled)):
+        for name in names or ():
+            if name in custom:
+                continue
+            try:
+                validate_toolset(name)
+            except ValueError as exc:
+                raise ConfigError(f"--env.{setting}: {exc}") from exc
+    if distribution:
+        try:
+            validate_distribution(distribution)
+        except ValueError as exc:
+            raise ConfigError(f"--env.distribution: {exc}") from exc
+
+
+def check_offered(
+    enabled: Iterable[str] | None,
+    disabled: Iterable[str] | None,
+    registry: ToolRegistry | None = None,
+) -> None:
+    """Raise a :class:`ConfigError` if an explicitly enabled toolset would lose tools.
+
+    The reference dropped a tool whose availability check failed without a word (``browser``
+    shrank to ``web_search`` without Chromium, ``web`` vanished without an API key), and the
+    run trained a model on fewer tools than it was configured with. Here a toolset named in
+    ``enabled_toolsets`` must have every registered tool available (tools this project does not
+    implement, such as ``vision_analyze``, are not registered and do not count; a toolset in
+    ``disabled_toolsets`` is not checked, nor are the tools it removes). Distributions
+    keep the reference's rule (a sampled toolset offers what is available): they are sampled,
+    not a promise.
+    """
+    if enabled is None:
+        return
+    reg = registry or builtin_registry()
+    known = {tool.name: tool for tool in reg}
+    off = set(expand_toolsets(disabled or ()))
+    for name in enabled:
+        if name in off:
+            continue
+        try:
+            tool_names = resolve_toolsets([name], disabled)
+        except ValueError:  # a custom toolset: the registry's tools that name it
+            tool_names = [tool.name for tool in reg if tool.toolset == name]
+        missing = [t for t in tool_names if t in known and not known[t].is_available()]
+        if not missing:
+            continue
+        needs = [hint for prefix, hint in _NEEDS if any(t.startswith(prefix) for t in missing)]
+        raise ConfigError(
+            f"--env.enabled_toolsets: toolset {name!r} is enabled but {', '.join(missing)} "
+            f"cannot run here ({'; '.join(needs) or 'their availability checks fail'}); fix "
+            f"that, or remove {name!r} from enabled_toolsets (or add it to disabled_toolsets)"
+        )
+
+
+async def preflight(
+    config: Any,
+    *,
+    backend_options: Mapping[str, Any],
+    registry: ToolRegistry | None,
+    check_servers: Callable[[], Awaitable[None]],
+) -> None:
+    """Run every start-up check for an environment's ``config`` (see the module docstring).
+
+    Args:
+        config: The :class:`~hermes_async.envs.config.HermesAgentEnvConfig`.
+        backend_options: The options the sandbox factory is built with.
+        registry: The environment's tool registry (custom toolsets count as valid).
+        check_servers: Proves every model server answers (bounded).
+
+    Raises:
+        ConfigError: A bad parser, toolset, distribution or backend name/option.
+        SandboxError: The sandbox backend is unreachable or unauthenticated.
+        ServerUnreachableError: A model server did not answer in time.
+
+    **Cancellation**: whatever a check opened is closed.
+    """
+    check_parser(config.tool_call_parser)
+    check_toolsets(config.enabled_toolsets, config.disabled_toolsets, config.distribution, registry)
+    if not config.distribution:  # a distribution wins over enabled_toolsets (reference rule)
+        check_offered(config.enabled_toolsets, config.disabled_toolsets, registry)
+    await preflight_backend(config.terminal_backend, **dict(backend_options))
+    await check_servers()

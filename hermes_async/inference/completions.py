@@ -1,0 +1,220 @@
+"""Exact tokens from a stock vLLM: the OpenAI completions route with token-id prompts.
+
+``POST /inference/v1/generate`` exists only when vLLM runs with ``--enable-scale-out`` (403
+otherwise; older versions have no such route: 404). Every vLLM serves ``POST /v1/completions``,
+and it takes the prompt as a list of token ids and, asked to, returns the sampled ids and their
+logprobs. :class:`VLLMCompletionsClient` speaks it behind the same
+:class:`~hermes_async.inference.generate.TokenClient` interface, so the Phase 2 loop works
+against the server most users already run.
+
+Wire format (streamed as SSE)::
+
+    > {"prompt": [151644, 872, ...], "max_tokens": 256, "temperature": 1.0, "top_p": 1.0,
+    >  "logprobs": 0, "return_token_ids": true, "return_tokens_as_token_ids": true,
+    >  "stop_token_ids": [151645], "skip_special_tokens": false, "stream": true, ...}
+    < data: {"choices": [{"index": 0, "text": "Hi", "token_ids": [13048],
+    <        "logprobs": {"tokens": ["token_id:13048"], "token_logprobs": [-0.31], ...},
+    <        "finish_reason": null}]}
+    < data: [DONE]
+
+Where the ids come from: ``choices[0].token_ids`` (the delta ids of the chunk; vLLM >= 0.10.2,
+the ``return_token_ids`` option), cross-checked against ``logprobs.tokens``, which
+``return_tokens_as_token_ids`` (vLLM >= 0.6) spells ``token_id:<id>``. With only the latter
+(an older server) the ids are read from it. A chunk whose ids and logprobs differ in number, or
+whose two id sources disagree, is a :class:`~hermes_async.inference.ServerProtocolError`.
+Minimum: vLLM 0.6 (``return_tokens_as_token_ids``); tested against vLLM 0.32 (CPU build).
+The sampled end-of-turn id is part of ``token_ids`` (as on the generate route), although the
+``text`` omits it.
+
+Request extras (``SamplingParams.extra``) go at the top level of the body, checked against
+the completions route's parameters (:mod:`~hermes_async.inference.request_extras`).
+
+:func:`detect_token_endpoint` decides, with one request at start-up, which of the two routes a
+vLLM server offers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Unpack
+
+import httpx
+
+from hermes_async.inference._errors import ServerStatusError
+from hermes_async.inference._http import (
+    ConnectionKwargs,
+    HTTPOptions,
+    ServerConnection,
+)
+from hermes_async.inference._token_chunks import (
+    ChunkDecoder,
+    ChunkError,
+    TokenChunk,
+    _check_lengths,
+    _finish_reason,
+    _float,
+    _int_ids,
+    first_choice,
+)
+from hermes_async.inference.generate import GenerateClient, SamplingParams
+from hermes_async.jsontypes import JSON, JSONObject
+
+__all__ = (
+    "COMPLETIONS_PATH",
+    "GENERATE_PATH",
+    "CompletionsDecoder",
+    "VLLMCompletionsClient",
+    "detect_token_endpoint",
+)
+
+#: vLLM's scale-out token route and the OpenAI completions route.
+GENERATE_PATH = "/inference/v1/generate"
+COMPLETIONS_PATH = "/v1/completions"
+_TOKEN_ID_PREFIX = "token_id:"
+#: Statuses that mean "no generate route here": disabled (403), unknown (404), GET-only (405).
+_ABSENT_STATUSES = frozenset({403, 404, 405})
+
+
+class CompletionsDecoder(ChunkDecoder):
+    """Decode one completions-route chunk into checked ids and logprobs (sans I/O)."""
+
+    def feed(self, payload: JSON) -> TokenChunk | None:
+        """Decode one chunk; ``None`` for a chunk without tokens or finish (usage)."""
+        choice = first_choice(payload)
+        if choice is None:  # the usage chunk
+            return None
+        logprobs_obj = choice.get("logprobs") or {}
+        if not isinstance(logprobs_obj, dict):
+            raise ChunkError("choices[0].logprobs must be an object")
+        raw_lps = logprobs_obj.get("token_logprobs") or []
+        tokens = logprobs_obj.get("tokens") or []
+        if not isinstance(raw_lps, list) or not isinstance(tokens, list):
+            raise ChunkError("logprobs.token_logprobs and logprobs.tokens must be lists")
+        logprobs = [_float(lp, "logprobs.token_logprobs[]") for lp in raw_lps]
+        named = [_token_id(t) for t in tokens]
+        if "token_ids" in choice and choice["token_ids"] is not None:
+            ids = _int_ids(choice["token_ids"], "choices[0].token_ids")
+            for i, (a, b) in enumerate(zip(ids, named, strict=False)):
+                if b is not None and a != b:
+                    raise ChunkError(
+                        f"logprob entry {i} is for token {b} but the chunk's id there is {a}"
+                    )
+        elif named and all(n is not None for n in named):
+            ids = [n for n in named if n is not None]
+        elif raw_lps or choice.get("text"):
+            raise ChunkError(
+                "the completions chunk carries no token ids; the server must support "
+                "return_token_ids (vLLM >= 0.10.2) or return_tokens_as_token_ids (vLLM >= 0.6)"
+            )
+        else:
+            ids = []
+        _check_lengths(ids, logprobs)
+        finish = _finish_reason(choice.get("finish_reason"))
+        if not ids and finish is None:
+            return None
+        return TokenChunk(tuple(ids), tuple(logprobs), finish)
+
+
+def _token_id(token: JSON) -> int | None:
+    if isinstance(token, str) and token.startswith(_TOKEN_ID_PREFIX):
+        try:
+            return int(token[len(_TOKEN_ID_PREFIX) :])
+        except ValueError:
+            return None
+    return None
+
+
+class VLLMCompletionsClient(GenerateClient):
+    """A stock vLLM's ``POST /v1/completions`` as a token client (see the module docstring).
+
+    Args:
+        base_url: The server's URL; a trailing ``/v1`` is stripped (atroposlib configs carry
+            one).
+        model: ``model`` of the requests (the served model name); ``None`` omits it, which
+            vLLM answers with its (only) served model.
+        **connection: As for :class:`~hermes_async.inference.generate.GenerateClient`.
+    """
+
+    path = COMPLETIONS_PATH
+    extras_kind = "completions"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        **connection: Unpack[ConnectionKwargs],
+    ) -> None:
+        super().__init__(base_url, **connection)
+        self.model = model
+
+    def _base_url(self, base_url: str) -> str:
+        return base_url.rstrip("/").removesuffix("/v1")
+
+    def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
+        body: JSONObject = {
+            "prompt": list(prompt_ids),
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            # The text is not used; special tokens in it would only cost detokenization.
+            "skip_special_tokens": False,
+            "add_special_tokens": False,
+            "stream": True,
+        }
+        if self.model is not None:
+            body["model"] = self.model
+        if params.top_k is not None:
+            body["top_k"] = params.top_k
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.stop_token_ids:
+            body["stop_token_ids"] = list(params.stop_token_ids)
+        return self._flat_tail(body, params)
+
+    def _decoder(self) -> ChunkDecoder:
+        return CompletionsDecoder()
+
+
+async def detect_token_endpoint(
+    base_url: str,
+    *,
+    timeout: float = 10.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+    api_key: str | None = None,
+) -> Literal["vllm", "completions"]:
+    """Which token route a vLLM server offers: ``"vllm"`` (generate) or ``"completions"``.
+
+    One ``POST /inference/v1/generate`` with an empty body: a server with the route answers
+    400/422 (the body is invalid; nothing is generated); 403 (scale-out disabled), 404 (no such
+    route) or 405 mean the route is absent, so the stock completions route is used.
+
+    Args:
+        base_url: The server's root URL (a trailing ``/v1`` is stripped).
+        timeout: Deadline of the probe in seconds.
+        transport: An httpx transport to use instead of the network (tests).
+        api_key: Sent as a bearer token.
+
+    Raises:
+        ModelServerError: The server could not be reached, or answered something else (401: a
+            wrong key; 5xx) — the message says what.
+
+    **Cancellation**: the probe's connection is closed; nothing else is held.
+    """
+    options = HTTPOptions.for_probe(timeout)
+    root = base_url.rstrip("/").removesuffix("/v1")
+    async with ServerConnection(
+        root, options=options, transport=transport, api_key=api_key
+    ) as connection:
+        try:
+            await connection.post_json(GENERATE_PATH, {})
+        except ServerStatusError as exc:
+            if exc.status in _ABSENT_STATUSES:
+                return "completions"
+            if exc.status in (400, 422):
+                return "vllm"
+            raise
+    return "vllm"

