@@ -151,7 +151,7 @@ async def test_hostile_trees_made_in_the_sandbox_are_refused(
     a setuid file. Each download is refused and writes nothing, outside or inside."""
     ctx = ToolContext("hostile", manager=manager)
     cases = {
-        "chain": "mkdir chain && cd chain && ln -s . x && ln -s x/.. esc && echo hi > ok",
+        "chain": "mkdir chain && (cd chain && ln -s . x && ln -s x/.. esc && echo hi > ok)",
         "out": "mkdir out && ln -s /etc/passwd out/passwd",
         "setuid": "mkdir setuid && echo x > setuid/f && chmod 4755 setuid/f",
     }
