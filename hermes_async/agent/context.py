@@ -53,18 +53,22 @@ Two guards for code written against the synchronous reference:
   the handle instead releases at once and returns when the sandbox is gone. The environment also
   releases the sandbox in its own ``finally``, so a rollout never leaks one either way.
 
-Transfers are binary-safe tar archives through ``Sandbox.put_archive``/``get_archive`` (no base64
-through a shell, no size limit but memory, empty files fine); archives with absolute or ``..``
-members are rejected in both directions. Host-side files are read and written with ``cat``/``tar``
-subprocesses, so nothing blocks the event loop.
+Transfers (:mod:`hermes_async.tools.sandbox.transfer`) are binary-safe and bounded: downloads
+*stream* from the sandbox to disk (host memory holds one 64 KiB chunk), each capped at
+``max_bytes`` (default :data:`~hermes_async.tools.sandbox.transfer.DEFAULT_TRANSFER_LIMIT_BYTES`,
+1 GiB; a file known to be larger is refused before a byte moves) with a clear error past it;
+nothing partial is left behind. Directory downloads are checked member by member and extracted
+with the ``data`` filter into a fresh directory by the one extractor of
+:mod:`hermes_async.tools.sandbox.archive` (absolute names, ``..``, links with ``..`` or absolute
+targets, setuid/setgid files and devices are refused before anything is written); uploads are
+checked by the same rules. Host-side files are read and written by subprocesses, so nothing
+blocks the event loop.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import posixpath
-import tarfile
 import warnings
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
@@ -80,10 +84,12 @@ from hermes_async.tools.browser import (
     current_browser_manager,
 )
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime, dispatch
+from hermes_async.tools.sandbox import transfer
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
 from hermes_async.tools.sandbox.base import Sandbox, SandboxProvider
-from hermes_async.tools.sandbox.local import run_bounded
+from hermes_async.tools.sandbox.errors import NotARegularFileError, TransferLimitError
 from hermes_async.tools.sandbox.manager import SandboxManager, current_sandbox_manager
+from hermes_async.tools.sandbox.transfer import DEFAULT_TRANSFER_LIMIT_BYTES
 from hermes_async.tools.standalone import StandaloneSandboxes, standalone_factory
 from hermes_async.tools.terminal import default_command_timeout
 
@@ -96,9 +102,6 @@ DEFAULT_TOOL_TIMEOUT_SECONDS = 300.0
 #: Extra time a terminal call gets over its command timeout, so the tool reports the timeout
 #: itself (exit 124) rather than being cancelled from outside.
 _TERMINAL_SLACK_SECONDS = 60.0
-
-#: Deadline for a host-side ``cat``/``tar`` used by uploads and downloads.
-_HOST_TRANSFER_TIMEOUT_SECONDS = 600.0
 
 T = TypeVar("T")
 
@@ -429,63 +432,63 @@ class ToolContext(AsyncResource):
     # ----------------------------------------------------------------------------------------
     # transfers
 
-    def upload_file(self, local_path: str, remote_path: str) -> _Pending[JSONObject]:
+    def upload_file(
+        self, local_path: str, remote_path: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
+    ) -> _Pending[JSONObject]:
         """Copy a host file into the sandbox at ``remote_path`` (binary-safe, parents created).
 
         Returns ``{"exit_code": 0, "output": "", "bytes": n}``, or ``exit_code: -1`` with the
-        reason in ``output`` (e.g. ``"Local file not found: ..."``).
+        reason in ``output`` (e.g. ``"Local file not found: ..."``, or a file larger than
+        ``max_bytes``).
 
         **Cancellation**: the remote file may be missing or partial.
         """
 
         async def run() -> JSONObject:
-            code, data = await _host_read_file(local_path)
-            if code == 66:
-                return {"exit_code": -1, "output": f"Local file not found: {local_path}"}
-            if code != 0:
-                return {"exit_code": -1, "output": f"Cannot read {local_path}: {data.decode()}"}
             name = posixpath.basename(remote_path.rstrip("/"))
             if not name:
                 return {"exit_code": -1, "output": f"Invalid remote path: {remote_path!r}"}
-            tar = single_file_tar(name, data)
+            try:
+                data = await transfer.read_host_file(local_path, max_bytes=max_bytes)
+            except FileNotFoundError:
+                return {"exit_code": -1, "output": f"Local file not found: {local_path}"}
+            except OSError as exc:
+                return {"exit_code": -1, "output": str(exc)}
             sandbox = await self._sandbox()
             try:
-                await sandbox.put_archive(posixpath.dirname(remote_path) or ".", tar)
+                await sandbox.put_archive(
+                    posixpath.dirname(remote_path) or ".", single_file_tar(name, data)
+                )
             except (OSError, ValueError, SandboxError) as exc:
                 return {"exit_code": -1, "output": f"Upload failed: {exc}"}
             return {"exit_code": 0, "output": "", "bytes": len(data)}
 
         return _Pending("upload_file", run)
 
-    def upload_dir(self, local_dir: str, remote_dir: str) -> _Pending[list[JSONObject]]:
+    def upload_dir(
+        self, local_dir: str, remote_dir: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
+    ) -> _Pending[list[JSONObject]]:
         """Copy a host directory tree into ``remote_dir`` (one archive, binary-safe).
 
-        Returns one ``{"exit_code": 0, "output": "", "path": remote_file}`` per file, or a
-        one-element list with ``exit_code: -1`` and the reason.
+        Setuid/setgid bits are stripped; links to absolute paths or with ``..`` are refused
+        (the archive rules of :mod:`hermes_async.tools.sandbox.archive`). Returns one
+        ``{"exit_code": 0, "output": "", "path": remote_file}`` per file, or a one-element list
+        with ``exit_code: -1`` and the reason.
 
         **Cancellation**: the remote tree may be partial.
         """
 
         async def run() -> list[JSONObject]:
-            raw = await run_bounded(
-                [
-                    "/bin/sh",
-                    "-c",
-                    '[ -d "$1" ] || exit 66; exec tar -c -f - -C "$1" .',
-                    "sh",
-                    local_dir,
-                ],
-                timeout=_HOST_TRANSFER_TIMEOUT_SECONDS,
-                output_limit=None,
-            )
-            if raw.exit_code == 66:
-                return [{"exit_code": -1, "output": f"Local directory not found: {local_dir}"}]
-            if raw.exit_code != 0:
-                return [{"exit_code": -1, "output": f"Cannot archive {local_dir}: {raw.stderr!r}"}]
             try:
-                members = check_tar_members(raw.stdout)
+                tar = await transfer.read_host_dir_archive(local_dir, max_bytes=max_bytes)
+                members = check_tar_members(tar)
+            except FileNotFoundError:
+                return [{"exit_code": -1, "output": f"Local directory not found: {local_dir}"}]
+            except (OSError, ValueError) as exc:
+                return [{"exit_code": -1, "output": f"Upload failed: {exc}"}]
+            try:
                 sandbox = await self._sandbox()
-                await sandbox.put_archive(remote_dir, raw.stdout)
+                await sandbox.put_archive(remote_dir, tar)
             except (OSError, ValueError, SandboxError) as exc:
                 return [{"exit_code": -1, "output": f"Upload failed: {exc}"}]
             return [
@@ -500,81 +503,64 @@ class ToolContext(AsyncResource):
 
         return _Pending("upload_dir", run)
 
-    def download_file(self, remote_path: str, local_path: str) -> _Pending[JSONObject]:
-        """Copy a sandbox file to ``local_path`` on the host (parents created, binary-safe).
+    def download_file(
+        self, remote_path: str, local_path: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
+    ) -> _Pending[JSONObject]:
+        """Stream a sandbox file to ``local_path`` on the host (parents created, binary-safe).
 
         Returns ``{"success": True, "bytes": n}`` or ``{"success": False, "error": ...}``; an
-        empty file is a success with ``bytes: 0``.
+        empty file is a success with ``bytes: 0``. A file larger than ``max_bytes`` (default
+        1 GiB) is refused with an error naming the sizes; ``local_path`` is only written once
+        the whole file arrived.
 
-        **Cancellation**: the local file may be missing or partial.
+        **Cancellation**: the transfer stops; no partial file is left.
         """
 
         async def run() -> JSONObject:
             sandbox = await self._sandbox()
             try:
-                tar = await sandbox.get_archive(remote_path)
-                members = check_tar_members(tar)
-                files = [m for m in members if m.isfile()]
-                if len(files) != 1 or len(members) != 1:
-                    return {"success": False, "error": f"Not a regular file: {remote_path}"}
-                with tarfile.open(fileobj=io.BytesIO(tar), mode="r:*") as tf:
-                    fobj = tf.extractfile(files[0])
-                    data = fobj.read() if fobj is not None else b""
+                size = await transfer.download_file(
+                    sandbox, remote_path, local_path, max_bytes=max_bytes
+                )
+            except NotARegularFileError:
+                return {"success": False, "error": f"Not a regular file: {remote_path}"}
             except FileNotFoundError:
                 return {"success": False, "error": f"Remote file not found: {remote_path}"}
-            except (OSError, ValueError, SandboxError, tarfile.TarError) as exc:
+            except TransferLimitError as exc:
+                return {"success": False, "error": f"Download refused: {exc}"}
+            except (OSError, ValueError, SandboxError) as exc:
                 return {"success": False, "error": f"Download failed: {exc}"}
-            code, err = await _host_write_file(local_path, data)
-            if code != 0:
-                return {"success": False, "error": f"Cannot write {local_path}: {err}"}
-            return {"success": True, "bytes": len(data)}
+            return {"success": True, "bytes": size}
 
         return _Pending("download_file", run)
 
-    def download_dir(self, remote_dir: str, local_dir: str) -> _Pending[list[JSONObject]]:
-        """Copy a sandbox directory tree to ``local_dir`` on the host (one archive).
+    def download_dir(
+        self, remote_dir: str, local_dir: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
+    ) -> _Pending[list[JSONObject]]:
+        """Stream a sandbox directory tree to ``local_dir`` on the host (one archive).
 
         Returns one ``{"success": True, "bytes": n, "path": local_file}`` per file, or a
-        one-element list ``[{"success": False, "error": ...}]``. Archives with absolute or
-        ``..`` members are rejected before anything is written.
+        one-element list ``[{"success": False, "error": ...}]``. Unsafe archives (absolute or
+        ``..`` members, links out or with ``..``, setuid/setgid files, devices) are refused
+        before anything is written; an archive larger than ``max_bytes`` (default 1 GiB)
+        stops with an error and writes nothing.
 
-        **Cancellation**: the local tree may be partial.
+        **Cancellation**: the transfer stops; ``local_dir`` is left as it was.
         """
 
         async def run() -> list[JSONObject]:
             sandbox = await self._sandbox()
             try:
-                tar = await sandbox.get_archive(remote_dir)
-                members = check_tar_members(tar)
+                files = await transfer.download_dir(
+                    sandbox, remote_dir, local_dir, max_bytes=max_bytes
+                )
             except FileNotFoundError:
                 return [{"success": False, "error": f"Remote directory not found: {remote_dir}"}]
+            except TransferLimitError as exc:
+                return [{"success": False, "error": f"Download refused: {exc}"}]
             except (OSError, ValueError, SandboxError) as exc:
                 return [{"success": False, "error": f"Download failed: {exc}"}]
-            raw = await run_bounded(
-                [
-                    "/bin/sh",
-                    "-c",
-                    'mkdir -p -- "$1" && exec tar -x --no-same-owner -f - -C "$1"',
-                    "sh",
-                    local_dir,
-                ],
-                timeout=_HOST_TRANSFER_TIMEOUT_SECONDS,
-                stdin=tar,
-                output_limit=65536,
-            )
-            if raw.exit_code != 0:
-                return [
-                    {"success": False, "error": f"Cannot extract into {local_dir}: {raw.stderr!r}"}
-                ]
-            return [
-                {
-                    "success": True,
-                    "bytes": m.size,
-                    "path": posixpath.normpath(posixpath.join(local_dir, m.name)),
-                }
-                for m in members
-                if m.isfile()
-            ]
+            return [{"success": True, "bytes": f.size, "path": f.path} for f in files]
 
         return _Pending("download_dir", run)
 
@@ -662,22 +648,3 @@ def _as_dict(content: str, raw_key: str) -> JSONObject:
     if isinstance(value, dict):
         return value
     return {raw_key: content}
-
-
-async def _host_read_file(path: str) -> tuple[int, bytes]:
-    raw = await run_bounded(
-        ["/bin/sh", "-c", '[ -f "$1" ] || exit 66; exec cat -- "$1"', "sh", path],
-        timeout=_HOST_TRANSFER_TIMEOUT_SECONDS,
-        output_limit=None,
-    )
-    return raw.exit_code, raw.stdout if raw.exit_code == 0 else raw.stderr
-
-
-async def _host_write_file(path: str, data: bytes) -> tuple[int, str]:
-    raw = await run_bounded(
-        ["/bin/sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', "sh", path],
-        timeout=_HOST_TRANSFER_TIMEOUT_SECONDS,
-        stdin=data,
-        output_limit=65536,
-    )
-    return raw.exit_code, raw.stderr.decode("utf-8", "replace").strip()

@@ -11,7 +11,10 @@ function, without processes or containers::
 Latency is ``anyio.sleep``, so under trio's ``MockClock(autojump_threshold=0)`` a test with
 minutes of scripted latency runs instantly. Faults: creation fails (``fail_create``), creation
 hangs (``create_hangs``), exec raises (``exec_error``), exec hangs until cancelled
-(``exec_hangs``), exec returns an error (script a non-zero :class:`ExecResult`).
+(``exec_hangs``), exec returns an error (script a non-zero :class:`ExecResult`), the sandbox
+dies (:meth:`FakeSandbox.die`: every later operation raises
+:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`, as a real backend's would
+after an OOM kill or a vanished container).
 
 Files live in a dict keyed by normalized absolute path; archives are real tar data, so
 ``put_archive``/``get_archive`` behave (and reject traversal) like a real backend. Background
@@ -37,13 +40,16 @@ import anyio
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.archive import check_tar_members, pack_files
 from hermes_async.tools.sandbox.base import (
+    BACKGROUND_LOG_LIMIT_BYTES,
     TIMEOUT_EXIT_CODE,
     BackgroundProcess,
     BackgroundStatus,
     ExecRequest,
     ExecResult,
     Sandbox,
+    dropped_marker,
 )
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError, UnavailableReason
 from hermes_async.tools.sandbox.output import OutputCapture
 
 __all__ = ("ExecCall", "ExecScript", "FakeSandbox", "FakeSandboxFactory")
@@ -107,6 +113,9 @@ class FakeSandbox(Sandbox):
         self.stdin_writes: dict[str, list[bytes]] = {}
         self.stdin_closed: set[str] = set()
         self._outputs: dict[str, str] = {}
+        self._dropped: dict[str, int] = {}
+        #: Set by :meth:`die`: what every later operation raises.
+        self.gone: SandboxUnavailableError | None = None
 
     def __repr__(self) -> str:
         return (
@@ -124,6 +133,14 @@ class FakeSandbox(Sandbox):
     def _check_open(self) -> None:
         if self.closed:
             raise SandboxError("FakeSandbox is closed", task_id=self.task_id)
+        if self.gone is not None:
+            raise self.gone
+
+    def die(self, reason: UnavailableReason = "oom", detail: str = "the test killed it") -> None:
+        """Make the sandbox gone: every later operation raises ``SandboxUnavailableError``."""
+        self.gone = SandboxUnavailableError(
+            detail, reason=reason, backend="fake", task_id=self.task_id
+        )
 
     async def _delay(self, command: str = "") -> None:
         delay = self.latency(command) if callable(self.latency) else self.latency
@@ -271,11 +288,17 @@ class FakeSandbox(Sandbox):
         """Make a background process exit (test hook)."""
         proc = self._background_table()[session_id]
         self._background_table()[session_id] = replace(proc, exit_code=exit_code)
-        self._outputs[session_id] += output
+        self.append_background_output(session_id, output)
 
     def append_background_output(self, session_id: str, output: str) -> None:
-        """Add output to a background process (test hook)."""
-        self._outputs[session_id] += output
+        """Add output to a background process (test hook); the log keeps its last
+        :data:`BACKGROUND_LOG_LIMIT_BYTES` characters."""
+        log = self._outputs[session_id] + output
+        excess = len(log) - BACKGROUND_LOG_LIMIT_BYTES
+        if excess > 0:
+            log = log[excess:]
+            self._dropped[session_id] = self._dropped.get(session_id, 0) + excess
+        self._outputs[session_id] = log
 
     async def background_status(
         self, session_id: str, *, tail_chars: int = 200_000
@@ -286,14 +309,18 @@ class FakeSandbox(Sandbox):
         """
         self._check_open()
         proc = self._background_table()[session_id]
-        output = self._outputs.get(session_id, "")
-        return BackgroundStatus(proc, not proc.exited, output[-tail_chars:] if tail_chars else "")
+        output = self._outputs.get(session_id, "")[-tail_chars:] if tail_chars else ""
+        dropped = self._dropped.get(session_id, 0)
+        if dropped and tail_chars:
+            output = dropped_marker(dropped) + output
+        return BackgroundStatus(proc, not proc.exited, output, dropped)
 
     async def kill_background(self, session_id: str) -> bool:
         """Mark it exited with ``-1``.
 
         **Cancellation**: nothing to clean up.
         """
+        self._check_open()
         proc = self._background_table()[session_id]
         if proc.exited:
             return False
@@ -305,6 +332,7 @@ class FakeSandbox(Sandbox):
 
         **Cancellation**: nothing to clean up.
         """
+        self._check_open()
         if self._background_table()[session_id].exited:
             raise OSError(f"{session_id} has exited")
         self.stdin_writes.setdefault(session_id, []).append(bytes(data))
@@ -315,6 +343,7 @@ class FakeSandbox(Sandbox):
 
         **Cancellation**: nothing to clean up.
         """
+        self._check_open()
         if session_id not in self._background_table():
             raise KeyError(session_id)
         self.stdin_closed.add(session_id)

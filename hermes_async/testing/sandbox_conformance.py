@@ -32,14 +32,22 @@ import anyio
 from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.archive import pack_files
-from hermes_async.tools.sandbox.base import TIMEOUT_EXIT_CODE, BackgroundStatus, Sandbox
+from hermes_async.tools.sandbox.base import (
+    BACKGROUND_LOG_LIMIT_BYTES,
+    TIMEOUT_EXIT_CODE,
+    BackgroundStatus,
+    Sandbox,
+)
+from hermes_async.tools.sandbox.errors import TransferLimitError
 
 __all__ = (
     "CONFORMANCE_CHECKS",
     "ConformanceCheck",
     "check_archive_rejects_traversal",
+    "check_archive_rejects_unsafe_members",
     "check_archive_roundtrip",
     "check_background_lifecycle",
+    "check_background_log_is_bounded",
     "check_background_stdin",
     "check_exec_cwd_and_env",
     "check_exec_output_and_exit_code",
@@ -51,6 +59,7 @@ __all__ = (
     "check_home_is_inside",
     "check_interrupted_close_is_final",
     "check_read_missing_raises",
+    "check_stream_file_and_archive",
     "make_tar",
     "run_conformance",
 )
@@ -185,8 +194,105 @@ async def check_archive_rejects_traversal(sb: Sandbox) -> None:
     assert r.stdout.strip() == "0", r
 
 
-async def _wait_exit(sb: Sandbox, session_id: str) -> BackgroundStatus:
-    with anyio.fail_after(20):
+def _hostile_tar(kind: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+
+        def add(name: str, **fields: object) -> None:
+            info = tarfile.TarInfo(name)
+            for key, value in fields.items():
+                setattr(info, key, value)
+            data = b"pwned" if info.type == tarfile.REGTYPE else b""
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data) if data else None)
+
+        if kind == "chain":  # each link passes a lexical check; together they escape
+            add("x", type=tarfile.SYMTYPE, linkname=".")
+            add("esc", type=tarfile.SYMTYPE, linkname="x/..")
+            add("esc/escaped.txt")
+        elif kind == "dotdot-link":
+            add("sub", type=tarfile.DIRTYPE, mode=0o755)
+            add("sub/up", type=tarfile.SYMTYPE, linkname="../sub")
+        elif kind == "absolute-link":
+            add("etc", type=tarfile.SYMTYPE, linkname="/etc")
+        elif kind == "hardlink-out":
+            add("h", type=tarfile.LNKTYPE, linkname="../../etc/passwd")
+        elif kind == "setuid":
+            add("suid", mode=0o4755)
+        elif kind == "device":
+            add("null", type=tarfile.CHRTYPE, devmajor=1, devminor=3)
+    return buf.getvalue()
+
+
+async def check_archive_rejects_unsafe_members(sb: Sandbox) -> None:
+    """Link chains, links with ``..`` or absolute targets, setuid files and devices are refused
+    before anything is written."""
+    for kind in ("chain", "dotdot-link", "absolute-link", "hardlink-out", "setuid", "device"):
+        try:
+            await sb.put_archive("unsafe-dest", _hostile_tar(kind))
+        except ValueError:
+            continue
+        raise AssertionError(f"put_archive accepted the {kind!r} archive")
+    r = await sb.exec("ls -A unsafe-dest 2>/dev/null | wc -l; ls escaped.txt 2>/dev/null | wc -l")
+    assert r.stdout.split() == ["0", "0"], r
+
+
+async def check_stream_file_and_archive(sb: Sandbox) -> None:
+    """``stream_file`` / ``stream_archive`` hand over the bytes in chunks and stop at
+    ``max_bytes`` with ``TransferLimitError``; missing paths raise ``FileNotFoundError``."""
+    payload = bytes(range(256)) * 1024
+    await sb.write_bytes("stream/blob.bin", payload)
+    got = bytearray()
+
+    async def sink(chunk: bytes) -> None:
+        got.extend(chunk)
+
+    assert await sb.stream_file("stream/blob.bin", sink) == len(payload)
+    assert bytes(got) == payload
+    for path in ("stream/missing.bin", "stream"):
+        try:
+            await sb.stream_file(path, sink)
+        except FileNotFoundError:
+            continue
+        raise AssertionError(f"stream_file({path!r}) did not raise FileNotFoundError")
+    for stream in (sb.stream_file, sb.stream_archive):
+        try:
+            await stream(
+                "stream/blob.bin" if stream == sb.stream_file else "stream", sink, max_bytes=1000
+            )
+        except TransferLimitError:
+            continue
+        raise AssertionError(f"{stream.__name__} with max_bytes=1000 did not stop")
+    got.clear()
+    size = await sb.stream_archive("stream", sink)
+    assert size == len(got) > len(payload), (size, len(got))
+    with tarfile.open(fileobj=io.BytesIO(bytes(got))) as tf:
+        files = {
+            m.name.removeprefix("./"): (tf.extractfile(m) or io.BytesIO()).read()
+            for m in tf.getmembers()
+            if m.isfile()
+        }
+    assert files == {"blob.bin": payload}, list(files)
+
+
+async def check_background_log_is_bounded(sb: Sandbox) -> None:
+    """Endless background output costs a bounded log on disk; the model is told the start was
+    dropped (a marker, ``dropped_bytes``) and still sees the end."""
+    total = 3 * BACKGROUND_LOG_LIMIT_BYTES
+    proc = await sb.start_background(f"head -c {total} /dev/zero | tr '\\0' y; echo; echo END")
+    status = await _wait_exit(sb, proc.session_id, timeout=120)
+    assert status.exit_code == 0, status.exit_code
+    assert status.dropped_bytes > 0, status.dropped_bytes
+    assert "bytes of earlier output dropped" in status.output.splitlines()[0], status.output[:200]
+    assert status.output.rstrip().endswith("END"), status.output[-100:]
+    r = await sb.exec(f"cat {proc.state_dir}/log* | wc -c")
+    kept = int(r.stdout.strip() or -1)
+    assert 0 < kept <= BACKGROUND_LOG_LIMIT_BYTES, kept
+    assert kept + status.dropped_bytes == total + len("\nEND\n"), (kept, status.dropped_bytes)
+
+
+async def _wait_exit(sb: Sandbox, session_id: str, *, timeout: float = 20) -> BackgroundStatus:
+    with anyio.fail_after(timeout):
         while True:
             status = await sb.background_status(session_id)
             if not status.running:
@@ -248,8 +354,11 @@ CONFORMANCE_CHECKS: dict[str, ConformanceCheck] = {
     "read_missing_raises": check_read_missing_raises,
     "archive_roundtrip": check_archive_roundtrip,
     "archive_rejects_traversal": check_archive_rejects_traversal,
+    "archive_rejects_unsafe_members": check_archive_rejects_unsafe_members,
+    "stream_file_and_archive": check_stream_file_and_archive,
     "background_lifecycle": check_background_lifecycle,
     "background_stdin": check_background_stdin,
+    "background_log_is_bounded": check_background_log_is_bounded,
     "interrupted_close_is_final": check_interrupted_close_is_final,
 }
 

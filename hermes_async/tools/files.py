@@ -20,6 +20,27 @@ Results follow the reference's JSON shapes (``reference/hermes_environments_spec
 Every failure the model can cause (missing file, binary file, no match, bad regex, ...) and
 every sandbox failure is *returned* as a JSON error; only cancellation propagates.
 
+Paths and what the tools can reach. A path is resolved *inside the sandbox* before anything is
+done with it: made absolute against the working directory, normalised, symlinks followed
+where they exist (``realpath -m``, else ``readlink -f``, else ``cd -P``), and the result is
+checked against the block list (``/dev``, ``/proc``, ``/sys``): ``//proc/self/environ``,
+``../../proc/1/environ`` and a symlink ``x -> /proc`` are all refused (``@blocked``). The tools
+then act on the resolved path. Beyond that the tools reach exactly what the sandbox's own
+shell reaches, no more:
+
+* local, ``namespaces`` isolation: the sandbox's world. ``/sandbox`` (work, home, tmp) is
+  writable; the host's system directories (``/usr``, ``/etc``, ...) are readable as the
+  unprivileged sandbox user; the rest of the host (``/root``, ``/home``, other sandboxes,
+  this process's ``/proc``) does not exist there.
+* local, ``process`` isolation: the host filesystem, with the permissions of this process
+  (root here): everything outside the block list, ``/etc/shadow`` and other worktrees
+  included. Only the block list stands between the tools and the kernel's files.
+* Docker / Modal: the container's filesystem, as the container's user.
+
+The block list keeps the file tools off device and kernel files (a read of ``/dev/zero`` never
+ends; ``/proc/<pid>/environ`` holds secrets); ``terminal`` is not filtered, which is why the
+namespaced backend hides the host's processes from the shell itself.
+
 Memory: ``read_file`` never loads a whole file. The script streams ``tail -n +OFFSET | head -n
 LIMIT`` and cuts each line to a few KB inside the sandbox, so a multi-GB file or a single
 1 GB line costs the host no more than one page (the exec output cap bounds it in any case).
@@ -55,6 +76,7 @@ from hermes_async.tools._v4a import (
 )
 from hermes_async.tools.registry import Tool, ToolRuntime
 from hermes_async.tools.sandbox.base import ExecResult, Sandbox
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 
 __all__ = (
     "MAX_LINE_CHARS",
@@ -132,8 +154,52 @@ def format_numbered(lines: Sequence[str], first_line: int) -> str:
 
 
 def _blocked(path: str) -> bool:
-    normalized = posixpath.normpath(path) + "/"
-    return path.startswith("/") and normalized.startswith(_BLOCKED_PREFIXES)
+    """Lexical pre-check of an absolute path (``//proc`` and ``/a/../proc`` included); the
+    authoritative check runs in the sandbox after symlinks are resolved (:func:`_guard`)."""
+    if not path.startswith("/"):
+        return False
+    normalized = "/" + posixpath.normpath(path).lstrip("/") + "/"
+    return normalized.startswith(_BLOCKED_PREFIXES)
+
+
+#: Shell function: print the absolute, normalised, symlink-resolved form of "$1" (resolving
+#: what exists; a missing tail is kept as given). GNU ``realpath -m`` does it all; busybox has
+#: ``readlink -f`` (existing paths); ``cd -P`` + ``pwd -P`` resolves the directory otherwise.
+_RESOLVE_FN = r"""hermes_resolve() {
+  p=$1
+  case $p in /*) ;; *) p=$(pwd -P)/$p ;; esac
+  r=$(realpath -m -- "$p" 2>/dev/null) && [ -n "$r" ] && { printf '%s
+' "$r"; return; }
+  r=$(readlink -f -- "$p" 2>/dev/null) && [ -n "$r" ] && { printf '%s
+' "$r"; return; }
+  d=$(dirname -- "$p"); b=$(basename -- "$p")
+  d=$(cd -P -- "$d" 2>/dev/null && pwd -P) || d=$(dirname -- "$p")
+  printf '%s/%s
+' "${d%/}" "$b"
+}
+"""
+
+
+def _guard(path: str, *, drain_stdin: bool = False) -> str:
+    """Script prologue: ``f`` = ``path`` resolved in the sandbox; ``@blocked <resolved>`` and
+    exit when it lies under /dev, /proc or /sys (``drain_stdin``: read stdin away first)."""
+    drain = "cat > /dev/null; " if drain_stdin else ""
+    return (
+        _RESOLVE_FN
+        + f"f=$(hermes_resolve {shell_path(path)})\n"
+        + 'case "$f" in /dev|/dev/*|/proc|/proc/*|/sys|/sys/*) '
+        + f"{drain}printf '@blocked %s\\n' \"$f\"; exit 0;; esac\n"
+    )
+
+
+def _blocked_error(path: str, stdout: str, verb: str) -> str | None:
+    """The model-visible error if a guarded script answered ``@blocked``, else ``None``."""
+    head, _, _ = stdout.partition("\n")
+    if not head.startswith("@blocked"):
+        return None
+    resolved = head[len("@blocked ") :].strip()
+    where = f" (it resolves to {resolved})" if resolved and resolved != path else ""
+    return f"Cannot {verb} {path}{where}: device and kernel paths (/dev, /proc, /sys) are blocked."
 
 
 def _similar(name: str, entries: Sequence[str], directory: str) -> list[str]:
@@ -189,6 +255,8 @@ async def _run(
         )
     except anyio.get_cancelled_exc_class():
         raise
+    except SandboxUnavailableError as exc:
+        raise _Unavailable(f"Sandbox unavailable: {exc.message}") from exc
     except (SandboxError, OSError) as exc:
         raise _Unavailable(f"Sandbox command failed: {exc}") from exc
 
@@ -227,9 +295,9 @@ READ_FILE_PARAMETERS: JSONObject = {
 
 
 def _read_script(path: str, offset: int, limit: int, want_content: bool) -> str:
-    f = shell_path(path)
-    return f"""f={f}
-if [ -d "$f" ]; then echo '@dir'; exit 0; fi
+    return (
+        _guard(path)
+        + f"""if [ -d "$f" ]; then echo '@dir'; exit 0; fi
 if [ ! -e "$f" ]; then echo '@missing'; ls -1A -- "$(dirname -- "$f")" 2>/dev/null | head -n 500; exit 0; fi
 if [ ! -f "$f" ]; then echo '@special'; exit 0; fi
 if [ ! -r "$f" ]; then echo '@unreadable'; exit 0; fi
@@ -245,6 +313,7 @@ if [ "$size" -gt 0 ] && [ "$(tail -c 1 < "$f" | wc -l)" -eq 0 ]; then lines=$((l
 echo "@meta $size $lines $nul $ctl $smp"
 tail -n +{offset} < "$f" | head -n {limit} | cut -b 1-{_LINE_BYTES}
 """
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +426,9 @@ async def _read_file(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         return _err(f"Reading {path} timed out after {FILE_OP_TIMEOUT_SECONDS:g} seconds.")
     if not res.stdout.startswith("@"):
         return _err(f"Failed to read file {path}: {res.stderr.strip()[:500] or 'no output'}")
+    blocked = _blocked_error(path, res.stdout, "read")
+    if blocked is not None:
+        return _err(blocked)
     return shape_read(path, offset, limit, res.stdout, res.truncated)
 
 
@@ -379,24 +451,28 @@ WRITE_FILE_PARAMETERS: JSONObject = {
 
 
 def _write_script(path: str) -> str:
-    f = shell_path(path)
-    return f"""f={f}
-if [ -d "$f" ]; then cat > /dev/null; echo '@isdir'; exit 0; fi
+    return (
+        _guard(path, drain_stdin=True)
+        + """if [ -d "$f" ]; then cat > /dev/null; echo '@isdir'; exit 0; fi
 if [ -e "$f" ] && [ ! -f "$f" ]; then cat > /dev/null; echo '@special'; exit 0; fi
 d=$(dirname -- "$f")
 created=false
 if [ ! -d "$d" ]; then
-  mkdir -p -- "$d" || {{ cat > /dev/null; exit 3; }}
+  mkdir -p -- "$d" || { cat > /dev/null; exit 3; }
   created=true
 fi
 cat > "$f" || exit 4
 echo "@ok $created $(wc -c < "$f")"
 """
+    )
 
 
 async def _write(sandbox: Sandbox, path: str, data: bytes) -> JSONObject:
     """Write ``data`` to ``path`` in ``sandbox``; the write_file result (may be an error)."""
     res = await _run(sandbox, _write_script(path), stdin=data)
+    blocked = _blocked_error(path, res.stdout, "write")
+    if blocked is not None:
+        return _err(blocked)
     head = res.stdout.strip()
     if head == "@isdir":
         return _err(f"Cannot write {path}: it is a directory.")
@@ -473,16 +549,20 @@ class _PatchFailure(Exception):
 
 async def _read_exact(sandbox: Sandbox, path: str) -> str | None:
     """The text of ``path`` (``None`` if it does not exist). Raises _PatchFailure otherwise."""
-    f = shell_path(path)
-    script = f"""f={f}
-if [ ! -e "$f" ]; then echo '@missing'; exit 0; fi
+    script = (
+        _guard(path)
+        + f"""if [ ! -e "$f" ]; then echo '@missing'; exit 0; fi
 if [ ! -f "$f" ]; then echo '@special'; exit 0; fi
 size=$(wc -c < "$f")
 if [ "$size" -gt {MAX_PATCH_FILE_BYTES} ]; then echo "@toolarge $size"; exit 0; fi
 echo "@ok $size"
 base64 < "$f"
 """
+    )
     res = await _run(sandbox, script, output_limit=MAX_PATCH_FILE_BYTES * 2)
+    blocked = _blocked_error(path, res.stdout, "patch")
+    if blocked is not None:
+        raise _PatchFailure(blocked)
     head, body = _first_line(res.stdout)
     if head == "@missing":
         return None
@@ -517,7 +597,10 @@ async def _write_or_fail(sandbox: Sandbox, path: str, text: str) -> None:
 
 
 async def _remove(sandbox: Sandbox, path: str) -> None:
-    res = await _run(sandbox, f"rm -f -- {shell_path(path)}")
+    res = await _run(sandbox, _guard(path) + 'rm -f -- "$f"')
+    blocked = _blocked_error(path, res.stdout, "delete")
+    if blocked is not None:
+        raise _PatchFailure(blocked)
     if res.exit_code != 0:
         raise _PatchFailure(f"Failed to delete {path}: {res.stderr.strip()[:500]}")
 
@@ -755,9 +838,12 @@ async def _search_files(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
     )
     try:
         sandbox = await _sandbox(runtime)
-        res = await _run(sandbox, build_search_script(req))
+        res = await _run(sandbox, _guard(req.path) + build_search_script(req))
     except _Unavailable as exc:
         return {"total_count": 0, "error": str(exc)}
+    blocked = _blocked_error(req.path, res.stdout, "search")
+    if blocked is not None:
+        return {"total_count": 0, "error": blocked}
     if res.timed_out:
         return {
             "total_count": 0,

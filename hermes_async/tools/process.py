@@ -15,6 +15,11 @@ reference did by ``task_id``). Actions and results (the reference's shapes)::
     close   {"status": "ok", "message": "stdin closed"}
     unknown id  {"status": "not_found", "error": "No process with ID proc_..."}
 
+Background output is kept on disk in a bounded ring (the last
+:data:`~hermes_async.tools.sandbox.base.BACKGROUND_LOG_LIMIT_BYTES`); once the ring has dropped
+the beginning, outputs start with a ``[... N bytes of earlier output dropped ...]`` line and
+``poll``/``log``/``list`` rows carry ``output_dropped_bytes``.
+
 ``wait`` polls with a growing interval (0.1 s doubling to 1 s) and is clamped to the terminal
 timeout (``TERMINAL_TIMEOUT``). Cancelling a ``wait`` stops waiting; the process keeps running.
 """
@@ -97,6 +102,9 @@ def _status_fields(status: BackgroundStatus) -> JSONObject:
     }
     if not status.running:
         fields["exit_code"] = proc.exit_code
+    if status.dropped_bytes:
+        # The log is bounded on disk (a ring): say how much of the beginning is gone.
+        fields["output_dropped_bytes"] = status.dropped_bytes
     return fields
 
 
@@ -160,13 +168,16 @@ def _log(session_id: str, status: BackgroundStatus, offset: int | None, limit: i
     else:
         selected = lines[offset : offset + limit]
         first = offset
-    return {
+    result: JSONObject = {
         "session_id": session_id,
         "status": "running" if status.running else "exited",
         "output": "\n".join(selected),
         "total_lines": total,
         "showing": f"{len(selected)} lines" + (f" from line {first}" if selected else ""),
     }
+    if status.dropped_bytes:
+        result["output_dropped_bytes"] = status.dropped_bytes
+    return result
 
 
 async def _process(args: JSONObject, runtime: ToolRuntime) -> JSONObject:

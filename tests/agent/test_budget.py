@@ -119,9 +119,10 @@ async def test_oversized_result_is_saved_in_the_sandbox(sandbox: LocalSandbox) -
     match = SAVED.search(out)
     assert match is not None
     path = match.group(1)
-    assert path.startswith(str(Path(sandbox.root) / "tmp" / "hermes-results"))
+    # In the sandbox's own temp dir (namespaced: its private /tmp; process mode: <root>/tmp).
+    assert path.startswith(str(Path(sandbox.env["TMPDIR"]) / "hermes-results"))
     assert Path(path).name.startswith("call_1-")
-    assert Path(path).read_text() == content
+    assert await sandbox.read_bytes(path) == content.encode()
     # The model can follow the preview's advice: read_file with offset/limit in the sandbox.
     runtime = ToolRuntime("budget-test", sandboxes=_Provider(sandbox))
     page = json.loads(
@@ -135,8 +136,8 @@ async def test_same_call_id_twice_gives_two_files(sandbox: LocalSandbox) -> None
     b = await maybe_persist_tool_result("b" * 200, "t", "functions.x:0", sandbox, threshold=100)
     pa, pb = SAVED.search(a), SAVED.search(b)
     assert pa and pb and pa.group(1) != pb.group(1)
-    assert Path(pa.group(1)).read_text() == "a" * 200
-    assert Path(pb.group(1)).read_text() == "b" * 200
+    assert await sandbox.read_bytes(pa.group(1)) == b"a" * 200
+    assert await sandbox.read_bytes(pb.group(1)) == b"b" * 200
 
 
 async def test_unsaveable_result_falls_back_to_truncation() -> None:
@@ -162,7 +163,7 @@ async def test_turn_budget_persists_largest_first(sandbox: LocalSandbox) -> None
     assert sum(len(m["content"]) for m in messages) <= 10_000
     for i, letter in ((1, "b"), (2, "m")):
         m = SAVED.search(messages[i]["content"])
-        assert m and Path(m.group(1)).read_text()[0] == letter
+        assert m and (await sandbox.read_bytes(m.group(1)))[:1] == letter.encode()
     # A second pass changes nothing (already persisted results are left alone).
     assert await enforce_turn_budget(messages, sandbox, cfg) == []
 

@@ -60,7 +60,9 @@ class Recording:
 
     def __init__(self, root: Path) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        self.inner = local_factory(str(root))
+        # Process isolation: group-level cancellation timing, not isolation, is tested here
+        # (namespaced worlds: tests/tools/sandbox/test_namespaces.py).
+        self.inner = local_factory(str(root), isolation="process")
         self.created: list[LocalSandbox] = []
 
     async def __call__(self, task_id: str) -> Sandbox:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,7 +40,9 @@ class Provider:
 
 @pytest.fixture
 async def sandbox(tmp_path: Path) -> AsyncIterator[LocalSandbox]:
-    sbx = await LocalSandbox.create("files-test", root_dir=str(tmp_path))
+    sbx = await LocalSandbox.create(
+        "files-test", root_dir=str(tmp_path), isolation="process"
+    )  # the tests read the files from the host; namespaced runs: test_file_paths_resolve
     try:
         yield sbx
     finally:
@@ -191,9 +194,13 @@ async def test_read_file_errors(runtime: ToolRuntime, sandbox: LocalSandbox) -> 
 
     r = await call(runtime, "read_file", path="/dev/zero")
     assert "blocked" in str(r["error"])
-    # A symlink to a device is not a regular file either.
+    # A symlink to a device is resolved first, then blocked like the device itself.
     work(sandbox, "z").symlink_to("/dev/zero")
     r = await call(runtime, "read_file", path="z")
+    assert "resolves to /dev/zero" in str(r["error"]) and "blocked" in str(r["error"])
+    # A FIFO is not a regular file.
+    os.mkfifo(work(sandbox, "fifo"))
+    r = await call(runtime, "read_file", path="fifo")
     assert "not a regular file" in str(r["error"])
 
     out = await dispatch("read_file", json.dumps({"path": "a", "limit": 5000}), runtime)
@@ -262,8 +269,11 @@ async def test_write_file_errors(runtime: ToolRuntime, sandbox: LocalSandbox) ->
     work(sandbox, "afile").write_text("")
     r = await call(runtime, "write_file", path="afile/child.txt", content="x")
     assert str(r["error"]).startswith("Failed to write file afile/child.txt")
-    work(sandbox, "fifo-link").symlink_to("/dev/null")
-    r = await call(runtime, "write_file", path="fifo-link", content="x")
+    work(sandbox, "dev-link").symlink_to("/dev/null")
+    r = await call(runtime, "write_file", path="dev-link", content="x")
+    assert "resolves to /dev/null" in str(r["error"]) and "blocked" in str(r["error"])
+    os.mkfifo(work(sandbox, "a-fifo"))
+    r = await call(runtime, "write_file", path="a-fifo", content="x")
     assert "not a regular file" in str(r["error"])
     r = await call(runtime, "write_file", path="/dev/sda", content="x")
     assert "blocked" in str(r["error"])
@@ -427,7 +437,9 @@ async def search_sandbox(
 ) -> AsyncIterator[LocalSandbox]:
     """A sandbox whose search engine is grep (no rg on PATH) or ripgrep (dev dependency)."""
     path = SYSTEM_PATH if request.param == "grep" else f"{VENV_BIN}:{SYSTEM_PATH}"
-    sbx = await LocalSandbox.create("search-test", root_dir=str(tmp_path), extra_env={"PATH": path})
+    sbx = await LocalSandbox.create(
+        "search-test", root_dir=str(tmp_path), extra_env={"PATH": path}, isolation="process"
+    )
     try:
         has_rg = (await sbx.exec("command -v rg")).exit_code == 0
         if has_rg != (request.param == "rg"):

@@ -1,26 +1,34 @@
 """The browser tools' error: the rollout's browser is gone.
 
-Defined here because ``hermes_async.errors`` has no sandbox-unavailable class yet; it derives
-from :class:`~hermes_async.errors.SandboxError`, so code that handles "the rollout's sandbox
-failed" handles it too, and can be re-parented onto a ``SandboxUnavailableError`` later without
-changing callers.
+It derives from :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` (and so
+from :class:`~hermes_async.errors.SandboxError`): code that handles "the rollout's sandbox is
+gone" handles a dead browser too, and a rollout core that classifies that error as an
+infrastructure failure classifies this one the same way.
 """
 
 from __future__ import annotations
 
-from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 
 __all__ = ("BrowserUnavailableError", "target_closed")
 
 
-class BrowserUnavailableError(SandboxError):
+class BrowserUnavailableError(SandboxUnavailableError):
     """The rollout's browser session cannot be used: the browser crashed, the page crashed,
     the manager is closed, or a context could not be opened.
 
     The session's state (page, cookies, history) is lost. The manager keeps answering this error
     for the same ``task_id`` until the session is released, so a rollout never continues
     silently on a blank page; the next session gets a fresh browser.
+
+    Constructed like a :class:`~hermes_async.errors.SandboxError` (``message``, ``task_id``);
+    its ``str()`` is that message, ``reason`` is ``"exited"``, ``backend`` ``"browser"``.
     """
+
+    def __init__(self, message: str, *, task_id: str | None = None) -> None:
+        super().__init__(message, reason="exited", backend="browser", task_id=task_id)
+        # The browser's own message, as before (not the sandbox wording around it).
+        self.message = message
 
 
 def target_closed(exc: BaseException) -> bool:

@@ -1,11 +1,14 @@
 """Sandboxes: the interface (``base``), the local backend, the per-rollout manager.
 
-Layout: ``base`` (the :class:`Sandbox` ABC, :class:`ExecRequest`, results), ``manager`` (one
-sandbox per rollout, the one bound of every release), ``backends`` (the registry
-``terminal_backend`` selects from), ``local`` with ``processes`` (host processes of local
-sandboxes, the shared ``/proc`` sweeper), ``docker`` / ``modal`` (load lazily; their extras are
-optional; import them from their modules), and two helpers every backend uses: ``output``
-(head + tail capture) and ``archive`` (tar checks via the stdlib ``data`` filter, building).
+Layout: ``base`` (the :class:`Sandbox` ABC, :class:`ExecRequest`, results), ``errors`` (a
+sandbox that is gone, a transfer past its cap), ``manager`` (one sandbox per rollout, the one
+bound of every release), ``backends`` (the registry ``terminal_backend`` selects from),
+``local`` (two isolation levels) with ``namespaces`` (its bubblewrap worlds, cgroups, disk
+caps), ``processes`` (process mode's shared ``/proc`` sweeper) and ``host`` (bounded host
+subprocesses, batched removal), ``docker`` / ``modal`` (load lazily; their extras are
+optional; import them from their modules), and the helpers every backend uses: ``output``
+(head + tail capture), ``archive`` (the one tar check and the one extractor) and ``transfer``
+(downloads streamed to disk under a cap, uploads).
 """
 
 from __future__ import annotations
@@ -17,16 +20,20 @@ from hermes_async.tools.sandbox.backends import (
     register_backend,
 )
 from hermes_async.tools.sandbox.base import (
+    BACKGROUND_LOG_LIMIT_BYTES,
     DEFAULT_OUTPUT_LIMIT_BYTES,
+    MAX_READ_BYTES,
     TIMEOUT_EXIT_CODE,
     BackgroundProcess,
     BackgroundStatus,
+    ByteSink,
     ExecRequest,
     ExecResult,
     Sandbox,
     SandboxProvider,
 )
-from hermes_async.tools.sandbox.local import LocalSandbox, local_factory
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError, TransferLimitError
+from hermes_async.tools.sandbox.local import Isolation, LocalSandbox, local_factory
 from hermes_async.tools.sandbox.manager import (
     ManagedSandbox,
     SandboxFactory,
@@ -36,18 +43,26 @@ from hermes_async.tools.sandbox.manager import (
     open_sandbox_manager,
     use_sandbox_manager,
 )
+from hermes_async.tools.sandbox.namespaces import NamespaceOptions
 from hermes_async.tools.sandbox.output import OutputCapture
 from hermes_async.tools.sandbox.processes import ProcessSweeper
+from hermes_async.tools.sandbox.transfer import DEFAULT_TRANSFER_LIMIT_BYTES
 
 __all__ = (
+    "BACKGROUND_LOG_LIMIT_BYTES",
     "DEFAULT_OUTPUT_LIMIT_BYTES",
+    "DEFAULT_TRANSFER_LIMIT_BYTES",
+    "MAX_READ_BYTES",
     "TIMEOUT_EXIT_CODE",
     "BackgroundProcess",
     "BackgroundStatus",
+    "ByteSink",
     "ExecRequest",
     "ExecResult",
+    "Isolation",
     "LocalSandbox",
     "ManagedSandbox",
+    "NamespaceOptions",
     "OutputCapture",
     "ProcessSweeper",
     "Sandbox",
@@ -55,6 +70,8 @@ __all__ = (
     "SandboxManager",
     "SandboxManagerStatistics",
     "SandboxProvider",
+    "SandboxUnavailableError",
+    "TransferLimitError",
     "available_backends",
     "check_tar_members",
     "current_sandbox_manager",

@@ -6,6 +6,12 @@
   implements (run an argv and stream its output; stage a file), with the shared timeout,
   kill-on-cancel and head + tail output semantics.
 * :func:`read_until_exit`: reading output until the streams end *or* the command has exited.
+* Streamed transfers (``stream_file`` / ``stream_archive``): ``cat`` / ``tar`` run through the
+  same wrapper with their stdout handed to a sink chunk by chunk
+  (:attr:`ContainerExec.out_sink`), never held whole.
+* A dead container: once a backend learns its container or remote sandbox is gone it records a
+  :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` (:meth:`ContainerSandbox._mark_gone`)
+  that every later operation raises.
 
 The process-group protocol, step by step (POSIX ``sh``; busybox, dash and bash all qualify):
 
@@ -28,6 +34,7 @@ itself is removed when the sandbox closes.
 from __future__ import annotations
 
 import logging
+import shlex
 import uuid
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,11 +45,18 @@ import anyio
 from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.base import (
+    MAX_READ_BYTES,
     TIMEOUT_EXIT_CODE,
+    ByteSink,
     ExecRequest,
     ExecResult,
     Sandbox,
     resolve_path,
+)
+from hermes_async.tools.sandbox.errors import (
+    NotARegularFileError,
+    SandboxUnavailableError,
+    TransferLimitError,
 )
 from hermes_async.tools.sandbox.output import OutputCapture
 
@@ -64,6 +78,22 @@ _HELPER_OUTPUT_BYTES = 1 << 16
 
 #: Directory inside the container for the wrapper's pid, cancel and stdin files.
 EXEC_DIR = "/tmp/.hermes-exec"
+
+#: Deadline of one streamed transfer's command.
+TRANSFER_TIMEOUT_SECONDS = 600.0
+
+#: Exit codes of the transfer scripts: missing / too large / not a regular file.
+_MISSING, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
+
+_STREAM_FILE = (
+    f'[ -e "$1" ] || exit {_MISSING}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
+    'if [ "$2" -ge 0 ]; then s=$(stat -c %s -- "$1" 2>/dev/null || wc -c < "$1"); s=$((s)); '
+    f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; fi; exec cat -- "$1"'
+)
+_STREAM_ARCHIVE = (
+    f'[ -e "$1" ] || exit {_MISSING}; if [ -d "$1" ]; then exec tar -c -f - -C "$1" .; '
+    'else exec tar -c -f - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi'
+)
 
 EXEC_WRAPPER = r"""
 d=/tmp/.hermes-exec; id=$1; dir=$2; in=$3; cmd=$4
@@ -184,10 +214,12 @@ class ContainerExec:
     Attributes:
         argv: Program and arguments (the wrapper, a kill script, a helper).
         env: Extra environment variables, or ``None``.
-        out: Where standard output goes.
+        out: Where standard output goes (unless ``out_sink``).
         err: Where standard error goes (may be ``out``).
         limit: The command's own timeout in seconds (a backend may pass a backstop to its API;
             the caller enforces it).
+        out_sink: Hand standard output to this coroutine function instead of ``out`` (a
+            streamed transfer); an exception it raises stops the command.
     """
 
     argv: list[str]
@@ -195,6 +227,14 @@ class ContainerExec:
     out: OutputCapture
     err: OutputCapture
     limit: float
+    out_sink: ByteSink | None = None
+
+    async def write_out(self, data: bytes) -> None:
+        """Deliver a chunk of standard output (to ``out_sink`` or ``out``)."""
+        if self.out_sink is not None:
+            await self.out_sink(data)
+        else:
+            self.out.feed(data)
 
 
 class ContainerSandbox(Sandbox):
@@ -241,6 +281,7 @@ class ContainerSandbox(Sandbox):
         self.kill_timeout = kill_timeout
         self.close_timeout = close_timeout
         self._closed = False
+        self._gone: SandboxUnavailableError | None = None
 
     @property
     @abstractmethod
@@ -265,6 +306,19 @@ class ContainerSandbox(Sandbox):
                 f"the {self.kind} sandbox was closed; get a new one from the manager",
                 task_id=self.task_id,
             )
+        if self._gone is not None:
+            raise self._gone
+
+    def _mark_gone(self, error: SandboxUnavailableError) -> SandboxUnavailableError:
+        """Record that the container is gone (the first reason wins); return the error."""
+        if self._gone is None:
+            self._gone = error
+        return self._gone
+
+    @property
+    def gone(self) -> SandboxUnavailableError | None:
+        """Why the sandbox is gone, once a backend learnt it (else ``None``)."""
+        return self._gone
 
     async def exec_request(self, request: ExecRequest) -> ExecResult:
         """Run the command with ``sh -c`` in the container, in its own process group.
@@ -275,12 +329,37 @@ class ContainerSandbox(Sandbox):
         ``output_limit`` bytes per stream.
 
         Raises:
-            SandboxError: The backend is unreachable or the container is gone.
+            SandboxUnavailableError: The container is gone (before or while the command ran).
+            SandboxError: The backend is unreachable.
 
         **Cancellation**: the command's process group is killed (shielded, bounded by
         :attr:`kill_timeout`) before the cancellation propagates.
         """
         self._check_open()
+        out, err = OutputCapture(request.output_limit), OutputCapture(request.output_limit)
+        start = anyio.current_time()
+        exit_code, timed_out = await self._execute(request, out, err)
+        if self._gone is not None:
+            # The container died under the command (the disk watchdog, an OOM-killed init):
+            # its exit code says nothing about the command.
+            raise self._gone
+        return ExecResult(
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=exit_code,
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+            duration_seconds=anyio.current_time() - start,
+        )
+
+    async def _execute(
+        self,
+        request: ExecRequest,
+        out: OutputCapture,
+        err: OutputCapture,
+        out_sink: ByteSink | None = None,
+    ) -> tuple[int, bool]:
+        """Run ``request`` through the wrapper; (exit code, timed out). Kills on failure."""
         limit = self.default_exec_timeout if request.timeout is None else request.timeout
         workdir = self.workdir if request.cwd is None else self._resolve(request.cwd)
         exec_id = uuid.uuid4().hex
@@ -288,27 +367,86 @@ class ContainerSandbox(Sandbox):
         if request.stdin is not None:
             stdin_path = f"{EXEC_DIR}/{exec_id}.in"
             await self._stage_file(stdin_path, request.stdin)
-        out, err = OutputCapture(request.output_limit), OutputCapture(request.output_limit)
         argv = exec_argv(exec_id, workdir, stdin_path, request.command)
-        start = anyio.current_time()
         exit_code = TIMEOUT_EXIT_CODE
         try:
             with anyio.move_on_after(limit) as scope:
-                exit_code = await self._run_argv(ContainerExec(argv, request.env, out, err, limit))
+                exit_code = await self._run_argv(
+                    ContainerExec(argv, request.env, out, err, limit, out_sink)
+                )
         except BaseException:
             await self._kill_group(exec_id, "the command was cancelled or failed")
             raise
         if scope.cancelled_caught:
             exit_code = TIMEOUT_EXIT_CODE
             await self._kill_group(exec_id, f"the command timed out after {limit:g} s")
-        return ExecResult(
-            stdout=out.text(),
-            stderr=err.text(),
-            exit_code=exit_code,
-            timed_out=scope.cancelled_caught,
-            truncated=out.truncated or err.truncated,
-            duration_seconds=anyio.current_time() - start,
+        return exit_code, scope.cancelled_caught
+
+    async def _stream(
+        self, script: str, path: str, sink: ByteSink, what: str, max_bytes: int | None
+    ) -> int:
+        """Run ``script`` (``$1`` = path, ``$2`` = the cap or -1) with its stdout to ``sink``."""
+        self._check_open()
+        counted = [0]
+
+        async def counting(chunk: bytes) -> None:
+            counted[0] += len(chunk)
+            if max_bytes is not None and counted[0] > max_bytes:
+                raise TransferLimitError(what, limit=max_bytes)
+            await sink(chunk)
+
+        cap = -1 if max_bytes is None else max_bytes
+        command = f"set -- {shlex.quote(self._resolve(path))} {cap}; {script}"
+        err = OutputCapture(_HELPER_OUTPUT_BYTES)
+        code, timed_out = await self._execute(
+            ExecRequest(command, timeout=TRANSFER_TIMEOUT_SECONDS, cwd="/"),
+            OutputCapture(0),
+            err,
+            out_sink=counting,
         )
+        detail = err.text().strip()
+        if timed_out:
+            raise OSError(f"{what} timed out after {TRANSFER_TIMEOUT_SECONDS:g} s")
+        if code == _MISSING:
+            raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
+        if code == _NOT_REGULAR:
+            raise NotARegularFileError(f"not a regular file in the sandbox: {path!r}")
+        if code == _TOO_LARGE and max_bytes is not None:
+            raise TransferLimitError(
+                what, limit=max_bytes, size=int(detail) if detail.isdigit() else None
+            )
+        if code != 0:
+            raise OSError(f"cannot read {path!r} in the sandbox: {detail or f'exit {code}'}")
+        return counted[0]
+
+    async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
+        """Stream ``path`` from a ``cat`` in the container (see :meth:`Sandbox.stream_file`).
+
+        The size is checked in the container first (``stat``, else ``wc -c``).
+
+        **Cancellation**: the ``cat``'s process group is killed.
+        """
+        return await self._stream(_STREAM_FILE, path, sink, f"file {path!r}", max_bytes)
+
+    async def _read_capped(self, path: str) -> bytes:
+        """The bytes of ``path`` through :meth:`stream_file`, at most :data:`MAX_READ_BYTES`."""
+        data = bytearray()
+
+        async def collect(chunk: bytes) -> None:
+            data.extend(chunk)
+
+        await self.stream_file(path, collect, max_bytes=MAX_READ_BYTES)
+        return bytes(data)
+
+    async def stream_archive(
+        self, path: str, sink: ByteSink, *, max_bytes: int | None = None
+    ) -> int:
+        """Stream a tar of ``path`` from a ``tar`` in the container (members ``./x``, or the
+        file's base name; see :meth:`Sandbox.stream_archive`).
+
+        **Cancellation**: the ``tar``'s process group is killed.
+        """
+        return await self._stream(_STREAM_ARCHIVE, path, sink, f"archive of {path!r}", max_bytes)
 
     async def _kill_group(self, exec_id: str, reason: str) -> None:
         """Kill the process group of exec ``exec_id``: shielded, bounded, never raising."""

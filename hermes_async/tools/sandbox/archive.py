@@ -1,19 +1,36 @@
-"""Tar archives at the sandbox boundary: the one safety check and the one way to build them.
+"""Tar archives at the sandbox boundary: the one safety check, the one extractor, building.
 
 Every archive that crosses into or out of a sandbox (``put_archive``, ``upload_dir``,
-``download_dir``, a staged single file) is checked by :func:`check_tar_members` before anything
-is extracted anywhere. The checks are the standard library's ``data`` extraction filter
-(:func:`tarfile.data_filter`, PEP 706) — the same rules ``extractall(filter="data")`` applies —
-plus one rule of ours: an absolute member name is refused, where the stdlib filter would strip
-the leading ``/`` and extract it anyway (an archive built for a sandbox never needs one, so it
-is a mistake or an attack, and the model should hear about it). Only the error message is ours:
-the stdlib's ``FilterError`` is translated into a ``ValueError`` naming the member and the rule.
+``download_dir``, a staged single file) is checked member by member by :func:`check_member`
+before anything is written anywhere. The rules:
 
-What the filter judges is the archive alone: links are resolved against a destination that
-does not exist, i.e. lexically. A chain of links that only escapes once earlier members exist on
-disk (``x -> .``, ``esc -> x/..``, ``esc/file``) passes this check; extraction must therefore
-also run with the ``data`` filter into a fresh directory (issue #15 moves every extraction
-there).
+* the standard library's ``data`` extraction filter (:func:`tarfile.data_filter`, PEP 706):
+  nothing outside the destination, no device files or FIFOs, no links to absolute paths or
+  out of the destination;
+* stricter, ours: an absolute member name is refused (the stdlib filter would strip the
+  leading ``/`` and extract it anyway); a link (symbolic or hard) whose target is absolute or
+  contains a ``..`` component is refused outright, before any write, even if it would stay
+  inside; setuid and setgid files are refused (the filter would only clear the bits).
+
+Why ``..`` in link targets is refused and not merely resolved: the filter judges links against
+the destination *as it exists*. Judged on the archive alone (lexically), a chain such as
+``x -> .``, ``esc -> x/..``, ``esc/file`` passes, and extracted in that order the second link
+points at the destination's parent and the third member is written outside it. No legitimate
+download needs ``..`` in a link, so the check refuses it at the header, and extraction on the
+host (:func:`extract_tar_file`) runs with the ``data`` filter into a fresh directory as well.
+
+Extraction on the host (``ToolContext.download_dir``, every backend): :func:`extract_tar_file`
+checks every member first (pass 1), extracts with ``filter="data"`` into a new directory next
+to the destination (pass 2), then moves the result into place (renamed whole when the
+destination is new, merged entry by entry otherwise). It runs in a child process
+(``python -I archive.py extract ...``; :func:`main`), fed the tar stream on stdin and spooling
+it to disk under its size cap, so the event loop never blocks on file I/O and host memory stays
+bounded however large the archive. This module imports only the standard library for that
+reason.
+
+Extraction inside a sandbox (``put_archive``, i.e. ``upload_dir`` / ``upload_file``) uses the
+sandbox's ``tar`` (its Python, if any, may lack the ``data`` filter) on an archive this module
+has checked; ``--no-same-owner`` keeps the files the sandbox user's.
 
 Building: :func:`pack_files` makes an archive of regular files from a mapping (names used
 verbatim, so tests can build hostile ones); :func:`single_file_tar` is its one-file case, used
@@ -24,24 +41,82 @@ by the container backends to stage a file and by ``ToolContext.upload_file``;
 from __future__ import annotations
 
 import io
+import json
+import os
+import posixpath
+import shutil
+import stat
+import sys
 import tarfile
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ("check_tar_members", "directory_tar", "pack_files", "single_file_tar")
+__all__ = (
+    "MAX_ARCHIVE_MEMBERS",
+    "ExtractedFile",
+    "check_member",
+    "check_tar_members",
+    "directory_tar",
+    "extract_tar_file",
+    "main",
+    "pack_files",
+    "single_file_tar",
+)
+
+#: Most members one archive may have (each costs the extractor a ``TarInfo`` in memory).
+MAX_ARCHIVE_MEMBERS = 200_000
 
 #: Where the filter pretends to extract: absolute and certainly absent, so that the filter's
 #: ``realpath`` calls resolve nothing on the host and the verdict depends on the archive only.
 _PHANTOM_DEST = "/nonexistent/hermes-async-archive-check"
 
+#: Exit codes of :func:`main` (the parent maps them to messages).
+EXIT_REFUSED = 2
+EXIT_TOO_LARGE = 3
+
+_CHUNK = 1 << 16
+
+#: ``(relative path, size)`` of one regular file :func:`extract_tar_file` wrote.
+ExtractedFile = tuple[str, int]
+
+
+def check_member(member: tarfile.TarInfo) -> None:
+    """Refuse an unsafe member (see the module docstring for the rules).
+
+    Raises:
+        ValueError: The member is unsafe; the message names it and the rule.
+    """
+    name = member.name
+    if name.startswith("/"):
+        raise ValueError(f"tar member {name!r} has an absolute path; refusing to extract it")
+    if member.issym() or member.islnk():
+        kind = "symlink" if member.issym() else "hard link"
+        target = member.linkname
+        if target.startswith("/"):
+            raise ValueError(
+                f"tar member {name!r} is a {kind} to absolute path {target!r}; refusing it"
+            )
+        if ".." in target.replace("\\", "/").split("/"):
+            raise ValueError(
+                f"tar member {name!r} is a {kind} to {target!r}, whose target contains '..'; "
+                "refusing it (links must point inside, without '..')"
+            )
+    if member.isfile() and member.mode & (stat.S_ISUID | stat.S_ISGID):
+        raise ValueError(
+            f"tar member {name!r} is setuid/setgid (mode {member.mode:o}); refusing it"
+        )
+    try:
+        tarfile.data_filter(member, _PHANTOM_DEST)
+    except tarfile.FilterError as exc:
+        raise ValueError(_explain(member, exc)) from exc
+
 
 def check_tar_members(tar_data: bytes) -> list[tarfile.TarInfo]:
-    """Validate a tar archive before extracting it anywhere; return its members (unchanged).
+    """Validate a whole tar archive held in memory; return its members (unchanged).
 
-    Refused (the stdlib ``data`` filter, plus absolute names): absolute member names, members
-    that would land outside the destination (``..``), links (symbolic or hard) to absolute
-    paths or to places outside the destination, device files and FIFOs. An empty archive is
-    fine.
+    Applies :func:`check_member` to every member. An empty archive is fine.
 
     Raises:
         ValueError: The data is not a tar archive, or a member is unsafe (the message names the
@@ -55,14 +130,7 @@ def check_tar_members(tar_data: bytes) -> list[tarfile.TarInfo]:
             return []
         raise ValueError(f"not a valid tar archive ({len(tar_data)} bytes): {exc}") from exc
     for member in members:
-        if member.name.startswith("/"):
-            raise ValueError(
-                f"tar member {member.name!r} has an absolute path; refusing to extract it"
-            )
-        try:
-            tarfile.data_filter(member, _PHANTOM_DEST)
-        except tarfile.FilterError as exc:
-            raise ValueError(_explain(member, exc)) from exc
+        check_member(member)
     return members
 
 
@@ -84,6 +152,97 @@ def _explain(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:
     if isinstance(exc, tarfile.AbsolutePathError):
         return f"tar member {name!r} has an absolute path; refusing to extract it"
     return f"tar member {name!r} is unsafe ({exc}); refusing it"
+
+
+def _checked_members(tf: tarfile.TarFile) -> Iterable[tarfile.TarInfo]:
+    for count, member in enumerate(tf, 1):
+        if count > MAX_ARCHIVE_MEMBERS:
+            raise ValueError(
+                f"the archive has more than {MAX_ARCHIVE_MEMBERS:,} members; refusing it "
+                "(archive fewer files, e.g. a tarball of the directory)"
+            )
+        check_member(member)
+        yield member
+
+
+def extract_tar_file(archive: str, dest: str, *, workdir: str | None = None) -> list[ExtractedFile]:
+    """Check, then extract the tar file ``archive`` into directory ``dest`` (host side).
+
+    Pass 1 checks every member (:func:`check_member`) before anything is written. Pass 2
+    extracts with ``filter="data"`` into a fresh directory created next to ``dest`` (same
+    filesystem); the result is renamed to ``dest`` when ``dest`` does not exist, else merged
+    into it entry by entry (a file replaces a file or a link; a directory merges into a
+    directory; a file never replaces a directory). Nothing is written outside ``dest`` and the
+    fresh directory, which is removed afterwards whatever happens.
+
+    Returns:
+        ``(path relative to dest, size)`` of every regular file extracted, in archive order.
+
+    Raises:
+        ValueError: A member is unsafe, or the archive is not a tar archive (nothing written).
+        OSError: The destination cannot be written or merged into.
+    """
+    dest = os.path.abspath(dest)
+    parent = os.path.dirname(dest)
+    os.makedirs(parent, exist_ok=True)
+    files: list[ExtractedFile] = []
+    readable = True
+    try:
+        with tarfile.open(archive, mode="r:*") as tf:
+            for member in _checked_members(tf):
+                if member.isfile():
+                    files.append((posixpath.normpath(member.name), member.size))
+    except tarfile.TarError as exc:
+        if _has_data(archive):
+            raise ValueError(f"not a valid tar archive: {exc}") from exc
+        readable = False  # an empty or all-zero archive: nothing to extract
+    staging = workdir or tempfile.mkdtemp(prefix=".hermes-extract-", dir=parent)
+    try:
+        tree = os.path.join(staging, "tree")
+        os.mkdir(tree, 0o755)
+        if readable:
+            with tarfile.open(archive, mode="r:*") as tf:
+                tf.extractall(tree, filter="data")
+        if not os.path.lexists(dest):
+            os.rename(tree, dest)
+        else:
+            if not os.path.isdir(dest) or os.path.islink(dest):
+                raise OSError(f"cannot extract into {dest!r}: it exists and is not a directory")
+            _merge(tree, dest)
+    except tarfile.FilterError as exc:
+        info: tarfile.TarInfo | None = getattr(exc, "tarinfo", None)
+        raise ValueError(
+            _explain(info, exc) if info is not None else f"unsafe archive: {exc}"
+        ) from exc
+    except tarfile.TarError as exc:
+        raise ValueError(f"not a valid tar archive: {exc}") from exc
+    finally:
+        if workdir is None:
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            shutil.rmtree(os.path.join(staging, "tree"), ignore_errors=True)
+    return files
+
+
+def _has_data(path: str) -> bool:
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            if chunk.strip(b"\0"):
+                return True
+    return False
+
+
+def _merge(src: str, dest: str) -> None:
+    for name in sorted(os.listdir(src)):
+        s, d = os.path.join(src, name), os.path.join(dest, name)
+        s_dir = os.path.isdir(s) and not os.path.islink(s)
+        d_dir = os.path.isdir(d) and not os.path.islink(d)
+        if s_dir and d_dir:
+            _merge(s, d)
+        elif d_dir:
+            raise OSError(f"cannot replace directory {d!r} with a file from the archive")
+        else:
+            os.replace(s, d)  # replaces a file or a symlink itself, never what it points to
 
 
 def pack_files(files: Mapping[str, bytes], *, mode: int = 0o644) -> bytes:
@@ -123,3 +282,67 @@ def directory_tar(source: Path, *, prefix: str = "") -> bytes:
             name = prefix + path.relative_to(source).as_posix()
             tar.add(path, arcname=name, recursive=False, filter=clean)
     return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# The extractor process: ``python -I archive.py extract DEST MAX_BYTES`` (tar on stdin).
+
+
+def _spool(source: BinaryIO, path: str, max_bytes: int) -> int:
+    total = 0
+    with open(path, "wb") as out:
+        while chunk := source.read(_CHUNK):
+            total += len(chunk)
+            if total > max_bytes:
+                raise OverflowError(total)
+            out.write(chunk)
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Extractor entry point: ``extract DEST MAX_BYTES WORKDIR`` with the tar on stdin.
+
+    ``WORKDIR`` (must not exist; next to DEST) holds the spooled archive (at most MAX_BYTES)
+    and the fresh extraction directory, and is removed at the end; a parent that kills the
+    extractor removes it. Prints one JSON line per regular file extracted
+    (``[relative path, size]``), then ``"ok"``. Exit codes: 0 done, :data:`EXIT_REFUSED` an
+    unsafe member or not a tar (nothing written), :data:`EXIT_TOO_LARGE` more than MAX_BYTES
+    came, 1 any other failure; the reason is on stderr.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 4 or args[0] != "extract":
+        print("usage: archive.py extract DEST MAX_BYTES WORKDIR < archive.tar", file=sys.stderr)
+        return 1
+    dest, max_bytes, workdir = os.path.abspath(args[1]), int(args[2]), args[3]
+    try:
+        os.makedirs(os.path.dirname(workdir), exist_ok=True)
+        os.mkdir(workdir, 0o700)
+    except OSError as exc:
+        print(f"cannot create {workdir!r}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        spool = os.path.join(workdir, "archive.tar")
+        try:
+            _spool(sys.stdin.buffer, spool, max_bytes)
+        except OverflowError:
+            print(f"more than {max_bytes} bytes of archive", file=sys.stderr)
+            return EXIT_TOO_LARGE
+        try:
+            files = extract_tar_file(spool, dest, workdir=workdir)
+        except ValueError as exc:
+            print(str(exc), file=sys.stderr)
+            return EXIT_REFUSED
+        except OSError as exc:
+            print(str(exc), file=sys.stderr)
+            return 1
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    out = sys.stdout
+    for path, size in files:
+        out.write(json.dumps([path, size]) + "\n")
+    out.write('"ok"\n')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,6 +34,24 @@ Everything else has a working default built on them:
 * A subclass written before :meth:`Sandbox.exec_request` existed, which overrides ``exec``
   itself, keeps working: its ``exec`` becomes the hook's implementation.
 
+* **Background logs are bounded on disk**: the wrapper pipes the command's output through a
+  small ring (``dd`` segments, rotated): the log keeps the last :data:`BACKGROUND_LOG_LIMIT_BYTES`
+  at most, counts what it dropped, and :meth:`Sandbox.background_status` puts a marker
+  (``[... N bytes of earlier output dropped ...]``) in front of the output the model sees. A
+  ``yes`` left running costs a few MiB, not the disk.
+* **Streamed transfers**: :meth:`Sandbox.stream_file` and :meth:`Sandbox.stream_archive` hand
+  a file (or a tar of a path) to an async sink chunk by chunk, with a size cap
+  (:class:`~hermes_async.tools.sandbox.errors.TransferLimitError`); ``ToolContext`` downloads
+  go through them to disk, so host memory stays flat whatever the sandbox holds. The default
+  implementations read the whole file once (``read_bytes`` / ``get_archive``); the local,
+  Docker and Modal backends stream for real.
+* **Lifecycle hook** :meth:`Sandbox.watch`: a ``SandboxManager`` runs it in its own task group
+  for the sandbox's lifetime (the Docker backend's disk-cap watchdog); the default does nothing.
+
+A sandbox whose machine died (its init, container or remote sandbox is gone) raises
+:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` from every operation:
+"the sandbox is gone", never to be confused with "your command failed".
+
 Backends must bound every wait (a sandbox that does not answer raises ``SandboxError`` within a
 deadline) and make :meth:`Sandbox.aclose` idempotent. Closing is *owned* by whoever releases the
 sandbox: ``SandboxManager.release`` (or an ``async with`` block) runs ``aclose`` under its one
@@ -55,7 +73,7 @@ import shlex
 import time
 import types
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Protocol
@@ -64,20 +82,31 @@ from hermes_async._cleanup import cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.archive import check_tar_members
+from hermes_async.tools.sandbox.errors import (
+    SandboxUnavailableError,
+    TransferLimitError,
+)
 
 __all__ = (
+    "BACKGROUND_LOG_LIMIT_BYTES",
     "BACKGROUND_OUTPUT_CHARS",
     "DEFAULT_CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_OUTPUT_LIMIT_BYTES",
     "MAX_BACKGROUND_PROCESSES",
+    "MAX_READ_BYTES",
     "TIMEOUT_EXIT_CODE",
+    "TRANSFER_CHUNK_BYTES",
     "BackgroundProcess",
     "BackgroundStatus",
+    "ByteSink",
     "ExecRequest",
     "ExecResult",
     "Sandbox",
     "SandboxProvider",
+    "SandboxUnavailableError",
+    "TransferLimitError",
     "check_tar_members",
+    "dropped_marker",
     "resolve_path",
 )
 
@@ -90,6 +119,22 @@ DEFAULT_OUTPUT_LIMIT_BYTES = 1 << 20
 
 #: Rolling output a background process keeps visible (the reference's 200,000-char buffer).
 BACKGROUND_OUTPUT_CHARS = 200_000
+
+#: Most bytes a background process's log keeps on disk (a ring of rotated segments; what falls
+#: out is counted and marked). 8 MiB: forty times what the model can see of it
+#: (:data:`BACKGROUND_OUTPUT_CHARS`), a few MiB of disk per runaway ``yes``.
+BACKGROUND_LOG_LIMIT_BYTES = 8 << 20
+
+#: Largest file ``read_bytes`` returns on the local and Docker backends (Inspect's
+#: ``read_file`` cap): a bigger one raises
+#: :class:`~hermes_async.tools.sandbox.errors.TransferLimitError`; stream it instead.
+MAX_READ_BYTES = 100 << 20
+
+#: Chunk size of streamed transfers (:meth:`Sandbox.stream_file`, :meth:`Sandbox.stream_archive`).
+TRANSFER_CHUNK_BYTES = 1 << 16
+
+#: ``async (chunk) -> None``: where a streamed transfer's bytes go; raising stops the transfer.
+ByteSink = Callable[[bytes], Awaitable[None]]
 
 #: Background processes tracked per sandbox (the reference's cap); exited ones are forgotten first.
 MAX_BACKGROUND_PROCESSES = 64
@@ -168,12 +213,15 @@ class BackgroundStatus:
     Attributes:
         process: The process record (with ``exit_code`` once it exited).
         running: Whether it is still running.
-        output: The last ``tail_chars`` characters of its combined stdout/stderr.
+        output: The last ``tail_chars`` characters of its combined stdout/stderr, preceded by
+            :func:`dropped_marker` when its log dropped earlier output.
+        dropped_bytes: Bytes of output its bounded log has dropped so far.
     """
 
     process: BackgroundProcess
     running: bool
     output: str
+    dropped_bytes: int = 0
 
     @property
     def exit_code(self) -> int | None:
@@ -239,6 +287,14 @@ class ExecRequest:
             object.__setattr__(self, "timeout", max(0.0, float(self.timeout)))
         if self.output_limit < 0:
             raise ValueError(f"output_limit must be >= 0 bytes, got {self.output_limit!r}")
+
+
+def dropped_marker(dropped_bytes: int) -> str:
+    """The line in front of a background output whose log dropped ``dropped_bytes``."""
+    return (
+        f"[... {dropped_bytes:,} bytes of earlier output dropped: a background log keeps its "
+        f"last {BACKGROUND_LOG_LIMIT_BYTES >> 20} MiB ...]\n"
+    )
 
 
 def resolve_path(workdir: str, path: str, home: str) -> str:
@@ -387,6 +443,63 @@ class Sandbox(AsyncResource):
             FileNotFoundError: ``path`` does not exist.
         """
 
+    async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
+        """Hand the contents of regular file ``path`` to ``sink`` in chunks; return the size.
+
+        The size is checked before anything is sent when the backend can learn it, and the
+        stream is counted as it goes either way: past ``max_bytes`` the transfer stops with
+        :class:`~hermes_async.tools.sandbox.errors.TransferLimitError` (the sink may have
+        received a part; the caller discards it). An exception raised by ``sink`` stops the
+        transfer and propagates.
+
+        This default reads the whole file once (:meth:`read_bytes`); backends that can stream
+        (local, Docker, Modal) override it so memory stays bounded by one chunk.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist or is not a regular file.
+            TransferLimitError: The file is larger than ``max_bytes``.
+
+        **Cancellation**: the transfer stops; whatever the sandbox ran for it is killed.
+        """
+        data = await self.read_bytes(path)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise TransferLimitError(f"file {path!r}", limit=max_bytes, size=len(data))
+        await _chunks_to(sink, data)
+        return len(data)
+
+    async def stream_archive(
+        self, path: str, sink: ByteSink, *, max_bytes: int | None = None
+    ) -> int:
+        """Hand a tar archive of ``path`` (as :meth:`get_archive` builds it) to ``sink``.
+
+        Counted as it goes: past ``max_bytes`` bytes of archive the transfer stops with
+        :class:`~hermes_async.tools.sandbox.errors.TransferLimitError`. The default builds the
+        whole archive once (:meth:`get_archive`); streaming backends override it.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            TransferLimitError: The archive is larger than ``max_bytes``.
+
+        **Cancellation**: the transfer stops; whatever the sandbox ran for it is killed.
+        """
+        data = await self.get_archive(path)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise TransferLimitError(f"archive of {path!r}", limit=max_bytes, size=len(data))
+        await _chunks_to(sink, data)
+        return len(data)
+
+    async def watch(self) -> None:
+        """Lifecycle hook: watch the sandbox while it lives (return when there is nothing to do).
+
+        A ``SandboxManager`` runs it in its own task group right after creating the sandbox
+        and cancels it when the sandbox is released. The Docker backend's disk-cap watchdog
+        lives here; the default returns at once. It must not raise for a sandbox problem:
+        record it so the next operation raises
+        :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`.
+
+        **Cancellation**: cancelled at the release; nothing to clean up.
+        """
+
     @abstractmethod
     async def aclose(self, interrupted: bool = False) -> None:
         """Kill every process the sandbox started and remove it. Idempotent.
@@ -529,7 +642,14 @@ class Sandbox(AsyncResource):
         """
         proc = self._background_table()[session_id]
         state = shlex.quote(proc.state_dir)
-        # One round trip: line 1 "running"|"exited", line 2 the exit code (or empty), then log.
+        # One round trip: line 1 "running"|"exited", line 2 the exit code (or empty), line 3
+        # the bytes the ring dropped, then the log's tail (the previous segment, then the
+        # current one).
+        tail = (
+            f'cat "$d/log.0" "$d/log" 2>/dev/null | tail -c {int(tail_chars) * 4}; '
+            if tail_chars
+            else ""
+        )
         probe = (
             f"d={state}; pid={proc.pid}; "
             'if [ -f "$d/exit" ]; then echo exited; '
@@ -538,7 +658,8 @@ class Sandbox(AsyncResource):
             'elif [ ! -d /proc ] && kill -0 "$pid" 2>/dev/null; then echo running; '
             "else echo exited; fi; "
             'cat "$d/exit" 2>/dev/null || echo; '
-            f'tail -c {int(tail_chars) * 4} "$d/log" 2>/dev/null; true'
+            'cat "$d/dropped" 2>/dev/null || echo 0; '
+            f"{tail}true"
         )
         result = await self.exec(
             probe,
@@ -546,14 +667,19 @@ class Sandbox(AsyncResource):
             output_limit=max(DEFAULT_OUTPUT_LIMIT_BYTES, tail_chars * 4 + 1024),
         )
         state_line, _, rest = result.stdout.partition("\n")
-        code_line, _, output = rest.partition("\n")
+        code_line, _, rest = rest.partition("\n")
+        dropped_line, _, output = rest.partition("\n")
         running = state_line.strip() == "running" and proc.exit_code is None
         if not running and proc.exit_code is None:
             code = code_line.strip()
             proc = replace(proc, exit_code=int(code) if code.lstrip("-").isdigit() else -1)
             if session_id in self._background_table():
                 self._background_table()[session_id] = proc
-        return BackgroundStatus(proc, running, output[-tail_chars:] if tail_chars else "")
+        dropped = int(dropped_line) if dropped_line.strip().isdigit() else 0
+        output = output[-tail_chars:] if tail_chars else ""
+        if dropped and tail_chars:
+            output = dropped_marker(dropped) + output
+        return BackgroundStatus(proc, running, output, dropped)
 
     async def kill_background(self, session_id: str) -> bool:
         """Kill ``session_id``'s whole process group (TERM, grace, KILL).
@@ -638,33 +764,71 @@ class Sandbox(AsyncResource):
                 await self.kill_background(proc.session_id)
 
 
+#: The ring's segment: the log file rotates to ``log.0`` once it holds this much; one ``dd`` call
+#: copies at most this much, so neither file exceeds twice it and both together stay within
+#: :data:`BACKGROUND_LOG_LIMIT_BYTES`.
+_LOG_SEGMENT_BYTES = BACKGROUND_LOG_LIMIT_BYTES // 4
+_LOG_READ_BYTES = 8192
+_LOG_READS = _LOG_SEGMENT_BYTES // _LOG_READ_BYTES
+
+
 def _wrapper_script(state_dir: str, cwd: str) -> bytes:
     d = shlex.quote(state_dir)
     c = shlex.quote(cwd)
     # The keeper holds the FIFO's write end so the command's stdin stays open (no EOF) until
     # `close`; its open() blocks until the command opens the read end, so start it first in
     # the background. `pid` is written last: its appearance tells the launcher that the
-    # wrapper is in its own session and the keeper is recorded. Exit status goes to exit.tmp
-    # then `mv` so a reader never sees half a file.
+    # wrapper is in its own session and the keeper is recorded.
+    #
+    # Output goes through `ring`, never straight to a file: `dd` copies up to one segment
+    # (it reads with read(2), never past what it writes, unlike busybox's `head -c`), the log
+    # rotates to log.0 once a segment is full, and `dropped` counts the bytes that fell out.
+    # `dd` without `iflag=fullblock` writes each read as it comes (a server's "listening" line
+    # shows at once); it reports `N+M records in`, fewer than asked only at end of input.
+    # The exit status is published (exit.tmp then `mv`: a reader never sees half a file)
+    # only once the ring has drained, so a reader that sees `exit` sees all the output.
     script = f"""d={d}
 mkfifo "$d/stdin" 2>/dev/null
 sleep 2147483647 > "$d/stdin" &
 echo $! > "$d/keeper"
 echo $$ > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"
-if cd {c}; then
-  if command -v bash >/dev/null 2>&1; then sh_=bash; else sh_=sh; fi
-  "$sh_" "$d/cmd.sh" < "$d/stdin" > "$d/log" 2>&1
-  rc=$?
-else
-  printf 'cd: %s: No such file or directory\n' {c} > "$d/log"
-  exec 3< "$d/stdin"
-  rc=1
-fi
-echo $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
-kill "$(cat "$d/keeper")" 2>/dev/null
+ring() {{
+  : > "$d/log"; dropped=0
+  while :; do
+    r=$(LC_ALL=C dd bs={_LOG_READ_BYTES} count={_LOG_READS} 2>&1 >>"$d/log")
+    r=${{r%% records in*}}; r=${{r##*[!0-9+]}}
+    size=$(( $(wc -c < "$d/log") ))
+    if [ "$size" -ge {_LOG_SEGMENT_BYTES} ]; then
+      if [ -f "$d/log.0" ]; then dropped=$(( dropped + $(wc -c < "$d/log.0") )); fi
+      echo "$dropped" > "$d/dropped"
+      mv -f "$d/log" "$d/log.0"; : > "$d/log"
+    fi
+    case $r in *+*) [ $(( ${{r%+*}} + ${{r#*+}} )) -ge {_LOG_READS} ] || break ;; *) break ;; esac
+  done
+}}
+{{
+  if cd {c}; then
+    if command -v bash >/dev/null 2>&1; then sh_=bash; else sh_=sh; fi
+    "$sh_" "$d/cmd.sh" < "$d/stdin" 2>&1
+    echo $? > "$d/rc"
+  else
+    printf 'cd: %s: No such file or directory\n' {c}
+    exec 3< "$d/stdin"
+    echo 1 > "$d/rc"
+  fi
+  kill "$(cat "$d/keeper")" 2>/dev/null
+}} | ring
+cat "$d/rc" > "$d/exit.tmp" 2>/dev/null || echo 1 > "$d/exit.tmp"
+mv "$d/exit.tmp" "$d/exit"
 exit 0
 """
     return script.encode()
+
+
+async def _chunks_to(sink: ByteSink, data: bytes) -> None:
+    view = memoryview(data)
+    for i in range(0, len(data), TRANSFER_CHUNK_BYTES):
+        await sink(bytes(view[i : i + TRANSFER_CHUNK_BYTES]))
 
 
 class SandboxProvider(Protocol):

@@ -17,7 +17,20 @@ Why these defaults (all in :class:`DockerSandboxConfig`):
   set ``network_mode="bridge"`` for tasks that install packages.
 * **hardening**: every capability dropped except the few a root shell needs to manage its own
   files and processes (:data:`DEFAULT_CAPABILITIES`), ``no-new-privileges``, limits on pids
-  (512), memory (5 GiB, the reference's) and CPU (1). No tmpfs on ``/tmp`` (the reference had
+  (512), memory (5 GiB, the reference's) and CPU (1).
+* **disk cap** (``disk_limit_mb``, 2 GiB): where the storage driver allows it (overlay2 on xfs
+  with ``pquota``, btrfs, zfs) the engine's own ``StorageOpt size``; it is tried on the first
+  creation and remembered. Elsewhere (overlay2 on ext4, the usual case and this project's CI)
+  two mechanisms instead: an ``fsize`` ulimit of the same size, so the kernel stops any single
+  file at the cap (``yes > f`` and ``head -c 10G /dev/zero > f`` end with "File size limit
+  exceeded"), and a **watchdog** (:meth:`DockerSandbox.watch`, run by the ``SandboxManager``)
+  that reads the container's writable-layer size every ``disk_check_interval_seconds`` and
+  kills the container once the total passes the cap; the sandbox is then gone
+  (:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`, reason ``"disk"``).
+  Between two checks many files together may exceed the cap by what they write in that time.
+* **a dead container** (OOM-killed init, killed by the watchdog or from outside, removed):
+  every operation raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`
+  with the reason the engine reports (``OOMKilled`` -> ``"oom"``). No tmpfs on ``/tmp`` (the reference had
   one): the engine's archive API does not see tmpfs mounts, so files written through it would
   land *under* the mount, invisible to commands.
 * **labels**: ``hermes-async=1``, the task id and an owner id (host/pid/process start time).
@@ -67,6 +80,7 @@ from hermes_async.tools.sandbox._container import (
 )
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError, UnavailableReason
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 if TYPE_CHECKING:
@@ -162,6 +176,10 @@ class DockerSandboxConfig:
         kill_timeout_seconds: Deadline of killing a timed-out command's process group.
         reap_orphans: Remove dead owners' containers on the backend's first creation.
         user: The container's user (``None``: the image's).
+        disk_limit_mb: Cap of the container's writable layer (``None``: none); see the module
+            docstring for how it is enforced.
+        disk_check_interval_seconds: How often the watchdog reads the writable layer's size
+            (when the storage driver cannot enforce the cap itself).
     """
 
     image: str = DEFAULT_DOCKER_IMAGE
@@ -189,6 +207,8 @@ class DockerSandboxConfig:
     kill_timeout_seconds: float = 10.0
     reap_orphans: bool = True
     user: str | None = None
+    disk_limit_mb: int | None = 2048
+    disk_check_interval_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.image:
@@ -203,11 +223,16 @@ class DockerSandboxConfig:
             "default_exec_timeout_seconds",
             "remove_timeout_seconds",
             "kill_timeout_seconds",
+            "disk_check_interval_seconds",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(
                     f"DockerSandboxConfig.{name} must be > 0, got {getattr(self, name)!r}"
                 )
+        if self.disk_limit_mb is not None and self.disk_limit_mb < 1:
+            raise ConfigError(
+                f"DockerSandboxConfig.disk_limit_mb must be >= 1 or None, got {self.disk_limit_mb!r}"
+            )
         if self.pids_limit < 1 or self.memory_mb < 0:
             raise ConfigError(
                 "DockerSandboxConfig: pids_limit must be >= 1 and memory_mb >= 0; got "
@@ -284,8 +309,14 @@ def container_name(task_id: str) -> str:
     return f"hermes-async-{slug}-{secrets.token_hex(4)}"
 
 
-def container_config(config: DockerSandboxConfig, task_id: str) -> dict[str, Any]:
-    """The engine's create body for one task's container."""
+def container_config(
+    config: DockerSandboxConfig, task_id: str, *, storage_opt: bool = False
+) -> dict[str, Any]:
+    """The engine's create body for one task's container.
+
+    ``storage_opt``: ask the storage driver to cap the writable layer (``StorageOpt size``);
+    else the cap is an ``fsize`` ulimit plus the watchdog.
+    """
     host: dict[str, Any] = {
         "CapDrop": ["ALL"],
         "CapAdd": list(config.capabilities),
@@ -298,6 +329,12 @@ def container_config(config: DockerSandboxConfig, task_id: str) -> dict[str, Any
     if config.memory_mb:
         host["Memory"] = config.memory_mb * 1024 * 1024
     extra: dict[str, Any] = {"User": config.user} if config.user else {}
+    if config.disk_limit_mb is not None:
+        if storage_opt:
+            host["StorageOpt"] = {"size": f"{config.disk_limit_mb}M"}
+        else:
+            cap = config.disk_limit_mb << 20
+            host["Ulimits"] = [{"Name": "fsize", "Soft": cap, "Hard": cap}]
     return {
         **extra,
         "Image": config.image,
@@ -503,6 +540,9 @@ class DockerBackend:
         self.config = config or DockerSandboxConfig()
         self.images = images or ImageBuilder()
         self._reaped = not self.config.reap_orphans
+        # Whether the storage driver enforces StorageOpt size: None until the first creation
+        # tried it (overlay2 on ext4 refuses it; then the ulimit + watchdog take over).
+        self._storage_opt: bool | None = None if self.config.disk_limit_mb is not None else False
 
     async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> DockerSandbox:
         """Create and start the container for ``task_id`` (from ``spec``, if given).
@@ -559,7 +599,13 @@ class DockerBackend:
                     await anyio.sleep(_LATE_CREATE_DELAY_SECONDS)
             await engine.aclose()
             raise
-        return DockerSandbox(task_id, engine, container, config)
+        return DockerSandbox(
+            task_id,
+            engine,
+            container,
+            config,
+            watchdog=config.disk_limit_mb is not None and not self._storage_opt,
+        )
 
     async def _config_for(self, engine: _Engine, spec: SandboxSpec) -> DockerSandboxConfig:
         """The config of a spec's container: its image built (or found) and its WORKDIR."""
@@ -574,6 +620,33 @@ class DockerBackend:
         return docker_config_for(self.config, spec, image_workdir=workdir)
 
     async def _create(
+        self, engine: _Engine, name: str, task_id: str, config: DockerSandboxConfig
+    ) -> aiodocker.containers.DockerContainer:
+        if self._storage_opt is not False and config.disk_limit_mb is not None:
+            body = container_config(config, task_id, storage_opt=True)
+            try:
+                created = await engine.call(
+                    "a container create", engine.client.containers.create(body, name=name)
+                )
+            except Exception as exc:
+                if not engine.is_docker_error(exc):
+                    raise
+                if "storage" not in str(exc).lower():
+                    # Not about the cap (a missing image, a bad option): the plain create
+                    # below reports it, or pulls the image (the cap is decided next time).
+                    return await self._create_plain(engine, name, task_id, config)
+                logger.info(
+                    "the Docker storage driver cannot cap a container's disk (%s); using an "
+                    "fsize ulimit and the disk watchdog instead",
+                    exc,
+                )
+                self._storage_opt = False
+            else:
+                self._storage_opt = True
+                return created
+        return await self._create_plain(engine, name, task_id, config)
+
+    async def _create_plain(
         self, engine: _Engine, name: str, task_id: str, config: DockerSandboxConfig
     ) -> aiodocker.containers.DockerContainer:
         body = container_config(config, task_id)
@@ -645,6 +718,8 @@ class DockerSandbox(ContainerSandbox):
         engine: _Engine,
         container: aiodocker.containers.DockerContainer,
         config: DockerSandboxConfig,
+        *,
+        watchdog: bool = False,
     ) -> None:
         super().__init__(
             task_id,
@@ -657,6 +732,8 @@ class DockerSandbox(ContainerSandbox):
         self.config = config
         self._engine = engine
         self._container = container
+        #: Whether :meth:`watch` enforces the disk cap (the storage driver cannot).
+        self.watchdog = watchdog
 
     @property
     def container_id(self) -> str:
@@ -674,11 +751,80 @@ class DockerSandbox(ContainerSandbox):
             task_id=self.task_id,
         )
 
+    async def _gone_error(self, what: str, exc: BaseException) -> SandboxError:
+        """The error for an engine failure: "gone" when the container no longer runs."""
+        if not self._engine.is_docker_error(exc, 404, 409):
+            return self._engine_error(what, exc)
+        reason: UnavailableReason = "unreachable"
+        detail = f"the engine answered {what} with: {exc}"
+        try:
+            info = await self._engine.call("a container inspect", self._container.show())
+        except Exception:
+            info = None
+        if info is not None:
+            state = info.get("State") or {}
+            if state.get("Running"):
+                return self._engine_error(what, exc)
+            reason = "oom" if state.get("OOMKilled") else "exited"
+            detail = (
+                f"container {self.label} is {state.get('Status', 'stopped')} "
+                f"(exit code {state.get('ExitCode')})"
+            )
+        return self._mark_gone(
+            SandboxUnavailableError(detail, reason=reason, backend="Docker", task_id=self.task_id)
+        )
+
+    async def watch(self) -> None:
+        """The disk-cap watchdog: every ``disk_check_interval_seconds`` read the writable
+        layer's size (the engine's ``SizeRw``); past ``disk_limit_mb`` kill the container and
+        record it as gone (reason ``"disk"``). Returns at once when the storage driver caps
+        the disk itself or there is no cap; ends when the container is gone.
+
+        **Cancellation**: cancelled at the release; nothing to clean up.
+        """
+        if not self.watchdog or self.config.disk_limit_mb is None:
+            return
+        cap = self.config.disk_limit_mb << 20
+        while not self._closed and self._gone is None:
+            await anyio.sleep(self.config.disk_check_interval_seconds)
+            try:
+                info = await self._engine.call(
+                    "a container size inspect", self._container.show(size="1")
+                )
+            except Exception as exc:
+                if self._engine.is_docker_error(exc, 404):
+                    return
+                logger.debug("disk watchdog of %s: %s", self.label, exc)
+                continue
+            size = int(info.get("SizeRw") or 0)
+            if size <= cap:
+                continue
+            logger.warning(
+                "container %s wrote %d bytes, over its disk cap of %d: killing it",
+                self.label,
+                size,
+                cap,
+            )
+            self._mark_gone(
+                SandboxUnavailableError(
+                    f"its writable layer reached {size:,} bytes, over the "
+                    f"{self.config.disk_limit_mb} MiB disk cap",
+                    reason="disk",
+                    backend="Docker",
+                    task_id=self.task_id,
+                )
+            )
+            try:
+                await self._engine.call("a container kill", self._container.kill())
+            except Exception as exc:
+                logger.warning("the disk watchdog could not kill %s: %s", self.label, exc)
+            return
+
     # ----------------------------------------------------------------- exec hooks
 
     async def _run_argv(self, run: ContainerExec) -> int:
         engine = self._engine
-        argv, env, out, err = run.argv, run.env, run.out, run.err
+        argv, env, err = run.argv, run.env, run.err
         try:
             exe = await engine.call(
                 "an exec create",
@@ -692,7 +838,10 @@ class DockerSandbox(ContainerSandbox):
 
                 async def read_streams() -> None:
                     while (message := await stream.read_out()) is not None:
-                        (out if message.stream == 1 else err).feed(bytes(message.data))
+                        if message.stream == 1:
+                            await run.write_out(bytes(message.data))
+                        else:
+                            err.feed(bytes(message.data))
 
                 async def poll_exit() -> int | None:
                     info = await engine.call("an exec inspect", exe.inspect())
@@ -707,7 +856,7 @@ class DockerSandbox(ContainerSandbox):
             return code
         except Exception as exc:
             if engine.is_docker_error(exc):
-                raise self._engine_error("exec", exc) from exc
+                raise await self._gone_error("an exec", exc) from exc
             raise
 
     async def _stage_file(self, path: str, data: bytes) -> None:
@@ -770,30 +919,16 @@ class DockerSandbox(ContainerSandbox):
             await self._put_tar(dest_dir, payload)
 
     async def read_bytes(self, path: str) -> bytes:
-        """Return the contents of ``path`` (symlinks followed).
+        """Return the contents of ``path`` (a ``cat`` in the container; symlinks followed).
 
         Raises:
             FileNotFoundError: ``path`` does not exist or is not a regular file.
+            TransferLimitError: It is larger than ``MAX_READ_BYTES`` (stream it instead).
 
-        **Cancellation**: nothing to clean up; the read is abandoned.
+        **Cancellation**: the ``cat`` is killed.
         """
         self._check_open()
-        target = self._resolve(path)
-        for _ in range(16):  # symlink hops
-            tar = await self._get_tar(target)
-            members = tar.getmembers()
-            member = members[0] if members else None
-            if member is not None and member.issym():
-                target = posixpath.normpath(
-                    posixpath.join(posixpath.dirname(target), member.linkname)
-                )
-                continue
-            if member is None or not member.isfile():
-                raise FileNotFoundError(f"not a regular file in the sandbox: {target}")
-            fileobj = tar.extractfile(member)
-            assert fileobj is not None
-            return fileobj.read()
-        raise FileNotFoundError(f"too many levels of symbolic links in the sandbox: {path}")
+        return await self._read_capped(path)
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path``, creating parent directories.

@@ -1,38 +1,58 @@
-"""The local backend: each sandbox is a private directory on this host and its process groups.
+"""The local backend: each sandbox is a private directory on this host and the processes it runs.
+
+Two isolation levels (``isolation=``; the default ``"auto"`` takes the first that works):
+
+* ``"namespaces"`` — each sandbox is its own Linux world (bubblewrap): a PID namespace with a
+  private ``/proc`` (the host's processes and their environments are invisible), a mount
+  namespace where the host is read-only or absent and the sandbox's capped disk is the only
+  writable place, its own network namespace (loopback only unless ``network="host"``), cgroup
+  memory and pids limits, an unprivileged user. Every command joins the world through
+  ``nsenter``; closing kills the world's PID 1 and with it everything inside, with no ``/proc``
+  scan. How it works, what it costs and what it needs: :mod:`hermes_async.tools.sandbox.namespaces`.
+* ``"process"`` — the fallback when bubblewrap (or root) is missing: a directory and process
+  groups. The environment is an allowlist, but a command sees the host's filesystem (and may
+  write to it), its network, and its processes with their environments (``/proc/<pid>/environ``
+  of this process holds the host's secrets). ``"auto"`` says so once, at start-up, with the
+  fix (``apt-get install bubblewrap``; ``scripts/sandbox/install.sh``); asking for
+  ``"namespaces"`` where it cannot work is a :class:`~hermes_async.errors.ConfigError`.
 
 Layout of one sandbox (under ``root_dir``, default the system temp dir)::
 
-    hermes-sbx-<task>-<hex>/
-        work/    the working directory (``workdir``): commands start here
-        home/    ``$HOME``, so ``~/greeting.txt`` lands inside the sandbox
-        tmp/     ``$TMPDIR``
-        .state/  background-process bookkeeping (see ``base.py``)
+    hermes-sbx-<task>-<hex>/           process mode           namespaces mode
+        work/    working directory     (workdir)               disk.img (the capped disk)
+        home/    ``$HOME``                                      fs/ (its mount point; inside:
+        tmp/     ``$TMPDIR``                                         /sandbox/{work,home,tmp})
+        .state/  background bookkeeping (see ``base.py``)
 
-What it isolates and what it does not: the environment is an allowlist (host secrets such as
-``OPENAI_API_KEY`` are never inherited), and every process it starts is tracked and killed on
-close. It is *not* a filesystem jail: an absolute path like ``/etc/passwd`` is the host's. Use the
-Docker or Modal backend when the model must not see the host.
+In namespaces mode paths are the world's: ``workdir`` is ``/sandbox/work``, ``$HOME``
+``/sandbox/home``, ``/tmp`` the sandbox's own.
 
-Processes: every ``exec`` runs ``bash -c`` through :func:`anyio.open_process` in a new session
-(``start_new_session=True``), so the shell and everything it forks share one process group whose
-id is the shell's pid. On timeout the group gets SIGTERM, a grace period, then SIGKILL (exit 124);
-when the shell exits normally, whatever it left running in its group (``cmd &``) is killed too, so
-a foreground command can never leak a process. Long-running work belongs in
-``terminal(background=true)``, which starts a detached session that lives until ``process kill``
-or close. ``aclose`` kills every process carrying this sandbox's marker variable
+Processes (both modes): every ``exec`` runs ``bash -c`` through :func:`anyio.open_process` in a
+new session (``start_new_session=True``), so the shell and everything it forks share one
+process group whose id is the shell's pid (in namespaces mode the group's host-side leader is
+the ``nsenter`` that entered the world). On timeout the group gets SIGTERM, a grace period,
+then SIGKILL (exit 124); when the shell exits normally, whatever it left running in its group
+(``cmd &``) is killed too, so a foreground command can never leak a process. Long-running work
+belongs in ``terminal(background=true)``, which starts a detached session that lives until
+``process kill`` or close.
+
+Close, process mode: ``aclose`` kills every process carrying this sandbox's marker variable
 (``HERMES_ASYNC_SANDBOX``) or belonging to one of its sessions, found in ``/proc``, so
-``setsid``/``nohup`` escapes die too (SIGTERM, grace, SIGKILL; SIGKILL at once when the release is
-``interrupted``); then it removes the directory. The ``/proc`` reading is shared: every sandbox of
-one :func:`local_factory` (so of one ``SandboxManager``) closing at the same moment is served by
-the same sweep, which yields to the event loop as it goes (see
-:mod:`hermes_async.tools.sandbox.processes`), and their directories are removed together by one
-``rm`` (:class:`DirectoryRemover`).
+``setsid``/``nohup`` escapes die too (SIGTERM, grace, SIGKILL; SIGKILL at once when the release
+is ``interrupted``); an ``env -i`` escape that also left the sessions is not found (the reason
+namespaces exist). The ``/proc`` reading is shared: every sandbox of one :func:`local_factory`
+closing at the same moment is served by the same sweep, which yields to the event loop as it
+goes (see :mod:`hermes_async.tools.sandbox.processes`). Namespaces mode: ``kill -TERM -1``
+inside the world, the grace, then SIGKILL to its PID 1 (SIGKILL at once when interrupted).
+Then the directories are removed together by one ``rm`` (:class:`DirectoryRemover`).
 
 Output: stdout and stderr are drained concurrently (no full-pipe deadlock) into a bounded
-head+tail buffer, so ``yes | head -c 500M`` costs at most ``output_limit`` bytes per stream.
+head+tail buffer, so ``yes | head -c 500M`` costs at most ``output_limit`` bytes per stream;
+``read_bytes`` refuses files over :data:`MAX_READ_BYTES`; ``stream_file`` / ``stream_archive``
+hand the bytes of a ``cat`` / ``tar`` to a sink chunk by chunk.
 
-No threads: file transfers are ``cat``/``tar`` subprocesses, never blocking file I/O on the
-event loop.
+No threads: file transfers are ``cat``/``tar`` subprocesses (inside the sandbox's world, so
+its symlinks resolve there), never blocking file I/O on the event loop.
 """
 
 from __future__ import annotations
@@ -41,34 +61,58 @@ import logging
 import os
 import re
 import secrets
+import shlex
 import signal
-import subprocess
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from typing import Literal
 
 import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
-from hermes_async._cleanup import cleanup_scope
-from hermes_async.errors import SandboxError
-from hermes_async.tools.sandbox._batch import Batcher
+from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import (
     DEFAULT_OUTPUT_LIMIT_BYTES,
-    TIMEOUT_EXIT_CODE,
+    MAX_READ_BYTES,
     BackgroundProcess,
+    ByteSink,
     ExecRequest,
     ExecResult,
     Sandbox,
     resolve_path,
 )
-from hermes_async.tools.sandbox.output import OutputCapture
+from hermes_async.tools.sandbox.errors import (
+    NotARegularFileError,
+    SandboxUnavailableError,
+    TransferLimitError,
+)
+from hermes_async.tools.sandbox.host import (
+    KILL_WAIT_SECONDS,
+    TERMINATE_GRACE_SECONDS,
+    TRANSFER_TIMEOUT_SECONDS,
+    DirectoryRemover,
+    RawResult,
+    run_bounded,
+)
+from hermes_async.tools.sandbox.namespaces import (
+    DEFAULT_DISK_LIMIT_MB,
+    DEFAULT_MEMORY_LIMIT_MB,
+    DEFAULT_PIDS_LIMIT,
+    DEFAULT_RO_PATHS,
+    DEFAULT_SANDBOX_UID,
+    INSIDE_ROOT,
+    DiskBackend,
+    Namespace,
+    NamespaceOptions,
+    Network,
+    namespace_support,
+    probe_namespaces,
+    processes_in_pid_namespace,
+)
 from hermes_async.tools.sandbox.processes import (
     SANDBOX_MARKER_ENV,
     ProcessSweeper,
     find_sandbox_processes,
-    group_alive,
     signal_group,
     terminate_members,
 )
@@ -77,13 +121,17 @@ from hermes_async.tools.sandbox.spec import SandboxSpec
 __all__ = (
     "DEFAULT_ENV_ALLOWLIST",
     "DEFAULT_EXEC_TIMEOUT_SECONDS",
+    "KILL_WAIT_SECONDS",
+    "MAX_READ_BYTES",
     "SANDBOX_MARKER_ENV",
     "TERMINATE_GRACE_SECONDS",
     "DirectoryRemover",
+    "Isolation",
     "LocalSandbox",
     "RawResult",
     "find_sandbox_processes",
     "local_factory",
+    "resolve_isolation",
     "run_bounded",
 )
 
@@ -103,220 +151,100 @@ DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = (
     "SHELL",
 )
 
+#: ``"namespaces"``, ``"process"``, or ``"auto"`` (namespaces when they work, else process).
+Isolation = Literal["auto", "namespaces", "process"]
+
 #: Commands without an explicit timeout get this one (the reference's ``TERMINAL_TIMEOUT``).
 DEFAULT_EXEC_TIMEOUT_SECONDS = 180.0
 
-#: SIGTERM -> SIGKILL grace for a timed-out or cancelled command. Short: a sandbox command that
-#: ignores SIGTERM for 2 s is not going to clean up usefully, and cancellation must stay prompt.
-TERMINATE_GRACE_SECONDS = 2.0
+#: PATH inside a namespaced sandbox (the host's PATH names directories it cannot see).
+_NAMESPACE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-#: After SIGKILL, how long to wait for the kernel to reap (a bound, never expected to matter).
-KILL_WAIT_SECONDS = 5.0
+#: Exit codes of the transfer scripts: missing / too large / not a regular file.
+_MISSING, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
 
-#: Deadline of starting one local process (fork + exec; milliseconds in practice), shielded.
-PROCESS_START_TIMEOUT_SECONDS = 30.0
-
-#: After the shell exited and its group was killed, how long to keep reading pipes that a
-#: process outside the group (e.g. ``setsid x &`` without redirection) may still hold open.
-PIPE_DRAIN_GRACE_SECONDS = 2.0
-
-#: Deadline for file transfers (``cat``/``tar`` subprocesses).
-TRANSFER_TIMEOUT_SECONDS = 300.0
-
-#: Most directories one ``rm`` removes (far below the kernel's argument-size limit).
-_PATHS_PER_RM = 512
-
-#: Deadline for closing a command's stdin pipe after the input was written.
-_STDIN_CLOSE_SECONDS = 1.0
-
-_READ_CHUNK = 65536
 _SAFE_TASK_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
-
-@dataclass(frozen=True, slots=True)
-class RawResult:
-    """Bytes-level outcome of :func:`run_bounded`.
-
-    Attributes:
-        exit_code: Exit status (``128 + n`` when killed by signal ``n``; 124 on timeout).
-        stdout: Captured stdout (head + tail if truncated, with a marker in between).
-        stderr: Captured stderr, likewise.
-        timed_out: The timeout fired and the process group was killed.
-        truncated: Some output was dropped.
-        pgid: The process group (= session) id the command ran in.
-    """
-
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    timed_out: bool
-    truncated: bool
-    pgid: int
+_NOT_ISOLATED = (
+    "local sandboxes run WITHOUT isolation ({why}): a command sees the host's processes and "
+    "their environments (/proc/<pid>/environ, i.e. this process's secrets), the host "
+    "filesystem (writable), the host network, and has no memory, pids or disk limits. "
+    "Install bubblewrap (`apt-get install bubblewrap`, or scripts/sandbox/install.sh) and run "
+    "as root for namespaced sandboxes, or pass isolation='process' to accept this"
+)
+_warned_not_isolated: list[bool] = []
 
 
-async def _drain(stream: ByteReceiveStream | None, sink: OutputCapture) -> None:
-    if stream is None:
-        return
-    try:
-        while True:
-            sink.feed(await stream.receive(_READ_CHUNK))
-    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-        pass
-
-
-async def _feed(stream: ByteSendStream | None, data: bytes) -> None:
-    if stream is None:
-        return
-    try:
-        for i in range(0, len(data), _READ_CHUNK):
-            await stream.send(data[i : i + _READ_CHUNK])
-    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-        pass  # the command stopped reading stdin; not an error
-    finally:
-        with cleanup_scope("close a command's stdin", _STDIN_CLOSE_SECONDS):
-            await stream.aclose()
-
-
-async def _terminate(proc: Process, pgid: int, grace: float) -> None:
-    """SIGTERM the group, wait ``grace`` for the leader, SIGKILL the group, wait (bounded)."""
-    signal_group(pgid, signal.SIGTERM)
-    if proc.returncode is None:
-        with anyio.move_on_after(grace):
-            await proc.wait()
-    signal_group(pgid, signal.SIGKILL)
-    if proc.returncode is None:
-        with anyio.move_on_after(KILL_WAIT_SECONDS):
-            await proc.wait()
-
-
-def _exit_code(returncode: int | None) -> int:
-    if returncode is None:
-        return -1
-    return 128 - returncode if returncode < 0 else returncode
-
-
-async def run_bounded(
-    argv: list[str],
-    *,
-    cwd: str | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float,
-    stdin: bytes | None = None,
-    output_limit: int | None = DEFAULT_OUTPUT_LIMIT_BYTES,
-    terminate_grace: float = TERMINATE_GRACE_SECONDS,
-    on_start: Callable[[int], None] | None = None,
-    on_exit: Callable[[int], None] | None = None,
-) -> RawResult:
-    """Run ``argv`` in a new session, drain its output into bounded buffers, enforce ``timeout``.
-
-    The building block of :class:`LocalSandbox` (and of host-side ``tar`` in ``ToolContext``).
-
-    Args:
-        argv: Program and arguments (no shell unless you pass one).
-        cwd: Working directory.
-        env: The complete environment (``None``: inherit; sandboxes always pass one).
-        timeout: Seconds before the process group is terminated (exit 124, ``timed_out``).
-        stdin: Bytes fed to standard input, then closed (``None``: ``/dev/null``).
-        output_limit: Bytes kept per stream (head + tail); ``None`` keeps everything.
-        terminate_grace: SIGTERM -> SIGKILL grace.
-        on_start: Called with the process group id right after the start.
-        on_exit: Called with the process group id once the group was killed and reaped.
-
-    **Cancellation**: the whole process group is terminated (TERM, grace, KILL) in a shielded
-    scope bounded by ``terminate_grace + KILL_WAIT_SECONDS + 1`` before the cancellation
-    propagates.
-    """
-    # Shielded (and bounded): asyncio leaks the half-built subprocess transport (its pipes
-    # and the child) when a cancellation lands inside subprocess creation. Starting a local
-    # process takes milliseconds; the caller's cancellation is delivered right after, with the
-    # group's cleanup below.
-    with anyio.fail_after(PROCESS_START_TIMEOUT_SECONDS, shield=True):
-        proc = await anyio.open_process(
-            argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
-    pgid = proc.pid
-    if on_start is not None:
-        on_start(pgid)
-    out, err = OutputCapture(output_limit), OutputCapture(output_limit)
-    timed_out = False
-    ending = "cancelled or failed"  # why the group is cleaned up, for an overrun log line
-    try:
-        async with anyio.create_task_group() as tg:
-            drained = anyio.Event()
-            remaining = [2]
-
-            async def drain(stream: ByteReceiveStream | None, sink: OutputCapture) -> None:
-                await _drain(stream, sink)
-                remaining[0] -= 1
-                if remaining[0] == 0:
-                    drained.set()
-
-            tg.start_soon(drain, proc.stdout, out)
-            tg.start_soon(drain, proc.stderr, err)
-            if stdin is not None:
-                tg.start_soon(_feed, proc.stdin, stdin)
-            with anyio.move_on_after(timeout) as scope:
-                await proc.wait()
-            if scope.cancelled_caught:
-                timed_out = True
-                ending = f"timed out after {timeout:g} s"
-                await _terminate(proc, pgid, terminate_grace)
-            else:
-                ending = "exited"
-                # Kill what the shell left behind in its group (`cmd &`) so pipes reach EOF.
-                signal_group(pgid, signal.SIGKILL)
-            with anyio.move_on_after(PIPE_DRAIN_GRACE_SECONDS):
-                await drained.wait()
-            tg.cancel_scope.cancel("the command ended and its output is drained")
-    finally:
-        with cleanup_scope(
-            f"terminate process group {pgid} ({argv[0]})",
-            terminate_grace + KILL_WAIT_SECONDS + 1,
-            reason=f"the command {ending}",
-            log=logger,
-        ):
-            if proc.returncode is None:
-                await _terminate(proc, pgid, terminate_grace)
-            else:
-                signal_group(pgid, signal.SIGKILL)
-            await proc.aclose()
-            # Return only once every member is really gone (not just signalled).
-            while group_alive(pgid):
-                signal_group(pgid, signal.SIGKILL)
-                await anyio.sleep(0.01)
-        if on_exit is not None:
-            on_exit(pgid)
-    code = TIMEOUT_EXIT_CODE if timed_out else _exit_code(proc.returncode)
-    return RawResult(
-        code, out.value(), err.value(), timed_out, out.truncated or err.truncated, pgid
-    )
+def _warn_not_isolated(why: str) -> None:
+    if not _warned_not_isolated:
+        _warned_not_isolated.append(True)
+        logger.warning(_NOT_ISOLATED.format(why=why))
 
 
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _not_found(path: str, code: int) -> FileNotFoundError:
+    if code == _NOT_REGULAR:
+        return NotARegularFileError(f"Not a regular file: {path!r}")
+    return FileNotFoundError(f"No such file: {path!r}")
+
+
+def _size_checked(script: str) -> str:
+    """A transfer script's prologue: exit 66 if ``$1`` does not exist, 68 if it is not a
+    regular file, 67 (size on stderr) if it is larger than ``$2`` bytes (``stat``, else
+    ``wc -c``; ``$2`` < 0: no cap)."""
+    return (
+        f'[ -e "$1" ] || exit {_MISSING}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
+        's=$(stat -c %s -- "$1" 2>/dev/null || wc -c < "$1"); s=$((s)); '
+        f'if [ "$2" -ge 0 ] && [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; '
+        + script
+    )
+
+
+async def resolve_isolation(isolation: Isolation) -> Literal["namespaces", "process"]:
+    """What ``isolation`` means on this machine (probes bubblewrap once per process).
+
+    ``"auto"`` gives ``"namespaces"`` when they work, else ``"process"`` with ONE warning per
+    process saying what is not isolated and how to fix it.
+
+    Raises:
+        ConfigError: ``"namespaces"`` was asked for and cannot work here (the message says why
+            and how to install what is missing).
+
+    **Cancellation**: the probe is abandoned; the next call probes again.
+    """
+    if isolation == "process":
+        return "process"
+    reason = await probe_namespaces()
+    if reason is None:
+        return "namespaces"
+    if isolation == "namespaces":
+        raise ConfigError(
+            f"isolation='namespaces' is not available here: {reason}; install it "
+            "(scripts/sandbox/install.sh) or use isolation='auto' or 'process'"
+        )
+    _warn_not_isolated(reason)
+    return "process"
+
+
 class LocalSandbox(Sandbox):
-    """A sandbox on this host: a private directory, an allowlisted environment, process groups.
+    """A sandbox on this host: namespaced (a world of its own) or a directory and process groups.
 
     Create it with :meth:`create` (or through :func:`local_factory` and a ``SandboxManager``).
 
     Args:
         task_id: The rollout it belongs to.
-        root: The sandbox's own directory (already created).
+        root: The sandbox's own host directory (already created).
         env: The complete environment commands see.
         default_timeout: Seconds for ``exec`` calls that give no timeout.
-        terminate_grace: SIGTERM -> SIGKILL grace on timeout and cancellation.
+        terminate_grace: SIGTERM -> SIGKILL grace on timeout, cancellation and close.
         shell: The shell that runs commands.
-        sweeper: The ``/proc`` sweeper its close shares with other sandboxes (default: a
-            private one).
+        sweeper: The ``/proc`` sweeper its close shares with other sandboxes (process mode;
+            default: a private one).
         remover: The directory remover its close shares (default: a private one).
+        namespace: Its world, in namespaces mode (``None``: process mode).
     """
 
     def __init__(
@@ -330,13 +258,16 @@ class LocalSandbox(Sandbox):
         shell: str = "/bin/bash",
         sweeper: ProcessSweeper | None = None,
         remover: DirectoryRemover | None = None,
+        namespace: Namespace | None = None,
     ) -> None:
         self.task_id = task_id
         self.root = root
-        self.workdir = os.path.join(root, "work")
-        self.home = os.path.join(root, "home")
-        self.background_state_dir = os.path.join(root, ".state", "bg")
-        self.sandbox_id = env.get(SANDBOX_MARKER_ENV, "")
+        self.namespace = namespace
+        inside = INSIDE_ROOT if namespace is not None else root
+        self.workdir = os.path.join(inside, "work")
+        self.home = os.path.join(inside, "home")
+        self.background_state_dir = os.path.join(inside, ".state", "bg")
+        self.sandbox_id = env.get(SANDBOX_MARKER_ENV, "") or os.path.basename(root)
         self.env = dict(env)
         self.default_timeout = default_timeout
         self.terminate_grace = terminate_grace
@@ -360,8 +291,10 @@ class LocalSandbox(Sandbox):
         terminate_grace: float = TERMINATE_GRACE_SECONDS,
         sweeper: ProcessSweeper | None = None,
         remover: DirectoryRemover | None = None,
+        isolation: Isolation = "auto",
+        namespace_options: NamespaceOptions | None = None,
     ) -> LocalSandbox:
-        """Create a sandbox directory for ``task_id`` and return the sandbox.
+        """Create a sandbox for ``task_id`` and return it.
 
         Args:
             task_id: The rollout it belongs to (used in the directory name, sanitized).
@@ -373,18 +306,26 @@ class LocalSandbox(Sandbox):
             terminate_grace: SIGTERM -> SIGKILL grace.
             sweeper: The ``/proc`` sweeper to share with other sandboxes (default: private).
             remover: The directory remover to share (default: private).
+            isolation: ``"auto"`` (default), ``"namespaces"`` or ``"process"`` (see
+                :func:`resolve_isolation`).
+            namespace_options: Network, limits, disk cap and user of a namespaced sandbox
+                (default: :class:`~hermes_async.tools.sandbox.namespaces.NamespaceOptions`).
 
         Raises:
-            SandboxError: The directory could not be created.
+            ConfigError: ``isolation="namespaces"`` cannot work on this machine.
+            SandboxError: The directory could not be created, or the world did not start.
 
-        **Cancellation**: nothing is left behind (creating the directories does not wait).
+        **Cancellation**: nothing is left behind (a world that started is killed, its
+        directory removed, shielded and bounded).
         """
+        mode = await resolve_isolation(isolation)
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
         safe_task = _SAFE_TASK_CHARS.sub("_", task_id)[:40] or "task"
         parent = root_dir or tempfile.gettempdir()
+        subdirs = () if mode == "namespaces" else ("work", "home", "tmp", ".state/bg")
         try:
             root = tempfile.mkdtemp(prefix=f"hermes-sbx-{safe_task}-", dir=parent)
-            for sub in ("work", "home", "tmp", os.path.join(".state", "bg")):
+            for sub in subdirs:
                 os.makedirs(os.path.join(root, sub), exist_ok=True)
         except OSError as exc:
             raise SandboxError(
@@ -392,6 +333,8 @@ class LocalSandbox(Sandbox):
                 "check that root_dir exists and is writable",
                 task_id=task_id,
             ) from exc
+        remover = remover or DirectoryRemover()
+        options = namespace_options or NamespaceOptions()
         env: dict[str, str] = {}
         for name in env_allowlist:
             value = os.environ.get(name)
@@ -400,17 +343,30 @@ class LocalSandbox(Sandbox):
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.setdefault("LANG", "C.UTF-8")
         env.setdefault("TERM", "dumb")
+        inside = INSIDE_ROOT if mode == "namespaces" else root
         env.update(
             {
-                "HOME": os.path.join(root, "home"),
-                "TMPDIR": os.path.join(root, "tmp"),
+                "HOME": os.path.join(inside, "home"),
+                "TMPDIR": "/tmp" if mode == "namespaces" else os.path.join(root, "tmp"),
                 "PAGER": "cat",
                 "GIT_PAGER": "cat",
             }
         )
+        if mode == "namespaces":
+            user = options.user_name
+            env.update({"PATH": _NAMESPACE_PATH, "USER": user, "LOGNAME": user})
         if extra_env:
             env.update(extra_env)
-        env[SANDBOX_MARKER_ENV] = sandbox_id
+        namespace = None
+        if mode == "namespaces":
+            try:
+                namespace = await Namespace.start(root, options, task_id=task_id)
+            except BaseException:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                    await remover.remove(root)
+                raise
+        else:
+            env[SANDBOX_MARKER_ENV] = sandbox_id
         return cls(
             task_id,
             root,
@@ -419,16 +375,31 @@ class LocalSandbox(Sandbox):
             terminate_grace=terminate_grace,
             sweeper=sweeper,
             remover=remover,
+            namespace=namespace,
         )
 
     def __repr__(self) -> str:
+        mode = self.isolation
         state = "closed" if self._closed else f"{len(self._groups)} process groups"
-        return f"<LocalSandbox task_id={self.task_id!r} root={self.root!r} [{state}]>"
+        return f"<LocalSandbox task_id={self.task_id!r} {mode} root={self.root!r} [{state}]>"
+
+    @property
+    def isolation(self) -> Literal["namespaces", "process"]:
+        """How this sandbox is isolated."""
+        return "namespaces" if self.namespace is not None else "process"
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`aclose` ran."""
         return self._closed
+
+    @property
+    def gone(self) -> SandboxUnavailableError | None:
+        """Why the sandbox is gone (namespaces mode: its world died), else ``None``."""
+        ns = self.namespace
+        if ns is None or self._closed or ns.alive():
+            return None
+        return ns.unavailable(self.task_id)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -436,6 +407,8 @@ class LocalSandbox(Sandbox):
                 f"sandbox {self.sandbox_id} is closed; get a new one from the SandboxManager",
                 task_id=self.task_id,
             )
+        if self.namespace is not None and not self.namespace.alive():
+            raise self.namespace.unavailable(self.task_id)
 
     async def _run(
         self,
@@ -446,14 +419,22 @@ class LocalSandbox(Sandbox):
         timeout: float | None = None,
         stdin: bytes | None = None,
         output_limit: int | None = DEFAULT_OUTPUT_LIMIT_BYTES,
+        stdout_sink: ByteSink | None = None,
     ) -> RawResult:
         self._check_open()
-        full_env = {**self.env, **env, SANDBOX_MARKER_ENV: self.sandbox_id} if env else self.env
+        ns = self.namespace
+        if ns is None:
+            full_env = {**self.env, **env, SANDBOX_MARKER_ENV: self.sandbox_id} if env else self.env
+            host_cwd = cwd or self.workdir
+        else:
+            full_env = {**self.env, **env} if env else self.env
+            argv = ns.command(argv, cwd or self.workdir)
+            host_cwd = "/"
         self._inflight += 1
         try:
-            return await run_bounded(
+            raw = await run_bounded(
                 argv,
-                cwd=cwd or self.workdir,
+                cwd=host_cwd,
                 env=full_env,
                 timeout=self.default_timeout if timeout is None else timeout,
                 stdin=stdin,
@@ -461,16 +442,30 @@ class LocalSandbox(Sandbox):
                 terminate_grace=self.terminate_grace,
                 on_start=self._on_start,
                 on_exit=self._groups.discard,
+                stdout_sink=stdout_sink,
             )
         finally:
             self._inflight -= 1
             if self._inflight == 0 and self._drained is not None:
                 self._drained.set()
+        if ns is not None and not self._closed:
+            if not ns.alive():
+                raise ns.unavailable(self.task_id)
+            if ns.wrong_world(raw.exit_code, raw.stderr):
+                raise SandboxError(
+                    f"could not enter the namespaced sandbox: {_decode(raw.stderr).strip()[:500]}",
+                    task_id=self.task_id,
+                )
+        return raw
 
     async def exec_request(self, request: ExecRequest) -> ExecResult:
         """Run the command with ``bash -c`` in a new session (see :meth:`Sandbox.exec`).
 
-        A ``cwd`` that does not exist gives exit 1 and a ``cd`` message, like a shell.
+        A ``cwd`` that does not exist gives exit 1 and a ``cd`` message, like a shell. In
+        namespaces mode, a command the memory limit killed gets a note on stderr saying so.
+
+        Raises:
+            SandboxUnavailableError: The sandbox's world is gone (namespaces mode).
 
         **Cancellation**: the command's process group is terminated (TERM, grace, KILL) in a
         shielded, bounded scope before the cancellation propagates.
@@ -478,6 +473,8 @@ class LocalSandbox(Sandbox):
         self._check_open()
         start = anyio.current_time()
         cwd = request.cwd
+        ns = self.namespace
+        oom_before = ns.oom_kills() if ns is not None else 0
         try:
             raw = await self._run(
                 [self.shell, "-c", request.command],
@@ -488,13 +485,19 @@ class LocalSandbox(Sandbox):
                 output_limit=request.output_limit,
             )
         except (FileNotFoundError, NotADirectoryError):
-            if cwd is None:
+            if cwd is None or ns is not None:
                 raise
             # The start failed in chdir (subprocess reports it to the parent): act like `cd`.
             return ExecResult("", f"bash: cd: {cwd}: No such file or directory\n", 1)
+        stderr = _decode(raw.stderr)
+        if ns is not None and raw.exit_code == 128 + signal.SIGKILL and ns.oom_kills() > oom_before:
+            stderr += (
+                f"\n[hermes-async: killed by the sandbox's memory limit "
+                f"({ns.options.memory_limit_mb} MiB)]\n"
+            )
         return ExecResult(
             stdout=_decode(raw.stdout),
-            stderr=_decode(raw.stderr),
+            stderr=stderr,
             exit_code=raw.exit_code,
             timed_out=raw.timed_out,
             truncated=raw.truncated,
@@ -502,13 +505,19 @@ class LocalSandbox(Sandbox):
         )
 
     async def _sh(
-        self, script: str, *args: str, stdin: bytes | None = None, limit: int | None = None
+        self,
+        script: str,
+        *args: str,
+        stdin: bytes | None = None,
+        limit: int | None = None,
+        sink: ByteSink | None = None,
     ) -> RawResult:
         return await self._run(
             ["/bin/sh", "-c", script, "sh", *args],
             timeout=TRANSFER_TIMEOUT_SECONDS,
             stdin=stdin,
             output_limit=limit,
+            stdout_sink=sink,
         )
 
     def _resolve(self, path: str) -> str:
@@ -519,14 +528,22 @@ class LocalSandbox(Sandbox):
 
         Raises:
             FileNotFoundError: ``path`` does not exist or is not a regular file.
+            TransferLimitError: It is larger than :data:`MAX_READ_BYTES` (stream it instead).
             OSError: It exists but cannot be read.
 
         **Cancellation**: the ``cat`` process is killed.
         """
         target = self._resolve(path)
-        raw = await self._sh('[ -f "$1" ] || exit 66; exec cat -- "$1"', target)
-        if raw.exit_code == 66:
-            raise FileNotFoundError(f"No such file: {path!r}")
+        raw = await self._sh(
+            _size_checked('exec cat -- "$1"'), target, str(MAX_READ_BYTES), limit=MAX_READ_BYTES
+        )
+        if raw.exit_code in (_MISSING, _NOT_REGULAR):
+            raise _not_found(path, raw.exit_code)
+        if raw.exit_code == _TOO_LARGE or raw.truncated:
+            size = _decode(raw.stderr).strip()
+            raise TransferLimitError(
+                f"file {path!r}", limit=MAX_READ_BYTES, size=int(size) if size.isdigit() else None
+            )
         if raw.exit_code != 0:
             raise OSError(f"cannot read {path!r}: {_decode(raw.stderr).strip()}")
         return raw.stdout
@@ -559,33 +576,85 @@ class LocalSandbox(Sandbox):
         if raw.exit_code != 0:
             raise OSError(f"cannot extract archive into {dest_dir!r}: {_decode(raw.stderr)}")
 
+    _ARCHIVE = (
+        f'[ -e "$1" ] || exit {_MISSING}; if [ -d "$1" ]; then exec tar -c -f - -C "$1" .; '
+        'else exec tar -c -f - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi'
+    )
+
     async def get_archive(self, path: str) -> bytes:
         """Return a tar archive of ``path`` (see :meth:`Sandbox.get_archive`).
 
         **Cancellation**: the ``tar`` process is killed.
         """
         target = self._resolve(path)
-        raw = await self._sh(
-            '[ -e "$1" ] || exit 66; if [ -d "$1" ]; then exec tar -c -f - -C "$1" .; '
-            'else exec tar -c -f - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi',
-            target,
-        )
-        if raw.exit_code == 66:
+        raw = await self._sh(self._ARCHIVE, target)
+        if raw.exit_code == _MISSING:
             raise FileNotFoundError(f"No such file or directory: {path!r}")
         if raw.exit_code != 0:
             raise OSError(f"cannot archive {path!r}: {_decode(raw.stderr).strip()}")
         return raw.stdout
 
+    async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
+        """Stream ``path``'s bytes from a ``cat`` in the sandbox (see :meth:`Sandbox.stream_file`).
+
+        The size is checked in the sandbox before ``cat`` starts.
+
+        **Cancellation**: the ``cat`` process is killed.
+        """
+        target = self._resolve(path)
+        limit = -1 if max_bytes is None else max_bytes
+        counter = _Counter(sink, max_bytes, f"file {path!r}")
+        raw = await self._sh(_size_checked('exec cat -- "$1"'), target, str(limit), sink=counter)
+        if raw.exit_code in (_MISSING, _NOT_REGULAR):
+            raise _not_found(path, raw.exit_code)
+        if raw.exit_code == _TOO_LARGE and max_bytes is not None:
+            size = _decode(raw.stderr).strip()
+            raise TransferLimitError(
+                f"file {path!r}", limit=max_bytes, size=int(size) if size.isdigit() else None
+            )
+        if raw.exit_code != 0:
+            raise OSError(f"cannot read {path!r}: {_decode(raw.stderr).strip()}")
+        return counter.total
+
+    async def stream_archive(
+        self, path: str, sink: ByteSink, *, max_bytes: int | None = None
+    ) -> int:
+        """Stream a tar of ``path`` from a ``tar`` in the sandbox (see
+        :meth:`Sandbox.stream_archive`).
+
+        **Cancellation**: the ``tar`` process is killed.
+        """
+        counter = _Counter(sink, max_bytes, f"archive of {path!r}")
+        raw = await self._sh(self._ARCHIVE, self._resolve(path), sink=counter)
+        if raw.exit_code == _MISSING:
+            raise FileNotFoundError(f"No such file or directory: {path!r}")
+        if raw.exit_code != 0:
+            raise OSError(f"cannot archive {path!r}: {_decode(raw.stderr).strip()}")
+        return counter.total
+
     def _background_started(self, process: BackgroundProcess) -> None:
-        if process.pid is not None:
+        if process.pid is not None and self.namespace is None:
             self._groups.add(process.pid)
 
     def live_processes(self) -> list[int]:
-        """Pids of live processes that belong to this sandbox (one synchronous ``/proc`` read).
+        """Host pids of live processes that belong to this sandbox (a ``/proc`` scan).
 
-        For tests and diagnostics; :meth:`aclose` uses the shared, yielding sweeper instead.
+        For tests and diagnostics only: closing never scans. Process mode: the marker and
+        session rule of :mod:`~hermes_async.tools.sandbox.processes`. Namespaces mode: every
+        process in the world's PID namespace; while the sandbox is open the world's own two
+        (PID 1 and its keeper) are left out, once it is closed they count too, and so does its
+        bubblewrap (and supervisor) while it runs.
         """
-        return find_sandbox_processes(self.sandbox_id, self._groups)
+        ns = self.namespace
+        if ns is None:
+            return find_sandbox_processes(self.sandbox_id, self._groups)
+        found = processes_in_pid_namespace(ns.pid_namespace)
+        if not self._closed:
+            own = {ns.init_pid, ns.keeper_pid}
+            return [pid for pid in found if pid not in own]
+        if ns.launcher.returncode is None:
+            found.append(ns.launcher.pid)
+        return found
 
     def _on_start(self, pgid: int) -> None:
         self._groups.add(pgid)
@@ -603,12 +672,34 @@ class LocalSandbox(Sandbox):
             graceful=graceful,
         )
 
+    async def _end_world(self, ns: Namespace, *, graceful: bool) -> None:
+        if graceful and ns.alive():
+            # TERM every process of the world but PID 1, then give them the grace to go.
+            try:
+                with anyio.fail_after(self.terminate_grace + 5):
+                    if ns.signal_members(signal.SIGTERM) is None:
+                        # No cgroup to list them: kill(-1) inside, as the sandbox user, spares
+                        # PID 1 (root's) and the sending shell.
+                        await run_bounded(
+                            ns.command(["/bin/sh", "-c", "kill -TERM -1 2>/dev/null; true"], "/"),
+                            env=self.env,
+                            timeout=self.terminate_grace + 5,
+                            output_limit=4096,
+                        )
+                    await ns.wait_quiet(self.terminate_grace)
+            except (OSError, TimeoutError) as exc:
+                logger.debug("graceful stop of %s failed: %s", self.sandbox_id, exc)
+        await ns.kill()
+
     async def aclose(self, interrupted: bool = False) -> None:
         """Kill every process the sandbox started, then remove its directory. Idempotent.
 
-        Graceful: SIGTERM to every process of the sandbox (found through the shared ``/proc``
-        sweeper), up to ``terminate_grace`` for them to go, SIGKILL to the rest. Interrupted
-        (the rollout was cancelled or timed out): SIGKILL at once. Then ``rm -rf`` of the root.
+        Namespaces mode: graceful, SIGTERM to every process inside (``kill -TERM -1`` as the
+        sandbox user), up to ``terminate_grace`` for them to go, then SIGKILL to the world's
+        PID 1, which takes everything inside with it; interrupted, SIGKILL at once. Process
+        mode: SIGTERM to every process of the sandbox (found through the shared ``/proc``
+        sweeper), the grace, SIGKILL to the rest (at once when interrupted). Then ``rm -rf``
+        of the root.
 
         **Cancellation**: every wait here is bounded; the owner of the release runs it under a
         shielded cleanup scope (``SandboxManager.release`` does) so it is never skipped.
@@ -616,8 +707,25 @@ class LocalSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
-        graceful = not interrupted
-        survivors = await self._kill_everything(graceful=graceful)
+        ns = self.namespace
+        if ns is not None:
+            try:
+                await self._end_world(ns, graceful=not interrupted)
+                if self._inflight:
+                    # Commands still returning (their processes died with the world).
+                    self._drained = anyio.Event()
+                    with anyio.move_on_after(self.terminate_grace + KILL_WAIT_SECONDS + 2):
+                        await self._drained.wait()
+            finally:
+                await ns.release()
+            # Together: the cgroups may stay busy while the kernel reaps the world, and the
+            # directory must not wait for them (a release that runs out of its bound would
+            # leave it behind).
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.remover.remove, self.root)
+                tg.start_soon(self.remover.remove_cgroups, ns.cgroup_dirs)
+            return
+        survivors = await self._kill_everything(graceful=not interrupted)
         if self._inflight:
             # A command may have been spawning while we swept (its shell not yet visible, or
             # already forking): wait for those calls to finish (they are being killed), then
@@ -631,50 +739,22 @@ class LocalSandbox(Sandbox):
         await self.remover.remove(self.root)
 
 
-class DirectoryRemover:
-    """Remove sandbox directories, one ``rm`` for all the removals that arrive together.
+class _Counter:
+    """A sink wrapper that counts bytes and stops the transfer past ``limit``."""
 
-    Starting a subprocess costs the event loop ~3 ms (fork + exec on its thread, plus
-    asyncio's child watcher); 500 sandboxes closing at once would start 500 ``rm``. Removals
-    requested while one ``rm`` runs are done by the next one, together (a
-    :class:`~hermes_async.tools.sandbox._batch.Batcher`). ``chmod`` first: a model that did
-    ``chmod 000 dir`` must not make cleanup fail. Failures are logged, never raised.
-    """
+    __slots__ = ("limit", "sink", "total", "what")
 
-    def __init__(self) -> None:
-        self._batches: Batcher[str] = Batcher(self._remove_all)
+    def __init__(self, sink: ByteSink, limit: int | None, what: str) -> None:
+        self.sink = sink
+        self.limit = limit
+        self.what = what
+        self.total = 0
 
-    @property
-    def runs(self) -> int:
-        """How many ``rm`` batches ran."""
-        return self._batches.runs
-
-    async def remove(self, path: str) -> None:
-        """Remove ``path`` and everything under it (in a batch that starts after this call).
-
-        **Cancellation**: bounded by ``TRANSFER_TIMEOUT_SECONDS``; a cancelled caller that was
-        running the batch kills its ``rm`` and the others start a new one.
-        """
-        await self._batches.submit(path)
-
-    async def _remove_all(self, paths: list[str]) -> None:
-        for i in range(0, len(paths), _PATHS_PER_RM):
-            chunk = paths[i : i + _PATHS_PER_RM]
-            script = 'chmod -R u+rwx -- "$@" 2>/dev/null; rm -rf -- "$@"'
-            try:
-                raw = await run_bounded(
-                    ["/bin/sh", "-c", script, "sh", *chunk],
-                    timeout=TRANSFER_TIMEOUT_SECONDS,
-                    env={"PATH": "/usr/bin:/bin"},
-                    output_limit=4096,
-                )
-            except OSError as exc:
-                logger.warning("could not remove sandbox directories %s: %s", chunk, exc)
-                continue
-            if raw.exit_code != 0:
-                logger.warning(
-                    "could not remove sandbox directories %s: %s", chunk, _decode(raw.stderr)
-                )
+    async def __call__(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if self.limit is not None and self.total > self.limit:
+            raise TransferLimitError(self.what, limit=self.limit)
+        await self.sink(chunk)
 
 
 def local_factory(
@@ -684,16 +764,28 @@ def local_factory(
     extra_env: Mapping[str, str] | None = None,
     default_timeout: float = DEFAULT_EXEC_TIMEOUT_SECONDS,
     terminate_grace: float = TERMINATE_GRACE_SECONDS,
+    isolation: Isolation = "auto",
+    network: Network = "none",
+    memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB,
+    pids_limit: int | None = DEFAULT_PIDS_LIMIT,
+    disk_limit_mb: int | None = DEFAULT_DISK_LIMIT_MB,
+    disk_backend: DiskBackend = "auto",
+    uid: int = DEFAULT_SANDBOX_UID,
+    gid: int = DEFAULT_SANDBOX_UID,
+    ro_paths: Iterable[str] = DEFAULT_RO_PATHS,
+    ro_binds: Iterable[str] = (),
 ) -> Callable[..., Awaitable[Sandbox]]:
     """A ``SandboxManager`` factory that creates :class:`LocalSandbox` es.
 
+    These are also the options of ``terminal_backend="local"`` (``sandbox_options`` in the
+    environment config). Its sandboxes share one
+    :class:`~hermes_async.tools.sandbox.processes.ProcessSweeper` (process mode: closes at the
+    same moment share one ``/proc`` sweep) and one :class:`DirectoryRemover`.
+
     It takes a :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` (``spec=``): its ``env``
     is added, its ``workdir`` becomes a folder of that path inside the sandbox's work dir, its
-    ``exec_timeout`` the default command timeout; the rest needs a container backend.
-
-    Its sandboxes share one :class:`~hermes_async.tools.sandbox.processes.ProcessSweeper`, so
-    those closing at the same moment are served by one ``/proc`` sweep, and one
-    :class:`DirectoryRemover` (one ``rm`` for the directories removed together).
+    ``exec_timeout`` the default command timeout; images and resource limits of a spec need a
+    container backend.
 
     Args:
         root_dir: Parent directory of the sandbox directories (default: system temp dir).
@@ -701,9 +793,50 @@ def local_factory(
         extra_env: Variables set explicitly in each sandbox.
         default_timeout: Seconds for commands that give no timeout.
         terminate_grace: SIGTERM -> SIGKILL grace.
+        isolation: ``"auto"`` (namespaces when they work, else process mode with one
+            warning), ``"namespaces"`` (a ``ConfigError`` where they cannot work) or
+            ``"process"``.
+        network: Namespaces mode: ``"none"`` (a loopback of its own) or ``"host"``.
+        memory_limit_mb: Namespaces mode: memory limit per sandbox (``None``: unlimited).
+        pids_limit: Namespaces mode: processes and threads per sandbox (``None``: unlimited).
+        disk_limit_mb: Namespaces mode: size of the writable disk (``None``: no cap).
+        disk_backend: Namespaces mode: ``"auto"``, ``"loop"`` (ext4 image) or ``"tmpfs"``.
+        uid: Namespaces mode: the sandbox user's uid (not 0).
+        gid: Namespaces mode: its gid (not 0).
+        ro_paths: Namespaces mode: host paths visible read-only (default: the system ones).
+        ro_binds: Namespaces mode: more host paths to show read-only.
+
+    Raises:
+        ConfigError: An invalid option, or ``isolation="namespaces"`` where bubblewrap, nsenter
+            or root is missing (checked here; that bubblewrap really starts is checked, once,
+            at the first creation).
     """
+    if isolation not in ("auto", "namespaces", "process"):
+        raise ConfigError(f"isolation must be 'auto', 'namespaces' or 'process', got {isolation!r}")
+    options = NamespaceOptions(
+        network=network,
+        memory_limit_mb=memory_limit_mb,
+        pids_limit=pids_limit,
+        disk_limit_mb=disk_limit_mb,
+        disk_backend=disk_backend,
+        uid=uid,
+        gid=gid,
+        ro_paths=tuple(ro_paths),
+        ro_binds=tuple(ro_binds),
+    )
+    if isolation != "process":
+        reason = namespace_support()
+        if reason is not None:
+            if isolation == "namespaces":
+                raise ConfigError(
+                    f"isolation='namespaces' is not available here: {reason}; install it "
+                    "(scripts/sandbox/install.sh) or use isolation='auto' or 'process'"
+                )
+            _warn_not_isolated(reason)
+            isolation = "process"
     sweeper = ProcessSweeper()
     remover = DirectoryRemover()
+    allowlist = tuple(env_allowlist)
 
     async def factory(task_id: str, spec: SandboxSpec | None = None) -> Sandbox:
         # A spec's env and workdir apply here (a folder of that path inside the sandbox's
@@ -714,7 +847,7 @@ def local_factory(
         sandbox = await LocalSandbox.create(
             task_id,
             root_dir=root_dir,
-            env_allowlist=env_allowlist,
+            env_allowlist=allowlist,
             extra_env=env,
             default_timeout=(
                 spec.exec_timeout if spec is not None and spec.exec_timeout else default_timeout
@@ -722,10 +855,23 @@ def local_factory(
             terminate_grace=terminate_grace,
             sweeper=sweeper,
             remover=remover,
+            isolation=isolation,
+            namespace_options=options,
         )
         if spec is not None and spec.workdir is not None:
+            # Made by the sandbox itself: in namespaces mode its paths are not the host's.
             workdir = os.path.join(sandbox.workdir, spec.workdir.lstrip("/"))
-            os.makedirs(workdir, exist_ok=True)
+            try:
+                made = await sandbox.exec(f"mkdir -p {shlex.quote(workdir)}", timeout=30)
+                if made.exit_code != 0:
+                    raise SandboxError(
+                        f"cannot create the spec's workdir {spec.workdir!r} in the sandbox: "
+                        f"{made.stderr.strip()[:200]}",
+                        task_id=task_id,
+                    )
+            except BaseException:
+                await sandbox.aclose(interrupted=True)  # shielded and bounded itself
+                raise
             sandbox.workdir = workdir
         return sandbox
 

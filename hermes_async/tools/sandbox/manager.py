@@ -29,6 +29,13 @@ Decisions:
   created with ``factory(task_id, spec=spec)`` (its ``create_timeout`` replacing the manager's)
   and the spec is forgotten when the sandbox is released. The rollout core assigns the spec an
   environment's ``sandbox_spec(item)`` returns.
+* **Watch hook**: right after creating a sandbox the manager runs its
+  :meth:`~hermes_async.tools.sandbox.base.Sandbox.watch` in its own task group (the Docker
+  disk-cap watchdog), cancelled at the release.
+* **A dead sandbox** (:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`) is
+  remembered per task: :meth:`SandboxManager.sandbox_failure` answers it even after the
+  release, so the rollout core can record an infrastructure failure (``exc.category ==
+  "infra"``, ``exc.reason``); it is forgotten when a new sandbox is created for the task.
 * **Idle reaper**: a task in the manager's own task group closes sandboxes unused for
   ``idle_timeout`` seconds (none with a command in flight or a running background process).
 * :meth:`request_release` is the synchronous form: it queues the release to the manager's own
@@ -72,10 +79,12 @@ from hermes_async.tools.sandbox.base import (
     DEFAULT_CLOSE_TIMEOUT_SECONDS,
     BackgroundProcess,
     BackgroundStatus,
+    ByteSink,
     ExecRequest,
     ExecResult,
     Sandbox,
 )
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.spec import SandboxSpec, accepts_spec
 
 __all__ = (
@@ -102,6 +111,9 @@ DEFAULT_CREATE_TIMEOUT_SECONDS = 300.0
 #: Idle lifetime before the reaper closes a sandbox (the RL env's ``TERMINAL_LIFETIME_SECONDS``).
 DEFAULT_IDLE_TIMEOUT_SECONDS = 3600.0
 
+#: Dead-sandbox records kept after their release (oldest forgotten first).
+_MAX_FAILURE_RECORDS = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class SandboxManagerStatistics:
@@ -127,7 +139,16 @@ class SandboxManagerStatistics:
 
 
 class _Entry:
-    __slots__ = ("busy", "done", "error", "last_used", "released", "sandbox", "task_id")
+    __slots__ = (
+        "busy",
+        "done",
+        "error",
+        "last_used",
+        "released",
+        "sandbox",
+        "task_id",
+        "watch_scope",
+    )
 
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
@@ -137,6 +158,7 @@ class _Entry:
         self.busy = 0
         self.last_used = anyio.current_time()
         self.released = False
+        self.watch_scope: anyio.CancelScope | None = None
 
 
 class SandboxManager(AsyncResource):
@@ -192,6 +214,7 @@ class SandboxManager(AsyncResource):
         self._pending: list[tuple[str, _Entry]] = []
         self._wake = anyio.Event()
         self._created = self._released = self._reaped = self._create_failures = 0
+        self._failures: dict[str, SandboxUnavailableError] = {}
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -369,8 +392,10 @@ class SandboxManager(AsyncResource):
                 raise
             raise error from exc
         self._created += 1
+        self._failures.pop(entry.task_id, None)
         entry.sandbox = sandbox
         entry.last_used = anyio.current_time()
+        self._start_watch(entry, sandbox)
         entry.done.set()
         if entry.released or self._state != "open":
             # Released (or the manager closed) while we were creating it.
@@ -403,8 +428,11 @@ class SandboxManager(AsyncResource):
                     await closing.wait()
             return
         entry.released = True
+        if entry.watch_scope is not None:
+            entry.watch_scope.cancel("the sandbox is being released")
         if entry.sandbox is None:
             return  # still being created: the creator closes it when it is done
+        self._note_gone(task_id, entry.sandbox)
         reason = "the rollout was interrupted" if interrupted else "released"
         await self._close(task_id, entry.sandbox, interrupted=interrupted, reason=reason)
 
@@ -429,6 +457,45 @@ class SandboxManager(AsyncResource):
             event.set()
             if self._closing.get(task_id) is event:
                 del self._closing[task_id]
+
+    def _start_watch(self, entry: _Entry, sandbox: Sandbox) -> None:
+        if self._tg is None or type(sandbox).watch is Sandbox.watch:
+            return  # the default hook does nothing: no task for it
+        scope = entry.watch_scope = anyio.CancelScope()
+
+        async def watch() -> None:
+            with scope:
+                try:
+                    await sandbox.watch()
+                except Exception:  # a watchdog's failure must not take the manager down
+                    logger.warning("the watch of %r's sandbox failed", entry.task_id, exc_info=True)
+
+        self._tg.start_soon(watch)
+
+    def record_failure(self, task_id: str, error: SandboxUnavailableError) -> None:
+        """Remember that ``task_id``'s sandbox is gone (the first error wins)."""
+        if task_id not in self._failures:
+            if len(self._failures) >= _MAX_FAILURE_RECORDS:
+                del self._failures[next(iter(self._failures))]
+            self._failures[task_id] = error
+
+    def _note_gone(self, task_id: str, sandbox: Sandbox) -> None:
+        gone = getattr(sandbox, "gone", None)
+        if isinstance(gone, SandboxUnavailableError):
+            self.record_failure(task_id, gone)
+
+    def sandbox_failure(self, task_id: str) -> SandboxUnavailableError | None:
+        """Why ``task_id``'s sandbox is gone, if it died (kept after its release).
+
+        For the rollout core: a rollout whose sandbox died is an infrastructure failure
+        (``error.category == "infra"``; ``error.reason`` says why: ``"oom"``, ``"disk"``,
+        ``"exited"``, ``"unreachable"``), not the model's. ``None`` while the sandbox is fine
+        (or was never created). Forgotten when a new sandbox is created for ``task_id``.
+        """
+        entry = self._entries.get(task_id)
+        if entry is not None and entry.sandbox is not None:
+            self._note_gone(task_id, entry.sandbox)
+        return self._failures.get(task_id)
 
     async def release_all(self, *, interrupted: bool = False) -> None:
         """Release every sandbox, concurrently.
@@ -570,6 +637,9 @@ class ManagedSandbox(Sandbox):
         try:
             async with self._manager.limits.sandbox_exec:
                 yield self.inner
+        except SandboxUnavailableError as exc:
+            self._manager.record_failure(self.task_id, exc)
+            raise
         finally:
             self._entry.busy -= 1
             self._entry.last_used = anyio.current_time()
@@ -616,6 +686,29 @@ class ManagedSandbox(Sandbox):
         """
         async with self._slot() as sb:
             return await sb.get_archive(path)
+
+    async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
+        """See :meth:`Sandbox.stream_file`.
+
+        **Cancellation**: the slot is returned; the transfer stops.
+        """
+        async with self._slot() as sb:
+            return await sb.stream_file(path, sink, max_bytes=max_bytes)
+
+    async def stream_archive(
+        self, path: str, sink: ByteSink, *, max_bytes: int | None = None
+    ) -> int:
+        """See :meth:`Sandbox.stream_archive`.
+
+        **Cancellation**: the slot is returned; the transfer stops.
+        """
+        async with self._slot() as sb:
+            return await sb.stream_archive(path, sink, max_bytes=max_bytes)
+
+    @property
+    def gone(self) -> SandboxUnavailableError | None:
+        """Why the sandbox is gone, if it died (see :meth:`SandboxManager.sandbox_failure`)."""
+        return self._manager.sandbox_failure(self.task_id)
 
     async def aclose(self, interrupted: bool = False) -> None:
         """Release the sandbox through the manager (idempotent).

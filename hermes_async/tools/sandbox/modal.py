@@ -56,7 +56,7 @@ import logging
 import math
 import posixpath
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -73,7 +73,7 @@ from hermes_async.tools.sandbox._container import (
 )
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
-from hermes_async.tools.sandbox.output import OutputCapture
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
@@ -397,12 +397,27 @@ class ModalSandbox(ContainerSandbox):
         return self.object_id
 
     async def _call(self, what: str, awaitable: Awaitable[_T]) -> _T:
-        return await _call(what, awaitable, self.config.call_timeout_seconds, self.task_id)
+        try:
+            return await _call(what, awaitable, self.config.call_timeout_seconds, self.task_id)
+        except Exception as exc:
+            cause = exc.__cause__
+            if _named(exc, "SandboxTerminatedError") or (
+                cause is not None and _named(cause, "SandboxTerminatedError")
+            ):
+                raise self._mark_gone(
+                    SandboxUnavailableError(
+                        f"Modal reports sandbox {self.object_id} terminated during {what}",
+                        reason="exited",
+                        backend="Modal",
+                        task_id=self.task_id,
+                    )
+                ) from exc
+            raise
 
     # ----------------------------------------------------------------- exec hooks
 
     async def _run_argv(self, run: ContainerExec) -> int:
-        argv, env, out, err, limit = run.argv, run.env, run.out, run.err, run.limit
+        argv, env, err, limit = run.argv, run.env, run.err, run.limit
         # Modal's own exec timeout is a backstop a little past ours (integer seconds).
         process = await self._call(
             "an exec",
@@ -416,17 +431,28 @@ class ModalSandbox(ContainerSandbox):
 
         errors: list[Exception] = []
 
-        async def drain(stream: Any, sink: OutputCapture) -> None:
+        sink_errors: list[Exception] = []
+
+        async def drain(stream: Any, sink: Callable[[bytes], Awaitable[None]]) -> None:
             try:
                 async for chunk in stream:
-                    sink.feed(chunk if isinstance(chunk, bytes) else str(chunk).encode())
+                    try:
+                        await sink(chunk if isinstance(chunk, bytes) else str(chunk).encode())
+                    except Exception as exc:  # the transfer's own sink (e.g. its size cap)
+                        sink_errors.append(exc)
+                        return
             except Exception as exc:
                 errors.append(exc)  # raised unwrapped below, not as an exception group
 
+        async def feed_err(data: bytes) -> None:
+            err.feed(data)
+
         async def read_streams() -> None:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(drain, process.stdout, out)
-                tg.start_soon(drain, process.stderr, err)
+                tg.start_soon(drain, process.stdout, run.write_out)
+                tg.start_soon(drain, process.stderr, feed_err)
+            if sink_errors:
+                raise sink_errors[0]
             if errors:
                 raise SandboxError(
                     f"reading a command's output from Modal failed: {errors[0]!r}",

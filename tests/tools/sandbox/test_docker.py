@@ -527,3 +527,83 @@ async def test_cancelled_tool_call_leaves_no_process(
     with anyio.move_on_after(1.5):
         await call(rt, "terminal", command="sleep 311 & sleep 311 & wait")
     assert "sleep 311" not in running_commands(docker_engine, sandbox)
+
+
+# ------------------------------------------------------------------- issue #15 acceptance
+
+
+@docker
+async def test_disk_cap_stops_writers_and_the_watchdog_ends_the_container(
+    docker_engine: str,
+) -> None:
+    """``yes > f`` and ``head -c 10G /dev/zero > f`` stop at the cap (the ``fsize`` ulimit, or
+    the storage driver's own cap); many files that together pass it get the container killed
+    by the watchdog, and the sandbox is then gone (reason ``"disk"``), not "command failed"."""
+    cap_mb = 16
+    # First the per-file cap, with a watchdog too slow to interfere.
+    backend = DockerBackend(make_config(disk_limit_mb=cap_mb, disk_check_interval_seconds=600))
+    async with SandboxManager(backend, idle_timeout=None) as manager:
+        sb = await manager.get("disk")
+        yes = await sb.exec("yes > runaway.txt; echo rc=$?; wc -c < runaway.txt", timeout=60)
+        zero = await sb.exec("head -c 10G /dev/zero > z; echo rc=$?; wc -c < z", timeout=60)
+        for r in (yes, zero):
+            rc, size = r.stdout.split()
+            assert rc != "rc=0" and int(size) <= cap_mb << 20, r
+        inner = sb.inner
+        assert isinstance(inner, DockerSandbox)
+        watchdog = inner.watchdog
+    if not watchdog:
+        return  # the storage driver caps the writable layer itself
+    # Then the total: files under the per-file cap that together pass it.
+    backend = DockerBackend(make_config(disk_limit_mb=cap_mb, disk_check_interval_seconds=0.3))
+    async with SandboxManager(backend, idle_timeout=None) as manager:
+        sb = await manager.get("disk")
+        with anyio.fail_after(60), pytest.raises(SandboxError) as info:
+            # Killed mid-way (then this exec raises) or after (then the next one does).
+            r = await sb.exec(
+                f"for i in 1 2 3; do head -c {(cap_mb - 4) << 20} /dev/zero > f$i; done"
+            )
+            assert r.exit_code == 0, r
+            while True:
+                await sb.exec("true")
+                await anyio.sleep(0.2)
+        error = info.value
+        assert getattr(error, "reason", None) == "disk", error
+        assert "disk cap" in str(error) and "not a failure of your command" in str(error)
+        assert manager.sandbox_failure("disk") is error
+
+
+async def _count_connections(task_status: anyio.abc.TaskStatus[tuple[int, list[int]]]) -> None:
+    accepted = [0]
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        accepted[0] += 1
+        await stream.aclose()
+
+    async with listener:
+        task_status.started((listener.extra(anyio.abc.SocketAttribute.local_port), accepted))
+        await listener.serve(serve)
+
+
+@docker
+async def test_container_sees_no_host_process_secret_or_network(
+    sandbox: DockerSandbox,
+) -> None:
+    """The container's /proc holds only its own processes (none has the host's environment),
+    and with the default network mode a loopback server on the host sees 0 connections."""
+    with open("/proc/self/environ", "rb") as f:  # what this process was started with
+        ours = [e.decode() for e in f.read().split(b"\0") if e.startswith((b"PWD=", b"DOCKER"))]
+    assert ours, "the test process has no PWD/DOCKER* variable to look for"
+    procs = await sandbox.exec(
+        "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null; "
+        "ls -d /proc/[0-9]* | wc -l"
+    )
+    assert not [e for e in ours if e in procs.stdout.splitlines()], procs.stdout
+    assert int(procs.stdout.split()[-1]) < 10, procs.stdout
+    async with anyio.create_task_group() as tg:
+        port, accepted = await tg.start(_count_connections)
+        r = await sandbox.exec(f"wget -q -T 3 -O - http://127.0.0.1:{port}/; echo rc=$?")
+        assert "rc=0" not in r.stdout, r
+        tg.cancel_scope.cancel("checked")
+    assert accepted == [0]

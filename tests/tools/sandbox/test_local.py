@@ -21,13 +21,26 @@ from hermes_async.tools.sandbox.local import (
 pytestmark = pytest.mark.anyio
 
 
-async def _sandbox(tmp_path: pathlib.Path, **kwargs: object) -> LocalSandbox:
-    return await LocalSandbox.create("t", root_dir=str(tmp_path), terminate_grace=0.5, **kwargs)  # type: ignore[arg-type]
+ISOLATIONS = pytest.mark.parametrize("isolation", ["namespaces", "process"])
 
 
+async def _sandbox(
+    tmp_path: pathlib.Path, isolation: str = "process", **kwargs: object
+) -> LocalSandbox:
+    return await LocalSandbox.create(
+        "t",
+        root_dir=str(tmp_path),
+        terminate_grace=0.5,
+        isolation=isolation,  # type: ignore[arg-type]
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@ISOLATIONS
 @pytest.mark.parametrize("check", list(CONFORMANCE_CHECKS.values()), ids=list(CONFORMANCE_CHECKS))
-async def test_conformance(tmp_path: pathlib.Path, check: ConformanceCheck) -> None:
-    sb = await _sandbox(tmp_path)
+async def test_conformance(tmp_path: pathlib.Path, check: ConformanceCheck, isolation: str) -> None:
+    sb = await _sandbox(tmp_path, isolation)
+    assert sb.isolation == isolation
     try:
         await check(sb)
     finally:
@@ -37,12 +50,13 @@ async def test_conformance(tmp_path: pathlib.Path, check: ConformanceCheck) -> N
     assert list(tmp_path.iterdir()) == []
 
 
+@ISOLATIONS
 async def test_secret_in_host_env_is_absent(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, isolation: str
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-should-not-leak")
     monkeypatch.setenv("MY_SECRET_TOKEN", "hunter2")
-    sb = await _sandbox(tmp_path, extra_env={"VISIBLE": "yes"})
+    sb = await _sandbox(tmp_path, isolation, extra_env={"VISIBLE": "yes"})
     try:
         r = await sb.exec("env")
         assert "sk-test-should-not-leak" not in r.stdout
@@ -71,8 +85,11 @@ async def test_home_file_lands_in_sandbox(tmp_path: pathlib.Path) -> None:
         await sb.aclose()
 
 
-async def test_timed_out_background_pair_leaves_no_process(tmp_path: pathlib.Path) -> None:
-    sb = await _sandbox(tmp_path)
+@ISOLATIONS
+async def test_timed_out_background_pair_leaves_no_process(
+    tmp_path: pathlib.Path, isolation: str
+) -> None:
+    sb = await _sandbox(tmp_path, isolation)
     try:
         r = await sb.exec("sleep 1000 & sleep 1000", timeout=0.5)
         assert r.exit_code == 124 and r.timed_out
@@ -81,8 +98,11 @@ async def test_timed_out_background_pair_leaves_no_process(tmp_path: pathlib.Pat
         await sb.aclose()
 
 
-async def test_foreground_leftovers_are_killed_on_exit(tmp_path: pathlib.Path) -> None:
-    sb = await _sandbox(tmp_path)
+@ISOLATIONS
+async def test_foreground_leftovers_are_killed_on_exit(
+    tmp_path: pathlib.Path, isolation: str
+) -> None:
+    sb = await _sandbox(tmp_path, isolation)
     try:
         r = await sb.exec("sleep 1000 & echo started")
         assert r.stdout == "started\n" and r.exit_code == 0
@@ -109,8 +129,9 @@ async def test_aclose_kills_escaped_sessions_and_removes_dir(tmp_path: pathlib.P
         await sb.exec("true")
 
 
-async def test_sigterm_ignoring_command_is_killed(tmp_path: pathlib.Path) -> None:
-    sb = await _sandbox(tmp_path)
+@ISOLATIONS
+async def test_sigterm_ignoring_command_is_killed(tmp_path: pathlib.Path, isolation: str) -> None:
+    sb = await _sandbox(tmp_path, isolation)
     try:
         start = anyio.current_time()
         r = await sb.exec("trap '' TERM; sleep 1000", timeout=0.3)
@@ -121,8 +142,9 @@ async def test_sigterm_ignoring_command_is_killed(tmp_path: pathlib.Path) -> Non
         await sb.aclose()
 
 
-async def test_cancellation_kills_process_group(tmp_path: pathlib.Path) -> None:
-    sb = await _sandbox(tmp_path)
+@ISOLATIONS
+async def test_cancellation_kills_process_group(tmp_path: pathlib.Path, isolation: str) -> None:
+    sb = await _sandbox(tmp_path, isolation)
     try:
         with anyio.move_on_after(0.3):
             await sb.exec("sleep 1000 & sleep 1000 & wait")
@@ -131,8 +153,9 @@ async def test_cancellation_kills_process_group(tmp_path: pathlib.Path) -> None:
         await sb.aclose()
 
 
-async def test_output_is_bounded_and_decoded(tmp_path: pathlib.Path) -> None:
-    sb = await _sandbox(tmp_path)
+@ISOLATIONS
+async def test_output_is_bounded_and_decoded(tmp_path: pathlib.Path, isolation: str) -> None:
+    sb = await _sandbox(tmp_path, isolation)
     try:
         r = await sb.exec("yes | head -c 50000000", output_limit=4096)
         assert r.truncated and len(r.stdout) < 5000
@@ -152,16 +175,19 @@ async def test_invalid_env_name_rejected(tmp_path: pathlib.Path) -> None:
         await sb.aclose()
 
 
-async def test_create_in_missing_root_is_sandbox_error(tmp_path: pathlib.Path) -> None:
+@ISOLATIONS
+async def test_create_in_missing_root_is_sandbox_error(
+    tmp_path: pathlib.Path, isolation: str
+) -> None:
     with pytest.raises(SandboxError, match="cannot create a local sandbox directory"):
-        await LocalSandbox.create("t", root_dir=str(tmp_path / "missing" / "deeper"))
+        await _sandbox(tmp_path / "missing" / "deeper", isolation)
 
 
 async def test_hundred_concurrent_sandboxes(tmp_path: pathlib.Path) -> None:
     sandboxes: list[LocalSandbox] = []
 
     async def one(i: int) -> None:
-        sb = await LocalSandbox.create(f"task-{i}", root_dir=str(tmp_path))
+        sb = await LocalSandbox.create(f"task-{i}", root_dir=str(tmp_path), isolation="process")
         sandboxes.append(sb)
         try:
             await sb.write_bytes("n.txt", str(i).encode())
@@ -226,7 +252,7 @@ async def test_close_is_graceful_unless_interrupted(
     root.mkdir()
     outside.mkdir()
     # A long grace: a graceful close waits it out for processes that ignore TERM.
-    sb = await LocalSandbox.create("t", root_dir=str(root), terminate_grace=4)
+    sb = await LocalSandbox.create("t", root_dir=str(root), terminate_grace=4, isolation="process")
     trapped = outside / "trapped"
     await sb.start_background(
         f"trap 'echo TERM > {trapped}; exit 0' TERM; while :; do sleep 0.05; done"
@@ -253,7 +279,7 @@ async def test_closes_of_one_factory_share_sweeps_and_removals(tmp_path: pathlib
     from hermes_async.tools.sandbox.manager import SandboxManager
 
     n = 40
-    factory = local_factory(str(tmp_path), terminate_grace=2.0)
+    factory = local_factory(str(tmp_path), terminate_grace=2.0, isolation="process")
     async with SandboxManager(factory, idle_timeout=None) as manager:
         inner: list[LocalSandbox] = []
 

@@ -12,6 +12,7 @@ import pytest
 
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.testing.modal_double import AuthError, FakeModal, FakeSandbox
+from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS
 from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.docker import DockerBackend
 from hermes_async.tools.sandbox.modal import (
@@ -260,3 +261,14 @@ def test_backend_selector_rejects_unknown_kinds_and_options() -> None:
         make_backend_factory("docker", colour="red")
     with pytest.raises(ConfigError, match=r"ModalSandboxConfig.call_timeout_seconds must be > 0"):
         make_backend_factory("modal", call_timeout_seconds=0)
+
+
+@pytest.mark.parametrize("name", sorted(CONFORMANCE_CHECKS))
+async def test_conformance_on_the_double(tmp_path: pathlib.Path, name: str) -> None:
+    """The same conformance checks as local and Docker (bounded output and background logs,
+    streamed transfers, unsafe archives refused), on the Modal double."""
+    sb = await create(FakeModal(), str(tmp_path))
+    try:
+        await CONFORMANCE_CHECKS[name](sb)
+    finally:
+        await sb.aclose()

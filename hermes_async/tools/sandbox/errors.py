@@ -1,0 +1,124 @@
+"""The sandbox package's own errors: a sandbox that is gone, a transfer past its cap.
+
+Defined here (not in :mod:`hermes_async.errors`) while that module is edited elsewhere; both
+derive from the root tree (:class:`~hermes_async.errors.SandboxError`, ``OSError``), so moving
+them later changes no caller. Re-exported by :mod:`hermes_async.tools.sandbox`.
+
+Two outcomes a tool must keep apart:
+
+* **your command failed** — a non-zero exit, a timeout, "No space left on device", a process
+  the memory limit killed: an :class:`~hermes_async.tools.sandbox.base.ExecResult`, an
+  observation for the model; the sandbox is still there.
+* **the sandbox is gone** — its init or container died (out of memory, stopped by the disk-cap
+  watchdog, killed from outside, the backend lost it): :class:`SandboxUnavailableError`. Every
+  later operation on that sandbox raises it again; its processes and files are lost. It is an
+  *infrastructure* failure of the rollout (``category = "infra"``), not the model's.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from hermes_async.errors import SandboxError
+
+__all__ = (
+    "UNAVAILABLE_REASONS",
+    "NotARegularFileError",
+    "SandboxUnavailableError",
+    "TransferLimitError",
+    "UnavailableReason",
+)
+
+#: Why a sandbox is gone.
+UnavailableReason = Literal["oom", "disk", "exited", "unreachable"]
+
+#: What each :data:`UnavailableReason` means, as the model and the operator are told.
+UNAVAILABLE_REASONS: Final[dict[str, str]] = {
+    "oom": "it ran out of memory (its memory limit) and the kernel killed it",
+    "disk": "it exceeded its disk cap and was stopped",
+    "exited": "it stopped (its init process or container is no longer running)",
+    "unreachable": "its backend lost it (the container or remote sandbox no longer answers)",
+}
+
+
+class SandboxUnavailableError(SandboxError):
+    """The sandbox itself is gone: nothing more can run in it, its files are lost.
+
+    Raised by every operation on a sandbox whose init process, container or remote machine
+    died; distinct from a command that failed (which is an ``ExecResult``). A
+    ``SandboxManager`` remembers the first one seen for a task
+    (:meth:`~hermes_async.tools.sandbox.manager.SandboxManager.sandbox_failure`) so the
+    rollout can record an infrastructure failure.
+
+    Args:
+        detail: What was observed (e.g. ``"its init (pid 4242) exited"``).
+        reason: One of :data:`UNAVAILABLE_REASONS`.
+        backend: The backend's name for messages (``"local"``, ``"Docker"``, ``"Modal"``).
+        task_id: The rollout the sandbox belonged to.
+
+    Attributes:
+        category: ``"infra"``: how a rollout's failure taxonomy should classify it.
+        reason: Why the sandbox is gone.
+        backend: The backend's name.
+    """
+
+    category: Final = "infra"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        reason: UnavailableReason = "exited",
+        backend: str = "",
+        task_id: str | None = None,
+    ) -> None:
+        if reason not in UNAVAILABLE_REASONS:
+            raise ValueError(
+                f"unknown sandbox-unavailable reason {reason!r}; use one of "
+                f"{', '.join(UNAVAILABLE_REASONS)}"
+            )
+        where = f"the {backend} sandbox" if backend else "the sandbox"
+        super().__init__(
+            f"{where} is gone: {UNAVAILABLE_REASONS[reason]} ({detail}); its processes and "
+            "files are lost and nothing more can run in it. This is not a failure of your "
+            "command; the rollout cannot continue in this sandbox",
+            task_id=task_id,
+        )
+        self.detail = detail
+        self.reason: UnavailableReason = reason
+        self.backend = backend
+
+
+class TransferLimitError(OSError):
+    """A file or archive leaving a sandbox is larger than the transfer cap.
+
+    Raised before anything is transferred when the size is known in advance, else as soon as
+    the stream passes the cap (the transfer is stopped, the partial result discarded).
+
+    Args:
+        what: What was being transferred (``"file 'out.bin'"``).
+        limit: The cap in bytes.
+        size: The size, when known (``None``: the stream passed the cap).
+
+    Attributes:
+        what: What was being transferred.
+        limit: The cap in bytes.
+        size: The size, when known.
+    """
+
+    def __init__(self, what: str, *, limit: int, size: int | None = None) -> None:
+        seen = f"it is {size:,} bytes" if size is not None else f"more than {limit:,} bytes came"
+        super().__init__(
+            f"{what} is too large to transfer: {seen}, the cap is {limit:,} bytes; compress "
+            "or split it in the sandbox, transfer less, or raise max_bytes"
+        )
+        self.what = what
+        self.limit = limit
+        self.size = size
+
+
+class NotARegularFileError(FileNotFoundError):
+    """The path exists in the sandbox but is not a regular file (a directory, a FIFO, ...).
+
+    A ``FileNotFoundError``, so code written for "no such file" handles it too.
+    """

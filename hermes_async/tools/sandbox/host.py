@@ -1,0 +1,349 @@
+"""Host processes: run one bounded subprocess, remove directories in batches.
+
+:func:`run_bounded` is the building block of the local backend (every command, in both
+isolation modes, is one) and of the host-side steps of transfers (``ToolContext``, the archive
+extractor): a new session, output drained concurrently into bounded head + tail buffers (or
+streamed to a sink), a timeout that kills the whole process group (TERM, grace, KILL), and a
+shielded, bounded cleanup on cancellation. :class:`DirectoryRemover` removes sandbox
+directories, one ``rm`` for all the removals that arrive together.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+
+from hermes_async._cleanup import cleanup_scope
+from hermes_async.tools.sandbox._batch import Batcher
+from hermes_async.tools.sandbox.base import DEFAULT_OUTPUT_LIMIT_BYTES, TIMEOUT_EXIT_CODE, ByteSink
+from hermes_async.tools.sandbox.output import OutputCapture
+from hermes_async.tools.sandbox.processes import group_alive, signal_group
+
+__all__ = (
+    "KILL_WAIT_SECONDS",
+    "PIPE_DRAIN_GRACE_SECONDS",
+    "PROCESS_START_TIMEOUT_SECONDS",
+    "TERMINATE_GRACE_SECONDS",
+    "TRANSFER_TIMEOUT_SECONDS",
+    "DirectoryRemover",
+    "RawResult",
+    "run_bounded",
+)
+
+logger = logging.getLogger("hermes_async.tools.sandbox.local")
+
+#: SIGTERM -> SIGKILL grace for a timed-out or cancelled command. Short: a sandbox command that
+#: ignores SIGTERM for 2 s is not going to clean up usefully, and cancellation must stay prompt.
+TERMINATE_GRACE_SECONDS = 2.0
+
+#: After SIGKILL, how long to wait for the kernel to reap (a bound, never expected to matter).
+KILL_WAIT_SECONDS = 5.0
+
+#: Deadline of starting one local process (fork + exec; milliseconds in practice), shielded.
+PROCESS_START_TIMEOUT_SECONDS = 30.0
+
+#: After the shell exited and its group was killed, how long to keep reading pipes that a
+#: process outside the group (e.g. ``setsid x &`` without redirection) may still hold open.
+PIPE_DRAIN_GRACE_SECONDS = 2.0
+
+#: Deadline for file transfers (``cat``/``tar`` subprocesses).
+TRANSFER_TIMEOUT_SECONDS = 300.0
+
+#: Most directories one ``rm`` removes (far below the kernel's argument-size limit).
+_PATHS_PER_RM = 512
+
+#: Deadline for closing a command's stdin pipe after the input was written.
+_STDIN_CLOSE_SECONDS = 1.0
+
+_READ_CHUNK = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class RawResult:
+    """Bytes-level outcome of :func:`run_bounded`.
+
+    Attributes:
+        exit_code: Exit status (``128 + n`` when killed by signal ``n``; 124 on timeout).
+        stdout: Captured stdout (head + tail if truncated, with a marker in between).
+        stderr: Captured stderr, likewise.
+        timed_out: The timeout fired and the process group was killed.
+        truncated: Some output was dropped.
+        pgid: The process group (= session) id the command ran in.
+    """
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    truncated: bool
+    pgid: int
+
+
+async def _drain(stream: ByteReceiveStream | None, sink: OutputCapture) -> None:
+    if stream is None:
+        return
+    try:
+        while True:
+            sink.feed(await stream.receive(_READ_CHUNK))
+    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass
+
+
+async def _feed(stream: ByteSendStream | None, data: bytes) -> None:
+    if stream is None:
+        return
+    try:
+        for i in range(0, len(data), _READ_CHUNK):
+            await stream.send(data[i : i + _READ_CHUNK])
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass  # the command stopped reading stdin; not an error
+    finally:
+        with cleanup_scope("close a command's stdin", _STDIN_CLOSE_SECONDS):
+            await stream.aclose()
+
+
+async def _terminate(proc: Process, pgid: int, grace: float) -> None:
+    """SIGTERM the group, wait ``grace`` for the leader, SIGKILL the group, wait (bounded)."""
+    signal_group(pgid, signal.SIGTERM)
+    if proc.returncode is None:
+        with anyio.move_on_after(grace):
+            await proc.wait()
+    signal_group(pgid, signal.SIGKILL)
+    if proc.returncode is None:
+        with anyio.move_on_after(KILL_WAIT_SECONDS):
+            await proc.wait()
+
+
+def _exit_code(returncode: int | None) -> int:
+    if returncode is None:
+        return -1
+    return 128 - returncode if returncode < 0 else returncode
+
+
+async def run_bounded(
+    argv: list[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float,
+    stdin: bytes | None = None,
+    output_limit: int | None = DEFAULT_OUTPUT_LIMIT_BYTES,
+    terminate_grace: float = TERMINATE_GRACE_SECONDS,
+    on_start: Callable[[int], None] | None = None,
+    on_exit: Callable[[int], None] | None = None,
+    stdout_sink: ByteSink | None = None,
+) -> RawResult:
+    """Run ``argv`` in a new session, drain its output into bounded buffers, enforce ``timeout``.
+
+    The building block of :class:`LocalSandbox` (and of host-side ``tar`` in ``ToolContext``).
+
+    Args:
+        argv: Program and arguments (no shell unless you pass one).
+        cwd: Working directory.
+        env: The complete environment (``None``: inherit; sandboxes always pass one).
+        timeout: Seconds before the process group is terminated (exit 124, ``timed_out``).
+        stdin: Bytes fed to standard input, then closed (``None``: ``/dev/null``).
+        output_limit: Bytes kept per stream (head + tail); ``None`` keeps everything.
+        terminate_grace: SIGTERM -> SIGKILL grace.
+        on_start: Called with the process group id right after the start.
+        on_exit: Called with the process group id once the group was killed and reaped.
+        stdout_sink: Hand standard output to this coroutine function chunk by chunk instead
+            of keeping it (``RawResult.stdout`` is then empty). An exception it raises stops
+            the command (its group is killed) and propagates.
+
+    **Cancellation**: the whole process group is terminated (TERM, grace, KILL) in a shielded
+    scope bounded by ``terminate_grace + KILL_WAIT_SECONDS + 1`` before the cancellation
+    propagates.
+    """
+    # Shielded (and bounded): asyncio leaks the half-built subprocess transport (its pipes
+    # and the child) when a cancellation lands inside subprocess creation. Starting a local
+    # process takes milliseconds; the caller's cancellation is delivered right after, with the
+    # group's cleanup below.
+    with anyio.fail_after(PROCESS_START_TIMEOUT_SECONDS, shield=True):
+        proc = await anyio.open_process(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+    pgid = proc.pid
+    if on_start is not None:
+        on_start(pgid)
+    out, err = OutputCapture(output_limit), OutputCapture(output_limit)
+    timed_out = False
+    failure: list[Exception] = []
+    ending = "cancelled or failed"  # why the group is cleaned up, for an overrun log line
+    try:
+        async with anyio.create_task_group() as tg:
+            drained = anyio.Event()
+            remaining = [2]
+
+            async def drain(stream: ByteReceiveStream | None, sink: OutputCapture) -> None:
+                await _drain(stream, sink)
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    drained.set()
+
+            async def stream_out(stream: ByteReceiveStream | None, sink: ByteSink) -> None:
+                try:
+                    if stream is not None:
+                        while True:
+                            await sink(await stream.receive(_READ_CHUNK))
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+                except Exception as exc:  # raised unwrapped below, not as an exception group
+                    failure.append(exc)
+                    tg.cancel_scope.cancel("the output sink raised")
+                    return
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    drained.set()
+
+            if stdout_sink is None:
+                tg.start_soon(drain, proc.stdout, out)
+            else:
+                tg.start_soon(stream_out, proc.stdout, stdout_sink)
+            tg.start_soon(drain, proc.stderr, err)
+            if stdin is not None:
+                tg.start_soon(_feed, proc.stdin, stdin)
+            with anyio.move_on_after(timeout) as scope:
+                await proc.wait()
+            if scope.cancelled_caught:
+                timed_out = True
+                ending = f"timed out after {timeout:g} s"
+                await _terminate(proc, pgid, terminate_grace)
+            else:
+                ending = "exited"
+                # Kill what the shell left behind in its group (`cmd &`) so pipes reach EOF.
+                signal_group(pgid, signal.SIGKILL)
+            with anyio.move_on_after(PIPE_DRAIN_GRACE_SECONDS):
+                await drained.wait()
+            tg.cancel_scope.cancel("the command ended and its output is drained")
+        if failure:
+            ending = f"its output sink raised {type(failure[0]).__name__}"
+            raise failure[0]
+    finally:
+        with cleanup_scope(
+            f"terminate process group {pgid} ({argv[0]})",
+            terminate_grace + KILL_WAIT_SECONDS + 1,
+            reason=f"the command {ending}",
+            log=logger,
+        ):
+            if proc.returncode is None:
+                await _terminate(proc, pgid, terminate_grace)
+            else:
+                signal_group(pgid, signal.SIGKILL)
+            await proc.aclose()
+            # Return only once every member is really gone (not just signalled).
+            while group_alive(pgid):
+                signal_group(pgid, signal.SIGKILL)
+                await anyio.sleep(0.01)
+        if on_exit is not None:
+            on_exit(pgid)
+    code = TIMEOUT_EXIT_CODE if timed_out else _exit_code(proc.returncode)
+    return RawResult(
+        code, out.value(), err.value(), timed_out, out.truncated or err.truncated, pgid
+    )
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+class DirectoryRemover:
+    """Remove sandbox directories, one ``rm`` for all the removals that arrive together.
+
+    Starting a subprocess costs the event loop ~3 ms (fork + exec on its thread, plus
+    asyncio's child watcher); 500 sandboxes closing at once would start 500 ``rm``. Removals
+    requested while one ``rm`` runs are done by the next one, together (a
+    :class:`~hermes_async.tools.sandbox._batch.Batcher`). ``chmod`` first: a model that did
+    ``chmod 000 dir`` must not make cleanup fail. Failures are logged, never raised.
+    """
+
+    def __init__(self) -> None:
+        self._batches: Batcher[str] = Batcher(self._remove_all)
+        self._cgroups: Batcher[str] = Batcher(self._rmdir_all)
+
+    @property
+    def runs(self) -> int:
+        """How many ``rm`` batches ran."""
+        return self._batches.runs
+
+    async def remove_cgroups(self, paths: Sequence[str]) -> None:
+        """Remove empty cgroup directories (``rmdir``, retried while tasks are still leaving).
+
+        A child process does it: removing a cgroup v1 ``memory`` group can take tens of ms in
+        the kernel, which on the event loop's thread stalled it for seconds when hundreds of
+        sandboxes closed at once.
+
+        **Cancellation**: as :meth:`remove`.
+        """
+        async with anyio.create_task_group() as tg:
+            for path in paths:
+                tg.start_soon(self._cgroups.submit, path)
+
+    async def _rmdir_all(self, paths: list[str]) -> None:
+        for i in range(0, len(paths), _PATHS_PER_RM):
+            chunk = paths[i : i + _PATHS_PER_RM]
+            # In rounds over all of them (not one directory's retries after another): after
+            # hundreds of worlds die at once many groups stay busy for a while as the kernel
+            # reaps their members, and waiting for each in turn took longer than the release's
+            # bound (the sandbox directories, removed after, were then left behind).
+            script = (
+                "left=$(printf '%s\\n' \"$@\"); n=0\n"
+                'while [ -n "$left" ] && [ "$n" -lt 250 ]; do\n'
+                "  next=$(printf '%s\\n' \"$left\" | while IFS= read -r d; do\n"
+                '    [ -n "$d" ] && [ -d "$d" ] && ! rmdir -- "$d" 2>/dev/null && printf \'%s\\n\' "$d"\n'
+                "  done)\n"
+                '  left=$next; n=$((n + 1)); [ -n "$left" ] && sleep 0.02\n'
+                "done\n"
+                '[ -z "$left" ] || printf \'%s\\n\' "$left" >&2\n'
+            )
+            try:
+                raw = await run_bounded(
+                    ["/bin/sh", "-c", script, "sh", *chunk],
+                    timeout=TRANSFER_TIMEOUT_SECONDS,
+                    env={"PATH": "/usr/bin:/bin"},
+                    output_limit=4096,
+                )
+            except OSError as exc:
+                logger.warning("could not remove cgroups %s: %s", chunk, exc)
+                continue
+            if raw.stderr.strip():
+                logger.warning("cgroups still busy, left behind: %s", _decode(raw.stderr).split())
+
+    async def remove(self, path: str) -> None:
+        """Remove ``path`` and everything under it (in a batch that starts after this call).
+
+        **Cancellation**: bounded by ``TRANSFER_TIMEOUT_SECONDS``; a cancelled caller that was
+        running the batch kills its ``rm`` and the others start a new one.
+        """
+        await self._batches.submit(path)
+
+    async def _remove_all(self, paths: list[str]) -> None:
+        for i in range(0, len(paths), _PATHS_PER_RM):
+            chunk = paths[i : i + _PATHS_PER_RM]
+            script = 'chmod -R u+rwx -- "$@" 2>/dev/null; rm -rf -- "$@"'
+            try:
+                raw = await run_bounded(
+                    ["/bin/sh", "-c", script, "sh", *chunk],
+                    timeout=TRANSFER_TIMEOUT_SECONDS,
+                    env={"PATH": "/usr/bin:/bin"},
+                    output_limit=4096,
+                )
+            except OSError as exc:
+                logger.warning("could not remove sandbox directories %s: %s", chunk, exc)
+                continue
+            if raw.exit_code != 0:
+                logger.warning(
+                    "could not remove sandbox directories %s: %s", chunk, _decode(raw.stderr)
+                )

@@ -1,0 +1,961 @@
+"""Linux namespaces for the local backend: one bubblewrap world per sandbox, joined per command.
+
+Design (issue #15). A namespaced local sandbox is **one long-lived world** that every command
+of the sandbox joins, so background processes, files and ``/tmp`` live in one place and
+membership is decided by the kernel, never by anything a command controls:
+
+* **Start** (once per sandbox, ~20-40 ms): a host ``sh`` joins the sandbox's cgroups (v1
+  ``memory`` and ``pids``, created with their limits), copies a pre-made empty ext4 image
+  (sparse, ~1 MiB on disk) and ``exec``\\ s ``unshare --mount``; inside that private mount
+  namespace the image is loop-mounted (``nosuid,nodev``; the **disk cap**: the kernel answers
+  ``No space left on device`` at the cap) and ``bwrap`` starts with new PID, IPC, UTS, cgroup
+  and (by default) network namespaces. Its PID 1 is bubblewrap's reaper (orphans are
+  collected), PID 2 a ``sleep`` that keeps the world alive. bubblewrap reports the host pid of
+  PID 1 on ``--info-fd``; we hold a **pidfd** on it (no pid-reuse race when we signal it), and
+  wait until PID 1 has exec'd the keeper (the world is built by then: mounts, hostname).
+* **Each command** (a few ms more than a bare ``bash -c``): ``sh`` joins the cgroups, then
+  ``nsenter -t PID1`` enters the mount, PID, IPC, UTS, cgroup and network namespaces, takes
+  PID 1's root and drops to the sandbox user (uid/gid 65534 by default: no capabilities, and
+  every mount is ``nosuid``, so no setuid binary gives them back). A last ``sh`` checks the
+  UTS hostname (unique per sandbox: a recycled pid can never put a command into another
+  world), ``cd``\\ s and ``exec``\\ s the command. The host side is the same
+  :func:`~hermes_async.tools.sandbox.local.run_bounded` as the process mode: output drained
+  into bounded buffers, timeout and cancellation kill the process group.
+* **Close**: graceful, SIGTERM to every process of the world except PID 1 and the keeper (the cgroup's member
+  list, each pinned by a pidfd and checked to be in the world; without cgroups, ``kill -TERM
+  -1`` as the sandbox user inside), up to the grace for them to go (watched through the
+  ``pids`` cgroup), then SIGKILL to PID 1 through the pidfd: the kernel kills every process of a PID namespace
+  whose init dies and reaps them before the init is gone. No ``/proc`` scan, nothing a process
+  could hide from (``setsid``, double fork, ``env -i`` all stay in the namespace). The mount
+  namespace dies with its last process, the loop device detaches, the image is deleted.
+* **Crash safety**: bubblewrap's parent is a host ``sh`` (the *supervisor*, holding the private
+  mount namespace) that blocks reading a pipe only this process writes. When this process
+  dies, however, the kernel closes that pipe, the supervisor exits, and bubblewrap's
+  ``--die-with-parent`` SIGKILLs the world's PID 1. Why not bubblewrap straight under this
+  process: ``--die-with-parent`` fires when the *thread* that spawned bubblewrap exits, and
+  trio spawns processes from worker threads that come and go (worlds died at random); and a
+  keeper that merely exits does not end a world, since bubblewrap's PID 1 waits for every
+  orphan too.
+
+What a command sees (the mount namespace): the host's ``/usr``, ``/etc`` and the ``/bin``,
+``/lib*``, ``/sbin`` links read-only (:data:`DEFAULT_RO_PATHS`; add more with ``ro_binds``);
+a private ``/proc`` (only the world's processes; PID 1's environment is root's and unreadable
+to the sandbox user); a minimal ``/dev``; ``/sandbox`` (``work``, ``home``, ``tmp``, the
+background state) on the capped disk, the only writable place, also mounted on ``/tmp``.
+Everything else of the host (``/root``, ``/home``, ``/work``, ``/var``, ``/run``, other
+sandboxes) does not exist there. The network namespace has only a loopback of its own
+(``network="host"`` shares the host's).
+
+Why ``nsenter`` per command rather than an exec server inside: the command's pipes are plain
+pipes of a host child process, so output capture, timeouts, process-group kills and
+cancellation are exactly the process mode's code; nothing long-running of ours lives inside
+the world for a command to attack. Measured in ``bench/sandboxes_isolation.py``.
+
+Requirements: root (``nsenter`` into the world), ``bwrap`` (Debian ``bubblewrap``; install
+with ``scripts/sandbox/install.sh``), util-linux ``nsenter``/``unshare``, and for the disk cap
+loop devices plus ``mkfs.ext4`` (else a size-limited tmpfs: memory-backed, so the memory
+cgroup gets the disk cap on top). Limits need writable cgroup v1 ``memory``/``pids``
+hierarchies; without them the sandbox runs unlimited and one warning says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pwd
+import secrets
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+from anyio.abc import Process
+
+from hermes_async._cleanup import cleanup_scope
+from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError, UnavailableReason
+
+__all__ = (
+    "DEFAULT_DISK_LIMIT_MB",
+    "DEFAULT_MEMORY_LIMIT_MB",
+    "DEFAULT_PIDS_LIMIT",
+    "DEFAULT_RO_PATHS",
+    "DEFAULT_SANDBOX_UID",
+    "INSIDE_ROOT",
+    "DiskBackend",
+    "Namespace",
+    "NamespaceOptions",
+    "Network",
+    "namespace_support",
+    "probe_namespaces",
+    "processes_in_pid_namespace",
+)
+
+logger = logging.getLogger("hermes_async.tools.sandbox.local")
+
+#: Where the sandbox's writable disk is mounted inside the world.
+INSIDE_ROOT = "/sandbox"
+
+#: Host paths shown read-only inside (a symlink is recreated as the same symlink).
+DEFAULT_RO_PATHS: tuple[str, ...] = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+)
+
+#: Memory limit (the ``memory`` cgroup; page cache included).
+DEFAULT_MEMORY_LIMIT_MB = 2048
+#: Most processes and threads (the ``pids`` cgroup): a fork bomb stops here.
+DEFAULT_PIDS_LIMIT = 512
+#: Size of the sandbox's writable disk (``/sandbox`` and ``/tmp``).
+DEFAULT_DISK_LIMIT_MB = 2048
+#: The sandbox user (``nobody`` on Debian): no capabilities, owns only the sandbox's files.
+DEFAULT_SANDBOX_UID = 65534
+
+#: ``"none"``: a loopback of its own; ``"host"``: the host's network.
+Network = Literal["none", "host"]
+#: How the disk cap is made: a loop-mounted ext4 image, a size-limited tmpfs, or the best
+#: available (loop, else tmpfs).
+DiskBackend = Literal["auto", "loop", "tmpfs"]
+
+#: Deadline of starting one world (fork + exec of a few small programs, a loop mount).
+START_TIMEOUT_SECONDS = 60.0
+#: After SIGKILL of PID 1, how long the kernel may take to reap the world.
+KILL_WAIT_SECONDS = 10.0
+#: How often a graceful close looks whether the world's processes are gone.
+_GRACE_POLL_SECONDS = 0.05
+#: Processes of ours in a world's pids cgroup when nothing of the sandbox runs: the supervisor,
+#: bubblewrap outside, its PID 1, the keeper ``sleep``.
+_BASE_TASKS = 4
+
+#: Exit code of the entry script when the world is not the sandbox's (hostname check failed).
+_WRONG_WORLD = 125
+_WRONG_WORLD_MARK = "hermes-async: not this sandbox's namespaces"
+
+_CGROUP_ROOT = "/sys/fs/cgroup"
+_CGROUP_DIR = "hermes-async"
+_TEMPLATE_VERSION = 1
+
+#: Where the empty disk images that sandboxes copy are kept (one per size).
+TEMPLATE_DIR = os.path.join(tempfile.gettempdir(), "hermes-async-disk-templates")
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceOptions:
+    """How namespaced local sandboxes are built (see the module docstring).
+
+    Attributes:
+        network: ``"none"`` (default: loopback only) or ``"host"``.
+        memory_limit_mb: Memory cgroup limit; ``None``: unlimited.
+        pids_limit: Pids cgroup limit; ``None``: unlimited.
+        disk_limit_mb: Size of the writable disk; ``None``: no cap (a plain host directory).
+        disk_backend: How the cap is made (``"auto"``: loop device, else tmpfs).
+        uid: The sandbox user's uid (> 0).
+        gid: The sandbox user's gid (> 0).
+        ro_paths: Host paths visible read-only (missing ones are skipped).
+        ro_binds: More host paths to show read-only, at the same place.
+    """
+
+    network: Network = "none"
+    memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB
+    pids_limit: int | None = DEFAULT_PIDS_LIMIT
+    disk_limit_mb: int | None = DEFAULT_DISK_LIMIT_MB
+    disk_backend: DiskBackend = "auto"
+    uid: int = DEFAULT_SANDBOX_UID
+    gid: int = DEFAULT_SANDBOX_UID
+    ro_paths: tuple[str, ...] = DEFAULT_RO_PATHS
+    ro_binds: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.network not in ("none", "host"):
+            raise ConfigError(f"network must be 'none' or 'host', got {self.network!r}")
+        if self.disk_backend not in ("auto", "loop", "tmpfs"):
+            raise ConfigError(
+                f"disk_backend must be 'auto', 'loop' or 'tmpfs', got {self.disk_backend!r}"
+            )
+        for name in ("memory_limit_mb", "pids_limit", "disk_limit_mb"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
+        if self.uid <= 0 or self.gid <= 0:
+            raise ConfigError(
+                f"the sandbox user must not be root: uid={self.uid}, gid={self.gid}; "
+                "commands run with no privileges (default 65534, nobody)"
+            )
+        for path in (*self.ro_paths, *self.ro_binds):
+            if not path.startswith("/") or path.rstrip("/") in ("", INSIDE_ROOT, "/tmp", "/proc"):
+                raise ConfigError(
+                    f"read-only path {path!r} must be absolute and not /, {INSIDE_ROOT}, "
+                    "/tmp or /proc"
+                )
+
+    @property
+    def user_name(self) -> str:
+        """The sandbox user's name on this host (``$USER`` inside), or ``sandbox``."""
+        try:
+            return pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            return "sandbox"
+
+
+# --------------------------------------------------------------------------------------------
+# Availability
+
+
+def namespace_support() -> str | None:
+    """Cheap check (PATH lookups, no process): ``None`` if the tools are here, else why not."""
+    if os.geteuid() != 0:
+        return "namespaced local sandboxes need root (nsenter into each sandbox's namespaces)"
+    missing = [tool for tool in ("bwrap", "nsenter", "unshare") if shutil.which(tool) is None]
+    if missing:
+        return (
+            f"{', '.join(missing)} not found on PATH (bwrap is Debian's `bubblewrap`; "
+            "`apt-get install bubblewrap`, or run scripts/sandbox/install.sh)"
+        )
+    return None
+
+
+_probe_result: list[str | None] = []
+
+
+async def probe_namespaces() -> str | None:
+    """Start one throw-away world (once per process); ``None`` if it works, else why not.
+
+    **Cancellation**: the probe process is killed; the next call probes again.
+    """
+    if _probe_result:
+        return _probe_result[0]
+    reason = namespace_support()
+    if reason is None:
+        argv = [
+            "bwrap",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            # The system paths a world shows, not `--ro-bind / /`: that binds every host
+            # mount recursively and fails on some (a Docker overlay's resolv.conf bind).
+            *_ro_args(DEFAULT_RO_PATHS),
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--",
+            "/bin/sh",
+            "-c",
+            "exit 0",
+        ]
+        try:
+            with anyio.fail_after(30):
+                result = await anyio.run_process(argv, check=False, stdin=subprocess.DEVNULL)
+        except (OSError, TimeoutError) as exc:
+            reason = f"bwrap could not run: {exc}"
+        else:
+            if result.returncode != 0:
+                detail = result.stderr.decode("utf-8", "replace").strip()[:300]
+                reason = f"bwrap failed (exit {result.returncode}): {detail}"
+    _probe_result.append(reason)
+    return reason
+
+
+# --------------------------------------------------------------------------------------------
+# Cgroups (v1) and disks
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This process's cgroup path in a v1 hierarchy (``/`` at the root), or None."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3 and controller in parts[1].split(","):
+            return parts[2]
+    return None
+
+
+def _owner_tag() -> str:
+    pid = os.getpid()
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return f"{pid}-{int(fields[19])}"
+    except (OSError, IndexError, ValueError):
+        return f"{pid}-0"
+
+
+def _pid_start(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Cgroups:
+    """Where this process's sandboxes' cgroups go, per controller (``None``: not usable)."""
+
+    memory: str | None
+    pids: str | None
+
+    @classmethod
+    def discover(cls) -> _Cgroups:
+        bases: dict[str, str | None] = {}
+        owner = _owner_tag()
+        for controller in ("memory", "pids"):
+            own = _own_cgroup(controller)
+            root = os.path.join(_CGROUP_ROOT, controller)
+            base = None
+            if own is not None and os.path.isdir(root):
+                parent = os.path.join(root + own.rstrip("/"), _CGROUP_DIR)
+                try:
+                    os.makedirs(os.path.join(parent, owner), exist_ok=True)
+                    base = os.path.join(parent, owner)
+                    _sweep_dead_owners(parent)
+                except OSError:
+                    base = None
+            bases[controller] = base
+        return cls(bases["memory"], bases["pids"])
+
+
+def _sweep_dead_owners(parent: str) -> None:
+    """Remove the (empty) cgroups left by dead processes (a crashed run)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid_text, _, start_text = name.partition("-")
+        if not pid_text.isdigit():
+            continue
+        start = _pid_start(int(pid_text))
+        if start is not None and str(start) == start_text:
+            continue  # alive
+        owner_dir = os.path.join(parent, name)
+        with contextlib.suppress(OSError):
+            for child in os.listdir(owner_dir):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(owner_dir, child))
+            os.rmdir(owner_dir)
+
+
+class _Host:
+    """Per-process facts about this host that every world needs (computed once)."""
+
+    def __init__(self) -> None:
+        self.cgroups = _Cgroups.discover()
+        # No lock: this object outlives event loops (tests run asyncio then trio), and both
+        # steps below are idempotent (a concurrent duplicate only repeats the work).
+        self._templates: dict[tuple[str, int], str] = {}
+        self._loop_ok: bool | None = None
+        self.warned_limits = False
+
+    async def loop_available(self) -> bool:
+        if self._loop_ok is None:
+            script = (
+                "[ -e /dev/loop-control ] && command -v losetup >/dev/null && "
+                "command -v mkfs.ext4 >/dev/null && losetup -f >/dev/null"
+            )
+            with anyio.fail_after(30):
+                result = await anyio.run_process(["/bin/sh", "-c", script], check=False)
+            ok = result.returncode == 0
+            if not ok and self._loop_ok is None:
+                logger.warning(
+                    "namespaced sandboxes: no usable loop device (or mkfs.ext4); the disk "
+                    "cap uses a size-limited tmpfs instead (memory-backed: counted in the "
+                    "memory limit, which is raised by the disk cap)"
+                )
+            self._loop_ok = ok
+        return self._loop_ok
+
+    async def template(self, size_mb: int) -> str:
+        """An empty ext4 image of ``size_mb`` (made once per host, then copied per sandbox).
+
+        Kept in :data:`TEMPLATE_DIR`, not among the sandboxes: ~1 MiB on disk (sparse).
+        """
+        directory = TEMPLATE_DIR
+        key = (directory, size_mb)
+        path = self._templates.get(key)
+        if path is not None:
+            return path
+        path = os.path.join(directory, f".hermes-sbx-template-v{_TEMPLATE_VERSION}-{size_mb}m.img")
+        script = (
+            '[ -f "$1" ] && exit 0; mkdir -p -- "$(dirname -- "$1")"; t="$1.$$.tmp"; '
+            'truncate -s "$2" "$t" && '
+            'mkfs.ext4 -q -F -O ^has_journal -E lazy_itable_init=1,nodiscard -m 0 "$t" '
+            '&& mv -f "$t" "$1" || { rm -f "$t"; exit 1; }'
+        )
+        with anyio.fail_after(120):
+            result = await anyio.run_process(
+                ["/bin/sh", "-c", script, "sh", path, f"{size_mb}M"], check=False
+            )
+        if result.returncode != 0:
+            detail = result.stderr.decode("utf-8", "replace").strip()[:300]
+            raise SandboxError(
+                f"cannot make the disk image template {path!r} (mkfs.ext4): {detail}; "
+                "check root_dir is writable, or set disk_backend='tmpfs'"
+            )
+        self._templates[key] = path
+        return path
+
+
+_HOST: list[_Host] = []
+
+
+def _host() -> _Host:
+    if not _HOST:
+        _HOST.append(_Host())
+    return _HOST[0]
+
+
+# --------------------------------------------------------------------------------------------
+# One world
+
+
+# Host side of every command: join the sandbox's cgroups (before anything of the command runs,
+# so all it forks is counted), then `exec` the rest (nsenter ...).
+_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 126; shift; done; shift; exec "$@"'
+
+# Inside, as the sandbox user: prove this is the sandbox's world (its unique hostname), cd,
+# exec the command. $1 hostname, $2 directory, then the command's argv.
+_ENTER = (
+    'read -r h < /proc/sys/kernel/hostname 2>/dev/null; [ "$h" = "$1" ] || '
+    f'{{ echo "{_WRONG_WORLD_MARK}" >&2; exit {_WRONG_WORLD}; }}; '
+    'cd -- "$2" 2>/dev/null || { printf \'bash: cd: %s: No such file or directory\\n\' "$2" >&2; '
+    'exit 1; }; shift 2; exec "$@"'
+)
+
+
+def _ro_args(paths: Sequence[str]) -> list[str]:
+    args: list[str] = []
+    for path in paths:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def processes_in_pid_namespace(inode: int) -> list[int]:
+    """Host pids of live processes in PID namespace ``inode`` (a ``/proc`` scan; tests only)."""
+    wanted = f"pid:[{inode}]"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{name}/ns/pid") != wanted:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
+
+
+class Namespace:
+    """One sandbox's world: its bubblewrap, PID 1 (held by a pidfd), cgroups and disk.
+
+    Create with :meth:`start`; end with :meth:`terminate` then :meth:`release`.
+    """
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        hostname: str,
+        options: NamespaceOptions,
+        launcher: Process,
+        info: dict[str, int],
+        pidfd: int,
+        cgroups: tuple[str, ...],
+        memory_cgroup: str | None,
+        pids_cgroup: str | None,
+        disk: str,
+        keeper_pid: int = 0,
+    ) -> None:
+        self.root = root
+        self.hostname = hostname
+        self.options = options
+        self.launcher = launcher
+        self.init_pid = info["child-pid"]
+        self.pid_namespace = info.get("pid-namespace", 0)
+        self._has_cgroup_ns = "cgroup-namespace" in info
+        self._pidfd: int | None = pidfd
+        self.cgroups = cgroups
+        self.memory_cgroup = memory_cgroup
+        self.pids_cgroup = pids_cgroup
+        #: How the disk cap is made: ``"loop"``, ``"tmpfs"`` or ``"none"``.
+        self.disk = disk
+        #: Host pid of the keeper (PID 2 of the world), spared by the graceful TERM: if it
+        #: died, bubblewrap's PID 1 would end the world at once, without the grace.
+        self.keeper_pid = keeper_pid
+
+    # ------------------------------------------------------------------------ start
+
+    @classmethod
+    async def start(cls, root: str, options: NamespaceOptions, *, task_id: str) -> Namespace:
+        """Start the world of a sandbox whose host directory is ``root`` (already created).
+
+        Raises:
+            SandboxError: bubblewrap (or the mount, or the cgroups) failed; the message has its
+                error output.
+
+        **Cancellation**: whatever started is killed (shielded, bounded) before it propagates.
+        """
+        host = _host()
+        hostname = f"sbx-{secrets.token_hex(6)}"
+        memory_mb = options.memory_limit_mb
+        disk = "none"
+        template = ""
+        if options.disk_limit_mb is not None:
+            use_loop = options.disk_backend == "loop" or (
+                options.disk_backend == "auto" and await host.loop_available()
+            )
+            if use_loop:
+                disk = "loop"
+                template = await host.template(options.disk_limit_mb)
+            else:
+                disk = "tmpfs"
+                if memory_mb is not None:
+                    memory_mb += options.disk_limit_mb  # tmpfs pages count as memory
+        setup: list[str] = ["set -e", "umask 022"]
+        cgroups: list[str] = []
+        memory_cgroup = pids_cgroup = None
+        name = os.path.basename(root)
+        if memory_mb is not None and host.cgroups.memory is not None:
+            memory_cgroup = os.path.join(host.cgroups.memory, name)
+            setup += [
+                f"mkdir -p {shlex.quote(memory_cgroup)}",
+                f"echo {memory_mb << 20} > {shlex.quote(memory_cgroup)}/memory.limit_in_bytes",
+            ]
+            cgroups.append(os.path.join(memory_cgroup, "cgroup.procs"))
+        if options.pids_limit is not None and host.cgroups.pids is not None:
+            pids_cgroup = os.path.join(host.cgroups.pids, name)
+            setup += [
+                f"mkdir -p {shlex.quote(pids_cgroup)}",
+                f"echo {options.pids_limit} > {shlex.quote(pids_cgroup)}/pids.max",
+            ]
+            cgroups.append(os.path.join(pids_cgroup, "cgroup.procs"))
+        wanted_limits = memory_mb is not None or options.pids_limit is not None
+        if wanted_limits and not cgroups and not host.warned_limits:
+            host.warned_limits = True
+            logger.warning(
+                "namespaced sandboxes run WITHOUT memory and pids limits: no writable cgroup v1 "
+                "memory/pids hierarchy under %s (cgroup v2 is not supported yet)",
+                _CGROUP_ROOT,
+            )
+        setup += [f"echo $$ > {shlex.quote(c)}" for c in cgroups]
+        setup.append("echo -1000 > /proc/self/oom_score_adj 2>/dev/null || true")
+        fs = os.path.join(root, "fs")
+        q_fs = shlex.quote(fs)
+        if disk == "loop":
+            image = os.path.join(root, "disk.img")
+            setup.append(f"cp --sparse=always {shlex.quote(template)} {shlex.quote(image)}")
+            mount = f"mount -o loop,nosuid,nodev {shlex.quote(image)} {q_fs}"
+        elif disk == "tmpfs":
+            size = (options.disk_limit_mb or 0) << 20
+            mount = f"mount -t tmpfs -o size={size},nosuid,nodev,mode=0755 tmpfs {q_fs}"
+        else:
+            mount = "true"
+        setup.append(f"mkdir -p {q_fs}")
+        info_r, info_w = os.pipe()
+        os.set_blocking(info_r, False)
+        owner = f"{options.uid}:{options.gid}"
+        dirs = [f"{fs}/{d}" for d in ("work", "home", "tmp", ".state", ".state/bg")]
+        bwrap = [
+            "bwrap",
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            *(["--unshare-net"] if options.network == "none" else []),
+            "--hostname",
+            hostname,
+            *_ro_args(options.ro_paths),
+            *_ro_args(options.ro_binds),
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--bind",
+            fs,
+            INSIDE_ROOT,
+            "--bind",
+            f"{fs}/tmp",
+            "/tmp",
+            "--chdir",
+            "/",
+            "--info-fd",
+            str(info_w),
+            "--",
+            "sleep",
+            "2147483647",
+        ]
+        inner = "\n".join(
+            [
+                "set -e",
+                mount,
+                "mkdir -p " + " ".join(shlex.quote(d) for d in dirs),
+                f"chown {owner} " + " ".join(shlex.quote(d) for d in dirs),
+                f"chmod 1777 {shlex.quote(fs + '/tmp')}",
+                # This shell is the supervisor: bubblewrap's parent, waiting for end-of-file on
+                # the host's pipe (our close, or this process's death); then it exits and
+                # bubblewrap's --die-with-parent takes the world down.
+                shlex.join(bwrap) + " &",
+                "read -r _ || true",
+            ]
+        )
+        setup.append(
+            "exec unshare --mount --propagation private -- /bin/sh -c " + shlex.quote(inner)
+        )
+        script = "\n".join(setup)
+        launcher: Process | None = None
+        pidfd: int | None = None
+        try:
+            with anyio.fail_after(START_TIMEOUT_SECONDS, shield=True):
+                launcher = await anyio.open_process(
+                    ["/bin/sh", "-c", script, "hermes-launch"],
+                    stdin=subprocess.PIPE,  # the supervisor's lifeline (see the module doc)
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+                    start_new_session=True,
+                    pass_fds=(info_w,),
+                )
+            os.close(info_w)
+            info_w = -1
+            with anyio.fail_after(START_TIMEOUT_SECONDS):
+                info = await _read_info(info_r)
+            if info is None:
+                stderr = b""
+                with anyio.move_on_after(5):
+                    assert launcher.stderr is not None
+                    with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError):
+                        while len(stderr) < 65536:
+                            stderr += await launcher.stderr.receive()
+                raise SandboxError(
+                    "could not start the namespaced sandbox (bubblewrap): "
+                    f"{stderr.decode('utf-8', 'replace').strip()[:1000] or 'no error output'}; "
+                    "run scripts/sandbox/install.sh, or use isolation='process'",
+                    task_id=task_id,
+                )
+            pidfd = os.pidfd_open(info["child-pid"])
+            uts = info.get("uts-namespace")
+            try:
+                seen = os.readlink(f"/proc/{info['child-pid']}/ns/uts")
+            except OSError:
+                seen = ""
+            if uts is not None and seen != f"uts:[{uts}]":
+                raise SandboxError(
+                    f"the namespaced sandbox's PID 1 ({info['child-pid']}) exited at once",
+                    task_id=task_id,
+                )
+            # bubblewrap reports PID 1 before it has built the world (mounts, pivot_root,
+            # hostname); the world is ready once PID 1's child has become the keeper.
+            # Polled with a backoff (2 ms doubling to 50 ms): hundreds of sandboxes starting
+            # at once each polling every 2 ms kept the event loop busy (lag of seconds).
+            pause = 0.002
+            with anyio.fail_after(START_TIMEOUT_SECONDS):
+                while not (keepers := _keeper_pids(info["child-pid"])):
+                    if launcher.returncode is not None:
+                        raise SandboxError(
+                            "the namespaced sandbox's bubblewrap exited while building it",
+                            task_id=task_id,
+                        )
+                    await anyio.sleep(pause)
+                    pause = min(pause * 2, 0.05)
+        except BaseException:
+            if info_w >= 0:
+                os.close(info_w)
+            os.close(info_r)
+            if pidfd is not None:
+                os.close(pidfd)
+            with cleanup_scope("kill a namespaced sandbox that failed to start", 10):
+                if launcher is not None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(launcher.pid, signal.SIGKILL)
+                    await launcher.aclose()
+                # The world's PID 1 is outside the launcher's process group and may be
+                # starting still: kill whatever is in its cgroups, then remove them.
+                await _abandon_cgroups([os.path.dirname(c) for c in cgroups])
+            raise
+        os.close(info_r)
+        return cls(
+            root=root,
+            hostname=hostname,
+            options=options,
+            launcher=launcher,
+            info=info,
+            pidfd=pidfd,
+            cgroups=tuple(cgroups),
+            memory_cgroup=memory_cgroup,
+            pids_cgroup=pids_cgroup,
+            disk=disk,
+            keeper_pid=keepers[0],
+        )
+
+    # ------------------------------------------------------------------------ commands
+
+    def command(self, argv: Sequence[str], cwd: str) -> list[str]:
+        """The host argv that runs ``argv`` inside the world, in directory ``cwd``."""
+        enter = ["nsenter", "-t", str(self.init_pid), "--mount", "--pid", "--ipc", "--uts"]
+        if self._has_cgroup_ns:
+            enter.append("--cgroup")
+        if self.options.network == "none":
+            enter.append("--net")
+        enter += ["--root", "--wd", "-S", str(self.options.uid), "-G", str(self.options.gid)]
+        return [
+            "/bin/sh",
+            "-c",
+            _JOIN,
+            "hermes-join",
+            *self.cgroups,
+            "--",
+            *enter,
+            "--",
+            "/bin/sh",
+            "-c",
+            _ENTER,
+            "hermes-enter",
+            self.hostname,
+            cwd,
+            *argv,
+        ]
+
+    @staticmethod
+    def wrong_world(exit_code: int, stderr: bytes) -> bool:
+        """Whether a command's result says it never reached the world (see :meth:`command`):
+        the cgroup join, ``nsenter`` or the hostname check failed."""
+        if exit_code == _WRONG_WORLD and _WRONG_WORLD_MARK.encode() in stderr:
+            return True
+        if exit_code == 126 and b"cgroup.procs" in stderr:
+            return True
+        return exit_code != 0 and stderr.startswith(b"nsenter: ")
+
+    # ------------------------------------------------------------------------ state
+
+    def alive(self) -> bool:
+        """Whether PID 1 still runs (a non-blocking look at the pidfd)."""
+        if self._pidfd is None:
+            return False
+        poller = select.poll()
+        poller.register(self._pidfd, select.POLLIN)
+        return not poller.poll(0)
+
+    def _read_cgroup(self, cgroup: str | None, name: str) -> str:
+        if cgroup is None:
+            return ""
+        try:
+            with open(os.path.join(cgroup, name), encoding="ascii") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def oom_kills(self) -> int:
+        """Processes the memory limit killed so far (``0`` without a memory cgroup)."""
+        for line in self._read_cgroup(self.memory_cgroup, "memory.oom_control").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return 0
+
+    def tasks(self) -> int | None:
+        """Tasks in the world's pids cgroup (ours included), or ``None`` without one."""
+        text = self._read_cgroup(self.pids_cgroup, "pids.current").strip()
+        return int(text) if text.isdigit() else None
+
+    def unavailable(self, task_id: str | None) -> SandboxUnavailableError:
+        """The error for a world whose PID 1 is gone."""
+        oom = self.oom_kills()
+        reason: UnavailableReason = "oom" if oom else "exited"
+        detail = f"its PID 1 (host pid {self.init_pid}) died"
+        if oom:
+            detail += f"; the memory limit ({self.options.memory_limit_mb} MiB) killed {oom}"
+        return SandboxUnavailableError(detail, reason=reason, backend="local", task_id=task_id)
+
+    # ------------------------------------------------------------------------ close
+
+    def signal_members(self, sig: int) -> int | None:
+        """Send ``sig`` to every process of the world but its PID 1 and keeper, from the host.
+
+        The members come from the world's cgroup (``cgroup.procs``: the kernel's list, no
+        ``/proc`` scan); each is pinned with a pidfd and checked to be in the world's PID
+        namespace before it is signalled, so a pid reused meanwhile is never hit. No process
+        is spawned (asyncio forks on the event loop's thread: hundreds of closes at once each
+        starting a ``kill`` stalled it for seconds).
+
+        Returns:
+            How many were signalled, or ``None`` without a cgroup (then signal from inside).
+        """
+        cgroup = self.pids_cgroup or self.memory_cgroup
+        if cgroup is None:
+            return None
+        members = self._read_cgroup(cgroup, "cgroup.procs").split()
+        wanted = f"pid:[{self.pid_namespace}]"
+        sent = 0
+        for text in members:
+            pid = int(text)
+            if pid in (self.init_pid, self.keeper_pid):
+                continue
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue  # already gone
+            try:
+                if os.readlink(f"/proc/{pid}/ns/pid") == wanted:
+                    signal.pidfd_send_signal(fd, sig)
+                    sent += 1
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        return sent
+
+    async def wait_quiet(self, grace: float) -> None:
+        """Wait up to ``grace`` seconds for the world to hold only its own processes."""
+        deadline = anyio.current_time() + grace
+        while anyio.current_time() < deadline and self.alive():
+            tasks = self.tasks()
+            if tasks is not None and tasks <= _BASE_TASKS:
+                return
+            await anyio.sleep(_GRACE_POLL_SECONDS)
+
+    async def kill(self) -> None:
+        """SIGKILL PID 1 (the kernel kills the whole world) and wait, bounded, until it is gone.
+
+        **Cancellation**: run under the release's cleanup scope; every wait is bounded.
+        """
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        with anyio.move_on_after(KILL_WAIT_SECONDS):
+            if self._pidfd is not None:
+                while self.alive():
+                    await anyio.wait_readable(self._pidfd)
+            # End the supervisor: end-of-file on its pipe.
+            if self.launcher.stdin is not None:
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await self.launcher.stdin.aclose()
+            await self.launcher.wait()
+        if self.launcher.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.launcher.pid, signal.SIGKILL)
+
+    @property
+    def cgroup_dirs(self) -> tuple[str, ...]:
+        """The world's cgroup directories (to remove once it is gone)."""
+        return tuple(os.path.dirname(procs) for procs in self.cgroups)
+
+    async def release(self) -> None:
+        """Close our handles (after :meth:`kill`). Idempotent. The cgroups are the caller's to
+        remove (:attr:`cgroup_dirs`), in a child process.
+
+        **Cancellation**: bounded (the launcher's pipes).
+        """
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        with anyio.move_on_after(5):
+            await self.launcher.aclose()
+
+
+_KEEPER_CMDLINE = b"sleep\x002147483647\x00"
+
+
+def _cgroup_members(directory: str) -> list[int] | None:
+    """Pids in cgroup ``directory`` (a sysfs read), ``None`` if it does not exist."""
+    try:
+        with open(os.path.join(directory, "cgroup.procs"), encoding="ascii") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return []
+
+
+async def _abandon_cgroups(directories: Sequence[str]) -> None:
+    """SIGKILL every member of the cgroups of a world that failed to start, and remove them
+    (retried while the members exit; the caller bounds it). Membership is the kernel's
+    record: only the world's processes are in these groups."""
+    left = list(directories)
+    while left:
+        for directory in list(left):
+            members = _cgroup_members(directory)
+            if members is None:
+                left.remove(directory)
+                continue
+            for pid in members:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                os.rmdir(directory)
+            except FileNotFoundError:
+                left.remove(directory)
+            except OSError:
+                continue  # busy: members still exiting
+            else:
+                left.remove(directory)
+        if left:
+            await anyio.sleep(0.02)
+
+
+def _keeper_pids(init_pid: int) -> list[int]:
+    """Host pids of PID 1's children that run the keeper (``sleep``): bubblewrap execs it
+    last, so one is there once the world is built."""
+    found: list[int] = []
+    try:
+        with open(f"/proc/{init_pid}/task/{init_pid}/children", "rb") as f:
+            children = f.read().split()
+    except OSError:
+        return found
+    for child in children:
+        try:
+            with open(f"/proc/{int(child)}/cmdline", "rb") as f:
+                if f.read() == _KEEPER_CMDLINE:
+                    found.append(int(child))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+async def _read_info(fd: int) -> dict[str, int] | None:
+    """bubblewrap's ``--info-fd`` JSON, or ``None`` if it closed the pipe without one."""
+    data = b""
+    decoder = json.JSONDecoder()
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+        try:
+            value, _ = decoder.raw_decode(data.decode("utf-8", "replace").lstrip())
+        except ValueError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("child-pid"), int):
+            return {k: v for k, v in value.items() if isinstance(v, int)}
+    return None
