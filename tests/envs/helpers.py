@@ -47,12 +47,16 @@ def env_config(tmp_path: Path, **overrides: Any) -> TerminalTestEnvConfig:
 
 
 class CountingFactory:
-    """Local sandboxes under ``root``; records every one created."""
+    """Local sandboxes under ``root``; records every one created.
+
+    Process isolation: these tests are about the environment's pipeline, and they time it;
+    the namespaced backend has its own tests (tests/tools/sandbox/test_namespaces.py).
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self.inner = local_factory(str(root))
+        self.inner = local_factory(str(root), isolation="process")
         self.created: list[LocalSandbox] = []
 
     async def __call__(self, task_id: str) -> Sandbox:

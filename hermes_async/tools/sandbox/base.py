@@ -787,6 +787,10 @@ def _wrapper_script(state_dir: str, cwd: str) -> bytes:
     # shows at once); it reports `N+M records in`, fewer than asked only at end of input.
     # The exit status is published (exit.tmp then `mv`: a reader never sees half a file)
     # only once the ring has drained, so a reader that sees `exit` sees all the output.
+    # The ring ignores SIGTERM (inherited by its `dd`): a graceful close TERMs the whole group,
+    # and a reader that died first would kill the command with SIGPIPE at its next write (bash
+    # reports a TERMed child on stderr) before its own TERM handler could run. The ring ends at
+    # EOF, when the command is gone, or with the SIGKILL that follows the grace.
     script = f"""d={d}
 mkfifo "$d/stdin" 2>/dev/null
 sleep 2147483647 > "$d/stdin" &
@@ -817,7 +821,7 @@ ring() {{
     echo 1 > "$d/rc"
   fi
   kill "$(cat "$d/keeper")" 2>/dev/null
-}} | ring
+}} | {{ trap '' TERM; ring; }}
 cat "$d/rc" > "$d/exit.tmp" 2>/dev/null || echo 1 > "$d/exit.tmp"
 mv "$d/exit.tmp" "$d/exit"
 exit 0

@@ -253,12 +253,15 @@ async def test_close_is_graceful_unless_interrupted(
     outside.mkdir()
     # A long grace: a graceful close waits it out for processes that ignore TERM.
     sb = await LocalSandbox.create("t", root_dir=str(root), terminate_grace=4, isolation="process")
-    trapped = outside / "trapped"
+    trapped, ready = outside / "trapped", outside / "ready"
     await sb.start_background(
-        f"trap 'echo TERM > {trapped}; exit 0' TERM; while :; do sleep 0.05; done"
+        f"trap 'echo TERM > {trapped}; exit 0' TERM; echo > {ready}-1; "
+        "while :; do sleep 0.05; done"
     )
-    await sb.start_background("trap '' TERM; sleep 1000")
-    with anyio.fail_after(10):
+    await sb.start_background(f"trap '' TERM; echo > {ready}-2; sleep 1000")
+    with anyio.fail_after(30):  # both traps are set (a loaded machine starts shells slowly)
+        while not (outside / "ready-1").exists() or not (outside / "ready-2").exists():
+            await anyio.sleep(0.02)
         while len(sb.live_processes()) < 4:
             await anyio.sleep(0.02)
     start = anyio.current_time()
