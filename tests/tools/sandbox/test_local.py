@@ -255,8 +255,7 @@ async def test_close_is_graceful_unless_interrupted(
     sb = await LocalSandbox.create("t", root_dir=str(root), terminate_grace=4, isolation="process")
     trapped, ready = outside / "trapped", outside / "ready"
     await sb.start_background(
-        f"trap 'echo TERM > {trapped}; exit 0' TERM; echo > {ready}-1; "
-        "while :; do sleep 0.05; done"
+        f"trap 'echo TERM > {trapped}; exit 0' TERM; echo > {ready}-1; while :; do sleep 0.05; done"
     )
     await sb.start_background(f"trap '' TERM; echo > {ready}-2; sleep 1000")
     with anyio.fail_after(30):  # both traps are set (a loaded machine starts shells slowly)
