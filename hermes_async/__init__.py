@@ -8,13 +8,17 @@ not API. ``hermes_async.agent`` is the rollout core (the loop, ``ToolContext``, 
 
 from __future__ import annotations
 
+from hermes_async._redact import install_log_redaction as _install_log_redaction
 from hermes_async.agent import (
     AgentOptions,
     AgentResult,
     BudgetConfig,
     ChatServer,
+    FailureCategory,
+    FailurePolicy,
     HermesAgentLoop,
     Reward,
+    RolloutFailure,
     ScoredGroup,
     ScoredRollout,
     ToolContext,
@@ -87,6 +91,9 @@ from hermes_async.tools.toolsets import (
 
 __version__ = "0.1.0"
 
+# Every log record of a hermes_async logger is redacted of credentials (hermes_async._redact).
+_install_log_redaction()
+
 __all__ = (
     "JSON",
     "AgentOptions",
@@ -97,6 +104,8 @@ __all__ = (
     "ChatServer",
     "ConfigError",
     "ExecResult",
+    "FailureCategory",
+    "FailurePolicy",
     "HTTPOptions",
     "HermesAgentLoop",
     "HermesAsyncError",
@@ -114,6 +123,7 @@ __all__ = (
     "ParseResult",
     "RetryPolicy",
     "Reward",
+    "RolloutFailure",
     "SGLangGenerateClient",
     "SamplingParams",
     "Sandbox",

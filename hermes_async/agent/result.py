@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_async.agent.failures import FailureCategory, RolloutFailure
+
 __all__ = (
     "TOOL_ERROR_ARGUMENTS_MAX_CHARS",
     "TOOL_ERROR_RESULT_MAX_CHARS",
@@ -32,6 +34,10 @@ class ToolError:
         arguments: The raw argument string, truncated to 200 characters.
         error: A short description of what went wrong.
         tool_result: The exact string the model was shown for this call.
+        category: ``"model"`` when the model wrote the call wrong (unknown tool, arguments
+            that do not decode or validate, a call cut off or malformed), ``"tool"`` when a
+            well-formed call failed (non-zero exit, timeout, missing file). Not in the
+            reference; see :mod:`hermes_async.agent.failures`.
     """
 
     turn: int
@@ -39,6 +45,7 @@ class ToolError:
     arguments: str
     error: str
     tool_result: str
+    category: FailureCategory = "tool"
 
     def __post_init__(self) -> None:
         if len(self.arguments) > TOOL_ERROR_ARGUMENTS_MAX_CHARS:
@@ -66,6 +73,10 @@ class AgentResult:
             template's rendering of the messages; reported, never hidden.
         timings: One record per turn: ``turn``, ``time_to_first_token``, ``generation_seconds``,
             ``tool_seconds``, ``model_wait_seconds`` and ``tool:<index>:<name>`` durations.
+        failure: Why the loop ended early, categorized (``infra``: the model server or the
+            sandbox failed; ``agent_timeout``: a deadline; ``model``: the context is full), if
+            it did; :attr:`error` is its message. Malformed calls and failed tools do not end
+            the loop: they are :attr:`tool_errors` with their own ``category``.
     """
 
     messages: list[dict[str, Any]]
@@ -77,3 +88,4 @@ class AgentResult:
     error: str | None = None
     template_mismatches: int = 0
     timings: list[dict[str, float]] = field(default_factory=list)
+    failure: RolloutFailure | None = None
