@@ -173,6 +173,7 @@ def _make_client(
     token_endpoint: str,
     limiter: NamedLimiter | None,
     transport: httpx.AsyncBaseTransport | None,
+    vocab_size: int | None = None,
 ) -> ModelClient:
     options = HTTPOptions(request_timeout_seconds=max(spec.timeout, 1.0))
     if spec.phase == 1:
@@ -190,6 +191,7 @@ def _make_client(
         "limiter": limiter,
         "transport": transport,
         "api_key": spec.api_key,
+        "vocab_size": vocab_size,
     }
     if kind == "atropos":
         return AtroposGenerateClient(spec.base_url, **common)
@@ -205,15 +207,19 @@ async def open_model_clients(
     token_endpoint: str = "auto",
     limiter: NamedLimiter | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    vocab_size: int | None = None,
 ) -> AsyncIterator[list[ModelClient]]:
     """Open one client per server (connection pools); close them all on exit.
+
+    ``vocab_size`` (the tokenizer's ``len()``) makes token clients reject ids outside the
+    vocabulary (:class:`~hermes_async.inference.InvalidTokenDataError`).
 
     **Cancellation**: the pools are closed, shielded and bounded, however the block exits.
     """
     async with AsyncExitStack() as stack:
         clients: list[ModelClient] = []
         for spec in specs:
-            client = _make_client(spec, token_endpoint, limiter, transport)
+            client = _make_client(spec, token_endpoint, limiter, transport, vocab_size)
             clients.append(await stack.enter_async_context(client))
         yield clients
 

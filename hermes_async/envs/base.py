@@ -324,6 +324,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             token_endpoint=self.config.token_endpoint,
             limiter=self.limits.model_requests,
             transport=self.model_transport,
+            vocab_size=len(self.loop_tokenizer) if self.loop_tokenizer is not None else None,
         ) as clients:
             yield clients
 
