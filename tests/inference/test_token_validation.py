@@ -36,7 +36,9 @@ def _body(kind: str, ids: list[int], lps: list[float]) -> tuple[bytes, str]:
         choice = {
             "index": 0,
             "token_ids": ids,
-            "logprobs": {"content": [{"token_id": i, "logprob": lp} for i, lp in zip(ids, lps)]},
+            "logprobs": {
+                "content": [{"token_id": i, "logprob": lp} for i, lp in zip(ids, lps, strict=True)]
+            },
             "finish_reason": "stop",
         }
         return (f"data: {json.dumps({'choices': [choice]})}\n\ndata: [DONE]\n\n").encode(), (
@@ -47,13 +49,13 @@ def _body(kind: str, ids: list[int], lps: list[float]) -> tuple[bytes, str]:
             "output_ids": ids,
             "meta_info": {
                 "finish_reason": {"type": "stop"},
-                "output_token_logprobs": [[lp, i, None] for i, lp in zip(ids, lps)],
+                "output_token_logprobs": [[lp, i, None] for i, lp in zip(ids, lps, strict=True)],
             },
         }
         return (f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n").encode(), "text/event-stream"
     payload = {
         "token_ids": [ids],
-        "logprobs": [[{str(i): lp} for i, lp in zip(ids, lps)]],
+        "logprobs": [[{str(i): lp} for i, lp in zip(ids, lps, strict=True)]],
         "finish_reasons": ["stop"],
     }
     return json.dumps(payload).encode(), "application/json"
