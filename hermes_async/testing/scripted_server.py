@@ -31,9 +31,11 @@ exact ids and logprobs sent, chunking, and a ``disconnected`` event set when the
 away), so tests compare what a client received with what was sent.
 
 Faults are injected per request number (1-based, counting generation requests only) with
-:class:`Fault`: HTTP 500 / any status, 429 with ``Retry-After``, a connection cut mid-stream,
-a malformed chunk, a stall. Latency: ``response_delay_seconds`` before the response and
-``chunk_delay_seconds`` between chunks.
+:class:`Fault`: HTTP 500 / any status (with a message of your choice, e.g. a context-length
+error), 429 with ``Retry-After``, a connection cut mid-stream, a malformed chunk, a stall —
+from the ``faults`` mapping, or decided per request by a ``fault_plan`` callable (random faults
+for chaos runs: :mod:`hermes_async.testing.chaos`). Latency: ``response_delay_seconds`` before
+the response and ``chunk_delay_seconds`` between chunks.
 
 Serve it in-process with :func:`hermes_async.testing.http.open_asgi_transport` (streams, and
 delivers disconnects) or over loopback with :func:`~hermes_async.testing.http.open_loopback_server`.
@@ -161,6 +163,7 @@ class Fault:
         after_tokens: For ``disconnect`` / ``malformed`` / ``stall``: how many completion
             tokens (chat: chunks) to send first.
         stall_seconds: How long a stall lasts (``inf``: until the client disconnects).
+        message: The error body's message for ``"status"`` (default ``injected HTTP <n>``).
     """
 
     kind: FaultKind
@@ -168,11 +171,12 @@ class Fault:
     retry_after: float | None = None
     after_tokens: int = 0
     stall_seconds: float = math.inf
+    message: str | None = None
 
     @classmethod
-    def http_error(cls, status: int = 500) -> Fault:
-        """Answer with this HTTP status and a JSON error body."""
-        return cls("status", status=status)
+    def http_error(cls, status: int = 500, message: str | None = None) -> Fault:
+        """Answer with this HTTP status and a JSON error body (``message`` in it)."""
+        return cls("status", status=status, message=message)
 
     @classmethod
     def rate_limited(cls, retry_after: float = 0.05) -> Fault:
@@ -294,6 +298,8 @@ class ScriptedModelServer:
         response_delay_seconds: Pause before each response starts.
         faults: Request number (1-based) -> :class:`Fault`. Mutable: tests may add faults
             between requests (``server.faults[3] = Fault.disconnect(2)``).
+        fault_plan: Called with the number and body of each request that ``faults`` has no
+            entry for; returns its :class:`Fault` or ``None``.
         sglang_incremental: Stream SGLang chunks as deltas instead of cumulative.
         model_name: ``model`` reported on the chat route.
     """
@@ -308,6 +314,7 @@ class ScriptedModelServer:
         chunk_delay_seconds: float = 0.0,
         response_delay_seconds: float = 0.0,
         faults: Mapping[int, Fault] | None = None,
+        fault_plan: Callable[[int, JSONObject], Fault | None] | None = None,
         sglang_incremental: bool = False,
         model_name: str = "scripted",
     ) -> None:
@@ -320,6 +327,7 @@ class ScriptedModelServer:
         self.chunk_delay_seconds = chunk_delay_seconds
         self.response_delay_seconds = response_delay_seconds
         self.faults: dict[int, Fault] = dict(faults or {})
+        self.fault_plan = fault_plan
         self.sglang_incremental = sglang_incremental
         self.model_name = model_name
         self.requests: list[ServedRequest] = []
@@ -377,6 +385,8 @@ class ScriptedModelServer:
             protocol = "chat"
         record = ServedRequest(number=len(self.requests) + 1, protocol=protocol, body=body)
         record.fault = self.faults.get(record.number)
+        if record.fault is None and self.fault_plan is not None:
+            record.fault = self.fault_plan(record.number, body)
         self.requests.append(record)
         await self._serve(record, receive, send)
 
@@ -411,7 +421,7 @@ class ScriptedModelServer:
                         fault.status,
                         {
                             "error": {
-                                "message": f"injected HTTP {fault.status}",
+                                "message": fault.message or f"injected HTTP {fault.status}",
                                 "code": fault.status,
                             }
                         },
