@@ -14,12 +14,25 @@ any operation of the sandbox it handed out) becomes an ``infra``
 the loop (:class:`~hermes_async.agent.loop.RunAbort`), so a retry on a fresh sandbox starts at
 once. Other exceptions (``FileNotFoundError`` of a read, a ``ValueError`` of bad arguments) are
 the tool's business and pass through unnoticed.
+
+**Provisioning belongs to the rollout, not to the tool call that triggers it.** The sandbox is
+created lazily, by the first tool that needs it. Created inside that call, its creation would
+be cut by the call's ``tool_timeout`` (the manager abandons a creation whose caller is
+cancelled), so a slow or hung backend would look like a tool that timed out, again and again,
+and never like the infrastructure failure it is. Given the rollout's task group, the first
+``get`` starts the creation as a task of the rollout instead and waits for it: a tool timeout
+abandons only the wait, the creation goes on under the manager's ``create_timeout`` (and the
+rollout's deadline), the next call finds the sandbox ready, and a creation that fails aborts
+the rollout as ``infra``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+
+import anyio
+from anyio.abc import TaskGroup
 
 from hermes_async.agent.failures import RolloutFailure, classify_exception
 from hermes_async.errors import SandboxError
@@ -42,15 +55,23 @@ class WatchedSandboxes:
     Args:
         inner: The real provider (the run's ``SandboxManager``).
         on_failure: Called once, with the ``infra`` failure, when a ``SandboxError`` is seen.
+        tg: The rollout's task group: the first ``get`` creates the sandbox in a task of it
+            (``None``: inside the caller, as the inner provider does).
     """
 
-    __slots__ = ("_inner", "_on_failure", "failure")
+    __slots__ = ("_created", "_creation_error", "_inner", "_on_failure", "_tg", "failure")
 
     def __init__(
-        self, inner: SandboxProvider, on_failure: Callable[[RolloutFailure], object]
+        self,
+        inner: SandboxProvider,
+        on_failure: Callable[[RolloutFailure], object],
+        tg: TaskGroup | None = None,
     ) -> None:
         self._inner = inner
         self._on_failure = on_failure
+        self._tg = tg
+        self._created: anyio.Event | None = None
+        self._creation_error: SandboxError | None = None
         self.failure: RolloutFailure | None = None
 
     def _lost(self, exc: SandboxError) -> None:
@@ -68,12 +89,33 @@ class WatchedSandboxes:
             raise
 
     async def get(self, task_id: str) -> Sandbox:
-        """The sandbox of ``task_id`` (created on first use), watched.
+        """The sandbox of ``task_id`` (created on first use, by the rollout), watched.
 
-        **Cancellation**: as the inner provider's ``get``.
+        Raises:
+            SandboxError: The sandbox could not be created or is gone.
+
+        **Cancellation**: only the wait is abandoned; a creation started for the rollout goes
+        on in the rollout's task group.
         """
+        if self._tg is not None:
+            if self._created is None:
+                self._created = anyio.Event()
+                self._tg.start_soon(self._create, task_id, name=f"provision {task_id}")
+            await self._created.wait()
+            if self._creation_error is not None:
+                raise self._creation_error
         async with self.watch():
             return _WatchedSandbox(await self._inner.get(task_id), self)
+
+    async def _create(self, task_id: str) -> None:
+        assert self._created is not None
+        try:
+            await self._inner.get(task_id)
+        except SandboxError as exc:
+            self._creation_error = exc
+            self._lost(exc)
+        finally:
+            self._created.set()
 
     async def release(self, task_id: str, *, interrupted: bool = False) -> None:
         """Release through the inner provider (its bound applies; nothing is watched).

@@ -408,23 +408,27 @@ class _Batch:
         timeout = self.options.rollout_timeout
         deadline = start + timeout if timeout is not None else math.inf
         abort = RunAbort()
-        watched = WatchedSandboxes(self.manager, abort.abort)
         conversation = [dict(m) for m in messages]
         result: AgentResult | None = None
         value, reward_failure, harness = 0.0, None, None
         interrupted = False
         try:
-            result = await self.loop.run(
-                conversation,
-                task_id=task_id,
-                seed=_seed(self.options, index),
-                deadline=deadline,
-                sandboxes=watched,
-                abort=abort,
-            )
-            if _rewardable(result):
-                ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
-                value, reward_failure = await _score(self.reward, result, ctx, deadline)
+            # The task group hosts the sandbox's creation (see WatchedSandboxes), so a tool
+            # timeout never cuts it; it is cancelled once the rollout is done.
+            async with anyio.create_task_group() as tg:
+                watched = WatchedSandboxes(self.manager, abort.abort, tg)
+                result = await self.loop.run(
+                    conversation,
+                    task_id=task_id,
+                    seed=_seed(self.options, index),
+                    deadline=deadline,
+                    sandboxes=watched,
+                    abort=abort,
+                )
+                if _rewardable(result):
+                    ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
+                    value, reward_failure = await _score(self.reward, result, ctx, deadline)
+                tg.cancel_scope.cancel(reason="the rollout is done")
         except anyio.get_cancelled_exc_class():
             interrupted = True
             raise
