@@ -8,10 +8,14 @@ Two argument shapes: ``text`` (a ``write_file`` call whose content is source cod
 JSON string with escapes, the common large-argument case) and ``structured`` (nested objects
 and arrays with short values: many structural characters per token).
 
-Acceptance (issue 4): at 10k tokens, streaming with 1-token chunks costs at most 5x the
-whole-text parse; the 100k/1k cost ratio is at most 150 (linear, not quadratic).
+Acceptance: at 10k tokens, streaming with 1-token chunks costs at most 4x the whole-text parse
+(issue 23; issue 4 asked for 5x); the 100k/1k cost ratio is at most 150 (linear, not
+quadratic).
 
-Run: ``.venv/bin/python bench/parsers.py``.
+Times are CPU seconds of this process (``time.process_time``), best of several runs: on a
+shared machine, wall time mostly measures the neighbours.
+
+Run: ``.venv/bin/python bench/parsers.py`` (it measures the checkout it sits in).
 """
 
 from __future__ import annotations
@@ -20,9 +24,15 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
 
 from hermes_async.inference.tokenizer import QwenTokenizer
 from hermes_async.parsers import get_parser
+
+#: Streaming at one token per chunk may cost at most this many times the whole-text parse.
+STREAM_RATIO_LIMIT = 4.0
 
 SIZES = (1_000, 10_000, 100_000)
 CHUNKS = (1, 8)
@@ -61,9 +71,9 @@ def structured_args(tokenizer: QwenTokenizer, tokens: int) -> str:
 def best(fn: Callable[[], object], runs: int) -> float:
     times = []
     for _ in range(runs):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 
@@ -71,7 +81,7 @@ def main() -> int:
     tokenizer = QwenTokenizer()
     failed = False
     for shape, make in (("text", text_args), ("structured", structured_args)):
-        print(f"\nhermes, {shape} arguments (best of runs; ms)")
+        print(f"\nhermes, {shape} arguments (best of runs; CPU ms)")
         print(
             f"{'tokens':>8} {'whole':>9} {'stream@1':>9} {'ratio':>6} {'stream@8':>9} {'ratio':>6}"
         )
@@ -112,7 +122,7 @@ def main() -> int:
                 f"{len(ids):>8} {t_whole * 1e3:>9.2f} {t1 * 1e3:>9.2f} {t1 / t_whole:>6.2f}"
                 f" {t8 * 1e3:>9.2f} {t8 / t_whole:>6.2f}"
             )
-            if size == 10_000 and t1 / t_whole > 5:
+            if size == 10_000 and t1 / t_whole > STREAM_RATIO_LIMIT:
                 failed = True
         grow_whole = costs[100_000][0] / costs[1_000][0]
         grow_stream = costs[100_000][1] / costs[1_000][1]

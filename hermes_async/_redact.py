@@ -37,10 +37,9 @@ import functools
 import logging
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-
-from hermes_async._net import redact_urls
 
 __all__ = (
     "MIN_SECRET_VALUE_CHARS",
@@ -48,6 +47,8 @@ __all__ = (
     "install_log_redaction",
     "redact",
     "redact_messages",
+    "redact_url",
+    "redact_urls",
     "secret_env_values",
     "secret_name",
 )
@@ -274,3 +275,76 @@ def _redact_record(record: logging.LogRecord) -> None:
     record.msg, record.args = redact(message), None
     if record.exc_info and record.exc_info[1] is not None:
         record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+
+
+# --------------------------------------------------------------------------------------------
+# URL redaction (pure, standard library only: ``import hermes_async`` installs the log
+# redaction, and importing the package must not load the HTTP stack)
+
+#: Query parameter names (lower case, ``-`` as ``_``) that carry a credential when they
+#: contain one of these words: ``api_key``, ``access_token``, ``X-Amz-Signature``, ``sig``...
+_SECRET_PARAM_WORDS = (
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "pwd",
+    "auth",
+    "signature",
+    "credential",
+    "session",
+)
+_SECRET_PARAM_NAMES = frozenset({"sig", "code", "jwt"})
+
+#: A URL inside free text: a scheme, ``://`` and everything up to white space or a quote.
+_URL_IN_TEXT = re.compile(r"""\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s"'<>`]+""")
+
+
+def _secret_param(name: str) -> bool:
+    key = urllib.parse.unquote_plus(name).strip().lower().replace("-", "_")
+    return key in _SECRET_PARAM_NAMES or any(word in key for word in _SECRET_PARAM_WORDS)
+
+
+def _redact_query(query: str) -> str:
+    parts = []
+    for item in query.split("&"):
+        name, sep, value = item.partition("=")
+        if sep and value and _secret_param(name):
+            item = f"{name}={REDACTED}"
+        parts.append(item)
+    return "&".join(parts)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials: userinfo and secret query values become ``[REDACTED]``.
+
+    ``http://user:pw@host:8000/v1?api_key=sk-1&n=2`` becomes
+    ``http://[REDACTED]@host:8000/v1?api_key=[REDACTED]&n=2``. The whole userinfo goes (a
+    user name alone is often a token: ``https://<token>@host``). Everything else is kept as
+    written, so the result still says which server it was. Pure; never raises: a string that
+    is not a URL comes back unchanged.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority_end = len(rest)
+    for stop in "/?#":
+        index = rest.find(stop)
+        if index != -1:
+            authority_end = min(authority_end, index)
+    authority, tail = rest[:authority_end], rest[authority_end:]
+    if "@" in authority:
+        authority = f"{REDACTED}@{authority.rpartition('@')[2]}"
+    path, qmark, query = tail.partition("?")
+    if qmark:
+        query, hash_, fragment = query.partition("#")
+        tail = f"{path}?{_redact_query(query)}{hash_}{fragment}"
+    return f"{scheme}://{authority}{tail}"
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with :func:`redact_url` applied to every URL in it (for exception texts)."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)

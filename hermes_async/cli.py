@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-__all__ = ["main"]
+__all__ = ("main",)
 
 _DEMO_DESCRIPTION = (
     "Run TerminalTestEnv evaluate + process offline against the scripted oracle model "
@@ -98,8 +98,8 @@ def _build_configs(
 async def _demo(
     env_over: dict[str, str], openai_over: dict[str, str], out: Path, progress: bool
 ) -> _DemoRun:
-    from hermes_async.envs._display import ProgressBar
     from hermes_async.envs.base import RolloutSummary
+    from hermes_async.envs.display import ProgressBar
     from hermes_async.envs.terminal_test import (
         EVAL_TASKS,
         TerminalTestEnv,
@@ -163,7 +163,7 @@ class _DemoRun:
 
 def _summarize(run: _DemoRun) -> int:
     """Print the summary table and the files written; the demo's exit code."""
-    from hermes_async.envs._display import format_failures, format_table
+    from hermes_async.envs.display import format_failures, format_table
 
     env, config, total, use_oracle, elapsed = (
         run.env,

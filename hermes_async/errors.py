@@ -14,22 +14,39 @@ signal them precisely; the dispatcher turns them into observations.
 
 Each exception carries structured fields and builds ``str()`` from them, so a log line and a
 ``pytest.raises(match=...)`` see the same text.
+
+Decisions (issue 13):
+
+* Operator mistakes in configuration raise :class:`ConfigError` (a ``ValueError``). Where the
+  mistake is a lookup that reference code catches as ``KeyError`` -- an unknown tool-call
+  parser (``get_parser("hermez")``), an unknown limiter (``limits["nope"]``) -- the error is
+  *also* a ``KeyError`` (:class:`UnknownParserError`, :class:`UnknownLimiterError`), so both
+  spellings of the ``except`` keep working.
+* :class:`LimitError` is the category of limiter mistakes (a total that is not an integer
+  >= 1, an unknown limiter name) and a :class:`ConfigError`.
+* ``ParseError`` is gone from the API: model output is never raised -- a malformed call is a
+  :class:`~hermes_async.parsers.ToolCallInvalid` event for the model -- and no parser call
+  takes a "strict" switch that would need one. The class stays importable from this module
+  (never raised, not in ``__all__``) for code written against 0.1, until 0.2.
 """
 
 from __future__ import annotations
 
-__all__ = [
+from collections.abc import Iterable
+
+__all__ = (
     "AsyncBackendError",
     "ConfigError",
     "HermesAsyncError",
     "InferenceError",
     "LimitError",
-    "ParseError",
     "SandboxError",
     "ToolArgumentsError",
     "ToolExecutionError",
     "ToolTimeoutError",
-]
+    "UnknownLimiterError",
+    "UnknownParserError",
+)
 
 
 class HermesAsyncError(Exception):
@@ -78,8 +95,28 @@ class InferenceError(HermesAsyncError):
     phase = "inference"
 
 
+class UnknownParserError(ConfigError, KeyError):
+    """:func:`~hermes_async.parsers.get_parser` was given a name nobody registered.
+
+    A :class:`ConfigError` that is also a ``KeyError`` (what the reference raised, and what
+    code written for it catches).
+
+    Attributes:
+        name: The name asked for.
+        available: The registered names, sorted.
+    """
+
+    def __init__(self, name: str, available: Iterable[str]) -> None:
+        self.name = name
+        self.available = tuple(sorted(available))
+        super().__init__(
+            f"unknown tool-call parser {name!r}; available: {', '.join(self.available)}; "
+            "register another with @hermes_async.parsers.register_parser"
+        )
+
+
 class ParseError(HermesAsyncError):
-    """Model output could not be parsed where the caller asked for a strict parse."""
+    """Deprecated, never raised: model output is never an exception (see the module notes)."""
 
     phase = "parse"
 
@@ -90,10 +127,37 @@ class SandboxError(HermesAsyncError):
     phase = "sandbox"
 
 
-class LimitError(HermesAsyncError):
-    """A capacity limiter was used or configured incorrectly."""
+class LimitError(ConfigError):
+    """A capacity limiter was configured incorrectly (a bad total, an unknown name).
+
+    Attributes:
+        limiter: The limiter's name.
+        value: The offending value (the total, or the unknown name).
+    """
 
     phase = "limit"
+
+    def __init__(self, message: str, *, limiter: str, value: object) -> None:
+        super().__init__(message)
+        self.limiter = limiter
+        self.value = value
+
+
+class UnknownLimiterError(LimitError, KeyError):
+    """``limits[name]`` named no limiter (a :class:`LimitError` that is also a ``KeyError``).
+
+    Attributes:
+        available: The limiters that exist, sorted.
+    """
+
+    def __init__(self, name: str, available: Iterable[str]) -> None:
+        self.available = tuple(sorted(available))
+        super().__init__(
+            f"unknown limiter {name!r}; available: {', '.join(self.available)}; add it with "
+            f"limits.add({name!r}, total)",
+            limiter=name,
+            value=name,
+        )
 
 
 class ToolExecutionError(HermesAsyncError):

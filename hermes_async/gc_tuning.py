@@ -31,13 +31,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = [
+__all__ = (
     "DEFAULT_YOUNG_THRESHOLD",
     "GCState",
     "gc_tuned_for_rollouts",
     "restore_gc",
     "tune_gc_for_rollouts",
-]
+)
 
 #: Net allocations of tracked objects between young-generation collections.
 DEFAULT_YOUNG_THRESHOLD = 50_000

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any, TypeAlias
 
-__all__ = ["JSON", "JSONObject"]
+__all__ = (
+    "JSON",
+    "JSONObject",
+)
 
 #: Any value ``json.loads`` can return.
 JSON: TypeAlias = Any

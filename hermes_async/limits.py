@@ -21,6 +21,10 @@ Why these defaults:
 Limiters can be resized while running (:meth:`NamedLimiter.set_total`): raising the total wakes
 waiters at once; lowering it lets current holders finish and admits nobody new until the number
 in use drops below the new total.
+
+A bad total raises :class:`~hermes_async.errors.LimitError` (a ``ConfigError``, so also a
+``ValueError``) naming the limiter and the value; an unknown name in ``limits[name]`` raises
+:class:`~hermes_async.errors.UnknownLimiterError` (also a ``KeyError``).
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ import math
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from types import TracebackType
+from typing import overload
 
 import anyio
 from anyio.abc import TaskStatus
 
-__all__ = [
+from hermes_async.errors import ConfigError, LimitError, UnknownLimiterError
+
+__all__ = (
     "DEFAULT_LIMITS",
     "LagMonitor",
     "LagStatistics",
@@ -43,7 +49,7 @@ __all__ = [
     "Limits",
     "NamedLimiter",
     "open_lag_monitor",
-]
+)
 
 #: Default totals per named limiter (see the module docstring for why).
 DEFAULT_LIMITS: dict[str, int] = {
@@ -87,6 +93,9 @@ class NamedLimiter:
     Args:
         name: Identifier shown in statistics, logs and errors.
         total: Initial capacity, at least 1.
+
+    Raises:
+        LimitError: ``total`` is not an integer >= 1.
     """
 
     def __init__(self, name: str, total: int) -> None:
@@ -113,6 +122,9 @@ class NamedLimiter:
         Args:
             total: New capacity, at least 1. Waiters are admitted at once if it grew; holders
                 keep their slots if it shrank.
+
+        Raises:
+            LimitError: ``total`` is not an integer >= 1.
         """
         _check_total(self.name, total)
         self._limiter.total_tokens = total
@@ -130,12 +142,8 @@ class NamedLimiter:
         self._max_wait = max(self._max_wait, waited)
         return waited
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
+        # Not an AsyncResource: leaving releases one slot, it does not close the limiter.
         self._limiter.release()
 
     def statistics(self) -> LimiterStatistics:
@@ -158,7 +166,30 @@ class NamedLimiter:
 
 def _check_total(name: str, total: int) -> None:
     if isinstance(total, bool) or not isinstance(total, int) or total < 1:
-        raise ValueError(f"limiter {name!r}: total must be an integer >= 1, got {total!r}")
+        raise LimitError(
+            f"limiter {name!r}: total must be an integer >= 1, got {total!r}",
+            limiter=name,
+            value=total,
+        )
+
+
+class _Standard:
+    """A read-only attribute of :class:`Limits` for one of the four standard limiters."""
+
+    def __set_name__(self, owner: type[Limits], name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type[Limits]) -> _Standard: ...
+    @overload
+    def __get__(self, obj: Limits, owner: type[Limits]) -> NamedLimiter: ...
+    def __get__(self, obj: Limits | None, owner: type[Limits]) -> NamedLimiter | _Standard:
+        return self if obj is None else obj[self._name]
+
+    def __set__(self, obj: Limits, value: object) -> None:
+        raise AttributeError(
+            f"Limits.{self._name} is read-only; resize it with limits.resize({self._name!r}, n)"
+        )
 
 
 class Limits:
@@ -194,29 +225,21 @@ class Limits:
         }.items():
             self._limiters[name] = NamedLimiter(name, total)
 
-    @property
-    def model_requests(self) -> NamedLimiter:
-        return self._limiters["model_requests"]
-
-    @property
-    def sandbox_create(self) -> NamedLimiter:
-        return self._limiters["sandbox_create"]
-
-    @property
-    def sandbox_exec(self) -> NamedLimiter:
-        return self._limiters["sandbox_exec"]
-
-    @property
-    def tool_calls(self) -> NamedLimiter:
-        return self._limiters["tool_calls"]
+    model_requests = _Standard()
+    sandbox_create = _Standard()
+    sandbox_exec = _Standard()
+    tool_calls = _Standard()
 
     def __getitem__(self, name: str) -> NamedLimiter:
+        """The limiter called ``name``.
+
+        Raises:
+            UnknownLimiterError: No such limiter (a ``KeyError`` and a ``ConfigError``).
+        """
         try:
             return self._limiters[name]
         except KeyError:
-            raise KeyError(
-                f"unknown limiter {name!r}; available: {', '.join(sorted(self._limiters))}"
-            ) from None
+            raise UnknownLimiterError(name, self._limiters) from None
 
     def __iter__(self) -> Iterator[NamedLimiter]:
         return iter(self._limiters.values())
@@ -275,8 +298,8 @@ class LagMonitor:
     """
 
     def __init__(self, interval: float = 0.005, *, max_samples: int = 100_000) -> None:
-        if interval <= 0:
-            raise ValueError(f"lag monitor interval must be > 0 seconds, got {interval!r}")
+        if not interval > 0:
+            raise ConfigError(f"lag monitor interval must be > 0 seconds, got {interval!r}")
         self.interval = interval
         self._samples: collections.deque[float] = collections.deque(maxlen=max_samples)
         self._max = 0.0

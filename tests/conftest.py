@@ -70,3 +70,63 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for backend, by_outcome in sorted(counts.items()):
             detail = ", ".join(f"{n} {o}" for o, n in sorted(by_outcome.items()))
             terminalreporter.write_line(f"{backend}: {detail}")
+
+
+# ------------------------------------------------------------------------------------------
+# Blocking-call detector: the loop, sandbox and inference tests fail on any blocking call the
+# package makes on the event loop (blockbuster, as anyio's own suite uses). It patches the
+# blocking functions of the standard library and raises when one is called from
+# hermes_async's code inside a running asyncio loop; trio runs the same code paths, so the
+# asyncio run covers them. A call that must block stays in this list with its reason.
+
+_BLOCKING_CHECKED_DIRS = ("tests/agent/", "tests/inference/")
+
+#: (file, functions) where a blocking call is allowed, each with its reason.
+_CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
+    (
+        "hermes_async/tools/sandbox/local.py",
+        ("create",),
+        "a sandbox's directories: one mkdtemp + 4 mkdir on a local disk, microseconds, once per "
+        "sandbox (a thread hop would cost more than the calls)",
+    ),
+    (
+        "hermes_async/tools/sandbox/archive.py",
+        ("check_tar_members",),
+        "tarfile.data_filter resolves member paths against a synthetic destination "
+        "(os.path.realpath of a path that does not exist: a few lstat calls, no tree walked)",
+    ),
+    (
+        "hermes_async/tools/sandbox/processes.py",
+        ("_proc_names", "read_process_table", "sweep_process_table", "_sweep"),
+        "process-isolation fallback only: the /proc sweep reads procfs (no disk) and yields "
+        "to the loop every 2 ms (bench/sandbox_close.py: lag p99 < 20 ms at 500 closes)",
+    ),
+    (
+        "hermes_async/agent/context.py",
+        ("run",),
+        "ToolContext transfers read tar members from in-memory BytesIO archives (no file "
+        "descriptor behind them)",
+    ),
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_blocking_calls(request: pytest.FixtureRequest) -> object:
+    path = request.node.nodeid
+    if not path.startswith(_BLOCKING_CHECKED_DIRS) or "[asyncio" not in path:
+        yield None
+        return
+    from blockbuster import BlockBuster
+
+    # The test infrastructure (loopback servers, fakes) may block at start-up; the library may not.
+    buster = BlockBuster(
+        scanned_modules=["hermes_async"], excluded_modules=["hermes_async.testing"]
+    )
+    for function in buster.functions.values():
+        for filename, functions, _reason in _CAN_BLOCK:
+            function.can_block_in(filename, functions)
+    buster.activate()
+    try:
+        yield buster
+    finally:
+        buster.deactivate()

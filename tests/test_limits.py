@@ -5,6 +5,7 @@ import time
 import anyio
 import pytest
 
+from hermes_async.errors import ConfigError, LimitError, UnknownLimiterError
 from hermes_async.limits import LagMonitor, Limits, NamedLimiter, open_lag_monitor
 
 pytestmark = pytest.mark.anyio
@@ -25,10 +26,47 @@ async def test_defaults_and_custom_limiters() -> None:
         limits["nope"]
 
 
+@pytest.mark.parametrize("catch", [KeyError, ConfigError, LimitError, UnknownLimiterError])
+def test_an_unknown_limiter_is_a_config_error_that_is_also_a_key_error(
+    catch: type[Exception],
+) -> None:
+    limits = Limits(extra_thing=2)
+    with pytest.raises(
+        catch,
+        match=r"unknown limiter 'nope'; available: extra_thing, model_requests, sandbox_create, "
+        r"sandbox_exec, tool_calls; add it with limits.add\('nope', total\)",
+    ) as info:
+        limits["nope"]
+    assert isinstance(info.value, UnknownLimiterError)
+    assert (info.value.limiter, info.value.value) == ("nope", "nope")
+
+
+def test_standard_limiters_are_read_only_views_of_the_named_ones() -> None:
+    limits = Limits(tool_calls=3)
+    assert limits.tool_calls is limits["tool_calls"]
+    assert [lim.name for lim in limits][:4] == [
+        "model_requests",
+        "sandbox_create",
+        "sandbox_exec",
+        "tool_calls",
+    ]
+    with pytest.raises(AttributeError):
+        limits.tool_calls = NamedLimiter("tool_calls", 1)  # type: ignore[misc]
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
 def test_bad_totals_rejected(bad: object) -> None:
-    with pytest.raises(ValueError, match="total must be an integer >= 1"):
-        NamedLimiter("x", bad)  # type: ignore[arg-type]
+    # A LimitError: a ConfigError (operator mistake), so still the ValueError it always was.
+    for catch in (ValueError, ConfigError, LimitError):
+        with pytest.raises(
+            catch, match=rf"limiter 'x': total must be an integer >= 1, got {bad!r}"
+        ):
+            NamedLimiter("x", bad)  # type: ignore[arg-type]
+    with pytest.raises(LimitError) as info:
+        Limits(tool_calls=bad)  # type: ignore[arg-type]
+    assert (info.value.limiter, info.value.value) == ("tool_calls", bad)
+    with pytest.raises(LimitError, match="limiter 'tool_calls'"):
+        Limits().resize("tool_calls", bad)  # type: ignore[arg-type]
 
 
 async def test_stats_report_in_use_and_waiting() -> None:
@@ -117,5 +155,5 @@ def test_lag_percentiles() -> None:
     assert s.max == pytest.approx(0.099)
     mon.reset()
     assert mon.statistics().samples == 0
-    with pytest.raises(ValueError, match="interval must be > 0"):
+    with pytest.raises(ConfigError, match="lag monitor interval must be > 0 seconds, got 0"):
         LagMonitor(0)

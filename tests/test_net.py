@@ -8,8 +8,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from hermes_async._net import (
     REDACTED,

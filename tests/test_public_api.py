@@ -4,15 +4,33 @@ import importlib
 import pathlib
 import re
 
+import pytest
+
 import hermes_async
 
 
 def test_all_is_exact() -> None:
-    public = {n for n in dir(hermes_async) if not n.startswith("_")} - {"annotations"}
-    modules = {n for n in public if type(getattr(hermes_async, n)).__name__ == "module"}
-    assert set(hermes_async.__all__) - {"__version__"} == public - modules
+    # The root re-exports lazily: __all__ is every name it knows except the deprecated one.
+    where = hermes_async._WHERE
+    assert set(hermes_async.__all__) - {"__version__"} == set(where) - {"ParseError"}
+    assert isinstance(hermes_async.__all__, tuple)
     for name in hermes_async.__all__:
         assert hasattr(hermes_async, name), name
+    assert set(hermes_async.__all__) <= set(dir(hermes_async))
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        hermes_async.nope  # noqa: B018
+
+
+def test_root_import_loads_no_subpackage_until_used() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hermes_async; "
+        "print(sorted(m for m in sys.modules if m.startswith('hermes_async.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_py_typed_shipped() -> None:
@@ -57,4 +75,22 @@ def test_no_thread_pools_or_nested_loops_in_library() -> None:
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if banned.search(line)
     ]
+    assert offenders == []
+
+
+def test_no_fire_and_forget_tasks_and_threads_only_behind_named_limiters() -> None:
+    """Every task lives in a task group; a worker thread only for a blocking library call
+    behind a named limiter (``to_thread.run_sync(..., limiter=...)`` or under ``async with``)."""
+    root = pathlib.Path(hermes_async.__file__).parent
+    spawn = re.compile(r"\b(create_task|ensure_future|threading\.Thread|call_soon_threadsafe)\(")
+    offenders = []
+    for path in root.rglob("*.py"):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines, 1):
+            if spawn.search(line):
+                offenders.append(f"{path.relative_to(root)}:{i}")
+            if "to_thread.run_sync(" in line and "limiter=" not in line:
+                context = "\n".join(lines[max(0, i - 4) : i])
+                if "async with" not in context:
+                    offenders.append(f"{path.relative_to(root)}:{i} (no named limiter)")
     assert offenders == []

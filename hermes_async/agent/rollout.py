@@ -260,13 +260,20 @@ class ScoredGroup:
 
 _BUILTIN_TOKENIZER: Tokenizer | None = None
 
+#: The one thread that may load the built-in tokenizer (a named limiter, per the invariant that
+#: ``anyio.to_thread`` is only used for an unavoidable blocking call behind one); it also makes
+#: concurrent first callers wait for one load instead of loading it twice.
+TOKENIZER_LOAD_LIMITER = anyio.CapacityLimiter(1)
+
 
 async def _builtin_encoder() -> Encode:
     """The built-in offline tokenizer's ``encode``, loaded once per process (off the loop)."""
     global _BUILTIN_TOKENIZER
     if _BUILTIN_TOKENIZER is None:
-        # A one-time blocking load (~0.2 s: the BPE ranks); a thread keeps the loop responsive.
-        _BUILTIN_TOKENIZER = await anyio.to_thread.run_sync(load_tokenizer)
+        async with TOKENIZER_LOAD_LIMITER:
+            if _BUILTIN_TOKENIZER is None:
+                # A one-time blocking load (~0.2 s: the BPE ranks) off the loop.
+                _BUILTIN_TOKENIZER = await anyio.to_thread.run_sync(load_tokenizer)
     return _BUILTIN_TOKENIZER.encode
 
 

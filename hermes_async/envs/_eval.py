@@ -30,8 +30,8 @@ import anyio
 
 from hermes_async._redact import redact
 from hermes_async.agent import FAILURE_CATEGORIES, RolloutFailure, ScoredRollout
-from hermes_async.envs._display import format_trajectory_for_display
 from hermes_async.envs._resume import ITEM_KEY, errored
+from hermes_async.envs.display import format_trajectory_for_display
 from hermes_async.envs.results import EvalReport, RolloutSummary
 from hermes_async.errors import ConfigError
 from hermes_async.jsontypes import JSONObject

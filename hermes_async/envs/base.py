@@ -61,11 +61,6 @@ from hermes_async.agent import (
 )
 from hermes_async.agent.scoring import scored_data_item
 from hermes_async.envs._atropos import BaseEnv, ScoredDataGroup, atropos_safe, wandb
-from hermes_async.envs._display import (
-    format_tool_errors,
-    tool_error_entry,
-    wandb_rows,
-)
 from hermes_async.envs._entry import run_entry
 from hermes_async.envs._eval import (
     eval_report,
@@ -98,6 +93,11 @@ from hermes_async.envs.config import (
     HermesAgentEnvConfig,
     loop_tokenizer,
     resolve_tokenizer,
+)
+from hermes_async.envs.display import (
+    format_tool_errors,
+    tool_error_entry,
+    wandb_rows,
 )
 from hermes_async.envs.results import EvalReport, FailureTally, RolloutSummary, summarize
 from hermes_async.errors import AsyncBackendError

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hermes_async.agent import FailureCategory, ScoredGroup, ScoredRollout
-from hermes_async.envs._display import failure_metrics
+from hermes_async.envs.display import failure_metrics
 from hermes_async.jsontypes import JSONObject
 
 __all__ = ("EvalReport", "FailureTally", "RolloutSummary", "summarize")

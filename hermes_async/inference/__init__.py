@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from hermes_async._exports import fixup_module_metadata
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerConnectError,
@@ -87,3 +88,6 @@ __all__ = (
     "load_tokenizer",
     "probe_server",
 )
+
+
+fixup_module_metadata(__name__, globals())

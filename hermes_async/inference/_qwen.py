@@ -21,17 +21,14 @@ import unicodedata
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
 from hermes_async.errors import ConfigError
 from hermes_async.inference._chat_template import render_chat_template
+from hermes_async.inference._tokenizer_base import IncrementalDecoder, TokenizerBase
 from hermes_async.jsontypes import JSONObject
-
-if TYPE_CHECKING:
-    from hermes_async.inference.tokenizer import IncrementalDecoder
 
 __all__ = [
     "QWEN_ADDED_TOKENS",
@@ -80,22 +77,9 @@ QWEN_ADDED_TOKENS: tuple[str, ...] = (
     "</think>",
 )
 #: Added tokens that Qwen's HF tokenizer marks ``special: false`` (kept by
-#: ``skip_special_tokens=True``); all others are special.
+#: ``skip_special_tokens=True``): every one from ``<tool_call>`` on; all before it are special.
 QWEN_NON_SPECIAL_ADDED_TOKENS: frozenset[str] = frozenset(
-    {
-        "<tool_call>",
-        "</tool_call>",
-        "<|fim_prefix|>",
-        "<|fim_middle|>",
-        "<|fim_suffix|>",
-        "<|fim_pad|>",
-        "<|repo_name|>",
-        "<|file_sep|>",
-        "<tool_response>",
-        "</tool_response>",
-        "<think>",
-        "</think>",
-    }
+    QWEN_ADDED_TOKENS[QWEN_ADDED_TOKENS.index("<tool_call>") :]
 )
 
 QWEN_OFFLINE_NAME = "qwen-offline"
@@ -159,7 +143,7 @@ class _Utf8IncrementalDecoder:
         return self._codec.decode(b"", final=True)
 
 
-class QwenTokenizer:
+class QwenTokenizer(TokenizerBase):
     """Real Qwen2.5/Qwen3 ids offline, with the project's ChatML + hermes chat template.
 
     Construction is cheap after the first one in a process (the encoding is shared); the first
@@ -178,14 +162,7 @@ class QwenTokenizer:
         self._special_tokens = {
             tok: QWEN_FIRST_ADDED_ID + i for i, tok in enumerate(QWEN_ADDED_TOKENS)
         }
-
-    @property
-    def name(self) -> str:
-        return QWEN_OFFLINE_NAME
-
-    @property
-    def eos_token_id(self) -> int:
-        return self._special_tokens["<|im_end|>"]
+        super().__init__(QWEN_OFFLINE_NAME, self._special_tokens["<|im_end|>"])
 
     @property
     def special_tokens(self) -> dict[str, int]:
@@ -198,9 +175,6 @@ class QwenTokenizer:
 
     def __len__(self) -> int:
         return QWEN_FIRST_ADDED_ID + len(QWEN_ADDED_TOKENS)
-
-    def __repr__(self) -> str:
-        return f"QwenTokenizer(name={self.name!r}, vocab={len(self)})"
 
     def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
         """Token ids of ``text`` (NFC-normalized first, like Qwen's HF tokenizer).
@@ -238,22 +212,14 @@ class QwenTokenizer:
         """Id of an added token's text, or ``None``."""
         return self._special_tokens.get(token)
 
-    def apply_chat_template(
-        self,
-        messages: Sequence[JSONObject],
-        tools: Sequence[JSONObject] | None = None,
-        *,
-        add_generation_prompt: bool = True,
+    def _render(
+        self, messages: list[JSONObject], tools: list[JSONObject] | None, generation: bool
     ) -> str:
-        """Render ``messages`` with the chat template (built-in unless one was given).
-
-        Raises:
-            ValueError: A malformed message list.
-        """
+        # The built-in template unless one was given; ValueError on a malformed message list.
         return render_chat_template(
             messages,
             tools,
-            add_generation_prompt=add_generation_prompt,
+            add_generation_prompt=generation,
             template=self._chat_template,
             variables={"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
         )

@@ -37,18 +37,17 @@ from hermes_async.inference._qwen import (
     QWEN_PATTERN,
     qwen_bpe_path,
 )
+from hermes_async.inference._tokenizer_base import IncrementalDecoder, TokenizerBase
 from hermes_async.jsontypes import JSONObject
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from hermes_async.inference.tokenizer import IncrementalDecoder
-
-__all__ = [
+__all__ = (
     "HFTokenizer",
     "default_tokenizer_cache_dir",
     "qwen_offline_hf_dir",
-]
+)
 
 _EXTRA_HINT = "install the 'atropos' extra: pip install 'hermes-async[atropos]'"
 #: File in a written tokenizer directory that records what it was built from.
@@ -107,7 +106,7 @@ class _WindowIncrementalDecoder:
         return after[len(before) :]
 
 
-class HFTokenizer:
+class HFTokenizer(TokenizerBase):
     """A ``transformers`` tokenizer behind the :class:`Tokenizer` protocol.
 
     Encoding never adds BOS/EOS (``add_special_tokens=False``): the chat template renders
@@ -125,7 +124,7 @@ class HFTokenizer:
         ConfigError: No end-of-turn id can be determined.
     """
 
-    __slots__ = ("_eos_token_id", "_name", "_tokenizer")
+    __slots__ = ("_tokenizer",)
 
     def __init__(
         self,
@@ -135,7 +134,7 @@ class HFTokenizer:
         eos_token_id: int | None = None,
     ) -> None:
         self._tokenizer = tokenizer
-        self._name = name if name is not None else str(tokenizer.name_or_path)
+        name = name if name is not None else str(tokenizer.name_or_path)
         if eos_token_id is None:
             template = tokenizer.chat_template
             im_end = tokenizer.get_added_vocab().get("<|im_end|>")
@@ -145,10 +144,10 @@ class HFTokenizer:
                 eos_token_id = int(tokenizer.eos_token_id)
             else:
                 raise ConfigError(
-                    f"tokenizer {self._name!r} has no eos_token_id and no <|im_end|> token; "
+                    f"tokenizer {name!r} has no eos_token_id and no <|im_end|> token; "
                     "pass eos_token_id= explicitly"
                 )
-        self._eos_token_id = eos_token_id
+        super().__init__(name, eos_token_id)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike[str]) -> HFTokenizer:
@@ -207,22 +206,11 @@ class HFTokenizer:
         return self._tokenizer
 
     @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def eos_token_id(self) -> int:
-        return self._eos_token_id
-
-    @property
     def special_tokens(self) -> dict[str, int]:
         return {str(k): int(v) for k, v in self._tokenizer.get_added_vocab().items()}
 
     def __len__(self) -> int:
         return len(self._tokenizer)
-
-    def __repr__(self) -> str:
-        return f"HFTokenizer(name={self._name!r}, vocab={len(self)})"
 
     def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
         """Token ids of ``text`` (no BOS/EOS added).
@@ -258,28 +246,20 @@ class HFTokenizer:
     def incremental_decoder(self) -> IncrementalDecoder:
         return _WindowIncrementalDecoder(self.decode)
 
-    def apply_chat_template(
-        self,
-        messages: Sequence[JSONObject],
-        tools: Sequence[JSONObject] | None = None,
-        *,
-        add_generation_prompt: bool = True,
+    def _render(
+        self, messages: list[JSONObject], tools: list[JSONObject] | None, generation: bool
     ) -> str:
-        """Render with the tokenizer's own chat template (``tokenize=False``).
-
-        Raises:
-            ConfigError: The tokenizer has no chat template.
-        """
+        """With the tokenizer's own chat template (``tokenize=False``); ConfigError if none."""
         if not self._tokenizer.chat_template:
             raise ConfigError(
                 f"tokenizer {self._name!r} has no chat template; use a tokenizer directory "
                 f"with one, or the built-in {QWEN_OFFLINE_NAME!r}"
             )
         text = self._tokenizer.apply_chat_template(
-            list(messages),
-            tools=list(tools) if tools else None,
+            messages,
+            tools=list(tools) if tools else None,  # (transformers types it list[dict | Callable])
             tokenize=False,
-            add_generation_prompt=add_generation_prompt,
+            add_generation_prompt=generation,
         )
         return str(text)
 

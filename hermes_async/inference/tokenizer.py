@@ -18,86 +18,30 @@ Implementations:
 the event loop runs rollouts, or wrap it yourself in ``anyio.to_thread.run_sync`` behind a
 limiter. The returned objects are safe to share between concurrent rollouts (they hold no
 per-stream state; each stream gets its own :meth:`Tokenizer.incremental_decoder`).
+
+Layout: the protocols live in ``_tokenizer_base`` (with the base the built-in tokenizers
+share), the implementations in ``_qwen`` and :mod:`~hermes_async.inference.hf`, which import it;
+this module imports all of them and nothing imports it back, so there is no import circle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
-
 from hermes_async.inference._qwen import QWEN_OFFLINE_NAME, QwenTokenizer
-from hermes_async.jsontypes import JSONObject
+from hermes_async.inference._tokenizer_base import IncrementalDecoder, Tokenizer
+from hermes_async.inference.hf import HFTokenizer
 
-__all__ = [
+__all__ = (
     "QWEN_OFFLINE_NAME",
     "IncrementalDecoder",
     "QwenTokenizer",
     "Tokenizer",
     "load_tokenizer",
-]
+)
 
-
-@runtime_checkable
-class IncrementalDecoder(Protocol):
-    """Decodes a token stream piece by piece, UTF-8 safe.
-
-    A character whose bytes are split across tokens is emitted once, whole, when its last byte
-    arrives; ``flush`` emits what is left (undecodable bytes replaced) at end of stream.
-    """
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """Feed more ids; return the text that is now complete."""
-        ...
-
-    def flush(self) -> str:
-        """End of stream: return any pending text."""
-        ...
-
-
-@runtime_checkable
-class Tokenizer(Protocol):
-    """What the loop, the parsers and the scripted server need from a tokenizer."""
-
-    @property
-    def name(self) -> str:
-        """A short identifier (hub name, directory, or ``"qwen-offline"``)."""
-        ...
-
-    @property
-    def eos_token_id(self) -> int:
-        """End-of-turn id the server stops on (``<|im_end|>`` for ChatML models)."""
-        ...
-
-    @property
-    def special_tokens(self) -> dict[str, int]:
-        """Special / added token text -> id (``"<tool_call>"`` -> 151657, ...)."""
-        ...
-
-    def __len__(self) -> int:
-        """Vocabulary size including added tokens."""
-        ...
-
-    def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
-        """Token ids of ``text``; with ``allow_special`` special-token text maps to its id."""
-        ...
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """Text of ``token_ids`` (special tokens spelled out)."""
-        ...
-
-    def incremental_decoder(self) -> IncrementalDecoder:
-        """A fresh decoder for one stream."""
-        ...
-
-    def apply_chat_template(
-        self,
-        messages: Sequence[JSONObject],
-        tools: Sequence[JSONObject] | None = None,
-        *,
-        add_generation_prompt: bool = True,
-    ) -> str:
-        """Render ``messages`` (and tool schemas) to the model's prompt text."""
-        ...
+# Shown where they are meant to be imported from (they live in private modules).
+for _public in (IncrementalDecoder, QwenTokenizer, Tokenizer):
+    _public.__module__ = __name__
+del _public
 
 
 def load_tokenizer(name_or_path: str | None = None) -> Tokenizer:
@@ -118,6 +62,4 @@ def load_tokenizer(name_or_path: str | None = None) -> Tokenizer:
     """
     if name_or_path is None or name_or_path == QWEN_OFFLINE_NAME:
         return QwenTokenizer()
-    from hermes_async.inference.hf import HFTokenizer
-
     return HFTokenizer.from_pretrained(name_or_path)

@@ -23,7 +23,13 @@ from typing import Literal
 
 from hermes_async.jsontypes import JSONObject
 
-__all__ = ["MASKED_LOGPROB", "MASK_ID", "Segment", "Trajectory", "TrajectoryError"]
+__all__ = (
+    "MASKED_LOGPROB",
+    "MASK_ID",
+    "Segment",
+    "Trajectory",
+    "TrajectoryError",
+)
 
 #: Atropos' "not trained" mask value.
 MASK_ID = -100

@@ -18,11 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from hermes_async._json import loads
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.parsers._scan import PARTIAL, JsonScanner, Markers
-from hermes_async.parsers._values import ToolSchemas, decode_arguments, loads
+from hermes_async.parsers._values import ToolSchemas, decode_arguments
 
 __all__ = [
+    "JUNK",
+    "NAME_MAX_CHARS",
     "Body",
     "BodySpec",
     "CallSink",
@@ -105,17 +108,43 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+def _tail(text: str, size: int = 40) -> str:
+    return text if len(text) <= size else "..." + text[-size:]
+
+
+#: Body states every body shares: skipping to the closing marker (the rest of a malformed
+#: attempt, or noise after a finished call), and scanning a JSON object.
+JUNK = -1
+SCAN = -2
+#: ``Body.close_at`` results besides an end index.
+WAIT = -1
+NO_MARKER = -2
+
+
 class Body:
-    """Shared state and the 'skip to the closing marker' step of every body."""
+    """Shared state and steps of every body: text collection, junk skipping, closing markers."""
 
-    __slots__ = ("close", "done", "exit_section", "junk", "junk_reason", "name", "sink")
+    __slots__ = (
+        "close",
+        "done",
+        "exit_section",
+        "junk",
+        "junk_reason",
+        "name",
+        "parts",
+        "sink",
+        "state",
+    )
 
-    def __init__(self, sink: CallSink, close: tuple[str, ...]) -> None:
+    def __init__(self, sink: CallSink, close: tuple[str, ...], state: int) -> None:
         self.sink = sink
         self.close = marker_set(_roles("close", close)) if close else None
+        self.state = state
         self.done = False
         self.exit_section = False
         self.name: str | None = None
+        #: Text collected for the current name or value.
+        self.parts: list[str] = []
         self.junk: list[str] = []
         #: Set while skipping the rest of a malformed attempt; None while skipping noise after
         #: a finished call (discarded silently).
@@ -138,32 +167,176 @@ class Body:
         """
         return None
 
+    def close_at(self, s: str, j: int, eof: bool) -> int:
+        """The end of a closing marker at ``s[j]``; :data:`WAIT` if the text there may still
+        become one; :data:`NO_MARKER` if not (or the body has no closing marker)."""
+        if self.close is None:
+            return NO_MARKER
+        hit = self.close.match_at(s, j, eof)
+        if isinstance(hit, tuple):
+            return hit[1]
+        return WAIT if hit == PARTIAL else NO_MARKER
+
+    def _collect(
+        self, markers: Markers, s: str, i: int, eof: bool, *, keep: bool = True
+    ) -> tuple[int, str | None, int]:
+        """Collect text into ``parts`` (or, without ``keep``, drop it) up to a marker:
+        ``(start, role, end)`` of the marker; role None: no marker yet (``start`` is where to
+        go on from, -1 to wait)."""
+        m = markers.search(s, i)
+        if m is None:
+            j = markers.free_end(s, i, eof)
+            if keep:
+                self.parts.append(s[i:j])
+            return (j if j > i else -1), None, j
+        if keep:
+            self.parts.append(s[i : m.start()])
+        return m.start(), markers.roles[m.group()], m.end()
+
+    def _name_text(
+        self, markers: Markers, s: str, i: int, eof: bool
+    ) -> tuple[int, str | None, int]:
+        """:meth:`_collect` for a name. One that runs past :data:`NAME_MAX_CHARS` is junk from
+        exactly its next character on, whether or not a terminator comes later: the verdict and
+        the place it ends do not depend on where the chunks were cut."""
+        have = sum(len(p) for p in self.parts)
+        k, role, end = self._collect(markers, s, i, eof)
+        if have + len(self.parts[-1]) > NAME_MAX_CHARS:
+            cut = i + NAME_MAX_CHARS + 1 - have
+            self.parts[-1] = s[i:cut]
+            self._junk("no end of the tool name in sight")
+            return cut, None, cut
+        return k, role, end
+
+    def _accept_name(self, name: str, raw: str | None = None, native_id: str | None = None) -> bool:
+        """Announce ``name`` (``ToolCallStart``), or junk the attempt if it is no tool name."""
+        problem = name_problem(name)
+        if problem is not None:
+            self._junk(problem, name if raw is None else raw)
+            return False
+        self.name = name
+        self.sink.start(name, native_id)
+        return True
+
+    def _take(self) -> str:
+        text = "".join(self.parts)
+        self.parts = []
+        return text
+
+    def _junk(self, reason: str, *raw: str) -> None:
+        """The attempt is malformed: skip to its closing marker, then report it with ``raw``,
+        the collected text and what was skipped."""
+        self.junk_reason = reason
+        self.junk = [*raw, *self.parts]
+        self.parts = []
+        self.state = JUNK
+
+    def _skip_noise(self) -> None:
+        """Skip silently to the closing marker (text after a finished call)."""
+        self.junk_reason = None
+        self.state = JUNK
+
     def _skip_to_close(self, s: str, i: int, eof: bool) -> int:
         close = self.close
         if close is None:  # no closing marker: the malformed attempt ends here
             self._end_junk()
             return i
         m = close.search(s, i)
-        if m is None:
-            j = len(s) if eof else close.safe_end(s, i)
-            if self.junk_reason is not None:
-                self.junk.append(s[i:j])
-            return j if j > i else -1
+        end = m.start() if m is not None else close.free_end(s, i, eof)
         if self.junk_reason is not None:
-            self.junk.append(s[i : m.start()])
+            self.junk.append(s[i:end])
+        if m is None:
+            return end if end > i else -1
         self._end_junk()
         return m.end()
 
     def _end_junk(self) -> None:
-        if self.junk_reason is not None:
-            self.sink.invalid(self.junk_reason, "".join(self.junk), self.name)
-            self.junk_reason = None
+        self._eof_junk()
         self.done = True
 
     def _eof_junk(self) -> None:
         if self.junk_reason is not None:
             self.sink.invalid(self.junk_reason, "".join(self.junk), self.name)
             self.junk_reason = None
+
+
+class _JsonBody(Body):
+    """A body that scans a JSON object with :class:`JsonScanner` (state :data:`SCAN`)."""
+
+    __slots__ = ("_wake", "committed", "interrupts", "scanner", "started")
+
+    #: How reasons name the object this body scans.
+    what = "JSON object"
+
+    def __init__(self, sink: CallSink, close: tuple[str, ...], state: int) -> None:
+        super().__init__(sink, close, state)
+        self.scanner: JsonScanner | None = None
+        #: The first characters of the closing markers: where the scanner stops to look.
+        self.interrupts = "".join(sorted({c[0] for c in close}))
+        # What may wake a deferred scan (only one marker character can be watched cheaply).
+        self._wake = ("}", self.interrupts or "}") if len(self.interrupts) <= 1 else None
+        #: False while a bare-JSON candidate may still turn out not to be a call.
+        self.committed = True
+        #: The call's name was announced (argument fragments flow).
+        self.started = False
+
+    def consume(self, s: str, i: int, eof: bool) -> int:
+        state = self.state
+        if state == SCAN:
+            return self._scan(s, i, eof)
+        if state == JUNK:
+            return self._skip_to_close(s, i, eof)
+        return self._step(s, i, eof)
+
+    def _step(self, s: str, i: int, eof: bool) -> int:
+        """:meth:`consume` in the body's own states (not scanning, not skipping junk)."""
+        raise NotImplementedError
+
+    def wake_chars(self) -> tuple[str, str] | None:
+        if self.state == SCAN and self.started:
+            return self._wake
+        return None
+
+    def _scan(self, s: str, i: int, eof: bool) -> int:
+        scanner = self.scanner
+        assert scanner is not None
+        k = scanner.scan(s, i)
+        self._drain(scanner)
+        if scanner.done:
+            self._decoded(scanner)
+            return k
+        if not scanner.stopped:
+            return k
+        end = self.close_at(s, k, eof)
+        if end == WAIT:
+            return k if k > i else -1
+        if not self.committed:  # a bare-JSON candidate that is not JSON: content after all
+            self.sink.reject(scanner.text(), relex=True)
+            self.done = True
+            return k
+        text = scanner.text()
+        if end >= 0:
+            reason = f"the {self.what} is incomplete (closing marker reached first)"
+            self.sink.invalid(reason, text, self.name)
+            self.done = True
+            return end
+        self._junk(f"invalid JSON: unexpected {s[k]!r} after {_tail(text)!r}", text)
+        return k
+
+    def _drain(self, scanner: JsonScanner) -> None:
+        """Pass on the argument fragments the scanner found."""
+        for fragment in scanner.frags:
+            self.sink.fragment(fragment)
+        scanner.frags.clear()
+
+    def _decoded(self, scanner: JsonScanner) -> None:
+        """The object closed: decode and report it."""
+        raise NotImplementedError
+
+    def _loads(self, scanner: JsonScanner) -> JSON:
+        """The finished object's value (``ValueError`` if it is not valid or nests too deep)."""
+        # The scanner counted the depth; only a too-deep text pays for the check (and fails).
+        return loads(scanner.text(), depth_checked=not scanner.too_deep)
 
 
 # --------------------------------------------------------------------------- JSON object body
@@ -195,40 +368,31 @@ class JsonCallSpec:
         return self.close
 
 
-_PRE, _OBJ, _AFTER, _JUNK = range(4)
+_PRE, _AFTER = range(2)
 
 
-class JsonCallBody(Body):
+class JsonCallBody(_JsonBody):
     """State machine for :class:`JsonCallSpec`."""
 
-    __slots__ = ("_interrupts", "committed", "pending", "scanner", "spec", "started", "state")
+    __slots__ = ("pending", "spec")
 
     def __init__(self, spec: JsonCallSpec, sink: CallSink) -> None:
-        super().__init__(sink, spec.close)
+        super().__init__(sink, spec.close, _PRE)
         self.spec = spec
-        self.state = _PRE
-        self.scanner: JsonScanner | None = None
-        self.started = False
-        self.committed = False
+        #: Argument fragments seen before a candidate became a call.
         self.pending: list[str] = []
-        self._interrupts = "".join(sorted({c[0] for c in spec.close}))
 
-    def consume(self, s: str, i: int, eof: bool) -> int:
+    def _step(self, s: str, i: int, eof: bool) -> int:
         state = self.state
-        if state == _OBJ:
-            return self._scan(s, i, eof)
-        if state == _JUNK:
-            return self._skip_to_close(s, i, eof)
         j = skip_ws(s, i)
         if j >= len(s):
             return j
-        if self.close is not None:
-            hit = self.close.match_at(s, j, eof)
-            if hit == PARTIAL and not eof:
-                return j if j > i else -1
-            if isinstance(hit, tuple):
-                self.done = True  # an empty tag is skipped, as in the reference
-                return hit[1]
+        end = self.close_at(s, j, eof)
+        if end == WAIT:
+            return j if j > i else -1
+        if end >= 0:
+            self.done = True  # an empty tag is skipped, as in the reference
+            return end
         if s[j] == "{" and (state == _PRE or self.spec.multi):
             self._begin_object()
             return j
@@ -237,23 +401,19 @@ class JsonCallBody(Body):
             return j
         if state == _PRE:
             self.sink.begin()
-            self.junk_reason = "expected a JSON object with 'name' and 'arguments'"
-        self.state = _JUNK
+            self._junk("expected a JSON object with 'name' and 'arguments'")
+        else:
+            self._skip_noise()
         return j
-
-    def wake_chars(self) -> tuple[str, str] | None:
-        if self.state == _OBJ and self.started:
-            return "}", self._interrupts[:1] or "}"
-        return None
 
     def _begin_object(self) -> None:
         spec = self.spec
         self.scanner = JsonScanner(
             name_keys=frozenset({"name"}),
             args_keys=frozenset(spec.args_keys),
-            interrupts=self._interrupts,
+            interrupts=self.interrupts,
         )
-        self.state = _OBJ
+        self.state = SCAN
         self.started = False
         self.committed = not spec.candidate
         self.pending = []
@@ -261,9 +421,7 @@ class JsonCallBody(Body):
         if self.committed:
             self.sink.begin()
 
-    def _drain(self) -> None:
-        scanner = self.scanner
-        assert scanner is not None
+    def _drain(self, scanner: JsonScanner) -> None:
         if (
             not self.started
             and scanner.name is not None
@@ -281,62 +439,28 @@ class JsonCallBody(Body):
             self.pending = []
         if scanner.frags:
             if self.started:
-                for fragment in scanner.frags:
-                    self.sink.fragment(fragment)
+                super()._drain(scanner)
             else:
                 self.pending.extend(scanner.frags)
-            scanner.frags.clear()
+                scanner.frags.clear()
 
-    def _scan(self, s: str, i: int, eof: bool) -> int:
-        scanner = self.scanner
-        assert scanner is not None
-        k = scanner.scan(s, i)
-        self._drain()
-        if scanner.done:
-            self._complete()
-            return k
-        if not scanner.stopped:
-            return k
-        if self.close is not None:
-            hit = self.close.match_at(s, k, eof)
-            if hit == PARTIAL and not eof:
-                return k if k > i else -1
-            if isinstance(hit, tuple):
-                if not self.committed:
-                    self._reject(relex=True)
-                    return k
-                self.sink.invalid(
-                    "the JSON object is incomplete (closing marker reached first)",
-                    scanner.text(),
-                    scanner.name,
-                )
-                self.done = True
-                return hit[1]
-        if not self.committed:
-            self._reject(relex=True)
-            return k
-        self.junk_reason = f"invalid JSON: unexpected {s[k]!r} after {_tail(scanner.text())!r}"
-        self.junk = [scanner.text()]
-        self.state = _JUNK
-        return k
-
-    def _reject(self, *, relex: bool) -> None:
-        assert self.scanner is not None
-        self.sink.reject(self.scanner.text(), relex=relex)
+    def _reject(self, text: str, *, relex: bool) -> None:
+        self.sink.reject(text, relex=relex)
         self.done = True
 
-    def _complete(self) -> None:
-        scanner = self.scanner
-        assert scanner is not None
+    def _decoded(self, scanner: JsonScanner) -> None:
         text = scanner.text()
         self.state = _AFTER
         if self.close is None:
             self.done = True
         try:
-            obj: JSON = loads(text)
+            obj: JSON = self._loads(scanner)
         except ValueError as exc:
             if not self.committed:
-                self._reject(relex=True)
+                # Not JSON: content, lexed again from its second character (as the
+                # reference's raw_decode loop). Too deep: valid JSON, just no call; its
+                # inside is not looked at again (re-lexing it would cost quadratic time).
+                self._reject(text, relex=not scanner.too_deep)
                 return
             self._fail(f"invalid JSON: {exc}", text)
             return
@@ -348,7 +472,7 @@ class JsonCallBody(Body):
                 and name_problem(obj["name"]) is None
                 and any(k in obj for k in spec.args_keys)
             ):
-                self._reject(relex=False)
+                self._reject(text, relex=False)
                 return
             self.committed = True
             self.sink.begin()
@@ -379,22 +503,18 @@ class JsonCallBody(Body):
         self.sink.invalid(reason, raw, name or self.name)
 
     def at_eof(self) -> None:
-        if self.state == _OBJ:
+        if self.state == SCAN:
             assert self.scanner is not None
             if not self.committed:
-                self._reject(relex=True)
+                self._reject(self.scanner.text(), relex=True)
             else:
                 self.sink.truncated(self.scanner.text(), self.name)
         elif self.state == _PRE:
             self.sink.begin()
             self.sink.truncated("", None)
-        elif self.state == _JUNK:
+        elif self.state == JUNK:
             self._eof_junk()
         self.done = True
-
-
-def _tail(text: str, size: int = 40) -> str:
-    return text if len(text) <= size else "..." + text[-size:]
 
 
 # --------------------------------------------------------------------- name, then JSON object
@@ -431,31 +551,21 @@ class NamedJsonSpec:
         return (*self.name_end, *self.close, *self.prefix, *self.id_marker)
 
 
-_N_PREFIX, _N_NAME, _N_ID, _N_PRE_ARGS, _N_OBJ, _N_POST, _N_JUNK = range(7)
+_N_PREFIX, _N_NAME, _N_ID, _N_PRE_ARGS, _N_POST = range(5)
 _FENCES = (("```json", "fence"), ("```JSON", "fence"), ("```", "fence"))
 
 
-class NamedJsonBody(Body):
+class NamedJsonBody(_JsonBody):
     """State machine for :class:`NamedJsonSpec`."""
 
-    __slots__ = (
-        "_header",
-        "_name_markers",
-        "_pre_args",
-        "native_id",
-        "parts",
-        "scanner",
-        "spec",
-        "state",
-    )
+    __slots__ = ("_header", "_name_markers", "_pre_args", "native_id", "spec")
+
+    what = "arguments JSON"
 
     def __init__(self, spec: NamedJsonSpec, sink: CallSink) -> None:
-        super().__init__(sink, spec.close)
+        super().__init__(sink, spec.close, _N_PREFIX if spec.prefix else _N_NAME)
         self.spec = spec
-        self.state = _N_PREFIX if spec.prefix else _N_NAME
-        self.parts: list[str] = []
         self.native_id: str | None = None
-        self.scanner: JsonScanner | None = None
         pairs = (
             *_roles("end", spec.name_end),
             *_roles("close", spec.close),
@@ -469,82 +579,24 @@ class NamedJsonBody(Body):
         self._pre_args = marker_set(pre) if pre else None
         sink.begin()
 
-    def consume(self, s: str, i: int, eof: bool) -> int:
+    def _step(self, s: str, i: int, eof: bool) -> int:
         state = self.state
-        if state == _N_OBJ:
-            return self._scan(s, i, eof)
-        if state == _N_JUNK:
-            return self._skip_to_close(s, i, eof)
         if state == _N_PREFIX:
             assert self._header is not None
-            m = self._header.search(s, i)
-            if m is None:
-                j = len(s) if eof else self._header.safe_end(s, i)
-                return j if j > i else -1
+            k, role, end = self._collect(self._header, s, i, eof, keep=False)
+            if role is None:
+                return k
             self.state = _N_NAME
-            return m.end()
+            return end
         if state in (_N_NAME, _N_ID):
-            if not self.parts:
-                j = skip_ws(s, i)
-                if j > i:
-                    return j
-            markers = self._name_markers
-            m = markers.search(s, i)
-            if m is None:
-                j = len(s) if eof else markers.safe_end(s, i)
-                self.parts.append(s[i:j])
-                if sum(len(p) for p in self.parts) > NAME_MAX_CHARS:
-                    self._junk("no end of the tool name in sight")
-                return j if j > i else -1
-            self.parts.append(s[i : m.start()])
-            text = "".join(self.parts).strip()
-            self.parts = []
-            role = markers.roles[m.group()]
-            if state == _N_ID:
-                self.native_id = text or None
-                if role == "id":  # a second id marker: malformed
-                    self._junk("unexpected call-id marker")
-                    return m.end()
-            elif not self._named(text):
-                return m.end() if role not in ("brace", "close") else m.start()
-            if role == "id" and state == _N_NAME:
-                self.state = _N_ID
-                return m.end()
-            if role == "close":
-                self.sink.seal(self.name or "", {}, self.native_id)
-                self.done = True
-                return m.end()
-            self.state = _N_PRE_ARGS
-            return m.start() if role in ("brace", "fence") else m.end()
+            return self._header_text(s, i, eof)
         if state == _N_PRE_ARGS:
-            j = skip_ws(s, i)
-            if j >= len(s):
-                return j
-            if s[j] == "{":
-                self.scanner = JsonScanner(
-                    interrupts="".join(sorted({c[0] for c in self.spec.close})),
-                    whole_is_arguments=True,
-                )
-                self.state = _N_OBJ
-                return j
-            if self._pre_args is not None:
-                hit = self._pre_args.match_at(s, j, eof)
-                if hit == PARTIAL and not eof:
-                    return j if j > i else -1
-                if isinstance(hit, tuple):
-                    role, end = hit
-                    if role == "fence":
-                        return end
-                    self.sink.seal(self.name or "", {}, self.native_id)
-                    self.done = True
-                    return end
-            self._junk("expected a JSON object with the arguments")
-            return j
+            return self._pre_arguments(s, i, eof)
         # _N_POST: after the arguments, up to the closing marker.
-        j = skip_ws(s, i)
         if self.close is None:
             self.done = True
             return i
+        j = skip_ws(s, i)
         if j >= len(s):
             return j
         if self.spec.fence and s.startswith("`", j):
@@ -554,20 +606,65 @@ class NamedJsonBody(Body):
             if k == len(s) and not eof and k - j < 3:
                 return j if j > i else -1
             return k
-        hit = self.close.match_at(s, j, eof)
-        if hit == PARTIAL and not eof:
+        end = self.close_at(s, j, eof)
+        if end == WAIT:
             return j if j > i else -1
-        if isinstance(hit, tuple):
+        if end >= 0:
             self.done = True
-            return hit[1]
-        self.junk_reason = None  # noise after a finished call: skip it
-        self.state = _N_JUNK
+            return end
+        self._skip_noise()
         return j
 
-    def wake_chars(self) -> tuple[str, str] | None:
-        if self.state == _N_OBJ:
-            return "}", self.spec.close[0][0] if self.spec.close else "}"
-        return None
+    def _header_text(self, s: str, i: int, eof: bool) -> int:
+        """The name (state ``_N_NAME``) or the model's call id (``_N_ID``)."""
+        if not self.parts:
+            j = skip_ws(s, i)
+            if j > i:
+                return j
+        k, role, end = self._name_text(self._name_markers, s, i, eof)
+        if role is None:
+            return k
+        text = self._take().strip()
+        if self.state == _N_ID:
+            self.native_id = text or None
+            if role == "id":  # a second id marker: malformed
+                self._junk("unexpected call-id marker")
+                return end
+        elif not self._named(text):
+            return end if role not in ("brace", "close") else k
+        if role == "id" and self.state == _N_NAME:
+            self.state = _N_ID
+            return end
+        if role == "close":
+            self.sink.seal(self.name or "", {}, self.native_id)
+            self.done = True
+            return end
+        self.state = _N_PRE_ARGS
+        return k if role in ("brace", "fence") else end
+
+    def _pre_arguments(self, s: str, i: int, eof: bool) -> int:
+        """Between the name and the arguments: a fence may open, a close ends a bare call."""
+        j = skip_ws(s, i)
+        if j >= len(s):
+            return j
+        if s[j] == "{":
+            self.scanner = JsonScanner(interrupts=self.interrupts, whole_is_arguments=True)
+            self.state = SCAN
+            self.started = True
+            return j
+        if self._pre_args is not None:
+            hit = self._pre_args.match_at(s, j, eof)
+            if hit == PARTIAL:
+                return j if j > i else -1
+            if isinstance(hit, tuple):
+                role, end = hit
+                if role == "fence":
+                    return end
+                self.sink.seal(self.name or "", {}, self.native_id)
+                self.done = True
+                return end
+        self._junk("expected a JSON object with the arguments")
+        return j
 
     def _named(self, header: str) -> bool:
         if self.spec.name_from_id is not None and header:
@@ -575,60 +672,24 @@ class NamedJsonBody(Body):
             self.native_id = native
         else:
             name = header
-        problem = name_problem(name)
-        if problem is not None:
-            self._junk(problem, header)
-            return False
-        self.name = name
-        self.sink.start(name, self.native_id)
-        return True
+        return self._accept_name(name, header, self.native_id)
 
-    def _junk(self, reason: str, raw: str = "") -> None:
-        self.junk_reason = reason
-        self.junk = [raw, *self.parts]
-        self.parts = []
-        self.state = _N_JUNK
-
-    def _scan(self, s: str, i: int, eof: bool) -> int:
-        scanner = self.scanner
-        assert scanner is not None
-        k = scanner.scan(s, i)
-        for fragment in scanner.frags:
-            self.sink.fragment(fragment)
-        scanner.frags.clear()
-        if scanner.done:
-            self.state = _N_POST
-            text = scanner.text()
-            try:
-                arguments = loads(text)
-            except ValueError as exc:
-                self.sink.invalid(f"invalid JSON arguments: {exc}", text, self.name)
-                return k
-            if not isinstance(arguments, dict):
-                self.sink.invalid("the arguments must be a JSON object", text, self.name)
-                return k
-            self.sink.seal(self.name or "", arguments, self.native_id)
-            return k
-        if not scanner.stopped:
-            return k
-        if self.close is not None:
-            hit = self.close.match_at(s, k, eof)
-            if hit == PARTIAL and not eof:
-                return k if k > i else -1
-            if isinstance(hit, tuple):
-                self.sink.invalid(
-                    "the arguments JSON is incomplete (closing marker reached first)",
-                    scanner.text(),
-                    self.name,
-                )
-                self.done = True
-                return hit[1]
-        self._junk(f"invalid JSON arguments: unexpected {s[k]!r}", scanner.text())
-        return k
+    def _decoded(self, scanner: JsonScanner) -> None:
+        self.state = _N_POST
+        text = scanner.text()
+        try:
+            arguments = self._loads(scanner)
+        except ValueError as exc:
+            self.sink.invalid(f"invalid JSON arguments: {exc}", text, self.name)
+            return
+        if not isinstance(arguments, dict):
+            self.sink.invalid("the arguments must be a JSON object", text, self.name)
+            return
+        self.sink.seal(self.name or "", arguments, self.native_id)
 
     def at_eof(self) -> None:
         state = self.state
-        if state == _N_JUNK:
+        if state == JUNK:
             self._eof_junk()
         elif state != _N_POST:
             raw = self.scanner.text() if self.scanner is not None else "".join(self.parts)
@@ -659,12 +720,11 @@ _M_START, _M_ARRAY, _M_SUB = range(3)
 class MistralBody(Body):
     """State machine for :class:`MistralSpec`."""
 
-    __slots__ = ("in_array", "spec", "state", "sub")
+    __slots__ = ("in_array", "spec", "sub")
 
     def __init__(self, spec: MistralSpec, sink: CallSink) -> None:
-        super().__init__(sink, ())
+        super().__init__(sink, (), _M_START)
         self.spec = spec
-        self.state = _M_START
         self.sub: Body | None = None
         self.in_array = False
 

@@ -23,8 +23,9 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
-from hermes_async.inference.tokenizer import Tokenizer
+from hermes_async._json import scrub_text
 from hermes_async.jsontypes import JSONObject
 from hermes_async.parsers._bodies import Body, BodySpec
 from hermes_async.parsers._scan import Markers
@@ -42,13 +43,23 @@ from hermes_async.parsers.types import (
     ToolCallTruncated,
 )
 
+if TYPE_CHECKING:  # typing only: importing the parsers must not import the inference layer
+    from hermes_async.inference.tokenizer import Tokenizer
+
 __all__ = ["Format", "ToolCallParser"]
 
 _CONTENT, _THINK, _SECTION, _CALL = range(4)
 #: Most chunks the deferred-scan fast path holds before scanning anyway (bounds how late an
-#: argument preview fragment can be; at one token per chunk, about 200 characters).
-_LAZY_MAX_CHUNKS = 48
-#: A lexer step that consumes nothing must change state; this many in a row is a bug.
+#: argument preview fragment can be; at one token per chunk, about 540 characters; sealing is
+#: never deferred: a `}` or a closing marker's first character wakes the scan at once).
+_LAZY_MAX_CHUNKS = 128
+#: The text re-lexed after rejected bare-JSON candidates is capped at this many times the
+#: stream offset plus ``_RELEX_FREE_CHARS`` (see ``ToolCallParser.reject``).
+_RELEX_FACTOR = 4
+_RELEX_FREE_CHARS = 4096
+#: A lexer step that consumes nothing must change state, and no chain of such steps is longer
+#: than a few (content -> call -> object -> junk -> content); past this many in a row the engine
+#: forces progress itself (see ``_force_progress``) rather than trust a body.
 _MAX_STALLED_STEPS = 16
 
 
@@ -145,54 +156,77 @@ class ToolCallParser:
     with a ``tokenizer``: markers that arrive only as ids are then put back into the text.
     Markers spelled out in ordinary tokens (constrained decoding) are recognized the same way.
 
+    A parser class for the registry (:func:`~hermes_async.parsers.register_parser`) is a
+    subclass that sets :attr:`FORMAT`; it is then constructed as ``cls(tools=...,
+    tokenizer=...)``.
+
     Args:
-        fmt: The format description.
+        fmt: The format description; default: the class's :attr:`FORMAT`.
         tools: OpenAI-style tool definitions; the XML formats type parameter values from them.
         tokenizer: Used only to map special token ids back to marker text.
         schemas: Pre-built schemas (internal; lets :meth:`parse` skip rebuilding them).
+
+    Raises:
+        TypeError: No format: neither ``fmt`` nor the class's :attr:`FORMAT`.
     """
+
+    #: The format a registered subclass runs (None on this base class).
+    FORMAT: ClassVar[Format | None] = None
 
     __slots__ = (
         "_attempt",
         "_body",
         "_c",
+        "_call_at",
         "_calls",
         "_finished",
         "_held",
         "_id_floor",
         "_invalid",
-        "_lazy",
         "_marker_ids",
         "_mode",
         "_new_id",
         "_next_index",
+        "_offset",
+        "_others",
         "_out",
         "_parent",
         "_pending",
         "_relex",
+        "_relexed",
         "_result",
         "_segments",
         "_tokenizer",
         "_tools",
         "_truncated",
+        "_wake",
+        "_wake2",
         "format",
         "schemas",
     )
 
     def __init__(
         self,
-        fmt: Format,
+        fmt: Format | None = None,
         *,
         tools: Sequence[JSONObject] | None = None,
         tokenizer: Tokenizer | None = None,
         schemas: ToolSchemas | None = None,
     ) -> None:
+        if fmt is None:
+            fmt = self.FORMAT
+            if fmt is None:
+                raise TypeError(
+                    f"{type(self).__name__} has no format: pass a Format, or subclass "
+                    "ToolCallParser with FORMAT = Format(...)"
+                )
         self.format = fmt
         self._tools = tools
         self._tokenizer = tokenizer
         self.schemas = schemas if schemas is not None else ToolSchemas(tools)
         self._c = _compile(fmt)
         self._marker_ids: dict[int, str] = {}
+        self._others: frozenset[int] | None = None
         if tokenizer is not None:
             specials = tokenizer.special_tokens
             self._marker_ids = {specials[s]: s for s in self._c.spellings if s in specials}
@@ -204,6 +238,11 @@ class ToolCallParser:
         self._held = ""
         self._body: Body | None = None
         self._relex: str | None = None
+        # Stream offset of the next text to lex, where the current call opened, and how much
+        # text was lexed again (bare-JSON candidates that were not JSON; see reject()).
+        self._offset = 0
+        self._call_at = 0
+        self._relexed = 0
         self._out: list[ParserEvent] = []
         self._segments: list[list[str]] = [[]]
         self._calls: list[ToolCall] = []
@@ -214,7 +253,8 @@ class ToolCallParser:
         self._finished = False
         self._result: ParseResult | None = None
         # Deferred-scan fast path (see feed()): wake characters, and the chunks deferred.
-        self._lazy: tuple[str, str] | None = None
+        self._wake: str | None = None
+        self._wake2 = ""
         self._pending: list[str] = []
 
     @property
@@ -248,12 +288,15 @@ class ToolCallParser:
         Raises:
             ValueError: :meth:`finish` was already called.
         """
-        lazy = self._lazy
+        wake = self._wake
         if (
-            lazy is not None
-            and lazy[0] not in text
-            and lazy[1] not in text
-            and (not token_ids or max(token_ids) < self._id_floor)
+            wake is not None
+            and wake not in text
+            and self._wake2 not in text
+            and (
+                not token_ids
+                or (token_ids[0] if len(token_ids) == 1 else max(token_ids)) < self._id_floor
+            )
         ):
             # Fast path, inside a started call's JSON: a chunk without '}' cannot end the
             # object and one without the closing marker's first character cannot start the
@@ -280,13 +323,20 @@ class ToolCallParser:
             and self._c.content_first.search(text) is None
         ):
             # Fast path: plain text with no character that could start a marker.
+            if not text.isascii():
+                text = scrub_text(text)
             self._segments[-1].append(text)
+            self._offset += len(text)
             return [ContentDelta(text)]
         if not no_marker_ids:
             text = self._restore_markers(text, token_ids or ())
         if self._pending:
             text = "".join(self._pending) + text
             self._pending = []
+        # Lone surrogates cannot be encoded (request bodies, JSONL): U+FFFD, character by
+        # character, so where a chunk ends does not matter. Markers are never surrogates.
+        if not text.isascii():
+            text = scrub_text(text)
         out: list[ParserEvent] = []
         self._out = out
         if text:
@@ -304,7 +354,7 @@ class ToolCallParser:
             return self._result
         out: list[ParserEvent] = []
         self._out = out
-        self._run("".join(self._pending), eof=True)
+        self._run(scrub_text("".join(self._pending)), eof=True)
         self._pending = []
         self._finished = True
         self._result = ParseResult(
@@ -319,8 +369,13 @@ class ToolCallParser:
     # ------------------------------------------------------------------ lexing
 
     def _run(self, text: str, *, eof: bool) -> None:
+        # Every step consumes text, holds it for the next chunk, or changes state without
+        # consuming (a call opens, a body moves on). No chain of the last kind is longer than
+        # a few steps with the built-in formats; past _MAX_STALLED_STEPS the engine moves on by
+        # itself (_force_progress), so this loop ends for any input whatever a body does.
         s = self._held + text if self._held else text
         self._held = ""
+        base = self._offset  # stream offset of s[0]
         i = 0
         stalled = 0
         while True:
@@ -329,8 +384,7 @@ class ToolCallParser:
                     self._body.at_eof()
                     self._end_body()
                     if self._relex is not None:
-                        s, i = self._relex, 0
-                        self._relex = None
+                        s, i, base = self._relexed_text(s, len(s), base)
                         continue
                 break
             mode = self._mode
@@ -342,41 +396,78 @@ class ToolCallParser:
                     self._end_body()
             elif mode == _CONTENT:
                 j = self._lex_content(s, i, eof)
+                if self._mode == _CALL:
+                    self._call_at = base + j
             elif mode == _THINK:
                 j = self._lex_think(s, i, eof)
             else:
                 j = self._lex_section(s, i, eof)
             if self._relex is not None:
-                s, i = self._relex + s[max(j, i) :], 0
-                self._relex = None
+                # Not a call after all: its first character went out as content (progress),
+                # the rest is lexed again.
+                s, i, base = self._relexed_text(s, max(j, i), base)
+                stalled = 0
                 continue
-            if j < 0:
+            if j > i:
+                i = j
+                stalled = 0
+            elif j < 0 and not eof:
                 self._held = s[i:]
                 break
-            if j == i:
-                stalled += 1
-                if stalled > _MAX_STALLED_STEPS:  # pragma: no cover - a body bug
-                    raise RuntimeError(
-                        f"{self.format.name} parser made no progress at {s[i : i + 40]!r}"
-                    )
             else:
-                stalled = 0
-            i = j
+                stalled += 1
+                if stalled > _MAX_STALLED_STEPS:  # only a body bug (a user format may have one)
+                    self._force_progress(s[i])
+                    i += 1
+                    stalled = 0
+        self._offset = base + min(i, len(s))
         body = self._body
-        self._lazy = body.wake_chars() if body is not None and not self._held else None
+        wake = body.wake_chars() if body is not None and not self._held else None
+        self._wake, self._wake2 = wake if wake is not None else (None, "")
+
+    def _relexed_text(self, s: str, k: int, base: int) -> tuple[str, int, int]:
+        """``(s, i, base)`` to lex the rejected candidate's text (ending at ``s[k]``) again.
+
+        The text usually lies in ``s`` just before ``k`` (the candidate began in this chunk):
+        then lexing steps back, without building ``text + s[k:]`` (a copy of the rest per
+        rejected ``{``, quadratic over a long run of them).
+        """
+        relex = self._relex
+        assert relex is not None
+        self._relex = None
+        start = k - len(relex)
+        if start >= 0 and s.startswith(relex, start):
+            return s, start, base
+        return relex + s[k:], 0, base + start
+
+    def _force_progress(self, char: str) -> None:
+        """A body stopped consuming: end it (invalid, if it had begun a call), pass ``char`` on."""
+        if self._mode == _CALL:
+            if self._attempt is not None:
+                self.invalid("the parser could not read this call", "")
+            self._mode = self._parent
+            self._body = None
+            self._attempt = None
+        self._emit(char, reasoning=self._mode == _THINK)
+
+    def _upto(
+        self, markers: Markers, s: str, i: int, eof: bool, reasoning: bool = False
+    ) -> tuple[re.Match[str] | None, int]:
+        """Emit ``s[i:]`` up to the next marker: ``(match, start)``, or ``(None, where the
+        text stops)`` (-1: hold the rest for the next chunk)."""
+        m = markers.search(s, i)
+        j = m.start() if m is not None else markers.free_end(s, i, eof)
+        if j > i:
+            self._emit(s[i:j], reasoning=reasoning)
+        elif m is None:
+            j = -1
+        return m, j
 
     def _lex_content(self, s: str, i: int, eof: bool) -> int:
         markers = self._c.content
-        m = markers.search(s, i)
+        m, j = self._upto(markers, s, i, eof)
         if m is None:
-            j = len(s) if eof else markers.safe_end(s, i)
-            if j > i:
-                self._emit(s[i:j])
-                return j
-            return -1
-        start = m.start()
-        if start > i:
-            self._emit(s[i:start])
+            return j
         role = markers.roles[m.group()]
         if role == "think":
             self._emit(m.group(), reasoning=True)
@@ -386,35 +477,24 @@ class ToolCallParser:
         elif role == "call":
             self._open_call(_CONTENT)
             if self.format.keep_call_open:
-                return start
+                return j
         return m.end()
 
     def _lex_think(self, s: str, i: int, eof: bool) -> int:
-        markers = self._c.think_close
-        assert markers is not None
-        m = markers.search(s, i)
+        assert self._c.think_close is not None
+        m, j = self._upto(self._c.think_close, s, i, eof, reasoning=True)
         if m is None:
-            j = len(s) if eof else markers.safe_end(s, i)
-            if j > i:
-                self._emit(s[i:j], reasoning=True)
-                return j
-            return -1
-        self._emit(s[i : m.end()], reasoning=True)
+            return j
+        self._emit(m.group(), reasoning=True)
         self._mode = _CONTENT
         return m.end()
 
     def _lex_section(self, s: str, i: int, eof: bool) -> int:
         markers = self._c.section
         assert markers is not None
-        m = markers.search(s, i)
+        m, j = self._upto(markers, s, i, eof)
         if m is None:
-            j = len(s) if eof else markers.safe_end(s, i)
-            if j > i:
-                self._emit(s[i:j])
-                return j
-            return -1
-        if m.start() > i:
-            self._emit(s[i : m.start()])
+            return j
         if markers.roles[m.group()] == "call":
             self._open_call(_SECTION)
         else:
@@ -471,7 +551,14 @@ class ToolCallParser:
                 run.append(token)
                 continue
             if run:
-                decoded = tokenizer.decode(run)
+                try:
+                    decoded = tokenizer.decode(run)
+                    if not text.startswith(decoded, pos):
+                        # A decoder that skips special tokens skipped the others too.
+                        others = self._other_special_ids()
+                        decoded = tokenizer.decode([t for t in run if t not in others])
+                except Exception:  # ids are model output: a tokenizer may refuse odd ones
+                    return text
                 run = []
                 if not text.startswith(decoded, pos):
                     return text  # cannot align (a character split across chunks): trust text
@@ -483,6 +570,15 @@ class ToolCallParser:
                     pos += len(marker)
                 out.append(marker)
         return "".join(out) if pos == len(text) else text
+
+    def _other_special_ids(self) -> frozenset[int]:
+        """The tokenizer's special ids that are not this format's markers (computed once)."""
+        others = self._others
+        if others is None:
+            assert self._tokenizer is not None
+            specials = self._tokenizer.special_tokens.values()
+            others = self._others = frozenset(specials) - self._marker_ids.keys()
+        return others
 
     # ------------------------------------------------------------------ CallSink
 
@@ -549,9 +645,20 @@ class ToolCallParser:
         self._attempt = None
 
     def reject(self, text: str, *, relex: bool) -> None:
-        """Not a call after all: the text is content (re-lexed after its first character)."""
+        """Not a call after all: the text is content (re-lexed after its first character).
+
+        Re-lexing finds a call inside text that was not JSON (as the reference's ``raw_decode``
+        loop does), but each re-lex scans its text again: ``{"a":`` repeated n times, never
+        closed, would cost n²/2. So the text re-lexed over a stream is capped at
+        ``_RELEX_FACTOR`` times the stream offset of the candidate plus ``_RELEX_FREE_CHARS``
+        (linear work; the offset, unlike the chunks, is the same for every split); past the
+        cap a rejected candidate stays plain content.
+        """
         self._attempt = None
-        if relex:
+        if relex and self._relexed + len(text) <= (
+            _RELEX_FACTOR * self._call_at + _RELEX_FREE_CHARS
+        ):
+            self._relexed += len(text)
             self._emit(text[:1])
             self._relex = text[1:]
         else:

@@ -11,6 +11,8 @@ import json
 import re
 from collections.abc import Mapping
 
+from hermes_async._json import MAX_JSON_DEPTH, scrub_text
+
 __all__ = ["PARTIAL", "JsonScanner", "Markers"]
 
 #: ``Markers.match_at`` result: the text ends inside a marker spelling; wait for more.
@@ -41,6 +43,10 @@ class Markers:
     def search(self, s: str, i: int) -> re.Match[str] | None:
         """The earliest full marker in ``s[i:]``."""
         return self._find.search(s, i)
+
+    def free_end(self, s: str, i: int, eof: bool) -> int:
+        """How far ``s[i:]``, which holds no full marker, can be released (all of it at eof)."""
+        return len(s) if eof else self.safe_end(s, i)
 
     def safe_end(self, s: str, i: int) -> int:
         """Index up to which ``s[i:]`` holds no start of a marker that may continue later.
@@ -117,6 +123,9 @@ class JsonScanner:
     character that cannot continue the object at the top level, or on one of ``interrupts``
     outside a string at any depth (the first characters of a closing marker: ``<`` is never
     valid JSON outside a string, so the engine can check for ``</tool_call>`` there).
+
+    Nesting deeper than :data:`~hermes_async._json.MAX_JSON_DEPTH` sets ``too_deep`` (the scan
+    itself is iterative and goes on): the finished text must not be handed to ``json.loads``.
     """
 
     __slots__ = (
@@ -139,6 +148,7 @@ class JsonScanner:
         "name_keys",
         "parts",
         "stopped",
+        "too_deep",
     )
 
     def __init__(
@@ -159,6 +169,7 @@ class JsonScanner:
         self.esc = False
         self.done = False
         self.stopped = False
+        self.too_deep = False
         self.parts: list[str] = []
         self.frags: list[str] = []
         self.name: str | None = None
@@ -183,15 +194,19 @@ class JsonScanner:
         n = len(s)
         start = i
         self.stopped = False
+        # The hot state in locals (written back after the loop); searches bound once.
+        depth, in_str, esc = self.depth, self.in_str, self.esc
+        string_stop = _STRING_STOP.search
+        deep = self._deep.search
         fs = i if self.in_args else -1
         cs = i if self._cap is not None else -1
         while i < n:
-            if self.in_str:
-                if self.esc:
-                    self.esc = False
+            if in_str:
+                if esc:
+                    esc = False
                     i += 1
                     continue
-                m = _STRING_STOP.search(s, i)
+                m = string_stop(s, i)
                 if m is None:
                     i = n
                     break
@@ -200,18 +215,18 @@ class JsonScanner:
                     if j + 1 < n:
                         i = j + 2
                     else:
-                        self.esc = True
+                        esc = True
                         i = n
                     continue
-                self.in_str = False
+                in_str = False
                 i = j + 1
-                if self.depth == 1:
+                if depth == 1:
                     value: str | None = None
                     if self._cap is not None:
                         self._cap.append(s[cs:j])
                         cs = -1
                         try:
-                            value = json.loads('"' + "".join(self._cap) + '"')
+                            value = scrub_text(json.loads('"' + "".join(self._cap) + '"'))
                         except ValueError:
                             value = None
                         self._cap = None
@@ -227,20 +242,22 @@ class JsonScanner:
                             self.in_args = False
                         self._state = _COMMA_OR_END
                 continue
-            if self.depth >= 2:
-                m = self._deep.search(s, i)
+            if depth >= 2:
+                m = deep(s, i)
                 if m is None:
                     i = n
                     break
                 j = m.start()
                 c = s[j]
                 if c == '"':
-                    self.in_str = True
+                    in_str = True
                 elif c == "{" or c == "[":
-                    self.depth += 1
+                    depth += 1
+                    if depth > MAX_JSON_DEPTH:
+                        self.too_deep = True
                 elif c == "}" or c == "]":
-                    self.depth -= 1
-                    if self.depth == 1:
+                    depth -= 1
+                    if depth == 1:
                         if self.in_args:
                             self._frag(s, fs, j + 1)
                             fs = -1
@@ -255,14 +272,14 @@ class JsonScanner:
             c = s[i]
             state = self._state
             if c in _WS:
-                if self.depth == 1 and state == _SCALAR:
+                if depth == 1 and state == _SCALAR:
                     self._end_scalar(s, fs, i)
                     fs = -1
                 i += 1
                 continue
-            if self.depth == 0:
+            if depth == 0:
                 if c == "{":
-                    self.depth = 1
+                    depth = 1
                     self._state = _KEY_OR_END
                     i += 1
                     continue
@@ -279,17 +296,17 @@ class JsonScanner:
                 else:
                     i += 1
                     continue
+            if c == "}" and state in (_KEY_OR_END, _COMMA_OR_END):
+                depth = 0
+                self.done = True
+                i += 1
+                break
             if state in (_KEY_OR_END, _KEY):
                 if c == '"':
-                    self.in_str = True
+                    in_str = True
                     self._role = _ROLE_KEY
                     self._cap = []
                     cs = i + 1
-                elif c == "}" and state == _KEY_OR_END:
-                    self.depth = 0
-                    self.done = True
-                    i += 1
-                    break
                 else:
                     self.stopped = True
                     break
@@ -305,7 +322,7 @@ class JsonScanner:
                     self.in_args = True
                     fs = i
                 if c == '"':
-                    self.in_str = True
+                    in_str = True
                     if key is not None and key in self.name_keys and self.name is None:
                         self._role = _ROLE_NAME
                         self._cap = []
@@ -313,7 +330,7 @@ class JsonScanner:
                     else:
                         self._role = _ROLE_VALUE
                 elif c == "{" or c == "[":
-                    self.depth = 2
+                    depth = 2
                 elif c in _SCALAR_START:
                     self._state = _SCALAR
                 else:
@@ -321,17 +338,12 @@ class JsonScanner:
                     self.stopped = True
                     break
             else:  # _COMMA_OR_END
-                if c == ",":
-                    self._state = _KEY
-                elif c == "}":
-                    self.depth = 0
-                    self.done = True
-                    i += 1
-                    break
-                else:
+                if c != ",":
                     self.stopped = True
                     break
+                self._state = _KEY
             i += 1
+        self.depth, self.in_str, self.esc = depth, in_str, esc
         if i > start:
             self.parts.append(s[start:i])
             if self._frag_all:

@@ -10,6 +10,7 @@ import string
 import uuid
 from collections.abc import Mapping, Sequence
 
+from hermes_async._json import loads
 from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = [
@@ -17,7 +18,6 @@ __all__ = [
     "ToolSchemas",
     "convert_value",
     "decode_arguments",
-    "loads",
     "new_call_id",
     "new_mistral_id",
 ]
@@ -28,15 +28,6 @@ __all__ = [
 LITERAL_EVAL_MAX_CHARS = 10_000
 
 _ALNUM = string.ascii_letters + string.digits
-
-
-def _reject_constant(name: str) -> JSON:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def loads(text: str) -> JSON:
-    """``json.loads`` without the ``NaN``/``Infinity`` extension (other consumers reject it)."""
-    return json.loads(text, parse_constant=_reject_constant)
 
 
 def new_call_id() -> str:
@@ -138,59 +129,48 @@ def _schema_types(schema: JSONObject) -> list[str]:
     return types
 
 
-def _is_json_value(value: object) -> bool:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def _untyped(raw: str) -> JSON:
     """The reference's rule without a schema: JSON, else a Python literal, else the string."""
     text = raw.strip()
     try:
-        value = loads(text)
+        return loads(text)
     except ValueError:
         pass
-    else:
-        if not (isinstance(value, float) and not math.isfinite(value)):
-            return value
     if len(text) <= LITERAL_EVAL_MAX_CHARS:
         try:
-            value = ast.literal_eval(text)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            literal = ast.literal_eval(text)
+            # Through JSON text: tuples become lists, the depth is checked, surrogates
+            # (which json.dumps escapes) are scrubbed; a set or bytes is not JSON.
+            return loads(json.dumps(literal, allow_nan=False))
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, OverflowError):
             pass
-        else:
-            if _is_json_value(value):
-                return json.loads(json.dumps(value))
     return raw
+
+
+def _number(text: str) -> int | float | None:
+    """``text`` as an int if it spells one, else as a finite float, else None."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _as_type(raw: str, kind: str) -> tuple[bool, JSON]:
     text = raw.strip()
     if kind == "string":
         return True, raw
-    if kind == "integer":
-        try:
-            return True, int(text)
-        except ValueError:
-            try:
-                number = float(text)
-            except ValueError:
-                return False, None
-            if number.is_integer():
-                return True, int(number)
+    if kind in ("integer", "number"):
+        number = _number(text)
+        if number is None:
             return False, None
-    if kind == "number":
-        try:
-            return True, int(text)
-        except ValueError:
-            try:
-                number = float(text)
-            except ValueError:
-                return False, None
-            return (True, number) if math.isfinite(number) else (False, None)
+        if kind == "number" or isinstance(number, int):
+            return True, number
+        return (True, int(number)) if number.is_integer() else (False, None)
     if kind == "boolean":
         lowered = text.lower()
         if lowered in ("true", "false"):

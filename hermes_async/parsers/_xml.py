@@ -11,15 +11,8 @@ import json
 from dataclasses import dataclass
 
 from hermes_async.jsontypes import JSON, JSONObject
-from hermes_async.parsers._bodies import (
-    NAME_MAX_CHARS,
-    Body,
-    CallSink,
-    marker_set,
-    name_problem,
-    skip_ws,
-)
-from hermes_async.parsers._scan import PARTIAL, Markers
+from hermes_async.parsers._bodies import JUNK, Body, CallSink, marker_set, skip_ws
+from hermes_async.parsers._scan import PARTIAL
 from hermes_async.parsers._values import convert_value
 
 __all__ = ["GlmSpec", "Qwen3CoderSpec"]
@@ -33,12 +26,11 @@ def _param_fragment(first: bool, key: str, value: JSON) -> str:
 class _XmlBody(Body):
     """Shared parameter bookkeeping of the XML formats."""
 
-    __slots__ = ("key", "params", "parts")
+    __slots__ = ("key", "params")
 
-    def __init__(self, sink: CallSink, close: tuple[str, ...]) -> None:
-        super().__init__(sink, close)
+    def __init__(self, sink: CallSink, close: tuple[str, ...], state: int) -> None:
+        super().__init__(sink, close, state)
         self.params: JSONObject = {}
-        self.parts: list[str] = []
         self.key = ""
         sink.begin()
 
@@ -52,21 +44,6 @@ class _XmlBody(Body):
         self.sink.fragment("}" if self.params else "{}")
         self.sink.seal(self.name or "", self.params)
         self.done = True
-
-    def _collect(self, markers: Markers, s: str, i: int, eof: bool) -> tuple[int, str | None]:
-        """Collect text into ``parts`` up to a marker: ``(index, role)``; role None = need more."""
-        m = markers.search(s, i)
-        if m is None:
-            j = len(s) if eof else markers.safe_end(s, i)
-            self.parts.append(s[i:j])
-            return (j if j > i else -1), None
-        self.parts.append(s[i : m.start()])
-        return m.start(), markers.roles[m.group()]
-
-    def _take(self) -> str:
-        text = "".join(self.parts)
-        self.parts = []
-        return text
 
     def at_eof(self) -> None:
         if self.junk_reason is not None:
@@ -90,7 +67,7 @@ class Qwen3CoderSpec:
         return ("</function>", "</tool_call>", "<parameter=", "</parameter>")
 
 
-_Q_FNAME, _Q_BODY, _Q_PNAME, _Q_VALUE, _Q_VCHECK, _Q_JUNK = range(6)
+_Q_FNAME, _Q_BODY, _Q_PNAME, _Q_VALUE, _Q_VCHECK = range(5)
 _Q_NAME_END = marker_set((("<", "bad"), (">", "end"), ("\n", "bad")))
 _Q_BODY_MARKERS = marker_set(
     (("<parameter=", "param"), ("</function>", "fend"), ("</tool_call>", "tend"))
@@ -113,59 +90,50 @@ class Qwen3CoderBody(_XmlBody):
     contain that literal text (an XML file being written, for example).
     """
 
-    __slots__ = ("pending_close", "state")
+    __slots__ = ("pending_close",)
 
     def __init__(self, sink: CallSink) -> None:
-        super().__init__(sink, ("</function>", "</tool_call>"))
-        self.state = _Q_FNAME
+        super().__init__(sink, ("</function>", "</tool_call>"), _Q_FNAME)
         self.pending_close: list[str] = []
 
     def consume(self, s: str, i: int, eof: bool) -> int:
         state = self.state
         if state in (_Q_FNAME, _Q_PNAME):
-            k, role = self._collect(_Q_NAME_END, s, i, eof)
+            k, role, end = self._name_text(_Q_NAME_END, s, i, eof)
             if role is None:
-                if sum(len(p) for p in self.parts) > NAME_MAX_CHARS:
-                    self._bad_header("no '>' after the name")
                 return k
             text = self._take().strip()
             if role == "bad" or not text:
-                self._bad_header("a '<function=' or '<parameter=' tag without its closing '>'")
+                self._junk("a '<function=' or '<parameter=' tag without its closing '>'", text)
                 return k
             if state == _Q_FNAME:
-                problem = name_problem(text)
-                if problem is not None:
-                    self._bad_header(problem)
-                    return k + 1
-                self.name = text
-                self.sink.start(text)
+                if not self._accept_name(text):
+                    return end
                 self.state = _Q_BODY
             else:
                 self.key = text
                 self.state = _Q_VALUE
-            return k + 1
-        if state == _Q_JUNK:
+            return end
+        if state == JUNK:
             return self._skip_to_close(s, i, eof)
         if state == _Q_BODY:
-            m = _Q_BODY_MARKERS.search(s, i)
-            if m is None:
-                j = len(s) if eof else _Q_BODY_MARKERS.safe_end(s, i)
-                return j if j > i else -1
-            role = _Q_BODY_MARKERS.roles[m.group()]
+            k, role, end = self._collect(_Q_BODY_MARKERS, s, i, eof, keep=False)
+            if role is None:
+                return k
             if role == "param":
                 self.state = _Q_PNAME
             else:
                 self.exit_section = role == "tend"
                 self._seal()
-            return m.end()
+            return end
         if state == _Q_VALUE:
-            k, role = self._collect(_Q_VALUE_MARKERS, s, i, eof)
+            k, role, end = self._collect(_Q_VALUE_MARKERS, s, i, eof)
             if role is None:
                 return k
             if role == "pend":
                 self.pending_close = ["</parameter>"]
                 self.state = _Q_VCHECK
-                return k + len("</parameter>")
+                return end
             self._end_value()
             return k
         # _Q_VCHECK: is the '</parameter>' we saw really the end of the value?
@@ -175,9 +143,9 @@ class Qwen3CoderBody(_XmlBody):
         if j >= len(s):
             return j
         hit = _Q_BODY_MARKERS.match_at(s, j, eof)
-        if hit == PARTIAL and not eof:
+        if hit == PARTIAL:
             return j if j > i else -1
-        if hit is None or hit == PARTIAL:
+        if hit is None:
             self.parts.extend(self.pending_close)  # literal text inside the value
             self.pending_close = []
             self.state = _Q_VALUE
@@ -194,11 +162,6 @@ class Qwen3CoderBody(_XmlBody):
         self._set_param(raw)
         self.pending_close = []
         self.state = _Q_BODY
-
-    def _bad_header(self, reason: str) -> None:
-        self.junk_reason = reason
-        self.junk = [self._take()]
-        self.state = _Q_JUNK
 
     def at_eof(self) -> None:
         if self.state == _Q_VCHECK:
@@ -217,7 +180,7 @@ class GlmSpec:
         return ("</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 
 
-_G_NAME, _G_ARGS, _G_KEY, _G_PREVAL, _G_VALUE, _G_JUNK = range(6)
+_G_NAME, _G_ARGS, _G_KEY, _G_PREVAL, _G_VALUE = range(5)
 _G_NAME_MARKERS = marker_set(
     (("\n", "end"), ("<arg_key>", "stop"), ("</tool_call>", "stop"), ("<arg_value>", "stop"))
 )
@@ -237,57 +200,48 @@ class GlmBody(_XmlBody):
     skipped. A call with no arguments (``<tool_call>ping</tool_call>``) is kept.
     """
 
-    __slots__ = ("state",)
+    __slots__ = ()
 
     def __init__(self, sink: CallSink) -> None:
-        super().__init__(sink, ("</tool_call>",))
-        self.state = _G_NAME
+        super().__init__(sink, ("</tool_call>",), _G_NAME)
 
     def consume(self, s: str, i: int, eof: bool) -> int:
         state = self.state
-        if state == _G_JUNK:
+        if state == JUNK:
             return self._skip_to_close(s, i, eof)
         if state == _G_NAME:
             if not self.parts:
                 j = skip_ws(s, i)
                 if j > i:
                     return j
-            k, role = self._collect(_G_NAME_MARKERS, s, i, eof)
+            k, role, end = self._name_text(_G_NAME_MARKERS, s, i, eof)
             if role is None:
-                if sum(len(p) for p in self.parts) > NAME_MAX_CHARS:
-                    self._bad("no end of the tool name in sight")
                 return k
-            name = self._take().strip()
-            problem = name_problem(name)
-            if problem is not None:
-                self.junk = [name]
-                self._bad(problem)
+            if not self._accept_name(self._take().strip()):
                 return k
-            self.name = name
-            self.sink.start(name)
             self.state = _G_ARGS
-            return k + 1 if role == "end" else k
+            return end if role == "end" else k
         if state in (_G_ARGS, _G_PREVAL):
             markers = _G_ARGS_MARKERS if state == _G_ARGS else _G_PREVAL_MARKERS
-            m = markers.search(s, i)
-            if m is None:
-                j = len(s) if eof else markers.safe_end(s, i)
-                return j if j > i else -1
-            role = markers.roles[m.group()]
+            k, role, end = self._collect(markers, s, i, eof, keep=False)
+            if role is None:
+                return k
             if role == "close":
                 self._seal()
             elif role == "key":
                 self.state = _G_KEY
             else:
                 self.state = _G_VALUE
-            return m.end()
+            return end
         markers = _G_KEY_MARKERS if state == _G_KEY else _G_VALUE_MARKERS
-        k, role = self._collect(markers, s, i, eof)
+        k, role, end = self._collect(markers, s, i, eof)
         if role is None:
             return k
         if role == "close":  # a key or value without its closing tag
-            self._bad("an <arg_key>/<arg_value> without its closing tag")
-            self.junk.insert(0, json.dumps(self.params, ensure_ascii=False))
+            self._junk(
+                "an <arg_key>/<arg_value> without its closing tag",
+                json.dumps(self.params, ensure_ascii=False),
+            )
             return k
         text = self._take()
         if state == _G_KEY:
@@ -296,16 +250,4 @@ class GlmBody(_XmlBody):
         else:
             self._set_param(text)
             self.state = _G_ARGS
-        return _marker_end(markers, s, k)
-
-    def _bad(self, reason: str) -> None:
-        self.junk_reason = reason
-        self.junk = [*self.junk, self._take()]
-        self.state = _G_JUNK
-
-
-def _marker_end(markers: Markers, s: str, k: int) -> int:
-    """End index of the marker known to start at ``s[k]``."""
-    hit = markers.match_at(s, k, True)
-    assert isinstance(hit, tuple)
-    return hit[1]
+        return end

@@ -41,7 +41,11 @@ from __future__ import annotations
 from hermes_async.parsers._bodies import NamedJsonSpec
 from hermes_async.parsers._engine import Format
 
-__all__ = ["DEEPSEEK_V3", "DEEPSEEK_V3_1", "DEEPSEEK_V4"]
+__all__ = (
+    "DEEPSEEK_V3",
+    "DEEPSEEK_V3_1",
+    "DEEPSEEK_V4",
+)
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"

@@ -27,10 +27,16 @@ Better than the reference:
 
 from __future__ import annotations
 
+import dataclasses
+
 from hermes_async.parsers._engine import Format
 from hermes_async.parsers._xml import GlmSpec
 
-__all__ = ["GLM45", "GLM47"]
+__all__ = (
+    "GLM45",
+    "GLM47",
+)
 
 GLM45 = Format(name="glm45", call_open=("<tool_call>",), body=GlmSpec())
-GLM47 = Format(name="glm47", call_open=("<tool_call>",), body=GlmSpec())
+#: One body accepts both shapes, so glm47 is glm45 under its own name.
+GLM47 = dataclasses.replace(GLM45, name="glm47")

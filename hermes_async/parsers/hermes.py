@@ -30,7 +30,10 @@ from __future__ import annotations
 from hermes_async.parsers._bodies import JsonCallSpec
 from hermes_async.parsers._engine import Format
 
-__all__ = ["HERMES", "LONGCAT"]
+__all__ = (
+    "HERMES",
+    "LONGCAT",
+)
 
 HERMES = Format(
     name="hermes",

@@ -27,7 +27,10 @@ from __future__ import annotations
 from hermes_async.parsers._bodies import NamedJsonSpec
 from hermes_async.parsers._engine import Format
 
-__all__ = ["KIMI_K2", "kimi_name"]
+__all__ = (
+    "KIMI_K2",
+    "kimi_name",
+)
 
 
 def kimi_name(ident: str) -> tuple[str, str | None]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from hermes_async.parsers._bodies import MistralSpec, NamedJsonSpec
 from hermes_async.parsers._engine import Format
 
-__all__ = ["MISTRAL"]
+__all__ = ("MISTRAL",)
 
 MISTRAL = Format(
     name="mistral",

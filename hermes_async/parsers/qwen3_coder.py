@@ -34,7 +34,7 @@ from __future__ import annotations
 from hermes_async.parsers._engine import Format
 from hermes_async.parsers._xml import Qwen3CoderSpec
 
-__all__ = ["QWEN3_CODER"]
+__all__ = ("QWEN3_CODER",)
 
 QWEN3_CODER = Format(
     name="qwen3_coder",

@@ -22,7 +22,7 @@ from typing import TypeAlias
 
 from hermes_async.jsontypes import JSONObject
 
-__all__ = [
+__all__ = (
     "ArgumentsDelta",
     "ContentDelta",
     "FunctionCall",
@@ -33,7 +33,7 @@ __all__ = [
     "ToolCallSealed",
     "ToolCallStart",
     "ToolCallTruncated",
-]
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from hermes_async.testing.scripted_server import (
     parse_chatml,
 )
 
-__all__ = [
+__all__ = (
     "CONFORMANCE_CHECKS",
     "ConformanceCheck",
     "ExecCall",
@@ -55,4 +55,4 @@ __all__ = [
     "open_loopback_server",
     "parse_chatml",
     "run_conformance",
-]
+)

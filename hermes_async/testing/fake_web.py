@@ -36,12 +36,12 @@ import httpx
 
 from hermes_async.jsontypes import JSON, JSONObject
 
-__all__ = [
+__all__ = (
     "FakeResolver",
     "FakeWebProvider",
     "LoopbackOnlyTransport",
     "RecordedRequest",
-]
+)
 
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 

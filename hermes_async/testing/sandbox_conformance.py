@@ -34,7 +34,26 @@ from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.archive import pack_files
 from hermes_async.tools.sandbox.base import TIMEOUT_EXIT_CODE, BackgroundStatus, Sandbox
 
-__all__ = ("CONFORMANCE_CHECKS", "ConformanceCheck", "make_tar", "run_conformance")
+__all__ = (
+    "CONFORMANCE_CHECKS",
+    "ConformanceCheck",
+    "check_archive_rejects_traversal",
+    "check_archive_roundtrip",
+    "check_background_lifecycle",
+    "check_background_stdin",
+    "check_exec_cwd_and_env",
+    "check_exec_output_and_exit_code",
+    "check_exec_output_is_bounded",
+    "check_exec_stdin",
+    "check_exec_timeout_kills_group",
+    "check_exec_undecodable_bytes",
+    "check_files_roundtrip",
+    "check_home_is_inside",
+    "check_interrupted_close_is_final",
+    "check_read_missing_raises",
+    "make_tar",
+    "run_conformance",
+)
 
 #: One check: gets an open sandbox, raises ``AssertionError`` on a violation.
 ConformanceCheck = Callable[[Sandbox], Awaitable[None]]

@@ -11,6 +11,7 @@ Everything here is pure (no I/O) and raises :class:`~hermes_async.errors.ToolArg
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -18,50 +19,72 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from hermes_async._json import JSONDepthError, loads, scrub_text
 from hermes_async.errors import ToolArgumentsError
 from hermes_async.jsontypes import JSONObject
 
-__all__ = ["coerce_arguments", "decode_arguments", "validate_arguments"]
+__all__ = ("coerce_arguments", "decode_arguments", "validate_arguments")
 
 _TRUE = {"true", "yes", "1"}
 _FALSE = {"false", "no", "0"}
 
 
-def decode_arguments(raw: str | Mapping[str, Any] | None) -> JSONObject:
+def decode_arguments(raw: str | bytes | Mapping[str, Any] | None) -> JSONObject:
     """Turn a tool call's ``arguments`` (a JSON object string, or already a mapping) into a dict.
 
     An empty or missing string means "no arguments". A JSON string that itself contains a JSON
     object string (double-encoded, as some models and servers produce) is decoded once more.
 
+    Model text is hostile input, so whatever it holds becomes either a dict that serializes
+    again (request bodies, JSONL) or a :class:`~hermes_async.errors.ToolArgumentsError` for the
+    model: nesting deeper than 64 levels is refused (plain ``json.loads`` raises
+    ``RecursionError`` at about 1,000), lone surrogates (``"\\ud800"``) and invalid UTF-8 in
+    ``bytes`` become U+FFFD. A mapping is held to the same rules.
+
     Raises:
-        ToolArgumentsError: The text is not valid JSON, or the value is not an object.
+        ToolArgumentsError: The text is not valid JSON, nests too deep, or the value is not an
+            object.
     """
     if raw is None:
         return {}
     if isinstance(raw, Mapping):
-        return dict(raw)
-    text = raw.strip()
+        return _checked_mapping(raw)
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    text = text.strip()
     if not text:
         return {}
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        value = loads(text)
+    except ValueError as exc:
         raise ToolArgumentsError(
             f"Invalid JSON in tool arguments: {exc}. Please retry with valid JSON."
         ) from exc
     if isinstance(value, str):
         # Double-encoded: the arguments object was serialized twice.
-        try:
-            inner = json.loads(value)
-        except json.JSONDecodeError:
-            inner = value
-        value = inner
+        with contextlib.suppress(ValueError):
+            value = loads(value)
     if not isinstance(value, dict):
         raise ToolArgumentsError(
             'Tool arguments must be a JSON object (e.g. {"name": value}), '
-            f"got {type(value).__name__}: {_short(text)}"
+            f"got {type(value).__name__}: {_short(scrub_text(text))}"
         )
     return value
+
+
+def _checked_mapping(raw: Mapping[str, Any]) -> JSONObject:
+    """A mapping someone else decoded, held to :func:`loads`' rules (depth, encodability)."""
+    try:
+        # ensure_ascii escapes surrogates, so loads() sees (and scrubs) them.
+        text = json.dumps(raw, ensure_ascii=True)
+    except (TypeError, ValueError):  # not JSON-shaped (an object, a cycle): validation reports
+        return dict(raw)
+    except RecursionError as exc:
+        raise ToolArgumentsError(f"Invalid tool arguments: {JSONDepthError()}") from exc
+    try:
+        value = loads(text)
+    except ValueError as exc:  # too deep, or NaN
+        raise ToolArgumentsError(f"Invalid tool arguments: {exc}") from exc
+    return value if isinstance(value, dict) else dict(raw)
 
 
 def _types(schema: Mapping[str, Any]) -> set[str]:
@@ -109,8 +132,8 @@ def _coerce_value(value: Any, schema: Mapping[str, Any]) -> Any:
             return None
         if types & {"array", "object"} and stripped[:1] in "[{":
             try:
-                decoded = json.loads(stripped)
-            except json.JSONDecodeError:
+                decoded = loads(stripped)
+            except ValueError:
                 decoded = None
             if isinstance(decoded, list) and "array" in types:
                 return _coerce_value(decoded, schema)

@@ -56,7 +56,7 @@ from hermes_async.tools._v4a import (
 from hermes_async.tools.registry import Tool, ToolRuntime
 from hermes_async.tools.sandbox.base import ExecResult, Sandbox
 
-__all__ = [
+__all__ = (
     "MAX_LINE_CHARS",
     "MAX_PATCH_FILE_BYTES",
     "MAX_READ_CHARS",
@@ -68,7 +68,8 @@ __all__ = [
     "WRITE_FILE_TOOL",
     "format_numbered",
     "looks_binary",
-]
+    "shape_read",
+)
 
 #: Most lines one read_file call returns (the schema's maximum).
 MAX_READ_LINES = 2_000

@@ -32,7 +32,10 @@ from hermes_async.tools.registry import Tool, ToolRuntime
 from hermes_async.tools.sandbox.base import BackgroundStatus, Sandbox
 from hermes_async.tools.terminal import _NoSandbox, get_sandbox, strip_ansi, terminal_timeout
 
-__all__ = ["PROCESS_TOOL", "TOOLS"]
+__all__ = (
+    "PROCESS_TOOL",
+    "TOOLS",
+)
 
 ACTIONS = ("list", "poll", "log", "wait", "kill", "write", "submit", "close")
 

@@ -40,7 +40,7 @@ from hermes_async.tools.toolsets import (
 if TYPE_CHECKING:
     from hermes_async.tools.browser.manager import BrowserManager
 
-__all__ = [
+__all__ = (
     "BUILTIN_TOOL_MODULES",
     "NOT_AVAILABLE_IN_RL",
     "Tool",
@@ -52,7 +52,8 @@ __all__ = [
     "builtin_registry",
     "dispatch",
     "get_tool_definitions",
-]
+    "result_error",
+)
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.tools.registry import Tool, ToolRuntime
 from hermes_async.tools.sandbox.base import TIMEOUT_EXIT_CODE, Sandbox
 
-__all__ = [
+__all__ = (
     "DEFAULT_TERMINAL_TIMEOUT_SECONDS",
     "MAX_FOREGROUND_TIMEOUT_SECONDS",
     "MAX_OUTPUT_CHARS",
@@ -44,10 +44,11 @@ __all__ = [
     "TOOLS",
     "exit_code_meaning",
     "get_sandbox",
+    "max_foreground_timeout",
     "strip_ansi",
     "terminal_timeout",
     "truncate_output",
-]
+)
 
 #: Default command timeout when ``TERMINAL_TIMEOUT`` is unset (the reference's default).
 DEFAULT_TERMINAL_TIMEOUT_SECONDS = 180

@@ -12,11 +12,16 @@ Result (always)::
 
 from __future__ import annotations
 
+from hermes_async._exports import fixup_module_metadata
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools._todo_store import TODO_STATUSES, TodoStore
 from hermes_async.tools.registry import Tool, ToolRuntime
 
-__all__ = ["TODO_TOOL", "TOOLS", "TodoStore"]
+__all__ = (
+    "TODO_TOOL",
+    "TOOLS",
+    "TodoStore",
+)
 
 TODO_PARAMETERS: JSONObject = {
     "type": "object",
@@ -66,3 +71,6 @@ TODO_TOOL = Tool(
 )
 
 TOOLS: tuple[Tool, ...] = (TODO_TOOL,)
+
+
+fixup_module_metadata(__name__, globals())

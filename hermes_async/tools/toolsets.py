@@ -19,7 +19,7 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = [
+__all__ = (
     "DISTRIBUTIONS",
     "TOOLSETS",
     "Distribution",
@@ -30,7 +30,7 @@ __all__ = [
     "resolve_toolsets",
     "sample_toolsets_from_distribution",
     "validate_toolset",
-]
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from contextlib import asynccontextmanager
 import anyio
 import httpx
 
+from hermes_async._exports import fixup_module_metadata
 from hermes_async._net import default_ssl_context, redact_urls
 from hermes_async.errors import ConfigError, ToolExecutionError
 from hermes_async.jsontypes import JSON, JSONObject
@@ -76,6 +77,8 @@ __all__ = (
     "WEB_SEARCH_TOOL",
     "SummarizerSettings",
     "WebSettings",
+    "web_extract",
+    "web_search",
 )
 
 logger = logging.getLogger(__name__)
@@ -449,3 +452,6 @@ WEB_EXTRACT_TOOL = Tool(
 
 #: The tools this module registers in the built-in registry.
 TOOLS: tuple[Tool, ...] = (WEB_SEARCH_TOOL, WEB_EXTRACT_TOOL)
+
+
+fixup_module_metadata(__name__, globals())

@@ -5,8 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_async.errors import ConfigError
 from hermes_async.inference._chat_template import (
@@ -388,3 +387,37 @@ def test_custom_template_and_bad_template() -> None:
 def test_template_is_sandboxed() -> None:
     with pytest.raises(ValueError, match="chat template rendering failed"):
         render_chat_template([], template="{{ ''.__class__.__mro__ }}")
+
+
+def test_tokenizer_modules_form_no_import_circle() -> None:
+    """Every import among them counts, including ones under TYPE_CHECKING or in a function."""
+    import ast
+    import graphlib
+    from pathlib import Path
+
+    import hermes_async.inference as inference
+
+    names = {"tokenizer", "_tokenizer_base", "_qwen", "hf", "_chat_template"}
+    graph: dict[str, set[str]] = {}
+    for name in names:
+        path = Path(inference.__file__).with_name(f"{name}.py")
+        if not path.exists():
+            continue
+        tree = ast.parse(path.read_text())
+        graph[name] = {
+            node.module.rsplit(".", 1)[1]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("hermes_async.inference.")
+            and node.module.rsplit(".", 1)[1] in names
+        }
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # CycleError if a circle
+    assert order.index("_tokenizer_base") < order.index("_qwen") < order.index("tokenizer")
+    assert order.index("hf") < order.index("tokenizer")
+
+
+def test_public_tokenizer_names_show_their_public_module() -> None:
+    for cls in (QwenTokenizer, Tokenizer, IncrementalDecoder):
+        assert cls.__module__ == "hermes_async.inference.tokenizer"
+    assert repr(TOK) == "QwenTokenizer(name='qwen-offline', vocab=151669)"

@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from hermes_async.errors import ConfigError
 from hermes_async.inference import hf

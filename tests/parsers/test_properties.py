@@ -10,8 +10,7 @@ decoder).
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_async.inference.tokenizer import QwenTokenizer
 from hermes_async.jsontypes import JSONObject

@@ -7,6 +7,7 @@ import random
 import anyio
 import pytest
 
+from hermes_async.errors import ToolArgumentsError
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools._arguments import coerce_arguments, decode_arguments
 from hermes_async.tools.registry import (
@@ -223,6 +224,69 @@ def test_decode_arguments() -> None:
     assert decode_arguments('{"a": 1}') == {"a": 1}
     # Double-encoded: decoded once more, not passed on as a string.
     assert decode_arguments(json.dumps(json.dumps({"a": 1}))) == {"a": 1}
+
+
+DEEP = "[" * 1_000 + "]" * 1_000
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"x": ' + DEEP + "}",
+        json.dumps('{"x": ' + DEEP + "}"),  # deep JSON inside a double-encoded string
+        "[" * 100_000,
+        '{"x": ' + "[" * 65 + "]" * 65 + "}",
+    ],
+    ids=["deep", "double-encoded", "unclosed", "just-over-the-limit"],
+)
+def test_decode_arguments_refuses_deep_nesting_as_a_model_error(raw: str) -> None:
+    # Before: RecursionError (json.loads recurses once per level), out of dispatch.
+    with pytest.raises(ToolArgumentsError, match=r"nested deeper than 64 levels|must be a JSON"):
+        decode_arguments(raw)
+
+
+def test_decode_arguments_accepts_nesting_up_to_the_limit() -> None:
+    raw = '{"x": ' + "[" * 63 + "]" * 63 + ', "s": "' + "[" * 500 + '"}'
+    assert decode_arguments(raw)["s"] == "[" * 500  # brackets in strings do not count
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"x": "\\ud800"}',
+        '{"x": "a\\udfffb", "\\udc00": 1}',
+        '{"x": "\ud800"}',  # the surrogate itself, not an escape
+        json.dumps(json.dumps({"x": "\ud800"})),
+        b'{"x": "\xff\xfe"}',  # invalid UTF-8
+        {"x": "\ud800", "y": ["\udfff"]},
+    ],
+    ids=["escape", "escape-in-key", "raw", "double-encoded", "invalid-utf8", "mapping"],
+)
+def test_decoded_arguments_are_encodable_as_utf8_json(raw: str | bytes | JSONObject) -> None:
+    args = decode_arguments(raw)
+    text = json.dumps(args, ensure_ascii=False)
+    text.encode("utf-8")  # before: UnicodeEncodeError (surrogates not allowed)
+    assert "\ufffd" in text
+
+
+def test_decode_arguments_refuses_deep_mappings_and_non_finite_numbers() -> None:
+    deep: list[object] = []
+    for _ in range(2_000):
+        deep = [deep]
+    with pytest.raises(ToolArgumentsError, match="nested deeper than 64 levels"):
+        decode_arguments({"x": deep})
+    with pytest.raises(ToolArgumentsError, match="out of range for a JSON number"):
+        decode_arguments('{"x": 1e999}')
+    with pytest.raises(ToolArgumentsError, match="NaN is not valid JSON"):
+        decode_arguments({"x": float("nan")})
+
+
+async def test_dispatch_turns_deep_nesting_into_a_model_visible_error() -> None:
+    out = await dispatch(
+        "echo", '{"name": "a", "opts": ' + DEEP + "}", ToolRuntime("t"), registry=_registry()
+    )
+    assert out.error is not None and "nested deeper than 64 levels" in out.error
+    assert json.loads(out.content) == {"error": out.error}
 
 
 async def test_dispatch_success_and_coercion() -> None:

@@ -33,9 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
-from playwright.async_api import BrowserContext, ConsoleMessage, Page, Request, Route
-from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+from playwright.async_api import (
+    BrowserContext,
+    ConsoleMessage,
+    Error as PlaywrightError,
+    Page,
+    Request,
+    Route,
+    TimeoutError as PlaywrightTimeoutError,
+)
 
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
@@ -73,6 +79,10 @@ _MAX_SRC_CHARS = 300
 SETTLE_TIMEOUT_SECONDS = 5.0
 #: After a failed navigation, how long to wait for Chromium's error page to commit.
 ERROR_PAGE_WAIT_SECONDS = 3.0
+#: ``goto`` attempts when a navigation is interrupted by a late one of the browser's own.
+_NAVIGATION_ATTEMPTS = 3
+#: After a click or key press, how long a navigation it started may take to reach the network.
+NAVIGATION_START_WINDOW_SECONDS = 0.25
 
 _BOT_PATTERNS = (
     "access denied",
@@ -191,6 +201,12 @@ class BrowserSession:
         self._redirect_pages: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._navigation_redirects = 0
         self._seq = 0
+        # Per page (by id): main-frame navigation requests seen, ``load`` events fired; what a
+        # click or key press waits on (see :meth:`_settle`). ``_activity`` is set, and replaced,
+        # whenever either count (or ``_seq``) moves.
+        self._navigations: collections.Counter[int] = collections.Counter()
+        self._loads: collections.Counter[int] = collections.Counter()
+        self._activity = anyio.Event()
 
     def __repr__(self) -> str:
         state = "dead" if self.dead else "open"
@@ -214,6 +230,20 @@ class BrowserSession:
         page.on("console", self._on_console)
         page.on("pageerror", self._on_page_error)
         page.on("crash", self._on_crash)
+        page.on("load", self._on_load)
+
+    def _on_load(self, page: Page) -> None:
+        self._loads[id(page)] += 1
+        self._touch()
+
+    def _touch(self) -> None:
+        self._activity.set()
+        self._activity = anyio.Event()
+
+    def _progress(self, page: Page) -> tuple[int, int, int]:
+        """Where ``page`` stands: navigations started, loads fired, refusals recorded."""
+        key = id(page)
+        return self._navigations[key], self._loads[key], self._seq
 
     def _on_console(self, message: ConsoleMessage) -> None:
         self._console.append(
@@ -234,6 +264,10 @@ class BrowserSession:
     async def _on_route(self, route: Route, request: Request) -> None:
         # Runs in Playwright's dispatch task: hand the work to this session's task group and
         # return at once. A closing session takes no new work: the request is refused.
+        page_key = _main_frame_page(request)
+        if page_key is not None:
+            self._navigations[page_key] += 1
+            self._touch()
         try:
             self._requests.start_soon(self._serve, route, request)
         except RuntimeError:
@@ -301,6 +335,7 @@ class BrowserSession:
         self._seq += 1
         refused = RequestOutcome(outcome.url, outcome.disposition, outcome.navigation, detail)
         self._refused.append((self._seq, refused, page_key))
+        self._touch()
         label = "Blocked by the SSRF guard" if outcome.disposition == "blocked" else "Failed"
         self._console.append(
             {"type": "error", "text": f"{label}: {detail}"[:MAX_MESSAGE_CHARS], "source": "network"}
@@ -385,8 +420,27 @@ class BrowserSession:
             return _failure(f"{what}: timed out ({_short(exc)})")
         return _failure(f"{what}: {_short(exc)}")
 
-    async def _settle(self, page: Page) -> None:
-        """Let a navigation started by a click or key press finish loading (bounded)."""
+    async def _settle(self, page: Page, before: tuple[int, int, int]) -> None:
+        """Let a navigation started by a click or key press finish loading (bounded).
+
+        ``before`` is :meth:`_progress` taken before the action. A form submitted by Enter
+        reaches the network a little after ``keyboard.press`` returns, and the page is still
+        "loaded" meanwhile, so waiting on the load state alone can return before the
+        navigation starts: this waits up to :data:`NAVIGATION_START_WINDOW_SECONDS` for a
+        main-frame request of the page, then (if one came) for its ``load`` or its refusal.
+        """
+        navigations, loads, seq = before
+        with anyio.move_on_after(NAVIGATION_START_WINDOW_SECONDS):
+            while self._progress(page)[0] == navigations:
+                await self._activity.wait()
+        if self._progress(page)[0] == navigations:
+            return  # the action started no navigation
+        with anyio.move_on_after(SETTLE_TIMEOUT_SECONDS):
+            while self._progress(page)[1] == loads and self._seq == seq:
+                await self._activity.wait()
+        if self._seq != seq:
+            await self._settle_failure(page)
+            return
         try:
             await page.wait_for_load_state("load", timeout=SETTLE_TIMEOUT_SECONDS * 1000)
         except PlaywrightError as exc:
@@ -468,7 +522,7 @@ class BrowserSession:
         timeout = self._settings.navigation_timeout_seconds
         async with self._operation(timeout) as page:
             mark = self._seq
-            for attempt in range(2):
+            for attempt in range(_NAVIGATION_ATTEMPTS):
                 try:
                     await page.goto(url.strip(), wait_until="load", timeout=timeout * 1000)
                     await self._follow_redirects(page, timeout)
@@ -477,11 +531,16 @@ class BrowserSession:
                     gone = self._unavailable(exc)
                     if gone is not None:
                         raise gone from exc
-                    if attempt == 0 and "interrupted by another navigation" in str(exc):
-                        # A late error page of an earlier failure: let it land, go again.
+                    refusal = self._refusal_since(mark, page)
+                    if (
+                        refusal is None
+                        and attempt < _NAVIGATION_ATTEMPTS - 1
+                        and "interrupted by another navigation" in str(exc)
+                    ):
+                        # A late error page of an earlier failure (or a redirect page's own
+                        # refresh) took over: let it land, go again.
                         await self._settle_failure(page)
                         continue
-                    refusal = self._refusal_since(mark, page)
                     if not isinstance(exc, PlaywrightTimeoutError):
                         await self._settle_failure(page)
                     if refusal is not None:
@@ -565,15 +624,18 @@ class BrowserSession:
         """
         ref = self._normal_ref(ref)
         timeout = self._settings.action_timeout_seconds
-        async with self._operation(timeout + SETTLE_TIMEOUT_SECONDS) as page:
+        async with self._operation(
+            timeout + NAVIGATION_START_WINDOW_SECONDS + 2 * SETTLE_TIMEOUT_SECONDS
+        ) as page:
             locator = self._locator(page, ref)
             if locator is None:
                 return self._unknown_ref(ref)
+            before = self._progress(page)
             try:
                 await locator.click(timeout=timeout * 1000)
             except PlaywrightError as exc:
                 return self._model_error(f"Failed to click {ref}", exc)
-            await self._settle(page)
+            await self._settle(page, before)
         return {"success": True, "clicked": ref}
 
     async def type(self, ref: str, text: str) -> JSONObject:
@@ -652,12 +714,15 @@ class BrowserSession:
         **Cancellation**: the key may or may not have been pressed.
         """
         timeout = self._settings.action_timeout_seconds
-        async with self._operation(timeout + SETTLE_TIMEOUT_SECONDS) as page:
+        async with self._operation(
+            timeout + NAVIGATION_START_WINDOW_SECONDS + 2 * SETTLE_TIMEOUT_SECONDS
+        ) as page:
+            before = self._progress(page)
             try:
                 await page.keyboard.press(key)
             except PlaywrightError as exc:
                 return self._model_error(f"Failed to press {key}", exc)
-            await self._settle(page)
+            await self._settle(page, before)
         return {"success": True, "pressed": key}
 
     async def images(self) -> JSONObject:

@@ -3,7 +3,7 @@
 The local backend's close does two things that cost the same however many sandboxes they serve:
 a ``/proc`` sweep, and starting an ``rm`` (a fork + exec on the event loop's thread, ~3 ms).
 :class:`Batcher` turns N concurrent requests into a handful of runs: a request is served by the
-first batch that *starts* after it; if none is running, the requester runs one at once; if one
+first batch that *starts* after it; if none is running, the requester runs one after one scheduling round; if one
 is running, the requester joins the next (the first to join runs it once the current one is
 done). At most two batches exist at a time. No task is spawned: a requester does the work.
 
@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 __all__ = ("Batcher",)
 
@@ -66,6 +67,9 @@ class Batcher(Generic[T]):
             batch = self._next = _Batch()
             batch.items.append(item)
             try:
+                # One scheduling round first: requests made in the same tick join this batch
+                # even when the work itself never yields (a sweep of a small /proc).
+                await anyio.lowlevel.checkpoint()
                 while self._running is not None:
                     await self._running.done.wait()
                 # From here on, new requests need the batch after this one.

@@ -77,6 +77,9 @@ __all__ = (
     "DockerBackend",
     "DockerSandbox",
     "DockerSandboxConfig",
+    "container_config",
+    "container_name",
+    "owner_is_alive",
     "reap_orphan_containers",
     "resolve_docker_host",
 )

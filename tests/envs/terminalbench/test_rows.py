@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from hermes_async.envs.terminalbench import BUNDLED_ROWS, BUNDLED_TASKS, load_dataset
-from hermes_async.envs.terminalbench import rows as rows_mod
+from hermes_async.envs.terminalbench import (
+    BUNDLED_ROWS,
+    BUNDLED_TASKS,
+    load_dataset,
+    rows as rows_mod,
+)
 from hermes_async.envs.terminalbench.rows import (
     HermesRow,
     materialise_row,

@@ -1,0 +1,34 @@
+"""Public names show their public path: ``hermes_async.parsers.ToolCallParser``, not ``._engine``.
+
+Implementation lives in ``_private`` modules; a package's ``__init__`` re-exports the public
+names. Without this fix-up, ``repr()``, tracebacks, ``help()`` and the docs would show the private
+module (``hermes_async.inference._http.HTTPOptions``), which users must not import. Each
+package ``__init__`` that re-exports from private modules calls :func:`fixup_module_metadata`
+once at the end (trio does the same).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping
+
+__all__ = ("fixup_module_metadata",)
+
+
+def fixup_module_metadata(module_name: str, namespace: Mapping[str, object]) -> None:
+    """Set ``__module__`` of every public class/function in ``namespace['__all__']``.
+
+    Only objects currently attributed to a *private* module (a dotted component starting with
+    ``_``) inside ``hermes_async`` are changed; an object re-exported from another public
+    module keeps its own public path.
+    """
+    names: Iterable[str] = namespace.get("__all__", ())  # type: ignore[assignment]
+    for name in names:
+        obj = namespace.get(name)
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue
+        current = getattr(obj, "__module__", "") or ""
+        if current.startswith("hermes_async.") and any(
+            part.startswith("_") for part in current.split(".")
+        ):
+            obj.__module__ = module_name
