@@ -48,6 +48,7 @@ __all__ = [
     "Resolver",
     "SummarizerSettings",
     "WebSettings",
+    "check_allow_entry",
 ]
 
 #: A web provider this package can talk to.
@@ -212,7 +213,7 @@ class WebSettings:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"WebSettings.{name} must be > 0, got {getattr(self, name)!r}")
         for entry in self.allow:
-            _check_allow_entry(entry)
+            check_allow_entry(entry)
 
     # ----------------------------------------------------------------------------------------
     # Provider selection
@@ -340,14 +341,18 @@ class WebSettings:
         )
 
 
-def _check_allow_entry(entry: str) -> None:
+def check_allow_entry(entry: str, owner: str = "WebSettings") -> None:
+    """Raise :class:`ConfigError` unless ``entry`` is a host name or a CIDR network.
+
+    ``owner`` names the settings class in the message (the browser's settings share the rule).
+    """
     if not isinstance(entry, str) or not entry.strip():
-        raise ConfigError(f"WebSettings.allow entries must be non-empty strings, got {entry!r}")
+        raise ConfigError(f"{owner}.allow entries must be non-empty strings, got {entry!r}")
     if "/" in entry:
         try:
             ipaddress.ip_network(entry, strict=False)
         except ValueError as exc:
             raise ConfigError(
-                f"WebSettings.allow entry {entry!r} is neither a host name nor a valid CIDR "
+                f"{owner}.allow entry {entry!r} is neither a host name nor a valid CIDR "
                 f"network: {exc}"
             ) from None

@@ -364,14 +364,8 @@ async def run_tasks(
             async with limiter, cli.open_sandbox(task, image) as sandbox:
                 results[index] = await run_trial(task, sandbox, agent=agent)
         except (SandboxError, ConfigError) as exc:
-            results[index] = TrialResult(
-                task=task.name,
-                category=task.category,
-                agent=agent,
-                status="infra",
-                reward=None,
-                error=str(exc),
-                agent_seconds=time.monotonic() - started,
+            results[index] = TrialResult.infra(
+                task, agent, str(exc), agent_seconds=time.monotonic() - started
             )
 
     async with anyio.create_task_group() as tg:

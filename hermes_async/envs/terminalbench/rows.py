@@ -269,6 +269,21 @@ def _decode(task: str, field: str, text: str) -> bytes:
         raise TaskError(task, f"{field} is not valid base64") from None
 
 
+def _unpack(row: HermesRow, field: str, text: str | None, dest: Path) -> Path:
+    """Create ``dest`` and extract the row's base64 tarball ``field`` into it (if any); the
+    archive's members may sit under a top folder named like ``dest``."""
+    dest.mkdir()
+    if text is not None:
+        safe_extract(
+            _decode(row.task_name, field, text),
+            dest,
+            task=row.task_name,
+            what=field,
+            strip_root=dest.name,
+        )
+    return dest
+
+
 def _bad_parts(name: str) -> bool:
     parts = PurePosixPath(name).parts
     return name.startswith(("/", "\\")) or ".." in parts or bool(re.match(r"^[A-Za-z]:", name))
@@ -401,26 +416,8 @@ def materialise_row(row: HermesRow, cache_dir: Path) -> Path:
     try:
         (work / "task.toml").write_text(_task_toml(row), encoding="utf-8")
         (work / "instruction.md").write_text(row.instruction, encoding="utf-8")
-        env_dir = work / "environment"
-        env_dir.mkdir()
-        if row.environment_tar is not None:
-            safe_extract(
-                _decode(row.task_name, "environment_tar", row.environment_tar),
-                env_dir,
-                task=row.task_name,
-                what="environment_tar",
-                strip_root="environment",
-            )
-        tests = work / "tests"
-        tests.mkdir()
-        if row.tests_tar is not None:
-            safe_extract(
-                _decode(row.task_name, "tests_tar", row.tests_tar),
-                tests,
-                task=row.task_name,
-                what="tests_tar",
-                strip_root="tests",
-            )
+        _unpack(row, "environment_tar", row.environment_tar, work / "environment")
+        tests = _unpack(row, "tests_tar", row.tests_tar, work / "tests")
         if row.test_sh is not None:
             test_sh = tests / "test.sh"
             if test_sh.is_symlink() or test_sh.is_dir():
@@ -428,15 +425,7 @@ def materialise_row(row: HermesRow, cache_dir: Path) -> Path:
             test_sh.write_text(row.test_sh, encoding="utf-8")
             test_sh.chmod(0o755)
         if row.solution_tar is not None:
-            solution = work / "solution"
-            solution.mkdir()
-            safe_extract(
-                _decode(row.task_name, "solution_tar", row.solution_tar),
-                solution,
-                task=row.task_name,
-                what="solution_tar",
-                strip_root="solution",
-            )
+            _unpack(row, "solution_tar", row.solution_tar, work / "solution")
         (work / ".complete").write_text(row.digest() + "\n", encoding="utf-8")
         try:
             work.rename(final)

@@ -165,6 +165,21 @@ class TrialResult:
     verifier_stdout: str = ""
     agent_output: str = ""
 
+    @classmethod
+    def infra(
+        cls, task: HarborTask, agent: AgentKind, error: str, *, agent_seconds: float = 0.0
+    ) -> TrialResult:
+        """A trial the infrastructure failed (no sandbox, a lost sandbox): no reward."""
+        return cls(
+            task=task.name,
+            category=task.category,
+            agent=agent,
+            status="infra",
+            reward=None,
+            error=error,
+            agent_seconds=agent_seconds,
+        )
+
 
 def _decode(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "replace")
@@ -300,15 +315,7 @@ async def run_trial(
         agent_seconds = time.monotonic() - started
         verified = await verify(task, sandbox)
     except SandboxError as exc:
-        return TrialResult(
-            task=task.name,
-            category=task.category,
-            agent=agent,
-            status="infra",
-            reward=None,
-            error=str(exc),
-            agent_seconds=time.monotonic() - started,
-        )
+        return TrialResult.infra(task, agent, str(exc), agent_seconds=time.monotonic() - started)
     final, reward, error = trial_status(
         agent=status,
         verifier_timed_out=verified.timed_out,

@@ -47,7 +47,6 @@ Why Chromium is started with these flags (:func:`chromium_args`):
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 from collections.abc import Mapping
@@ -56,7 +55,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from hermes_async.errors import ConfigError
-from hermes_async.tools._web_settings import Resolver, WebSettings
+from hermes_async.tools._web_settings import Resolver, WebSettings, check_allow_entry
 
 __all__ = (
     "CHROMIUM_CANDIDATES",
@@ -246,7 +245,7 @@ class BrowserSettings:
                     f"BrowserSettings.{name} must be > 0 seconds or None, got {value!r}"
                 )
         for entry in self.allow:
-            _check_allow_entry(entry)
+            check_allow_entry(entry, "BrowserSettings")
 
     @property
     def reap_interval(self) -> float:
@@ -326,19 +325,6 @@ class BrowserSettings:
             vision=vision,
             **kwargs,  # type: ignore[arg-type]
         )
-
-
-def _check_allow_entry(entry: str) -> None:
-    if not isinstance(entry, str) or not entry.strip():
-        raise ConfigError(f"BrowserSettings.allow entries must be non-empty strings, got {entry!r}")
-    if "/" in entry:
-        try:
-            ipaddress.ip_network(entry, strict=False)
-        except ValueError as exc:
-            raise ConfigError(
-                f"BrowserSettings.allow entry {entry!r} is neither a host name nor a valid CIDR "
-                f"network: {exc}"
-            ) from None
 
 
 def _executable(path: str) -> bool:
