@@ -401,7 +401,7 @@ class ServerConnection(AsyncResource):
     ) -> tuple[Response, int]:
         """Send with retries until a response < 400 arrives; raise the last failure."""
         self._require_open()
-        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        payload = _encode_body(body)
         options = self.options
         attempt = 0
         stale_retries = 0
@@ -582,3 +582,17 @@ class ServerClient(AsyncResource):
         **Cancellation**: shielded and bounded.
         """
         await self.connection.aclose()
+
+
+def _encode_body(body: JSONObject) -> bytes:
+    """``body`` as UTF-8 JSON, always: a lone surrogate anywhere in it becomes U+FFFD.
+
+    The clients make what they decode encodable (model text, tool results), but a request body
+    also carries what the caller put in the messages; one unencodable character there must not
+    turn into a failure of the model server. The common case pays for one encode.
+    """
+    text = json.dumps(body, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode()

@@ -26,7 +26,7 @@ import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
 from hermes_async.errors import ConfigError
-from hermes_async.inference._chat_template import render_chat_template
+from hermes_async.inference._chat_template import default_chat_template, render_chat_template
 from hermes_async.inference._tokenizer_base import IncrementalDecoder, TokenizerBase
 from hermes_async.jsontypes import JSONObject
 
@@ -159,6 +159,10 @@ class QwenTokenizer(TokenizerBase):
     def __init__(self, *, chat_template: str | None = None) -> None:
         self._encoding = qwen_encoding()
         self._chat_template = chat_template
+        if chat_template is None:
+            # Read the built-in template's file now (cached per process), where the tokenizer
+            # is loaded (a thread, or start-up), never lazily in the first render on the loop.
+            default_chat_template()
         self._special_tokens = {
             tok: QWEN_FIRST_ADDED_ID + i for i, tok in enumerate(QWEN_ADDED_TOKENS)
         }

@@ -57,6 +57,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
 
+from hermes_async._json import exceeds_depth
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.testing.http import answer_lifespan
@@ -694,8 +695,11 @@ def _split_reply(
     calls: list[JSONObject] = []
     if parse_tools:
         for match in _TOOL_CALL.finditer(text):
+            body = match.group(1)
+            if exceeds_depth(body):  # a server refuses what its JSON decoder cannot take
+                continue
             try:
-                call = json.loads(match.group(1))
+                call = json.loads(body)
             except ValueError:
                 continue  # like a real parser: malformed calls stay in the content
             if not isinstance(call, dict) or "name" not in call:

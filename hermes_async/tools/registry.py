@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
 
+from hermes_async._json import scrub_text
 from hermes_async.errors import ToolArgumentsError, ToolExecutionError, ToolTimeoutError
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
@@ -343,6 +344,10 @@ async def dispatch(
     def done(
         content: str, error: str | None, waited: float = 0.0, *, malformed: bool = False
     ) -> ToolOutcome:
+        # What the model sees goes into the next request: it must encode as UTF-8 even when a
+        # name, an argument or a handler's text echoes a lone surrogate ("Unknown tool '\ud800'").
+        content = scrub_text(content)
+        error = scrub_text(error) if error is not None else None
         return ToolOutcome(content, error, anyio.current_time() - start, waited, malformed)
 
     if name in NOT_AVAILABLE_IN_RL:
