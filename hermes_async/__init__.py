@@ -12,9 +12,8 @@ subpackage (``hermes_async.parsers``) does not load the others (the HTTP stack, 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
-
-from hermes_async._redact import install_log_redaction as _install_log_redaction
 
 if TYPE_CHECKING:
     from hermes_async.agent import (
@@ -118,8 +117,24 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Every log record of a hermes_async logger is redacted of credentials (hermes_async._redact,
-# standard library only, so this keeps ``import hermes_async`` cheap).
+
+def _install_log_redaction() -> None:
+    """Every record of a ``hermes_async`` logger is redacted of credentials when it is created
+    (``hermes_async._redact.redact_record``, imported on the first such record, so importing
+    the package loads none of its modules)."""
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        if record.name.startswith("hermes_async"):
+            from hermes_async._redact import redact_record
+
+            redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
 _install_log_redaction()
 
 __all__ = (

@@ -28,7 +28,7 @@ Where it is applied: error messages and rollout failures (``RolloutFailure`` red
 built), tool-error details, rollout tables and eval samples, the ``messages`` of the scored
 groups written to JSONL / HTML and sent to the trainer (:func:`redact_messages`; trainers train
 on ``tokens``, which stay exact), and every log record of a ``hermes_async`` logger
-(:func:`install_log_redaction`, installed when ``hermes_async`` is imported).
+(:func:`redact_record`, through the log-record factory ``import hermes_async`` wraps).
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ import logging
 import os
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = (
     "MIN_SECRET_VALUE_CHARS",
     "REDACTED",
-    "install_log_redaction",
     "redact",
     "redact_messages",
+    "redact_record",
     "redact_url",
     "redact_urls",
     "secret_env_values",
@@ -170,10 +170,25 @@ def _authorization(match: re.Match[str]) -> str:
     return f"{match.group('head')}{scheme} {REDACTED}"
 
 
+#: A name and its separator inside the value of a non-secret assignment.
+_INNER_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]{0,80})[:=]")
+
+
 def _assignment(match: re.Match[str]) -> str:
-    if REDACTED in match.group("value") or not secret_name(match.group("name")):
+    value = match.group("value")
+    if REDACTED in value:
         return match.group(0)
-    return match.group("key") + match.group("quote") + REDACTED
+    if secret_name(match.group("name")):
+        return match.group("key") + match.group("quote") + REDACTED
+    # Not a secret name, but its value may hold one: ``RuntimeError: password=hunter22`` (an
+    # exception's last traceback line) matches with the name ``RuntimeError``. The rest of the
+    # value after a secret name inside it goes. One linear scan of the value (no re-search of
+    # the text, which would be quadratic on ``a=b=c=...``).
+    for inner in _INNER_ASSIGNMENT.finditer(value):
+        if secret_name(inner.group(1)):
+            kept = match.group(0)[: match.start("value") - match.start()]
+            return kept + value[: inner.end()] + REDACTED
+    return match.group(0)
 
 
 def _line_assignment(match: re.Match[str]) -> str:
@@ -238,36 +253,16 @@ def _redact_value(value: Any, cache: dict[str, str]) -> Any:
 # --------------------------------------------------------------------------------------------
 # Log records
 
-_INSTALLED = False
-_LOGGER_PREFIX = "hermes_async"
 
+def redact_record(record: logging.LogRecord) -> None:
+    """Redact a log record in place: its formatted message and its exception text.
 
-def install_log_redaction() -> None:
-    """Redact every log record of the ``hermes_async`` loggers, once per process. Idempotent.
-
-    A log line is built from a format and arguments, often an exception (its text can hold a
-    URL, a server's error body, a tool's output); a logger filter would miss child loggers and
-    handlers belong to the application. So the record factory is wrapped: a record whose logger
-    name starts with ``hermes_async`` gets its message formatted and redacted, and its
-    exception text (the traceback) too, when it is created. Records of other libraries pass
-    through untouched; the previous factory is kept and called first.
+    ``import hermes_async`` wraps the log-record factory so that every record of a
+    ``hermes_async`` logger passes through here when it is created. (A logger filter would miss
+    child loggers, and handlers belong to the application.) The wrapper lives in the package's
+    ``__init__`` and imports this module on the first record, so importing the package stays
+    free of it.
     """
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    _INSTALLED = True
-    previous: Callable[..., logging.LogRecord] = logging.getLogRecordFactory()
-
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = previous(*args, **kwargs)
-        if record.name.startswith(_LOGGER_PREFIX):
-            _redact_record(record)
-        return record
-
-    logging.setLogRecordFactory(factory)
-
-
-def _redact_record(record: logging.LogRecord) -> None:
     try:
         message = record.getMessage()
     except Exception:  # a bad format string: leave it to the handler to report

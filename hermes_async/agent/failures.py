@@ -102,7 +102,8 @@ class RolloutFailure:
         message: What happened, redacted of credentials (at most 2,000 characters).
         detail: Structured fields: ``source`` (``"model_server"``, ``"sandbox"``, ``"reward"``,
             ``"deadline"``, ``"tools"``, ``"harness"``), ``exception`` (the type name),
-            ``endpoint`` (redacted), ``status``, ``count``, ...
+            ``endpoint`` (redacted), ``status``, ``completion_tokens`` (received before a
+            model-server failure), ``count``, ...
     """
 
     category: FailureCategory
@@ -172,6 +173,9 @@ def classify_exception(exc: BaseException, *, source: str) -> RolloutFailure:
         value = getattr(exc, attr, None)
         if value is not None:
             detail[attr] = value
+    received = getattr(exc, "token_ids", None)
+    if isinstance(received, tuple | list) and received:
+        detail["completion_tokens"] = len(received)  # the server sampled: it is alive
     if isinstance(exc, SandboxError):
         return RolloutFailure.of(
             "infra", f"sandbox failed: {text}", **{**detail, "source": "sandbox"}

@@ -563,14 +563,19 @@ def _outcome(
     return "zeroed"
 
 
-def _dead_server(rollouts: Sequence[ScoredRollout]) -> bool:
-    """Every rollout lost to the model server before the model answered at all."""
+def _dead_server(attempts: Sequence[ScoredRollout]) -> bool:
+    """Every attempt lost to the model server before the model answered at all.
+
+    An attempt whose stream broke after some completion tokens does not count as "dead": the
+    server sampled, so it is up and flaky (a group of those is masked, not raised).
+    """
     return all(
         r.failure is not None
         and r.failure.category == "infra"
         and r.failure.detail.get("source") == "model_server"
+        and not r.failure.detail.get("completion_tokens")
         and not _has_assistant(r.result)
-        for r in rollouts
+        for r in attempts
     )
 
 
@@ -749,7 +754,7 @@ async def run_group(
             for index in range(size):
                 tg.start_soon(one, index, name=f"rollout {ids[index]}")
     done = tuple(r for r in rollouts if r is not None)
-    if _dead_server(done):
+    if _dead_server((*replaced, *done)):
         raise InferenceError(
             f"every rollout of the group failed before the model answered: {done[0].error}"
         )
