@@ -1,5 +1,8 @@
 """Call-body grammars: small state machines the engine runs between a call's open and close.
 
+Why one module of this size: every body grammar follows the one ``consume`` contract below and
+shares its scanning helpers; reading them side by side is how a new format is written.
+
 A format names one body *spec* (a frozen, declarative description); the engine creates a fresh
 body from it for every call and feeds it text. Bodies report through a :class:`CallSink`
 (start, argument fragment, seal, invalid, truncated) and never see more than the current chunk

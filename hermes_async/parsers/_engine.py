@@ -1,5 +1,9 @@
 """The one streaming engine every tool-call format runs on.
 
+Why one module of this size: it is one state machine (the modes, the held-back marker text
+and the event emission share one per-stream state); split, each piece would need the others'
+internals.
+
 A format is a :class:`Format`: a few marker spellings (where calls, sections and reasoning
 begin and end) plus a call-body spec from :mod:`hermes_async.parsers._bodies`. The engine
 (:class:`ToolCallParser`) keeps all per-stream state, lexes the text outside calls, and hands

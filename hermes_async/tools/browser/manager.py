@@ -1,5 +1,9 @@
 """BrowserManager: one Chromium per manager, one browser context per rollout.
 
+Why one module of this size: one concept, the lifetime of the browser process and of every
+session in it (start, limiter slot, release, idle reaping, crash and driver recovery all move the
+same per-session state).
+
 ::
 
     async with BrowserManager(BrowserSettings.from_env(), limits=limits) as browsers:

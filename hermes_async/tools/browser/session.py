@@ -1,5 +1,8 @@
 """One rollout's browser: a Playwright context, its page, and the browser tools' operations.
 
+Why one module of this size: one concept, a session's page and the ten operations on it; the
+operations share the session's lock, buffers and request routing.
+
 A :class:`BrowserSession` is handed out by :meth:`BrowserManager.get
 <hermes_async.tools.browser.manager.BrowserManager.get>`; the manager owns its lifetime (it is
 opened and closed by a task in the manager's task group). The session:
