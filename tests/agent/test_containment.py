@@ -328,6 +328,37 @@ async def test_retry_runs_a_failed_rollout_again_on_a_fresh_sandbox() -> None:
     assert all(s.closed for s in factory.created)
 
 
+async def test_a_retry_starts_as_soon_as_its_failure_is_seen() -> None:
+    # r1's reward waits for r0's retry to be scored: if retries waited for the group, it would
+    # wait forever (bounded here) and the group would not come out clean.
+    retry_scored = anyio.Event()
+
+    async def reward(result: AgentResult, ctx: ToolContext) -> float:
+        if ctx.task_id == "r0":
+            raise RuntimeError("verifier crashed on r0")
+        if ctx.task_id == "r0-attempt2":
+            retry_scored.set()
+        if ctx.task_id == "r1":
+            with anyio.fail_after(30):
+                await retry_scored.wait()
+        return 1.0
+
+    async with world(runs()) as (client, manager, _):
+        group = await run_group(
+            client,
+            PROMPT,
+            TOOLS,
+            size=2,
+            reward=reward,
+            tokenizer=TOKENIZER,
+            sandboxes=manager,
+            task_ids=["r0", "r1"],
+            failure_policy=QUICK,
+        )
+    assert group.outcome == "retried" and group.rewards == [1.0, 1.0]
+    assert [r.task_id for r in group.rollouts] == ["r0-attempt2", "r1"]
+
+
 async def test_retries_that_run_out_mask_the_whole_group() -> None:
     async with world(runs()) as (client, manager, _):
         group = await run_group(
