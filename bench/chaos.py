@@ -36,6 +36,11 @@ async def _run(args: argparse.Namespace) -> tuple[ChaosStatistics, ChaosStatisti
         "loopback": args.loopback,
         "rollout_timeout": args.rollout_timeout,
         "tool_timeout": args.tool_timeout,
+        # A local close may spend its TERM -> KILL grace (2 s) on a command still running: a
+        # 2 s bound (the fake default) would abandon it every time and leave its directory.
+        "close_timeout": args.close_timeout
+        if args.close_timeout is not None
+        else (10.0 if args.sandbox == "local" else 2.0),
     }
     chaos = await run_chaos(ChaosConfig(fault_rate=args.fault_rate, **common))
     clean = None if args.no_baseline else await run_chaos(ChaosConfig(fault_rate=0.0, **common))
@@ -54,6 +59,9 @@ def main() -> int:
     parser.add_argument("--loopback", action="store_true", help="serve over a real socket")
     parser.add_argument("--rollout-timeout", type=float, default=10.0)
     parser.add_argument("--tool-timeout", type=float, default=0.5)
+    parser.add_argument(
+        "--close-timeout", type=float, default=None, help="default: 2 (fake), 10 (local)"
+    )
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--no-baseline", action="store_true", help="skip the fault-free run")
     args = parser.parse_args()

@@ -113,6 +113,7 @@ async def test_chaos_1000_rollouts_local_sandboxes(anyio_backend_name: str) -> N
             sandbox="local",
             rollout_timeout=10.0,
             tool_timeout=2.0,
+            close_timeout=10.0,  # a local close may spend the 2 s TERM -> KILL grace
         )
     )
     print(stats.format())
