@@ -12,6 +12,7 @@ subpackage (``hermes_async.parsers``) does not load the others (the HTTP stack, 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,8 +21,11 @@ if TYPE_CHECKING:
         AgentResult as AgentResult,
         BudgetConfig as BudgetConfig,
         ChatServer as ChatServer,
+        FailureCategory as FailureCategory,
+        FailurePolicy as FailurePolicy,
         HermesAgentLoop as HermesAgentLoop,
         Reward as Reward,
+        RolloutFailure as RolloutFailure,
         ScoredGroup as ScoredGroup,
         ScoredRollout as ScoredRollout,
         ToolContext as ToolContext,
@@ -113,6 +117,26 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
+
+def _install_log_redaction() -> None:
+    """Every record of a ``hermes_async`` logger is redacted of credentials when it is created
+    (``hermes_async._redact.redact_record``, imported on the first such record, so importing
+    the package loads none of its modules)."""
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        if record.name.startswith("hermes_async"):
+            from hermes_async._redact import redact_record
+
+            redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
+_install_log_redaction()
+
 __all__ = (
     "JSON",
     "AgentOptions",
@@ -124,6 +148,8 @@ __all__ = (
     "ChatServer",
     "ConfigError",
     "ExecResult",
+    "FailureCategory",
+    "FailurePolicy",
     "HTTPOptions",
     "HermesAgentLoop",
     "HermesAsyncError",
@@ -140,6 +166,7 @@ __all__ = (
     "ParseResult",
     "RetryPolicy",
     "Reward",
+    "RolloutFailure",
     "SGLangGenerateClient",
     "SamplingParams",
     "Sandbox",
@@ -199,6 +226,8 @@ _WHERE: dict[str, str] = {
     "ChatServer": "hermes_async.agent",
     "ConfigError": "hermes_async.errors",
     "ExecResult": "hermes_async.tools.sandbox",
+    "FailureCategory": "hermes_async.agent",
+    "FailurePolicy": "hermes_async.agent",
     "HTTPOptions": "hermes_async.inference",
     "HermesAgentLoop": "hermes_async.agent",
     "HermesAsyncError": "hermes_async.errors",
@@ -217,6 +246,7 @@ _WHERE: dict[str, str] = {
     "ParseResult": "hermes_async.parsers",
     "RetryPolicy": "hermes_async.inference",
     "Reward": "hermes_async.agent",
+    "RolloutFailure": "hermes_async.agent",
     "SGLangGenerateClient": "hermes_async.inference",
     "SamplingParams": "hermes_async.inference",
     "Sandbox": "hermes_async.tools.sandbox",

@@ -15,20 +15,20 @@ seconds, another 5). They are defined once here:
   Closing a socket never waits for the peer here (no TLS ``close_notify`` exchange), so this
   only guards against the pathological; 2 s keeps a cancelled caller's cleanup short.
 * :func:`aclose_httpx_stream`: the drain workaround for httpx streamed bodies (see its doc).
-* :func:`redact_url` / :func:`redact_urls`: credentials out of URLs before a message is built.
+* :func:`redact_url` / :func:`redact_urls`: credentials out of URLs before a message is built
+  (defined in ``hermes_async._redact``, standard library only, and re-exported here).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import ssl
-import urllib.parse
 from collections.abc import AsyncIterator
 
 import httpx
 
 from hermes_async._cleanup import cleanup_scope
+from hermes_async._redact import REDACTED, redact_url, redact_urls
 
 __all__ = (
     "CLOSE_GRACE_SECONDS",
@@ -41,9 +41,6 @@ __all__ = (
 
 #: Bound on closing one response, connection or client during cleanup (shielded).
 CLOSE_GRACE_SECONDS = 2.0
-
-#: What a credential in a URL is replaced with.
-REDACTED = "[REDACTED]"
 
 #: Pulls allowed after closing an abandoned httpx body before giving up on finishing its chain.
 _DRAIN_MAX_READS = 64
@@ -97,75 +94,3 @@ async def aclose_httpx_stream(
                 return
             except Exception:  # the closed chain's "stream closed" error is the way out
                 return
-
-
-# --------------------------------------------------------------------------------------------
-# URL redaction
-
-#: Query parameter names (lower case, ``-`` as ``_``) that carry a credential when they
-#: contain one of these words: ``api_key``, ``access_token``, ``X-Amz-Signature``, ``sig``...
-_SECRET_PARAM_WORDS = (
-    "key",
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "pwd",
-    "auth",
-    "signature",
-    "credential",
-    "session",
-)
-_SECRET_PARAM_NAMES = frozenset({"sig", "code", "jwt"})
-
-#: A URL inside free text: a scheme, ``://`` and everything up to white space or a quote.
-_URL_IN_TEXT = re.compile(r"""\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s"'<>`]+""")
-
-
-def _secret_param(name: str) -> bool:
-    key = urllib.parse.unquote_plus(name).strip().lower().replace("-", "_")
-    return key in _SECRET_PARAM_NAMES or any(word in key for word in _SECRET_PARAM_WORDS)
-
-
-def _redact_query(query: str) -> str:
-    parts = []
-    for item in query.split("&"):
-        name, sep, value = item.partition("=")
-        if sep and value and _secret_param(name):
-            item = f"{name}={REDACTED}"
-        parts.append(item)
-    return "&".join(parts)
-
-
-def redact_url(url: str) -> str:
-    """``url`` without credentials: userinfo and secret query values become ``[REDACTED]``.
-
-    ``http://user:pw@host:8000/v1?api_key=sk-1&n=2`` becomes
-    ``http://[REDACTED]@host:8000/v1?api_key=[REDACTED]&n=2``. The whole userinfo goes (a
-    user name alone is often a token: ``https://<token>@host``). Everything else is kept as
-    written, so the result still says which server it was. Pure; never raises: a string that
-    is not a URL comes back unchanged.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority_end = len(rest)
-    for stop in "/?#":
-        index = rest.find(stop)
-        if index != -1:
-            authority_end = min(authority_end, index)
-    authority, tail = rest[:authority_end], rest[authority_end:]
-    if "@" in authority:
-        authority = f"{REDACTED}@{authority.rpartition('@')[2]}"
-    path, qmark, query = tail.partition("?")
-    if qmark:
-        query, hash_, fragment = query.partition("#")
-        tail = f"{path}?{_redact_query(query)}{hash_}{fragment}"
-    return f"{scheme}://{authority}{tail}"
-
-
-def redact_urls(text: str) -> str:
-    """``text`` with :func:`redact_url` applied to every URL in it (for exception texts)."""
-    if "://" not in text:
-        return text
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)

@@ -163,7 +163,7 @@ class _DemoRun:
 
 def _summarize(run: _DemoRun) -> int:
     """Print the summary table and the files written; the demo's exit code."""
-    from hermes_async.envs.display import format_table
+    from hermes_async.envs.display import format_failures, format_table
 
     env, config, total, use_oracle, elapsed = (
         run.env,
@@ -195,12 +195,13 @@ def _summarize(run: _DemoRun) -> int:
                 sum(s.turns for s in group) / n,
                 round(sum(s.tokens for s in group) / n),
                 sum(s.seconds for s in group) / n,
+                format_failures(s.category for s in group),
             ]
         )
     print()
     print(
         format_table(
-            ["mode", "task", "rollouts", "reward", "turns", "tokens", "time_s"],
+            ["mode", "task", "rollouts", "reward", "turns", "tokens", "time_s", "failures"],
             rows,
         )
     )

@@ -11,10 +11,14 @@ atroposlib anywhere (``hermes_async.envs`` is the Atropos adapter on top of this
 * :class:`ToolContext` — reward functions run commands and read files in the rollout's sandbox.
 * :class:`BudgetConfig` — oversized tool results are saved into the sandbox, the model sees a
   preview.
+* :class:`RolloutFailure` — every rollout's categorized failure (``model``, ``tool``,
+  ``agent_timeout``, ``infra``, ``verifier``, ``cancelled``); :class:`FailurePolicy` — what a
+  group does with them (retry on a fresh sandbox, mask, zero).
 
 Layout: ``loop`` (orchestration, deadlines, cancellation), ``_chat_turn`` / ``_token_turn``
 (the two turn strategies), ``_tool_runner`` (one turn's calls), ``_transcript`` (pure message
-and token bookkeeping), ``result``, ``budget``, ``context``, ``rollout``, ``scoring`` (pure rows).
+and token bookkeeping), ``result``, ``failures`` (the taxonomy, pure), ``_watch`` (noticing a
+lost sandbox), ``budget``, ``context``, ``rollout``, ``scoring`` (pure rows).
 """
 
 from __future__ import annotations
@@ -24,9 +28,13 @@ from hermes_async.agent._sampling import SamplingHook
 from hermes_async.agent._segments import TemplateCheck
 from hermes_async.agent.budget import BudgetConfig
 from hermes_async.agent.context import ToolContext
-from hermes_async.agent.loop import AgentOptions, ChatServer, HermesAgentLoop
+from hermes_async.agent.failures import FAILURE_CATEGORIES, FailureCategory, RolloutFailure
+from hermes_async.agent.loop import AgentOptions, ChatServer, HermesAgentLoop, RunAbort
 from hermes_async.agent.result import AgentResult, ToolError
 from hermes_async.agent.rollout import (
+    DEFAULT_FAILURE_POLICY,
+    FailurePolicy,
+    GroupOutcome,
     Reward,
     ScoredGroup,
     ScoredRollout,
@@ -36,12 +44,19 @@ from hermes_async.agent.rollout import (
 )
 
 __all__ = (
+    "DEFAULT_FAILURE_POLICY",
+    "FAILURE_CATEGORIES",
     "AgentOptions",
     "AgentResult",
     "BudgetConfig",
     "ChatServer",
+    "FailureCategory",
+    "FailurePolicy",
+    "GroupOutcome",
     "HermesAgentLoop",
     "Reward",
+    "RolloutFailure",
+    "RunAbort",
     "SamplingHook",
     "ScoredGroup",
     "ScoredRollout",

@@ -22,6 +22,7 @@ import anyio
 from hermes_async._otel import span
 from hermes_async.agent._tool_runner import RunTools, ToolCall
 from hermes_async.agent._transcript import assistant_message
+from hermes_async.agent.failures import RolloutFailure, classify_exception
 from hermes_async.agent.result import AgentResult
 from hermes_async.jsontypes import JSONObject
 from hermes_async.parsers import get_parser
@@ -72,6 +73,12 @@ def normalize_tool_calls(raw_calls: Sequence[object]) -> list[ToolCall]:
         call_id = _get(raw, "id") or f"call_{uuid.uuid4().hex[:8]}"
         calls.append(ToolCall(str(call_id), str(name or ""), args_text))
     return calls
+
+
+def _fail(result: AgentResult, failure: RolloutFailure) -> None:
+    """End the rollout with ``failure`` (``error`` is its redacted message)."""
+    result.failure = failure
+    result.error = failure.message
 
 
 class ChatTurns:
@@ -138,16 +145,30 @@ class ChatTurns:
                     with anyio.fail_after(deadline):
                         response = await self._complete(messages=messages, **self._request)
                 except TimeoutError:
-                    result.error = f"model call timed out after {self._turn_timeout:g} s"
+                    _fail(
+                        result,
+                        RolloutFailure.of(
+                            "agent_timeout",
+                            f"model call timed out after {self._turn_timeout:g} s",
+                            source="deadline",
+                            deadline="turn_timeout",
+                        ),
+                    )
                     return
                 except Exception as exc:
-                    logger.warning("task %s: model call failed: %s", tools.task_id, exc)
-                    result.error = f"model call failed: {type(exc).__name__}: {exc}"
+                    failure = classify_exception(exc, source="model_server")
+                    logger.warning("task %s: %s", tools.task_id, failure.message)
+                    _fail(result, failure)
                     return
                 timing["generation_seconds"] = anyio.current_time() - start
                 choices = _get(response, "choices") if response is not None else None
                 if not choices:
-                    result.error = "model returned no choices"
+                    _fail(
+                        result,
+                        RolloutFailure.of(
+                            "infra", "model returned no choices", source="model_server"
+                        ),
+                    )
                     return
                 message = _get(choices[0], "message")
                 reasoning = extract_reasoning(message)

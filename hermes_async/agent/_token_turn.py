@@ -36,6 +36,7 @@ from hermes_async.agent._sampling import SamplingHook, turn_sampling
 from hermes_async.agent._segments import place_turn
 from hermes_async.agent._tool_runner import RunTools, ToolCall, TurnToolRunner
 from hermes_async.agent._transcript import assistant_message
+from hermes_async.agent.failures import RolloutFailure, classify_exception
 from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
 from hermes_async.errors import InferenceError
 from hermes_async.inference.generate import SamplingParams, TokenClient, TokenDelta
@@ -309,7 +310,7 @@ class TokenTurns:
                     stop_ids=(*self._end_of_turn, *sampling.stop_token_ids),
                 )
                 start = anyio.current_time()
-                failure: str | None = None
+                failure: RolloutFailure | None = None
                 # Stream errors are caught inside the task group's body (an exception escaping the
                 # body would arrive wrapped in an ExceptionGroup); tools already started by early
                 # dispatch are then cancelled with the turn.
@@ -322,17 +323,25 @@ class TokenTurns:
                                     step.feed(delta, runner, anyio.current_time() - start)
                         step.finish(runner)
                     except TimeoutError:
-                        failure = f"generation timed out after {self._turn_timeout:g} s"
-                        tg.cancel_scope.cancel(reason=failure)
+                        failure = RolloutFailure.of(
+                            "agent_timeout",
+                            f"generation timed out after {self._turn_timeout:g} s",
+                            source="deadline",
+                            deadline="turn_timeout",
+                        )
+                        tg.cancel_scope.cancel(reason=failure.message)
                     except InferenceError as exc:
-                        logger.warning("task %s: generation failed: %s", tools.task_id, exc)
-                        failure = f"model call failed: {type(exc).__name__}: {exc}"
+                        failure = classify_exception(exc, source="model_server")
+                        logger.warning(
+                            "task %s: generation failed: %s", tools.task_id, failure.message
+                        )
                         tg.cancel_scope.cancel(reason="generation failed")
                     timing["generation_seconds"] = anyio.current_time() - start
                 if step.ttft is not None:
                     timing["time_to_first_token"] = step.ttft
                 if failure is not None:
-                    result.error = failure
+                    result.failure = failure
+                    result.error = failure.message
                     return
                 timing["tool_seconds"] = anyio.current_time() - start - timing["generation_seconds"]
                 trajectory.add_completion(step.token_ids, step.logprobs, turn=turn)

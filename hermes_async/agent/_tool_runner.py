@@ -135,7 +135,9 @@ class TurnToolRunner:
         now = anyio.current_time()
         call.index = len(self.calls)
         call.submitted_at = call.started_at = now
-        call.outcome = ToolOutcome(json.dumps({"error": error}, ensure_ascii=False), error)
+        call.outcome = ToolOutcome(
+            json.dumps({"error": error}, ensure_ascii=False), error, malformed=True
+        )
         call.done.set()
         self.calls.append(call)
         return call
@@ -289,6 +291,7 @@ class RunTools:
                         arguments=call.arguments,
                         error=outcome.error,
                         tool_result=outcome.content[:TOOL_ERROR_RESULT_MAX_CHARS],
+                        category="model" if outcome.malformed else "tool",
                     )
                 )
             tool = registry.get(call.name)

@@ -51,6 +51,7 @@ from hermes_async.agent._token_turn import TokenTurns
 from hermes_async.agent._tool_runner import RunTools, ToolSettings
 from hermes_async.agent._transcript import first_user_content
 from hermes_async.agent.budget import DEFAULT_BUDGET, BudgetConfig
+from hermes_async.agent.failures import RolloutFailure, worst_failure
 from hermes_async.agent.result import AgentResult
 from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import SamplingParams, TokenClient
@@ -68,6 +69,7 @@ __all__ = (
     "AgentOptions",
     "ChatServer",
     "HermesAgentLoop",
+    "RunAbort",
     "resize_tool_pool",
 )
 
@@ -184,6 +186,36 @@ class AgentOptions:
         _check_timeout("rollout_timeout", self.rollout_timeout)
         _check_timeout("terminal_timeout", self.terminal_timeout)
         check_reasoning(self.reasoning_effort, self.max_reasoning_tokens)
+
+
+class RunAbort:
+    """Ends one :meth:`HermesAgentLoop.run` early, from anywhere (a tool, another task).
+
+    Like the rollout deadline: the run stops where it is (the model request and running tools
+    are cancelled, the turn in flight is closed) and returns its partial result with
+    ``failure`` (and ``error``) set to what :meth:`abort` was given. The rollout core uses it to
+    end a rollout the moment its sandbox dies, so a retry can start at once. Aborting before
+    the run starts ends it at its first step; aborting twice keeps the first failure.
+    """
+
+    __slots__ = ("_scope", "failure")
+
+    def __init__(self) -> None:
+        self.failure: RolloutFailure | None = None
+        self._scope: anyio.CancelScope | None = None
+
+    def abort(self, failure: RolloutFailure) -> None:
+        """End the run with ``failure`` (synchronous; safe to call from any task of the run)."""
+        if self.failure is not None:
+            return
+        self.failure = failure
+        if self._scope is not None:
+            self._scope.cancel(reason=failure.message)
+
+    def _bind(self, scope: anyio.CancelScope) -> None:
+        self._scope = scope
+        if self.failure is not None:
+            scope.cancel(reason=self.failure.message)
 
 
 class _TurnStrategy(Protocol):
@@ -537,6 +569,9 @@ class HermesAgentLoop:
         *,
         task_id: str | None = None,
         seed: int | None = None,
+        deadline: float | None = None,
+        sandboxes: SandboxProvider | None = None,
+        abort: RunAbort | None = None,
     ) -> AgentResult:
         """Run one rollout on ``messages`` (mutated in place) and return the result.
 
@@ -546,11 +581,16 @@ class HermesAgentLoop:
                 that overlap need different ids, or they share one sandbox.
             seed: This run's Phase 2 sampling seed (default: ``sampling.seed``); ignored by
                 chat servers.
+            deadline: This run's deadline on the ``anyio.current_time()`` clock, instead of
+                ``rollout_timeout`` from now (the rollout core passes the rollout's whole
+                deadline, which also covers the reward and the release).
+            sandboxes: This run's sandbox provider (default: the loop's).
+            abort: Ends the run early from outside (see :class:`RunAbort`).
 
         Returns:
-            The :class:`AgentResult`. A model-server failure or the rollout deadline ends the
-            loop early with ``finished_naturally=False`` and ``error`` set; the messages so far
-            are kept.
+            The :class:`AgentResult`. A model-server failure, the rollout deadline or an abort
+            ends the loop early with ``finished_naturally=False`` and ``error`` / ``failure``
+            set; the messages so far are kept.
 
         **Cancellation**: an outer cancellation cancels the model request (closing its HTTP
         stream) and any running tool (its process group is killed), releases the rollout's
@@ -559,14 +599,14 @@ class HermesAgentLoop:
         logprobs aligned; messages of a turn appended only once the turn finished, in Phase 2).
         """
         task_id = task_id or self.task_id
-        sandboxes = self.sandboxes or current_sandbox_manager()
-        if sandboxes is None:
+        provider = sandboxes or self.sandboxes or current_sandbox_manager()
+        if provider is None:
             # Reference-style use outside an environment: this run owns a private manager.
             async with open_sandbox_manager(
                 standalone_factory()[1], limits=self.limits, idle_timeout=None
             ) as private:
-                return await self._run(messages, task_id, seed, private)
-        return await self._run(messages, task_id, seed, sandboxes)
+                return await self._run(messages, task_id, seed, private, deadline, abort)
+        return await self._run(messages, task_id, seed, provider, deadline, abort)
 
     async def _run(
         self,
@@ -574,6 +614,8 @@ class HermesAgentLoop:
         task_id: str,
         seed: int | None,
         sandboxes: SandboxProvider,
+        deadline: float | None,
+        abort: RunAbort | None,
     ) -> AgentResult:
         result = AgentResult(messages=messages)
         self.partial = result
@@ -588,15 +630,20 @@ class HermesAgentLoop:
         )
         tools = RunTools(self._tools, runtime)
         timeout = options.rollout_timeout
+        if deadline is None:
+            deadline = anyio.current_time() + (timeout if timeout is not None else math.inf)
         release = self.release_sandbox
         interrupted = False
+        stop = abort if abort is not None else RunAbort()
         try:
             # One pool session per run: a ServerPool keeps the run's turns on one server (its
             # prefix cache); without a pool this is one context variable set and reset.
             with (
                 pool_session(task_id),
-                anyio.move_on_after(timeout if timeout is not None else math.inf) as deadline,
+                anyio.move_on_at(deadline) as deadline_scope,
+                anyio.CancelScope() as abort_scope,
             ):
+                stop._bind(abort_scope)
                 await self._turns.run(result, tools, seed=seed)
         except anyio.get_cancelled_exc_class():
             tools.close_inflight(result, "the rollout was cancelled")
@@ -604,12 +651,28 @@ class HermesAgentLoop:
             interrupted = True
             raise
         finally:
+            stop._scope = None
             if release:
                 await _release(sandboxes, task_id, interrupted=interrupted)
-        if deadline.cancelled_caught:
+        ended: RolloutFailure | None = None
+        if abort_scope.cancelled_caught:
+            ended = stop.failure
+        elif deadline_scope.cancelled_caught:
+            what = f"{timeout:g} s" if timeout is not None else "its deadline"
+            ended = RolloutFailure.of(
+                "agent_timeout",
+                f"rollout deadline of {what} exceeded",
+                source="deadline",
+                deadline="rollout_timeout",
+            )
+        if ended is not None:
             result.finished_naturally = False
-            result.error = f"rollout deadline of {timeout:g} s exceeded"
-            tools.close_inflight(result, result.error)
+            tools.close_inflight(result, ended.message)
+        # An abort that came after the last turn still marks the rollout (its sandbox died).
+        failure = worst_failure([result.failure, ended, stop.failure])
+        if failure is not None and failure is not result.failure:
+            result.failure = failure
+            result.error = failure.message
         return result
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_async.agent._segments import TemplateCheck
+from hermes_async.agent.failures import FailureCategory, RolloutFailure
 
 __all__ = (
     "TOOL_ERROR_ARGUMENTS_MAX_CHARS",
@@ -34,6 +35,10 @@ class ToolError:
         arguments: The raw argument string, truncated to 200 characters.
         error: A short description of what went wrong.
         tool_result: The exact string the model was shown for this call.
+        category: ``"model"`` when the model wrote the call wrong (unknown tool, arguments
+            that do not decode or validate, a call cut off or malformed), ``"tool"`` when a
+            well-formed call failed (non-zero exit, timeout, missing file). Not in the
+            reference; see :mod:`hermes_async.agent.failures`.
     """
 
     turn: int
@@ -41,6 +46,7 @@ class ToolError:
     arguments: str
     error: str
     tool_result: str
+    category: FailureCategory = "tool"
 
     def __post_init__(self) -> None:
         if len(self.arguments) > TOOL_ERROR_ARGUMENTS_MAX_CHARS:
@@ -72,6 +78,10 @@ class AgentResult:
         template_checks: Phase 2: every divergence found, with its turn, reason (``history``,
             ``completion``, or the uncounted ``length``) and the two texts where they part
             (:class:`~hermes_async.agent.TemplateCheck`).
+        failure: Why the loop ended early, categorized (``infra``: the model server or the
+            sandbox failed; ``agent_timeout``: a deadline; ``model``: the context is full), if
+            it did; :attr:`error` is its message. Malformed calls and failed tools do not end
+            the loop: they are :attr:`tool_errors` with their own ``category``.
     """
 
     messages: list[dict[str, Any]]
@@ -84,3 +94,4 @@ class AgentResult:
     template_mismatches: int = 0
     timings: list[dict[str, float]] = field(default_factory=list)
     template_checks: list[TemplateCheck] = field(default_factory=list)
+    failure: RolloutFailure | None = None

@@ -1,48 +1,37 @@
-"""Scored rollouts for any trainer: :func:`run_rollout` and :func:`run_group`.
-
-The rollout pipeline, with no atroposlib in it::
-
-    loop.run(messages) -> reward(result, ToolContext on the same sandbox) -> release -> rows
-
-* **Loop**: :class:`~hermes_async.agent.loop.HermesAgentLoop` (Phase 1 with a chat server,
-  Phase 2 with a token server and a tokenizer), bounded by ``options.rollout_timeout``.
-* **Reward**: an ``async (result, ctx) -> float`` (:data:`Reward`) with a
-  :class:`~hermes_async.agent.context.ToolContext` on the rollout's own sandbox, called only if
-  the model answered at all. A reward that raises scores 0.0 and sets ``reward_error`` (the
-  reference's rule).
-* **Release**: the rollout's sandbox is released through the manager whatever happened (reward
-  raised, group cancelled). The manager's ``release`` is the one bound (``close_timeout``) and
-  shields itself; nothing here adds a second one.
-* **Rows**: :mod:`~hermes_async.agent.scoring` turns the result into aligned ``tokens`` /
-  ``masks`` / ``logprobs`` (exact in Phase 2, placeholders in Phase 1).
-
-Sandboxes come from the ``sandboxes`` manager given, else the current one
-(``use_sandbox_manager``), else a private local :class:`SandboxManager` opened for the call's
-lifetime, so a trainer needs no setup::
-
-    group = await run_group(client, [{"role": "user", "content": task}], tools,
-                            size=8, reward=check, tokenizer=tokenizer)
-    batch = group.to_scored_data_group()
-"""
-
 from __future__ import annotations
 
 import logging
+import math
+import random
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
 
 import anyio
 
 from hermes_async._groups import single_errors
 from hermes_async._otel import span
 from hermes_async._redact import redact
+from hermes_async.agent._watch import WatchedSandboxes
 from hermes_async.agent.context import ToolContext
-from hermes_async.agent.loop import AgentOptions, HermesAgentLoop
+from hermes_async.agent.failures import (
+    GROUP_FAILURE_CATEGORIES,
+    FailureCategory,
+    RolloutFailure,
+    classify_exception,
+    worst_failure,
+)
+from hermes_async.agent.loop import AgentOptions, HermesAgentLoop, RunAbort
 from hermes_async.agent.result import AgentResult
-from hermes_async.agent.scoring import model_answered, rollout_rows, scored_data_group
+from hermes_async.agent.scoring import (
+    Rows,
+    model_answered,
+    rollout_rows,
+    scored_data_group,
+)
 from hermes_async.errors import InferenceError
 from hermes_async.inference.pool import ServerPool, pool_session
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
@@ -60,10 +49,15 @@ from hermes_async.tools.sandbox.manager import (
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
+    "DEFAULT_FAILURE_POLICY",
     "DEFAULT_OPTIONS",
+    "FailureAction",
+    "FailurePolicy",
+    "GroupOutcome",
     "Reward",
     "ScoredGroup",
     "ScoredRollout",
+    "TimeoutAction",
     "Tools",
     "run_group",
     "run_rollout",
@@ -83,23 +77,104 @@ DEFAULT_OPTIONS = AgentOptions()
 
 Encode: TypeAlias = Callable[[str], Sequence[int]]
 
+#: What a group does with ``infra`` / ``verifier`` failures (see the module docstring).
+FailureAction: TypeAlias = Literal["retry", "mask", "zero"]
+#: What a group does with ``agent_timeout`` failures.
+TimeoutAction: TypeAlias = Literal["zero", "mask"]
+#: How a group ended: ``ok`` (no failure the policy acts on), ``retried`` (some rollouts were
+#: re-run, all succeeded), ``zeroed`` (failed rollouts kept with reward 0), ``masked`` (dropped).
+GroupOutcome: TypeAlias = Literal["ok", "retried", "zeroed", "masked"]
+
+
+@dataclass(frozen=True, slots=True)
+class FailurePolicy:
+    """What a group does with rollouts whose failure says nothing about the policy.
+
+    The defaults and why: see the module docstring (retry, then mask; timeouts kept at 0).
+
+    Attributes:
+        on_failure: ``retry``, ``mask`` or ``zero`` for ``infra`` and ``verifier`` failures.
+        on_timeout: ``zero`` (keep, reward 0) or ``mask`` for ``agent_timeout``.
+        max_attempts: Attempts per rollout with ``retry``, the first included (3: two
+            retries; a failure that survives two fresh sandboxes is rarely transient).
+        backoff_seconds: Pause before the first retry; doubled per retry, with jitter
+            (each pause is 50-100 % of its nominal value), so a struggling backend is not
+            hit by a whole group at once.
+        max_backoff_seconds: Cap on one pause.
+
+    Raises:
+        ValueError: ``max_attempts`` < 1, a negative backoff, or an unknown action.
+    """
+
+    on_failure: FailureAction = "retry"
+    on_timeout: TimeoutAction = "zero"
+    max_attempts: int = 3
+    backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.on_failure not in ("retry", "mask", "zero"):
+            raise ValueError(
+                f"on_failure must be 'retry', 'mask' or 'zero', got {self.on_failure!r}"
+            )
+        if self.on_timeout not in ("zero", "mask"):
+            raise ValueError(f"on_timeout must be 'zero' or 'mask', got {self.on_timeout!r}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
+        if not (self.backoff_seconds >= 0 and self.max_backoff_seconds >= 0):
+            raise ValueError(
+                "backoff_seconds and max_backoff_seconds must be >= 0, got "
+                f"{self.backoff_seconds!r} and {self.max_backoff_seconds!r}"
+            )
+
+    def group_failing(self, failure: RolloutFailure | None) -> bool:
+        """Whether ``failure`` is one this policy acts on (not an observation of the policy)."""
+        if failure is None:
+            return False
+        if failure.category == "agent_timeout":
+            return self.on_timeout == "mask"
+        return failure.category in GROUP_FAILURE_CATEGORIES
+
+    def retries(self, failure: RolloutFailure | None, attempt: int) -> bool:
+        """Whether a rollout that ended with ``failure`` on attempt ``attempt`` is re-run."""
+        return (
+            self.on_failure == "retry"
+            and failure is not None
+            and failure.retryable
+            and attempt < self.max_attempts
+        )
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """The pause before attempt ``attempt + 1``, in seconds (jittered)."""
+        nominal = min(self.max_backoff_seconds, self.backoff_seconds * 2.0 ** (attempt - 1))
+        return nominal * rng.uniform(0.5, 1.0)
+
+
+#: The policy used when none is given.
+DEFAULT_FAILURE_POLICY = FailurePolicy()
+
 
 @dataclass(frozen=True, slots=True)
 class ScoredRollout:
     """One finished rollout, rewarded and turned into training rows.
 
     Attributes:
-        task_id: The rollout's task id (its sandbox's key).
+        task_id: The rollout's task id (its sandbox's key; a retry has its own).
         result: The loop's :class:`~hermes_async.agent.result.AgentResult` (messages, turns,
             tool errors, timings, ``managed_state``).
-        reward: The score (0.0 when the model never answered or the reward raised).
+        reward: The score (0.0 when the reward was not run or failed).
         tokens: Token ids, aligned one to one with ``masks`` and ``logprobs``.
         masks: The id where the policy sampled it, ``-100`` elsewhere.
         logprobs: The sampled logprob, ``1.0`` at masked positions.
         trainable: True for exact Phase 2 tokens; False for Phase 1 placeholders.
         seconds: Wall time of the rollout: loop, reward and release.
-        error: Why the loop stopped early, else why the reward failed (redacted), else ``None``.
+        error: Why the rollout ended early, else why the reward failed (redacted), else
+            ``None``.
         reward_error: Why the reward failed (redacted), if it did.
+        failure: The most severe :class:`~hermes_async.agent.failures.RolloutFailure`
+            (``tool`` / ``model`` also for a rollout that finished but had failed or malformed
+            tool calls), or ``None``.
+        attempt: Which attempt this is (1-based; > 1 after a retry).
     """
 
     task_id: str
@@ -112,22 +187,33 @@ class ScoredRollout:
     seconds: float
     error: str | None
     reward_error: str | None
+    failure: RolloutFailure | None = None
+    attempt: int = 1
 
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The rollout's full conversation (``result.messages``)."""
         return self.result.messages
 
+    @property
+    def category(self) -> FailureCategory | None:
+        """The failure's category, or ``None``."""
+        return self.failure.category if self.failure is not None else None
+
 
 @dataclass(frozen=True, slots=True)
 class ScoredGroup:
-    """The rollouts of one :func:`run_group`, in rollout order.
+    """The rollouts of one :func:`run_group`, in rollout order, and how the group ended.
 
     Attributes:
-        rollouts: One :class:`ScoredRollout` per rollout.
+        rollouts: One :class:`ScoredRollout` per rollout (the last attempt of each).
+        outcome: ``ok``, ``retried``, ``zeroed`` or ``masked`` (see :data:`GroupOutcome`).
+        retried: The attempts that were replaced by a retry (their failures count too).
     """
 
     rollouts: tuple[ScoredRollout, ...]
+    outcome: GroupOutcome = "ok"
+    retried: tuple[ScoredRollout, ...] = ()
 
     @property
     def rewards(self) -> list[float]:
@@ -139,6 +225,17 @@ class ScoredGroup:
         """True if every rollout carries exact (Phase 2) tokens."""
         return all(r.trainable for r in self.rollouts)
 
+    @property
+    def masked(self) -> bool:
+        """True if the group was dropped: it has no training data."""
+        return self.outcome == "masked"
+
+    def failure_counts(self) -> Counter[FailureCategory]:
+        """Failures per category over every attempt (replaced ones included)."""
+        return Counter(
+            r.failure.category for r in (*self.retried, *self.rollouts) if r.failure is not None
+        )
+
     def __len__(self) -> int:
         return len(self.rollouts)
 
@@ -147,9 +244,18 @@ class ScoredGroup:
     ) -> dict[str, Any]:
         """The Atropos-shaped ``ScoredDataGroup`` dict (no atroposlib import).
 
-        ``tokens``, ``masks``, ``scores``, ``inference_logprobs`` and ``messages`` per
-        rollout, aligned; see :func:`~hermes_async.agent.scoring.scored_data_group`.
+        ``tokens``, ``masks``, ``scores``, ``inference_logprobs``, ``messages`` (redacted) and
+        ``overrides`` (each failed rollout's failure) per rollout, aligned; see
+        :func:`~hermes_async.agent.scoring.scored_data_group`.
+
+        Raises:
+            ValueError: The group is masked (check :attr:`masked` first).
         """
+        if self.masked:
+            raise ValueError(
+                "a masked group has no training data: check ScoredGroup.masked before "
+                f"to_scored_data_group() (failures: {dict(self.failure_counts())})"
+            )
         return scored_data_group(self.rollouts, generation_params=generation_params)
 
 
@@ -230,21 +336,71 @@ def _seed(options: AgentOptions, index: int) -> int | None:
     return sampling.seed + index
 
 
+def _rewardable(result: AgentResult) -> bool:
+    """Whether the reward runs: the model answered, and the rollout was not lost.
+
+    A rollout whose sandbox or model server failed (``infra``) has nothing trustworthy to
+    verify; one whose loop used up the deadline (``agent_timeout``) has no time left for it.
+    """
+    if not model_answered(result):
+        return False  # nothing to verify if the model never answered (reference)
+    failure = result.failure
+    return failure is None or failure.category not in ("infra", "agent_timeout")
+
+
 async def _score(
-    reward: Reward | None, result: AgentResult, ctx: ToolContext
-) -> tuple[float, str | None]:
-    """``(reward, reward_error)``; a raising reward scores 0.0 (the reference's rule)."""
-    if reward is None or not model_answered(result):
-        return 0.0, None  # nothing to verify if the model never answered (reference)
+    reward: Reward | None, result: AgentResult, ctx: ToolContext, deadline: float
+) -> tuple[float, RolloutFailure | None]:
+    """``(reward, failure)``: a reward that raises, runs past ``deadline`` or returns no number
+    scores 0.0 with a ``verifier`` failure (a ``SandboxError`` in it: ``infra``)."""
+    if reward is None:
+        return 0.0, None
+    with (
+        anyio.move_on_at(deadline) as scope,
+        span("reward", {"hermes_async.task_id": ctx.task_id}) as traced,
+    ):
+        try:
+            value: object = await reward(result, ctx)
+        except Exception as exc:  # contained: a failing reward is the rollout's failure
+            return 0.0, classify_exception(exc, source="reward")
+        traced.set("hermes_async.reward", repr(value)[:100])
+    if scope.cancelled_caught:
+        return 0.0, RolloutFailure.of(
+            "verifier",
+            "reward failed: it did not finish before the rollout deadline",
+            source="reward",
+            exception="TimeoutError",
+        )
     try:
-        with span("reward", {"hermes_async.task_id": ctx.task_id}) as traced:
-            value = float(await reward(result, ctx))
-            traced.set("hermes_async.reward", value)
-        return value, None
-    except Exception as exc:  # the reference's rule: a failing reward scores 0.0
-        message = redact(f"{type(exc).__name__}: {exc}")
-        logger.warning("task %s: reward failed (%s); reward 0.0", ctx.task_id, message)
-        return 0.0, f"reward failed: {message}"
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number):
+        return 0.0, RolloutFailure.of(
+            "verifier",
+            f"reward failed: it returned {value!r:.200}, not a finite number",
+            source="reward",
+        )
+    return number, None
+
+
+def _tool_failure(result: AgentResult) -> RolloutFailure | None:
+    """A ``model`` (malformed calls) or ``tool`` observation from the rollout's tool errors."""
+    errors = result.tool_errors
+    if not errors:
+        return None
+    malformed = [e for e in errors if e.category == "model"]
+    chosen = malformed or errors
+    first = chosen[0]
+    category: FailureCategory = "model" if malformed else "tool"
+    what = "malformed tool call" if malformed else "failed tool call"
+    return RolloutFailure.of(
+        category,
+        f"{len(chosen)} {what}{'s' if len(chosen) != 1 else ''}; first: "
+        f"[turn {first.turn}] {first.tool_name}: {first.error}",
+        source="tools",
+        count=len(chosen),
+    )
 
 
 async def _release(manager: SandboxManager, task_id: str, *, interrupted: bool) -> None:
@@ -256,7 +412,7 @@ async def _release(manager: SandboxManager, task_id: str, *, interrupted: bool) 
         await browsers.release(task_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Batch:
     """What the rollouts of one call share: the loop, the manager, the reward, the encoder."""
 
@@ -266,39 +422,98 @@ class _Batch:
     reward: Reward | None
     registry: ToolRegistry | None
     encode: Encode
+    policy: FailurePolicy
     spec: SandboxSpec | None = None
+    rng: random.Random = field(default_factory=random.Random)
 
-    async def rollout(
-        self, messages: Sequence[Mapping[str, Any]], task_id: str, index: int
+    async def attempt(
+        self, messages: Sequence[Mapping[str, Any]], task_id: str, index: int, number: int
     ) -> ScoredRollout:
-        """Rollout ``index`` of the batch: loop, reward, release, rows."""
+        """One attempt of rollout ``index``: loop, reward, release, rows; never raises but
+        cancellation (every other failure is the rollout's :class:`RolloutFailure`)."""
         start = anyio.current_time()
-        interrupted = False
-        if self.spec is not None:  # this rollout's sandbox is created from the item's spec
+        timeout = self.options.rollout_timeout
+        deadline = start + timeout if timeout is not None else math.inf
+        abort = RunAbort()
+        conversation = [dict(m) for m in messages]
+        if self.spec is not None:  # this attempt's sandbox is created from the item's spec
             self.manager.assign_spec(task_id, self.spec)
         attributes = {"gen_ai.operation.name": "invoke_agent", "hermes_async.task_id": task_id}
         with span("invoke_agent rollout", attributes) as traced:
-            try:
+            return await self._attempt(
+                messages, task_id, index, number, start, deadline, abort, conversation, traced
+            )
+
+    async def _attempt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        task_id: str,
+        index: int,
+        number: int,
+        start: float,
+        deadline: float,
+        abort: RunAbort,
+        conversation: list[dict[str, Any]],
+        traced: Any,
+    ) -> ScoredRollout:
+        result: AgentResult | None = None
+        value, reward_failure, harness = 0.0, None, None
+        interrupted = False
+        try:
+            # The task group hosts the sandbox's creation (see WatchedSandboxes), so a tool
+            # timeout never cuts it; it is cancelled once the rollout is done.
+            async with anyio.create_task_group() as tg:
+                watched = WatchedSandboxes(self.manager, abort.abort, tg)
                 result = await self.loop.run(
-                    [dict(m) for m in messages], task_id=task_id, seed=_seed(self.options, index)
+                    conversation,
+                    task_id=task_id,
+                    seed=_seed(self.options, index),
+                    deadline=deadline,
+                    sandboxes=watched,
+                    abort=abort,
                 )
-                ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
-                value, reward_error = await _score(self.reward, result, ctx)
-            except anyio.get_cancelled_exc_class():
-                interrupted = True
-                record_rollout("cancelled", 0, 0)
-                raise
-            finally:
-                await _release(self.manager, task_id, interrupted=interrupted)
+                if _rewardable(result):
+                    ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
+                    value, reward_failure = await _score(self.reward, result, ctx, deadline)
+                tg.cancel_scope.cancel(reason="the rollout is done")
+        except anyio.get_cancelled_exc_class():
+            interrupted = True
+            record_rollout("cancelled", 0, 0)
+            raise
+        except Exception as exc:  # a harness bug (or a parser that raised): contained
+            harness = classify_exception(exc, source="the rollout")
+            logger.warning("task %s: %s", task_id, harness.message, exc_info=True)
+            interrupted = True
+        finally:
+            await _release(self.manager, task_id, interrupted=interrupted)
+        if result is None:
+            result = AgentResult(messages=conversation)
+        if harness is not None and result.failure is None:
+            result.failure, result.error = harness, harness.message
+        if reward_failure is not None:
+            logger.warning("task %s: %s; reward 0.0", task_id, reward_failure.message)
+        try:
             rows = rollout_rows(result, self.encode)
-            outcome = "error" if result.error else "reward_error" if reward_error else "ok"
-            traced.set("hermes_async.outcome", outcome)
-            traced.set("hermes_async.turns", result.turns_used)
-            traced.set("hermes_async.reward", value)
-            if result.error:
-                traced.error(redact(result.error))
-            sampled = sum(1 for m in rows.masks if m != MASK_ID)
-            record_rollout(outcome, len(rows.tokens) - sampled, sampled)
+        except Exception as exc:  # e.g. a tokenizer that cannot encode the placeholder text
+            harness = classify_exception(exc, source="building the rows")
+            logger.warning("task %s: %s", task_id, harness.message, exc_info=True)
+            rows = Rows([], [], [], trainable=False)
+        failure = worst_failure([result.failure, reward_failure, harness, _tool_failure(result)])
+        outcome = failure.category if failure is not None else "ok"
+        traced.set("hermes_async.outcome", outcome)
+        traced.set("hermes_async.turns", result.turns_used)
+        traced.set("hermes_async.reward", value)
+        if failure is not None:
+            traced.error(failure.message)
+        sampled = sum(1 for m in rows.masks if m != MASK_ID)
+        record_rollout(outcome, len(rows.tokens) - sampled, sampled)
+        reward_error = reward_failure.message if reward_failure is not None else None
+        if result.error:
+            error: str | None = redact(result.error)
+        elif reward_error is not None:
+            error = reward_error
+        else:
+            error = harness.message if harness is not None else None
         return ScoredRollout(
             task_id=task_id,
             result=result,
@@ -308,9 +523,46 @@ class _Batch:
             logprobs=rows.logprobs,
             trainable=rows.trainable,
             seconds=anyio.current_time() - start,
-            error=redact(result.error) if result.error else reward_error,
+            error=error,
             reward_error=reward_error,
+            failure=failure,
+            attempt=number,
         )
+
+    async def rollout(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        task_id: str,
+        index: int,
+        *,
+        give_up: Callable[[], bool] = lambda: False,
+        replaced: list[ScoredRollout] | None = None,
+    ) -> ScoredRollout:
+        """Rollout ``index`` with the policy's retries (each on a fresh task id and sandbox).
+
+        ``give_up()`` stops further retries (the group is lost anyway); each replaced attempt
+        is appended to ``replaced``.
+        """
+        number = 1
+        attempt_id = task_id
+        while True:
+            scored = await self.attempt(messages, attempt_id, index, number)
+            if not self.policy.retries(scored.failure, number) or give_up():
+                return scored
+            assert scored.failure is not None
+            pause = self.policy.backoff(number, self.rng)
+            logger.info(
+                "task %s: attempt %d failed (%s); retrying on a fresh sandbox in %.1f s",
+                attempt_id,
+                number,
+                scored.failure,
+                pause,
+            )
+            if replaced is not None:
+                replaced.append(scored)
+            await anyio.sleep(pause)
+            number += 1
+            attempt_id = f"{task_id}-attempt{number}"
 
 
 @asynccontextmanager
@@ -325,6 +577,7 @@ async def _open_batch(
     limits: Limits | None,
     registry: ToolRegistry | None,
     placeholder_encode: Encode | None,
+    failure_policy: FailurePolicy,
     sandbox_spec: SandboxSpec | None = None,
 ) -> AsyncIterator[_Batch]:
     """The batch's sandboxes and loop; a lone exception of the block comes out unwrapped."""
@@ -342,7 +595,44 @@ async def _open_batch(
                 registry=registry,
             )
             encode = await _placeholder_encoder(loop, tokenizer, placeholder_encode)
-            yield _Batch(loop, manager, options, reward, registry, encode, sandbox_spec)
+            yield _Batch(
+                loop, manager, options, reward, registry, encode, failure_policy, sandbox_spec
+            )
+
+
+def _outcome(
+    rollouts: Sequence[ScoredRollout], replaced: Sequence[ScoredRollout], policy: FailurePolicy
+) -> GroupOutcome:
+    """How a group ends under ``policy`` (pure): never a mix of failed and trained rollouts
+    unless the policy says ``zero``."""
+    failing = [r.failure for r in rollouts if policy.group_failing(r.failure)]
+    if not failing:
+        return "retried" if replaced else "ok"
+    for failure in failing:
+        assert failure is not None
+        if failure.category == "agent_timeout" or policy.on_failure != "zero":
+            return "masked"  # "retry" whose retries ran out ends here too
+    return "zeroed"
+
+
+def _dead_server(attempts: Sequence[ScoredRollout]) -> bool:
+    """Every attempt lost to the model server before the model answered at all.
+
+    An attempt whose stream broke after some completion tokens does not count as "dead": the
+    server sampled, so it is up and flaky (a group of those is masked, not raised).
+    """
+    return all(
+        r.failure is not None
+        and r.failure.category == "infra"
+        and r.failure.detail.get("source") == "model_server"
+        and not r.failure.detail.get("completion_tokens")
+        and not _has_assistant(r.result)
+        for r in attempts
+    )
+
+
+def _has_assistant(result: AgentResult) -> bool:
+    return any(m.get("role") == "assistant" for m in result.messages)
 
 
 # ------------------------------------------------------------------------------------------
@@ -362,6 +652,7 @@ async def run_rollout(
     limits: Limits | None = None,
     registry: ToolRegistry | None = None,
     placeholder_encode: Encode | None = None,
+    failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY,
     sandbox_spec: SandboxSpec | None = None,
 ) -> ScoredRollout:
     """Run one rollout, reward it on its own sandbox, release the sandbox, build its rows.
@@ -373,29 +664,31 @@ async def run_rollout(
         messages: The prompt; copied, so the caller's list is never changed.
         tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
         reward: ``async (result, ctx) -> float``; ``None`` scores 0.0.
-        task_id: The rollout's id (its sandbox's key); a fresh uuid4 if ``None``.
+        task_id: The rollout's id (its sandbox's key); a fresh uuid4 if ``None``. A retry runs
+            as ``<task_id>-attempt<n>``.
         tokenizer: Phase 2: the model's tokenizer. Phase 1: tokenizes the placeholder rows.
-        options: The loop's options (turns, sampling, deadlines, parser, budget).
+        options: The loop's options (turns, sampling, deadlines, parser, budget);
+            ``rollout_timeout`` bounds the whole attempt (see the module docstring).
         sandboxes: The sandbox manager (default: the current one, else a private local one
             opened for this call).
         limits: Shared limiters (default: the manager's).
         registry: Tool implementations (default: the built-in tools).
         placeholder_encode: Phase 1: ``text -> ids`` for the placeholder rows (default: the
             tokenizer's, else the built-in offline tokenizer's).
+        failure_policy: With ``on_failure="retry"``, an ``infra`` / ``verifier`` failure is
+            re-run on a fresh sandbox (up to ``max_attempts``); ``mask`` and ``zero`` have no
+            meaning for one rollout: its failure is returned as it is.
         sandbox_spec: How this rollout's sandbox is created (image, limits, workdir, env;
             see :class:`~hermes_async.tools.sandbox.spec.SandboxSpec`), assigned to the
-            manager under the rollout's task id; ``None``: the manager's factory defaults.
+            manager under each attempt's task id; ``None``: the manager's factory defaults.
 
     Returns:
-        The :class:`ScoredRollout`. A model-server failure or the rollout deadline is not
-        raised: it ends the rollout early with ``error`` set (reward only if the model
-        answered at all).
+        The :class:`ScoredRollout` of the last attempt. Nothing the rollout does is raised:
+        every failure is its ``failure`` (and ``error``).
 
     Raises:
         ValueError: Bad options, or a token server without a tokenizer.
         TypeError: ``server`` is neither kind of server, or ``tools`` is not a pair.
-        Exception: Whatever the rollout raised (a reward's exception is not raised: it scores
-            0.0), as itself even when a private manager's task group wrapped it.
 
     **Cancellation**: the model request and running tools are cancelled, the sandbox is
     released (shielded and bounded by the manager), and the cancellation propagates. A private
@@ -411,6 +704,7 @@ async def run_rollout(
         limits=limits,
         registry=registry,
         placeholder_encode=placeholder_encode,
+        failure_policy=failure_policy,
         sandbox_spec=sandbox_spec,
     ) as batch:
         return await batch.rollout(messages, task_id or str(uuid.uuid4()), 0)
@@ -431,6 +725,7 @@ async def run_group(
     registry: ToolRegistry | None = None,
     placeholder_encode: Encode | None = None,
     on_rollout: Callable[[ScoredRollout], object] | None = None,
+    failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY,
     sandbox_spec: SandboxSpec | None = None,
 ) -> ScoredGroup:
     """Run ``size`` rollouts of the same prompt concurrently; reward and score each one.
@@ -438,7 +733,10 @@ async def run_group(
     Every rollout gets its own copy of ``messages``, its own sandbox and (with a configured
     ``options.sampling.seed`` s) its own seed, s + its index, so a seeded group still samples
     ``size`` different completions. One :class:`HermesAgentLoop` serves the whole group (a loop
-    keeps per-run state apart). The arguments are :func:`run_rollout`'s, plus:
+    keeps per-run state apart). A rollout's failure never reaches its siblings; the group's
+    ``failure_policy`` decides what the failures mean for the group as a whole (see the module
+    docstring): its :attr:`ScoredGroup.outcome`. The arguments are :func:`run_rollout`'s,
+    plus:
 
     Args:
         server: A chat server, a token client or a
@@ -455,26 +753,29 @@ async def run_group(
         limits: See :func:`run_rollout`.
         registry: See :func:`run_rollout`.
         placeholder_encode: See :func:`run_rollout`.
-        on_rollout: Called with each :class:`ScoredRollout` as it finishes (progress displays);
-            what it raises fails the group like a failing rollout.
+        on_rollout: Called with each rollout's final :class:`ScoredRollout` as it finishes
+            (progress displays). It is the caller's code, not the rollout's: what it raises
+            cancels the group and propagates.
+        failure_policy: ``retry`` (default), ``mask`` or ``zero`` (:class:`FailurePolicy`).
         sandbox_spec: See :func:`run_rollout`: every rollout's sandbox is made from it.
 
     Returns:
-        The :class:`ScoredGroup`, rollouts in index order.
+        The :class:`ScoredGroup`, rollouts in index order, with its ``outcome``. A masked
+        group is *returned* (its rollouts and failures stay inspectable), never half
+        emitted: :meth:`ScoredGroup.to_scored_data_group` refuses it.
 
     Raises:
         ValueError: ``size`` < 1 or ``task_ids`` of another length, bad options, or a token
             server without a tokenizer.
-        InferenceError: Every rollout failed before the model answered (a dead server): a group
-            of zeros would be trained on as if the policy had failed.
-        Exception: Whatever a rollout raised (a reward's exception is not raised: it scores
-            0.0). The siblings are cancelled first and their sandboxes released. A lone
-            exception is re-raised as itself, not wrapped in an ``ExceptionGroup`` (one failing
-            rollout is the common case and callers catch its type); only several concurrent
-            failures surface as an ``ExceptionGroup``.
+        InferenceError: Every rollout, after its retries, failed at the model server before
+            the model answered at all: the server is down, which is the operator's problem,
+            not a group to skip (``process`` mode would otherwise spin through the dataset).
+        Exception: What ``on_rollout`` raised, as itself (not wrapped in an
+            ``ExceptionGroup``; several at once stay a group).
 
     **Cancellation**: reaches every rollout (generation streams closed, tools killed); every
     sandbox is released, shielded and bounded by the manager; a private manager is closed.
+    Retries not yet started are not started.
     """
     if size < 1:
         raise ValueError(f"run_group size must be >= 1, got {size!r}")
@@ -482,6 +783,12 @@ async def run_group(
     if len(ids) != size:
         raise ValueError(f"run_group got {len(ids)} task_ids for size={size}; pass one per rollout")
     rollouts: list[ScoredRollout | None] = [None] * size
+    replaced: list[ScoredRollout] = []
+    lost = False  # a rollout's retries ran out: the group is masked, stop retrying the others
+
+    def give_up() -> bool:
+        return lost
+
     async with _open_batch(
         server,
         tools,
@@ -492,11 +799,17 @@ async def run_group(
         limits=limits,
         registry=registry,
         placeholder_encode=placeholder_encode,
+        failure_policy=failure_policy,
         sandbox_spec=sandbox_spec,
     ) as batch:
 
         async def one(index: int) -> None:
-            scored = await batch.rollout(messages, ids[index], index)
+            nonlocal lost
+            scored = await batch.rollout(
+                messages, ids[index], index, give_up=give_up, replaced=replaced
+            )
+            if failure_policy.group_failing(scored.failure) and failure_policy.on_failure != "zero":
+                lost = True
             rollouts[index] = scored
             if on_rollout is not None:
                 on_rollout(scored)
@@ -508,12 +821,16 @@ async def run_group(
                 for index in range(size):
                     tg.start_soon(one, index, name=f"rollout {ids[index]}")
     done = tuple(r for r in rollouts if r is not None)
-    if all(r.result.error and not _has_assistant(r.result) for r in done):
+    if _dead_server((*replaced, *done)):
         raise InferenceError(
             f"every rollout of the group failed before the model answered: {done[0].error}"
         )
-    return ScoredGroup(done)
-
-
-def _has_assistant(result: AgentResult) -> bool:
-    return any(m.get("role") == "assistant" for m in result.messages)
+    outcome = _outcome(done, replaced, failure_policy)
+    if outcome == "masked":
+        logger.warning(
+            "group of %d masked (failure policy %r): %s",
+            size,
+            failure_policy.on_failure,
+            dict(Counter(r.category for r in done if r.failure is not None)),
+        )
+    return ScoredGroup(done, outcome, tuple(replaced))

@@ -14,6 +14,17 @@ logprob, ``1.0`` at masked positions) — and whether they are fit to train on:
 :func:`scored_data_group` builds the dict Atropos' ``ScoredDataGroup`` describes (``tokens``,
 ``masks``, ``scores``, ``inference_logprobs``, ``messages`` aligned per rollout) without importing
 atroposlib; :func:`scored_data_item` the single-rollout form.
+
+Two fields carry more than atroposlib's own environments put there, both tolerated by every
+consumer of the dict:
+
+* ``messages`` are **redacted** copies (:func:`~hermes_async._redact.redact_messages`): they are
+  for display (atroposlib's HTML viewer, wandb tables, the JSONL a person reads). Trainers
+  train on ``tokens``, which stay exactly what the model saw and sampled.
+* ``overrides`` — atroposlib's per-rollout dicts (``List[Dict]``; the trainer API passes them
+  through, the example trainer reads only its own ``set_advantage_to_zero`` key from them) —
+  carry each failed rollout's failure as ``{"failure": {"category", "message", "detail"}}``
+  (``{}`` for a rollout without one). A group without failures keeps ``overrides=None``.
 """
 
 from __future__ import annotations
@@ -22,6 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hermes_async._redact import redact_messages
+from hermes_async.agent.failures import RolloutFailure
 from hermes_async.agent.result import AgentResult
 from hermes_async.inference.trajectory import MASK_ID, MASKED_LOGPROB
 
@@ -29,6 +42,7 @@ __all__ = (
     "Rows",
     "ScoredRows",
     "exact_rows",
+    "failure_override",
     "model_answered",
     "placeholder_rows",
     "rollout_rows",
@@ -71,6 +85,9 @@ class ScoredRows(Protocol):
 
     @property
     def messages(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def failure(self) -> RolloutFailure | None: ...
 
 
 def _node_field(node: object, name: str) -> list[Any]:
@@ -121,15 +138,24 @@ def model_answered(result: AgentResult) -> bool:
     )
 
 
+def failure_override(rollout: ScoredRows) -> dict[str, Any]:
+    """The rollout's ``overrides`` entry: ``{"failure": ...}``, or ``{}`` without a failure."""
+    failure = rollout.failure
+    return {"failure": failure.to_json()} if failure is not None else {}
+
+
 def scored_data_item(rollout: ScoredRows) -> dict[str, Any]:
     """One rollout as atroposlib's ``collect_trajectory`` returns it (``scores`` a float)."""
-    return {
+    item: dict[str, Any] = {
         "tokens": rollout.tokens,
         "masks": rollout.masks,
         "scores": rollout.reward,
         "inference_logprobs": rollout.logprobs,
-        "messages": rollout.messages,
+        "messages": redact_messages(rollout.messages),
     }
+    if rollout.failure is not None:
+        item["overrides"] = failure_override(rollout)
+    return item
 
 
 def scored_data_group(
@@ -137,20 +163,22 @@ def scored_data_group(
 ) -> dict[str, Any]:
     """The Atropos-shaped group dict of ``rollouts`` (a ``ScoredDataGroup``), aligned.
 
-    ``tokens``, ``masks``, ``scores``, ``inference_logprobs`` and ``messages`` hold one entry per
-    rollout, in order; ``advantages``, ``ref_logprobs``, ``overrides`` and ``images`` are
-    ``None`` and ``group_overrides`` empty, as atroposlib's own environments leave them.
+    ``tokens``, ``masks``, ``scores``, ``inference_logprobs``, ``messages`` (redacted) and
+    ``overrides`` (failures; ``None`` if no rollout failed) hold one entry per rollout, in
+    order; ``advantages``, ``ref_logprobs`` and ``images`` are ``None`` and ``group_overrides``
+    empty, as atroposlib's own environments leave them.
     """
+    failed = any(r.failure is not None for r in rollouts)
     return {
         "tokens": [r.tokens for r in rollouts],
         "masks": [r.masks for r in rollouts],
         "scores": [r.reward for r in rollouts],
         "inference_logprobs": [r.logprobs for r in rollouts],
-        "messages": [r.messages for r in rollouts],
+        "messages": [redact_messages(r.messages) for r in rollouts],
         "advantages": None,
         "ref_logprobs": None,
         "generation_params": dict(generation_params) if generation_params is not None else None,
         "group_overrides": {},
-        "overrides": None,
+        "overrides": [failure_override(r) for r in rollouts] if failed else None,
         "images": None,
     }

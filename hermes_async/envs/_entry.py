@@ -12,7 +12,9 @@ Each run of an entry point gets, around atroposlib's own loop:
   running an env in a thread) the handler is skipped;
 * **garbage-collector tuning** for many concurrent rollouts (config ``tune_gc``), restored
   afterwards;
-* **closing atroposlib's OpenAI clients**, which atroposlib never closes itself (bounded).
+* **closing atroposlib's OpenAI clients**, which atroposlib never closes itself (bounded);
+* **a watchdog** (:class:`~hermes_async.envs._watchdog.Watchdog`, config ``watchdog_seconds``)
+  that logs what the run waits on when nothing finished for a while.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from anyio.abc import TaskStatus
 
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._groups import single_errors
+from hermes_async.envs._watchdog import Watchdog
 
 __all__ = ("CLIENT_CLOSE_TIMEOUT_SECONDS", "close_openai_clients", "run_entry")
 
@@ -45,6 +48,7 @@ async def run_entry(
     sandboxes: Callable[[], AbstractAsyncContextManager[Any]],
     gc_tuning: Callable[[], AbstractContextManager[object]] | None,
     servers: Iterable[object] = (),
+    watchdog: Watchdog | None = None,
 ) -> None:
     """Run ``run()`` inside a run-level sandbox manager, SIGTERM handling and GC tuning.
 
@@ -55,6 +59,7 @@ async def run_entry(
         gc_tuning: The garbage-collector tuning for the run
             (:func:`~hermes_async.gc_tuning.gc_tuned_for_rollouts`), or ``None``.
         servers: atroposlib's servers, whose OpenAI clients are closed at the end.
+        watchdog: Runs for the whole run, logging stalls (``None``: none).
 
     Raises:
         SystemExit: 143, after a SIGTERM was handled and everything released.
@@ -80,6 +85,8 @@ async def run_entry(
 
                 if threading.current_thread() is threading.main_thread():
                     await tg.start(on_sigterm)
+                if watchdog is not None:
+                    await tg.start(watchdog.run)
                 await run()
                 tg.cancel_scope.cancel(reason=f"{what} finished")
     finally:

@@ -12,7 +12,12 @@
   :class:`~hermes_async.errors.ConfigError`: a typo must not silently leave eval rewards in the
   training metrics.
 * :func:`eval_report` (with :func:`eval_metrics` / :func:`eval_sample`) — the ``eval/*``
-  metrics and one sample per item, as pure functions.
+  metrics and one sample per item, as pure functions. The metrics are computed from the
+  samples, so a resumed evaluation (:mod:`hermes_async.envs._resume`) reports the items of the
+  earlier run and this one alike. An *errored* item (its failure is ``infra``, ``verifier`` or
+  ``cancelled``: the result says nothing about the model) is counted in
+  ``eval/failures/<category>`` and ``eval/num_errored`` but left out of the reward, accuracy and
+  turn means, as Inspect leaves errored samples unscored; ``--env.resume true`` re-runs it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from typing import Any, TypeVar
 import anyio
 
 from hermes_async._redact import redact
-from hermes_async.agent import ScoredRollout
+from hermes_async.agent import FAILURE_CATEGORIES, RolloutFailure, ScoredRollout
+from hermes_async.envs._resume import ITEM_KEY, errored
 from hermes_async.envs.display import format_trajectory_for_display
 from hermes_async.envs.results import EvalReport, RolloutSummary
 from hermes_async.errors import ConfigError
@@ -34,9 +40,11 @@ __all__ = (
     "eval_metrics",
     "eval_report",
     "eval_sample",
+    "failed_sample",
     "final_response",
     "roll_back_buffers",
     "run_items",
+    "summary_from_sample",
     "train_buffer_lengths",
 )
 
@@ -110,69 +118,98 @@ def final_response(messages: Sequence[Mapping[str, Any]]) -> str:
     return ""
 
 
-def eval_sample(label: str, prompt: str, scored: ScoredRollout) -> JSONObject:
-    """One item's sample for ``samples.jsonl`` (redacted where it is free text)."""
+def eval_sample(label: str, prompt: str, scored: ScoredRollout, key: str) -> JSONObject:
+    """One item's sample for ``samples.jsonl`` (free text redacted), with its ``item_key``."""
     result = scored.result
     return {
+        ITEM_KEY: key,
         "task": label,
-        "prompt": prompt,
+        "task_id": scored.task_id,
+        "prompt": redact(prompt),
         "response": redact(final_response(result.messages)),
         "reward": scored.reward,
         "turns": result.turns_used,
         "tokens": len(scored.tokens),
+        "seconds": round(scored.seconds, 3),
         "finished_naturally": result.finished_naturally,
         "tool_errors": [
             redact(f"[turn {e.turn}] {e.tool_name}: {e.error}") for e in result.tool_errors
         ],
         "error": scored.error,
+        "failure": scored.failure.to_json() if scored.failure is not None else None,
+        "attempt": scored.attempt,
         "trajectory": format_trajectory_for_display(result.messages),
     }
 
 
-def eval_metrics(
-    rewards: Sequence[float],
-    turns: Sequence[int],
-    tool_errors: Sequence[int],
-    seconds: float,
-) -> dict[str, float]:
-    """The ``eval/*`` metrics: mean reward, accuracy (share >= 1), counts, duration."""
-    count = max(len(rewards), 1)
+def failed_sample(label: str, error: str, key: str) -> JSONObject:
+    """The sample of an item whose rollout could not even start (``format_prompt`` raised)."""
+    failure = RolloutFailure.of("infra", error, source="harness")
     return {
-        "eval/mean_reward": sum(rewards) / count,
-        "eval/accuracy": sum(1 for r in rewards if r >= 1.0) / count,
-        "eval/num_samples": float(len(rewards)),
-        "eval/mean_turns": sum(turns) / count,
-        "eval/tool_errors": float(sum(tool_errors)),
-        "eval/evaluation_time_seconds": seconds,
+        ITEM_KEY: key,
+        "task": label,
+        "reward": 0.0,
+        "turns": 0,
+        "tool_errors": [],
+        "error": failure.message,
+        "failure": failure.to_json(),
     }
 
 
+def _category(sample: Mapping[str, Any]) -> str | None:
+    failure = sample.get("failure")
+    return failure.get("category") if isinstance(failure, Mapping) else None
+
+
+def eval_metrics(samples: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, float]:
+    """The ``eval/*`` metrics of ``samples`` (see the module docstring for errored items).
+
+    ``eval/mean_reward``, ``eval/accuracy`` (share of reward >= 1) and ``eval/mean_turns`` over
+    the scored items; ``eval/num_samples`` (all), ``eval/num_errored``, ``eval/tool_errors``,
+    ``eval/failures/<category>`` for every category, ``eval/evaluation_time_seconds``.
+    """
+    scored = [s for s in samples if not errored(s)]
+    rewards = [float(s.get("reward") or 0.0) for s in scored]
+    count = max(len(scored), 1)
+    metrics = {
+        "eval/mean_reward": sum(rewards) / count,
+        "eval/accuracy": sum(1 for r in rewards if r >= 1.0) / count,
+        "eval/num_samples": float(len(samples)),
+        "eval/num_errored": float(len(samples) - len(scored)),
+        "eval/mean_turns": sum(int(s.get("turns") or 0) for s in scored) / count,
+        "eval/tool_errors": float(sum(len(s.get("tool_errors") or ()) for s in samples)),
+        "eval/evaluation_time_seconds": seconds,
+    }
+    categories = [_category(s) for s in samples]
+    for category in FAILURE_CATEGORIES:
+        metrics[f"eval/failures/{category}"] = float(categories.count(category))
+    return metrics
+
+
+def summary_from_sample(sample: Mapping[str, Any]) -> RolloutSummary:
+    """The :class:`RolloutSummary` of a sample read back from ``samples.jsonl`` (resume)."""
+    return RolloutSummary(
+        label=str(sample.get("task", "")),
+        task_id=str(sample.get("task_id", "")),
+        reward=float(sample.get("reward") or 0.0),
+        turns=int(sample.get("turns") or 0),
+        tokens=int(sample.get("tokens") or 0),
+        seconds=float(sample.get("seconds") or 0.0),
+        finished_naturally=bool(sample.get("finished_naturally")),
+        tool_errors=len(sample.get("tool_errors") or ()),
+        error=sample.get("error"),
+        evaluating=True,
+        category=_category(sample),  # type: ignore[arg-type]
+    )
+
+
 def eval_report(
-    labels: Sequence[str],
-    rollouts: Sequence[tuple[RolloutSummary, str, ScoredRollout] | None],
-    failures: Mapping[int, str],
+    samples: Sequence[JSONObject],
+    summaries: Sequence[RolloutSummary],
     start: float,
     end: float,
 ) -> EvalReport:
-    """The report of one evaluation: per item its ``(summary, prompt, scored)`` or ``None``.
-
-    An item whose rollout raised counts as reward 0.0 with its error (from ``failures``).
-    """
-    samples: list[JSONObject] = []
-    summaries: list[RolloutSummary] = []
-    for index, (label, rollout) in enumerate(zip(labels, rollouts, strict=True)):
-        if rollout is None:
-            error = failures.get(index)
-            summaries.append(RolloutSummary(label, "", 0.0, 0, 0, 0.0, False, 0, error, True))
-            samples.append({"task": label, "reward": 0.0, "error": error})
-            continue
-        summary, prompt, scored = rollout
-        summaries.append(summary)
-        samples.append(eval_sample(summary.label, prompt, scored))
-    metrics = eval_metrics(
-        [s.reward for s in summaries],
-        [s.turns for s in summaries],
-        [s.tool_errors for s in summaries],
-        end - start,
+    """The report of one evaluation: one sample and one summary per item, in item order."""
+    return EvalReport(
+        eval_metrics(samples, end - start), list(samples), list(summaries), start, end
     )
-    return EvalReport(metrics, samples, summaries, start, end)

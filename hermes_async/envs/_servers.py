@@ -226,6 +226,7 @@ def _make_client(
     kind: str,
     limiter: NamedLimiter | None,
     transport: httpx.AsyncBaseTransport | None,
+    vocab_size: int | None = None,
 ) -> ModelClient:
     options = HTTPOptions(request_timeout_seconds=max(spec.timeout, 1.0))
     if spec.phase == 1:
@@ -242,6 +243,7 @@ def _make_client(
         "limiter": limiter,
         "transport": transport,
         "api_key": spec.api_key,
+        "vocab_size": vocab_size,
     }
     if kind == "atropos":
         return AtroposGenerateClient(spec.base_url, **common)
@@ -276,6 +278,7 @@ async def open_model_clients(
     pool: bool = True,
     limits: Limits | None = None,
     pool_options: PoolOptions | None = None,
+    vocab_size: int | None = None,
 ) -> AsyncIterator[list[ModelClient]]:
     """Open the clients of ``specs``; close them (and their pool) on exit.
 
@@ -295,6 +298,9 @@ async def open_model_clients(
 
     With ``token_endpoint="auto"`` a vLLM server's route is probed (once per server when an
     ``endpoint_cache`` is passed; see :func:`resolve_endpoint_kind`).
+
+    ``vocab_size`` (the tokenizer's ``len()``) makes token clients reject ids outside the
+    vocabulary (:class:`~hermes_async.inference.InvalidTokenDataError`).
 
     **Cancellation**: the pools are closed, shielded and bounded, however the block exits.
     """
@@ -337,7 +343,7 @@ async def open_model_clients(
                 if spec.phase == 2
                 else "chat"
             )
-            client = _make_client(spec, kind, limiter, transport)
+            client = _make_client(spec, kind, limiter, transport, vocab_size)
             clients.append(await stack.enter_async_context(client))
         yield clients
 

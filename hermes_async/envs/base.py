@@ -41,10 +41,17 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    nullcontext,
+)
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypedDict
 
+import anyio
 import httpx
 
 from hermes_async._asynclib import require_asyncio
@@ -52,6 +59,7 @@ from hermes_async._groups import single_errors
 from hermes_async.agent import (
     AgentOptions,
     AgentResult,
+    FailurePolicy,
     Reward,
     ScoredRollout,
     ToolContext,
@@ -61,9 +69,27 @@ from hermes_async.agent import (
 from hermes_async.agent.scoring import scored_data_item
 from hermes_async.envs._atropos import BaseEnv, ScoredDataGroup, atropos_safe, wandb
 from hermes_async.envs._entry import run_entry
-from hermes_async.envs._eval import eval_report, roll_back_buffers, run_items, train_buffer_lengths
+from hermes_async.envs._eval import (
+    eval_report,
+    eval_sample,
+    failed_sample,
+    roll_back_buffers,
+    run_items,
+    summary_from_sample,
+    train_buffer_lengths,
+)
 from hermes_async.envs._override import collect_with_override, overrides
 from hermes_async.envs._preflight import preflight
+from hermes_async.envs._resume import (
+    ITEM_KEY,
+    ProcessItems,
+    ResultsFile,
+    default_item_key,
+    errored,
+    hide_groups_file_from_atroposlib,
+    item_keys,
+    open_groups_file,
+)
 from hermes_async.envs._servers import (
     ModelClient,
     ServerSpec,
@@ -71,6 +97,7 @@ from hermes_async.envs._servers import (
     open_model_clients,
     server_specs,
 )
+from hermes_async.envs._watchdog import Watchdog
 from hermes_async.envs.config import (
     HermesAgentEnvConfig,
     loop_tokenizer,
@@ -81,7 +108,7 @@ from hermes_async.envs.display import (
     tool_error_entry,
     wandb_rows,
 )
-from hermes_async.envs.results import EvalReport, RolloutSummary, summarize
+from hermes_async.envs.results import EvalReport, FailureTally, RolloutSummary, summarize
 from hermes_async.errors import AsyncBackendError, HermesAsyncError
 from hermes_async.gc_tuning import gc_tuned_for_rollouts
 from hermes_async.inference.generate import GenerateClient
@@ -137,6 +164,7 @@ class _CoreArgs(TypedDict):
     limits: Limits
     registry: ToolRegistry | None
     placeholder_encode: Callable[[str], list[int]]
+    failure_policy: FailurePolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +218,21 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             # atroposlib means to default it to the class name but never does; /register-env
             # rejects a null name.
             config.wandb_name = self.name or type(self).__name__
+        resumed = hide_groups_file_from_atroposlib(config)
         super().__init__(config, atropos_safe(server_configs), slurm=slurm, testing=testing)
         self.config: HermesAgentEnvConfig = config
+        #: The scored-group lines (``data_path_to_save_groups``), keyed and resumable.
+        self.groups_file: ResultsFile | None = open_groups_file(self, resumed)
+        self._process_items: ProcessItems | None = None
+        self._entry: str | None = None  # "serve", "process" or "evaluate" while one runs
+        #: Failure counts (``train/failures/<category>``) and group outcomes.
+        self.failure_tally = FailureTally()
+        #: Logs what a serve/process/evaluate run waits on when nothing finishes.
+        self.watchdog: Watchdog | None = (
+            Watchdog(config.watchdog_seconds, self._watchdog_state)
+            if config.watchdog_seconds
+            else None
+        )
         if "tool_pool_size" in config.model_fields_set:
             logger.info(
                 "tool_pool_size=%d is deprecated: there is no tool thread pool; it sets the "
@@ -251,6 +292,15 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         del item
         return options
 
+    def item_key(self, item: Any) -> str:
+        """The stable identity of ``item`` across runs (what ``--env.resume true`` matches).
+
+        Default: its ``task_id`` / ``id`` / ``name`` / ``task`` field, else a hash of its
+        canonical JSON. Override when items have another identity. Repeated items get
+        ``#2``, ``#3``... in the order they come (see :mod:`hermes_async.envs._resume`).
+        """
+        return default_item_key(item)
+
     def item_label(self, item: Any) -> str:
         """A short name for ``item`` in tables and progress output."""
         if isinstance(item, Mapping):
@@ -275,6 +325,51 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         """True inside an evaluation rollout (so ``compute_reward`` can skip train buffers)."""
         return _EVALUATING.get()
 
+    # -------------------------------------------------------------- watchdog
+
+    def _waiting(self, what: str) -> AbstractContextManager[None]:
+        """Register ``what`` with the watchdog for the block (no-op without one)."""
+        return self.watchdog.waiting(what) if self.watchdog is not None else nullcontext()
+
+    def _watchdog_state(self) -> str:
+        """Limiters and sandboxes, for the watchdog's stall report."""
+        parts = [
+            f"{s.name} {s.in_use}/{s.total} held, {s.waiting} waiting"
+            for s in self.limits.statistics().values()
+        ]
+        manager = current_sandbox_manager()
+        if manager is not None:
+            stats = manager.statistics()
+            parts.append(
+                f"sandboxes {stats.active} active, {stats.creating} creating, {stats.busy} busy"
+            )
+        return "; ".join(parts)
+
+    async def setup_wandb(self) -> None:
+        """atroposlib's (polls the trainer for the wandb project), watched.
+
+        **Cancellation**: as atroposlib's.
+        """
+        with self._waiting(f"the trainer at {self.config.rollout_server_url} (GET /wandb_info)"):
+            await super().setup_wandb()
+
+    async def register_env(self) -> None:
+        """atroposlib's (polls until the trainer has started and registers us), watched.
+
+        **Cancellation**: as atroposlib's.
+        """
+        url = self.config.rollout_server_url
+        with self._waiting(f"the trainer at {url} to register this env (POST /register-env)"):
+            await super().register_env()
+
+    async def get_server_info(self) -> None:
+        """atroposlib's (GET /info of the trainer), watched.
+
+        **Cancellation**: as atroposlib's.
+        """
+        with self._waiting(f"the trainer at {self.config.rollout_server_url} (GET /info)"):
+            await super().get_server_info()
+
     def _use_managed_server(self) -> bool:
         """Reference name: True when rollouts use a token server (Phase 2)."""
         return self.phase == 2
@@ -293,7 +388,17 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
         **Cancellation**: every sandbox is released; SIGTERM does the same, then exits 143.
         """
-        await self._run_entry("process", super().process_manager)
+        run = super().process_manager
+
+        async def keyed() -> None:
+            with ProcessItems(self, self.groups_file) as items:
+                self._process_items = items
+                try:
+                    await run()
+                finally:
+                    self._process_items = None
+
+        await self._run_entry("process", keyed)
 
     async def _run_evaluate(self) -> None:
         """``evaluate``: ``setup()`` then ``evaluate()``, inside one sandbox manager.
@@ -304,6 +409,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
     async def _run_entry(self, what: str, run: Callable[[], Any]) -> None:
         _require_asyncio(what)
+        self._entry = what
         try:
             await self.preflight()
         except HermesAsyncError as exc:
@@ -315,6 +421,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             sandboxes=self._open_run_resources,
             gc_tuning=gc_tuned_for_rollouts if self.config.tune_gc else None,
             servers=getattr(self.server, "servers", []),
+            watchdog=self.watchdog,
         )
 
     async def preflight(self) -> None:
@@ -409,6 +516,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             endpoint_cache=self._token_endpoints,
             pool=self.config.server_pool,
             limits=self.limits,
+            vocab_size=len(self.loop_tokenizer) if self.loop_tokenizer is not None else None,
         )
 
     @asynccontextmanager
@@ -501,6 +609,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             limits=self.limits,
             registry=self.tool_registry,
             placeholder_encode=self._placeholder_encode,
+            failure_policy=self.config.build_failure_policy(),
         )
 
     def _placeholder_encode(self, text: str) -> list[int]:
@@ -516,6 +625,8 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             self._tool_error_buffer.extend(tool_error_entry(e) for e in scored.result.tool_errors)
         self.rollout_summaries.append(summary)
         del self.rollout_summaries[:-MAX_ROLLOUT_SUMMARIES]
+        if self.watchdog is not None:
+            self.watchdog.progress()
         if self.on_rollout is not None:
             self.on_rollout(summary)
         return summary
@@ -566,21 +677,28 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         extension point) gets its override run ``group_size`` times instead, the group built
         from its items (see :mod:`hermes_async.envs._override`).
 
+        A rollout's failure never fails the group: ``failure_policy`` (default ``retry``:
+        re-run ``infra`` / ``verifier`` failures on a fresh sandbox) decides for the group as a
+        whole; see :mod:`hermes_async.agent.rollout`. Failures are counted for
+        ``train/failures/<category>``.
+
         Returns:
-            ``(group, [])``. The group has ``tokens``, ``masks``, ``scores``, ``messages`` and
-            ``inference_logprobs`` per rollout, aligned.
+            ``(group, [])``. The group has ``tokens``, ``masks``, ``scores``, ``messages``
+            (redacted), ``inference_logprobs`` and ``overrides`` (failures) per rollout,
+            aligned, and the item's ``item_key``. ``(None, [])`` for a **masked** group:
+            atroposlib's "no group" (``serve`` sends nothing, ``process`` takes the next item).
 
         Raises:
-            InferenceError: Every rollout failed before the model answered (server down,
-                unreachable within ``server_connect_timeout``, ...).
-            Exception: Whatever a rollout raised (not the reward: that scores 0.0); the
-                siblings are cancelled first, their sandboxes released. A single exception is
-                re-raised as itself, not as an ``ExceptionGroup``.
+            InferenceError: Every rollout failed at the model server before the model answered
+                (server down, unreachable within ``server_connect_timeout``, ...).
+            Exception: What ``format_prompt`` or an ``on_rollout`` callback raised, as itself.
 
         **Cancellation**: reaches every rollout (generation streams closed, tools killed);
-        every sandbox is released, shielded and bounded.
+        every sandbox is released, shielded and bounded; the rollouts cut off count as
+        ``cancelled``.
         """
         _require_asyncio("collect_trajectories")
+        key = self._process_items.take_key() if self._process_items is not None else None
         tools = self._resolve_tools_for_group()
         self._current_group_tools = tools
         custom = overrides(self, HermesAgentBaseEnv, "collect_trajectory")
@@ -588,6 +706,16 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             await self._ensure_reachable()
         self._training_groups_running += 1
         self._training_groups_started += 1
+        finished = 0
+
+        def record(scored: ScoredRollout) -> None:
+            nonlocal finished
+            finished += 1
+            self._record(item, scored, evaluating=False)
+
+        waiting = self._waiting(
+            f"a group of {self.config.group_size} rollouts of {self.item_label(item)!r}"
+        )
         try:
             if custom:
                 # The reference's extension point: each rollout through the subclass's override.
@@ -599,24 +727,32 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                             self.config.group_size,
                             generation_params=self._generation_params(),
                         )
-            async with self._rollout_resources() as (manager, clients):
-                client = self._pick(clients)
-                _, messages = self._messages(item)
-                group = await run_group(
-                    client,
-                    messages,
-                    tools,
-                    size=self.config.group_size,
-                    sandboxes=manager,
-                    sandbox_spec=self.sandbox_spec(item),
-                    on_rollout=lambda s: self._record(item, s, evaluating=False),
-                    **self._core_args(item, client),
-                )
+            with waiting:
+                async with self._rollout_resources() as (manager, clients):
+                    client = self._pick(clients)
+                    _, messages = self._messages(item)
+                    group = await run_group(
+                        client,
+                        messages,
+                        tools,
+                        size=self.config.group_size,
+                        sandboxes=manager,
+                        sandbox_spec=self.sandbox_spec(item),
+                        on_rollout=record,
+                        **self._core_args(item, client),
+                    )
+        except anyio.get_cancelled_exc_class():
+            self.failure_tally.add_cancelled(self.config.group_size - finished)
+            raise
         finally:
             self._training_groups_running -= 1
+        self.failure_tally.add_group(group)
+        if group.masked:
+            return None, []
         scored: ScoredDataGroup = group.to_scored_data_group(
             generation_params=self._generation_params()
         )
+        scored[ITEM_KEY] = key if key is not None else self.item_key(item)
         return scored, []
 
     def _generation_params(self) -> dict[str, Any]:
@@ -640,8 +776,16 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
         Each item runs one rollout (``eval_temperature``, default 0.0) and is scored by
         ``compute_reward`` through a ``ToolContext`` on its own sandbox; at most
-        ``concurrency`` (default ``eval_concurrency``) run at once. A rollout that raises is
-        recorded as reward 0.0 with its error; the evaluation goes on.
+        ``concurrency`` (default ``eval_concurrency``) run at once. An ``infra`` / ``verifier``
+        failure is retried on a fresh sandbox (``failure_policy=retry``); an item that still
+        fails, or whose rollout could not start, is recorded with its failure and left out of
+        the reward means (``eval/num_errored``, ``eval/failures/<category>``); the evaluation
+        goes on.
+
+        With ``log`` and ``data_dir_to_save_evals``, each item's sample is appended to
+        ``samples.jsonl`` the moment it finishes, keyed by ``item_key``; the ``evaluate``
+        command with ``--env.resume true`` keeps the finished samples of an earlier run (byte
+        for byte) and runs only the missing and errored items (:mod:`~hermes_async.envs._resume`).
 
         Eval rewards stay out of the training metrics: ``is_evaluating`` is True inside the
         eval rollouts, and the lists named in ``train_buffers`` are cut back to their length
@@ -649,14 +793,15 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
         Returns:
             The :class:`EvalReport` (``eval/mean_reward``, ``eval/accuracy`` = share of
-            reward >= 1, ``eval/num_samples``, ``eval/mean_turns``, ``eval/tool_errors``,
-            ``eval/evaluation_time_seconds``).
+            reward >= 1, ``eval/num_samples``, ``eval/num_errored``, ``eval/mean_turns``,
+            ``eval/tool_errors``, ``eval/failures/<category>``,
+            ``eval/evaluation_time_seconds``), samples and summaries in item order.
 
         Raises:
             ConfigError: ``train_buffers`` names something that is not a list attribute.
 
-        **Cancellation**: every eval rollout is cancelled and its sandbox released; nothing
-        is logged.
+        **Cancellation**: every eval rollout is cancelled and its sandbox released; the
+        samples already written stay (a resumed run starts from them); nothing is logged.
         """
         _require_asyncio("run_agent_eval")
         start = time.time()
@@ -664,22 +809,52 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         temp = self.config.eval_temperature if temperature is None else temperature
         before = train_buffer_lengths(self, self.train_buffers)
         started_before = self._training_groups_started
-        async with self._rollout_resources() as (manager, clients):
+        labels = [self.item_label(item) for item in items]
+        keys = item_keys(items, self.item_key)
+        results = self._open_samples_file() if log else None
+        done = results.done if results is not None else {}
+        samples: list[JSONObject | None] = [done.get(key) for key in keys]
+        summaries: list[RolloutSummary | None] = [
+            summary_from_sample(sample) if sample is not None else None for sample in samples
+        ]
+        todo = [i for i, sample in enumerate(samples) if sample is None]
+        try:
+            with self._waiting(f"an evaluation of {len(todo)} items"):
+                async with self._rollout_resources() as (manager, clients):
 
-            async def one(item: Any) -> _Rollout:
-                return await self._run_rollout(
-                    item, tools, self._pick(clients), manager, evaluating=True, temperature=temp
-                )
+                    async def one(index: int) -> None:
+                        rollout = await self._run_rollout(
+                            items[index],
+                            tools,
+                            self._pick(clients),
+                            manager,
+                            evaluating=True,
+                            temperature=temp,
+                        )
+                        sample = eval_sample(
+                            labels[index], rollout.prompt, rollout.scored, keys[index]
+                        )
+                        samples[index], summaries[index] = sample, rollout.summary
+                        if results is not None:
+                            results.append(sample)
 
-            rollouts, failures = await run_items(
-                items, one, concurrency=concurrency or self.config.eval_concurrency
-            )
+                    _, failures = await run_items(
+                        todo, one, concurrency=concurrency or self.config.eval_concurrency
+                    )
+            for position, error in failures.items():  # the rollout could not even start
+                index = todo[position]
+                sample = failed_sample(labels[index], error, keys[index])
+                samples[index], summaries[index] = sample, summary_from_sample(sample)
+                if results is not None:
+                    results.append(sample)
+        finally:
+            if results is not None:
+                results.close()
         if self._training_groups_running == 0 and self._training_groups_started == started_before:
             roll_back_buffers(self, before)
         report = eval_report(
-            [self.item_label(item) for item in items],
-            [None if r is None else (r.summary, r.prompt, r.scored) for r in rollouts],
-            failures,
+            [s for s in samples if s is not None],
+            [s for s in summaries if s is not None],
             start,
             time.time(),
         )
@@ -694,12 +869,24 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                     "max_tokens": self.config.max_token_length,
                     "max_agent_turns": self.config.max_agent_turns,
                 },
-                samples=report.samples,
+                # Written line by line already (ours); atroposlib would rewrite the file.
+                samples=None if results is not None else report.samples,
                 verbose=False,
             )
             if self.config.use_wandb and wandb.run is not None:
                 wandb.log(report.metrics, step=self.curr_step)
         return report
+
+    def _open_samples_file(self) -> ResultsFile | None:
+        """``samples.jsonl`` of ``data_dir_to_save_evals``, resumed in the ``evaluate``
+        command with ``--env.resume true`` (never in ``serve``: each eval there is new)."""
+        directory = self.config.data_dir_to_save_evals
+        if directory is None:
+            return None
+        resume = self.config.resume and self._entry == "evaluate"
+        return ResultsFile(
+            Path(directory) / "samples.jsonl", resume=resume, keep=lambda r: not errored(r)
+        ).open()
 
     # -------------------------------------------------------------- wandb
 
@@ -715,11 +902,13 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             self.rollouts_for_wandb.pop(0)
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
-        """Add ``train/tool_errors_count`` and ``train/tool_error_details`` (redacted).
+        """Add ``train/tool_errors_count``, ``train/tool_error_details`` (redacted),
+        ``train/failures/<category>`` and ``train/groups_{masked,retried,zeroed}``.
 
         **Cancellation**: nothing to clean up.
         """
         metrics = dict(wandb_metrics or {})
+        metrics.update(self.failure_tally.metrics())
         if self._tool_error_buffer:
             metrics["train/tool_errors_count"] = len(self._tool_error_buffer)
             details = format_tool_errors(self._tool_error_buffer)

@@ -9,11 +9,11 @@ its own.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
-from hermes_async.agent import AgentOptions, BudgetConfig
+from hermes_async.agent import AgentOptions, BudgetConfig, FailurePolicy
 from hermes_async.envs._atropos import BaseEnvConfig
 from hermes_async.inference.generate import SamplingParams
 from hermes_async.inference.tokenizer import QWEN_OFFLINE_NAME, Tokenizer, load_tokenizer
@@ -230,6 +230,45 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
         if self.preserve_think_blocks is not None:
             return self.preserve_think_blocks
         return bool(self.thinking_mode)
+
+    # ---- issue #16: failure containment, resumable runs, the watchdog. Keep this block last
+    # in the class (other issues add their fields above it), so merges stay line-local.
+    failure_policy: Literal["retry", "mask", "zero"] = Field(
+        default="retry",
+        description="What a group does with infra/verifier failures: retry them on a fresh "
+        "sandbox (then mask the group if they still fail), mask the group, or keep them at "
+        "reward 0 (see hermes_async.agent.rollout).",
+    )
+    failure_max_attempts: int = Field(
+        default=3, description="Attempts per rollout with failure_policy=retry (first included)."
+    )
+    failure_retry_backoff: float = Field(
+        default=1.0, description="Seconds before the first retry; doubled per retry, jittered."
+    )
+    timeout_policy: Literal["zero", "mask"] = Field(
+        default="zero",
+        description="agent_timeout rollouts: keep them with reward 0, or mask their group.",
+    )
+    resume: bool = Field(
+        default=False,
+        description="process/evaluate: keep the finished results already in "
+        "data_path_to_save_groups / data_dir_to_save_evals/samples.jsonl and run only the "
+        "missing or errored items (see hermes_async.envs._resume).",
+    )
+    watchdog_seconds: float | None = Field(
+        default=300.0,
+        description="serve/process/evaluate: log what the run waits on when nothing finished "
+        "for this long (None: off).",
+    )
+
+    def build_failure_policy(self) -> FailurePolicy:
+        """The rollout core's :class:`~hermes_async.agent.FailurePolicy` from the fields."""
+        return FailurePolicy(
+            on_failure=self.failure_policy,
+            on_timeout=self.timeout_policy,
+            max_attempts=self.failure_max_attempts,
+            backoff_seconds=self.failure_retry_backoff,
+        )
 
 
 def resolve_tokenizer(name: str) -> tuple[str, bool]:

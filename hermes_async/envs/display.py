@@ -8,14 +8,17 @@ to wandb tables and terminals.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from hermes_async._redact import redact
-from hermes_async.agent import ToolError
+from hermes_async.agent import FAILURE_CATEGORIES, ToolError
 
 __all__ = (
     "ProgressBar",
+    "failure_metrics",
+    "format_failures",
     "format_table",
     "format_tool_errors",
     "format_trajectory_for_display",
@@ -106,6 +109,18 @@ def format_trajectory_for_display(messages: Sequence[Mapping[str, Any]]) -> str:
         else:
             parts.append(f"[{role.upper()}]\n{text}")
     return redact("\n\n".join(parts))
+
+
+def format_failures(categories: Iterable[str | None]) -> str:
+    """``infra:2 verifier:1`` (most severe first), or ``-`` when there is none."""
+    counts = Counter(c for c in categories if c is not None)
+    parts = [f"{c}:{counts[c]}" for c in FAILURE_CATEGORIES if counts[c]]
+    return " ".join(parts) or "-"
+
+
+def failure_metrics(prefix: str, counts: Mapping[str, int]) -> dict[str, float]:
+    """``{prefix}/failures/<category>`` for every category (0 included, for stable charts)."""
+    return {f"{prefix}/failures/{c}": float(counts.get(c, 0)) for c in FAILURE_CATEGORIES}
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

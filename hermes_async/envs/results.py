@@ -6,12 +6,14 @@ summary that progress displays, the demo's table and ``run_agent_eval`` show.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
-from hermes_async.agent import ScoredRollout
+from hermes_async.agent import FailureCategory, ScoredGroup, ScoredRollout
+from hermes_async.envs.display import failure_metrics
 from hermes_async.jsontypes import JSONObject
 
-__all__ = ("EvalReport", "RolloutSummary", "summarize")
+__all__ = ("EvalReport", "FailureTally", "RolloutSummary", "summarize")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,9 @@ class RolloutSummary:
         tool_errors: Number of failed tool calls.
         error: Why the loop stopped early, or why the reward failed, if either happened.
         evaluating: Part of an evaluation, not training.
+        category: The rollout's failure category (``infra``, ``verifier``, ``tool``, ...), or
+            ``None``; see :mod:`hermes_async.agent.failures`.
+        attempt: Which attempt this was (> 1 after a retry on a fresh sandbox).
     """
 
     label: str
@@ -41,6 +46,8 @@ class RolloutSummary:
     tool_errors: int
     error: str | None
     evaluating: bool
+    category: FailureCategory | None = None
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +56,8 @@ class EvalReport:
 
     Attributes:
         metrics: ``eval/*`` metrics (also passed to ``evaluate_log``).
-        samples: One dict per item (prompt, response, reward, turns, tokens, tool errors).
+        samples: One dict per item (``item_key``, prompt, response, reward, turns, tokens, tool
+            errors, ``failure``), as written to ``samples.jsonl``.
         rollouts: One :class:`RolloutSummary` per item, in item order.
         start_time: Unix time the evaluation started.
         end_time: Unix time it ended.
@@ -76,4 +84,46 @@ def summarize(label: str, scored: ScoredRollout, *, evaluating: bool) -> Rollout
         tool_errors=len(result.tool_errors),
         error=scored.error,
         evaluating=evaluating,
+        category=scored.category,
+        attempt=scored.attempt,
     )
+
+
+class FailureTally:
+    """Training failures since the last ``wandb_log``, and the run's totals.
+
+    Per rollout attempt its failure category (replaced attempts of a retry included), per group
+    its outcome (``ok``, ``retried``, ``zeroed``, ``masked``), and rollouts cut off by a
+    cancellation (``cancelled``: a serve-mode worker timeout, SIGTERM).
+    """
+
+    def __init__(self) -> None:
+        self.failures: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        #: Since the run started (never reset).
+        self.total_failures: Counter[str] = Counter()
+        self.total_outcomes: Counter[str] = Counter()
+
+    def add_group(self, group: ScoredGroup) -> None:
+        """Count a finished group's failures and outcome."""
+        counts = group.failure_counts()
+        self.failures.update(counts)
+        self.total_failures.update(counts)
+        self.outcomes[group.outcome] += 1
+        self.total_outcomes[group.outcome] += 1
+
+    def add_cancelled(self, rollouts: int) -> None:
+        """Count ``rollouts`` cut off by a cancellation."""
+        if rollouts > 0:
+            self.failures["cancelled"] += rollouts
+            self.total_failures["cancelled"] += rollouts
+
+    def metrics(self) -> dict[str, float]:
+        """``train/failures/<category>`` (every category), ``train/groups_masked``,
+        ``train/groups_retried``, ``train/groups_zeroed``; then the window starts over."""
+        metrics = failure_metrics("train", self.failures)
+        for outcome in ("masked", "retried", "zeroed"):
+            metrics[f"train/groups_{outcome}"] = float(self.outcomes.get(outcome, 0))
+        self.failures.clear()
+        self.outcomes.clear()
+        return metrics

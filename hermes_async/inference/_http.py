@@ -189,8 +189,18 @@ class AttemptFailure:
 
 
 def encode_body(body: JSONObject) -> bytes:
-    """A request body as sent: JSON, UTF-8, encoded once per request (not per attempt)."""
-    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+    """A request body as sent: JSON, UTF-8, encoded once per request (not per attempt).
+
+    Always encodable: a lone surrogate anywhere in it becomes U+FFFD. The clients make what
+    they decode encodable (model text, tool results), but a body also carries what the caller
+    put in the messages; one unencodable character there must not become a failure of the
+    model server. The common case pays for one encode.
+    """
+    text = json.dumps(body, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode()
 
 
 def decode_json_body(content: bytes, endpoint: str, attempt: int, status: int) -> JSON:

@@ -6,10 +6,18 @@ reference server's ``/generate``; the formats are documented on their clients in
 integers, one logprob per id, a logprob entry that names its id names the id beside it, SGLang's
 cumulative chunks extend what came before. A violation is a :class:`ChunkError` (an error frame
 from the server says ``server_error=True``); the stream above turns it into the client error.
+
+The values are checked too (:func:`check_token_values`), before anything keeps them: an id
+must be in ``[0, vocab_size)`` when the vocabulary is known, and in any case fit the 32-bit
+arrays a trajectory keeps its ids in (``[0, 2**31)``); a logprob must be a finite number
+``<= 0`` (:data:`MAX_LOGPROB` allows for float rounding). A server that sends anything else —
+the wrong model behind the URL, a tokenizer mismatch, a numerics bug — is a typed error
+(``invalid_tokens=True``), never training data.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -17,14 +25,23 @@ from typing import NamedTuple
 from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = (
+    "MAX_LOGPROB",
+    "TOKEN_ID_LIMIT",
     "AtroposDecoder",
     "ChunkDecoder",
     "ChunkError",
     "SGLangDecoder",
     "TokenChunk",
     "VLLMDecoder",
+    "check_token_values",
     "first_choice",
 )
+
+#: Ids must be below this to fit the signed 32-bit arrays of a trajectory (``array("i")``).
+TOKEN_ID_LIMIT = 2**31
+
+#: The largest logprob accepted: a log-probability is <= 0; this leaves room for rounding.
+MAX_LOGPROB = 1e-6
 
 
 class TokenChunk(NamedTuple):
@@ -36,11 +53,47 @@ class TokenChunk(NamedTuple):
 
 
 class ChunkError(Exception):
-    """A chunk is malformed (``server_error`` False) or is an error frame (True)."""
+    """A chunk is malformed (``server_error`` False), is an error frame (True), or carries ids
+    or logprobs no trainer may use (``invalid_tokens`` True)."""
 
-    def __init__(self, message: str, *, server_error: bool = False) -> None:
+    def __init__(
+        self, message: str, *, server_error: bool = False, invalid_tokens: bool = False
+    ) -> None:
         super().__init__(message)
         self.server_error = server_error
+        self.invalid_tokens = invalid_tokens
+
+
+def check_token_values(
+    ids: Sequence[int], logprobs: Sequence[float], vocab_size: int | None
+) -> None:
+    """Raise :class:`ChunkError` (``invalid_tokens``) for an id outside ``[0, vocab_size)``
+    (or ``[0, 2**31)`` without a vocabulary) or a logprob that is not finite and ``<= 0``."""
+    limit = TOKEN_ID_LIMIT if vocab_size is None else min(vocab_size, TOKEN_ID_LIMIT)
+    for position, token_id in enumerate(ids):
+        if not 0 <= token_id < limit:
+            if token_id < 0:
+                why = "is negative"
+            elif vocab_size is not None and token_id >= vocab_size:
+                why = (
+                    f"is outside the vocabulary [0, {vocab_size}): the server samples from "
+                    "another vocabulary than the tokenizer's (wrong model or tokenizer?)"
+                )
+            else:
+                why = f"does not fit a 32-bit token id (limit {TOKEN_ID_LIMIT})"
+            raise ChunkError(
+                f"token id {token_id} at position {position} of the chunk {why}",
+                invalid_tokens=True,
+            )
+    for position, logprob in enumerate(logprobs):
+        if not (math.isfinite(logprob) and logprob <= MAX_LOGPROB):
+            why = "is not finite" if not math.isfinite(logprob) else "is positive"
+            raise ChunkError(
+                f"logprob {logprob!r} of token {ids[position] if position < len(ids) else '?'} "
+                f"at position {position} of the chunk {why}; a log-probability is a finite "
+                "number <= 0",
+                invalid_tokens=True,
+            )
 
 
 def _check_error_frame(payload: JSON) -> None:
@@ -87,9 +140,18 @@ def _finish_reason(value: JSON) -> str | None:
 
 
 class ChunkDecoder(ABC):
+    """One stream's decoder; ``vocab_size`` (when known) bounds the ids it accepts."""
+
+    def __init__(self, *, vocab_size: int | None = None) -> None:
+        self.vocab_size = vocab_size
+
     @abstractmethod
     def feed(self, payload: JSON) -> TokenChunk | None:
         """Decode one chunk; ``None`` for chunks without tokens or finish (usage, keep-alive)."""
+
+    def _checked(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
+        _check_lengths(ids, logprobs)
+        check_token_values(ids, logprobs, self.vocab_size)
 
 
 def first_choice(payload: JSON) -> JSONObject | None:
@@ -129,7 +191,7 @@ class VLLMDecoder(ChunkDecoder):
                     f"logprob entry {i} is for token {token_id} but the chunk's id there is "
                     f"{ids[i]}"
                 )
-        _check_lengths(ids, logprobs)
+        self._checked(ids, logprobs)
         finish = _finish_reason(choice.get("finish_reason"))
         if not ids and finish is None:
             return None
@@ -137,7 +199,8 @@ class VLLMDecoder(ChunkDecoder):
 
 
 class SGLangDecoder(ChunkDecoder):
-    def __init__(self, *, incremental: bool) -> None:
+    def __init__(self, *, incremental: bool, vocab_size: int | None = None) -> None:
+        super().__init__(vocab_size=vocab_size)
         self._incremental = incremental
         self._seen: list[int] = []
 
@@ -174,6 +237,9 @@ class SGLangDecoder(ChunkDecoder):
                     "SGLangGenerateClient(..., incremental=True)"
                 )
             ids, logprobs = ids[seen:], logprobs[seen:]
+        # Only the new ids: a cumulative chunk repeats the ones already checked.
+        check_token_values(ids, logprobs, self.vocab_size)
+        if not self._incremental:
             self._seen.extend(ids)
         if not ids and finish is None:
             return None
@@ -205,6 +271,6 @@ class AtroposDecoder(ChunkDecoder):
                     f"logprob entry {i} is for token {key} but token_ids has {ids[i]} there"
                 )
             logprobs.append(_float(value, "logprob"))
-        _check_lengths(ids, logprobs)
+        self._checked(ids, logprobs)
         finish = _finish_reason(reasons[0] if isinstance(reasons, list) and reasons else None)
         return TokenChunk(tuple(ids), tuple(logprobs), finish or "stop")

@@ -21,6 +21,14 @@ keyed by ``index`` (``id`` and ``name`` arrive once, ``arguments`` in fragments)
     data: [DONE]
 
 The assembly itself is :class:`ChatStreamAssembler` (no I/O), usable on any chunk source.
+
+**Every text that comes out is encodable as UTF-8.** A server's JSON may hold a lone surrogate
+escape (``"\\ud800"``: the model sampled half of a UTF-16 pair, or a detokenizer cut one);
+``json.loads`` turns it into a ``str`` that no UTF-8 encoder accepts, so the message, echoed
+back in the next request (by the model's own turn or by a tool that repeated its arguments),
+made that request fail with ``UnicodeEncodeError`` — reported as a model-server failure. Content,
+reasoning, tool-call names and arguments are therefore made encodable where the completion is
+built: a pair split across stream chunks is joined, any surrogate left alone becomes U+FFFD.
 Failures raise :class:`~hermes_async.inference.ModelServerError` subclasses, after the shared
 retry policy (connect errors, 429, 5xx; never other 4xx, never once a stream started).
 """
@@ -149,10 +157,10 @@ class ChatCompletion:
                     index=int(raw.get("index", len(choices))),
                     message=ChatMessage(
                         role=str(msg.get("role") or "assistant"),
-                        content=msg.get("content"),
+                        content=_encodable_or_none(msg.get("content")),
                         tool_calls=calls,
-                        reasoning_content=msg.get("reasoning_content"),
-                        reasoning=msg.get("reasoning"),
+                        reasoning_content=_encodable_or_none(msg.get("reasoning_content")),
+                        reasoning=_encodable_or_none(msg.get("reasoning")),
                     ),
                     finish_reason=raw.get("finish_reason"),
                     logprobs=raw.get("logprobs"),
@@ -178,7 +186,9 @@ def _tool_call_from_dict(raw: JSON) -> ToolCall:
         arguments = json.dumps(arguments, ensure_ascii=False)
     return ToolCall(
         id=str(raw.get("id") or _new_call_id()),
-        function=FunctionCall(name=str(fn.get("name") or ""), arguments=arguments),
+        function=FunctionCall(
+            name=_encodable(str(fn.get("name") or "")), arguments=_encodable(arguments)
+        ),
         type=str(raw.get("type") or "function"),
     )
 
@@ -199,6 +209,23 @@ def _new_call_id() -> str:
 
 # --------------------------------------------------------------------------------------------
 # Streaming assembly (no I/O)
+
+
+def _encodable(text: str) -> str:
+    """``text`` with surrogate pairs joined and lone surrogates replaced by U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # UTF-16 is where surrogates mean something: a pair becomes its one character, a lone
+        # half fails to decode and is replaced.
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def _encodable_or_none(value: JSON) -> JSON:
+    return _encodable(value) if isinstance(value, str) else value
 
 
 @dataclass(slots=True)
@@ -325,7 +352,9 @@ class ChatStreamAssembler:
                 ToolCall(
                     id=acc.id or _new_call_id(),
                     type=acc.type,
-                    function=FunctionCall(name=acc.name, arguments="".join(acc.arguments)),
+                    function=FunctionCall(
+                        name=_encodable(acc.name), arguments=_encodable("".join(acc.arguments))
+                    ),
                 )
                 for _, acc in sorted(parts.tool_calls.items())
             ]
@@ -334,10 +363,10 @@ class ChatStreamAssembler:
                     index=index,
                     message=ChatMessage(
                         role=parts.role,
-                        content="".join(parts.content) if parts.content else None,
+                        content=_encodable("".join(parts.content)) if parts.content else None,
                         tool_calls=calls or None,
-                        reasoning_content="".join(parts.reasoning_content) or None,
-                        reasoning="".join(parts.reasoning) or None,
+                        reasoning_content=_encodable("".join(parts.reasoning_content)) or None,
+                        reasoning=_encodable("".join(parts.reasoning)) or None,
                     ),
                     finish_reason=parts.finish_reason,
                     token_ids=parts.token_ids,

@@ -50,7 +50,6 @@ from hermes_async.inference._token_chunks import (
     ChunkDecoder,
     ChunkError,
     TokenChunk,
-    _check_lengths,
     _finish_reason,
     _float,
     _int_ids,
@@ -108,7 +107,7 @@ class CompletionsDecoder(ChunkDecoder):
             )
         else:
             ids = []
-        _check_lengths(ids, logprobs)
+        self._checked(ids, logprobs)
         finish = _finish_reason(choice.get("finish_reason"))
         if not ids and finish is None:
             return None
@@ -143,9 +142,10 @@ class VLLMCompletionsClient(GenerateClient):
         base_url: str,
         *,
         model: str | None = None,
+        vocab_size: int | None = None,
         **connection: Unpack[ConnectionKwargs],
     ) -> None:
-        super().__init__(base_url, **connection)
+        super().__init__(base_url, vocab_size=vocab_size, **connection)
         self.model = model
 
     def _base_url(self, base_url: str) -> str:
@@ -176,7 +176,7 @@ class VLLMCompletionsClient(GenerateClient):
         return self._flat_tail(body, params)
 
     def _decoder(self) -> ChunkDecoder:
-        return CompletionsDecoder()
+        return CompletionsDecoder(vocab_size=self.vocab_size)
 
 
 async def detect_token_endpoint(

@@ -20,7 +20,10 @@ Usage::
 Guarantees, per chunk: ``len(token_ids) == len(logprobs)`` (a mismatch is a
 :class:`~hermes_async.inference.ServerProtocolError`, never padded); when the server names
 the id of each logprob entry, it must equal the id it sits beside; no tokens after a
-``finish_reason``. Concatenating the deltas gives exactly the ids the server sent. A stream
+``finish_reason``; every id in ``[0, vocab_size)`` (pass the tokenizer's ``len()`` as
+``vocab_size``; without it, ids must still fit 32 bits, ``[0, 2**31)``) and every logprob a
+finite number ``<= 0`` — else :class:`InvalidTokenDataError`, naming the server (credentials
+redacted) and the offending value and line. Concatenating the deltas gives exactly the ids the server sent. A stream
 that ends without a ``finish_reason`` is an error (:class:`StreamInterruptedError`), not a
 short completion.
 
@@ -70,6 +73,7 @@ __all__ = (
     "AtroposGenerateClient",
     "Completion",
     "GenerateClient",
+    "InvalidTokenDataError",
     "SGLangGenerateClient",
     "SamplingParams",
     "TokenClient",
@@ -77,6 +81,16 @@ __all__ = (
     "TokenStream",
     "VLLMGenerateClient",
 )
+
+
+class InvalidTokenDataError(ServerProtocolError):
+    """The server sent token ids or logprobs no trainer may use.
+
+    An id outside ``[0, vocab_size)`` (or beyond 32 bits), a NaN, infinite or positive
+    logprob: the wrong model behind the URL, a tokenizer that does not match the model, a
+    numerics bug. Raised before the values reach any trajectory; the rollout ends as an
+    ``infra`` failure. ``str()`` names the endpoint, the value and the offending line.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +278,13 @@ class TokenStream:
                     )
             except ChunkError as exc:
                 self._ended = True
-                cls = StreamInterruptedError if exc.server_error else ServerProtocolError
+                cls: type[ModelServerError]
+                if exc.invalid_tokens:
+                    cls = InvalidTokenDataError
+                elif exc.server_error:
+                    cls = StreamInterruptedError
+                else:
+                    cls = ServerProtocolError
                 raise cls(
                     str(exc),
                     endpoint=self.endpoint,
@@ -311,6 +331,12 @@ class GenerateClient(ServerClient, ABC):
             pool is sized to at least its total), ``transport`` (an httpx transport to use
             instead of the network: tests, ASGI apps), ``api_key`` (sent as a bearer token)
             and ``rng`` (random source for retry jitter).
+        vocab_size: The model's vocabulary size (``len(tokenizer)``): an id outside
+            ``[0, vocab_size)`` is an :class:`InvalidTokenDataError`. ``None``: ids are only
+            checked to be non-negative and to fit 32 bits.
+
+    Raises:
+        ValueError: ``vocab_size`` < 1.
     """
 
     #: Path of the endpoint, relative to the base URL.
@@ -320,8 +346,15 @@ class GenerateClient(ServerClient, ABC):
     extras_kind: str = "vllm"
 
     def __init__(
-        self, base_url: str | ConnectionSource, **connection: Unpack[ConnectionKwargs]
+        self,
+        base_url: str | ConnectionSource,
+        *,
+        vocab_size: int | None = None,
+        **connection: Unpack[ConnectionKwargs],
     ) -> None:
+        if vocab_size is not None and vocab_size < 1:
+            raise ValueError(f"vocab_size must be >= 1 or None, got {vocab_size!r}")
+        self.vocab_size = vocab_size
         self.connection = connect(base_url, connection, transform=self._base_url)
 
     def check_sampling(self, params: SamplingParams) -> None:
@@ -455,7 +488,7 @@ class VLLMGenerateClient(GenerateClient):
         return {"token_ids": list(prompt_ids), "sampling_params": sampling, "stream": True, **top}
 
     def _decoder(self) -> ChunkDecoder:
-        return VLLMDecoder()
+        return VLLMDecoder(vocab_size=self.vocab_size)
 
 
 class AtroposGenerateClient(GenerateClient):
@@ -488,7 +521,7 @@ class AtroposGenerateClient(GenerateClient):
         return self._flat_tail(body, params)
 
     def _decoder(self) -> ChunkDecoder:
-        return AtroposDecoder()
+        return AtroposDecoder(vocab_size=self.vocab_size)
 
 
 class SGLangGenerateClient(GenerateClient):
@@ -508,6 +541,7 @@ class SGLangGenerateClient(GenerateClient):
     Args:
         base_url: The server's base URL.
         incremental: The server sends deltas instead of cumulative chunks.
+        vocab_size: As for :class:`GenerateClient`.
         **connection: As for :class:`GenerateClient`.
     """
 
@@ -519,9 +553,10 @@ class SGLangGenerateClient(GenerateClient):
         base_url: str | ConnectionSource,
         *,
         incremental: bool = False,
+        vocab_size: int | None = None,
         **connection: Unpack[ConnectionKwargs],
     ) -> None:
-        super().__init__(base_url, **connection)
+        super().__init__(base_url, vocab_size=vocab_size, **connection)
         self.incremental = incremental
 
     def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
@@ -541,4 +576,4 @@ class SGLangGenerateClient(GenerateClient):
         }
 
     def _decoder(self) -> ChunkDecoder:
-        return SGLangDecoder(incremental=self.incremental)
+        return SGLangDecoder(incremental=self.incremental, vocab_size=self.vocab_size)

@@ -12,9 +12,10 @@ Latency is ``anyio.sleep``, so under trio's ``MockClock(autojump_threshold=0)`` 
 minutes of scripted latency runs instantly. Faults: creation fails (``fail_create``), creation
 hangs (``create_hangs``), exec raises (``exec_error``), exec hangs until cancelled
 (``exec_hangs``), exec returns an error (script a non-zero :class:`ExecResult`), the sandbox
-dies (:meth:`FakeSandbox.die`: every later operation raises
-:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`, as a real backend's would
-after an OOM kill or a vanished container).
+dies (:meth:`FakeSandbox.die`, or after some commands with ``dies_after_execs``: every later
+operation raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`, as a real
+backend's would after an OOM kill or a vanished container), closing is slow or hangs
+(``close_latency``; the manager's ``close_timeout`` bounds it).
 
 Files live in a dict keyed by normalized absolute path; archives are real tar data, so
 ``put_archive``/``get_archive`` behave (and reject traversal) like a real backend. Background
@@ -78,6 +79,9 @@ class FakeSandbox(Sandbox):
         latency: Seconds every operation takes (a number, or ``command -> seconds`` for exec).
         exec_error: Raised by every ``exec`` (e.g. ``SandboxError("connection lost")``).
         exec_hangs: Every ``exec`` blocks until cancelled.
+        dies_after_execs: After this many commands, the sandbox is dead: every later
+            ``exec`` raises ``SandboxError("the sandbox died ...")`` (``None``: never).
+        close_latency: Seconds ``aclose`` takes (``math.inf``: it hangs until cancelled).
         workdir: The working directory.
     """
 
@@ -94,9 +98,13 @@ class FakeSandbox(Sandbox):
         latency: float | Callable[[str], float] = 0.0,
         exec_error: BaseException | None = None,
         exec_hangs: bool = False,
+        dies_after_execs: int | None = None,
+        close_latency: float = 0.0,
         workdir: str = "/work",
     ) -> None:
         self.task_id = task_id
+        self.dies_after_execs = dies_after_execs
+        self.close_latency = close_latency
         self.workdir = workdir
         self.exec_script = exec_script
         self.latency = latency
@@ -157,6 +165,9 @@ class FakeSandbox(Sandbox):
         **Cancellation**: nothing to clean up.
         """
         self._check_open()
+        if self.dies_after_execs is not None and len(self.calls) >= self.dies_after_execs:
+            self.die("exited", f"the sandbox died (after {self.dies_after_execs} commands)")
+            self._check_open()
         self.calls.append(request)
         command = request.command
         if self.exec_hangs:
@@ -254,13 +265,18 @@ class FakeSandbox(Sandbox):
 
     async def aclose(self, interrupted: bool = False) -> None:
         """Mark the sandbox closed (idempotent; ``close_count`` counts calls, ``closes`` keeps
-        their ``interrupted`` flags).
+        their ``interrupted`` flags), after ``close_latency``.
 
-        **Cancellation**: nothing to clean up.
+        **Cancellation**: the sandbox is marked closed anyway (a real backend's kill is not
+        undone by an abandoned wait).
         """
         self.close_count += 1
         self.closes.append(interrupted)
-        self.closed = True
+        try:
+            if self.close_latency > 0:
+                await anyio.sleep(self.close_latency)
+        finally:
+            self.closed = True
 
     # background processes: in-memory records the test drives
 

@@ -35,9 +35,11 @@ exact ids and logprobs sent, chunking, and a ``disconnected`` event set when the
 away), so tests compare what a client received with what was sent.
 
 Faults are injected per request number (1-based, counting generation requests only) with
-:class:`Fault`: HTTP 500 / any status, 429 with ``Retry-After``, a connection cut mid-stream,
-a malformed chunk, a stall. Latency: ``response_delay_seconds`` before the response and
-``chunk_delay_seconds`` between chunks.
+:class:`Fault`: HTTP 500 / any status (with a message of your choice, e.g. a context-length
+error), 429 with ``Retry-After``, a connection cut mid-stream, a malformed chunk, a stall —
+from the ``faults`` mapping, or decided per request by a ``fault_plan`` callable (random faults
+for chaos runs: :mod:`hermes_async.testing.chaos`). Latency: ``response_delay_seconds`` before
+the response and ``chunk_delay_seconds`` between chunks.
 
 Serve it in-process with :func:`hermes_async.testing.http.open_asgi_transport` (streams, and
 delivers disconnects) or over loopback with :func:`~hermes_async.testing.http.open_loopback_server`.
@@ -60,6 +62,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
 
+from hermes_async._json import exceeds_depth
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.testing.http import answer_lifespan
@@ -166,6 +169,7 @@ class Fault:
         after_tokens: For ``disconnect`` / ``malformed`` / ``stall``: how many completion
             tokens (chat: chunks) to send first.
         stall_seconds: How long a stall lasts (``inf``: until the client disconnects).
+        message: The error body's message for ``"status"`` (default ``injected HTTP <n>``).
     """
 
     kind: FaultKind
@@ -173,11 +177,12 @@ class Fault:
     retry_after: float | None = None
     after_tokens: int = 0
     stall_seconds: float = math.inf
+    message: str | None = None
 
     @classmethod
-    def http_error(cls, status: int = 500) -> Fault:
-        """Answer with this HTTP status and a JSON error body."""
-        return cls("status", status=status)
+    def http_error(cls, status: int = 500, message: str | None = None) -> Fault:
+        """Answer with this HTTP status and a JSON error body (``message`` in it)."""
+        return cls("status", status=status, message=message)
 
     @classmethod
     def rate_limited(cls, retry_after: float = 0.05) -> Fault:
@@ -299,6 +304,8 @@ class ScriptedModelServer:
         response_delay_seconds: Pause before each response starts.
         faults: Request number (1-based) -> :class:`Fault`. Mutable: tests may add faults
             between requests (``server.faults[3] = Fault.disconnect(2)``).
+        fault_plan: Called with the number and body of each request that ``faults`` has no
+            entry for; returns its :class:`Fault` or ``None``.
         sglang_incremental: Stream SGLang chunks as deltas instead of cumulative.
         model_name: ``model`` reported on the chat route.
         rng_key: What the per-request randomness (logprobs, chunking) derives from, with
@@ -319,6 +326,7 @@ class ScriptedModelServer:
         chunk_delay_seconds: float = 0.0,
         response_delay_seconds: float = 0.0,
         faults: Mapping[int, Fault] | None = None,
+        fault_plan: Callable[[int, JSONObject], Fault | None] | None = None,
         sglang_incremental: bool = False,
         model_name: str = "scripted",
         rng_key: Literal["request", "prompt"] = "request",
@@ -333,6 +341,7 @@ class ScriptedModelServer:
         self.chunk_delay_seconds = chunk_delay_seconds
         self.response_delay_seconds = response_delay_seconds
         self.faults: dict[int, Fault] = dict(faults or {})
+        self.fault_plan = fault_plan
         self.sglang_incremental = sglang_incremental
         self.model_name = model_name
         if rng_key not in ("request", "prompt"):
@@ -401,6 +410,8 @@ class ScriptedModelServer:
             protocol = "chat"
         record = ServedRequest(number=len(self.requests) + 1, protocol=protocol, body=body)
         record.fault = self.faults.get(record.number)
+        if record.fault is None and self.fault_plan is not None:
+            record.fault = self.fault_plan(record.number, body)
         self.requests.append(record)
         await self._serve(record, receive, send)
 
@@ -435,7 +446,7 @@ class ScriptedModelServer:
                         fault.status,
                         {
                             "error": {
-                                "message": f"injected HTTP {fault.status}",
+                                "message": fault.message or f"injected HTTP {fault.status}",
                                 "code": fault.status,
                             }
                         },
@@ -727,8 +738,11 @@ def _split_reply(
     calls: list[JSONObject] = []
     if parse_tools:
         for match in _TOOL_CALL.finditer(text):
+            body = match.group(1)
+            if exceeds_depth(body):  # a server refuses what its JSON decoder cannot take
+                continue
             try:
-                call = json.loads(match.group(1))
+                call = json.loads(body)
             except ValueError:
                 continue  # like a real parser: malformed calls stay in the content
             if not isinstance(call, dict) or "name" not in call:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
 
+from hermes_async._json import scrub_text
 from hermes_async.errors import ToolArgumentsError, ToolExecutionError, ToolTimeoutError
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
@@ -341,12 +342,15 @@ class ToolOutcome:
             ``None``.
         duration_seconds: Time spent, including the wait for a ``tool_calls`` slot.
         wait_seconds: Time spent waiting for that slot.
+        malformed: The call itself was wrong (unknown or unavailable tool, arguments that do
+            not decode or validate): the model's mistake, not the tool's failure.
     """
 
     content: str
     error: str | None = None
     duration_seconds: float = 0.0
     wait_seconds: float = 0.0
+    malformed: bool = False
 
 
 def _error_json(message: str) -> str:
@@ -405,23 +409,29 @@ async def dispatch(
     registry = registry or builtin_registry()
     start = anyio.current_time()
 
-    def done(content: str, error: str | None, waited: float = 0.0) -> ToolOutcome:
-        return ToolOutcome(content, error, anyio.current_time() - start, waited)
+    def done(
+        content: str, error: str | None, waited: float = 0.0, *, malformed: bool = False
+    ) -> ToolOutcome:
+        # What the model sees goes into the next request: it must encode as UTF-8 even when a
+        # name, an argument or a handler's text echoes a lone surrogate ("Unknown tool '\ud800'").
+        content = scrub_text(content)
+        error = scrub_text(error) if error is not None else None
+        return ToolOutcome(content, error, anyio.current_time() - start, waited, malformed)
 
     if name in NOT_AVAILABLE_IN_RL:
         msg = NOT_AVAILABLE_IN_RL[name]
-        return done(_error_json(msg), msg)
+        return done(_error_json(msg), msg, malformed=True)
     allowed = set(valid_names) if valid_names is not None else set(registry.names())
     tool = registry.get(name)
     if tool is None or name not in allowed:
         msg = f"Unknown tool '{name}'. Available tools: {sorted(allowed)}"
-        return done(_error_json(msg), f"Unknown tool '{name}'")
+        return done(_error_json(msg), f"Unknown tool '{name}'", malformed=True)
     try:
         args = decode_arguments(arguments)
         args = coerce_arguments(tool.parameters, args)
         validate_arguments(name, tool.parameters, args)
     except ToolArgumentsError as exc:
-        return done(_error_json(exc.message), exc.message)
+        return done(_error_json(exc.message), exc.message, malformed=True)
 
     waited = 0.0
     try:

@@ -15,6 +15,7 @@ import pytest
 from hermes_async.agent import (
     AgentOptions,
     AgentResult,
+    FailurePolicy,
     ScoredRollout,
     ToolContext,
     run_group,
@@ -197,10 +198,19 @@ async def test_failing_reward_scores_zero_with_a_redacted_error(tmp_path: Path) 
 
     async with token_client(writer) as client, SandboxManager(local_factory(str(tmp_path))) as m:
         group = await run_group(
-            client, PROMPT, TOOLS, size=2, reward=broken, tokenizer=TOKENIZER, sandboxes=m
+            client,
+            PROMPT,
+            TOOLS,
+            size=2,
+            reward=broken,
+            tokenizer=TOKENIZER,
+            sandboxes=m,
+            failure_policy=FailurePolicy(on_failure="zero"),
         )
         assert m.task_ids() == []
+    assert group.outcome == "zeroed"
     for rollout in group.rollouts:
+        assert rollout.category == "verifier"
         assert rollout.reward == 0.0 and rollout.error == rollout.reward_error
         assert rollout.reward_error is not None
         assert rollout.reward_error.startswith("reward failed: RuntimeError: verifier crashed")

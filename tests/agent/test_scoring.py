@@ -78,9 +78,16 @@ def test_model_answered_needs_a_turn_and_a_model_message() -> None:
 def test_group_dict_is_aligned_and_atropos_shaped() -> None:
     rollouts = [
         SimpleNamespace(
-            tokens=[1, 2], masks=[-100, 2], logprobs=[1.0, -0.1], reward=1.0, messages=["a"]
+            tokens=[1, 2],
+            masks=[-100, 2],
+            logprobs=[1.0, -0.1],
+            reward=1.0,
+            messages=["a"],
+            failure=None,
         ),
-        SimpleNamespace(tokens=[3], masks=[3], logprobs=[-0.2], reward=0.0, messages=["b"]),
+        SimpleNamespace(
+            tokens=[3], masks=[3], logprobs=[-0.2], reward=0.0, messages=["b"], failure=None
+        ),
     ]
     group = scored_data_group(rollouts, generation_params={"temperature": 0.7})  # type: ignore[arg-type]
     assert group["tokens"] == [[1, 2], [3]] and group["masks"] == [[-100, 2], [3]]

@@ -135,7 +135,8 @@ class RaisingRewardEnv(TerminalTestEnv):
 async def test_reward_that_raises_scores_zero_and_leaves_no_sandbox(tmp_path: Path) -> None:
     factory = CountingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
-        env = RaisingRewardEnv(env_config(tmp_path), [server_config(url)])
+        config = env_config(tmp_path, failure_policy="zero")
+        env = RaisingRewardEnv(config, [server_config(url)])
         with_factory(env, factory)
         await env.setup()
         async with env.open_sandboxes() as manager:
@@ -143,10 +144,28 @@ async def test_reward_that_raises_scores_zero_and_leaves_no_sandbox(tmp_path: Pa
             # Released by each rollout itself, not only at the manager's exit.
             assert manager.statistics().active == 0
     assert group is not None and group["scores"] == [0.0, 0.0, 0.0]
+    assert [o["failure"]["category"] for o in group["overrides"]] == ["verifier"] * 3
     assert len(factory.created) == 3 and factory.leftovers() == []
     errors = [s.error for s in env.rollout_summaries]
     assert all(e is not None and "reward exploded" in e for e in errors)
     assert all("sk-abc" not in str(e) for e in errors)  # redacted
+    assert [s.category for s in env.rollout_summaries] == ["verifier"] * 3
+
+
+async def test_reward_that_always_raises_is_retried_then_its_group_masked(tmp_path: Path) -> None:
+    factory = CountingFactory(tmp_path / "sandboxes")
+    async with serve_policy(terminal_test_oracle()) as (url, _):
+        env = RaisingRewardEnv(
+            env_config(tmp_path, failure_retry_backoff=0.01), [server_config(url)]
+        )
+        with_factory(env, factory)
+        await env.setup()
+        group, _ = await env.collect_trajectories(GREETING)
+    assert group is None  # atroposlib's "no group": never a partial one
+    assert len(factory.created) == 9 and factory.leftovers() == []  # 3 x 3 fresh sandboxes
+    metrics = env.failure_tally.metrics()
+    assert metrics["train/failures/verifier"] == 9.0 and metrics["train/groups_masked"] == 1.0
+    assert metrics["train/failures/infra"] == 0.0
 
 
 def sleeper_policy(request: PolicyRequest) -> str:
@@ -390,8 +409,10 @@ async def test_wandb_metrics_and_rollout_table_are_redacted(
     for text in (details, table_text):
         assert "tok-very-secret-123" not in text and "sk-abcdefghij" not in text
         assert "[REDACTED]" in text
-    # The training data keeps the exact messages (redaction is for logs only).
-    assert "tok-very-secret-123" in json.dumps(group["messages"])
+    # The messages (for display: HTML, JSONL readers, wandb) are redacted; the tokens the
+    # trainer trains on stay exactly what the model sampled.
+    assert "tok-very-secret-123" not in json.dumps(group["messages"])
+    assert "tok-very-secret-123" in env.loop_tokenizer.decode(group["tokens"][0])  # type: ignore[union-attr]
     await env.wandb_log()
     assert logged[1]["train/tool_errors_count"] == 0
 

@@ -364,3 +364,43 @@ async def test_api_key_is_sent_as_bearer() -> None:
         response = await client.chat_completion(messages=MESSAGES)
     assert seen == ["Bearer sk-test"]
     assert response.choices[0].message.content == "k"
+
+
+# ------------------------------------------------------------------ encodable text
+
+
+def test_lone_surrogates_in_a_completion_become_replacement_characters() -> None:
+    # json.loads of "\ud800" gives a str no UTF-8 encoder accepts; echoed back in the next
+    # request it used to fail that request with UnicodeEncodeError.
+    data = json.loads(
+        '{"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": '
+        '"assistant", "content": "a \\ud800 b", "reasoning_content": "r \\udfff", '
+        '"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "t\\ud800", '
+        '"arguments": "{\\"x\\": \\"\\udc00\\"}"}}]}}]}'
+    )
+    message = ChatCompletion.from_dict(data).choices[0].message
+    assert message.content == "a \ufffd b" and message.reasoning_content == "r \ufffd"
+    call = message.tool_calls[0].function  # type: ignore[index]
+    assert call.name == "t\ufffd" and call.arguments == '{"x": "\ufffd"}'
+    json.dumps(ChatCompletion.from_dict(data).model_dump(), ensure_ascii=False).encode("utf-8")
+
+
+def test_a_surrogate_pair_split_across_stream_chunks_is_joined() -> None:
+    assembler = ChatStreamAssembler()
+    for piece in ("smile \ud83d", "\ude00 and a lone \udfff"):
+        assembler.feed({"choices": [{"index": 0, "delta": {"content": piece}}]})
+    assembler.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    content = assembler.result().choices[0].message.content
+    assert content == "smile \U0001f600 and a lone \ufffd"
+    assert content is not None and content.encode("utf-8")
+
+
+def test_a_request_body_is_always_encodable() -> None:
+    from hermes_async.inference._http import _encode_body
+
+    body = {"messages": [{"role": "tool", "content": "x \ud800 y"}], "n": 1}
+    assert json.loads(_encode_body(body)) == {
+        "messages": [{"role": "tool", "content": "x \ufffd y"}],
+        "n": 1,
+    }
+    assert _encode_body({"a": "é"}) == '{"a": "é"}'.encode()  # the common case as it is

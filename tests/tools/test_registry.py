@@ -327,6 +327,15 @@ async def test_dispatch_unknown_and_not_offered() -> None:
     assert out.error == "Unknown tool 'boom'"
 
 
+async def test_dispatch_echoes_a_lone_surrogate_name_encodably() -> None:
+    # The "Unknown tool" message repeats the name the model wrote; a lone surrogate in it
+    # used to make the next request body unencodable.
+    out = await dispatch("ter\ud800minal", "{}", ToolRuntime("t"), registry=_registry())
+    assert out.error == "Unknown tool 'ter\ufffdminal'"
+    out.content.encode("utf-8")
+    json.loads(out.content)
+
+
 async def test_dispatch_handler_exception_is_contained() -> None:
     out = await dispatch("boom", "{}", ToolRuntime("t"), registry=_registry())
     assert out.error == "Tool execution failed: RuntimeError: kaput"

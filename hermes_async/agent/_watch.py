@@ -1,0 +1,201 @@
+"""A rollout's view of its sandbox that notices when the sandbox is lost.
+
+The tools of a rollout reach its sandbox through a
+:class:`~hermes_async.tools.sandbox.base.SandboxProvider`. They turn a
+:class:`~hermes_async.errors.SandboxError` — creation failed or timed out, the container is
+gone, the connection to it dropped — into a message for the model ("environment creation
+failed"), as they must: a tool never raises. But a rollout whose sandbox is lost says nothing
+about the policy, and letting the model go on against a dead box only wastes its turns.
+
+:class:`WatchedSandboxes` is the provider the rollout core gives the loop instead of the
+manager: it forwards everything, and the first ``SandboxError`` it sees (from ``get`` or from
+any operation of the sandbox it handed out) becomes an ``infra``
+:class:`~hermes_async.agent.failures.RolloutFailure` passed to ``on_failure`` — which aborts
+the loop (:class:`~hermes_async.agent.loop.RunAbort`), so a retry on a fresh sandbox starts at
+once. Other exceptions (``FileNotFoundError`` of a read, a ``ValueError`` of bad arguments) are
+the tool's business and pass through unnoticed.
+
+**Provisioning belongs to the rollout, not to the tool call that triggers it.** The sandbox is
+created lazily, by the first tool that needs it. Created inside that call, its creation would
+be cut by the call's ``tool_timeout`` (the manager abandons a creation whose caller is
+cancelled), so a slow or hung backend would look like a tool that timed out, again and again,
+and never like the infrastructure failure it is. Given the rollout's task group, the first
+``get`` starts the creation as a task of the rollout instead and waits for it: a tool timeout
+abandons only the wait, the creation goes on under the manager's ``create_timeout`` (and the
+rollout's deadline), the next call finds the sandbox ready, and a creation that fails aborts
+the rollout as ``infra``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+
+import anyio
+from anyio.abc import TaskGroup
+
+from hermes_async.agent.failures import RolloutFailure, classify_exception
+from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.base import (
+    BACKGROUND_OUTPUT_CHARS,
+    BackgroundProcess,
+    BackgroundStatus,
+    ExecRequest,
+    ExecResult,
+    Sandbox,
+    SandboxProvider,
+)
+
+__all__ = ("WatchedSandboxes",)
+
+
+class WatchedSandboxes:
+    """A :class:`SandboxProvider` that reports the first lost sandbox (see the module doc).
+
+    Args:
+        inner: The real provider (the run's ``SandboxManager``).
+        on_failure: Called once, with the ``infra`` failure, when a ``SandboxError`` is seen.
+        tg: The rollout's task group: the first ``get`` creates the sandbox in a task of it
+            (``None``: inside the caller, as the inner provider does).
+    """
+
+    __slots__ = ("_created", "_creation_error", "_inner", "_on_failure", "_tg", "failure")
+
+    def __init__(
+        self,
+        inner: SandboxProvider,
+        on_failure: Callable[[RolloutFailure], object],
+        tg: TaskGroup | None = None,
+    ) -> None:
+        self._inner = inner
+        self._on_failure = on_failure
+        self._tg = tg
+        self._created: anyio.Event | None = None
+        self._creation_error: SandboxError | None = None
+        self.failure: RolloutFailure | None = None
+
+    def _lost(self, exc: SandboxError) -> None:
+        if self.failure is None:
+            self.failure = classify_exception(exc, source="sandbox")
+            self._on_failure(self.failure)
+
+    @asynccontextmanager
+    async def watch(self) -> AsyncIterator[None]:
+        """Report a ``SandboxError`` raised in the block (it still propagates)."""
+        try:
+            yield
+        except SandboxError as exc:
+            self._lost(exc)
+            raise
+
+    async def get(self, task_id: str) -> Sandbox:
+        """The sandbox of ``task_id`` (created on first use, by the rollout), watched.
+
+        Raises:
+            SandboxError: The sandbox could not be created or is gone.
+
+        **Cancellation**: only the wait is abandoned; a creation started for the rollout goes
+        on in the rollout's task group.
+        """
+        if self._tg is not None:
+            if self._created is None:
+                self._created = anyio.Event()
+                self._tg.start_soon(self._create, task_id, name=f"provision {task_id}")
+            await self._created.wait()
+            if self._creation_error is not None:
+                raise self._creation_error
+        async with self.watch():
+            return _WatchedSandbox(await self._inner.get(task_id), self)
+
+    async def _create(self, task_id: str) -> None:
+        assert self._created is not None
+        try:
+            await self._inner.get(task_id)
+        except SandboxError as exc:
+            self._creation_error = exc
+            self._lost(exc)
+        finally:
+            self._created.set()
+
+    async def release(self, task_id: str, *, interrupted: bool = False) -> None:
+        """Release through the inner provider (its bound applies; nothing is watched).
+
+        **Cancellation**: as the inner provider's ``release``.
+        """
+        await self._inner.release(task_id, interrupted=interrupted)
+
+
+class _WatchedSandbox(Sandbox):
+    """Forwards every operation to the sandbox it wraps, inside :meth:`WatchedSandboxes.watch`."""
+
+    close_timeout = None  # the provider's release bounds it
+
+    def __init__(self, inner: Sandbox, watcher: WatchedSandboxes) -> None:
+        self.inner = inner
+        self._watcher = watcher
+        self.task_id = inner.task_id
+        self.workdir = inner.workdir
+        self.background_state_dir = inner.background_state_dir
+
+    def __repr__(self) -> str:
+        return f"<watched {self.inner!r}>"
+
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
+        async with self._watcher.watch():
+            return await self.inner.exec_request(request)
+
+    async def read_bytes(self, path: str) -> bytes:
+        async with self._watcher.watch():
+            return await self.inner.read_bytes(path)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        async with self._watcher.watch():
+            await self.inner.write_bytes(path, data)
+
+    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
+        async with self._watcher.watch():
+            await self.inner.put_archive(dest_dir, tar_data)
+
+    async def get_archive(self, path: str) -> bytes:
+        async with self._watcher.watch():
+            return await self.inner.get_archive(path)
+
+    async def aclose(self, interrupted: bool = False) -> None:
+        await self.inner.aclose(interrupted=interrupted)
+
+    def background_processes(self) -> list[BackgroundProcess]:
+        return self.inner.background_processes()
+
+    def get_background(self, session_id: str) -> BackgroundProcess | None:
+        return self.inner.get_background(session_id)
+
+    def forget_background(self, session_id: str) -> None:
+        self.inner.forget_background(session_id)
+
+    async def start_background(
+        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+    ) -> BackgroundProcess:
+        async with self._watcher.watch():
+            return await self.inner.start_background(command, cwd=cwd, env=env)
+
+    async def background_status(
+        self, session_id: str, *, tail_chars: int = BACKGROUND_OUTPUT_CHARS
+    ) -> BackgroundStatus:
+        async with self._watcher.watch():
+            return await self.inner.background_status(session_id, tail_chars=tail_chars)
+
+    async def kill_background(self, session_id: str) -> bool:
+        async with self._watcher.watch():
+            return await self.inner.kill_background(session_id)
+
+    async def write_background_stdin(self, session_id: str, data: bytes) -> int:
+        async with self._watcher.watch():
+            return await self.inner.write_background_stdin(session_id, data)
+
+    async def close_background_stdin(self, session_id: str) -> None:
+        async with self._watcher.watch():
+            await self.inner.close_background_stdin(session_id)
+
+    async def kill_all_background(self) -> None:
+        async with self._watcher.watch():
+            await self.inner.kill_all_background()

@@ -1,0 +1,101 @@
+"""A watchdog for the entry points: when nothing finishes for a while, say what the run waits on.
+
+Every wait the environment owns has a deadline (model requests, sandbox creation and commands,
+releases, the rollout deadline when ``rollout_timeout`` is set). Some waits cannot have one
+without changing what they mean, and most of them belong to atroposlib: its ``serve`` loop
+polls the trainer until it registers the environment (forever, by design: the trainer may start
+later), waits for wandb's project, and hands out items from ``get_next_item`` (the subclass's);
+a group's rollouts may run as long as their turns allow when ``rollout_timeout`` is ``None``.
+A hang there used to be silent (peers lost 29 hours to one).
+
+:class:`Watchdog` makes it loud instead: code registers what it is about to wait on
+(:meth:`Watchdog.waiting`), finished work reports :meth:`Watchdog.progress`, and a task of the
+entry point's task group logs a warning whenever nothing finished for ``interval`` seconds —
+every registered wait with its age, the limiters (held / capacity / waiting), the sandboxes
+(active / creating / busy) — and again every ``interval`` seconds while it lasts. It only
+reports: it never cancels anything (a slow run is not a broken one).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import anyio
+from anyio.abc import TaskStatus
+
+__all__ = ("Watchdog",)
+
+logger = logging.getLogger("hermes_async.envs.base")
+
+
+class Watchdog:
+    """Tracks named waits and progress; :meth:`run` logs a stall (see the module docstring).
+
+    Args:
+        interval: Seconds without progress before a warning (and between warnings).
+        describe: Extra state for the warning (limiters, sandboxes), called when it is logged.
+    """
+
+    def __init__(self, interval: float, describe: Callable[[], str] | None = None) -> None:
+        if not interval > 0:
+            raise ValueError(f"watchdog interval must be > 0 seconds, got {interval!r}")
+        self.interval = interval
+        self.describe = describe
+        self._waits: dict[int, tuple[str, float]] = {}
+        self._ids = itertools.count()
+        self._last_progress = 0.0  # set when run() starts (no event loop yet here)
+        #: How many stall warnings were logged.
+        self.warnings = 0
+
+    def progress(self) -> None:
+        """Something finished (a rollout, a group, an eval item)."""
+        self._last_progress = anyio.current_time()
+
+    @contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """Register ``what`` as waited on for the block."""
+        wait_id = next(self._ids)
+        self._waits[wait_id] = (what, anyio.current_time())
+        try:
+            yield
+        finally:
+            del self._waits[wait_id]
+
+    def report(self) -> str:
+        """What the run waits on now, oldest first."""
+        now = anyio.current_time()
+        waits = sorted(self._waits.values(), key=lambda w: w[1])
+        lines = [f"{what} (for {now - since:.0f} s)" for what, since in waits[:20]]
+        if len(waits) > 20:
+            lines.append(f"... and {len(waits) - 20} more")
+        text = "; ".join(lines) or "nothing registered"
+        if self.describe is not None:
+            try:
+                text += f" | {self.describe()}"
+            except Exception:  # the report must never break the run
+                logger.debug("watchdog describe() failed", exc_info=True)
+        return text
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Log a warning per ``interval`` without progress; runs until cancelled.
+
+        **Cancellation**: nothing to clean up.
+        """
+        task_status.started()
+        self._last_progress = anyio.current_time()
+        warned_at = -math.inf
+        tick = min(self.interval / 4, 10.0)
+        while True:
+            await anyio.sleep(tick)
+            now = anyio.current_time()
+            idle = now - self._last_progress
+            if idle >= self.interval and now - warned_at >= self.interval:
+                warned_at = now
+                self.warnings += 1
+                logger.warning(
+                    "watchdog: nothing finished for %.0f s; waiting on: %s", idle, self.report()
+                )
