@@ -375,6 +375,7 @@ class TokenTurns:
                     arguments=event.raw,
                     error=event.message,
                     tool_result=event.message[:TOOL_ERROR_RESULT_MAX_CHARS],
+                    category="model",  # the model's call, cut off: never run
                 )
             )
         text = "\n".join(dict.fromkeys(event.message for event in step.cut))

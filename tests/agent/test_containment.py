@@ -398,15 +398,19 @@ async def test_mask_drops_the_group_without_retrying() -> None:
 
 async def test_timeouts_are_kept_at_zero_or_masked_on_request() -> None:
     def slow_for_one(command: str) -> float:
-        return 60.0 if command == "slow" else 0.0
+        return 60.0 if "slow" in command else 0.0  # (the terminal wraps the command)
+
+    openers: list[int] = []  # the rollouts' first requests, in arrival order
 
     def policy(request: PolicyRequest) -> str:
         if any(m.get("role") == "tool" for m in request.messages):
             return "Done."
-        return call("terminal", {"command": "slow" if request.request_number == 1 else "fast"})
+        openers.append(request.request_number)
+        return call("terminal", {"command": "slow" if len(openers) == 1 else "fast"})
 
     # "zero": a timeout is the policy's own outcome (kept, reward 0), so the group is "ok".
     for on_timeout, outcome in (("zero", "ok"), ("mask", "masked")):
+        openers.clear()
         factory = FakeSandboxFactory(latency=slow_for_one, exec_script={"*": "ok"})
         async with world(policy, factory) as (client, manager, _):
             group = await run_group(

@@ -396,7 +396,7 @@ def test_a_surrogate_pair_split_across_stream_chunks_is_joined() -> None:
 
 
 def test_a_request_body_is_always_encodable() -> None:
-    from hermes_async.inference._http import _encode_body
+    from hermes_async.inference._http import encode_body as _encode_body
 
     body = {"messages": [{"role": "tool", "content": "x \ud800 y"}], "n": 1}
     assert json.loads(_encode_body(body)) == {
