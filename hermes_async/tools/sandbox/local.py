@@ -156,6 +156,9 @@ Isolation = Literal["auto", "namespaces", "process"]
 
 #: Commands without an explicit timeout get this one (the reference's ``TERMINAL_TIMEOUT``).
 DEFAULT_EXEC_TIMEOUT_SECONDS = 180.0
+#: Operator override of ``isolation="auto"``: ``namespaces`` or ``process`` for every local
+#: factory of the process (a CLI run cannot pass ``sandbox_options`` as a dict).
+ISOLATION_ENV = "HERMES_SANDBOX_ISOLATION"
 
 #: PATH inside a namespaced sandbox (the host's PATH names directories it cannot see).
 _NAMESPACE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -793,8 +796,8 @@ def local_factory(
         extra_env: Variables set explicitly in each sandbox.
         default_timeout: Seconds for commands that give no timeout.
         terminate_grace: SIGTERM -> SIGKILL grace.
-        isolation: ``"auto"`` (namespaces when they work, else process mode with one
-            warning), ``"namespaces"`` (a ``ConfigError`` where they cannot work) or
+        isolation: ``"auto"`` (``$HERMES_SANDBOX_ISOLATION`` if set, else namespaces when they
+            work, else process mode with one warning), ``"namespaces"`` (a ``ConfigError`` where they cannot work) or
             ``"process"``.
         network: Namespaces mode: ``"none"`` (a loopback of its own) or ``"host"``.
         memory_limit_mb: Namespaces mode: memory limit per sandbox (``None``: unlimited).
@@ -811,6 +814,8 @@ def local_factory(
             or root is missing (checked here; that bubblewrap really starts is checked, once,
             at the first creation).
     """
+    if isolation == "auto":
+        isolation = os.environ.get(ISOLATION_ENV) or "auto"  # type: ignore[assignment]
     if isolation not in ("auto", "namespaces", "process"):
         raise ConfigError(f"isolation must be 'auto', 'namespaces' or 'process', got {isolation!r}")
     options = NamespaceOptions(
