@@ -69,6 +69,7 @@ from typing import Literal
 
 import anyio
 
+from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import (
@@ -156,6 +157,8 @@ Isolation = Literal["auto", "namespaces", "process"]
 
 #: Commands without an explicit timeout get this one (the reference's ``TERMINAL_TIMEOUT``).
 DEFAULT_EXEC_TIMEOUT_SECONDS = 180.0
+#: Bound on removing a sandbox's directory after its world failed to start.
+FAILED_START_REMOVE_SECONDS = 30.0
 #: Operator override of ``isolation="auto"``: ``namespaces`` or ``process`` for every local
 #: factory of the process (a CLI run cannot pass ``sandbox_options`` as a dict).
 ISOLATION_ENV = "HERMES_SANDBOX_ISOLATION"
@@ -365,7 +368,12 @@ class LocalSandbox(Sandbox):
             try:
                 namespace = await Namespace.start(root, options, task_id=task_id)
             except BaseException:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                with cleanup_scope(
+                    f"remove the directory of sandbox {task_id!r} after a failed start",
+                    FAILED_START_REMOVE_SECONDS,
+                    reason="the namespaced world did not start",
+                    log=logger,
+                ):
                     await remover.remove(root)
                 raise
         else:
