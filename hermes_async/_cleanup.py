@@ -24,8 +24,7 @@ owner documents next to its default.
 
 Cancellation reasons: library code that cancels a scope says why
 (``scope.cancel(reason)``), so a traceback or a log line names the cause (a deadline, a sibling's
-failure, a closing manager) instead of a bare ``Cancelled``. :func:`cancel_reason` picks a
-reason string for log lines.
+failure, a closing manager) instead of a bare ``Cancelled``.
 """
 
 from __future__ import annotations

@@ -364,4 +364,4 @@ async def open_lag_monitor(interval: float = 0.005) -> AsyncIterator[LagMonitor]
         try:
             yield monitor
         finally:
-            tg.cancel_scope.cancel()
+            tg.cancel_scope.cancel(reason="the lag monitor's block exited")

@@ -32,6 +32,8 @@ import anyio
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from hermes_async._cleanup import cleanup_scope
+
 __all__ = (
     "SERVER_SHUTDOWN_GRACE_SECONDS",
     "ASGIApp",
@@ -143,7 +145,11 @@ async def open_loopback_server(
                 shutdown.set()
                 # hypercorn waits up to graceful_timeout for in-flight requests; allow for that,
                 # then cancel whatever is left.
-                with anyio.move_on_after(SERVER_SHUTDOWN_GRACE_SECONDS * 3, shield=True):
+                with cleanup_scope(
+                    f"graceful shutdown of the loopback server on port {port}",
+                    SERVER_SHUTDOWN_GRACE_SECONDS * 3,
+                    reason="the server's block exited",
+                ):
                     await server_done.wait()
                 tg.cancel_scope.cancel(reason="loopback server closed")
     finally:

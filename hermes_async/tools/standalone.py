@@ -88,6 +88,11 @@ def standalone_factory(
             option.
     """
     kind, opts = standalone_backend(backend, options)
+    if kind == "local":
+        # The reference's synchronous `ctx.cleanup()` (no await) must kill and remove on the
+        # spot (close_local_now), which only process isolation allows: a namespaced world's
+        # teardown (cgroups, its disk image) is asynchronous. Pass isolation= to choose.
+        opts.setdefault("isolation", "process")
     try:
         return kind, make_backend_factory(kind, **opts)
     except ConfigError as exc:

@@ -67,7 +67,14 @@ def port_command(mode: str, url: str, *args: str) -> list[str]:
 def env_vars(tmp_path: Path) -> dict[str, str]:
     sandboxes = tmp_path / "sandboxes"
     sandboxes.mkdir(exist_ok=True)
-    return {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(sandboxes)}
+    # Process isolation: the example runs `python solution.py`, and the host's `python` (a
+    # pyenv shim on these machines) is not inside a namespaced world (system paths only).
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TMPDIR": str(sandboxes),
+        "HERMES_SANDBOX_ISOLATION": "process",
+    }
 
 
 def leftovers(tmp_path: Path) -> list[str]:
@@ -174,6 +181,7 @@ async def test_serve_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
             "false",
         )
         monkeypatch.setenv("PYTHONPATH", str(ROOT))  # `running` passes os.environ on
+        monkeypatch.setenv("HERMES_SANDBOX_ISOLATION", "process")  # see env_vars
         async with running(command, tmp_path / "env.log", tmp_path / "sandboxes") as env:
             with anyio.fail_after(120):
                 while True:

@@ -231,7 +231,11 @@ def prepare_verifier_spec(*, stop_agent_processes: bool = True) -> ExecSpec:
     ``rm -rf`` removes a symlink the agent may have put at ``/tests`` rather than its target.
     """
     steps = [_STOP_STRAYS] if stop_agent_processes else []
+    # A SIGKILLed writer can still be finishing a write on a loaded machine while rm runs
+    # ("Directory not empty"): the removal is retried briefly (the last try's error stands).
     steps.append(
+        f"for _ in 1 2 3 4; do rm -rf {TESTS_DIR} {VERIFIER_LOGS_DIR} 2>/dev/null && break; "
+        "sleep 0.25; done\n"
         f"rm -rf {TESTS_DIR} {VERIFIER_LOGS_DIR} && mkdir -p {TESTS_DIR} {VERIFIER_LOGS_DIR} "
         f"&& chmod 0777 {VERIFIER_LOGS_DIR}"
     )

@@ -39,6 +39,7 @@ from typing import Any, Literal
 import anyio
 import httpx
 
+from hermes_async._cleanup import cleanup_scope
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
 from hermes_async.tools._web_fetch import HopResponse, fetch
 from hermes_async.tools._web_settings import WebSettings
@@ -132,7 +133,7 @@ async def abort_quietly(route: Any, error_code: str = "failed") -> None:
 
     **Cancellation**: runs shielded for at most :data:`ROUTE_ABORT_GRACE_SECONDS`.
     """
-    with anyio.move_on_after(ROUTE_ABORT_GRACE_SECONDS, shield=True):
+    with cleanup_scope("abort an intercepted request", ROUTE_ABORT_GRACE_SECONDS, log=logger):
         try:
             await route.abort(error_code)
         except Exception:  # handled already, or the page/context/browser is gone: nothing to do

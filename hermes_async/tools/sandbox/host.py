@@ -15,6 +15,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
@@ -34,6 +35,7 @@ __all__ = (
     "DirectoryRemover",
     "RawResult",
     "run_bounded",
+    "start_process",
 )
 
 logger = logging.getLogger("hermes_async.tools.sandbox.local")
@@ -126,6 +128,24 @@ def _exit_code(returncode: int | None) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+async def start_process(
+    argv: Sequence[str], *, timeout: float = PROCESS_START_TIMEOUT_SECONDS, **kwargs: Any
+) -> Process:
+    """Start a host process as one step: shielded from cancellation, bounded by ``timeout``.
+
+    Not a cleanup but an acquisition that must not be cut in half: asyncio leaks the half-built
+    subprocess transport (its pipes and the child) when a cancellation lands inside subprocess
+    creation. A fork + exec takes milliseconds; a caller's cancellation is delivered at its
+    next checkpoint, after which it owns (and must clean up) the returned process.
+    ``kwargs`` go to :func:`anyio.open_process`.
+
+    Raises:
+        TimeoutError: The start took longer than ``timeout`` (a machine out of processes).
+    """
+    with anyio.fail_after(timeout, shield=True):
+        return await anyio.open_process(argv, **kwargs)
+
+
 async def run_bounded(
     argv: list[str],
     *,
@@ -165,16 +185,15 @@ async def run_bounded(
     # and the child) when a cancellation lands inside subprocess creation. Starting a local
     # process takes milliseconds; the caller's cancellation is delivered right after, with the
     # group's cleanup below.
-    with anyio.fail_after(PROCESS_START_TIMEOUT_SECONDS, shield=True):
-        proc = await anyio.open_process(
-            argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
+    proc = await start_process(
+        argv,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
     pgid = proc.pid
     if on_start is not None:
         on_start(pgid)
@@ -259,6 +278,21 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+async def _run_sh(script: str, paths: Sequence[str], what: str) -> RawResult | None:
+    """Run ``script`` over ``paths`` (as ``$@``) in a bounded host ``sh``; ``None`` if it could
+    not start (logged)."""
+    try:
+        return await run_bounded(
+            ["/bin/sh", "-c", script, "sh", *paths],
+            timeout=TRANSFER_TIMEOUT_SECONDS,
+            env={"PATH": "/usr/bin:/bin"},
+            output_limit=4096,
+        )
+    except OSError as exc:
+        logger.warning("could not remove %s %s: %s", what, list(paths), exc)
+        return None
+
+
 class DirectoryRemover:
     """Remove sandbox directories, one ``rm`` for all the removals that arrive together.
 
@@ -308,17 +342,8 @@ class DirectoryRemover:
                 "done\n"
                 '[ -z "$left" ] || printf \'%s\\n\' "$left" >&2\n'
             )
-            try:
-                raw = await run_bounded(
-                    ["/bin/sh", "-c", script, "sh", *chunk],
-                    timeout=TRANSFER_TIMEOUT_SECONDS,
-                    env={"PATH": "/usr/bin:/bin"},
-                    output_limit=4096,
-                )
-            except OSError as exc:
-                logger.warning("could not remove cgroups %s: %s", chunk, exc)
-                continue
-            if raw.stderr.strip():
+            raw = await _run_sh(script, chunk, "cgroups")
+            if raw is not None and raw.stderr.strip():
                 logger.warning("cgroups still busy, left behind: %s", _decode(raw.stderr).split())
 
     async def remove(self, path: str) -> None:
@@ -333,17 +358,8 @@ class DirectoryRemover:
         for i in range(0, len(paths), _PATHS_PER_RM):
             chunk = paths[i : i + _PATHS_PER_RM]
             script = 'chmod -R u+rwx -- "$@" 2>/dev/null; rm -rf -- "$@"'
-            try:
-                raw = await run_bounded(
-                    ["/bin/sh", "-c", script, "sh", *chunk],
-                    timeout=TRANSFER_TIMEOUT_SECONDS,
-                    env={"PATH": "/usr/bin:/bin"},
-                    output_limit=4096,
-                )
-            except OSError as exc:
-                logger.warning("could not remove sandbox directories %s: %s", chunk, exc)
-                continue
-            if raw.exit_code != 0:
+            raw = await _run_sh(script, chunk, "sandbox directories")
+            if raw is not None and raw.exit_code != 0:
                 logger.warning(
                     "could not remove sandbox directories %s: %s", chunk, _decode(raw.stderr)
                 )

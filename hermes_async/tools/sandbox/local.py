@@ -69,6 +69,7 @@ from typing import Literal
 
 import anyio
 
+from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import (
@@ -156,6 +157,11 @@ Isolation = Literal["auto", "namespaces", "process"]
 
 #: Commands without an explicit timeout get this one (the reference's ``TERMINAL_TIMEOUT``).
 DEFAULT_EXEC_TIMEOUT_SECONDS = 180.0
+#: Bound on removing a sandbox's directory after its world failed to start.
+FAILED_START_REMOVE_SECONDS = 30.0
+#: Operator override of ``isolation="auto"``: ``namespaces`` or ``process`` for every local
+#: factory of the process (a CLI run cannot pass ``sandbox_options`` as a dict).
+ISOLATION_ENV = "HERMES_SANDBOX_ISOLATION"
 
 #: PATH inside a namespaced sandbox (the host's PATH names directories it cannot see).
 _NAMESPACE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -362,7 +368,12 @@ class LocalSandbox(Sandbox):
             try:
                 namespace = await Namespace.start(root, options, task_id=task_id)
             except BaseException:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                with cleanup_scope(
+                    f"remove the directory of sandbox {task_id!r} after a failed start",
+                    FAILED_START_REMOVE_SECONDS,
+                    reason="the namespaced world did not start",
+                    log=logger,
+                ):
                     await remover.remove(root)
                 raise
         else:
@@ -793,8 +804,8 @@ def local_factory(
         extra_env: Variables set explicitly in each sandbox.
         default_timeout: Seconds for commands that give no timeout.
         terminate_grace: SIGTERM -> SIGKILL grace.
-        isolation: ``"auto"`` (namespaces when they work, else process mode with one
-            warning), ``"namespaces"`` (a ``ConfigError`` where they cannot work) or
+        isolation: ``"auto"`` (``$HERMES_SANDBOX_ISOLATION`` if set, else namespaces when they
+            work, else process mode with one warning), ``"namespaces"`` (a ``ConfigError`` where they cannot work) or
             ``"process"``.
         network: Namespaces mode: ``"none"`` (a loopback of its own) or ``"host"``.
         memory_limit_mb: Namespaces mode: memory limit per sandbox (``None``: unlimited).
@@ -811,6 +822,8 @@ def local_factory(
             or root is missing (checked here; that bubblewrap really starts is checked, once,
             at the first creation).
     """
+    if isolation == "auto":
+        isolation = os.environ.get(ISOLATION_ENV) or "auto"  # type: ignore[assignment]
     if isolation not in ("auto", "namespaces", "process"):
         raise ConfigError(f"isolation must be 'auto', 'namespaces' or 'process', got {isolation!r}")
     options = NamespaceOptions(

@@ -82,6 +82,7 @@ from anyio.abc import Process
 from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError, UnavailableReason
+from hermes_async.tools.sandbox.host import start_process
 
 __all__ = (
     "DEFAULT_DISK_LIMIT_MB",
@@ -633,16 +634,16 @@ class Namespace:
         launcher: Process | None = None
         pidfd: int | None = None
         try:
-            with anyio.fail_after(START_TIMEOUT_SECONDS, shield=True):
-                launcher = await anyio.open_process(
-                    ["/bin/sh", "-c", script, "hermes-launch"],
-                    stdin=subprocess.PIPE,  # the supervisor's lifeline (see the module doc)
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
-                    start_new_session=True,
-                    pass_fds=(info_w,),
-                )
+            launcher = await start_process(
+                ["/bin/sh", "-c", script, "hermes-launch"],
+                timeout=START_TIMEOUT_SECONDS,
+                stdin=subprocess.PIPE,  # the supervisor's lifeline (see the module doc)
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+                start_new_session=True,
+                pass_fds=(info_w,),
+            )
             os.close(info_w)
             info_w = -1
             with anyio.fail_after(START_TIMEOUT_SECONDS):

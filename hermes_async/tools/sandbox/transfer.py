@@ -42,7 +42,7 @@ from hermes_async._cleanup import cleanup_scope
 from hermes_async.tools.sandbox import archive
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.errors import TransferLimitError
-from hermes_async.tools.sandbox.host import run_bounded
+from hermes_async.tools.sandbox.host import run_bounded, start_process
 from hermes_async.tools.sandbox.output import OutputCapture
 
 __all__ = (
@@ -99,14 +99,13 @@ class _HostWriter:
 
     @classmethod
     async def open(cls, argv: list[str], what: str) -> _HostWriter:
-        with anyio.fail_after(30, shield=True):  # see run_bounded: a half-built start leaks
-            proc = await anyio.open_process(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+        proc = await start_process(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         return cls(proc, what)
 
     async def send(self, chunk: bytes) -> None:
