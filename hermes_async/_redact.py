@@ -16,7 +16,8 @@ Three nets, applied together by :func:`redact`:
   A name looks secret when it contains ``secret``, ``password``, ``passwd``, ``credential`` or
   ``private_key``, or its last word is ``token``, ``apikey``, ``pass``, ``pwd``, ``auth``,
   ``cookie`` or a qualified ``key`` (``api_key``, ``OPENAI_API_KEY``, ``secretKey``; a bare
-  ``key`` is not: ``{"key": "Enter"}``). Words split at ``_``, ``-``, ``.`` and camelCase, so
+  ``key`` is not: ``{"key": "Enter"}``; nor are the shell's ``PWD`` / ``OLDPWD``, which hold
+  directories). Words split at ``_``, ``-``, ``.`` and camelCase, so
   ``max_tokens`` and ``TOKEN_LIMIT`` are not secret names, nor are a tokenizer's
   ``eos_token`` / ``pad_token``.
 * **Values of this process's secret variables**: every environment variable whose *name*
@@ -114,6 +115,8 @@ def secret_name(name: str) -> bool:
     joined = "".join(words)
     if any(strong in joined for strong in _STRONG):
         return True
+    if joined in ("pwd", "oldpwd"):
+        return False  # the shell's working directories (``env`` output), not passwords
     last = words[-1]
     if last in ("authorization", "authorisation"):
         return False  # handled by the Authorization rule, which keeps the scheme

@@ -44,6 +44,8 @@ def test_ordinary_text_is_left_alone() -> None:
     text = "max_tokens=1024 tokens: 5 the key point is skill; TOKEN_LIMIT=8"
     assert redact(text, environ={"TOKEN_LIMIT": "8"}) == text
     assert redact("", environ={}) == ""
+    shell_env = "PWD=/root/project\nOLDPWD=/root\nDB_PWD=hunter22"  # `env` in a sandbox
+    assert redact(shell_env, environ={}) == f"PWD=/root/project\nOLDPWD=/root\nDB_PWD={REDACTED}"
     assert redact("use it", extra_values=["configured-key-1"], environ={}) == "use it"
     assert redact("x configured-key-1 y", extra_values=["configured-key-1"], environ={}) == (
         f"x {REDACTED} y"

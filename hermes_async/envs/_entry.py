@@ -12,6 +12,12 @@ Each run of an entry point gets, around atroposlib's own loop:
   running an env in a thread) the handler is skipped;
 * **garbage-collector tuning** for many concurrent rollouts (config ``tune_gc``), restored
   afterwards;
+* **stopping the tasks atroposlib spawned** (its rollout workers, a running eval): it starts
+  them with ``asyncio.create_task`` and never awaits them, so the run's cancellation does not
+  reach them. They are cancelled and awaited (bounded by :data:`STRAY_TASK_TIMEOUT_SECONDS`)
+  while the run's sandbox manager is still open, so each rollout releases its own sandbox;
+  left running, a worker could create a sandbox after the manager closed (a leak) or keep
+  ``asyncio.run`` waiting for it at exit (SIGTERM would end in SIGKILL);
 * **closing atroposlib's OpenAI clients**, which atroposlib never closes itself (bounded);
 * **a watchdog** (:class:`~hermes_async.envs._watchdog.Watchdog`, config ``watchdog_seconds``)
   that logs what the run waits on when nothing finished for a while.
@@ -19,6 +25,7 @@ Each run of an entry point gets, around atroposlib's own loop:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
@@ -33,12 +40,22 @@ from hermes_async._cleanup import cleanup_scope
 from hermes_async._groups import single_errors
 from hermes_async.envs._watchdog import Watchdog
 
-__all__ = ("CLIENT_CLOSE_TIMEOUT_SECONDS", "close_openai_clients", "run_entry")
+__all__ = (
+    "CLIENT_CLOSE_TIMEOUT_SECONDS",
+    "STRAY_TASK_TIMEOUT_SECONDS",
+    "close_openai_clients",
+    "run_entry",
+    "stop_stray_tasks",
+)
 
 logger = logging.getLogger("hermes_async.envs.base")
 
 #: Deadline for closing atroposlib's OpenAI SDK clients at the end of a run (all of them).
 CLIENT_CLOSE_TIMEOUT_SECONDS = 5.0
+
+#: Deadline for atroposlib's own tasks to finish once cancelled at the end of a run (all of
+#: them; their rollouts' sandbox releases have their own, shorter bounds).
+STRAY_TASK_TIMEOUT_SECONDS = 30.0
 
 
 async def run_entry(
@@ -49,6 +66,7 @@ async def run_entry(
     gc_tuning: Callable[[], AbstractContextManager[object]] | None,
     servers: Iterable[object] = (),
     watchdog: Watchdog | None = None,
+    stray_tasks: Callable[[], Iterable[object]] = tuple,
 ) -> None:
     """Run ``run()`` inside a run-level sandbox manager, SIGTERM handling and GC tuning.
 
@@ -60,12 +78,15 @@ async def run_entry(
             (:func:`~hermes_async.gc_tuning.gc_tuned_for_rollouts`), or ``None``.
         servers: atroposlib's servers, whose OpenAI clients are closed at the end.
         watchdog: Runs for the whole run, logging stalls (``None``: none).
+        stray_tasks: The tasks ``run()`` spawned and does not await (asyncio tasks; anything
+            else, ``None`` included, is skipped), read when ``run()`` ends.
 
     Raises:
         SystemExit: 143, after a SIGTERM was handled and everything released.
 
-    **Cancellation**: every sandbox is released (shielded, bounded by the manager) on the way
-    out; the OpenAI clients are closed (bounded).
+    **Cancellation**: the stray tasks are cancelled and awaited (shielded, bounded), then every
+    sandbox is released (shielded, bounded by the manager) on the way out; the OpenAI clients
+    are closed (bounded).
     """
     terminated = False
     tuned: AbstractContextManager[object] = gc_tuning() if gc_tuning is not None else nullcontext()
@@ -87,12 +108,35 @@ async def run_entry(
                     await tg.start(on_sigterm)
                 if watchdog is not None:
                     await tg.start(watchdog.run)
-                await run()
+                try:
+                    await run()
+                finally:
+                    await stop_stray_tasks(stray_tasks(), what)
                 tg.cancel_scope.cancel(reason=f"{what} finished")
     finally:
         await close_openai_clients(servers)
     if terminated:
         raise SystemExit(128 + signal.SIGTERM)
+
+
+async def stop_stray_tasks(tasks: Iterable[object], what: str) -> None:
+    """Cancel the unfinished asyncio tasks among ``tasks`` and wait for them; never raises.
+
+    Their results and errors are dropped (atroposlib logs its workers' own errors); a task
+    still running at the deadline is logged and left to ``asyncio.run``'s final cancel.
+
+    **Cancellation**: shielded, bounded by :data:`STRAY_TASK_TIMEOUT_SECONDS` in total.
+    """
+    pending = [t for t in tasks if isinstance(t, asyncio.Task) and not t.done()]
+    if not pending:
+        return
+    for task in pending:
+        task.cancel(f"{what} ended")
+    with cleanup_scope(f"stop atroposlib's tasks after {what}", STRAY_TASK_TIMEOUT_SECONDS):
+        await asyncio.wait(pending)  # an overrun is logged by cleanup_scope
+    for task in pending:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: asyncio would log it as never retrieved
 
 
 async def close_openai_clients(servers: Iterable[object]) -> None:

@@ -422,6 +422,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             gc_tuning=gc_tuned_for_rollouts if self.config.tune_gc else None,
             servers=getattr(self.server, "servers", []),
             watchdog=self.watchdog,
+            stray_tasks=lambda: [*getattr(self, "workers", ()), getattr(self, "eval_runner", None)],
         )
 
     async def preflight(self) -> None:

@@ -391,8 +391,9 @@ class _World:
 
 async def _hanging_step_two(command: str) -> ExecResult:
     # The loop's second command hangs (as ``sleep 30`` does on a local sandbox); the sandbox
-    # itself stays healthy, so the reward's own command still answers.
-    if command == "echo step two":
+    # itself stays healthy, so the reward's own command still answers. The terminal tool wraps
+    # the model's command (it carries the working directory over), hence ``in``.
+    if "echo step two" in command:
         await anyio.sleep_forever()
     return ExecResult("ok\n", "", 0)
 

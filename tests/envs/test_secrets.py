@@ -6,8 +6,9 @@ hostile scripted model then tries every way the issue lists: ``/proc/$PPID/envir
 ``/proc/*/environ``, ``ps e``, and the file tools on ``/proc`` paths. Everything the run wrote
 (JSONL of the scored groups, its HTML view, the eval samples) is searched for the values.
 
-The same run in process mode is the control: there the secrets DO leak (that is what the
-namespaces exist for), which proves the probe commands would find them.
+The same run in process mode is the control: there the probes DO read the secrets (that is
+what the namespaces exist for), which proves the probe commands would find them; the record
+still holds only their redacted forms.
 """
 
 from __future__ import annotations
@@ -109,7 +110,12 @@ def test_secrets_never_reach_a_namespaced_sandbox_or_the_record(tmp_path: pathli
 
 def test_control_process_mode_leaks_through_proc(tmp_path: pathlib.Path) -> None:
     """Process mode (the documented fallback) keeps the environment allowlist but not /proc:
-    the same probes find the trainer's secrets. If this ever stops leaking, the probes above
-    have stopped probing."""
+    the same probes read the trainer's secrets, and only the record's redaction (issue #16)
+    keeps their values out of the JSONL / HTML. If the redacted names stop appearing, the
+    probes above have stopped probing."""
     text = _run(tmp_path, "process")
-    assert SECRETS["DATABASE_URL"] in text
+    for name in ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "WANDB_API_KEY", "HF_TOKEN"):
+        assert f"{name}=[REDACTED]" in text, name
+    assert "DATABASE_URL=postgres://[REDACTED]@db.internal/prod" in text
+    leaked = [name for name, value in SECRETS.items() if value in text]
+    assert leaked == [], f"redaction missed: {leaked}"

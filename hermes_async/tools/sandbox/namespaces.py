@@ -83,6 +83,7 @@ from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError, UnavailableReason
 from hermes_async.tools.sandbox.host import start_process
+from hermes_async.tools.sandbox.processes import group_alive, signal_group
 
 __all__ = (
     "DEFAULT_DISK_LIMIT_MB",
@@ -694,9 +695,14 @@ class Namespace:
                 os.close(pidfd)
             with cleanup_scope("kill a namespaced sandbox that failed to start", 10):
                 if launcher is not None:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(launcher.pid, signal.SIGKILL)
+                    signal_group(launcher.pid, signal.SIGKILL)
                     await launcher.aclose()
+                    # The launcher's setup steps (the disk image's `cp`, `mkdir`) are in its
+                    # group: once they are all gone, none can write into the directory the
+                    # caller removes next.
+                    while group_alive(launcher.pid):
+                        signal_group(launcher.pid, signal.SIGKILL)
+                        await anyio.sleep(0.01)
                 # The world's PID 1 is outside the launcher's process group and may be
                 # starting still: kill whatever is in its cgroups, then remove them.
                 await _abandon_cgroups([os.path.dirname(c) for c in cgroups])
