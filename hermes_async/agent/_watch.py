@@ -74,6 +74,13 @@ class WatchedSandboxes:
         self._creation_error: SandboxError | None = None
         self.failure: RolloutFailure | None = None
 
+    def lost(self, exc: SandboxError) -> None:
+        """Report ``exc``, seen by a tool outside this provider (a lost browser session).
+
+        The first report becomes the rollout's ``infra`` failure; later ones are ignored.
+        """
+        self._lost(exc)
+
     def _lost(self, exc: SandboxError) -> None:
         if self.failure is None:
             self.failure = classify_exception(exc, source="sandbox")

@@ -50,6 +50,7 @@ from hermes_async.agent._sampling import SamplingHook, end_of_turn_ids, resolve_
 from hermes_async.agent._token_turn import TokenTurns
 from hermes_async.agent._tool_runner import RunTools, ToolSettings
 from hermes_async.agent._transcript import first_user_content
+from hermes_async.agent._watch import WatchedSandboxes
 from hermes_async.agent.budget import DEFAULT_BUDGET, BudgetConfig
 from hermes_async.agent.failures import RolloutFailure, worst_failure
 from hermes_async.agent.result import AgentResult
@@ -627,6 +628,9 @@ class HermesAgentLoop:
             sandboxes=sandboxes,
             terminal_timeout=options.terminal_timeout,
             skills_dir=options.skills_dir,
+            # A lost browser session (a SandboxError a tool raised) ends a watched rollout as
+            # infra, as a lost sandbox does.
+            on_sandbox_lost=sandboxes.lost if isinstance(sandboxes, WatchedSandboxes) else None,
         )
         tools = RunTools(self._tools, runtime)
         timeout = options.rollout_timeout

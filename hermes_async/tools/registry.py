@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, NamedTuple
 import anyio
 
 from hermes_async._json import scrub_text
-from hermes_async.errors import ToolArgumentsError, ToolExecutionError, ToolTimeoutError
+from hermes_async.errors import (
+    SandboxError,
+    ToolArgumentsError,
+    ToolExecutionError,
+    ToolTimeoutError,
+)
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
 from hermes_async.tools._arguments import coerce_arguments, decode_arguments, validate_arguments
@@ -143,6 +148,11 @@ class ToolRuntime:
             ``timeout`` argument wins.
         skills_dir: Directory the ``skills`` tools read (``None``: the current defaults', else
             ``~/.hermes/skills`` when it exists, else the built-in example skills).
+        on_sandbox_lost: Called by :func:`dispatch` with the
+            :class:`~hermes_async.errors.SandboxError` a tool raised (its sandbox or browser
+            session is gone) after the model was told; the rollout core passes its watcher,
+            which records an ``infra`` failure and ends the run (``None``: only the model is
+            told).
     """
 
     task_id: str
@@ -154,6 +164,7 @@ class ToolRuntime:
     browsers: BrowserManager | None = None
     terminal_timeout: float | None = None
     skills_dir: str | None = None
+    on_sandbox_lost: Callable[[SandboxError], object] | None = None
 
 
 #: The signature of a tool handler.
@@ -403,6 +414,10 @@ async def dispatch(
     Returns:
         A :class:`ToolOutcome`; every failure the model caused is inside it.
 
+    A :class:`~hermes_async.errors.SandboxError` from the handler (a lost browser session, a
+    sandbox that died) is reported to the model like any failure, and to
+    ``runtime.on_sandbox_lost``.
+
     **Cancellation**: cancelling the caller cancels the handler (its own cleanup runs, e.g. the
     process group is killed) and propagates; no outcome is produced.
     """
@@ -449,6 +464,11 @@ async def dispatch(
         return done(_error_json(msg), msg, waited)
     except ToolExecutionError as exc:
         return done(_error_json(exc.message), exc.message, waited)
+    except SandboxError as exc:  # the sandbox (or browser) is gone, not the tool's bug
+        msg = f"Tool execution failed: {type(exc).__name__}: {exc}"[:2000]
+        if runtime.on_sandbox_lost is not None:
+            runtime.on_sandbox_lost(exc)
+        return done(_error_json(msg), msg, waited)
     except Exception as exc:  # a handler bug must not kill the rollout's group
         logger.warning("tool %r raised %s", name, type(exc).__name__, exc_info=True)
         msg = f"Tool execution failed: {type(exc).__name__}: {exc}"[:2000]

@@ -21,7 +21,9 @@ A failure the model caused is ``{"success": false, "error": ...}``. The rollout'
 from ``runtime.browsers`` or the current :class:`~.manager.BrowserManager`
 (:func:`~.manager.use_browser_manager`); a lost browser raises
 :class:`~.errors.BrowserUnavailableError`, which the dispatcher reports to the model and records
-as the call's error.
+as the call's error; in a rollout of the rollout core (``run_rollout`` / ``run_group`` / the
+environments) it also ends the run as an ``infra`` failure, as a lost sandbox does (the retry
+policy then starts over on a fresh browser).
 
 The tools are *offered* only when the engine is there: the ``browser`` extra (Playwright) is
 installed and a Chromium executable is configured or found (:func:`browser_available`). Under

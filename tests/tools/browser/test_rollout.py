@@ -9,11 +9,15 @@ reads the rollout's own page through the function ``ToolContext.browser_snapshot
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from typing import Any
 
+import anyio
 import pytest
 
+from hermes_async.agent import AgentOptions, FailurePolicy, run_rollout
 from hermes_async.agent_loop import AgentResult, HermesAgentLoop
 from hermes_async.inference.chat import ChatClient
 from hermes_async.limits import Limits
@@ -26,6 +30,7 @@ from hermes_async.tools.browser import (
 )
 from hermes_async.tools.registry import get_tool_definitions
 from tests.tools.browser.conftest import settings_for_tests
+from tests.tools.browser.procs import browser_processes
 from tests.tools.browser.site import Page, Received, Site
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
@@ -126,3 +131,71 @@ async def test_a_scripted_rollout_completes_the_form_and_scores_one(
     assert score == 1.0
     [post] = [r for r in site.received if r.path == "/register"]
     assert post.method == "POST" and b"email=ada%40example.org" in post.body
+
+
+async def test_a_browser_killed_mid_rollout_ends_it_as_sandbox_unavailable(
+    browser_engine: str, site: Site
+) -> None:
+    """The rollout whose browser died ends as ``infra`` (its sandbox is unavailable), not as a
+    tool error the model keeps retrying; the next rollout gets a fresh browser and finishes."""
+    site.pages = {"/": Page("<title>Home</title><h1>Home</h1>"), "/slow": Page(FORM, delay=3.0)}
+    killed = anyio.Event()
+
+    def policy(request: PolicyRequest) -> str:
+        results = [m for m in request.messages if m.get("role") == "tool"]
+        if not results:
+            path = "/slow" if "slow" in str(request.messages[-1].get("content")) else "/"
+            return _tool_call("browser_navigate", {"url": site.url(path)})
+        if len(results) < 4:  # a model that keeps trying as long as it is allowed to
+            return _tool_call("browser_snapshot", {})
+        return "Done."
+
+    server = ScriptedModelServer(policy)
+    tools = get_tool_definitions(["browser"])
+    options = AgentOptions(max_turns=6)
+    limits = Limits()
+    async with (
+        BrowserManager(settings_for_tests(), limits=limits) as manager,
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        ChatClient(base_url, transport=transport) as client,
+    ):
+
+        async def kill_the_browser_during_navigation() -> None:
+            with anyio.fail_after(30):
+                while not any(r.path == "/slow" for r in site.received):
+                    await anyio.sleep(0.02)
+            [pid] = browser_processes()
+            os.kill(pid, signal.SIGKILL)
+            killed.set()
+
+        with use_browser_manager(manager):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(kill_the_browser_during_navigation)
+                lost = await run_rollout(
+                    client,
+                    [{"role": "user", "content": "open the slow page"}],
+                    tools,
+                    task_id="lost",
+                    options=options,
+                    limits=limits,
+                    failure_policy=FailurePolicy(on_failure="zero"),
+                )
+            assert killed.is_set()
+            fresh = await run_rollout(
+                client,
+                [{"role": "user", "content": "open the home page"}],
+                tools,
+                task_id="fresh",
+                options=options,
+                limits=limits,
+            )
+        assert manager.statistics().browser_launches == 2
+        assert manager.statistics().open_contexts == 0
+    assert lost.category == "infra", lost.failure
+    assert lost.failure is not None
+    assert lost.failure.detail["exception"] == "BrowserUnavailableError"
+    assert lost.failure.detail["source"] == "sandbox"
+    # The run stopped at the loss: no more model turns after the failed navigation.
+    assert lost.result.turns_used == 1, lost.result.messages
+    assert fresh.failure is None and fresh.result.finished_naturally, fresh.failure
+    assert fresh.result.tool_errors == []
