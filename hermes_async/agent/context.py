@@ -1,5 +1,9 @@
 """ToolContext: reward functions and verifiers reach the rollout's own sandbox.
 
+Why one module of this size: one concept, :class:`ToolContext` — the reference's reward-side API
+over the rollout's sandbox; its methods share one lazily acquired sandbox handle, one runtime
+and one cleanup handle.
+
 ``ToolContext(task_id)`` gives ``compute_reward`` the same sandbox the model used: run tests in it,
 read the files the model wrote, upload fixtures, download artifacts. It is the reference's API
 with one change: every method is a coroutine, so it never blocks the event loop::

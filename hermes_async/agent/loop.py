@@ -1,5 +1,9 @@
 """HermesAgentLoop: the multi-turn tool-calling agent loop.
 
+Why one module of this size: one concept, the turn loop of one rollout; the options, the abort
+handle and the per-run state are read by every turn strategy, and the reference's attribute
+names are views over them.
+
 One :meth:`HermesAgentLoop.run` runs one rollout: ask the model, run the tool calls it makes,
 append the results, repeat until the model answers without tools or ``max_turns`` is reached.
 

@@ -1,3 +1,40 @@
+"""Scored rollouts for any trainer: :func:`run_rollout` and :func:`run_group`.
+
+Why one module of this size: one concept, the pipeline of one rollout and of a group of them —
+attempt, score, release, rows, and the group's failure policy (retry, mask, zero) — which share
+one attempt loop and its bookkeeping.
+
+The rollout pipeline, with no atroposlib in it::
+
+    loop.run(messages) -> reward(result, ToolContext on the same sandbox) -> release -> rows
+
+* **Loop**: :class:`~hermes_async.agent.loop.HermesAgentLoop` (Phase 1 with a chat server,
+  Phase 2 with a token server and a tokenizer), bounded by ``options.rollout_timeout``; a lost
+  sandbox (or browser) ends it as ``infra`` (:class:`~hermes_async.agent._watch.
+  WatchedSandboxes`).
+* **Reward**: an ``async (result, ctx) -> float`` (:data:`Reward`) with a
+  :class:`~hermes_async.agent.context.ToolContext` on the rollout's own sandbox, called only if
+  the model answered at all. A reward that raises is a ``verifier`` failure (reward 0.0,
+  ``reward_error`` set, the reference's rule).
+* **Release**: the rollout's sandbox is released through the manager whatever happened (reward
+  raised, group cancelled). The manager's ``release`` is the one bound (``close_timeout``) and
+  shields itself; nothing here adds a second one.
+* **Rows**: :mod:`~hermes_async.agent.scoring` turns the result into aligned ``tokens`` /
+  ``masks`` / ``logprobs`` (exact in Phase 2, placeholders in Phase 1).
+* **Containment**: a failing rollout never cancels its siblings; the group's
+  :class:`FailurePolicy` decides what ``infra`` / ``verifier`` / ``agent_timeout`` failures do
+  (retry on a fresh sandbox, mask the group, or keep them at reward 0), and
+  :class:`ScoredGroup` says how the group ended (see :mod:`~hermes_async.agent.failures`).
+
+Sandboxes come from the ``sandboxes`` manager given, else the current one
+(``use_sandbox_manager``), else a private local :class:`SandboxManager` opened for the call's
+lifetime, so a trainer needs no setup::
+
+    group = await run_group(client, [{"role": "user", "content": task}], tools,
+                            size=8, reward=check, tokenizer=tokenizer)
+    batch = group.to_scored_data_group()
+"""
+
 from __future__ import annotations
 
 import logging

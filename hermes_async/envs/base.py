@@ -1,5 +1,9 @@
 """HermesAgentBaseEnv: an atroposlib ``BaseEnv`` whose rollouts are multi-turn tool-using agents.
 
+Why one module of this size: one concept, the atroposlib adapter — the reference's
+``HermesAgentBaseEnv`` surface (hooks, entry points, eval helpers, wandb) mapped onto the
+rollout core; no pipeline code lives here.
+
 A subclass implements only the task: ``config_init``, ``setup``, ``get_next_item``,
 ``format_prompt``, ``async compute_reward(item, result, ctx)`` and ``evaluate`` (usually one
 call to :meth:`HermesAgentBaseEnv.run_agent_eval`). ``cli()`` is atroposlib's: ``serve``,

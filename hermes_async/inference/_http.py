@@ -1,5 +1,9 @@
 """The HTTP layer the model-server clients share: one transport, a limiter, deadlines, retries.
 
+Why one module of this size: one concept, one connection to one server (transport, limiter,
+deadlines, retries and the errors they produce); the retry loop, the body codecs and the probe
+share its options and its failure records.
+
 One :class:`ServerConnection` per server. Its job, and nothing else:
 
 * one transport (:mod:`~hermes_async.inference._transport`), chosen once at construction: the

@@ -1,5 +1,8 @@
 """ServerPool: several model servers behind one client — session-affine, load-aware, adaptive.
 
+Why one module of this size: one concept, the pool's routing state (homes, load, health,
+adaptive limits); sessions, statistics and the pooled connection all read and update it.
+
 Build any client on a pool instead of a base URL; the client's interface does not change::
 
     async with ServerPool(["http://gpu0:8000", "http://gpu1:8000"], limits=limits) as pool:

@@ -1,5 +1,9 @@
 """A scripted model server: one ASGI app speaking every protocol the clients speak.
 
+Why one module of this size: one concept, one ASGI app speaking every protocol the clients
+speak; the routes share the policy, the fault plan, the tokenizer and the record of served
+requests.
+
 :class:`ScriptedModelServer` answers from a :class:`ScriptedPolicy` (the conversation in, the
 next assistant text out) and serves:
 

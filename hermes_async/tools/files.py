@@ -1,5 +1,8 @@
 """File tools (toolset ``file``): ``read_file``, ``write_file``, ``patch``, ``search_files``.
 
+Why one module of this size: one concept, the four file tools over ``Sandbox.exec``; they share
+the path guard, the scripts run in the sandbox and the reference's result shapes.
+
 All four run inside the rollout's sandbox, through :meth:`Sandbox.exec
 <hermes_async.tools.sandbox.base.Sandbox.exec>` only: each call is one short shell script (two
 or three for a multi-file patch), so they behave the same on every backend and never touch the

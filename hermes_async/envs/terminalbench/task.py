@@ -1,5 +1,9 @@
 """Harbor task folders: the task model and the ``task.toml`` parser (pure, no Docker).
 
+Why one module of this size: one concept, the Harbor task folder and its ``task.toml``; the
+parser's field rules (renamed keys, sizes, network policies, schema versions) all read one
+``_Fields`` view and raise one error type.
+
 A Harbor task is a folder whose name is the task id::
 
     fix-git/

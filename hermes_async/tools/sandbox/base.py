@@ -1,5 +1,8 @@
 """The sandbox interface every backend (local, Docker, Modal, the in-memory fake) implements.
 
+Why one module of this size: one concept, the sandbox interface; the background-process protocol
+(start, status, kill, stdin) is written once here on top of ``exec`` so every backend shares it.
+
 A sandbox is one rollout's private machine: a working directory, an environment built from an
 allowlist, and the processes it started. Tools are written once against :class:`Sandbox`; no tool
 touches the host filesystem directly.

@@ -1,5 +1,9 @@
 """The Docker sandbox backend: one long-lived, hardened container per rollout (extra ``[docker]``).
 
+Why one module of this size: one concept, the Docker backend — its config, its engine
+connection, the orphan reaper and the container sandbox share the owner labels and the engine's
+error handling.
+
 Each task gets its own container running ``sleep infinity`` (with Docker's init as PID 1 so
 orphans are reaped); commands run through ``docker exec``, files move through the archive API.
 The client is aiodocker (aiohttp), so this backend runs **only under asyncio**: creating a

@@ -1,5 +1,9 @@
 """The local backend: each sandbox is a private directory on this host and the processes it runs.
 
+Why one module of this size: one concept, :class:`LocalSandbox`; its two isolation levels share
+the same exec, transfer and close paths and differ only in how a command is entered and how the
+processes are found.
+
 Two isolation levels (``isolation=``; the default ``"auto"`` takes the first that works):
 
 * ``"namespaces"`` — each sandbox is its own Linux world (bubblewrap): a PID namespace with a

@@ -1,5 +1,9 @@
 """SandboxManager: one sandbox per rollout, created lazily, gated, reaped, always released.
 
+Why one module of this size: one concept, the lifetime of every rollout's sandbox (create once,
+hand out, watch, reap, release); :class:`ManagedSandbox` is the handle to one entry and shares
+its bookkeeping.
+
 ::
 
     async with SandboxManager(factory=local_factory(), limits=limits) as manager:

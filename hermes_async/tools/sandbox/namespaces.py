@@ -1,5 +1,8 @@
 """Linux namespaces for the local backend: one bubblewrap world per sandbox, joined per command.
 
+Why one module of this size: one concept, the bubblewrap world of one sandbox (start, join,
+cgroups, kill); the host probes and the cgroup helpers exist only for it.
+
 Design (issue #15). A namespaced local sandbox is **one long-lived world** that every command
 of the sandbox joins, so background processes, files and ``/tmp`` live in one place and
 membership is decided by the kernel, never by anything a command controls:
