@@ -12,6 +12,10 @@ groups written as JSONL plus atroposlib's HTML view — against a model server:
 
 Any ``--env.<field> <value>`` / ``--openai.<field> <value>`` flag overrides TerminalTestEnv's
 ``config_init`` the way atroposlib's CLI does (CLI > defaults).
+
+``hermes-async status [URL]`` prints the live status line (rollouts in flight by phase, limiter
+saturation, servers up) of a running process from its metrics endpoint (an environment's
+``metrics_port``; default ``http://127.0.0.1:9464``); ``--watch SECONDS`` repeats it.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ async def _demo(
         TerminalTestEnv,
         terminal_test_oracle,
     )
+    from hermes_async.telemetry import format_status, run_status
 
     start = anyio.current_time()
     config, server = _build_configs(env_over, openai_over, out)
@@ -133,7 +138,11 @@ async def _demo(
         env.group_size_to_process = config.group_size
         eval_count = len(EVAL_TASKS[: config.eval_size or None])
         total = eval_count + config.total_steps * config.group_size
-        bar = ProgressBar(total, "  rollouts") if progress else None
+        bar = (
+            ProgressBar(total, "  rollouts", status=lambda: format_status(run_status()))
+            if progress
+            else None
+        )
 
         def on_rollout(summary: RolloutSummary) -> None:
             if bar is not None:
@@ -250,6 +259,25 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
     return _summarize(run)
 
 
+#: Where ``hermes-async status`` looks by default (``serve_metrics``' conventional port).
+DEFAULT_STATUS_URL = "http://127.0.0.1:9464"
+
+
+async def _status(url: str, watch: float | None) -> int:
+    from hermes_async.telemetry import format_status, read_status
+
+    while True:
+        try:
+            status = await read_status(url)
+        except (OSError, ValueError) as exc:
+            print(f"hermes-async status: {exc}", file=sys.stderr)
+            return 1
+        print(format_status(status), flush=True)
+        if watch is None:
+            return 0
+        await anyio.sleep(watch)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hermes-async`` command."""
     parser = argparse.ArgumentParser(prog="hermes-async", description=__doc__.split("\n\n")[0])
@@ -264,9 +292,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", default="demo_output", help="output directory (default: ./demo_output)"
     )
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    status = sub.add_parser(
+        "status",
+        help="the live status line of a running process, from its metrics endpoint",
+        description="Read a running process's /metrics (serve_metrics; an environment's "
+        "metrics_port) and print rollouts in flight by phase, limiter saturation and servers up.",
+    )
+    status.add_argument(
+        "url", nargs="?", default=DEFAULT_STATUS_URL, help=f"default {DEFAULT_STATUS_URL}"
+    )
+    status.add_argument(
+        "--watch", type=float, metavar="SECONDS", help="print it again every SECONDS (Ctrl-C ends)"
+    )
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         return _run_demo(args, rest)
+    if args.command == "status":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        if args.watch is not None and not args.watch > 0:
+            parser.error("--watch takes a positive number of seconds")
+        return anyio.run(_status, args.url, args.watch)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse exits
 
 

@@ -44,18 +44,34 @@ Use the global providers (``opentelemetry.trace.set_tracer_provider(...)``) or g
 library its own with :func:`configure_telemetry`.
 
 **Prometheus** (no OpenTelemetry needed): :func:`serve_metrics` answers ``GET /metrics`` with
-the same limiter and pool gauges in the text exposition format, read at each scrape::
+the same limiter and pool gauges in the text exposition format, and the rollouts in flight by
+phase (``hermes_async_rollouts_in_flight{phase=...}``), read at each scrape::
 
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_metrics, 9464)       # http://127.0.0.1:9464/metrics
+
+Environments serve it with the config option ``metrics_port``.
+
+**Live view**: :func:`run_status` snapshots this process (rollouts in flight by phase — in a
+rollout, waiting for or running a model request, running tools, scoring —, every limiter's
+saturation, servers up), :func:`format_status` renders the compact line the progress output
+shows; ``hermes-async status [URL]`` prints the same line for a running process from its metrics
+endpoint (:func:`read_status`)::
+
+    rollouts 812 (model 64, tools 401, reward 12) | model_requests 64/64 +210 waiting,
+    tool_calls 401/512, sandbox_create 3/16 | servers 3/4 up
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import weakref
+from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 import anyio
 from anyio.abc import SocketStream, TaskStatus
@@ -64,13 +80,20 @@ from hermes_async import _otel
 
 __all__ = (
     "TELEMETRY_AVAILABLE",
+    "LimiterStatus",
+    "RunStatus",
     "configure_telemetry",
     "forget_pool",
+    "format_status",
+    "in_flight",
     "observe_limits",
     "observe_pool",
     "prometheus_text",
+    "read_status",
     "record_rollout",
+    "run_status",
     "serve_metrics",
+    "status_from_prometheus",
     "tracing_enabled",
 )
 
@@ -99,6 +122,7 @@ _pools: weakref.WeakSet[Any] = weakref.WeakSet()
 _numbers = itertools.count(1)
 _meter_provider: Any = None
 _instruments: tuple[Any, Any, Any] | None = None  # (provider, rollouts counter, tokens counter)
+_in_flight: Counter[str] = Counter()
 
 
 def configure_telemetry(
@@ -164,6 +188,216 @@ def record_rollout(outcome: str, input_tokens: int, output_tokens: int) -> None:
         tokens.add(input_tokens, {"gen_ai.token.type": "input"})
     if output_tokens:
         tokens.add(output_tokens, {"gen_ai.token.type": "output"})
+
+
+# --------------------------------------------------------------------------------------------
+# Live view
+
+#: Phases :func:`in_flight` counts: a rollout attempt as a whole, and its reward.
+Phase = Literal["rollout", "reward"]
+
+
+@contextmanager
+def in_flight(phase: Phase) -> Iterator[None]:
+    """Count the block as one ``phase`` in flight, for the status line and ``/metrics``.
+
+    Two integer updates: cheap enough for every rollout (no OpenTelemetry involved).
+    """
+    _in_flight[phase] += 1
+    try:
+        yield
+    finally:
+        _in_flight[phase] -= 1
+
+
+@dataclass(frozen=True, slots=True)
+class LimiterStatus:
+    """One named limiter, summed over every live ``Limits`` set."""
+
+    name: str
+    in_use: int
+    total: float
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """What a process is doing now (see :func:`run_status`).
+
+    Attributes:
+        rollouts: Rollout attempts in flight.
+        model: Model requests in flight (the ``model_requests`` limiter's slots held).
+        tools: Tool calls in flight (the ``tool_calls`` limiter's slots held).
+        reward: Rewards being computed.
+        limiters: Every named limiter, in name order.
+        servers_up: Pool servers that are up.
+        servers: Pool servers known (0 without a pool).
+    """
+
+    rollouts: int = 0
+    model: int = 0
+    tools: int = 0
+    reward: int = 0
+    limiters: tuple[LimiterStatus, ...] = ()
+    servers_up: int = 0
+    servers: int = 0
+
+
+def _limiters(rows: Iterable[tuple[str, int, float, int]]) -> tuple[LimiterStatus, ...]:
+    sums: dict[str, list[float]] = {}
+    for name, in_use, total, waiting in rows:
+        acc = sums.setdefault(name, [0, 0.0, 0])
+        acc[0] += in_use
+        acc[1] += total
+        acc[2] += waiting
+    return tuple(
+        LimiterStatus(name, int(a[0]), a[1], int(a[2])) for name, a in sorted(sums.items())
+    )
+
+
+def _status(
+    rollouts: int, reward: int, limiters: tuple[LimiterStatus, ...], up: int, servers: int
+) -> RunStatus:
+    by_name = {limiter.name: limiter for limiter in limiters}
+    model = by_name.get("model_requests")
+    tools = by_name.get("tool_calls")
+    return RunStatus(
+        rollouts=rollouts,
+        model=model.in_use if model is not None else 0,
+        tools=tools.in_use if tools is not None else 0,
+        reward=reward,
+        limiters=limiters,
+        servers_up=up,
+        servers=servers,
+    )
+
+
+def run_status() -> RunStatus:
+    """This process's status now: rollouts in flight by phase, limiters, servers (pure, cheap)."""
+    limiters = _limiters(
+        (a["limiter"], s.in_use, float(s.total), s.waiting) for a, s in _limiter_rows()
+    )
+    servers = [s for _, s in _server_rows()]
+    return _status(
+        _in_flight["rollout"],
+        _in_flight["reward"],
+        limiters,
+        sum(1 for s in servers if s.up),
+        len(servers),
+    )
+
+
+#: Limiters the status line always shows (when present); others only while saturated or waited on.
+_SHOWN = ("model_requests", "tool_calls", "sandbox_create", "sandbox_exec")
+
+
+def format_status(status: RunStatus) -> str:
+    """The compact status line: ``rollouts 8 (model 2, tools 5, reward 1) | ... | servers 3/4 up``.
+
+    Limiters show ``in_use/limit`` and ``+N waiting`` when tasks wait; the four main ones always
+    (when present), any other only while it is full or waited on. Servers only with a pool.
+    """
+    head = (
+        f"rollouts {status.rollouts} "
+        f"(model {status.model}, tools {status.tools}, reward {status.reward})"
+    )
+    shown = []
+    for limiter in status.limiters:
+        full = limiter.total != float("inf") and limiter.in_use >= limiter.total
+        if limiter.name not in _SHOWN and not (full or limiter.waiting):
+            continue
+        limit = "inf" if limiter.total == float("inf") else f"{limiter.total:g}"
+        text = f"{limiter.name} {limiter.in_use}/{limit}"
+        if limiter.waiting:
+            text += f" +{limiter.waiting} waiting"
+        shown.append(text)
+    parts = [head]
+    if shown:
+        parts.append(", ".join(shown))
+    if status.servers:
+        parts.append(f"servers {status.servers_up}/{status.servers} up")
+    return " | ".join(parts)
+
+
+_SAMPLE = re.compile(r"^(?P<name>[a-z_]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def status_from_prometheus(text: str) -> RunStatus:
+    """The :class:`RunStatus` a :func:`prometheus_text` exposition describes.
+
+    Raises:
+        ValueError: ``text`` has none of this library's metrics (not a hermes_async endpoint).
+    """
+    limiters: dict[tuple[str, str], dict[str, float]] = {}
+    phases: dict[str, float] = {}
+    servers: dict[str, float] = {}
+    seen = False
+    for line in text.splitlines():
+        match = _SAMPLE.match(line.strip())
+        if match is None or not match["name"].startswith("hermes_async_"):
+            continue
+        seen = True
+        labels = dict(_LABEL.findall(match["labels"]))
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        name = match["name"]
+        if name.startswith("hermes_async_limiter_") and "limiter" in labels:
+            key = (labels["limiter"], labels.get("limits", ""))
+            limiters.setdefault(key, {})[name.removeprefix("hermes_async_limiter_")] = value
+        elif name == "hermes_async_rollouts_in_flight":
+            phases[labels.get("phase", "")] = value
+        elif name == "hermes_async_pool_server_up":
+            servers[labels.get("server", "")] = value
+    if not seen:
+        raise ValueError(
+            "no hermes_async metrics in the response: is this a hermes_async endpoint?"
+        )
+    rows = (
+        (n, int(v.get("in_use", 0)), v.get("limit", 0.0), int(v.get("waiting", 0)))
+        for (n, _), v in limiters.items()
+    )
+    return _status(
+        int(phases.get("rollout", 0)),
+        int(phases.get("reward", 0)),
+        _limiters(rows),
+        sum(1 for v in servers.values() if v >= 1),
+        len(servers),
+    )
+
+
+#: Deadline of one ``hermes-async status`` read (connect and response together).
+STATUS_READ_TIMEOUT_SECONDS = 5.0
+
+
+async def read_status(url: str, *, timeout: float = STATUS_READ_TIMEOUT_SECONDS) -> RunStatus:
+    """Read a running process's status from its metrics endpoint (``serve_metrics``).
+
+    Args:
+        url: The endpoint, ``http://host:port`` or ``.../metrics``.
+        timeout: The deadline for the whole read.
+
+    Raises:
+        OSError: The endpoint cannot be reached or answered with an error (the message says
+            which URL and why).
+        ValueError: The endpoint is not a hermes_async one.
+    """
+    import httpx
+
+    target = url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
+    try:
+        with anyio.fail_after(timeout):
+            async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+                response = await client.get(target)
+    except TimeoutError:
+        raise OSError(f"no answer from {target} within {timeout:g} s") from None
+    except httpx.HTTPError as exc:
+        raise OSError(f"cannot read {target}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code != 200:
+        raise OSError(f"{target} answered HTTP {response.status_code}")
+    return status_from_prometheus(response.text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,6 +541,11 @@ def prometheus_text() -> str:
             [(a, float(getattr(s, name))) for a, s in servers],
         )
     family("hermes_async_pool_server_up", "gauge", [(a, 1.0 if s.up else 0.0) for a, s in servers])
+    family(
+        "hermes_async_rollouts_in_flight",
+        "gauge",
+        [({"phase": phase}, float(_in_flight[phase])) for phase in ("rollout", "reward")],
+    )
     for name in ("requests", "failures", "rate_limited", "ejections"):
         family(
             f"hermes_async_pool_server_{name}_total",

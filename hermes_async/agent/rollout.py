@@ -75,7 +75,7 @@ from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
-from hermes_async.telemetry import record_rollout
+from hermes_async.telemetry import in_flight, record_rollout
 from hermes_async.tools.browser import current_browser_manager
 from hermes_async.tools.registry import ToolDefinitions, ToolRegistry
 from hermes_async.tools.sandbox.manager import (
@@ -395,6 +395,7 @@ async def _score(
     with (
         anyio.move_on_at(deadline) as scope,
         span("reward", {"hermes_async.task_id": ctx.task_id}) as traced,
+        in_flight("reward"),
     ):
         try:
             value: object = await reward(result, ctx)
@@ -476,7 +477,7 @@ class _Batch:
         if self.spec is not None:  # this attempt's sandbox is created from the item's spec
             self.manager.assign_spec(task_id, self.spec)
         attributes = {"gen_ai.operation.name": "invoke_agent", "hermes_async.task_id": task_id}
-        with span("invoke_agent rollout", attributes) as traced:
+        with span("invoke_agent rollout", attributes) as traced, in_flight("rollout"):
             return await self._attempt(
                 messages, task_id, index, number, start, deadline, abort, conversation, traced
             )

@@ -39,6 +39,7 @@ from anyio.abc import TaskStatus
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._groups import single_errors
 from hermes_async.envs._watchdog import Watchdog
+from hermes_async.telemetry import serve_metrics
 
 __all__ = (
     "CLIENT_CLOSE_TIMEOUT_SECONDS",
@@ -67,6 +68,7 @@ async def run_entry(
     servers: Iterable[object] = (),
     watchdog: Watchdog | None = None,
     stray_tasks: Callable[[], Iterable[object]] = tuple,
+    metrics_port: int | None = None,
 ) -> None:
     """Run ``run()`` inside a run-level sandbox manager, SIGTERM handling and GC tuning.
 
@@ -80,6 +82,8 @@ async def run_entry(
         watchdog: Runs for the whole run, logging stalls (``None``: none).
         stray_tasks: The tasks ``run()`` spawned and does not await (asyncio tasks; anything
             else, ``None`` included, is skipped), read when ``run()`` ends.
+        metrics_port: Serve :func:`~hermes_async.telemetry.serve_metrics` on 127.0.0.1 at this
+            port for the run (``None``: not served).
 
     Raises:
         SystemExit: 143, after a SIGTERM was handled and everything released.
@@ -108,6 +112,15 @@ async def run_entry(
                     await tg.start(on_sigterm)
                 if watchdog is not None:
                     await tg.start(watchdog.run)
+                if metrics_port is not None:
+                    port = await tg.start(serve_metrics, metrics_port)
+                    logger.info(
+                        "%s: metrics at http://127.0.0.1:%d/metrics (hermes-async status "
+                        "http://127.0.0.1:%d)",
+                        what,
+                        port,
+                        port,
+                    )
                 try:
                     await run()
                 finally:

@@ -426,6 +426,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             gc_tuning=gc_tuned_for_rollouts if self.config.tune_gc else None,
             servers=getattr(self.server, "servers", []),
             watchdog=self.watchdog,
+            metrics_port=self.config.metrics_port,
             stray_tasks=lambda: [*getattr(self, "workers", ()), getattr(self, "eval_runner", None)],
         )
 

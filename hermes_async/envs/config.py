@@ -260,6 +260,14 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
         description="serve/process/evaluate: log what the run waits on when nothing finished "
         "for this long (None: off).",
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="serve/process/evaluate: serve Prometheus metrics (limiters, servers, "
+        "rollouts in flight) at http://127.0.0.1:PORT/metrics for the run; `hermes-async "
+        "status` reads them (None: off; 0: any free port, logged at INFO).",
+    )
 
     def build_failure_policy(self) -> FailurePolicy:
         """The rollout core's :class:`~hermes_async.agent.FailurePolicy` from the fields."""

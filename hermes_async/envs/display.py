@@ -159,15 +159,24 @@ class ProgressBar:
         label: Shown before the bar.
         stream: Where to draw (default ``sys.stderr``).
         width: Bar width in characters.
+        status: Called at each redraw for a status line shown after the bar (e.g.
+            ``lambda: format_status(run_status())``, :mod:`hermes_async.telemetry`).
     """
 
     def __init__(
-        self, total: int, label: str = "", *, stream: TextIO | None = None, width: int = 30
+        self,
+        total: int,
+        label: str = "",
+        *,
+        stream: TextIO | None = None,
+        width: int = 30,
+        status: Callable[[], str] | None = None,
     ) -> None:
         self.total = max(total, 1)
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.width = width
+        self.status = status
         self.done = 0
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
@@ -175,7 +184,10 @@ class ProgressBar:
         """The bar's text for the current count."""
         filled = min(self.width, self.width * self.done // self.total)
         bar = "#" * filled + "." * (self.width - filled)
-        return f"{self.label} [{bar}] {self.done}/{self.total} {note}".rstrip()
+        text = f"{self.label} [{bar}] {self.done}/{self.total} {note}".rstrip()
+        if self.status is not None:
+            text += " | " + self.status()
+        return text
 
     def advance(self, note: str = "") -> None:
         """Count one step and redraw."""

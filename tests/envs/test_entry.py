@@ -121,3 +121,23 @@ async def test_a_worker_failing_as_it_stops_does_not_fail_the_run(tmp_path: Path
     await run_entry("serve", run, sandboxes=sandboxes, gc_tuning=None, stray_tasks=lambda: [task])
     assert task.done() and isinstance(task.exception(), RuntimeError)
     assert events == ["manager closed"]
+
+
+async def test_metrics_port_serves_the_run_status_while_it_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from hermes_async.telemetry import read_status
+
+    events: list[str] = []
+    _, sandboxes = _manager(tmp_path, events)
+    read: list[object] = []
+
+    async def run() -> None:
+        [line] = [r.getMessage() for r in caplog.records if "/metrics" in r.getMessage()]
+        url = line.split("metrics at ")[1].split(" ")[0]
+        read.append(await read_status(url))
+
+    with caplog.at_level("INFO", logger="hermes_async.envs.base"):
+        await run_entry("serve", run, sandboxes=sandboxes, gc_tuning=None, metrics_port=0)
+    [status] = read
+    assert type(status).__name__ == "RunStatus"
