@@ -103,13 +103,8 @@ class Span:
     async def __aenter__(self) -> Span:
         return self.__enter__()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.__exit__(*exc_info)
 
     def __exit__(
         self,

@@ -19,7 +19,8 @@ class AsyncResource(ABC):
     """Mixin: ``async with`` enters by returning ``self`` and exits with ``await self.aclose()``.
 
     Subclasses implement :meth:`aclose` (idempotent, shielded and bounded where it waits on
-    anything external) and override :meth:`__aenter__` only when entering opens something.
+    anything external), override :meth:`__aenter__` only when entering opens something, and
+    :meth:`_close_on_exit` only when leaving a block that raised closes differently.
     """
 
     __slots__ = ()
@@ -33,6 +34,11 @@ class AsyncResource(ABC):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        await self._close_on_exit(exc)
+
+    async def _close_on_exit(self, exc: BaseException | None) -> None:
+        """What leaving the block does: ``aclose()``. Override (not ``__aexit__``) to close
+        differently when the block raised or was cancelled (``exc`` is not ``None``)."""
         await self.aclose()
 
     @abstractmethod

@@ -54,7 +54,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Self
 
 import anyio
@@ -498,15 +497,6 @@ class ServerPool(AsyncResource):
         self._state = "open"
         observe_pool(self)
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop probing (see :meth:`aclose`). The block's exception propagates as itself."""
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop the probing task (idempotent). Clients on the pool close their own connections.

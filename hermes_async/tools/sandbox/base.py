@@ -78,7 +78,6 @@ import types
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from types import TracebackType
 from typing import Any, Protocol
 
 from hermes_async._cleanup import cleanup_scope
@@ -518,12 +517,7 @@ class Sandbox(AsyncResource):
         deadline.
         """
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _close_on_exit(self, exc: BaseException | None) -> None:
         """Close the sandbox; the block owns the release (see the class docstring).
 
         Extends :class:`~hermes_async._resource.AsyncResource`'s exit, which only awaits

@@ -67,7 +67,6 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Self
 
 import anyio
@@ -240,18 +239,13 @@ class SandboxManager(AsyncResource):
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _close_on_exit(self, exc: BaseException | None) -> None:
         """Release every sandbox, stop the reaper and the janitor (see :meth:`aclose`).
 
-        Written out rather than inherited from ``AsyncResource``: a block that raised (or was
-        cancelled) releases with ``interrupted=True``. The block's exception propagates as
-        itself: the manager's task group never sees it (it would wrap it in an
-        ``ExceptionGroup``); only a failure of the manager's own tasks comes out as a group.
+        A block that raised (or was cancelled) releases with ``interrupted=True``. The block's
+        exception propagates as itself: the manager's task group never sees it (it would wrap
+        it in an ``ExceptionGroup``); only a failure of the manager's own tasks comes out as a
+        group.
         """
         await self._shutdown(interrupted=exc is not None)
 
