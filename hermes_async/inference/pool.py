@@ -52,7 +52,6 @@ import random
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Self
 
@@ -60,6 +59,7 @@ import anyio
 import httpx
 from anyio.abc import TaskGroup, TaskStatus
 
+from hermes_async._current import Current
 from hermes_async._net import redact_url
 from hermes_async._resource import AsyncResource
 from hermes_async.inference._balance import (
@@ -155,7 +155,7 @@ class PoolSession:
         self._homes.clear()
 
 
-_SESSION: ContextVar[PoolSession | None] = ContextVar("hermes_async_pool_session", default=None)
+_SESSION: Current[PoolSession | None] = Current("hermes_async_pool_session", None)
 
 
 @contextmanager
@@ -175,11 +175,10 @@ def pool_session(key: str) -> Iterator[PoolSession]:
     """
     outer = _SESSION.get()
     session = PoolSession(key, outer.placement_key if outer is not None else key)
-    token = _SESSION.set(session)
     try:
-        yield session
+        with _SESSION.use(session):
+            yield session
     finally:
-        _SESSION.reset(token)
         session._close()
 
 

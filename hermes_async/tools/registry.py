@@ -15,7 +15,6 @@ each becomes ``{"error": ...}`` text for the model and a short ``error`` on the
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import importlib
 import json
 import logging
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
 
+from hermes_async._current import Current
 from hermes_async._json import scrub_text
 from hermes_async.errors import (
     SandboxError,
@@ -95,9 +95,7 @@ class ToolDefaults:
 
 
 _NO_DEFAULTS = ToolDefaults()
-_DEFAULTS: contextvars.ContextVar[ToolDefaults | None] = contextvars.ContextVar(
-    "hermes_async_tool_defaults", default=None
-)
+_DEFAULTS: Current[ToolDefaults | None] = Current("hermes_async_tool_defaults", None)
 
 
 def current_tool_defaults() -> ToolDefaults:
@@ -116,11 +114,8 @@ def use_tool_defaults(
     the configured values too. A runtime's own setting wins.
     """
     defaults = ToolDefaults(terminal_timeout=terminal_timeout, skills_dir=skills_dir)
-    token = _DEFAULTS.set(defaults)
-    try:
+    with _DEFAULTS.use(defaults):
         yield defaults
-    finally:
-        _DEFAULTS.reset(token)
 
 
 @dataclass(slots=True)

@@ -53,7 +53,6 @@ entered it (its task group lives in that task).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import math
 from collections.abc import AsyncIterator, Iterator
@@ -66,6 +65,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from hermes_async._asynclib import require_asyncio
 from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._current import Current
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError
 from hermes_async.limits import Limits, NamedLimiter
@@ -709,9 +709,7 @@ def _describe(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------------
 # the current manager
 
-_CURRENT: contextvars.ContextVar[BrowserManager | None] = contextvars.ContextVar(
-    "hermes_async_browser_manager", default=None
-)
+_CURRENT: Current[BrowserManager | None] = Current("hermes_async_browser_manager", None)
 
 
 def current_browser_manager() -> BrowserManager | None:
@@ -722,11 +720,8 @@ def current_browser_manager() -> BrowserManager | None:
 @contextlib.contextmanager
 def use_browser_manager(manager: BrowserManager) -> Iterator[BrowserManager]:
     """Make ``manager`` the current one for this context (and tasks started inside it)."""
-    token = _CURRENT.set(manager)
-    try:
+    with _CURRENT.use(manager):
         yield manager
-    finally:
-        _CURRENT.reset(token)
 
 
 @contextlib.asynccontextmanager

@@ -61,7 +61,6 @@ error that says how to set one, never a silently created sandbox nobody closes.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import logging
 import math
@@ -73,6 +72,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._current import Current
 from hermes_async._otel import span
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
@@ -783,9 +783,7 @@ class ManagedSandbox(Sandbox):
 # --------------------------------------------------------------------------------------------
 # the current manager
 
-_CURRENT: contextvars.ContextVar[SandboxManager | None] = contextvars.ContextVar(
-    "hermes_async_sandbox_manager", default=None
-)
+_CURRENT: Current[SandboxManager | None] = Current("hermes_async_sandbox_manager", None)
 
 
 def current_sandbox_manager() -> SandboxManager | None:
@@ -803,11 +801,8 @@ def use_sandbox_manager(manager: SandboxManager) -> Iterator[SandboxManager]:
             with use_sandbox_manager(manager):
                 ...
     """
-    token = _CURRENT.set(manager)
-    try:
+    with _CURRENT.use(manager):
         yield manager
-    finally:
-        _CURRENT.reset(token)
 
 
 @contextlib.asynccontextmanager
