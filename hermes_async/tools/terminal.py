@@ -314,10 +314,12 @@ _SESSION_CWD: weakref.WeakKeyDictionary[Sandbox, str] = weakref.WeakKeyDictionar
 
 
 def _session_key(sandbox: Sandbox) -> Sandbox:
-    # ``SandboxManager.get`` returns a fresh ``ManagedSandbox`` wrapper per call; the backend
-    # object behind it (``inner``) is the one that lives as long as the sandbox.
-    inner = getattr(sandbox, "inner", sandbox)
-    return inner if isinstance(inner, Sandbox) else sandbox
+    # ``SandboxManager.get`` returns a fresh ``ManagedSandbox`` wrapper per call (and the
+    # rollout core wraps that again to watch it); the backend object behind the wrappers
+    # (each one's ``inner``) is the one that lives as long as the sandbox.
+    while isinstance(inner := getattr(sandbox, "inner", None), Sandbox):
+        sandbox = inner
+    return sandbox
 
 
 def _tracks_cwd(sandbox: Sandbox) -> bool:
