@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import pathlib
 
 import anyio
@@ -214,4 +213,3 @@ async def test_registry_and_preflight(
     await preflight_backend("e2b")
     with pytest.raises(ConfigError, match=r"unknown option\(s\) colour"):
         make_backend_factory("e2b", colour="red")
-    os.environ.pop("E2B_API_KEY", None)
