@@ -55,6 +55,7 @@ __all__ = (
     "DaytonaRateLimitError",
     "DaytonaTimeoutError",
     "ExecuteResponse",
+    "ExecutionArtifacts",
     "FakeAsyncDaytona",
     "FakeDaytona",
     "FakeDaytonaSandbox",

@@ -457,7 +457,10 @@ class RemoteSandbox(ContainerSandbox):
                     # The first call reports what the command printed before it died.
                     with anyio.move_on_after(self.kill_timeout):
                         await done.wait()
-                tg.cancel_scope.cancel("the command timed out")
+                if not done.is_set():
+                    tg.cancel_scope.cancel(
+                        f"the command timed out after {timeout:g} s and did not report in time"
+                    )
         except BaseException:
             if not done.is_set() and kill_on_timeout:
                 await self._kill_group(exec_id, "the command was cancelled or failed")

@@ -29,7 +29,7 @@ line.
 Manual check with real credentials (not run in CI; needs ``DAYTONA_API_KEY`` and network)::
 
     python - <<'EOF'
-    import asyncio
+    import anyio
     from hermes_async.tools.sandbox.daytona import DaytonaBackend, DaytonaSandboxConfig
 
     async def main():
@@ -42,7 +42,7 @@ Manual check with real credentials (not run in CI; needs ``DAYTONA_API_KEY`` and
         finally:
             await backend.aclose()   # reaps this run's leftovers, closes the client
 
-    asyncio.run(main())
+    anyio.run(main)  # asyncio: both SDKs are asyncio-only
     EOF
 
 Expected: ``stdout='42\\n'``, ``stderr='err\\n'``, ``exit_code=3``; the sandbox is gone from the

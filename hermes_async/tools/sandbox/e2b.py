@@ -25,7 +25,7 @@ sandbox (the sandbox gets only :attr:`E2BSandboxConfig.env`) or a log line.
 Manual check with real credentials (not run in CI; needs ``E2B_API_KEY`` and network)::
 
     python - <<'EOF'
-    import asyncio
+    import anyio
     from hermes_async.tools.sandbox.e2b import E2BBackend, E2BSandboxConfig
 
     async def main():
@@ -40,7 +40,7 @@ Manual check with real credentials (not run in CI; needs ``E2B_API_KEY`` and net
         finally:
             await backend.aclose()   # reaps this run's leftovers
 
-    asyncio.run(main())
+    anyio.run(main)  # asyncio: both SDKs are asyncio-only
     EOF
 
 Expected: ``stdout='42\\n'``, ``stderr='err\\n'``, ``exit_code=3``; no assertion error; the
