@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import subprocess
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import anyio
 from anyio.abc import Process
@@ -29,7 +31,9 @@ from hermes_async.tools.sandbox.processes import (
     terminate_members,
 )
 
-__all__ = ("CreateDelay", "Faults", "LocalMachine", "RunOutcome", "delay")
+__all__ = ("ControlPlane", "CreateDelay", "Faults", "LocalMachine", "RunOutcome", "delay")
+
+_R = TypeVar("_R")
 
 logger = logging.getLogger(__name__)
 
@@ -176,3 +180,67 @@ async def delay(value: CreateDelay) -> None:
     seconds = value() if callable(value) else value
     if seconds > 0:
         await anyio.sleep(seconds)
+
+
+class ControlPlane:
+    """What both doubles' providers share: faults, create latency, counters, machines.
+
+    Args:
+        hang: Operation names whose calls never return.
+        fail: Operation name -> exception its calls raise.
+        create_delay_seconds: Each create's latency (a number, or a function per create).
+        extra_env: Variables every command sees (besides PATH, HOME, LANG).
+        workdir: Where commands start when no ``cwd`` is given.
+
+    Attributes:
+        creates_in_flight: Create calls under way now.
+        max_creates_in_flight: The most seen at once (for the backends' rate limiter).
+        create_start_times: ``anyio.current_time()`` at each create call's start.
+    """
+
+    def __init__(
+        self,
+        *,
+        hang: Collection[str] = (),
+        fail: Mapping[str, BaseException] | None = None,
+        create_delay_seconds: CreateDelay = 0.0,
+        extra_env: Mapping[str, str] | None = None,
+        workdir: str = "/tmp",
+    ) -> None:
+        self.faults = Faults(hang, fail)
+        self.create_delay_seconds = create_delay_seconds
+        self.extra_env = dict(extra_env or {})
+        self.workdir = workdir
+        self.sweeper = ProcessSweeper()
+        self.creates_in_flight = 0
+        self.max_creates_in_flight = 0
+        self.create_start_times: list[float] = []
+
+    def _machine(self, sandbox_id: str, env: Mapping[str, str]) -> LocalMachine:
+        return LocalMachine(sandbox_id, self.workdir, {**self.extra_env, **env}, self.sweeper)
+
+    async def _creating(
+        self,
+        register: Callable[[], _R],
+        timeout: float | None,
+        timed_out: Callable[[], Exception],
+    ) -> _R:
+        """One create call: the provider makes the sandbox (``register``) at once, the id
+        reaches the client after the latency; past ``timeout`` the SDK gives up with
+        ``timed_out()`` and the sandbox stays. A ``fail`` fault registers nothing."""
+        self.creates_in_flight += 1
+        self.max_creates_in_flight = max(self.max_creates_in_flight, self.creates_in_flight)
+        self.create_start_times.append(anyio.current_time())
+        try:
+            if "create" in self.faults.fail:
+                raise self.faults.fail["create"]
+            made = register()
+            with anyio.move_on_after(timeout or math.inf) as scope:
+                if "create" in self.faults.hang:
+                    await anyio.sleep_forever()
+                await delay(self.create_delay_seconds)
+            if scope.cancelled_caught:
+                raise timed_out()
+            return made
+        finally:
+            self.creates_in_flight -= 1

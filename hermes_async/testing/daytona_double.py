@@ -42,8 +42,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from hermes_async.testing._remote_machine import CreateDelay, Faults, LocalMachine, delay
-from hermes_async.tools.sandbox.processes import ProcessSweeper
+from hermes_async.testing._remote_machine import ControlPlane, CreateDelay, LocalMachine
 
 __all__ = (
     "CreateSandboxFromImageParams",
@@ -312,7 +311,7 @@ class FakeAsyncDaytona:
                 return
 
 
-class FakeDaytona:
+class FakeDaytona(ControlPlane):
     """Stands in for the ``daytona`` module and Daytona's API (see the module docstring).
 
     Args:
@@ -343,19 +342,18 @@ class FakeDaytona:
         extra_env: Mapping[str, str] | None = None,
         workdir: str = "/tmp",
     ) -> None:
-        self.faults = Faults(hang, fail)
-        self.create_delay_seconds = create_delay_seconds
-        self.extra_env = dict(extra_env or {})
-        self.workdir = workdir
+        super().__init__(
+            hang=hang,
+            fail=fail,
+            create_delay_seconds=create_delay_seconds,
+            extra_env=extra_env,
+            workdir=workdir,
+        )
         self.sandboxes: dict[str, _Record] = {}
-        self.sweeper = ProcessSweeper()
         self.clients: list[FakeAsyncDaytona] = []
         self.AsyncDaytona: type[FakeAsyncDaytona] = type(
             "AsyncDaytona", (FakeAsyncDaytona,), {"_provider": self}
         )
-        self.creates_in_flight = 0
-        self.max_creates_in_flight = 0
-        self.create_start_times: list[float] = []
         self.create_params: list[_Params] = []
         self.deletes: list[str] = []
 
@@ -382,37 +380,28 @@ class FakeDaytona:
 
     def _register(self, params: _Params) -> str:
         sandbox_id = secrets.token_hex(16)
-        env = {**self.extra_env, **(params.env_vars or {})}
-        machine = LocalMachine(sandbox_id, self.workdir, env, self.sweeper)
+        machine = self._machine(sandbox_id, params.env_vars or {})
         self.sandboxes[sandbox_id] = _Record(sandbox_id, params, dict(params.labels or {}), machine)
         return sandbox_id
 
     async def _create(self, params: _Params | None, timeout: float) -> FakeDaytonaSandbox:
-        self.creates_in_flight += 1
-        self.max_creates_in_flight = max(self.max_creates_in_flight, self.creates_in_flight)
-        self.create_start_times.append(anyio.current_time())
-        try:
-            if "create" in self.faults.fail:
-                raise self.faults.fail["create"]
-            if params is None:
-                params = CreateSandboxFromImageParams(image="daytonaio/sandbox")
-            self.create_params.append(params)
-            # The API makes the sandbox first; the id reaches the client later.
-            sandbox_id = self._register(params)
-            with anyio.move_on_after(timeout or float("inf")) as scope:
-                if "create" in self.faults.hang:
-                    await anyio.sleep_forever()
-                await delay(self.create_delay_seconds)
-            if scope.cancelled_caught:
-                raise DaytonaTimeoutError(
-                    f"Failed to create sandbox: Function 'create' exceeded timeout of "
-                    f"{timeout} seconds."
-                )
-            record = self.sandboxes[sandbox_id]
-            record.returned = True
-            return FakeDaytonaSandbox(self, record)
-        finally:
-            self.creates_in_flight -= 1
+        made = params or CreateSandboxFromImageParams(image="daytonaio/sandbox")
+
+        def register() -> str:
+            self.create_params.append(made)
+            return self._register(made)
+
+        sandbox_id = await self._creating(
+            register,
+            timeout,
+            lambda: DaytonaTimeoutError(
+                f"Failed to create sandbox: Function 'create' exceeded timeout of {timeout} "
+                "seconds."
+            ),
+        )
+        record = self.sandboxes[sandbox_id]
+        record.returned = True
+        return FakeDaytonaSandbox(self, record)
 
     async def _delete(self, sandbox_id: str) -> None:
         await self.faults.check("delete")

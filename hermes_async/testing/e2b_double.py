@@ -52,8 +52,7 @@ from typing import Any, Literal
 
 import anyio
 
-from hermes_async.testing._remote_machine import CreateDelay, Faults, LocalMachine, delay
-from hermes_async.tools.sandbox.processes import ProcessSweeper
+from hermes_async.testing._remote_machine import ControlPlane, CreateDelay, LocalMachine
 
 __all__ = (
     "AuthenticationException",
@@ -353,7 +352,7 @@ class FakeAsyncSandbox:
         return _Paginator(cls._provider, query, limit)
 
 
-class FakeE2B:
+class FakeE2B(ControlPlane):
     """Stands in for the ``e2b`` module and E2B's control plane (see the module docstring).
 
     Args:
@@ -384,18 +383,17 @@ class FakeE2B:
         extra_env: Mapping[str, str] | None = None,
         workdir: str = "/tmp",
     ) -> None:
-        self.faults = Faults(hang, fail)
-        self.create_delay_seconds = create_delay_seconds
-        self.extra_env = dict(extra_env or {})
-        self.workdir = workdir
+        super().__init__(
+            hang=hang,
+            fail=fail,
+            create_delay_seconds=create_delay_seconds,
+            extra_env=extra_env,
+            workdir=workdir,
+        )
         self.sandboxes: dict[str, _Record] = {}
-        self.sweeper = ProcessSweeper()
         self.AsyncSandbox: type[FakeAsyncSandbox] = type(
             "AsyncSandbox", (FakeAsyncSandbox,), {"_provider": self}
         )
-        self.creates_in_flight = 0
-        self.max_creates_in_flight = 0
-        self.create_start_times: list[float] = []
         self.create_kwargs: list[dict[str, object]] = []
         self.kills: list[str] = []
 
@@ -449,12 +447,7 @@ class FakeE2B:
         allow_internet_access: bool | None,
         request_timeout: float | None,
     ) -> FakeAsyncSandbox:
-        self.creates_in_flight += 1
-        self.max_creates_in_flight = max(self.max_creates_in_flight, self.creates_in_flight)
-        self.create_start_times.append(anyio.current_time())
-        try:
-            if "create" in self.faults.fail:
-                raise self.faults.fail["create"]
+        def register() -> _Record:
             self.create_kwargs.append(
                 {
                     "template": template,
@@ -465,23 +458,19 @@ class FakeE2B:
                     "request_timeout": request_timeout,
                 }
             )
-            # The control plane makes the sandbox first; the id reaches the client later.
-            record = self._register(
+            return self._register(
                 template, timeout, dict(metadata or {}), dict(envs or {}), allow_internet_access
             )
-            with anyio.move_on_after(request_timeout or float("inf")) as scope:
-                if "create" in self.faults.hang:
-                    await anyio.sleep_forever()
-                await delay(self.create_delay_seconds)
-            if scope.cancelled_caught:
-                raise TimeoutException(
-                    f"Request timed out after {request_timeout} s: the sandbox may still be "
-                    "starting"
-                )
-            record.returned = True
-            return cls(record)
-        finally:
-            self.creates_in_flight -= 1
+
+        record = await self._creating(
+            register,
+            request_timeout,
+            lambda: TimeoutException(
+                f"Request timed out after {request_timeout} s: the sandbox may still be starting"
+            ),
+        )
+        record.returned = True
+        return cls(record)
 
     async def _kill(self, sandbox_id: str) -> bool:
         await self.faults.check("kill")

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import logging
 import math
 import posixpath
@@ -72,6 +73,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import anyio
 import anyio.lowlevel
 
+from hermes_async._asynclib import require_asyncio
 from hermes_async._cleanup import bounded_cleanup, cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
@@ -106,6 +108,8 @@ __all__ = (
     "RemoteDriver",
     "RemoteSandbox",
     "RemoteSandboxConfig",
+    "error_named",
+    "remote_config_for",
 )
 
 logger = logging.getLogger("hermes_async.tools.sandbox.remote")
@@ -292,6 +296,43 @@ class ReapReport:
     deleted: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
+
+
+def error_named(exc: BaseException, *names: str) -> bool:
+    """Whether ``exc`` is an instance of a class called one of ``names`` (an SDK's or its
+    double's: the backends match SDK errors by name, so a double need not import the SDK)."""
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
+
+
+def remote_config_for(config: _C, spec: SandboxSpec | None, *, image_field: str, name: str) -> _C:
+    """``config`` with a per-item spec applied: ``image`` to ``image_field``, cpus, memory,
+    network, workdir, timeouts. A ``build_context`` without an image is refused (remote
+    providers build from a registry image or a template).
+
+    Raises:
+        ConfigError: The spec asks for a local build.
+    """
+    if spec is None:
+        return config
+    if spec.build_context is not None and spec.image is None:
+        raise ConfigError(
+            f"the {name} backend cannot build {str(spec.build_context)!r} locally; publish it "
+            f"(a registry image, or an E2B template) and give SandboxSpec.image, or use "
+            "terminal_backend='docker'"
+        )
+    changes: dict[str, Any] = {}
+    for field_name, value in (
+        (image_field, spec.image),
+        ("cpus", None if spec.cpus is None else float(spec.cpus)),
+        ("memory_mb", spec.memory_mb),
+        ("block_network", None if spec.network_mode is None else spec.network_mode == "none"),
+        ("workdir", spec.workdir),
+        ("create_timeout_seconds", spec.create_timeout),
+        ("default_exec_timeout_seconds", spec.exec_timeout),
+    ):
+        if value is not None:
+            changes[field_name] = value
+    return dataclasses.replace(config, **changes)
 
 
 async def _bounded(what: str, awaitable: Awaitable[_T], timeout: float, task_id: str | None) -> _T:
@@ -711,10 +752,15 @@ class RemoteSandbox(ContainerSandbox):
 class RemoteBackend(Generic[_C]):
     """A factory of :class:`RemoteSandbox` es for one run: labels, rate limit, the reaper.
 
-    Subclasses provide :meth:`_open_client` (the SDK client) and :meth:`_config_for` (a spec
-    applied to the config). The factory is the ``factory(task_id, spec=None)`` a
+    A backend sets the class attributes below and implements :meth:`_import_sdk` and
+    :meth:`_make_client`. The factory is the ``factory(task_id, spec=None)`` a
     ``SandboxManager`` calls; :meth:`aclose` (called by the manager on shutdown) sweeps this
     run's leftovers and closes the client.
+
+    Args:
+        config: How sandboxes are created.
+        sdk: The SDK module, or a double with the same async surface; default: import it.
+        run_id: This run's id (default: random); its sandboxes carry it as a label.
 
     Attributes:
         config: How sandboxes are created.
@@ -724,9 +770,18 @@ class RemoteBackend(Generic[_C]):
         reaps: Every sweep's report, in order.
     """
 
+    #: The backend's name in messages (``"E2B"``).
     kind = "remote"
+    #: Its ``terminal_backend`` name (``"e2b"``).
+    name = "remote"
+    #: What makes the SDK asyncio-only, for the error under trio.
+    sdk_library = "its SDK"
+    #: What to check when creation fails or hangs.
+    credentials_hint = "check the provider's credentials and network access"
+    #: The config field a spec's ``image`` sets (``"template"`` for E2B).
+    image_field = "image"
 
-    def __init__(self, config: _C, *, run_id: str | None = None) -> None:
+    def __init__(self, config: _C, *, sdk: object | None = None, run_id: str | None = None) -> None:
         self.config = config
         self.run_id = run_id or uuid.uuid4().hex[:16]
         self.rate_limiter = CreationRateLimiter(
@@ -734,6 +789,7 @@ class RemoteBackend(Generic[_C]):
         )
         self.live: set[str] = set()
         self.reaps: list[ReapReport] = []
+        self._sdk = sdk
         self._client: RemoteClient | None = None
         self._started = False
         self._start_lock: anyio.Lock | None = None
@@ -741,15 +797,22 @@ class RemoteBackend(Generic[_C]):
     # ----------------------------------------------------------------- hooks
 
     @abstractmethod
-    def _open_client(self, config: _C) -> RemoteClient:
-        """The SDK client (raises ``ConfigError`` when the SDK is missing)."""
+    def _import_sdk(self) -> Any:
+        """Import the SDK module (``ConfigError`` naming the extra when it is missing)."""
 
     @abstractmethod
-    def _config_for(self, spec: SandboxSpec | None) -> _C:
-        """The config with a per-item spec applied."""
+    def _make_client(self, sdk: Any, config: _C) -> RemoteClient:
+        """The control-plane client over ``sdk`` (the module or a double)."""
 
     def _check_runtime(self) -> None:
-        """Refuse an async library the SDK cannot run on (default: nothing)."""
+        require_asyncio(
+            f"the {self.name} sandbox backend",
+            self.sdk_library,
+            remedy="use terminal_backend='local'",
+        )
+
+    def _config_for(self, spec: SandboxSpec | None) -> _C:
+        return remote_config_for(self.config, spec, image_field=self.image_field, name=self.name)
 
     def labels(self, task_id: str | None = None) -> dict[str, str]:
         """The labels of this run's sandboxes (with ``task_id``'s when given)."""
@@ -763,7 +826,8 @@ class RemoteBackend(Generic[_C]):
 
     def _client_for(self) -> RemoteClient:
         if self._client is None:
-            self._client = self._open_client(self.config)
+            sdk = self._sdk if self._sdk is not None else self._import_sdk()
+            self._client = self._make_client(sdk, self.config)
         return self._client
 
     # ----------------------------------------------------------------- create
@@ -796,8 +860,7 @@ class RemoteBackend(Generic[_C]):
                 await self._sweep_task(client, task_id, "its create timed out")
                 raise SandboxError(
                     f"creating a {self.kind} sandbox did not finish within "
-                    f"{config.create_timeout_seconds:g} s; check the provider's status and "
-                    f"{self._credentials_hint()}",
+                    f"{config.create_timeout_seconds:g} s; {self.credentials_hint}",
                     task_id=task_id,
                 ) from exc
         self.live.add(driver.sandbox_id)
@@ -816,9 +879,6 @@ class RemoteBackend(Generic[_C]):
                 await sandbox.aclose(interrupted=True)
             raise
         return sandbox
-
-    def _credentials_hint(self) -> str:
-        return "the credentials"
 
     async def _start_once(self, client: RemoteClient) -> None:
         if self._started:

@@ -51,21 +51,20 @@ Daytona dashboard afterwards.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_async._asynclib import require_asyncio
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._remote import (
     RemoteBackend,
     RemoteClient,
     RemoteDriver,
-    RemoteSandbox,
     RemoteSandboxConfig,
+    error_named,
+    remote_config_for,
 )
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
@@ -120,22 +119,17 @@ def _import_daytona() -> Any:
     return daytona
 
 
-def _named(exc: BaseException, *names: str) -> bool:
-    """Whether ``exc`` is an instance of a class called one of ``names`` (real SDK or double)."""
-    return any(cls.__name__ in names for cls in type(exc).__mro__)
-
-
 def _translate(what: str, exc: Exception, sandbox_id: str | None) -> Exception:
     """An SDK failure as this package's error tree (``raise ... from exc`` at the call)."""
-    if _named(exc, "DaytonaNotFoundError") and sandbox_id is not None:
+    if error_named(exc, "DaytonaNotFoundError") and sandbox_id is not None:
         return SandboxUnavailableError(
             f"Daytona reports sandbox {sandbox_id} not found during {what}",
             reason="unreachable",
             backend="Daytona",
         )
-    if _named(exc, "DaytonaAuthenticationError"):
+    if error_named(exc, "DaytonaAuthenticationError"):
         return SandboxError(f"Daytona refused {what}: not authenticated ({exc}); {_HINT}")
-    if _named(exc, "DaytonaRateLimitError"):
+    if error_named(exc, "DaytonaRateLimitError"):
         return SandboxError(f"Daytona rate-limited {what} ({exc}); lower max_creates_per_second")
     return SandboxError(f"Daytona failed {what}: {type(exc).__name__}: {exc}")
 
@@ -172,7 +166,7 @@ class _Driver:
                 path, self._seconds(self._config.call_timeout_seconds)
             )
         except Exception as exc:
-            if _named(exc, "DaytonaFileNotFoundError"):
+            if error_named(exc, "DaytonaFileNotFoundError"):
                 raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
             raise _translate(f"a read of {path}", exc, self.sandbox_id) from exc
         return bytes(data)
@@ -189,7 +183,7 @@ class _Driver:
         try:
             await self._client.delete(self._sb, timeout=self._config.delete_timeout_seconds)
         except Exception as exc:
-            if _named(exc, "DaytonaNotFoundError"):
+            if error_named(exc, "DaytonaNotFoundError"):
                 return
             raise _translate(f"the delete of {self.sandbox_id}", exc, None) from exc
 
@@ -226,7 +220,7 @@ class _Client:
         try:
             sandbox = await client.create(params, timeout=cfg.create_timeout_seconds)
         except Exception as exc:
-            if _named(exc, "DaytonaTimeoutError"):
+            if error_named(exc, "DaytonaTimeoutError"):
                 raise TimeoutError(f"Daytona create timed out: {exc}") from exc
             raise _translate(f"creating a sandbox from {cfg.image!r}", exc, None) from exc
         return _Driver(client, sandbox, cfg)
@@ -251,7 +245,7 @@ class _Client:
             )
             await client.delete(sandbox, timeout=self._config.delete_timeout_seconds)
         except Exception as exc:
-            if _named(exc, "DaytonaNotFoundError"):
+            if error_named(exc, "DaytonaNotFoundError"):
                 return
             raise _translate(f"the delete of {sandbox_id}", exc, None) from exc
 
@@ -265,39 +259,18 @@ def daytona_config_for(
     config: DaytonaSandboxConfig, spec: SandboxSpec | None
 ) -> DaytonaSandboxConfig:
     """``config`` with a per-item spec applied (image, cpus, memory, network, workdir,
-    timeouts); a ``build_context`` without an image is refused.
+    timeouts: :func:`~hermes_async.tools.sandbox._remote.remote_config_for`).
 
     Raises:
         ConfigError: The spec asks for a local build.
     """
-    if spec is None:
-        return config
-    if spec.build_context is not None and spec.image is None:
-        raise ConfigError(
-            f"the daytona backend cannot build {str(spec.build_context)!r} locally; push the "
-            "image to a registry and give SandboxSpec.image, or use terminal_backend='docker'"
-        )
-    changes: dict[str, Any] = {}
-    if spec.image is not None:
-        changes["image"] = spec.image
-    if spec.cpus is not None:
-        changes["cpus"] = float(spec.cpus)
-    if spec.memory_mb is not None:
-        changes["memory_mb"] = spec.memory_mb
-    if spec.network_mode is not None:
-        changes["block_network"] = spec.network_mode == "none"
-    if spec.workdir is not None:
-        changes["workdir"] = spec.workdir
-    if spec.create_timeout is not None:
-        changes["create_timeout_seconds"] = spec.create_timeout
-    if spec.exec_timeout is not None:
-        changes["default_exec_timeout_seconds"] = spec.exec_timeout
-    return dataclasses.replace(config, **changes)
+    return remote_config_for(config, spec, image_field="image", name="daytona")
 
 
 class DaytonaBackend(RemoteBackend[DaytonaSandboxConfig]):
     """Creates Daytona sandboxes: the ``factory(task_id, spec=None)`` a ``SandboxManager``
-    takes.
+    takes (creation, labels, the reaper:
+    :class:`~hermes_async.tools.sandbox._remote.RemoteBackend`).
 
     Args:
         config: How sandboxes are created.
@@ -308,6 +281,10 @@ class DaytonaBackend(RemoteBackend[DaytonaSandboxConfig]):
     """
 
     kind = "Daytona"
+    name = "daytona"
+    sdk_library = "the daytona SDK (aiohttp)"
+    credentials_hint = _HINT
+    image_field = "image"
 
     def __init__(
         self,
@@ -316,33 +293,13 @@ class DaytonaBackend(RemoteBackend[DaytonaSandboxConfig]):
         daytona: object | None = None,
         run_id: str | None = None,
     ) -> None:
-        super().__init__(config or DaytonaSandboxConfig(), run_id=run_id)
-        self._daytona = daytona
+        super().__init__(config or DaytonaSandboxConfig(), sdk=daytona, run_id=run_id)
 
-    def _check_runtime(self) -> None:
-        require_asyncio(
-            "the daytona sandbox backend",
-            "the daytona SDK (aiohttp)",
-            remedy="use terminal_backend='local'",
-        )
+    def _import_sdk(self) -> Any:
+        return _import_daytona()
 
-    def _open_client(self, config: DaytonaSandboxConfig) -> RemoteClient:
-        module = self._daytona if self._daytona is not None else _import_daytona()
-        return _Client(module, config)
-
-    def _config_for(self, spec: SandboxSpec | None) -> DaytonaSandboxConfig:
-        return daytona_config_for(self.config, spec)
-
-    def _credentials_hint(self) -> str:
-        return _HINT
-
-    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> RemoteSandbox:
-        """Create the Daytona sandbox for ``task_id`` (see :meth:`RemoteBackend.__call__`).
-
-        **Cancellation**: as :meth:`RemoteBackend.__call__`: a sandbox whose create was under
-        way when the cancellation came is deleted once its id arrives.
-        """
-        return await super().__call__(task_id, spec)
+    def _make_client(self, sdk: Any, config: DaytonaSandboxConfig) -> RemoteClient:
+        return _Client(sdk, config)
 
 
 def daytona_credentials() -> str | None:

@@ -49,20 +49,19 @@ sandbox is gone from ``e2b sandbox list`` afterwards.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_async._asynclib import require_asyncio
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._remote import (
     RemoteBackend,
     RemoteClient,
     RemoteDriver,
-    RemoteSandbox,
     RemoteSandboxConfig,
+    error_named,
+    remote_config_for,
 )
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.spec import SandboxSpec
@@ -107,25 +106,20 @@ def _import_e2b() -> Any:
     return e2b
 
 
-def _named(exc: BaseException, *names: str) -> bool:
-    """Whether ``exc`` is an instance of a class called one of ``names`` (real SDK or double)."""
-    return any(cls.__name__ in names for cls in type(exc).__mro__)
-
-
 _GONE = ("SandboxNotRunningException", "SandboxNotFoundException")
 
 
 def _translate(what: str, exc: Exception, sandbox_id: str | None) -> Exception:
     """An SDK failure as this package's error tree (``raise ... from exc`` at the call)."""
-    if _named(exc, *_GONE) and sandbox_id is not None:
+    if error_named(exc, *_GONE) and sandbox_id is not None:
         return SandboxUnavailableError(
             f"E2B reports sandbox {sandbox_id} not running during {what}",
             reason="unreachable",
             backend="E2B",
         )
-    if _named(exc, "AuthenticationException"):
+    if error_named(exc, "AuthenticationException"):
         return SandboxError(f"E2B refused {what}: not authenticated ({exc}); {_HINT}")
-    if _named(exc, "RateLimitException"):
+    if error_named(exc, "RateLimitException"):
         return SandboxError(f"E2B rate-limited {what} ({exc}); lower max_creates_per_second")
     return SandboxError(f"E2B failed {what}: {type(exc).__name__}: {exc}")
 
@@ -150,7 +144,7 @@ class _Driver:
                 request_timeout=self._config.call_timeout_seconds,
             )
         except Exception as exc:
-            if _named(exc, "CommandExitException"):
+            if error_named(exc, "CommandExitException"):
                 return str(getattr(exc, "stdout", "") or "")
             raise _translate("a command", exc, self.sandbox_id) from exc
         return str(result.stdout or "")
@@ -161,7 +155,7 @@ class _Driver:
                 path, format="bytes", request_timeout=self._config.call_timeout_seconds
             )
         except Exception as exc:
-            if _named(exc, "FileNotFoundException"):
+            if error_named(exc, "FileNotFoundException"):
                 raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
             raise _translate(f"a read of {path}", exc, self.sandbox_id) from exc
         return bytes(data)
@@ -178,7 +172,7 @@ class _Driver:
         try:
             await self._sb.kill(request_timeout=self._config.delete_timeout_seconds)
         except Exception as exc:
-            if _named(exc, *_GONE):
+            if error_named(exc, *_GONE):
                 return
             raise _translate(f"the kill of {self.sandbox_id}", exc, None) from exc
 
@@ -202,7 +196,7 @@ class _Client:
                 request_timeout=cfg.create_timeout_seconds,
             )
         except Exception as exc:
-            if _named(exc, "TimeoutException"):
+            if error_named(exc, "TimeoutException"):
                 raise TimeoutError(f"E2B create timed out: {exc}") from exc
             raise _translate(f"creating a sandbox from {cfg.template!r}", exc, None) from exc
         return _Driver(sandbox, cfg)
@@ -227,7 +221,7 @@ class _Client:
                 sandbox_id, request_timeout=self._config.delete_timeout_seconds
             )
         except Exception as exc:
-            if _named(exc, *_GONE):
+            if error_named(exc, *_GONE):
                 return
             raise _translate(f"the kill of {sandbox_id}", exc, None) from exc
 
@@ -236,35 +230,20 @@ class _Client:
 
 
 def e2b_config_for(config: E2BSandboxConfig, spec: SandboxSpec | None) -> E2BSandboxConfig:
-    """``config`` with a per-item spec applied (``image`` is the template; cpus and memory
-    are the template's in E2B, so they are refused when they differ).
+    """``config`` with a per-item spec applied (:func:`~hermes_async.tools.sandbox._remote.
+    remote_config_for`; ``image`` names the template). E2B takes CPUs and memory from the
+    template: the spec's values are recorded in the config but E2B's create call has no
+    parameter for them.
 
     Raises:
-        ConfigError: The spec asks for a local build or a resource E2B sets per template.
+        ConfigError: The spec asks for a local build.
     """
-    if spec is None:
-        return config
-    if spec.build_context is not None and spec.image is None:
-        raise ConfigError(
-            "the e2b backend cannot build a local context; build an E2B template "
-            "(`e2b template build`) and give its name as SandboxSpec.image"
-        )
-    changes: dict[str, Any] = {}
-    if spec.image is not None:
-        changes["template"] = spec.image
-    if spec.network_mode is not None:
-        changes["block_network"] = spec.network_mode == "none"
-    if spec.workdir is not None:
-        changes["workdir"] = spec.workdir
-    if spec.create_timeout is not None:
-        changes["create_timeout_seconds"] = spec.create_timeout
-    if spec.exec_timeout is not None:
-        changes["default_exec_timeout_seconds"] = spec.exec_timeout
-    return dataclasses.replace(config, **changes)
+    return remote_config_for(config, spec, image_field="template", name="e2b")
 
 
 class E2BBackend(RemoteBackend[E2BSandboxConfig]):
-    """Creates E2B sandboxes: the ``factory(task_id, spec=None)`` a ``SandboxManager`` takes.
+    """Creates E2B sandboxes: the ``factory(task_id, spec=None)`` a ``SandboxManager`` takes
+    (creation, labels, the reaper: :class:`~hermes_async.tools.sandbox._remote.RemoteBackend`).
 
     Args:
         config: How sandboxes are created.
@@ -274,6 +253,10 @@ class E2BBackend(RemoteBackend[E2BSandboxConfig]):
     """
 
     kind = "E2B"
+    name = "e2b"
+    sdk_library = "the e2b SDK (asyncio tasks and queues in its command handles)"
+    credentials_hint = _HINT
+    image_field = "template"
 
     def __init__(
         self,
@@ -282,33 +265,13 @@ class E2BBackend(RemoteBackend[E2BSandboxConfig]):
         e2b: object | None = None,
         run_id: str | None = None,
     ) -> None:
-        super().__init__(config or E2BSandboxConfig(), run_id=run_id)
-        self._e2b = e2b
+        super().__init__(config or E2BSandboxConfig(), sdk=e2b, run_id=run_id)
 
-    def _check_runtime(self) -> None:
-        require_asyncio(
-            "the e2b sandbox backend",
-            "the e2b SDK (asyncio tasks and queues in its command handles)",
-            remedy="use terminal_backend='local'",
-        )
+    def _import_sdk(self) -> Any:
+        return _import_e2b()
 
-    def _open_client(self, config: E2BSandboxConfig) -> RemoteClient:
-        module = self._e2b if self._e2b is not None else _import_e2b()
-        return _Client(module, config)
-
-    def _config_for(self, spec: SandboxSpec | None) -> E2BSandboxConfig:
-        return e2b_config_for(self.config, spec)
-
-    def _credentials_hint(self) -> str:
-        return _HINT
-
-    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> RemoteSandbox:
-        """Create the E2B sandbox for ``task_id`` (see :meth:`RemoteBackend.__call__`).
-
-        **Cancellation**: as :meth:`RemoteBackend.__call__`: a sandbox whose create was under
-        way when the cancellation came is deleted once its id arrives.
-        """
-        return await super().__call__(task_id, spec)
+    def _make_client(self, sdk: Any, config: E2BSandboxConfig) -> RemoteClient:
+        return _Client(sdk, config)
 
 
 def e2b_credentials() -> str | None:
