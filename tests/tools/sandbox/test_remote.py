@@ -1,6 +1,9 @@
-"""What the remote backends share, on both doubles: the reaper, the manager's close hook, and
-randomized cancellations (during create, exec, background start, close) that must leave no
-sandbox in the provider's books."""
+"""What the remote backends share, on both doubles (E2B and Daytona): cancellation during
+create, create timeouts, a sandbox dying mid-rollout, deadlines, the rate limiter, the reaper,
+the manager's close hook, and randomized cancellations (during create, exec, background start,
+close) that must leave no sandbox in the provider's books. SDK-specific behaviour (create
+parameters, auth errors, trio, the registry) and the conformance suite are in test_e2b.py and
+test_daytona.py."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 import anyio
 import pytest
 
+from hermes_async.errors import SandboxError
 from hermes_async.testing.daytona_double import FakeDaytona
 from hermes_async.testing.e2b_double import FakeE2B
 from hermes_async.tools.sandbox._remote import (
@@ -24,6 +28,7 @@ from hermes_async.tools.sandbox._remote import (
 )
 from hermes_async.tools.sandbox.daytona import DaytonaBackend, DaytonaSandboxConfig
 from hermes_async.tools.sandbox.e2b import E2BBackend, E2BSandboxConfig
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.manager import SandboxManager
 
 pytestmark = pytest.mark.anyio
@@ -46,12 +51,19 @@ class Provider:
     name: str
     fake: FakeE2B | FakeDaytona
     build: Callable[..., RemoteBackend[E2BSandboxConfig] | RemoteBackend[DaytonaSandboxConfig]]
+    #: The double's operation names for a file write and a delete, and the SDK's key variable.
+    write_op: str
+    delete_op: str
+    key_env: str
 
     def live_ids(self) -> list[str]:
         return [r.sandbox_id for r in self.fake.live]
 
 
-@pytest.fixture(params=["e2b", "daytona"])
+KINDS = ["e2b", "daytona"]
+
+
+@pytest.fixture(params=KINDS)
 def provider(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Provider:
     return make_provider(request.param, tmp_path)
 
@@ -65,14 +77,145 @@ def make_provider(name: str, workdir: pathlib.Path, **fake_options: object) -> P
             config = E2BSandboxConfig(**{**common, **options})  # type: ignore[arg-type]
             return E2BBackend(config, e2b=e2b, run_id=run_id)
 
-        return Provider(name, e2b, build_e2b)
+        return Provider(name, e2b, build_e2b, "files.write", "kill", "E2B_API_KEY")
     daytona = FakeDaytona(workdir=str(workdir), **fake_options)  # type: ignore[arg-type]
 
     def build_daytona(run_id: str | None = None, **options: object) -> DaytonaBackend:
         config = DaytonaSandboxConfig(**{**common, **options})  # type: ignore[arg-type]
         return DaytonaBackend(config, daytona=daytona, run_id=run_id)
 
-    return Provider(name, daytona, build_daytona)
+    return Provider(name, daytona, build_daytona, "fs.upload_file", "delete", "DAYTONA_API_KEY")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_cancel_during_create_deletes_the_sandbox(tmp_path: pathlib.Path, kind: str) -> None:
+    provider = make_provider(kind, tmp_path, create_delay_seconds=0.5)
+    factory = provider.build()
+    with anyio.move_on_after(0.1) as scope:
+        await factory("t")
+    assert scope.cancelled_caught
+    # The create was under way (the provider had made the sandbox) when the cancel came; it
+    # was deleted once its id arrived, not left for the reaper.
+    assert len(provider.fake.sandboxes) == 1
+    assert provider.fake.live == []
+    assert factory.live == set()
+    assert factory.reaps[-1].found == ()  # only the start-up sweep ran, before the create
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_cancel_during_a_managers_create_leaves_nothing(
+    tmp_path: pathlib.Path, kind: str
+) -> None:
+    provider = make_provider(kind, tmp_path, create_delay_seconds=0.5)
+    factory = provider.build()
+    async with SandboxManager(factory) as manager:
+        with anyio.move_on_after(0.1):
+            await manager.get("t")
+        assert provider.fake.live == []  # gone before the manager closes (and reaps)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_create_timeout_is_an_error_and_sweeps_the_leftover(
+    tmp_path: pathlib.Path, kind: str
+) -> None:
+    provider = make_provider(kind, tmp_path, hang={"create"})
+    factory = provider.build(create_timeout_seconds=0.3)
+    start = anyio.current_time()
+    with pytest.raises(SandboxError, match=rf"did not finish within 0\.3 s.*{provider.key_env}"):
+        await factory("t")
+    assert anyio.current_time() - start < 5
+    # The hung create had made a sandbox server-side; the sweep by task label removed it.
+    assert len(provider.fake.sandboxes) == 1
+    assert provider.fake.live == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_sdks_own_create_timeout_is_an_error(tmp_path: pathlib.Path, kind: str) -> None:
+    # The SDK's own create deadline (we pass ours) fires first and leaves the sandbox made.
+    provider = make_provider(kind, tmp_path, create_delay_seconds=5)
+    factory = provider.build(create_timeout_seconds=0.2)
+    with pytest.raises(SandboxError, match="did not finish within"):
+        await factory("t")
+    assert len(provider.fake.sandboxes) == 1
+    assert provider.fake.live == []
+
+
+async def test_a_sandbox_dying_mid_rollout_is_unavailable(provider: Provider) -> None:
+    factory = provider.build()
+    sb = await factory("t")
+    try:
+        assert (await sb.exec("echo alive")).stdout == "alive\n"
+        await provider.fake.die(sb.sandbox_id)
+        with pytest.raises(SandboxUnavailableError, match="gone") as info:
+            await sb.exec("echo again")
+        assert info.value.category == "infra"
+        # Every later operation says the same.
+        with pytest.raises(SandboxUnavailableError):
+            await sb.read_bytes("x")
+        with pytest.raises(SandboxUnavailableError):
+            await sb.write_bytes("x", b"1")
+    finally:
+        await sb.aclose()
+
+
+async def test_a_sandbox_dying_during_a_command_is_an_infra_failure(provider: Provider) -> None:
+    factory = provider.build()
+    async with SandboxManager(factory) as manager:
+        sandbox = await manager.get("t")
+
+        async def kill_soon() -> None:
+            await anyio.sleep(0.3)
+            remote = factory.live.copy().pop()
+            await provider.fake.die(remote)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_soon)
+            with pytest.raises(SandboxUnavailableError):
+                await sandbox.exec("sleep 30")
+        failure = manager.sandbox_failure("t")
+        assert failure is not None and failure.category == "infra"
+    assert provider.fake.live == []
+
+
+async def test_a_timeout_keeps_the_partial_output(provider: Provider) -> None:
+    async with await provider.build()("t") as sb:
+        result = await sb.exec("echo before; echo oops >&2; sleep 30; echo after", timeout=0.5)
+        assert (result.exit_code, result.timed_out) == (124, True)
+        assert result.stdout == "before\n"
+        assert result.stderr.startswith("oops\n")
+        assert result.duration_seconds < 10
+
+
+async def test_hung_calls_hit_their_deadlines(provider: Provider) -> None:
+    fake = provider.fake
+    factory = provider.build(call_timeout_seconds=0.3, delete_timeout_seconds=0.3)
+    sb = await factory("t")
+    fake.faults.hang.add(provider.write_op)
+    with pytest.raises(SandboxError, match=r"write .* did not answer within 0\.3 s"):
+        await sb.write_bytes("x", b"1")
+    fake.faults.hang.add(provider.delete_op)
+    start = anyio.current_time()
+    await sb.aclose()
+    assert anyio.current_time() - start < 5
+    assert len(fake.live) == 1  # the hung delete left it ...
+    fake.faults.hang.clear()
+    await factory.aclose()  # ... and the reaper deletes it
+    assert fake.live == []
+
+
+async def test_creation_is_rate_limited(tmp_path: pathlib.Path) -> None:
+    for kind in KINDS:
+        provider = make_provider(kind, tmp_path, create_delay_seconds=0.05)
+        factory = provider.build(max_creates_per_second=40.0, max_concurrent_creates=3)
+        begin = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            for i in range(9):
+                tg.start_soon(factory, f"t{i}")
+        assert provider.fake.max_creates_in_flight <= 3
+        # Starts are spaced 1/rate apart: the 9th cannot start before 8/40 s.
+        assert max(provider.fake.create_start_times) - begin >= 0.95 * 8 / 40
+        await factory.aclose()  # the reaper deletes all nine (nobody held them)
+        assert provider.fake.live == []
 
 
 async def test_reaper_deletes_this_runs_orphans_and_no_one_elses(provider: Provider) -> None:
