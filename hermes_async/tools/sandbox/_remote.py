@@ -427,16 +427,30 @@ class RemoteSandbox(ContainerSandbox):
                 self.task_id,
             )
         except SandboxUnavailableError as exc:
-            raise self._mark_gone(exc) from exc
+            raise self._gone_from(exc) from exc
+
+    def _gone_from(self, exc: SandboxUnavailableError) -> SandboxUnavailableError:
+        """Record a driver's "gone" (which knows no task) with this sandbox's task id."""
+        return self._mark_gone(
+            SandboxUnavailableError(
+                exc.detail,
+                reason=exc.reason,
+                backend=exc.backend or self.kind,
+                task_id=self.task_id,
+            )
+        )
 
     # ----------------------------------------------------------------- exec
 
     async def _run_argv(self, run: ContainerExec) -> int:
         """Run a short helper (the group kill, mkdir, tar): its text output, exit code."""
-        result, _ = await self._run_script(shlex.join(run.argv), run.env, 1 << 16, run.limit)
+        result, timed_out = await self._run_script(
+            shlex.join(run.argv), run.env, 1 << 16, run.limit
+        )
         if result is None:
+            what = f"did not finish within {run.limit:g} s" if timed_out else "gave no result"
             raise SandboxError(
-                f"{self.kind} sandbox {self.sandbox_id}: a helper command gave no result",
+                f"{self.kind} sandbox {self.sandbox_id}: a helper command {what}",
                 task_id=self.task_id,
             )
         rc, _, _, out, err = result
@@ -481,7 +495,7 @@ class RemoteSandbox(ContainerSandbox):
             try:
                 reply.append(await self._driver.run(line, env=env, timeout=backstop))
             except SandboxUnavailableError as exc:
-                failure.append(self._mark_gone(exc))
+                failure.append(self._gone_from(exc))
             except Exception as exc:  # re-raised below, unwrapped (no exception group)
                 failure.append(exc)
             finally:
@@ -511,7 +525,8 @@ class RemoteSandbox(ContainerSandbox):
         if not reply:
             if not timed_out:
                 raise SandboxError(
-                    f"{self.kind} sandbox {self.sandbox_id}: a command gave no output"
+                    f"{self.kind} sandbox {self.sandbox_id}: a command gave no output",
+                    task_id=self.task_id,
                 )
             return None, timed_out
         return parse_result(reply[0]), timed_out
