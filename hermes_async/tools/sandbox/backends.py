@@ -143,7 +143,8 @@ def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
             ``modal=`` (a double for tests); for ``e2b`` / ``daytona``, fields of
             :class:`~hermes_async.tools.sandbox.e2b.E2BSandboxConfig` /
             :class:`~hermes_async.tools.sandbox.daytona.DaytonaSandboxConfig` plus ``e2b=`` /
-            ``daytona=``.
+            ``daytona=`` and ``run_id=`` (the label the reaper sweeps by; give a resumed run
+            its previous id and the start-up sweep removes a crashed incarnation's leftovers).
 
     Raises:
         ConfigError: Unknown ``kind`` (the message lists the available ones) or option.
@@ -252,13 +253,15 @@ async def _modal_preflight(*, modal: object | None = None, **options: Any) -> No
         )
 
 
-def _e2b(*, e2b: object | None = None, **options: Any) -> SandboxFactory:
+def _e2b(*, e2b: object | None = None, run_id: str | None = None, **options: Any) -> SandboxFactory:
     from hermes_async.tools.sandbox.e2b import E2BBackend, E2BSandboxConfig
 
-    return E2BBackend(_config(E2BSandboxConfig, "e2b", options), e2b=e2b)
+    return E2BBackend(_config(E2BSandboxConfig, "e2b", options), e2b=e2b, run_id=run_id)
 
 
-async def _e2b_preflight(*, e2b: object | None = None, **options: Any) -> None:
+async def _e2b_preflight(
+    *, e2b: object | None = None, run_id: str | None = None, **options: Any
+) -> None:
     from hermes_async.tools.sandbox.e2b import E2BSandboxConfig, _import_e2b, e2b_credentials
 
     _config(E2BSandboxConfig, "e2b", options)
@@ -273,13 +276,18 @@ async def _e2b_preflight(*, e2b: object | None = None, **options: Any) -> None:
         )
 
 
-def _daytona(*, daytona: object | None = None, **options: Any) -> SandboxFactory:
+def _daytona(
+    *, daytona: object | None = None, run_id: str | None = None, **options: Any
+) -> SandboxFactory:
     from hermes_async.tools.sandbox.daytona import DaytonaBackend, DaytonaSandboxConfig
 
-    return DaytonaBackend(_config(DaytonaSandboxConfig, "daytona", options), daytona=daytona)
+    config = _config(DaytonaSandboxConfig, "daytona", options)
+    return DaytonaBackend(config, daytona=daytona, run_id=run_id)
 
 
-async def _daytona_preflight(*, daytona: object | None = None, **options: Any) -> None:
+async def _daytona_preflight(
+    *, daytona: object | None = None, run_id: str | None = None, **options: Any
+) -> None:
     from hermes_async.tools.sandbox.daytona import (
         DaytonaSandboxConfig,
         _import_daytona,

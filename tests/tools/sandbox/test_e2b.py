@@ -103,8 +103,11 @@ async def test_refused_under_trio(tmp_path: pathlib.Path, fake: FakeE2B) -> None
 async def test_registry_and_preflight(
     tmp_path: pathlib.Path, fake: FakeE2B, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    factory = make_backend_factory("e2b", e2b=fake, workdir=str(tmp_path), home=str(tmp_path))
+    factory = make_backend_factory(
+        "e2b", e2b=fake, run_id="resumed-run", workdir=str(tmp_path), home=str(tmp_path)
+    )
     assert isinstance(factory, E2BBackend)
+    assert factory.run_id == "resumed-run"
     await preflight_backend("e2b", e2b=fake)  # a double brings its own credentials
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     with pytest.raises(SandboxError, match=r"terminal_backend='e2b'.*E2B_API_KEY"):
