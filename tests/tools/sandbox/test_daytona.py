@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import pathlib
 
@@ -124,11 +125,15 @@ async def test_registry_and_preflight(
     )
     assert isinstance(factory, DaytonaBackend)
     await preflight_backend("daytona", daytona=fake)  # a double brings its own credentials
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) colour"):
+        make_backend_factory("daytona", colour="red")
     monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
     monkeypatch.delenv("DAYTONA_JWT_TOKEN", raising=False)
+    if importlib.util.find_spec("daytona") is None:  # the [daytona] extra is not installed
+        with pytest.raises(ConfigError, match=r"pip install 'hermes-async\[daytona\]'"):
+            await preflight_backend("daytona")
+        return
     with pytest.raises(SandboxError, match=r"terminal_backend='daytona'.*DAYTONA_API_KEY"):
         await preflight_backend("daytona")
     monkeypatch.setenv("DAYTONA_API_KEY", "x")
     await preflight_backend("daytona")
-    with pytest.raises(ConfigError, match=r"unknown option\(s\) colour"):
-        make_backend_factory("daytona", colour="red")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import pathlib
 
@@ -109,10 +110,14 @@ async def test_registry_and_preflight(
     assert isinstance(factory, E2BBackend)
     assert factory.run_id == "resumed-run"
     await preflight_backend("e2b", e2b=fake)  # a double brings its own credentials
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) colour"):
+        make_backend_factory("e2b", colour="red")
     monkeypatch.delenv("E2B_API_KEY", raising=False)
+    if importlib.util.find_spec("e2b") is None:  # the [e2b] extra is not installed
+        with pytest.raises(ConfigError, match=r"pip install 'hermes-async\[e2b\]'"):
+            await preflight_backend("e2b")
+        return
     with pytest.raises(SandboxError, match=r"terminal_backend='e2b'.*E2B_API_KEY"):
         await preflight_backend("e2b")
     monkeypatch.setenv("E2B_API_KEY", "x")
     await preflight_backend("e2b")
-    with pytest.raises(ConfigError, match=r"unknown option\(s\) colour"):
-        make_backend_factory("e2b", colour="red")
