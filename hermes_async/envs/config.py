@@ -58,7 +58,9 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     max_agent_turns: int = Field(default=30, description="Maximum model calls per rollout.")
     system_prompt: str | None = Field(default=None, description="System message, if any.")
     agent_temperature: float = Field(default=1.0, description="Sampling temperature.")
-    terminal_backend: str = Field(default="local", description="local, docker or modal.")
+    terminal_backend: str = Field(
+        default="local", description="local, docker, modal, e2b or daytona."
+    )
     terminal_timeout: int = Field(default=120, description="Default command timeout (s).")
     terminal_lifetime: int = Field(default=3600, description="Idle sandbox lifetime (s).")
     dataset_name: str | None = Field(default=None, description="HF dataset name.")

@@ -12,12 +12,17 @@ deterministic ``pytest`` + anyio tests of their own environments:
   ``Retry-After``), slow down or go down while a test runs (server pools, failover).
 * :class:`FakeSandbox` — an in-memory sandbox with scripted commands, latency and faults;
   :func:`run_conformance` / :data:`CONFORMANCE_CHECKS` — the checks every sandbox backend passes.
-* :class:`FakeModal` — a double of modal 1.6's async API; :mod:`hermes_async.testing.fake_web` —
+* :class:`FakeModal` — a double of modal 1.6's async API; :class:`FakeE2B` and
+  :class:`FakeDaytona` — doubles of the e2b and daytona SDKs' async APIs (real local commands,
+  leak books, injectable create latency, hangs, failures and sandbox deaths);
+  :mod:`hermes_async.testing.fake_web` —
   a fake web provider, resolver and loopback-only transport.
 """
 
 from __future__ import annotations
 
+from hermes_async.testing.daytona_double import FakeDaytona
+from hermes_async.testing.e2b_double import FakeE2B
 from hermes_async.testing.fake_sandbox import ExecCall, ExecScript, FakeSandbox, FakeSandboxFactory
 from hermes_async.testing.http import open_app_endpoint, open_asgi_transport, open_loopback_server
 from hermes_async.testing.modal_double import FakeModal
@@ -43,6 +48,8 @@ __all__ = (
     "ConformanceCheck",
     "ExecCall",
     "ExecScript",
+    "FakeDaytona",
+    "FakeE2B",
     "FakeModal",
     "FakeSandbox",
     "FakeSandboxFactory",

@@ -14,7 +14,8 @@ deadline), ``exec_request`` runs commands, ``aclose(interrupted=...)`` releases.
 backend is ``register_backend("mine", build_mine)``; nothing here branches on names.
 
 Built in: ``"local"`` needs nothing extra and runs on asyncio and trio; ``"docker"`` needs the
-``[docker]`` extra and ``"modal"`` the ``[modal]`` extra, and both run only under asyncio (the
+``[docker]`` extra and ``"modal"`` the ``[modal]`` extra, ``"e2b"`` the ``[e2b]`` extra and
+``"daytona"`` the ``[daytona]`` extra, and all four run only under asyncio (the
 check happens when the first sandbox is created, so building the factory never fails for that
 reason). Their builders import the backend module lazily, so a missing extra costs nothing
 until it is used. Options are the fields of the backend's config class; an unknown option is a
@@ -27,7 +28,9 @@ otherwise. :func:`preflight_backend` runs it (environments do at start-up, so a 
 stopped engine fails in seconds instead of scoring every rollout 0). Built in: ``docker`` pings
 the engine (bounded, ~10 s at most); ``modal`` checks the extra and that credentials are
 configured (``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` or a ``~/.modal.toml``; skipped when a
-``modal=`` double is passed); ``local`` needs nothing.
+``modal=`` double is passed); ``e2b`` and ``daytona`` check the extra and ``E2B_API_KEY`` /
+``DAYTONA_API_KEY`` (skipped when an ``e2b=`` / ``daytona=`` double is passed); ``local``
+needs nothing.
 """
 
 from __future__ import annotations
@@ -59,10 +62,10 @@ BackendBuilder = Callable[..., SandboxFactory]
 BackendPreflight = Callable[..., Awaitable[None]]
 
 #: The built-in names ``terminal_backend`` accepts.
-BackendKind = Literal["local", "docker", "modal"]
+BackendKind = Literal["local", "docker", "modal", "e2b", "daytona"]
 
 #: The built-in backend names (registration order).
-BACKEND_KINDS: tuple[str, ...] = ("local", "docker", "modal")
+BACKEND_KINDS: tuple[str, ...] = ("local", "docker", "modal", "e2b", "daytona")
 
 _REGISTRY: dict[str, BackendBuilder] = {}
 _PREFLIGHTS: dict[str, BackendPreflight] = {}
@@ -70,9 +73,9 @@ _PREFLIGHTS: dict[str, BackendPreflight] = {}
 _C = TypeVar("_C")
 
 #: The reference's backends that this project does not implement (ssh's persistent shell,
-#: Singularity/Apptainer instances, the Daytona SDK): named in the error so a ported config
-#: gets told what to do instead of only "unknown".
-_REFERENCE_ONLY = ("ssh", "singularity", "daytona")
+#: Singularity/Apptainer instances): named in the error so a ported config gets told what to
+#: do instead of only "unknown".
+_REFERENCE_ONLY = ("ssh", "singularity")
 
 
 def _unknown_backend(kind: str) -> ConfigError:
@@ -137,7 +140,11 @@ def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
             :func:`~hermes_async.tools.sandbox.local.local_factory`; for ``docker``, fields of
             :class:`~hermes_async.tools.sandbox.docker.DockerSandboxConfig`; for ``modal``,
             fields of :class:`~hermes_async.tools.sandbox.modal.ModalSandboxConfig` plus
-            ``modal=`` (a double for tests).
+            ``modal=`` (a double for tests); for ``e2b`` / ``daytona``, fields of
+            :class:`~hermes_async.tools.sandbox.e2b.E2BSandboxConfig` /
+            :class:`~hermes_async.tools.sandbox.daytona.DaytonaSandboxConfig` plus ``e2b=`` /
+            ``daytona=`` and ``run_id=`` (the label the reaper sweeps by; give a resumed run
+            its previous id and the start-up sweep removes a crashed incarnation's leftovers).
 
     Raises:
         ConfigError: Unknown ``kind`` (the message lists the available ones) or option.
@@ -246,10 +253,63 @@ async def _modal_preflight(*, modal: object | None = None, **options: Any) -> No
         )
 
 
+def _e2b(*, e2b: object | None = None, run_id: str | None = None, **options: Any) -> SandboxFactory:
+    from hermes_async.tools.sandbox.e2b import E2BBackend, E2BSandboxConfig
+
+    return E2BBackend(_config(E2BSandboxConfig, "e2b", options), e2b=e2b, run_id=run_id)
+
+
+async def _e2b_preflight(
+    *, e2b: object | None = None, run_id: str | None = None, **options: Any
+) -> None:
+    from hermes_async.tools.sandbox.e2b import E2BSandboxConfig, _import_e2b, e2b_credentials
+
+    _config(E2BSandboxConfig, "e2b", options)
+    if e2b is not None:
+        return  # an injected client (a test double) brings its own credentials
+    _import_e2b()
+    if e2b_credentials() is None:
+        raise SandboxError(
+            "terminal_backend='e2b' but no E2B credentials are configured: set E2B_API_KEY "
+            "(and E2B_DOMAIN for a self-hosted E2B-compatible service), or run with "
+            "--env.terminal_backend local or docker"
+        )
+
+
+def _daytona(
+    *, daytona: object | None = None, run_id: str | None = None, **options: Any
+) -> SandboxFactory:
+    from hermes_async.tools.sandbox.daytona import DaytonaBackend, DaytonaSandboxConfig
+
+    config = _config(DaytonaSandboxConfig, "daytona", options)
+    return DaytonaBackend(config, daytona=daytona, run_id=run_id)
+
+
+async def _daytona_preflight(
+    *, daytona: object | None = None, run_id: str | None = None, **options: Any
+) -> None:
+    from hermes_async.tools.sandbox.daytona import (
+        DaytonaSandboxConfig,
+        _import_daytona,
+        daytona_credentials,
+    )
+
+    _config(DaytonaSandboxConfig, "daytona", options)
+    if daytona is not None:
+        return  # an injected client (a test double) brings its own credentials
+    _import_daytona()
+    if daytona_credentials() is None:
+        raise SandboxError(
+            "terminal_backend='daytona' but no Daytona credentials are configured: set "
+            "DAYTONA_API_KEY (and DAYTONA_API_URL for a self-hosted Daytona), or run with "
+            "--env.terminal_backend local or docker"
+        )
+
+
 for _name, _builder, _check in zip(
     BACKEND_KINDS,
-    (_local, _docker, _modal),
-    (None, _docker_preflight, _modal_preflight),
+    (_local, _docker, _modal, _e2b, _daytona),
+    (None, _docker_preflight, _modal_preflight, _e2b_preflight, _daytona_preflight),
     strict=True,
 ):
     register_backend(_name, _builder, preflight=_check)

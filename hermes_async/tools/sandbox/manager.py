@@ -50,6 +50,10 @@ Decisions:
   the janitor, and its exit releases every sandbox, concurrently, each release bounded by
   ``close_timeout`` (so exiting takes at most about ``close_timeout``; no second bound around
   them), with ``interrupted=True`` when the block exits by an exception or a cancellation.
+* **Factory close hook**: a factory with an ``aclose()`` coroutine method (the remote
+  backends, E2B and Daytona, whose ``aclose`` reaps the run's leftovers by label) has it awaited
+  after the releases, shielded and bounded by ``close_timeout``; factories without one (local,
+  Docker, Modal) are untouched.
 
 A process-wide *current* manager lives in a :class:`contextvars.ContextVar`, so code that builds
 ``ToolContext(task_id)`` with no other argument (reference-style reward functions) finds the
@@ -276,6 +280,15 @@ class SandboxManager(AsyncResource):
             # Shield only: every release inside is bounded by close_timeout.
             with cleanup_scope("release every sandbox", math.inf, reason=reason, log=logger):
                 await self.release_all(interrupted=interrupted)
+            factory_close = getattr(self.factory, "aclose", None)
+            if callable(factory_close):
+                await bounded_cleanup(
+                    f"close the sandbox factory {self.factory!r}",
+                    factory_close,
+                    timeout=self.close_timeout,
+                    reason=reason,
+                    log=logger,
+                )
         finally:
             self._state = "closed"
             self._tg.cancel_scope.cancel(f"SandboxManager closing: {reason}")

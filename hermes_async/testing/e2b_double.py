@@ -1,0 +1,483 @@
+"""A double of the part of the ``e2b`` SDK's async API (2.x) that the E2B backend uses.
+
+E2B cannot be reached from CI (no network, no ``E2B_API_KEY``), so
+:class:`~hermes_async.tools.sandbox.e2b.E2BBackend` takes an ``e2b=`` object; pass a
+:class:`FakeE2B`. It mirrors the SDK's names, signatures and exception classes:
+
+* ``sb = await e2b.AsyncSandbox.create(template=None, timeout=None, metadata=None, envs=None,
+  allow_internet_access=None, request_timeout=None, ...)``; ``sb.sandbox_id``
+* ``await sb.commands.run(cmd, background=None, envs=None, user=None, cwd=None,
+  on_stdout=None, on_stderr=None, stdin=None, timeout=60, request_timeout=None)`` -> a
+  ``CommandResult(stdout, stderr, exit_code, error)``; a non-zero exit raises
+  ``CommandExitException`` (carrying the same fields), a command past ``timeout`` raises
+  ``TimeoutException`` (as the SDK's stream deadline does). ``background=True`` is not modelled
+  (the backend never uses it).
+* ``await sb.files.read(path, format="text"|"bytes")`` (a missing file:
+  ``FileNotFoundException``), ``await sb.files.write(path, data)`` (parents created)
+* ``await sb.kill()`` and ``await e2b.AsyncSandbox.kill(sandbox_id)`` (the SDK's
+  class-or-instance method; ``False`` when no such sandbox)
+* ``e2b.AsyncSandbox.list(query=e2b.SandboxQuery(metadata={...}), limit=None)`` -> a paginator
+  (``has_next``, ``await next_items()``) of ``SandboxInfo(sandbox_id, metadata, ...)``
+* ``await e2b.AsyncSandbox.connect(sandbox_id)`` (``SandboxNotFoundException`` when gone)
+
+Commands run for real as local processes (``bash -c``, like envd's ``/bin/bash -l -c``
+without the login profile), see :mod:`hermes_async.testing._remote_machine`. A command in a
+sandbox that is gone raises ``SandboxNotRunningException``, as the SDK does when the proxy
+reports the sandbox killed.
+
+Faults, for the leaks and failures the backend must survive:
+
+* ``create_delay_seconds`` (a number, or a function called per create for random latency):
+  the sandbox exists **in the books from the start of the call** and the id is returned only
+  after the delay: a client that gives up meanwhile leaks it (verifiers #411).
+* A create whose delay exceeds its ``request_timeout`` raises ``TimeoutException`` after that
+  long, leaving the sandbox alive (what a real slow control plane does).
+* ``hang={op}`` / ``fail={op: exc}`` per operation: ``"create"`` (a hung create has already
+  registered its sandbox), ``"commands.run"``, ``"files.read"``, ``"files.write"``,
+  ``"kill"``, ``"list"``, ``"connect"``. A failed create registers nothing.
+* :meth:`FakeE2B.die` ends a sandbox from outside mid-rollout (its processes killed).
+
+The books: :attr:`FakeE2B.sandboxes` (every sandbox ever created, with its metadata and
+whether it is alive) and :attr:`FakeE2B.live` (the ones still running) are what tests assert
+leaks against.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import anyio
+
+from hermes_async.testing._remote_machine import ControlPlane, CreateDelay, LocalMachine
+
+__all__ = (
+    "AuthenticationException",
+    "CommandExitException",
+    "CommandResult",
+    "FakeAsyncSandbox",
+    "FakeE2B",
+    "FileNotFoundException",
+    "NotFoundException",
+    "RateLimitException",
+    "SandboxException",
+    "SandboxInfo",
+    "SandboxNotFoundException",
+    "SandboxNotRunningException",
+    "SandboxQuery",
+    "TimeoutException",
+    "WriteInfo",
+)
+
+
+# Exception classes named and nested like e2b.exceptions' (the backend matches them by name).
+class SandboxException(Exception):
+    """``e2b.SandboxException``."""
+
+
+class TimeoutException(SandboxException):
+    """``e2b.TimeoutException``."""
+
+
+class NotFoundException(SandboxException):
+    """``e2b.NotFoundException``."""
+
+
+class FileNotFoundException(NotFoundException):
+    """``e2b.FileNotFoundException``."""
+
+
+class SandboxNotFoundException(NotFoundException):
+    """``e2b.SandboxNotFoundException``: no such sandbox (control plane)."""
+
+
+class SandboxNotRunningException(TimeoutException):
+    """``e2b.SandboxNotRunningException``: the sandbox was killed or reached its timeout."""
+
+
+class AuthenticationException(Exception):
+    """``e2b.AuthenticationException``."""
+
+
+class RateLimitException(SandboxException):
+    """``e2b.RateLimitException``."""
+
+
+@dataclass
+class CommandResult:
+    """``e2b.CommandResult``."""
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    error: str | None = None
+
+
+class CommandExitException(SandboxException):
+    """``e2b.CommandExitException``: a command exited non-zero (carries its result)."""
+
+    def __init__(self, stdout: str, stderr: str, exit_code: int, error: str | None) -> None:
+        super().__init__(f"Command exited with code {exit_code} and error:\n{stderr}")
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exit_code = exit_code
+        self.error = error
+
+
+@dataclass
+class SandboxQuery:
+    """``e2b.SandboxQuery``."""
+
+    metadata: dict[str, str] | None = None
+    state: list[str] | None = None
+
+
+@dataclass
+class SandboxInfo:
+    """``e2b.SandboxInfo`` (the fields the backend reads, and a few more)."""
+
+    sandbox_id: str
+    template_id: str
+    metadata: dict[str, str]
+    started_at: datetime
+    state: str = "running"
+
+
+@dataclass
+class WriteInfo:
+    """``e2b.sandbox.filesystem.filesystem.WriteInfo``."""
+
+    name: str
+    type: str
+    path: str
+
+
+@dataclass
+class _Record:
+    sandbox_id: str
+    template: str
+    metadata: dict[str, str]
+    envs: dict[str, str]
+    lifetime_seconds: int | None
+    allow_internet_access: bool | None
+    machine: LocalMachine
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    alive: bool = True
+    returned: bool = False  # the create call handed the id to the client
+
+
+class _Commands:
+    def __init__(self, sandbox: FakeAsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def run(
+        self,
+        cmd: str,
+        background: bool | None = None,
+        envs: dict[str, str] | None = None,
+        user: str | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], object] | None = None,
+        on_stderr: Callable[[str], object] | None = None,
+        stdin: bool | None = None,
+        timeout: float | None = 60,
+        request_timeout: float | None = None,
+        *,
+        retain_output: bool = True,
+    ) -> CommandResult:
+        """``sandbox.commands.run``: run ``cmd`` with ``bash -c`` and wait for it."""
+        record = await self._sandbox._check("commands.run")
+        if background:
+            raise NotImplementedError("the e2b double does not model background=True")
+        outcome = await record.machine.run(
+            ["bash", "-c", cmd], cwd=cwd, env=envs, timeout=timeout or None
+        )
+        if not record.alive:
+            raise SandboxNotRunningException(f"sandbox {record.sandbox_id} is not running")
+        stdout = outcome.stdout.decode("utf-8", errors="replace")
+        stderr = outcome.stderr.decode("utf-8", errors="replace")
+        for handler, text in ((on_stdout, stdout), (on_stderr, stderr)):
+            if handler is not None and text:
+                result = handler(text)
+                if hasattr(result, "__await__"):
+                    await result
+        if outcome.exit_code is None:
+            raise TimeoutException(
+                "context deadline exceeded: the command ran longer than its timeout "
+                f"({timeout} s); raise timeout= or pass 0 for no limit"
+            )
+        if outcome.exit_code != 0:
+            raise CommandExitException(stdout, stderr, outcome.exit_code, None)
+        return CommandResult(stdout, stderr, 0)
+
+
+class _Files:
+    def __init__(self, sandbox: FakeAsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def read(
+        self,
+        path: str,
+        format: Literal["text", "bytes"] = "text",
+        user: str | None = None,
+        request_timeout: float | None = None,
+    ) -> str | bytes:
+        """``sandbox.files.read``."""
+        await self._sandbox._check("files.read")
+        target = anyio.Path(path)
+        if await target.is_dir():
+            raise SandboxException(f"path '{path}' is a directory")
+        try:
+            data = await target.read_bytes()
+        except FileNotFoundError as exc:
+            raise FileNotFoundException(f"file '{path}' not found") from exc
+        return data if format == "bytes" else data.decode("utf-8", errors="replace")
+
+    async def write(
+        self,
+        path: str,
+        data: str | bytes,
+        user: str | None = None,
+        request_timeout: float | None = None,
+    ) -> WriteInfo:
+        """``sandbox.files.write``: parents created, an existing file overwritten."""
+        await self._sandbox._check("files.write")
+        target = anyio.Path(path)
+        if await target.is_dir():
+            raise SandboxException(f"path '{path}' is a directory")
+        await target.parent.mkdir(parents=True, exist_ok=True)
+        await target.write_bytes(data.encode() if isinstance(data, str) else bytes(data))
+        return WriteInfo(name=target.name, type="file", path=path)
+
+
+class _KillMethod:
+    """The SDK's ``kill``: ``await sb.kill()`` or ``await AsyncSandbox.kill(sandbox_id)``."""
+
+    def __get__(self, obj: FakeAsyncSandbox | None, cls: type[FakeAsyncSandbox]) -> Any:
+        if obj is None:
+
+            async def kill_by_id(sandbox_id: str, **opts: object) -> bool:
+                return await cls._provider._kill(sandbox_id)
+
+            return kill_by_id
+
+        async def kill(**opts: object) -> bool:
+            return await obj._provider._kill(obj.sandbox_id)
+
+        return kill
+
+
+class _Paginator:
+    """``e2b.AsyncSandboxPaginator``: ``has_next`` and ``await next_items()``."""
+
+    def __init__(self, provider: FakeE2B, query: SandboxQuery | None, limit: int | None) -> None:
+        self._provider = provider
+        self._query = query
+        self._limit = limit or 100
+        self._offset = 0
+        self.has_next = True
+
+    async def next_items(self, **opts: object) -> list[SandboxInfo]:
+        if not self.has_next:
+            raise SandboxException("No more items to fetch")
+        await self._provider.faults.check("list")
+        wanted = (self._query.metadata if self._query else None) or {}
+        matches = [
+            r
+            for r in self._provider.sandboxes.values()
+            if r.alive and all(r.metadata.get(k) == v for k, v in wanted.items())
+        ]
+        page = matches[self._offset : self._offset + self._limit]
+        self._offset += len(page)
+        self.has_next = self._offset < len(matches)
+        return [SandboxInfo(r.sandbox_id, r.template, dict(r.metadata), r.started_at) for r in page]
+
+
+class FakeAsyncSandbox:
+    """``e2b.AsyncSandbox`` (each :class:`FakeE2B` has its own subclass bound to its books)."""
+
+    _provider: FakeE2B
+    kill = _KillMethod()
+
+    def __init__(self, record: _Record) -> None:
+        self._record = record
+        self.sandbox_id = record.sandbox_id
+        self.commands = _Commands(self)
+        self.files = _Files(self)
+
+    async def _check(self, op: str) -> _Record:
+        if not self._record.alive:
+            raise SandboxNotRunningException(
+                f"The sandbox {self.sandbox_id} was not found: it was killed or timed out"
+            )
+        await self._provider.faults.check(op)
+        return self._record
+
+    @classmethod
+    async def create(
+        cls,
+        template: str | None = None,
+        timeout: int | None = None,
+        metadata: dict[str, str] | None = None,
+        envs: dict[str, str] | None = None,
+        secure: bool | None = None,
+        allow_internet_access: bool | None = None,
+        request_timeout: float | None = None,
+        **opts: object,
+    ) -> FakeAsyncSandbox:
+        """``AsyncSandbox.create``: see the module docstring for the latency model."""
+        return await cls._provider._create(
+            cls, template or "base", timeout, metadata, envs, allow_internet_access, request_timeout
+        )
+
+    @classmethod
+    async def connect(
+        cls, sandbox_id: str, timeout: int | None = None, **opts: object
+    ) -> FakeAsyncSandbox:
+        """``AsyncSandbox.connect``: a handle on a running sandbox."""
+        await cls._provider.faults.check("connect")
+        record = cls._provider.sandboxes.get(sandbox_id)
+        if record is None or not record.alive:
+            raise SandboxNotFoundException(f"Sandbox {sandbox_id} not found")
+        return cls(record)
+
+    @classmethod
+    def list(
+        cls, query: SandboxQuery | None = None, limit: int | None = None, **opts: object
+    ) -> _Paginator:
+        """``AsyncSandbox.list``: a paginator over running sandboxes matching ``query``."""
+        return _Paginator(cls._provider, query, limit)
+
+
+class FakeE2B(ControlPlane):
+    """Stands in for the ``e2b`` module and E2B's control plane (see the module docstring).
+
+    Args:
+        hang: Operation names whose calls never return.
+        fail: Operation name -> exception its calls raise.
+        create_delay_seconds: Each create's latency (a number or a function per create).
+        extra_env: Variables every command sees (besides PATH, HOME, LANG).
+        workdir: Where commands start when no ``cwd`` is given (the sandbox user's home).
+    """
+
+    SandboxException = SandboxException
+    TimeoutException = TimeoutException
+    NotFoundException = NotFoundException
+    FileNotFoundException = FileNotFoundException
+    SandboxNotFoundException = SandboxNotFoundException
+    SandboxNotRunningException = SandboxNotRunningException
+    AuthenticationException = AuthenticationException
+    RateLimitException = RateLimitException
+    CommandExitException = CommandExitException
+    SandboxQuery = SandboxQuery
+
+    def __init__(
+        self,
+        *,
+        hang: Collection[str] = (),
+        fail: Mapping[str, BaseException] | None = None,
+        create_delay_seconds: CreateDelay = 0.0,
+        extra_env: Mapping[str, str] | None = None,
+        workdir: str = "/tmp",
+    ) -> None:
+        super().__init__(
+            hang=hang,
+            fail=fail,
+            create_delay_seconds=create_delay_seconds,
+            extra_env=extra_env,
+            workdir=workdir,
+        )
+        self.sandboxes: dict[str, _Record] = {}
+        self.AsyncSandbox: type[FakeAsyncSandbox] = type(
+            "AsyncSandbox", (FakeAsyncSandbox,), {"_provider": self}
+        )
+        self.create_kwargs: list[dict[str, object]] = []
+        self.kills: list[str] = []
+
+    @property
+    def live(self) -> list[_Record]:
+        """Sandboxes created and not killed (the leak books)."""
+        return [r for r in self.sandboxes.values() if r.alive]
+
+    def live_with(self, metadata: Mapping[str, str]) -> list[str]:
+        """Ids of live sandboxes whose metadata includes ``metadata``."""
+        return [
+            r.sandbox_id
+            for r in self.live
+            if all(r.metadata.get(k) == v for k, v in metadata.items())
+        ]
+
+    def inject_orphan(self, metadata: Mapping[str, str]) -> str:
+        """Register a running sandbox nobody holds (a previous crash's leftover); its id."""
+        record = self._register("base", None, dict(metadata), {}, None)
+        return record.sandbox_id
+
+    async def die(self, sandbox_id: str) -> None:
+        """End ``sandbox_id`` from outside (mid-rollout): processes killed, books updated."""
+        record = self.sandboxes[sandbox_id]
+        record.alive = False
+        await record.machine.destroy()
+
+    def _register(
+        self,
+        template: str,
+        lifetime: int | None,
+        metadata: dict[str, str],
+        envs: dict[str, str],
+        allow_internet_access: bool | None,
+    ) -> _Record:
+        sandbox_id = f"i{secrets.token_hex(10)}"
+        machine = LocalMachine(sandbox_id, self.workdir, {**self.extra_env, **envs}, self.sweeper)
+        record = _Record(
+            sandbox_id, template, metadata, envs, lifetime, allow_internet_access, machine
+        )
+        self.sandboxes[sandbox_id] = record
+        return record
+
+    async def _create(
+        self,
+        cls: type[FakeAsyncSandbox],
+        template: str,
+        timeout: int | None,
+        metadata: dict[str, str] | None,
+        envs: dict[str, str] | None,
+        allow_internet_access: bool | None,
+        request_timeout: float | None,
+    ) -> FakeAsyncSandbox:
+        def register() -> _Record:
+            self.create_kwargs.append(
+                {
+                    "template": template,
+                    "timeout": timeout,
+                    "metadata": dict(metadata or {}),
+                    "envs": dict(envs or {}),
+                    "allow_internet_access": allow_internet_access,
+                    "request_timeout": request_timeout,
+                }
+            )
+            return self._register(
+                template, timeout, dict(metadata or {}), dict(envs or {}), allow_internet_access
+            )
+
+        record = await self._creating(
+            register,
+            request_timeout,
+            lambda: TimeoutException(
+                f"Request timed out after {request_timeout} s: the sandbox may still be starting"
+            ),
+        )
+        record.returned = True
+        return cls(record)
+
+    async def _kill(self, sandbox_id: str) -> bool:
+        await self.faults.check("kill")
+        record = self.sandboxes.get(sandbox_id)
+        if record is None or not record.alive:
+            return False
+        record.alive = False
+        self.kills.append(sandbox_id)
+        await record.machine.destroy()
+        return True

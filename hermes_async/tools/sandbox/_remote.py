@@ -1,0 +1,998 @@
+"""What the remote-API backends (E2B, Daytona) share: a driver seam, exec, creation, the reaper.
+
+A remote sandbox is a machine behind an HTTP API that offers three primitives: run a shell
+command and get its text output back when it ends, write a file, read a file. Each backend
+wraps its SDK in a small :class:`RemoteDriver` (per sandbox) and a :class:`RemoteClient` (per
+factory: create, list by label, delete by id); everything else is written once here.
+
+Exec, in one API round trip
+---------------------------
+
+A command runs through the Docker/Modal wrapper (``_container.EXEC_WRAPPER``: its own process
+group, killed as a group) with its stdout and stderr redirected to files in the sandbox. When
+it ends, the same remote call caps each file head + tail to ``output_limit`` (inside the
+sandbox: a runaway ``yes`` never crosses the network whole), base64-encodes both, prints them
+after a marker line, and removes the files. The SDKs' command output is text (decoded by the
+SDK), so base64 keeps arbitrary bytes exact; the host rebuilds the streams with the shared
+:class:`~hermes_async.tools.sandbox.output.OutputCapture` (so the truncation marker is the one
+every backend shows). ``stdin`` is staged as a file first (one more call).
+
+On timeout the host kills the command's group (``KILL_SCRIPT``, a second call) and keeps
+waiting, bounded by ``kill_timeout``, for the first call to report what the command printed
+before it died: exit 124, ``timed_out``, with the partial output. On cancellation the group is
+killed (shielded, bounded) before the cancellation propagates.
+
+Creation: rate limited, shielded until the id is captured
+----------------------------------------------------------
+
+The leak the verifiers project shipped (#411, PR #2406: sandboxes running for their 24 h
+lifetime, 2,310 of them, because an interrupt landed before the create call returned the id)
+is ruled out in two layers:
+
+1. The create call runs **shielded** from the caller's cancellation and bounded by
+   ``create_timeout_seconds``. A cancellation that arrives meanwhile is delivered right after
+   the id is known, and the fresh sandbox is deleted first (shielded, bounded).
+2. Every sandbox carries labels: the fixed ``hermes-async=1``, this factory's run id
+   (``hermes-async-run``) and the task id. A create that *times out* (the server may have made
+   the sandbox but the id never arrived) is followed by a bounded sweep of this run's sandboxes
+   with that task's label. The **reaper** deletes everything labelled with this run's id at
+   the factory's first use (a previous incarnation's leftovers can't be this run's, but a
+   sweep is cheap and proves the listing works) and when the factory closes
+   (:meth:`RemoteBackend.aclose`, which ``SandboxManager`` calls on shutdown). It never
+   touches another run's sandboxes: the list query filters by this run's id, and each hit is
+   checked again before it is deleted.
+
+Creations pass a :class:`~hermes_async.tools.sandbox.modal.CreationRateLimiter` (at most
+``max_concurrent_creates`` in flight, starts ``1 / max_creates_per_second`` apart) on top of the
+manager's ``sandbox_create`` limiter.
+
+A sandbox that dies mid-rollout (deleted from outside, its lifetime ended, the provider lost
+it) raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` from every later
+operation; the driver decides which SDK errors mean "gone".
+
+Secrets: the API key is handed to the SDK client only. Sandboxes get exactly the configured
+``env`` (empty by default) at creation and each command's explicit ``env``; no host variable
+is forwarded, and log lines name sandbox ids and task ids only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import logging
+import math
+import posixpath
+import shlex
+import uuid
+from abc import abstractmethod
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import anyio
+import anyio.lowlevel
+
+from hermes_async._asynclib import require_asyncio
+from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.tools.sandbox._container import (
+    EXEC_DIR,
+    EXEC_WRAPPER,
+    ContainerExec,
+    ContainerSandbox,
+)
+from hermes_async.tools.sandbox.archive import check_tar_members
+from hermes_async.tools.sandbox.base import (
+    TIMEOUT_EXIT_CODE,
+    ByteSink,
+    ExecRequest,
+    ExecResult,
+)
+from hermes_async.tools.sandbox.errors import (
+    NotARegularFileError,
+    SandboxUnavailableError,
+    TransferLimitError,
+)
+from hermes_async.tools.sandbox.modal import CreationRateLimiter
+from hermes_async.tools.sandbox.output import OutputCapture
+from hermes_async.tools.sandbox.spec import SandboxSpec
+
+__all__ = (
+    "HERMES_LABEL",
+    "RUN_LABEL",
+    "TASK_LABEL",
+    "ReapReport",
+    "RemoteBackend",
+    "RemoteClient",
+    "RemoteDriver",
+    "RemoteSandbox",
+    "RemoteSandboxConfig",
+    "error_named",
+    "remote_config_for",
+)
+
+logger = logging.getLogger("hermes_async.tools.sandbox.remote")
+
+_T = TypeVar("_T")
+_C = TypeVar("_C", bound="RemoteSandboxConfig")
+
+#: The fixed label every sandbox this project creates carries (value ``"1"``).
+HERMES_LABEL = "hermes-async"
+#: The label holding the creating factory's run id.
+RUN_LABEL = "hermes-async-run"
+#: The label holding the task id (a rollout) the sandbox was made for.
+TASK_LABEL = "hermes-async-task"
+
+_RESULT_MARK = "HERMES-EXEC-RESULT"
+_SEP_MARK = "HERMES-EXEC-SEP"
+_END_MARK = "HERMES-EXEC-END"
+
+#: Exit codes of the file-check script: missing / not a regular file / too large.
+_MISSING, _NOT_REGULAR, _TOO_LARGE = 66, 68, 67
+
+# The outer script: `sh -c RUN hermes-run WRAPPER ID LIMIT CWD STDIN COMMAND`. It runs the
+# Docker/Modal wrapper with both streams in files, then prints one result block (rc, the full
+# sizes, then base64 of each stream capped head + tail to LIMIT) and removes the files. It
+# always exits 0 so an SDK that raises on a non-zero exit (E2B) hands the block back.
+_RUN_SCRIPT = rf"""
+w=$1; id=$2; lim=$3; dir=$4; in=$5; cmd=$6
+d={EXEC_DIR}; mkdir -p "$d" 2>/dev/null
+o="$d/$id.out"; e="$d/$id.err"
+sh -c "$w" hermes-exec "$id" "$dir" "$in" "$cmd" >"$o" 2>"$e" </dev/null
+rc=$?
+emit() {{
+  n=$(wc -c <"$1" 2>/dev/null || echo 0); n=$((n))
+  if [ "$n" -gt "$lim" ]; then h=$((lim / 2)); t=$((lim - h))
+    {{ head -c "$h" "$1"; if [ "$t" -gt 0 ]; then tail -c "$t" "$1"; fi; }} | base64
+  else base64 <"$1"; fi
+}}
+no=$(wc -c <"$o" 2>/dev/null || echo 0); ne=$(wc -c <"$e" 2>/dev/null || echo 0)
+printf '\n{_RESULT_MARK} %s %s %s\n' "$rc" $((no)) $((ne))
+emit "$o"; echo {_SEP_MARK}; emit "$e"; echo {_END_MARK}
+rm -f "$o" "$e"
+exit 0
+"""
+
+# `sh -c CHECK sh PATH CAP`: what kind of file PATH is, and its size (printed).
+_CHECK_FILE = (
+    f'[ -e "$1" ] || exit {_MISSING}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
+    's=$(stat -c %s -- "$1" 2>/dev/null || wc -c < "$1"); s=$((s)); echo "$s"; '
+    f'if [ "$2" -ge 0 ] && [ "$s" -gt "$2" ]; then exit {_TOO_LARGE}; fi; exit 0'
+)
+
+
+class RemoteDriver(Protocol):
+    """One remote sandbox as the SDK exposes it: run, read, write, delete.
+
+    Every method raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`
+    when the SDK says the sandbox is gone, :class:`~hermes_async.errors.SandboxError` for any
+    other SDK failure (``FileNotFoundError`` from :meth:`read` for a missing file). Deadlines
+    are the caller's (:class:`RemoteSandbox` bounds each call); ``timeout`` is passed to the SDK
+    as its own backstop.
+    """
+
+    @property
+    def sandbox_id(self) -> str:
+        """The provider's id of the sandbox."""
+        ...
+
+    async def run(self, command: str, *, env: Mapping[str, str] | None, timeout: float) -> str:
+        """Run ``command`` through the sandbox's shell; return its standard output as text."""
+        ...
+
+    async def read(self, path: str) -> bytes:
+        """The bytes of the absolute ``path``."""
+        ...
+
+    async def write(self, path: str, data: bytes) -> None:
+        """Write ``data`` to the absolute ``path``, creating parents."""
+        ...
+
+    async def delete(self) -> None:
+        """Delete the sandbox (a sandbox already gone is not an error)."""
+        ...
+
+
+class RemoteClient(Protocol):
+    """A provider's control plane as one factory uses it: create, list by labels, delete."""
+
+    async def create(self, labels: Mapping[str, str]) -> RemoteDriver:
+        """Create a sandbox carrying ``labels``; return it once it accepts commands."""
+        ...
+
+    async def list_ids(self, labels: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
+        """``(id, labels)`` of every live sandbox carrying all of ``labels``."""
+        ...
+
+    async def delete_id(self, sandbox_id: str) -> None:
+        """Delete sandbox ``sandbox_id`` (already gone is not an error)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the client's connections."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSandboxConfig:
+    """The settings every remote backend shares (each backend's config adds its own).
+
+    Attributes:
+        workdir: Working directory of every command and the base of relative paths.
+        home: ``~`` inside the sandbox.
+        cpus: CPU request.
+        memory_mb: Memory request in MiB.
+        block_network: Cut the sandbox off the internet.
+        env: Variables set in the sandbox at creation (nothing from the host is forwarded).
+        sandbox_lifetime_seconds: The provider's hard lifetime of a sandbox: the last bound on
+            a leak nothing else caught.
+        create_timeout_seconds: Deadline of one creation (shielded: a cancellation waits at
+            most this long for the id, then the sandbox is deleted).
+        call_timeout_seconds: Deadline of every other API call (file transfer, kill).
+        delete_timeout_seconds: Deadline of one delete, and the bound of a release that
+            ``async with sandbox:`` owns.
+        reap_timeout_seconds: Deadline of one reaper sweep (list + deletes).
+        default_exec_timeout_seconds: Command timeout when ``exec`` gets none.
+        max_creates_per_second: Creations started per second, at most.
+        max_concurrent_creates: Creations in flight, at most.
+        reap_on_start: Sweep this run's leftovers at the factory's first use.
+    """
+
+    workdir: str = "/home/user"
+    home: str = "/home/user"
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    block_network: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    sandbox_lifetime_seconds: int = 3600
+    create_timeout_seconds: float = 120.0
+    call_timeout_seconds: float = 60.0
+    delete_timeout_seconds: float = 30.0
+    reap_timeout_seconds: float = 60.0
+    default_exec_timeout_seconds: float = 180.0
+    max_creates_per_second: float = 4.0
+    max_concurrent_creates: int = 16
+    reap_on_start: bool = True
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        for attr in ("workdir", "home"):
+            if not posixpath.isabs(getattr(self, attr)):
+                raise ConfigError(f"{name}.{attr} must be absolute, got {getattr(self, attr)!r}")
+        for attr in (
+            "cpus",
+            "create_timeout_seconds",
+            "call_timeout_seconds",
+            "delete_timeout_seconds",
+            "reap_timeout_seconds",
+            "default_exec_timeout_seconds",
+            "max_creates_per_second",
+        ):
+            value = getattr(self, attr)
+            if not (value > 0 and math.isfinite(value)):
+                raise ConfigError(f"{name}.{attr} must be > 0, got {value!r}")
+        if self.max_concurrent_creates < 1 or self.sandbox_lifetime_seconds < 1:
+            raise ConfigError(
+                f"{name}: max_concurrent_creates and sandbox_lifetime_seconds must be >= 1, got "
+                f"{self.max_concurrent_creates!r} and {self.sandbox_lifetime_seconds!r}"
+            )
+        if self.memory_mb < 1:
+            raise ConfigError(f"{name}.memory_mb must be >= 1, got {self.memory_mb!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReapReport:
+    """What one reaper sweep did.
+
+    Attributes:
+        found: Ids listed with this run's label.
+        deleted: Ids deleted.
+        failed: Ids whose delete failed (logged).
+        skipped: Ids whose labels were not this run's on a second look (never deleted).
+    """
+
+    found: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+def error_named(exc: BaseException, *names: str) -> bool:
+    """Whether ``exc`` is an instance of a class called one of ``names`` (an SDK's or its
+    double's: the backends match SDK errors by name, so a double need not import the SDK)."""
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
+
+
+def remote_config_for(config: _C, spec: SandboxSpec | None, *, image_field: str, name: str) -> _C:
+    """``config`` with a per-item spec applied: ``image`` to ``image_field``, cpus, memory,
+    network, workdir, timeouts. A ``build_context`` without an image is refused (remote
+    providers build from a registry image or a template).
+
+    Raises:
+        ConfigError: The spec asks for a local build.
+    """
+    if spec is None:
+        return config
+    if spec.build_context is not None and spec.image is None:
+        raise ConfigError(
+            f"the {name} backend cannot build {str(spec.build_context)!r} locally; publish it "
+            f"(a registry image, or an E2B template) and give SandboxSpec.image, or use "
+            "terminal_backend='docker'"
+        )
+    changes: dict[str, Any] = {}
+    for field_name, value in (
+        (image_field, spec.image),
+        ("cpus", None if spec.cpus is None else float(spec.cpus)),
+        ("memory_mb", spec.memory_mb),
+        ("block_network", None if spec.network_mode is None else spec.network_mode == "none"),
+        ("workdir", spec.workdir),
+        ("create_timeout_seconds", spec.create_timeout),
+        ("default_exec_timeout_seconds", spec.exec_timeout),
+    ):
+        if value is not None:
+            changes[field_name] = value
+    return dataclasses.replace(config, **changes)
+
+
+async def _bounded(what: str, awaitable: Awaitable[_T], timeout: float, task_id: str | None) -> _T:
+    try:
+        with anyio.fail_after(timeout):
+            return await awaitable
+    except TimeoutError as exc:
+        raise SandboxError(f"{what} did not answer within {timeout:g} s", task_id=task_id) from exc
+
+
+def _decode(lines: list[str]) -> bytes:
+    try:
+        return base64.b64decode("".join(lines), validate=False)
+    except (binascii.Error, ValueError) as exc:
+        raise SandboxError(f"a remote command's result block is not base64: {exc}") from exc
+
+
+def _capture(data: bytes, full_size: int, limit: int) -> OutputCapture:
+    capture = OutputCapture(limit)
+    capture.feed(data)
+    # The sandbox sent head + tail already; count what it dropped from the middle.
+    capture.dropped += max(0, full_size - len(data))
+    return capture
+
+
+def parse_result(stdout: str) -> tuple[int, int, int, bytes, bytes] | None:
+    """``(rc, out_size, err_size, out_kept, err_kept)`` from a result block, or ``None``."""
+    lines = stdout.splitlines()
+    start = None
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(_RESULT_MARK + " "):
+            start = i
+            break
+    if start is None:
+        return None
+    fields = lines[start].split()
+    try:
+        rc, n_out, n_err = int(fields[1]), int(fields[2]), int(fields[3])
+        sep = lines.index(_SEP_MARK, start + 1)
+        end = lines.index(_END_MARK, sep + 1)
+    except (IndexError, ValueError):
+        return None
+    return rc, n_out, n_err, _decode(lines[start + 1 : sep]), _decode(lines[sep + 1 : end])
+
+
+class RemoteSandbox(ContainerSandbox):
+    """One remote sandbox (E2B, Daytona) over a :class:`RemoteDriver`; see the module docstring.
+
+    Created by a :class:`RemoteBackend`; closed with :meth:`aclose` (deletes it).
+    """
+
+    kind = "remote"
+
+    def __init__(
+        self,
+        task_id: str,
+        driver: RemoteDriver,
+        config: RemoteSandboxConfig,
+        *,
+        kind: str,
+        on_close: RemoteBackend[Any] | None = None,
+    ) -> None:
+        super().__init__(
+            task_id,
+            config.workdir,
+            home=config.home,
+            default_exec_timeout=config.default_exec_timeout_seconds,
+            kill_timeout=config.call_timeout_seconds,
+            close_timeout=config.delete_timeout_seconds,
+        )
+        self.kind = kind
+        self.config = config
+        self._driver = driver
+        self._backend = on_close
+
+    @property
+    def sandbox_id(self) -> str:
+        """The provider's id of the sandbox."""
+        return self._driver.sandbox_id
+
+    @property
+    def label(self) -> str:
+        """The provider's id of the sandbox."""
+        return self.sandbox_id
+
+    async def _call(self, what: str, awaitable: Awaitable[_T]) -> _T:
+        try:
+            return await _bounded(
+                f"{self.kind} ({what} in sandbox {self.sandbox_id})",
+                awaitable,
+                self.config.call_timeout_seconds,
+                self.task_id,
+            )
+        except SandboxUnavailableError as exc:
+            raise self._gone_from(exc) from exc
+
+    def _gone_from(self, exc: SandboxUnavailableError) -> SandboxUnavailableError:
+        """Record a driver's "gone" (which knows no task) with this sandbox's task id."""
+        return self._mark_gone(
+            SandboxUnavailableError(
+                exc.detail,
+                reason=exc.reason,
+                backend=exc.backend or self.kind,
+                task_id=self.task_id,
+            )
+        )
+
+    # ----------------------------------------------------------------- exec
+
+    async def _run_argv(self, run: ContainerExec) -> int:
+        """Run a short helper (the group kill, mkdir, tar): its text output, exit code."""
+        result, timed_out = await self._run_script(
+            shlex.join(run.argv), run.env, 1 << 16, run.limit
+        )
+        if result is None:
+            what = f"did not finish within {run.limit:g} s" if timed_out else "gave no result"
+            raise SandboxError(
+                f"{self.kind} sandbox {self.sandbox_id}: a helper command {what}",
+                task_id=self.task_id,
+            )
+        rc, _, _, out, err = result
+        run.out.feed(out)
+        run.err.feed(err)
+        return rc
+
+    async def _stage_file(self, path: str, data: bytes) -> None:
+        await self._call(f"a write of {path}", self._driver.write(path, data))
+
+    def _run_command(self, exec_id: str, command: str, cwd: str, stdin: str, limit: int) -> str:
+        argv = ["sh", "-c", _RUN_SCRIPT, "hermes-run", EXEC_WRAPPER, exec_id, str(limit)]
+        return shlex.join([*argv, cwd, stdin, command])
+
+    async def _run_script(
+        self,
+        command: str,
+        env: Mapping[str, str] | None,
+        limit_bytes: int,
+        timeout: float,
+        *,
+        exec_id: str | None = None,
+        cwd: str = "/",
+        stdin: str = "",
+    ) -> tuple[tuple[int, int, int, bytes, bytes] | None, bool]:
+        """Run ``command`` through the wrapper; (its result block, whether it timed out).
+
+        A command with an ``exec_id`` (a user's command) has its group killed when it times
+        out, then gets ``kill_timeout`` more to report; a helper (no ``exec_id``: the kill
+        itself, mkdir, tar) is only abandoned, so a kill never starts another kill. The
+        result is ``None`` when nothing was reported.
+        """
+        kill_on_timeout = exec_id is not None
+        exec_id = exec_id or uuid.uuid4().hex
+        line = self._run_command(exec_id, command, cwd, stdin, limit_bytes)
+        done = anyio.Event()
+        reply: list[str] = []
+        failure: list[Exception] = []
+        backstop = timeout + self.kill_timeout + 30 if math.isfinite(timeout) else 0
+
+        async def runner() -> None:
+            try:
+                reply.append(await self._driver.run(line, env=env, timeout=backstop))
+            except SandboxUnavailableError as exc:
+                failure.append(self._gone_from(exc))
+            except Exception as exc:  # re-raised below, unwrapped (no exception group)
+                failure.append(exc)
+            finally:
+                done.set()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(runner)
+                with anyio.move_on_after(timeout):
+                    await done.wait()
+                timed_out = not done.is_set()
+                if timed_out and kill_on_timeout:
+                    await self._kill_group(exec_id, f"the command timed out after {timeout:g} s")
+                    # The first call reports what the command printed before it died.
+                    with anyio.move_on_after(self.kill_timeout):
+                        await done.wait()
+                if not done.is_set():
+                    tg.cancel_scope.cancel(
+                        f"the command timed out after {timeout:g} s and did not report in time"
+                    )
+        except BaseException:
+            if not done.is_set() and kill_on_timeout:
+                await self._kill_group(exec_id, "the command was cancelled or failed")
+            raise
+        if failure:
+            raise failure[0]
+        if not reply:
+            if not timed_out:
+                raise SandboxError(
+                    f"{self.kind} sandbox {self.sandbox_id}: a command gave no output",
+                    task_id=self.task_id,
+                )
+            return None, timed_out
+        return parse_result(reply[0]), timed_out
+
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
+        """Run the command in the sandbox, in its own process group (see the module docstring).
+
+        Raises:
+            SandboxUnavailableError: The sandbox is gone (before or while the command ran).
+            SandboxError: The provider is unreachable, or the command's result was garbled.
+
+        **Cancellation**: the command's process group is killed (shielded, bounded by
+        ``call_timeout_seconds``) before the cancellation propagates.
+        """
+        self._check_open()
+        limit = self.default_exec_timeout if request.timeout is None else request.timeout
+        cwd = self.workdir if request.cwd is None else self._resolve(request.cwd)
+        exec_id = uuid.uuid4().hex
+        stdin_path = ""
+        start = anyio.current_time()
+        if request.stdin is not None:
+            stdin_path = f"{EXEC_DIR}/{exec_id}.in"
+            await self._stage_file(stdin_path, request.stdin)
+        result, timed_out = await self._run_script(
+            request.command,
+            request.env,
+            request.output_limit,
+            limit,
+            exec_id=exec_id,
+            cwd=cwd,
+            stdin=stdin_path,
+        )
+        duration = anyio.current_time() - start
+        if self._gone is not None:
+            raise self._gone
+        if result is None:
+            if not timed_out:
+                raise SandboxError(
+                    f"{self.kind} sandbox {self.sandbox_id}: the command's result block is "
+                    "missing or garbled (does the image have sh, base64, head and tail?)",
+                    task_id=self.task_id,
+                )
+            out = err = OutputCapture(0)
+            code = TIMEOUT_EXIT_CODE
+        else:
+            code, n_out, n_err, out_kept, err_kept = result
+            out = _capture(out_kept, n_out, request.output_limit)
+            err = _capture(err_kept, n_err, request.output_limit)
+            if timed_out:
+                code = TIMEOUT_EXIT_CODE
+        return ExecResult(
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=code,
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+            duration_seconds=duration,
+        )
+
+    # ----------------------------------------------------------------- files
+
+    async def _sh(self, script: str, *args: str) -> tuple[int, str, str]:
+        out, err = OutputCapture(1 << 16), OutputCapture(1 << 16)
+        argv = ["/bin/sh", "-c", script, "sh", *args]
+        code = await self._run_argv(
+            ContainerExec(argv, None, out, err, self.config.call_timeout_seconds)
+        )
+        return code, out.text().strip(), err.text().strip()
+
+    async def _read(self, path: str) -> bytes:
+        return await self._call(f"a read of {path}", self._driver.read(path))
+
+    async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
+        """Check ``path`` in the sandbox (kind, size against ``max_bytes``), then download it
+        and hand it to ``sink`` in chunks (see :meth:`Sandbox.stream_file`).
+
+        **Cancellation**: nothing is left running in the sandbox.
+        """
+        self._check_open()
+        source = self._resolve(path)
+        cap = -1 if max_bytes is None else max_bytes
+        code, out, err = await self._sh(_CHECK_FILE, source, str(cap))
+        if code == _MISSING:
+            raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
+        if code == _NOT_REGULAR:
+            raise NotARegularFileError(f"not a regular file in the sandbox: {path!r}")
+        if code == _TOO_LARGE and max_bytes is not None:
+            size = int(out) if out.isdigit() else None
+            raise TransferLimitError(f"file {path!r}", limit=max_bytes, size=size)
+        if code != 0:
+            raise OSError(f"cannot read {path!r} in the sandbox: {err or f'exit {code}'}")
+        data = await self._read(source)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise TransferLimitError(f"file {path!r}", limit=max_bytes, size=len(data))
+        view = memoryview(data)
+        for i in range(0, len(data), 1 << 16):
+            await sink(bytes(view[i : i + (1 << 16)]))
+        return len(data)
+
+    async def read_bytes(self, path: str) -> bytes:
+        """Return the contents of ``path`` (at most ``MAX_READ_BYTES``).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist or is not a regular file.
+            TransferLimitError: It is larger than ``MAX_READ_BYTES``.
+
+        **Cancellation**: nothing to clean up.
+        """
+        return await self._read_capped(path)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (parents created).
+
+        **Cancellation**: the file may or may not have been written.
+        """
+        self._check_open()
+        await self._stage_file(self._resolve(path), data)
+
+    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
+        """Validate, upload and extract a tar archive into ``dest_dir`` (created if missing).
+
+        **Cancellation**: the archive may be partly extracted.
+        """
+        self._check_open()
+        check_tar_members(tar_data)
+        dest = self._resolve(dest_dir)
+        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
+        await self._stage_file(staged, tar_data)
+        code, _, err = await self._sh(
+            'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc', dest, staged
+        )
+        if code != 0:
+            raise OSError(f"cannot extract archive into {dest_dir!r}: {err}")
+
+    async def _archive(self, path: str) -> tuple[str, int]:
+        source = self._resolve(path)
+        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
+        code, out, err = await self._sh(
+            '[ -e "$1" ] || exit 66; mkdir -p -- "$(dirname -- "$2")" || exit 1; '
+            'if [ -d "$1" ]; then tar -c -f "$2" -C "$1" .; '
+            'else tar -c -f "$2" -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi; '
+            'rc=$?; [ $rc -eq 0 ] && wc -c < "$2"; exit $rc',
+            source,
+            staged,
+        )
+        if code == _MISSING:
+            raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
+        if code != 0:
+            raise OSError(f"cannot archive {path!r}: {err}")
+        return staged, int(out) if out.strip().isdigit() else -1
+
+    async def _remove_staged(self, staged: str) -> None:
+        await bounded_cleanup(
+            f"remove the staged archive {staged} in {self.kind} sandbox {self.sandbox_id}",
+            lambda: self._sh('rm -f -- "$1"', staged),
+            timeout=self.config.call_timeout_seconds,
+            log=logger,
+        )
+
+    async def get_archive(self, path: str) -> bytes:
+        """Return a tar archive of ``path`` (directory members ``./x``; a file by its basename).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+
+        **Cancellation**: the staged archive is removed (bounded).
+        """
+        self._check_open()
+        staged, _ = await self._archive(path)
+        try:
+            return await self._read(staged)
+        finally:
+            await self._remove_staged(staged)
+
+    async def stream_archive(
+        self, path: str, sink: ByteSink, *, max_bytes: int | None = None
+    ) -> int:
+        """Build the archive in the sandbox, check its size, download it to ``sink``.
+
+        **Cancellation**: the staged archive is removed (bounded).
+        """
+        self._check_open()
+        staged, size = await self._archive(path)
+        try:
+            if max_bytes is not None and size > max_bytes:
+                raise TransferLimitError(f"archive of {path!r}", limit=max_bytes, size=size)
+            data = await self._read(staged)
+        finally:
+            await self._remove_staged(staged)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise TransferLimitError(f"archive of {path!r}", limit=max_bytes, size=len(data))
+        view = memoryview(data)
+        for i in range(0, len(data), 1 << 16):
+            await sink(bytes(view[i : i + (1 << 16)]))
+        return len(data)
+
+    # ----------------------------------------------------------------- close
+
+    def mark_gone(self, detail: str) -> SandboxUnavailableError:
+        """Record that the provider lost this sandbox (for drivers and tests)."""
+        return self._mark_gone(
+            SandboxUnavailableError(
+                detail, reason="unreachable", backend=self.kind, task_id=self.task_id
+            )
+        )
+
+    async def aclose(self, interrupted: bool = False) -> None:
+        """Delete the sandbox. Idempotent.
+
+        ``interrupted`` changes nothing: a delete is already immediate.
+
+        **Cancellation**: one API call bounded by ``delete_timeout_seconds``; run ``aclose``
+        under the release's cleanup scope (``SandboxManager.release`` does). A sandbox that
+        could not be deleted is logged and left to the factory's reaper and its lifetime.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await _bounded(
+                f"{self.kind} (delete of sandbox {self.sandbox_id})",
+                self._driver.delete(),
+                self.config.delete_timeout_seconds,
+                self.task_id,
+            )
+        except Exception as exc:
+            logger.warning(
+                "could not delete %s sandbox %s (the reaper or its lifetime ends it): %s",
+                self.kind,
+                self.sandbox_id,
+                exc,
+            )
+        else:
+            if self._backend is not None:
+                self._backend._forget(self.sandbox_id)
+
+
+class RemoteBackend(Generic[_C]):
+    """A factory of :class:`RemoteSandbox` es for one run: labels, rate limit, the reaper.
+
+    A backend sets the class attributes below and implements :meth:`_import_sdk` and
+    :meth:`_make_client`. The factory is the ``factory(task_id, spec=None)`` a
+    ``SandboxManager`` calls; :meth:`aclose` (called by the manager on shutdown) sweeps this
+    run's leftovers and closes the client.
+
+    Args:
+        config: How sandboxes are created.
+        sdk: The SDK module, or a double with the same async surface; default: import it.
+        run_id: This run's id (default: random); its sandboxes carry it as a label.
+
+    Attributes:
+        config: How sandboxes are created.
+        run_id: This factory's run id (the ``hermes-async-run`` label of its sandboxes).
+        rate_limiter: The creation limiter.
+        live: Ids of sandboxes created and not yet deleted by this factory.
+        reaps: Every sweep's report, in order.
+    """
+
+    #: The backend's name in messages (``"E2B"``).
+    kind = "remote"
+    #: Its ``terminal_backend`` name (``"e2b"``).
+    name = "remote"
+    #: What makes the SDK asyncio-only, for the error under trio.
+    sdk_library = "its SDK"
+    #: What to check when creation fails or hangs.
+    credentials_hint = "check the provider's credentials and network access"
+    #: The config field a spec's ``image`` sets (``"template"`` for E2B).
+    image_field = "image"
+
+    def __init__(self, config: _C, *, sdk: object | None = None, run_id: str | None = None) -> None:
+        self.config = config
+        self.run_id = run_id or uuid.uuid4().hex[:16]
+        self.rate_limiter = CreationRateLimiter(
+            config.max_creates_per_second, config.max_concurrent_creates
+        )
+        self.live: set[str] = set()
+        self.reaps: list[ReapReport] = []
+        self._sdk = sdk
+        self._client: RemoteClient | None = None
+        self._started = False
+        self._start_lock: anyio.Lock | None = None
+
+    # ----------------------------------------------------------------- hooks
+
+    @abstractmethod
+    def _import_sdk(self) -> Any:
+        """Import the SDK module (``ConfigError`` naming the extra when it is missing)."""
+
+    @abstractmethod
+    def _make_client(self, sdk: Any, config: _C) -> RemoteClient:
+        """The control-plane client over ``sdk`` (the module or a double)."""
+
+    def _check_runtime(self) -> None:
+        require_asyncio(
+            f"the {self.name} sandbox backend",
+            self.sdk_library,
+            remedy="use terminal_backend='local'",
+        )
+
+    def _config_for(self, spec: SandboxSpec | None) -> _C:
+        return remote_config_for(self.config, spec, image_field=self.image_field, name=self.name)
+
+    def labels(self, task_id: str | None = None) -> dict[str, str]:
+        """The labels of this run's sandboxes (with ``task_id``'s when given)."""
+        labels = {HERMES_LABEL: "1", RUN_LABEL: self.run_id}
+        if task_id is not None:
+            labels[TASK_LABEL] = task_id
+        return labels
+
+    def _forget(self, sandbox_id: str) -> None:
+        self.live.discard(sandbox_id)
+
+    def _client_for(self) -> RemoteClient:
+        if self._client is None:
+            sdk = self._sdk if self._sdk is not None else self._import_sdk()
+            self._client = self._make_client(sdk, self.config)
+        return self._client
+
+    # ----------------------------------------------------------------- create
+
+    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> RemoteSandbox:
+        """Create the sandbox for ``task_id`` (rate limited, shielded until its id is known).
+
+        Raises:
+            ConfigError: The SDK is missing, or it cannot run on this async library.
+            SandboxError: The provider refused, failed, or creation exceeded
+                ``create_timeout_seconds`` (a sandbox it may have made is swept by label).
+
+        **Cancellation**: a cancellation before the rate limiter admits the call creates
+        nothing; one during the create call is held until the id arrives (at most
+        ``create_timeout_seconds``), then the sandbox is deleted (shielded, bounded by
+        ``delete_timeout_seconds``) and the cancellation propagates.
+        """
+        self._check_runtime()
+        config = self._config_for(spec)
+        client = self._client_for()
+        await self._start_once(client)
+        labels = self.labels(task_id)
+        async with self.rate_limiter:
+            try:
+                # Shielded: a cancellation must not cut the call between "the provider made
+                # it" and "we know its id" (verifiers #411). Bounded by the create deadline.
+                with anyio.fail_after(config.create_timeout_seconds, shield=True):
+                    driver = await client.create(labels)
+            except TimeoutError as exc:
+                await self._sweep_task(client, task_id, "its create timed out")
+                raise SandboxError(
+                    f"creating a {self.kind} sandbox did not finish within "
+                    f"{config.create_timeout_seconds:g} s; {self.credentials_hint}",
+                    task_id=task_id,
+                ) from exc
+        self.live.add(driver.sandbox_id)
+        sandbox = RemoteSandbox(task_id, driver, config, kind=self.kind, on_close=self)
+        try:
+            # Deliver a cancellation that arrived during the shielded create, now that the
+            # sandbox can be deleted.
+            await anyio.lowlevel.checkpoint()
+        except BaseException:
+            with cleanup_scope(
+                f"delete {self.kind} sandbox {driver.sandbox_id} created for a cancelled caller",
+                config.delete_timeout_seconds,
+                reason="the caller was cancelled while the sandbox was being created",
+                log=logger,
+            ):
+                await sandbox.aclose(interrupted=True)
+            raise
+        return sandbox
+
+    async def _start_once(self, client: RemoteClient) -> None:
+        if self._started:
+            return
+        if self._start_lock is None:
+            self._start_lock = anyio.Lock()
+        async with self._start_lock:
+            if not self._started:  # the first caller sweeps; the ones it held skip it
+                if self.config.reap_on_start:
+                    await self.reap(reason="the factory's first use")
+                self._started = True
+
+    # ----------------------------------------------------------------- reaper
+
+    async def _sweep_task(self, client: RemoteClient, task_id: str, reason: str) -> None:
+        with cleanup_scope(
+            f"sweep {self.kind} sandboxes of task {task_id!r} (run {self.run_id})",
+            self.config.reap_timeout_seconds,
+            reason=reason,
+            log=logger,
+        ):
+            await self._sweep(client, self.labels(task_id), reason)
+
+    async def _sweep(
+        self, client: RemoteClient, labels: Mapping[str, str], reason: str
+    ) -> ReapReport:
+        found: list[str] = []
+        deleted: list[str] = []
+        failed: list[str] = []
+        skipped: list[str] = []
+        try:
+            listed = await client.list_ids(labels)
+        except Exception as exc:
+            logger.warning("could not list %s sandboxes of run %s: %s", self.kind, self.run_id, exc)
+            listed = []
+        for sandbox_id, their_labels in listed:
+            found.append(sandbox_id)
+            # Belt and braces: never delete what is not this run's, whatever the filter did.
+            if any(their_labels.get(k) != v for k, v in labels.items()):
+                skipped.append(sandbox_id)
+                continue
+            try:
+                with anyio.fail_after(self.config.delete_timeout_seconds):
+                    await client.delete_id(sandbox_id)
+            except Exception as exc:
+                failed.append(sandbox_id)
+                logger.warning(
+                    "could not delete leftover %s sandbox %s: %r", self.kind, sandbox_id, exc
+                )
+            else:
+                deleted.append(sandbox_id)
+                self.live.discard(sandbox_id)
+        report = ReapReport(tuple(found), tuple(deleted), tuple(failed), tuple(skipped))
+        self.reaps.append(report)
+        if deleted:
+            logger.info(
+                "reaped %d leftover %s sandbox(es) of run %s (%s)",
+                len(deleted),
+                self.kind,
+                self.run_id,
+                reason,
+            )
+        return report
+
+    async def reap(self, *, reason: str = "asked") -> ReapReport:
+        """Delete every sandbox carrying this run's labels (never another run's).
+
+        Returns:
+            What the sweep found and did (also appended to :attr:`reaps`).
+
+        **Cancellation**: shielded, bounded by ``reap_timeout_seconds``; whatever was not
+        deleted is left to the next sweep and the provider's lifetime.
+        """
+        client = self._client_for()
+        report = ReapReport()
+        with cleanup_scope(
+            f"reap {self.kind} sandboxes of run {self.run_id}",
+            self.config.reap_timeout_seconds,
+            reason=reason,
+            log=logger,
+        ):
+            report = await self._sweep(client, self.labels(), reason)
+        return report
+
+    async def aclose(self) -> None:
+        """Sweep this run's leftovers, then close the client. Idempotent.
+
+        **Cancellation**: both steps are shielded and bounded (``reap_timeout_seconds``, then
+        ``call_timeout_seconds``).
+        """
+        if self._client is None:
+            return
+        client = self._client
+        await self.reap(reason="the factory closed")
+        self._client = None
+        self._started = False
+        await bounded_cleanup(
+            f"close the {self.kind} client",
+            client.aclose,
+            timeout=self.config.call_timeout_seconds,
+            log=logger,
+        )

@@ -1,0 +1,311 @@
+"""The Daytona sandbox backend: one Daytona sandbox per rollout (extra ``[daytona]``).
+
+Uses the ``daytona`` SDK's async client only: ``AsyncDaytona(DaytonaConfig(...))``,
+``client.create(CreateSandboxFromImageParams(image, labels, env_vars, resources,
+network_block_all, auto_stop_interval, ttl_minutes), timeout=...)``, ``sb.process.exec(command,
+env=..., timeout=...)``, ``sb.fs.upload_file`` / ``sb.fs.download_file``, ``client.delete(sb)``,
+and ``client.list(ListSandboxesQuery(labels=...))`` + ``client.get(id)`` for the reaper;
+``client.close()`` when the factory closes. No blocking call, no worker thread.
+
+The SDK is asyncio-only (its HTTP client is aiohttp, its waits ``asyncio.sleep``), so under
+trio creating a sandbox raises :class:`~hermes_async.errors.AsyncBackendError` at once (the
+double is held to the same rule).
+
+Exec, creation (rate limited, shielded until the id is known), labels, the reaper and "the
+sandbox is gone" are :mod:`hermes_async.tools.sandbox._remote`'s; this module is the SDK
+driver. ``process.exec`` returns one text stream (stderr merged); the shared exec protocol
+keeps stdout and stderr apart in files inside the sandbox and prints only its own base64
+result block, so nothing is lost or mixed. Daytona reports a deleted or lost sandbox as 404
+(``DaytonaNotFoundError``): it becomes
+:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`.
+
+Leak bounds besides the reaper: ``ttl_minutes`` (the sandbox's hard lifetime,
+``sandbox_lifetime_seconds`` rounded up) and ``auto_stop_interval``.
+
+Credentials: ``DAYTONA_API_KEY`` (and ``DAYTONA_API_URL``) in the environment, read by the SDK
+itself; they never reach a sandbox (it gets only :attr:`DaytonaSandboxConfig.env`) or a log
+line.
+
+Manual check with real credentials (not run in CI; needs ``DAYTONA_API_KEY`` and network)::
+
+    python - <<'EOF'
+    import anyio
+    from hermes_async.tools.sandbox.daytona import DaytonaBackend, DaytonaSandboxConfig
+
+    async def main():
+        backend = DaytonaBackend(DaytonaSandboxConfig(image="python:3.11-slim"))
+        try:
+            async with await backend("manual-check") as sb:
+                print(await sb.exec("python3 -c 'print(6 * 7)'; echo err >&2; exit 3"))
+                r = await sb.exec("sleep 60", timeout=2)
+                assert r.exit_code == 124 and r.timed_out, r
+        finally:
+            await backend.aclose()   # reaps this run's leftovers, closes the client
+
+    anyio.run(main)  # asyncio: both SDKs are asyncio-only
+    EOF
+
+Expected: ``stdout='42\\n'``, ``stderr='err\\n'``, ``exit_code=3``; the sandbox is gone from the
+Daytona dashboard afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.tools.sandbox._remote import (
+    RemoteBackend,
+    RemoteClient,
+    RemoteDriver,
+    RemoteSandboxConfig,
+    error_named,
+    remote_config_for,
+)
+from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError
+from hermes_async.tools.sandbox.spec import SandboxSpec
+
+__all__ = (
+    "DAYTONA_API_KEY_ENV",
+    "DEFAULT_DAYTONA_IMAGE",
+    "DaytonaBackend",
+    "DaytonaSandboxConfig",
+    "daytona_config_for",
+    "daytona_credentials",
+)
+
+#: Where the SDK (and the preflight) look for the API key.
+DAYTONA_API_KEY_ENV = "DAYTONA_API_KEY"
+
+#: The reference's default image (``TERMINAL_DAYTONA_IMAGE``).
+DEFAULT_DAYTONA_IMAGE = DEFAULT_DOCKER_IMAGE
+
+_HINT = (
+    "check DAYTONA_API_KEY (and DAYTONA_API_URL for a self-hosted Daytona) and network "
+    "access, or use terminal_backend='local' or 'docker'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DaytonaSandboxConfig(RemoteSandboxConfig):
+    """How Daytona sandboxes are created (the shared fields: :class:`RemoteSandboxConfig`).
+
+    Attributes:
+        image: Registry image the sandbox is built from.
+        auto_stop_minutes: Daytona stops a sandbox idle this long (0: never).
+        target: Daytona region (``None``: the account's default).
+    """
+
+    workdir: str = "/root"
+    home: str = "/root"
+    image: str = DEFAULT_DAYTONA_IMAGE
+    auto_stop_minutes: int = 60
+    target: str | None = None
+
+
+def _import_daytona() -> Any:
+    try:
+        import daytona
+    except ImportError as exc:
+        raise ConfigError(
+            "the daytona sandbox backend needs the daytona SDK: install the extra with "
+            "`pip install 'hermes-async[daytona]'`"
+        ) from exc
+    return daytona
+
+
+def _translate(what: str, exc: Exception, sandbox_id: str | None) -> Exception:
+    """An SDK failure as this package's error tree (``raise ... from exc`` at the call)."""
+    if error_named(exc, "DaytonaNotFoundError") and sandbox_id is not None:
+        return SandboxUnavailableError(
+            f"Daytona reports sandbox {sandbox_id} not found during {what}",
+            reason="unreachable",
+            backend="Daytona",
+        )
+    if error_named(exc, "DaytonaAuthenticationError"):
+        return SandboxError(f"Daytona refused {what}: not authenticated ({exc}); {_HINT}")
+    if error_named(exc, "DaytonaRateLimitError"):
+        return SandboxError(f"Daytona rate-limited {what} ({exc}); lower max_creates_per_second")
+    return SandboxError(f"Daytona failed {what}: {type(exc).__name__}: {exc}")
+
+
+class _Driver:
+    """One Daytona sandbox (:class:`~hermes_async.tools.sandbox._remote.RemoteDriver`)."""
+
+    def __init__(self, client: Any, sandbox: Any, config: DaytonaSandboxConfig) -> None:
+        self._client = client
+        self._sb = sandbox
+        self._config = config
+
+    @property
+    def sandbox_id(self) -> str:
+        return str(self._sb.id)
+
+    def _seconds(self, value: float) -> int:
+        return max(1, math.ceil(value))
+
+    async def run(self, command: str, *, env: Mapping[str, str] | None, timeout: float) -> str:
+        try:
+            response = await self._sb.process.exec(
+                command,
+                env=dict(env) if env else None,
+                timeout=self._seconds(timeout) if timeout else None,
+            )
+        except Exception as exc:
+            raise _translate("a command", exc, self.sandbox_id) from exc
+        return str(response.result or "")
+
+    async def read(self, path: str) -> bytes:
+        try:
+            data = await self._sb.fs.download_file(
+                path, self._seconds(self._config.call_timeout_seconds)
+            )
+        except Exception as exc:
+            if error_named(exc, "DaytonaFileNotFoundError"):
+                raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+            raise _translate(f"a read of {path}", exc, self.sandbox_id) from exc
+        return bytes(data)
+
+    async def write(self, path: str, data: bytes) -> None:
+        try:
+            await self._sb.fs.upload_file(
+                data, path, self._seconds(self._config.call_timeout_seconds)
+            )
+        except Exception as exc:
+            raise _translate(f"a write of {path}", exc, self.sandbox_id) from exc
+
+    async def delete(self) -> None:
+        try:
+            await self._client.delete(self._sb, timeout=self._config.delete_timeout_seconds)
+        except Exception as exc:
+            if error_named(exc, "DaytonaNotFoundError"):
+                return
+            raise _translate(f"the delete of {self.sandbox_id}", exc, None) from exc
+
+
+class _Client:
+    """Daytona's API (:class:`~hermes_async.tools.sandbox._remote.RemoteClient`)."""
+
+    def __init__(self, daytona: Any, config: DaytonaSandboxConfig) -> None:
+        self._daytona = daytona
+        self._config = config
+        self._client: Any = None
+
+    def _api(self) -> Any:
+        if self._client is None:
+            sdk_config = self._daytona.DaytonaConfig(target=self._config.target)
+            self._client = self._daytona.AsyncDaytona(sdk_config)
+        return self._client
+
+    async def create(self, labels: Mapping[str, str]) -> RemoteDriver:
+        cfg = self._config
+        d = self._daytona
+        params = d.CreateSandboxFromImageParams(
+            image=cfg.image,
+            labels=dict(labels),
+            env_vars=dict(cfg.env),
+            resources=d.Resources(
+                cpu=max(1, math.ceil(cfg.cpus)), memory=max(1, math.ceil(cfg.memory_mb / 1024))
+            ),
+            network_block_all=cfg.block_network,
+            auto_stop_interval=cfg.auto_stop_minutes,
+            ttl_minutes=max(1, math.ceil(cfg.sandbox_lifetime_seconds / 60)),
+        )
+        client = self._api()
+        try:
+            sandbox = await client.create(params, timeout=cfg.create_timeout_seconds)
+        except Exception as exc:
+            if error_named(exc, "DaytonaTimeoutError"):
+                raise TimeoutError(f"Daytona create timed out: {exc}") from exc
+            raise _translate(f"creating a sandbox from {cfg.image!r}", exc, None) from exc
+        return _Driver(client, sandbox, cfg)
+
+    async def list_ids(self, labels: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
+        found: list[tuple[str, dict[str, str]]] = []
+        try:
+            query = self._daytona.ListSandboxesQuery(labels=dict(labels))
+            async for sandbox in self._api().list(
+                query, request_timeout=self._config.call_timeout_seconds
+            ):
+                found.append((str(sandbox.id), dict(sandbox.labels or {})))
+        except Exception as exc:
+            raise _translate("listing sandboxes", exc, None) from exc
+        return found
+
+    async def delete_id(self, sandbox_id: str) -> None:
+        client = self._api()
+        try:
+            sandbox = await client.get(
+                sandbox_id, request_timeout=self._config.call_timeout_seconds
+            )
+            await client.delete(sandbox, timeout=self._config.delete_timeout_seconds)
+        except Exception as exc:
+            if error_named(exc, "DaytonaNotFoundError"):
+                return
+            raise _translate(f"the delete of {sandbox_id}", exc, None) from exc
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+
+def daytona_config_for(
+    config: DaytonaSandboxConfig, spec: SandboxSpec | None
+) -> DaytonaSandboxConfig:
+    """``config`` with a per-item spec applied (image, cpus, memory, network, workdir,
+    timeouts: :func:`~hermes_async.tools.sandbox._remote.remote_config_for`).
+
+    Raises:
+        ConfigError: The spec asks for a local build.
+    """
+    return remote_config_for(config, spec, image_field="image", name="daytona")
+
+
+class DaytonaBackend(RemoteBackend[DaytonaSandboxConfig]):
+    """Creates Daytona sandboxes: the ``factory(task_id, spec=None)`` a ``SandboxManager``
+    takes (creation, labels, the reaper:
+    :class:`~hermes_async.tools.sandbox._remote.RemoteBackend`).
+
+    Args:
+        config: How sandboxes are created.
+        daytona: The ``daytona`` module, or a double with the same async surface
+            (:class:`hermes_async.testing.daytona_double.FakeDaytona`); default:
+            ``import daytona``.
+        run_id: This run's id (default: random); its sandboxes carry it as a label.
+    """
+
+    kind = "Daytona"
+    name = "daytona"
+    sdk_library = "the daytona SDK (aiohttp)"
+    credentials_hint = _HINT
+    image_field = "image"
+
+    def __init__(
+        self,
+        config: DaytonaSandboxConfig | None = None,
+        *,
+        daytona: object | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(config or DaytonaSandboxConfig(), sdk=daytona, run_id=run_id)
+
+    def _import_sdk(self) -> Any:
+        return _import_daytona()
+
+    def _make_client(self, sdk: Any, config: DaytonaSandboxConfig) -> RemoteClient:
+        return _Client(sdk, config)
+
+
+def daytona_credentials() -> str | None:
+    """Where Daytona credentials come from, or ``None`` when there are none."""
+    if os.environ.get(DAYTONA_API_KEY_ENV):
+        return DAYTONA_API_KEY_ENV
+    if os.environ.get("DAYTONA_JWT_TOKEN") and os.environ.get("DAYTONA_ORGANIZATION_ID"):
+        return "DAYTONA_JWT_TOKEN/DAYTONA_ORGANIZATION_ID"
+    return None

@@ -1,0 +1,279 @@
+"""The E2B sandbox backend: one E2B sandbox per rollout (extra ``[e2b]``).
+
+Any E2B-compatible control plane works (``E2B_DOMAIN`` selects it; the SDK reads it). Uses the
+``e2b`` SDK's async API only: ``AsyncSandbox.create(template, timeout, metadata, envs,
+allow_internet_access, request_timeout)``, ``sb.commands.run(cmd, envs, timeout,
+request_timeout)``, ``sb.files.read(path, format="bytes")`` / ``sb.files.write(path, data)``,
+``sb.kill()``, ``AsyncSandbox.list(query=SandboxQuery(metadata=...))`` and
+``AsyncSandbox.kill(sandbox_id)`` for the reaper. No blocking call, no worker thread.
+
+The SDK is asyncio-only: its command handle runs the output stream in an
+``asyncio.create_task`` (and its stdin handle uses ``asyncio.Queue``), so under trio creating a
+sandbox raises :class:`~hermes_async.errors.AsyncBackendError` at once (the double is held to
+the same rule, as the Modal double is).
+
+Exec, creation (rate limited, shielded until the id is known), labels (E2B's ``metadata``), the
+reaper and "the sandbox is gone" are :mod:`hermes_async.tools.sandbox._remote`'s; this module
+is the SDK driver. E2B reports a sandbox killed or past its lifetime as
+``SandboxNotRunningException`` (a command or file call) or ``SandboxNotFoundException`` (the
+control plane): both become
+:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`.
+
+Credentials: ``E2B_API_KEY`` in the environment, read by the SDK itself; it never reaches a
+sandbox (the sandbox gets only :attr:`E2BSandboxConfig.env`) or a log line.
+
+Manual check with real credentials (not run in CI; needs ``E2B_API_KEY`` and network)::
+
+    python - <<'EOF'
+    import anyio
+    from hermes_async.tools.sandbox.e2b import E2BBackend, E2BSandboxConfig
+
+    async def main():
+        backend = E2BBackend(E2BSandboxConfig())
+        try:
+            async with await backend("manual-check") as sb:
+                print(await sb.exec("python3 -c 'print(6 * 7)'; echo err >&2; exit 3"))
+                r = await sb.exec("sleep 60", timeout=2)
+                assert r.exit_code == 124 and r.timed_out, r
+                await sb.write_bytes("x/y.bin", bytes(range(256)) * 4096)
+                assert await sb.read_bytes("x/y.bin") == bytes(range(256)) * 4096
+        finally:
+            await backend.aclose()   # reaps this run's leftovers
+
+    anyio.run(main)  # asyncio: both SDKs are asyncio-only
+    EOF
+
+Expected: ``stdout='42\\n'``, ``stderr='err\\n'``, ``exit_code=3``; no assertion error; the
+sandbox is gone from ``e2b sandbox list`` afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.tools.sandbox._remote import (
+    RemoteBackend,
+    RemoteClient,
+    RemoteDriver,
+    RemoteSandboxConfig,
+    error_named,
+    remote_config_for,
+)
+from hermes_async.tools.sandbox.errors import SandboxUnavailableError
+from hermes_async.tools.sandbox.spec import SandboxSpec
+
+__all__ = (
+    "E2B_API_KEY_ENV",
+    "E2BBackend",
+    "E2BSandboxConfig",
+    "e2b_config_for",
+    "e2b_credentials",
+)
+
+#: Where the SDK (and the preflight) look for the API key.
+E2B_API_KEY_ENV = "E2B_API_KEY"
+
+_HINT = (
+    "check E2B_API_KEY (and E2B_DOMAIN for a self-hosted E2B-compatible service) and network "
+    "access, or use terminal_backend='local' or 'docker'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class E2BSandboxConfig(RemoteSandboxConfig):
+    """How E2B sandboxes are created (the shared fields: :class:`RemoteSandboxConfig`).
+
+    Attributes:
+        template: E2B template name or id (``base``: E2B's default Debian image with
+            ``sh``, ``bash``, ``tar``, ``base64``).
+    """
+
+    template: str = "base"
+
+
+def _import_e2b() -> Any:
+    try:
+        import e2b
+    except ImportError as exc:
+        raise ConfigError(
+            "the e2b sandbox backend needs the e2b SDK: install the extra with "
+            "`pip install 'hermes-async[e2b]'`"
+        ) from exc
+    return e2b
+
+
+_GONE = ("SandboxNotRunningException", "SandboxNotFoundException")
+
+
+def _translate(what: str, exc: Exception, sandbox_id: str | None) -> Exception:
+    """An SDK failure as this package's error tree (``raise ... from exc`` at the call)."""
+    if error_named(exc, *_GONE) and sandbox_id is not None:
+        return SandboxUnavailableError(
+            f"E2B reports sandbox {sandbox_id} not running during {what}",
+            reason="unreachable",
+            backend="E2B",
+        )
+    if error_named(exc, "AuthenticationException"):
+        return SandboxError(f"E2B refused {what}: not authenticated ({exc}); {_HINT}")
+    if error_named(exc, "RateLimitException"):
+        return SandboxError(f"E2B rate-limited {what} ({exc}); lower max_creates_per_second")
+    return SandboxError(f"E2B failed {what}: {type(exc).__name__}: {exc}")
+
+
+class _Driver:
+    """One E2B sandbox (:class:`~hermes_async.tools.sandbox._remote.RemoteDriver`)."""
+
+    def __init__(self, sandbox: Any, config: E2BSandboxConfig) -> None:
+        self._sb = sandbox
+        self._config = config
+
+    @property
+    def sandbox_id(self) -> str:
+        return str(self._sb.sandbox_id)
+
+    async def run(self, command: str, *, env: Mapping[str, str] | None, timeout: float) -> str:
+        try:
+            result = await self._sb.commands.run(
+                command,
+                envs=dict(env) if env else None,
+                timeout=timeout,
+                request_timeout=self._config.call_timeout_seconds,
+            )
+        except Exception as exc:
+            if error_named(exc, "CommandExitException"):
+                return str(getattr(exc, "stdout", "") or "")
+            raise _translate("a command", exc, self.sandbox_id) from exc
+        return str(result.stdout or "")
+
+    async def read(self, path: str) -> bytes:
+        try:
+            data = await self._sb.files.read(
+                path, format="bytes", request_timeout=self._config.call_timeout_seconds
+            )
+        except Exception as exc:
+            if error_named(exc, "FileNotFoundException"):
+                raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+            raise _translate(f"a read of {path}", exc, self.sandbox_id) from exc
+        return bytes(data)
+
+    async def write(self, path: str, data: bytes) -> None:
+        try:
+            await self._sb.files.write(
+                path, data, request_timeout=self._config.call_timeout_seconds
+            )
+        except Exception as exc:
+            raise _translate(f"a write of {path}", exc, self.sandbox_id) from exc
+
+    async def delete(self) -> None:
+        try:
+            await self._sb.kill(request_timeout=self._config.delete_timeout_seconds)
+        except Exception as exc:
+            if error_named(exc, *_GONE):
+                return
+            raise _translate(f"the kill of {self.sandbox_id}", exc, None) from exc
+
+
+class _Client:
+    """E2B's control plane (:class:`~hermes_async.tools.sandbox._remote.RemoteClient`)."""
+
+    def __init__(self, e2b: Any, config: E2BSandboxConfig) -> None:
+        self._e2b = e2b
+        self._config = config
+
+    async def create(self, labels: Mapping[str, str]) -> RemoteDriver:
+        cfg = self._config
+        try:
+            sandbox = await self._e2b.AsyncSandbox.create(
+                template=cfg.template,
+                timeout=cfg.sandbox_lifetime_seconds,
+                metadata=dict(labels),
+                envs=dict(cfg.env) or None,
+                allow_internet_access=not cfg.block_network,
+                request_timeout=cfg.create_timeout_seconds,
+            )
+        except Exception as exc:
+            if error_named(exc, "TimeoutException"):
+                raise TimeoutError(f"E2B create timed out: {exc}") from exc
+            raise _translate(f"creating a sandbox from {cfg.template!r}", exc, None) from exc
+        return _Driver(sandbox, cfg)
+
+    async def list_ids(self, labels: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
+        try:
+            paginator = self._e2b.AsyncSandbox.list(
+                query=self._e2b.SandboxQuery(metadata=dict(labels)),
+                request_timeout=self._config.call_timeout_seconds,
+            )
+            found: list[tuple[str, dict[str, str]]] = []
+            while paginator.has_next:
+                for info in await paginator.next_items():
+                    found.append((str(info.sandbox_id), dict(info.metadata or {})))
+        except Exception as exc:
+            raise _translate("listing sandboxes", exc, None) from exc
+        return found
+
+    async def delete_id(self, sandbox_id: str) -> None:
+        try:
+            await self._e2b.AsyncSandbox.kill(
+                sandbox_id, request_timeout=self._config.delete_timeout_seconds
+            )
+        except Exception as exc:
+            if error_named(exc, *_GONE):
+                return
+            raise _translate(f"the kill of {sandbox_id}", exc, None) from exc
+
+    async def aclose(self) -> None:
+        """Nothing to close: the SDK's control-plane calls are per request."""
+
+
+def e2b_config_for(config: E2BSandboxConfig, spec: SandboxSpec | None) -> E2BSandboxConfig:
+    """``config`` with a per-item spec applied (:func:`~hermes_async.tools.sandbox._remote.
+    remote_config_for`; ``image`` names the template). E2B takes CPUs and memory from the
+    template: the spec's values are recorded in the config but E2B's create call has no
+    parameter for them.
+
+    Raises:
+        ConfigError: The spec asks for a local build.
+    """
+    return remote_config_for(config, spec, image_field="template", name="e2b")
+
+
+class E2BBackend(RemoteBackend[E2BSandboxConfig]):
+    """Creates E2B sandboxes: the ``factory(task_id, spec=None)`` a ``SandboxManager`` takes
+    (creation, labels, the reaper: :class:`~hermes_async.tools.sandbox._remote.RemoteBackend`).
+
+    Args:
+        config: How sandboxes are created.
+        e2b: The ``e2b`` module, or a double with the same async surface
+            (:class:`hermes_async.testing.e2b_double.FakeE2B`); default: ``import e2b``.
+        run_id: This run's id (default: random); its sandboxes carry it as a label.
+    """
+
+    kind = "E2B"
+    name = "e2b"
+    sdk_library = "the e2b SDK (asyncio tasks and queues in its command handles)"
+    credentials_hint = _HINT
+    image_field = "template"
+
+    def __init__(
+        self,
+        config: E2BSandboxConfig | None = None,
+        *,
+        e2b: object | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(config or E2BSandboxConfig(), sdk=e2b, run_id=run_id)
+
+    def _import_sdk(self) -> Any:
+        return _import_e2b()
+
+    def _make_client(self, sdk: Any, config: E2BSandboxConfig) -> RemoteClient:
+        return _Client(sdk, config)
+
+
+def e2b_credentials() -> str | None:
+    """Where E2B credentials come from, or ``None`` when there are none."""
+    return E2B_API_KEY_ENV if os.environ.get(E2B_API_KEY_ENV) else None
