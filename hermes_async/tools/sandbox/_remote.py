@@ -1,5 +1,9 @@
 """What the remote-API backends (E2B, Daytona) share: a driver seam, exec, creation, the reaper.
 
+Why one module of this size: one concept, a sandbox behind a remote API (E2B, Daytona) —
+its exec protocol, its creation shield, its rate limiter and the label reaper — written once
+for every such backend; the drivers are the only per-service code.
+
 A remote sandbox is a machine behind an HTTP API that offers three primitives: run a shell
 command and get its text output back when it ends, write a file, read a file. Each backend
 wraps its SDK in a small :class:`RemoteDriver` (per sandbox) and a :class:`RemoteClient` (per
