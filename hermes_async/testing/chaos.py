@@ -55,6 +55,7 @@ from typing import Any, Literal, TypeAlias
 
 import anyio
 
+from hermes_async._cleanup import bounded_cleanup
 from hermes_async.agent import (
     FAILURE_CATEGORIES,
     AgentOptions,
@@ -360,7 +361,14 @@ class _World:
                 self._local = local_factory(str(self.root))
             sandbox = await self._local(task_id)
             if kind == "exec_death":
-                await sandbox.aclose(interrupted=True)  # a box that died under the rollout
+                # A box that died under the rollout. Closed as a release is (shielded and
+                # bounded): a cancelled close would leave its directory behind, and the sandbox
+                # counts as closed, so the manager's own release would not remove it again.
+                await bounded_cleanup(
+                    f"kill the chaos sandbox of {task_id!r}",
+                    lambda: sandbox.aclose(interrupted=True),
+                    timeout=self.config.close_timeout,
+                )
             return sandbox
         fake = FakeSandbox(
             task_id,
