@@ -736,6 +736,8 @@ class ScriptedModelServer:
                 await self._wait_resumed()
             if self._cut_epoch != cut_epoch:
                 record.fault_at_token = position
+                if plan not in self._plans:  # continuable, like an abort
+                    self._plans.append(plan)
                 raise _SimulatedDisconnect("server paused (cut)")
             aborted = self._abort_epoch != abort_epoch
             if abort_at is not None and position + size > abort_at:
