@@ -57,7 +57,7 @@ from hermes_async.agent.versions import (
     wait_while_paused,
 )
 from hermes_async.errors import InferenceError
-from hermes_async.inference._errors import (
+from hermes_async.inference import (
     ServerConnectError,
     ServerTimeoutError,
     StreamInterruptedError,

@@ -54,6 +54,7 @@ __all__ = (
     "probe_paused",
     "read_version",
     "staleness_of",
+    "version_spans",
     "wait_while_paused",
 )
 
