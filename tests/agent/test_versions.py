@@ -172,3 +172,29 @@ async def test_a_stale_group_refuses_to_become_training_data() -> None:
     assert scored.staleness is not None and scored.staleness.dropped
     with pytest.raises(ValueError, match="a stale group has no training data"):
         scored.to_scored_data_group()
+
+
+def test_env_config_builds_the_staleness_policy_and_the_tally_logs_its_counters() -> None:
+    pytest.importorskip("atroposlib")
+    from hermes_async.agent import ScoredGroup as Group
+    from hermes_async.agent.versions import StalenessReport
+    from hermes_async.envs.config import HermesAgentEnvConfig
+    from hermes_async.envs.results import FailureTally
+    from hermes_async.errors import ConfigError
+
+    config = HermesAgentEnvConfig(max_staleness=1, staleness_policy="mask")
+    with pytest.raises(ConfigError, match="needs the trainer's policy version"):
+        config.build_staleness(None)
+    built = config.build_staleness(lambda: 3)
+    assert built is not None and (built.max_staleness, built.action) == (1, "mask")
+    assert HermesAgentEnvConfig().build_staleness(lambda: 3) is None
+    assert config.build_agent_options().max_resumes == 8
+
+    tally = FailureTally()
+    report = StalenessReport(3, 1, "drop", {0: 2, 2: 1}, {0: 40, 2: 9}, 1, 9, (0,), True)
+    tally.add_group(Group((), "stale", (), report))
+    metrics = tally.metrics()
+    assert metrics["train/groups_stale"] == 1.0
+    assert metrics["train/staleness/tokens_age_2"] == 9.0
+    assert metrics["train/staleness/dropped_groups"] == 1.0
+    assert "train/staleness/tokens_age_2" not in tally.metrics()  # the window starts over
