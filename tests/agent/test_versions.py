@@ -198,3 +198,23 @@ def test_env_config_builds_the_staleness_policy_and_the_tally_logs_its_counters(
     assert metrics["train/staleness/tokens_age_2"] == 9.0
     assert metrics["train/staleness/dropped_groups"] == 1.0
     assert "train/staleness/tokens_age_2" not in tally.metrics()  # the window starts over
+
+
+async def test_polled_version_reads_an_http_endpoint_at_most_once_per_interval() -> None:
+    import httpx
+
+    from hermes_async.agent import PolledVersion
+
+    answers = iter([{"version": 4}, {"version": 5}, {"weights": "x"}])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=next(answers))
+
+    transport = httpx.MockTransport(handler)
+    async with PolledVersion("http://trainer/version", interval=3600, transport=transport) as v:
+        assert [await read_version(v) for _ in range(3)] == [4, 4, 4]
+        assert v.polls == 1
+        v.interval = 0.0
+        assert await read_version(v) == 5
+        with pytest.raises(VersionReadError, match="expected an int >= 0"):
+            await read_version(v)
