@@ -226,3 +226,37 @@ async def test_a_keep_pause_makes_requests_wait_and_finish() -> None:
             got = await run(client)
     assert_same_rollout(got, want)
     assert len(server.requests) == 2  # nothing resumed: the streams waited
+
+
+@pytest.mark.parametrize("kind", ["completions", "sglang", "sglang-incremental"])
+async def test_aborts_resume_exactly_on_the_other_token_endpoints(kind: str) -> None:
+    from hermes_async.inference import SGLangGenerateClient
+    from hermes_async.inference.completions import VLLMCompletionsClient
+
+    inside, between, _ = call_positions()
+
+    async def once(faults: dict[int, Fault]) -> tuple[AgentResult, ScriptedModelServer]:
+        server = ScriptedModelServer(
+            FixedScript(TEXTS),
+            tokenizer=TOKENIZER,
+            rng_key="prompt",
+            max_chunk_tokens=5,
+            faults=faults,
+            sglang_incremental=kind == "sglang-incremental",
+        )
+        async with open_app_endpoint(server, loopback=False) as (base_url, transport):
+            client: Any
+            if kind == "completions":
+                client = VLLMCompletionsClient(base_url, transport=transport)
+            else:
+                client = SGLangGenerateClient(
+                    base_url, transport=transport, incremental=kind == "sglang-incremental"
+                )
+            async with client:
+                return await run(client), server
+
+    want, _ = await once({})
+    got, server = await once({1: Fault.abort(inside), 3: Fault.abort(between - inside)})
+    assert got.finished_naturally, got.error
+    assert_same_rollout(got, want)
+    assert server.aborted == 2
