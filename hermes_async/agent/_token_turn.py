@@ -462,6 +462,19 @@ class TokenTurns:
         """
         budget = sampling.max_tokens
         while True:
+            if self._pause_probe is not None:
+                # Not dispatched into a pause: a request the server holds through a weight
+                # update would be sampled by the new weights but labelled with the old version.
+                try:
+                    await wait_while_paused(self._pause_probe, timeout=self._pause_timeout)
+                except TimeoutError:
+                    return RolloutFailure.of(
+                        "infra",
+                        f"the model server stayed paused for more than {self._pause_timeout:g} s "
+                        "(pause_timeout)",
+                        source="model_server",
+                        completion_tokens=len(step.token_ids),
+                    )
             # Read once, at dispatch: these tokens are labelled with this value, whatever the
             # source says later (AReaL #1569: reading it twice mislabelled tokens).
             version = await read_version(self._versions) if self._versions is not None else None
@@ -508,17 +521,6 @@ class TokenTurns:
                 "stream cut while paused" if broken is not None else "finish_reason abort",
                 budget - len(step.token_ids),
             )
-            if self._pause_probe is not None:
-                try:
-                    await wait_while_paused(self._pause_probe, timeout=self._pause_timeout)
-                except TimeoutError:
-                    return RolloutFailure.of(
-                        "infra",
-                        f"the model server stayed paused for more than {self._pause_timeout:g} s "
-                        "(pause_timeout)",
-                        source="model_server",
-                        completion_tokens=len(step.token_ids),
-                    )
 
     def _record_cut(self, result: AgentResult, turn: int, step: Phase2Turn) -> None:
         """A call cut off by ``max_tokens``: a ``ToolError`` and a ``user`` message saying so."""

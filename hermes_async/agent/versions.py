@@ -21,6 +21,12 @@ Both seams are plain callables, sync or async, so any trainer can supply them: a
 read (``lambda: trainer.version``), a coroutine that asks a parameter server, or
 :class:`PolledVersion` for an HTTP endpoint.
 
+With a pause probe, no request is dispatched while the server is paused (the version is read
+after the wait), so a request the server would hold through the update is not labelled with the
+version before it; a pause that begins between the probe and the dispatch can still slip
+through (the window is one HTTP round trip). Without a probe, a request sent into a pause is
+held by the server and labelled with the version read before it.
+
 One limit is the server's, not ours: with a ``keep``-mode pause (in-flight requests wait
 through the weight update and go on with the new weights), the tokens after the update are
 labelled with the version read at dispatch -- the older one. That errs on the safe side for

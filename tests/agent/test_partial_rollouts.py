@@ -207,7 +207,8 @@ async def test_a_server_paused_too_long_fails_the_rollout_by_the_pause_watchdog(
     async with serve(faults={1: Fault.abort(3)}) as (server, client):
         got = await run(client, pause_probe=lambda: True, pause_timeout=0.2)
     assert got.failure is not None and "pause_timeout" in got.failure.message
-    assert len(server.requests) == 1
+    assert got.failure.category == "infra"
+    assert server.requests == []  # nothing is dispatched into a pause
 
 
 async def test_a_keep_pause_makes_requests_wait_and_finish() -> None:
@@ -260,3 +261,23 @@ async def test_aborts_resume_exactly_on_the_other_token_endpoints(kind: str) -> 
     assert got.finished_naturally, got.error
     assert_same_rollout(got, want)
     assert server.aborted == 2
+
+
+async def test_with_a_probe_requests_wait_out_a_pause_and_read_the_version_after_it() -> None:
+    version = {"v": 1}
+    async with serve() as (server, client):
+        server.pause("abort")
+
+        async def trainer() -> None:
+            await anyio.sleep(0.1)
+            version["v"] = 2  # the weight update happens while the server is paused
+            server.resume()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(trainer)
+            got = await run(
+                client, pause_probe=lambda: server.is_paused, version_source=lambda: version["v"]
+            )
+    assert got.finished_naturally, got.error
+    state = got.managed_state or {}
+    assert [s["version"] for s in state["segments"] if s["kind"] == "completion"] == [2, 2]
