@@ -49,6 +49,7 @@ from hermes_async.agent.rollout import (
 )
 from hermes_async.agent.versions import (
     PauseProbe,
+    PolledPause,
     PolledVersion,
     Staleness,
     StalenessReport,
@@ -68,6 +69,7 @@ __all__ = (
     "GroupOutcome",
     "HermesAgentLoop",
     "PauseProbe",
+    "PolledPause",
     "PolledVersion",
     "Reward",
     "RolloutFailure",

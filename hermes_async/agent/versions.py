@@ -51,6 +51,7 @@ __all__ = (
     "PAUSE_POLL_SECONDS",
     "VERSION_READ_TIMEOUT_SECONDS",
     "PauseProbe",
+    "PolledPause",
     "PolledVersion",
     "Staleness",
     "StalenessAction",
@@ -153,7 +154,55 @@ async def wait_while_paused(
     return anyio.current_time() - start
 
 
-class PolledVersion:
+class _HTTPPoll:
+    """One HTTP client GETting one JSON endpoint, bounded (the shared half of the pollers)."""
+
+    def __init__(
+        self, url: str, *, timeout: float, transport: httpx.AsyncBaseTransport | None
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.url, self.timeout = url, timeout
+        self._client = httpx.AsyncClient(transport=transport, timeout=timeout)
+        #: GETs sent so far.
+        self.polls = 0
+
+    async def __aenter__(self) -> Self:
+        """Open the HTTP client.
+
+        **Cancellation**: nothing is held yet.
+        """
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the HTTP client.
+
+        **Cancellation**: the close is bounded by ``timeout``.
+        """
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (idempotent).
+
+        **Cancellation**: shielded, bounded by ``timeout``.
+        """
+        with anyio.move_on_after(self.timeout, shield=True):
+            await self._client.aclose()
+
+    async def _get(self, what: str) -> object:
+        try:
+            with anyio.fail_after(self.timeout):
+                response = await self._client.get(self.url)
+            response.raise_for_status()
+            payload: object = response.json()
+        except (httpx.HTTPError, TimeoutError, ValueError) as exc:
+            raise VersionReadError(f"GET {self.url} for {what} failed: {exc}") from exc
+        self.polls += 1
+        return payload
+
+
+class PolledVersion(_HTTPPoll):
     """A :data:`VersionSource` reading an HTTP endpoint, at most once per ``interval``.
 
     ``GET url`` must answer JSON: an integer, or an object with the integer under ``key``
@@ -183,40 +232,13 @@ class PolledVersion:
         timeout: float = 5.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if not interval >= 0 or not timeout > 0:
-            raise ValueError(
-                f"interval must be >= 0 and timeout > 0, got {interval!r} and {timeout!r}"
-            )
-        self.url, self.key, self.interval, self.timeout = url, key, interval, timeout
-        self._client = httpx.AsyncClient(transport=transport, timeout=timeout)
+        if not interval >= 0:
+            raise ValueError(f"interval must be >= 0 seconds, got {interval!r}")
+        super().__init__(url, timeout=timeout, transport=transport)
+        self.key, self.interval = key, interval
         self._value: int | None = None
         self._at = -math.inf
         self._lock = anyio.Lock()
-        #: GETs sent so far.
-        self.polls = 0
-
-    async def __aenter__(self) -> Self:
-        """Open the HTTP client.
-
-        **Cancellation**: nothing is held yet.
-        """
-        await self._client.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        """Close the HTTP client.
-
-        **Cancellation**: the close is bounded by ``timeout``.
-        """
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (idempotent).
-
-        **Cancellation**: bounded by ``timeout``.
-        """
-        with anyio.move_on_after(self.timeout, shield=True):
-            await self._client.aclose()
 
     async def __call__(self) -> int:
         """The version: cached while fresh, else one GET (concurrent callers share it).
@@ -229,16 +251,7 @@ class PolledVersion:
         async with self._lock:
             if self._value is not None and anyio.current_time() - self._at < self.interval:
                 return self._value
-            try:
-                with anyio.fail_after(self.timeout):
-                    response = await self._client.get(self.url)
-                response.raise_for_status()
-                payload = response.json()
-            except (httpx.HTTPError, TimeoutError, ValueError) as exc:
-                raise VersionReadError(
-                    f"GET {self.url} for the policy version failed: {exc}"
-                ) from exc
-            self.polls += 1
+            payload = await self._get("the policy version")
             value = payload.get(self.key) if isinstance(payload, dict) else payload
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise VersionReadError(
@@ -247,6 +260,47 @@ class PolledVersion:
                 )
             self._value, self._at = value, anyio.current_time()
             return value
+
+
+class PolledPause(_HTTPPoll):
+    """A :data:`PauseProbe` asking an inference server's ``GET /is_paused``.
+
+    The answer must be JSON ``{"is_paused": bool}`` (vLLM's shape; ``key`` for another) or a
+    bare bool. Not cached: the loop polls it only around pauses and before dispatching.
+
+    Args:
+        url: The endpoint (e.g. ``http://127.0.0.1:8000/is_paused``).
+        key: The field holding the flag.
+        timeout: Deadline of one GET.
+        transport: An httpx transport instead of the network (tests).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key: str = "is_paused",
+        timeout: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(url, timeout=timeout, transport=transport)
+        self.key = key
+
+    async def __call__(self) -> bool:
+        """Whether the server is paused (one GET).
+
+        Raises:
+            VersionReadError: The GET failed or the answer holds no bool.
+
+        **Cancellation**: the GET is abandoned.
+        """
+        payload = await self._get("the pause state")
+        value = payload.get(self.key) if isinstance(payload, dict) else payload
+        if not isinstance(value, bool):
+            raise VersionReadError(
+                f"GET {self.url} answered {payload!r:.200}; expected {{{self.key!r}: bool}}"
+            )
+        return value
 
 
 # ------------------------------------------------------------------------------------------

@@ -281,3 +281,29 @@ async def test_with_a_probe_requests_wait_out_a_pause_and_read_the_version_after
     assert got.finished_naturally, got.error
     state = got.managed_state or {}
     assert [s["version"] for s in state["segments"] if s["kind"] == "completion"] == [2, 2]
+
+
+async def test_the_http_pause_probe_reads_the_servers_is_paused_route() -> None:
+    from hermes_async.agent import PolledPause
+    from hermes_async.testing.http import open_asgi_transport
+
+    want, _, _ = await reference()
+    async with (
+        serve(chunk_delay_seconds=0.01) as (server, client),
+        open_asgi_transport(server) as control,
+        PolledPause("http://scripted.test/is_paused", transport=control) as probe,
+    ):
+        assert await probe() is False
+
+        async def trainer() -> None:
+            while not server.requests or len(server.requests[0].completion_ids) < 6:
+                await anyio.sleep(0.002)
+            server.pause("cut")
+            await anyio.sleep(0.05)
+            server.resume()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(trainer)
+            got = await run(client, pause_probe=probe)
+        assert probe.polls >= 3
+    assert_same_rollout(got, want)
