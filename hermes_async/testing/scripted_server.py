@@ -347,6 +347,10 @@ class ScriptedModelServer:
         seconds_per_token: Simulated sampling time: each chunk of ``n`` tokens is sent
             ``n * seconds_per_token`` after the previous one (a realistic token rate for
             benchmarks; an abort interrupts the wait).
+        capacity_tokens_per_second: The server's total sampling throughput, shared by every
+            stream (a saturated GPU batch): a chunk of ``n`` tokens waits for ``n / capacity``
+            seconds of the shared budget, so tokens that are later thrown away cost the other
+            streams time, as on a real server. ``None``: unlimited.
 
     Pause, resume, abort (what an asynchronous RL trainer does around a weight update; also
     over HTTP: ``POST /pause?mode=...``, ``POST /resume``, ``GET /is_paused``, shaped after
@@ -385,6 +389,7 @@ class ScriptedModelServer:
         rng_key: Literal["request", "prompt"] = "request",
         scale_out: bool = True,
         seconds_per_token: float = 0.0,
+        capacity_tokens_per_second: float | None = None,
     ) -> None:
         if max_chunk_tokens < 1:
             raise ValueError(f"max_chunk_tokens must be >= 1, got {max_chunk_tokens!r}")
@@ -405,6 +410,12 @@ class ScriptedModelServer:
         if not seconds_per_token >= 0:
             raise ValueError(f"seconds_per_token must be >= 0, got {seconds_per_token!r}")
         self.seconds_per_token = seconds_per_token
+        if capacity_tokens_per_second is not None and not capacity_tokens_per_second > 0:
+            raise ValueError(
+                f"capacity_tokens_per_second must be > 0 or None, got {capacity_tokens_per_second!r}"
+            )
+        self.capacity_tokens_per_second = capacity_tokens_per_second
+        self._capacity_free_at = -math.inf
         self.requests: list[ServedRequest] = []
         #: How many streams ended with ``finish_reason`` "abort" (faults, pauses, aborts).
         self.aborted = 0
@@ -732,6 +743,12 @@ class ScriptedModelServer:
                 await self._apply_stream_fault(record, fault, send, position)
                 fault = None
             await self._nap(size * self.seconds_per_token)
+            if self.capacity_tokens_per_second is not None:
+                # The shared budget: this chunk's tokens are sampled after everyone's before.
+                now = anyio.current_time()
+                ready = max(now, self._capacity_free_at) + size / self.capacity_tokens_per_second
+                self._capacity_free_at = ready
+                await self._nap(ready - now)
             while self._paused == "keep":
                 await self._wait_resumed()
             if self._cut_epoch != cut_epoch:
