@@ -153,3 +153,23 @@ async def test_http_pause_resume_and_is_paused() -> None:
         assert not server.is_paused
     with pytest.raises(ValueError, match="pause mode must be"):
         server.pause("later")  # type: ignore[arg-type]
+
+
+async def test_token_rate_and_shared_capacity_pace_the_streams() -> None:
+    ids, _ = await reference()
+    n = len(ids)
+    server = make(capacity_tokens_per_second=n / 0.1)  # two streams: >= 0.2 s in all
+    async with client_of(server) as client:
+        start = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(client.generate, PROMPT, SamplingParams(max_tokens=64))
+        assert anyio.current_time() - start >= 0.2 * 0.9
+    paced = make(seconds_per_token=0.1 / n)
+    async with client_of(paced) as client:
+        start = anyio.current_time()
+        done = await client.generate(PROMPT, SamplingParams(max_tokens=64))
+        assert anyio.current_time() - start >= 0.1 * 0.9
+    assert done.token_ids == ids
+    with pytest.raises(ValueError, match="capacity_tokens_per_second must be > 0"):
+        make(capacity_tokens_per_second=0)
