@@ -14,11 +14,16 @@ atroposlib anywhere (``hermes_async.envs`` is the Atropos adapter on top of this
 * :class:`RolloutFailure` — every rollout's categorized failure (``model``, ``tool``,
   ``agent_timeout``, ``infra``, ``verifier``, ``cancelled``); :class:`FailurePolicy` — what a
   group does with them (retry on a fresh sandbox, mask, zero).
+* Asynchronous RL (:mod:`hermes_async.agent.versions`): aborted generations resume exactly
+  (``AgentOptions.max_resumes``), every segment carries the policy version that sampled it
+  (``AgentOptions.version_source``), paused servers are waited for
+  (``AgentOptions.pause_probe``), and :class:`Staleness` drops or masks groups that are too old.
 
 Layout: ``loop`` (orchestration, deadlines, cancellation), ``_chat_turn`` / ``_token_turn``
 (the two turn strategies), ``_tool_runner`` (one turn's calls), ``_transcript`` (pure message
 and token bookkeeping), ``result``, ``failures`` (the taxonomy, pure), ``_watch`` (noticing a
-lost sandbox), ``budget``, ``context``, ``rollout``, ``scoring`` (pure rows).
+lost sandbox), ``budget``, ``context``, ``rollout``, ``scoring`` (pure rows), ``versions`` (versions, pauses,
+staleness).
 """
 
 from __future__ import annotations
@@ -42,6 +47,15 @@ from hermes_async.agent.rollout import (
     run_group,
     run_rollout,
 )
+from hermes_async.agent.versions import (
+    PauseProbe,
+    PolledPause,
+    PolledVersion,
+    Staleness,
+    StalenessReport,
+    VersionReadError,
+    VersionSource,
+)
 
 __all__ = (
     "DEFAULT_FAILURE_POLICY",
@@ -54,16 +68,23 @@ __all__ = (
     "FailurePolicy",
     "GroupOutcome",
     "HermesAgentLoop",
+    "PauseProbe",
+    "PolledPause",
+    "PolledVersion",
     "Reward",
     "RolloutFailure",
     "RunAbort",
     "SamplingHook",
     "ScoredGroup",
     "ScoredRollout",
+    "Staleness",
+    "StalenessReport",
     "TemplateCheck",
     "ToolContext",
     "ToolError",
     "Tools",
+    "VersionReadError",
+    "VersionSource",
     "run_group",
     "run_rollout",
 )

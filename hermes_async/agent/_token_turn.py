@@ -14,6 +14,16 @@ project's templates render); a call cut off by ``max_tokens`` is no call: the te
 the assistant's content, and the model is told in a ``user`` message. Each turn is checked
 against the chat template once (:mod:`hermes_async.agent._segments`).
 
+**Abort is not failure** (asynchronous RL, issue #20): a generation the server ends with
+``finish_reason="abort"`` (a trainer pausing it for a weight update), or whose stream breaks
+while the server reports itself paused, keeps its exact sampled prefix and is *resumed*: the
+next request sends prompt + prefix with the **remaining** token budget (never the whole
+``max_tokens`` again: slime #2260), the same decoder and parser go on where they stopped (no
+event is repeated or lost; calls already dispatched keep running), and the turn's ids stay one
+contiguous sequence. Each request reads the policy version once, at dispatch; the turn's
+completion is split into segments where the version changed. At most ``max_resumes`` resumes
+per turn, each bounded by the rollout's deadline (and a paused server by ``pause_timeout``).
+
 :class:`Phase2Turn` holds the state of one streamed completion, and nothing else: the ids and
 logprobs exactly as sampled, a UTF-8-safe incremental decoder, and a fresh streaming parser. Every
 tool call the parser *seals* is handed to the turn's
@@ -23,10 +33,11 @@ runs while the model is still writing the next call.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import anyio
 
@@ -38,7 +49,19 @@ from hermes_async.agent._tool_runner import RunTools, ToolCall, TurnToolRunner
 from hermes_async.agent._transcript import assistant_message
 from hermes_async.agent.failures import RolloutFailure, classify_exception
 from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
+from hermes_async.agent.versions import (
+    PauseProbe,
+    VersionSource,
+    probe_paused,
+    read_version,
+    wait_while_paused,
+)
 from hermes_async.errors import InferenceError
+from hermes_async.inference import (
+    ServerConnectError,
+    ServerTimeoutError,
+    StreamInterruptedError,
+)
 from hermes_async.inference.generate import SamplingParams, TokenClient, TokenDelta
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.inference.trajectory import Trajectory
@@ -112,6 +135,40 @@ class Phase2Turn:
         self._held: list[ToolCallSealed | ToolCallInvalid] = []
         self._text: list[str] = []
         self._fragments: dict[int, list[str]] = {}
+        #: ``(first token, policy version)`` of each request of this turn (resumes included).
+        self.requests: list[tuple[int, int | None]] = []
+
+    def begin_request(self, version: int | None) -> None:
+        """A (first or resumed) request starts: its tokens are sampled by ``version``."""
+        self.requests.append((len(self.token_ids), version))
+        self.finish_reason = None
+
+    @property
+    def resumes(self) -> int:
+        """How many times this turn's generation was resumed."""
+        return max(len(self.requests) - 1, 0)
+
+    @property
+    def ended_on_stop(self) -> bool:
+        """Whether the last sampled id ends the turn."""
+        return bool(self.token_ids) and self.token_ids[-1] in self._stop_ids
+
+    def segments(self) -> Iterator[tuple[int, int, int | None]]:
+        """``(start, end, version)`` of the turn's ids, split where the version changed.
+
+        Requests of one version are one segment; an empty completion is one empty segment.
+        """
+        marks = self.requests or [(0, None)]
+        merged: list[tuple[int, int | None]] = []
+        for start, version in marks:
+            if merged and merged[-1][1] == version:
+                continue
+            merged.append((start, version))
+        # Requests that sampled nothing before a version change give empty ranges: skipped.
+        bounds = [start for start, _ in merged[1:]] + [len(self.token_ids)]
+        spans = [(s, e, v) for (s, v), e in zip(merged, bounds, strict=True)]
+        kept = [span for span in spans if span[1] > span[0]]
+        yield from kept or [(0, len(self.token_ids), merged[-1][1])]
 
     @property
     def stop_ids(self) -> frozenset[int]:
@@ -227,6 +284,12 @@ class TokenTurns:
         end_of_turn: The ids that end a model turn.
         sampling_hook: Called before each generation; may return that turn's parameters.
         check_sampling: Raises for parameters the server cannot take (applied to the hook's).
+        max_resumes: Resumes of an aborted generation allowed per turn.
+        version_source: The trainer's policy version, read once per request.
+        pause_probe: Whether the server is paused (``None``: aborts resume at once, a broken
+            stream is a failure).
+        pause_timeout: Longest wait for a paused server, per wait (``None``: the rollout's
+            deadline only).
     """
 
     def __init__(
@@ -244,6 +307,10 @@ class TokenTurns:
         end_of_turn: Sequence[int] = (),
         sampling_hook: SamplingHook | None = None,
         check_sampling: Callable[[SamplingParams], None] | None = None,
+        max_resumes: int = 8,
+        version_source: VersionSource | None = None,
+        pause_probe: PauseProbe | None = None,
+        pause_timeout: float | None = None,
     ) -> None:
         self._server = server
         self._tokenizer = tokenizer
@@ -257,6 +324,10 @@ class TokenTurns:
         self._end_of_turn = tuple(end_of_turn) or (tokenizer.eos_token_id,)
         self._hook = sampling_hook
         self._check_sampling = check_sampling
+        self._max_resumes = max_resumes
+        self._versions = version_source
+        self._pause_probe = pause_probe
+        self._pause_timeout = pause_timeout
 
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run the rollout's turns; ``managed_state`` is set on every exit path.
@@ -318,10 +389,13 @@ class TokenTurns:
                     runner = tools.runner(tg)
                     try:
                         with anyio.fail_after(deadline):
-                            async with self._server.stream(trajectory.tokens, sampling) as deltas:
-                                async for delta in deltas:
-                                    step.feed(delta, runner, anyio.current_time() - start)
-                        step.finish(runner)
+                            failure = await self._generate(
+                                step, runner, trajectory.tokens, sampling, start
+                            )
+                        if failure is None:
+                            step.finish(runner)
+                        else:
+                            tg.cancel_scope.cancel(reason=failure.message)
                     except TimeoutError:
                         failure = RolloutFailure.of(
                             "agent_timeout",
@@ -339,12 +413,21 @@ class TokenTurns:
                     timing["generation_seconds"] = anyio.current_time() - start
                 if step.ttft is not None:
                     timing["time_to_first_token"] = step.ttft
+                if step.resumes:
+                    timing["resumes"] = float(step.resumes)
+                    trajectory.resumes += step.resumes
                 if failure is not None:
                     result.failure = failure
                     result.error = failure.message
                     return
                 timing["tool_seconds"] = anyio.current_time() - start - timing["generation_seconds"]
-                trajectory.add_completion(step.token_ids, step.logprobs, turn=turn)
+                for begin, end, version in step.segments():
+                    trajectory.add_completion(
+                        step.token_ids[begin:end],
+                        step.logprobs[begin:end],
+                        turn=turn,
+                        version=version,
+                    )
                 content, reasoning = step.assistant_content(bool(runner.calls)), None
                 if self._split_reasoning:
                     content, reasoning = split_think(content)
@@ -362,6 +445,82 @@ class TokenTurns:
                 )
                 if final:
                     return
+
+    async def _generate(
+        self,
+        step: Phase2Turn,
+        runner: TurnToolRunner,
+        prompt: list[int],
+        sampling: SamplingParams,
+        start: float,
+    ) -> RolloutFailure | None:
+        """Stream the turn's completion into ``step``, resuming aborted requests.
+
+        Returns the failure that ends the rollout (resumes used up, the server paused past
+        ``pause_timeout``, more tokens than the budget), else ``None``. Raises the stream's
+        :class:`InferenceError` when it is not an abort.
+        """
+        budget = sampling.max_tokens
+        while True:
+            if self._pause_probe is not None:
+                # Not dispatched into a pause: a request the server holds through a weight
+                # update would be sampled by the new weights but labelled with the old version.
+                try:
+                    await wait_while_paused(self._pause_probe, timeout=self._pause_timeout)
+                except TimeoutError:
+                    return RolloutFailure.of(
+                        "infra",
+                        f"the model server stayed paused for more than {self._pause_timeout:g} s "
+                        "(pause_timeout)",
+                        source="model_server",
+                        completion_tokens=len(step.token_ids),
+                    )
+            # Read once, at dispatch: these tokens are labelled with this value, whatever the
+            # source says later (AReaL #1569: reading it twice mislabelled tokens).
+            version = await read_version(self._versions) if self._versions is not None else None
+            sent = len(step.token_ids)
+            params = (
+                sampling if not sent else dataclasses.replace(sampling, max_tokens=budget - sent)
+            )
+            step.begin_request(version)
+            broken: InferenceError | None = None
+            try:
+                async with self._server.stream([*prompt, *step.token_ids], params) as deltas:
+                    async for delta in deltas:
+                        step.feed(delta, runner, anyio.current_time() - start)
+            except (StreamInterruptedError, ServerTimeoutError, ServerConnectError) as exc:
+                # A stream cut by a pausing server is an abort; any other break is a failure.
+                if self._pause_probe is None or not await probe_paused(self._pause_probe):
+                    raise
+                broken = exc
+            if len(step.token_ids) > budget:
+                return RolloutFailure.of(
+                    "infra",
+                    f"the server sent {len(step.token_ids)} tokens for a budget of {budget} "
+                    f"(after {step.resumes} resumes)",
+                    source="model_server",
+                    completion_tokens=len(step.token_ids),
+                )
+            if broken is None and step.finish_reason != "abort":
+                return None
+            if step.ended_on_stop or len(step.token_ids) >= budget:
+                # Aborted on its last token: nothing is left to sample.
+                step.finish_reason = "stop" if step.ended_on_stop else "length"
+                return None
+            if step.resumes >= self._max_resumes:
+                return RolloutFailure.of(
+                    "infra",
+                    f"generation aborted by the server {step.resumes + 1} times "
+                    f"(max_resumes={self._max_resumes}); {len(step.token_ids)} tokens kept",
+                    source="model_server",
+                    completion_tokens=len(step.token_ids),
+                )
+            logger.debug(
+                "generation aborted after %d tokens (%s); resuming with %d left",
+                len(step.token_ids),
+                "stream cut while paused" if broken is not None else "finish_reason abort",
+                budget - len(step.token_ids),
+            )
 
     def _record_cut(self, result: AgentResult, turn: int, step: Phase2Turn) -> None:
         """A call cut off by ``max_tokens``: a ``ToolError`` and a ``user`` message saying so."""

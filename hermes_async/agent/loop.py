@@ -58,6 +58,7 @@ from hermes_async.agent._watch import WatchedSandboxes
 from hermes_async.agent.budget import DEFAULT_BUDGET, BudgetConfig
 from hermes_async.agent.failures import RolloutFailure, worst_failure
 from hermes_async.agent.result import AgentResult
+from hermes_async.agent.versions import PauseProbe, VersionSource
 from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import SamplingParams, TokenClient
 from hermes_async.inference.pool import pool_session
@@ -155,6 +156,24 @@ class AgentOptions:
         end_of_turn: Phase 2: the tokens (ids or texts) that end a model turn; ``None``: the
             tokenizer's (its ``end_of_turn_ids``, else ``eos_token_id``). They are the default
             stop ids and decide where the template's suffix starts.
+        max_resumes: Phase 2: how many times one turn's generation may be resumed after the
+            server aborted it (``finish_reason="abort"``, or a stream cut while
+            ``pause_probe`` says paused); the prefix is kept and the next request asks for the
+            remaining budget only. 8: a trainer aborts once per weight update, and a turn
+            spanning eight updates is better re-run than kept. ``0``: an abort fails the
+            rollout (``infra``).
+        version_source: Phase 2: the trainer's policy version (``() -> int``, sync or async;
+            :class:`~hermes_async.agent.versions.PolledVersion` for HTTP), read once per
+            request at dispatch; every completion segment carries it
+            (``managed_state["segments"]``), and ``run_group``'s ``staleness`` measures ages
+            with it.
+        pause_probe: Phase 2: ``() -> bool`` (sync or async): is the model server paused? With
+            it, a resume waits until the server is back, and a stream that breaks while it is
+            paused is resumed instead of failing. ``None``: resumes are sent at once (a paused
+            vLLM holds them until it resumes).
+        pause_timeout: Longest wait for a paused server, per pause (600 s: a weight update
+            takes seconds to minutes; a server paused for ten minutes is stuck). The
+            rollout's deadline bounds it too.
 
     Raises:
         ValueError: ``max_turns`` < 1, a timeout that is not positive, an unknown
@@ -182,10 +201,18 @@ class AgentOptions:
     # ---- Phase 2 fidelity (issue 22): per-turn sampling and the end-of-turn tokens
     sampling_hook: SamplingHook | None = None
     end_of_turn: tuple[int | str, ...] | None = None
+    # ---- asynchronous RL (issue 20): resumed aborts, policy versions, paused servers
+    max_resumes: int = 8
+    version_source: VersionSource | None = None
+    pause_probe: PauseProbe | None = None
+    pause_timeout: float | None = 600.0
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns!r}")
+        if self.max_resumes < 0:
+            raise ValueError(f"max_resumes must be >= 0, got {self.max_resumes!r}")
+        _check_timeout("pause_timeout", self.pause_timeout)
         _check_timeout("tool_timeout", self.tool_timeout)
         _check_timeout("turn_timeout", self.turn_timeout)
         _check_timeout("rollout_timeout", self.rollout_timeout)
@@ -497,6 +524,10 @@ class HermesAgentLoop:
                 end_of_turn=end_of_turn,
                 sampling_hook=options.sampling_hook,
                 check_sampling=check if callable(check) else None,
+                max_resumes=options.max_resumes,
+                version_source=options.version_source,
+                pause_probe=options.pause_probe,
+                pause_timeout=options.pause_timeout,
             )
         if isinstance(server, ChatServer):
             return ChatTurns(

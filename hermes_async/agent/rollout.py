@@ -37,6 +37,7 @@ lifetime, so a trainer needs no setup::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -69,10 +70,17 @@ from hermes_async.agent.scoring import (
     rollout_rows,
     scored_data_group,
 )
+from hermes_async.agent.versions import (
+    Staleness,
+    StalenessReport,
+    read_version,
+    staleness_of,
+    version_spans,
+)
 from hermes_async.errors import InferenceError
 from hermes_async.inference.pool import ServerPool, pool_session
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
-from hermes_async.inference.trajectory import MASK_ID
+from hermes_async.inference.trajectory import MASK_ID, MASKED_LOGPROB
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
 from hermes_async.telemetry import in_flight, record_rollout
@@ -119,8 +127,9 @@ FailureAction: TypeAlias = Literal["retry", "mask", "zero"]
 #: What a group does with ``agent_timeout`` failures.
 TimeoutAction: TypeAlias = Literal["zero", "mask"]
 #: How a group ended: ``ok`` (no failure the policy acts on), ``retried`` (some rollouts were
-#: re-run, all succeeded), ``zeroed`` (failed rollouts kept with reward 0), ``masked`` (dropped).
-GroupOutcome: TypeAlias = Literal["ok", "retried", "zeroed", "masked"]
+#: re-run, all succeeded), ``zeroed`` (failed rollouts kept with reward 0), ``masked`` (dropped),
+#: ``stale`` (dropped: tokens older than ``max_staleness``, see :class:`Staleness`).
+GroupOutcome: TypeAlias = Literal["ok", "retried", "zeroed", "masked", "stale"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +221,8 @@ class ScoredRollout:
             (``tool`` / ``model`` also for a rollout that finished but had failed or malformed
             tool calls), or ``None``.
         attempt: Which attempt this is (1-based; > 1 after a retry).
+        stale_masked_tokens: Sampled positions masked because their policy version was too
+            old (``run_group(staleness=Staleness(..., action="mask"))``).
     """
 
     task_id: str
@@ -226,6 +237,18 @@ class ScoredRollout:
     reward_error: str | None
     failure: RolloutFailure | None = None
     attempt: int = 1
+    stale_masked_tokens: int = 0
+
+    @property
+    def version_spans(self) -> list[tuple[int, int, int | None]]:
+        """The completion segments as ``(start, end, policy version)`` token offsets into
+        :attr:`tokens` (``version`` ``None`` without a version source)."""
+        return version_spans(self.result.managed_state)
+
+    @property
+    def policy_versions(self) -> list[int]:
+        """The distinct policy versions that sampled this rollout, in order."""
+        return list(dict.fromkeys(v for _, _, v in self.version_spans if v is not None))
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -244,13 +267,16 @@ class ScoredGroup:
 
     Attributes:
         rollouts: One :class:`ScoredRollout` per rollout (the last attempt of each).
-        outcome: ``ok``, ``retried``, ``zeroed`` or ``masked`` (see :data:`GroupOutcome`).
+        outcome: ``ok``, ``retried``, ``zeroed``, ``masked`` or ``stale`` (see
+            :data:`GroupOutcome`).
         retried: The attempts that were replaced by a retry (their failures count too).
+        staleness: The ages of the group's tokens, when ``run_group`` checked them.
     """
 
     rollouts: tuple[ScoredRollout, ...]
     outcome: GroupOutcome = "ok"
     retried: tuple[ScoredRollout, ...] = ()
+    staleness: StalenessReport | None = None
 
     @property
     def rewards(self) -> list[float]:
@@ -264,8 +290,8 @@ class ScoredGroup:
 
     @property
     def masked(self) -> bool:
-        """True if the group was dropped: it has no training data."""
-        return self.outcome == "masked"
+        """True if the group was dropped (failures, or stale tokens): it has no training data."""
+        return self.outcome in ("masked", "stale")
 
     def failure_counts(self) -> Counter[FailureCategory]:
         """Failures per category over every attempt (replaced ones included)."""
@@ -282,18 +308,28 @@ class ScoredGroup:
         """The Atropos-shaped ``ScoredDataGroup`` dict (no atroposlib import).
 
         ``tokens``, ``masks``, ``scores``, ``inference_logprobs``, ``messages`` (redacted) and
-        ``overrides`` (each failed rollout's failure) per rollout, aligned; see
+        ``overrides`` (each failed rollout's failure, each rollout's policy versions) per
+        rollout, aligned; ``group_overrides`` with the group's versions and, after a staleness
+        check, ``policy_version_current`` and ``max_staleness``; see
         :func:`~hermes_async.agent.scoring.scored_data_group`.
 
         Raises:
-            ValueError: The group is masked (check :attr:`masked` first).
+            ValueError: The group is masked or stale (check :attr:`masked` first).
         """
         if self.masked:
             raise ValueError(
-                "a masked group has no training data: check ScoredGroup.masked before "
+                f"a {self.outcome} group has no training data: check ScoredGroup.masked before "
                 f"to_scored_data_group() (failures: {dict(self.failure_counts())})"
             )
-        return scored_data_group(self.rollouts, generation_params=generation_params)
+        extra: dict[str, Any] = {}
+        if self.staleness is not None:
+            extra = {
+                "policy_version_current": self.staleness.current_version,
+                "max_staleness": self.staleness.max_staleness,
+            }
+        return scored_data_group(
+            self.rollouts, generation_params=generation_params, group_overrides=extra
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -765,6 +801,7 @@ async def run_group(
     on_rollout: Callable[[ScoredRollout], object] | None = None,
     failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY,
     sandbox_spec: SandboxSpec | None = None,
+    staleness: Staleness | None = None,
 ) -> ScoredGroup:
     """Run ``size`` rollouts of the same prompt concurrently; reward and score each one.
 
@@ -796,6 +833,13 @@ async def run_group(
             cancels the group and propagates.
         failure_policy: ``retry`` (default), ``mask`` or ``zero`` (:class:`FailurePolicy`).
         sandbox_spec: See :func:`run_rollout`: every rollout's sandbox is made from it.
+        staleness: Asynchronous RL: once the group is done, the current policy version is
+            read (once) and every completion segment's age (current - its version) compared
+            with ``max_staleness``; ``drop`` returns the group with outcome ``"stale"`` (no
+            training data), ``mask`` masks the stale segments (``stale_masked_tokens`` on the
+            rollout), ``keep`` only reports. :attr:`ScoredGroup.staleness` has the ages (its
+            ``metrics()`` are counters to log). Needs a version source
+            (``staleness.version_source`` or ``options.version_source``).
 
     Returns:
         The :class:`ScoredGroup`, rollouts in index order, with its ``outcome``. A masked
@@ -803,8 +847,9 @@ async def run_group(
         emitted: :meth:`ScoredGroup.to_scored_data_group` refuses it.
 
     Raises:
-        ValueError: ``size`` < 1 or ``task_ids`` of another length, bad options, or a token
-            server without a tokenizer.
+        ValueError: ``size`` < 1 or ``task_ids`` of another length, bad options, a token
+            server without a tokenizer, or ``staleness`` without a version source.
+        VersionReadError: The version source failed when the group's ages were measured.
         InferenceError: Every rollout, after its retries, failed at the model server before
             the model answered at all: the server is down, which is the operator's problem,
             not a group to skip (``process`` mode would otherwise spin through the dataset).
@@ -817,6 +862,14 @@ async def run_group(
     """
     if size < 1:
         raise ValueError(f"run_group size must be >= 1, got {size!r}")
+    current_version = None
+    if staleness is not None:
+        current_version = staleness.version_source or options.version_source
+        if current_version is None:
+            raise ValueError(
+                "run_group(staleness=...) needs a policy version source: pass "
+                "Staleness(version_source=...) or AgentOptions(version_source=...)"
+            )
     ids = list(task_ids) if task_ids is not None else [str(uuid.uuid4()) for _ in range(size)]
     if len(ids) != size:
         raise ValueError(f"run_group got {len(ids)} task_ids for size={size}; pass one per rollout")
@@ -871,4 +924,37 @@ async def run_group(
             failure_policy.on_failure,
             dict(Counter(r.category for r in done if r.failure is not None)),
         )
-    return ScoredGroup(done, outcome, tuple(replaced))
+    report = None
+    if staleness is not None and current_version is not None:
+        now = await read_version(current_version)
+        report, to_mask = staleness_of([r.version_spans for r in done], now, staleness)
+        if report.dropped and outcome != "masked":
+            outcome = "stale"
+            logger.info(
+                "group of %d dropped: %d segments older than max_staleness=%d (version %d)",
+                size,
+                report.stale_segments,
+                staleness.max_staleness,
+                now,
+            )
+        done = tuple(_mask_ranges(r, ranges) for r, ranges in zip(done, to_mask, strict=True))
+    return ScoredGroup(done, outcome, tuple(replaced), report)
+
+
+def _mask_ranges(rollout: ScoredRollout, ranges: Sequence[tuple[int, int]]) -> ScoredRollout:
+    """``rollout`` with ``ranges`` of its rows not trained (mask -100, logprob 1.0)."""
+    if not ranges:
+        return rollout
+    masks, logprobs = list(rollout.masks), list(rollout.logprobs)
+    count = 0
+    for start, end in ranges:
+        for i in range(start, end):
+            if masks[i] != MASK_ID:
+                count += 1
+            masks[i], logprobs[i] = MASK_ID, MASKED_LOGPROB
+    return dataclasses.replace(
+        rollout,
+        masks=masks,
+        logprobs=logprobs,
+        stale_masked_tokens=rollout.stale_masked_tokens + count,
+    )

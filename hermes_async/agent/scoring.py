@@ -25,6 +25,20 @@ consumer of the dict:
   through, the example trainer reads only its own ``set_advantage_to_zero`` key from them) —
   carry each failed rollout's failure as ``{"failure": {"category", "message", "detail"}}``
   (``{}`` for a rollout without one). A group without failures keeps ``overrides=None``.
+
+Policy versions (asynchronous RL, issue #20), when the loop had a version source:
+
+* ``overrides[i]`` also carries ``"policy_versions": [[start, end, version], ...]`` -- the
+  rollout's completion segments as token offsets into ``tokens[i]`` with the version that
+  sampled each (a turn resumed under a new version is two segments) -- and
+  ``"policy_version_min"`` / ``"policy_version_max"``; with ``max_staleness`` and
+  ``mask``, ``"stale_masked_tokens"`` counts the positions that were masked for age.
+* ``group_overrides`` carries ``"policy_version_min"`` / ``"policy_version_max"`` over the
+  group and, when ``run_group`` checked staleness, ``"policy_version_current"`` (the version
+  ages were measured from) and ``"max_staleness"``.
+
+Both are plain JSON: trainers that do not know the keys ignore them (atroposlib passes
+``overrides`` and ``group_overrides`` through untouched).
 """
 
 from __future__ import annotations
@@ -48,6 +62,7 @@ __all__ = (
     "rollout_rows",
     "scored_data_group",
     "scored_data_item",
+    "version_override",
 )
 
 
@@ -139,9 +154,35 @@ def model_answered(result: AgentResult) -> bool:
 
 
 def failure_override(rollout: ScoredRows) -> dict[str, Any]:
-    """The rollout's ``overrides`` entry: ``{"failure": ...}``, or ``{}`` without a failure."""
+    """The rollout's ``overrides`` entry: ``{"failure": ...}`` and its policy versions (see
+    the module docstring), or ``{}`` with neither."""
     failure = rollout.failure
-    return {"failure": failure.to_json()} if failure is not None else {}
+    out: dict[str, Any] = {"failure": failure.to_json()} if failure is not None else {}
+    out.update(version_override(rollout))
+    return out
+
+
+def _spans(rollout: object) -> list[tuple[int, int, int | None]]:
+    spans = getattr(rollout, "version_spans", None)
+    return list(spans) if spans else []
+
+
+def version_override(rollout: object) -> dict[str, Any]:
+    """``{"policy_versions": [[start, end, version], ...], "policy_version_min", ...max}`` of a
+    rollout whose segments carry versions, else ``{}``."""
+    spans = [(a, b, v) for a, b, v in _spans(rollout) if v is not None]
+    if not spans:
+        return {}
+    versions = [v for _, _, v in spans]
+    out: dict[str, Any] = {
+        "policy_versions": [[a, b, v] for a, b, v in spans],
+        "policy_version_min": min(versions),
+        "policy_version_max": max(versions),
+    }
+    masked = getattr(rollout, "stale_masked_tokens", 0)
+    if masked:
+        out["stale_masked_tokens"] = masked
+    return out
 
 
 def scored_data_item(rollout: ScoredRows) -> dict[str, Any]:
@@ -153,22 +194,32 @@ def scored_data_item(rollout: ScoredRows) -> dict[str, Any]:
         "inference_logprobs": rollout.logprobs,
         "messages": redact_messages(rollout.messages),
     }
-    if rollout.failure is not None:
-        item["overrides"] = failure_override(rollout)
+    override = failure_override(rollout)
+    if override:
+        item["overrides"] = override
     return item
 
 
 def scored_data_group(
-    rollouts: Sequence[ScoredRows], *, generation_params: Mapping[str, Any] | None = None
+    rollouts: Sequence[ScoredRows],
+    *,
+    generation_params: Mapping[str, Any] | None = None,
+    group_overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Atropos-shaped group dict of ``rollouts`` (a ``ScoredDataGroup``), aligned.
 
     ``tokens``, ``masks``, ``scores``, ``inference_logprobs``, ``messages`` (redacted) and
-    ``overrides`` (failures; ``None`` if no rollout failed) hold one entry per rollout, in
-    order; ``advantages``, ``ref_logprobs`` and ``images`` are ``None`` and ``group_overrides``
-    empty, as atroposlib's own environments leave them.
+    ``overrides`` (failures and policy versions; ``None`` if no rollout has either) hold one
+    entry per rollout, in order; ``advantages``, ``ref_logprobs`` and ``images`` are ``None``,
+    as atroposlib's own environments leave them; ``group_overrides`` holds the group's policy
+    versions (empty without) merged with ``group_overrides``.
     """
-    failed = any(r.failure is not None for r in rollouts)
+    versions = [v for r in rollouts for _, _, v in _spans(r) if v is not None]
+    group: dict[str, Any] = {}
+    if versions:
+        group = {"policy_version_min": min(versions), "policy_version_max": max(versions)}
+    group.update(group_overrides or {})
+    failed = any(r.failure is not None for r in rollouts) or bool(versions)
     return {
         "tokens": [r.tokens for r in rollouts],
         "masks": [r.masks for r in rollouts],
@@ -178,7 +229,7 @@ def scored_data_group(
         "advantages": None,
         "ref_logprobs": None,
         "generation_params": dict(generation_params) if generation_params is not None else None,
-        "group_overrides": {},
+        "group_overrides": group,
         "overrides": [failure_override(r) for r in rollouts] if failed else None,
         "images": None,
     }

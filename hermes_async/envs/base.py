@@ -40,6 +40,7 @@ runs under trio; use :mod:`hermes_async.agent` directly there).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 import random
 import time
@@ -67,6 +68,7 @@ from hermes_async.agent import (
     Reward,
     ScoredRollout,
     ToolContext,
+    VersionSource,
     run_group,
     run_rollout,
 )
@@ -231,6 +233,9 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         self._entry: str | None = None  # "serve", "process" or "evaluate" while one runs
         #: Failure counts (``train/failures/<category>``) and group outcomes.
         self.failure_tally = FailureTally()
+        #: Asynchronous RL: the trainer's policy version (``() -> int``, sync or async), read
+        #: once per model request; segments carry it, and ``max_staleness`` needs it.
+        self.policy_version_source: VersionSource | None = None
         #: Logs what a serve/process/evaluate run waits on when nothing finishes.
         self.watchdog: Watchdog | None = (
             Watchdog(config.watchdog_seconds, self._watchdog_state)
@@ -603,15 +608,18 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         async def reward(result: AgentResult, ctx: ToolContext) -> float:
             return await self.compute_reward(item, result, ctx)
 
+        options = self.rollout_options(
+            item,
+            self.config.build_agent_options(
+                temperature=temperature, token_server=tokens, seed=seed
+            ),
+        )
+        if self.policy_version_source is not None and options.version_source is None:
+            options = dataclasses.replace(options, version_source=self.policy_version_source)
         return _CoreArgs(
             reward=reward,
             tokenizer=self.loop_tokenizer if tokens else None,
-            options=self.rollout_options(
-                item,
-                self.config.build_agent_options(
-                    temperature=temperature, token_server=tokens, seed=seed
-                ),
-            ),
+            options=options,
             limits=self.limits,
             registry=self.tool_registry,
             placeholder_encode=self._placeholder_encode,
@@ -745,6 +753,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                         sandboxes=manager,
                         sandbox_spec=self.sandbox_spec(item),
                         on_rollout=record,
+                        staleness=self.config.build_staleness(self.policy_version_source),
                         **self._core_args(item, client),
                     )
         except anyio.get_cancelled_exc_class():

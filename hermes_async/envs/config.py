@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from hermes_async.agent import AgentOptions, BudgetConfig, FailurePolicy
+from hermes_async.agent import AgentOptions, BudgetConfig, FailurePolicy, Staleness, VersionSource
 from hermes_async.envs._atropos import BaseEnvConfig
+from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import SamplingParams
 from hermes_async.inference.tokenizer import QWEN_OFFLINE_NAME, Tokenizer, load_tokenizer
 from hermes_async.limits import Limits
@@ -222,6 +223,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
             thinking_mode=bool(self.thinking_mode),
             reasoning_effort=self.reasoning_effort,
             max_reasoning_tokens=self.max_reasoning_tokens,
+            max_resumes=self.max_resumes,
             end_of_turn=tuple(self.end_of_turn_tokens) if self.end_of_turn_tokens else None,
         )
 
@@ -232,6 +234,39 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
         if self.preserve_think_blocks is not None:
             return self.preserve_think_blocks
         return bool(self.thinking_mode)
+
+    # ---- issue #20: asynchronous RL (resumed aborts, staleness)
+    max_resumes: int = Field(
+        default=8,
+        description="Phase 2: resumes of a generation the server aborted (finish_reason "
+        "'abort', e.g. a trainer's weight update); the exact prefix is kept and the resume "
+        "asks for the remaining tokens only. 0: an abort fails the rollout.",
+    )
+    max_staleness: int | None = Field(
+        default=None,
+        description="Largest age (current policy version - the version that sampled a "
+        "segment) trained on; needs the environment's policy_version_source. None: off.",
+    )
+    staleness_policy: Literal["drop", "mask", "keep"] = Field(
+        default="drop",
+        description="Groups with segments older than max_staleness: drop the group, mask the "
+        "stale segments, or keep them (count only).",
+    )
+
+    def build_staleness(self, source: VersionSource | None) -> Staleness | None:
+        """The :class:`~hermes_async.agent.Staleness` of ``max_staleness`` (``None``: off).
+
+        Raises:
+            ConfigError: ``max_staleness`` is set but there is no version source.
+        """
+        if self.max_staleness is None:
+            return None
+        if source is None:
+            raise ConfigError(
+                f"max_staleness={self.max_staleness} needs the trainer's policy version: set "
+                "env.policy_version_source = <() -> int> before the run"
+            )
+        return Staleness(self.max_staleness, self.staleness_policy, version_source=source)
 
     # ---- issue #16: failure containment, resumable runs, the watchdog. Keep this block last
     # in the class (other issues add their fields above it), so merges stay line-local.

@@ -103,6 +103,8 @@ class FailureTally:
         #: Since the run started (never reset).
         self.total_failures: Counter[str] = Counter()
         self.total_outcomes: Counter[str] = Counter()
+        #: Staleness counters (``train/staleness/...``: ages, stale and masked tokens).
+        self.staleness: Counter[str] = Counter()
 
     def add_group(self, group: ScoredGroup) -> None:
         """Count a finished group's failures and outcome."""
@@ -111,6 +113,8 @@ class FailureTally:
         self.total_failures.update(counts)
         self.outcomes[group.outcome] += 1
         self.total_outcomes[group.outcome] += 1
+        if group.staleness is not None:
+            self.staleness.update(group.staleness.metrics("train/staleness/"))
 
     def add_cancelled(self, rollouts: int) -> None:
         """Count ``rollouts`` cut off by a cancellation."""
@@ -120,10 +124,13 @@ class FailureTally:
 
     def metrics(self) -> dict[str, float]:
         """``train/failures/<category>`` (every category), ``train/groups_masked``,
-        ``train/groups_retried``, ``train/groups_zeroed``; then the window starts over."""
+        ``train/groups_retried``, ``train/groups_zeroed``, ``train/groups_stale`` and the
+        ``train/staleness/...`` counters (age distribution); then the window starts over."""
         metrics = failure_metrics("train", self.failures)
-        for outcome in ("masked", "retried", "zeroed"):
+        for outcome in ("masked", "retried", "zeroed", "stale"):
             metrics[f"train/groups_{outcome}"] = float(self.outcomes.get(outcome, 0))
+        metrics.update({key: float(value) for key, value in self.staleness.items()})
         self.failures.clear()
         self.outcomes.clear()
+        self.staleness.clear()
         return metrics

@@ -10,6 +10,12 @@ A rollout's token sequence is built, never re-tokenized, from three kinds of seg
 The next turn's prompt is always ``tokens`` so far; the server's sampled ids are kept verbatim,
 so a model that writes ``{"a":1}`` is trained on exactly that, not on a re-rendering.
 
+A completion segment also carries the **policy version** that sampled it (read once per
+request from the trainer's version source; ``None`` without one). A turn whose generation was
+aborted and resumed under another version is split into two completion segments exactly at
+the first token of the resumed request, so every token is labelled with the version of the
+request that produced it.
+
 Masks follow Atropos: ``-100`` where not trained, the token id where trained. Logprobs follow
 the reference's ManagedServer node: the sampled logprob on trained positions, ``1.0`` elsewhere.
 """
@@ -56,6 +62,8 @@ class Segment:
     logprobs: array[float] | None = None
     #: The turn (1-based) a completion or suffix belongs to; 0 for the prompt.
     turn: int = 0
+    #: The policy version that sampled a completion (``None``: unknown / not sampled).
+    version: int | None = None
 
 
 @dataclass(slots=True)
@@ -68,15 +76,23 @@ class Trajectory:
 
     prompt_ids: Sequence[int]
     segments: list[Segment] = field(default_factory=list)
+    #: Aborted generations that were resumed (over every turn).
+    resumes: int = 0
 
     def __post_init__(self) -> None:
         if not self.segments:
             self.segments.append(Segment("prompt", array("i", self.prompt_ids)))
 
     def add_completion(
-        self, token_ids: Sequence[int], logprobs: Sequence[float], *, turn: int = 0
+        self,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float],
+        *,
+        turn: int = 0,
+        version: int | None = None,
     ) -> None:
-        """Append sampled ids and their logprobs (trained positions) of turn ``turn``.
+        """Append sampled ids and their logprobs (trained positions) of turn ``turn``, sampled
+        by policy version ``version``.
 
         Raises:
             TrajectoryError: ``len(token_ids) != len(logprobs)``.
@@ -87,7 +103,7 @@ class Trajectory:
                 "the server must return one logprob per sampled token"
             )
         self.segments.append(
-            Segment("completion", array("i", token_ids), array("d", logprobs), turn)
+            Segment("completion", array("i", token_ids), array("d", logprobs), turn, version)
         )
 
     def add_suffix(self, token_ids: Sequence[int], *, turn: int = 0) -> None:
@@ -138,19 +154,40 @@ class Trajectory:
         """The segments as ``{"kind", "turn", "start", "end"}`` token offsets, in order.
 
         ``tokens[start:end]`` of a ``completion`` is exactly what the server sampled on that
-        turn; a ``suffix`` follows its turn's completion; the ``prompt`` (turn 0) comes first.
+        turn (several completion segments of one turn: a resumed generation whose policy
+        version changed); a ``suffix`` follows its turn's completion; the ``prompt`` (turn 0)
+        comes first. Completion segments also carry ``"version"`` (``None``: unknown).
         """
         out: list[JSONObject] = []
         start = 0
         for seg in self.segments:
             end = start + len(seg.token_ids)
-            out.append({"kind": seg.kind, "turn": seg.turn, "start": start, "end": end})
+            entry: JSONObject = {"kind": seg.kind, "turn": seg.turn, "start": start, "end": end}
+            if seg.kind == "completion":
+                entry["version"] = seg.version
+            out.append(entry)
             start = end
         return out
 
-    def managed_state(self) -> JSONObject:
-        """``{"nodes": [node], "segments": [...]}``, as ``AgentResult.managed_state`` carries it.
+    def versions(self) -> list[int]:
+        """The distinct policy versions of the completion segments, in order of appearance."""
+        seen: dict[int, None] = {}
+        for seg in self.segments:
+            if seg.kind == "completion" and seg.version is not None:
+                seen.setdefault(seg.version)
+        return list(seen)
 
-        ``nodes`` is the reference's shape; ``segments`` (:meth:`boundaries`) is additive.
+    def managed_state(self) -> JSONObject:
+        """``{"nodes": [node], "segments": [...], "policy_versions": [...], "resumes": n}``,
+        as ``AgentResult.managed_state`` carries it.
+
+        ``nodes`` is the reference's shape; ``segments`` (:meth:`boundaries`, each completion
+        with its ``version``), ``policy_versions`` (:meth:`versions`) and ``resumes`` (aborted
+        generations that were resumed) are additive.
         """
-        return {"nodes": [self.to_node()], "segments": self.boundaries()}
+        return {
+            "nodes": [self.to_node()],
+            "segments": self.boundaries(),
+            "policy_versions": list(self.versions()),
+            "resumes": self.resumes,
+        }

@@ -62,7 +62,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 import anyio
 
@@ -159,7 +159,7 @@ class FixedScript:
         return text
 
 
-FaultKind = Literal["status", "rate_limit", "disconnect", "malformed", "stall"]
+FaultKind = Literal["status", "rate_limit", "disconnect", "malformed", "stall", "abort"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +170,9 @@ class Fault:
         kind: What goes wrong.
         status: HTTP status for ``"status"`` / ``"rate_limit"``.
         retry_after: ``Retry-After`` header value in seconds (``"rate_limit"``).
-        after_tokens: For ``disconnect`` / ``malformed`` / ``stall``: how many completion
-            tokens (chat: chunks) to send first.
+        after_tokens: For ``disconnect`` / ``malformed`` / ``stall`` / ``abort``: how many
+            completion tokens (chat: chunks) to send first (``abort`` cuts exactly there, also
+            inside a chunk).
         stall_seconds: How long a stall lasts (``inf``: until the client disconnects).
         message: The error body's message for ``"status"`` (default ``injected HTTP <n>``).
     """
@@ -208,6 +209,13 @@ class Fault:
         """Stop sending after ``after_tokens`` tokens for ``seconds``."""
         return cls("stall", after_tokens=after_tokens, stall_seconds=seconds)
 
+    @classmethod
+    def abort(cls, after_tokens: int = 1) -> Fault:
+        """End the stream after exactly ``after_tokens`` tokens with ``finish_reason`` "abort"
+        (what vLLM sends for a request aborted by ``/pause`` or a weight update); token routes
+        only. The request can be continued (see :class:`ScriptedModelServer`)."""
+        return cls("abort", after_tokens=after_tokens)
+
 
 #: The line a ``malformed`` fault sends.
 MALFORMED_LINE = 'data: {"choices": [{"token_ids": [1, 2'
@@ -230,6 +238,9 @@ class ServedRequest:
         fault: The fault injected, if any.
         fault_at_token: How many completion ids (chat: deltas) were sent when a mid-stream
             fault fired (``None`` if none did).
+        continued: For a continuation of an aborted request (its prompt is that request's
+            prompt plus a prefix of what it sent): how many planned ids the prefix held
+            (``None``: a fresh request).
         disconnected: Set when the server noticed the client going away mid-response.
         completed: Set when the response was fully sent.
     """
@@ -245,8 +256,27 @@ class ServedRequest:
     text: str = ""
     fault: Fault | None = None
     fault_at_token: int | None = None
+    continued: int | None = None
     disconnected: anyio.Event = field(default_factory=anyio.Event)
     completed: anyio.Event = field(default_factory=anyio.Event)
+
+
+PauseMode = Literal["keep", "abort", "cut"]
+
+
+@dataclass(slots=True)
+class _Plan:
+    """An aborted generation, kept so that its continuation samples exactly what it would have.
+
+    ``ids`` / ``logprobs`` are the whole planned completion (through the stop token, before any
+    ``max_tokens`` cut), from the first request's prompt ``base`` and ``seed``.
+    """
+
+    base: list[int]
+    seed: object
+    ids: list[int]
+    logprobs: list[float]
+    text: str
 
 
 class _SimulatedDisconnect(Exception):
@@ -318,6 +348,33 @@ class ScriptedModelServer:
             arrive in (what the pytest plugin uses for reproducible groups).
         scale_out: Serve ``/inference/v1/generate``; ``False`` answers it 403 like a vLLM
             started without ``--enable-scale-out`` (``/v1/completions`` still works).
+        seconds_per_token: Simulated sampling time: each chunk of ``n`` tokens is sent
+            ``n * seconds_per_token`` after the previous one (a realistic token rate for
+            benchmarks; an abort interrupts the wait).
+        capacity_tokens_per_second: The server's total sampling throughput, shared by every
+            stream (a saturated GPU batch): a chunk of ``n`` tokens waits for ``n / capacity``
+            seconds of the shared budget, so tokens that are later thrown away cost the other
+            streams time, as on a real server. ``None``: unlimited.
+
+    Pause, resume, abort (what an asynchronous RL trainer does around a weight update; also
+    over HTTP: ``POST /pause?mode=...``, ``POST /resume``, ``GET /is_paused``, shaped after
+    vLLM's endpoints of the same names):
+
+    * :meth:`pause` ``("keep")`` -- in-flight streams stop at the next chunk and wait; new
+      requests wait before their response starts; :meth:`resume` lets them all go on.
+    * :meth:`pause` ``("abort")`` -- in-flight token streams end at once with a last chunk
+      whose ``finish_reason`` is ``"abort"`` after the tokens sent so far; new requests wait.
+    * :meth:`pause` ``("cut")`` -- in-flight streams lose their connection (no finish
+      reason) while :attr:`is_paused` is true: the other way servers abort.
+    * :meth:`abort_inflight` -- abort the in-flight token streams without pausing.
+
+    Continuations are deterministic: a request whose prompt is an aborted request's prompt
+    plus a prefix of the ids it sent (same ``seed``) is served the rest of *that* planned
+    completion, with the same logprobs, and the policy is not asked again -- so an aborted and
+    resumed rollout produces exactly the text, ids and logprobs of an unaborted one (with
+    ``rng_key="prompt"`` also on later turns, whose request numbers shift). A continuation
+    sent with more ``max_tokens`` than the original request had left gets more tokens than
+    the original request: a budget overflow is visible, not hidden.
     """
 
     def __init__(
@@ -335,6 +392,8 @@ class ScriptedModelServer:
         model_name: str = "scripted",
         rng_key: Literal["request", "prompt"] = "request",
         scale_out: bool = True,
+        seconds_per_token: float = 0.0,
+        capacity_tokens_per_second: float | None = None,
     ) -> None:
         if max_chunk_tokens < 1:
             raise ValueError(f"max_chunk_tokens must be >= 1, got {max_chunk_tokens!r}")
@@ -352,7 +411,90 @@ class ScriptedModelServer:
             raise ValueError(f"rng_key must be 'request' or 'prompt', got {rng_key!r}")
         self.rng_key = rng_key
         self.scale_out = scale_out
+        if not seconds_per_token >= 0:
+            raise ValueError(f"seconds_per_token must be >= 0, got {seconds_per_token!r}")
+        self.seconds_per_token = seconds_per_token
+        if capacity_tokens_per_second is not None and not capacity_tokens_per_second > 0:
+            raise ValueError(
+                f"capacity_tokens_per_second must be > 0 or None, got {capacity_tokens_per_second!r}"
+            )
+        self.capacity_tokens_per_second = capacity_tokens_per_second
+        self._capacity_free_at = -math.inf
         self.requests: list[ServedRequest] = []
+        #: How many streams ended with ``finish_reason`` "abort" (faults, pauses, aborts).
+        self.aborted = 0
+        self._paused: PauseMode | None = None
+        self._resumed: anyio.Event | None = None
+        self._wake: anyio.Event | None = None
+        self._abort_epoch = 0
+        self._cut_epoch = 0
+        self._plans: list[_Plan] = []
+
+    # ---------------------------------------------------------------- pause / resume / abort
+
+    @property
+    def is_paused(self) -> bool:
+        """Whether the server is paused (what ``GET /is_paused`` reports)."""
+        return self._paused is not None
+
+    def pause(self, mode: PauseMode = "abort") -> None:
+        """Pause generation (see the class docstring for the modes).
+
+        Raises:
+            ValueError: An unknown ``mode``.
+        """
+        if mode not in ("keep", "abort", "cut"):
+            raise ValueError(f"pause mode must be 'keep', 'abort' or 'cut', got {mode!r}")
+        self._paused = mode
+        if mode == "abort":
+            self.abort_inflight()
+        elif mode == "cut":
+            self._cut_epoch += 1
+            self._wake_all()
+
+    def resume(self) -> None:
+        """Resume generation: held requests and streams go on."""
+        self._paused = None
+        if self._resumed is not None:
+            self._resumed.set()
+            self._resumed = None
+
+    def abort_inflight(self) -> None:
+        """End every in-flight token stream now with ``finish_reason`` "abort"."""
+        self._abort_epoch += 1
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+            self._wake = None
+
+    async def _wait_resumed(self) -> None:
+        while self._paused is not None:
+            if self._resumed is None:
+                self._resumed = anyio.Event()
+            await self._resumed.wait()
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when an abort or a cut wakes the streams."""
+        if seconds <= 0:
+            return
+        if self._wake is None:
+            self._wake = anyio.Event()
+        with anyio.move_on_after(seconds):
+            await self._wake.wait()
+
+    def _continuation(self, prompt_ids: list[int], seed: object) -> tuple[_Plan | None, int]:
+        """The aborted plan ``prompt_ids`` continues, and how many of its ids it holds."""
+        for index, plan in enumerate(self._plans):
+            n = len(plan.base)
+            if plan.seed != seed or len(prompt_ids) < n or prompt_ids[:n] != plan.base:
+                continue
+            done = len(prompt_ids) - n
+            if done <= len(plan.ids) and prompt_ids[n:] == plan.ids[:done]:
+                del self._plans[index]
+                return plan, done
+        return None, 0
 
     # ---------------------------------------------------------------- ASGI entry point
 
@@ -375,6 +517,8 @@ class ScriptedModelServer:
             await _send_json(
                 send, 200, {"object": "list", "data": [{"id": self.model_name, "object": "model"}]}
             )
+            return
+        if await self._control(method, path, scope, send):
             return
         routes = {
             "/inference/v1/generate",
@@ -419,6 +563,30 @@ class ScriptedModelServer:
         self.requests.append(record)
         await self._serve(record, receive, send)
 
+    async def _control(self, method: str, path: str, scope: _Scope, send: _Send) -> bool:
+        """The pause / resume / is_paused routes; ``True`` if ``path`` was one."""
+        if method == "GET" and path == "/is_paused":
+            await _send_json(send, 200, {"is_paused": self.is_paused})
+            return True
+        if method == "POST" and path == "/resume":
+            self.resume()
+            await _send_json(send, 200, {"status": "resumed"})
+            return True
+        if method == "POST" and path == "/pause":
+            query = dict(
+                part.split("=", 1)
+                for part in scope.get("query_string", b"").decode().split("&")
+                if "=" in part
+            )
+            mode = query.get("mode", "abort")
+            if mode not in ("keep", "abort", "cut"):
+                await _send_json(send, 400, {"error": {"message": f"unknown mode {mode!r}"}})
+                return True
+            self.pause(cast("PauseMode", mode))
+            await _send_json(send, 200, {"status": "paused", "mode": mode})
+            return True
+        return False
+
     async def _serve(self, record: ServedRequest, receive: _Receive, send: _Send) -> None:
         """Serve one generation request, watching for the client going away."""
         fault = record.fault
@@ -442,6 +610,7 @@ class ScriptedModelServer:
 
             tg.start_soon(watch_disconnect)
             try:
+                await self._wait_resumed()  # a paused server holds new requests
                 if self.response_delay_seconds:
                     await anyio.sleep(self.response_delay_seconds)
                 if fault is not None and fault.kind == "status":
@@ -481,11 +650,13 @@ class ScriptedModelServer:
             await self._respond_chat(record, send)
             return
         stop_ids: object = None
+        seed: object = body.get("seed")
         if record.protocol == "vllm":
             prompt_ids = body.get("token_ids")
             sampling = body.get("sampling_params") or {}
             max_tokens = sampling.get("max_tokens", 256)
             stop_ids = sampling.get("stop_token_ids")
+            seed = sampling.get("seed")
         elif record.protocol == "completions":
             prompt_ids = body.get("prompt")
             max_tokens = body.get("max_tokens", 16)
@@ -495,6 +666,7 @@ class ScriptedModelServer:
             sampling = body.get("sampling_params") or {}
             max_tokens = sampling.get("max_new_tokens", 128)
             stop_ids = sampling.get("stop_token_ids")
+            seed = sampling.get("sampling_seed")
         else:
             prompt = body.get("prompt") or {}
             prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
@@ -505,29 +677,46 @@ class ScriptedModelServer:
             raise _BadRequest(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
         record.prompt_ids = list(prompt_ids)
         prompt_text = self.tokenizer.decode(prompt_ids)
-        text = self.policy(
-            PolicyRequest(
-                messages=tuple(parse_chatml(prompt_text)),
-                prompt_text=prompt_text,
-                tools=(),
-                request_number=record.number,
-                protocol=record.protocol,
-            )
-        )
-        record.text = text
         rng = self._rng(record, prompt_text)
-        ids = _stop_at(self.tokenizer.encode(text, allow_special=True), stop_ids)
-        if ids is None:
-            ids = [*self.tokenizer.encode(text, allow_special=True), self.tokenizer.eos_token_id]
-        finish = "stop"
-        if len(ids) > max_tokens:
-            ids, finish = ids[:max_tokens], "length"
-        logprobs = [round(-rng.expovariate(2.0), 6) for _ in ids]
-        chunks = list(_chunk_sizes(len(ids), self.max_chunk_tokens, rng))
+        plan, done = self._continuation(record.prompt_ids, seed)
+        if plan is not None:
+            # The rest of an aborted generation, exactly as planned (the policy is not asked).
+            record.continued = done
+            record.text = plan.text
+            rest, rest_logprobs = plan.ids[done:], plan.logprobs[done:]
+            ids, finish = rest[:max_tokens], "length" if len(rest) > max_tokens else "stop"
+            logprobs = rest_logprobs[:max_tokens]
+            chunks = list(_chunk_sizes(len(ids), self.max_chunk_tokens, rng))
+        else:
+            text = self.policy(
+                PolicyRequest(
+                    messages=tuple(parse_chatml(prompt_text)),
+                    prompt_text=prompt_text,
+                    tools=(),
+                    request_number=record.number,
+                    protocol=record.protocol,
+                )
+            )
+            record.text = text
+            planned = _stop_at(self.tokenizer.encode(text, allow_special=True), stop_ids)
+            if planned is None:
+                planned = [
+                    *self.tokenizer.encode(text, allow_special=True),
+                    self.tokenizer.eos_token_id,
+                ]
+            ids, finish = planned, "stop"
+            if len(ids) > max_tokens:
+                ids, finish = ids[:max_tokens], "length"
+            logprobs = [round(-rng.expovariate(2.0), 6) for _ in ids]
+            chunks = list(_chunk_sizes(len(ids), self.max_chunk_tokens, rng))
+            # Logprobs of the planned ids past the cut, drawn after everything else (what a
+            # continuation with too large a budget would get; never changes a normal reply).
+            beyond = [round(-rng.expovariate(2.0), 6) for _ in planned[len(ids) :]]
+            plan = _Plan(list(prompt_ids), seed, planned, [*logprobs, *beyond], text)
         if record.protocol == "atropos":
             await self._respond_atropos(record, send, ids, logprobs, finish, prompt_text)
         else:
-            await self._respond_sse_tokens(record, send, ids, logprobs, finish, chunks)
+            await self._respond_sse_tokens(record, send, ids, logprobs, finish, chunks, plan, done)
 
     async def _respond_sse_tokens(
         self,
@@ -537,54 +726,101 @@ class ScriptedModelServer:
         logprobs: list[float],
         finish: str,
         chunk_sizes: list[int],
+        plan: _Plan,
+        done: int,
     ) -> None:
         fault = record.fault
+        abort_at: int | None = None
+        if fault is not None and fault.kind == "abort":
+            # A finished stream cannot be aborted: a position at or past its end is no abort.
+            abort_at = fault.after_tokens if fault.after_tokens < len(ids) else None
+            fault = None
+        abort_epoch, cut_epoch = self._abort_epoch, self._cut_epoch
         await _start_sse(send)
         position = 0
-        for index, size in enumerate(chunk_sizes):
+        sizes = list(chunk_sizes)
+        if not sizes:  # a continuation with nothing left: just the finish
+            await self._send_token_chunk(record, send, ids, logprobs, 0, 0, finish)
+        while sizes:
+            size = sizes.pop(0)
             if fault is not None and position >= fault.after_tokens:
                 await self._apply_stream_fault(record, fault, send, position)
                 fault = None
-            piece_ids = ids[position : position + size]
-            piece_lps = logprobs[position : position + size]
+            await self._nap(size * self.seconds_per_token)
+            if self.capacity_tokens_per_second is not None:
+                # The shared budget: this chunk's tokens are sampled after everyone's before.
+                now = anyio.current_time()
+                ready = max(now, self._capacity_free_at) + size / self.capacity_tokens_per_second
+                self._capacity_free_at = ready
+                await self._nap(ready - now)
+            while self._paused == "keep":
+                await self._wait_resumed()
+            if self._cut_epoch != cut_epoch:
+                record.fault_at_token = position
+                if plan not in self._plans:  # continuable, like an abort
+                    self._plans.append(plan)
+                raise _SimulatedDisconnect("server paused (cut)")
+            aborted = self._abort_epoch != abort_epoch
+            if abort_at is not None and position + size > abort_at:
+                size, aborted = abort_at - position, True
+            if aborted:
+                await self._send_token_chunk(record, send, ids, logprobs, position, size, "abort")
+                position += size
+                self.aborted += 1
+                record.fault_at_token = position
+                if plan not in self._plans:
+                    self._plans.append(plan)
+                break
+            last = not sizes
+            await self._send_token_chunk(
+                record, send, ids, logprobs, position, size, finish if last else None
+            )
             position += size
-            last = index == len(chunk_sizes) - 1
-            if record.protocol == "vllm":
-                payload = _vllm_chunk(record.number, piece_ids, piece_lps, finish if last else None)
-            elif record.protocol == "completions":
-                payload = _completions_chunk(
-                    record.number, self.tokenizer, piece_ids, piece_lps, finish if last else None
-                )
-            elif self.sglang_incremental:
-                payload = _sglang_chunk(
-                    record.number, self.tokenizer, piece_ids, piece_lps, finish if last else None
-                )
-            else:
-                payload = _sglang_chunk(
-                    record.number,
-                    self.tokenizer,
-                    ids[:position],
-                    logprobs[:position],
-                    finish if last else None,
-                )
-            await _send_sse(send, payload)
-            record.chunks.append(piece_ids)
-            record.completion_ids.extend(piece_ids)
-            record.logprobs.extend(piece_lps)
-            if last:
-                record.finish_reason = finish
             if self.chunk_delay_seconds and not last:
-                await anyio.sleep(self.chunk_delay_seconds)
-        if fault is not None:  # after_tokens >= the completion length
-            await self._apply_stream_fault(record, fault, send, position)
+                await self._nap(self.chunk_delay_seconds)
+        else:
+            if fault is not None:  # after_tokens >= the completion length
+                await self._apply_stream_fault(record, fault, send, position)
         if record.protocol == "vllm":
             usage = {
                 "prompt_tokens": len(record.prompt_ids),
-                "completion_tokens": len(ids),
-                "total_tokens": len(record.prompt_ids) + len(ids),
+                "completion_tokens": position,
+                "total_tokens": len(record.prompt_ids) + position,
             }
             await _send_sse(send, {"id": f"gen-{record.number}", "choices": [], "usage": usage})
         await _send_raw(send, b"data: [DONE]\n\n", more=False)
+
+    async def _send_token_chunk(
+        self,
+        record: ServedRequest,
+        send: _Send,
+        ids: list[int],
+        logprobs: list[float],
+        position: int,
+        size: int,
+        finish: str | None,
+    ) -> None:
+        """Send ``ids[position:position + size]`` (and ``finish``) in the route's chunk shape."""
+        end = position + size
+        piece_ids, piece_lps = ids[position:end], logprobs[position:end]
+        if record.protocol == "vllm":
+            payload = _vllm_chunk(record.number, piece_ids, piece_lps, finish)
+        elif record.protocol == "completions":
+            payload = _completions_chunk(
+                record.number, self.tokenizer, piece_ids, piece_lps, finish
+            )
+        elif self.sglang_incremental:
+            payload = _sglang_chunk(record.number, self.tokenizer, piece_ids, piece_lps, finish)
+        else:
+            payload = _sglang_chunk(
+                record.number, self.tokenizer, ids[:end], logprobs[:end], finish
+            )
+        await _send_sse(send, payload)
+        record.chunks.append(piece_ids)
+        record.completion_ids.extend(piece_ids)
+        record.logprobs.extend(piece_lps)
+        if finish is not None:
+            record.finish_reason = finish
 
     async def _apply_stream_fault(
         self, record: ServedRequest, fault: Fault, send: _Send, position: int

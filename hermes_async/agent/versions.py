@@ -1,0 +1,461 @@
+"""Policy versions, pauses and staleness: what asynchronous RL needs from the rollout core.
+
+An asynchronous trainer updates the weights while rollouts are still generating. Around each
+update it typically *pauses* the inference server (in-flight requests are aborted with
+``finish_reason="abort"``, or held), loads the new weights, bumps its **policy version** and
+resumes. The rollout core then:
+
+* keeps the exact prefix an aborted request sampled and resumes it (``agent/_token_turn.py``;
+  ``AgentOptions.max_resumes``),
+* labels every sampled token with the version of the request that sampled it: the
+  :data:`VersionSource` is read **once per request, at dispatch** (:func:`read_version`), never
+  again for the same tokens (reading it twice, once at dispatch and once at the end, is how
+  AReaL #1569 mislabelled tokens),
+* waits while the server is paused, when it can tell (:data:`PauseProbe`,
+  :func:`wait_while_paused`), bounded by ``AgentOptions.pause_timeout`` and the rollout's
+  deadline,
+* and lets :func:`~hermes_async.agent.rollout.run_group` drop or mask groups whose tokens are
+  too old (:class:`Staleness`; the pure decision is :func:`staleness_of`).
+
+Both seams are plain callables, sync or async, so any trainer can supply them: an attribute
+read (``lambda: trainer.version``), a coroutine that asks a parameter server, or
+:class:`PolledVersion` for an HTTP endpoint.
+
+With a pause probe, no request is dispatched while the server is paused (the version is read
+after the wait), so a request the server would hold through the update is not labelled with the
+version before it; a pause that begins between the probe and the dispatch can still slip
+through (the window is one HTTP round trip). Without a probe, a request sent into a pause is
+held by the server and labelled with the version read before it.
+
+One limit is the server's, not ours: with a ``keep``-mode pause (in-flight requests wait
+through the weight update and go on with the new weights), the tokens after the update are
+labelled with the version read at dispatch -- the older one. That errs on the safe side for
+staleness (they look older than they are); use ``abort`` mode where exact labels matter.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Self, TypeAlias
+
+import anyio
+import httpx
+
+from hermes_async.errors import InferenceError
+
+__all__ = (
+    "PAUSE_POLL_SECONDS",
+    "VERSION_READ_TIMEOUT_SECONDS",
+    "PauseProbe",
+    "PolledPause",
+    "PolledVersion",
+    "Staleness",
+    "StalenessAction",
+    "StalenessReport",
+    "VersionReadError",
+    "VersionSource",
+    "probe_paused",
+    "read_version",
+    "staleness_of",
+    "version_spans",
+    "wait_while_paused",
+)
+
+#: ``() -> int`` or ``async () -> int``: the trainer's current policy version (>= 0).
+VersionSource: TypeAlias = Callable[[], int | Awaitable[int]]
+#: ``() -> bool`` or ``async () -> bool``: whether the model server is paused right now.
+PauseProbe: TypeAlias = Callable[[], bool | Awaitable[bool]]
+
+#: Bound on one read of a version source or pause probe: a trainer that does not answer in
+#: 10 s is broken, and a rollout must not hang on it.
+VERSION_READ_TIMEOUT_SECONDS = 10.0
+#: How often a paused server is polled: a weight update takes seconds, so 0.1 s costs nothing
+#: and resumes within a tenth of a second of the server.
+PAUSE_POLL_SECONDS = 0.1
+
+
+class VersionReadError(InferenceError):
+    """The version source or pause probe failed, timed out, or returned a bad value.
+
+    An ``infra`` failure of the rollout (nothing the policy did); ``str()`` names the value.
+    """
+
+
+async def _call(source: Callable[[], Any], what: str) -> object:
+    try:
+        with anyio.fail_after(VERSION_READ_TIMEOUT_SECONDS):
+            value = source()
+            if inspect.isawaitable(value):
+                value = await value
+    except TimeoutError:
+        raise VersionReadError(
+            f"the {what} did not answer within {VERSION_READ_TIMEOUT_SECONDS:g} s"
+        ) from None
+    except InferenceError:
+        raise
+    except Exception as exc:
+        raise VersionReadError(f"the {what} failed: {type(exc).__name__}: {exc}") from exc
+    return value
+
+
+async def read_version(source: VersionSource) -> int:
+    """Read the policy version once (bounded by :data:`VERSION_READ_TIMEOUT_SECONDS`).
+
+    Raises:
+        VersionReadError: The source raised, timed out, or returned anything but an ``int``
+            >= 0 (``bool`` included: ``True`` is no version).
+
+    **Cancellation**: an async source is cancelled with the caller.
+    """
+    value = await _call(source, "policy version source")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise VersionReadError(
+            f"the policy version source returned {value!r}; it must return an int >= 0"
+        )
+    return value
+
+
+async def probe_paused(probe: PauseProbe) -> bool:
+    """Ask ``probe`` once whether the server is paused (bounded).
+
+    Raises:
+        VersionReadError: The probe raised, timed out or returned a non-bool.
+
+    **Cancellation**: an async probe is cancelled with the caller.
+    """
+    value = await _call(probe, "pause probe")
+    if not isinstance(value, bool):
+        raise VersionReadError(f"the pause probe returned {value!r}; it must return a bool")
+    return value
+
+
+async def wait_while_paused(
+    probe: PauseProbe, *, timeout: float | None, poll_seconds: float = PAUSE_POLL_SECONDS
+) -> float:
+    """Wait until ``probe`` says the server is not paused; return the seconds waited.
+
+    Raises:
+        TimeoutError: Still paused after ``timeout`` seconds (the pause watchdog).
+        VersionReadError: The probe failed.
+
+    **Cancellation**: the wait ends at once (the rollout's deadline cancels it).
+    """
+    start = anyio.current_time()
+    with anyio.fail_after(timeout if timeout is not None else math.inf):
+        # Polling, not an event: the pause lives in another process (the inference server).
+        while True:
+            if not await probe_paused(probe):
+                break
+            await anyio.sleep(poll_seconds)
+    return anyio.current_time() - start
+
+
+class _HTTPPoll:
+    """One HTTP client GETting one JSON endpoint, bounded (the shared half of the pollers)."""
+
+    def __init__(
+        self, url: str, *, timeout: float, transport: httpx.AsyncBaseTransport | None
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.url, self.timeout = url, timeout
+        self._client = httpx.AsyncClient(transport=transport, timeout=timeout)
+        #: GETs sent so far.
+        self.polls = 0
+
+    async def __aenter__(self) -> Self:
+        """Open the HTTP client.
+
+        **Cancellation**: nothing is held yet.
+        """
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the HTTP client.
+
+        **Cancellation**: the close is bounded by ``timeout``.
+        """
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (idempotent).
+
+        **Cancellation**: shielded, bounded by ``timeout``.
+        """
+        with anyio.move_on_after(self.timeout, shield=True):
+            await self._client.aclose()
+
+    async def _get(self, what: str) -> object:
+        try:
+            with anyio.fail_after(self.timeout):
+                response = await self._client.get(self.url)
+            response.raise_for_status()
+            payload: object = response.json()
+        except (httpx.HTTPError, TimeoutError, ValueError) as exc:
+            raise VersionReadError(f"GET {self.url} for {what} failed: {exc}") from exc
+        self.polls += 1
+        return payload
+
+
+class PolledVersion(_HTTPPoll):
+    """A :data:`VersionSource` reading an HTTP endpoint, at most once per ``interval``.
+
+    ``GET url`` must answer JSON: an integer, or an object with the integer under ``key``
+    (``{"version": 12}``). Between polls the last value is returned, so thousands of
+    requests cost one GET per interval; a poll that fails raises (the request's rollout ends
+    as ``infra``) rather than handing out a stale version silently.
+
+    Use as an async context manager (it owns an HTTP client)::
+
+        async with PolledVersion("http://trainer:9000/version") as versions:
+            options = AgentOptions(version_source=versions)
+
+    Args:
+        url: The endpoint.
+        key: The field of a JSON object holding the version.
+        interval: Seconds a value stays fresh (1 s: weight updates are seconds apart).
+        timeout: Deadline of one GET.
+        transport: An httpx transport instead of the network (tests).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key: str = "version",
+        interval: float = 1.0,
+        timeout: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not interval >= 0:
+            raise ValueError(f"interval must be >= 0 seconds, got {interval!r}")
+        super().__init__(url, timeout=timeout, transport=transport)
+        self.key, self.interval = key, interval
+        self._value: int | None = None
+        self._at = -math.inf
+        self._lock = anyio.Lock()
+
+    async def __call__(self) -> int:
+        """The version: cached while fresh, else one GET (concurrent callers share it).
+
+        Raises:
+            VersionReadError: The GET failed or the answer holds no integer version.
+
+        **Cancellation**: the GET is abandoned.
+        """
+        async with self._lock:
+            if self._value is not None and anyio.current_time() - self._at < self.interval:
+                return self._value
+            payload = await self._get("the policy version")
+            value = payload.get(self.key) if isinstance(payload, dict) else payload
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise VersionReadError(
+                    f"GET {self.url} answered {payload!r:.200}; expected an int >= 0"
+                    f" (or {{{self.key!r}: int}})"
+                )
+            self._value, self._at = value, anyio.current_time()
+            return value
+
+
+class PolledPause(_HTTPPoll):
+    """A :data:`PauseProbe` asking an inference server's ``GET /is_paused``.
+
+    The answer must be JSON ``{"is_paused": bool}`` (vLLM's shape; ``key`` for another) or a
+    bare bool. Not cached: the loop polls it only around pauses and before dispatching.
+
+    Args:
+        url: The endpoint (e.g. ``http://127.0.0.1:8000/is_paused``).
+        key: The field holding the flag.
+        timeout: Deadline of one GET.
+        transport: An httpx transport instead of the network (tests).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key: str = "is_paused",
+        timeout: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(url, timeout=timeout, transport=transport)
+        self.key = key
+
+    async def __call__(self) -> bool:
+        """Whether the server is paused (one GET).
+
+        Raises:
+            VersionReadError: The GET failed or the answer holds no bool.
+
+        **Cancellation**: the GET is abandoned.
+        """
+        payload = await self._get("the pause state")
+        value = payload.get(self.key) if isinstance(payload, dict) else payload
+        if not isinstance(value, bool):
+            raise VersionReadError(
+                f"GET {self.url} answered {payload!r:.200}; expected {{{self.key!r}: bool}}"
+            )
+        return value
+
+
+# ------------------------------------------------------------------------------------------
+# staleness (pure)
+
+#: What :func:`~hermes_async.agent.rollout.run_group` does with a group holding stale tokens:
+#: ``drop`` the group, ``mask`` the stale segments (not trained), or ``keep`` it (report only).
+StalenessAction: TypeAlias = Literal["drop", "mask", "keep"]
+
+
+@dataclass(frozen=True, slots=True)
+class Staleness:
+    """How old a group's tokens may be, in policy versions.
+
+    A segment's **age** is the current version (read once, when the group is done) minus the
+    version that sampled it; it is *stale* when its age exceeds ``max_staleness``.
+
+    Attributes:
+        max_staleness: Largest age that is still trained on (``0``: only the current
+            version; ``1``: also the previous one, the usual one-step off-policy setting).
+        action: ``drop`` (the whole group: outcome ``"stale"``, no training data), ``mask``
+            (stale segments get mask ``-100`` and logprob 1.0; the rest is trained) or
+            ``keep`` (nothing changes; the ages are reported).
+        version_source: Where the current version is read; ``None``: the options'
+            ``version_source``.
+
+    Raises:
+        ValueError: A negative ``max_staleness`` or an unknown ``action``.
+    """
+
+    max_staleness: int
+    action: StalenessAction = "drop"
+    version_source: VersionSource | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness!r}")
+        if self.action not in ("drop", "mask", "keep"):
+            raise ValueError(f"staleness action must be drop, mask or keep, got {self.action!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StalenessReport:
+    """The ages of one group's tokens, for logging (counters the environment can sum).
+
+    Attributes:
+        current_version: The version the ages are measured from.
+        max_staleness: The limit applied.
+        action: What was done.
+        segment_ages: Completion segments per age.
+        token_ages: Sampled tokens per age.
+        stale_segments: Segments older than ``max_staleness``.
+        stale_tokens: Their tokens.
+        stale_rollouts: Indices of rollouts holding at least one stale segment.
+        dropped: The group was dropped (``action="drop"`` and something was stale).
+        masked_tokens: Tokens whose mask was zeroed (``action="mask"``).
+        unversioned_segments: Segments without a version (no version source at sampling).
+    """
+
+    current_version: int
+    max_staleness: int
+    action: StalenessAction
+    segment_ages: Mapping[int, int] = field(default_factory=dict)
+    token_ages: Mapping[int, int] = field(default_factory=dict)
+    stale_segments: int = 0
+    stale_tokens: int = 0
+    stale_rollouts: tuple[int, ...] = ()
+    dropped: bool = False
+    masked_tokens: int = 0
+    unversioned_segments: int = 0
+
+    @property
+    def stale(self) -> bool:
+        """Whether any segment was older than ``max_staleness``."""
+        return self.stale_segments > 0
+
+    def metrics(self, prefix: str = "staleness/") -> dict[str, float]:
+        """Flat counters for wandb / Prometheus: ages as ``{prefix}tokens_age_<n>``, etc."""
+        out: dict[str, float] = {
+            f"{prefix}stale_segments": float(self.stale_segments),
+            f"{prefix}stale_tokens": float(self.stale_tokens),
+            f"{prefix}dropped_groups": float(self.dropped),
+            f"{prefix}masked_tokens": float(self.masked_tokens),
+            f"{prefix}unversioned_segments": float(self.unversioned_segments),
+        }
+        for age, count in sorted(self.token_ages.items()):
+            out[f"{prefix}tokens_age_{age}"] = float(count)
+        for age, count in sorted(self.segment_ages.items()):
+            out[f"{prefix}segments_age_{age}"] = float(count)
+        return out
+
+
+#: ``(start, end, version)`` of one completion segment, token offsets into the rollout's rows.
+Span: TypeAlias = tuple[int, int, int | None]
+
+
+def version_spans(managed_state: Mapping[str, Any] | None) -> list[Span]:
+    """The completion segments of ``managed_state`` as ``(start, end, version)``."""
+    out: list[Span] = []
+    for seg in (managed_state or {}).get("segments") or ():
+        if isinstance(seg, Mapping) and seg.get("kind") == "completion":
+            version = seg.get("version")
+            out.append(
+                (int(seg["start"]), int(seg["end"]), version if isinstance(version, int) else None)
+            )
+    return out
+
+
+def staleness_of(
+    spans: Sequence[Sequence[Span]], current_version: int, policy: Staleness
+) -> tuple[StalenessReport, list[list[tuple[int, int]]]]:
+    """Decide a group's staleness (pure).
+
+    Args:
+        spans: Per rollout, its completion segments (:func:`version_spans`).
+        current_version: The version now.
+        policy: The limit and the action.
+
+    Returns:
+        The report, and per rollout the ``(start, end)`` token ranges to mask (empty unless
+        ``policy.action == "mask"``).
+    """
+    segment_ages: Counter[int] = Counter()
+    token_ages: Counter[int] = Counter()
+    stale_segments = stale_tokens = unversioned = 0
+    stale_rollouts: list[int] = []
+    to_mask: list[list[tuple[int, int]]] = []
+    for index, rollout in enumerate(spans):
+        ranges: list[tuple[int, int]] = []
+        for start, end, version in rollout:
+            if version is None:
+                unversioned += 1
+                continue
+            age = max(current_version - version, 0)
+            segment_ages[age] += 1
+            token_ages[age] += end - start
+            if age > policy.max_staleness:
+                stale_segments += 1
+                stale_tokens += end - start
+                ranges.append((start, end))
+        if ranges:
+            stale_rollouts.append(index)
+        to_mask.append(ranges if policy.action == "mask" else [])
+    stale = stale_segments > 0
+    report = StalenessReport(
+        current_version=current_version,
+        max_staleness=policy.max_staleness,
+        action=policy.action,
+        segment_ages=dict(segment_ages),
+        token_ages=dict(token_ages),
+        stale_segments=stale_segments,
+        stale_tokens=stale_tokens,
+        stale_rollouts=tuple(stale_rollouts),
+        dropped=stale and policy.action == "drop",
+        masked_tokens=stale_tokens if policy.action == "mask" else 0,
+        unversioned_segments=unversioned,
+    )
+    return report, to_mask
