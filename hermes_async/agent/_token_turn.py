@@ -40,6 +40,7 @@ from hermes_async.agent.failures import RolloutFailure, classify_exception
 from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
 from hermes_async.errors import InferenceError
 from hermes_async.inference.generate import SamplingParams, TokenClient, TokenDelta
+from hermes_async.inference.rendering import ChatRenderer
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
@@ -227,6 +228,9 @@ class TokenTurns:
         end_of_turn: The ids that end a model turn.
         sampling_hook: Called before each generation; may return that turn's parameters.
         check_sampling: Raises for parameters the server cannot take (applied to the hook's).
+        incremental_rendering: Render each turn's messages only (a window, where the template
+            is known to allow it; :mod:`hermes_async.inference.rendering`); ``False``: render the
+            whole conversation every turn. Both give the same text, hence the same tokens.
     """
 
     def __init__(
@@ -244,6 +248,7 @@ class TokenTurns:
         end_of_turn: Sequence[int] = (),
         sampling_hook: SamplingHook | None = None,
         check_sampling: Callable[[SamplingParams], None] | None = None,
+        incremental_rendering: bool = True,
     ) -> None:
         self._server = server
         self._tokenizer = tokenizer
@@ -257,6 +262,7 @@ class TokenTurns:
         self._end_of_turn = tuple(end_of_turn) or (tokenizer.eos_token_id,)
         self._hook = sampling_hook
         self._check_sampling = check_sampling
+        self._incremental = incremental_rendering
 
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run the rollout's turns; ``managed_state`` is set on every exit path.
@@ -270,12 +276,11 @@ class TokenTurns:
         ``managed_state`` still holds the aligned trajectory so far.
         """
         tokenizer = self._tokenizer
-        prompt = tokenizer.apply_chat_template(
-            result.messages, self._schemas or None, add_generation_prompt=True
-        )
+        renderer = ChatRenderer(tokenizer, self._schemas, incremental=self._incremental)
+        prompt = renderer.render(result.messages, add_generation_prompt=True)
         trajectory = Trajectory(tokenizer.encode(prompt))
         try:
-            await self._turns(result, tools, trajectory, prompt, seed)
+            await self._turns(result, tools, trajectory, renderer, prompt, seed)
         finally:
             # Built once, on every exit path (cancellation included): keeping three Python lists
             # per rollout up to date every turn would cost memory while thousands wait on tools.
@@ -286,6 +291,7 @@ class TokenTurns:
         result: AgentResult,
         tools: RunTools,
         trajectory: Trajectory,
+        renderer: ChatRenderer,
         prompt: str,
         seed: int | None,
     ) -> None:
@@ -358,7 +364,15 @@ class TokenTurns:
                 if final:
                     result.finished_naturally = True
                 prompt = self._place(
-                    result, trajectory, turn, step, prompt, at, final=final, task_id=tools.task_id
+                    result,
+                    trajectory,
+                    renderer,
+                    turn,
+                    step,
+                    prompt,
+                    at,
+                    final=final,
+                    task_id=tools.task_id,
                 )
                 if final:
                     return
@@ -385,6 +399,7 @@ class TokenTurns:
         self,
         result: AgentResult,
         trajectory: Trajectory,
+        renderer: ChatRenderer,
         turn: int,
         step: Phase2Turn,
         prompt: str,
@@ -397,7 +412,9 @@ class TokenTurns:
         tokenizer = self._tokenizer
         messages = result.messages
         schemas = self._schemas or None
-        full = tokenizer.apply_chat_template(messages, schemas, add_generation_prompt=not final)
+        # The whole conversation's text, rendered for this turn's messages only where the
+        # template allows: the check below costs O(new tokens) (the completion's ids decoded).
+        full = renderer.render(messages, add_generation_prompt=not final)
         ids = step.token_ids
         ended = bool(ids) and ids[-1] in step.stop_ids
         stops = [tokenizer.decode([ids[-1]])] if ended else self._end_texts()

@@ -150,6 +150,10 @@ class AgentOptions:
         end_of_turn: Phase 2: the tokens (ids or texts) that end a model turn; ``None``: the
             tokenizer's (its ``end_of_turn_ids``, else ``eos_token_id``). They are the default
             stop ids and decide where the template's suffix starts.
+        incremental_rendering: Phase 2: render only each turn's new messages where the chat
+            template is known to allow it (:mod:`hermes_async.inference.rendering`); ``False``
+            renders the whole conversation every turn. Same text, same tokens; only the CPU
+            differs.
 
     Raises:
         ValueError: ``max_turns`` < 1, a timeout that is not positive, an unknown
@@ -177,6 +181,7 @@ class AgentOptions:
     # ---- Phase 2 fidelity (issue 22): per-turn sampling and the end-of-turn tokens
     sampling_hook: SamplingHook | None = None
     end_of_turn: tuple[int | str, ...] | None = None
+    incremental_rendering: bool = True
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -312,6 +317,8 @@ class HermesAgentLoop:
             owns the manager releases it. On an outer cancellation it is released regardless.
         sampling_hook: Phase 2 per-turn sampling (see :class:`AgentOptions`).
         end_of_turn: Phase 2 end-of-turn tokens (see :class:`AgentOptions`).
+        incremental_rendering: Phase 2 incremental chat-template rendering (see
+            :class:`AgentOptions`).
 
     Raises:
         ValueError: ``max_turns`` < 1, a non-positive timeout, or a token server without a
@@ -351,6 +358,7 @@ class HermesAgentLoop:
         max_reasoning_tokens: int | None = None,
         sampling_hook: SamplingHook | None = None,
         end_of_turn: Sequence[int | str] | None = None,
+        incremental_rendering: bool = True,
     ) -> None:
         options = AgentOptions(
             max_turns=max_turns,
@@ -373,6 +381,7 @@ class HermesAgentLoop:
             max_reasoning_tokens=max_reasoning_tokens,
             sampling_hook=sampling_hook,
             end_of_turn=tuple(end_of_turn) if end_of_turn is not None else None,
+            incremental_rendering=incremental_rendering,
         )
         self._configure(
             server,
@@ -492,6 +501,7 @@ class HermesAgentLoop:
                 end_of_turn=end_of_turn,
                 sampling_hook=options.sampling_hook,
                 check_sampling=check if callable(check) else None,
+                incremental_rendering=options.incremental_rendering,
             )
         if isinstance(server, ChatServer):
             return ChatTurns(
