@@ -19,6 +19,9 @@ everything from the last non-``tool`` message the previous rendering already hel
     render(messages[:m], generation=g) == previous + new[len(old):]   # when new.startswith(old)
 
 Two renderings of one or two turns' messages instead of one of all of them: O(new messages).
+The window's start (``j``) may stay where it was for a few turns: then the previous call's
+``new`` is this call's ``old``, and a turn costs one rendering of at most
+:data:`WINDOW_MESSAGES` messages.
 
 When. The window property is a fact about a template, not a guess: it is proven by the tests
 (``tests/inference/test_rendering.py``: randomized multi-turn conversations with tool calls,
@@ -59,6 +62,7 @@ from hermes_async.inference.families import FAMILIES
 from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = (
+    "WINDOW_MESSAGES",
     "ChatRenderer",
     "RendererStatistics",
     "WindowRule",
@@ -66,6 +70,11 @@ __all__ = (
     "window_rule",
     "windowed_templates",
 )
+
+
+#: Messages a window may hold before its start moves up to the latest anchor. Larger: fewer
+#: turns that render the window twice; smaller: shorter renderings. 8 is about four tool turns.
+WINDOW_MESSAGES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +178,8 @@ class ChatRenderer:
         "_text",
         "_tokenizer",
         "_tools",
+        "_window_start",
+        "_window_text",
         "_windowed",
     )
 
@@ -187,6 +198,10 @@ class ChatRenderer:
         # The message objects of the previous rendering (compared by identity) and its anchor.
         self._messages: list[JSONObject] = []
         self._anchor = 0
+        # The last window's start and text (rendered with a generation prompt, for the messages
+        # of the previous call): the next call's "old" window when it starts there too.
+        self._window_start = 0
+        self._window_text: str | None = None
         self._windowed = self._full = self._fallbacks = 0
 
     @property
@@ -220,6 +235,7 @@ class ChatRenderer:
         if self._rule is not None and self._generation and len(messages) > len(self._messages):
             text = self._window(messages, add_generation_prompt, chat_template_kwargs)
         if text is None:
+            self._window_text = None
             text = self._tokenizer.apply_chat_template(
                 messages,
                 self._tools,
@@ -269,14 +285,21 @@ class ChatRenderer:
         head = list(messages[:1])
         render = self._tokenizer.apply_chat_template
         tools = None if self._rule.tools_in_header else self._tools
-        old = render(
-            [*head, *messages[anchor:k]],
-            tools,
-            add_generation_prompt=True,
-            chat_template_kwargs=variables,
-        )
+        # Any start that is not a tool result works; keeping the previous one lets its rendering
+        # serve as this call's "old" window (one rendering a turn instead of two), until the
+        # window holds WINDOW_MESSAGES messages: then it moves up to the latest anchor.
+        old = self._window_text
+        start = self._window_start
+        if old is None or len(messages) - start > WINDOW_MESSAGES:
+            start = anchor
+            old = render(
+                [*head, *messages[start:k]],
+                tools,
+                add_generation_prompt=True,
+                chat_template_kwargs=variables,
+            )
         new = render(
-            [*head, *messages[anchor:]],
+            [*head, *messages[start:]],
             tools,
             add_generation_prompt=generation,
             chat_template_kwargs=variables,
@@ -284,6 +307,8 @@ class ChatRenderer:
         if not new.startswith(old):
             self._fallbacks += 1
             return None
+        self._window_start = start
+        self._window_text = new if generation else None
         return self._text + new[len(old) :]
 
 
