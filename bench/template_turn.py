@@ -4,9 +4,9 @@ What one Phase 2 turn does with the template after its completion (``TokenTurns.
 render the conversation, decode the completion's ids, check the turn against the rendering and
 cut its suffix (``place_turn``), tokenize the suffix. Measured here for the 10th and the 20th
 turn of a conversation (the cost of a turn grows with the conversation when the whole of it is
-rendered), with the project's templates, once with ``ChatRenderer(incremental=False)`` (the
-previous behaviour: the whole conversation every turn) and once with the incremental renderer.
-Rounds alternate between the two in one process; the ratio is baseline / incremental.
+rendered), with the built-in template: before (the Jinja template, the whole conversation every
+turn), the built-in template in Python with full renderings, and after (Python, incremental).
+Rounds alternate between the sides in one process; the ratio is before / after.
 
     PYTHONPATH=. .venv/bin/python bench/template_turn.py
     PYTHONPATH=. .venv/bin/python bench/template_turn.py --turns 10,20,40 --rounds 30
@@ -20,6 +20,7 @@ import statistics
 import time
 
 from hermes_async.agent._segments import place_turn
+from hermes_async.inference._chat_template import default_chat_template
 from hermes_async.inference.rendering import ChatRenderer
 from hermes_async.inference.tokenizer import QwenTokenizer, Tokenizer
 from hermes_async.jsontypes import JSONObject
@@ -91,36 +92,49 @@ def run_conversation(
     return costs
 
 
+SIDES = ("before: Jinja, full", "Python, full", "after: Python, incremental")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", default="10,20")
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
     marks = [int(t) for t in args.turns.split(",")]
-    tokenizer = QwenTokenizer()
+    fast = QwenTokenizer()
+    # The same template text under another source: rendered by Jinja, no window rule -- the
+    # previous behaviour exactly (a trailing comment renders nothing).
+    jinja = QwenTokenizer(chat_template=default_chat_template() + "{#- baseline -#}")
+    setups = {
+        SIDES[0]: (jinja, False),
+        SIDES[1]: (fast, False),
+        SIDES[2]: (fast, True),
+    }
     tools = tool_schemas()
     longest = max(marks)
-    samples: dict[bool, list[list[float]]] = {False: [], True: []}
+    samples: dict[str, list[list[float]]] = {side: [] for side in SIDES}
     for _ in range(args.rounds):
-        for incremental in (False, True):
-            samples[incremental].append(
+        for side, (tokenizer, incremental) in setups.items():
+            samples[side].append(
                 run_conversation(tokenizer, tools, longest, incremental=incremental)
             )
     print(
         f"built-in ChatML + hermes template, {len(tools)} tool schemas, one call and one result "
-        f"per turn; median of {args.rounds} alternating rounds per side"
+        f"per turn; median of {args.rounds} alternating rounds per side (ms per turn)"
     )
-    print("| turn | full (ms/turn) | incremental (ms/turn) | ratio |")
-    print("|-----:|---------------:|----------------------:|------:|")
+    print(f"| turn | {' | '.join(SIDES)} | before / after |")
+    print(f"|-----:|{'|'.join('-' * (len(side) + 1) + ':' for side in SIDES)}|------:|")
     for mark in marks:
-        full = statistics.median(run[mark - 1] for run in samples[False]) * 1e3
-        inc = statistics.median(run[mark - 1] for run in samples[True]) * 1e3
-        print(f"| {mark:4d} | {full:14.3f} | {inc:21.3f} | {full / inc:4.1f}x |")
-    total_full = statistics.median(sum(run) for run in samples[False]) * 1e3
-    total_inc = statistics.median(sum(run) for run in samples[True]) * 1e3
+        cells = [statistics.median(run[mark - 1] for run in samples[side]) * 1e3 for side in SIDES]
+        shown = " | ".join(
+            f"{cell:{len(side)}.3f}" for cell, side in zip(cells, SIDES, strict=True)
+        )
+        print(f"| {mark:4d} | {shown} | {cells[0] / cells[2]:5.1f}x |")
+    totals = [statistics.median(sum(run) for run in samples[side]) * 1e3 for side in SIDES]
     print(
-        f"whole {longest}-turn conversation: full {total_full:.1f} ms, incremental "
-        f"{total_inc:.1f} ms ({total_full / total_inc:.1f}x)"
+        f"whole {longest}-turn conversation: "
+        + ", ".join(f"{side} {total:.1f} ms" for side, total in zip(SIDES, totals, strict=True))
+        + f" ({totals[0] / totals[2]:.1f}x)"
     )
 
 

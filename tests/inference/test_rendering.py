@@ -267,3 +267,55 @@ def test_incremental_off_renders_in_full() -> None:
     for messages, generation in conversation_steps(1):
         renderer.render(messages, add_generation_prompt=generation)
     assert renderer.rule is None and renderer.statistics().windowed == 0
+
+
+def _jinja_builtin(messages: list[JSONObject], tools: Any, generation: bool) -> str:
+    """The built-in template rendered by Jinja itself (the definition of its text)."""
+    from hermes_async.inference._chat_template import _compile
+
+    return _compile(default_chat_template()).render(
+        messages=messages, tools=tools or None, add_generation_prompt=generation
+    )
+
+
+def test_builtin_template_in_python_equals_jinja() -> None:
+    from hermes_async.inference._chatml import render_builtin
+
+    for seed in range(60):
+        for tools in (TOOLS, None):
+            for messages, generation in conversation_steps(seed):
+                fast = render_builtin(messages, tools, generation)
+                assert fast is not None
+                assert fast == _jinja_builtin(messages, tools, generation), seed
+
+
+ODD_MESSAGES: list[list[Any]] = [
+    [{"role": "user", "content": 42}],
+    [{"role": "user", "content": ["text part"]}],
+    [{"role": "user", "content": [{"type": "text"}]}],
+    [{"role": "user", "content": [{"type": "text", "text": None}]}],
+    [{"role": "assistant", "content": "x", "reasoning_content": 3}],
+    [{"role": "assistant", "content": "x", "tool_calls": [{"function": None}]}],
+    [{"role": "assistant", "content": "", "tool_calls": [{"name": "t", "arguments": [1]}]}],
+    [{"role": "assistant", "content": "", "tool_calls": [{"name": 5, "arguments": {}}]}],
+    [{"role": "assistant", "content": "", "tool_calls": [{"name": "t", "raw": 1}]}],
+    [{"role": "assistant", "content": "", "tool_calls": "not a list"}],
+    [{"content": "no role"}],
+    [{"role": 7, "content": "x"}],
+    ["not a message"],
+]
+
+
+@pytest.mark.parametrize("messages", ODD_MESSAGES)
+def test_builtin_template_odd_messages_render_as_jinja_does(messages: list[Any]) -> None:
+    from hermes_async.inference._chat_template import render_chat_template
+
+    try:
+        expected: str | None = _jinja_builtin(messages, TOOLS, True)
+    except Exception:
+        expected = None
+    if expected is None:
+        with pytest.raises(ValueError, match="chat template rendering failed"):
+            render_chat_template(messages, TOOLS)
+    else:
+        assert render_chat_template(messages, TOOLS) == expected
