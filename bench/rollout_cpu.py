@@ -36,6 +36,7 @@ async def client(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     import concurrency  # type: ignore[import-not-found]
 
+    import hermes_async
     from hermes_async import load_tokenizer
     from hermes_async.gc_tuning import tune_gc_for_rollouts
 
@@ -52,7 +53,8 @@ async def client(args: argparse.Namespace) -> None:
         args.base_url, args.n, handler, label="run"
     )
     cpu = time.process_time() - start
-    print(json.dumps({"cpu_ms_per_rollout": cpu / args.n * 1e3, "completed": completed}))
+    result = {"cpu_ms_per_rollout": cpu / args.n * 1e3, "completed": completed}
+    print(json.dumps({**result, "package": hermes_async.__file__}))
 
 
 def export(ref: str, into: Path) -> Path:
@@ -84,6 +86,8 @@ def run_side(tree: Path, base_url: str, args: argparse.Namespace) -> float:
     ]
     done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not str(result["package"]).startswith(str(tree)):  # the side's own tree, nothing else
+        raise SystemExit(f"{tree}: the client imported {result['package']}")
     if result["completed"] != args.n:
         raise SystemExit(f"{tree}: only {result['completed']}/{args.n} rollouts completed")
     return float(result["cpu_ms_per_rollout"])

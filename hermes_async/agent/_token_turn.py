@@ -326,7 +326,11 @@ class TokenTurns:
                         with anyio.fail_after(deadline):
                             async with self._server.stream(trajectory.tokens, sampling) as deltas:
                                 async for delta in deltas:
-                                    step.feed(delta, runner, anyio.current_time() - start)
+                                    # The clock only until the first token (time to first token).
+                                    elapsed = (
+                                        anyio.current_time() - start if step.ttft is None else 0.0
+                                    )
+                                    step.feed(delta, runner, elapsed)
                         step.finish(runner)
                     except TimeoutError:
                         failure = RolloutFailure.of(
