@@ -21,6 +21,7 @@ import time
 
 from hermes_async.agent._segments import place_turn
 from hermes_async.inference._chat_template import default_chat_template
+from hermes_async.inference.families import load_family_tokenizer
 from hermes_async.inference.rendering import ChatRenderer
 from hermes_async.inference.tokenizer import QwenTokenizer, Tokenizer
 from hermes_async.jsontypes import JSONObject
@@ -92,49 +93,60 @@ def run_conversation(
     return costs
 
 
-SIDES = ("before: Jinja, full", "Python, full", "after: Python, incremental")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", default="10,20")
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument(
+        "--family",
+        default=None,
+        help="a ChatML + hermes family (hermes, qwen3) whose template transformers renders: "
+        "before = full renderings, after = incremental",
+    )
     args = parser.parse_args()
     marks = [int(t) for t in args.turns.split(",")]
-    fast = QwenTokenizer()
-    # The same template text under another source: rendered by Jinja, no window rule -- the
-    # previous behaviour exactly (a trailing comment renders nothing).
-    jinja = QwenTokenizer(chat_template=default_chat_template() + "{#- baseline -#}")
-    setups = {
-        SIDES[0]: (jinja, False),
-        SIDES[1]: (fast, False),
-        SIDES[2]: (fast, True),
-    }
+    setups: dict[str, tuple[Tokenizer, bool]]
+    if args.family is None:
+        fast = QwenTokenizer()
+        # The same template text under another source: rendered by Jinja, no window rule -- the
+        # previous behaviour exactly (a trailing comment renders nothing).
+        jinja = QwenTokenizer(chat_template=default_chat_template() + "{#- baseline -#}")
+        label = "built-in ChatML + hermes template"
+        setups = {
+            "before: Jinja, full": (jinja, False),
+            "Python, full": (fast, False),
+            "after: Python, incremental": (fast, True),
+        }
+    else:
+        family = load_family_tokenizer(args.family)
+        label = f"family {args.family!r} through transformers"
+        setups = {"before: full": (family, False), "after: incremental": (family, True)}
+    sides = list(setups)
     tools = tool_schemas()
     longest = max(marks)
-    samples: dict[str, list[list[float]]] = {side: [] for side in SIDES}
+    samples: dict[str, list[list[float]]] = {side: [] for side in sides}
     for _ in range(args.rounds):
         for side, (tokenizer, incremental) in setups.items():
             samples[side].append(
                 run_conversation(tokenizer, tools, longest, incremental=incremental)
             )
     print(
-        f"built-in ChatML + hermes template, {len(tools)} tool schemas, one call and one result "
+        f"{label}, {len(tools)} tool schemas, one call and one result "
         f"per turn; median of {args.rounds} alternating rounds per side (ms per turn)"
     )
-    print(f"| turn | {' | '.join(SIDES)} | before / after |")
-    print(f"|-----:|{'|'.join('-' * (len(side) + 1) + ':' for side in SIDES)}|------:|")
+    print(f"| turn | {' | '.join(sides)} | before / after |")
+    print(f"|-----:|{'|'.join('-' * (len(side) + 1) + ':' for side in sides)}|------:|")
     for mark in marks:
-        cells = [statistics.median(run[mark - 1] for run in samples[side]) * 1e3 for side in SIDES]
+        cells = [statistics.median(run[mark - 1] for run in samples[side]) * 1e3 for side in sides]
         shown = " | ".join(
-            f"{cell:{len(side)}.3f}" for cell, side in zip(cells, SIDES, strict=True)
+            f"{cell:{len(side)}.3f}" for cell, side in zip(cells, sides, strict=True)
         )
-        print(f"| {mark:4d} | {shown} | {cells[0] / cells[2]:5.1f}x |")
-    totals = [statistics.median(sum(run) for run in samples[side]) * 1e3 for side in SIDES]
+        print(f"| {mark:4d} | {shown} | {cells[0] / cells[-1]:5.1f}x |")
+    totals = [statistics.median(sum(run) for run in samples[side]) * 1e3 for side in sides]
     print(
         f"whole {longest}-turn conversation: "
-        + ", ".join(f"{side} {total:.1f} ms" for side, total in zip(SIDES, totals, strict=True))
-        + f" ({totals[0] / totals[2]:.1f}x)"
+        + ", ".join(f"{side} {total:.1f} ms" for side, total in zip(sides, totals, strict=True))
+        + f" ({totals[0] / totals[-1]:.1f}x)"
     )
 
 
