@@ -100,8 +100,8 @@ def main() -> None:
     parser.add_argument(
         "--family",
         default=None,
-        help="a ChatML + hermes family (hermes, qwen3) whose template transformers renders: "
-        "before = full renderings, after = incremental",
+        help="a ChatML + hermes family (hermes, qwen3): before = transformers renders the "
+        "whole conversation every turn, after = incremental",
     )
     args = parser.parse_args()
     marks = [int(t) for t in args.turns.split(",")]
@@ -119,8 +119,17 @@ def main() -> None:
         }
     else:
         family = load_family_tokenizer(args.family)
-        label = f"family {args.family!r} through transformers"
-        setups = {"before: full": (family, False), "after: incremental": (family, True)}
+        # The previous behaviour: transformers renders the whole conversation every turn (the
+        # same template under another source: neither our environment nor a window rule).
+        before = load_family_tokenizer(args.family)
+        source = family.chat_template_source
+        assert source is not None
+        before.hf_tokenizer.chat_template = source + "{#- baseline -#}"
+        label = f"family {args.family!r}"
+        setups = {
+            "before: transformers, full": (before, False),
+            "after: incremental": (family, True),
+        }
     sides = list(setups)
     tools = tool_schemas()
     longest = max(marks)

@@ -319,3 +319,30 @@ def test_builtin_template_odd_messages_render_as_jinja_does(messages: list[Any])
             render_chat_template(messages, TOOLS)
     else:
         assert render_chat_template(messages, TOOLS) == expected
+
+
+@pytest.mark.parametrize("case", SHIPPED, ids=[_ids(c) for c in SHIPPED])
+def test_family_templates_render_as_transformers_does(case: tuple[str, dict[str, Any]]) -> None:
+    # A family tokenizer renders the shipped templates in the project's Jinja environment:
+    # the text must be transformers' own, message for message.
+    from hermes_async.inference.families import _objects
+
+    name, variables = case
+    tokenizer = _hf_family(name, variables)
+    hf = tokenizer.hf_tokenizer  # type: ignore[attr-defined]
+    merged = {**FAMILIES[name].variables, **variables}
+    for seed in range(25):
+        for tools in (TOOLS, None):
+            for messages, generation in conversation_steps(seed):
+                shown = _objects(messages) if FAMILIES[name].arguments_as_objects else messages
+                expected = hf.apply_chat_template(
+                    shown,
+                    tools=tools,
+                    tokenize=False,
+                    add_generation_prompt=generation,
+                    **merged,
+                )
+                got = tokenizer.apply_chat_template(
+                    messages, tools, add_generation_prompt=generation
+                )
+                assert got == expected, (seed, len(messages))
