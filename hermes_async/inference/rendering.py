@@ -2,8 +2,10 @@
 
 A Phase 2 rollout renders its conversation after every turn (the next prompt, and the template
 check). Rendering the whole conversation each time costs O(messages) per turn, so a rollout
-costs O(turns²): ~0.7 ms per turn at 10 turns, ~1.3 ms at 20 with the built-in template.
-:class:`ChatRenderer` renders only what a turn adds.
+costs O(turns²): with the Jinja templates ~0.3-0.5 ms per turn at 10 turns and ~0.5-0.8 ms at
+20 (built-in template), ~1.0 / ~1.7 ms through transformers (``bench/template_turn.py``).
+:class:`ChatRenderer` renders only what a turn adds, so the turn's template check (the completion's
+ids decoded and compared with the rendering's new text) costs O(new tokens).
 
 How. A chat template is a loop over the messages. For the templates this project ships, the
 text a message renders depends only on the message itself, the first message (``has_system``,
