@@ -4,7 +4,9 @@ Randomized conversations grow the way a rollout's do (an assistant turn, its too
 ``user`` notice now and then, the final answer), with tool calls (``raw``, ``native_id``, string
 and object arguments), reasoning, ``<think>`` in content, content-part lists and system
 prompts. After every growth step the renderer's text must be exactly the full rendering, with the
-built-in Jinja environment and with transformers' (a ``FamilyTokenizer`` with the same source).
+project's Jinja environment and with transformers' (a plain ``HFTokenizer`` with the same source).
+Also here: the family tokenizers' own rendering (the project's environment) is transformers' text,
+and the built-in template in Python is the Jinja template's text.
 """
 
 from __future__ import annotations
@@ -203,7 +205,15 @@ def test_incremental_equals_full_builtin_environment(case: tuple[str, dict[str, 
 
 @pytest.mark.parametrize("case", SHIPPED, ids=[_ids(c) for c in SHIPPED])
 def test_incremental_equals_full_transformers(case: tuple[str, dict[str, Any]]) -> None:
-    tokenizer = _hf_family(*case)
+    # A plain HF tokenizer: transformers renders every window and every full conversation.
+    from hermes_async.agent._reasoning import TemplateKwargsTokenizer
+    from hermes_async.inference.hf import HFTokenizer
+
+    name, variables = case
+    family = _hf_family(name, variables)
+    hf = HFTokenizer(family.hf_tokenizer, eos_token_id=1)  # type: ignore[attr-defined]
+    merged = {**FAMILIES[name].variables, **variables}
+    tokenizer: Tokenizer = TemplateKwargsTokenizer(hf, merged) if merged else hf
     assert window_rule(tokenizer) is not None
     windowed, _ = check_incremental_equals_full(tokenizer, range(25))
     assert (windowed == 0) == (tuple(_ids(case).split("-", 1)) in NEVER_EXTENDS)
