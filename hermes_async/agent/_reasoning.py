@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hermes_async.inference.rendering import chat_template_source
 from hermes_async.inference.tokenizer import IncrementalDecoder, Tokenizer
 from hermes_async.jsontypes import JSON, JSONObject
 
@@ -108,6 +109,11 @@ class TemplateKwargsTokenizer:
     def inner(self) -> Tokenizer:
         """The wrapped tokenizer."""
         return self._inner
+
+    @property
+    def chat_template_source(self) -> str | None:
+        """The wrapped tokenizer's template source, if it says (see ``inference.rendering``)."""
+        return chat_template_source(self._inner)
 
     @property
     def name(self) -> str:

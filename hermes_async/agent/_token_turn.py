@@ -63,6 +63,7 @@ from hermes_async.inference import (
     StreamInterruptedError,
 )
 from hermes_async.inference.generate import SamplingParams, TokenClient, TokenDelta
+from hermes_async.inference.rendering import ChatRenderer
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
@@ -290,6 +291,9 @@ class TokenTurns:
             stream is a failure).
         pause_timeout: Longest wait for a paused server, per wait (``None``: the rollout's
             deadline only).
+        incremental_rendering: Render each turn's messages only (a window, where the template
+            is known to allow it; :mod:`hermes_async.inference.rendering`); ``False``: render the
+            whole conversation every turn. Both give the same text, hence the same tokens.
     """
 
     def __init__(
@@ -311,6 +315,7 @@ class TokenTurns:
         version_source: VersionSource | None = None,
         pause_probe: PauseProbe | None = None,
         pause_timeout: float | None = None,
+        incremental_rendering: bool = True,
     ) -> None:
         self._server = server
         self._tokenizer = tokenizer
@@ -328,6 +333,7 @@ class TokenTurns:
         self._versions = version_source
         self._pause_probe = pause_probe
         self._pause_timeout = pause_timeout
+        self._incremental = incremental_rendering
 
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run the rollout's turns; ``managed_state`` is set on every exit path.
@@ -341,12 +347,11 @@ class TokenTurns:
         ``managed_state`` still holds the aligned trajectory so far.
         """
         tokenizer = self._tokenizer
-        prompt = tokenizer.apply_chat_template(
-            result.messages, self._schemas or None, add_generation_prompt=True
-        )
+        renderer = ChatRenderer(tokenizer, self._schemas, incremental=self._incremental)
+        prompt = renderer.render(result.messages, add_generation_prompt=True)
         trajectory = Trajectory(tokenizer.encode(prompt))
         try:
-            await self._turns(result, tools, trajectory, prompt, seed)
+            await self._turns(result, tools, trajectory, renderer, prompt, seed)
         finally:
             # Built once, on every exit path (cancellation included): keeping three Python lists
             # per rollout up to date every turn would cost memory while thousands wait on tools.
@@ -357,6 +362,7 @@ class TokenTurns:
         result: AgentResult,
         tools: RunTools,
         trajectory: Trajectory,
+        renderer: ChatRenderer,
         prompt: str,
         seed: int | None,
     ) -> None:
@@ -441,7 +447,15 @@ class TokenTurns:
                 if final:
                     result.finished_naturally = True
                 prompt = self._place(
-                    result, trajectory, turn, step, prompt, at, final=final, task_id=tools.task_id
+                    result,
+                    trajectory,
+                    renderer,
+                    turn,
+                    step,
+                    prompt,
+                    at,
+                    final=final,
+                    task_id=tools.task_id,
                 )
                 if final:
                     return
@@ -487,7 +501,9 @@ class TokenTurns:
             try:
                 async with self._server.stream([*prompt, *step.token_ids], params) as deltas:
                     async for delta in deltas:
-                        step.feed(delta, runner, anyio.current_time() - start)
+                        # The clock only until the first token (time to first token).
+                        elapsed = anyio.current_time() - start if step.ttft is None else 0.0
+                        step.feed(delta, runner, elapsed)
             except (StreamInterruptedError, ServerTimeoutError, ServerConnectError) as exc:
                 # A stream cut by a pausing server is an abort; any other break is a failure.
                 if self._pause_probe is None or not await probe_paused(self._pause_probe):
@@ -544,6 +560,7 @@ class TokenTurns:
         self,
         result: AgentResult,
         trajectory: Trajectory,
+        renderer: ChatRenderer,
         turn: int,
         step: Phase2Turn,
         prompt: str,
@@ -556,7 +573,9 @@ class TokenTurns:
         tokenizer = self._tokenizer
         messages = result.messages
         schemas = self._schemas or None
-        full = tokenizer.apply_chat_template(messages, schemas, add_generation_prompt=not final)
+        # The whole conversation's text, rendered for this turn's messages only where the
+        # template allows: the check below costs O(new tokens) (the completion's ids decoded).
+        full = renderer.render(messages, add_generation_prompt=not final)
         ids = step.token_ids
         ended = bool(ids) and ids[-1] in step.stop_ids
         stops = [tokenizer.decode([ids[-1]])] if ended else self._end_texts()

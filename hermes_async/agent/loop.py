@@ -174,6 +174,10 @@ class AgentOptions:
         pause_timeout: Longest wait for a paused server, per pause (600 s: a weight update
             takes seconds to minutes; a server paused for ten minutes is stuck). The
             rollout's deadline bounds it too.
+        incremental_rendering: Phase 2: render only each turn's new messages where the chat
+            template is known to allow it (:mod:`hermes_async.inference.rendering`); ``False``
+            renders the whole conversation every turn. Same text, same tokens; only the CPU
+            differs.
 
     Raises:
         ValueError: ``max_turns`` < 1, a timeout that is not positive, an unknown
@@ -206,6 +210,7 @@ class AgentOptions:
     version_source: VersionSource | None = None
     pause_probe: PauseProbe | None = None
     pause_timeout: float | None = 600.0
+    incremental_rendering: bool = True
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -344,6 +349,8 @@ class HermesAgentLoop:
             owns the manager releases it. On an outer cancellation it is released regardless.
         sampling_hook: Phase 2 per-turn sampling (see :class:`AgentOptions`).
         end_of_turn: Phase 2 end-of-turn tokens (see :class:`AgentOptions`).
+        incremental_rendering: Phase 2 incremental chat-template rendering (see
+            :class:`AgentOptions`).
 
     Raises:
         ValueError: ``max_turns`` < 1, a non-positive timeout, or a token server without a
@@ -383,6 +390,7 @@ class HermesAgentLoop:
         max_reasoning_tokens: int | None = None,
         sampling_hook: SamplingHook | None = None,
         end_of_turn: Sequence[int | str] | None = None,
+        incremental_rendering: bool = True,
     ) -> None:
         options = AgentOptions(
             max_turns=max_turns,
@@ -405,6 +413,7 @@ class HermesAgentLoop:
             max_reasoning_tokens=max_reasoning_tokens,
             sampling_hook=sampling_hook,
             end_of_turn=tuple(end_of_turn) if end_of_turn is not None else None,
+            incremental_rendering=incremental_rendering,
         )
         self._configure(
             server,
@@ -528,6 +537,7 @@ class HermesAgentLoop:
                 version_source=options.version_source,
                 pause_probe=options.pause_probe,
                 pause_timeout=options.pause_timeout,
+                incremental_rendering=options.incremental_rendering,
             )
         if isinstance(server, ChatServer):
             return ChatTurns(

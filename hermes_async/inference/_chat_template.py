@@ -77,6 +77,7 @@ import jinja2.ext
 import jinja2.sandbox
 
 from hermes_async.errors import ConfigError
+from hermes_async.inference._chatml import render_builtin
 from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = [
@@ -177,6 +178,12 @@ def render_chat_template(
         ConfigError: The template does not compile.
         ValueError: Rendering failed (a malformed message, or ``raise_exception`` called).
     """
+    if template is None or template == _DEFAULT_TEMPLATE:
+        # The built-in template, written out in Python (exactly its text; ``None`` for a
+        # message shape it leaves to Jinja). The template uses no extra variables.
+        text = render_builtin(messages, list(tools) if tools else None, add_generation_prompt)
+        if text is not None:
+            return text
     compiled = _compile(default_chat_template() if template is None else template)
     context: dict[str, JSON] = dict(variables or {})
     context.update(

@@ -174,6 +174,11 @@ class QwenTokenizer(TokenizerBase):
         """The custom template source, or ``None`` for the built-in one."""
         return self._chat_template
 
+    @property
+    def chat_template_source(self) -> str:
+        """The Jinja source this tokenizer renders with (the custom one, or the built-in)."""
+        return self._chat_template if self._chat_template is not None else default_chat_template()
+
     def __len__(self) -> int:
         return QWEN_FIRST_ADDED_ID + len(QWEN_ADDED_TOKENS)
 

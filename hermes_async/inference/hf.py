@@ -205,6 +205,12 @@ class HFTokenizer(TokenizerBase):
         return self._tokenizer
 
     @property
+    def chat_template_source(self) -> str | None:
+        """The tokenizer's chat template source (``None``: none, or several named ones)."""
+        template = self._tokenizer.chat_template
+        return template if isinstance(template, str) else None
+
+    @property
     def special_tokens(self) -> dict[str, int]:
         return {str(k): int(v) for k, v in self._tokenizer.get_added_vocab().items()}
 

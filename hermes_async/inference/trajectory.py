@@ -114,7 +114,12 @@ class Trajectory:
     @property
     def tokens(self) -> list[int]:
         """All ids in order; also the prompt for the next turn."""
-        return [t for seg in self.segments for t in seg.token_ids]
+        # Joined as arrays (a copy in C) and converted once: a comprehension over every id
+        # costs ~30 ns per token per turn, which adds up over long rollouts.
+        joined = array("i")
+        for seg in self.segments:
+            joined += seg.token_ids
+        return joined.tolist()
 
     @property
     def masks(self) -> list[int]:

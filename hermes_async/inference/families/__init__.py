@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING
 
 from hermes_async._exports import fixup_module_metadata
 from hermes_async.errors import ConfigError
-from hermes_async.inference._chat_template import default_chat_template
+from hermes_async.inference._chat_template import default_chat_template, render_chat_template
 from hermes_async.inference._tokenizer_base import RenderRequest
 from hermes_async.inference.families._build import build_backend
 from hermes_async.inference.hf import HFTokenizer, _import_transformers, default_tokenizer_cache_dir
@@ -266,6 +266,10 @@ FAMILIES: Mapping[str, ModelFamily] = {
         ),
     )
 }
+
+
+# The template sources the families ship (read at import: small package files).
+_SHIPPED_SOURCES = frozenset(f.chat_template() for f in FAMILIES.values())
 
 
 def family(name: str) -> ModelFamily:
@@ -494,13 +498,24 @@ class FamilyTokenizer(HFTokenizer):
         )
 
     def _render(self, request: RenderRequest) -> str:
-        return super()._render(
-            replace(
-                request,
-                messages=_objects(request.messages) if self._objects else request.messages,
-                variables={**self._variables, **request.variables},  # the call's kwargs win
-            )
+        request = replace(
+            request,
+            messages=_objects(request.messages) if self._objects else request.messages,
+            variables={**self._variables, **request.variables},  # the call's kwargs win
         )
+        source = self.chat_template_source
+        if source is not None and source in _SHIPPED_SOURCES:
+            # A template of ours: rendered in the project's Jinja environment, which gives
+            # transformers' text (the tests compare them over randomized conversations) at a
+            # fraction of the cost of its apply_chat_template (~0.4 ms a call).
+            return render_chat_template(
+                request.messages,
+                request.tools,
+                add_generation_prompt=request.generation,
+                template=source,
+                variables=request.variables,
+            )
+        return super()._render(request)
 
 
 def load_family_tokenizer(

@@ -1,0 +1,325 @@
+"""Incremental chat-template rendering: a growing conversation rendered turn by turn.
+
+A Phase 2 rollout renders its conversation after every turn (the next prompt, and the template
+check). Rendering the whole conversation each time costs O(messages) per turn, so a rollout
+costs O(turns²): with the Jinja templates ~0.3-0.5 ms per turn at 10 turns and ~0.5-0.8 ms at
+20 (built-in template), ~1.0 / ~1.7 ms through transformers (``bench/template_turn.py``).
+:class:`ChatRenderer` renders only what a turn adds, so the turn's template check (the completion's
+ids decoded and compared with the rendering's new text) costs O(new tokens).
+
+How. A chat template is a loop over the messages. For the templates this project ships, the
+text a message renders depends only on the message itself, the first message (``has_system``,
+the system block), its neighbours (consecutive ``tool`` messages share one turn), whether it is
+the last message; the tool list is rendered in the header only. So the text the new messages
+add is the same in the whole conversation and in a short *window* of it: the first message plus
+everything from the last non-``tool`` message the previous rendering already held (its
+*anchor*)::
+
+    previous = render(messages[:k], generation=True)            # kept from the last call
+    old      = render(messages[:1] + messages[j:k], generation=True)
+    new      = render(messages[:1] + messages[j:m], generation=g)
+    render(messages[:m], generation=g) == previous + new[len(old):]   # when new.startswith(old)
+
+Two renderings of one or two turns' messages instead of one of all of them: O(new messages).
+The window's start (``j``) may stay where it was for a few turns: then the previous call's
+``new`` is this call's ``old``, and a turn costs one rendering of at most
+:data:`WINDOW_MESSAGES` messages.
+
+When. The window property is a fact about a template, not a guess: it is proven by the tests
+(``tests/inference/test_rendering.py``: randomized multi-turn conversations with tool calls,
+tool results, reasoning and system prompts, every shipped template and variable setting,
+through the built-in renderer and through transformers) for the exact template sources listed in
+:func:`windowed_templates`; any other template (a hub model's own, a modified copy) is rendered
+in full every turn, as before. Rendering falls back to the full conversation, for one call,
+whenever the window cannot decide the text exactly:
+
+* the window's new rendering does not extend its old one (``new`` does not start with
+  ``old``): the template re-renders earlier text (Qwen3's empty think block with
+  ``enable_thinking=False``; DeepSeek-V3.1 thinking). The full rendering then shows the
+  break where it really is, and the template check reports it with the same position as ever;
+* the conversation changed other than by appending (a message replaced, removed, or the
+  list shorter than before) — checked by identity of the message objects;
+* the previous rendering had no generation prompt, or nothing was rendered yet;
+* Kimi K2: a new tool call without the model's own id (``native_id``): its rendered id counts
+  every earlier call, which the window does not see;
+* Qwen3: a new ``user`` message (the loop's notice after a cut call): the template drops the
+  reasoning of every assistant turn before the last user message, far outside the window.
+
+What it assumes: messages already rendered are not edited in place (the agent loop only appends;
+it never mutates a message once it is part of the conversation).
+
+The renderer holds the previous rendering (one string) and the message objects it was rendered
+from; one renderer per rollout. It does no I/O and is not thread-safe (nothing here needs it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hermes_async._exports import fixup_module_metadata
+from hermes_async.inference._chat_template import default_chat_template
+from hermes_async.inference._tokenizer_base import Tokenizer
+from hermes_async.inference.families import FAMILIES
+from hermes_async.jsontypes import JSON, JSONObject
+
+__all__ = (
+    "WINDOW_MESSAGES",
+    "ChatRenderer",
+    "RendererStatistics",
+    "WindowRule",
+    "chat_template_source",
+    "window_rule",
+    "windowed_templates",
+)
+
+
+#: Messages a window may hold before its start moves up to the latest anchor. Larger: fewer
+#: turns that render the window twice; smaller: shorter renderings. 8 is about four tool turns.
+WINDOW_MESSAGES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRule:
+    """What a template needs for window rendering (see the module docstring).
+
+    Attributes:
+        name: Which template (for statistics and logs).
+        call_ids_count_calls: A tool call without ``native_id`` renders an id that counts every
+            earlier call (Kimi K2): such a call in the new messages needs a full rendering.
+        user_rewrites_history: A new ``user`` message changes how every assistant turn since
+            the previous one renders (Qwen3 drops their reasoning): it needs a full rendering.
+        tools_in_header: The tool list is rendered in the header only (before the messages,
+            whatever they are): windows are rendered without it. Both windows share the
+            header, so it cancels out; leaving the tools out saves serializing every schema
+            twice a turn (the largest part of a window's cost with a real tool set).
+    """
+
+    name: str
+    call_ids_count_calls: bool = False
+    user_rewrites_history: bool = False
+    tools_in_header: bool = True
+
+
+def _shipped() -> dict[str, WindowRule]:
+    rules = {default_chat_template(): WindowRule("hermes")}
+    for fam in FAMILIES.values():
+        if fam.template is not None:
+            rules[fam.chat_template()] = WindowRule(
+                fam.name,
+                call_ids_count_calls=fam.name == "kimi_k2",
+                user_rewrites_history=fam.name == "qwen3",
+            )
+    return rules
+
+
+# Read at import (the family templates are small package files), never on the event loop.
+_RULES: Mapping[str, WindowRule] = _shipped()
+
+
+def windowed_templates() -> Mapping[str, WindowRule]:
+    """The template sources proven to render by window, with their rules (the shipped ones)."""
+    return dict(_RULES)
+
+
+def chat_template_source(tokenizer: Tokenizer) -> str | None:
+    """The Jinja source ``tokenizer`` renders with, if it says (``chat_template_source``).
+
+    The built-in tokenizers and the loop's wrappers expose it; a tokenizer written against the
+    :class:`~hermes_async.inference.tokenizer.Tokenizer` protocol alone does not (``None``: its
+    template is rendered in full).
+    """
+    source = getattr(tokenizer, "chat_template_source", None)
+    return source if isinstance(source, str) else None
+
+
+def window_rule(tokenizer: Tokenizer) -> WindowRule | None:
+    """The window rule of ``tokenizer``'s template, or ``None`` (render in full)."""
+    source = chat_template_source(tokenizer)
+    return _RULES.get(source) if source is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class RendererStatistics:
+    """How a :class:`ChatRenderer`'s renderings were made.
+
+    Attributes:
+        windowed: Renderings made from a window (O(new messages)).
+        full: Renderings of the whole conversation (the first one, fallbacks, or every one when
+            the template has no window rule).
+        fallbacks: Full renderings made because a window could not decide the text (a subset of
+            ``full``).
+    """
+
+    windowed: int
+    full: int
+    fallbacks: int
+
+
+class ChatRenderer:
+    """Render one growing conversation with ``tokenizer``'s chat template, turn by turn.
+
+    :meth:`render` returns exactly ``tokenizer.apply_chat_template(messages, tools,
+    add_generation_prompt=...)``; when the conversation grew since the previous call, it renders
+    only a window around the new messages where the template allows (see the module docstring).
+
+    Args:
+        tokenizer: Renders (its ``apply_chat_template``).
+        tools: The tool schemas, the same on every call.
+        incremental: Render by window where the template allows; ``False``: every rendering is
+            of the whole conversation (the previous behaviour, kept for comparison).
+    """
+
+    __slots__ = (
+        "_anchor",
+        "_fallbacks",
+        "_full",
+        "_generation",
+        "_messages",
+        "_rule",
+        "_text",
+        "_tokenizer",
+        "_tools",
+        "_window_start",
+        "_window_text",
+        "_windowed",
+    )
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        tools: Sequence[JSONObject] | None = None,
+        *,
+        incremental: bool = True,
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._tools = list(tools) if tools else None
+        self._rule = window_rule(tokenizer) if incremental else None
+        self._text = ""
+        self._generation = False
+        # The message objects of the previous rendering (compared by identity) and its anchor.
+        self._messages: list[JSONObject] = []
+        self._anchor = 0
+        # The last window's start and text (rendered with a generation prompt, for the messages
+        # of the previous call): the next call's "old" window when it starts there too.
+        self._window_start = 0
+        self._window_text: str | None = None
+        self._windowed = self._full = self._fallbacks = 0
+
+    @property
+    def rule(self) -> WindowRule | None:
+        """The template's window rule (``None``: every rendering is a full one)."""
+        return self._rule
+
+    def statistics(self) -> RendererStatistics:
+        """How the renderings so far were made."""
+        return RendererStatistics(self._windowed, self._full, self._fallbacks)
+
+    def render(
+        self,
+        messages: Sequence[JSONObject],
+        *,
+        add_generation_prompt: bool,
+        chat_template_kwargs: Mapping[str, JSON] | None = None,
+    ) -> str:
+        """The template's rendering of ``messages`` (exactly the full rendering's text).
+
+        Args:
+            messages: The conversation: the previous call's messages plus new ones at the end
+                (anything else is rendered in full).
+            add_generation_prompt: Open the assistant's turn.
+            chat_template_kwargs: Extra template variables, the same on every call.
+
+        Raises:
+            ValueError: As ``apply_chat_template`` (a malformed message list).
+        """
+        text = None
+        if self._rule is not None and self._generation and len(messages) > len(self._messages):
+            text = self._window(messages, add_generation_prompt, chat_template_kwargs)
+        if text is None:
+            self._window_text = None
+            text = self._tokenizer.apply_chat_template(
+                messages,
+                self._tools,
+                add_generation_prompt=add_generation_prompt,
+                chat_template_kwargs=chat_template_kwargs,
+            )
+            self._full += 1
+            start = 0
+        else:
+            self._windowed += 1
+            start = len(self._messages)
+        if self._rule is not None:
+            self._remember(messages, start)
+        self._generation = add_generation_prompt
+        self._text = text
+        return text
+
+    def _remember(self, messages: Sequence[JSONObject], start: int) -> None:
+        """Keep the messages and their anchor: the last message that is not a ``tool`` result
+        (results are grouped with their neighbours, so a window must not start inside such a
+        group), never the first message (it heads every window anyway). ``messages[:start]``
+        are the previous call's, whose anchor is known."""
+        anchor = self._anchor if start else 0
+        for index in range(max(start, 1), len(messages)):
+            if messages[index].get("role") != "tool":
+                anchor = index
+        self._anchor = anchor
+        self._messages = list(messages)
+
+    def _window(
+        self,
+        messages: Sequence[JSONObject],
+        generation: bool,
+        variables: Mapping[str, JSON] | None,
+    ) -> str | None:
+        """The rendering from a window, or ``None`` when only a full one can decide it."""
+        assert self._rule is not None
+        seen = self._messages
+        k, anchor = len(seen), max(self._anchor, 1)
+        if any(a is not b for a, b in zip(seen, messages, strict=False)):
+            return None
+        new_messages = messages[k:]
+        if self._rule.call_ids_count_calls and _has_unnamed_call(new_messages):
+            return None
+        if self._rule.user_rewrites_history and any(m.get("role") == "user" for m in new_messages):
+            return None
+        head = list(messages[:1])
+        render = self._tokenizer.apply_chat_template
+        tools = None if self._rule.tools_in_header else self._tools
+        # Any start that is not a tool result works; keeping the previous one lets its rendering
+        # serve as this call's "old" window (one rendering a turn instead of two), until the
+        # window holds WINDOW_MESSAGES messages: then it moves up to the latest anchor.
+        old = self._window_text
+        start = self._window_start
+        if old is None or len(messages) - start > WINDOW_MESSAGES:
+            start = anchor
+            old = render(
+                [*head, *messages[start:k]],
+                tools,
+                add_generation_prompt=True,
+                chat_template_kwargs=variables,
+            )
+        new = render(
+            [*head, *messages[start:]],
+            tools,
+            add_generation_prompt=generation,
+            chat_template_kwargs=variables,
+        )
+        if not new.startswith(old):
+            self._fallbacks += 1
+            return None
+        self._window_start = start
+        self._window_text = new if generation else None
+        return self._text + new[len(old) :]
+
+
+def _has_unnamed_call(messages: Sequence[JSONObject]) -> bool:
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            if not isinstance(call, dict) or not isinstance(call.get("native_id"), str):
+                return True
+    return False
+
+
+fixup_module_metadata(__name__, globals())
