@@ -115,14 +115,16 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("families")
 
 
-_LOADED: dict[str, FamilyTokenizer] = {}
+_LOADED: dict[tuple[str, Path], FamilyTokenizer] = {}
 
 
 def tokenizer_for(case: str, root: Path) -> FamilyTokenizer:
-    if case not in _LOADED:  # built and loaded once per session (blocking: outside the loop)
+    # Built and loaded once per directory (blocking: outside the loop); keyed by the root too,
+    # since other modules build their own (a test reads the directory itself).
+    if (case, root) not in _LOADED:
         name, variables = CASES[case]
-        _LOADED[case] = load_family_tokenizer(name, root / name, **variables)
-    return _LOADED[case]
+        _LOADED[case, root] = load_family_tokenizer(name, root / name, **variables)
+    return _LOADED[case, root]
 
 
 @pytest.fixture(params=list(CASES))
