@@ -17,6 +17,7 @@ os.environ.setdefault(
 )
 
 import importlib.metadata
+from dataclasses import dataclass
 
 import pytest
 
@@ -112,6 +113,47 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if os.environ.get("HERMES_ASYNC_REQUIRE_ISOLATION") == "1":
         pytest.fail(f"HERMES_ASYNC_REQUIRE_ISOLATION=1 but {problem}", pytrace=False)
     pytest.skip(f"namespaced sandboxes unavailable: {problem} (scripts/sandbox/install.sh)")
+
+
+@dataclass(frozen=True)
+class SshServer:
+    """The sshd the ssh-marked tests log in to (``scripts/ssh/sshd.sh up`` exports it)."""
+
+    host: str
+    port: int
+    user: str
+    key_path: str
+    known_hosts: str
+
+
+@pytest.fixture(scope="session")
+def ssh_server() -> SshServer:
+    """The sshd from ``HERMES_ASYNC_SSH_HOST/PORT/USER/KEY/KNOWN_HOSTS``; skips when unset or
+    not answering, and FAILS instead under ``HERMES_ASYNC_REQUIRE_SSH=1`` (CI, after
+    ``scripts/ssh/sshd.sh up``)."""
+    import socket
+
+    names = ("HOST", "PORT", "USER", "KEY", "KNOWN_HOSTS")
+    values = {name: os.environ.get(f"HERMES_ASYNC_SSH_{name}", "") for name in names}
+    missing = [f"HERMES_ASYNC_SSH_{name}" for name, value in values.items() if not value]
+    problem = None
+    if missing:
+        problem = f"{', '.join(missing)} not set"
+    elif not values["PORT"].isdigit():
+        problem = f"HERMES_ASYNC_SSH_PORT={values['PORT']!r} is not a port"
+    else:
+        try:
+            with socket.create_connection((values["HOST"], int(values["PORT"])), timeout=3):
+                pass
+        except OSError as exc:
+            problem = f"nothing answers at {values['HOST']}:{values['PORT']} ({exc})"
+    if problem is not None:
+        if os.environ.get("HERMES_ASYNC_REQUIRE_SSH") == "1":
+            pytest.fail(f"HERMES_ASYNC_REQUIRE_SSH=1 but {problem}", pytrace=False)
+        pytest.skip(f'no sshd for the ssh tests: {problem} (eval "$(scripts/ssh/sshd.sh up)")')
+    return SshServer(
+        values["HOST"], int(values["PORT"]), values["USER"], values["KEY"], values["KNOWN_HOSTS"]
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

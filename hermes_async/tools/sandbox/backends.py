@@ -14,7 +14,8 @@ deadline), ``exec_request`` runs commands, ``aclose(interrupted=...)`` releases.
 backend is ``register_backend("mine", build_mine)``; nothing here branches on names.
 
 Built in: ``"local"`` needs nothing extra and runs on asyncio and trio; ``"docker"`` needs the
-``[docker]`` extra and ``"modal"`` the ``[modal]`` extra, and both run only under asyncio (the
+``[docker]`` extra, ``"modal"`` the ``[modal]`` extra and ``"ssh"`` the ``[ssh]`` extra, and
+they run only under asyncio (the
 check happens when the first sandbox is created, so building the factory never fails for that
 reason). Their builders import the backend module lazily, so a missing extra costs nothing
 until it is used. Options are the fields of the backend's config class; an unknown option is a
@@ -27,7 +28,8 @@ otherwise. :func:`preflight_backend` runs it (environments do at start-up, so a 
 stopped engine fails in seconds instead of scoring every rollout 0). Built in: ``docker`` pings
 the engine (bounded, ~10 s at most); ``modal`` checks the extra and that credentials are
 configured (``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` or a ``~/.modal.toml``; skipped when a
-``modal=`` double is passed); ``local`` needs nothing.
+``modal=`` double is passed); ``ssh`` connects and logs in (bounded by ``connect_timeout``) and
+checks the remote host has ``setsid``, ``mktemp``, ``tar`` and ``env``; ``local`` needs nothing.
 """
 
 from __future__ import annotations
@@ -59,20 +61,20 @@ BackendBuilder = Callable[..., SandboxFactory]
 BackendPreflight = Callable[..., Awaitable[None]]
 
 #: The built-in names ``terminal_backend`` accepts.
-BackendKind = Literal["local", "docker", "modal"]
+BackendKind = Literal["local", "docker", "modal", "ssh"]
 
 #: The built-in backend names (registration order).
-BACKEND_KINDS: tuple[str, ...] = ("local", "docker", "modal")
+BACKEND_KINDS: tuple[str, ...] = ("local", "docker", "modal", "ssh")
 
 _REGISTRY: dict[str, BackendBuilder] = {}
 _PREFLIGHTS: dict[str, BackendPreflight] = {}
 
 _C = TypeVar("_C")
 
-#: The reference's backends that this project does not implement (ssh's persistent shell,
-#: Singularity/Apptainer instances, the Daytona SDK): named in the error so a ported config
+#: The reference's backends that this project does not implement (Singularity/Apptainer
+#: instances, the Daytona SDK): named in the error so a ported config
 #: gets told what to do instead of only "unknown".
-_REFERENCE_ONLY = ("ssh", "singularity", "daytona")
+_REFERENCE_ONLY = ("singularity", "daytona")
 
 
 def _unknown_backend(kind: str) -> ConfigError:
@@ -199,6 +201,18 @@ def _docker(**options: Any) -> SandboxFactory:
     return DockerBackend(_config(DockerSandboxConfig, "docker", options))
 
 
+def _ssh(**options: Any) -> SandboxFactory:
+    from hermes_async.tools.sandbox.ssh import SshBackend, SshSandboxConfig
+
+    return SshBackend(_config(SshSandboxConfig, "ssh", options))
+
+
+async def _ssh_preflight(**options: Any) -> None:
+    from hermes_async.tools.sandbox.ssh import ssh_preflight
+
+    await ssh_preflight(**options)
+
+
 def _modal(*, modal: object | None = None, **options: Any) -> SandboxFactory:
     from hermes_async.tools.sandbox.modal import ModalBackend, ModalSandboxConfig
 
@@ -248,8 +262,8 @@ async def _modal_preflight(*, modal: object | None = None, **options: Any) -> No
 
 for _name, _builder, _check in zip(
     BACKEND_KINDS,
-    (_local, _docker, _modal),
-    (None, _docker_preflight, _modal_preflight),
+    (_local, _docker, _modal, _ssh),
+    (None, _docker_preflight, _modal_preflight, _ssh_preflight),
     strict=True,
 ):
     register_backend(_name, _builder, preflight=_check)

@@ -25,7 +25,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_builtins_are_registered_in_order() -> None:
-    assert available_backends()[:3] == BACKEND_KINDS == ("local", "docker", "modal")
+    assert available_backends()[:4] == BACKEND_KINDS == ("local", "docker", "modal", "ssh")
 
 
 @pytest.mark.usefixtures("registry")
