@@ -10,8 +10,8 @@ Shape:
   file reads and writes), and closed when the last sandbox closes (or when an
   ``async with SshBackend(...)`` block that keeps it open ends). A backend whose connection
   died opens a new one for the next creation.
-* **Channels per connection are capped** (``max_sessions - 1`` commands at once plus the SFTP
-  session): OpenSSH refuses more than ``MaxSessions`` (default 10) sessions on one connection.
+* **Channels per connection are capped** (``max_sessions - 2`` commands at once, the SFTP
+  session and a spare): OpenSSH refuses more than ``MaxSessions`` (default 10) sessions on one connection.
   Commands past the cap wait for a channel; that wait counts toward their timeout. Raise
   ``MaxSessions`` on the server and ``max_sessions`` here together.
 * **A sandbox is a directory** ``{remote_root}/hermes-sbx-<task>-<hex>.XXXXXX`` made by
@@ -26,7 +26,10 @@ Shape:
   (``KILL_SCRIPT``) before returning; output is kept head + tail per stream. The environment is
   built from nothing (``env -i``): ``PATH``, ``HOME``, ``TMPDIR``, ``USER``/``LOGNAME``, the
   config's and the spec's ``env``, and the marker ``HERMES_ASYNC_SANDBOX=<sandbox id>``;
-  nothing of this host's environment and nothing of the remote login's reaches a command.
+  nothing of this host's environment and nothing of the remote login's reaches a command. The
+  sandbox's variables live in its env file (``.env.sh``, written over SFTP at creation) and
+  never on a command line, which asyncssh logs at INFO and the remote ``ps`` shows; only a
+  call's own ``env=`` travels on the command line.
 * **Close** kills every process of the sandbox: those in the sessions recorded under
   ``.exec/`` and ``.state/bg`` and those carrying its marker variable, found in the remote
   ``/proc`` (SIGTERM, a grace, SIGKILL; SIGKILL at once when ``interrupted``), then removes the
@@ -231,7 +234,7 @@ class SshSandboxConfig:
         keepalive_interval_seconds: SSH keepalive period; three unanswered ones drop the
             connection (so a silent network failure surfaces in ~45 s). ``0`` disables them.
         max_sessions: The server's ``MaxSessions`` (OpenSSH's default 10): one goes to SFTP,
-            the rest to commands.
+            one is kept spare, the rest carry commands.
         path: ``PATH`` of commands on the remote host.
         env: Variables set in every sandbox (on top of ``PATH``, ``HOME``, ``TMPDIR``,
             ``USER``, ``LOGNAME``).
@@ -404,7 +407,9 @@ class _Link:
     def __init__(self, conn: Any, config: SshSandboxConfig) -> None:
         self.conn = conn
         self.config = config
-        self.channels = anyio.CapacityLimiter(config.max_sessions - 1)
+        # One slot is the SFTP session's; one is spare for the kill of a command whose channel
+        # we just closed (its session stays counted until the remote child is reaped).
+        self.channels = anyio.CapacityLimiter(max(1, config.max_sessions - 2))
         self.users = 0
         self._sftp: Any = None
         self._sftp_lock = anyio.Lock()
@@ -465,8 +470,7 @@ async def _run_channel(
     remote command may keep running (the caller kills its group).
     """
     async with link.channels:
-        with anyio.fail_after(call_timeout):
-            process = await link.conn.create_process(command, encoding=None, stdin=DEVNULL)
+        process = await _open_channel(link, command, call_timeout)
         if on_open is not None:
             on_open(process)
         try:
@@ -518,6 +522,31 @@ async def _run_channel(
                     logger.debug("closing an SSH channel: %s", exc)
             if on_close is not None:
                 on_close(process)
+
+
+#: SSH channel-open failure codes that mean "not now" (administratively prohibited: OpenSSH's
+#: MaxSessions; resource shortage).
+_RETRY_OPEN_CODES = (1, 4)
+
+
+async def _open_channel(link: _Link, command: str, call_timeout: float) -> Any:
+    """Open a session channel running ``command``, retrying (within ``call_timeout``) while
+    the server refuses it for lack of session slots.
+
+    Why a retry on top of the channel cap: OpenSSH frees a session only once its channel is
+    gone *and* its child was reaped, a moment after our side saw the channel close, so a new
+    channel opened at once can find the old one still counted against ``MaxSessions``.
+    """
+    delay = 0.02
+    with anyio.fail_after(call_timeout):
+        while True:
+            try:
+                return await link.conn.create_process(command, encoding=None, stdin=DEVNULL)
+            except Exception as exc:
+                if getattr(exc, "code", None) not in _RETRY_OPEN_CODES or link.closed:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
 
 def _code(returncode: int | None) -> int | None:
@@ -676,6 +705,7 @@ class SshBackend:
                     else cfg.default_exec_timeout_seconds
                 ),
             )
+            await sandbox._write_env_file()
             if spec is not None and spec.workdir is not None:
                 workdir = posixpath.join(sandbox.workdir, spec.workdir.lstrip("/"))
                 made = await sandbox.exec(f"mkdir -p -- {shlex.quote(workdir)}", timeout=30)
@@ -745,6 +775,7 @@ class SshSandbox(ContainerSandbox):
             close_timeout=config.close_timeout_seconds,
         )
         self.root = root
+        self.env_file = f"{root}/.env.sh"
         self.exec_dir = f"{root}/.exec"
         self.background_state_dir = f"{root}/.state/bg"
         self.sandbox_id = posixpath.basename(root)
@@ -761,6 +792,12 @@ class SshSandbox(ContainerSandbox):
         self._backend = backend
         self._link = link
         self._channels: set[Any] = set()
+
+    async def _write_env_file(self) -> None:
+        """Write the environment every command starts from (``export`` lines; the directory
+        is 0700)."""
+        lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items())
+        await self._sftp_write(self.env_file, lines.encode(), make_parents=False)
 
     def __repr__(self) -> str:
         return f"SshSandbox({self.task_id!r}, {self.label})"
@@ -806,9 +843,23 @@ class SshSandbox(ContainerSandbox):
 
     async def _run_argv(self, run: ContainerExec) -> int:
         link = self._live("a command")
-        env = {**self.env, **(run.env or {}), SANDBOX_MARKER_ENV: self.sandbox_id}
+        # The sandbox's own variables come from its env file (never on a command line: asyncssh
+        # logs every command at INFO, and the remote `ps` shows it); a call's extra `env` and
+        # the marker follow it, so they win.
+        extra = [f"{k}={v}" for k, v in (run.env or {}).items()]
         command = shlex.join(
-            ["exec", "env", "-i", *(f"{k}={v}" for k, v in env.items()), *run.argv]
+            [
+                "exec",
+                "env",
+                "-i",
+                "/bin/sh",
+                "-c",
+                '. "$0" || exit 125; exec env "$@"',
+                self.env_file,
+                *extra,
+                f"{SANDBOX_MARKER_ENV}={self.sandbox_id}",
+                *run.argv,
+            ]
         )
         # What the caller's sink raised propagates as itself; everything else is the transport's.
         sink_failures: list[Exception] = []

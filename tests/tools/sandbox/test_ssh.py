@@ -149,6 +149,9 @@ async def test_one_connection_for_many_sandboxes(backend: SshBackend) -> None:
     async def rollout(manager: SandboxManager, i: int) -> None:
         sb = await manager.get(f"r{i}")
         results[i] = (await sb.exec(f"echo {i}; sleep 0.2")).stdout
+        # Timeouts at full capacity: each kill needs a channel while the others are busy.
+        timed_out = await sb.exec("sleep 3310", timeout=0.3)
+        assert timed_out.timed_out, timed_out
         await manager.release(f"r{i}")
 
     # More concurrent commands than the server's MaxSessions (10): they queue for channels.
@@ -158,6 +161,7 @@ async def test_one_connection_for_many_sandboxes(backend: SshBackend) -> None:
                 tg.start_soon(rollout, manager, i)
         assert backend.connections_opened == 1
     assert results == {i: f"{i}\n" for i in range(16)}
+    assert processes_with("sleep 3310") == []
 
 
 @ssh
@@ -349,3 +353,17 @@ def test_config_needs_a_host(monkeypatch: pytest.MonkeyPatch) -> None:
         make_backend_factory("ssh", hots="x")
     with pytest.raises(ConfigError, match="max_sessions must be an int >= 2"):
         SshSandboxConfig(host="h", max_sessions=1)
+
+
+@ssh
+async def test_sandbox_env_never_on_a_command_line(
+    ssh_server: SshServer, remote_root: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "tok-" + os.urandom(8).hex()
+    config = make_config(ssh_server, remote_root=str(remote_root), env={"API_TOKEN": secret})
+    caplog.set_level("DEBUG", logger="asyncssh")
+    async with await SshBackend(config)("env-file") as sb:
+        r = await sb.exec('echo "$API_TOKEN"; echo "$EXTRA"', env={"EXTRA": "x y"})
+        assert r.stdout == f"{secret}\nx y\n"
+        assert caplog.records, "asyncssh logged nothing: the check below would prove nothing"
+        assert secret not in caplog.text
