@@ -194,12 +194,12 @@ async def test_env_preflight_runs_before_setup_and_rollouts(tmp_path: Path) -> N
         await ok.preflight()  # a good config passes
 
 
-@pytest.mark.parametrize("backend", ["singularity", "daytona"])
+@pytest.mark.parametrize("backend", ["daytona"])
 async def test_reference_backends_we_lack_say_what_to_do(tmp_path: Path, backend: str) -> None:
     # Seed 002 lists local/docker/modal/daytona/ssh/singularity as terminal_backend values.
     message = (
         rf"terminal_backend '{backend}' \(a hermes-agent backend\) is not implemented.*"
-        r"available: local, docker, modal, ssh.*register_backend"
+        r"available: local, docker, modal, ssh, singularity.*register_backend"
     )
     with pytest.raises(ConfigError, match=message):
         await preflight_backend(backend)

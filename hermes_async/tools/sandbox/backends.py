@@ -29,7 +29,9 @@ stopped engine fails in seconds instead of scoring every rollout 0). Built in: `
 the engine (bounded, ~10 s at most); ``modal`` checks the extra and that credentials are
 configured (``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` or a ``~/.modal.toml``; skipped when a
 ``modal=`` double is passed); ``ssh`` connects and logs in (bounded by ``connect_timeout``) and
-checks the remote host has ``setsid``, ``mktemp``, ``tar`` and ``env``; ``local`` needs nothing.
+checks the remote host has ``setsid``, ``mktemp``, ``tar`` and ``env``; ``singularity`` (an
+Apptainer/SingularityCE instance per sandbox, no extra: its CLI; asyncio and trio) checks the
+executable answers ``--version``; ``local`` needs nothing.
 """
 
 from __future__ import annotations
@@ -61,20 +63,20 @@ BackendBuilder = Callable[..., SandboxFactory]
 BackendPreflight = Callable[..., Awaitable[None]]
 
 #: The built-in names ``terminal_backend`` accepts.
-BackendKind = Literal["local", "docker", "modal", "ssh"]
+BackendKind = Literal["local", "docker", "modal", "ssh", "singularity"]
 
 #: The built-in backend names (registration order).
-BACKEND_KINDS: tuple[str, ...] = ("local", "docker", "modal", "ssh")
+BACKEND_KINDS: tuple[str, ...] = ("local", "docker", "modal", "ssh", "singularity")
 
 _REGISTRY: dict[str, BackendBuilder] = {}
 _PREFLIGHTS: dict[str, BackendPreflight] = {}
 
 _C = TypeVar("_C")
 
-#: The reference's backends that this project does not implement (Singularity/Apptainer
-#: instances, the Daytona SDK): named in the error so a ported config
-#: gets told what to do instead of only "unknown".
-_REFERENCE_ONLY = ("singularity", "daytona")
+#: The reference's backends that this project does not implement (the Daytona SDK, unless
+#: another module registers it): named in the error so a ported config gets told what to do
+#: instead of only "unknown".
+_REFERENCE_ONLY = ("daytona",)
 
 
 def _unknown_backend(kind: str) -> ConfigError:
@@ -213,6 +215,19 @@ async def _ssh_preflight(**options: Any) -> None:
     await ssh_preflight(**options)
 
 
+def _singularity(**options: Any) -> SandboxFactory:
+    from hermes_async.tools.sandbox.apptainer import ApptainerBackend, ApptainerSandboxConfig
+
+    return ApptainerBackend(_config(ApptainerSandboxConfig, "singularity", options))
+
+
+async def _singularity_preflight(**options: Any) -> None:
+    from hermes_async.tools.sandbox.apptainer import ApptainerSandboxConfig, apptainer_preflight
+
+    _config(ApptainerSandboxConfig, "singularity", options)
+    await apptainer_preflight(**options)
+
+
 def _modal(*, modal: object | None = None, **options: Any) -> SandboxFactory:
     from hermes_async.tools.sandbox.modal import ModalBackend, ModalSandboxConfig
 
@@ -262,8 +277,8 @@ async def _modal_preflight(*, modal: object | None = None, **options: Any) -> No
 
 for _name, _builder, _check in zip(
     BACKEND_KINDS,
-    (_local, _docker, _modal, _ssh),
-    (None, _docker_preflight, _modal_preflight, _ssh_preflight),
+    (_local, _docker, _modal, _ssh, _singularity),
+    (None, _docker_preflight, _modal_preflight, _ssh_preflight, _singularity_preflight),
     strict=True,
 ):
     register_backend(_name, _builder, preflight=_check)

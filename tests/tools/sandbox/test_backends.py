@@ -25,7 +25,8 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_builtins_are_registered_in_order() -> None:
-    assert available_backends()[:4] == BACKEND_KINDS == ("local", "docker", "modal", "ssh")
+    assert available_backends()[:5] == BACKEND_KINDS
+    assert BACKEND_KINDS == ("local", "docker", "modal", "ssh", "singularity")
 
 
 @pytest.mark.usefixtures("registry")
