@@ -21,6 +21,8 @@ import pytest
 from hermes_async.envs._preflight import check_offered, check_parser, check_toolsets
 from hermes_async.envs.terminal_test import TerminalTestEnv, terminal_test_oracle
 from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.testing import FakeSandboxFactory
+from hermes_async.tools.sandbox import backends
 from hermes_async.tools.sandbox.backends import preflight_backend
 from tests.envs.helpers import env_config, serve_policy, server_config
 
@@ -203,9 +205,22 @@ async def test_reference_backends_we_lack_say_what_to_do(tmp_path: Path, backend
     )
     with pytest.raises(ConfigError, match=message):
         await preflight_backend(backend)
-    env = TerminalTestEnv(env_config(tmp_path, terminal_backend=backend), [server_config("x")])
-    with pytest.raises(ConfigError, match=message):
-        await env.preflight()
+    # The config itself refuses it, when it is built (before any server or sandbox).
+    with pytest.raises(ValueError, match=message):
+        env_config(tmp_path, terminal_backend=backend)
+
+
+def test_terminal_backend_accepts_exactly_the_registered_backends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("local", "docker", "modal", "ssh", "singularity"):
+        assert env_config(tmp_path, terminal_backend=name).terminal_backend == name
+    with pytest.raises(ValueError, match=r"unknown terminal_backend 'dockr'; available: local"):
+        env_config(tmp_path, terminal_backend="dockr")
+    # A backend registered by another module (daytona, yours) is accepted from then on.
+    monkeypatch.setattr(backends, "_REGISTRY", dict(backends._REGISTRY))
+    backends.register_backend("mine", lambda **options: FakeSandboxFactory())
+    assert env_config(tmp_path, terminal_backend="mine").terminal_backend == "mine"
 
 
 def test_an_enabled_toolset_that_would_shrink_fails_at_start_up(

@@ -51,6 +51,7 @@ __all__ = (
     "BackendKind",
     "BackendPreflight",
     "available_backends",
+    "check_backend_name",
     "make_backend_factory",
     "preflight_backend",
     "register_backend",
@@ -130,6 +131,19 @@ def register_backend(
 def available_backends() -> tuple[str, ...]:
     """The registered backend names, in registration order."""
     return tuple(_REGISTRY)
+
+
+def check_backend_name(kind: str) -> str:
+    """Return ``kind`` if it is a registered backend (what ``terminal_backend`` is checked
+    against: the registry at that moment, so a backend registered by another module counts).
+
+    Raises:
+        ConfigError: It is not (the message lists the registered ones, and for the
+            reference's names this project lacks, what to do instead).
+    """
+    if kind not in _REGISTRY:
+        raise _unknown_backend(kind)
+    return kind
 
 
 def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
