@@ -38,8 +38,8 @@ def test_py_typed_shipped() -> None:
 
 
 def test_core_imports_without_extras() -> None:
-    # The core must not import atroposlib, aiodocker, modal, wandb or transformers.
-    heavy = {"atroposlib", "aiodocker", "modal", "wandb", "transformers"}
+    # The core must not import atroposlib, aiodocker, modal, asyncssh, wandb or transformers.
+    heavy = {"atroposlib", "aiodocker", "modal", "asyncssh", "wandb", "transformers"}
     importlib.import_module("hermes_async")
     # Other tests may import them; check the package's own module sources instead.
     root = pathlib.Path(hermes_async.__file__).parent
@@ -58,7 +58,8 @@ def test_import_in_fresh_interpreter_loads_no_extra() -> None:
 
     code = (
         "import sys, hermes_async; "
-        "print(sorted({'atroposlib','aiodocker','modal','wandb','transformers'} & set(sys.modules)))"
+        "print(sorted({'atroposlib','aiodocker','modal','asyncssh','wandb','transformers'}"
+        " & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -5,8 +5,9 @@ sandbox that is gone, a transfer past its cap), ``manager`` (one sandbox per rol
 bound of every release), ``backends`` (the registry ``terminal_backend`` selects from),
 ``local`` (two isolation levels) with ``namespaces`` (its bubblewrap worlds, cgroups, disk
 caps), ``processes`` (process mode's shared ``/proc`` sweeper) and ``host`` (bounded host
-subprocesses, batched removal), ``docker`` / ``modal`` (load lazily; their extras are
-optional; import them from their modules), and the helpers every backend uses: ``output``
+subprocesses, batched removal), ``docker`` / ``modal`` / ``ssh`` (load lazily; their extras
+are optional; import them from their modules), ``apptainer`` (the ``singularity`` backend: its
+CLI through ``host``), and the helpers every backend uses: ``output``
 (head + tail capture), ``archive`` (the one tar check and the one extractor) and ``transfer``
 (downloads streamed to disk under a cap, uploads).
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import sys
 from collections.abc import AsyncIterator
 
 import anyio
@@ -206,6 +207,13 @@ async def test_cancelled_create_leaves_no_remote_directory(
                 sb = await backend(f"cancel-create-{step}")
                 await sb.aclose()
             assert list(remote_root.iterdir()) == [], f"left behind at step {step}"
+    # Without the held connection every creation connects first: cancel during the handshake.
+    for step in range(20):
+        with anyio.move_on_after(step * 0.01):
+            sb = await backend(f"cancel-connect-{step}")
+            await sb.aclose()
+        assert list(remote_root.iterdir()) == [], f"left behind at step {step}"
+    assert backend._link is None  # every connection was closed with its last user
 
 
 @ssh
@@ -367,3 +375,10 @@ async def test_sandbox_env_never_on_a_command_line(
         assert r.stdout == f"{secret}\nx y\n"
         assert caplog.records, "asyncssh logged nothing: the check below would prove nothing"
         assert secret not in caplog.text
+
+
+async def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "asyncssh", None)  # as if not installed
+    backend = make_backend_factory("ssh", host="127.0.0.1")  # building needs no asyncssh
+    with pytest.raises(ConfigError, match=r"pip install 'hermes-async\[ssh\]'"):
+        await backend("t")
