@@ -1,4 +1,4 @@
-"""What the container backends (Docker, Modal) share: the exec protocol and its plumbing.
+"""What the exec-API backends (Docker, Modal, ssh, singularity) share: the exec protocol.
 
 * :data:`EXEC_WRAPPER` / :data:`KILL_SCRIPT`: how a command gets its own process group inside a
   container and how that group is killed from outside (timeout, cancellation).

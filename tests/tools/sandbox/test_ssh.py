@@ -382,3 +382,23 @@ async def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     backend = make_backend_factory("ssh", host="127.0.0.1")  # building needs no asyncssh
     with pytest.raises(ConfigError, match=r"pip install 'hermes-async\[ssh\]'"):
         await backend("t")
+
+
+async def test_a_silent_server_is_bounded_by_connect_timeout(tmp_path: pathlib.Path) -> None:
+    import socket
+
+    # Accepts TCP connections (the kernel's backlog) and never says a word.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        options = {"host": "127.0.0.1", "port": port, "connect_timeout": 1.0}
+        start = anyio.current_time()
+        with pytest.raises(
+            SandboxError, match=r"terminal_backend='ssh'.*did not answer within 1 s.*TERMINAL_SSH"
+        ):
+            await preflight_backend("ssh", **options)
+        backend = make_backend_factory("ssh", **options, remote_root=str(tmp_path))
+        with pytest.raises(SandboxError, match=r"did not answer within 1 s"):
+            await backend("silent")
+        assert anyio.current_time() - start < 10
