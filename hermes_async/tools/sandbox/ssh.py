@@ -37,6 +37,10 @@ Shape:
   by session and marker, not by the kernel: a process that both leaves its session
   (``setsid``) and clears its environment (``env -i``) is not found. A remote host without a
   Linux ``/proc`` finds only the recorded sessions.
+* **Isolation is the remote login's, not a container's**: every sandbox on a host runs as the
+  same remote user, so one sandbox's commands can read and write another's directory (0700
+  keeps out other users, not this one) and see the host's processes. Use a throw-away host or
+  user per run; for isolated sandboxes on a remote machine, run Docker there.
 * **Host keys are checked** against ``known_hosts`` (asyncssh's default, ``~/.ssh/known_hosts``,
   when unset); ``check_host_key=False`` is the explicit opt-out (logged).
 * **A dropped connection** (the host went away, sshd was restarted, keepalives unanswered) is
