@@ -223,6 +223,15 @@ def test_terminal_backend_accepts_exactly_the_registered_backends(
     assert env_config(tmp_path, terminal_backend="mine").terminal_backend == "mine"
 
 
+@pytest.mark.parametrize("backend", ["docker", "modal", "ssh", "singularity"])
+def test_terminal_timeout_is_every_backends_default_exec_timeout(
+    tmp_path: Path, backend: str
+) -> None:
+    config = env_config(tmp_path, terminal_backend=backend, terminal_timeout=77)
+    env = TerminalTestEnv(config, [server_config("x")])
+    assert env._sandbox_options()["default_exec_timeout_seconds"] == 77.0
+
+
 def test_an_enabled_toolset_that_would_shrink_fails_at_start_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
