@@ -8,6 +8,8 @@ sandbox directories under a per-test ``remote_root`` and the processes in ``/pro
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pathlib
 import signal
@@ -19,13 +21,15 @@ import pytest
 
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS, ConformanceCheck
+from hermes_async.tool_context import ToolContext
+from hermes_async.tools.registry import ToolRuntime, dispatch
 from hermes_async.tools.sandbox.backends import (
     available_backends,
     make_backend_factory,
     preflight_backend,
 )
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
-from hermes_async.tools.sandbox.manager import SandboxManager
+from hermes_async.tools.sandbox.manager import SandboxManager, use_sandbox_manager
 from hermes_async.tools.sandbox.spec import SandboxSpec
 from hermes_async.tools.sandbox.ssh import SshBackend, SshSandbox, SshSandboxConfig
 from tests.conftest import SshServer
@@ -402,3 +406,44 @@ async def test_a_silent_server_is_bounded_by_connect_timeout(tmp_path: pathlib.P
         with pytest.raises(SandboxError, match=r"did not answer within 1 s"):
             await backend("silent")
         assert anyio.current_time() - start < 10
+
+
+# ----------------------------------------------------------------------------- tools on ssh
+
+
+async def call(runtime: ToolRuntime, name: str, **args: object) -> dict[str, object]:
+    outcome = await dispatch(name, args, runtime)
+    result = json.loads(outcome.content)
+    assert isinstance(result, dict)
+    return result
+
+
+@ssh
+async def test_tools_and_tool_context_on_ssh(backend: SshBackend, tmp_path: pathlib.Path) -> None:
+    blob = os.urandom(3 * 1024 * 1024)
+    (tmp_path / "blob.bin").write_bytes(blob)
+    async with SandboxManager(backend) as manager:
+        with use_sandbox_manager(manager):
+            rt = ToolRuntime(task_id="tools", sandboxes=manager)
+            assert await call(rt, "terminal", command="echo out; echo err >&2; exit 2") == {
+                "output": "out\nerr\n",
+                "exit_code": 2,
+                "error": None,
+            }
+            assert (await call(rt, "terminal", command="sleep 3311", timeout=1))["exit_code"] == 124
+            started = await call(rt, "terminal", command="echo ready; sleep 3312", background=True)
+            sid = str(started["session_id"])
+            assert (await call(rt, "process", action="poll", session_id=sid))["status"] == "running"
+            assert (await call(rt, "process", action="kill", session_id=sid)).get("error") is None
+            assert (await call(rt, "process", action="poll", session_id=sid))["status"] == "exited"
+            ctx = ToolContext("tools")
+            up = await ctx.upload_file(str(tmp_path / "blob.bin"), "in/deep/blob copy.bin")
+            assert up == {"exit_code": 0, "output": "", "bytes": len(blob)}
+            sha = await ctx.terminal("sha256sum 'in/deep/blob copy.bin' | cut -c1-64")
+            assert str(sha["output"]).split() == [hashlib.sha256(blob).hexdigest()]
+            down = await ctx.download_file("in/deep/blob copy.bin", str(tmp_path / "down.bin"))
+            assert down == {"success": True, "bytes": len(blob)}
+            assert (tmp_path / "down.bin").read_bytes() == blob
+            await ctx.write_file("notes/a.txt", "hello ssh\n")
+            assert "hello ssh" in str((await ctx.read_file("notes/a.txt")).get("content"))
+    assert processes_with("sleep 3311") == [] and processes_with("sleep 3312") == []
