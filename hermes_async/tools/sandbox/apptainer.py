@@ -41,6 +41,7 @@ import os
 import posixpath
 import re
 import secrets
+import shlex
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -264,7 +265,9 @@ class ApptainerBackend:
                 ),
             )
             if workdir != cfg.workdir:
-                made = await sandbox.exec(f"mkdir -p -- '{workdir}'", cwd="/", timeout=30)
+                made = await sandbox.exec(
+                    f"mkdir -p -- {shlex.quote(workdir)}", cwd="/", timeout=30
+                )
                 if made.exit_code != 0:
                     raise SandboxError(
                         f"cannot create the spec's workdir {workdir!r} in the instance: "

@@ -25,6 +25,7 @@ from hermes_async.tools.sandbox.apptainer import (
 from hermes_async.tools.sandbox.backends import make_backend_factory, preflight_backend
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.processes import find_sandbox_processes
+from hermes_async.tools.sandbox.spec import SandboxSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -148,3 +149,31 @@ async def test_registered_as_singularity_with_preflight(world: World) -> None:
         make_backend_factory("singularity", executable="/nonexistent/apptainer")
     with pytest.raises(ConfigError, match=r"needs the /nonexistent/apptainer executable"):
         await preflight_backend("singularity", executable="/nonexistent/apptainer")
+
+
+async def test_cancelled_exec_kills_the_group_inside(world: World) -> None:
+    backend = ApptainerBackend(world.config())
+    sb = await backend("cancel-exec")
+    try:
+        init = set(find_sandbox_processes(sb.name))
+        with anyio.move_on_after(1.5) as scope:
+            await sb.exec("touch started; sleep 3403 & sleep 3404")
+        assert scope.cancelled_caught
+        assert (await sb.exec("test -e started")).exit_code == 0
+        assert set(find_sandbox_processes(sb.name)) == init  # only the instance's init is left
+    finally:
+        await sb.aclose()
+    world.assert_clean()
+
+
+async def test_spec_image_env_workdir(world: World) -> None:
+    sif = world.scratch.parent / "task.sif"
+    sif.write_bytes(b"SIF")
+    spec = SandboxSpec(image=str(sif), env={"X": "1"}, workdir=str(world.work / "app"))
+    sb = await ApptainerBackend(world.config())("spec", spec=spec)
+    try:
+        assert json.loads((world.state / f"{sb.name}.json").read_text())["image"] == str(sif)
+        assert (await sb.exec('pwd; echo "$X"')).stdout == f"{world.work}/app\n1\n"
+    finally:
+        await sb.aclose()
+    world.assert_clean()
