@@ -447,6 +447,16 @@ class ContainerSandbox(Sandbox):
         await self.stream_file(path, collect, max_bytes=MAX_READ_BYTES)
         return bytes(data)
 
+    async def _archive_capped(self, path: str) -> bytes:
+        """A tar of ``path`` through :meth:`stream_archive`, at most :data:`MAX_READ_BYTES`."""
+        data = bytearray()
+
+        async def collect(chunk: bytes) -> None:
+            data.extend(chunk)
+
+        await self.stream_archive(path, collect, max_bytes=MAX_READ_BYTES)
+        return bytes(data)
+
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
     ) -> int:

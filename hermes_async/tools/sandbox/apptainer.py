@@ -53,7 +53,7 @@ from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import ContainerExec, ContainerSandbox
 from hermes_async.tools.sandbox.archive import check_tar_members
-from hermes_async.tools.sandbox.base import DEFAULT_OUTPUT_LIMIT_BYTES, MAX_READ_BYTES
+from hermes_async.tools.sandbox.base import DEFAULT_OUTPUT_LIMIT_BYTES
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.host import DirectoryRemover, run_bounded
 from hermes_async.tools.sandbox.spec import SandboxSpec
@@ -448,13 +448,7 @@ class ApptainerSandbox(ContainerSandbox):
 
         **Cancellation**: the ``tar`` is killed.
         """
-        data = bytearray()
-
-        async def collect(chunk: bytes) -> None:
-            data.extend(chunk)
-
-        await self.stream_archive(path, collect, max_bytes=MAX_READ_BYTES)
-        return bytes(data)
+        return await self._archive_capped(path)
 
     async def aclose(self, interrupted: bool = False) -> None:
         """Stop the instance (``--force`` when ``interrupted``) and remove the scratch

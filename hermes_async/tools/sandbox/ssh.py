@@ -1012,13 +1012,7 @@ class SshSandbox(ContainerSandbox):
 
         **Cancellation**: the remote ``tar``'s group is killed.
         """
-        data = bytearray()
-
-        async def collect(chunk: bytes) -> None:
-            data.extend(chunk)
-
-        await self.stream_archive(path, collect, max_bytes=MAX_READ_BYTES)
-        return bytes(data)
+        return await self._archive_capped(path)
 
     # ----------------------------------------------------------------- close
 
