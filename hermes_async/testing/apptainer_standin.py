@@ -59,7 +59,10 @@ def write_launcher(directory: Path, *, state_dir: Path, name: str = "apptainer")
     """Write an executable ``directory/name`` that runs the stand-in with ``state_dir``.
 
     The backend gives the CLI an allowlisted environment, so the launcher carries the state
-    directory and this checkout's import path itself.
+    directory and this checkout's import path itself. It runs this file as a script (not
+    ``-m``): ``exec``, the call made for every command, then imports only the standard library
+    (0.1 s instead of 1 s for the package); ``instance stop`` imports the local backend's
+    process helpers.
     """
     directory.mkdir(parents=True, exist_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -69,7 +72,8 @@ def write_launcher(directory: Path, *, state_dir: Path, name: str = "apptainer")
         "#!/bin/sh\n"
         f"{STATE_DIR_ENV}={shlex.quote(str(state_dir))} "
         f"PYTHONPATH={shlex.quote(str(package_root))} "
-        f'exec {shlex.quote(sys.executable)} -m hermes_async.testing.apptainer_standin "$@"\n'
+        f"exec {shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))} "
+        '"$@"\n'
     )
     launcher.chmod(0o755)
     return launcher
