@@ -17,9 +17,12 @@ Shape:
 * **A sandbox is a directory** ``{remote_root}/hermes-sbx-<task>-<hex>.XXXXXX`` made by
   ``mktemp -d`` (mode 0700), with ``work/`` (the working directory), ``home/`` (``$HOME``),
   ``tmp/`` (``$TMPDIR``), ``.exec/`` (the exec wrapper's pid files) and ``.state/bg``
-  (background processes). A creation that fails or is cancelled removes what it made (the
-  ``<hex>`` part is chosen here, so the directory is found even if ``mktemp``'s answer never
-  arrived).
+  (background processes). A creation that fails or is cancelled removes what it made: the
+  remote step that makes the directory is shielded (milliseconds, bounded by
+  ``call_timeout_seconds``), because a closed channel does not stop a remote script, which
+  could otherwise make the directory after the cleanup ran; a cancellation lands once the path
+  is known. A step that overran its deadline is stopped by its marker and its directory found
+  by the ``<hex>`` prefix chosen here.
 * **Commands** run as the Docker and Modal backends' do (``_container.EXEC_WRAPPER``): under
   ``setsid`` in their own process group, whose pid is written to ``.exec/``; a timeout (exit
   124, ``timed_out``) or a cancellation kills the group through a second channel
@@ -82,6 +85,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
+import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
 from hermes_async._cleanup import cleanup_scope
@@ -448,7 +452,8 @@ class _Link:
 def _lost(exc: BaseException) -> bool:
     """Whether ``exc`` says the connection itself is gone (not just one channel)."""
     return any(
-        cls.__name__ in ("ConnectionLost", "DisconnectError", "BrokenPipeError")
+        cls.__name__
+        in ("ConnectionLost", "DisconnectError", "SFTPConnectionLost", "SFTPNoConnection")
         for cls in type(exc).__mro__
     ) or isinstance(exc, ConnectionError)
 
@@ -668,25 +673,33 @@ class SshBackend:
             ConfigError: asyncssh is not installed.
             SandboxError: The host is unreachable or refuses, or the directory cannot be made.
 
-        **Cancellation**: whatever was made remotely is removed (shielded, bounded by
-        ``call_timeout_seconds``) and the connection reference returned before the
-        cancellation propagates.
+        **Cancellation**: the step that makes the directory is not cut in half (shielded,
+        bounded by ``call_timeout_seconds``: milliseconds in practice); then whatever was made
+        remotely is removed (shielded, bounded) and the connection reference returned before
+        the cancellation propagates.
         """
         require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
         cfg = self.config
         link = await self.acquire(task_id)
         safe = _SAFE_TASK_CHARS.sub("_", task_id)[:40] or "task"
         prefix = f"hermes-sbx-{safe}-{secrets.token_hex(4)}"
+        root = ""
         try:
-            code, out, err = await _remote_sh(
-                link,
-                _CREATE,
-                cfg.remote_root,
-                prefix,
-                timeout=cfg.call_timeout_seconds,
-                marker=(_CREATE_MARKER_ENV, prefix),
-            )
+            # An acquisition, not a cleanup, and not to be cut in half (as host.start_process):
+            # a channel closed by a cancellation does not stop the remote script, which could
+            # then make the directory after any cleanup ran. Shielded, so a cancellation lands
+            # once its path is known (the script takes milliseconds; bounded by the deadline).
+            with anyio.fail_after(cfg.call_timeout_seconds, shield=True):
+                code, out, err = await _remote_sh(
+                    link,
+                    _CREATE,
+                    cfg.remote_root,
+                    prefix,
+                    timeout=cfg.call_timeout_seconds,
+                    marker=(_CREATE_MARKER_ENV, prefix),
+                )
             root = out.strip().splitlines()[-1] if out.strip() else ""
+            await anyio.lowlevel.checkpoint()  # a cancellation that came meanwhile lands here
             if code != 0 or not posixpath.isabs(root):
                 raise SandboxError(
                     f"ssh: cannot make a sandbox directory under {cfg.remote_root!r} on "
@@ -728,7 +741,15 @@ class SshBackend:
                 log=logger,
             ):
                 try:
-                    if not link.closed:
+                    if link.closed:
+                        logger.warning(
+                            "ssh: %s may be left on %s (connection lost)", prefix, cfg.target
+                        )
+                    elif posixpath.isabs(root):
+                        await _remote_sh(
+                            link, 'rm -rf -- "$1"', root, timeout=cfg.call_timeout_seconds
+                        )
+                    else:  # the script failed or overran: stop it, remove what it made
                         await _remote_sh(
                             link,
                             _REMOVE_PREFIX,
@@ -924,6 +945,8 @@ class SshSandbox(ContainerSandbox):
                     with cleanup_scope("close an SFTP file", _CHANNEL_CLOSE_SECONDS, log=logger):
                         await handle.close()
         except asyncssh.SFTPError as exc:
+            if self._link.closed or _lost(exc):
+                raise self._unavailable(f"a write of {path!r}", exc) from exc
             raise OSError(f"cannot write {path!r} in the sandbox: {exc.reason}") from exc
         except Exception as exc:
             raise self._translate(f"a write of {path!r}", exc) from exc
@@ -959,6 +982,8 @@ class SshSandbox(ContainerSandbox):
         except asyncssh.SFTPNoSuchFile as exc:
             raise FileNotFoundError(f"no such file in the sandbox: {path!r}") from exc
         except asyncssh.SFTPError as exc:
+            if self._link.closed or _lost(exc):
+                raise self._unavailable(f"a read of {path!r}", exc) from exc
             raise OSError(f"cannot read {path!r} in the sandbox: {exc.reason}") from exc
         except (FileNotFoundError, TransferLimitError):
             raise
