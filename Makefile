@@ -17,7 +17,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[atropos,docker,modal,e2b,daytona,web,browser,terminalbench,families,testing,dev]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[atropos,docker,modal,ssh,e2b,daytona,web,browser,terminalbench,families,testing,dev]"
 	@touch $(STAMP)
 
 # TerminalTestEnv evaluate + process against the scripted oracle model on loopback (offline,

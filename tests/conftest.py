@@ -17,6 +17,7 @@ os.environ.setdefault(
 )
 
 import importlib.metadata
+from dataclasses import dataclass
 
 import pytest
 
@@ -103,7 +104,10 @@ def _needs_namespaces(item: pytest.Item) -> bool:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Namespaced-sandbox tests skip where bubblewrap/root is missing, and FAIL instead under
-    ``HERMES_ASYNC_REQUIRE_ISOLATION=1`` (CI, after ``scripts/sandbox/install.sh``)."""
+    ``HERMES_ASYNC_REQUIRE_ISOLATION=1`` (CI, after ``scripts/sandbox/install.sh``); ``ssh``
+    tests likewise without an sshd (``HERMES_ASYNC_REQUIRE_SSH=1``)."""
+    if item.get_closest_marker("ssh") is not None:
+        _skip_or_fail_without_sshd()
     if not _needs_namespaces(item):
         return
     problem = isolation_problem()
@@ -112,6 +116,56 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if os.environ.get("HERMES_ASYNC_REQUIRE_ISOLATION") == "1":
         pytest.fail(f"HERMES_ASYNC_REQUIRE_ISOLATION=1 but {problem}", pytrace=False)
     pytest.skip(f"namespaced sandboxes unavailable: {problem} (scripts/sandbox/install.sh)")
+
+
+@dataclass(frozen=True)
+class SshServer:
+    """The sshd the ssh-marked tests log in to (``scripts/ssh/sshd.sh up`` exports it)."""
+
+    host: str
+    port: int
+    user: str
+    key_path: str
+    known_hosts: str
+
+
+def _ssh_settings() -> tuple[dict[str, str], str | None]:
+    """``HERMES_ASYNC_SSH_*`` and why they are unusable (``None``: an sshd answers there)."""
+    import socket
+
+    names = ("HOST", "PORT", "USER", "KEY", "KNOWN_HOSTS")
+    values = {name: os.environ.get(f"HERMES_ASYNC_SSH_{name}", "") for name in names}
+    missing = [f"HERMES_ASYNC_SSH_{name}" for name, value in values.items() if not value]
+    if missing:
+        return values, f"{', '.join(missing)} not set"
+    if not values["PORT"].isdigit():
+        return values, f"HERMES_ASYNC_SSH_PORT={values['PORT']!r} is not a port"
+    try:
+        with socket.create_connection((values["HOST"], int(values["PORT"])), timeout=3):
+            pass
+    except OSError as exc:
+        return values, f"nothing answers at {values['HOST']}:{values['PORT']} ({exc})"
+    return values, None
+
+
+def _skip_or_fail_without_sshd() -> dict[str, str]:
+    values, problem = _ssh_settings()
+    if problem is not None:
+        if os.environ.get("HERMES_ASYNC_REQUIRE_SSH") == "1":
+            pytest.fail(f"HERMES_ASYNC_REQUIRE_SSH=1 but {problem}", pytrace=False)
+        pytest.skip(f'no sshd for the ssh tests: {problem} (eval "$(scripts/ssh/sshd.sh up)")')
+    return values
+
+
+@pytest.fixture(scope="session")
+def ssh_server() -> SshServer:
+    """The sshd from ``HERMES_ASYNC_SSH_HOST/PORT/USER/KEY/KNOWN_HOSTS``; skips when unset or
+    not answering, and FAILS instead under ``HERMES_ASYNC_REQUIRE_SSH=1`` (CI, after
+    ``scripts/ssh/sshd.sh up``). A test marked ``ssh`` gets the same treatment without it."""
+    values = _skip_or_fail_without_sshd()
+    return SshServer(
+        values["HOST"], int(values["PORT"]), values["USER"], values["KEY"], values["KNOWN_HOSTS"]
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -38,8 +38,18 @@ def test_py_typed_shipped() -> None:
 
 
 def test_core_imports_without_extras() -> None:
-    # The core must not import atroposlib, aiodocker, modal, e2b, daytona, wandb or transformers.
-    heavy = {"atroposlib", "aiodocker", "modal", "e2b", "daytona", "wandb", "transformers"}
+    # The core must not import atroposlib, aiodocker, modal, asyncssh, e2b, daytona, wandb or
+    # transformers.
+    heavy = {
+        "atroposlib",
+        "aiodocker",
+        "modal",
+        "asyncssh",
+        "e2b",
+        "daytona",
+        "wandb",
+        "transformers",
+    }
     importlib.import_module("hermes_async")
     # Other tests may import them; check the package's own module sources instead.
     root = pathlib.Path(hermes_async.__file__).parent
@@ -59,7 +69,8 @@ def test_import_in_fresh_interpreter_loads_no_extra() -> None:
     code = (
         "import sys, hermes_async; "
         "import hermes_async.testing, hermes_async.tools.sandbox.backends; "
-        "print(sorted({'atroposlib','aiodocker','modal','e2b','daytona','wandb','transformers'}"
+        "print(sorted({'atroposlib','aiodocker','modal','asyncssh','e2b','daytona','wandb',"
+        "'transformers'}"
         " & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -468,7 +468,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         options = dict(self.config.sandbox_options or {})
         # Commands sent without a timeout (tools other than terminal) get terminal_timeout too.
         key = "default_timeout" if self.config.terminal_backend == "local" else None
-        if self.config.terminal_backend in ("docker", "modal"):
+        if self.config.terminal_backend in ("docker", "modal", "ssh", "singularity"):
             key = "default_exec_timeout_seconds"
         if key is not None:
             options.setdefault(key, float(self.config.terminal_timeout))

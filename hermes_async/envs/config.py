@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from hermes_async.agent import AgentOptions, BudgetConfig, FailurePolicy, Staleness, VersionSource
 from hermes_async.envs._atropos import BaseEnvConfig
@@ -19,6 +19,7 @@ from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import SamplingParams
 from hermes_async.inference.tokenizer import QWEN_OFFLINE_NAME, Tokenizer, load_tokenizer
 from hermes_async.limits import Limits
+from hermes_async.tools.sandbox.backends import check_backend_name
 
 __all__ = ("HermesAgentEnvConfig", "builtin_tokenizer", "loop_tokenizer", "resolve_tokenizer")
 
@@ -42,6 +43,10 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
       the model (see :mod:`hermes_async.agent._reasoning`); ``preserve_think_blocks`` (default:
       ``thinking_mode``, the reference's v2 rule) keeps ``<think>`` blocks in the assistant
       messages instead of moving them to ``reasoning_content``.
+    * ``terminal_backend`` is checked when the config is built, against the backends registered
+      at that moment (``hermes_async.tools.sandbox.backends.available_backends()``; the
+      reference's ``daytona`` only once something registers it): an unknown name fails at
+      start-up with the registered ones listed, not at the first rollout.
     * ``eval_size`` exists on the base config (the reference's guide reads
       ``self.config.eval_size`` in ``evaluate``); ``None`` means every eval item.
     """
@@ -60,7 +65,9 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     system_prompt: str | None = Field(default=None, description="System message, if any.")
     agent_temperature: float = Field(default=1.0, description="Sampling temperature.")
     terminal_backend: str = Field(
-        default="local", description="local, docker, modal, e2b or daytona."
+        default="local",
+        description="A registered sandbox backend: local, docker, modal, ssh, singularity, e2b, "
+        "daytona, or one added with register_backend.",
     )
     terminal_timeout: int = Field(default=120, description="Default command timeout (s).")
     terminal_lifetime: int = Field(default=3600, description="Idle sandbox lifetime (s).")
@@ -129,6 +136,12 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     sandbox_options: dict[str, Any] | None = Field(
         default=None, description="Options of the terminal_backend (e.g. docker image)."
     )
+
+    @field_validator("terminal_backend")
+    @classmethod
+    def _registered_backend(cls, value: str) -> str:
+        return check_backend_name(value)
+
     # ---- drop-in completeness (issue #14): reference spellings and settings
     eval_size: int | None = Field(
         default=None,

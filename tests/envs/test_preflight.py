@@ -21,6 +21,8 @@ import pytest
 from hermes_async.envs._preflight import check_offered, check_parser, check_toolsets
 from hermes_async.envs.terminal_test import TerminalTestEnv, terminal_test_oracle
 from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.testing import FakeSandboxFactory
+from hermes_async.tools.sandbox import backends
 from hermes_async.tools.sandbox.backends import preflight_backend
 from tests.envs.helpers import env_config, serve_policy, server_config
 
@@ -194,18 +196,32 @@ async def test_env_preflight_runs_before_setup_and_rollouts(tmp_path: Path) -> N
         await ok.preflight()  # a good config passes
 
 
-@pytest.mark.parametrize("backend", ["ssh", "singularity"])
-async def test_reference_backends_we_lack_say_what_to_do(tmp_path: Path, backend: str) -> None:
+def test_every_reference_backend_is_built_in(tmp_path: Path) -> None:
     # Seed 002 lists local/docker/modal/daytona/ssh/singularity as terminal_backend values.
-    message = (
-        rf"terminal_backend '{backend}' \(a hermes-agent backend\) is not implemented.*"
-        r"available: local, docker, modal.*register_backend"
-    )
-    with pytest.raises(ConfigError, match=message):
-        await preflight_backend(backend)
-    env = TerminalTestEnv(env_config(tmp_path, terminal_backend=backend), [server_config("x")])
-    with pytest.raises(ConfigError, match=message):
-        await env.preflight()
+    for name in ("local", "docker", "modal", "daytona", "ssh", "singularity"):
+        assert env_config(tmp_path, terminal_backend=name).terminal_backend == name
+
+
+def test_terminal_backend_accepts_exactly_the_registered_backends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("local", "docker", "modal", "ssh", "singularity", "e2b", "daytona"):
+        assert env_config(tmp_path, terminal_backend=name).terminal_backend == name
+    with pytest.raises(ValueError, match=r"unknown terminal_backend 'dockr'; available: local"):
+        env_config(tmp_path, terminal_backend="dockr")
+    # A backend registered by another module (daytona, yours) is accepted from then on.
+    monkeypatch.setattr(backends, "_REGISTRY", dict(backends._REGISTRY))
+    backends.register_backend("mine", lambda **options: FakeSandboxFactory())
+    assert env_config(tmp_path, terminal_backend="mine").terminal_backend == "mine"
+
+
+@pytest.mark.parametrize("backend", ["docker", "modal", "ssh", "singularity"])
+def test_terminal_timeout_is_every_backends_default_exec_timeout(
+    tmp_path: Path, backend: str
+) -> None:
+    config = env_config(tmp_path, terminal_backend=backend, terminal_timeout=77)
+    env = TerminalTestEnv(config, [server_config("x")])
+    assert env._sandbox_options()["default_exec_timeout_seconds"] == 77.0
 
 
 def test_an_enabled_toolset_that_would_shrink_fails_at_start_up(

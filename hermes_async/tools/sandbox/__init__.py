@@ -5,9 +5,10 @@ sandbox that is gone, a transfer past its cap), ``manager`` (one sandbox per rol
 bound of every release), ``backends`` (the registry ``terminal_backend`` selects from),
 ``local`` (two isolation levels) with ``namespaces`` (its bubblewrap worlds, cgroups, disk
 caps), ``processes`` (process mode's shared ``/proc`` sweeper) and ``host`` (bounded host
-subprocesses, batched removal), ``docker`` / ``modal`` / ``e2b`` / ``daytona`` (load lazily;
-their extras are optional; import them from their modules; the last two share ``_remote``:
-one-call exec, shielded creation, run labels and the reaper), and the helpers every backend uses: ``output``
+subprocesses, batched removal), ``docker`` / ``modal`` / ``ssh`` / ``e2b`` / ``daytona`` (load
+lazily; their extras are optional; import them from their modules; the last two share
+``_remote``: one-call exec, shielded creation, run labels and the reaper), ``apptainer`` (the
+``singularity`` backend: its CLI through ``host``), and the helpers every backend uses: ``output``
 (head + tail capture), ``archive`` (the one tar check and the one extractor) and ``transfer``
 (downloads streamed to disk under a cap, uploads).
 """

@@ -1,4 +1,4 @@
-"""What the container backends (Docker, Modal) share: the exec protocol and its plumbing.
+"""What the exec-API backends (Docker, Modal, ssh, singularity) share: the exec protocol.
 
 * :data:`EXEC_WRAPPER` / :data:`KILL_SCRIPT`: how a command gets its own process group inside a
   container and how that group is killed from outside (timeout, cancellation).
@@ -20,9 +20,11 @@ The process-group protocol, step by step (POSIX ``sh``; busybox, dash and bash a
    bash) in the background: the child is not a group leader, so ``setsid`` makes it the leader
    of a new session and process group whose id is its pid. Everything the command starts
    inherits that group.
-3. The wrapper writes the pid to ``/tmp/.hermes-exec/ID.pid``, then checks for a cancel marker
-   (the backend may have given up before the wrapper started), waits, kills what the command
-   left running in its group (as the local backend does), and exits with the command's status.
+3. The wrapper writes the pid to ``/tmp/.hermes-exec/ID.pid`` (the sandbox's
+   :attr:`ContainerSandbox.exec_dir`; the ssh backend keeps one per sandbox), then checks for
+   a cancel marker (the backend may have given up before the wrapper started), waits, kills
+   what the command left running in its group (as the local backend does), and exits with the
+   command's status.
 4. To kill, the backend runs ``KILL_SCRIPT ID``: it first creates the cancel marker, then
    kills the group named in the pid file. Whichever of the two scripts runs second sees the
    other's file, so a kill is never lost.
@@ -96,7 +98,7 @@ _STREAM_ARCHIVE = (
 )
 
 EXEC_WRAPPER = r"""
-d=/tmp/.hermes-exec; id=$1; dir=$2; in=$3; cmd=$4
+id=$1; dir=$2; in=$3; cmd=$4; d=${5:-/tmp/.hermes-exec}
 mkdir -p "$d" 2>/dev/null
 if [ -e "$d/$id.cancel" ]; then rm -f "$d/$id.cancel" "$in"; exit 124; fi
 if command -v bash >/dev/null 2>&1; then sh_=bash; else sh_=/bin/sh; fi
@@ -123,7 +125,7 @@ exit $rc
 """
 
 KILL_SCRIPT = r"""
-d=/tmp/.hermes-exec; id=$1
+id=$1; d=${2:-/tmp/.hermes-exec}
 mkdir -p "$d" 2>/dev/null
 : >"$d/$id.cancel"
 if [ -f "$d/$id.pid" ]; then
@@ -140,14 +142,19 @@ exit 0
 """
 
 
-def exec_argv(exec_id: str, cwd: str, stdin_path: str, command: str) -> list[str]:
-    """The argv that runs ``command`` through :data:`EXEC_WRAPPER`."""
-    return ["/bin/sh", "-c", EXEC_WRAPPER, "hermes-exec", exec_id, cwd, stdin_path, command]
+def exec_argv(
+    exec_id: str, cwd: str, stdin_path: str, command: str, exec_dir: str = EXEC_DIR
+) -> list[str]:
+    """The argv that runs ``command`` through :data:`EXEC_WRAPPER` (bookkeeping in
+    ``exec_dir``)."""
+    argv = ["/bin/sh", "-c", EXEC_WRAPPER, "hermes-exec", exec_id, cwd, stdin_path, command]
+    return argv if exec_dir == EXEC_DIR else [*argv, exec_dir]
 
 
-def kill_argv(exec_id: str) -> list[str]:
+def kill_argv(exec_id: str, exec_dir: str = EXEC_DIR) -> list[str]:
     """The argv that kills the process group of the command started as ``exec_id``."""
-    return ["/bin/sh", "-c", KILL_SCRIPT, "hermes-kill", exec_id]
+    argv = ["/bin/sh", "-c", KILL_SCRIPT, "hermes-kill", exec_id]
+    return argv if exec_dir == EXEC_DIR else [*argv, exec_dir]
 
 
 async def read_until_exit(
@@ -263,6 +270,8 @@ class ContainerSandbox(Sandbox):
     """
 
     kind: str = "container"
+    #: Where the wrapper keeps its pid, cancel and stdin files (inside the sandbox).
+    exec_dir: str = EXEC_DIR
 
     def __init__(
         self,
@@ -365,9 +374,9 @@ class ContainerSandbox(Sandbox):
         exec_id = uuid.uuid4().hex
         stdin_path = ""
         if request.stdin is not None:
-            stdin_path = f"{EXEC_DIR}/{exec_id}.in"
+            stdin_path = f"{self.exec_dir}/{exec_id}.in"
             await self._stage_file(stdin_path, request.stdin)
-        argv = exec_argv(exec_id, workdir, stdin_path, request.command)
+        argv = exec_argv(exec_id, workdir, stdin_path, request.command, self.exec_dir)
         exit_code = TIMEOUT_EXIT_CODE
         try:
             with anyio.move_on_after(limit) as scope:
@@ -438,6 +447,16 @@ class ContainerSandbox(Sandbox):
         await self.stream_file(path, collect, max_bytes=MAX_READ_BYTES)
         return bytes(data)
 
+    async def _archive_capped(self, path: str) -> bytes:
+        """A tar of ``path`` through :meth:`stream_archive`, at most :data:`MAX_READ_BYTES`."""
+        data = bytearray()
+
+        async def collect(chunk: bytes) -> None:
+            data.extend(chunk)
+
+        await self.stream_archive(path, collect, max_bytes=MAX_READ_BYTES)
+        return bytes(data)
+
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
     ) -> int:
@@ -459,7 +478,9 @@ class ContainerSandbox(Sandbox):
             sink = OutputCapture(_HELPER_OUTPUT_BYTES)
             try:
                 await self._run_argv(
-                    ContainerExec(kill_argv(exec_id), None, sink, sink, self.kill_timeout)
+                    ContainerExec(
+                        kill_argv(exec_id, self.exec_dir), None, sink, sink, self.kill_timeout
+                    )
                 )
             except Exception as exc:  # the kill is cleanup: it must not mask the outcome
                 logger.warning("could not kill exec %s in %s: %s", exec_id, self.label, exc)

@@ -14,8 +14,9 @@ deadline), ``exec_request`` runs commands, ``aclose(interrupted=...)`` releases.
 backend is ``register_backend("mine", build_mine)``; nothing here branches on names.
 
 Built in: ``"local"`` needs nothing extra and runs on asyncio and trio; ``"docker"`` needs the
-``[docker]`` extra and ``"modal"`` the ``[modal]`` extra, ``"e2b"`` the ``[e2b]`` extra and
-``"daytona"`` the ``[daytona]`` extra, and all four run only under asyncio (the
+``[docker]`` extra, ``"modal"`` the ``[modal]`` extra, ``"ssh"`` the ``[ssh]`` extra,
+``"e2b"`` the ``[e2b]`` extra and ``"daytona"`` the ``[daytona]`` extra, and they run only under
+asyncio (the
 check happens when the first sandbox is created, so building the factory never fails for that
 reason). Their builders import the backend module lazily, so a missing extra costs nothing
 until it is used. Options are the fields of the backend's config class; an unknown option is a
@@ -28,7 +29,10 @@ otherwise. :func:`preflight_backend` runs it (environments do at start-up, so a 
 stopped engine fails in seconds instead of scoring every rollout 0). Built in: ``docker`` pings
 the engine (bounded, ~10 s at most); ``modal`` checks the extra and that credentials are
 configured (``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` or a ``~/.modal.toml``; skipped when a
-``modal=`` double is passed); ``e2b`` and ``daytona`` check the extra and ``E2B_API_KEY`` /
+``modal=`` double is passed); ``ssh`` connects and logs in (bounded by ``connect_timeout``) and
+checks the remote host has ``setsid``, ``mktemp``, ``tar`` and ``env``; ``singularity`` (an
+Apptainer/SingularityCE instance per sandbox, no extra: its CLI; asyncio and trio) checks the
+executable answers ``--version``; ``e2b`` and ``daytona`` check the extra and ``E2B_API_KEY`` /
 ``DAYTONA_API_KEY`` (skipped when an ``e2b=`` / ``daytona=`` double is passed); ``local``
 needs nothing.
 """
@@ -50,6 +54,7 @@ __all__ = (
     "BackendKind",
     "BackendPreflight",
     "available_backends",
+    "check_backend_name",
     "make_backend_factory",
     "preflight_backend",
     "register_backend",
@@ -62,20 +67,27 @@ BackendBuilder = Callable[..., SandboxFactory]
 BackendPreflight = Callable[..., Awaitable[None]]
 
 #: The built-in names ``terminal_backend`` accepts.
-BackendKind = Literal["local", "docker", "modal", "e2b", "daytona"]
+BackendKind = Literal["local", "docker", "modal", "ssh", "singularity", "e2b", "daytona"]
 
 #: The built-in backend names (registration order).
-BACKEND_KINDS: tuple[str, ...] = ("local", "docker", "modal", "e2b", "daytona")
+BACKEND_KINDS: tuple[str, ...] = (
+    "local",
+    "docker",
+    "modal",
+    "ssh",
+    "singularity",
+    "e2b",
+    "daytona",
+)
 
 _REGISTRY: dict[str, BackendBuilder] = {}
 _PREFLIGHTS: dict[str, BackendPreflight] = {}
 
 _C = TypeVar("_C")
 
-#: The reference's backends that this project does not implement (ssh's persistent shell,
-#: Singularity/Apptainer instances): named in the error so a ported config gets told what to
-#: do instead of only "unknown".
-_REFERENCE_ONLY = ("ssh", "singularity")
+#: The reference's backends that this project does not implement: named in the error so a
+#: ported config gets told what to do instead of only "unknown" (every one is built in now).
+_REFERENCE_ONLY: tuple[str, ...] = ()
 
 
 def _unknown_backend(kind: str) -> ConfigError:
@@ -129,6 +141,19 @@ def register_backend(
 def available_backends() -> tuple[str, ...]:
     """The registered backend names, in registration order."""
     return tuple(_REGISTRY)
+
+
+def check_backend_name(kind: str) -> str:
+    """Return ``kind`` if it is a registered backend (what ``terminal_backend`` is checked
+    against: the registry at that moment, so a backend registered by another module counts).
+
+    Raises:
+        ConfigError: It is not (the message lists the registered ones, and for the
+            reference's names this project lacks, what to do instead).
+    """
+    if kind not in _REGISTRY:
+        raise _unknown_backend(kind)
+    return kind
 
 
 def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
@@ -204,6 +229,31 @@ def _docker(**options: Any) -> SandboxFactory:
     from hermes_async.tools.sandbox.docker import DockerBackend, DockerSandboxConfig
 
     return DockerBackend(_config(DockerSandboxConfig, "docker", options))
+
+
+def _ssh(**options: Any) -> SandboxFactory:
+    from hermes_async.tools.sandbox.ssh import SshBackend, SshSandboxConfig
+
+    return SshBackend(_config(SshSandboxConfig, "ssh", options))
+
+
+async def _ssh_preflight(**options: Any) -> None:
+    from hermes_async.tools.sandbox.ssh import ssh_preflight
+
+    await ssh_preflight(**options)
+
+
+def _singularity(**options: Any) -> SandboxFactory:
+    from hermes_async.tools.sandbox.apptainer import ApptainerBackend, ApptainerSandboxConfig
+
+    return ApptainerBackend(_config(ApptainerSandboxConfig, "singularity", options))
+
+
+async def _singularity_preflight(**options: Any) -> None:
+    from hermes_async.tools.sandbox.apptainer import ApptainerSandboxConfig, apptainer_preflight
+
+    _config(ApptainerSandboxConfig, "singularity", options)
+    await apptainer_preflight(**options)
 
 
 def _modal(*, modal: object | None = None, **options: Any) -> SandboxFactory:
@@ -308,8 +358,16 @@ async def _daytona_preflight(
 
 for _name, _builder, _check in zip(
     BACKEND_KINDS,
-    (_local, _docker, _modal, _e2b, _daytona),
-    (None, _docker_preflight, _modal_preflight, _e2b_preflight, _daytona_preflight),
+    (_local, _docker, _modal, _ssh, _singularity, _e2b, _daytona),
+    (
+        None,
+        _docker_preflight,
+        _modal_preflight,
+        _ssh_preflight,
+        _singularity_preflight,
+        _e2b_preflight,
+        _daytona_preflight,
+    ),
     strict=True,
 ):
     register_backend(_name, _builder, preflight=_check)

@@ -25,9 +25,8 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_builtins_are_registered_in_order() -> None:
-    assert (
-        available_backends()[:5] == BACKEND_KINDS == ("local", "docker", "modal", "e2b", "daytona")
-    )
+    assert available_backends()[:7] == BACKEND_KINDS
+    assert BACKEND_KINDS == ("local", "docker", "modal", "ssh", "singularity", "e2b", "daytona")
 
 
 @pytest.mark.usefixtures("registry")

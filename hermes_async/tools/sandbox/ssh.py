@@ -1,0 +1,1145 @@
+"""The ssh sandbox backend: per-rollout directories on a remote host over one SSH connection.
+
+Extra ``[ssh]`` (asyncssh). asyncssh is asyncio-only: creating a sandbox (or the preflight)
+under trio raises :class:`~hermes_async.errors.AsyncBackendError` at once.
+
+Shape:
+
+* **One connection per backend**, opened at the first creation, shared by every sandbox it
+  creates (each command, transfer and kill is its own channel on it; one SFTP session carries
+  file reads and writes), and closed when the last sandbox closes (or when an
+  ``async with SshBackend(...)`` block that keeps it open ends). A backend whose connection
+  died opens a new one for the next creation.
+* **Channels per connection are capped** (``max_sessions - 2`` commands at once, the SFTP
+  session and a spare): OpenSSH refuses more than ``MaxSessions`` (default 10) sessions on one connection.
+  Commands past the cap wait for a channel; that wait counts toward their timeout. Raise
+  ``MaxSessions`` on the server and ``max_sessions`` here together.
+* **A sandbox is a directory** ``{remote_root}/hermes-sbx-<task>-<hex>.XXXXXX`` made by
+  ``mktemp -d`` (mode 0700), with ``work/`` (the working directory), ``home/`` (``$HOME``),
+  ``tmp/`` (``$TMPDIR``), ``.exec/`` (the exec wrapper's pid files) and ``.state/bg``
+  (background processes). A creation that fails or is cancelled removes what it made: the
+  remote step that makes the directory is shielded (milliseconds, bounded by
+  ``call_timeout_seconds``), because a closed channel does not stop a remote script, which
+  could otherwise make the directory after the cleanup ran; a cancellation lands once the path
+  is known. A step that overran its deadline is stopped by its marker and its directory found
+  by the ``<hex>`` prefix chosen here.
+* **Commands** run as the Docker and Modal backends' do (``_container.EXEC_WRAPPER``): under
+  ``setsid`` in their own process group, whose pid is written to ``.exec/``; a timeout (exit
+  124, ``timed_out``) or a cancellation kills the group through a second channel
+  (``KILL_SCRIPT``) before returning; output is kept head + tail per stream. The environment is
+  built from nothing (``env -i``): ``PATH``, ``HOME``, ``TMPDIR``, ``USER``/``LOGNAME``, the
+  config's and the spec's ``env``, and the marker ``HERMES_ASYNC_SANDBOX=<sandbox id>``;
+  nothing of this host's environment and nothing of the remote login's reaches a command. The
+  sandbox's variables live in its env file (``.env.sh``, written over SFTP at creation) and
+  never on a command line, which asyncssh logs at INFO and the remote ``ps`` shows; only a
+  call's own ``env=`` travels on the command line.
+* **Close** kills every process of the sandbox: those in the sessions recorded under
+  ``.exec/`` and ``.state/bg`` and those carrying its marker variable, found in the remote
+  ``/proc`` (SIGTERM, a grace, SIGKILL; SIGKILL at once when ``interrupted``), then removes the
+  directory, in one bounded remote script. Like the local backend's process mode, membership is
+  by session and marker, not by the kernel: a process that both leaves its session
+  (``setsid``) and clears its environment (``env -i``) is not found. A remote host without a
+  Linux ``/proc`` finds only the recorded sessions.
+* **Isolation is the remote login's, not a container's**: every sandbox on a host runs as the
+  same remote user, so one sandbox's commands can read and write another's directory (0700
+  keeps out other users, not this one) and see the host's processes. Use a throw-away host or
+  user per run; for isolated sandboxes on a remote machine, run Docker there.
+* **Host keys are checked** against ``known_hosts`` (asyncssh's default, ``~/.ssh/known_hosts``,
+  when unset); ``check_host_key=False`` is the explicit opt-out (logged).
+* **A dropped connection** (the host went away, sshd was restarted, keepalives unanswered) is
+  :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` (``reason="unreachable"``)
+  from the operation that saw it and every later one on that sandbox, so failure containment
+  files the rollout under ``infra``. Closing such a sandbox reconnects (bounded by
+  ``connect_timeout``) to kill its processes and remove its directory, unless the release is
+  ``interrupted``.
+
+Every network wait has a deadline: connecting (``connect_timeout``), opening a channel and each
+short remote step (``call_timeout_seconds``), file transfers (``transfer_timeout_seconds``), a
+command (its timeout; then the kill, ``kill_timeout_seconds``), the close script
+(``close_timeout_seconds``), and closing the connection (a few seconds).
+
+The remote side needs a POSIX login shell (sh, bash, dash, zsh), ``setsid``, ``mktemp``,
+``tar``, ``env`` and an SFTP subsystem; any Linux server with OpenSSH has them.
+
+Settings: the fields of :class:`SshSandboxConfig`; ``host``, ``user``, ``port`` and
+``key_path`` fall back to the reference's ``TERMINAL_SSH_HOST`` / ``TERMINAL_SSH_USER`` /
+``TERMINAL_SSH_PORT`` / ``TERMINAL_SSH_KEY``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import logging
+import math
+import os
+import posixpath
+import re
+import secrets
+import shlex
+import stat
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from subprocess import DEVNULL
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import anyio.lowlevel
+
+from hermes_async._asynclib import require_asyncio
+from hermes_async._cleanup import cleanup_scope
+from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.tools.sandbox._container import ContainerExec, ContainerSandbox, read_until_exit
+from hermes_async.tools.sandbox.archive import check_tar_members
+from hermes_async.tools.sandbox.base import MAX_READ_BYTES
+from hermes_async.tools.sandbox.errors import (
+    NotARegularFileError,
+    SandboxUnavailableError,
+    TransferLimitError,
+)
+from hermes_async.tools.sandbox.host import TERMINATE_GRACE_SECONDS
+from hermes_async.tools.sandbox.output import OutputCapture
+from hermes_async.tools.sandbox.processes import SANDBOX_MARKER_ENV
+from hermes_async.tools.sandbox.spec import SandboxSpec
+
+__all__ = (
+    "DEFAULT_REMOTE_PATH",
+    "SSH_ENV_NAMES",
+    "SshBackend",
+    "SshSandbox",
+    "SshSandboxConfig",
+    "ssh_preflight",
+)
+
+logger = logging.getLogger(__name__)
+
+#: The reference's environment variables, by the config field each one fills when unset.
+SSH_ENV_NAMES: Mapping[str, str] = {
+    "host": "TERMINAL_SSH_HOST",
+    "user": "TERMINAL_SSH_USER",
+    "port": "TERMINAL_SSH_PORT",
+    "key_path": "TERMINAL_SSH_KEY",
+}
+
+#: ``PATH`` of a command on the remote host (this host's ``PATH`` names this host's directories).
+DEFAULT_REMOTE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+#: Bound of closing the connection (a disconnect message; nothing to wait for remotely).
+_CONNECTION_CLOSE_SECONDS = 5.0
+#: Bound of closing one channel after its command ended, failed or was cancelled.
+_CHANNEL_CLOSE_SECONDS = 5.0
+_READ_CHUNK = 65536
+_HELPER_OUTPUT_BYTES = 1 << 16
+_SAFE_TASK_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+_ASYNCIO_ONLY = ("the ssh sandbox backend", "asyncssh")
+_REMEDY = "use terminal_backend='local'"
+
+#: ``$1`` root (``~`` and relative paths resolve against the remote home), ``$2`` prefix.
+_RESOLVE_ROOT = 'r=$1; case $r in "~") r=$HOME ;; "~/"*) r=$HOME/${r#"~/"} ;; esac; '
+
+_CREATE = _RESOLVE_ROOT + (
+    'mkdir -p -- "$r" || exit 1; '
+    'd=$(mktemp -d "$r/$2.XXXXXX") || exit 1; d=$(cd -- "$d" && pwd -P) || exit 1; '
+    'mkdir -p "$d/work" "$d/home" "$d/tmp" "$d/.exec" "$d/.state/bg" || exit 1; '
+    'for t in setsid tar env; do command -v "$t" >/dev/null 2>&1 '
+    '|| { echo "the remote host has no $t" >&2; rm -rf -- "$d"; exit 3; }; done; '
+    'printf "%s\\n" "$d"'
+)
+
+#: The marker a creation's script carries, so a cleanup can find (and stop) it.
+_CREATE_MARKER_ENV = "HERMES_ASYNC_CREATE"
+
+#: Remove what a creation with prefix ``$2`` made. The creation's script may still be running
+#: (a channel closed by a cancellation does not stop the remote command): kill it by its marker
+#: first, then remove, in rounds until no such script was seen (and at least three rounds, for a
+#: script whose login shell has not yet exec'd into it).
+_REMOVE_PREFIX = _RESOLVE_ROOT + (
+    "n=0; while :; do "
+    f'f=$(grep -lzx "{_CREATE_MARKER_ENV}=$2" /proc/[0-9]*/environ 2>/dev/null); '
+    'for q in $f; do q=${q#/proc/}; kill -KILL "${q%/environ}" 2>/dev/null; done; '
+    'for d in "$r/$2".*; do [ -d "$d" ] && rm -rf -- "$d"; done; '
+    'n=$((n + 1)); { [ -z "$f" ] && [ "$n" -ge 3 ]; } || [ "$n" -ge 50 ] && break; '
+    "sleep 0.05; done; true"
+)
+
+#: ``$1`` the sandbox root, ``$2`` its id (the marker's value), ``$3`` the grace in tenths of a
+#: second (0: SIGKILL at once). Finds members by recorded session and by marker, kills them,
+#: removes the directory; exits 0 only when the directory is gone.
+_CLOSE = r"""
+root=$1; id=$2; grace=$3
+[ -d "$root" ] || exit 0
+members() {
+    ids=" "
+    for f in "$root"/.exec/*.pid "$root"/.state/bg/*/pid; do
+        [ -f "$f" ] && read -r p < "$f" && ids="$ids$p "
+    done
+    if [ -d /proc/self ]; then
+        for s in /proc/[0-9]*/stat; do
+            { read -r l < "$s"; } 2>/dev/null || continue
+            p=${s#/proc/}; p=${p%/stat}
+            r=${l##*) }; set -- $r
+            [ "$1" = Z ] && continue
+            case "$ids" in *" $4 "*) echo "$p" ;; esac
+        done
+        grep -lzx "HERMES_ASYNC_SANDBOX=$id" /proc/[0-9]*/environ 2>/dev/null \
+            | sed 's,^/proc/,,; s,/environ$,,'
+    else
+        for p in $ids; do kill -0 "-$p" 2>/dev/null && echo "-$p"; done
+    fi
+}
+# (no `--` after the signal: dash's kill takes it for a pid and refuses the whole call)
+signal_all() { for p in $(members); do kill "-$1" "$p" 2>/dev/null; done; }
+if [ "$grace" -gt 0 ]; then
+    signal_all TERM
+    i=0
+    while [ "$i" -lt "$grace" ] && [ -n "$(members)" ]; do sleep 0.1; i=$((i + 1)); done
+fi
+n=0
+while [ -n "$(members)" ] && [ "$n" -lt 50 ]; do signal_all KILL; sleep 0.1; n=$((n + 1)); done
+chmod -R u+rwx -- "$root" 2>/dev/null
+rm -rf -- "$root"
+[ ! -e "$root" ] || { echo "could not remove $root" >&2; exit 1; }
+[ -z "$(members)" ] || { echo "processes survived: $(members | tr '\n' ' ')" >&2; exit 2; }
+"""
+
+
+def _import_asyncssh() -> Any:
+    try:
+        import asyncssh
+    except ImportError as exc:
+        raise ConfigError(
+            "the ssh sandbox backend needs asyncssh: install the extra with "
+            "`pip install 'hermes-async[ssh]'`"
+        ) from exc
+    return asyncssh
+
+
+@dataclass(frozen=True, slots=True)
+class SshSandboxConfig:
+    """How ssh sandboxes are made, and where.
+
+    Attributes:
+        host: The remote host (``TERMINAL_SSH_HOST`` when unset; required).
+        port: Its SSH port (``TERMINAL_SSH_PORT``, else 22).
+        user: The login (``TERMINAL_SSH_USER``, else this process's user name).
+        key_path: Private key file (``TERMINAL_SSH_KEY``; unset: asyncssh's defaults, the
+            ``~/.ssh/id_*`` keys and an agent). With a key given, only that key is offered.
+        known_hosts: known_hosts file to check the host key against (unset:
+            ``~/.ssh/known_hosts``).
+        check_host_key: ``False`` accepts any host key: the explicit, logged opt-out.
+        remote_root: Directory on the remote host under which each sandbox gets its own
+            (``~`` and relative paths are the remote home's). ``/tmp`` by default: every login
+            can write it, and ``mktemp -d`` makes each sandbox 0700.
+        connect_timeout: Deadline of connecting and logging in, in seconds.
+        call_timeout_seconds: Deadline of opening a channel and of each short remote step
+            (creating the directory, extracting an archive).
+        transfer_timeout_seconds: Deadline of one SFTP read or write.
+        default_exec_timeout_seconds: Command timeout when ``exec`` gets none.
+        kill_timeout_seconds: Deadline of killing a command's process group.
+        close_timeout_seconds: Deadline of the close script (kill everything, remove the
+            directory), and the bound of a release that ``async with sandbox:`` owns.
+        keepalive_interval_seconds: SSH keepalive period; three unanswered ones drop the
+            connection (so a silent network failure surfaces in ~45 s). ``0`` disables them.
+        max_sessions: The server's ``MaxSessions`` (OpenSSH's default 10): one goes to SFTP,
+            one is kept spare, the rest carry commands.
+        path: ``PATH`` of commands on the remote host.
+        env: Variables set in every sandbox (on top of ``PATH``, ``HOME``, ``TMPDIR``,
+            ``USER``, ``LOGNAME``).
+    """
+
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    key_path: str | None = None
+    known_hosts: str | None = None
+    check_host_key: bool = True
+    remote_root: str = "/tmp"
+    connect_timeout: float = 30.0
+    call_timeout_seconds: float = 60.0
+    transfer_timeout_seconds: float = 600.0
+    default_exec_timeout_seconds: float = 180.0
+    kill_timeout_seconds: float = 30.0
+    close_timeout_seconds: float = 60.0
+    keepalive_interval_seconds: float = 15.0
+    max_sessions: int = 10
+    path: str = DEFAULT_REMOTE_PATH
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "connect_timeout",
+            "call_timeout_seconds",
+            "transfer_timeout_seconds",
+            "default_exec_timeout_seconds",
+            "kill_timeout_seconds",
+            "close_timeout_seconds",
+        ):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
+                raise ConfigError(f"SshSandboxConfig.{name} must be > 0 seconds, got {value!r}")
+        if not self.keepalive_interval_seconds >= 0:
+            raise ConfigError(
+                "SshSandboxConfig.keepalive_interval_seconds must be >= 0, got "
+                f"{self.keepalive_interval_seconds!r}"
+            )
+        if not (isinstance(self.max_sessions, int) and self.max_sessions >= 2):
+            raise ConfigError(
+                f"SshSandboxConfig.max_sessions must be an int >= 2 (the server's MaxSessions), "
+                f"got {self.max_sessions!r}"
+            )
+        if self.port is not None and not (isinstance(self.port, int) and 0 < self.port < 65536):
+            raise ConfigError(f"SshSandboxConfig.port must be 1..65535, got {self.port!r}")
+        if not self.remote_root or "\0" in self.remote_root:
+            raise ConfigError(f"SshSandboxConfig.remote_root is invalid: {self.remote_root!r}")
+
+    def resolved(self, environ: Mapping[str, str] | None = None) -> SshSandboxConfig:
+        """This config with ``host``/``user``/``port``/``key_path`` taken from the
+        ``TERMINAL_SSH_*`` variables where unset, the port defaulted to 22 and the user to this
+        process's user name.
+
+        Raises:
+            ConfigError: No host anywhere, or ``TERMINAL_SSH_PORT`` is not a port number.
+        """
+        environ = os.environ if environ is None else environ
+        changes: dict[str, Any] = {}
+        for name, variable in SSH_ENV_NAMES.items():
+            value = environ.get(variable)
+            if getattr(self, name) is None and value:
+                if name == "port":
+                    if not value.isdigit() or not 0 < int(value) < 65536:
+                        raise ConfigError(f"{variable}={value!r} is not a port number (1..65535)")
+                    changes[name] = int(value)
+                else:
+                    changes[name] = value
+        host = changes.get("host", self.host)
+        if not host:
+            raise ConfigError(
+                "terminal_backend='ssh' needs a host: set sandbox_options host=... or "
+                "TERMINAL_SSH_HOST (and user/TERMINAL_SSH_USER, key_path/TERMINAL_SSH_KEY)"
+            )
+        if changes.get("port", self.port) is None:
+            changes["port"] = 22
+        if changes.get("user", self.user) is None:
+            changes["user"] = getpass.getuser()
+        return dataclasses.replace(self, **changes) if changes else self
+
+    @property
+    def target(self) -> str:
+        """``user@host:port`` for messages (no secret in it)."""
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+def _connect_options(config: SshSandboxConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "host": config.host,
+        "port": config.port,
+        "username": config.user,
+        "connect_timeout": config.connect_timeout,
+        "login_timeout": config.connect_timeout,
+        "keepalive_interval": config.keepalive_interval_seconds,
+        "keepalive_count_max": 3,
+        # No ~/.ssh/config: the settings here are the whole truth (no alias, user or
+        # ProxyCommand from a file the operator may not know is read).
+        "config": [],
+        "password_auth": False,
+        "kbdint_auth": False,
+    }
+    if config.key_path is not None:
+        options["client_keys"] = [config.key_path]
+        options["agent_path"] = None
+    if not config.check_host_key:
+        options["known_hosts"] = None
+    elif config.known_hosts is not None:
+        options["known_hosts"] = config.known_hosts
+    return options
+
+
+async def _connect(config: SshSandboxConfig, task_id: str | None = None) -> Any:
+    """Open and authenticate a connection within ``connect_timeout``.
+
+    Raises:
+        SandboxError: Unreachable, refused, unverified host key, or past the deadline; the
+            message names the setting to check.
+    """
+    asyncssh = _import_asyncssh()
+    if not config.check_host_key:
+        logger.warning(
+            "ssh backend: host-key checking is OFF for %s (check_host_key=False): a machine "
+            "in the middle could impersonate it",
+            config.target,
+        )
+    target = config.target
+    try:
+        with anyio.fail_after(config.connect_timeout + 1):
+            return await asyncssh.connect(**_connect_options(config))
+    except TimeoutError as exc:
+        raise SandboxError(
+            f"ssh: {target} did not answer within {config.connect_timeout:g} s; check host and "
+            "port (TERMINAL_SSH_HOST / TERMINAL_SSH_PORT) and that sshd runs there, or raise "
+            "connect_timeout",
+            task_id=task_id,
+        ) from exc
+    except asyncssh.HostKeyNotVerifiable as exc:
+        where = config.known_hosts or "~/.ssh/known_hosts"
+        raise SandboxError(
+            f"ssh: the host key of {target} is not in {where} ({exc}); add it "
+            f"(`ssh-keyscan -p {config.port} {config.host} >> {where}` after checking its "
+            "fingerprint), point known_hosts at a file that has it, or opt out with "
+            "check_host_key=False",
+            task_id=task_id,
+        ) from exc
+    except asyncssh.PermissionDenied as exc:
+        raise SandboxError(
+            f"ssh: {target} refused the login ({exc}); check user (TERMINAL_SSH_USER) and "
+            "key_path (TERMINAL_SSH_KEY), and that the key is in the remote authorized_keys",
+            task_id=task_id,
+        ) from exc
+    except asyncssh.KeyImportError as exc:
+        raise SandboxError(
+            f"ssh: cannot load the private key {config.key_path!r} ({exc}); check key_path "
+            "(TERMINAL_SSH_KEY): an unencrypted OpenSSH or PEM private key",
+            task_id=task_id,
+        ) from exc
+    except (OSError, asyncssh.Error) as exc:
+        raise SandboxError(
+            f"ssh: cannot connect to {target}: {type(exc).__name__}: {exc}; check host and port "
+            "(TERMINAL_SSH_HOST / TERMINAL_SSH_PORT) and key_path (TERMINAL_SSH_KEY)",
+            task_id=task_id,
+        ) from exc
+
+
+class _Link:
+    """One SSH connection, its channel cap, its SFTP session and who uses it."""
+
+    def __init__(self, conn: Any, config: SshSandboxConfig) -> None:
+        self.conn = conn
+        self.config = config
+        # One slot is the SFTP session's; one is spare for the kill of a command whose channel
+        # we just closed (its session stays counted until the remote child is reaped).
+        self.channels = anyio.CapacityLimiter(max(1, config.max_sessions - 2))
+        self.users = 0
+        self._sftp: Any = None
+        self._sftp_lock = anyio.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.conn.is_closed())
+
+    async def sftp(self) -> Any:
+        """The connection's SFTP session, started on first use (bounded)."""
+        async with self._sftp_lock:
+            if self._sftp is None:
+                with anyio.fail_after(self.config.call_timeout_seconds):
+                    self._sftp = await self.conn.start_sftp_client()
+            return self._sftp
+
+    async def close(self) -> None:
+        """Close the connection (its channels with it), bounded; never raises."""
+        with cleanup_scope(
+            f"close the SSH connection to {self.config.target}",
+            _CONNECTION_CLOSE_SECONDS,
+            reason="its last sandbox closed",
+            log=logger,
+        ):
+            try:
+                self.conn.close()
+                await self.conn.wait_closed()
+            except Exception as exc:  # closing is cleanup: it must not mask the outcome
+                logger.debug("closing the SSH connection to %s: %s", self.config.target, exc)
+
+
+def _lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection itself is gone (not just one channel)."""
+    return any(
+        cls.__name__
+        in ("ConnectionLost", "DisconnectError", "SFTPConnectionLost", "SFTPNoConnection")
+        for cls in type(exc).__mro__
+    ) or isinstance(exc, ConnectionError)
+
+
+async def _run_channel(
+    link: _Link,
+    command: str,
+    write_out: Callable[[bytes], Awaitable[None]],
+    err: OutputCapture,
+    *,
+    call_timeout: float,
+    on_open: Callable[[Any], None] | None = None,
+    on_close: Callable[[Any], None] | None = None,
+) -> int | None:
+    """Run ``command`` on its own channel; stream stdout to ``write_out``, keep stderr in
+    ``err``; return the exit code (``128 + n`` for signal ``n``), ``None`` if none came.
+
+    Raises:
+        Exception: What ``write_out`` raised (unwrapped), or asyncssh's error for a failed
+            channel or a lost connection.
+
+    **Cancellation**: the channel is closed (bounded) before the cancellation propagates; the
+    remote command may keep running (the caller kills its group).
+    """
+    async with link.channels:
+        process = await _open_channel(link, command, call_timeout)
+        if on_open is not None:
+            on_open(process)
+        try:
+            sink_errors: list[Exception] = []
+            read_errors: list[Exception] = []
+
+            async def pump(reader: Any, deliver: Callable[[bytes], Awaitable[None]]) -> None:
+                try:
+                    while True:
+                        chunk = await reader.read(_READ_CHUNK)
+                        if not chunk:
+                            return
+                        try:
+                            await deliver(chunk)
+                        except Exception as exc:  # the caller's sink (e.g. a transfer cap)
+                            sink_errors.append(exc)
+                            return
+                except Exception as exc:
+                    read_errors.append(exc)  # raised unwrapped below, not as a group
+
+            async def feed_err(data: bytes) -> None:
+                err.feed(data)
+
+            async def read_streams() -> None:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(pump, process.stderr, feed_err)
+                    tg.start_soon(pump, process.stdout, write_out)
+                if sink_errors:
+                    raise sink_errors[0]
+                if read_errors:
+                    raise read_errors[0]
+
+            async def poll_exit() -> int | None:
+                return _code(process.returncode)
+
+            code = await read_until_exit(read_streams, poll_exit)
+            if code is None:
+                # The streams ended; the exit status follows at once (or never: a lost link).
+                with anyio.move_on_after(call_timeout):
+                    await process.wait_closed()
+                code = _code(process.returncode)
+            return code
+        finally:
+            with cleanup_scope("close an SSH channel", _CHANNEL_CLOSE_SECONDS, log=logger):
+                try:
+                    process.close()
+                    await process.wait_closed()
+                except Exception as exc:  # cleanup: the outcome above is what counts
+                    logger.debug("closing an SSH channel: %s", exc)
+            if on_close is not None:
+                on_close(process)
+
+
+#: SSH channel-open failure codes that mean "not now" (administratively prohibited: OpenSSH's
+#: MaxSessions; resource shortage).
+_RETRY_OPEN_CODES = (1, 4)
+
+
+async def _open_channel(link: _Link, command: str, call_timeout: float) -> Any:
+    """Open a session channel running ``command``, retrying (within ``call_timeout``) while
+    the server refuses it for lack of session slots.
+
+    Why a retry on top of the channel cap: OpenSSH frees a session only once its channel is
+    gone *and* its child was reaped, a moment after our side saw the channel close, so a new
+    channel opened at once can find the old one still counted against ``MaxSessions``.
+    """
+    delay = 0.02
+    with anyio.fail_after(call_timeout):
+        while True:
+            try:
+                return await link.conn.create_process(command, encoding=None, stdin=DEVNULL)
+            except Exception as exc:
+                if getattr(exc, "code", None) not in _RETRY_OPEN_CODES or link.closed:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
+def _code(returncode: int | None) -> int | None:
+    if returncode is None:
+        return None
+    return 128 - returncode if returncode < 0 else returncode
+
+
+async def _remote_sh(
+    link: _Link,
+    script: str,
+    *args: str,
+    timeout: float,
+    output_limit: int = _HELPER_OUTPUT_BYTES,
+    marker: tuple[str, str] | None = None,
+) -> tuple[int | None, str, str]:
+    """Run a short ``sh`` script of ours (no sandbox environment) within ``timeout``;
+    ``marker`` (name, value) is added to its environment.
+
+    Returns:
+        (exit code or ``None``, stdout, stderr).
+
+    Raises:
+        TimeoutError: Past ``timeout``.
+    """
+    out, err = OutputCapture(output_limit), OutputCapture(output_limit)
+
+    async def collect(chunk: bytes) -> None:
+        out.feed(chunk)
+
+    argv = ["/bin/sh", "-c", script, "sh", *args]
+    if marker is not None:
+        argv = ["exec", "env", f"{marker[0]}={marker[1]}", *argv]
+    command = shlex.join(argv)
+    with anyio.fail_after(timeout):
+        code = await _run_channel(link, command, collect, err, call_timeout=timeout)
+    return code, out.text(), err.text()
+
+
+class SshBackend:
+    """Creates :class:`SshSandbox` es over one shared connection: a ``SandboxManager`` factory.
+
+    ``async with SshBackend(config) as backend:`` keeps the connection open for the whole block
+    (otherwise it closes with the last sandbox and the next creation reconnects).
+
+    Args:
+        config: Where and how (``TERMINAL_SSH_*`` fill what it leaves unset).
+
+    Raises:
+        ConfigError: No host is configured, or an invalid option.
+    """
+
+    def __init__(self, config: SshSandboxConfig | None = None) -> None:
+        self.config = (config or SshSandboxConfig()).resolved()
+        self._link: _Link | None = None
+        self._lock: anyio.Lock | None = None
+        self._held: _Link | None = None
+        self.connections_opened = 0
+
+    def __repr__(self) -> str:
+        return f"SshBackend({self.config.target}, remote_root={self.config.remote_root!r})"
+
+    async def __aenter__(self) -> Self:
+        """Open the connection and keep it until the block ends.
+
+        **Cancellation**: nothing is held if cancelled while connecting.
+        """
+        require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
+        self._held = await self.acquire()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await self.release(held)
+
+    async def acquire(self, task_id: str | None = None) -> _Link:
+        """The live connection (opened if there is none or it died), with one more user.
+
+        **Cancellation**: a connection being opened is abandoned (asyncssh closes it).
+        """
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            link = self._link
+            if link is None or link.closed:
+                conn = await _connect(self.config, task_id)
+                link = self._link = _Link(conn, self.config)
+                self.connections_opened += 1
+            link.users += 1
+            return link
+
+    async def release(self, link: _Link) -> None:
+        """One user fewer; the last one closes the connection (bounded)."""
+        link.users -= 1
+        if link.users <= 0:
+            if self._link is link:
+                self._link = None
+            await link.close()
+
+    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> SshSandbox:
+        """Make the sandbox directory for ``task_id`` on the remote host.
+
+        A spec's ``env`` is added, its ``workdir`` becomes a folder of that path inside the
+        sandbox's work dir, its ``exec_timeout`` the default command timeout; images and
+        resource limits need a container backend and are ignored here, as on ``local``.
+
+        Raises:
+            AsyncBackendError: Not running under asyncio.
+            ConfigError: asyncssh is not installed.
+            SandboxError: The host is unreachable or refuses, or the directory cannot be made.
+
+        **Cancellation**: the step that makes the directory is not cut in half (shielded,
+        bounded by ``call_timeout_seconds``: milliseconds in practice); then whatever was made
+        remotely is removed (shielded, bounded) and the connection reference returned before
+        the cancellation propagates.
+        """
+        require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
+        cfg = self.config
+        link = await self.acquire(task_id)
+        safe = _SAFE_TASK_CHARS.sub("_", task_id)[:40] or "task"
+        prefix = f"hermes-sbx-{safe}-{secrets.token_hex(4)}"
+        root = ""
+        try:
+            # An acquisition, not a cleanup, and not to be cut in half (as host.start_process):
+            # a channel closed by a cancellation does not stop the remote script, which could
+            # then make the directory after any cleanup ran. Shielded, so a cancellation lands
+            # once its path is known (the script takes milliseconds; bounded by the deadline).
+            with anyio.fail_after(cfg.call_timeout_seconds, shield=True):
+                code, out, err = await _remote_sh(
+                    link,
+                    _CREATE,
+                    cfg.remote_root,
+                    prefix,
+                    timeout=cfg.call_timeout_seconds,
+                    marker=(_CREATE_MARKER_ENV, prefix),
+                )
+            root = out.strip().splitlines()[-1] if out.strip() else ""
+            await anyio.lowlevel.checkpoint()  # a cancellation that came meanwhile lands here
+            if code != 0 or not posixpath.isabs(root):
+                raise SandboxError(
+                    f"ssh: cannot make a sandbox directory under {cfg.remote_root!r} on "
+                    f"{cfg.target} (exit {code}): {err.strip()[:300]!r}; check remote_root",
+                    task_id=task_id,
+                )
+            env = dict(cfg.env)
+            if spec is not None:
+                env.update(spec.env)
+            sandbox = SshSandbox(
+                task_id,
+                self,
+                link,
+                root,
+                cfg,
+                env=env,
+                default_exec_timeout=(
+                    spec.exec_timeout
+                    if spec is not None and spec.exec_timeout
+                    else cfg.default_exec_timeout_seconds
+                ),
+            )
+            await sandbox._write_env_file()
+            if spec is not None and spec.workdir is not None:
+                workdir = posixpath.join(sandbox.workdir, spec.workdir.lstrip("/"))
+                made = await sandbox.exec(f"mkdir -p -- {shlex.quote(workdir)}", timeout=30)
+                if made.exit_code != 0:
+                    raise SandboxError(
+                        f"cannot create the spec's workdir {spec.workdir!r} in the sandbox: "
+                        f"{made.stderr.strip()[:200]}",
+                        task_id=task_id,
+                    )
+                sandbox.workdir = workdir
+        except BaseException:
+            with cleanup_scope(
+                f"remove the half-made ssh sandbox {prefix} on {cfg.target}",
+                cfg.call_timeout_seconds,
+                reason="sandbox creation failed or was cancelled",
+                log=logger,
+            ):
+                try:
+                    if link.closed:
+                        logger.warning(
+                            "ssh: %s may be left on %s (connection lost)", prefix, cfg.target
+                        )
+                    elif posixpath.isabs(root):
+                        await _remote_sh(
+                            link, 'rm -rf -- "$1"', root, timeout=cfg.call_timeout_seconds
+                        )
+                    else:  # the script failed or overran: stop it, remove what it made
+                        await _remote_sh(
+                            link,
+                            _REMOVE_PREFIX,
+                            cfg.remote_root,
+                            prefix,
+                            timeout=cfg.call_timeout_seconds,
+                        )
+                except Exception as exc:  # cleanup: the creation's own error is what counts
+                    logger.warning("could not remove %s on %s: %s", prefix, cfg.target, exc)
+                await self.release(link)
+            raise
+        return sandbox
+
+
+class SshSandbox(ContainerSandbox):
+    """One rollout's directory on the remote host. Create it with :class:`SshBackend`.
+
+    ``exec`` is :class:`~hermes_async.tools.sandbox._container.ContainerSandbox`'s (own process
+    group, group killed on timeout or cancellation, head + tail output); files move over the
+    connection's SFTP session; ``stream_file`` / ``stream_archive`` stream a remote ``cat`` /
+    ``tar`` over a channel.
+
+    Attributes:
+        root: The sandbox's directory on the remote host.
+        sandbox_id: Its name, also the value of ``HERMES_ASYNC_SANDBOX`` in its processes.
+        env: The environment every command starts with.
+    """
+
+    kind = "ssh"
+
+    def __init__(
+        self,
+        task_id: str,
+        backend: SshBackend,
+        link: _Link,
+        root: str,
+        config: SshSandboxConfig,
+        *,
+        env: Mapping[str, str],
+        default_exec_timeout: float,
+    ) -> None:
+        super().__init__(
+            task_id,
+            f"{root}/work",
+            home=f"{root}/home",
+            default_exec_timeout=default_exec_timeout,
+            kill_timeout=config.kill_timeout_seconds,
+            close_timeout=config.close_timeout_seconds,
+        )
+        self.root = root
+        self.env_file = f"{root}/.env.sh"
+        self.exec_dir = f"{root}/.exec"
+        self.background_state_dir = f"{root}/.state/bg"
+        self.sandbox_id = posixpath.basename(root)
+        self.config = config
+        self.env: dict[str, str] = {
+            "PATH": config.path,
+            "HOME": self.home,
+            "TMPDIR": f"{root}/tmp",
+            "USER": str(config.user),
+            "LOGNAME": str(config.user),
+            **env,
+            SANDBOX_MARKER_ENV: self.sandbox_id,
+        }
+        self._backend = backend
+        self._link = link
+        self._channels: set[Any] = set()
+
+    async def _write_env_file(self) -> None:
+        """Write the environment every command starts from (``export`` lines; the directory
+        is 0700)."""
+        lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items())
+        await self._sftp_write(self.env_file, lines.encode(), make_parents=False)
+
+    def __repr__(self) -> str:
+        return f"SshSandbox({self.task_id!r}, {self.label})"
+
+    @property
+    def label(self) -> str:
+        """``user@host:port:/root`` (for log lines)."""
+        return f"{self.config.target}:{self.root}"
+
+    # ----------------------------------------------------------------- errors
+
+    def _unavailable(self, what: str, exc: BaseException) -> SandboxUnavailableError:
+        return self._mark_gone(
+            SandboxUnavailableError(
+                f"the SSH connection to {self.config.target} was lost during {what}: "
+                f"{type(exc).__name__}: {exc}",
+                reason="unreachable",
+                backend="ssh",
+                task_id=self.task_id,
+            )
+        )
+
+    def _live(self, what: str) -> _Link:
+        self._check_open()
+        if self._link.closed:
+            raise self._unavailable(what, ConnectionError("the connection is closed"))
+        return self._link
+
+    def _translate(self, what: str, exc: Exception) -> Exception:
+        """A transport failure as the error the caller must see."""
+        if self._link.closed or _lost(exc):
+            return self._unavailable(what, exc)
+        if isinstance(exc, TimeoutError):
+            return SandboxError(
+                f"ssh: {what} on {self.config.target} did not finish in time", task_id=self.task_id
+            )
+        return SandboxError(
+            f"ssh: {what} on {self.config.target} failed: {type(exc).__name__}: {exc}",
+            task_id=self.task_id,
+        )
+
+    # ----------------------------------------------------------------- exec hooks
+
+    async def _run_argv(self, run: ContainerExec) -> int:
+        link = self._live("a command")
+        # The sandbox's own variables come from its env file (never on a command line: asyncssh
+        # logs every command at INFO, and the remote `ps` shows it); a call's extra `env` and
+        # the marker follow it, so they win.
+        extra = [f"{k}={v}" for k, v in (run.env or {}).items()]
+        command = shlex.join(
+            [
+                "exec",
+                "env",
+                "-i",
+                "/bin/sh",
+                "-c",
+                '. "$0" || exit 125; exec env "$@"',
+                self.env_file,
+                *extra,
+                f"{SANDBOX_MARKER_ENV}={self.sandbox_id}",
+                *run.argv,
+            ]
+        )
+        # What the caller's sink raised propagates as itself; everything else is the transport's.
+        sink_failures: list[Exception] = []
+
+        async def deliver(chunk: bytes) -> None:
+            try:
+                await run.write_out(chunk)
+            except Exception as exc:
+                sink_failures.append(exc)
+                raise
+
+        try:
+            code = await _run_channel(
+                link,
+                command,
+                deliver,
+                run.err,
+                call_timeout=self.config.call_timeout_seconds,
+                on_open=self._channels.add,
+                on_close=self._channels.discard,
+            )
+        except Exception as exc:
+            if exc in sink_failures:
+                raise
+            raise self._translate("a command", exc) from exc
+        if code is None:
+            if link.closed:
+                raise self._unavailable("a command", ConnectionError("no exit status came"))
+            raise SandboxError(
+                f"ssh: a command on {self.config.target} ended without an exit status",
+                task_id=self.task_id,
+            )
+        return code
+
+    async def _stage_file(self, path: str, data: bytes) -> None:
+        await self._sftp_write(path, data, make_parents=True)
+
+    # ----------------------------------------------------------------- files (SFTP)
+
+    async def _sftp(self) -> Any:
+        link = self._live("an SFTP session")
+        try:
+            return await link.sftp()
+        except Exception as exc:
+            raise self._translate("starting the SFTP session", exc) from exc
+
+    async def _sftp_write(self, path: str, data: bytes, *, make_parents: bool) -> None:
+        asyncssh = _import_asyncssh()
+        sftp = await self._sftp()
+        try:
+            with anyio.fail_after(self.config.transfer_timeout_seconds):
+                if make_parents:
+                    await sftp.makedirs(posixpath.dirname(path), exist_ok=True)
+                handle = await sftp.open(path, "wb")
+                try:
+                    await handle.write(data)
+                finally:
+                    with cleanup_scope("close an SFTP file", _CHANNEL_CLOSE_SECONDS, log=logger):
+                        await handle.close()
+        except asyncssh.SFTPError as exc:
+            if self._link.closed or _lost(exc):
+                raise self._unavailable(f"a write of {path!r}", exc) from exc
+            raise OSError(f"cannot write {path!r} in the sandbox: {exc.reason}") from exc
+        except Exception as exc:
+            raise self._translate(f"a write of {path!r}", exc) from exc
+
+    async def read_bytes(self, path: str) -> bytes:
+        """Return the contents of ``path`` over SFTP (at most :data:`MAX_READ_BYTES`).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist or is not a regular file.
+            TransferLimitError: It is larger than :data:`MAX_READ_BYTES`.
+
+        **Cancellation**: the remote file handle is closed (bounded).
+        """
+        self._check_open()
+        asyncssh = _import_asyncssh()
+        target = self._resolve(path)
+        sftp = await self._sftp()
+        try:
+            with anyio.fail_after(self.config.transfer_timeout_seconds):
+                attrs = await sftp.stat(target)
+                if attrs.permissions is None or not stat.S_ISREG(attrs.permissions):
+                    raise NotARegularFileError(f"not a regular file in the sandbox: {path!r}")
+                if (attrs.size or 0) > MAX_READ_BYTES:
+                    raise TransferLimitError(
+                        f"file {path!r}", limit=MAX_READ_BYTES, size=int(attrs.size)
+                    )
+                handle = await sftp.open(target, "rb")
+                try:
+                    data = await handle.read(MAX_READ_BYTES + 1)
+                finally:
+                    with cleanup_scope("close an SFTP file", _CHANNEL_CLOSE_SECONDS, log=logger):
+                        await handle.close()
+        except asyncssh.SFTPNoSuchFile as exc:
+            raise FileNotFoundError(f"no such file in the sandbox: {path!r}") from exc
+        except asyncssh.SFTPError as exc:
+            if self._link.closed or _lost(exc):
+                raise self._unavailable(f"a read of {path!r}", exc) from exc
+            raise OSError(f"cannot read {path!r} in the sandbox: {exc.reason}") from exc
+        except (FileNotFoundError, TransferLimitError):
+            raise
+        except Exception as exc:
+            raise self._translate(f"a read of {path!r}", exc) from exc
+        if len(data) > MAX_READ_BYTES:
+            raise TransferLimitError(f"file {path!r}", limit=MAX_READ_BYTES)
+        return bytes(data)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` over SFTP, creating parent directories.
+
+        **Cancellation**: the file may be partly written; its handle is closed (bounded).
+        """
+        self._check_open()
+        await self._sftp_write(self._resolve(path), data, make_parents=True)
+
+    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
+        """Validate, upload (SFTP) and extract a tar archive into ``dest_dir`` (created).
+
+        **Cancellation**: the archive may be partly extracted; the staged copy is removed with
+        the sandbox.
+        """
+        self._check_open()
+        check_tar_members(tar_data)
+        dest = self._resolve(dest_dir)
+        staged = f"{self.exec_dir}/{secrets.token_hex(8)}.tar"
+        await self._sftp_write(staged, tar_data, make_parents=False)
+        code, err = await self._helper(
+            [
+                "/bin/sh",
+                "-c",
+                'mkdir -p -- "$1" && tar -x --no-same-owner -f "$2" -C "$1"; rc=$?; '
+                'rm -f -- "$2"; exit $rc',
+                "sh",
+                dest,
+                staged,
+            ],
+            self.config.call_timeout_seconds,
+        )
+        if code != 0:
+            raise OSError(f"cannot extract archive into {dest_dir!r}: {err.strip()[:300]}")
+
+    async def get_archive(self, path: str) -> bytes:
+        """Return a tar archive of ``path`` (directory members ``./x``; a file by its
+        basename), streamed from a remote ``tar``, at most :data:`MAX_READ_BYTES`.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            TransferLimitError: The archive is larger than :data:`MAX_READ_BYTES`.
+
+        **Cancellation**: the remote ``tar``'s group is killed.
+        """
+        return await self._archive_capped(path)
+
+    # ----------------------------------------------------------------- close
+
+    async def aclose(self, interrupted: bool = False) -> None:
+        """Kill every process of the sandbox and remove its directory; idempotent.
+
+        Graceful: SIGTERM, up to :data:`~hermes_async.tools.sandbox.host.TERMINATE_GRACE_SECONDS`
+        for them to go, SIGKILL; ``interrupted``: SIGKILL at once. A sandbox whose connection
+        died is cleaned through a new one (unless ``interrupted``); what cannot be cleaned is
+        logged with where it was left.
+
+        **Cancellation**: not shielded by itself (the release's owner shields and bounds it);
+        the script is bounded by ``close_timeout_seconds``, the connection's close by a few
+        seconds.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        link = self._link
+        extra: _Link | None = None
+        try:
+            if link.closed and not interrupted:
+                extra = await self._backend.acquire(self.task_id)
+            target = extra or link
+            if target.closed:
+                logger.warning(
+                    "ssh sandbox %s: the connection is gone; its directory and any processes "
+                    "are left on the remote host",
+                    self.label,
+                )
+                return
+            grace = "0" if interrupted else str(int(TERMINATE_GRACE_SECONDS * 10))
+            code, _, err = await _remote_sh(
+                target,
+                _CLOSE,
+                self.root,
+                self.sandbox_id,
+                grace,
+                timeout=self.config.close_timeout_seconds,
+            )
+            if code != 0:
+                logger.warning("ssh sandbox %s: close incomplete: %s", self.label, err.strip())
+        except Exception as exc:  # close must not raise for a remote problem: log where
+            logger.warning(
+                "could not clean up ssh sandbox %s (its directory and processes may be left "
+                "there): %s",
+                self.label,
+                exc,
+            )
+        finally:
+            for process in list(self._channels):
+                try:
+                    process.close()
+                except Exception as exc:  # already closing with its connection
+                    logger.debug("closing a channel of %s: %s", self.label, exc)
+            if extra is not None:
+                await self._backend.release(extra)
+            await self._backend.release(link)
+
+
+async def ssh_preflight(**options: Any) -> None:
+    """Connect (bounded) and check the remote host has what sandboxes need.
+
+    Raises:
+        AsyncBackendError: Not running under asyncio.
+        ConfigError: No host, an invalid option, or asyncssh is missing.
+        SandboxError: Unreachable, refused, an unverified host key, or missing tools; the
+            message names ``terminal_backend='ssh'`` and the setting to check.
+
+    **Cancellation**: the connection is closed.
+    """
+    require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
+    names = {f.name for f in dataclasses.fields(SshSandboxConfig)}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) {', '.join(unknown)} for terminal_backend='ssh'; "
+            f"valid: {', '.join(sorted(names))}"
+        )
+    config = SshSandboxConfig(**options).resolved()
+    _import_asyncssh()
+    try:
+        conn = await _connect(config)
+    except SandboxError as exc:
+        raise SandboxError(f"terminal_backend='ssh': {exc.message}") from exc
+    link = _Link(conn, config)
+    try:
+        code, _, err = await _remote_sh(
+            link,
+            'for t in setsid mktemp tar env; do command -v "$t" >/dev/null 2>&1 || '
+            '{ echo "missing: $t" >&2; exit 3; }; done',
+            timeout=config.call_timeout_seconds,
+        )
+    except TimeoutError as exc:
+        raise SandboxError(
+            f"terminal_backend='ssh': {config.target} accepted the login but did not run a "
+            f"command within {config.call_timeout_seconds:g} s"
+        ) from exc
+    finally:
+        await link.close()
+    if code != 0:
+        raise SandboxError(
+            f"terminal_backend='ssh': {config.target} cannot host sandboxes: {err.strip()}; "
+            "install util-linux (setsid), coreutils (mktemp, env) and tar there"
+        )
