@@ -1,5 +1,9 @@
 """Phase 2 turns: stream tokens, decode incrementally, parse, dispatch sealed calls early.
 
+Why one module of this size: one concept, a Phase 2 turn — stream, decode, parse, dispatch,
+resume after an abort — and the turn loop over it; the resume path must continue the same
+decoder, parser and tool runner, so they stay together.
+
 :class:`TokenTurns` runs the turns of one rollout against a token server (our
 ``hermes_async.inference.generate`` clients) plus a tokenizer: the prompt is rendered with the
 chat template, completion tokens stream in, the parser sees them as they arrive, and each tool

@@ -1,5 +1,9 @@
 """The ssh sandbox backend: per-rollout directories on a remote host over one SSH connection.
 
+Why one module of this size: one concept, sandboxes on one remote host over one shared SSH
+connection; the connection's lifetime, its channel cap, the exec wrapper, SFTP transfers and the
+process sweep on close all share that connection's state.
+
 Extra ``[ssh]`` (asyncssh). asyncssh is asyncio-only: creating a sandbox (or the preflight)
 under trio raises :class:`~hermes_async.errors.AsyncBackendError` at once.
 
