@@ -200,6 +200,17 @@ async def test_close_kills_escaped_processes_and_background(backend: SshBackend)
         await sb.exec("true")
 
 
+async def _create_cancelled_after(backend: SshBackend, task_id: str, seconds: float) -> None:
+    """Create a sandbox under a deadline; one that got made is closed as its owner would
+    (shielded, bounded: a sandbox's ``aclose`` does not shield itself), outside the deadline."""
+    made = None
+    with anyio.move_on_after(seconds):
+        made = await backend(task_id)
+    if made is not None:
+        with anyio.fail_after(30, shield=True):
+            await made.aclose()
+
+
 @ssh
 async def test_cancelled_create_leaves_no_remote_directory(
     backend: SshBackend, remote_root: pathlib.Path
@@ -207,15 +218,11 @@ async def test_cancelled_create_leaves_no_remote_directory(
     # Cancel at many points of a creation (connecting, mktemp, the reply on its way).
     async with backend:
         for step in range(30):
-            with anyio.move_on_after(step * 0.005):
-                sb = await backend(f"cancel-create-{step}")
-                await sb.aclose()
+            await _create_cancelled_after(backend, f"cancel-create-{step}", step * 0.005)
             assert list(remote_root.iterdir()) == [], f"left behind at step {step}"
     # Without the held connection every creation connects first: cancel during the handshake.
     for step in range(20):
-        with anyio.move_on_after(step * 0.01):
-            sb = await backend(f"cancel-connect-{step}")
-            await sb.aclose()
+        await _create_cancelled_after(backend, f"cancel-connect-{step}", step * 0.01)
         assert list(remote_root.iterdir()) == [], f"left behind at step {step}"
     assert backend._link is None  # every connection was closed with its last user
 
