@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # `make test-vllm`: build the CPU vLLM venv and a tiny random model with the offline Qwen
 # tokenizer, start vLLM on loopback, run `pytest -m vllm tests/integration`, stop the server.
-# Then start it again as a *stock* server (no --enable-scale-out: the generate route answers
-# 403) and run the stock-completions tests against it (HERMES_ASYNC_VLLM_SCALE_OUT=0).
+# That server runs with VLLM_SERVER_DEV_MODE=1, so vLLM registers its RL routes (POST /pause,
+# POST /resume, GET /is_paused, POST /abort_requests): tests/integration/test_vllm_pause.py
+# pauses generations mid-stream with them. Then start it again as a *stock* server (no
+# --enable-scale-out: the generate route answers 403; no dev mode) and run the
+# stock-completions tests against it (HERMES_ASYNC_VLLM_SCALE_OUT=0).
 #
 # Env: VLLM_VENV (.venv-vllm), VENV (.venv, the project venv), VLLM_PORT (a free port),
 #      VLLM_STARTUP_TIMEOUT_SECONDS (300), PYTEST_ARGS (extra pytest arguments),
 #      VLLM_WORK (artifacts: model, tokenizer, server logs; default $VLLM_VENV/work),
-#      VLLM_STOCK_PHASE (1; 0 skips the stock-server run).
+#      VLLM_STOCK_PHASE (1; 0 skips the stock-server run),
+#      VLLM_DEV_MODE (1; 0 starts the first server without the pause routes: the pause tests
+#      then skip, saying so).
 # Relative paths are taken from the checkout this script is in, so a git worktree can run it
 # with the main checkout's venvs: VENV=/path/.venv VLLM_VENV=/path/.venv-vllm bash ...
 set -euo pipefail
@@ -37,12 +42,14 @@ port="${VLLM_PORT:-$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.
 url="http://127.0.0.1:$port"
 server_pid=""
 
-# start_server LOG [EXTRA_ARGS...]: vLLM in its own process group (setsid), so stopping it also
-# stops its engine-core child process; returns once /health answers.
+# start_server LOG DEV_MODE [EXTRA_ARGS...]: vLLM (VLLM_SERVER_DEV_MODE=DEV_MODE: 0 or 1) in its
+# own process group (setsid), so stopping it also stops its engine-core child process; returns
+# once /health answers.
 start_server() {
-    local log="$1"
-    shift
-    HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CACHE_ROOT="$WORK/cache" VLLM_NO_USAGE_STATS=1 \
+    local log="$1" dev_mode="$2"
+    shift 2
+    VLLM_SERVER_DEV_MODE="$dev_mode" HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 \
+        VLLM_CACHE_ROOT="$WORK/cache" VLLM_NO_USAGE_STATS=1 \
         setsid "$VLLM_VENV/bin/python" -m vllm.entrypoints.openai.api_server \
         --model "$WORK/tiny-model" --served-model-name tiny --host 127.0.0.1 --port "$port" \
         --dtype float32 --max-model-len 2048 --enforce-eager "$@" \
@@ -81,13 +88,14 @@ stop_server() {
 }
 trap stop_server EXIT
 
-start_server "$WORK/server.log" --enable-scale-out
+start_server "$WORK/server.log" "${VLLM_DEV_MODE:-1}" --enable-scale-out
 HERMES_ASYNC_VLLM_URL="$url" HERMES_ASYNC_VLLM_TOKENIZER="$tokenizer_dir" \
     "$VENV/bin/python" -m pytest -m vllm tests/integration -p no:cacheprovider ${PYTEST_ARGS:-}
 stop_server
 
 if [[ "${VLLM_STOCK_PHASE:-1}" != "0" ]]; then
-    start_server "$WORK/server-stock.log"
+    # As shipped: no dev routes either.
+    start_server "$WORK/server-stock.log" 0
     HERMES_ASYNC_VLLM_URL="$url" HERMES_ASYNC_VLLM_TOKENIZER="$tokenizer_dir" \
         HERMES_ASYNC_VLLM_SCALE_OUT=0 \
         "$VENV/bin/python" -m pytest -m vllm_stock tests/integration -p no:cacheprovider ${PYTEST_ARGS:-}
