@@ -267,6 +267,12 @@ class PolledPause(_HTTPPoll):
 
     The answer must be JSON ``{"is_paused": bool}`` (vLLM's shape; ``key`` for another) or a
     bare bool. Not cached: the loop polls it only around pauses and before dispatching.
+    vLLM serves ``/pause``, ``/resume`` and ``/is_paused`` only with ``VLLM_SERVER_DEV_MODE=1``.
+
+    Use as an async context manager (it owns an HTTP client, closed on exit)::
+
+        async with PolledPause("http://127.0.0.1:8000/is_paused") as paused:
+            options = AgentOptions(pause_probe=paused, ...)
 
     Args:
         url: The endpoint (e.g. ``http://127.0.0.1:8000/is_paused``).
