@@ -102,9 +102,11 @@ async def test_standalone_context_inside_a_manager_uses_it(tmp_path: pathlib.Pat
 async def test_standalone_backend_comes_from_terminal_env(
     sandbox_root: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TERMINAL_ENV", "ssh")
+    monkeypatch.setenv("TERMINAL_ENV", "vagrant")
     ctx = ToolContext("solo-3")
-    with pytest.raises(ConfigError, match=r"TERMINAL_ENV='ssh'.*available: local, docker, modal"):
+    with pytest.raises(
+        ConfigError, match=r"TERMINAL_ENV='vagrant'.*available: local, docker, modal"
+    ):
         await ctx.terminal("true")
     ctx.cleanup()
     explicit = ToolContext("solo-4", backend="local")

@@ -275,8 +275,13 @@ async def test_handle_function_call_outside_a_run_owns_a_private_sandbox(
     out = json.loads(await handle_function_call("terminal", {"command": "pwd"}, task_id="solo"))
     assert out["exit_code"] == 0
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("hermes-sbx-")]
+    monkeypatch.setenv("TERMINAL_ENV", "vagrant")
+    with pytest.raises(ConfigError, match=r"TERMINAL_ENV='vagrant'.*available: local, docker"):
+        await handle_function_call("terminal", {"command": "pwd"})
+    # A backend that exists but is not configured says what to set.
     monkeypatch.setenv("TERMINAL_ENV", "ssh")
-    with pytest.raises(ConfigError, match=r"TERMINAL_ENV='ssh'.*available: local, docker"):
+    monkeypatch.delenv("TERMINAL_SSH_HOST", raising=False)
+    with pytest.raises(ConfigError, match=r"TERMINAL_ENV='ssh'.*needs a host.*TERMINAL_SSH_HOST"):
         await handle_function_call("terminal", {"command": "pwd"})
 
 
