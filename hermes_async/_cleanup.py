@@ -39,6 +39,7 @@ import anyio
 
 __all__ = (
     "CleanupOverrun",
+    "acquisition_scope",
     "bounded_cleanup",
     "cleanup_scope",
 )
@@ -68,6 +69,23 @@ class CleanupOverrun:
     def overran(self) -> bool:
         """True if the step was abandoned at its deadline."""
         return self.scope.cancelled_caught
+
+
+@contextmanager
+def acquisition_scope(timeout: float) -> Iterator[anyio.CancelScope]:
+    """A step that must not be cut in half: shielded, failing with ``TimeoutError`` at ``timeout``.
+
+    Not a cleanup but an acquisition whose result the caller must own once it exists: starting
+    a host process (asyncio leaks a half-built subprocess transport), a remote create whose id
+    only the reply carries, a remote ``mktemp`` a closed channel would not stop. The caller's
+    cancellation is delivered at its next checkpoint after the block, when it can release what
+    it acquired. The one place such a shield is written (``tests/test_cleanup.py`` checks no
+    other module writes ``shield=True``).
+    """
+    if not timeout > 0:
+        raise ValueError(f"acquisition timeout must be > 0 seconds, got {timeout!r}")
+    with anyio.fail_after(timeout, shield=True) as scope:
+        yield scope
 
 
 @contextmanager

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import anyio
 import pytest
 
-from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
 
 pytestmark = pytest.mark.anyio
 
@@ -70,3 +71,34 @@ def test_bad_timeout_is_a_clear_error() -> None:
         cleanup_scope("x", -1),
     ):
         pass
+
+
+def test_shields_are_written_only_in_the_cleanup_helper() -> None:
+    """Every shielded scope is a cleanup (cleanup_scope) or an acquisition (acquisition_scope);
+    the one other occurrence is the conformance suite's docstring example for users."""
+    root = Path(__file__).resolve().parents[1] / "hermes_async"
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "_cleanup.py"
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+        if "shield=True" in line
+    ]
+    assert found == ["testing/sandbox_conformance.py:16"]
+
+
+def test_an_acquisition_needs_a_positive_deadline() -> None:
+    with pytest.raises(ValueError, match="> 0"), acquisition_scope(0):
+        pass
+
+
+async def test_an_acquisition_finishes_under_cancellation_then_delivers_it() -> None:
+    steps: list[str] = []
+    with anyio.CancelScope() as outer:
+        outer.cancel("the caller gave up")
+        with acquisition_scope(5):
+            await anyio.sleep(0.01)  # not interrupted by the caller's cancellation
+            steps.append("acquired")
+        await anyio.sleep(1)  # the caller's cancellation lands here
+        steps.append("not reached")
+    assert steps == ["acquired"] and outer.cancelled_caught

@@ -45,6 +45,7 @@ from typing import Any, Literal, Self, TypeAlias
 import anyio
 import httpx
 
+from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import InferenceError
 
 __all__ = (
@@ -187,7 +188,7 @@ class _HTTPPoll:
 
         **Cancellation**: shielded, bounded by ``timeout``.
         """
-        with anyio.move_on_after(self.timeout, shield=True):
+        with cleanup_scope(f"close the HTTP client of {self.url}", self.timeout):
             await self._client.aclose()
 
     async def _get(self, what: str) -> object:

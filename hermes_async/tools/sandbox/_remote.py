@@ -78,7 +78,7 @@ import anyio
 import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
-from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
     EXEC_DIR,
@@ -873,7 +873,7 @@ class RemoteBackend(Generic[_C]):
             try:
                 # Shielded: a cancellation must not cut the call between "the provider made
                 # it" and "we know its id" (verifiers #411). Bounded by the create deadline.
-                with anyio.fail_after(config.create_timeout_seconds, shield=True):
+                with acquisition_scope(config.create_timeout_seconds):
                     driver = await client.create(labels)
             except TimeoutError as exc:
                 await self._sweep_task(client, task_id, "its create timed out")

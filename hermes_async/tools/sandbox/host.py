@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
-from hermes_async._cleanup import cleanup_scope
+from hermes_async._cleanup import acquisition_scope, cleanup_scope
 from hermes_async.tools.sandbox._batch import Batcher
 from hermes_async.tools.sandbox.base import DEFAULT_OUTPUT_LIMIT_BYTES, TIMEOUT_EXIT_CODE, ByteSink
 from hermes_async.tools.sandbox.output import OutputCapture
@@ -142,7 +142,7 @@ async def start_process(
     Raises:
         TimeoutError: The start took longer than ``timeout`` (a machine out of processes).
     """
-    with anyio.fail_after(timeout, shield=True):
+    with acquisition_scope(timeout):
         return await anyio.open_process(argv, **kwargs)
 
 

@@ -92,7 +92,7 @@ import anyio
 import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
-from hermes_async._cleanup import cleanup_scope
+from hermes_async._cleanup import acquisition_scope, cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import ContainerExec, ContainerSandbox, read_until_exit
 from hermes_async.tools.sandbox.archive import check_tar_members
@@ -693,7 +693,7 @@ class SshBackend:
             # a channel closed by a cancellation does not stop the remote script, which could
             # then make the directory after any cleanup ran. Shielded, so a cancellation lands
             # once its path is known (the script takes milliseconds; bounded by the deadline).
-            with anyio.fail_after(cfg.call_timeout_seconds, shield=True):
+            with acquisition_scope(cfg.call_timeout_seconds):
                 code, out, err = await _remote_sh(
                     link,
                     _CREATE,
