@@ -17,7 +17,13 @@ Each run of an entry point gets, around atroposlib's own loop:
   reach them. They are cancelled and awaited (bounded by :data:`STRAY_TASK_TIMEOUT_SECONDS`)
   while the run's sandbox manager is still open, so each rollout releases its own sandbox;
   left running, a worker could create a sandbox after the manager closed (a leak) or keep
-  ``asyncio.run`` waiting for it at exit (SIGTERM would end in SIGKILL);
+  ``asyncio.run`` waiting for it at exit (SIGTERM would end in SIGKILL). Every worker counts,
+  including those atroposlib itself cancelled and dropped from its set when the trainer's queue
+  was full (:class:`SpawnedTasks` remembers them all);
+* **a worker's body as a child task** (:func:`as_child`): atroposlib stops workers with
+  ``Task.cancel()``, which anyio's shielded scopes do not stop, so a release caught by it was cut
+  in half (a sandbox directory left behind). In a child task of a task group, that cancel
+  arrives as an anyio cancellation, which the shielded, bounded cleanup survives;
 * **closing atroposlib's OpenAI clients**, which atroposlib never closes itself (bounded);
 * **a watchdog** (:class:`~hermes_async.envs._watchdog.Watchdog`, config ``watchdog_seconds``)
   that logs what the run waits on when nothing finished for a while.
@@ -29,9 +35,14 @@ import asyncio
 import logging
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Iterable
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    contextmanager,
+    nullcontext,
+)
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskStatus
@@ -44,12 +55,16 @@ from hermes_async.telemetry import serve_metrics
 __all__ = (
     "CLIENT_CLOSE_TIMEOUT_SECONDS",
     "STRAY_TASK_TIMEOUT_SECONDS",
+    "SpawnedTasks",
+    "as_child",
     "close_openai_clients",
     "run_entry",
     "stop_stray_tasks",
 )
 
 logger = logging.getLogger("hermes_async.envs.base")
+
+T = TypeVar("T")
 
 #: Deadline for closing atroposlib's OpenAI SDK clients at the end of a run (all of them).
 CLIENT_CLOSE_TIMEOUT_SECONDS = 5.0
@@ -132,6 +147,62 @@ async def run_entry(
         raise SystemExit(128 + signal.SIGTERM)
 
 
+class SpawnedTasks:
+    """The asyncio tasks that entered :meth:`track` and have not finished.
+
+    atroposlib keeps its workers in a set it prunes itself (a worker it cancels to shrink the
+    pool leaves the set while it is still releasing its sandboxes); this one forgets a task
+    only when the task is done with the tracked block.
+    """
+
+    __slots__ = ("_tasks",)
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @contextmanager
+    def track(self) -> Iterator[None]:
+        """Remember the current asyncio task for the block (nothing outside asyncio)."""
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # not in asyncio (trio): atroposlib's tasks cannot exist there
+            task = None
+        if task is None:
+            yield
+            return
+        self._tasks.add(task)
+        try:
+            yield
+        finally:
+            self._tasks.discard(task)
+
+    def __iter__(self) -> Iterator[asyncio.Task[Any]]:
+        return iter(list(self._tasks))
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+
+async def as_child(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``await fn(*args)`` in a child task, so ``Task.cancel()`` of the caller respects shields.
+
+    anyio's shielded scopes hold against anyio's cancellation, not against a bare
+    ``Task.cancel()`` (what atroposlib does to its workers): that one lands inside whatever
+    shielded cleanup the task is in. A task group's host that gets it cancels its children
+    through their cancel scope instead, and waits for them, so their shielded cleanup runs to its
+    own deadline; the caller then sees its ``CancelledError``.
+    """
+    result: list[T] = []
+
+    async def child() -> None:
+        result.append(await fn(*args))
+
+    with single_errors():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(child)
+    return result[0]
+
+
 async def stop_stray_tasks(tasks: Iterable[object], what: str) -> None:
     """Cancel the unfinished asyncio tasks among ``tasks`` and wait for them; never raises.
 
@@ -140,7 +211,7 @@ async def stop_stray_tasks(tasks: Iterable[object], what: str) -> None:
 
     **Cancellation**: shielded, bounded by :data:`STRAY_TASK_TIMEOUT_SECONDS` in total.
     """
-    pending = [t for t in tasks if isinstance(t, asyncio.Task) and not t.done()]
+    pending = list(dict.fromkeys(t for t in tasks if isinstance(t, asyncio.Task) and not t.done()))
     if not pending:
         return
     for task in pending:

@@ -74,7 +74,7 @@ from hermes_async.agent import (
 )
 from hermes_async.agent.scoring import scored_data_item
 from hermes_async.envs._atropos import BaseEnv, ScoredDataGroup, atropos_safe, wandb
-from hermes_async.envs._entry import run_entry
+from hermes_async.envs._entry import SpawnedTasks, as_child, run_entry
 from hermes_async.envs._eval import (
     eval_report,
     eval_sample,
@@ -258,6 +258,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         self._run_clients: list[ModelClient] | None = None
         self._training_groups_running = 0
         self._training_groups_started = 0
+        self._spawned = SpawnedTasks()
         self._warned_all_tools = False
         self.rollout_summaries: list[RolloutSummary] = []
         self.on_rollout: Callable[[RolloutSummary], None] | None = None
@@ -385,6 +386,17 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
     # -------------------------------------------------------------- entry points
 
+    async def handle_env(self, item_uuid: str) -> Any:
+        """atroposlib's worker (one group), as a child task the run waits for at its end.
+
+        atroposlib cancels workers with ``Task.cancel()`` (shrinking the pool when the trainer's
+        queue is full, ``eval_handling=STOP_TRAIN``) and forgets them at once; here the group's
+        rollouts still release their sandboxes (shielded, bounded) and the run's end waits for
+        them (see :mod:`hermes_async.envs._entry`).
+        """
+        with self._spawned.track():
+            return await as_child(super().handle_env, item_uuid)
+
     async def env_manager(self) -> None:
         """``serve``: atroposlib's loop, inside one sandbox manager for the run.
 
@@ -432,7 +444,11 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             servers=getattr(self.server, "servers", []),
             watchdog=self.watchdog,
             metrics_port=self.config.metrics_port,
-            stray_tasks=lambda: [*getattr(self, "workers", ()), getattr(self, "eval_runner", None)],
+            stray_tasks=lambda: [
+                *getattr(self, "workers", ()),
+                *self._spawned,
+                getattr(self, "eval_runner", None),
+            ],
         )
 
     async def preflight(self) -> None:

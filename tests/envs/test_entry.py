@@ -141,3 +141,88 @@ async def test_metrics_port_serves_the_run_status_while_it_runs(
         await run_entry("serve", run, sandboxes=sandboxes, gc_tuning=None, metrics_port=0)
     [status] = read
     assert type(status).__name__ == "RunStatus"
+
+
+async def test_a_bare_task_cancel_cuts_a_shielded_cleanup_but_not_under_as_child() -> None:
+    # Why handle_env runs its body through as_child: atroposlib stops workers with
+    # Task.cancel(), which lands inside anyio's shielded scopes.
+    async def body(log: list[str], inside: anyio.Event) -> str:
+        with anyio.CancelScope(shield=True):  # a release in progress
+            inside.set()
+            await anyio.sleep(0.2)
+            log.append("cleanup finished")
+        await anyio.sleep_forever()
+        return "unreachable"
+
+    for wrapped, expected in ((False, []), (True, ["cleanup finished"])):
+        log: list[str] = []
+        inside = anyio.Event()
+        coro = _entry.as_child(body, log, inside) if wrapped else body(log, inside)
+        task = asyncio.ensure_future(coro)
+        await inside.wait()
+        task.cancel()
+        await asyncio.wait([task])
+        assert task.cancelled()
+        assert log == expected, f"as_child={wrapped}"
+
+
+async def test_as_child_returns_and_raises_like_the_call() -> None:
+    async def double(x: int) -> int:
+        await anyio.sleep(0)
+        return 2 * x
+
+    async def fail() -> None:
+        raise KeyError("boom")
+
+    assert await _entry.as_child(double, 21) == 42
+    with pytest.raises(KeyError, match="boom"):  # itself, not an exception group
+        await _entry.as_child(fail)
+
+
+async def test_workers_atroposlib_dropped_are_still_awaited_before_the_manager_closes(
+    tmp_path: Path,
+) -> None:
+    # atroposlib shrinks its pool with worker.cancel() + workers.discard(worker): the worker is
+    # still releasing when it leaves the set. The run waits for it through SpawnedTasks.
+    events: list[str] = []
+    managers, sandboxes = _manager(tmp_path, events)
+    spawned = _entry.SpawnedTasks()
+    workers: set[asyncio.Task[None]] = set()
+    started = anyio.Event()
+
+    async def rollout() -> None:
+        sandbox = await managers[0].get("task")
+        try:
+            await sandbox.exec("true")
+            started.set()
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.3)  # a slow release
+                await managers[0].release("task", interrupted=True)
+                events.append("worker released")
+
+    async def worker() -> None:
+        with spawned.track():
+            await _entry.as_child(rollout)
+
+    async def run() -> None:
+        task = asyncio.create_task(worker())
+        workers.add(task)
+        await started.wait()
+        task.cancel()  # atroposlib's pool shrink
+        workers.discard(task)
+        await asyncio.sleep(0.05)
+
+    assert len(spawned) == 0
+    with anyio.fail_after(30):
+        await run_entry(
+            "serve",
+            run,
+            sandboxes=sandboxes,
+            gc_tuning=None,
+            stray_tasks=lambda: [*workers, *spawned],
+        )
+    assert events == ["worker released", "manager closed"]
+    assert list(tmp_path.iterdir()) == []
+    assert len(spawned) == 0

@@ -176,4 +176,5 @@ async def test_two_env_processes_feed_a_trainer_through_run_api(tmp_path: Path) 
         leftovers = [
             p.name for p in (tmp_path / name).iterdir() if p.name.startswith("hermes-sbx-")
         ]
-        assert leftovers == []
+        log = (tmp_path / name.replace("tmp", "env")).with_suffix(".log")
+        assert leftovers == [], log.read_text(errors="replace")[-4000:]

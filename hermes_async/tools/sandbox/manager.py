@@ -28,6 +28,13 @@ Decisions:
   ``release(task_id, interrupted=True)`` — the rollout was cancelled or timed out — lets the
   backend skip graceful steps. Releasing an unknown or already released id is a no-op; a second
   concurrent release waits for the first.
+* **Exit waits for everything in flight**: leaving the manager releases every sandbox, then
+  waits for the creations and closes other tasks still run (bounded by ``create_timeout +
+  close_timeout``), so a sandbox a straggler was creating or closing when the run ended is gone
+  when the exit returns; a creation that gets its ``sandbox_create`` slot after the exit began
+  fails at once instead of starting a sandbox. (Found in serve runs: atroposlib drops the workers
+  it cancels from its set, and a manager that returned while one of them was closing let
+  ``asyncio.run``'s final cancel cut that close in half, leaving its directory behind.)
 * **Per-item sandboxes**: :meth:`assign_spec` records a
   :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` for a task id; that id's sandbox is then
   created with ``factory(task_id, spec=spec)`` (its ``create_timeout`` replacing the manager's)
@@ -145,6 +152,10 @@ class SandboxManagerStatistics:
     create_failures: int
 
 
+class _ClosedBeforeCreate(SandboxError):
+    """A creation that got its slot after the manager began to close (not a backend failure)."""
+
+
 class _Entry:
     __slots__ = (
         "busy",
@@ -215,6 +226,7 @@ class SandboxManager(AsyncResource):
         self.reap_interval = reap_interval
         self._entries: dict[str, _Entry] = {}
         self._closing: dict[str, anyio.Event] = {}
+        self._creating: set[anyio.Event] = set()
         self._specs: dict[str, SandboxSpec] = {}
         self._tg: TaskGroup | None = None
         self._state = "unopened"
@@ -280,6 +292,7 @@ class SandboxManager(AsyncResource):
             # Shield only: every release inside is bounded by close_timeout.
             with cleanup_scope("release every sandbox", math.inf, reason=reason, log=logger):
                 await self.release_all(interrupted=interrupted)
+            await self._wait_in_flight(reason)
             factory_close = getattr(self.factory, "aclose", None)
             if callable(factory_close):
                 await bounded_cleanup(
@@ -293,6 +306,23 @@ class SandboxManager(AsyncResource):
             self._state = "closed"
             self._tg.cancel_scope.cancel(f"SandboxManager closing: {reason}")
             await self._tg.__aexit__(None, None, None)
+
+    async def _wait_in_flight(self, reason: str) -> None:
+        """Wait for the creations and closes other tasks are still running (bounded).
+
+        A creation that finishes now finds the manager closing and closes its sandbox itself
+        (:meth:`_create`), which this waits for too.
+        """
+        if not (self._creating or self._closing):
+            return
+        with cleanup_scope(
+            "wait for the sandboxes still being created or closed",
+            self.create_timeout + self.close_timeout,
+            reason=reason,
+            log=logger,
+        ):
+            while pending := [*self._creating, *self._closing.values()]:
+                await pending[0].wait()
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -372,9 +402,25 @@ class SandboxManager(AsyncResource):
         timeout = self.create_timeout
         if spec is not None and spec.create_timeout is not None:
             timeout = spec.create_timeout
+        creating = anyio.Event()
+        self._creating.add(creating)
+        try:
+            await self._create_in_flight(entry, spec, timeout)
+        finally:
+            self._creating.discard(creating)
+            creating.set()
+
+    async def _create_in_flight(
+        self, entry: _Entry, spec: SandboxSpec | None, timeout: float
+    ) -> None:
         try:
             with span("sandbox create", {"hermes_async.task_id": entry.task_id}):
                 async with self.limits.sandbox_create:
+                    if self._state != "open":
+                        raise _ClosedBeforeCreate(
+                            "the SandboxManager closed before this sandbox could be created",
+                            task_id=entry.task_id,
+                        )
                     with anyio.fail_after(timeout):
                         if spec is None:
                             sandbox = await self.factory(entry.task_id)
@@ -388,7 +434,7 @@ class SandboxManager(AsyncResource):
                     "create_timeout or check the backend",
                     task_id=entry.task_id,
                 )
-            elif isinstance(exc, Exception):
+            elif isinstance(exc, Exception) and not isinstance(exc, _ClosedBeforeCreate):
                 error = SandboxError(
                     f"could not create the sandbox: {type(exc).__name__}: {exc}",
                     task_id=entry.task_id,

@@ -395,3 +395,92 @@ async def test_exit_is_bounded_by_close_timeout_alone(caplog: pytest.LogCaptureF
     overruns = [r for r in caplog.records if "overran its deadline" in r.getMessage()]
     assert len(overruns) == 5
     assert "cleanup because: the rollout was interrupted" in overruns[0].getMessage()
+
+
+async def test_exit_waits_for_a_close_another_task_started() -> None:
+    # A straggler (a worker atroposlib cancelled and forgot) is closing its sandbox when the
+    # run's manager exits: the exit returns only once that close is done.
+    closing, closed = anyio.Event(), anyio.Event()
+
+    class SlowClose(FakeSandbox):
+        async def aclose(self, interrupted: bool = False) -> None:
+            closing.set()
+            await anyio.sleep(0.3)
+            await super().aclose(interrupted)
+            closed.set()
+
+    async with anyio.create_task_group() as tg:
+        async with SandboxManager(FakeSandboxFactory(sandbox=SlowClose())) as manager:
+            await manager.get("t")
+            tg.start_soon(manager.release, "t")
+            await closing.wait()
+        assert closed.is_set()
+        assert manager.statistics().released == 1
+
+
+async def test_exit_waits_for_a_creation_in_flight_and_closes_its_sandbox() -> None:
+    factory = GatedFactory()
+    errors: list[BaseException] = []
+
+    async def get(manager: SandboxManager) -> None:
+        try:
+            await manager.get("t")
+        except SandboxError as exc:
+            errors.append(exc)
+
+    async def open_gate_later() -> None:
+        await anyio.sleep(0.2)
+        factory.go.set()
+
+    async with anyio.create_task_group() as tg:
+        async with SandboxManager(factory) as manager:
+            tg.start_soon(get, manager)
+            await factory.started.wait()
+            tg.start_soon(open_gate_later)
+        # The exit waited for the creation, and the sandbox it made was closed.
+        assert len(factory.created) == 1 and factory.created[0].closed
+    assert len(errors) == 1 and "released while it was being created" in str(errors[0])
+
+
+async def test_a_creation_queued_when_the_exit_begins_creates_nothing() -> None:
+    factory = GatedFactory()
+    limits = Limits(sandbox_create=1)
+    errors: list[SandboxError] = []
+
+    async def get(manager: SandboxManager, task_id: str) -> None:
+        try:
+            await manager.get(task_id)
+        except SandboxError as exc:
+            errors.append(exc)
+
+    async def open_gate_later() -> None:
+        await anyio.sleep(0.2)
+        factory.go.set()
+
+    async with anyio.create_task_group() as tg:
+        async with SandboxManager(factory, limits=limits) as manager:
+            tg.start_soon(get, manager, "first")
+            await factory.started.wait()
+            tg.start_soon(get, manager, "queued")  # waits for the one creation slot
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(open_gate_later)
+        assert factory.attempts == 1  # the queued one never reached the factory
+        assert [s.closed for s in factory.created] == [True]
+    messages = sorted(str(e) for e in errors)
+    assert len(messages) == 2
+    assert any("closed before this sandbox could be created" in m for m in messages)
+
+
+async def test_exit_wait_for_a_stuck_creation_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    factory = GatedFactory()  # never opened: the creation hangs until its own deadline
+    async with anyio.create_task_group() as tg:
+        start = anyio.current_time()
+        async with SandboxManager(factory, create_timeout=0.3, close_timeout=0.3) as manager:
+
+            async def get() -> None:
+                with pytest.raises(SandboxError, match="timed out"):
+                    await manager.get("t")
+
+            tg.start_soon(get)
+            await factory.started.wait()
+        assert anyio.current_time() - start < 5
