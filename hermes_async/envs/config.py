@@ -20,6 +20,7 @@ from hermes_async.inference.generate import SamplingParams
 from hermes_async.inference.tokenizer import QWEN_OFFLINE_NAME, Tokenizer, load_tokenizer
 from hermes_async.limits import Limits
 from hermes_async.tools.sandbox.backends import check_backend_name
+from hermes_async.tools.sandbox.pool import PoolOptions
 
 __all__ = ("HermesAgentEnvConfig", "builtin_tokenizer", "loop_tokenizer", "resolve_tokenizer")
 
@@ -136,6 +137,18 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     sandbox_options: dict[str, Any] | None = Field(
         default=None, description="Options of the terminal_backend (e.g. docker image)."
     )
+    sandbox_pool_size: int = Field(
+        default=0,
+        ge=0,
+        description="Ready sandboxes kept warm per sandbox spec (0: none; each rollout's "
+        "sandbox is created when it asks). See hermes_async.tools.sandbox.pool.",
+    )
+    sandbox_pool_max_age: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds a warm sandbox may wait before it is replaced; keep it below the "
+        "provider's idle expiry (Modal's idle_timeout).",
+    )
 
     @field_validator("terminal_backend")
     @classmethod
@@ -194,6 +207,12 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
             sandbox_exec=self.sandbox_exec_limit,
             tool_calls=self.tool_pool_size,
         )
+
+    def build_pool(self) -> PoolOptions | None:
+        """The warm pool of the run's sandbox manager (``None`` when ``sandbox_pool_size=0``)."""
+        if self.sandbox_pool_size == 0:
+            return None
+        return PoolOptions(size=self.sandbox_pool_size, max_age=self.sandbox_pool_max_age)
 
     def build_agent_options(
         self,

@@ -144,6 +144,10 @@ class FakeSandbox(Sandbox):
         if self.gone is not None:
             raise self.gone
 
+    async def alive(self) -> bool:
+        """Not closed and not :meth:`die` d (no command runs: the script stays the test's)."""
+        return self.gone is None and not self.closed
+
     def die(self, reason: UnavailableReason = "oom", detail: str = "the test killed it") -> None:
         """Make the sandbox gone: every later operation raises ``SandboxUnavailableError``."""
         self.gone = SandboxUnavailableError(

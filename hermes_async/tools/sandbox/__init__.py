@@ -47,6 +47,7 @@ from hermes_async.tools.sandbox.manager import (
 )
 from hermes_async.tools.sandbox.namespaces import NamespaceOptions
 from hermes_async.tools.sandbox.output import OutputCapture
+from hermes_async.tools.sandbox.pool import PoolOptions, PoolStatistics
 from hermes_async.tools.sandbox.processes import ProcessSweeper
 from hermes_async.tools.sandbox.transfer import DEFAULT_TRANSFER_LIMIT_BYTES
 
@@ -66,6 +67,8 @@ __all__ = (
     "ManagedSandbox",
     "NamespaceOptions",
     "OutputCapture",
+    "PoolOptions",
+    "PoolStatistics",
     "ProcessSweeper",
     "Sandbox",
     "SandboxFactory",

@@ -490,6 +490,18 @@ class Sandbox(AsyncResource):
         await _chunks_to(sink, data)
         return len(data)
 
+    async def alive(self) -> bool:
+        """Whether the sandbox can run commands now (a warm pool asks before a hand-out).
+
+        The default runs ``true`` and wants exit status 0; backends with a cheaper probe (the
+        local backend looks at its world's PID 1) override it. The caller bounds it; a probe
+        that raises counts as dead.
+        """
+        if getattr(self, "gone", None) is not None:
+            return False
+        result = await self.exec("true", timeout=10)
+        return result.exit_code == 0
+
     async def watch(self) -> None:
         """Lifecycle hook: watch the sandbox while it lives (return when there is nothing to do).
 

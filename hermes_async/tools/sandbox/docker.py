@@ -778,6 +778,15 @@ class DockerSandbox(ContainerSandbox):
             SandboxUnavailableError(detail, reason=reason, backend="Docker", task_id=self.task_id)
         )
 
+    async def alive(self) -> bool:
+        """Open and its container running (one inspect, no ``exec``: a warm pool asks this
+        before every hand-out, and an exec costs the engine three calls and a process)."""
+        if self._closed or self._gone is not None:
+            return False
+        info = await self._engine.call("a container inspect", self._container.show())
+        state = info.get("State") or {}
+        return bool(state.get("Running")) and not state.get("OOMKilled")
+
     async def watch(self) -> None:
         """The disk-cap watchdog: every ``disk_check_interval_seconds`` read the writable
         layer's size (the engine's ``SizeRw``); past ``disk_limit_mb`` kill the container and

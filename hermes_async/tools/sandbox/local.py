@@ -416,6 +416,13 @@ class LocalSandbox(Sandbox):
             return None
         return ns.unavailable(self.task_id)
 
+    async def alive(self) -> bool:
+        """Open and (namespaces mode) its world's PID 1 alive; no command is started (a
+        process-mode sandbox is a directory: nothing in it can die)."""
+        if self._closed:
+            return False
+        return self.namespace is None or self.namespace.alive()
+
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxError(

@@ -99,6 +99,7 @@ from hermes_async.tools.sandbox.base import (
     Sandbox,
 )
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
+from hermes_async.tools.sandbox.pool import PoolOptions, PoolStatistics, WarmPool
 from hermes_async.tools.sandbox.spec import SandboxSpec, accepts_spec
 
 __all__ = (
@@ -141,6 +142,9 @@ class SandboxManagerStatistics:
         released: Sandboxes released (explicitly, by the reaper, or at exit).
         reaped: Of those, released by the idle reaper.
         create_failures: Creations that raised.
+        create_wait_seconds: Seconds ``get()`` callers spent waiting for their sandbox to be
+            created or taken from the pool (summed over creations).
+        pool: The warm pool's counts (``None``: no pool).
     """
 
     active: int
@@ -150,6 +154,8 @@ class SandboxManagerStatistics:
     released: int
     reaped: int
     create_failures: int
+    create_wait_seconds: float = 0.0
+    pool: PoolStatistics | None = None
 
 
 class _ClosedBeforeCreate(SandboxError):
@@ -193,6 +199,8 @@ class SandboxManager(AsyncResource):
         close_timeout: Deadline for one release.
         reap_interval: Seconds between reaper passes (default: ``idle_timeout / 4``, between 1
             and 60 s).
+        pool: Keep sandboxes warm (:class:`~hermes_async.tools.sandbox.pool.PoolOptions`;
+            ``None`` or ``size=0``: every sandbox is created when asked for).
     """
 
     def __init__(
@@ -204,6 +212,7 @@ class SandboxManager(AsyncResource):
         create_timeout: float = DEFAULT_CREATE_TIMEOUT_SECONDS,
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT_SECONDS,
         reap_interval: float | None = None,
+        pool: PoolOptions | None = None,
     ) -> None:
         if factory is None:
             from hermes_async.tools.sandbox.local import local_factory
@@ -234,6 +243,12 @@ class SandboxManager(AsyncResource):
         self._wake = anyio.Event()
         self._created = self._released = self._reaped = self._create_failures = 0
         self._failures: dict[str, SandboxUnavailableError] = {}
+        self._create_wait = 0.0
+        self.pool: WarmPool | None = None
+        if pool is not None and pool.size > 0:
+            self.pool = WarmPool(pool, self._pool_create, close_timeout=close_timeout)
+        self._pool_scope = anyio.CancelScope()
+        self._pool_done = anyio.Event()
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -246,6 +261,8 @@ class SandboxManager(AsyncResource):
         await self._tg.__aenter__()
         try:
             await self._tg.start(self._janitor)
+            if self.pool is not None:
+                await self._tg.start(self._run_pool)
             if math.isfinite(self.idle_timeout):
                 await self._tg.start(self._reaper)
         except BaseException:
@@ -289,10 +306,17 @@ class SandboxManager(AsyncResource):
             "the manager's block raised or was cancelled" if interrupted else "the manager closed"
         )
         try:
+            self._pool_scope.cancel(f"SandboxManager closing: {reason}")  # no new warm ones
             # Shield only: every release inside is bounded by close_timeout.
             with cleanup_scope("release every sandbox", math.inf, reason=reason, log=logger):
                 await self.release_all(interrupted=interrupted)
             await self._wait_in_flight(reason)
+            if self.pool is not None:
+                # Shield only: the filler's creations clean up after themselves when cancelled
+                # (bounded by their factory), and each pooled close is bounded by close_timeout.
+                with cleanup_scope("drain the warm pool", math.inf, reason=reason, log=logger):
+                    await self._pool_done.wait()
+                    await self.pool.drain()
             factory_close = getattr(self.factory, "aclose", None)
             if callable(factory_close):
                 await bounded_cleanup(
@@ -306,6 +330,42 @@ class SandboxManager(AsyncResource):
             self._state = "closed"
             self._tg.cancel_scope.cancel(f"SandboxManager closing: {reason}")
             await self._tg.__aexit__(None, None, None)
+
+    async def _run_pool(self, *, task_status: TaskStatus[None]) -> None:
+        assert self.pool is not None
+        try:
+            with self._pool_scope:
+                await self.pool.run(task_status=task_status)
+        finally:
+            self._pool_done.set()
+
+    async def _pool_create(self, task_id: str, spec: SandboxSpec | None) -> Sandbox:
+        """A creation for the warm pool: the cold path's limiter and deadline."""
+        timeout = self.create_timeout
+        if spec is not None and spec.create_timeout is not None:
+            timeout = spec.create_timeout
+        async with self.limits.sandbox_create:
+            with anyio.fail_after(timeout):
+                if spec is None:
+                    return await self.factory(task_id)
+                return await self.factory(task_id, spec=spec)  # type: ignore[call-arg]
+
+    def prewarm(self, spec: SandboxSpec | None) -> None:
+        """Keep sandboxes of ``spec`` warm for the rollouts to come (no-op without a pool).
+
+        Specs are filled in the order they are asked for; see
+        :mod:`~hermes_async.tools.sandbox.pool`.
+
+        Raises:
+            ConfigError: ``spec`` is given but the factory takes no ``spec`` keyword.
+        """
+        if spec is not None and not accepts_spec(self.factory):
+            raise ConfigError(
+                f"this SandboxManager's factory {self.factory!r} takes no spec= keyword, so it "
+                "cannot prewarm per-item sandboxes"
+            )
+        if self.pool is not None and self._state == "open":
+            self.pool.prewarm(spec)
 
     async def _wait_in_flight(self, reason: str) -> None:
         """Wait for the creations and closes other tasks are still running (bounded).
@@ -404,9 +464,11 @@ class SandboxManager(AsyncResource):
             timeout = spec.create_timeout
         creating = anyio.Event()
         self._creating.add(creating)
+        start = anyio.current_time()
         try:
             await self._create_in_flight(entry, spec, timeout)
         finally:
+            self._create_wait += anyio.current_time() - start
             self._creating.discard(creating)
             creating.set()
 
@@ -414,18 +476,25 @@ class SandboxManager(AsyncResource):
         self, entry: _Entry, spec: SandboxSpec | None, timeout: float
     ) -> None:
         try:
-            with span("sandbox create", {"hermes_async.task_id": entry.task_id}):
-                async with self.limits.sandbox_create:
-                    if self._state != "open":
-                        raise _ClosedBeforeCreate(
-                            "the SandboxManager closed before this sandbox could be created",
-                            task_id=entry.task_id,
-                        )
-                    with anyio.fail_after(timeout):
-                        if spec is None:
-                            sandbox = await self.factory(entry.task_id)
-                        else:
-                            sandbox = await self.factory(entry.task_id, spec=spec)  # type: ignore[call-arg]
+            with span("sandbox create", {"hermes_async.task_id": entry.task_id}) as s:
+                warm = None
+                if self.pool is not None:
+                    warm = await self.pool.take(spec, entry.task_id)
+                    s.set("hermes_async.sandbox.pooled", warm is not None)
+                if warm is not None:
+                    sandbox = warm
+                else:
+                    async with self.limits.sandbox_create:
+                        if self._state != "open":
+                            raise _ClosedBeforeCreate(
+                                "the SandboxManager closed before this sandbox could be created",
+                                task_id=entry.task_id,
+                            )
+                        with anyio.fail_after(timeout):
+                            if spec is None:
+                                sandbox = await self.factory(entry.task_id)
+                            else:
+                                sandbox = await self.factory(entry.task_id, spec=spec)  # type: ignore[call-arg]
         except BaseException as exc:
             error: BaseException = exc
             if isinstance(exc, TimeoutError):
@@ -650,6 +719,8 @@ class SandboxManager(AsyncResource):
             released=self._released,
             reaped=self._reaped,
             create_failures=self._create_failures,
+            create_wait_seconds=self._create_wait,
+            pool=self.pool.statistics() if self.pool is not None else None,
         )
 
     def __repr__(self) -> str:
