@@ -91,6 +91,7 @@ from hermes_async.tools.sandbox.manager import (
     current_sandbox_manager,
     open_sandbox_manager,
 )
+from hermes_async.tools.sandbox.snapshot import SandboxSetup, prepare_group
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
@@ -477,6 +478,21 @@ def _tool_failure(result: AgentResult) -> RolloutFailure | None:
     )
 
 
+class _SetupFailed(Exception):
+    """The sandbox setup raised (its exception is the ``__cause__``)."""
+
+
+async def _set_up(
+    setup: SandboxSetup, sandboxes: SandboxManager, task_id: str, deadline: float
+) -> None:
+    """Run ``setup`` on the rollout's sandbox, within the rollout's deadline."""
+    try:
+        with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+            await setup(await sandboxes.get(task_id))
+    except Exception as exc:
+        raise _SetupFailed() from exc
+
+
 async def _release(manager: SandboxManager, task_id: str, *, interrupted: bool) -> None:
     # The managers' releases shield themselves and are bounded by their own close timeouts;
     # they never raise for a backend failure. No second bound here.
@@ -498,6 +514,7 @@ class _Batch:
     encode: Encode
     policy: FailurePolicy
     spec: SandboxSpec | None = None
+    setup: SandboxSetup | None = None
     rng: random.Random = field(default_factory=random.Random)
 
     async def attempt(
@@ -536,6 +553,8 @@ class _Batch:
         try:
             # The task group hosts the sandbox's creation (see WatchedSandboxes), so a tool
             # timeout never cuts it; it is cancelled once the rollout is done.
+            if self.setup is not None:
+                await _set_up(self.setup, self.manager, task_id, deadline)
             async with anyio.create_task_group() as tg:
                 watched = WatchedSandboxes(self.manager, abort.abort, tg)
                 result = await self.loop.run(
@@ -554,6 +573,11 @@ class _Batch:
             interrupted = True
             record_rollout("cancelled", 0, 0)
             raise
+        except _SetupFailed as failed:  # the sandbox never reached the rollout's start state
+            assert failed.__cause__ is not None
+            harness = classify_exception(failed.__cause__, source="the sandbox setup")
+            logger.warning("task %s: %s", task_id, harness.message)
+            interrupted = True
         except Exception as exc:  # a harness bug (or a parser that raised): contained
             harness = classify_exception(exc, source="the rollout")
             logger.warning("task %s: %s", task_id, harness.message, exc_info=True)
@@ -653,6 +677,7 @@ async def _open_batch(
     placeholder_encode: Encode | None,
     failure_policy: FailurePolicy,
     sandbox_spec: SandboxSpec | None = None,
+    sandbox_setup: SandboxSetup | None = None,
 ) -> AsyncIterator[_Batch]:
     """The batch's sandboxes and loop; a lone exception of the block comes out unwrapped."""
     schemas, names = _split_tools(tools)
@@ -670,7 +695,15 @@ async def _open_batch(
             )
             encode = await _placeholder_encoder(loop, tokenizer, placeholder_encode)
             yield _Batch(
-                loop, manager, options, reward, registry, encode, failure_policy, sandbox_spec
+                loop,
+                manager,
+                options,
+                reward,
+                registry,
+                encode,
+                failure_policy,
+                sandbox_spec,
+                sandbox_setup,
             )
 
 
@@ -728,6 +761,7 @@ async def run_rollout(
     placeholder_encode: Encode | None = None,
     failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY,
     sandbox_spec: SandboxSpec | None = None,
+    sandbox_setup: SandboxSetup | None = None,
 ) -> ScoredRollout:
     """Run one rollout, reward it on its own sandbox, release the sandbox, build its rows.
 
@@ -755,6 +789,10 @@ async def run_rollout(
         sandbox_spec: How this rollout's sandbox is created (image, limits, workdir, env;
             see :class:`~hermes_async.tools.sandbox.spec.SandboxSpec`), assigned to the
             manager under each attempt's task id; ``None``: the manager's factory defaults.
+        sandbox_setup: ``async (sandbox) -> None``, run on each attempt's sandbox before the
+            first turn (task files, setup commands), within ``rollout_timeout``; if it raises,
+            the attempt is an ``infra`` failure (source ``"the sandbox setup"``) and retried as
+            any other.
 
     Returns:
         The :class:`ScoredRollout` of the last attempt. Nothing the rollout does is raised:
@@ -780,6 +818,7 @@ async def run_rollout(
         placeholder_encode=placeholder_encode,
         failure_policy=failure_policy,
         sandbox_spec=sandbox_spec,
+        sandbox_setup=sandbox_setup,
     ) as batch:
         return await batch.rollout(messages, task_id or str(uuid.uuid4()), 0)
 
@@ -802,6 +841,8 @@ async def run_group(
     failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY,
     sandbox_spec: SandboxSpec | None = None,
     staleness: Staleness | None = None,
+    sandbox_setup: SandboxSetup | None = None,
+    snapshot: bool = True,
 ) -> ScoredGroup:
     """Run ``size`` rollouts of the same prompt concurrently; reward and score each one.
 
@@ -840,6 +881,12 @@ async def run_group(
             rollout), ``keep`` only reports. :attr:`ScoredGroup.staleness` has the ages (its
             ``metrics()`` are counters to log). Needs a version source
             (``staleness.version_source`` or ``options.version_source``).
+        sandbox_setup: See :func:`run_rollout`. With ``snapshot`` (default) and a backend
+            that can snapshot (Docker), it runs **once**, in a template sandbox of the group's
+            spec, which is then snapshotted; every rollout's sandbox starts from that snapshot
+            (:mod:`hermes_async.tools.sandbox.snapshot`), deleted when the group ends.
+            Otherwise (or if it failed in the template) it runs in each rollout's sandbox.
+        snapshot: Use a group snapshot for ``sandbox_setup`` where the backend has one.
 
     Returns:
         The :class:`ScoredGroup`, rollouts in index order, with its ``outcome``. A masked
@@ -892,7 +939,15 @@ async def run_group(
         placeholder_encode=placeholder_encode,
         failure_policy=failure_policy,
         sandbox_spec=sandbox_spec,
+        sandbox_setup=sandbox_setup,
     ) as batch:
+        group_snapshot = None
+        if sandbox_setup is not None and snapshot:
+            group_snapshot = await prepare_group(
+                batch.manager, sandbox_spec, sandbox_setup, task_id=ids[0]
+            )
+            if group_snapshot is not None:  # the rollouts start from the prepared state
+                batch.spec, batch.setup = group_snapshot.spec, None
 
         async def one(index: int) -> None:
             nonlocal lost
@@ -907,10 +962,18 @@ async def run_group(
 
         # The group's rollouts share a prompt: on a ServerPool they are placed by one key
         # (one server's prefix cache while it has room), each pinned on its own session.
-        with pool_session(f"group:{ids[0]}"):
-            async with anyio.create_task_group() as tg:
-                for index in range(size):
-                    tg.start_soon(one, index, name=f"rollout {ids[index]}")
+        try:
+            with pool_session(f"group:{ids[0]}"):
+                async with anyio.create_task_group() as tg:
+                    for index in range(size):
+                        tg.start_soon(one, index, name=f"rollout {ids[index]}")
+        finally:
+            if sandbox_setup is not None and snapshot:
+                # The first rollout's sandbox was made before its rollout ran: a no-op once the
+                # rollout released it, its release if the group ended before it started.
+                await batch.manager.release(ids[0], interrupted=True)
+            if group_snapshot is not None:
+                await group_snapshot.aclose()  # shielded, bounded
     done = tuple(r for r in rollouts if r is not None)
     if _dead_server((*replaced, *done)):
         raise InferenceError(

@@ -128,12 +128,14 @@ from hermes_async.tools.registry import (
     use_tool_defaults,
 )
 from hermes_async.tools.sandbox.backends import make_backend_factory
+from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.manager import (
     SandboxFactory,
     SandboxManager,
     current_sandbox_manager,
     use_sandbox_manager,
 )
+from hermes_async.tools.sandbox.snapshot import SandboxSetup
 from hermes_async.tools.sandbox.spec import SandboxSpec
 from hermes_async.tools.toolsets import sample_toolsets_from_distribution
 
@@ -171,6 +173,7 @@ class _CoreArgs(TypedDict):
     registry: ToolRegistry | None
     placeholder_encode: Callable[[str], list[int]]
     failure_policy: FailurePolicy
+    sandbox_setup: SandboxSetup | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +295,18 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         """
         del item
         return None
+
+    async def setup_sandbox(self, item: Any, sandbox: Sandbox) -> None:
+        """Prepare a rollout's sandbox before its first turn (task files, setup commands).
+
+        The default does nothing. An override runs once per group when ``group_snapshot`` is
+        on and the backend can snapshot (Docker): in the first rollout's sandbox, which is
+        then committed, the group's other sandboxes created from it
+        (:mod:`hermes_async.tools.sandbox.snapshot`); otherwise in every rollout's sandbox.
+        What it raises makes the rollout an ``infra`` failure, retried under
+        ``failure_policy``.
+        """
+        del item, sandbox
 
     def rollout_options(self, item: Any, options: AgentOptions) -> AgentOptions:
         """The agent options for ``item``'s rollouts (default: ``options`` unchanged).
@@ -625,6 +640,12 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         async def reward(result: AgentResult, ctx: ToolContext) -> float:
             return await self.compute_reward(item, result, ctx)
 
+        setup: SandboxSetup | None = None
+        if overrides(self, HermesAgentBaseEnv, "setup_sandbox"):
+
+            async def setup(sandbox: Sandbox) -> None:
+                await self.setup_sandbox(item, sandbox)
+
         options = self.rollout_options(
             item,
             self.config.build_agent_options(
@@ -641,6 +662,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             registry=self.tool_registry,
             placeholder_encode=self._placeholder_encode,
             failure_policy=self.config.build_failure_policy(),
+            sandbox_setup=setup,
         )
 
     def _placeholder_encode(self, text: str) -> list[int]:
@@ -771,6 +793,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                         sandbox_spec=self.sandbox_spec(item),
                         on_rollout=record,
                         staleness=self.config.build_staleness(self.policy_version_source),
+                        snapshot=self.config.group_snapshot,
                         **self._core_args(item, client),
                     )
         except anyio.get_cancelled_exc_class():

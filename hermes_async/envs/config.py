@@ -143,6 +143,11 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
         description="Ready sandboxes kept warm per sandbox spec (0: none; each rollout's "
         "sandbox is created when it asks). See hermes_async.tools.sandbox.pool.",
     )
+    group_snapshot: bool = Field(
+        default=True,
+        description="With a setup_sandbox override: run it once per group and start the "
+        "group's sandboxes from a snapshot where the backend has one (Docker commit).",
+    )
     sandbox_pool_max_age: float = Field(
         default=600.0,
         gt=0,

@@ -453,3 +453,37 @@ def test_sandbox_pool_size_zero_is_no_pool(tmp_path: Path) -> None:
     assert env_config(tmp_path).build_pool() is None
     options = env_config(tmp_path, sandbox_pool_size=2, sandbox_pool_max_age=60).build_pool()
     assert options is not None and (options.size, options.max_age) == (2, 60)
+
+
+class SetUpEnv(TerminalTestEnv):
+    """Every rollout's sandbox gets a task file before the first turn."""
+
+    setups = 0
+
+    async def setup_sandbox(self, item: Any, sandbox: Any) -> None:
+        SetUpEnv.setups += 1
+        await sandbox.write_bytes(f"{sandbox.workdir}/task.txt", f"item {item}".encode())
+
+    async def compute_reward(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
+        out = await ctx.terminal("cat task.txt")
+        return 1.0 if str(out.get("output", "")).strip() == f"item {item}" else 0.0
+
+
+async def test_setup_sandbox_prepares_every_rollouts_sandbox(tmp_path: Path) -> None:
+    # Local sandboxes cannot snapshot: the setup runs in each of the group's sandboxes.
+    SetUpEnv.setups = 0
+    factory = CountingFactory(tmp_path / "sandboxes")
+    async with serve_policy(terminal_test_oracle()) as (url, _):
+        env = SetUpEnv(env_config(tmp_path), [server_config(url)])
+        with_factory(env, factory)
+        await env.setup()
+        group, _ = await env.collect_trajectories(GREETING)
+    assert group is not None and group["scores"] == [1.0, 1.0, 1.0]
+    assert SetUpEnv.setups == 3
+    assert factory.leftovers() == []
+
+
+def test_setup_sandbox_default_is_no_setup(tmp_path: Path) -> None:
+    env = TerminalTestEnv(env_config(tmp_path), [server_config("http://127.0.0.1:9/v1")])
+    assert env._core_args(GREETING, object())["sandbox_setup"] is None  # type: ignore[arg-type]
+    assert env_config(tmp_path).group_snapshot is True

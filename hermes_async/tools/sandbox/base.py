@@ -78,12 +78,15 @@ import types
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.archive import check_tar_members
+
+if TYPE_CHECKING:
+    from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
 from hermes_async.tools.sandbox.errors import (
     SandboxUnavailableError,
     TransferLimitError,
@@ -489,6 +492,25 @@ class Sandbox(AsyncResource):
             raise TransferLimitError(f"archive of {path!r}", limit=max_bytes, size=len(data))
         await _chunks_to(sink, data)
         return len(data)
+
+    def can_snapshot(self) -> bool:
+        """Whether :meth:`snapshot` works on this backend (it overrides it)."""
+        return type(self).snapshot is not Sandbox.snapshot
+
+    async def snapshot(self) -> SandboxSnapshot:
+        """Freeze the sandbox's files into a snapshot new sandboxes start from.
+
+        For per-group snapshots (:mod:`hermes_async.tools.sandbox.snapshot`): Docker commits
+        the container. Processes are not part of it.
+
+        Raises:
+            SandboxError: The backend has no snapshots (see :meth:`can_snapshot`), or taking
+                it failed.
+        """
+        raise SandboxError(
+            f"the {type(self).__name__} backend cannot snapshot a sandbox",
+            task_id=getattr(self, "task_id", None),
+        )
 
     async def alive(self) -> bool:
         """Whether the sandbox can run commands now (a warm pool asks before a hand-out).

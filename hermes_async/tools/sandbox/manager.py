@@ -100,6 +100,7 @@ from hermes_async.tools.sandbox.base import (
 )
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.pool import PoolOptions, PoolStatistics, WarmPool
+from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
 from hermes_async.tools.sandbox.spec import SandboxSpec, accepts_spec
 
 __all__ = (
@@ -844,6 +845,19 @@ class ManagedSandbox(Sandbox):
         **Cancellation**: shielded and bounded, as :meth:`SandboxManager.release`.
         """
         await self._manager.release(self.task_id, interrupted=interrupted)
+
+    def can_snapshot(self) -> bool:
+        """See :meth:`Sandbox.can_snapshot`."""
+        return self.inner.can_snapshot()
+
+    async def snapshot(self) -> SandboxSnapshot:
+        """See :meth:`Sandbox.snapshot` (holds a command slot while it runs)."""
+        async with self._slot() as sb:
+            return await sb.snapshot()
+
+    async def alive(self) -> bool:
+        """See :meth:`Sandbox.alive`."""
+        return not self._entry.released and await self.inner.alive()
 
     def background_processes(self) -> list[BackgroundProcess]:
         """See :meth:`Sandbox.background_processes`."""

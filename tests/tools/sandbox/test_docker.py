@@ -629,3 +629,35 @@ async def test_a_warm_pool_of_containers_hands_out_live_ones(docker_engine: str)
         stats = manager.statistics().pool
         assert stats is not None and stats.failed_checks == 1
     assert _our_containers(docker_engine) == []
+
+
+@docker
+async def test_a_snapshot_starts_containers_from_the_files_and_is_deleted(
+    docker_engine: str,
+) -> None:
+    from hermes_async.tools.sandbox.docker import SNAPSHOT_LABEL
+
+    async with SandboxManager(DockerBackend(make_config())) as manager:
+        template = await manager.get("template")
+        assert template.can_snapshot()
+        await template.exec("mkdir -p data && echo prepared > data/f")
+        snapshot = await template.snapshot()
+        await manager.release("template")
+        image = snapshot.spec.image
+        assert image is not None and image.startswith("hermes-async-snapshot:")
+        status, body = _request(docker_engine, f"/images/{urllib.parse.quote(image)}/json")
+        assert status == 200
+        assert json.loads(body)["Config"]["Labels"][SNAPSHOT_LABEL] == "1"
+        for task in ("a", "b"):
+            manager.assign_spec(task, snapshot.spec)
+            sandbox = await manager.get(task)
+            assert (await sandbox.exec("cat data/f")).stdout == "prepared\n"
+            await sandbox.exec("echo mine > data/f")  # each its own copy
+        b = await manager.get("b")
+        assert (await b.exec("cat data/f")).stdout == "mine\n"
+        await manager.release("a")
+        await manager.release("b")
+        await snapshot.aclose()
+    status, _ = _request(docker_engine, f"/images/{urllib.parse.quote(image)}/json")
+    assert status == 404
+    assert _our_containers(docker_engine) == []
