@@ -446,9 +446,10 @@ class _Engine(AsyncResource):
 async def reap_orphan_containers(
     docker_host: str | None = None, *, timeout_seconds: float = 60.0
 ) -> int:
-    """Remove labelled containers whose owner process is gone; return how many were removed.
+    """Remove labelled containers whose owner process is gone, then the group-snapshot images
+    such a process left; return how many were removed.
 
-    Only containers created on this host are judged (the owner id names the host); a process
+    Only containers and images created on this host are judged (the owner id names the host); a process
     whose pid was reused is recognised by its start time.
 
     **Cancellation**: containers already removed stay removed; the client is closed.
@@ -483,6 +484,24 @@ async def _reap(engine: _Engine, timeout_seconds: float) -> int:
             except Exception as exc:
                 if not engine.is_docker_error(exc, 404, 409):
                     raise
+        # Group snapshots whose process died before it deleted them (their containers are
+        # gone now, so nothing uses them).
+        images = await engine.call(
+            "an image listing", engine.client.images.list(filters={"label": [SNAPSHOT_LABEL]})
+        )
+        for image in images:
+            labels = image.get("Labels") or {}
+            owner = labels.get(_OWNER_LABEL, "")
+            if owner_is_alive(owner):
+                continue
+            for ref in image.get("RepoTags") or [image["Id"]]:
+                logger.info("removing orphan snapshot image %s (owner %s is gone)", ref, owner)
+                try:
+                    await engine.call("an orphan image removal", engine.client.images.delete(ref))
+                    removed += 1
+                except Exception as exc:
+                    if not engine.is_docker_error(exc, 404, 409):
+                        raise
     return removed
 
 

@@ -661,3 +661,40 @@ async def test_a_snapshot_starts_containers_from_the_files_and_is_deleted(
     status, _ = _request(docker_engine, f"/images/{urllib.parse.quote(image)}/json")
     assert status == 404
     assert _our_containers(docker_engine) == []
+
+
+@docker
+async def test_snapshot_images_of_dead_owners_are_reaped(docker_engine: str) -> None:
+    from hermes_async.tools.sandbox.docker import SNAPSHOT_LABEL, SNAPSHOT_REPOSITORY
+
+    host = socket.gethostname()
+    async with SandboxManager(DockerBackend(make_config())) as manager:
+        sandbox = await manager.get("t")
+        inner = sandbox.inner
+        assert isinstance(inner, DockerSandbox)
+        owners = {"dead": f"{host}/999999999/1", "foreign": "another-host/1/1"}
+        for tag, owner in owners.items():
+            await inner._container.commit(
+                repository=SNAPSHOT_REPOSITORY,
+                tag=f"reap-test-{tag}",
+                changes=[f"LABEL {SNAPSHOT_LABEL}=1", f"LABEL {LABEL}.owner={owner}"],
+            )
+        mine = await inner.snapshot()  # this process's: alive, kept
+    try:
+        assert await reap_orphan_containers(docker_engine) >= 1
+
+        def exists(ref: str) -> bool:
+            return _request(docker_engine, f"/images/{urllib.parse.quote(ref)}/json")[0] == 200
+
+        assert not exists(f"{SNAPSHOT_REPOSITORY}:reap-test-dead")
+        assert exists(f"{SNAPSHOT_REPOSITORY}:reap-test-foreign")
+        assert mine.spec.image is not None and exists(mine.spec.image)
+    finally:
+        await mine.aclose()
+        import aiodocker
+
+        client = aiodocker.Docker(url=docker_engine)
+        try:
+            await client.images.delete(f"{SNAPSHOT_REPOSITORY}:reap-test-foreign", force=True)
+        finally:
+            await client.close()
