@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
 import random
 import sys
@@ -46,13 +45,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from _scripted import serve, server_process, tool_turns
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
 from hermes_async.gc_tuning import tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import open_lag_monitor
-from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_loopback_server
+from hermes_async.testing import PolicyRequest
 
 WAIT_SCHEMA: JSONObject = {
     "type": "object",
@@ -62,28 +62,7 @@ WAIT_SCHEMA: JSONObject = {
 
 
 def make_policy(turns: int, tool_latency: float) -> Callable[[PolicyRequest], str]:
-    def policy(request: PolicyRequest) -> str:
-        done = sum(1 for m in request.messages if m.get("role") == "assistant")
-        if done >= turns:
-            return "All steps are complete."
-        call = {"name": "wait", "arguments": {"seconds": tool_latency}}
-        return f"Step {done + 1}.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
-
-    return policy
-
-
-# ------------------------------------------------------------------------------ server process
-
-
-async def serve(args: argparse.Namespace) -> None:
-    server = ScriptedModelServer(
-        make_policy(args.turns, args.tool_latency),
-        response_delay_seconds=args.model_latency,
-        max_chunk_tokens=8,
-    )
-    async with open_loopback_server(server) as base_url:
-        print(base_url, flush=True)
-        await anyio.sleep_forever()
+    return tool_turns(turns, lambda _: {"name": "wait", "arguments": {"seconds": tool_latency}})
 
 
 # ------------------------------------------------------------------------------ client side
@@ -268,21 +247,9 @@ async def main(args: argparse.Namespace) -> None:
     load_tokenizer()  # load outside the measurements
     if args.gc == "tuned":
         tune_gc_for_rollouts()
-    cmd = [
-        sys.executable,
-        __file__,
-        "--serve",
-        "--model-latency",
-        str(args.model_latency),
-        "--tool-latency",
-        str(args.tool_latency),
-        "--turns",
-        str(args.turns),
-    ]
-    async with await anyio.open_process(cmd) as proc:
-        assert proc.stdout is not None
-        with anyio.fail_after(30):
-            base_url = (await proc.stdout.receive()).decode().split()[0]
+    arguments = ["--model-latency", str(args.model_latency), "--turns", str(args.turns)]
+    arguments += ["--tool-latency", str(args.tool_latency)]
+    async with server_process(__file__, arguments) as base_url:
         print(
             f"scripted server (separate process) at {base_url}; model latency "
             f"{args.model_latency}s, tool latency {args.tool_latency}s +-50%, {args.turns} tool "
@@ -309,7 +276,6 @@ async def main(args: argparse.Namespace) -> None:
                         flush=True,
                     )
         finally:
-            proc.terminate()
             BASELINE_POOL.shutdown(wait=False, cancel_futures=True)
     if modes != ["ours", "baseline"] or args.no_rss:
         return  # the table needs both sides and the RSS pass
@@ -361,6 +327,6 @@ if __name__ == "__main__":
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.serve:
-        anyio.run(serve, ns)
+        anyio.run(serve, make_policy(ns.turns, ns.tool_latency), ns.model_latency)
     else:
         anyio.run(main, ns)  # asyncio: the baseline needs run_in_executor

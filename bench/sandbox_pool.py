@@ -27,18 +27,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import anyio
+from _scripted import scripted_group, serve, server_process, tool_turns
 
 from hermes_async import Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
-from hermes_async.agent import AgentOptions, run_group
+from hermes_async.agent import AgentOptions
 from hermes_async.inference import SamplingParams
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
-from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_loopback_server
+from hermes_async.testing import PolicyRequest
 from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.manager import SandboxFactory, SandboxManager
 from hermes_async.tools.sandbox.pool import PoolOptions
@@ -105,26 +105,11 @@ async def wait_round(
 
 
 def make_policy(turns: int, tool_seconds: float) -> Callable[[PolicyRequest], str]:
-    def policy(request: PolicyRequest) -> str:
-        done = sum(1 for m in request.messages if m.get("role") == "assistant")
-        if done >= turns:
-            return "All steps are complete."
-        command = f"sleep {tool_seconds}; echo step {done} >> log && wc -l log"
-        call = {"name": "run", "arguments": {"command": command}}
-        return f"Step {done + 1}.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
+    def call(turn: int) -> dict[str, Any]:
+        command = f"sleep {tool_seconds}; echo step {turn} >> log && wc -l log"
+        return {"name": "run", "arguments": {"command": command}}
 
-    return policy
-
-
-async def serve(args: argparse.Namespace) -> None:
-    server = ScriptedModelServer(
-        make_policy(args.turns, args.tool_seconds),
-        response_delay_seconds=args.model_latency,
-        max_chunk_tokens=8,
-    )
-    async with open_loopback_server(server) as base_url:
-        print(base_url, flush=True)
-        await anyio.sleep_forever()
+    return tool_turns(turns, call)
 
 
 async def agent_round(
@@ -148,9 +133,6 @@ async def agent_round(
     wall = 0.0
     clean = 0
 
-    async def reward(result: object, ctx: object) -> float:
-        return 1.0
-
     async with (
         VLLMGenerateClient(base_url, limiter=limits.model_requests) as client,
         SandboxManager(factory_for(backend), limits=limits, pool=pool) as manager,
@@ -162,18 +144,16 @@ async def agent_round(
         async def group(g: int, wave: int) -> None:
             nonlocal wall, clean
             start = anyio.current_time()
-            scored = await run_group(
+            scored = await scripted_group(
                 client,
-                [{"role": "user", "content": f"Do task {wave}-{g}."}],
                 tools,
+                f"{wave}-{g}",
                 size=args.size,
-                reward=reward,  # type: ignore[arg-type]
                 tokenizer=tokenizer,
                 options=options,
                 sandboxes=manager,
                 limits=limits,
                 registry=registry,
-                task_ids=[f"{wave}-{g}-{i}" for i in range(args.size)],
             )
             wall += (anyio.current_time() - start) * args.size
             clean += sum(1 for r in scored.rollouts if r.error is None)
@@ -217,30 +197,24 @@ async def main(args: argparse.Namespace) -> None:
 
 
 async def agent_part(backend: str, args: argparse.Namespace) -> dict[str, float]:
-    cmd = [sys.executable, __file__, "--serve", "--model-latency", str(args.model_latency)]
-    cmd += ["--turns", str(args.turns), "--tool-seconds", str(args.tool_seconds)]
     shares: dict[str, float] = {}
-    async with await anyio.open_process(cmd) as proc:
-        assert proc.stdout is not None
-        with anyio.fail_after(30):
-            base_url = (await proc.stdout.receive()).decode().split()[0]
-        try:
-            n = args.groups * args.size
+    arguments = ["--model-latency", str(args.model_latency), "--turns", str(args.turns)]
+    arguments += ["--tool-seconds", str(args.tool_seconds)]
+    async with server_process(__file__, arguments) as base_url:
+        n = args.groups * args.size
+        print(
+            f"  agent: {args.waves} waves of {args.groups} groups x {args.size} = {n} "
+            f"rollouts at once, {args.turns} tool turns each, model latency "
+            f"{args.model_latency}s (scripted server in its own process)"
+        )
+        for side in ("cold", "pool"):
+            waited, wall, clean = await agent_round(base_url, backend, side == "pool", args)
+            shares[side] = waited / wall
             print(
-                f"  agent: {args.waves} waves of {args.groups} groups x {args.size} = {n} "
-                f"rollouts at once, {args.turns} tool turns each, model latency "
-                f"{args.model_latency}s (scripted server in its own process)"
+                f"  agent {side:4s}: waiting for sandboxes {waited:7.2f} s of {wall:8.1f} s "
+                f"rollout wall time = {waited / wall:.2%} ({clean} clean)",
+                flush=True,
             )
-            for side in ("cold", "pool"):
-                waited, wall, clean = await agent_round(base_url, backend, side == "pool", args)
-                shares[side] = waited / wall
-                print(
-                    f"  agent {side:4s}: waiting for sandboxes {waited:7.2f} s of {wall:8.1f} s "
-                    f"rollout wall time = {waited / wall:.2%} ({clean} clean)",
-                    flush=True,
-                )
-        finally:
-            proc.terminate()
     return shares
 
 
@@ -260,4 +234,7 @@ if __name__ == "__main__":
     parser.add_argument("--model-latency", type=float, default=0.2)
     parser.add_argument("--tool-seconds", type=float, default=1.0, help="agent: each command")
     parsed = parser.parse_args()
-    anyio.run(serve if parsed.serve else main, parsed)
+    if parsed.serve:
+        anyio.run(serve, make_policy(parsed.turns, parsed.tool_seconds), parsed.model_latency)
+    else:
+        anyio.run(main, parsed)

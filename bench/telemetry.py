@@ -22,13 +22,12 @@ ratio is the median CPU per rollout of ``on`` over that of ``off``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 
 import anyio
+from _scripted import scripted_group, serve, server_process, tool_turns
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -36,18 +35,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hermes_async import Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
-from hermes_async.agent import AgentOptions, run_group
+from hermes_async.agent import AgentOptions
 from hermes_async.gc_tuning import tune_gc_for_rollouts
 from hermes_async.inference import SamplingParams
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
 from hermes_async.telemetry import configure_telemetry, tracing_enabled
-from hermes_async.testing import (
-    FakeSandboxFactory,
-    PolicyRequest,
-    ScriptedModelServer,
-    open_loopback_server,
-)
+from hermes_async.testing import FakeSandboxFactory, PolicyRequest
 from hermes_async.tools.sandbox.manager import SandboxManager
 
 WAIT_SCHEMA: JSONObject = {
@@ -58,25 +52,7 @@ WAIT_SCHEMA: JSONObject = {
 
 
 def make_policy(turns: int, tool_latency: float) -> Callable[[PolicyRequest], str]:
-    def policy(request: PolicyRequest) -> str:
-        done = sum(1 for m in request.messages if m.get("role") == "assistant")
-        if done >= turns:
-            return "All steps are complete."
-        call = {"name": "wait", "arguments": {"seconds": tool_latency}}
-        return f"Step {done + 1}.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
-
-    return policy
-
-
-async def serve(args: argparse.Namespace) -> None:
-    server = ScriptedModelServer(
-        make_policy(args.turns, args.tool_latency),
-        response_delay_seconds=args.model_latency,
-        max_chunk_tokens=8,
-    )
-    async with open_loopback_server(server) as base_url:
-        print(base_url, flush=True)
-        await anyio.sleep_forever()
+    return tool_turns(turns, lambda _: {"name": "wait", "arguments": {"seconds": tool_latency}})
 
 
 async def one_round(base_url: str, args: argparse.Namespace, label: str) -> tuple[float, int]:
@@ -94,9 +70,6 @@ async def one_round(base_url: str, args: argparse.Namespace, label: str) -> tupl
     options = AgentOptions(max_turns=args.turns + 1, sampling=SamplingParams(max_tokens=128))
     clean = 0
 
-    async def reward(result: object, ctx: object) -> float:
-        return 1.0
-
     cpu = time.process_time()
     async with (
         VLLMGenerateClient(base_url, limiter=limits.model_requests) as client,
@@ -105,18 +78,16 @@ async def one_round(base_url: str, args: argparse.Namespace, label: str) -> tupl
 
         async def group(g: int) -> None:
             nonlocal clean
-            scored = await run_group(
+            scored = await scripted_group(
                 client,
-                [{"role": "user", "content": f"Do task {g}."}],
                 tools,
+                f"{label}-{g}",
                 size=args.size,
-                reward=reward,  # type: ignore[arg-type]
                 tokenizer=tokenizer,
                 options=options,
                 sandboxes=manager,
                 limits=limits,
                 registry=registry,
-                task_ids=[f"{label}-{g}-{i}" for i in range(args.size)],
             )
             clean += sum(1 for r in scored.rollouts if r.error is None)
 
@@ -129,15 +100,12 @@ async def one_round(base_url: str, args: argparse.Namespace, label: str) -> tupl
 async def main(args: argparse.Namespace) -> None:
     load_tokenizer().apply_chat_template([{"role": "user", "content": "x"}], None)
     tune_gc_for_rollouts()
-    cmd = [sys.executable, __file__, "--serve", "--model-latency", str(args.model_latency)]
-    cmd += ["--tool-latency", str(args.tool_latency), "--turns", str(args.turns)]
+    arguments = ["--model-latency", str(args.model_latency), "--turns", str(args.turns)]
+    arguments += ["--tool-latency", str(args.tool_latency)]
     n = args.groups * args.size
     cpu: dict[str, list[float]] = {"off": [], "on": []}
     spans_per_rollout = 0.0
-    async with await anyio.open_process(cmd) as proc:
-        assert proc.stdout is not None
-        with anyio.fail_after(30):
-            base_url = (await proc.stdout.receive()).decode().split()[0]
+    async with server_process(__file__, arguments) as base_url:
         print(
             f"scripted server (separate process) at {base_url}; {args.groups} groups x "
             f"{args.size} = {n} concurrent rollouts, {args.turns} tool turns + answer each; "
@@ -173,7 +141,6 @@ async def main(args: argparse.Namespace) -> None:
                     )
         finally:
             configure_telemetry()
-            proc.terminate()
     site_off, site_on = span_site_cost(exporter_off=True), span_site_cost(exporter_off=False)
     off, on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
     print(
@@ -219,4 +186,7 @@ if __name__ == "__main__":
     parser.add_argument("--tool-latency", type=float, default=0.05)
     parser.add_argument("--model-requests", type=int, default=64)
     parsed = parser.parse_args()
-    anyio.run(serve if parsed.serve else main, parsed)
+    if parsed.serve:
+        anyio.run(serve, make_policy(parsed.turns, parsed.tool_latency), parsed.model_latency)
+    else:
+        anyio.run(main, parsed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import anyio
@@ -78,22 +79,32 @@ class Setup:
         await sandbox.write_bytes(SETUP_FILE, b"prepared")
 
 
-async def group_with(backend: SnapshotBackend, setup: Setup, **kw: Any) -> Any:
-    async with token_client(answer) as client, SandboxManager(backend) as manager:
-        group = await run_group(
-            client,
-            [{"role": "user", "content": "go"}],
-            TOOLS,
-            size=4,
-            reward=reads_setup,
-            tokenizer=TOKENIZER,
-            options=AgentOptions(max_tokens=32),
-            sandboxes=manager,
-            sandbox_setup=setup,
-            task_ids=[f"r{i}" for i in range(4)],
-            **kw,
-        )
-        assert manager.task_ids() == []
+async def group_with(
+    backend: SnapshotBackend, setup: Setup, *, cancel_after: float | None = None, **kw: Any
+) -> Any:
+    """A group of 4 on ``backend`` with ``setup``; ``cancel_after``: the model is slow and the
+    group is cancelled then (``None`` is returned)."""
+    delay = 30.0 if cancel_after is not None else 0.0
+    group = None
+    async with (
+        token_client(answer, response_delay_seconds=delay) as client,
+        SandboxManager(backend) as manager,
+    ):
+        with anyio.move_on_after(cancel_after if cancel_after is not None else math.inf):
+            group = await run_group(
+                client,
+                [{"role": "user", "content": "go"}],
+                TOOLS,
+                size=4,
+                reward=reads_setup,
+                tokenizer=TOKENIZER,
+                options=AgentOptions(max_tokens=32),
+                sandboxes=manager,
+                sandbox_setup=setup,
+                task_ids=[f"r{i}" for i in range(4)],
+                **kw,
+            )
+        assert manager.task_ids() == []  # released by the group itself, not the manager's exit
     return group
 
 
@@ -142,25 +153,7 @@ async def test_a_setup_that_fails_in_the_template_falls_back_and_is_retried_per_
 
 async def test_a_group_cancelled_mid_way_deletes_its_snapshot() -> None:
     backend, setup = SnapshotBackend(), Setup()
-
-    def slow(request: PolicyRequest) -> str:
-        return "done"
-
-    async with (
-        token_client(slow, response_delay_seconds=30) as client,
-        SandboxManager(backend) as manager,
-    ):
-        with anyio.move_on_after(1):
-            await run_group(
-                client,
-                [{"role": "user", "content": "go"}],
-                TOOLS,
-                size=3,
-                tokenizer=TOKENIZER,
-                sandboxes=manager,
-                sandbox_setup=setup,
-            )
-        assert manager.task_ids() == []  # the first rollout's sandbox too, before the exit
+    assert await group_with(backend, setup, cancel_after=1) is None
     assert setup.calls == 1
     assert backend.deleted == ["snap-0"] and backend.images == {}
     assert all(s.closed for s in backend.created)

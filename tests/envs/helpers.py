@@ -77,6 +77,14 @@ def with_factory(env: Any, factory: CountingFactory) -> None:
     env.make_sandbox_factory = make
 
 
+async def ready_env(cls: Any, config: Any, url: str, factory: CountingFactory) -> Any:
+    """``cls(config, [server at url])`` on ``factory``'s sandboxes, after ``setup()``."""
+    env = cls(config, [server_config(url)])
+    with_factory(env, factory)
+    await env.setup()
+    return env
+
+
 @asynccontextmanager
 async def serve_policy(
     policy: Callable[[Any], str], **kw: Any

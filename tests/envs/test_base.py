@@ -27,10 +27,10 @@ from hermes_async.tools.sandbox.local import find_sandbox_processes
 from tests.envs.helpers import (
     CountingFactory,
     env_config,
+    ready_env,
     serve_policy,
     server_config,
     tool_call,
-    with_factory,
 )
 
 pytestmark = pytest.mark.anyio
@@ -136,9 +136,7 @@ async def test_reward_that_raises_scores_zero_and_leaves_no_sandbox(tmp_path: Pa
     factory = CountingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
         config = env_config(tmp_path, failure_policy="zero")
-        env = RaisingRewardEnv(config, [server_config(url)])
-        with_factory(env, factory)
-        await env.setup()
+        env = await ready_env(RaisingRewardEnv, config, url, factory)
         async with env.open_sandboxes() as manager:
             group, _ = await env.collect_trajectories(GREETING)
             # Released by each rollout itself, not only at the manager's exit.
@@ -155,11 +153,9 @@ async def test_reward_that_raises_scores_zero_and_leaves_no_sandbox(tmp_path: Pa
 async def test_reward_that_always_raises_is_retried_then_its_group_masked(tmp_path: Path) -> None:
     factory = CountingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
-        env = RaisingRewardEnv(
-            env_config(tmp_path, failure_retry_backoff=0.01), [server_config(url)]
+        env = await ready_env(
+            RaisingRewardEnv, env_config(tmp_path, failure_retry_backoff=0.01), url, factory
         )
-        with_factory(env, factory)
-        await env.setup()
         group, _ = await env.collect_trajectories(GREETING)
     assert group is None  # atroposlib's "no group": never a partial one
     assert len(factory.created) == 9 and factory.leftovers() == []  # 3 x 3 fresh sandboxes
@@ -177,9 +173,7 @@ def sleeper_policy(request: PolicyRequest) -> str:
 async def test_group_cancelled_mid_rollout_leaves_no_sandbox(tmp_path: Path) -> None:
     factory = CountingFactory(tmp_path / "sandboxes")
     async with serve_policy(sleeper_policy) as (url, _):
-        env = TerminalTestEnv(env_config(tmp_path), [server_config(url)])
-        with_factory(env, factory)
-        await env.setup()
+        env = await ready_env(TerminalTestEnv, env_config(tmp_path), url, factory)
         async with env.open_sandboxes() as manager:
             with anyio.move_on_after(60) as outer:
                 async with anyio.create_task_group() as tg:
@@ -209,9 +203,7 @@ async def test_failing_prompt_fails_its_group_and_leaves_no_sandbox(tmp_path: Pa
     # format_prompt runs once per group (the group's rollouts share one prompt).
     factory = CountingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
-        env = FailingPromptEnv(env_config(tmp_path), [server_config(url)])
-        with_factory(env, factory)
-        await env.setup()
+        env = await ready_env(FailingPromptEnv, env_config(tmp_path), url, factory)
         group, _ = await env.collect_trajectories(GREETING)
         assert group is not None and group["scores"] == [1.0, 1.0, 1.0]
         with pytest.raises(ValueError, match="bad item for group 2"):
@@ -233,9 +225,7 @@ def first_answers_others_sleep() -> Any:
 async def test_failing_rollout_cancels_siblings_and_propagates(tmp_path: Path) -> None:
     factory = CountingFactory(tmp_path / "sandboxes")
     async with serve_policy(first_answers_others_sleep()) as (url, _):
-        env = TerminalTestEnv(env_config(tmp_path), [server_config(url)])
-        with_factory(env, factory)
-        await env.setup()
+        env = await ready_env(TerminalTestEnv, env_config(tmp_path), url, factory)
 
         def explode(summary: Any) -> None:  # runs inside the rollout that just finished
             raise ValueError(f"progress display broke on {summary.label}")
@@ -434,9 +424,9 @@ def test_subclass_must_use_hermes_config(tmp_path: Path) -> None:
 async def test_sandbox_pool_size_keeps_the_runs_sandboxes_warm(tmp_path: Path) -> None:
     factory = CountingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
-        env = TerminalTestEnv(env_config(tmp_path, sandbox_pool_size=3), [server_config(url)])
-        with_factory(env, factory)
-        await env.setup()
+        env = await ready_env(
+            TerminalTestEnv, env_config(tmp_path, sandbox_pool_size=3), url, factory
+        )
         async with env.open_sandboxes() as manager:
             assert manager.pool is not None and manager.pool.options.size == 3
             with anyio.fail_after(30):
@@ -474,9 +464,7 @@ async def test_setup_sandbox_prepares_every_rollouts_sandbox(tmp_path: Path) -> 
     SetUpEnv.setups = 0
     factory = CountingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
-        env = SetUpEnv(env_config(tmp_path), [server_config(url)])
-        with_factory(env, factory)
-        await env.setup()
+        env = await ready_env(SetUpEnv, env_config(tmp_path), url, factory)
         group, _ = await env.collect_trajectories(GREETING)
     assert group is not None and group["scores"] == [1.0, 1.0, 1.0]
     assert SetUpEnv.setups == 3

@@ -418,57 +418,46 @@ async def test_exit_waits_for_a_close_another_task_started() -> None:
         assert manager.statistics().released == 1
 
 
+async def get_or_record(manager: SandboxManager, task_id: str, errors: list[str]) -> None:
+    """``manager.get(task_id)``; a SandboxError's message is appended to ``errors``."""
+    try:
+        await manager.get(task_id)
+    except SandboxError as exc:
+        errors.append(str(exc))
+
+
+async def open_gate_later(factory: GatedFactory) -> None:
+    await anyio.sleep(0.2)
+    factory.go.set()
+
+
 async def test_exit_waits_for_a_creation_in_flight_and_closes_its_sandbox() -> None:
     factory = GatedFactory()
-    errors: list[BaseException] = []
-
-    async def get(manager: SandboxManager) -> None:
-        try:
-            await manager.get("t")
-        except SandboxError as exc:
-            errors.append(exc)
-
-    async def open_gate_later() -> None:
-        await anyio.sleep(0.2)
-        factory.go.set()
-
+    errors: list[str] = []
     async with anyio.create_task_group() as tg:
         async with SandboxManager(factory) as manager:
-            tg.start_soon(get, manager)
+            tg.start_soon(get_or_record, manager, "t", errors)
             await factory.started.wait()
-            tg.start_soon(open_gate_later)
+            tg.start_soon(open_gate_later, factory)
         # The exit waited for the creation, and the sandbox it made was closed.
         assert len(factory.created) == 1 and factory.created[0].closed
-    assert len(errors) == 1 and "released while it was being created" in str(errors[0])
+    assert len(errors) == 1 and "released while it was being created" in errors[0]
 
 
 async def test_a_creation_queued_when_the_exit_begins_creates_nothing() -> None:
     factory = GatedFactory()
-    limits = Limits(sandbox_create=1)
-    errors: list[SandboxError] = []
-
-    async def get(manager: SandboxManager, task_id: str) -> None:
-        try:
-            await manager.get(task_id)
-        except SandboxError as exc:
-            errors.append(exc)
-
-    async def open_gate_later() -> None:
-        await anyio.sleep(0.2)
-        factory.go.set()
-
+    errors: list[str] = []
     async with anyio.create_task_group() as tg:
-        async with SandboxManager(factory, limits=limits) as manager:
-            tg.start_soon(get, manager, "first")
+        async with SandboxManager(factory, limits=Limits(sandbox_create=1)) as manager:
+            tg.start_soon(get_or_record, manager, "first", errors)
             await factory.started.wait()
-            tg.start_soon(get, manager, "queued")  # waits for the one creation slot
+            tg.start_soon(get_or_record, manager, "queued", errors)  # waits for the one slot
             await anyio.wait_all_tasks_blocked()
-            tg.start_soon(open_gate_later)
+            tg.start_soon(open_gate_later, factory)
         assert factory.attempts == 1  # the queued one never reached the factory
         assert [s.closed for s in factory.created] == [True]
-    messages = sorted(str(e) for e in errors)
-    assert len(messages) == 2
-    assert any("closed before this sandbox could be created" in m for m in messages)
+    assert len(errors) == 2
+    assert any("closed before this sandbox could be created" in m for m in errors)
 
 
 async def test_exit_wait_for_a_stuck_creation_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
