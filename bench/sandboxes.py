@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,7 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import open_lag_monitor
 from hermes_async.tools.registry import builtin_registry, get_tool_definitions
 from hermes_async.tools.sandbox.backends import make_backend_factory
+from hermes_async.tools.sandbox.host import pidfd_child_watcher
 from hermes_async.tools.sandbox.manager import SandboxManager
 
 TERMINAL_SCHEMA: JSONObject = {
@@ -266,6 +268,11 @@ async def reference(base_url: str, n: int, args: argparse.Namespace) -> Side:
 
 async def main(args: argparse.Namespace) -> None:
     load_tokenizer()
+    with pidfd_child_watcher() if args.pidfd else nullcontext():
+        await compare(args)
+
+
+async def compare(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     sides = args.sides.split(",")
     arguments = ["--model-latency", str(args.model_latency), "--turns", str(args.turns)]
@@ -305,6 +312,12 @@ if __name__ == "__main__":
     parser.add_argument("--tool-seconds", type=float, default=0.5)
     parser.add_argument("--model-latency", type=float, default=0.2)
     parser.add_argument("--stall", type=float, default=120.0)
+    parser.add_argument(
+        "--no-pidfd",
+        dest="pidfd",
+        action="store_false",
+        help="keep Python 3.11's thread-per-child watcher (the entry points swap it)",
+    )
     parsed = parser.parse_args()
     if parsed.serve:
         anyio.run(serve, make_policy(parsed.turns, parsed.tool_seconds), parsed.model_latency)

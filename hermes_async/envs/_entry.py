@@ -11,7 +11,8 @@ Each run of an entry point gets, around atroposlib's own loop:
   through ``asyncio.run``. Only the main thread can receive signals, so elsewhere (a test
   running an env in a thread) the handler is skipped;
 * **garbage-collector tuning** for many concurrent rollouts (config ``tune_gc``), restored
-  afterwards;
+  afterwards, and on Python 3.11 asyncio's pidfd child watcher instead of a thread per child
+  process (:func:`~hermes_async.tools.sandbox.host.pidfd_child_watcher`);
 * **stopping the tasks atroposlib spawned** (its rollout workers, a running eval): it starts
   them with ``asyncio.create_task`` and never awaits them, so the run's cancellation does not
   reach them. They are cancelled and awaited (bounded by :data:`STRAY_TASK_TIMEOUT_SECONDS`)
@@ -51,6 +52,7 @@ from hermes_async._cleanup import cleanup_scope
 from hermes_async._groups import single_errors
 from hermes_async.envs._watchdog import Watchdog
 from hermes_async.telemetry import serve_metrics
+from hermes_async.tools.sandbox.host import pidfd_child_watcher
 
 __all__ = (
     "CLIENT_CLOSE_TIMEOUT_SECONDS",
@@ -110,7 +112,7 @@ async def run_entry(
     terminated = False
     tuned: AbstractContextManager[object] = gc_tuning() if gc_tuning is not None else nullcontext()
     try:
-        with tuned, single_errors():
+        with tuned, single_errors(), pidfd_child_watcher():
             async with sandboxes(), anyio.create_task_group() as tg:
 
                 async def on_sigterm(*, task_status: TaskStatus[None]) -> None:

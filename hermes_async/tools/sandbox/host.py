@@ -10,10 +10,15 @@ directories, one ``rm`` for all the removals that arrive together.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import signal
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +39,7 @@ __all__ = (
     "TRANSFER_TIMEOUT_SECONDS",
     "DirectoryRemover",
     "RawResult",
+    "pidfd_child_watcher",
     "run_bounded",
     "start_process",
 )
@@ -64,6 +70,44 @@ _PATHS_PER_RM = 512
 _STDIN_CLOSE_SECONDS = 1.0
 
 _READ_CHUNK = 65536
+
+
+@contextmanager
+def pidfd_child_watcher() -> Iterator[bool]:
+    """On asyncio before Python 3.12, wait for child processes through pidfds for the block.
+
+    Python 3.11's default child watcher starts **one thread per child process** to wait for
+    it; with hundreds of sandbox commands at once those threads and their start-up were ~27% of
+    the process's CPU (py-spy, ``bench/sandboxes.py`` at 256 rollouts). ``PidfdChildWatcher``
+    (Linux >= 5.3) registers each child's pidfd with the event loop instead, as Python 3.12
+    does by default. The entry points (:func:`hermes_async.envs._entry.run_entry`) use it for
+    the run; the previous watcher is restored after. Call it inside the running asyncio loop
+    the block runs on. Yields whether it was installed (not under trio, not on 3.12+, not
+    without ``os.pidfd_open``, not when someone installed their own watcher).
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not in asyncio (trio has no child watchers)
+        loop = None
+    if loop is None or sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        yield False
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        policy = asyncio.get_event_loop_policy()
+        previous = getattr(policy, "_watcher", None)
+        if previous is not None and not isinstance(previous, asyncio.ThreadedChildWatcher):
+            yield False  # the application chose its watcher: leave it
+            return
+        watcher = asyncio.PidfdChildWatcher()
+        watcher.attach_loop(loop)  # 3.11's registers pidfds with the loop it is attached to
+        asyncio.set_child_watcher(watcher)
+    try:
+        yield True
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            asyncio.set_child_watcher(previous)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
