@@ -100,10 +100,10 @@ class Side:
         )
 
 
-async def watched(side: Side, n: int, stall: float, body: Any) -> None:
-    """Run ``body`` (which counts ``side.completed``); abort it if nothing completes for
-    ``stall`` seconds while rollouts are pending."""
-    async with anyio.create_task_group() as tg:
+async def run_all(side: Side, n: int, stall: float, one: Any) -> None:
+    """Run ``one(i)`` for i < n at once, timed and under a loop-lag monitor; abort if nothing
+    completes (``side.completed``) for ``stall`` seconds while rollouts are pending."""
+    async with open_lag_monitor() as monitor, anyio.create_task_group() as tg:
 
         async def watchdog() -> None:
             last, seen = anyio.current_time(), -1
@@ -117,7 +117,14 @@ async def watched(side: Side, n: int, stall: float, body: Any) -> None:
                     return
 
         tg.start_soon(watchdog)
-        await body()
+        start = anyio.current_time()
+        try:
+            async with anyio.create_task_group() as rollouts:
+                for i in range(n):
+                    rollouts.start_soon(one, i)
+        finally:  # also when the watchdog cut the run
+            side.seconds = anyio.current_time() - start
+            side.lag_p99_ms = monitor.statistics().p99 * 1e3
         tg.cancel_scope.cancel("done")
 
 
@@ -177,16 +184,7 @@ async def ours(base_url: str, n: int, args: argparse.Namespace) -> Side:
                 side.completed += 1
                 side.rewarded += scored.reward == 1.0
 
-        async def body() -> None:
-            async with anyio.create_task_group() as tg:
-                for i in range(n):
-                    tg.start_soon(one, i)
-
-        async with open_lag_monitor() as monitor:
-            start = anyio.current_time()
-            await watched(side, n, args.stall, body)
-            side.seconds = anyio.current_time() - start
-            side.lag_p99_ms = monitor.statistics().p99 * 1e3
+        await run_all(side, n, args.stall, one)
         stats = manager.statistics()
         side.created, side.released = stats.created, stats.released
     return side
@@ -253,16 +251,7 @@ async def reference(base_url: str, n: int, args: argparse.Namespace) -> Side:
                 if directory is not None:
                     shutil.rmtree(directory, ignore_errors=True)
 
-        async def body() -> None:
-            async with anyio.create_task_group() as tg:
-                for i in range(n):
-                    tg.start_soon(one, i)
-
-        async with open_lag_monitor() as monitor:
-            start = anyio.current_time()
-            await watched(side, n, args.stall, body)
-            side.seconds = anyio.current_time() - start
-            side.lag_p99_ms = monitor.statistics().p99 * 1e3
+        await run_all(side, n, args.stall, one)
     return side
 
 

@@ -74,8 +74,8 @@ def test_bad_timeout_is_a_clear_error() -> None:
 
 
 def test_shields_are_written_only_in_the_cleanup_helper() -> None:
-    """Every shielded scope is a cleanup (cleanup_scope) or an acquisition (acquisition_scope);
-    the one other occurrence is the conformance suite's docstring example for users."""
+    """Every shielded scope is a cleanup (cleanup_scope) or an acquisition (acquisition_scope),
+    docstring examples included (users copy them)."""
     root = Path(__file__).resolve().parents[1] / "hermes_async"
     found = [
         f"{path.relative_to(root)}:{number}"
@@ -84,7 +84,7 @@ def test_shields_are_written_only_in_the_cleanup_helper() -> None:
         for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
         if "shield=True" in line
     ]
-    assert found == ["testing/sandbox_conformance.py:16"]
+    assert found == []
 
 
 def test_an_acquisition_needs_a_positive_deadline() -> None:

@@ -9,12 +9,9 @@ pytest::
 
     @pytest.mark.parametrize("check", CONFORMANCE_CHECKS.values(), ids=CONFORMANCE_CHECKS.keys())
     async def test_conformance(check):
-        sandbox = await my_factory("conformance")
-        try:
+        # ``async with`` owns the close: shielded, bounded by the sandbox's close_timeout.
+        async with await my_factory("conformance") as sandbox:
             await check(sandbox)
-        finally:
-            with anyio.move_on_after(30, shield=True):  # the caller owns the close: bound it
-                await sandbox.aclose()
 
 or all at once with :func:`run_conformance`. The checks need ``sh``, ``bash``, ``tar``,
 ``setsid``, ``mkfifo``, ``head`` and ``sleep`` in the sandbox (any Debian/Ubuntu image).

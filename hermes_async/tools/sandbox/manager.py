@@ -247,7 +247,7 @@ class SandboxManager(AsyncResource):
         self._create_wait = 0.0
         self.pool: WarmPool | None = None
         if pool is not None and pool.size > 0:
-            self.pool = WarmPool(pool, self._pool_create, close_timeout=close_timeout)
+            self.pool = WarmPool(pool, self._new_sandbox, close_timeout=close_timeout)
         self._pool_scope = anyio.CancelScope()
         self._pool_done = anyio.Event()
 
@@ -340,13 +340,21 @@ class SandboxManager(AsyncResource):
         finally:
             self._pool_done.set()
 
-    async def _pool_create(self, task_id: str, spec: SandboxSpec | None) -> Sandbox:
-        """A creation for the warm pool: the cold path's limiter and deadline."""
-        timeout = self.create_timeout
+    def _create_timeout(self, spec: SandboxSpec | None) -> float:
         if spec is not None and spec.create_timeout is not None:
-            timeout = spec.create_timeout
+            return spec.create_timeout
+        return self.create_timeout
+
+    async def _new_sandbox(self, task_id: str, spec: SandboxSpec | None) -> Sandbox:
+        """One factory call behind ``sandbox_create`` and the creation deadline (a cold create
+        and the warm pool's fills alike); none starts once the manager is closing."""
         async with self.limits.sandbox_create:
-            with anyio.fail_after(timeout):
+            if self._state != "open":
+                raise _ClosedBeforeCreate(
+                    "the SandboxManager closed before this sandbox could be created",
+                    task_id=task_id,
+                )
+            with anyio.fail_after(self._create_timeout(spec)):
                 if spec is None:
                     return await self.factory(task_id)
                 return await self.factory(task_id, spec=spec)  # type: ignore[call-arg]
@@ -460,47 +468,29 @@ class SandboxManager(AsyncResource):
 
     async def _create(self, entry: _Entry) -> None:
         spec = self._specs.get(entry.task_id)
-        timeout = self.create_timeout
-        if spec is not None and spec.create_timeout is not None:
-            timeout = spec.create_timeout
         creating = anyio.Event()
         self._creating.add(creating)
         start = anyio.current_time()
         try:
-            await self._create_in_flight(entry, spec, timeout)
+            await self._create_in_flight(entry, spec)
         finally:
             self._create_wait += anyio.current_time() - start
             self._creating.discard(creating)
             creating.set()
 
-    async def _create_in_flight(
-        self, entry: _Entry, spec: SandboxSpec | None, timeout: float
-    ) -> None:
+    async def _create_in_flight(self, entry: _Entry, spec: SandboxSpec | None) -> None:
         try:
             with span("sandbox create", {"hermes_async.task_id": entry.task_id}) as s:
                 warm = None
                 if self.pool is not None:
                     warm = await self.pool.take(spec, entry.task_id)
                     s.set("hermes_async.sandbox.pooled", warm is not None)
-                if warm is not None:
-                    sandbox = warm
-                else:
-                    async with self.limits.sandbox_create:
-                        if self._state != "open":
-                            raise _ClosedBeforeCreate(
-                                "the SandboxManager closed before this sandbox could be created",
-                                task_id=entry.task_id,
-                            )
-                        with anyio.fail_after(timeout):
-                            if spec is None:
-                                sandbox = await self.factory(entry.task_id)
-                            else:
-                                sandbox = await self.factory(entry.task_id, spec=spec)  # type: ignore[call-arg]
+                sandbox = warm if warm is not None else await self._new_sandbox(entry.task_id, spec)
         except BaseException as exc:
             error: BaseException = exc
             if isinstance(exc, TimeoutError):
                 error = SandboxError(
-                    f"sandbox creation timed out after {timeout:g} s; raise "
+                    f"sandbox creation timed out after {self._create_timeout(spec):g} s; raise "
                     "create_timeout or check the backend",
                     task_id=entry.task_id,
                 )
