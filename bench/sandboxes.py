@@ -2,7 +2,8 @@
 
 Workload: N agent rollouts at once against the scripted model server (its own process), each
 ``--turns`` ``terminal`` calls (``sleep --tool-seconds; echo step >> log; wc -l < log``) and an
-answer, then a reward that runs ``wc -l < log`` in the rollout's sandbox, then the release.
+answer, then a reward that runs ``sleep --reward-seconds; wc -l < log`` in the rollout's sandbox
+(a task's verification: 0 s by default, a real test suite runs for seconds), then the release.
 Both sides use the same agent loop, so what differs is how tools, rewards and sandboxes run:
 
 * **ours**: ``run_rollout`` with the built-in ``terminal`` tool on a ``SandboxManager`` of
@@ -49,6 +50,7 @@ from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import open_lag_monitor
 from hermes_async.tools.registry import builtin_registry, get_tool_definitions
+from hermes_async.tools.sandbox import host
 from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.host import pidfd_child_watcher
 from hermes_async.tools.sandbox.manager import SandboxManager
@@ -63,6 +65,13 @@ TERMINAL_SCHEMA: JSONObject = {
 def make_policy(turns: int, tool_seconds: float) -> Any:
     command = f"sleep {tool_seconds}; echo step >> log; wc -l < log"
     return tool_turns(turns, lambda _: {"name": "terminal", "arguments": {"command": command}})
+
+
+def reward_command(args: argparse.Namespace) -> str:
+    """The reward's check: the log has one line per tool turn (after the verification time)."""
+    if args.reward_seconds > 0:
+        return f"sleep {args.reward_seconds}; wc -l < log"
+    return "wc -l < log"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -159,7 +168,7 @@ async def ours(base_url: str, n: int, args: argparse.Namespace) -> Side:
     )
 
     async def reward(result: AgentResult, ctx: ToolContext) -> float:
-        out = await ctx.terminal("wc -l < log")
+        out = await ctx.terminal(reward_command(args))
         return 1.0 if str(out.get("output", "")).strip() == str(args.turns) else 0.0
 
     async with (
@@ -244,7 +253,7 @@ async def reference(base_url: str, n: int, args: argparse.Namespace) -> Side:
                     side.completed += 1
                     # The reward's terminal call blocks the loop's thread (the reference's
                     # ToolContext), then the synchronous cleanup.
-                    out = run_blocking(task_id, "wc -l < log")
+                    out = run_blocking(task_id, reward_command(args))
                     side.rewarded += out["output"].strip() == str(args.turns)
             finally:
                 directory = directories.pop(task_id, None)
@@ -257,6 +266,7 @@ async def reference(base_url: str, n: int, args: argparse.Namespace) -> Side:
 
 async def main(args: argparse.Namespace) -> None:
     load_tokenizer()
+    host._use_pidfd = host._use_pidfd and args.spawn == "pidfd"  # an A/B switch, not an API
     with pidfd_child_watcher() if args.pidfd else nullcontext():
         await compare(args)
 
@@ -269,7 +279,8 @@ async def compare(args: argparse.Namespace) -> None:
     async with server_process(__file__, arguments) as base_url:
         print(
             f"scripted server (own process) at {base_url}; {args.turns} terminal calls "
-            f"(sleep {args.tool_seconds}s + 2 commands) + answer + reward command per rollout; "
+            f"(sleep {args.tool_seconds}s + 2 commands) + answer + reward command "
+            f"(sleep {args.reward_seconds}s + 1 command) per rollout; "
             f"ours on {args.isolation} sandboxes"
         )
         for n in sizes:
@@ -299,8 +310,21 @@ if __name__ == "__main__":
     parser.add_argument("--sides", default="ours,reference")
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--tool-seconds", type=float, default=0.5)
+    parser.add_argument(
+        "--reward-seconds",
+        type=float,
+        default=0.0,
+        help="how long the reward's verification command runs before its check",
+    )
     parser.add_argument("--model-latency", type=float, default=0.2)
     parser.add_argument("--stall", type=float, default=120.0)
+    parser.add_argument(
+        "--spawn",
+        default="pidfd",
+        choices=("pidfd", "anyio"),
+        help="how ours drives a command's process: Popen + pidfd (the default), or "
+        "anyio.open_process (the path before; on asyncio, its subprocess transports)",
+    )
     parser.add_argument(
         "--no-pidfd",
         dest="pidfd",

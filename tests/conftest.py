@@ -235,6 +235,13 @@ _CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
         "pidfd handles; microseconds each, a few per sandbox start and close",
     ),
     (
+        "hermes_async/tools/sandbox/host.py",
+        ("_start_pidfd",),
+        "a command's fork + exec: Popen reads its exec-status pipe until the child has exec'd "
+        "(sub-millisecond; the same call asyncio's subprocess support makes inside its "
+        "transport), then pidfd_open",
+    ),
+    (
         "hermes_async/tools/sandbox/archive.py",
         ("check_tar_members",),
         "tarfile.data_filter resolves member paths against a synthetic destination "
