@@ -188,6 +188,9 @@ class WarmPool:
     async def take(self, spec: SandboxSpec | None, task_id: str) -> Sandbox | None:
         """A ready, live sandbox of ``spec`` for ``task_id``, or ``None`` (create it cold).
 
+        Expired or dead sandboxes met on the way are closed in the filler's task group, not
+        by the caller, who goes on to the next one (or a cold create) at once.
+
         **Cancellation**: a sandbox taken out of the pool is either returned or closed
         (shielded, bounded); none is lost.
         """
@@ -197,7 +200,7 @@ class WarmPool:
             self._wake.set()  # one fewer ready: the filler tops it up
             if anyio.current_time() - born > self.options.max_age:
                 self._expired += 1
-                await self._close(sandbox, "it waited past max_age")
+                self._close_later([(sandbox, born)], "it waited past max_age")
                 continue
             try:
                 alive = await self._check(sandbox)
@@ -206,7 +209,7 @@ class WarmPool:
                 raise
             if not alive:
                 self._failed_checks += 1
-                await self._close(sandbox, "its liveness check failed")
+                self._close_later([(sandbox, born)], "its liveness check failed")
                 continue
             sandbox.task_id = task_id
             self._hits += 1

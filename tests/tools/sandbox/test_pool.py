@@ -83,9 +83,23 @@ async def test_a_dead_pooled_sandbox_is_closed_not_handed_out() -> None:
         first.die("exited")
         sandbox = await manager.get("t")
         assert sandbox.inner is factory.created[1]
-        assert first.closed
+        await until(lambda: first.closed)  # closed by the filler, not by the taker
         stats = manager.statistics().pool
         assert stats is not None and stats.failed_checks == 1
+
+
+async def test_the_taker_does_not_wait_for_a_dead_sandbox_to_close() -> None:
+    factory = FakeSandboxFactory(close_latency=1.0)
+    async with SandboxManager(factory, pool=PoolOptions(size=2, fill_concurrency=1)) as manager:
+        await until(lambda: ready(manager) == 2)
+        first = factory.created[0]
+        first.die("exited")
+        start = anyio.current_time()
+        sandbox = await manager.get("t")
+        assert anyio.current_time() - start < 0.5  # not the dead one's 1 s close
+        assert sandbox.inner is factory.created[1] and not first.closed
+        await until(lambda: first.closed)
+    assert all(s.closed for s in factory.created)
 
 
 async def test_a_probe_that_hangs_counts_as_dead() -> None:
@@ -107,7 +121,8 @@ async def test_a_probe_that_hangs_counts_as_dead() -> None:
     async with SandboxManager(make, pool=options) as manager:
         await until(lambda: ready(manager) == 1)
         sandbox = await manager.get("t")
-        assert sandbox.inner is not hung and hung.closed
+        assert sandbox.inner is not hung
+        await until(lambda: hung.closed)
 
 
 async def test_sandboxes_past_max_age_are_replaced_never_handed_out() -> None:
