@@ -78,6 +78,7 @@ class GCWatch:
 
     def __init__(self) -> None:
         self.pauses: list[float] = []
+        self.generations: list[int] = []
         self._start = 0.0
         gc.callbacks.append(self._callback)
 
@@ -86,6 +87,24 @@ class GCWatch:
             self._start = time.perf_counter()
         else:
             self.pauses.append(time.perf_counter() - self._start)
+            self.generations.append(info["generation"])
+
+    def clear(self) -> None:
+        self.pauses.clear()
+        self.generations.clear()
+
+    def by_generation(self) -> str:
+        """Per generation: ``genG <runs>x <total>/<max> ms``."""
+        parts = []
+        for generation in (0, 1, 2):
+            pauses = [
+                p for p, g in zip(self.pauses, self.generations, strict=True) if g == generation
+            ]
+            if pauses:
+                parts.append(
+                    f"gen{generation} {len(pauses)}x {sum(pauses) * 1e3:.0f}/{max(pauses) * 1e3:.0f} ms"
+                )
+        return ", ".join(parts) or "none"
 
 
 GC_WATCH = GCWatch()
@@ -106,6 +125,7 @@ class Row:
     gc_pause_ms: float
     gc_max_pause_ms: float
     cpu_seconds: float
+    gc_generations: str
 
     @property
     def rate(self) -> float:
@@ -185,7 +205,7 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
             await loop.run_in_executor(pool, time.sleep, seconds)
             return '{"ok": true}'
 
-    GC_WATCH.pauses.clear()
+    GC_WATCH.clear()
     cpu_start = time.process_time()
     elapsed, completed, lag, samples = await run_rollouts(
         base_url, n, handler, label=mode, ramp=args.ramp, model_requests=args.model_requests
@@ -205,6 +225,7 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
         sum(pauses) * 1e3,
         max(pauses, default=0.0) * 1e3,
         time.process_time() - cpu_start,
+        GC_WATCH.by_generation(),
     )
 
 
@@ -271,7 +292,7 @@ async def main(args: argparse.Namespace) -> None:
                         f"lag p50 {row.lag_p50_ms:6.2f} ms p99 {row.lag_p99_ms:7.2f} ms "
                         f"max {row.lag_max_ms:7.1f} ms ({row.lag_over_20ms}/{row.lag_samples} "
                         f"ticks > 20 ms)  GC {row.gc_collections} runs, {row.gc_pause_ms:.0f} ms, "
-                        f"max {row.gc_max_pause_ms:.0f} ms  client CPU "
+                        f"max {row.gc_max_pause_ms:.0f} ms ({row.gc_generations})  client CPU "
                         f"{row.cpu_seconds / n * 1e3:.1f} ms/rollout  completed {row.completed}/{n}",
                         flush=True,
                     )
