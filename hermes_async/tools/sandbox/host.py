@@ -13,7 +13,9 @@ descriptors: its pipes (non-blocking) and a pidfd, through :func:`anyio.wait_rea
 both asyncio and trio support. That is the same fork + exec asyncio's subprocess support does,
 without its transports, protocols and child watcher: ~0.5 ms of the event loop's CPU per
 command instead of ~1.1 ms (``bench/sandboxes.py --spawn`` compares the two), and no thread
-per child on Python 3.11. Elsewhere it uses :func:`anyio.open_process`.
+per child on Python 3.11. Elsewhere it uses :func:`anyio.open_process`. (asyncio's deprecated
+``FastChildWatcher`` reaps every child of the process, so it would take these children's exit
+statuses; the default watchers, and trio, wait only for their own.)
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ Layout of one sandbox (under ``root_dir``, default the system temp dir)::
 In namespaces mode paths are the world's: ``workdir`` is ``/sandbox/work``, ``$HOME``
 ``/sandbox/home``, ``/tmp`` the sandbox's own.
 
-Processes (both modes): every ``exec`` runs ``bash -c`` through :func:`anyio.open_process` in a
-new session (``start_new_session=True``), so the shell and everything it forks share one
+Processes (both modes): every ``exec`` runs ``bash -c`` (through
+:func:`~hermes_async.tools.sandbox.host.run_bounded`: ``Popen`` and a pidfd) in a new session (``start_new_session=True``), so the shell and everything it forks share one
 process group whose id is the shell's pid (in namespaces mode the group's host-side leader is
 the ``nsenter`` that entered the world). On timeout the group gets SIGTERM, a grace period,
 then SIGKILL (exit 124); when the shell exits normally, whatever it left running in its group
