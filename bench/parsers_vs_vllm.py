@@ -337,6 +337,20 @@ def build_cases(
     return cases
 
 
+def describe(calls: list[tuple[str, Any]] | None) -> str:
+    """Calls in brief: names and, per argument, its length and first characters."""
+    if calls is None:
+        return "no result"
+    brief = []
+    for name, args in calls:
+        if isinstance(args, dict):
+            shown = {k: f"{len(str(v))} chars {str(v)[:24]!r}" for k, v in args.items()}
+        else:
+            shown = {"?": str(args)[:80]}
+        brief.append(f"{name}({shown})")
+    return "; ".join(brief) or "no calls"
+
+
 def fmt_s(run: Run) -> str:
     return f"> {run.cpu:.1f} (cut)" if run.cut else f"{run.cpu:.4f}"
 
@@ -439,7 +453,7 @@ def main() -> int:
             if same not in ("yes", "n/a (cut)"):
                 mismatches.append(f"{fname} {case.tokens} @{case.chunk}")
                 print(
-                    f"  MISMATCH: vLLM {str(v.calls)[:300]}\n            ours {str(eq.calls)[:300]}"
+                    f"  MISMATCH: vLLM {describe(v.calls)}\n            ours {describe(eq.calls)}"
                 )
             r_eq = v.cpu / eq.cpu if eq.cpu else float("inf")
             r_def = v.cpu / default.cpu if default.cpu else float("inf")
