@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parsers import CODE_SAMPLE  # bench/parsers.py's argument text: one sample for both
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout, not a venv's copy
 
@@ -74,15 +76,6 @@ CUT_FACTOR = 110
 SIZES = (1_000, 10_000, 100_000)
 CHUNKS = (1, 8)
 PATH_ARG = "src/handler.py"
-_CODE = (
-    "def handler(event, context):\n"
-    '    """Process one "event" and return a status."""\n'
-    "    items = [x for x in event.get('items', []) if x]\n"
-    "    if not items:\n"
-    '        return {"status": 400, "body": "no items\\t(empty)"}\n'
-    "    total = sum(item['price'] * item['qty'] for item in items)\n"
-    "    return {'status': 200, 'total': round(total, 2)}\n\n"
-)
 TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
@@ -318,10 +311,10 @@ def build_cases(
     sizes: Sequence[int],
     chunks: Sequence[int],
 ) -> list[Case]:
-    per = len(hf.encode(_CODE, add_special_tokens=False))
+    per = len(hf.encode(CODE_SAMPLE, add_special_tokens=False))
     cases = []
     for size in sizes:
-        text = fam.render(_CODE * max(1, size // per))
+        text = fam.render(CODE_SAMPLE * max(1, size // per))
         ids = hf.encode(text, add_special_tokens=False)
         for n in chunks:
             ids_chunks = [ids[i : i + n] for i in range(0, len(ids), n)]
