@@ -37,7 +37,7 @@ STREAM_RATIO_LIMIT = 4.0
 SIZES = (1_000, 10_000, 100_000)
 CHUNKS = (1, 8)
 
-_CODE = (
+CODE_SAMPLE = (
     "def handler(event, context):\n"
     '    """Process one "event" and return a status."""\n'
     "    items = [x for x in event.get('items', []) if x]\n"
@@ -49,8 +49,8 @@ _CODE = (
 
 
 def text_args(tokenizer: QwenTokenizer, tokens: int) -> str:
-    per = len(tokenizer.encode(json.dumps(_CODE)))
-    content = _CODE * max(1, tokens // per)
+    per = len(tokenizer.encode(json.dumps(CODE_SAMPLE)))
+    content = CODE_SAMPLE * max(1, tokens // per)
     return json.dumps({"path": "src/handler.py", "content": content})
 
 
