@@ -86,6 +86,7 @@ from hermes_async.tools.sandbox._container import (
     ContainerExec,
     ContainerSandbox,
 )
+from hermes_async.tools.sandbox._sdk import error_named
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import (
     TIMEOUT_EXIT_CODE,
@@ -112,7 +113,7 @@ __all__ = (
     "RemoteDriver",
     "RemoteSandbox",
     "RemoteSandboxConfig",
-    "error_named",
+    "SdkErrors",
     "remote_config_for",
 )
 
@@ -302,10 +303,87 @@ class ReapReport:
     skipped: tuple[str, ...] = ()
 
 
-def error_named(exc: BaseException, *names: str) -> bool:
-    """Whether ``exc`` is an instance of a class called one of ``names`` (an SDK's or its
-    double's: the backends match SDK errors by name, so a double need not import the SDK)."""
-    return any(cls.__name__ in names for cls in type(exc).__mro__)
+@dataclass(frozen=True, slots=True)
+class SdkErrors:
+    """How one provider's SDK names its failures (by class name, see :func:`error_named`).
+
+    Attributes:
+        kind: The provider's name in messages (``"E2B"``).
+        gone: The errors that mean the sandbox no longer exists.
+        gone_words: How the message says so (``"not found"``).
+        auth: The error of refused credentials.
+        rate_limit: The error of a rate-limited call.
+        file_missing: The error of reading a file that does not exist.
+        timeout: The error of a create that ran out of time.
+        hint: What to check when the provider refuses (credentials, network).
+    """
+
+    kind: str
+    gone: tuple[str, ...]
+    gone_words: str
+    auth: str
+    rate_limit: str
+    file_missing: str
+    timeout: str
+    hint: str
+
+    def translate(self, what: str, exc: Exception, sandbox_id: str | None) -> Exception:
+        """An SDK failure as this package's error tree (``raise ... from exc`` at the call).
+
+        A "gone" error becomes :class:`SandboxUnavailableError` only with a ``sandbox_id``
+        (a control-plane call about no particular sandbox is a plain failure).
+        """
+        if error_named(exc, *self.gone) and sandbox_id is not None:
+            return SandboxUnavailableError(
+                f"{self.kind} reports sandbox {sandbox_id} {self.gone_words} during {what}",
+                reason="unreachable",
+                backend=self.kind,
+            )
+        if error_named(exc, self.auth):
+            return SandboxError(
+                f"{self.kind} refused {what}: not authenticated ({exc}); {self.hint}"
+            )
+        if error_named(exc, self.rate_limit):
+            return SandboxError(
+                f"{self.kind} rate-limited {what} ({exc}); lower max_creates_per_second"
+            )
+        return SandboxError(f"{self.kind} failed {what}: {type(exc).__name__}: {exc}")
+
+    async def call(self, what: str, awaitable: Awaitable[_T], sandbox_id: str | None) -> _T:
+        """Await one SDK call, its failure translated (:meth:`translate`)."""
+        try:
+            return await awaitable
+        except Exception as exc:
+            raise self.translate(what, exc, sandbox_id) from exc
+
+    async def create(self, what: str, awaitable: Awaitable[_T]) -> _T:
+        """Await a create call: the SDK's timeout as ``TimeoutError`` (the backend then sweeps
+        by label), other failures translated."""
+        try:
+            return await awaitable
+        except Exception as exc:
+            if error_named(exc, self.timeout):
+                raise TimeoutError(f"{self.kind} create timed out: {exc}") from exc
+            raise self.translate(what, exc, None) from exc
+
+    async def read(self, path: str, awaitable: Awaitable[Any], sandbox_id: str) -> bytes:
+        """Await a file download: a missing file as ``FileNotFoundError``."""
+        try:
+            data = await awaitable
+        except Exception as exc:
+            if error_named(exc, self.file_missing):
+                raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+            raise self.translate(f"a read of {path}", exc, sandbox_id) from exc
+        return bytes(data)
+
+    async def delete(self, what: str, awaitable: Awaitable[object]) -> None:
+        """Await a delete: a sandbox already gone counts as deleted."""
+        try:
+            await awaitable
+        except Exception as exc:
+            if error_named(exc, *self.gone):
+                return
+            raise self.translate(what, exc, None) from exc
 
 
 def remote_config_for(config: _C, spec: SandboxSpec | None, *, image_field: str, name: str) -> _C:

@@ -82,6 +82,7 @@ from hermes_async.tools.sandbox._container import (
     ContainerSandbox,
     read_until_exit,
 )
+from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError, UnavailableReason
@@ -361,14 +362,7 @@ def container_config(
 
 
 def _import_aiodocker() -> Any:
-    try:
-        import aiodocker
-    except ImportError as exc:
-        raise ConfigError(
-            "the docker sandbox backend needs aiodocker: install the extra with "
-            "`pip install 'hermes-async[docker]'`"
-        ) from exc
-    return aiodocker
+    return import_sdk("aiodocker", backend="docker", what="aiodocker")
 
 
 class _Engine(AsyncResource):

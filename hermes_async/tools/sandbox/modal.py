@@ -71,6 +71,7 @@ from hermes_async.tools.sandbox._container import (
     ContainerSandbox,
     read_until_exit,
 )
+from hermes_async.tools.sandbox._sdk import error_named, import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
@@ -206,19 +207,7 @@ class CreationRateLimiter:
 
 
 def _import_modal() -> Any:
-    try:
-        import modal
-    except ImportError as exc:
-        raise ConfigError(
-            "the modal sandbox backend needs the modal client: install the extra with "
-            "`pip install 'hermes-async[modal]'`"
-        ) from exc
-    return modal
-
-
-def _named(exc: BaseException, *names: str) -> bool:
-    """Whether ``exc`` is an instance of a class called one of ``names`` (real modal or double)."""
-    return any(cls.__name__ in names for cls in type(exc).__mro__)
+    return import_sdk("modal", backend="modal", what="the modal client")
 
 
 async def _call(
@@ -235,14 +224,14 @@ async def _call(
             task_id=task_id,
         ) from exc
     except Exception as exc:
-        if _named(exc, "SandboxFilesystemError") or isinstance(exc, SandboxError):
+        if error_named(exc, "SandboxFilesystemError") or isinstance(exc, SandboxError):
             raise
-        if _named(exc, "AuthError"):
+        if error_named(exc, "AuthError"):
             raise SandboxError(
                 f"Modal refused {what}: not authenticated ({exc}); {_CREDENTIALS_HINT}",
                 task_id=task_id,
             ) from exc
-        if _named(exc, "Error", "GRPCError", "ConnectionError", "OSError"):
+        if error_named(exc, "Error", "GRPCError", "ConnectionError", "OSError"):
             raise SandboxError(
                 f"Modal failed {what}: {type(exc).__name__}: {exc}", task_id=task_id
             ) from exc
@@ -349,13 +338,13 @@ class ModalBackend:
                     task_id=task_id,
                 ) from exc
             except Exception as exc:
-                if _named(exc, "AuthError"):
+                if error_named(exc, "AuthError"):
                     raise SandboxError(
                         f"Modal refused to create a sandbox: not authenticated ({exc}); "
                         f"{_CREDENTIALS_HINT}",
                         task_id=task_id,
                     ) from exc
-                if _named(exc, "Error", "GRPCError", "OSError"):
+                if error_named(exc, "Error", "GRPCError", "OSError"):
                     raise SandboxError(
                         f"Modal failed to create a sandbox from {cfg.image!r}: "
                         f"{type(exc).__name__}: {exc}",
@@ -401,8 +390,8 @@ class ModalSandbox(ContainerSandbox):
             return await _call(what, awaitable, self.config.call_timeout_seconds, self.task_id)
         except Exception as exc:
             cause = exc.__cause__
-            if _named(exc, "SandboxTerminatedError") or (
-                cause is not None and _named(cause, "SandboxTerminatedError")
+            if error_named(exc, "SandboxTerminatedError") or (
+                cause is not None and error_named(cause, "SandboxTerminatedError")
             ):
                 raise self._mark_gone(
                     SandboxUnavailableError(
@@ -483,7 +472,7 @@ class ModalSandbox(ContainerSandbox):
         try:
             await self._call(f"a write of {path}", self._sb.filesystem.write_bytes.aio(data, path))
         except Exception as exc:
-            if _named(exc, "SandboxFilesystemError"):
+            if error_named(exc, "SandboxFilesystemError"):
                 raise OSError(f"cannot write {path} in the sandbox: {exc}") from exc
             raise
 
@@ -491,14 +480,14 @@ class ModalSandbox(ContainerSandbox):
         try:
             data = await self._call(f"a read of {path}", self._sb.filesystem.read_bytes.aio(path))
         except Exception as exc:
-            if _named(
+            if error_named(
                 exc,
                 "SandboxFilesystemNotFoundError",
                 "SandboxFilesystemIsADirectoryError",
                 "SandboxFilesystemNotADirectoryError",
             ):
                 raise FileNotFoundError(f"not a regular file in the sandbox: {path}") from exc
-            if _named(exc, "SandboxFilesystemError"):
+            if error_named(exc, "SandboxFilesystemError"):
                 raise OSError(f"cannot read {path} in the sandbox: {exc}") from exc
             raise
         return bytes(data)
