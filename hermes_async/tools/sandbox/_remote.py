@@ -84,10 +84,9 @@ from hermes_async.tools.sandbox._container import (
     EXEC_DIR,
     EXEC_WRAPPER,
     ContainerExec,
-    ContainerSandbox,
+    StagedTransferSandbox,
 )
 from hermes_async.tools.sandbox._sdk import error_named
-from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import (
     TIMEOUT_EXIT_CODE,
     ByteSink,
@@ -460,7 +459,7 @@ def parse_result(stdout: str) -> tuple[int, int, int, bytes, bytes] | None:
     return rc, n_out, n_err, _decode(lines[start + 1 : sep]), _decode(lines[sep + 1 : end])
 
 
-class RemoteSandbox(ContainerSandbox):
+class RemoteSandbox(StagedTransferSandbox):
     """One remote sandbox (E2B, Daytona) over a :class:`RemoteDriver`; see the module docstring.
 
     Created by a :class:`RemoteBackend`; closed with :meth:`aclose` (deletes it).
@@ -707,81 +706,6 @@ class RemoteSandbox(ContainerSandbox):
         for i in range(0, len(data), 1 << 16):
             await sink(bytes(view[i : i + (1 << 16)]))
         return len(data)
-
-    async def read_bytes(self, path: str) -> bytes:
-        """Return the contents of ``path`` (at most ``MAX_READ_BYTES``).
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist or is not a regular file.
-            TransferLimitError: It is larger than ``MAX_READ_BYTES``.
-
-        **Cancellation**: nothing to clean up.
-        """
-        return await self._read_capped(path)
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (parents created).
-
-        **Cancellation**: the file may or may not have been written.
-        """
-        self._check_open()
-        await self._stage_file(self._resolve(path), data)
-
-    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """Validate, upload and extract a tar archive into ``dest_dir`` (created if missing).
-
-        **Cancellation**: the archive may be partly extracted.
-        """
-        self._check_open()
-        check_tar_members(tar_data)
-        dest = self._resolve(dest_dir)
-        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
-        await self._stage_file(staged, tar_data)
-        code, _, err = await self._sh(
-            'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc', dest, staged
-        )
-        if code != 0:
-            raise OSError(f"cannot extract archive into {dest_dir!r}: {err}")
-
-    async def _archive(self, path: str) -> tuple[str, int]:
-        source = self._resolve(path)
-        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
-        code, out, err = await self._sh(
-            '[ -e "$1" ] || exit 66; mkdir -p -- "$(dirname -- "$2")" || exit 1; '
-            'if [ -d "$1" ]; then tar -c -f "$2" -C "$1" .; '
-            'else tar -c -f "$2" -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi; '
-            'rc=$?; [ $rc -eq 0 ] && wc -c < "$2"; exit $rc',
-            source,
-            staged,
-        )
-        if code == _MISSING:
-            raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
-        if code != 0:
-            raise OSError(f"cannot archive {path!r}: {err}")
-        return staged, int(out) if out.strip().isdigit() else -1
-
-    async def _remove_staged(self, staged: str) -> None:
-        await bounded_cleanup(
-            f"remove the staged archive {staged} in {self.kind} sandbox {self.sandbox_id}",
-            lambda: self._sh('rm -f -- "$1"', staged),
-            timeout=self.config.call_timeout_seconds,
-            log=logger,
-        )
-
-    async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (directory members ``./x``; a file by its basename).
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-
-        **Cancellation**: the staged archive is removed (bounded).
-        """
-        self._check_open()
-        staged, _ = await self._archive(path)
-        try:
-            return await self._read(staged)
-        finally:
-            await self._remove_staged(staged)
 
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None

@@ -407,25 +407,6 @@ class ApptainerSandbox(ContainerSandbox):
                 f"{_text(raw.stderr)[:300]}"
             )
 
-    async def read_bytes(self, path: str) -> bytes:
-        """Return ``path``'s contents (a ``cat`` in the instance, at most
-        :data:`MAX_READ_BYTES`).
-
-        Raises:
-            FileNotFoundError: Missing or not a regular file.
-
-        **Cancellation**: the ``cat`` is killed.
-        """
-        return await self._read_capped(path)
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (a ``cat`` in the instance; parents created).
-
-        **Cancellation**: the file may be partly written.
-        """
-        self._check_open()
-        await self._stage_file(self._resolve(path), data)
-
     async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
         """Check, then extract a tar archive into ``dest_dir`` (a ``tar`` in the instance).
 
@@ -438,17 +419,6 @@ class ApptainerSandbox(ContainerSandbox):
             self._resolve(dest_dir),
             tar_data,
         )
-
-    async def get_archive(self, path: str) -> bytes:
-        """A tar of ``path`` (directory members ``./x``; a file by its basename), at most
-        :data:`MAX_READ_BYTES`.
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-
-        **Cancellation**: the ``tar`` is killed.
-        """
-        return await self._archive_capped(path)
 
     async def aclose(self, interrupted: bool = False) -> None:
         """Stop the instance (``--force`` when ``interrupted``) and remove the scratch

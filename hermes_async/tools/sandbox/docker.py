@@ -997,18 +997,6 @@ class DockerSandbox(ContainerSandbox):
             await self._mkdir(dest_dir)
             await self._put_tar(dest_dir, payload)
 
-    async def read_bytes(self, path: str) -> bytes:
-        """Return the contents of ``path`` (a ``cat`` in the container; symlinks followed).
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist or is not a regular file.
-            TransferLimitError: It is larger than ``MAX_READ_BYTES`` (stream it instead).
-
-        **Cancellation**: the ``cat`` is killed.
-        """
-        self._check_open()
-        return await self._read_capped(path)
-
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path``, creating parent directories.
 

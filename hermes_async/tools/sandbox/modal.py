@@ -55,7 +55,6 @@ import dataclasses
 import logging
 import math
 import posixpath
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -63,16 +62,13 @@ from typing import Any, TypeVar
 import anyio
 
 from hermes_async._asynclib import require_asyncio
-from hermes_async._cleanup import bounded_cleanup
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
-    EXEC_DIR,
     ContainerExec,
-    ContainerSandbox,
+    StagedTransferSandbox,
     read_until_exit,
 )
 from hermes_async.tools.sandbox._sdk import error_named, import_sdk
-from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.spec import SandboxSpec
@@ -354,7 +350,7 @@ class ModalBackend:
         return ModalSandbox(task_id, handle, cfg)
 
 
-class ModalSandbox(ContainerSandbox):
+class ModalSandbox(StagedTransferSandbox):
     """One task's Modal sandbox. Create it with :class:`ModalBackend`; close with :meth:`aclose`.
 
     ``exec`` is :class:`~hermes_async.tools.sandbox._container.ContainerSandbox`'s, as for
@@ -460,11 +456,11 @@ class ModalSandbox(ContainerSandbox):
     async def _stage_file(self, path: str, data: bytes) -> None:
         await self._write(path, data)
 
-    async def _sh(self, script: str, *args: str) -> tuple[int, str]:
-        code, err = await self._helper(
+    async def _sh(self, script: str, *args: str) -> tuple[int, str, str]:
+        code, out, err = await self._helper_output(
             ["/bin/sh", "-c", script, "sh", *args], self.config.call_timeout_seconds
         )
-        return code, err.strip()
+        return code, out.strip(), err.strip()
 
     # ----------------------------------------------------------------- files
 
@@ -502,63 +498,6 @@ class ModalSandbox(ContainerSandbox):
         """
         self._check_open()
         return await self._read(self._resolve(path))
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (parents created by Modal).
-
-        **Cancellation**: the file may or may not have been written.
-        """
-        self._check_open()
-        await self._write(self._resolve(path), data)
-
-    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """Validate, upload and extract a tar archive into ``dest_dir`` (created if missing).
-
-        **Cancellation**: the archive may be partly extracted.
-        """
-        self._check_open()
-        check_tar_members(tar_data)
-        dest = self._resolve(dest_dir)
-        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
-        await self._write(staged, tar_data)
-        code, err = await self._sh(
-            'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc', dest, staged
-        )
-        if code != 0:
-            raise OSError(f"cannot extract archive into {dest_dir!r}: {err}")
-
-    async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (directory members ``./x``; a file by its basename).
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-
-        **Cancellation**: a staged archive may be left in ``/tmp/.hermes-exec``.
-        """
-        self._check_open()
-        source = self._resolve(path)
-        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
-        code, err = await self._sh(
-            '[ -e "$1" ] || exit 66; mkdir -p -- "$(dirname -- "$2")" || exit 1; '
-            'if [ -d "$1" ]; then tar -c -f "$2" -C "$1" .; '
-            'else tar -c -f "$2" -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi',
-            source,
-            staged,
-        )
-        if code == 66:
-            raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
-        if code != 0:
-            raise OSError(f"cannot archive {path!r}: {err}")
-        try:
-            return await self._read(staged)
-        finally:
-            # The helper's own deadline (call_timeout_seconds) is this step's one bound.
-            await bounded_cleanup(
-                f"remove the staged archive {staged} in Modal sandbox {self.object_id}",
-                lambda: self._sh('rm -f -- "$1"', staged),
-                timeout=math.inf,
-                log=logger,
-            )
 
     # ----------------------------------------------------------------- close
 

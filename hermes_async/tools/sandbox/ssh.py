@@ -1025,18 +1025,6 @@ class SshSandbox(ContainerSandbox):
         if code != 0:
             raise OSError(f"cannot extract archive into {dest_dir!r}: {err.strip()[:300]}")
 
-    async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (directory members ``./x``; a file by its
-        basename), streamed from a remote ``tar``, at most :data:`MAX_READ_BYTES`.
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-            TransferLimitError: The archive is larger than :data:`MAX_READ_BYTES`.
-
-        **Cancellation**: the remote ``tar``'s group is killed.
-        """
-        return await self._archive_capped(path)
-
     # ----------------------------------------------------------------- close
 
     async def aclose(self, interrupted: bool = False) -> None:
