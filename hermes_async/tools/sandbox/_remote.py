@@ -66,7 +66,6 @@ import binascii
 import dataclasses
 import logging
 import math
-import posixpath
 import shlex
 import uuid
 from abc import abstractmethod
@@ -78,6 +77,7 @@ import anyio
 import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
+from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE_FINITE, check_fields
 from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
@@ -261,28 +261,26 @@ class RemoteSandboxConfig:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        for attr in ("workdir", "home"):
-            if not posixpath.isabs(getattr(self, attr)):
-                raise ConfigError(f"{name}.{attr} must be absolute, got {getattr(self, attr)!r}")
-        for attr in (
-            "cpus",
-            "create_timeout_seconds",
-            "call_timeout_seconds",
-            "delete_timeout_seconds",
-            "reap_timeout_seconds",
-            "default_exec_timeout_seconds",
-            "max_creates_per_second",
-        ):
-            value = getattr(self, attr)
-            if not (value > 0 and math.isfinite(value)):
-                raise ConfigError(f"{name}.{attr} must be > 0, got {value!r}")
+        check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
+        check_fields(
+            self,
+            (
+                "cpus",
+                "create_timeout_seconds",
+                "call_timeout_seconds",
+                "delete_timeout_seconds",
+                "reap_timeout_seconds",
+                "default_exec_timeout_seconds",
+                "max_creates_per_second",
+            ),
+            POSITIVE_FINITE,
+        )
         if self.max_concurrent_creates < 1 or self.sandbox_lifetime_seconds < 1:
             raise ConfigError(
                 f"{name}: max_concurrent_creates and sandbox_lifetime_seconds must be >= 1, got "
                 f"{self.max_concurrent_creates!r} and {self.sandbox_lifetime_seconds!r}"
             )
-        if self.memory_mb < 1:
-            raise ConfigError(f"{name}.memory_mb must be >= 1, got {self.memory_mb!r}")
+        check_fields(self, ("memory_mb",), AT_LEAST_ONE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from hermes_async._checks import ABSOLUTE_PATH, POSITIVE_FINITE, check_fields
 from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import ContainerExec, ContainerSandbox
@@ -121,20 +122,17 @@ class ApptainerSandboxConfig:
     default_exec_timeout_seconds: float = 180.0
 
     def __post_init__(self) -> None:
-        for name in ("workdir", "home"):
-            if not posixpath.isabs(getattr(self, name)):
-                raise ConfigError(
-                    f"ApptainerSandboxConfig.{name} must be absolute, got {getattr(self, name)!r}"
-                )
-        for name in (
-            "start_timeout_seconds",
-            "stop_timeout_seconds",
-            "kill_timeout_seconds",
-            "default_exec_timeout_seconds",
-        ):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
-                raise ConfigError(f"ApptainerSandboxConfig.{name} must be > 0, got {value!r}")
+        check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
+        check_fields(
+            self,
+            (
+                "start_timeout_seconds",
+                "stop_timeout_seconds",
+                "kill_timeout_seconds",
+                "default_exec_timeout_seconds",
+            ),
+            POSITIVE_FINITE,
+        )
         if isinstance(self.start_args, str):
             raise ConfigError("ApptainerSandboxConfig.start_args must be a list of flags")
 

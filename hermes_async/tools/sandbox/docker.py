@@ -74,6 +74,7 @@ import anyio
 import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
+from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE, check_fields
 from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
@@ -222,26 +223,22 @@ class DockerSandboxConfig:
     def __post_init__(self) -> None:
         if not self.image:
             raise ConfigError("DockerSandboxConfig.image must be a non-empty image name")
-        if not posixpath.isabs(self.workdir):
-            raise ConfigError(f"DockerSandboxConfig.workdir must be absolute, got {self.workdir!r}")
-        for name in (
-            "cpus",
-            "api_timeout_seconds",
-            "create_timeout_seconds",
-            "pull_timeout_seconds",
-            "default_exec_timeout_seconds",
-            "remove_timeout_seconds",
-            "kill_timeout_seconds",
-            "disk_check_interval_seconds",
-        ):
-            if not getattr(self, name) > 0:
-                raise ConfigError(
-                    f"DockerSandboxConfig.{name} must be > 0, got {getattr(self, name)!r}"
-                )
-        if self.disk_limit_mb is not None and self.disk_limit_mb < 1:
-            raise ConfigError(
-                f"DockerSandboxConfig.disk_limit_mb must be >= 1 or None, got {self.disk_limit_mb!r}"
-            )
+        check_fields(self, ("workdir",), ABSOLUTE_PATH)
+        check_fields(
+            self,
+            (
+                "cpus",
+                "api_timeout_seconds",
+                "create_timeout_seconds",
+                "pull_timeout_seconds",
+                "default_exec_timeout_seconds",
+                "remove_timeout_seconds",
+                "kill_timeout_seconds",
+                "disk_check_interval_seconds",
+            ),
+            POSITIVE,
+        )
+        check_fields(self, ("disk_limit_mb",), AT_LEAST_ONE.or_none())
         if self.pids_limit < 1 or self.memory_mb < 0:
             raise ConfigError(
                 "DockerSandboxConfig: pids_limit must be >= 1 and memory_mb >= 0; got "

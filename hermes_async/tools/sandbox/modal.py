@@ -54,7 +54,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import posixpath
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -62,6 +61,7 @@ from typing import Any, TypeVar
 import anyio
 
 from hermes_async._asynclib import require_asyncio
+from hermes_async._checks import ABSOLUTE_PATH, POSITIVE_FINITE, check_fields
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
     ContainerExec,
@@ -133,19 +133,19 @@ class ModalSandboxConfig:
     max_concurrent_creates: int = 16
 
     def __post_init__(self) -> None:
-        if not posixpath.isabs(self.workdir):
-            raise ConfigError(f"ModalSandboxConfig.workdir must be absolute, got {self.workdir!r}")
-        for name in (
-            "cpus",
-            "create_timeout_seconds",
-            "call_timeout_seconds",
-            "terminate_timeout_seconds",
-            "default_exec_timeout_seconds",
-            "max_creates_per_second",
-        ):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ConfigError(f"ModalSandboxConfig.{name} must be > 0, got {value!r}")
+        check_fields(self, ("workdir",), ABSOLUTE_PATH)
+        check_fields(
+            self,
+            (
+                "cpus",
+                "create_timeout_seconds",
+                "call_timeout_seconds",
+                "terminate_timeout_seconds",
+                "default_exec_timeout_seconds",
+                "max_creates_per_second",
+            ),
+            POSITIVE_FINITE,
+        )
         if self.max_concurrent_creates < 1 or self.sandbox_lifetime_seconds < 1:
             raise ConfigError(
                 "ModalSandboxConfig: max_concurrent_creates and sandbox_lifetime_seconds must be "
