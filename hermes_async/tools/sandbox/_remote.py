@@ -77,7 +77,7 @@ import anyio
 import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
-from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE_FINITE, check_fields
+from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, check_fields
 from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
@@ -98,7 +98,7 @@ from hermes_async.tools.sandbox.errors import (
     SandboxUnavailableError,
     TransferLimitError,
 )
-from hermes_async.tools.sandbox.modal import CreationRateLimiter
+from hermes_async.tools.sandbox.modal import CreationRateLimiter, _check_cloud_fields
 from hermes_async.tools.sandbox.output import OutputCapture
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
@@ -260,26 +260,8 @@ class RemoteSandboxConfig:
     reap_on_start: bool = True
 
     def __post_init__(self) -> None:
-        name = type(self).__name__
         check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
-        check_fields(
-            self,
-            (
-                "cpus",
-                "create_timeout_seconds",
-                "call_timeout_seconds",
-                "delete_timeout_seconds",
-                "reap_timeout_seconds",
-                "default_exec_timeout_seconds",
-                "max_creates_per_second",
-            ),
-            POSITIVE_FINITE,
-        )
-        if self.max_concurrent_creates < 1 or self.sandbox_lifetime_seconds < 1:
-            raise ConfigError(
-                f"{name}: max_concurrent_creates and sandbox_lifetime_seconds must be >= 1, got "
-                f"{self.max_concurrent_creates!r} and {self.sandbox_lifetime_seconds!r}"
-            )
+        _check_cloud_fields(self, "delete_timeout_seconds", "reap_timeout_seconds")
         check_fields(self, ("memory_mb",), AT_LEAST_ONE)
 
 

@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 import anyio
 
 from hermes_async._asynclib import require_asyncio
-from hermes_async._checks import ABSOLUTE_PATH, POSITIVE_FINITE, check_fields
+from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE_FINITE, check_fields
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
     ContainerExec,
@@ -134,23 +134,30 @@ class ModalSandboxConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, ("workdir",), ABSOLUTE_PATH)
-        check_fields(
-            self,
-            (
-                "cpus",
-                "create_timeout_seconds",
-                "call_timeout_seconds",
-                "terminate_timeout_seconds",
-                "default_exec_timeout_seconds",
-                "max_creates_per_second",
-            ),
-            POSITIVE_FINITE,
-        )
-        if self.max_concurrent_creates < 1 or self.sandbox_lifetime_seconds < 1:
-            raise ConfigError(
-                "ModalSandboxConfig: max_concurrent_creates and sandbox_lifetime_seconds must be "
-                f">= 1, got {self.max_concurrent_creates!r} and {self.sandbox_lifetime_seconds!r}"
-            )
+        _check_cloud_fields(self, "terminate_timeout_seconds")
+
+
+def _check_cloud_fields(config: object, *timeouts: str) -> None:
+    """Check what every cloud sandbox config has: ``cpus``, the create/call/exec deadlines and
+    ``timeouts``, the creation rate (finite, > 0), ``max_concurrent_creates`` and
+    ``sandbox_lifetime_seconds`` (>= 1).
+
+    Raises:
+        ConfigError: Naming the config class, the field and the bad value.
+    """
+    check_fields(
+        config,
+        (
+            "cpus",
+            "create_timeout_seconds",
+            "call_timeout_seconds",
+            *timeouts,
+            "default_exec_timeout_seconds",
+            "max_creates_per_second",
+        ),
+        POSITIVE_FINITE,
+    )
+    check_fields(config, ("max_concurrent_creates", "sandbox_lifetime_seconds"), AT_LEAST_ONE)
 
 
 class CreationRateLimiter:
