@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import logging
 import math
 import shlex
@@ -79,7 +78,7 @@ import anyio.lowlevel
 from hermes_async._asynclib import require_asyncio
 from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, check_fields
 from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
-from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox._container import (
     EXEC_DIR,
     EXEC_WRAPPER,
@@ -98,7 +97,11 @@ from hermes_async.tools.sandbox.errors import (
     SandboxUnavailableError,
     TransferLimitError,
 )
-from hermes_async.tools.sandbox.modal import CreationRateLimiter, _check_cloud_fields
+from hermes_async.tools.sandbox.modal import (
+    CreationRateLimiter,
+    _check_cloud_fields,
+    _cloud_config_for,
+)
 from hermes_async.tools.sandbox.output import OutputCapture
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
@@ -373,27 +376,13 @@ def remote_config_for(config: _C, spec: SandboxSpec | None, *, image_field: str,
     Raises:
         ConfigError: The spec asks for a local build.
     """
-    if spec is None:
-        return config
-    if spec.build_context is not None and spec.image is None:
-        raise ConfigError(
-            f"the {name} backend cannot build {str(spec.build_context)!r} locally; publish it "
-            f"(a registry image, or an E2B template) and give SandboxSpec.image, or use "
-            "terminal_backend='docker'"
-        )
-    changes: dict[str, Any] = {}
-    for field_name, value in (
-        (image_field, spec.image),
-        ("cpus", None if spec.cpus is None else float(spec.cpus)),
-        ("memory_mb", spec.memory_mb),
-        ("block_network", None if spec.network_mode is None else spec.network_mode == "none"),
-        ("workdir", spec.workdir),
-        ("create_timeout_seconds", spec.create_timeout),
-        ("default_exec_timeout_seconds", spec.exec_timeout),
-    ):
-        if value is not None:
-            changes[field_name] = value
-    return dataclasses.replace(config, **changes)
+    return _cloud_config_for(
+        config,
+        spec,
+        image_field=image_field,
+        name=name,
+        publish="publish it (a registry image, or an E2B template)",
+    )
 
 
 async def _bounded(what: str, awaitable: Awaitable[_T], timeout: float, task_id: str | None) -> _T:

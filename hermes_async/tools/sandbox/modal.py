@@ -248,29 +248,49 @@ def modal_config_for(config: ModalSandboxConfig, spec: SandboxSpec | None) -> Mo
     Raises:
         ConfigError: The spec asks for a local build.
     """
+    return _cloud_config_for(
+        config,
+        spec,
+        image_field="image",
+        name="modal",
+        publish="push the image to a registry",
+    )
+
+
+_Config = TypeVar("_Config")
+
+
+def _cloud_config_for(
+    config: _Config, spec: SandboxSpec | None, *, image_field: str, name: str, publish: str
+) -> _Config:
+    """``config`` (a cloud sandbox config dataclass) with a per-item spec applied: ``image`` to
+    ``image_field``, cpus, memory, network, workdir, timeouts. A ``build_context`` without an
+    image is refused: cloud providers build from a registry image (or a template), and
+    ``publish`` says how to make one.
+
+    Raises:
+        ConfigError: The spec asks for a local build.
+    """
     if spec is None:
         return config
     if spec.build_context is not None and spec.image is None:
         raise ConfigError(
-            f"the modal backend cannot build {str(spec.build_context)!r} locally; push the image "
-            "to a registry and give SandboxSpec.image, or use terminal_backend='docker'"
+            f"the {name} backend cannot build {str(spec.build_context)!r} locally; {publish} "
+            "and give SandboxSpec.image, or use terminal_backend='docker'"
         )
     changes: dict[str, Any] = {}
-    if spec.image is not None:
-        changes["image"] = spec.image
-    if spec.cpus is not None:
-        changes["cpus"] = float(spec.cpus)
-    if spec.memory_mb is not None:
-        changes["memory_mb"] = spec.memory_mb
-    if spec.network_mode is not None:
-        changes["block_network"] = spec.network_mode == "none"
-    if spec.workdir is not None:
-        changes["workdir"] = spec.workdir
-    if spec.create_timeout is not None:
-        changes["create_timeout_seconds"] = spec.create_timeout
-    if spec.exec_timeout is not None:
-        changes["default_exec_timeout_seconds"] = spec.exec_timeout
-    return dataclasses.replace(config, **changes)
+    for field_name, value in (
+        (image_field, spec.image),
+        ("cpus", None if spec.cpus is None else float(spec.cpus)),
+        ("memory_mb", spec.memory_mb),
+        ("block_network", None if spec.network_mode is None else spec.network_mode == "none"),
+        ("workdir", spec.workdir),
+        ("create_timeout_seconds", spec.create_timeout),
+        ("default_exec_timeout_seconds", spec.exec_timeout),
+    ):
+        if value is not None:
+            changes[field_name] = value
+    return dataclasses.replace(config, **changes)  # type: ignore[type-var]
 
 
 class ModalBackend:
