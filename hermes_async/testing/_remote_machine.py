@@ -17,7 +17,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 from anyio.abc import Process
@@ -34,6 +34,7 @@ from hermes_async.tools.sandbox.processes import (
 __all__ = ("ControlPlane", "CreateDelay", "Faults", "LocalMachine", "RunOutcome", "delay")
 
 _R = TypeVar("_R")
+_Rec = TypeVar("_Rec", bound="SandboxRecord")
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +183,23 @@ async def delay(value: CreateDelay) -> None:
         await anyio.sleep(seconds)
 
 
-class ControlPlane:
-    """What both doubles' providers share: faults, create latency, counters, machines.
+class SandboxRecord(Protocol):
+    """What the control plane needs of a double's record of one sandbox."""
+
+    @property
+    def sandbox_id(self) -> str: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def machine(self) -> LocalMachine: ...
+
+
+class ControlPlane(Generic[_Rec]):
+    """What both doubles' providers share: faults, create latency, counters, machines, the
+    books of sandboxes (``sandboxes``: id -> record). A double sets up its own books in
+    :meth:`_open`, called at the end of ``__init__``.
 
     Args:
         hang: Operation names whose calls never return.
@@ -215,6 +231,16 @@ class ControlPlane:
         self.creates_in_flight = 0
         self.max_creates_in_flight = 0
         self.create_start_times: list[float] = []
+        self.sandboxes: dict[str, _Rec] = {}
+        self._open()
+
+    def _open(self) -> None:
+        """Set up the double's own books (a hook for subclasses)."""
+
+    @property
+    def live(self) -> list[_Rec]:
+        """Sandboxes created and not deleted (the leak books)."""
+        return [r for r in self.sandboxes.values() if r.alive]
 
     def _machine(self, sandbox_id: str, env: Mapping[str, str]) -> LocalMachine:
         return LocalMachine(sandbox_id, self.workdir, {**self.extra_env, **env}, self.sweeper)
