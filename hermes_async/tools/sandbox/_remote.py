@@ -91,6 +91,7 @@ from hermes_async.tools.sandbox.base import (
     ByteSink,
     ExecRequest,
     ExecResult,
+    _deliver_whole,
 )
 from hermes_async.tools.sandbox.errors import (
     NotARegularFileError,
@@ -669,12 +670,7 @@ class RemoteSandbox(StagedTransferSandbox):
         if code != 0:
             raise OSError(f"cannot read {path!r} in the sandbox: {err or f'exit {code}'}")
         data = await self._read(source)
-        if max_bytes is not None and len(data) > max_bytes:
-            raise TransferLimitError(f"file {path!r}", limit=max_bytes, size=len(data))
-        view = memoryview(data)
-        for i in range(0, len(data), 1 << 16):
-            await sink(bytes(view[i : i + (1 << 16)]))
-        return len(data)
+        return await _deliver_whole(data, sink, f"file {path!r}", max_bytes)
 
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
@@ -691,12 +687,7 @@ class RemoteSandbox(StagedTransferSandbox):
             data = await self._read(staged)
         finally:
             await self._remove_staged(staged)
-        if max_bytes is not None and len(data) > max_bytes:
-            raise TransferLimitError(f"archive of {path!r}", limit=max_bytes, size=len(data))
-        view = memoryview(data)
-        for i in range(0, len(data), 1 << 16):
-            await sink(bytes(view[i : i + (1 << 16)]))
-        return len(data)
+        return await _deliver_whole(data, sink, f"archive of {path!r}", max_bytes)
 
     # ----------------------------------------------------------------- close
 
