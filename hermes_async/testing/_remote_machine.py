@@ -15,7 +15,7 @@ import math
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -157,23 +157,34 @@ class LocalMachine:
         self.destroyed = True
         if not self.processes:
             return
-        with cleanup_scope(
-            f"destroy the remote double's sandbox {self.sandbox_id}",
-            _DESTROY_SECONDS,
+        await kill_sandbox_processes(
+            self.sweeper,
+            self.marker,
+            self.processes,
+            f"remote double {self.sandbox_id}",
             reason="the sandbox was deleted",
-        ):
-            survivors = await terminate_members(
-                self.sweeper,
-                self.marker,
-                (),
-                grace=0.0,
-                kill_wait=_DESTROY_SECONDS / 2,
-                graceful=False,
-            )
-            if survivors:
-                logger.warning("remote double %s: %s survived SIGKILL", self.sandbox_id, survivors)
-            for process in self.processes:
-                await process.aclose()
+        )
+
+
+async def kill_sandbox_processes(
+    sweeper: ProcessSweeper,
+    marker: str,
+    processes: Iterable[Process],
+    name: str,
+    *,
+    reason: str,
+    seconds: float = _DESTROY_SECONDS,
+) -> None:
+    """Kill every process carrying ``marker`` at once (no grace) and reap ``processes``:
+    shielded and bounded by ``seconds``; survivors are logged under ``name``."""
+    with cleanup_scope(f"kill the processes of {name}", seconds, reason=reason):
+        survivors = await terminate_members(
+            sweeper, marker, (), grace=0.0, kill_wait=seconds / 2, graceful=False
+        )
+        if survivors:
+            logger.warning("%s: %s survived SIGKILL", name, survivors)
+        for process in processes:
+            await process.aclose()
 
 
 async def delay(value: CreateDelay) -> None:
