@@ -6,6 +6,9 @@
   implements (run an argv and stream its output; stage a file), with the shared timeout,
   kill-on-cancel and head + tail output semantics.
 * :func:`read_until_exit`: reading output until the streams end *or* the command has exited.
+* File transfers: ``read_bytes`` / ``get_archive`` through the streamed transfers below,
+  ``write_bytes`` through the backend's ``_stage_file``; :class:`StagedTransferSandbox` for
+  backends whose file API moves whole files (archives staged in the sandbox).
 * Streamed transfers (``stream_file`` / ``stream_archive``): ``cat`` / ``tar`` run through the
   same wrapper with their stdout handed to a sink chunk by chunk
   (:attr:`ContainerExec.out_sink`), never held whole.
