@@ -7,8 +7,8 @@
   kill-on-cancel and head + tail output semantics.
 * :func:`read_until_exit`: reading output until the streams end *or* the command has exited.
 * File transfers: ``read_bytes`` / ``get_archive`` through the streamed transfers below,
-  ``write_bytes`` through the backend's ``_stage_file``; :class:`StagedTransferSandbox` for
-  backends whose file API moves whole files (archives staged in the sandbox).
+  ``write_bytes`` through the backend's ``_stage_file`` (archives staged in the sandbox, for
+  backends whose file API moves whole files: :mod:`._staged`).
 * Streamed transfers (``stream_file`` / ``stream_archive``): ``cat`` / ``tar`` run through the
   same wrapper with their stdout handed to a sink chunk by chunk
   (:attr:`ContainerExec.out_sink`), never held whole.
@@ -47,9 +47,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from hermes_async._cleanup import bounded_cleanup, cleanup_scope
+from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import SandboxError
-from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import (
     MAX_READ_BYTES,
     TIMEOUT_EXIT_CODE,
@@ -70,9 +69,9 @@ __all__ = (
     "EXEC_DIR",
     "EXEC_WRAPPER",
     "KILL_SCRIPT",
+    "MISSING_EXIT",
     "ContainerExec",
     "ContainerSandbox",
-    "StagedTransferSandbox",
     "exec_argv",
     "kill_argv",
     "read_until_exit",
@@ -90,15 +89,15 @@ EXEC_DIR = "/tmp/.hermes-exec"
 TRANSFER_TIMEOUT_SECONDS = 600.0
 
 #: Exit codes of the transfer scripts: missing / too large / not a regular file.
-_MISSING, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
+MISSING_EXIT, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
 
 _STREAM_FILE = (
-    f'[ -e "$1" ] || exit {_MISSING}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
+    f'[ -e "$1" ] || exit {MISSING_EXIT}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
     'if [ "$2" -ge 0 ]; then s=$(stat -c %s -- "$1" 2>/dev/null || wc -c < "$1"); s=$((s)); '
     f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; fi; exec cat -- "$1"'
 )
 _STREAM_ARCHIVE = (
-    f'[ -e "$1" ] || exit {_MISSING}; if [ -d "$1" ]; then exec tar -c -f - -C "$1" .; '
+    f'[ -e "$1" ] || exit {MISSING_EXIT}; if [ -d "$1" ]; then exec tar -c -f - -C "$1" .; '
     'else exec tar -c -f - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi'
 )
 
@@ -421,7 +420,7 @@ class ContainerSandbox(Sandbox):
         detail = err.text().strip()
         if timed_out:
             raise OSError(f"{what} timed out after {TRANSFER_TIMEOUT_SECONDS:g} s")
-        if code == _MISSING:
+        if code == MISSING_EXIT:
             raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
         if code == _NOT_REGULAR:
             raise NotARegularFileError(f"not a regular file in the sandbox: {path!r}")
@@ -539,80 +538,3 @@ class ContainerSandbox(Sandbox):
         **Cancellation**: nothing is left running in the container.
         """
         return await self._archive_capped(path)
-
-
-class StagedTransferSandbox(ContainerSandbox):
-    """A container sandbox whose archives travel as whole files staged in the sandbox (Modal,
-    E2B, Daytona: their file APIs move files, not streams).
-
-    ``put_archive`` uploads the tar under :attr:`exec_dir` and extracts it with ``tar``;
-    ``get_archive`` builds one there with ``tar`` and downloads it. A backend implements
-    :meth:`_sh` (a short helper script) and :meth:`_read` (one whole-file download) besides
-    the :class:`ContainerSandbox` hooks. A staged archive is removed in a bounded cleanup
-    (:attr:`kill_timeout`, the bound of every helper command).
-    """
-
-    @abstractmethod
-    async def _sh(self, script: str, *args: str) -> tuple[int, str, str]:
-        """Run ``sh -c script sh args...`` to completion; (exit code, stdout, stderr) stripped."""
-
-    @abstractmethod
-    async def _read(self, path: str) -> bytes:
-        """Download the absolute ``path`` whole."""
-
-    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """Validate, upload and extract a tar archive into ``dest_dir`` (created if missing).
-
-        **Cancellation**: the archive may be partly extracted.
-        """
-        self._check_open()
-        check_tar_members(tar_data)
-        dest = self._resolve(dest_dir)
-        staged = f"{self.exec_dir}/{uuid.uuid4().hex}.tar"
-        await self._stage_file(staged, tar_data)
-        code, _, err = await self._sh(
-            'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc', dest, staged
-        )
-        if code != 0:
-            raise OSError(f"cannot extract archive into {dest_dir!r}: {err}")
-
-    async def _archive(self, path: str) -> tuple[str, int]:
-        """Build the tar of ``path`` in the sandbox: (its staged path, its size or -1)."""
-        source = self._resolve(path)
-        staged = f"{self.exec_dir}/{uuid.uuid4().hex}.tar"
-        code, out, err = await self._sh(
-            f'[ -e "$1" ] || exit {_MISSING}; mkdir -p -- "$(dirname -- "$2")" || exit 1; '
-            'if [ -d "$1" ]; then tar -c -f "$2" -C "$1" .; '
-            'else tar -c -f "$2" -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi; '
-            'rc=$?; [ $rc -eq 0 ] && wc -c < "$2"; exit $rc',
-            source,
-            staged,
-        )
-        if code == _MISSING:
-            raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
-        if code != 0:
-            raise OSError(f"cannot archive {path!r}: {err}")
-        return staged, int(out) if out.strip().isdigit() else -1
-
-    async def _remove_staged(self, staged: str) -> None:
-        await bounded_cleanup(
-            f"remove the staged archive {staged} in {self.kind} sandbox {self.label}",
-            lambda: self._sh('rm -f -- "$1"', staged),
-            timeout=self.kill_timeout,
-            log=logger,
-        )
-
-    async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (directory members ``./x``; a file by its basename).
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-
-        **Cancellation**: the staged archive is removed (bounded).
-        """
-        self._check_open()
-        staged, _ = await self._archive(path)
-        try:
-            return await self._read(staged)
-        finally:
-            await self._remove_staged(staged)

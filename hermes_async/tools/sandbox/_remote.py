@@ -83,9 +83,9 @@ from hermes_async.tools.sandbox._container import (
     EXEC_DIR,
     EXEC_WRAPPER,
     ContainerExec,
-    StagedTransferSandbox,
 )
 from hermes_async.tools.sandbox._sdk import error_named
+from hermes_async.tools.sandbox._staged import StagedTransferSandbox
 from hermes_async.tools.sandbox.base import (
     TIMEOUT_EXIT_CODE,
     ByteSink,

@@ -65,10 +65,10 @@ from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE_FINITE, c
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
     ContainerExec,
-    StagedTransferSandbox,
     read_until_exit,
 )
 from hermes_async.tools.sandbox._sdk import error_named, import_sdk
+from hermes_async.tools.sandbox._staged import StagedTransferSandbox
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.spec import SandboxSpec
