@@ -294,6 +294,8 @@ _WHERE: dict[str, str] = {
 }
 
 
+# hermes_async._lazy.lazy_getattr's logic, written out: ``import hermes_async`` loads no
+# submodule at all (tests/test_public_api.py), not even that one.
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:

@@ -10,8 +10,9 @@ environments.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermes_async._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from hermes_async.envs.base import EvalReport, HermesAgentBaseEnv, RolloutSummary
@@ -46,8 +47,8 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hermes_async.envs' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"hermes_async.envs.{module}"), name)
+__getattr__ = lazy_getattr(
+    "hermes_async.envs",
+    {name: f"hermes_async.envs.{module}" for name, module in _WHERE.items()},
+    globals(),
+)

@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -343,6 +343,49 @@ def _build_qwen_hf_tokenizer() -> Any:
     )
 
 
+def _save_tokenizer_dir(
+    target: Path, tokenizer: Any, files: Mapping[str, str], is_current: Callable[[], bool]
+) -> None:
+    """Save ``tokenizer`` (``save_pretrained``) and ``files`` (name -> text, written in order,
+    the stamp last) as the directory ``target``, atomically.
+
+    Built in a temporary sibling directory and renamed into place, so concurrent processes
+    never see a half-written directory; a stale ``target`` is moved aside first. When the
+    rename loses a race to another process, ``is_current()`` says whether the winner's build
+    will do (else the error is raised).
+
+    Raises:
+        ConfigError: The cache directory cannot be created.
+    """
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the tokenizer cache directory {target.parent}: {exc}; set "
+            "HERMES_ASYNC_CACHE_DIR to a writable directory or pass directory="
+        ) from exc
+    try:
+        tokenizer.save_pretrained(str(tmp), save_jinja_files=False)
+        tmp.chmod(0o755)  # mkdtemp made it private; the cache is meant to be readable
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if target.exists():
+            # Stale build: move it aside first (rename is atomic), then delete it.
+            stale = Path(tempfile.mkdtemp(prefix=f".{target.name}.stale.", dir=target.parent))
+            with contextlib.suppress(FileNotFoundError):  # another process moved it already
+                target.rename(stale / "old")
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            tmp.rename(target)
+        except OSError:
+            # Lost a race: another process renamed its build into place between our checks.
+            if not is_current():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def qwen_offline_hf_dir(directory: str | os.PathLike[str] | None = None) -> Path:
     """The built-in Qwen tokenizer as an HF tokenizer directory, built on first use.
 
@@ -376,33 +419,8 @@ def qwen_offline_hf_dir(directory: str | os.PathLike[str] | None = None) -> Path
     if _is_current(target, fingerprint):
         return target
     tokenizer = _build_qwen_hf_tokenizer()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot create the tokenizer cache directory {target.parent}: {exc}; set "
-            "HERMES_ASYNC_CACHE_DIR to a writable directory or pass directory="
-        ) from exc
-    try:
-        tokenizer.save_pretrained(str(tmp), save_jinja_files=False)
-        tmp.chmod(0o755)  # mkdtemp made it private; the cache is meant to be readable
-        (tmp / _STAMP_FILE).write_text(
-            json.dumps({"fingerprint": fingerprint, "built_by": "hermes_async"}) + "\n",
-            encoding="utf-8",
-        )
-        if target.exists():
-            # Stale build: move it aside first (rename is atomic), then delete it.
-            stale = Path(tempfile.mkdtemp(prefix=f".{target.name}.stale.", dir=target.parent))
-            with contextlib.suppress(FileNotFoundError):  # another process moved it already
-                target.rename(stale / "old")
-            shutil.rmtree(stale, ignore_errors=True)
-        try:
-            tmp.rename(target)
-        except OSError:
-            # Lost a race: another process renamed its build into place between our checks.
-            if not _is_current(target, fingerprint):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    stamp = json.dumps({"fingerprint": fingerprint, "built_by": "hermes_async"}) + "\n"
+    _save_tokenizer_dir(
+        target, tokenizer, {_STAMP_FILE: stamp}, lambda: _is_current(target, fingerprint)
+    )
     return target

@@ -59,6 +59,7 @@ import anyio
 import httpx
 from anyio.abc import TaskGroup, TaskStatus
 
+from hermes_async._checks import POSITIVE_SECONDS, check_fields
 from hermes_async._current import Current
 from hermes_async._net import redact_url
 from hermes_async._resource import AsyncResource
@@ -256,15 +257,17 @@ class PoolOptions:
             raise ValueError(
                 f"PoolOptions.eject_after_failures must be >= 1, got {self.eject_after_failures!r}"
             )
-        for name in (
-            "decrease_interval_seconds",
-            "eject_base_seconds",
-            "eject_max_seconds",
-            "probe_timeout_seconds",
-        ):
-            value = getattr(self, name)
-            if not value > 0:
-                raise ValueError(f"PoolOptions.{name} must be > 0 seconds, got {value!r}")
+        check_fields(
+            self,
+            (
+                "decrease_interval_seconds",
+                "eject_base_seconds",
+                "eject_max_seconds",
+                "probe_timeout_seconds",
+            ),
+            POSITIVE_SECONDS,
+            error=ValueError,
+        )
 
     @property
     def start_limit(self) -> int:

@@ -72,9 +72,9 @@ class UnsupportedExtraError(ConfigError):
         self.key = key
 
 
-# vLLM's SamplingParams fields a caller may set through extras (vllm/sampling_params.py,
-# checked against vLLM 0.32). The typed fields of our SamplingParams are not among them.
-_VLLM_SAMPLING = frozenset(
+# Scalar vLLM SamplingParams arguments: Atropos' server builds SamplingParams(**body) from
+# JSON, so only values JSON can express natively (no StructuredOutputsParams object).
+_ATROPOS = frozenset(
     {
         "presence_penalty",
         "frequency_penalty",
@@ -85,10 +85,17 @@ _VLLM_SAMPLING = frozenset(
         "skip_special_tokens",
         "spaces_between_special_tokens",
         "include_stop_str_in_output",
-        "structured_outputs",
         "logit_bias",
         "allowed_token_ids",
         "bad_words",
+    }
+)
+# vLLM's SamplingParams fields a caller may set through extras (vllm/sampling_params.py,
+# checked against vLLM 0.32): the scalar ones above and the rest. The typed fields of our
+# SamplingParams are not among them.
+_VLLM_SAMPLING = _ATROPOS | frozenset(
+    {
+        "structured_outputs",
         "extra_args",
         "thinking_token_budget",
         "repetition_detection",
@@ -138,25 +145,6 @@ _SGLANG_SAMPLING = frozenset(
 _SGLANG_TOP = frozenset(
     {"rid", "priority", "lora_path", "custom_logit_processor", "return_hidden_states"}
 )
-# Scalar vLLM SamplingParams arguments: Atropos' server builds SamplingParams(**body) from
-# JSON, so only values JSON can express natively (no StructuredOutputsParams object).
-_ATROPOS = frozenset(
-    {
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-        "min_p",
-        "ignore_eos",
-        "min_tokens",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "include_stop_str_in_output",
-        "logit_bias",
-        "allowed_token_ids",
-        "bad_words",
-    }
-)
-
 #: Keys the clients set from the typed SamplingParams fields (or fix themselves), and the
 #: field to use instead.
 _TYPED: Mapping[str, str] = {

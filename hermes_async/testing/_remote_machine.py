@@ -15,9 +15,9 @@ import math
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 from anyio.abc import Process
@@ -34,6 +34,7 @@ from hermes_async.tools.sandbox.processes import (
 __all__ = ("ControlPlane", "CreateDelay", "Faults", "LocalMachine", "RunOutcome", "delay")
 
 _R = TypeVar("_R")
+_Rec = TypeVar("_Rec", bound="SandboxRecord")
 
 logger = logging.getLogger(__name__)
 
@@ -156,23 +157,34 @@ class LocalMachine:
         self.destroyed = True
         if not self.processes:
             return
-        with cleanup_scope(
-            f"destroy the remote double's sandbox {self.sandbox_id}",
-            _DESTROY_SECONDS,
+        await kill_sandbox_processes(
+            self.sweeper,
+            self.marker,
+            self.processes,
+            f"remote double {self.sandbox_id}",
             reason="the sandbox was deleted",
-        ):
-            survivors = await terminate_members(
-                self.sweeper,
-                self.marker,
-                (),
-                grace=0.0,
-                kill_wait=_DESTROY_SECONDS / 2,
-                graceful=False,
-            )
-            if survivors:
-                logger.warning("remote double %s: %s survived SIGKILL", self.sandbox_id, survivors)
-            for process in self.processes:
-                await process.aclose()
+        )
+
+
+async def kill_sandbox_processes(
+    sweeper: ProcessSweeper,
+    marker: str,
+    processes: Iterable[Process],
+    name: str,
+    *,
+    reason: str,
+    seconds: float = _DESTROY_SECONDS,
+) -> None:
+    """Kill every process carrying ``marker`` at once (no grace) and reap ``processes``:
+    shielded and bounded by ``seconds``; survivors are logged under ``name``."""
+    with cleanup_scope(f"kill the processes of {name}", seconds, reason=reason):
+        survivors = await terminate_members(
+            sweeper, marker, (), grace=0.0, kill_wait=seconds / 2, graceful=False
+        )
+        if survivors:
+            logger.warning("%s: %s survived SIGKILL", name, survivors)
+        for process in processes:
+            await process.aclose()
 
 
 async def delay(value: CreateDelay) -> None:
@@ -182,8 +194,23 @@ async def delay(value: CreateDelay) -> None:
         await anyio.sleep(seconds)
 
 
-class ControlPlane:
-    """What both doubles' providers share: faults, create latency, counters, machines.
+class SandboxRecord(Protocol):
+    """What the control plane needs of a double's record of one sandbox."""
+
+    @property
+    def sandbox_id(self) -> str: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def machine(self) -> LocalMachine: ...
+
+
+class ControlPlane(Generic[_Rec]):
+    """What both doubles' providers share: faults, create latency, counters, machines, the
+    books of sandboxes (``sandboxes``: id -> record). A double sets up its own books in
+    :meth:`_open`, called at the end of ``__init__``.
 
     Args:
         hang: Operation names whose calls never return.
@@ -215,6 +242,16 @@ class ControlPlane:
         self.creates_in_flight = 0
         self.max_creates_in_flight = 0
         self.create_start_times: list[float] = []
+        self.sandboxes: dict[str, _Rec] = {}
+        self._open()
+
+    def _open(self) -> None:
+        """Set up the double's own books (a hook for subclasses)."""
+
+    @property
+    def live(self) -> list[_Rec]:
+        """Sandboxes created and not deleted (the leak books)."""
+        return [r for r in self.sandboxes.values() if r.alive]
 
     def _machine(self, sandbox_id: str, env: Mapping[str, str]) -> LocalMachine:
         return LocalMachine(sandbox_id, self.workdir, {**self.extra_env, **env}, self.sweeper)

@@ -51,7 +51,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, get_args
 
 import anyio
 
@@ -105,19 +105,7 @@ ChaosFault: TypeAlias = Literal[
 ]
 
 #: Every fault kind.
-ALL_FAULTS: tuple[ChaosFault, ...] = (
-    "server_500",
-    "server_429",
-    "disconnect",
-    "malformed_chunk",
-    "stall",
-    "create_failure",
-    "create_hang",
-    "exec_hang",
-    "exec_death",
-    "reward_raises",
-    "hostile_text",
-)
+ALL_FAULTS: tuple[ChaosFault, ...] = get_args(ChaosFault)
 
 _SERVER: tuple[ChaosFault, ...] = (
     "server_500",

@@ -37,12 +37,12 @@ The books: :attr:`FakeDaytona.sandboxes` and :attr:`FakeDaytona.live`.
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import anyio
 
-from hermes_async.testing._remote_machine import ControlPlane, CreateDelay, LocalMachine
+from hermes_async.testing._remote_machine import ControlPlane, LocalMachine
 
 __all__ = (
     "CreateSandboxFromImageParams",
@@ -311,7 +311,7 @@ class FakeAsyncDaytona:
                 return
 
 
-class FakeDaytona(ControlPlane):
+class FakeDaytona(ControlPlane[_Record]):
     """Stands in for the ``daytona`` module and Daytona's API (see the module docstring).
 
     Args:
@@ -333,34 +333,13 @@ class FakeDaytona(ControlPlane):
     DaytonaRateLimitError = DaytonaRateLimitError
     DaytonaTimeoutError = DaytonaTimeoutError
 
-    def __init__(
-        self,
-        *,
-        hang: Collection[str] = (),
-        fail: Mapping[str, BaseException] | None = None,
-        create_delay_seconds: CreateDelay = 0.0,
-        extra_env: Mapping[str, str] | None = None,
-        workdir: str = "/tmp",
-    ) -> None:
-        super().__init__(
-            hang=hang,
-            fail=fail,
-            create_delay_seconds=create_delay_seconds,
-            extra_env=extra_env,
-            workdir=workdir,
-        )
-        self.sandboxes: dict[str, _Record] = {}
+    def _open(self) -> None:
         self.clients: list[FakeAsyncDaytona] = []
         self.AsyncDaytona: type[FakeAsyncDaytona] = type(
             "AsyncDaytona", (FakeAsyncDaytona,), {"_provider": self}
         )
         self.create_params: list[_Params] = []
         self.deletes: list[str] = []
-
-    @property
-    def live(self) -> list[_Record]:
-        """Sandboxes created and not deleted (the leak books)."""
-        return [r for r in self.sandboxes.values() if r.alive]
 
     def live_with(self, labels: Mapping[str, str]) -> list[str]:
         """Ids of live sandboxes whose labels include ``labels``."""

@@ -45,14 +45,14 @@ leaks against.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import anyio
 
-from hermes_async.testing._remote_machine import ControlPlane, CreateDelay, LocalMachine
+from hermes_async.testing._remote_machine import ControlPlane, LocalMachine
 
 __all__ = (
     "AuthenticationException",
@@ -352,7 +352,7 @@ class FakeAsyncSandbox:
         return _Paginator(cls._provider, query, limit)
 
 
-class FakeE2B(ControlPlane):
+class FakeE2B(ControlPlane[_Record]):
     """Stands in for the ``e2b`` module and E2B's control plane (see the module docstring).
 
     Args:
@@ -374,33 +374,12 @@ class FakeE2B(ControlPlane):
     CommandExitException = CommandExitException
     SandboxQuery = SandboxQuery
 
-    def __init__(
-        self,
-        *,
-        hang: Collection[str] = (),
-        fail: Mapping[str, BaseException] | None = None,
-        create_delay_seconds: CreateDelay = 0.0,
-        extra_env: Mapping[str, str] | None = None,
-        workdir: str = "/tmp",
-    ) -> None:
-        super().__init__(
-            hang=hang,
-            fail=fail,
-            create_delay_seconds=create_delay_seconds,
-            extra_env=extra_env,
-            workdir=workdir,
-        )
-        self.sandboxes: dict[str, _Record] = {}
+    def _open(self) -> None:
         self.AsyncSandbox: type[FakeAsyncSandbox] = type(
             "AsyncSandbox", (FakeAsyncSandbox,), {"_provider": self}
         )
         self.create_kwargs: list[dict[str, object]] = []
         self.kills: list[str] = []
-
-    @property
-    def live(self) -> list[_Record]:
-        """Sandboxes created and not killed (the leak books)."""
-        return [r for r in self.sandboxes.values() if r.alive]
 
     def live_with(self, metadata: Mapping[str, str]) -> list[str]:
         """Ids of live sandboxes whose metadata includes ``metadata``."""

@@ -40,12 +40,11 @@ from typing import Generic, ParamSpec, TypeVar
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
-from hermes_async._cleanup import cleanup_scope
+from hermes_async.testing._remote_machine import kill_sandbox_processes
 from hermes_async.tools.sandbox.processes import (
     SANDBOX_MARKER_ENV,
     ProcessSweeper,
     find_sandbox_processes,
-    terminate_members,
 )
 
 __all__ = (
@@ -405,20 +404,11 @@ class FakeSandbox:
         if self.terminated:
             return
         self.terminated = True
-        with cleanup_scope(
-            f"terminate the Modal double's sandbox {self.object_id}",
-            _TERMINATE_SECONDS,
+        await kill_sandbox_processes(
+            self._modal.sweeper,
+            self._marker,
+            self._processes,
+            f"Modal double {self.object_id}",
             reason="terminate called",
-        ):
-            survivors = await terminate_members(
-                self._modal.sweeper,
-                self._marker,
-                (),
-                grace=0.0,
-                kill_wait=_TERMINATE_SECONDS / 2,
-                graceful=False,
-            )
-            if survivors:
-                logger.warning("Modal double %s: %s survived SIGKILL", self.object_id, survivors)
-            for process in self._processes:
-                await process.aclose()
+            seconds=_TERMINATE_SECONDS,
+        )

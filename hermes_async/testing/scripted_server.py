@@ -298,6 +298,14 @@ def _default_tokenizer() -> Tokenizer:
     return load_tokenizer()
 
 
+#: Where each token protocol's request body keeps what the server reads: the prompt ids' key,
+#: the nested sampling object's key (``None``: the body itself), the max-tokens key and its
+#: server default, and the seed's key. The stop ids are ``stop_token_ids`` in all of them.
+_TOKEN_BODY_FIELDS: dict[str, tuple[str, str | None, str, int, str]] = {
+    "vllm": ("token_ids", "sampling_params", "max_tokens", 256, "seed"),
+    "completions": ("prompt", None, "max_tokens", 16, "seed"),
+    "sglang": ("input_ids", "sampling_params", "max_new_tokens", 128, "sampling_seed"),
+}
 _CHATML_TURN = re.compile(r"<\|im_start\|>([^\n]*)\n(.*?)(?:<\|im_end\|>\n?|\Z)", re.S)
 _TOOL_RESPONSE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.S)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
@@ -651,22 +659,14 @@ class ScriptedModelServer:
             return
         stop_ids: object = None
         seed: object = body.get("seed")
-        if record.protocol == "vllm":
-            prompt_ids = body.get("token_ids")
-            sampling = body.get("sampling_params") or {}
-            max_tokens = sampling.get("max_tokens", 256)
+        fields = _TOKEN_BODY_FIELDS.get(record.protocol)
+        if fields is not None:
+            ids_key, sampling_key, max_key, max_default, seed_key = fields
+            prompt_ids = body.get(ids_key)
+            sampling = (body.get(sampling_key) or {}) if sampling_key else body
+            max_tokens = sampling.get(max_key, max_default)
             stop_ids = sampling.get("stop_token_ids")
-            seed = sampling.get("seed")
-        elif record.protocol == "completions":
-            prompt_ids = body.get("prompt")
-            max_tokens = body.get("max_tokens", 16)
-            stop_ids = body.get("stop_token_ids")
-        elif record.protocol == "sglang":
-            prompt_ids = body.get("input_ids")
-            sampling = body.get("sampling_params") or {}
-            max_tokens = sampling.get("max_new_tokens", 128)
-            stop_ids = sampling.get("stop_token_ids")
-            seed = sampling.get("sampling_seed")
+            seed = sampling.get(seed_key)
         else:
             prompt = body.get("prompt") or {}
             prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None

@@ -164,6 +164,16 @@ def _paged(req: SearchRequest, result: JSONObject, shown: int, total: int, what:
         result["hint"] = f"offset={req.offset} is past the last result ({total} in total)."
 
 
+def _files_page(req: SearchRequest, files: list[str]) -> JSONObject:
+    """The result of a file listing: the requested page of ``files`` and the total."""
+    page = files[req.offset : req.offset + req.limit]
+    result: JSONObject = {"total_count": len(files)}
+    if page:
+        result["files"] = list(page)
+    _paged(req, result, len(page), len(files), "files")
+    return result
+
+
 def parse_search_output(req: SearchRequest, stdout: str) -> JSONObject:
     """Turn the script's output into the tool's result object (always JSON-serializable).
 
@@ -197,21 +207,9 @@ def parse_search_output(req: SearchRequest, stdout: str) -> JSONObject:
             else:
                 entries.append((mtime, path))
         entries.sort(key=lambda e: (-e[0], e[1]))
-        files = [_display_path(req, p) for _, p in entries]
-        page = files[req.offset : req.offset + req.limit]
-        result = {"total_count": len(files)}
-        if page:
-            result["files"] = page
-        _paged(req, result, len(page), len(files), "files")
-        return result
+        return _files_page(req, [_display_path(req, p) for _, p in entries])
     if req.output_mode == "files_only":
-        files = [_display_path(req, x) for x in body]
-        page = files[req.offset : req.offset + req.limit]
-        result = {"total_count": len(files)}
-        if page:
-            result["files"] = page
-        _paged(req, result, len(page), len(files), "files")
-        return result
+        return _files_page(req, [_display_path(req, x) for x in body])
     if req.output_mode == "count":
         counts: dict[str, int] = {}
         for line in body:

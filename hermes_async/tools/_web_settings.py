@@ -37,6 +37,7 @@ from typing import Literal, cast
 
 import httpx
 
+from hermes_async._checks import INTEGER_AT_LEAST_ONE, POSITIVE, check_fields
 from hermes_async.errors import ConfigError
 
 __all__ = [
@@ -199,19 +200,16 @@ class WebSettings:
             raise ConfigError(
                 f"unknown html_extractor {self.html_extractor!r}; available: auto, trafilatura, basic"
             )
-        for name in ("search_limit", "max_concurrent_fetches", "max_body_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"WebSettings.{name} must be an integer >= 1, got {value!r}")
+        check_fields(
+            self, ("search_limit", "max_concurrent_fetches", "max_body_bytes"), INTEGER_AT_LEAST_ONE
+        )
         if self.max_content_chars < 200:
             raise ConfigError(
                 f"WebSettings.max_content_chars must be >= 200, got {self.max_content_chars!r}"
             )
         if self.max_redirects < 0:
             raise ConfigError(f"WebSettings.max_redirects must be >= 0, got {self.max_redirects!r}")
-        for name in ("request_timeout_seconds", "fetch_timeout_seconds"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"WebSettings.{name} must be > 0, got {getattr(self, name)!r}")
+        check_fields(self, ("request_timeout_seconds", "fetch_timeout_seconds"), POSITIVE)
         for entry in self.allow:
             check_allow_entry(entry)
 

@@ -19,10 +19,9 @@ Apart from :mod:`.env`, nothing here needs Docker or atroposlib; ``tasks/`` hold
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Any
 
+from hermes_async._lazy import lazy_getattr
 from hermes_async.envs.terminalbench.contract import (
     ExecSpec,
     RewardReading,
@@ -94,10 +93,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

@@ -46,12 +46,9 @@ time; a cached directory loads in well under a second): call it at setup time.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -63,7 +60,12 @@ from hermes_async.errors import ConfigError
 from hermes_async.inference._chat_template import default_chat_template, render_chat_template
 from hermes_async.inference._tokenizer_base import RenderRequest
 from hermes_async.inference.families._build import build_backend
-from hermes_async.inference.hf import HFTokenizer, _import_transformers, default_tokenizer_cache_dir
+from hermes_async.inference.hf import (
+    HFTokenizer,
+    _import_transformers,
+    _save_tokenizer_dir,
+    default_tokenizer_cache_dir,
+)
 from hermes_async.jsontypes import JSON, JSONObject
 
 if TYPE_CHECKING:
@@ -335,8 +337,12 @@ def family_tokenizer_dir(name: str, directory: str | os.PathLike[str] | None = N
         else default_tokenizer_cache_dir() / f"family-{name}"
     )
     fingerprint = _fingerprint(fam)
-    stamp = _stamp(target)
-    if stamp is not None and stamp.get("fingerprint") == fingerprint:
+
+    def is_current() -> bool:
+        current = _stamp(target)
+        return current is not None and current.get("fingerprint") == fingerprint
+
+    if is_current():
         return target
     transformers = _import_transformers()
     backend = build_backend(fam.vocab, fam.specials)
@@ -353,48 +359,20 @@ def family_tokenizer_dir(name: str, directory: str | os.PathLike[str] | None = N
         split_special_tokens=False,
     )
     end_ids = [backend.token_to_id(t) for t in fam.end_of_turn]
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot create the tokenizer cache directory {target.parent}: {exc}; set "
-            "HERMES_ASYNC_CACHE_DIR to a writable directory or pass directory="
-        ) from exc
-    try:
-        tokenizer.save_pretrained(str(tmp), save_jinja_files=False)
-        tmp.chmod(0o755)
-        (tmp / "generation_config.json").write_text(
-            json.dumps({"eos_token_id": end_ids}) + "\n", encoding="utf-8"
-        )
-        (tmp / FAMILY_STAMP_FILE).write_text(
-            json.dumps(
-                {
-                    "fingerprint": fingerprint,
-                    "family": name,
-                    "parser": fam.parser,
-                    "end_of_turn": list(fam.end_of_turn),
-                    "arguments_as_objects": fam.arguments_as_objects,
-                    "variables": dict(fam.variables),
-                    "built_by": "hermes_async",
-                }
-            )
-            + "\n",
-            encoding="utf-8",
-        )
-        if target.exists():
-            stale = Path(tempfile.mkdtemp(prefix=f".{target.name}.stale.", dir=target.parent))
-            with contextlib.suppress(FileNotFoundError):
-                target.rename(stale / "old")
-            shutil.rmtree(stale, ignore_errors=True)
-        try:
-            tmp.rename(target)
-        except OSError:
-            current = _stamp(target)
-            if current is None or current.get("fingerprint") != fingerprint:
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    stamp = {
+        "fingerprint": fingerprint,
+        "family": name,
+        "parser": fam.parser,
+        "end_of_turn": list(fam.end_of_turn),
+        "arguments_as_objects": fam.arguments_as_objects,
+        "variables": dict(fam.variables),
+        "built_by": "hermes_async",
+    }
+    files = {
+        "generation_config.json": json.dumps({"eos_token_id": end_ids}) + "\n",
+        FAMILY_STAMP_FILE: json.dumps(stamp) + "\n",
+    }
+    _save_tokenizer_dir(target, tokenizer, files, is_current)
     return target
 
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from hermes_async._checks import INTEGER_AT_LEAST_ONE, POSITIVE_SECONDS, check_fields
 from hermes_async.errors import ConfigError
 from hermes_async.tools._web_settings import Resolver, WebSettings, check_allow_entry
 
@@ -208,17 +209,18 @@ class BrowserSettings:
     resolver: Resolver | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in (
-            "max_sessions",
-            "max_body_bytes",
-            "max_requests_per_session",
-            "console_max_messages",
-            "viewport_width",
-            "viewport_height",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"BrowserSettings.{name} must be an integer >= 1, got {value!r}")
+        check_fields(
+            self,
+            (
+                "max_sessions",
+                "max_body_bytes",
+                "max_requests_per_session",
+                "console_max_messages",
+                "viewport_width",
+                "viewport_height",
+            ),
+            INTEGER_AT_LEAST_ONE,
+        )
         if self.snapshot_max_chars < 200:
             raise ConfigError(
                 f"BrowserSettings.snapshot_max_chars must be >= 200, got {self.snapshot_max_chars!r}"
@@ -227,23 +229,21 @@ class BrowserSettings:
             raise ConfigError(
                 f"BrowserSettings.max_redirects must be >= 0, got {self.max_redirects!r}"
             )
-        for name in (
-            "launch_timeout_seconds",
-            "create_timeout_seconds",
-            "close_timeout_seconds",
-            "action_timeout_seconds",
-            "navigation_timeout_seconds",
-            "fetch_timeout_seconds",
-        ):
-            value = getattr(self, name)
-            if not value > 0:
-                raise ConfigError(f"BrowserSettings.{name} must be > 0 seconds, got {value!r}")
-        for name in ("idle_timeout_seconds", "reap_interval_seconds"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(
-                    f"BrowserSettings.{name} must be > 0 seconds or None, got {value!r}"
-                )
+        check_fields(
+            self,
+            (
+                "launch_timeout_seconds",
+                "create_timeout_seconds",
+                "close_timeout_seconds",
+                "action_timeout_seconds",
+                "navigation_timeout_seconds",
+                "fetch_timeout_seconds",
+            ),
+            POSITIVE_SECONDS,
+        )
+        check_fields(
+            self, ("idle_timeout_seconds", "reap_interval_seconds"), POSITIVE_SECONDS.or_none()
+        )
         for entry in self.allow:
             check_allow_entry(entry, "BrowserSettings")
 

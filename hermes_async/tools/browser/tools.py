@@ -49,6 +49,7 @@ from hermes_async.tools.browser.errors import BrowserUnavailableError
 from hermes_async.tools.browser.manager import BrowserManager, current_browser_manager
 from hermes_async.tools.browser.settings import find_chromium
 from hermes_async.tools.registry import Tool, ToolRuntime
+from hermes_async.tools.toolsets import TOOLSETS
 
 if TYPE_CHECKING:
     from hermes_async.tools.browser.session import BrowserSession
@@ -61,18 +62,10 @@ __all__ = (
     "runtime_browser_manager",
 )
 
-#: The toolset's tools, in the reference's order.
-BROWSER_TOOL_NAMES: tuple[str, ...] = (
-    "browser_navigate",
-    "browser_snapshot",
-    "browser_click",
-    "browser_type",
-    "browser_scroll",
-    "browser_back",
-    "browser_press",
-    "browser_get_images",
-    "browser_vision",
-    "browser_console",
+#: The toolset's tools, in the reference's order (the ``browser`` toolset's own tools; it
+#: adds ``web_search``).
+BROWSER_TOOL_NAMES: tuple[str, ...] = tuple(
+    name for name in TOOLSETS["browser"].tools if name.startswith("browser_")
 )
 
 #: What the model sees when the rollout has no browser manager.

@@ -6,6 +6,9 @@
   implements (run an argv and stream its output; stage a file), with the shared timeout,
   kill-on-cancel and head + tail output semantics.
 * :func:`read_until_exit`: reading output until the streams end *or* the command has exited.
+* File transfers: ``read_bytes`` / ``get_archive`` through the streamed transfers below,
+  ``write_bytes`` through the backend's ``_stage_file`` (archives staged in the sandbox, for
+  backends whose file API moves whole files: :mod:`._staged`).
 * Streamed transfers (``stream_file`` / ``stream_archive``): ``cat`` / ``tar`` run through the
   same wrapper with their stdout handed to a sink chunk by chunk
   (:attr:`ContainerExec.out_sink`), never held whole.
@@ -66,6 +69,7 @@ __all__ = (
     "EXEC_DIR",
     "EXEC_WRAPPER",
     "KILL_SCRIPT",
+    "MISSING_EXIT",
     "ContainerExec",
     "ContainerSandbox",
     "exec_argv",
@@ -85,15 +89,15 @@ EXEC_DIR = "/tmp/.hermes-exec"
 TRANSFER_TIMEOUT_SECONDS = 600.0
 
 #: Exit codes of the transfer scripts: missing / too large / not a regular file.
-_MISSING, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
+MISSING_EXIT, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
 
 _STREAM_FILE = (
-    f'[ -e "$1" ] || exit {_MISSING}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
+    f'[ -e "$1" ] || exit {MISSING_EXIT}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
     'if [ "$2" -ge 0 ]; then s=$(stat -c %s -- "$1" 2>/dev/null || wc -c < "$1"); s=$((s)); '
     f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; fi; exec cat -- "$1"'
 )
 _STREAM_ARCHIVE = (
-    f'[ -e "$1" ] || exit {_MISSING}; if [ -d "$1" ]; then exec tar -c -f - -C "$1" .; '
+    f'[ -e "$1" ] || exit {MISSING_EXIT}; if [ -d "$1" ]; then exec tar -c -f - -C "$1" .; '
     'else exec tar -c -f - -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi'
 )
 
@@ -416,7 +420,7 @@ class ContainerSandbox(Sandbox):
         detail = err.text().strip()
         if timed_out:
             raise OSError(f"{what} timed out after {TRANSFER_TIMEOUT_SECONDS:g} s")
-        if code == _MISSING:
+        if code == MISSING_EXIT:
             raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
         if code == _NOT_REGULAR:
             raise NotARegularFileError(f"not a regular file in the sandbox: {path!r}")
@@ -491,7 +495,46 @@ class ContainerSandbox(Sandbox):
         Raises:
             TimeoutError: It did not finish within ``timeout``.
         """
+        code, _, err = await self._helper_output(argv, timeout)
+        return code, err
+
+    async def _helper_output(self, argv: list[str], timeout: float) -> tuple[int, str, str]:
+        """:meth:`_helper` with the command's standard output: (exit code, stdout, stderr)."""
         out, err = OutputCapture(_HELPER_OUTPUT_BYTES), OutputCapture(_HELPER_OUTPUT_BYTES)
         with anyio.fail_after(timeout):
             code = await self._run_argv(ContainerExec(argv, None, out, err, timeout))
-        return code, err.text()
+        return code, out.text(), err.text()
+
+    # ----------------------------------------------------------------- files (defaults)
+
+    async def read_bytes(self, path: str) -> bytes:
+        """Return the contents of ``path`` (a ``cat`` in the container through
+        :meth:`stream_file`, at most :data:`MAX_READ_BYTES`).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist or is not a regular file.
+            TransferLimitError: It is larger than ``MAX_READ_BYTES`` (stream it instead).
+
+        **Cancellation**: nothing is left running in the container.
+        """
+        return await self._read_capped(path)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (parents created) through :meth:`_stage_file`.
+
+        **Cancellation**: the file may be partly written.
+        """
+        self._check_open()
+        await self._stage_file(self._resolve(path), data)
+
+    async def get_archive(self, path: str) -> bytes:
+        """Return a tar archive of ``path`` (directory members ``./x``; a file by its
+        basename) through :meth:`stream_archive`, at most :data:`MAX_READ_BYTES`.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            TransferLimitError: The archive is larger than :data:`MAX_READ_BYTES`.
+
+        **Cancellation**: nothing is left running in the container.
+        """
+        return await self._archive_capped(path)

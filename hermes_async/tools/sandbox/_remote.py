@@ -63,10 +63,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import logging
 import math
-import posixpath
 import shlex
 import uuid
 from abc import abstractmethod
@@ -78,27 +76,33 @@ import anyio
 import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
+from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, check_fields
 from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
-from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox._container import (
     EXEC_DIR,
     EXEC_WRAPPER,
     ContainerExec,
-    ContainerSandbox,
 )
-from hermes_async.tools.sandbox.archive import check_tar_members
+from hermes_async.tools.sandbox._sdk import error_named
+from hermes_async.tools.sandbox._staged import StagedTransferSandbox
 from hermes_async.tools.sandbox.base import (
     TIMEOUT_EXIT_CODE,
     ByteSink,
     ExecRequest,
     ExecResult,
+    _deliver_whole,
 )
 from hermes_async.tools.sandbox.errors import (
     NotARegularFileError,
     SandboxUnavailableError,
     TransferLimitError,
 )
-from hermes_async.tools.sandbox.modal import CreationRateLimiter
+from hermes_async.tools.sandbox.modal import (
+    CreationRateLimiter,
+    _check_cloud_fields,
+    _cloud_config_for,
+)
 from hermes_async.tools.sandbox.output import OutputCapture
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
@@ -112,7 +116,7 @@ __all__ = (
     "RemoteDriver",
     "RemoteSandbox",
     "RemoteSandboxConfig",
-    "error_named",
+    "SdkErrors",
     "remote_config_for",
 )
 
@@ -260,29 +264,9 @@ class RemoteSandboxConfig:
     reap_on_start: bool = True
 
     def __post_init__(self) -> None:
-        name = type(self).__name__
-        for attr in ("workdir", "home"):
-            if not posixpath.isabs(getattr(self, attr)):
-                raise ConfigError(f"{name}.{attr} must be absolute, got {getattr(self, attr)!r}")
-        for attr in (
-            "cpus",
-            "create_timeout_seconds",
-            "call_timeout_seconds",
-            "delete_timeout_seconds",
-            "reap_timeout_seconds",
-            "default_exec_timeout_seconds",
-            "max_creates_per_second",
-        ):
-            value = getattr(self, attr)
-            if not (value > 0 and math.isfinite(value)):
-                raise ConfigError(f"{name}.{attr} must be > 0, got {value!r}")
-        if self.max_concurrent_creates < 1 or self.sandbox_lifetime_seconds < 1:
-            raise ConfigError(
-                f"{name}: max_concurrent_creates and sandbox_lifetime_seconds must be >= 1, got "
-                f"{self.max_concurrent_creates!r} and {self.sandbox_lifetime_seconds!r}"
-            )
-        if self.memory_mb < 1:
-            raise ConfigError(f"{name}.memory_mb must be >= 1, got {self.memory_mb!r}")
+        check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
+        _check_cloud_fields(self, "delete_timeout_seconds", "reap_timeout_seconds")
+        check_fields(self, ("memory_mb",), AT_LEAST_ONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,10 +286,87 @@ class ReapReport:
     skipped: tuple[str, ...] = ()
 
 
-def error_named(exc: BaseException, *names: str) -> bool:
-    """Whether ``exc`` is an instance of a class called one of ``names`` (an SDK's or its
-    double's: the backends match SDK errors by name, so a double need not import the SDK)."""
-    return any(cls.__name__ in names for cls in type(exc).__mro__)
+@dataclass(frozen=True, slots=True)
+class SdkErrors:
+    """How one provider's SDK names its failures (by class name, see :func:`error_named`).
+
+    Attributes:
+        kind: The provider's name in messages (``"E2B"``).
+        gone: The errors that mean the sandbox no longer exists.
+        gone_words: How the message says so (``"not found"``).
+        auth: The error of refused credentials.
+        rate_limit: The error of a rate-limited call.
+        file_missing: The error of reading a file that does not exist.
+        timeout: The error of a create that ran out of time.
+        hint: What to check when the provider refuses (credentials, network).
+    """
+
+    kind: str
+    gone: tuple[str, ...]
+    gone_words: str
+    auth: str
+    rate_limit: str
+    file_missing: str
+    timeout: str
+    hint: str
+
+    def translate(self, what: str, exc: Exception, sandbox_id: str | None) -> Exception:
+        """An SDK failure as this package's error tree (``raise ... from exc`` at the call).
+
+        A "gone" error becomes :class:`SandboxUnavailableError` only with a ``sandbox_id``
+        (a control-plane call about no particular sandbox is a plain failure).
+        """
+        if error_named(exc, *self.gone) and sandbox_id is not None:
+            return SandboxUnavailableError(
+                f"{self.kind} reports sandbox {sandbox_id} {self.gone_words} during {what}",
+                reason="unreachable",
+                backend=self.kind,
+            )
+        if error_named(exc, self.auth):
+            return SandboxError(
+                f"{self.kind} refused {what}: not authenticated ({exc}); {self.hint}"
+            )
+        if error_named(exc, self.rate_limit):
+            return SandboxError(
+                f"{self.kind} rate-limited {what} ({exc}); lower max_creates_per_second"
+            )
+        return SandboxError(f"{self.kind} failed {what}: {type(exc).__name__}: {exc}")
+
+    async def call(self, what: str, awaitable: Awaitable[_T], sandbox_id: str | None) -> _T:
+        """Await one SDK call, its failure translated (:meth:`translate`)."""
+        try:
+            return await awaitable
+        except Exception as exc:
+            raise self.translate(what, exc, sandbox_id) from exc
+
+    async def create(self, what: str, awaitable: Awaitable[_T]) -> _T:
+        """Await a create call: the SDK's timeout as ``TimeoutError`` (the backend then sweeps
+        by label), other failures translated."""
+        try:
+            return await awaitable
+        except Exception as exc:
+            if error_named(exc, self.timeout):
+                raise TimeoutError(f"{self.kind} create timed out: {exc}") from exc
+            raise self.translate(what, exc, None) from exc
+
+    async def read(self, path: str, awaitable: Awaitable[Any], sandbox_id: str) -> bytes:
+        """Await a file download: a missing file as ``FileNotFoundError``."""
+        try:
+            data = await awaitable
+        except Exception as exc:
+            if error_named(exc, self.file_missing):
+                raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+            raise self.translate(f"a read of {path}", exc, sandbox_id) from exc
+        return bytes(data)
+
+    async def delete(self, what: str, awaitable: Awaitable[object]) -> None:
+        """Await a delete: a sandbox already gone counts as deleted."""
+        try:
+            await awaitable
+        except Exception as exc:
+            if error_named(exc, *self.gone):
+                return
+            raise self.translate(what, exc, None) from exc
 
 
 def remote_config_for(config: _C, spec: SandboxSpec | None, *, image_field: str, name: str) -> _C:
@@ -316,27 +377,13 @@ def remote_config_for(config: _C, spec: SandboxSpec | None, *, image_field: str,
     Raises:
         ConfigError: The spec asks for a local build.
     """
-    if spec is None:
-        return config
-    if spec.build_context is not None and spec.image is None:
-        raise ConfigError(
-            f"the {name} backend cannot build {str(spec.build_context)!r} locally; publish it "
-            f"(a registry image, or an E2B template) and give SandboxSpec.image, or use "
-            "terminal_backend='docker'"
-        )
-    changes: dict[str, Any] = {}
-    for field_name, value in (
-        (image_field, spec.image),
-        ("cpus", None if spec.cpus is None else float(spec.cpus)),
-        ("memory_mb", spec.memory_mb),
-        ("block_network", None if spec.network_mode is None else spec.network_mode == "none"),
-        ("workdir", spec.workdir),
-        ("create_timeout_seconds", spec.create_timeout),
-        ("default_exec_timeout_seconds", spec.exec_timeout),
-    ):
-        if value is not None:
-            changes[field_name] = value
-    return dataclasses.replace(config, **changes)
+    return _cloud_config_for(
+        config,
+        spec,
+        image_field=image_field,
+        name=name,
+        publish="publish it (a registry image, or an E2B template)",
+    )
 
 
 async def _bounded(what: str, awaitable: Awaitable[_T], timeout: float, task_id: str | None) -> _T:
@@ -382,7 +429,7 @@ def parse_result(stdout: str) -> tuple[int, int, int, bytes, bytes] | None:
     return rc, n_out, n_err, _decode(lines[start + 1 : sep]), _decode(lines[sep + 1 : end])
 
 
-class RemoteSandbox(ContainerSandbox):
+class RemoteSandbox(StagedTransferSandbox):
     """One remote sandbox (E2B, Daytona) over a :class:`RemoteDriver`; see the module docstring.
 
     Created by a :class:`RemoteBackend`; closed with :meth:`aclose` (deletes it).
@@ -623,87 +670,7 @@ class RemoteSandbox(ContainerSandbox):
         if code != 0:
             raise OSError(f"cannot read {path!r} in the sandbox: {err or f'exit {code}'}")
         data = await self._read(source)
-        if max_bytes is not None and len(data) > max_bytes:
-            raise TransferLimitError(f"file {path!r}", limit=max_bytes, size=len(data))
-        view = memoryview(data)
-        for i in range(0, len(data), 1 << 16):
-            await sink(bytes(view[i : i + (1 << 16)]))
-        return len(data)
-
-    async def read_bytes(self, path: str) -> bytes:
-        """Return the contents of ``path`` (at most ``MAX_READ_BYTES``).
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist or is not a regular file.
-            TransferLimitError: It is larger than ``MAX_READ_BYTES``.
-
-        **Cancellation**: nothing to clean up.
-        """
-        return await self._read_capped(path)
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (parents created).
-
-        **Cancellation**: the file may or may not have been written.
-        """
-        self._check_open()
-        await self._stage_file(self._resolve(path), data)
-
-    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """Validate, upload and extract a tar archive into ``dest_dir`` (created if missing).
-
-        **Cancellation**: the archive may be partly extracted.
-        """
-        self._check_open()
-        check_tar_members(tar_data)
-        dest = self._resolve(dest_dir)
-        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
-        await self._stage_file(staged, tar_data)
-        code, _, err = await self._sh(
-            'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc', dest, staged
-        )
-        if code != 0:
-            raise OSError(f"cannot extract archive into {dest_dir!r}: {err}")
-
-    async def _archive(self, path: str) -> tuple[str, int]:
-        source = self._resolve(path)
-        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
-        code, out, err = await self._sh(
-            '[ -e "$1" ] || exit 66; mkdir -p -- "$(dirname -- "$2")" || exit 1; '
-            'if [ -d "$1" ]; then tar -c -f "$2" -C "$1" .; '
-            'else tar -c -f "$2" -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi; '
-            'rc=$?; [ $rc -eq 0 ] && wc -c < "$2"; exit $rc',
-            source,
-            staged,
-        )
-        if code == _MISSING:
-            raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
-        if code != 0:
-            raise OSError(f"cannot archive {path!r}: {err}")
-        return staged, int(out) if out.strip().isdigit() else -1
-
-    async def _remove_staged(self, staged: str) -> None:
-        await bounded_cleanup(
-            f"remove the staged archive {staged} in {self.kind} sandbox {self.sandbox_id}",
-            lambda: self._sh('rm -f -- "$1"', staged),
-            timeout=self.config.call_timeout_seconds,
-            log=logger,
-        )
-
-    async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (directory members ``./x``; a file by its basename).
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-
-        **Cancellation**: the staged archive is removed (bounded).
-        """
-        self._check_open()
-        staged, _ = await self._archive(path)
-        try:
-            return await self._read(staged)
-        finally:
-            await self._remove_staged(staged)
+        return await _deliver_whole(data, sink, f"file {path!r}", max_bytes)
 
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
@@ -720,12 +687,7 @@ class RemoteSandbox(ContainerSandbox):
             data = await self._read(staged)
         finally:
             await self._remove_staged(staged)
-        if max_bytes is not None and len(data) > max_bytes:
-            raise TransferLimitError(f"archive of {path!r}", limit=max_bytes, size=len(data))
-        view = memoryview(data)
-        for i in range(0, len(data), 1 << 16):
-            await sink(bytes(view[i : i + (1 << 16)]))
-        return len(data)
+        return await _deliver_whole(data, sink, f"archive of {path!r}", max_bytes)
 
     # ----------------------------------------------------------------- close
 

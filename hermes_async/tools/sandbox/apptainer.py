@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from hermes_async._checks import ABSOLUTE_PATH, POSITIVE_FINITE, check_fields
 from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import ContainerExec, ContainerSandbox
@@ -121,20 +122,17 @@ class ApptainerSandboxConfig:
     default_exec_timeout_seconds: float = 180.0
 
     def __post_init__(self) -> None:
-        for name in ("workdir", "home"):
-            if not posixpath.isabs(getattr(self, name)):
-                raise ConfigError(
-                    f"ApptainerSandboxConfig.{name} must be absolute, got {getattr(self, name)!r}"
-                )
-        for name in (
-            "start_timeout_seconds",
-            "stop_timeout_seconds",
-            "kill_timeout_seconds",
-            "default_exec_timeout_seconds",
-        ):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
-                raise ConfigError(f"ApptainerSandboxConfig.{name} must be > 0, got {value!r}")
+        check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
+        check_fields(
+            self,
+            (
+                "start_timeout_seconds",
+                "stop_timeout_seconds",
+                "kill_timeout_seconds",
+                "default_exec_timeout_seconds",
+            ),
+            POSITIVE_FINITE,
+        )
         if isinstance(self.start_args, str):
             raise ConfigError("ApptainerSandboxConfig.start_args must be a list of flags")
 
@@ -407,25 +405,6 @@ class ApptainerSandbox(ContainerSandbox):
                 f"{_text(raw.stderr)[:300]}"
             )
 
-    async def read_bytes(self, path: str) -> bytes:
-        """Return ``path``'s contents (a ``cat`` in the instance, at most
-        :data:`MAX_READ_BYTES`).
-
-        Raises:
-            FileNotFoundError: Missing or not a regular file.
-
-        **Cancellation**: the ``cat`` is killed.
-        """
-        return await self._read_capped(path)
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (a ``cat`` in the instance; parents created).
-
-        **Cancellation**: the file may be partly written.
-        """
-        self._check_open()
-        await self._stage_file(self._resolve(path), data)
-
     async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
         """Check, then extract a tar archive into ``dest_dir`` (a ``tar`` in the instance).
 
@@ -438,17 +417,6 @@ class ApptainerSandbox(ContainerSandbox):
             self._resolve(dest_dir),
             tar_data,
         )
-
-    async def get_archive(self, path: str) -> bytes:
-        """A tar of ``path`` (directory members ``./x``; a file by its basename), at most
-        :data:`MAX_READ_BYTES`.
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-
-        **Cancellation**: the ``tar`` is killed.
-        """
-        return await self._archive_capped(path)
 
     async def aclose(self, interrupted: bool = False) -> None:
         """Stop the instance (``--force`` when ``interrupted``) and remove the scratch

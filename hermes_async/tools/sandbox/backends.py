@@ -288,19 +288,44 @@ def _modal_credentials() -> str | None:
     return str(path) if path.is_file() else None
 
 
+def _cloud_preflight(
+    name: str,
+    kind: str,
+    config_type: type[Any],
+    options: dict[str, Any],
+    injected: object | None,
+    import_sdk: Callable[[], object],
+    credentials: Callable[[], str | None],
+    how: str,
+) -> None:
+    """The preflight of a cloud backend: the options make a config, the SDK imports and some
+    credentials are configured (``how``: where to put them). An injected client (a test
+    double) brings its own credentials: only the options are checked."""
+    _config(config_type, name, options)
+    if injected is not None:
+        return
+    import_sdk()
+    if credentials() is None:
+        raise SandboxError(
+            f"terminal_backend='{name}' but no {kind} credentials are configured: {how}, or "
+            "run with --env.terminal_backend local or docker"
+        )
+
+
 async def _modal_preflight(*, modal: object | None = None, **options: Any) -> None:
     from hermes_async.tools.sandbox.modal import ModalSandboxConfig, _import_modal
 
-    _config(ModalSandboxConfig, "modal", options)
-    if modal is not None:
-        return  # an injected client (a test double) brings its own credentials
-    _import_modal()
-    if _modal_credentials() is None:
-        raise SandboxError(
-            "terminal_backend='modal' but no Modal credentials are configured: set "
-            "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or run `modal token new` (writes "
-            "~/.modal.toml), or run with --env.terminal_backend local or docker"
-        )
+    _cloud_preflight(
+        "modal",
+        "Modal",
+        ModalSandboxConfig,
+        options,
+        modal,
+        _import_modal,
+        _modal_credentials,
+        "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or run `modal token new` (writes "
+        "~/.modal.toml)",
+    )
 
 
 def _e2b(*, e2b: object | None = None, run_id: str | None = None, **options: Any) -> SandboxFactory:
@@ -314,16 +339,16 @@ async def _e2b_preflight(
 ) -> None:
     from hermes_async.tools.sandbox.e2b import E2BSandboxConfig, _import_e2b, e2b_credentials
 
-    _config(E2BSandboxConfig, "e2b", options)
-    if e2b is not None:
-        return  # an injected client (a test double) brings its own credentials
-    _import_e2b()
-    if e2b_credentials() is None:
-        raise SandboxError(
-            "terminal_backend='e2b' but no E2B credentials are configured: set E2B_API_KEY "
-            "(and E2B_DOMAIN for a self-hosted E2B-compatible service), or run with "
-            "--env.terminal_backend local or docker"
-        )
+    _cloud_preflight(
+        "e2b",
+        "E2B",
+        E2BSandboxConfig,
+        options,
+        e2b,
+        _import_e2b,
+        e2b_credentials,
+        "set E2B_API_KEY (and E2B_DOMAIN for a self-hosted E2B-compatible service)",
+    )
 
 
 def _daytona(
@@ -344,16 +369,16 @@ async def _daytona_preflight(
         daytona_credentials,
     )
 
-    _config(DaytonaSandboxConfig, "daytona", options)
-    if daytona is not None:
-        return  # an injected client (a test double) brings its own credentials
-    _import_daytona()
-    if daytona_credentials() is None:
-        raise SandboxError(
-            "terminal_backend='daytona' but no Daytona credentials are configured: set "
-            "DAYTONA_API_KEY (and DAYTONA_API_URL for a self-hosted Daytona), or run with "
-            "--env.terminal_backend local or docker"
-        )
+    _cloud_preflight(
+        "daytona",
+        "Daytona",
+        DaytonaSandboxConfig,
+        options,
+        daytona,
+        _import_daytona,
+        daytona_credentials,
+        "set DAYTONA_API_KEY (and DAYTONA_API_URL for a self-hosted Daytona)",
+    )
 
 
 for _name, _builder, _check in zip(

@@ -466,11 +466,7 @@ class Sandbox(AsyncResource):
 
         **Cancellation**: the transfer stops; whatever the sandbox ran for it is killed.
         """
-        data = await self.read_bytes(path)
-        if max_bytes is not None and len(data) > max_bytes:
-            raise TransferLimitError(f"file {path!r}", limit=max_bytes, size=len(data))
-        await _chunks_to(sink, data)
-        return len(data)
+        return await _deliver_whole(await self.read_bytes(path), sink, f"file {path!r}", max_bytes)
 
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
@@ -487,11 +483,9 @@ class Sandbox(AsyncResource):
 
         **Cancellation**: the transfer stops; whatever the sandbox ran for it is killed.
         """
-        data = await self.get_archive(path)
-        if max_bytes is not None and len(data) > max_bytes:
-            raise TransferLimitError(f"archive of {path!r}", limit=max_bytes, size=len(data))
-        await _chunks_to(sink, data)
-        return len(data)
+        return await _deliver_whole(
+            await self.get_archive(path), sink, f"archive of {path!r}", max_bytes
+        )
 
     def can_snapshot(self) -> bool:
         """Whether :meth:`snapshot` works on this backend (it overrides it)."""
@@ -860,10 +854,19 @@ exit 0
     return script.encode()
 
 
-async def _chunks_to(sink: ByteSink, data: bytes) -> None:
+async def _deliver_whole(data: bytes, sink: ByteSink, what: str, max_bytes: int | None) -> int:
+    """Hand ``data`` (a transfer read whole) to ``sink`` in :data:`TRANSFER_CHUNK_BYTES` chunks
+    after checking it against ``max_bytes``; its size.
+
+    Raises:
+        TransferLimitError: ``data`` is larger than ``max_bytes`` (``what`` names it).
+    """
+    if max_bytes is not None and len(data) > max_bytes:
+        raise TransferLimitError(what, limit=max_bytes, size=len(data))
     view = memoryview(data)
     for i in range(0, len(data), TRANSFER_CHUNK_BYTES):
         await sink(bytes(view[i : i + TRANSFER_CHUNK_BYTES]))
+    return len(data)
 
 
 class SandboxProvider(Protocol):

@@ -57,17 +57,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._remote import (
     RemoteBackend,
     RemoteClient,
     RemoteDriver,
     RemoteSandboxConfig,
-    error_named,
+    SdkErrors,
     remote_config_for,
 )
+from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
-from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
@@ -109,29 +108,24 @@ class DaytonaSandboxConfig(RemoteSandboxConfig):
 
 
 def _import_daytona() -> Any:
-    try:
-        import daytona
-    except ImportError as exc:
-        raise ConfigError(
-            "the daytona sandbox backend needs the daytona SDK: install the extra with "
-            "`pip install 'hermes-async[daytona]'`"
-        ) from exc
-    return daytona
+    return import_sdk("daytona", backend="daytona", what="the daytona SDK")
 
 
-def _translate(what: str, exc: Exception, sandbox_id: str | None) -> Exception:
-    """An SDK failure as this package's error tree (``raise ... from exc`` at the call)."""
-    if error_named(exc, "DaytonaNotFoundError") and sandbox_id is not None:
-        return SandboxUnavailableError(
-            f"Daytona reports sandbox {sandbox_id} not found during {what}",
-            reason="unreachable",
-            backend="Daytona",
-        )
-    if error_named(exc, "DaytonaAuthenticationError"):
-        return SandboxError(f"Daytona refused {what}: not authenticated ({exc}); {_HINT}")
-    if error_named(exc, "DaytonaRateLimitError"):
-        return SandboxError(f"Daytona rate-limited {what} ({exc}); lower max_creates_per_second")
-    return SandboxError(f"Daytona failed {what}: {type(exc).__name__}: {exc}")
+_ERRORS = SdkErrors(
+    kind="Daytona",
+    gone=("DaytonaNotFoundError",),
+    gone_words="not found",
+    auth="DaytonaAuthenticationError",
+    rate_limit="DaytonaRateLimitError",
+    file_missing="DaytonaFileNotFoundError",
+    timeout="DaytonaTimeoutError",
+    hint=_HINT,
+)
+
+
+def _whole(value: float) -> int:
+    """``value`` rounded up to the whole number the SDK takes (at least 1)."""
+    return max(1, math.ceil(value))
 
 
 class _Driver:
@@ -146,46 +140,33 @@ class _Driver:
     def sandbox_id(self) -> str:
         return str(self._sb.id)
 
-    def _seconds(self, value: float) -> int:
-        return max(1, math.ceil(value))
-
     async def run(self, command: str, *, env: Mapping[str, str] | None, timeout: float) -> str:
-        try:
-            response = await self._sb.process.exec(
+        response = await _ERRORS.call(
+            "a command",
+            self._sb.process.exec(
                 command,
                 env=dict(env) if env else None,
-                timeout=self._seconds(timeout) if timeout else None,
-            )
-        except Exception as exc:
-            raise _translate("a command", exc, self.sandbox_id) from exc
+                timeout=_whole(timeout) if timeout else None,
+            ),
+            self.sandbox_id,
+        )
         return str(response.result or "")
 
     async def read(self, path: str) -> bytes:
-        try:
-            data = await self._sb.fs.download_file(
-                path, self._seconds(self._config.call_timeout_seconds)
-            )
-        except Exception as exc:
-            if error_named(exc, "DaytonaFileNotFoundError"):
-                raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
-            raise _translate(f"a read of {path}", exc, self.sandbox_id) from exc
-        return bytes(data)
+        timeout = _whole(self._config.call_timeout_seconds)
+        return await _ERRORS.read(path, self._sb.fs.download_file(path, timeout), self.sandbox_id)
 
     async def write(self, path: str, data: bytes) -> None:
-        try:
-            await self._sb.fs.upload_file(
-                data, path, self._seconds(self._config.call_timeout_seconds)
-            )
-        except Exception as exc:
-            raise _translate(f"a write of {path}", exc, self.sandbox_id) from exc
+        timeout = _whole(self._config.call_timeout_seconds)
+        await _ERRORS.call(
+            f"a write of {path}", self._sb.fs.upload_file(data, path, timeout), self.sandbox_id
+        )
 
     async def delete(self) -> None:
-        try:
-            await self._client.delete(self._sb, timeout=self._config.delete_timeout_seconds)
-        except Exception as exc:
-            if error_named(exc, "DaytonaNotFoundError"):
-                return
-            raise _translate(f"the delete of {self.sandbox_id}", exc, None) from exc
+        await _ERRORS.delete(
+            f"the delete of {self.sandbox_id}",
+            self._client.delete(self._sb, timeout=self._config.delete_timeout_seconds),
+        )
 
 
 class _Client:
@@ -209,45 +190,38 @@ class _Client:
             image=cfg.image,
             labels=dict(labels),
             env_vars=dict(cfg.env),
-            resources=d.Resources(
-                cpu=max(1, math.ceil(cfg.cpus)), memory=max(1, math.ceil(cfg.memory_mb / 1024))
-            ),
+            resources=d.Resources(cpu=_whole(cfg.cpus), memory=_whole(cfg.memory_mb / 1024)),
             network_block_all=cfg.block_network,
             auto_stop_interval=cfg.auto_stop_minutes,
-            ttl_minutes=max(1, math.ceil(cfg.sandbox_lifetime_seconds / 60)),
+            ttl_minutes=_whole(cfg.sandbox_lifetime_seconds / 60),
         )
         client = self._api()
-        try:
-            sandbox = await client.create(params, timeout=cfg.create_timeout_seconds)
-        except Exception as exc:
-            if error_named(exc, "DaytonaTimeoutError"):
-                raise TimeoutError(f"Daytona create timed out: {exc}") from exc
-            raise _translate(f"creating a sandbox from {cfg.image!r}", exc, None) from exc
+        sandbox = await _ERRORS.create(
+            f"creating a sandbox from {cfg.image!r}",
+            client.create(params, timeout=cfg.create_timeout_seconds),
+        )
         return _Driver(client, sandbox, cfg)
 
     async def list_ids(self, labels: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
-        found: list[tuple[str, dict[str, str]]] = []
-        try:
+        async def listing() -> list[tuple[str, dict[str, str]]]:
             query = self._daytona.ListSandboxesQuery(labels=dict(labels))
-            async for sandbox in self._api().list(
-                query, request_timeout=self._config.call_timeout_seconds
-            ):
-                found.append((str(sandbox.id), dict(sandbox.labels or {})))
-        except Exception as exc:
-            raise _translate("listing sandboxes", exc, None) from exc
-        return found
+            timeout = self._config.call_timeout_seconds
+            return [
+                (str(sandbox.id), dict(sandbox.labels or {}))
+                async for sandbox in self._api().list(query, request_timeout=timeout)
+            ]
+
+        return await _ERRORS.call("listing sandboxes", listing(), None)
 
     async def delete_id(self, sandbox_id: str) -> None:
         client = self._api()
-        try:
-            sandbox = await client.get(
-                sandbox_id, request_timeout=self._config.call_timeout_seconds
-            )
+
+        async def get_and_delete() -> None:
+            timeout = self._config.call_timeout_seconds
+            sandbox = await client.get(sandbox_id, request_timeout=timeout)
             await client.delete(sandbox, timeout=self._config.delete_timeout_seconds)
-        except Exception as exc:
-            if error_named(exc, "DaytonaNotFoundError"):
-                return
-            raise _translate(f"the delete of {sandbox_id}", exc, None) from exc
+
+        await _ERRORS.delete(f"the delete of {sandbox_id}", get_and_delete())
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -74,6 +74,7 @@ import anyio
 import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
+from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE, check_fields
 from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
@@ -82,6 +83,7 @@ from hermes_async.tools.sandbox._container import (
     ContainerSandbox,
     read_until_exit,
 )
+from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError, UnavailableReason
@@ -221,26 +223,22 @@ class DockerSandboxConfig:
     def __post_init__(self) -> None:
         if not self.image:
             raise ConfigError("DockerSandboxConfig.image must be a non-empty image name")
-        if not posixpath.isabs(self.workdir):
-            raise ConfigError(f"DockerSandboxConfig.workdir must be absolute, got {self.workdir!r}")
-        for name in (
-            "cpus",
-            "api_timeout_seconds",
-            "create_timeout_seconds",
-            "pull_timeout_seconds",
-            "default_exec_timeout_seconds",
-            "remove_timeout_seconds",
-            "kill_timeout_seconds",
-            "disk_check_interval_seconds",
-        ):
-            if not getattr(self, name) > 0:
-                raise ConfigError(
-                    f"DockerSandboxConfig.{name} must be > 0, got {getattr(self, name)!r}"
-                )
-        if self.disk_limit_mb is not None and self.disk_limit_mb < 1:
-            raise ConfigError(
-                f"DockerSandboxConfig.disk_limit_mb must be >= 1 or None, got {self.disk_limit_mb!r}"
-            )
+        check_fields(self, ("workdir",), ABSOLUTE_PATH)
+        check_fields(
+            self,
+            (
+                "cpus",
+                "api_timeout_seconds",
+                "create_timeout_seconds",
+                "pull_timeout_seconds",
+                "default_exec_timeout_seconds",
+                "remove_timeout_seconds",
+                "kill_timeout_seconds",
+                "disk_check_interval_seconds",
+            ),
+            POSITIVE,
+        )
+        check_fields(self, ("disk_limit_mb",), AT_LEAST_ONE.or_none())
         if self.pids_limit < 1 or self.memory_mb < 0:
             raise ConfigError(
                 "DockerSandboxConfig: pids_limit must be >= 1 and memory_mb >= 0; got "
@@ -361,14 +359,7 @@ def container_config(
 
 
 def _import_aiodocker() -> Any:
-    try:
-        import aiodocker
-    except ImportError as exc:
-        raise ConfigError(
-            "the docker sandbox backend needs aiodocker: install the extra with "
-            "`pip install 'hermes-async[docker]'`"
-        ) from exc
-    return aiodocker
+    return import_sdk("aiodocker", backend="docker", what="aiodocker")
 
 
 class _Engine(AsyncResource):
@@ -1002,18 +993,6 @@ class DockerSandbox(ContainerSandbox):
         except FileNotFoundError:
             await self._mkdir(dest_dir)
             await self._put_tar(dest_dir, payload)
-
-    async def read_bytes(self, path: str) -> bytes:
-        """Return the contents of ``path`` (a ``cat`` in the container; symlinks followed).
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist or is not a regular file.
-            TransferLimitError: It is larger than ``MAX_READ_BYTES`` (stream it instead).
-
-        **Cancellation**: the ``cat`` is killed.
-        """
-        self._check_open()
-        return await self._read_capped(path)
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path``, creating parent directories.

@@ -54,16 +54,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._remote import (
     RemoteBackend,
     RemoteClient,
     RemoteDriver,
     RemoteSandboxConfig,
-    error_named,
+    SdkErrors,
     remote_config_for,
 )
-from hermes_async.tools.sandbox.errors import SandboxUnavailableError
+from hermes_async.tools.sandbox._sdk import error_named, import_sdk
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
@@ -96,32 +95,22 @@ class E2BSandboxConfig(RemoteSandboxConfig):
 
 
 def _import_e2b() -> Any:
-    try:
-        import e2b
-    except ImportError as exc:
-        raise ConfigError(
-            "the e2b sandbox backend needs the e2b SDK: install the extra with "
-            "`pip install 'hermes-async[e2b]'`"
-        ) from exc
-    return e2b
+    return import_sdk("e2b", backend="e2b", what="the e2b SDK")
 
 
 _GONE = ("SandboxNotRunningException", "SandboxNotFoundException")
 
 
-def _translate(what: str, exc: Exception, sandbox_id: str | None) -> Exception:
-    """An SDK failure as this package's error tree (``raise ... from exc`` at the call)."""
-    if error_named(exc, *_GONE) and sandbox_id is not None:
-        return SandboxUnavailableError(
-            f"E2B reports sandbox {sandbox_id} not running during {what}",
-            reason="unreachable",
-            backend="E2B",
-        )
-    if error_named(exc, "AuthenticationException"):
-        return SandboxError(f"E2B refused {what}: not authenticated ({exc}); {_HINT}")
-    if error_named(exc, "RateLimitException"):
-        return SandboxError(f"E2B rate-limited {what} ({exc}); lower max_creates_per_second")
-    return SandboxError(f"E2B failed {what}: {type(exc).__name__}: {exc}")
+_ERRORS = SdkErrors(
+    kind="E2B",
+    gone=_GONE,
+    gone_words="not running",
+    auth="AuthenticationException",
+    rate_limit="RateLimitException",
+    file_missing="FileNotFoundException",
+    timeout="TimeoutException",
+    hint=_HINT,
+)
 
 
 class _Driver:
@@ -146,35 +135,30 @@ class _Driver:
         except Exception as exc:
             if error_named(exc, "CommandExitException"):
                 return str(getattr(exc, "stdout", "") or "")
-            raise _translate("a command", exc, self.sandbox_id) from exc
+            raise _ERRORS.translate("a command", exc, self.sandbox_id) from exc
         return str(result.stdout or "")
 
     async def read(self, path: str) -> bytes:
-        try:
-            data = await self._sb.files.read(
-                path, format="bytes", request_timeout=self._config.call_timeout_seconds
-            )
-        except Exception as exc:
-            if error_named(exc, "FileNotFoundException"):
-                raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
-            raise _translate(f"a read of {path}", exc, self.sandbox_id) from exc
-        return bytes(data)
+        timeout = self._config.call_timeout_seconds
+        return await _ERRORS.read(
+            path,
+            self._sb.files.read(path, format="bytes", request_timeout=timeout),
+            self.sandbox_id,
+        )
 
     async def write(self, path: str, data: bytes) -> None:
-        try:
-            await self._sb.files.write(
-                path, data, request_timeout=self._config.call_timeout_seconds
-            )
-        except Exception as exc:
-            raise _translate(f"a write of {path}", exc, self.sandbox_id) from exc
+        timeout = self._config.call_timeout_seconds
+        await _ERRORS.call(
+            f"a write of {path}",
+            self._sb.files.write(path, data, request_timeout=timeout),
+            self.sandbox_id,
+        )
 
     async def delete(self) -> None:
-        try:
-            await self._sb.kill(request_timeout=self._config.delete_timeout_seconds)
-        except Exception as exc:
-            if error_named(exc, *_GONE):
-                return
-            raise _translate(f"the kill of {self.sandbox_id}", exc, None) from exc
+        await _ERRORS.delete(
+            f"the kill of {self.sandbox_id}",
+            self._sb.kill(request_timeout=self._config.delete_timeout_seconds),
+        )
 
 
 class _Client:
@@ -186,23 +170,21 @@ class _Client:
 
     async def create(self, labels: Mapping[str, str]) -> RemoteDriver:
         cfg = self._config
-        try:
-            sandbox = await self._e2b.AsyncSandbox.create(
+        sandbox = await _ERRORS.create(
+            f"creating a sandbox from {cfg.template!r}",
+            self._e2b.AsyncSandbox.create(
                 template=cfg.template,
                 timeout=cfg.sandbox_lifetime_seconds,
                 metadata=dict(labels),
                 envs=dict(cfg.env) or None,
                 allow_internet_access=not cfg.block_network,
                 request_timeout=cfg.create_timeout_seconds,
-            )
-        except Exception as exc:
-            if error_named(exc, "TimeoutException"):
-                raise TimeoutError(f"E2B create timed out: {exc}") from exc
-            raise _translate(f"creating a sandbox from {cfg.template!r}", exc, None) from exc
+            ),
+        )
         return _Driver(sandbox, cfg)
 
     async def list_ids(self, labels: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
-        try:
+        async def listing() -> list[tuple[str, dict[str, str]]]:
             paginator = self._e2b.AsyncSandbox.list(
                 query=self._e2b.SandboxQuery(metadata=dict(labels)),
                 request_timeout=self._config.call_timeout_seconds,
@@ -211,19 +193,17 @@ class _Client:
             while paginator.has_next:
                 for info in await paginator.next_items():
                     found.append((str(info.sandbox_id), dict(info.metadata or {})))
-        except Exception as exc:
-            raise _translate("listing sandboxes", exc, None) from exc
-        return found
+            return found
+
+        return await _ERRORS.call("listing sandboxes", listing(), None)
 
     async def delete_id(self, sandbox_id: str) -> None:
-        try:
-            await self._e2b.AsyncSandbox.kill(
+        await _ERRORS.delete(
+            f"the kill of {sandbox_id}",
+            self._e2b.AsyncSandbox.kill(
                 sandbox_id, request_timeout=self._config.delete_timeout_seconds
-            )
-        except Exception as exc:
-            if error_named(exc, *_GONE):
-                return
-            raise _translate(f"the kill of {sandbox_id}", exc, None) from exc
+            ),
+        )
 
     async def aclose(self) -> None:
         """Nothing to close: the SDK's control-plane calls are per request."""

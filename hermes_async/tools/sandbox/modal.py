@@ -54,8 +54,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import posixpath
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -63,15 +61,14 @@ from typing import Any, TypeVar
 import anyio
 
 from hermes_async._asynclib import require_asyncio
-from hermes_async._cleanup import bounded_cleanup
+from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE_FINITE, check_fields
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
-    EXEC_DIR,
     ContainerExec,
-    ContainerSandbox,
     read_until_exit,
 )
-from hermes_async.tools.sandbox.archive import check_tar_members
+from hermes_async.tools.sandbox._sdk import error_named, import_sdk
+from hermes_async.tools.sandbox._staged import StagedTransferSandbox
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.spec import SandboxSpec
@@ -136,24 +133,31 @@ class ModalSandboxConfig:
     max_concurrent_creates: int = 16
 
     def __post_init__(self) -> None:
-        if not posixpath.isabs(self.workdir):
-            raise ConfigError(f"ModalSandboxConfig.workdir must be absolute, got {self.workdir!r}")
-        for name in (
+        check_fields(self, ("workdir",), ABSOLUTE_PATH)
+        _check_cloud_fields(self, "terminate_timeout_seconds")
+
+
+def _check_cloud_fields(config: object, *timeouts: str) -> None:
+    """Check what every cloud sandbox config has: ``cpus``, the create/call/exec deadlines and
+    ``timeouts``, the creation rate (finite, > 0), ``max_concurrent_creates`` and
+    ``sandbox_lifetime_seconds`` (>= 1).
+
+    Raises:
+        ConfigError: Naming the config class, the field and the bad value.
+    """
+    check_fields(
+        config,
+        (
             "cpus",
             "create_timeout_seconds",
             "call_timeout_seconds",
-            "terminate_timeout_seconds",
+            *timeouts,
             "default_exec_timeout_seconds",
             "max_creates_per_second",
-        ):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ConfigError(f"ModalSandboxConfig.{name} must be > 0, got {value!r}")
-        if self.max_concurrent_creates < 1 or self.sandbox_lifetime_seconds < 1:
-            raise ConfigError(
-                "ModalSandboxConfig: max_concurrent_creates and sandbox_lifetime_seconds must be "
-                f">= 1, got {self.max_concurrent_creates!r} and {self.sandbox_lifetime_seconds!r}"
-            )
+        ),
+        POSITIVE_FINITE,
+    )
+    check_fields(config, ("max_concurrent_creates", "sandbox_lifetime_seconds"), AT_LEAST_ONE)
 
 
 class CreationRateLimiter:
@@ -206,19 +210,7 @@ class CreationRateLimiter:
 
 
 def _import_modal() -> Any:
-    try:
-        import modal
-    except ImportError as exc:
-        raise ConfigError(
-            "the modal sandbox backend needs the modal client: install the extra with "
-            "`pip install 'hermes-async[modal]'`"
-        ) from exc
-    return modal
-
-
-def _named(exc: BaseException, *names: str) -> bool:
-    """Whether ``exc`` is an instance of a class called one of ``names`` (real modal or double)."""
-    return any(cls.__name__ in names for cls in type(exc).__mro__)
+    return import_sdk("modal", backend="modal", what="the modal client")
 
 
 async def _call(
@@ -235,14 +227,14 @@ async def _call(
             task_id=task_id,
         ) from exc
     except Exception as exc:
-        if _named(exc, "SandboxFilesystemError") or isinstance(exc, SandboxError):
+        if error_named(exc, "SandboxFilesystemError") or isinstance(exc, SandboxError):
             raise
-        if _named(exc, "AuthError"):
+        if error_named(exc, "AuthError"):
             raise SandboxError(
                 f"Modal refused {what}: not authenticated ({exc}); {_CREDENTIALS_HINT}",
                 task_id=task_id,
             ) from exc
-        if _named(exc, "Error", "GRPCError", "ConnectionError", "OSError"):
+        if error_named(exc, "Error", "GRPCError", "ConnectionError", "OSError"):
             raise SandboxError(
                 f"Modal failed {what}: {type(exc).__name__}: {exc}", task_id=task_id
             ) from exc
@@ -256,29 +248,49 @@ def modal_config_for(config: ModalSandboxConfig, spec: SandboxSpec | None) -> Mo
     Raises:
         ConfigError: The spec asks for a local build.
     """
+    return _cloud_config_for(
+        config,
+        spec,
+        image_field="image",
+        name="modal",
+        publish="push the image to a registry",
+    )
+
+
+_Config = TypeVar("_Config")
+
+
+def _cloud_config_for(
+    config: _Config, spec: SandboxSpec | None, *, image_field: str, name: str, publish: str
+) -> _Config:
+    """``config`` (a cloud sandbox config dataclass) with a per-item spec applied: ``image`` to
+    ``image_field``, cpus, memory, network, workdir, timeouts. A ``build_context`` without an
+    image is refused: cloud providers build from a registry image (or a template), and
+    ``publish`` says how to make one.
+
+    Raises:
+        ConfigError: The spec asks for a local build.
+    """
     if spec is None:
         return config
     if spec.build_context is not None and spec.image is None:
         raise ConfigError(
-            f"the modal backend cannot build {str(spec.build_context)!r} locally; push the image "
-            "to a registry and give SandboxSpec.image, or use terminal_backend='docker'"
+            f"the {name} backend cannot build {str(spec.build_context)!r} locally; {publish} "
+            "and give SandboxSpec.image, or use terminal_backend='docker'"
         )
     changes: dict[str, Any] = {}
-    if spec.image is not None:
-        changes["image"] = spec.image
-    if spec.cpus is not None:
-        changes["cpus"] = float(spec.cpus)
-    if spec.memory_mb is not None:
-        changes["memory_mb"] = spec.memory_mb
-    if spec.network_mode is not None:
-        changes["block_network"] = spec.network_mode == "none"
-    if spec.workdir is not None:
-        changes["workdir"] = spec.workdir
-    if spec.create_timeout is not None:
-        changes["create_timeout_seconds"] = spec.create_timeout
-    if spec.exec_timeout is not None:
-        changes["default_exec_timeout_seconds"] = spec.exec_timeout
-    return dataclasses.replace(config, **changes)
+    for field_name, value in (
+        (image_field, spec.image),
+        ("cpus", None if spec.cpus is None else float(spec.cpus)),
+        ("memory_mb", spec.memory_mb),
+        ("block_network", None if spec.network_mode is None else spec.network_mode == "none"),
+        ("workdir", spec.workdir),
+        ("create_timeout_seconds", spec.create_timeout),
+        ("default_exec_timeout_seconds", spec.exec_timeout),
+    ):
+        if value is not None:
+            changes[field_name] = value
+    return dataclasses.replace(config, **changes)  # type: ignore[type-var]
 
 
 class ModalBackend:
@@ -349,13 +361,13 @@ class ModalBackend:
                     task_id=task_id,
                 ) from exc
             except Exception as exc:
-                if _named(exc, "AuthError"):
+                if error_named(exc, "AuthError"):
                     raise SandboxError(
                         f"Modal refused to create a sandbox: not authenticated ({exc}); "
                         f"{_CREDENTIALS_HINT}",
                         task_id=task_id,
                     ) from exc
-                if _named(exc, "Error", "GRPCError", "OSError"):
+                if error_named(exc, "Error", "GRPCError", "OSError"):
                     raise SandboxError(
                         f"Modal failed to create a sandbox from {cfg.image!r}: "
                         f"{type(exc).__name__}: {exc}",
@@ -365,7 +377,7 @@ class ModalBackend:
         return ModalSandbox(task_id, handle, cfg)
 
 
-class ModalSandbox(ContainerSandbox):
+class ModalSandbox(StagedTransferSandbox):
     """One task's Modal sandbox. Create it with :class:`ModalBackend`; close with :meth:`aclose`.
 
     ``exec`` is :class:`~hermes_async.tools.sandbox._container.ContainerSandbox`'s, as for
@@ -401,8 +413,8 @@ class ModalSandbox(ContainerSandbox):
             return await _call(what, awaitable, self.config.call_timeout_seconds, self.task_id)
         except Exception as exc:
             cause = exc.__cause__
-            if _named(exc, "SandboxTerminatedError") or (
-                cause is not None and _named(cause, "SandboxTerminatedError")
+            if error_named(exc, "SandboxTerminatedError") or (
+                cause is not None and error_named(cause, "SandboxTerminatedError")
             ):
                 raise self._mark_gone(
                     SandboxUnavailableError(
@@ -471,11 +483,11 @@ class ModalSandbox(ContainerSandbox):
     async def _stage_file(self, path: str, data: bytes) -> None:
         await self._write(path, data)
 
-    async def _sh(self, script: str, *args: str) -> tuple[int, str]:
-        code, err = await self._helper(
+    async def _sh(self, script: str, *args: str) -> tuple[int, str, str]:
+        code, out, err = await self._helper_output(
             ["/bin/sh", "-c", script, "sh", *args], self.config.call_timeout_seconds
         )
-        return code, err.strip()
+        return code, out.strip(), err.strip()
 
     # ----------------------------------------------------------------- files
 
@@ -483,7 +495,7 @@ class ModalSandbox(ContainerSandbox):
         try:
             await self._call(f"a write of {path}", self._sb.filesystem.write_bytes.aio(data, path))
         except Exception as exc:
-            if _named(exc, "SandboxFilesystemError"):
+            if error_named(exc, "SandboxFilesystemError"):
                 raise OSError(f"cannot write {path} in the sandbox: {exc}") from exc
             raise
 
@@ -491,14 +503,14 @@ class ModalSandbox(ContainerSandbox):
         try:
             data = await self._call(f"a read of {path}", self._sb.filesystem.read_bytes.aio(path))
         except Exception as exc:
-            if _named(
+            if error_named(
                 exc,
                 "SandboxFilesystemNotFoundError",
                 "SandboxFilesystemIsADirectoryError",
                 "SandboxFilesystemNotADirectoryError",
             ):
                 raise FileNotFoundError(f"not a regular file in the sandbox: {path}") from exc
-            if _named(exc, "SandboxFilesystemError"):
+            if error_named(exc, "SandboxFilesystemError"):
                 raise OSError(f"cannot read {path} in the sandbox: {exc}") from exc
             raise
         return bytes(data)
@@ -513,63 +525,6 @@ class ModalSandbox(ContainerSandbox):
         """
         self._check_open()
         return await self._read(self._resolve(path))
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (parents created by Modal).
-
-        **Cancellation**: the file may or may not have been written.
-        """
-        self._check_open()
-        await self._write(self._resolve(path), data)
-
-    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """Validate, upload and extract a tar archive into ``dest_dir`` (created if missing).
-
-        **Cancellation**: the archive may be partly extracted.
-        """
-        self._check_open()
-        check_tar_members(tar_data)
-        dest = self._resolve(dest_dir)
-        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
-        await self._write(staged, tar_data)
-        code, err = await self._sh(
-            'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc', dest, staged
-        )
-        if code != 0:
-            raise OSError(f"cannot extract archive into {dest_dir!r}: {err}")
-
-    async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (directory members ``./x``; a file by its basename).
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-
-        **Cancellation**: a staged archive may be left in ``/tmp/.hermes-exec``.
-        """
-        self._check_open()
-        source = self._resolve(path)
-        staged = f"{EXEC_DIR}/{uuid.uuid4().hex}.tar"
-        code, err = await self._sh(
-            '[ -e "$1" ] || exit 66; mkdir -p -- "$(dirname -- "$2")" || exit 1; '
-            'if [ -d "$1" ]; then tar -c -f "$2" -C "$1" .; '
-            'else tar -c -f "$2" -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi',
-            source,
-            staged,
-        )
-        if code == 66:
-            raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
-        if code != 0:
-            raise OSError(f"cannot archive {path!r}: {err}")
-        try:
-            return await self._read(staged)
-        finally:
-            # The helper's own deadline (call_timeout_seconds) is this step's one bound.
-            await bounded_cleanup(
-                f"remove the staged archive {staged} in Modal sandbox {self.object_id}",
-                lambda: self._sh('rm -f -- "$1"', staged),
-                timeout=math.inf,
-                log=logger,
-            )
 
     # ----------------------------------------------------------------- close
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from hermes_async._checks import AT_LEAST_ONE, POSITIVE, check_fields
 from hermes_async._cleanup import bounded_cleanup
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.spec import SandboxSpec
@@ -79,12 +80,8 @@ class PoolOptions:
     def __post_init__(self) -> None:
         if self.size < 0:
             raise ValueError(f"PoolOptions.size must be >= 0, got {self.size!r}")
-        for name in ("max_specs", "fill_concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PoolOptions.{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("max_age", "check_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"PoolOptions.{name} must be > 0, got {getattr(self, name)!r}")
+        check_fields(self, ("max_specs", "fill_concurrency"), AT_LEAST_ONE, error=ValueError)
+        check_fields(self, ("max_age", "check_timeout"), POSITIVE, error=ValueError)
 
 
 @dataclass(frozen=True, slots=True)

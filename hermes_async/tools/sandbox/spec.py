@@ -36,11 +36,11 @@ naming it, never a silently ignored spec.
 from __future__ import annotations
 
 import inspect
-import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermes_async._checks import ABSOLUTE_PATH, POSITIVE, check_fields
 from hermes_async.errors import ConfigError
 
 __all__ = ("SandboxSpec", "accepts_spec")
@@ -83,17 +83,17 @@ class SandboxSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.workdir is not None and not posixpath.isabs(self.workdir):
-            raise ConfigError(f"SandboxSpec.workdir must be absolute, got {self.workdir!r}")
+        check_fields(self, ("workdir",), ABSOLUTE_PATH.unless_none())
         if self.build_context is not None and not (self.build_context / "Dockerfile").is_file():
             raise ConfigError(
                 f"SandboxSpec.build_context {str(self.build_context)!r} has no Dockerfile; "
                 "point it at the folder holding the Dockerfile"
             )
-        for name in ("cpus", "build_timeout", "create_timeout", "exec_timeout"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"SandboxSpec.{name} must be > 0, got {value!r}")
+        check_fields(
+            self,
+            ("cpus", "build_timeout", "create_timeout", "exec_timeout"),
+            POSITIVE.unless_none(),
+        )
         for name in ("memory_mb", "storage_mb"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -95,6 +95,7 @@ from hermes_async._asynclib import require_asyncio
 from hermes_async._cleanup import acquisition_scope, cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import ContainerExec, ContainerSandbox, read_until_exit
+from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import MAX_READ_BYTES
 from hermes_async.tools.sandbox.errors import (
@@ -209,14 +210,7 @@ rm -rf -- "$root"
 
 
 def _import_asyncssh() -> Any:
-    try:
-        import asyncssh
-    except ImportError as exc:
-        raise ConfigError(
-            "the ssh sandbox backend needs asyncssh: install the extra with "
-            "`pip install 'hermes-async[ssh]'`"
-        ) from exc
-    return asyncssh
+    return import_sdk("asyncssh", backend="ssh", what="asyncssh")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1030,18 +1024,6 @@ class SshSandbox(ContainerSandbox):
         )
         if code != 0:
             raise OSError(f"cannot extract archive into {dest_dir!r}: {err.strip()[:300]}")
-
-    async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (directory members ``./x``; a file by its
-        basename), streamed from a remote ``tar``, at most :data:`MAX_READ_BYTES`.
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-            TransferLimitError: The archive is larger than :data:`MAX_READ_BYTES`.
-
-        **Cancellation**: the remote ``tar``'s group is killed.
-        """
-        return await self._archive_capped(path)
 
     # ----------------------------------------------------------------- close
 

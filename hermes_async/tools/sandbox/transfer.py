@@ -293,18 +293,9 @@ async def read_host_file(path: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_B
 
     **Cancellation**: the ``cat`` is killed.
     """
-    raw = await run_bounded(
-        ["/bin/sh", "-c", '[ -f "$1" ] || exit 66; exec cat -- "$1"', "sh", path],
-        timeout=HOST_TRANSFER_TIMEOUT_SECONDS,
-        output_limit=max_bytes + 1,
+    return await _read_host(
+        '[ -f "$1" ] || exit 66; exec cat -- "$1"', path, max_bytes, "file", "read"
     )
-    if raw.exit_code == 66:
-        raise FileNotFoundError(f"Local file not found: {path}")
-    if raw.truncated or len(raw.stdout) > max_bytes:
-        raise TransferLimitError(f"local file {path!r}", limit=max_bytes)
-    if raw.exit_code != 0:
-        raise OSError(f"Cannot read {path}: {raw.stderr.decode('utf-8', 'replace').strip()}")
-    return raw.stdout
 
 
 async def read_host_dir_archive(
@@ -319,23 +310,28 @@ async def read_host_dir_archive(
 
     **Cancellation**: the ``tar`` is killed.
     """
+    return await _read_host(
+        '[ -d "$1" ] || exit 66; exec tar -c --mode=a-s -f - -C "$1" .',
+        path,
+        max_bytes,
+        "directory",
+        "archive",
+    )
+
+
+async def _read_host(script: str, path: str, max_bytes: int, kind: str, verb: str) -> bytes:
+    """Run ``script`` (``$1`` = ``path``; exit 66: not a ``kind``) on the host and return its
+    stdout, at most ``max_bytes``."""
     raw = await run_bounded(
-        [
-            "/bin/sh",
-            "-c",
-            '[ -d "$1" ] || exit 66; exec tar -c --mode=a-s -f - -C "$1" .',
-            "sh",
-            path,
-        ],
+        ["/bin/sh", "-c", script, "sh", path],
         timeout=HOST_TRANSFER_TIMEOUT_SECONDS,
         output_limit=max_bytes + 1,
     )
     if raw.exit_code == 66:
-        raise FileNotFoundError(f"Local directory not found: {path}")
+        raise FileNotFoundError(f"Local {kind} not found: {path}")
     if raw.truncated or len(raw.stdout) > max_bytes:
-        raise TransferLimitError(f"local directory {path!r}", limit=max_bytes)
+        raise TransferLimitError(f"local {kind} {path!r}", limit=max_bytes)
     if raw.exit_code != 0:
-        raise OSError(
-            f"Cannot archive {path}: {raw.stderr.decode('utf-8', 'replace').strip()[:500]}"
-        )
+        detail = raw.stderr.decode("utf-8", "replace").strip()[:500]
+        raise OSError(f"Cannot {verb} {path}: {detail}")
     return raw.stdout

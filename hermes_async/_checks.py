@@ -1,0 +1,107 @@
+"""One check of a config object's fields, for the ``__post_init__`` of the config dataclasses.
+
+``check_fields(self, ("cpus", "call_timeout_seconds"), POSITIVE_FINITE)`` raises
+``ConfigError("ModalSandboxConfig.cpus must be > 0, got inf")`` for the first field that fails:
+the message names the class, the field, the requirement and the bad value, as every config
+error does. A requirement is a small :class:`Requirement` (a predicate and its words); the
+common ones are below.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from hermes_async.errors import ConfigError
+
+__all__ = (
+    "ABSOLUTE_PATH",
+    "AT_LEAST_ONE",
+    "INTEGER_AT_LEAST_ONE",
+    "POSITIVE",
+    "POSITIVE_FINITE",
+    "POSITIVE_SECONDS",
+    "Requirement",
+    "check_fields",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """What a field must be: ``test(value)``, and ``words`` for the message (``"> 0"``)."""
+
+    test: Callable[[object], bool]
+    words: str
+
+    def or_none(self) -> Requirement:
+        """The same requirement with ``None`` allowed too (the message says so)."""
+        return Requirement(lambda v: v is None or self.test(v), f"{self.words} or None")
+
+    def unless_none(self) -> Requirement:
+        """``None`` passes without the message mentioning it (an optional override)."""
+        return Requirement(lambda v: v is None or self.test(v), self.words)
+
+
+def _positive(value: object) -> bool:
+    try:
+        return bool(value > 0)  # type: ignore[operator]
+    except TypeError:  # not a number: fails like any other bad value
+        return False
+
+
+def _positive_finite(value: object) -> bool:
+    return _positive(value) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def _absolute(value: object) -> bool:
+    return isinstance(value, str) and posixpath.isabs(value)
+
+
+def _at_least_one(value: object) -> bool:
+    try:
+        return bool(value >= 1)  # type: ignore[operator]
+    except TypeError:
+        return False
+
+
+def _integer_at_least_one(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+#: ``> 0`` (NaN fails).
+POSITIVE = Requirement(_positive, "> 0")
+#: ``> 0`` in seconds (NaN fails; infinity passes: "no deadline").
+POSITIVE_SECONDS = Requirement(_positive, "> 0 seconds")
+#: A finite number ``> 0`` (a deadline or a rate that must end).
+POSITIVE_FINITE = Requirement(_positive_finite, "> 0")
+#: ``>= 1``.
+AT_LEAST_ONE = Requirement(_at_least_one, ">= 1")
+#: An ``int`` (not a ``bool``) ``>= 1``.
+INTEGER_AT_LEAST_ONE = Requirement(_integer_at_least_one, "an integer >= 1")
+#: An absolute POSIX path.
+ABSOLUTE_PATH = Requirement(_absolute, "absolute")
+
+
+def check_fields(
+    owner: object,
+    names: Iterable[str],
+    requirement: Requirement,
+    *,
+    error: Callable[[str], Exception] = ConfigError,
+) -> None:
+    """Raise ``error("Owner.name must be <words>, got value")`` for the first field of ``names``
+    that fails ``requirement`` (``Owner`` is ``owner``'s class name).
+
+    Args:
+        owner: The config object.
+        names: Its fields to check, in order.
+        requirement: What each must be.
+        error: The exception type (``ConfigError`` for user configuration; ``ValueError``
+            for programmers' options).
+    """
+    for name in names:
+        value = getattr(owner, name)
+        if not requirement.test(value):
+            raise error(f"{type(owner).__name__}.{name} must be {requirement.words}, got {value!r}")
