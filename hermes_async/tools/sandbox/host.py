@@ -321,12 +321,12 @@ def _start_pidfd(argv: Sequence[str], **kwargs: Any) -> Process | None:
     except OSError as exc:
         if exc.errno not in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
             popen.kill()
-            popen.wait()
+            popen.wait(KILL_WAIT_SECONDS)
             raise
         _use_pidfd = False  # an old kernel or a seccomp filter: anyio's path from now on
         logger.info("pidfd_open unavailable (%s): using anyio.open_process", exc)
         popen.kill()
-        popen.wait()
+        popen.wait(KILL_WAIT_SECONDS)
         for file in (popen.stdin, popen.stdout, popen.stderr):
             if file is not None:
                 file.close()
