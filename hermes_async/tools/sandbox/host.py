@@ -21,7 +21,6 @@ statuses; the default watchers, and trio, wait only for their own.)
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import signal
@@ -303,34 +302,40 @@ class _PidfdProcess(Process):
         return self._stderr
 
 
-#: Whether :func:`run_bounded` drives children through pidfds (see the module docstring); a
-#: kernel without ``pidfd_open`` turns it off at the first start.
-_use_pidfd = hasattr(os, "pidfd_open")
+def _pidfds_work() -> bool:
+    """Whether this process may open pidfds (a kernel >= 5.3 without a seccomp filter on it):
+    asked once, of our own pid, before any command starts."""
+    if not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError as exc:
+        logger.info("pidfd_open unavailable (%s): commands start with anyio.open_process", exc)
+        return False
+    return True
 
 
-def _start_pidfd(argv: Sequence[str], **kwargs: Any) -> Process | None:
-    """Start ``argv`` with ``Popen`` and open its pidfd; ``None`` where pidfds do not work.
+#: Whether :func:`run_bounded` drives children through pidfds (see the module docstring).
+_use_pidfd = _pidfds_work()
+
+
+def _start_pidfd(argv: Sequence[str], **kwargs: Any) -> Process:
+    """Start ``argv`` with ``Popen`` and open its pidfd.
 
     Synchronous (no checkpoint, so no cancellation can cut it in half), like the fork + exec
-    inside :func:`anyio.open_process`.
+    inside :func:`anyio.open_process`. If the pidfd cannot be opened after all (the process is
+    out of descriptors), the child is killed and reaped (bounded) and the error raised.
     """
-    global _use_pidfd
     popen = subprocess.Popen(argv, bufsize=0, **kwargs)
     try:
         pidfd = os.pidfd_open(popen.pid)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
-            popen.kill()
-            popen.wait(KILL_WAIT_SECONDS)
-            raise
-        _use_pidfd = False  # an old kernel or a seccomp filter: anyio's path from now on
-        logger.info("pidfd_open unavailable (%s): using anyio.open_process", exc)
+    except OSError:
         popen.kill()
         popen.wait(KILL_WAIT_SECONDS)
         for file in (popen.stdin, popen.stdout, popen.stderr):
             if file is not None:
                 file.close()
-        return None
+        raise
     return _PidfdProcess(popen, pidfd)
 
 
@@ -399,8 +404,7 @@ async def run_bounded(
         "env": env,
         "start_new_session": True,
     }
-    started = _start_pidfd(argv, **spawn) if _use_pidfd else None
-    proc = started if started is not None else await start_process(argv, **spawn)
+    proc = _start_pidfd(argv, **spawn) if _use_pidfd else await start_process(argv, **spawn)
     pgid = proc.pid
     if on_start is not None:
         on_start(pgid)

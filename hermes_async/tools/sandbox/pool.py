@@ -197,7 +197,7 @@ class WarmPool:
             self._wake.set()  # one fewer ready: the filler tops it up
             if anyio.current_time() - born > self.options.max_age:
                 self._expired += 1
-                self._close_later([(sandbox, born)], "it waited past max_age")
+                await self._discard(sandbox, born, "it waited past max_age")
                 continue
             try:
                 alive = await self._check(sandbox)
@@ -206,7 +206,7 @@ class WarmPool:
                 raise
             if not alive:
                 self._failed_checks += 1
-                self._close_later([(sandbox, born)], "its liveness check failed")
+                await self._discard(sandbox, born, "its liveness check failed")
                 continue
             sandbox.task_id = task_id
             self._hits += 1
@@ -226,24 +226,30 @@ class WarmPool:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The filler: keeps every warm spec at ``size`` ready until cancelled."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            task_status.started()
-            while True:
-                self._wake = anyio.Event()
-                self._expire()
-                for key, warm in list(self._warm.items()):
-                    while self._warm.get(key) is warm and (
-                        self.options.size - len(warm.ready) - warm.filling > 0
-                    ):
-                        # The slot is taken here, in order, so the specs asked for first are
-                        # created first (tasks started together run in any order).
-                        token = object()
-                        await self._fill_limiter.acquire_on_behalf_of(token)
-                        warm.filling += 1
-                        tg.start_soon(self._fill, key, warm, token)
-                with anyio.move_on_after(self._next_age_check()):
-                    await self._wake.wait()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await self._keep_filled(tg)
+        finally:
+            self._tg = None  # a take() from now on closes what it discards itself
+
+    async def _keep_filled(self, tg: TaskGroup) -> None:
+        while True:
+            self._wake = anyio.Event()
+            self._expire()
+            for key, warm in list(self._warm.items()):
+                while self._warm.get(key) is warm and (
+                    self.options.size - len(warm.ready) - warm.filling > 0
+                ):
+                    # The slot is taken here, in order, so the specs asked for first are
+                    # created first (tasks started together run in any order).
+                    token = object()
+                    await self._fill_limiter.acquire_on_behalf_of(token)
+                    warm.filling += 1
+                    tg.start_soon(self._fill, key, warm, token)
+            with anyio.move_on_after(self._next_age_check()):
+                await self._wake.wait()
 
     def _next_age_check(self) -> float:
         oldest = [born for w in self._warm.values() for _, born in w.ready]
@@ -289,6 +295,14 @@ class WarmPool:
         assert tg is not None, "the filler runs from the manager's start"
         for sandbox, _ in items:
             tg.start_soon(self._close, sandbox, why)
+
+    async def _discard(self, sandbox: Sandbox, born: float, why: str) -> None:
+        """Close a sandbox take() will not hand out: in the filler's task group while it runs
+        (the taker goes on at once), else here (the manager is closing)."""
+        if self._tg is not None:
+            self._close_later([(sandbox, born)], why)
+        else:
+            await self._close(sandbox, why)
 
     async def _close(self, sandbox: Sandbox, why: str) -> None:
         await bounded_cleanup(
