@@ -117,10 +117,14 @@ async def test_200_rollouts_half_cancelled_leave_nothing_open(
     assert outcomes["cancelled"] > 0
     assert min(counts) == max(counts) == 1, counts  # exactly one browser during the run
     assert await _wait_for(lambda: browser_processes() == [])
+
     # Nothing of the manager or Playwright keeps running.
-    assert await _wait_for(
-        lambda: set(asyncio.all_tasks()) - tasks_before <= {asyncio.current_task()}
-    )
+    def leftover() -> set[asyncio.Task[object]]:
+        return set(asyncio.all_tasks()) - tasks_before - {asyncio.current_task()}
+
+    assert await _wait_for(lambda: not leftover(), timeout=30.0), [
+        (t.get_name(), t.get_coro()) for t in leftover()
+    ]
     print(f"\n200 rollouts ({outcomes}) in {elapsed:.1f} s")
 
 
