@@ -21,19 +21,23 @@ same loop), cyclic-GC collections and their total pause, and resident memory per
 tool needs none). Ratios are ours/baseline from the same process run (machines are noisy;
 absolute numbers mean little).
 
-The process applies :func:`hermes_async.gc_tuning.tune_gc_for_rollouts` once at start-up, as
-``hermes-async demo`` and ``HermesAgentBaseEnv`` do, so both sides run with the same collector
-settings; ``--gc default`` keeps CPython's defaults instead, to see what the tuning buys.
+The process applies :func:`hermes_async.gc_tuning.tune_gc_for_rollouts` once at start-up and
+runs the measurements inside :func:`hermes_async.gc_tuning.paced_collections` (young collections
+every 0.2 s), as ``hermes-async demo`` and ``HermesAgentBaseEnv`` do, so both sides run with the
+same collector settings; ``--gc unpaced`` tunes without the paced collections, ``--gc default``
+keeps CPython's defaults, to see what each buys.
 
     .venv/bin/python bench/concurrency.py                      # N = 100, 500, 2000
     .venv/bin/python bench/concurrency.py --sizes 100 --tool-latency 0.5
     .venv/bin/python bench/concurrency.py --sizes 2000 --tool-latency 5 --modes ours --gc default
+    .venv/bin/python bench/concurrency.py --sizes 10000 --modes ours --no-rss --gc unpaced
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import random
@@ -48,7 +52,7 @@ import anyio
 from _scripted import serve, server_process, tool_turns
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
-from hermes_async.gc_tuning import tune_gc_for_rollouts
+from hermes_async.gc_tuning import paced_collections, tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import open_lag_monitor
@@ -74,35 +78,51 @@ def rss_bytes() -> int:
 
 
 class GCWatch:
-    """Counts cyclic-GC collections and their pauses (``gc.callbacks``)."""
+    """Counts cyclic-GC collections and their pauses (``gc.callbacks``).
+
+    Each pause is timed twice: wall clock, and the collecting thread's CPU time. A pause whose
+    CPU time is far below its wall time was the process waiting for a core (the scheduler ran
+    something else), not the collector working.
+    """
 
     def __init__(self) -> None:
         self.pauses: list[float] = []
+        self.cpu: list[float] = []
         self.generations: list[int] = []
+        self.collected: list[int] = []
         self._start = 0.0
+        self._start_cpu = 0.0
         gc.callbacks.append(self._callback)
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._start = time.perf_counter()
+            self._start_cpu = time.thread_time()
         else:
             self.pauses.append(time.perf_counter() - self._start)
+            self.cpu.append(time.thread_time() - self._start_cpu)
             self.generations.append(info["generation"])
+            self.collected.append(info["collected"])
 
     def clear(self) -> None:
         self.pauses.clear()
+        self.cpu.clear()
         self.generations.clear()
+        self.collected.clear()
 
     def by_generation(self) -> str:
-        """Per generation: ``genG <runs>x <total>/<max> ms``."""
+        """Per generation: ``genG <runs>x <total>/<max> ms (CPU <total>/<max> ms, <n> freed)``."""
         parts = []
+        rows = list(zip(self.pauses, self.cpu, self.generations, self.collected, strict=True))
         for generation in (0, 1, 2):
-            pauses = [
-                p for p, g in zip(self.pauses, self.generations, strict=True) if g == generation
-            ]
-            if pauses:
+            mine = [(p, c, n) for p, c, g, n in rows if g == generation]
+            if mine:
+                wall = [p for p, _, _ in mine]
+                cpu = [c for _, c, _ in mine]
+                freed = sum(n for _, _, n in mine)
                 parts.append(
-                    f"gen{generation} {len(pauses)}x {sum(pauses) * 1e3:.0f}/{max(pauses) * 1e3:.0f} ms"
+                    f"gen{generation} {len(mine)}x {sum(wall) * 1e3:.0f}/{max(wall) * 1e3:.0f} ms"
+                    f" (CPU {sum(cpu) * 1e3:.0f}/{max(cpu) * 1e3:.0f} ms, {freed} freed)"
                 )
         return ", ".join(parts) or "none"
 
@@ -266,11 +286,12 @@ async def main(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = args.modes.split(",")
     load_tokenizer()  # load outside the measurements
-    if args.gc == "tuned":
+    if args.gc in ("tuned", "unpaced"):
         tune_gc_for_rollouts()
+    paced = paced_collections() if args.gc == "tuned" else contextlib.nullcontext()
     arguments = ["--model-latency", str(args.model_latency), "--turns", str(args.turns)]
     arguments += ["--tool-latency", str(args.tool_latency)]
-    async with server_process(__file__, arguments) as base_url:
+    async with server_process(__file__, arguments) as base_url, paced:
         print(
             f"scripted server (separate process) at {base_url}; model latency "
             f"{args.model_latency}s, tool latency {args.tool_latency}s +-50%, {args.turns} tool "
@@ -333,9 +354,10 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--gc",
-        choices=("tuned", "default"),
+        choices=("tuned", "unpaced", "default"),
         default="tuned",
-        help="tuned: tune_gc_for_rollouts() at start-up (default); default: CPython's settings",
+        help="tuned: tune_gc_for_rollouts() at start-up and paced_collections() (default, as "
+        "shipped); unpaced: the tuning alone; default: CPython's settings",
     )
     parser.add_argument(
         "--model-requests",
