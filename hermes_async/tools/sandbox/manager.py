@@ -75,7 +75,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Self
 
@@ -936,8 +936,9 @@ def current_sandbox_manager() -> SandboxManager | None:
     return _CURRENT.get()
 
 
-@contextlib.contextmanager
-def use_sandbox_manager(manager: SandboxManager) -> Iterator[SandboxManager]:
+def use_sandbox_manager(
+    manager: SandboxManager,
+) -> contextlib.AbstractContextManager[SandboxManager]:
     """Make ``manager`` the current one for this context (and tasks started inside it).
 
     ``ToolContext(task_id)`` without a ``manager=`` argument uses it::
@@ -946,8 +947,7 @@ def use_sandbox_manager(manager: SandboxManager) -> Iterator[SandboxManager]:
             with use_sandbox_manager(manager):
                 ...
     """
-    with _CURRENT.use(manager):
-        yield manager
+    return _CURRENT.use(manager)  # type: ignore[return-value]  # gives the manager, never None
 
 
 @contextlib.asynccontextmanager
