@@ -31,6 +31,7 @@ keeps CPython's defaults, to see what each buys.
     .venv/bin/python bench/concurrency.py --sizes 100 --tool-latency 0.5
     .venv/bin/python bench/concurrency.py --sizes 2000 --tool-latency 5 --modes ours --gc default
     .venv/bin/python bench/concurrency.py --sizes 10000 --modes ours --no-rss --gc unpaced
+    .venv/bin/python bench/concurrency.py --sizes 2000,10000 --rss-only   # idle RSS only
 """
 
 from __future__ import annotations
@@ -305,6 +306,9 @@ async def main(args: argparse.Namespace) -> None:
             for n in sizes:
                 if not args.no_rss:
                     rss[n] = await idle_rss_per_rollout(base_url, n, args.model_requests)
+                    print(f"  N={n:5d} RSS per idle rollout {rss[n] / 1024:.1f} KB", flush=True)
+                if args.rss_only:
+                    continue
                 for mode in modes:
                     row = await measure(base_url, n, mode, args)
                     rows.append(row)
@@ -319,7 +323,7 @@ async def main(args: argparse.Namespace) -> None:
                     )
         finally:
             BASELINE_POOL.shutdown(wait=False, cancel_futures=True)
-    if modes != ["ours", "baseline"] or args.no_rss:
+    if modes != ["ours", "baseline"] or args.no_rss or args.rss_only:
         return  # the table needs both sides and the RSS pass
     print()
     print(
@@ -367,8 +371,11 @@ if __name__ == "__main__":
     )
     parser.add_argument("--modes", default="ours,baseline", help="comma-separated subset")
     parser.add_argument("--no-rss", action="store_true", help="skip the idle-RSS pass")
+    parser.add_argument("--rss-only", action="store_true", help="run only the idle-RSS pass")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
+    if ns.rss_only and ns.no_rss:
+        parser.error("--rss-only and --no-rss exclude each other")
     if ns.serve:
         anyio.run(serve, make_policy(ns.turns, ns.tool_latency), ns.model_latency)
     else:

@@ -7,12 +7,10 @@ so asyncio and trio tasks each see their own (a task inherits its parent's at st
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-__all__ = ("Current",)
+__all__ = ("Current", "Using")
 
 T = TypeVar("T")
 
@@ -34,11 +32,30 @@ class Current(Generic[T]):
         """The current value."""
         return self._var.get()
 
-    @contextlib.contextmanager
-    def use(self, value: T) -> Iterator[T]:
+    def use(self, value: T) -> Using[T]:
         """Make ``value`` current for the block (and tasks started inside it)."""
-        token = self._var.set(value)
-        try:
-            yield value
-        finally:
-            self._var.reset(token)
+        return Using(self._var, value)
+
+
+class Using(Generic[T]):
+    """The context manager of :meth:`Current.use`: a slotted object, not a generator.
+
+    One is held for the whole run of every rollout (its pool session, a standalone run's
+    manager); a ``contextlib.contextmanager`` would keep a generator frame and its wrapper.
+    """
+
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: contextvars.ContextVar[T], value: T) -> None:
+        self._var = var
+        self._value = value
+        self._token: contextvars.Token[T] | None = None
+
+    def __enter__(self) -> T:
+        self._token = self._var.set(self._value)
+        return self._value
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._token is not None
+        self._var.reset(self._token)
+        self._token = None

@@ -41,6 +41,7 @@ import dataclasses
 import logging
 import math
 import re
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 
 import anyio
@@ -126,8 +127,10 @@ class Phase2Turn:
         self.parser = get_parser(parser_name, tools=list(tool_schemas) or None, tokenizer=tokenizer)
         self.decoder = tokenizer.incremental_decoder()
         self.early_dispatch = early_dispatch
-        self.token_ids: list[int] = []
-        self.logprobs: list[float] = []
+        # Compact arrays (4 and 8 bytes per token, not a Python object each): the turn is held
+        # while its tools run, by thousands of rollouts at once.
+        self.token_ids: array[int] = array("i")
+        self.logprobs: array[float] = array("d")
         self.ttft: float | None = None
         self.finish_reason: str | None = None
         self.content = ""
@@ -210,7 +213,11 @@ class Phase2Turn:
         for event in self._held:
             self._submit(event, runner)
         self._held.clear()
+        self._fragments.clear()
         self.content = result.content or ""
+        # The stream is over: the parser's and the decoder's state would only be held while the
+        # turn's tools run (a rollout parks here).
+        del self.parser, self.decoder
 
     def _handle(self, events: Sequence[ParserEvent], runner: TurnToolRunner) -> None:
         for event in events:
@@ -587,7 +594,7 @@ class TokenTurns:
             turn=turn,
             prompt=prompt,
             full=full,
-            completion=tokenizer.decode(ids),
+            completion=tokenizer.decode(ids.tolist()),
             stop_texts=stops,
             ended_on_stop=ended,
             final=final,

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from hermes_async._otel import span
@@ -68,6 +69,10 @@ class ToolCall:
         submitted_at: Clock time of submission.
         started_at: Clock time the tool started (after the previous call, in sequential mode).
         outcome: What the model is shown, once the call finished.
+
+    Whether the call has finished is a flag; the event a waiter needs (the next call of a
+    sequential turn) is made only when someone waits before it finished: an ``anyio.Event``
+    is ~1 KB, and thousands of parked rollouts each hold a running call.
     """
 
     call_id: str
@@ -80,7 +85,31 @@ class ToolCall:
     submitted_at: float = 0.0
     started_at: float | None = None
     outcome: ToolOutcome | None = None
-    done: anyio.Event = field(default_factory=anyio.Event, repr=False)
+    _finished: bool = field(default=False, init=False, repr=False)
+    _waiter: anyio.Event | None = field(default=None, init=False, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the call has finished (run, or rejected)."""
+        return self._finished
+
+    def mark_finished(self) -> None:
+        """Record that the call finished; wake whoever waits on it."""
+        self._finished = True
+        if self._waiter is not None:
+            self._waiter.set()
+
+    async def wait_finished(self) -> None:
+        """Wait until the call has finished (a checkpoint even if it already has).
+
+        **Cancellation**: only the wait is cancelled; the call is not affected.
+        """
+        if self._finished:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._waiter is None:
+            self._waiter = anyio.Event()
+        await self._waiter.wait()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +167,13 @@ class TurnToolRunner:
         call.outcome = ToolOutcome(
             json.dumps({"error": error}, ensure_ascii=False), error, malformed=True
         )
-        call.done.set()
+        call.mark_finished()
         self.calls.append(call)
         return call
 
     async def _run(self, call: ToolCall, previous: ToolCall | None) -> None:
         if previous is not None:
-            await previous.done.wait()
+            await previous.wait_finished()
         call.started_at = anyio.current_time()
         settings = self._settings
         attributes = {
@@ -166,7 +195,7 @@ class TurnToolRunner:
                 if call.outcome.error is not None:
                     traced.error(call.outcome.error)
         finally:
-            call.done.set()
+            call.mark_finished()
 
     async def wait(self) -> list[ToolCall]:
         """Wait until every submitted call has finished; return them in submission order.
@@ -174,7 +203,7 @@ class TurnToolRunner:
         **Cancellation**: the calls run in the caller's task group; cancelling it cancels them.
         """
         for call in self.calls:
-            await call.done.wait()
+            await call.wait_finished()
         return list(self.calls)
 
 

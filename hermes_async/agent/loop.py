@@ -67,7 +67,11 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime
 from hermes_async.tools.sandbox.base import SandboxProvider
-from hermes_async.tools.sandbox.manager import current_sandbox_manager, open_sandbox_manager
+from hermes_async.tools.sandbox.manager import (
+    SandboxManager,
+    current_sandbox_manager,
+    use_sandbox_manager,
+)
 from hermes_async.tools.standalone import standalone_factory
 
 __all__ = (
@@ -648,10 +652,12 @@ class HermesAgentLoop:
         provider = sandboxes or self.sandboxes or current_sandbox_manager()
         if provider is None:
             # Reference-style use outside an environment: this run owns a private manager.
-            async with open_sandbox_manager(
+            # What open_sandbox_manager does, without its generator frame held for the run.
+            async with SandboxManager(
                 standalone_factory()[1], limits=self.limits, idle_timeout=None
             ) as private:
-                return await self._run(messages, task_id, seed, private, deadline, abort)
+                with use_sandbox_manager(private):
+                    return await self._run(messages, task_id, seed, private, deadline, abort)
         return await self._run(messages, task_id, seed, provider, deadline, abort)
 
     async def _run(

@@ -50,8 +50,8 @@ import logging
 import math
 import random
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Self
 
@@ -60,7 +60,7 @@ import httpx
 from anyio.abc import TaskGroup, TaskStatus
 
 from hermes_async._checks import POSITIVE_SECONDS, check_fields
-from hermes_async._current import Current
+from hermes_async._current import Current, Using
 from hermes_async._net import redact_url
 from hermes_async._resource import AsyncResource
 from hermes_async.inference._balance import (
@@ -159,8 +159,7 @@ class PoolSession:
 _SESSION: Current[PoolSession | None] = Current("hermes_async_pool_session", None)
 
 
-@contextmanager
-def pool_session(key: str) -> Iterator[PoolSession]:
+def pool_session(key: str) -> _SessionScope:
     """Mark the model requests of the block (and of tasks it starts) as one session.
 
     Every :class:`ServerPool` routes a session's requests to one server while that server is
@@ -171,16 +170,39 @@ def pool_session(key: str) -> Iterator[PoolSession]:
     Args:
         key: The session's key (a task id, a group id).
 
-    Yields:
-        The :class:`PoolSession`; on exit its servers stop counting it as load.
+    Returns:
+        A context manager giving the :class:`PoolSession`; on exit its servers stop counting
+        it as load.
     """
-    outer = _SESSION.get()
-    session = PoolSession(key, outer.placement_key if outer is not None else key)
-    try:
-        with _SESSION.use(session):
-            yield session
-    finally:
-        session._close()
+    return _SessionScope(key)
+
+
+class _SessionScope:
+    """The context manager of :func:`pool_session` (a slotted object, not a generator: every
+    rollout holds one for its whole run)."""
+
+    __slots__ = ("_key", "_session", "_using")
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+        self._session: PoolSession | None = None
+        self._using: Using[PoolSession | None] | None = None
+
+    def __enter__(self) -> PoolSession:
+        outer = _SESSION.get()
+        key = self._key
+        session = PoolSession(key, outer.placement_key if outer is not None else key)
+        self._session = session
+        self._using = _SESSION.use(session)
+        self._using.__enter__()
+        return session
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._session is not None and self._using is not None
+        try:
+            self._using.__exit__(*exc_info)
+        finally:
+            self._session._close()
 
 
 def current_pool_session() -> PoolSession | None:

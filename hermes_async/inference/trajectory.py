@@ -71,7 +71,9 @@ class Trajectory:
     """The growing token sequence of one rollout.
 
     Args:
-        prompt_ids: Ids of the first rendered prompt.
+        prompt_ids: Ids of the first rendered prompt. Kept as the prompt segment's compact
+            array (the same object), not as the list given: the tokenizer's list of Python
+            ints costs ~40 bytes per token, which thousands of parked rollouts would keep.
     """
 
     prompt_ids: Sequence[int]
@@ -81,7 +83,9 @@ class Trajectory:
 
     def __post_init__(self) -> None:
         if not self.segments:
-            self.segments.append(Segment("prompt", array("i", self.prompt_ids)))
+            ids = array("i", self.prompt_ids)
+            self.prompt_ids = ids
+            self.segments.append(Segment("prompt", ids))
 
     def add_completion(
         self,

@@ -18,7 +18,7 @@ import contextlib
 import importlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -431,7 +431,14 @@ async def dispatch(
     if name in NOT_AVAILABLE_IN_RL:
         msg = NOT_AVAILABLE_IN_RL[name]
         return done(_error_json(msg), msg, malformed=True)
-    allowed = set(valid_names) if valid_names is not None else set(registry.names())
+    # A set given is used as is: a copy per call would be held for the call's whole duration.
+    allowed: AbstractSet[str]
+    if valid_names is None:
+        allowed = set(registry.names())
+    elif isinstance(valid_names, AbstractSet):
+        allowed = valid_names
+    else:
+        allowed = set(valid_names)
     tool = registry.get(name)
     if tool is None or name not in allowed:
         msg = f"Unknown tool '{name}'. Available tools: {sorted(allowed)}"
@@ -449,8 +456,12 @@ async def dispatch(
             if timeout is None:
                 result = await tool.handler(args, runtime)
             else:
-                with anyio.fail_after(timeout):
+                # A bare scope and a check, not ``fail_after`` (two generator context managers
+                # around the same scope, held for the call's whole duration).
+                with anyio.move_on_after(timeout) as deadline:
                     result = await tool.handler(args, runtime)
+                if deadline.cancelled_caught:
+                    raise TimeoutError
     except TimeoutError:
         if timeout is None:
             msg = f"Tool execution failed: TimeoutError in '{name}'"

@@ -26,3 +26,13 @@ def test_misaligned_logprobs_rejected() -> None:
     with pytest.raises(TrajectoryError, match="2 token ids but 1 logprobs"):
         t.add_completion([5, 6], [-0.1])
     assert t.tokens == [1]
+
+
+def test_the_prompt_ids_are_kept_once_as_a_compact_array() -> None:
+    # Thousands of parked rollouts each hold their prompt: not also as the tokenizer's list of
+    # Python ints (~40 bytes per token; issue #23).
+    given = [5, 6, 7]
+    traj = Trajectory(given)
+    assert traj.prompt_ids is traj.segments[0].token_ids
+    assert list(traj.prompt_ids) == given and traj.tokens == given
+    assert all(type(i) is int for i in traj.tokens)

@@ -75,7 +75,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Self
 
@@ -241,15 +241,20 @@ class SandboxManager(AsyncResource):
         self._tg: TaskGroup | None = None
         self._state = "unopened"
         self._pending: list[tuple[str, _Entry]] = []
-        self._wake = anyio.Event()
+        # The janitor (and its wake-up event) start with the first queued release: most
+        # managers never get one, and a private manager per standalone run would otherwise keep
+        # an idle task (a few KB) for each of thousands of parked rollouts.
+        self._wake: anyio.Event | None = None
         self._created = self._released = self._reaped = self._create_failures = 0
         self._failures: dict[str, SandboxUnavailableError] = {}
         self._create_wait = 0.0
         self.pool: WarmPool | None = None
+        self._pool_scope: anyio.CancelScope | None = None
+        self._pool_done: anyio.Event | None = None
         if pool is not None and pool.size > 0:
             self.pool = WarmPool(pool, self._new_sandbox, close_timeout=close_timeout)
-        self._pool_scope = anyio.CancelScope()
-        self._pool_done = anyio.Event()
+            self._pool_scope = anyio.CancelScope()
+            self._pool_done = anyio.Event()
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -261,7 +266,6 @@ class SandboxManager(AsyncResource):
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
-            await self._tg.start(self._janitor)
             if self.pool is not None:
                 await self._tg.start(self._run_pool)
             if math.isfinite(self.idle_timeout):
@@ -307,12 +311,14 @@ class SandboxManager(AsyncResource):
             "the manager's block raised or was cancelled" if interrupted else "the manager closed"
         )
         try:
-            self._pool_scope.cancel(f"SandboxManager closing: {reason}")  # no new warm ones
+            if self._pool_scope is not None:
+                self._pool_scope.cancel(f"SandboxManager closing: {reason}")  # no new warm ones
             # Shield only: every release inside is bounded by close_timeout.
             with cleanup_scope("release every sandbox", math.inf, reason=reason, log=logger):
                 await self.release_all(interrupted=interrupted)
             await self._wait_in_flight(reason)
             if self.pool is not None:
+                assert self._pool_done is not None
                 # Shield only: the filler's creations clean up after themselves when cancelled
                 # (bounded by their factory), and each pooled close is bounded by close_timeout.
                 with cleanup_scope("drain the warm pool", math.inf, reason=reason, log=logger):
@@ -334,6 +340,7 @@ class SandboxManager(AsyncResource):
 
     async def _run_pool(self, *, task_status: TaskStatus[None]) -> None:
         assert self.pool is not None
+        assert self._pool_scope is not None and self._pool_done is not None
         try:
             with self._pool_scope:
                 await self.pool.run(task_status=task_status)
@@ -636,11 +643,15 @@ class SandboxManager(AsyncResource):
         # Queue the entry, not just the id: if the sandbox is released and a new one created
         # for the same id before the janitor runs, the new one is left alone.
         self._pending.append((task_id, entry))
+        if self._wake is None:  # the first queued release starts the janitor
+            assert self._tg is not None
+            self._wake = anyio.Event()
+            self._tg.start_soon(self._janitor, name="SandboxManager janitor")
         self._wake.set()
 
-    async def _janitor(self, *, task_status: TaskStatus[None]) -> None:
-        task_status.started()
+    async def _janitor(self) -> None:
         while True:
+            assert self._wake is not None
             await self._wake.wait()
             self._wake = anyio.Event()
             pending, self._pending = self._pending, []
@@ -925,8 +936,9 @@ def current_sandbox_manager() -> SandboxManager | None:
     return _CURRENT.get()
 
 
-@contextlib.contextmanager
-def use_sandbox_manager(manager: SandboxManager) -> Iterator[SandboxManager]:
+def use_sandbox_manager(
+    manager: SandboxManager,
+) -> contextlib.AbstractContextManager[SandboxManager]:
     """Make ``manager`` the current one for this context (and tasks started inside it).
 
     ``ToolContext(task_id)`` without a ``manager=`` argument uses it::
@@ -935,8 +947,7 @@ def use_sandbox_manager(manager: SandboxManager) -> Iterator[SandboxManager]:
             with use_sandbox_manager(manager):
                 ...
     """
-    with _CURRENT.use(manager):
-        yield manager
+    return _CURRENT.use(manager)  # type: ignore[return-value]  # gives the manager, never None
 
 
 @contextlib.asynccontextmanager

@@ -257,6 +257,24 @@ async def test_idle_reaper_closes_unused_sandboxes() -> None:
         assert manager.statistics().reaped == 2
 
 
+async def test_an_idle_manager_holds_no_task_until_a_release_is_queued() -> None:
+    # A standalone loop opens a manager per run: thousands of parked rollouts must not each
+    # keep an idle janitor task (issue #23, resident memory per idle rollout).
+    factory = FakeSandboxFactory()
+    before = len(anyio.get_running_tasks())
+    async with SandboxManager(factory, idle_timeout=None) as manager:
+        assert len(anyio.get_running_tasks()) == before
+        await manager.get("t")
+        assert len(anyio.get_running_tasks()) == before
+        manager.request_release("t")  # the first queued release starts the janitor
+        with anyio.fail_after(5):
+            while "t" in manager:
+                await anyio.sleep(0.01)
+        assert len(anyio.get_running_tasks()) == before + 1
+    assert len(anyio.get_running_tasks()) == before
+    assert factory.created[0].closed
+
+
 async def test_request_release_is_done_by_janitor() -> None:
     factory = FakeSandboxFactory()
     async with SandboxManager(factory) as manager:
