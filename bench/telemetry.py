@@ -16,6 +16,8 @@ sandboxes are fakes, shared through one manager.
   ends; OpenTelemetry's processor for debugging and tests).
 * **bare** (``--modes`` only): an SDK ``TracerProvider`` with no processor: the SDK's own cost
   of creating and ending spans, the floor under any exporter.
+* **drop** (``--modes`` only): ``batch`` into an exporter that counts the spans and keeps none
+  (as a network exporter does once a batch is sent): what keeping every span in memory costs.
 
 The collector runs as shipped: ``tune_gc_for_rollouts()`` and ``paced_collections()``. Every
 exporter keeps every span of its round (they are counted afterwards). Rounds alternate
@@ -31,15 +33,20 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 from _scripted import scripted_group, serve, server_process, tool_turns
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hermes_async import Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
@@ -112,9 +119,9 @@ async def main(args: argparse.Namespace) -> None:
     arguments += ["--tool-latency", str(args.tool_latency)]
     n = args.groups * args.size
     modes = args.modes
-    unknown = set(modes) - {"off", "batch", "simple", "bare"}
+    unknown = set(modes) - {"off", "batch", "simple", "bare", "drop"}
     if unknown or "off" not in modes:
-        raise SystemExit(f"--modes: from off,batch,simple,bare, with off; got {args.modes}")
+        raise SystemExit(f"--modes: from off,batch,simple,bare,drop, with off; got {args.modes}")
     cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     spans_per_rollout = 0.0
     async with server_process(__file__, arguments) as base_url, paced_collections():
@@ -127,13 +134,13 @@ async def main(args: argparse.Namespace) -> None:
             await one_round(base_url, args, "warmup")
             for r in range(args.rounds):
                 for mode in modes:
-                    provider, exporter, reader = configure(mode)
+                    provider, exported, reader = configure(mode)
                     seconds, clean = await one_round(base_url, args, f"{mode}{r}")
                     if provider is not None:
                         provider.shutdown()  # flushes the batch processor's queue
                     cpu[mode].append(seconds / n)
-                    spans = len(exporter.get_finished_spans())
-                    if mode in ("batch", "simple"):
+                    spans = exported()
+                    if mode in ("batch", "simple", "drop"):
                         spans_per_rollout = spans / n
                     if reader is not None:
                         reader.get_metrics_data()
@@ -166,24 +173,40 @@ async def main(args: argparse.Namespace) -> None:
     print(f"one span site, CPU, tracing off:          {span_site_cost(None) * 1e6:6.2f} us")
 
 
-def configure(mode: str) -> tuple[TracerProvider | None, InMemorySpanExporter, Any]:
-    """Set up tracing for one round of ``mode``: ``(provider, exporter, metric reader)``."""
-    exporter = InMemorySpanExporter()
+class CountingExporter(SpanExporter):
+    """Counts the spans it is given and keeps none."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.count += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def configure(mode: str) -> tuple[TracerProvider | None, Callable[[], int], Any]:
+    """Set up tracing for one round of ``mode``: ``(provider, spans exported, metric reader)``."""
     if mode == "off":
         configure_telemetry()  # no SDK configured
         assert not tracing_enabled()
-        return None, exporter, None
+        return None, lambda: 0, None
     provider = TracerProvider()
-    if mode == "batch":
+    kept = InMemorySpanExporter()
+    counted = CountingExporter()
+    if mode in ("batch", "drop"):
         # A queue as large as a round's spans: nothing is dropped (dropped spans would be
         # cheaper, not comparable).
-        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 17))
+        target: SpanExporter = kept if mode == "batch" else counted
+        provider.add_span_processor(BatchSpanProcessor(target, max_queue_size=1 << 17))
     elif mode == "simple":
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        provider.add_span_processor(SimpleSpanProcessor(kept))
     reader = InMemoryMetricReader()
     configure_telemetry(tracer_provider=provider, meter_provider=MeterProvider([reader]))
     assert tracing_enabled()
-    return provider, exporter, reader
+    return provider, lambda: len(kept.get_finished_spans()) + counted.count, reader
 
 
 def span_site_cost(processor: str | None, *, n: int = 20_000) -> float:
@@ -228,7 +251,7 @@ if __name__ == "__main__":
         "--modes",
         type=lambda text: text.split(","),
         default=["off", "batch", "simple"],
-        help="comma-separated, from off,batch,simple,bare (off is always needed)",
+        help="comma-separated, from off,batch,simple,bare,drop (off is always needed)",
     )
     parser.add_argument("--model-latency", type=float, default=0.05)
     parser.add_argument("--tool-latency", type=float, default=0.05)
