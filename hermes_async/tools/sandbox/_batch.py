@@ -15,6 +15,8 @@ runner.
 
 from __future__ import annotations
 
+import inspect
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -40,11 +42,17 @@ class Batcher(Generic[T]):
 
     Args:
         work: ``async (items) -> None``: serves a whole batch; must not raise (see the module
-            docstring).
+            docstring). A bound method is held weakly: its object (the batcher's owner, which
+            calls :meth:`submit`) must outlive the batcher. Held strongly, owner -> batcher ->
+            method -> owner would be a reference cycle, and every owner (one per local
+            sandbox factory, so one per standalone run) would wait for the cyclic collector
+            instead of being freed when dropped.
     """
 
     def __init__(self, work: Callable[[list[T]], Awaitable[None]]) -> None:
-        self._work = work
+        self._work: Callable[[], Callable[[list[T]], Awaitable[None]] | None] = (
+            weakref.WeakMethod(work) if inspect.ismethod(work) else lambda: work
+        )
         self._running: _Batch[T] | None = None
         self._next: _Batch[T] | None = None
         #: Batches run so far (completed or abandoned).
@@ -76,7 +84,9 @@ class Batcher(Generic[T]):
                 self._next = None
                 self._running = batch
                 self.runs += 1
-                await self._work(batch.items)
+                work = self._work()
+                assert work is not None, "a Batcher outlived the owner of its work method"
+                await work(batch.items)
                 batch.finished = True
                 return
             finally:
