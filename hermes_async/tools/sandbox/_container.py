@@ -62,6 +62,7 @@ from hermes_async.tools.sandbox.errors import (
     NotARegularFileError,
     SandboxUnavailableError,
     TransferLimitError,
+    UnavailableReason,
 )
 from hermes_async.tools.sandbox.output import OutputCapture
 
@@ -322,10 +323,18 @@ class ContainerSandbox(Sandbox):
         if self._gone is not None:
             raise self._gone
 
-    def _mark_gone(self, error: SandboxUnavailableError) -> SandboxUnavailableError:
-        """Record that the container is gone (the first reason wins); return the error."""
+    def _mark_gone(
+        self, detail: str, *, reason: UnavailableReason, backend: str | None = None
+    ) -> SandboxUnavailableError:
+        """Record that the container is gone (the first reason wins); return the error.
+
+        The error names ``backend`` (default: :attr:`kind`) and this sandbox's task id; every
+        later operation raises it (:meth:`_check_open`).
+        """
         if self._gone is None:
-            self._gone = error
+            self._gone = SandboxUnavailableError(
+                detail, reason=reason, backend=backend or self.kind, task_id=self.task_id
+            )
         return self._gone
 
     @property

@@ -834,13 +834,9 @@ class SshSandbox(ContainerSandbox):
 
     def _unavailable(self, what: str, exc: BaseException) -> SandboxUnavailableError:
         return self._mark_gone(
-            SandboxUnavailableError(
-                f"the SSH connection to {self.config.target} was lost during {what}: "
-                f"{type(exc).__name__}: {exc}",
-                reason="unreachable",
-                backend="ssh",
-                task_id=self.task_id,
-            )
+            f"the SSH connection to {self.config.target} was lost during {what}: "
+            f"{type(exc).__name__}: {exc}",
+            reason="unreachable",
         )
 
     def _live(self, what: str) -> _Link:
