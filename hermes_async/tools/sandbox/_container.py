@@ -450,24 +450,15 @@ class ContainerSandbox(Sandbox):
         """
         return await self._stream(_STREAM_FILE, path, sink, f"file {path!r}", max_bytes)
 
-    async def _read_capped(self, path: str) -> bytes:
-        """The bytes of ``path`` through :meth:`stream_file`, at most :data:`MAX_READ_BYTES`."""
+    async def _read_capped(self, stream: Callable[..., Awaitable[int]], path: str) -> bytes:
+        """What ``stream`` (:meth:`stream_file` or :meth:`stream_archive`) sends for ``path``,
+        collected, at most :data:`MAX_READ_BYTES`."""
         data = bytearray()
 
         async def collect(chunk: bytes) -> None:
             data.extend(chunk)
 
-        await self.stream_file(path, collect, max_bytes=MAX_READ_BYTES)
-        return bytes(data)
-
-    async def _archive_capped(self, path: str) -> bytes:
-        """A tar of ``path`` through :meth:`stream_archive`, at most :data:`MAX_READ_BYTES`."""
-        data = bytearray()
-
-        async def collect(chunk: bytes) -> None:
-            data.extend(chunk)
-
-        await self.stream_archive(path, collect, max_bytes=MAX_READ_BYTES)
+        await stream(path, collect, max_bytes=MAX_READ_BYTES)
         return bytes(data)
 
     async def stream_archive(
@@ -526,7 +517,7 @@ class ContainerSandbox(Sandbox):
 
         **Cancellation**: nothing is left running in the container.
         """
-        return await self._read_capped(path)
+        return await self._read_capped(self.stream_file, path)
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` (parents created) through :meth:`_stage_file`.
@@ -546,4 +537,4 @@ class ContainerSandbox(Sandbox):
 
         **Cancellation**: nothing is left running in the container.
         """
-        return await self._archive_capped(path)
+        return await self._read_capped(self.stream_archive, path)
