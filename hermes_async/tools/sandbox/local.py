@@ -201,6 +201,21 @@ def _not_found(path: str, code: int) -> FileNotFoundError:
     return FileNotFoundError(f"No such file: {path!r}")
 
 
+def _check_read(raw: RawResult, path: str, limit: int | None) -> None:
+    """Raise what a :func:`_size_checked` ``cat`` of ``path`` reported: ``path`` is missing or
+    not a regular file, larger than ``limit`` (``None``: no cap; output cut at the cap counts
+    as larger), or unreadable."""
+    if raw.exit_code in (_MISSING, _NOT_REGULAR):
+        raise _not_found(path, raw.exit_code)
+    if limit is not None and (raw.exit_code == _TOO_LARGE or raw.truncated):
+        size = _decode(raw.stderr).strip()
+        raise TransferLimitError(
+            f"file {path!r}", limit=limit, size=int(size) if size.isdigit() else None
+        )
+    if raw.exit_code != 0:
+        raise OSError(f"cannot read {path!r}: {_decode(raw.stderr).strip()}")
+
+
 def _size_checked(script: str) -> str:
     """A transfer script's prologue: exit 66 if ``$1`` does not exist, 68 if it is not a
     regular file, 67 (size on stderr) if it is larger than ``$2`` bytes (``stat``, else
@@ -559,15 +574,7 @@ class LocalSandbox(Sandbox):
         raw = await self._sh(
             _size_checked('exec cat -- "$1"'), target, str(MAX_READ_BYTES), limit=MAX_READ_BYTES
         )
-        if raw.exit_code in (_MISSING, _NOT_REGULAR):
-            raise _not_found(path, raw.exit_code)
-        if raw.exit_code == _TOO_LARGE or raw.truncated:
-            size = _decode(raw.stderr).strip()
-            raise TransferLimitError(
-                f"file {path!r}", limit=MAX_READ_BYTES, size=int(size) if size.isdigit() else None
-            )
-        if raw.exit_code != 0:
-            raise OSError(f"cannot read {path!r}: {_decode(raw.stderr).strip()}")
+        _check_read(raw, path, MAX_READ_BYTES)
         return raw.stdout
 
     async def write_bytes(self, path: str, data: bytes) -> None:
@@ -627,15 +634,7 @@ class LocalSandbox(Sandbox):
         limit = -1 if max_bytes is None else max_bytes
         counter = _Counter(sink, max_bytes, f"file {path!r}")
         raw = await self._sh(_size_checked('exec cat -- "$1"'), target, str(limit), sink=counter)
-        if raw.exit_code in (_MISSING, _NOT_REGULAR):
-            raise _not_found(path, raw.exit_code)
-        if raw.exit_code == _TOO_LARGE and max_bytes is not None:
-            size = _decode(raw.stderr).strip()
-            raise TransferLimitError(
-                f"file {path!r}", limit=max_bytes, size=int(size) if size.isdigit() else None
-            )
-        if raw.exit_code != 0:
-            raise OSError(f"cannot read {path!r}: {_decode(raw.stderr).strip()}")
+        _check_read(raw, path, max_bytes)
         return counter.total
 
     async def stream_archive(
