@@ -65,7 +65,6 @@ import logging
 import os
 import re
 import secrets
-import shlex
 import signal
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -84,6 +83,7 @@ from hermes_async.tools.sandbox.base import (
     ExecRequest,
     ExecResult,
     Sandbox,
+    _enter_spec_workdir,
     resolve_path,
 )
 from hermes_async.tools.sandbox.errors import (
@@ -882,20 +882,11 @@ def local_factory(
             namespace_options=options,
         )
         if spec is not None and spec.workdir is not None:
-            # Made by the sandbox itself: in namespaces mode its paths are not the host's.
-            workdir = os.path.join(sandbox.workdir, spec.workdir.lstrip("/"))
             try:
-                made = await sandbox.exec(f"mkdir -p {shlex.quote(workdir)}", timeout=30)
-                if made.exit_code != 0:
-                    raise SandboxError(
-                        f"cannot create the spec's workdir {spec.workdir!r} in the sandbox: "
-                        f"{made.stderr.strip()[:200]}",
-                        task_id=task_id,
-                    )
+                await _enter_spec_workdir(sandbox, spec.workdir)
             except BaseException:
                 await sandbox.aclose(interrupted=True)  # shielded and bounded itself
                 raise
-            sandbox.workdir = workdir
         return sandbox
 
     return factory
