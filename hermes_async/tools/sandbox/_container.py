@@ -62,6 +62,7 @@ from hermes_async.tools.sandbox.errors import (
     NotARegularFileError,
     SandboxUnavailableError,
     TransferLimitError,
+    UnavailableReason,
 )
 from hermes_async.tools.sandbox.output import OutputCapture
 
@@ -322,10 +323,18 @@ class ContainerSandbox(Sandbox):
         if self._gone is not None:
             raise self._gone
 
-    def _mark_gone(self, error: SandboxUnavailableError) -> SandboxUnavailableError:
-        """Record that the container is gone (the first reason wins); return the error."""
+    def _mark_gone(
+        self, detail: str, *, reason: UnavailableReason, backend: str | None = None
+    ) -> SandboxUnavailableError:
+        """Record that the container is gone (the first reason wins); return the error.
+
+        The error names ``backend`` (default: :attr:`kind`) and this sandbox's task id; every
+        later operation raises it (:meth:`_check_open`).
+        """
         if self._gone is None:
-            self._gone = error
+            self._gone = SandboxUnavailableError(
+                detail, reason=reason, backend=backend or self.kind, task_id=self.task_id
+            )
         return self._gone
 
     @property
@@ -441,24 +450,15 @@ class ContainerSandbox(Sandbox):
         """
         return await self._stream(_STREAM_FILE, path, sink, f"file {path!r}", max_bytes)
 
-    async def _read_capped(self, path: str) -> bytes:
-        """The bytes of ``path`` through :meth:`stream_file`, at most :data:`MAX_READ_BYTES`."""
+    async def _read_capped(self, stream: Callable[..., Awaitable[int]], path: str) -> bytes:
+        """What ``stream`` (:meth:`stream_file` or :meth:`stream_archive`) sends for ``path``,
+        collected, at most :data:`MAX_READ_BYTES`."""
         data = bytearray()
 
         async def collect(chunk: bytes) -> None:
             data.extend(chunk)
 
-        await self.stream_file(path, collect, max_bytes=MAX_READ_BYTES)
-        return bytes(data)
-
-    async def _archive_capped(self, path: str) -> bytes:
-        """A tar of ``path`` through :meth:`stream_archive`, at most :data:`MAX_READ_BYTES`."""
-        data = bytearray()
-
-        async def collect(chunk: bytes) -> None:
-            data.extend(chunk)
-
-        await self.stream_archive(path, collect, max_bytes=MAX_READ_BYTES)
+        await stream(path, collect, max_bytes=MAX_READ_BYTES)
         return bytes(data)
 
     async def stream_archive(
@@ -517,7 +517,7 @@ class ContainerSandbox(Sandbox):
 
         **Cancellation**: nothing is left running in the container.
         """
-        return await self._read_capped(path)
+        return await self._read_capped(self.stream_file, path)
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` (parents created) through :meth:`_stage_file`.
@@ -537,4 +537,4 @@ class ContainerSandbox(Sandbox):
 
         **Cancellation**: nothing is left running in the container.
         """
-        return await self._archive_capped(path)
+        return await self._read_capped(self.stream_archive, path)

@@ -482,14 +482,7 @@ class RemoteSandbox(StagedTransferSandbox):
 
     def _gone_from(self, exc: SandboxUnavailableError) -> SandboxUnavailableError:
         """Record a driver's "gone" (which knows no task) with this sandbox's task id."""
-        return self._mark_gone(
-            SandboxUnavailableError(
-                exc.detail,
-                reason=exc.reason,
-                backend=exc.backend or self.kind,
-                task_id=self.task_id,
-            )
-        )
+        return self._mark_gone(exc.detail, reason=exc.reason, backend=exc.backend)
 
     # ----------------------------------------------------------------- exec
 
@@ -693,11 +686,7 @@ class RemoteSandbox(StagedTransferSandbox):
 
     def mark_gone(self, detail: str) -> SandboxUnavailableError:
         """Record that the provider lost this sandbox (for drivers and tests)."""
-        return self._mark_gone(
-            SandboxUnavailableError(
-                detail, reason="unreachable", backend=self.kind, task_id=self.task_id
-            )
-        )
+        return self._mark_gone(detail, reason="unreachable")
 
     async def aclose(self, interrupted: bool = False) -> None:
         """Delete the sandbox. Idempotent.

@@ -55,7 +55,6 @@ from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import ContainerExec, ContainerSandbox
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import DEFAULT_OUTPUT_LIMIT_BYTES
-from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.host import DirectoryRemover, run_bounded
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
@@ -366,14 +365,7 @@ class ApptainerSandbox(ContainerSandbox):
         )
         run.err.feed(raw.stderr)
         if raw.exit_code == _CLI_FAILED and not await self._instance_alive():
-            raise self._mark_gone(
-                SandboxUnavailableError(
-                    f"instance {self.name} is no longer running",
-                    reason="exited",
-                    backend="Apptainer",
-                    task_id=self.task_id,
-                )
-            )
+            raise self._mark_gone(f"instance {self.name} is no longer running", reason="exited")
         return raw.exit_code
 
     async def _instance_alive(self) -> bool:

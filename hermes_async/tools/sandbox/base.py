@@ -869,6 +869,26 @@ async def _deliver_whole(data: bytes, sink: ByteSink, what: str, max_bytes: int 
     return len(data)
 
 
+async def _enter_spec_workdir(sandbox: Sandbox, workdir: str) -> None:
+    """Make a spec's ``workdir`` a folder of ``sandbox``'s work dir, and work there.
+
+    The folder is made by a command in the sandbox, not on the host: a namespaced local
+    sandbox's paths and an ssh sandbox's are not the host's.
+
+    Raises:
+        SandboxError: The folder cannot be made.
+    """
+    inside = posixpath.join(sandbox.workdir, workdir.lstrip("/"))
+    made = await sandbox.exec(f"mkdir -p -- {shlex.quote(inside)}", timeout=30)
+    if made.exit_code != 0:
+        raise SandboxError(
+            f"cannot create the spec's workdir {workdir!r} in the sandbox: "
+            f"{made.stderr.strip()[:200]}",
+            task_id=sandbox.task_id,
+        )
+    sandbox.workdir = inside
+
+
 class SandboxProvider(Protocol):
     """Gives tools the sandbox of a rollout (implemented by ``SandboxManager``)."""
 

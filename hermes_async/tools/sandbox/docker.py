@@ -86,7 +86,7 @@ from hermes_async.tools.sandbox._container import (
 from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
-from hermes_async.tools.sandbox.errors import SandboxUnavailableError, UnavailableReason
+from hermes_async.tools.sandbox.errors import UnavailableReason
 from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
@@ -788,9 +788,7 @@ class DockerSandbox(ContainerSandbox):
                 f"container {self.label} is {state.get('Status', 'stopped')} "
                 f"(exit code {state.get('ExitCode')})"
             )
-        return self._mark_gone(
-            SandboxUnavailableError(detail, reason=reason, backend="Docker", task_id=self.task_id)
-        )
+        return self._mark_gone(detail, reason=reason)
 
     async def snapshot(self) -> SandboxSnapshot:
         """Commit the container into an image (``hermes-async-snapshot:<hex>``) new sandboxes
@@ -882,13 +880,9 @@ class DockerSandbox(ContainerSandbox):
                 cap,
             )
             self._mark_gone(
-                SandboxUnavailableError(
-                    f"its writable layer reached {size:,} bytes, over the "
-                    f"{self.config.disk_limit_mb} MiB disk cap",
-                    reason="disk",
-                    backend="Docker",
-                    task_id=self.task_id,
-                )
+                f"its writable layer reached {size:,} bytes, over the "
+                f"{self.config.disk_limit_mb} MiB disk cap",
+                reason="disk",
             )
             try:
                 await self._engine.call("a container kill", self._container.kill())

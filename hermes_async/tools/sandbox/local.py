@@ -65,7 +65,6 @@ import logging
 import os
 import re
 import secrets
-import shlex
 import signal
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -84,6 +83,7 @@ from hermes_async.tools.sandbox.base import (
     ExecRequest,
     ExecResult,
     Sandbox,
+    _enter_spec_workdir,
     resolve_path,
 )
 from hermes_async.tools.sandbox.errors import (
@@ -199,6 +199,21 @@ def _not_found(path: str, code: int) -> FileNotFoundError:
     if code == _NOT_REGULAR:
         return NotARegularFileError(f"Not a regular file: {path!r}")
     return FileNotFoundError(f"No such file: {path!r}")
+
+
+def _check_read(raw: RawResult, path: str, limit: int | None) -> None:
+    """Raise what a :func:`_size_checked` ``cat`` of ``path`` reported: ``path`` is missing or
+    not a regular file, larger than ``limit`` (``None``: no cap; output cut at the cap counts
+    as larger), or unreadable."""
+    if raw.exit_code in (_MISSING, _NOT_REGULAR):
+        raise _not_found(path, raw.exit_code)
+    if limit is not None and (raw.exit_code == _TOO_LARGE or raw.truncated):
+        size = _decode(raw.stderr).strip()
+        raise TransferLimitError(
+            f"file {path!r}", limit=limit, size=int(size) if size.isdigit() else None
+        )
+    if raw.exit_code != 0:
+        raise OSError(f"cannot read {path!r}: {_decode(raw.stderr).strip()}")
 
 
 def _size_checked(script: str) -> str:
@@ -559,15 +574,7 @@ class LocalSandbox(Sandbox):
         raw = await self._sh(
             _size_checked('exec cat -- "$1"'), target, str(MAX_READ_BYTES), limit=MAX_READ_BYTES
         )
-        if raw.exit_code in (_MISSING, _NOT_REGULAR):
-            raise _not_found(path, raw.exit_code)
-        if raw.exit_code == _TOO_LARGE or raw.truncated:
-            size = _decode(raw.stderr).strip()
-            raise TransferLimitError(
-                f"file {path!r}", limit=MAX_READ_BYTES, size=int(size) if size.isdigit() else None
-            )
-        if raw.exit_code != 0:
-            raise OSError(f"cannot read {path!r}: {_decode(raw.stderr).strip()}")
+        _check_read(raw, path, MAX_READ_BYTES)
         return raw.stdout
 
     async def write_bytes(self, path: str, data: bytes) -> None:
@@ -627,15 +634,7 @@ class LocalSandbox(Sandbox):
         limit = -1 if max_bytes is None else max_bytes
         counter = _Counter(sink, max_bytes, f"file {path!r}")
         raw = await self._sh(_size_checked('exec cat -- "$1"'), target, str(limit), sink=counter)
-        if raw.exit_code in (_MISSING, _NOT_REGULAR):
-            raise _not_found(path, raw.exit_code)
-        if raw.exit_code == _TOO_LARGE and max_bytes is not None:
-            size = _decode(raw.stderr).strip()
-            raise TransferLimitError(
-                f"file {path!r}", limit=max_bytes, size=int(size) if size.isdigit() else None
-            )
-        if raw.exit_code != 0:
-            raise OSError(f"cannot read {path!r}: {_decode(raw.stderr).strip()}")
+        _check_read(raw, path, max_bytes)
         return counter.total
 
     async def stream_archive(
@@ -883,20 +882,11 @@ def local_factory(
             namespace_options=options,
         )
         if spec is not None and spec.workdir is not None:
-            # Made by the sandbox itself: in namespaces mode its paths are not the host's.
-            workdir = os.path.join(sandbox.workdir, spec.workdir.lstrip("/"))
             try:
-                made = await sandbox.exec(f"mkdir -p {shlex.quote(workdir)}", timeout=30)
-                if made.exit_code != 0:
-                    raise SandboxError(
-                        f"cannot create the spec's workdir {spec.workdir!r} in the sandbox: "
-                        f"{made.stderr.strip()[:200]}",
-                        task_id=task_id,
-                    )
+                await _enter_spec_workdir(sandbox, spec.workdir)
             except BaseException:
                 await sandbox.aclose(interrupted=True)  # shielded and bounded itself
                 raise
-            sandbox.workdir = workdir
         return sandbox
 
     return factory

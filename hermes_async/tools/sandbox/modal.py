@@ -70,7 +70,6 @@ from hermes_async.tools.sandbox._container import (
 from hermes_async.tools.sandbox._sdk import error_named, import_sdk
 from hermes_async.tools.sandbox._staged import StagedTransferSandbox
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
-from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
@@ -417,12 +416,8 @@ class ModalSandbox(StagedTransferSandbox):
                 cause is not None and error_named(cause, "SandboxTerminatedError")
             ):
                 raise self._mark_gone(
-                    SandboxUnavailableError(
-                        f"Modal reports sandbox {self.object_id} terminated during {what}",
-                        reason="exited",
-                        backend="Modal",
-                        task_id=self.task_id,
-                    )
+                    f"Modal reports sandbox {self.object_id} terminated during {what}",
+                    reason="exited",
                 ) from exc
             raise
 

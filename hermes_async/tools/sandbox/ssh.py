@@ -97,7 +97,7 @@ from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import ContainerExec, ContainerSandbox, read_until_exit
 from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members
-from hermes_async.tools.sandbox.base import MAX_READ_BYTES
+from hermes_async.tools.sandbox.base import MAX_READ_BYTES, _enter_spec_workdir
 from hermes_async.tools.sandbox.errors import (
     NotARegularFileError,
     SandboxUnavailableError,
@@ -722,15 +722,7 @@ class SshBackend:
             )
             await sandbox._write_env_file()
             if spec is not None and spec.workdir is not None:
-                workdir = posixpath.join(sandbox.workdir, spec.workdir.lstrip("/"))
-                made = await sandbox.exec(f"mkdir -p -- {shlex.quote(workdir)}", timeout=30)
-                if made.exit_code != 0:
-                    raise SandboxError(
-                        f"cannot create the spec's workdir {spec.workdir!r} in the sandbox: "
-                        f"{made.stderr.strip()[:200]}",
-                        task_id=task_id,
-                    )
-                sandbox.workdir = workdir
+                await _enter_spec_workdir(sandbox, spec.workdir)
         except BaseException:
             with cleanup_scope(
                 f"remove the half-made ssh sandbox {prefix} on {cfg.target}",
@@ -834,13 +826,9 @@ class SshSandbox(ContainerSandbox):
 
     def _unavailable(self, what: str, exc: BaseException) -> SandboxUnavailableError:
         return self._mark_gone(
-            SandboxUnavailableError(
-                f"the SSH connection to {self.config.target} was lost during {what}: "
-                f"{type(exc).__name__}: {exc}",
-                reason="unreachable",
-                backend="ssh",
-                task_id=self.task_id,
-            )
+            f"the SSH connection to {self.config.target} was lost during {what}: "
+            f"{type(exc).__name__}: {exc}",
+            reason="unreachable",
         )
 
     def _live(self, what: str) -> _Link:
