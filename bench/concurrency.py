@@ -21,16 +21,14 @@ same loop), cyclic-GC collections and their total pause, and resident memory per
 tool needs none). Ratios are ours/baseline from the same process run (machines are noisy;
 absolute numbers mean little).
 
-The process applies :func:`hermes_async.gc_tuning.tune_gc_for_rollouts` once at start-up and
-runs the measurements inside :func:`hermes_async.gc_tuning.paced_collections` (young collections
-every 0.2 s), as ``hermes-async demo`` and ``HermesAgentBaseEnv`` do, so both sides run with the
-same collector settings; ``--gc unpaced`` tunes without the paced collections, ``--gc default``
-keeps CPython's defaults, to see what each buys.
+The process applies :func:`hermes_async.gc_tuning.tune_gc_for_rollouts` once at start-up, as
+``hermes-async demo`` and ``HermesAgentBaseEnv`` do, so both sides run with the same collector
+settings; ``--gc default`` keeps CPython's defaults instead, to see what the tuning buys.
 
     .venv/bin/python bench/concurrency.py                      # N = 100, 500, 2000
     .venv/bin/python bench/concurrency.py --sizes 100 --tool-latency 0.5
     .venv/bin/python bench/concurrency.py --sizes 2000 --tool-latency 5 --modes ours --gc default
-    .venv/bin/python bench/concurrency.py --sizes 10000 --modes ours --no-rss --gc unpaced
+    .venv/bin/python bench/concurrency.py --sizes 10000 --modes ours --no-rss
     .venv/bin/python bench/concurrency.py --sizes 2000,10000 --rss-only   # idle RSS only
 """
 
@@ -38,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import os
 import random
@@ -53,7 +50,7 @@ import anyio
 from _scripted import serve, server_process, tool_turns
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
-from hermes_async.gc_tuning import paced_collections, tune_gc_for_rollouts
+from hermes_async.gc_tuning import tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import open_lag_monitor
@@ -287,12 +284,11 @@ async def main(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = args.modes.split(",")
     load_tokenizer()  # load outside the measurements
-    if args.gc in ("tuned", "unpaced"):
+    if args.gc == "tuned":
         tune_gc_for_rollouts()
-    paced = paced_collections() if args.gc == "tuned" else contextlib.nullcontext()
     arguments = ["--model-latency", str(args.model_latency), "--turns", str(args.turns)]
     arguments += ["--tool-latency", str(args.tool_latency)]
-    async with server_process(__file__, arguments) as base_url, paced:
+    async with server_process(__file__, arguments) as base_url:
         print(
             f"scripted server (separate process) at {base_url}; model latency "
             f"{args.model_latency}s, tool latency {args.tool_latency}s +-50%, {args.turns} tool "
@@ -358,10 +354,9 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--gc",
-        choices=("tuned", "unpaced", "default"),
+        choices=("tuned", "default"),
         default="tuned",
-        help="tuned: tune_gc_for_rollouts() at start-up and paced_collections() (default, as "
-        "shipped); unpaced: the tuning alone; default: CPython's settings",
+        help="tuned: tune_gc_for_rollouts() at start-up (default); default: CPython's settings",
     )
     parser.add_argument(
         "--model-requests",

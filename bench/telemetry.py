@@ -19,8 +19,7 @@ sandboxes are fakes, shared through one manager.
 * **drop** (``--modes`` only): ``batch`` into an exporter that counts the spans and keeps none
   (as a network exporter does once a batch is sent): what keeping every span in memory costs.
 
-The collector runs as shipped: ``tune_gc_for_rollouts()`` and ``paced_collections()``. Every
-exporter keeps every span of its round (they are counted afterwards). Rounds alternate
+The collector runs as shipped (``tune_gc_for_rollouts()``). Every exporter keeps every span of its round (they are counted afterwards). Rounds alternate
 (off, batch, simple, off, ...) so drift on a shared machine hits every mode; the reported
 ratios are the median CPU per rollout of each mode over that of ``off``.
 
@@ -51,7 +50,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from hermes_async import Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
 from hermes_async.agent import AgentOptions
-from hermes_async.gc_tuning import paced_collections, tune_gc_for_rollouts
+from hermes_async.gc_tuning import tune_gc_for_rollouts
 from hermes_async.inference import SamplingParams
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
@@ -124,7 +123,7 @@ async def main(args: argparse.Namespace) -> None:
         raise SystemExit(f"--modes: from off,batch,simple,bare,drop, with off; got {args.modes}")
     cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     spans_per_rollout = 0.0
-    async with server_process(__file__, arguments) as base_url, paced_collections():
+    async with server_process(__file__, arguments) as base_url:
         print(
             f"scripted server (separate process) at {base_url}; {args.groups} groups x "
             f"{args.size} = {n} concurrent rollouts, {args.turns} tool turns + answer each; "

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     )
     from hermes_async.gc_tuning import (
         gc_tuned_for_rollouts as gc_tuned_for_rollouts,
-        paced_collections as paced_collections,
         tune_gc_for_rollouts as tune_gc_for_rollouts,
     )
     from hermes_async.inference import (
@@ -207,7 +206,6 @@ __all__ = (
     "make_backend_factory",
     "open_lag_monitor",
     "open_sandbox_manager",
-    "paced_collections",
     "register_parser",
     "run_group",
     "run_rollout",
@@ -287,7 +285,6 @@ _WHERE: dict[str, str] = {
     "make_backend_factory": "hermes_async.tools.sandbox.backends",
     "open_lag_monitor": "hermes_async.limits",
     "open_sandbox_manager": "hermes_async.tools.sandbox",
-    "paced_collections": "hermes_async.gc_tuning",
     "register_parser": "hermes_async.parsers",
     "run_group": "hermes_async.agent",
     "run_rollout": "hermes_async.agent",

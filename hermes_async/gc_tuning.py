@@ -18,54 +18,38 @@ overhead.
   a collection still runs regularly, so the little cyclic garbage there is still reclaimed, but
   ~70x less often.
 
-**Collections on a clock** (:func:`pace_collections`, :func:`paced_collections`). CPython's
-young-generation counter is *net*: it counts tracked allocations minus deallocations of any
-generation. While rollouts finish (their old state freed) as fast as new ones allocate, the
-counter stays under any threshold and the young generation itself grows without bound; at
-10,000 concurrent rollouts it reached 185,000-373,000 objects, and the collection that finally
-ran stopped the loop for 250-580 ms (``bench/concurrency.py --sizes 10000``: 49 young
-collections, 2.1 s of CPU, that freed 10 objects between them). A collection every 0.2 s keeps
-each one to the objects of 0.2 s: the same command with and without it (one run each, a busy
-machine) gave the longest collection 1,521 -> 368 ms, the longest loop stall 9.6 -> 2.7 s (the
-start of 10,000 rollouts at once), 64.6 -> 70.1 rollouts/s, loop-lag p99 64 ms either way,
-client CPU per rollout 5.2 -> 5.3 ms. :func:`pace_collections` collects the two young
-generations (``gc.collect(1)``) on that clock; full collections stay CPython's own.
+**What was tried and left out: collections on a clock.** CPython's young-generation counter is
+*net* (tracked allocations minus deallocations of any generation), so while finished rollouts
+are freed as fast as new ones allocate, the young generation grows past the threshold before a
+collection runs (185,000-373,000 objects at 10,000 rollouts). A task collecting the young
+generations every 0.2 s was measured side by side (``bench/concurrency.py``, quiet machine,
+after the per-rollout reference cycles were removed): at 10,000 rollouts loop-lag p99 14.3 vs
+12.2 ms and 77.7 vs 78.6 rollouts/s, but 2.4 vs 4.4 s of collector CPU; at 2,000 no gain and
+three times the collector CPU. Not worth a task per process; the plain tuning stays.
 
-The settings are process-wide, so the library never applies them on import. What applies them
-(and runs the paced collections for the run): ``hermes-async demo`` and
-:class:`~hermes_async.envs.HermesAgentBaseEnv` (unless ``HermesAgentEnvConfig.tune_gc`` is
-false); embedding code that runs hundreds of rollouts at once should call
-:func:`tune_gc_for_rollouts` once after start-up (or use :func:`gc_tuned_for_rollouts` around
-the batch) and run the batch inside ``async with paced_collections():``.
+The settings are process-wide, so the library never applies them on import. What applies them:
+``hermes-async demo`` and :class:`~hermes_async.envs.HermesAgentBaseEnv` (unless
+``HermesAgentEnvConfig.tune_gc`` is false); embedding code that runs hundreds of rollouts at once
+should call it once after start-up (or use :func:`gc_tuned_for_rollouts` around the batch).
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NoReturn
-
-import anyio
-from anyio.abc import TaskStatus
 
 __all__ = (
-    "DEFAULT_PACE_SECONDS",
     "DEFAULT_YOUNG_THRESHOLD",
     "GCState",
     "gc_tuned_for_rollouts",
-    "pace_collections",
-    "paced_collections",
     "restore_gc",
     "tune_gc_for_rollouts",
 )
 
 #: Net allocations of tracked objects between young-generation collections.
 DEFAULT_YOUNG_THRESHOLD = 50_000
-
-#: Seconds between the collections :func:`pace_collections` runs.
-DEFAULT_PACE_SECONDS = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,55 +118,3 @@ def gc_tuned_for_rollouts(
         yield state
     finally:
         restore_gc(state)
-
-
-async def pace_collections(
-    interval: float = DEFAULT_PACE_SECONDS,
-    *,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> NoReturn:
-    """Collect the two young generations every ``interval`` seconds, until cancelled.
-
-    For a task group (``await tg.start(pace_collections)``); :func:`paced_collections` is the
-    same as a block. Nothing is collected while the collector is disabled (``gc.disable()``).
-    Each collection is synchronous, on the event loop's thread: that is the point, it bounds
-    the pauses by collecting often (see the module docstring).
-
-    Args:
-        interval: Seconds between collections (> 0).
-
-    Raises:
-        ValueError: ``interval`` is not a positive number.
-
-    **Cancellation**: between collections (a collection itself is never interrupted).
-    """
-    _check_interval(interval)
-    task_status.started()
-    while True:
-        await anyio.sleep(interval)
-        if gc.isenabled():
-            gc.collect(1)
-
-
-@asynccontextmanager
-async def paced_collections(interval: float = DEFAULT_PACE_SECONDS) -> AsyncIterator[None]:
-    """Run :func:`pace_collections` for the ``async with`` block (asyncio or trio).
-
-    Args:
-        interval: Seconds between collections (> 0).
-
-    Raises:
-        ValueError: ``interval`` is not a positive number (before the block runs).
-    """
-    _check_interval(interval)
-    async with anyio.create_task_group() as tg:
-        await tg.start(pace_collections, interval)
-        try:
-            yield
-        finally:
-            tg.cancel_scope.cancel("the paced block ended")
-
-
-def _check_interval(interval: object) -> None:
-    if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
-        raise ValueError(f"interval must be a positive number of seconds, got {interval!r}")

@@ -1,17 +1,14 @@
-"""GC tuning for many concurrent rollouts: applied, restored, validated, paced, used by the entry
-points."""
+"""GC tuning for many concurrent rollouts: applied, restored, validated, used by the entry points."""
 
 from __future__ import annotations
 
 import gc
-import weakref
 from collections.abc import Iterator
 
-import anyio
 import pytest
 
-from hermes_async import gc_tuned_for_rollouts, paced_collections, tune_gc_for_rollouts
-from hermes_async.gc_tuning import DEFAULT_YOUNG_THRESHOLD, pace_collections, restore_gc
+from hermes_async import gc_tuned_for_rollouts, tune_gc_for_rollouts
+from hermes_async.gc_tuning import DEFAULT_YOUNG_THRESHOLD, restore_gc
 
 
 @pytest.fixture(autouse=True)
@@ -82,85 +79,3 @@ def test_nested_tuning_keeps_the_outer_freeze() -> None:
     restore_gc(outer)
     assert gc.get_threshold() == (700, 10, 10)
     assert gc.get_freeze_count() == 0
-
-
-class _Collections:
-    """Counts the young-generation collections (generations 0 and 1) while installed."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "stop" and info["generation"] <= 1:
-            self.count += 1
-
-    def __enter__(self) -> _Collections:
-        gc.callbacks.append(self)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        gc.callbacks.remove(self)
-
-
-def _cycle() -> weakref.ref[object]:
-    class Node:
-        other: object = None
-
-    a, b = Node(), Node()
-    a.other, b.other = b, a
-    return weakref.ref(a)
-
-
-@pytest.mark.anyio
-async def test_paced_collections_reclaim_cycles_no_threshold_would_reach() -> None:
-    # A threshold no run reaches: without the clock, the cycle would stay.
-    gc.set_threshold(10**9, 10, 10)
-    with _Collections() as collections:
-        ref = _cycle()
-        await anyio.sleep(0.05)
-        assert ref() is not None and collections.count == 0
-        async with paced_collections(interval=0.01):
-            with anyio.fail_after(10):
-                while ref() is not None:
-                    await anyio.sleep(0.01)
-        assert collections.count >= 1
-        # The block's end stops the clock.
-        after = collections.count
-        await anyio.sleep(0.1)
-        assert collections.count == after
-
-
-@pytest.mark.anyio
-async def test_paced_collections_skip_a_disabled_collector() -> None:
-    gc.set_threshold(10**9, 10, 10)
-    gc.disable()
-    try:
-        with _Collections() as collections:
-            async with paced_collections(interval=0.01):
-                await anyio.sleep(0.1)
-            assert collections.count == 0
-    finally:
-        gc.enable()
-
-
-@pytest.mark.anyio
-async def test_pace_collections_runs_in_a_task_group_until_cancelled() -> None:
-    gc.set_threshold(10**9, 10, 10)
-    with _Collections() as collections:
-        async with anyio.create_task_group() as tg:
-            await tg.start(pace_collections, 0.01)
-            with anyio.fail_after(10):
-                while collections.count < 3:
-                    await anyio.sleep(0.01)
-            tg.cancel_scope.cancel()
-    assert collections.count >= 3
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("bad", [0, -1.0, True, "0.2", float("nan")])
-async def test_invalid_pace_is_rejected_before_the_block(bad: object) -> None:
-    ran = False
-    with pytest.raises(ValueError, match=rf"interval must be a positive number .*got {bad!r}"):
-        async with paced_collections(interval=bad):  # type: ignore[arg-type]
-            ran = True
-    assert not ran

@@ -51,7 +51,6 @@ from anyio.abc import TaskStatus
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._groups import single_errors
 from hermes_async.envs._watchdog import Watchdog
-from hermes_async.gc_tuning import pace_collections
 from hermes_async.telemetry import serve_metrics
 from hermes_async.tools.sandbox.host import pidfd_child_watcher
 
@@ -95,8 +94,7 @@ async def run_entry(
         run: atroposlib's entry point.
         sandboxes: Opens the run's sandbox manager (and makes it current).
         gc_tuning: The garbage-collector tuning for the run
-            (:func:`~hermes_async.gc_tuning.gc_tuned_for_rollouts`), or ``None``; with one,
-            :func:`~hermes_async.gc_tuning.pace_collections` runs for the run too.
+            (:func:`~hermes_async.gc_tuning.gc_tuned_for_rollouts`), or ``None``.
         servers: atroposlib's servers, whose OpenAI clients are closed at the end.
         watchdog: Runs for the whole run, logging stalls (``None``: none).
         stray_tasks: The tasks ``run()`` spawned and does not await (asyncio tasks; anything
@@ -131,8 +129,6 @@ async def run_entry(
                     await tg.start(on_sigterm)
                 if watchdog is not None:
                     await tg.start(watchdog.run)
-                if gc_tuning is not None:
-                    await tg.start(pace_collections)
                 if metrics_port is not None:
                     port = await tg.start(serve_metrics, metrics_port)
                     logger.info(

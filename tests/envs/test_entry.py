@@ -9,9 +9,8 @@ run's manager had closed (a leaked directory). asyncio-only, as atroposlib is.
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -227,33 +226,3 @@ async def test_workers_atroposlib_dropped_are_still_awaited_before_the_manager_c
     assert events == ["worker released", "manager closed"]
     assert list(tmp_path.iterdir()) == []
     assert len(spawned) == 0
-
-
-async def test_a_tuned_run_collects_the_young_generations_on_a_clock(tmp_path: Path) -> None:
-    # Under a threshold no run reaches, only the entry's paced collections can run.
-    events: list[str] = []
-    _, sandboxes = _manager(tmp_path, events)
-    collections: list[int] = []
-
-    def count(phase: str, info: dict[str, int]) -> None:
-        if phase == "stop":
-            collections.append(info["generation"])
-
-    async def run() -> None:
-        with anyio.fail_after(10):
-            while len(collections) < 2:
-                await anyio.sleep(0.05)
-
-    before = gc.get_threshold()
-    gc.set_threshold(10**9, before[1], before[2])
-    gc.callbacks.append(count)
-    try:
-        await run_entry("serve", run, sandboxes=sandboxes, gc_tuning=nullcontext)
-        assert collections[:2] == [1, 1]  # the two young generations, each time
-        # The clock stops with the run.
-        after = len(collections)
-        await anyio.sleep(0.5)
-        assert len(collections) == after
-    finally:
-        gc.callbacks.remove(count)
-        gc.set_threshold(*before)
