@@ -70,10 +70,23 @@ unmount_under() {
     done
 }
 
+have_debootstrap() {
+    command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ]
+}
+
 make_rootfs() {
-    command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] \
-        || die "debootstrap is not installed (apt-get install debootstrap)"
     [ "$(id -u)" = 0 ] || die "debootstrap needs root"
+    if ! have_debootstrap; then
+        # A fresh machine (CI): install Debian's debootstrap, as engine.sh installs docker.io.
+        command -v apt-get >/dev/null 2>&1 \
+            || die "debootstrap is not installed and there is no apt-get to install it"
+        log "installing debootstrap (apt-get)"
+        export DEBIAN_FRONTEND=noninteractive
+        timeout 300 apt-get update -qq >&2 || die "apt-get update failed"
+        timeout 600 apt-get install -y -qq --no-install-recommends debootstrap >&2 \
+            || die "apt-get install debootstrap failed"
+        have_debootstrap || die "debootstrap is still not installed after apt-get"
+    fi
     local work root t
     work="$(mktemp -d "$CACHE/work.XXXXXX")"
     root="$work/rootfs"
