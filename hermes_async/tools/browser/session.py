@@ -30,8 +30,8 @@ from __future__ import annotations
 import collections
 import logging
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -398,9 +398,7 @@ class BrowserSession:
         :class:`BrowserUnavailableError`; the anyio deadline is a backstop over Playwright's
         own timeout and surfaces as ``TimeoutError``.
         """
-        self._check_alive()
-        self.busy += 1
-        try:
+        with self._in_use():
             async with self._lock:
                 self._check_alive()
                 with anyio.fail_after(timeout + OPERATION_SLACK_SECONDS):
@@ -411,6 +409,15 @@ class BrowserSession:
                         if gone is not None:
                             raise gone from exc
                         raise
+
+    @contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """Mark the session busy (the idle reaper skips it) for the block; its end counts as
+        the last use. Raises :class:`BrowserUnavailableError` first if the session is dead."""
+        self._check_alive()
+        self.busy += 1
+        try:
+            yield
         finally:
             self.busy -= 1
             self.last_used = anyio.current_time()
@@ -512,6 +519,10 @@ class BrowserSession:
         **Cancellation**: the navigation is abandoned (the page may keep loading); the session
         stays usable.
         """
+        with self._in_use():  # busy from the first await: resolving the host is part of it
+            return await self._navigate(url)
+
+    async def _navigate(self, url: str) -> JSONObject:
         try:
             await vet_url(parse_url(url), allow=self._allow, resolver=self._settings.resolver)
         except URLRefusedError as exc:

@@ -168,8 +168,12 @@ async def test_idle_sessions_are_reaped_busy_ones_are_not(browser_engine: str, s
     settings = settings_for_tests(idle_timeout_seconds=0.6, reap_interval_seconds=0.1)
     async with BrowserManager(settings) as manager:
         idle = await manager.get("idle")
-        busy = await manager.get("busy")
         await idle.navigate(site.url("/"))
+        # get() counts as a use and navigate() marks the session busy before its first
+        # checkpoint, so nothing can reap "busy" in between, however slow the machine is.
+        # (Getting both sessions first let a slow first navigation age "busy" past the idle
+        # timeout before its own navigation began: a CI failure of stop 27.)
+        busy = await manager.get("busy")
         await busy.navigate(site.url("/slow"))  # busy for 2 s, well over the idle timeout
         assert "busy" in manager
         assert await _wait_for(lambda: "idle" not in manager, timeout=5)
