@@ -57,6 +57,7 @@ __all__ = (
     "check_interrupted_close_is_final",
     "check_read_missing_raises",
     "check_stream_file_and_archive",
+    "check_stream_sink_error_stops_the_transfer",
     "make_tar",
     "run_conformance",
 )
@@ -272,6 +273,33 @@ async def check_stream_file_and_archive(sb: Sandbox) -> None:
     assert files == {"blob.bin": payload}, list(files)
 
 
+class _SinkStop(Exception):
+    """What the check's sink raises: it must come back out of the stream, unwrapped."""
+
+
+async def check_stream_sink_error_stops_the_transfer(sb: Sandbox) -> None:
+    """A sink that raises ends ``stream_file`` / ``stream_archive`` at once with its exception
+    (not an exception group), even while the command in the sandbox has far more to send than
+    any pipe holds; the sandbox stays usable. (A backend that stops reading the output but
+    waits for the command to end would wait for the transfer's deadline instead.)"""
+    r = await sb.exec("mkdir -p sinkstop && head -c 16000000 /dev/zero > sinkstop/big.bin")
+    assert r.exit_code == 0, r
+
+    async def sink(chunk: bytes) -> None:
+        raise _SinkStop(len(chunk))
+
+    for stream, path in ((sb.stream_file, "sinkstop/big.bin"), (sb.stream_archive, "sinkstop")):
+        with anyio.fail_after(30):
+            try:
+                await stream(path, sink)
+            except _SinkStop:
+                pass
+            else:
+                raise AssertionError(f"{stream.__name__}: the sink's exception did not come out")
+    r = await sb.exec("rm -rf sinkstop; echo ok")
+    assert r.stdout == "ok\n", r
+
+
 async def check_background_log_is_bounded(sb: Sandbox) -> None:
     """Endless background output costs a bounded log on disk; the model is told the start was
     dropped (a marker, ``dropped_bytes``) and still sees the end."""
@@ -353,6 +381,7 @@ CONFORMANCE_CHECKS: dict[str, ConformanceCheck] = {
     "archive_rejects_traversal": check_archive_rejects_traversal,
     "archive_rejects_unsafe_members": check_archive_rejects_unsafe_members,
     "stream_file_and_archive": check_stream_file_and_archive,
+    "stream_sink_error_stops_the_transfer": check_stream_sink_error_stops_the_transfer,
     "background_lifecycle": check_background_lifecycle,
     "background_stdin": check_background_stdin,
     "background_log_is_bounded": check_background_log_is_bounded,

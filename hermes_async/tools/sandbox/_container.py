@@ -42,7 +42,7 @@ import logging
 import shlex
 import uuid
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -75,6 +75,7 @@ __all__ = (
     "ContainerSandbox",
     "exec_argv",
     "kill_argv",
+    "pump_output",
     "read_until_exit",
 )
 
@@ -217,6 +218,58 @@ async def read_until_exit(
     if error is not None:
         raise error
     return exit_code
+
+
+async def pump_output(
+    stdout: AsyncIterable[bytes | str],
+    stderr: AsyncIterable[bytes | str],
+    write_out: Callable[[bytes], Awaitable[None]],
+    err: OutputCapture,
+    *,
+    read_failed: Callable[[Exception], Exception] | None = None,
+) -> None:
+    """Deliver a command's standard output chunk by chunk to ``write_out`` and keep its
+    standard error in ``err``, until both streams end (the ``read_streams`` of
+    :func:`read_until_exit` for an SDK that hands over two chunk streams).
+
+    Raises:
+        Exception: What ``write_out`` raised (a streamed transfer's size cap, the caller's own
+            sink), unwrapped and at once: both reads stop then, so a command still writing
+            into an output nobody reads cannot hold the caller until its deadline (the caller
+            kills it). Else the first error reading a stream raised (through ``read_failed``
+            when given: the backend's own error for a lost stream), once both reads have
+            ended; never an exception group.
+    """
+    sink_errors: list[Exception] = []
+    read_errors: list[Exception] = []
+
+    async with anyio.create_task_group() as tg:
+
+        async def pump(
+            stream: AsyncIterable[bytes | str], deliver: Callable[[bytes], Awaitable[None]]
+        ) -> None:
+            try:
+                async for chunk in stream:
+                    try:
+                        await deliver(chunk if isinstance(chunk, bytes) else str(chunk).encode())
+                    except Exception as exc:
+                        sink_errors.append(exc)
+                        tg.cancel_scope.cancel("the output's sink raised")
+                        return
+            except Exception as exc:
+                read_errors.append(exc)  # raised unwrapped below, not as an exception group
+
+        async def keep_err(data: bytes) -> None:
+            err.feed(data)
+
+        tg.start_soon(pump, stdout, write_out)
+        tg.start_soon(pump, stderr, keep_err)
+    if sink_errors:
+        raise sink_errors[0]
+    if read_errors:
+        if read_failed is None:
+            raise read_errors[0]
+        raise read_failed(read_errors[0]) from read_errors[0]
 
 
 @dataclass(frozen=True, slots=True)

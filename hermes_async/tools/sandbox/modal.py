@@ -54,7 +54,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -63,10 +63,7 @@ import anyio
 from hermes_async._asynclib import require_asyncio
 from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE_FINITE, check_fields
 from hermes_async.errors import ConfigError, SandboxError
-from hermes_async.tools.sandbox._container import (
-    ContainerExec,
-    read_until_exit,
-)
+from hermes_async.tools.sandbox._container import ContainerExec, pump_output, read_until_exit
 from hermes_async.tools.sandbox._sdk import error_named, import_sdk
 from hermes_async.tools.sandbox._staged import StagedTransferSandbox
 from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
@@ -436,35 +433,15 @@ class ModalSandbox(StagedTransferSandbox):
             ),
         )
 
-        errors: list[Exception] = []
-
-        sink_errors: list[Exception] = []
-
-        async def drain(stream: Any, sink: Callable[[bytes], Awaitable[None]]) -> None:
-            try:
-                async for chunk in stream:
-                    try:
-                        await sink(chunk if isinstance(chunk, bytes) else str(chunk).encode())
-                    except Exception as exc:  # the transfer's own sink (e.g. its size cap)
-                        sink_errors.append(exc)
-                        return
-            except Exception as exc:
-                errors.append(exc)  # raised unwrapped below, not as an exception group
-
-        async def feed_err(data: bytes) -> None:
-            err.feed(data)
+        def read_failed(exc: Exception) -> SandboxError:
+            return SandboxError(
+                f"reading a command's output from Modal failed: {exc!r}", task_id=self.task_id
+            )
 
         async def read_streams() -> None:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(drain, process.stdout, run.write_out)
-                tg.start_soon(drain, process.stderr, feed_err)
-            if sink_errors:
-                raise sink_errors[0]
-            if errors:
-                raise SandboxError(
-                    f"reading a command's output from Modal failed: {errors[0]!r}",
-                    task_id=self.task_id,
-                ) from errors[0]
+            await pump_output(
+                process.stdout, process.stderr, run.write_out, err, read_failed=read_failed
+            )
 
         async def poll_exit() -> int | None:
             code = await self._call("an exec poll", process.poll.aio())

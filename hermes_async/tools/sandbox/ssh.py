@@ -82,7 +82,7 @@ import re
 import secrets
 import shlex
 import stat
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from subprocess import DEVNULL
 from types import TracebackType
@@ -94,7 +94,12 @@ import anyio.lowlevel
 from hermes_async._asynclib import require_asyncio
 from hermes_async._cleanup import acquisition_scope, cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
-from hermes_async.tools.sandbox._container import ContainerExec, ContainerSandbox, read_until_exit
+from hermes_async.tools.sandbox._container import (
+    ContainerExec,
+    ContainerSandbox,
+    pump_output,
+    read_until_exit,
+)
 from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members
 from hermes_async.tools.sandbox.base import MAX_READ_BYTES, _enter_spec_workdir
@@ -481,34 +486,9 @@ async def _run_channel(
         if on_open is not None:
             on_open(process)
         try:
-            sink_errors: list[Exception] = []
-            read_errors: list[Exception] = []
-
-            async def pump(reader: Any, deliver: Callable[[bytes], Awaitable[None]]) -> None:
-                try:
-                    while True:
-                        chunk = await reader.read(_READ_CHUNK)
-                        if not chunk:
-                            return
-                        try:
-                            await deliver(chunk)
-                        except Exception as exc:  # the caller's sink (e.g. a transfer cap)
-                            sink_errors.append(exc)
-                            return
-                except Exception as exc:
-                    read_errors.append(exc)  # raised unwrapped below, not as a group
-
-            async def feed_err(data: bytes) -> None:
-                err.feed(data)
 
             async def read_streams() -> None:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(pump, process.stderr, feed_err)
-                    tg.start_soon(pump, process.stdout, write_out)
-                if sink_errors:
-                    raise sink_errors[0]
-                if read_errors:
-                    raise read_errors[0]
+                await pump_output(_chunks(process.stdout), _chunks(process.stderr), write_out, err)
 
             async def poll_exit() -> int | None:
                 return _code(process.returncode)
@@ -534,6 +514,12 @@ async def _run_channel(
 #: SSH channel-open failure codes that mean "not now" (administratively prohibited: OpenSSH's
 #: MaxSessions; resource shortage).
 _RETRY_OPEN_CODES = (1, 4)
+
+
+async def _chunks(reader: Any) -> AsyncIterator[bytes]:
+    """An asyncssh reader's data in chunks (its own ``async for`` yields lines)."""
+    while chunk := await reader.read(_READ_CHUNK):
+        yield chunk
 
 
 async def _open_channel(link: _Link, command: str, call_timeout: float) -> Any:

@@ -200,7 +200,9 @@ async def test_a_killed_browser_fails_its_sessions_and_the_next_ones_get_a_fresh
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(navigate_slowly)
-            await anyio.sleep(0.5)  # b's navigation is in flight
+            with anyio.fail_after(30):  # b's navigation is in flight: the page was asked for
+                while not any(r.path == "/slow" for r in site.received):
+                    await anyio.sleep(0.02)
             os.kill(old_pid, signal.SIGKILL)
         assert await _wait_for(lambda: manager.statistics().browser_crashes == 1)
         with pytest.raises(BrowserUnavailableError, match="crashed or was killed"):
