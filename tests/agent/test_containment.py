@@ -230,7 +230,9 @@ async def test_every_rollout_ends_within_its_deadline_plus_the_close_bound() -> 
     scored = await single(runs(), factory, reward=one, options=AgentOptions(rollout_timeout=0.6))
     elapsed = anyio.current_time() - start
     assert scored.category == "agent_timeout"
-    assert scored.seconds <= 0.6 + 0.5 + 0.3 and elapsed <= 0.6 + 0.5 + 1.0
+    # Unbounded, the hanging close would never return; the slack over T + close_timeout is
+    # generous for a loaded 2-core CI machine.
+    assert scored.seconds <= 0.6 + 0.5 + 1.0 and elapsed <= 0.6 + 0.5 + 2.0
 
 
 async def test_a_harness_bug_is_contained_as_infra() -> None:
