@@ -41,16 +41,25 @@ class StagedTransferSandbox(ContainerSandbox):
     async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
         """Validate, upload and extract a tar archive into ``dest_dir`` (created if missing).
 
-        **Cancellation**: the archive may be partly extracted.
+        **Cancellation**: the archive may be partly extracted; the staged tar is removed
+        (bounded), unless the extracting script already did.
         """
         self._check_open()
         check_tar_members(tar_data)
         dest = self._resolve(dest_dir)
         staged = f"{self.exec_dir}/{uuid.uuid4().hex}.tar"
-        await self._stage_file(staged, tar_data)
-        code, _, err = await self._sh(
-            'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc', dest, staged
-        )
+        removed = False  # the script below removes the staged tar itself once it has run
+        try:
+            await self._stage_file(staged, tar_data)
+            code, _, err = await self._sh(
+                'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc',
+                dest,
+                staged,
+            )
+            removed = True
+        finally:
+            if not removed and not self._closed and self._gone is None:
+                await self._remove_staged(staged)
         if code != 0:
             raise OSError(f"cannot extract archive into {dest_dir!r}: {err}")
 

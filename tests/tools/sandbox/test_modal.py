@@ -12,7 +12,7 @@ import pytest
 
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.testing.modal_double import AuthError, FakeModal, FakeSandbox
-from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS
+from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS, make_tar
 from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.docker import DockerBackend
 from hermes_async.tools.sandbox.modal import (
@@ -134,6 +134,37 @@ async def test_files_round_trip_and_archives(tmp_path: pathlib.Path) -> None:
         assert await sb.read_bytes("copy/b/blob.bin") == blob
         with pytest.raises(FileNotFoundError):
             await sb.get_archive("nothing-here")
+
+
+async def test_a_cancelled_put_archive_removes_its_staged_tar(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled between upload and extraction, put_archive leaves no staged tar behind (the
+    extracting script removes it only if it runs)."""
+    async with await create(FakeModal(), str(tmp_path)) as sb:
+        extracting = anyio.Event()
+        real_sh = sb._sh
+
+        async def extraction_hangs(script: str, *args: str) -> tuple[int, str, str]:
+            if "tar -x" in script:
+                extracting.set()
+                await anyio.sleep_forever()
+            return await real_sh(script, *args)
+
+        monkeypatch.setattr(sb, "_sh", extraction_hangs)
+
+        def staged() -> set[pathlib.Path]:
+            return set(pathlib.Path(sb.exec_dir).glob("*.tar"))
+
+        before = staged()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sb.put_archive, "copy", make_tar({"a.txt": b"x"}))
+            with anyio.fail_after(30):
+                await extracting.wait()
+            assert len(staged() - before) == 1  # uploaded, not extracted yet
+            tg.cancel_scope.cancel("test: the rollout ends mid-transfer")
+        assert staged() - before == set()
+        assert not (tmp_path / "copy").exists()
 
 
 @pytest.mark.parametrize("name", ["../evil.txt", "/etc/evil.txt", "ok/../../evil.txt"])
