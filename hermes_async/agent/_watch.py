@@ -28,7 +28,7 @@ the rollout as ``infra``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -36,15 +36,8 @@ from anyio.abc import TaskGroup
 
 from hermes_async.agent.failures import RolloutFailure, classify_exception
 from hermes_async.errors import SandboxError
-from hermes_async.tools.sandbox.base import (
-    BACKGROUND_OUTPUT_CHARS,
-    BackgroundProcess,
-    BackgroundStatus,
-    ExecRequest,
-    ExecResult,
-    Sandbox,
-    SandboxProvider,
-)
+from hermes_async.tools.sandbox.base import Sandbox, SandboxProvider
+from hermes_async.tools.sandbox.wrapper import SandboxWrapper
 
 __all__ = ("WatchedSandboxes",)
 
@@ -132,77 +125,18 @@ class WatchedSandboxes:
         await self._inner.release(task_id, interrupted=interrupted)
 
 
-class _WatchedSandbox(Sandbox):
+class _WatchedSandbox(SandboxWrapper):
     """Forwards every operation to the sandbox it wraps, inside :meth:`WatchedSandboxes.watch`."""
 
-    close_timeout = None  # the provider's release bounds it
-
     def __init__(self, inner: Sandbox, watcher: WatchedSandboxes) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._watcher = watcher
-        self.task_id = inner.task_id
-        self.workdir = inner.workdir
-        self.background_state_dir = inner.background_state_dir
 
     def __repr__(self) -> str:
         return f"<watched {self.inner!r}>"
 
-    async def exec_request(self, request: ExecRequest) -> ExecResult:
+    @asynccontextmanager
+    async def around(self) -> AsyncIterator[Sandbox]:
+        """Report a ``SandboxError`` of the operation (it still propagates)."""
         async with self._watcher.watch():
-            return await self.inner.exec_request(request)
-
-    async def read_bytes(self, path: str) -> bytes:
-        async with self._watcher.watch():
-            return await self.inner.read_bytes(path)
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        async with self._watcher.watch():
-            await self.inner.write_bytes(path, data)
-
-    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        async with self._watcher.watch():
-            await self.inner.put_archive(dest_dir, tar_data)
-
-    async def get_archive(self, path: str) -> bytes:
-        async with self._watcher.watch():
-            return await self.inner.get_archive(path)
-
-    async def aclose(self, interrupted: bool = False) -> None:
-        await self.inner.aclose(interrupted=interrupted)
-
-    def background_processes(self) -> list[BackgroundProcess]:
-        return self.inner.background_processes()
-
-    def get_background(self, session_id: str) -> BackgroundProcess | None:
-        return self.inner.get_background(session_id)
-
-    def forget_background(self, session_id: str) -> None:
-        self.inner.forget_background(session_id)
-
-    async def start_background(
-        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
-    ) -> BackgroundProcess:
-        async with self._watcher.watch():
-            return await self.inner.start_background(command, cwd=cwd, env=env)
-
-    async def background_status(
-        self, session_id: str, *, tail_chars: int = BACKGROUND_OUTPUT_CHARS
-    ) -> BackgroundStatus:
-        async with self._watcher.watch():
-            return await self.inner.background_status(session_id, tail_chars=tail_chars)
-
-    async def kill_background(self, session_id: str) -> bool:
-        async with self._watcher.watch():
-            return await self.inner.kill_background(session_id)
-
-    async def write_background_stdin(self, session_id: str, data: bytes) -> int:
-        async with self._watcher.watch():
-            return await self.inner.write_background_stdin(session_id, data)
-
-    async def close_background_stdin(self, session_id: str) -> None:
-        async with self._watcher.watch():
-            await self.inner.close_background_stdin(session_id)
-
-    async def kill_all_background(self) -> None:
-        async with self._watcher.watch():
-            await self.inner.kill_all_background()
+            yield self.inner

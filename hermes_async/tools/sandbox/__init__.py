@@ -8,7 +8,9 @@ caps), ``processes`` (process mode's shared ``/proc`` sweeper) and ``host`` (bou
 subprocesses, batched removal), ``docker`` / ``modal`` / ``ssh`` / ``e2b`` / ``daytona`` (load
 lazily; their extras are optional; import them from their modules; the last two share
 ``_remote``: one-call exec, shielded creation, run labels and the reaper), ``apptainer`` (the
-``singularity`` backend: its CLI through ``host``), and the helpers every backend uses: ``output``
+``singularity`` backend: its CLI through ``host``), ``wrapper`` (a sandbox forwarding every
+operation to another: the manager's and the rollout's views), and the helpers every backend
+uses: ``output``
 (head + tail capture), ``archive`` (the one tar check and the one extractor) and ``transfer``
 (downloads streamed to disk under a cap, uploads).
 """
@@ -50,6 +52,7 @@ from hermes_async.tools.sandbox.output import OutputCapture
 from hermes_async.tools.sandbox.pool import PoolOptions, PoolStatistics
 from hermes_async.tools.sandbox.processes import ProcessSweeper
 from hermes_async.tools.sandbox.transfer import DEFAULT_TRANSFER_LIMIT_BYTES
+from hermes_async.tools.sandbox.wrapper import SandboxWrapper
 
 __all__ = (
     "BACKGROUND_LOG_LIMIT_BYTES",
@@ -76,6 +79,7 @@ __all__ = (
     "SandboxManagerStatistics",
     "SandboxProvider",
     "SandboxUnavailableError",
+    "SandboxWrapper",
     "TransferLimitError",
     "available_backends",
     "check_tar_members",

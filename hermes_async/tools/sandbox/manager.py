@@ -75,7 +75,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Self
 
@@ -89,19 +89,15 @@ from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.limits import Limits
 from hermes_async.tools.sandbox.base import (
-    BACKGROUND_OUTPUT_CHARS,
     DEFAULT_CLOSE_TIMEOUT_SECONDS,
-    BackgroundProcess,
-    BackgroundStatus,
-    ByteSink,
     ExecRequest,
     ExecResult,
     Sandbox,
 )
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.pool import PoolOptions, PoolStatistics, WarmPool
-from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
 from hermes_async.tools.sandbox.spec import SandboxSpec, accepts_spec
+from hermes_async.tools.sandbox.wrapper import SandboxWrapper
 
 __all__ = (
     "DEFAULT_CLOSE_TIMEOUT_SECONDS",
@@ -733,31 +729,30 @@ class SandboxManager(AsyncResource):
         )
 
 
-class ManagedSandbox(Sandbox):
+class ManagedSandbox(SandboxWrapper):
     """The sandbox a :class:`SandboxManager` hands out: every operation is gated and tracked.
 
     Each call holds a ``limits.sandbox_exec`` slot for its duration and marks the sandbox busy
-    (the idle reaper skips busy sandboxes). ``aclose()`` (and ``async with``) release the sandbox
+    (the idle reaper skips busy sandboxes); a :class:`SandboxUnavailableError` it raises is
+    recorded as the sandbox's failure. ``aclose()`` (and ``async with``) release the sandbox
     through the manager, whose ``close_timeout`` is the release's one bound. The underlying
-    backend object is :attr:`inner`.
+    backend object is :attr:`inner`. Every operation is the backend's own (forwarded by
+    :class:`~hermes_async.tools.sandbox.wrapper.SandboxWrapper`), with its cancellation
+    semantics; the slot is returned on the way out.
     """
-
-    close_timeout = None  # the manager's release bounds it
 
     def __init__(self, manager: SandboxManager, entry: _Entry) -> None:
         assert entry.sandbox is not None
+        super().__init__(entry.sandbox)
         self._manager = manager
         self._entry = entry
-        self.inner: Sandbox = entry.sandbox
-        self.task_id = entry.task_id
-        self.workdir = self.inner.workdir
-        self.background_state_dir = self.inner.background_state_dir
 
     def __repr__(self) -> str:
         return f"<ManagedSandbox {self.inner!r}>"
 
     @contextlib.asynccontextmanager
-    async def _slot(self) -> AsyncIterator[Sandbox]:
+    async def around(self) -> AsyncIterator[Sandbox]:
+        """Hold a ``sandbox_exec`` slot and the busy mark for one operation."""
         if self._entry.released:
             raise SandboxError(
                 "this sandbox was released; call manager.get(task_id) again for a new one",
@@ -775,70 +770,23 @@ class ManagedSandbox(Sandbox):
             self._entry.last_used = anyio.current_time()
 
     async def exec_request(self, request: ExecRequest) -> ExecResult:
-        """Run a command (see :meth:`Sandbox.exec`) holding a ``sandbox_exec`` slot.
+        """Run a command (see :meth:`Sandbox.exec`) holding a ``sandbox_exec`` slot, traced.
 
         **Cancellation**: as the backend's; the slot is returned.
         """
         with span("sandbox exec", {"hermes_async.task_id": self.task_id}) as traced:
-            async with self._slot() as sb:
-                result = await sb.exec_request(request)
+            result = await super().exec_request(request)
             traced.set("hermes_async.exit_code", result.exit_code)
             return result
-
-    async def read_bytes(self, path: str) -> bytes:
-        """See :meth:`Sandbox.read_bytes`.
-
-        **Cancellation**: the slot is returned.
-        """
-        async with self._slot() as sb:
-            return await sb.read_bytes(path)
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        """See :meth:`Sandbox.write_bytes`.
-
-        **Cancellation**: the slot is returned; the file may be partial.
-        """
-        async with self._slot() as sb:
-            await sb.write_bytes(path, data)
-
-    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """See :meth:`Sandbox.put_archive`.
-
-        **Cancellation**: the slot is returned; extraction may be partial.
-        """
-        async with self._slot() as sb:
-            await sb.put_archive(dest_dir, tar_data)
-
-    async def get_archive(self, path: str) -> bytes:
-        """See :meth:`Sandbox.get_archive`.
-
-        **Cancellation**: the slot is returned.
-        """
-        async with self._slot() as sb:
-            return await sb.get_archive(path)
-
-    async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
-        """See :meth:`Sandbox.stream_file`.
-
-        **Cancellation**: the slot is returned; the transfer stops.
-        """
-        async with self._slot() as sb:
-            return await sb.stream_file(path, sink, max_bytes=max_bytes)
-
-    async def stream_archive(
-        self, path: str, sink: ByteSink, *, max_bytes: int | None = None
-    ) -> int:
-        """See :meth:`Sandbox.stream_archive`.
-
-        **Cancellation**: the slot is returned; the transfer stops.
-        """
-        async with self._slot() as sb:
-            return await sb.stream_archive(path, sink, max_bytes=max_bytes)
 
     @property
     def gone(self) -> SandboxUnavailableError | None:
         """Why the sandbox is gone, if it died (see :meth:`SandboxManager.sandbox_failure`)."""
         return self._manager.sandbox_failure(self.task_id)
+
+    async def alive(self) -> bool:
+        """See :meth:`Sandbox.alive` (a released sandbox is not)."""
+        return not self._entry.released and await self.inner.alive()
 
     async def aclose(self, interrupted: bool = False) -> None:
         """Release the sandbox through the manager (idempotent).
@@ -846,83 +794,6 @@ class ManagedSandbox(Sandbox):
         **Cancellation**: shielded and bounded, as :meth:`SandboxManager.release`.
         """
         await self._manager.release(self.task_id, interrupted=interrupted)
-
-    def can_snapshot(self) -> bool:
-        """See :meth:`Sandbox.can_snapshot`."""
-        return self.inner.can_snapshot()
-
-    async def snapshot(self) -> SandboxSnapshot:
-        """See :meth:`Sandbox.snapshot` (holds a command slot while it runs)."""
-        async with self._slot() as sb:
-            return await sb.snapshot()
-
-    async def alive(self) -> bool:
-        """See :meth:`Sandbox.alive`."""
-        return not self._entry.released and await self.inner.alive()
-
-    def background_processes(self) -> list[BackgroundProcess]:
-        """See :meth:`Sandbox.background_processes`."""
-        return self.inner.background_processes()
-
-    def get_background(self, session_id: str) -> BackgroundProcess | None:
-        """See :meth:`Sandbox.get_background`."""
-        return self.inner.get_background(session_id)
-
-    def forget_background(self, session_id: str) -> None:
-        """See :meth:`Sandbox.forget_background`."""
-        self.inner.forget_background(session_id)
-
-    async def start_background(
-        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
-    ) -> BackgroundProcess:
-        """See :meth:`Sandbox.start_background`.
-
-        **Cancellation**: as the backend's; the slot is returned.
-        """
-        async with self._slot() as sb:
-            return await sb.start_background(command, cwd=cwd, env=env)
-
-    async def background_status(
-        self, session_id: str, *, tail_chars: int = BACKGROUND_OUTPUT_CHARS
-    ) -> BackgroundStatus:
-        """See :meth:`Sandbox.background_status`.
-
-        **Cancellation**: the slot is returned.
-        """
-        async with self._slot() as sb:
-            return await sb.background_status(session_id, tail_chars=tail_chars)
-
-    async def kill_background(self, session_id: str) -> bool:
-        """See :meth:`Sandbox.kill_background`.
-
-        **Cancellation**: the slot is returned; ``aclose`` still kills the process.
-        """
-        async with self._slot() as sb:
-            return await sb.kill_background(session_id)
-
-    async def write_background_stdin(self, session_id: str, data: bytes) -> int:
-        """See :meth:`Sandbox.write_background_stdin`.
-
-        **Cancellation**: the slot is returned; the write may be partial.
-        """
-        async with self._slot() as sb:
-            return await sb.write_background_stdin(session_id, data)
-
-    async def close_background_stdin(self, session_id: str) -> None:
-        """See :meth:`Sandbox.close_background_stdin`.
-
-        **Cancellation**: the slot is returned.
-        """
-        async with self._slot() as sb:
-            await sb.close_background_stdin(session_id)
-
-    async def kill_all_background(self) -> None:
-        """See :meth:`Sandbox.kill_all_background`.
-
-        **Cancellation**: the slot is returned.
-        """
-        async with self._slot() as sb:
-            await sb.kill_all_background()
 
 
 # --------------------------------------------------------------------------------------------

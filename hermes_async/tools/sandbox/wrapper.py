@@ -1,0 +1,151 @@
+"""A sandbox that forwards every operation to another one, around a hook of its own.
+
+The sandbox a :class:`~hermes_async.tools.sandbox.manager.SandboxManager` hands out holds a
+command slot and marks itself busy around each call; the one a rollout gives its tools reports
+the first lost sandbox. Both are the same thing: every operation of the
+:class:`~hermes_async.tools.sandbox.base.Sandbox` interface forwarded to an inner sandbox
+inside a context manager. :class:`SandboxWrapper` writes the forwarding once, for every
+operation, so a wrapper never falls back to a base-class default where the inner sandbox has a
+better one (a streamed download read whole into memory, a snapshot refused, a liveness probe
+run as a command).
+
+What is not forwarded, on purpose: :meth:`~hermes_async.tools.sandbox.base.Sandbox.watch`
+(the manager runs the lifecycle hook on the backend's own sandbox, once) and ``async with``'s
+bound (:attr:`close_timeout` is ``None``: whoever hands the wrapper out bounds its release).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from hermes_async.tools.sandbox.base import (
+    BACKGROUND_OUTPUT_CHARS,
+    BackgroundProcess,
+    BackgroundStatus,
+    ByteSink,
+    ExecRequest,
+    ExecResult,
+    Sandbox,
+)
+from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
+
+__all__ = ("SandboxWrapper",)
+
+
+class SandboxWrapper(Sandbox):
+    """Forwards every operation to :attr:`inner` inside :meth:`around`.
+
+    A subclass overrides :meth:`around` (what holds or watches each call) and whatever it does
+    differently (``aclose``, ``alive``); everything else reaches the inner sandbox as is, with
+    the inner sandbox's own cancellation semantics (``around``'s exit runs on the way out).
+
+    Args:
+        inner: The sandbox operations go to.
+    """
+
+    close_timeout = None  # the provider that hands the wrapper out bounds its release
+
+    def __init__(self, inner: Sandbox) -> None:
+        self.inner = inner
+        self.task_id = inner.task_id
+        self.workdir = inner.workdir
+        self.background_state_dir = inner.background_state_dir
+
+    @asynccontextmanager
+    async def around(self) -> AsyncIterator[Sandbox]:
+        """Hold whatever one operation needs; yield the sandbox to call (default: nothing held,
+        :attr:`inner` yielded)."""
+        yield self.inner
+
+    @property
+    def gone(self) -> Any:
+        """The inner sandbox's ``gone`` (why it died), or ``None``."""
+        return getattr(self.inner, "gone", None)
+
+    # ------------------------------------------------------------------------- commands, files
+
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
+        async with self.around() as sb:
+            return await sb.exec_request(request)
+
+    async def read_bytes(self, path: str) -> bytes:
+        async with self.around() as sb:
+            return await sb.read_bytes(path)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        async with self.around() as sb:
+            await sb.write_bytes(path, data)
+
+    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
+        async with self.around() as sb:
+            await sb.put_archive(dest_dir, tar_data)
+
+    async def get_archive(self, path: str) -> bytes:
+        async with self.around() as sb:
+            return await sb.get_archive(path)
+
+    async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
+        async with self.around() as sb:
+            return await sb.stream_file(path, sink, max_bytes=max_bytes)
+
+    async def stream_archive(
+        self, path: str, sink: ByteSink, *, max_bytes: int | None = None
+    ) -> int:
+        async with self.around() as sb:
+            return await sb.stream_archive(path, sink, max_bytes=max_bytes)
+
+    # ------------------------------------------------------------------------- lifecycle
+
+    def can_snapshot(self) -> bool:
+        return self.inner.can_snapshot()
+
+    async def snapshot(self) -> SandboxSnapshot:
+        async with self.around() as sb:
+            return await sb.snapshot()
+
+    async def alive(self) -> bool:
+        return await self.inner.alive()
+
+    async def aclose(self, interrupted: bool = False) -> None:
+        await self.inner.aclose(interrupted=interrupted)
+
+    # ------------------------------------------------------------------------- background
+
+    def background_processes(self) -> list[BackgroundProcess]:
+        return self.inner.background_processes()
+
+    def get_background(self, session_id: str) -> BackgroundProcess | None:
+        return self.inner.get_background(session_id)
+
+    def forget_background(self, session_id: str) -> None:
+        self.inner.forget_background(session_id)
+
+    async def start_background(
+        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+    ) -> BackgroundProcess:
+        async with self.around() as sb:
+            return await sb.start_background(command, cwd=cwd, env=env)
+
+    async def background_status(
+        self, session_id: str, *, tail_chars: int = BACKGROUND_OUTPUT_CHARS
+    ) -> BackgroundStatus:
+        async with self.around() as sb:
+            return await sb.background_status(session_id, tail_chars=tail_chars)
+
+    async def kill_background(self, session_id: str) -> bool:
+        async with self.around() as sb:
+            return await sb.kill_background(session_id)
+
+    async def write_background_stdin(self, session_id: str, data: bytes) -> int:
+        async with self.around() as sb:
+            return await sb.write_background_stdin(session_id, data)
+
+    async def close_background_stdin(self, session_id: str) -> None:
+        async with self.around() as sb:
+            await sb.close_background_stdin(session_id)
+
+    async def kill_all_background(self) -> None:
+        async with self.around() as sb:
+            await sb.kill_all_background()
