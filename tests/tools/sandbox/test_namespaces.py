@@ -42,6 +42,19 @@ async def _world(root: pathlib.Path, **options: object) -> LocalSandbox:
     return sandbox
 
 
+def _foreground_escapes(marker: str) -> str:
+    """Two escapes from a command's process group (``setsid`` in the background, ``env -i
+    setsid -f``) that the command waits for: each marks a file once it is in its own session.
+    Without the wait, on a loaded machine the command could end, and its group be killed,
+    before an escape had called setsid() (it then dies with the group, as it should, and the
+    test would count one sleeper short)."""
+    return (
+        f"setsid sh -c ': > .esc1; exec sleep {marker}1' & "
+        f"env -i setsid -f sh -c ': > .esc2; exec sleep {marker}2'; "
+        "while [ ! -e .esc1 ] || [ ! -e .esc2 ]; do sleep 0.01; done; rm -f .esc1 .esc2"
+    )
+
+
 def _sleepers(marker: str) -> list[int]:
     """Host pids of live processes whose command line contains ``marker`` (a /proc scan)."""
     found = []
@@ -96,19 +109,22 @@ async def test_close_kills_every_escape_without_a_proc_scan(
     monkeypatch.setattr(processes, "read_process_table", no_scan)
     sb = await _world(tmp_path)
     marker = "7777123"
-    # Foreground escapes leave the command's process group (whatever stays in it dies with
-    # the command); background ones run in their own session until close.
-    await sb.exec(f"setsid sleep {marker}1 & env -i setsid -f sleep {marker}2; true")
-    await sb.start_background(
-        f"nohup sleep {marker}3 >/dev/null 2>&1 & (sleep {marker}4 &); "
-        f"sh -c 'sleep {marker}5 & exec sleep {marker}6' & trap '' TERM HUP; sleep {marker}7"
-    )
-    with anyio.fail_after(10):
-        while len(_sleepers(marker)) < 7:
-            await anyio.sleep(0.05)
-    namespace = sb.namespace
-    assert namespace is not None
-    await sb.aclose()
+    try:
+        # Foreground escapes leave the command's process group (whatever stays in it dies
+        # with the command); background ones run in their own session until close.
+        r = await sb.exec(_foreground_escapes(marker), timeout=60)
+        assert r.exit_code == 0, r
+        await sb.start_background(
+            f"nohup sleep {marker}3 >/dev/null 2>&1 & (sleep {marker}4 &); "
+            f"sh -c 'sleep {marker}5 & exec sleep {marker}6' & trap '' TERM HUP; sleep {marker}7"
+        )
+        with anyio.fail_after(30):  # a loaded machine starts shells slowly
+            while len(_sleepers(marker)) < 7:
+                await anyio.sleep(0.05)
+        namespace = sb.namespace
+        assert namespace is not None
+    finally:
+        await sb.aclose()  # also when an assertion failed: nothing left for the next case
     assert _sleepers(marker) == []
     assert processes_in_pid_namespace(namespace.pid_namespace) == []
     assert not os.path.exists(sb.root)
@@ -179,7 +195,7 @@ async def test_many_sandboxes_of_escapes_leave_nothing(tmp_path: pathlib.Path, n
             inner = sb.inner
             assert isinstance(inner, LocalSandbox) and inner.namespace is not None
             inodes.append(inner.namespace.pid_namespace)
-            r = await sb.exec(f"setsid sleep {marker}1 & env -i setsid -f sleep {marker}2; echo ok")
+            r = await sb.exec(_foreground_escapes(marker) + "; echo ok", timeout=120)
             assert r.stdout == "ok\n", r
             await sb.start_background(
                 f"nohup sleep {marker}3 >/dev/null 2>&1 & (sleep {marker}4 &); sleep {marker}5"
@@ -189,8 +205,10 @@ async def test_many_sandboxes_of_escapes_leave_nothing(tmp_path: pathlib.Path, n
             async with anyio.create_task_group() as tg:
                 for i in range(n):
                     tg.start_soon(one, i)
+        with anyio.fail_after(120):  # the background sleepers start on their own time
+            while (alive := len(_sleepers(marker))) < 4 * n:
+                await anyio.sleep(0.1)
         started = anyio.current_time() - start
-        alive = len(_sleepers(marker))
         release_start = anyio.current_time()
         async with open_lag_monitor() as monitor:
             with anyio.fail_after(600):
