@@ -48,6 +48,7 @@ import anyio
 
 from hermes_async._json import loads
 from hermes_async._otel import span
+from hermes_async.agent._prompt_ids import PROMPT_IDS
 from hermes_async.agent._sampling import SamplingHook, turn_sampling
 from hermes_async.agent._segments import place_turn
 from hermes_async.agent._tool_runner import RunTools, ToolCall, TurnToolRunner
@@ -360,7 +361,7 @@ class TokenTurns:
         tokenizer = self._tokenizer
         renderer = ChatRenderer(tokenizer, self._schemas, incremental=self._incremental)
         prompt = renderer.render(result.messages, add_generation_prompt=True)
-        trajectory = Trajectory(tokenizer.encode(prompt))
+        trajectory = Trajectory(PROMPT_IDS.encode(tokenizer, prompt))  # once per group prompt
         try:
             await self._turns(result, tools, trajectory, renderer, prompt, seed)
         finally:

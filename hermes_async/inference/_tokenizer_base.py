@@ -114,7 +114,8 @@ class TokenizerBase(ABC):
         eos_token_id: What :attr:`eos_token_id` reports.
     """
 
-    __slots__ = ("_eos_token_id", "_name")
+    # __weakref__: caches keyed by a tokenizer never keep it alive (agent/_prompt_ids.py).
+    __slots__ = ("__weakref__", "_eos_token_id", "_name")
 
     def __init__(self, name: str, eos_token_id: int) -> None:
         self._name = name
