@@ -32,7 +32,7 @@ __all__ = ("MAX_CHARS", "MIN_CHARS", "PROMPT_IDS", "PromptIds")
 #: Shorter prompts are encoded every time (microseconds; not worth an entry).
 MIN_CHARS = 2_000
 #: Longer prompts are encoded every time too (an entry must stay small).
-MAX_CHARS = 1_000_000
+MAX_CHARS = 200_000  # 32 entries: at most ~13 MB (text + ids)
 
 
 class PromptIds:
