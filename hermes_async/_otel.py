@@ -20,7 +20,6 @@ there (anyio copies the context into them) are its children.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, TypeAlias
@@ -37,10 +36,6 @@ AttributeValue: TypeAlias = str | bool | int | float | tuple[str, ...] | tuple[i
 
 #: The instrumentation scope's name.
 SCOPE = "hermes_async"
-
-_UNKNOWN = object()
-#: OTEL_PYTHON_TRACER_PROVIDER set at import: the API loads that provider on first use.
-_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 _explicit: Any = None  # a TracerProvider given to hermes_async.telemetry.configure_telemetry
 _disabled = False
@@ -60,12 +55,6 @@ def tracer() -> Any:
         return None
     provider = _explicit
     if provider is None:
-        # The common case, tracing off, without the API's environment lookup on every span
-        # (1% of a rollout's CPU at 2,000 concurrent): no global provider set in code, and none
-        # named in the environment when this module was imported. The API's private global is
-        # read only if it exists; otherwise the public call below decides.
-        if getattr(_trace, "_TRACER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_FROM_ENV:
-            return None
         provider = _trace.get_tracer_provider()
         if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
             return None
