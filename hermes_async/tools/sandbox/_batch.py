@@ -11,12 +11,15 @@ Cancellation: if the requester running a batch is cancelled, the batch is abando
 requests waiting on it ask again (one of them runs a new batch). The work function must not
 raise ordinary exceptions (report failures through the items): a raise would reach only the
 runner.
+
+The work comes with each request, not with the batcher: an owner holding a batcher that held
+the owner's bound method would be a reference cycle (each owner, one per local sandbox factory
+and so one per standalone run, would wait for the cyclic collector), and holding the method
+weakly instead costs ~280 bytes per batcher in weak references, three batchers per factory.
 """
 
 from __future__ import annotations
 
-import inspect
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -38,28 +41,24 @@ class _Batch(Generic[T]):
 
 
 class Batcher(Generic[T]):
-    """Serve concurrent :meth:`submit` calls with as few runs of ``work(items)`` as possible.
+    """Serve concurrent :meth:`submit` calls with as few runs of their work as possible."""
 
-    Args:
-        work: ``async (items) -> None``: serves a whole batch; must not raise (see the module
-            docstring). A bound method is held weakly: its object (the batcher's owner, which
-            calls :meth:`submit`) must outlive the batcher. Held strongly, owner -> batcher ->
-            method -> owner would be a reference cycle, and every owner (one per local
-            sandbox factory, so one per standalone run) would wait for the cyclic collector
-            instead of being freed when dropped.
-    """
+    __slots__ = ("_next", "_running", "runs")
 
-    def __init__(self, work: Callable[[list[T]], Awaitable[None]]) -> None:
-        self._work: Callable[[], Callable[[list[T]], Awaitable[None]] | None] = (
-            weakref.WeakMethod(work) if inspect.ismethod(work) else lambda: work
-        )
+    def __init__(self) -> None:
         self._running: _Batch[T] | None = None
         self._next: _Batch[T] | None = None
         #: Batches run so far (completed or abandoned).
         self.runs = 0
 
-    async def submit(self, item: T) -> None:
+    async def submit(self, item: T, work: Callable[[list[T]], Awaitable[None]]) -> None:
         """Return once a batch that started after this call has served ``item``.
+
+        Args:
+            item: What to serve.
+            work: ``async (items) -> None``: serves a whole batch; must not raise (see the
+                module docstring). Every request to one batcher passes the same work (its
+                owner's method); the request that runs a batch runs its own.
 
         **Cancellation**: a cancelled runner hands over (see the module docstring); a cancelled
         waiter just stops waiting (its item may still be served).
@@ -84,8 +83,6 @@ class Batcher(Generic[T]):
                 self._next = None
                 self._running = batch
                 self.runs += 1
-                work = self._work()
-                assert work is not None, "a Batcher outlived the owner of its work method"
                 await work(batch.items)
                 batch.finished = True
                 return

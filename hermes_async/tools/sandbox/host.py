@@ -515,8 +515,8 @@ class DirectoryRemover:
     """
 
     def __init__(self) -> None:
-        self._batches: Batcher[str] = Batcher(self._remove_all)
-        self._cgroups: Batcher[str] = Batcher(self._rmdir_all)
+        self._batches: Batcher[str] = Batcher()
+        self._cgroups: Batcher[str] = Batcher()
 
     @property
     def runs(self) -> int:
@@ -534,7 +534,7 @@ class DirectoryRemover:
         """
         async with anyio.create_task_group() as tg:
             for path in paths:
-                tg.start_soon(self._cgroups.submit, path)
+                tg.start_soon(self._cgroups.submit, path, self._rmdir_all)
 
     async def _rmdir_all(self, paths: list[str]) -> None:
         for i in range(0, len(paths), _PATHS_PER_RM):
@@ -563,7 +563,7 @@ class DirectoryRemover:
         **Cancellation**: bounded by ``TRANSFER_TIMEOUT_SECONDS``; a cancelled caller that was
         running the batch kills its ``rm`` and the others start a new one.
         """
-        await self._batches.submit(path)
+        await self._batches.submit(path, self._remove_all)
 
     async def _remove_all(self, paths: list[str]) -> None:
         for i in range(0, len(paths), _PATHS_PER_RM):

@@ -274,7 +274,7 @@ class ProcessSweeper:
         if not slice_seconds > 0:
             raise ValueError(f"slice_seconds must be > 0, got {slice_seconds!r}")
         self.slice_seconds = slice_seconds
-        self._batches: Batcher[_Request] = Batcher(self._sweep)
+        self._batches: Batcher[_Request] = Batcher()
         self._requests = 0
 
     def statistics(self) -> SweeperStatistics:
@@ -300,7 +300,7 @@ class ProcessSweeper:
         """
         self._requests += 1
         request = _Request(marker, frozenset(sessions), sig)
-        await self._batches.submit(request)
+        await self._batches.submit(request, self._sweep)
         return request.found
 
     async def _sweep(self, requests: list[_Request]) -> None:

@@ -119,11 +119,11 @@ class _Work:
 
 async def test_batcher_serves_late_arrivals_together_in_the_next_batch() -> None:
     work = _Work()
-    batcher: Batcher[int] = Batcher(work)
+    batcher: Batcher[int] = Batcher()
     served: list[int] = []
 
     async def submit(i: int) -> None:
-        await batcher.submit(i)
+        await batcher.submit(i, work)
         served.append(i)
 
     async with anyio.create_task_group() as tg:
@@ -139,12 +139,12 @@ async def test_batcher_serves_late_arrivals_together_in_the_next_batch() -> None
 
 async def test_batcher_hands_over_when_a_runner_is_cancelled() -> None:
     work = _Work()
-    batcher: Batcher[str] = Batcher(work)  # type: ignore[arg-type]
+    batcher: Batcher[str] = Batcher()
     served: list[str] = []
 
     async def submit(item: str, scope: anyio.CancelScope) -> None:
         with scope:
-            await batcher.submit(item)
+            await batcher.submit(item, work)  # type: ignore[arg-type]
             served.append(item)
 
     scopes = {name: anyio.CancelScope() for name in "abc"}
@@ -165,12 +165,12 @@ async def test_batcher_hands_over_when_a_runner_is_cancelled() -> None:
 
 async def test_batcher_runner_cancelled_mid_work_still_serves_the_next_batch() -> None:
     work = _Work()
-    batcher: Batcher[int] = Batcher(work)
+    batcher: Batcher[int] = Batcher()
     served: list[int] = []
 
     async def submit(i: int, scope: anyio.CancelScope) -> None:
         with scope:
-            await batcher.submit(i)
+            await batcher.submit(i, work)
             served.append(i)
 
     runner = anyio.CancelScope()
