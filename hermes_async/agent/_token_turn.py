@@ -68,7 +68,12 @@ from hermes_async.inference import (
     ServerTimeoutError,
     StreamInterruptedError,
 )
-from hermes_async.inference.generate import SamplingParams, TokenClient, TokenDelta
+from hermes_async.inference.generate import (
+    GenerateClient,
+    SamplingParams,
+    TokenClient,
+    TokenDelta,
+)
 from hermes_async.inference.rendering import ChatRenderer
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.inference.trajectory import Trajectory
@@ -217,8 +222,9 @@ class Phase2Turn:
         self._fragments.clear()
         self.content = result.content or ""
         # The stream is over: the parser's and the decoder's state would only be held while the
-        # turn's tools run (a rollout parks here).
+        # turn's tools run (a rollout parks here), and so would one string object per delta.
         del self.parser, self.decoder
+        self._text = [self.text]
 
     def _handle(self, events: Sequence[ParserEvent], runner: TurnToolRunner) -> None:
         for event in events:
@@ -406,22 +412,24 @@ class TokenTurns:
                 async with anyio.create_task_group() as tg:
                     runner = tools.runner(tg)
                     try:
-                        with anyio.fail_after(deadline):
+                        # A bare scope, not fail_after (a generator context manager each turn,
+                        # held by every rollout waiting for a model-request slot).
+                        with anyio.CancelScope(deadline=anyio.current_time() + deadline) as bound:
                             failure = await self._generate(
-                                step, runner, trajectory.tokens, sampling, start
+                                step, runner, self._prompt_ids(trajectory), sampling, start
                             )
-                        if failure is None:
+                        if bound.cancelled_caught:
+                            failure = RolloutFailure.of(
+                                "agent_timeout",
+                                f"generation timed out after {self._turn_timeout:g} s",
+                                source="deadline",
+                                deadline="turn_timeout",
+                            )
+                            tg.cancel_scope.cancel(reason=failure.message)
+                        elif failure is None:
                             step.finish(runner)
                         else:
                             tg.cancel_scope.cancel(reason=failure.message)
-                    except TimeoutError:
-                        failure = RolloutFailure.of(
-                            "agent_timeout",
-                            f"generation timed out after {self._turn_timeout:g} s",
-                            source="deadline",
-                            deadline="turn_timeout",
-                        )
-                        tg.cancel_scope.cancel(reason=failure.message)
                     except InferenceError as exc:
                         failure = classify_exception(exc, source="model_server")
                         logger.warning(
@@ -472,11 +480,23 @@ class TokenTurns:
                 if final:
                     return
 
+    def _prompt_ids(self, trajectory: Trajectory) -> Sequence[int]:
+        """The next request's prompt: a compact array for this library's clients, which only
+        read it (thousands of requests wait for a slot at once, each holding its prompt); the
+        list of ints any other :class:`~hermes_async.inference.generate.TokenClient` has always
+        been given.
+        """
+        if isinstance(self._server, GenerateClient):
+            segments = trajectory.segments
+            # The first turn's prompt is the prompt segment itself (no copy; nothing writes it).
+            return segments[0].token_ids if len(segments) == 1 else trajectory.token_array()
+        return trajectory.tokens
+
     async def _generate(
         self,
         step: Phase2Turn,
         runner: TurnToolRunner,
-        prompt: list[int],
+        prompt: Sequence[int],
         sampling: SamplingParams,
         start: float,
     ) -> RolloutFailure | None:
@@ -511,7 +531,7 @@ class TokenTurns:
             step.begin_request(version)
             broken: InferenceError | None = None
             try:
-                async with self._server.stream([*prompt, *step.token_ids], params) as deltas:
+                async with self._server.stream(_joined(prompt, step.token_ids), params) as deltas:
                     async for delta in deltas:
                         # The clock only until the first token (time to first token).
                         elapsed = anyio.current_time() - start if step.ttft is None else 0.0
@@ -614,3 +634,13 @@ class TokenTurns:
 
     def _end_texts(self) -> list[str]:
         return [self._tokenizer.decode([i]) for i in self._end_of_turn]
+
+
+def _joined(prompt: Sequence[int], sent: array[int]) -> Sequence[int]:
+    """A resumed request's prompt: the prompt and what was sampled so far (the prompt itself on
+    the first request: no copy), in the prompt's own kind (array or list)."""
+    if not sent:
+        return prompt
+    if isinstance(prompt, array):
+        return prompt + sent
+    return [*prompt, *sent]

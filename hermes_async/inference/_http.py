@@ -192,14 +192,19 @@ class AttemptFailure:
     cause: BaseException | None = None
 
 
-def encode_body(body: JSONObject) -> bytes:
+def encode_body(body: JSONObject | bytes) -> bytes:
     """A request body as sent: JSON, UTF-8, encoded once per request (not per attempt).
+
+    ``bytes`` are taken as already encoded (a client that encodes before it waits for a slot
+    holds the compact bytes, not the body's Python objects, while it waits).
 
     Always encodable: a lone surrogate anywhere in it becomes U+FFFD. The clients make what
     they decode encodable (model text, tool results), but a body also carries what the caller
     put in the messages; one unencodable character there must not become a failure of the
     model server. The common case pays for one encode.
     """
+    if isinstance(body, bytes):
+        return body
     text = json.dumps(body, ensure_ascii=False)
     try:
         return text.encode("utf-8")
@@ -238,15 +243,19 @@ class Connection(Protocol):
         """``METHOD URL`` of ``path``, credentials redacted (the label of errors and logs)."""
         ...
 
-    async def post_json(self, path: str, body: JSONObject) -> JSON:
-        """POST ``body`` as JSON and return the decoded JSON response (with retries).
+    async def post_json(self, path: str, body: JSONObject | bytes) -> JSON:
+        """POST ``body`` as JSON (or as already encoded ``bytes``) and return the decoded JSON
+        response (with retries).
 
         **Cancellation**: the request is abandoned and its connection closed.
         """
         ...
 
-    def open_lines(self, path: str, body: JSONObject) -> AbstractAsyncContextManager[LineReader]:
-        """POST ``body`` and yield a :class:`LineReader` over the streamed response body."""
+    def open_lines(
+        self, path: str, body: JSONObject | bytes
+    ) -> AbstractAsyncContextManager[LineReader]:
+        """POST ``body`` (JSON, or already encoded ``bytes``) and yield a :class:`LineReader`
+        over the streamed response body."""
         ...
 
     async def __aenter__(self) -> Self:
@@ -453,7 +462,7 @@ class ServerConnection(AsyncResource):
 
     # ---------------------------------------------------------------- public requests
 
-    async def post_json(self, path: str, body: JSONObject) -> JSON:
+    async def post_json(self, path: str, body: JSONObject | bytes) -> JSON:
         """POST ``body`` as JSON and return the decoded JSON response (with retries).
 
         Raises:
@@ -473,7 +482,7 @@ class ServerConnection(AsyncResource):
         return decode_json_body(content, endpoint, attempt, response.status_code)
 
     @asynccontextmanager
-    async def open_lines(self, path: str, body: JSONObject) -> AsyncIterator[LineReader]:
+    async def open_lines(self, path: str, body: JSONObject | bytes) -> AsyncIterator[LineReader]:
         """POST ``body`` and yield a :class:`LineReader` over the streamed response body.
 
         Retries happen before the response headers arrive; once this yields, nothing is
@@ -527,7 +536,7 @@ class ServerConnection(AsyncResource):
         return BodyContext(endpoint, attempt, deadline, self.options.read_timeout_seconds)
 
     async def _send(
-        self, path: str, body: JSONObject, endpoint: str, deadline: float
+        self, path: str, body: JSONObject | bytes, endpoint: str, deadline: float
     ) -> tuple[Response, int]:
         """Send with retries until a response < 400 arrives; raise the last failure."""
         self._require_open()

@@ -57,6 +57,7 @@ from hermes_async.inference._http import (
     ConnectionSource,
     ServerClient,
     connect,
+    encode_body,
 )
 from hermes_async.inference._sse import SSEJSONReader
 from hermes_async.inference._token_chunks import (
@@ -197,7 +198,7 @@ class _Source(Protocol):
 
 
 class _JSONSource:
-    def __init__(self, connection: Connection, path: str, body: JSONObject) -> None:
+    def __init__(self, connection: Connection, path: str, body: JSONObject | bytes) -> None:
         self._connection = connection
         self._path = path
         self._body = body
@@ -407,6 +408,11 @@ class GenerateClient(ServerClient, ABC):
             "text_completion", body, sampling if isinstance(sampling, dict) else None
         )
         attributes["gen_ai.usage.input_tokens"] = len(prompt_ids)
+        # Encoded now, before the request waits for a slot: thousands of rollouts wait there at
+        # once, and the body's list of ids costs ~45 bytes a token as Python objects (its JSON
+        # ~7).
+        payload = encode_body(body)
+        del body, sampling
         attributes["hermes_async.endpoint"] = self.endpoint
         # Not the current span: the caller's work during the stream (early-dispatched tools)
         # belongs to its turn, not to the generation.
@@ -416,13 +422,13 @@ class GenerateClient(ServerClient, ABC):
             try:
                 if not self.streaming:
                     stream = TokenStream(
-                        _JSONSource(self.connection, self.path, body),
+                        _JSONSource(self.connection, self.path, payload),
                         self._decoder(),
                         self.endpoint,
                     )
                     yield stream
                     return
-                async with self.connection.open_lines(self.path, body) as reader:
+                async with self.connection.open_lines(self.path, payload) as reader:
                     stream = TokenStream(SSEJSONReader(reader), self._decoder(), self.endpoint)
                     yield stream
             finally:

@@ -827,7 +827,7 @@ class _PooledConnection:
         for member in self._members:
             await member.aclose()
 
-    async def post_json(self, path: str, body: JSONObject) -> JSON:
+    async def post_json(self, path: str, body: JSONObject | bytes) -> JSON:
         """POST ``body`` to one server of the pool (with failover) and decode the JSON reply.
 
         Raises:
@@ -842,7 +842,7 @@ class _PooledConnection:
         )
 
     @asynccontextmanager
-    async def open_lines(self, path: str, body: JSONObject) -> AsyncIterator[LineReader]:
+    async def open_lines(self, path: str, body: JSONObject | bytes) -> AsyncIterator[LineReader]:
         """POST ``body`` to one server of the pool; yield a :class:`LineReader` over the reply.
 
         Failover happens before the response headers arrive; once this yields, nothing is
@@ -861,7 +861,7 @@ class _PooledConnection:
                 await reader.aclose()
 
     @asynccontextmanager
-    async def _exchange(self, path: str, body: JSONObject) -> AsyncIterator[_Exchange]:
+    async def _exchange(self, path: str, body: JSONObject | bytes) -> AsyncIterator[_Exchange]:
         """Route, hold a slot, send (failing over), yield the response, record the outcome."""
         pool = self.pool
         pool._require_open()
