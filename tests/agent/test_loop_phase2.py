@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
 from hermes_async.agent import HermesAgentLoop
-from hermes_async.inference.generate import SamplingParams, VLLMGenerateClient
+from hermes_async.inference.generate import (
+    Completion,
+    SamplingParams,
+    TokenStream,
+    VLLMGenerateClient,
+)
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.jsontypes import JSONObject
@@ -239,6 +245,65 @@ async def test_sampling_parameters_reach_the_server() -> None:
     params = server.requests[0].body["sampling_params"]
     assert params["temperature"] == 0.5 and params["max_tokens"] == 33 and params["seed"] == 7
     assert params["stop_token_ids"] == [TOKENIZER.eos_token_id]
+
+
+class _ForeignClient:
+    """A TokenClient that is not one of ours (it delegates): it records what it is given."""
+
+    def __init__(self, inner: VLLMGenerateClient) -> None:
+        self.inner = inner
+        self.prompts: list[Sequence[int]] = []
+
+    def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+    ) -> AbstractAsyncContextManager[TokenStream]:
+        self.prompts.append(prompt_ids)
+        return self.inner.stream(prompt_ids, params)
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+    ) -> Completion:
+        raise AssertionError("the loop streams")
+
+
+class _RecordingClient(VLLMGenerateClient):
+    """One of ours: records the prompts its requests are built from."""
+
+    prompts: list[Sequence[int]]
+
+    def request_body(self, prompt_ids: Sequence[int], params: SamplingParams) -> JSONObject:
+        self.prompts.append(prompt_ids)
+        return super().request_body(prompt_ids, params)
+
+
+async def test_prompts_are_compact_arrays_for_our_clients_and_lists_for_others() -> None:
+    texts = [call_text("record", {"tag": "a"}), "done"]
+    seen: dict[str, list[list[int]]] = {}
+    for kind in ("ours", "foreign"):
+        server = ScriptedModelServer(FixedScript(texts), tokenizer=TOKENIZER)
+        async with open_app_endpoint(server, loopback=False) as (base_url, transport):
+            ours = _RecordingClient(base_url, transport=transport)
+            ours.prompts = []
+            async with ours:
+                foreign = _ForeignClient(ours)
+                reg = registry(Recorder())
+                defs = reg.definitions(["terminal"])
+                loop = HermesAgentLoop(
+                    ours if kind == "ours" else foreign,
+                    defs.schemas,
+                    defs.valid_names,
+                    registry=reg,
+                    tokenizer=TOKENIZER,
+                )
+                result = await loop.run([{"role": "user", "content": "go"}])
+        assert result.finished_naturally and result.turns_used == 2, result.error
+        prompts = ours.prompts if kind == "ours" else foreign.prompts
+        wanted = array if kind == "ours" else list
+        assert [type(p) for p in prompts] == [wanted, wanted]
+        # Either way the server was sent exactly the trajectory's prompts.
+        assert [r.prompt_ids for r in server.requests] == [list(p) for p in prompts]
+        seen[kind] = [list(p) for p in prompts]
+    assert seen["ours"] == seen["foreign"]
 
 
 def test_token_server_needs_a_tokenizer() -> None:

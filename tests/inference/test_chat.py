@@ -404,3 +404,5 @@ def test_a_request_body_is_always_encodable() -> None:
         "n": 1,
     }
     assert _encode_body({"a": "é"}) == '{"a": "é"}'.encode()  # the common case as it is
+    encoded = _encode_body(body)
+    assert _encode_body(encoded) is encoded  # already encoded: sent as it is

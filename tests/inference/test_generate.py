@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import anyio
 import httpx
@@ -104,6 +105,31 @@ async def test_streamed_ids_equal_the_ids_the_server_sent(kind: str, loopback: b
             assert TOKENIZER.decode(ids[:-1]) == REPLY
     if kind in STREAMING:
         assert all(len(r.chunks) > 3 for r in server.requests)
+
+
+@pytest.mark.parametrize("kind", list(CLIENTS))
+async def test_a_request_waiting_for_a_slot_holds_its_body_encoded(kind: str) -> None:
+    # Thousands of requests wait for a model-request slot at once: each holds its body as the
+    # JSON bytes (~7 bytes a token), not as a list of Python ints (~45).
+    server = make_server()
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        make_client(kind, base_url, transport) as client,
+    ):
+        connection = client.connection
+        bodies: list[object] = []
+        for name in ("open_lines", "post_json"):
+            method = getattr(connection, name)
+
+            def recording(path: str, body: object, _method: Any = method) -> Any:
+                bodies.append(body)
+                return _method(path, body)
+
+            setattr(connection, name, recording)
+        completion = await client.generate(PROMPT_IDS, SamplingParams(max_tokens=512))
+    assert list(completion.token_ids) == server.requests[-1].completion_ids
+    assert len(bodies) == 1 and isinstance(bodies[0], bytes)
+    assert json.loads(bodies[0]) == client.request_body(PROMPT_IDS, SamplingParams(max_tokens=512))
 
 
 @pytest.mark.parametrize("kind", list(CLIENTS))
