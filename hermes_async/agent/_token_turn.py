@@ -219,7 +219,7 @@ class Phase2Turn:
         for event in self._held:
             self._submit(event, runner)
         self._held.clear()
-        self._fragments.clear()
+        self._fragments = {}  # an empty one: a cleared dict keeps its table
         self.content = result.content or ""
         # The stream is over: the parser's and the decoder's state would only be held while the
         # turn's tools run (a rollout parks here), and so would one string object per delta.
@@ -412,21 +412,10 @@ class TokenTurns:
                 async with anyio.create_task_group() as tg:
                     runner = tools.runner(tg)
                     try:
-                        # A bare scope, not fail_after (a generator context manager each turn,
-                        # held by every rollout waiting for a model-request slot).
-                        with anyio.CancelScope(deadline=anyio.current_time() + deadline) as bound:
-                            failure = await self._generate(
-                                step, runner, self._prompt_ids(trajectory), sampling, start
-                            )
-                        if bound.cancelled_caught:
-                            failure = RolloutFailure.of(
-                                "agent_timeout",
-                                f"generation timed out after {self._turn_timeout:g} s",
-                                source="deadline",
-                                deadline="turn_timeout",
-                            )
-                            tg.cancel_scope.cancel(reason=failure.message)
-                        elif failure is None:
+                        failure = await self._bounded(
+                            deadline, step, runner, self._prompt_ids(trajectory), sampling, start
+                        )
+                        if failure is None:
                             step.finish(runner)
                         else:
                             tg.cancel_scope.cancel(reason=failure.message)
@@ -491,6 +480,30 @@ class TokenTurns:
             # The first turn's prompt is the prompt segment itself (no copy; nothing writes it).
             return segments[0].token_ids if len(segments) == 1 else trajectory.token_array()
         return trajectory.tokens
+
+    async def _bounded(
+        self,
+        seconds: float,
+        step: Phase2Turn,
+        runner: TurnToolRunner,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        start: float,
+    ) -> RolloutFailure | None:
+        """:meth:`_generate` within the turn's deadline (``seconds`` from now).
+
+        A bare scope, not ``fail_after`` (a generator context manager per turn, held by every
+        rollout waiting for a model-request slot), and one that goes with this frame, not one
+        the turn loop keeps while the turn's tools run.
+        """
+        with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+            return await self._generate(step, runner, prompt, sampling, start)
+        return RolloutFailure.of(
+            "agent_timeout",
+            f"generation timed out after {self._turn_timeout:g} s",
+            source="deadline",
+            deadline="turn_timeout",
+        )
 
     async def _generate(
         self,
