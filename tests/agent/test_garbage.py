@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import tracemalloc
 from collections.abc import Iterator
 
 import anyio
@@ -20,6 +21,7 @@ from hermes_async.agent_loop import HermesAgentLoop
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.jsontypes import JSONObject
+from hermes_async.limits import NamedLimiter
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime
 
@@ -101,3 +103,49 @@ async def test_standalone_rollouts_leave_no_reference_cycles(
     # Per rollout, what 30 more rollouts added: well under one object each (the in-process
     # server and the client's connection pool may leave a few of their own either way).
     assert (many - few) / 30 < 1.0, (few, many)
+
+
+async def test_rollouts_waiting_for_a_model_slot_hold_their_prompts_compactly() -> None:
+    # Thousands of rollouts wait for a model-request slot at once (64 by default); what each
+    # holds per prompt token while it waits decides the memory of a large run, and the
+    # fragmentation that start burst leaves behind. Held as Python lists of ints (three per
+    # request) it was ~38 bytes a token here; as the trajectory's array and the encoded body,
+    # ~9 (on 6a0458f this fails).
+    limiter = NamedLimiter("model_requests", 1)
+    server = ScriptedModelServer(policy, tokenizer=TOKENIZER)
+    n = 16
+
+    async def held_per_rollout(client: VLLMGenerateClient, content: str) -> tuple[float, int]:
+        """Traced bytes per rollout while ``n`` wait for the slot; the prompt's length."""
+        tokens = len(TOKENIZER.encode(content))
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            # The only slot, held here: every rollout waits for it.
+            async with anyio.create_task_group() as tg, limiter:
+                for i in range(n):
+                    loop = HermesAgentLoop(
+                        client, [], set(), task_id=f"w{i}", tokenizer=TOKENIZER, max_tokens=8
+                    )
+                    tg.start_soon(loop.run, [{"role": "user", "content": content}])
+                with anyio.fail_after(30):
+                    while limiter.statistics().waiting < n:
+                        await anyio.sleep(0.01)
+                gc.collect()
+                held = (tracemalloc.get_traced_memory()[0] - before) / n
+                tg.cancel_scope.cancel("test: measured")
+        finally:
+            tracemalloc.stop()
+        return held, tokens
+
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        VLLMGenerateClient(base_url, transport=transport, limiter=limiter) as client,
+    ):
+        short, short_tokens = await held_per_rollout(client, "Say hi.")
+        text = " ".join(f"item{i} = value{i * 7}" for i in range(1500))
+        long, long_tokens = await held_per_rollout(client, text)
+    per_token = (long - short) / (long_tokens - short_tokens)
+    assert long_tokens > 10_000
+    assert per_token < 20, (per_token, short, long)
