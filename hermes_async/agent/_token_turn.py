@@ -42,7 +42,7 @@ import logging
 import math
 import re
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 
 import anyio
 
@@ -412,8 +412,12 @@ class TokenTurns:
                 async with anyio.create_task_group() as tg:
                     runner = tools.runner(tg)
                     try:
+                        # No locals for the prompt: this frame is kept while the tools run.
                         failure = await self._bounded(
-                            deadline, step, runner, self._prompt_ids(trajectory), sampling, start
+                            deadline,
+                            self._generate(
+                                step, runner, self._prompt_ids(trajectory), sampling, start
+                            ),
                         )
                         if failure is None:
                             step.finish(runner)
@@ -482,22 +486,17 @@ class TokenTurns:
         return trajectory.tokens
 
     async def _bounded(
-        self,
-        seconds: float,
-        step: Phase2Turn,
-        runner: TurnToolRunner,
-        prompt: Sequence[int],
-        sampling: SamplingParams,
-        start: float,
+        self, seconds: float, generation: Coroutine[object, None, RolloutFailure | None]
     ) -> RolloutFailure | None:
-        """:meth:`_generate` within the turn's deadline (``seconds`` from now).
+        """Await ``generation`` (a :meth:`_generate`) within the turn's deadline, ``seconds``
+        from now.
 
         A bare scope, not ``fail_after`` (a generator context manager per turn, held by every
         rollout waiting for a model-request slot), and one that goes with this frame, not one
         the turn loop keeps while the turn's tools run.
         """
         with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-            return await self._generate(step, runner, prompt, sampling, start)
+            return await generation
         return RolloutFailure.of(
             "agent_timeout",
             f"generation timed out after {self._turn_timeout:g} s",
