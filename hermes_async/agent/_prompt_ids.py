@@ -12,8 +12,11 @@ What is cached: prompts of at least :data:`MIN_CHARS` characters (a short one en
 microseconds) and at most :data:`MAX_CHARS`, for tokenizers that can be referenced weakly (the
 cache never keeps a tokenizer alive), keyed by the tokenizer object and the exact text; at most
 ``max_entries`` of them, least recently used dropped first. The caller gets an ``array('i')``
-it must not change (``Trajectory`` copies it into its prompt segment). Tokenizers' ``encode``
-must be a pure function of the text, which every tokenizer the project ships is.
+it must not change: ``Trajectory`` keeps it as its prompt segment, so the rollouts of a group
+hold one array between them, and :meth:`PromptIds.share` also hands out the first equal text,
+so they hold one prompt string (an 8,900-token prompt: 36 KB of ids and 29 KB of text per
+rollout otherwise). Tokenizers' ``encode`` must be a pure function of the text, which every
+tokenizer the project ships is.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class PromptIds:
     def __init__(self, max_entries: int = 32) -> None:
         self.max_entries = max_entries
         self._entries: collections.OrderedDict[
-            tuple[int, str], tuple[weakref.ref[Any], array[int]]
+            tuple[int, str], tuple[weakref.ref[Any], str, array[int]]
         ] = collections.OrderedDict()
         self.hits = 0
         self.misses = 0
@@ -59,8 +62,14 @@ class PromptIds:
     def encode(self, tokenizer: Tokenizer, text: str) -> Sequence[int]:
         """``tokenizer.encode(text)``, from the cache when the same tokenizer encoded the same
         text recently."""
+        return self.share(tokenizer, text)[1]
+
+    def share(self, tokenizer: Tokenizer, text: str) -> tuple[str, Sequence[int]]:
+        """``(text, ids)``: the text as the cache first saw it (an equal string, so that
+        equal prompts are held once) and :meth:`encode`'s ids; ``text`` itself when not
+        cached."""
         if self.max_entries <= 0 or not MIN_CHARS <= len(text) <= MAX_CHARS:
-            return tokenizer.encode(text)
+            return text, tokenizer.encode(text)
         # The loop's wrapper for chat-template switches encodes with the tokenizer it wraps.
         owner: Any = (
             tokenizer.inner if isinstance(tokenizer, TemplateKwargsTokenizer) else tokenizer
@@ -71,18 +80,19 @@ class PromptIds:
         if entry is not None and entry[0]() is owner:
             entries.move_to_end(key)
             self.hits += 1
-            return entry[1]
+            return entry[1], entry[2]
         ids = tokenizer.encode(text)
         try:
             ref = weakref.ref(owner)
         except TypeError:  # not weakly referable: never cached, never kept alive
-            return ids
+            return text, ids
         cached = array("i", ids)
-        entries[key] = (ref, cached)  # a dead tokenizer's entry under a reused id is replaced
+        # A dead tokenizer's entry under a reused id is replaced.
+        entries[key] = (ref, text, cached)
         self.misses += 1
         while len(entries) > self.max_entries:
             entries.popitem(last=False)
-        return cached
+        return text, cached
 
     def clear(self) -> None:
         """Drop every entry (the counters stay)."""

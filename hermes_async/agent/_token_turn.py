@@ -367,7 +367,10 @@ class TokenTurns:
         tokenizer = self._tokenizer
         renderer = ChatRenderer(tokenizer, self._schemas, incremental=self._incremental)
         prompt = renderer.render(result.messages, add_generation_prompt=True)
-        trajectory = Trajectory(PROMPT_IDS.encode(tokenizer, prompt))  # once per group prompt
+        # Encoded once per group prompt; the group's rollouts hold one text and one id array.
+        prompt, prompt_ids = PROMPT_IDS.share(tokenizer, prompt)
+        renderer.share(prompt)
+        trajectory = Trajectory(prompt_ids)
         try:
             await self._turns(result, tools, trajectory, renderer, prompt, seed)
         finally:

@@ -215,6 +215,12 @@ class ChatRenderer:
         """How the renderings so far were made."""
         return RendererStatistics(self._windowed, self._full, self._fallbacks)
 
+    def share(self, text: str) -> None:
+        """Hold ``text`` instead of the last rendering when the two are equal: the rollouts of a
+        group, each with its own renderer, then keep one string of their common prompt."""
+        if text == self._text:
+            self._text = text
+
     def render(
         self,
         messages: Sequence[JSONObject],

@@ -73,7 +73,9 @@ class Trajectory:
     Args:
         prompt_ids: Ids of the first rendered prompt. Kept as the prompt segment's compact
             array (the same object), not as the list given: the tokenizer's list of Python
-            ints costs ~40 bytes per token, which thousands of parked rollouts would keep.
+            ints costs ~40 bytes per token, which thousands of parked rollouts would keep. An
+            ``array('i')`` is kept as it is, not copied (the rollouts of a group share one;
+            the trajectory never changes a segment's ids, and neither may its caller).
     """
 
     prompt_ids: Sequence[int]
@@ -83,7 +85,8 @@ class Trajectory:
 
     def __post_init__(self) -> None:
         if not self.segments:
-            ids = array("i", self.prompt_ids)
+            given = self.prompt_ids
+            ids = given if isinstance(given, array) and given.typecode == "i" else array("i", given)
             self.prompt_ids = ids
             self.segments.append(Segment("prompt", ids))
 

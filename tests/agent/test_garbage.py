@@ -19,7 +19,9 @@ import pytest
 
 from hermes_async.agent_loop import HermesAgentLoop
 from hermes_async.inference.generate import VLLMGenerateClient
+from hermes_async.inference.rendering import ChatRenderer
 from hermes_async.inference.tokenizer import load_tokenizer
+from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import NamedLimiter
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
@@ -149,3 +151,56 @@ async def test_rollouts_waiting_for_a_model_slot_hold_their_prompts_compactly() 
     per_token = (long - short) / (long_tokens - short_tokens)
     assert long_tokens > 10_000
     assert per_token < 20, (per_token, short, long)
+
+
+async def test_a_group_parked_in_its_tools_holds_its_shared_prompt_once() -> None:
+    # The rollouts of a group render the same prompt (system prompt, tool schemas): its ids and
+    # its text are held once between them (the prompt cache's), not once per rollout (~4 bytes
+    # of ids and ~4 of text a token each: 65 KB per rollout for an 8,900-token prompt).
+    size = 16
+    arrived = 0
+    everyone_in = anyio.Event()
+    release = anyio.Event()
+    held: dict[str, set[int]] = {}
+
+    async def park(arguments: JSONObject, runtime: ToolRuntime) -> str:
+        nonlocal arrived
+        arrived += 1
+        if arrived == size:
+            everyone_in.set()
+        await release.wait()
+        return '{"ok": true}'
+
+    registry = ToolRegistry([Tool("step", "One step.", SCHEMA, park, "terminal")])
+    defs = registry.definitions(["terminal"])
+    server = ScriptedModelServer(policy, tokenizer=TOKENIZER)
+    system = "You are careful. " + " ".join(f"rule {i}: check item {i}." for i in range(900))
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Go."}]
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        VLLMGenerateClient(base_url, transport=transport) as client,
+        anyio.create_task_group() as tg,
+    ):
+        for i in range(size):
+            loop = HermesAgentLoop(
+                client,
+                defs.schemas,
+                defs.valid_names,
+                task_id=f"g{i}",
+                tokenizer=TOKENIZER,
+                registry=registry,
+                max_tokens=64,
+            )
+            tg.start_soon(loop.run, [dict(m) for m in messages])
+        with anyio.fail_after(30):
+            await everyone_in.wait()
+        gc.collect()
+        live = gc.get_objects()
+        trajectories = [o for o in live if isinstance(o, Trajectory)]
+        renderers = [o for o in live if isinstance(o, ChatRenderer)]
+        held["ids"] = {id(t.segments[0].token_ids) for t in trajectories}
+        held["text"] = {id(r._text) for r in renderers}
+        counts = (len(trajectories), len(renderers))
+        release.set()
+    assert counts == (size, size)
+    assert len(held["ids"]) == 1 and len(held["text"]) == 1, held

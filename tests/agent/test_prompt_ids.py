@@ -55,6 +55,18 @@ def test_the_same_text_is_encoded_once_per_tokenizer() -> None:
     assert tok.encoded == [LONG]
 
 
+def test_share_hands_out_the_first_equal_text_and_one_id_array() -> None:
+    cache = PromptIds()
+    tok = load_tokenizer()
+    first_text, first_ids = cache.share(tok, LONG)
+    copy = LONG[:10] + LONG[10:]  # equal, another object
+    assert copy == LONG and copy is not LONG
+    text, ids = cache.share(tok, copy)
+    assert text is first_text is LONG and ids is first_ids
+    short = "Short prompt."
+    assert cache.share(tok, short)[0] is short  # not cached: the caller's own text
+
+
 def test_short_texts_and_a_disabled_cache_always_encode() -> None:
     tok = Counting(load_tokenizer())
     cache = PromptIds()

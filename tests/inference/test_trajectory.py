@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from array import array
+
 import pytest
 
 from hermes_async.inference.trajectory import MASK_ID, Trajectory, TrajectoryError
@@ -36,3 +38,16 @@ def test_the_prompt_ids_are_kept_once_as_a_compact_array() -> None:
     assert traj.prompt_ids is traj.segments[0].token_ids
     assert list(traj.prompt_ids) == given and traj.tokens == given
     assert all(type(i) is int for i in traj.tokens)
+
+
+def test_an_id_array_is_kept_as_given_and_never_changed() -> None:
+    # A group's rollouts share their prompt's ids (the prompt cache's array).
+    shared = array("i", [5, 6, 7])
+    one, two = Trajectory(shared), Trajectory(shared)
+    for traj in (one, two):
+        traj.add_completion([8], [-0.5])
+        traj.add_suffix([9])
+        assert traj.segments[0].token_ids is shared and traj.tokens == [5, 6, 7, 8, 9]
+    assert list(shared) == [5, 6, 7]
+    other = array("q", [5, 6, 7])  # another item size: copied into the 4-byte kind
+    assert Trajectory(other).segments[0].token_ids.typecode == "i"
