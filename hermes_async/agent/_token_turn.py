@@ -371,6 +371,7 @@ class TokenTurns:
         prompt, prompt_ids = PROMPT_IDS.share(tokenizer, prompt)
         renderer.share(prompt)
         trajectory = Trajectory(prompt_ids)
+        del prompt_ids  # a list of ints when not cached: not kept for the whole run
         try:
             await self._turns(result, tools, trajectory, renderer, prompt, seed)
         finally:

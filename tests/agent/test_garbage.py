@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
+from hermes_async.agent._prompt_ids import PROMPT_IDS
 from hermes_async.agent_loop import HermesAgentLoop
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.rendering import ChatRenderer
@@ -25,6 +26,7 @@ from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import NamedLimiter
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
+from hermes_async.testing.scripted_server import ServedRequest
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime
 
 pytestmark = pytest.mark.anyio
@@ -153,10 +155,17 @@ async def test_rollouts_waiting_for_a_model_slot_hold_their_prompts_compactly() 
     assert per_token < 20, (per_token, short, long)
 
 
-async def test_a_group_parked_in_its_tools_holds_its_shared_prompt_once() -> None:
+@pytest.mark.parametrize("cache", [True, False], ids=["cache", "no-cache"])
+async def test_a_group_parked_in_its_tools_holds_its_shared_prompt_once(
+    cache: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The rollouts of a group render the same prompt (system prompt, tool schemas): its ids and
     # its text are held once between them (the prompt cache's), not once per rollout (~4 bytes
-    # of ids and ~4 of text a token each: 65 KB per rollout for an 8,900-token prompt).
+    # of ids and ~4 of text a token each: 65 KB per rollout for an 8,900-token prompt). With the
+    # cache off each holds its own array, and never the tokenizer's list of ints (~40 bytes a
+    # token).
+    if not cache:
+        monkeypatch.setattr(PROMPT_IDS, "max_entries", 0)
     size = 16
     arrived = 0
     everyone_in = anyio.Event()
@@ -196,11 +205,23 @@ async def test_a_group_parked_in_its_tools_holds_its_shared_prompt_once() -> Non
             await everyone_in.wait()
         gc.collect()
         live = gc.get_objects()
+        prompt_tokens = len(TOKENIZER.encode(system))
         trajectories = [o for o in live if isinstance(o, Trajectory)]
         renderers = [o for o in live if isinstance(o, ChatRenderer)]
         held["ids"] = {id(t.segments[0].token_ids) for t in trajectories}
         held["text"] = {id(r._text) for r in renderers}
         counts = (len(trajectories), len(renderers))
+        # The in-process server's records of requests it is still finishing are its own.
+        served = {
+            id(ids)
+            for o in live
+            if isinstance(o, ServedRequest)
+            for ids in (o.body.get("token_ids"), o.prompt_ids)
+        }
+        lists = [
+            o for o in live if type(o) is list and len(o) >= prompt_tokens and id(o) not in served
+        ]
         release.set()
     assert counts == (size, size)
-    assert len(held["ids"]) == 1 and len(held["text"]) == 1, held
+    assert len(held["ids"]) == len(held["text"]) == (1 if cache else size), held
+    assert not lists, [len(o) for o in lists]
