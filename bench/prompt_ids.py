@@ -78,31 +78,34 @@ async def parked_memory(base_url: str, args: argparse.Namespace, *, cache: bool)
     async with VLLMGenerateClient(base_url, limiter=limits.model_requests) as client:
         gc.collect()
         tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        async with anyio.create_task_group() as tg:
-            for g in range(args.groups):
-                content = f"Task {g}: check that the build passes. {PARK}"
-                for i in range(args.size):
-                    loop = HermesAgentLoop(
-                        client,
-                        schemas,
-                        defs.valid_names,
-                        task_id=f"m{g}-{i}",
-                        tokenizer=tokenizer,
-                        registry=registry,
-                        limits=limits,
-                        max_tokens=64,
-                    )
-                    messages = [
-                        {"role": "system", "content": SYSTEM},
-                        {"role": "user", "content": content},
-                    ]
-                    tg.start_soon(loop.run, messages)
-            await everyone_in.wait()
-            gc.collect()
-            held = tracemalloc.get_traced_memory()[0] - before
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            async with anyio.create_task_group() as tg:
+                for g in range(args.groups):
+                    content = f"Task {g}: check that the build passes. {PARK}"
+                    for i in range(args.size):
+                        loop = HermesAgentLoop(
+                            client,
+                            schemas,
+                            defs.valid_names,
+                            task_id=f"m{g}-{i}",
+                            tokenizer=tokenizer,
+                            registry=registry,
+                            limits=limits,
+                            max_tokens=64,
+                        )
+                        messages = [
+                            {"role": "system", "content": SYSTEM},
+                            {"role": "user", "content": content},
+                        ]
+                        tg.start_soon(loop.run, messages)
+                with anyio.fail_after(120):
+                    await everyone_in.wait()
+                gc.collect()
+                held = tracemalloc.get_traced_memory()[0] - before
+                release.set()
+        finally:
             tracemalloc.stop()
-            release.set()
     return held / n / 1024
 
 
@@ -176,13 +179,14 @@ async def main(args: argparse.Namespace) -> None:
     async with server_process(__file__, ["--latency", str(args.latency)]) as base_url:
         mem_off = await parked_memory(base_url, args, cache=False)
         mem_on = await parked_memory(base_url, args, cache=True)
-    prompt = load_tokenizer().apply_chat_template(
+    tokenizer = load_tokenizer()
+    prompt = tokenizer.apply_chat_template(
         [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "x"}],
-        [*get_tool_definitions(["terminal", "file", "web", "browser"]).schemas],
+        get_tool_definitions(["terminal", "file", "web", "browser"]).schemas,
     )
     print(
         f"memory traced per rollout parked in a tool call (prompt ~"
-        f"{len(load_tokenizer().encode(prompt))} tokens): each its own prompt {mem_off:.1f} KB, "
+        f"{len(tokenizer.encode(prompt))} tokens): each its own prompt {mem_off:.1f} KB, "
         f"the group's shared {mem_on:.1f} KB; ratio {mem_off / mem_on:.2f}x"
     )
 

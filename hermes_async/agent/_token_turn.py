@@ -336,6 +336,9 @@ class TokenTurns:
         incremental_rendering: bool = True,
     ) -> None:
         self._server = server
+        # This library's clients only read the prompt: they get the compact array (see
+        # _prompt_ids); any other TokenClient the list of ints it has always been given.
+        self._array_prompts = isinstance(server, GenerateClient)
         self._tokenizer = tokenizer
         self._schemas = list(tool_schemas)
         self._max_turns = max_turns
@@ -364,14 +367,8 @@ class TokenTurns:
         **Cancellation**: the generation stream is closed and running tools are cancelled;
         ``managed_state`` still holds the aligned trajectory so far.
         """
-        tokenizer = self._tokenizer
-        renderer = ChatRenderer(tokenizer, self._schemas, incremental=self._incremental)
-        prompt = renderer.render(result.messages, add_generation_prompt=True)
-        # Encoded once per group prompt; the group's rollouts hold one text and one id array.
-        prompt, prompt_ids = PROMPT_IDS.share(tokenizer, prompt)
-        renderer.share(prompt)
-        trajectory = Trajectory(prompt_ids)
-        del prompt_ids  # a list of ints when not cached: not kept for the whole run
+        renderer = ChatRenderer(self._tokenizer, self._schemas, incremental=self._incremental)
+        prompt, trajectory = _first_prompt(self._tokenizer, renderer, result.messages)
         try:
             await self._turns(result, tools, trajectory, renderer, prompt, seed)
         finally:
@@ -483,7 +480,7 @@ class TokenTurns:
         list of ints any other :class:`~hermes_async.inference.generate.TokenClient` has always
         been given.
         """
-        if isinstance(self._server, GenerateClient):
+        if self._array_prompts:
             segments = trajectory.segments
             # The first turn's prompt is the prompt segment itself (no copy; nothing writes it).
             return segments[0].token_ids if len(segments) == 1 else trajectory.token_array()
@@ -650,6 +647,18 @@ class TokenTurns:
 
     def _end_texts(self) -> list[str]:
         return [self._tokenizer.decode([i]) for i in self._end_of_turn]
+
+
+def _first_prompt(
+    tokenizer: Tokenizer, renderer: ChatRenderer, messages: Sequence[JSONObject]
+) -> tuple[str, Trajectory]:
+    """The first prompt's text and the trajectory it starts, encoded once per group prompt:
+    the group's rollouts hold one text and one id array (:meth:`PromptIds.share`). In its own
+    frame, so an uncached prompt's list of ints is not kept for the whole run."""
+    prompt = renderer.render(messages, add_generation_prompt=True)
+    prompt, ids = PROMPT_IDS.share(tokenizer, prompt)
+    renderer.share(prompt)
+    return prompt, Trajectory(ids)
 
 
 def _joined(prompt: Sequence[int], sent: array[int]) -> Sequence[int]:
