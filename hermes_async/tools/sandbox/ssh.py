@@ -17,7 +17,10 @@ Shape:
 * **Channels per connection are capped** (``max_sessions - 2`` commands at once, the SFTP
   session and a spare): OpenSSH refuses more than ``MaxSessions`` (default 10) sessions on one connection.
   Commands past the cap wait for a channel; that wait counts toward their timeout. Raise
-  ``MaxSessions`` on the server and ``max_sessions`` here together.
+  ``MaxSessions`` on the server and ``max_sessions`` here together. A channel the server
+  refuses anyway ("open failed": a session of a closed channel is freed only once its command
+  exited) is retried within ``call_timeout_seconds``; a channel whose close overran its bound
+  keeps its slot until it has closed, since the server still counts it.
 * **A sandbox is a directory** ``{remote_root}/hermes-sbx-<task>-<hex>.XXXXXX`` made by
   ``mktemp -d`` (mode 0700), with ``work/`` (the working directory), ``home/`` (``$HOME``),
   ``tmp/`` (``$TMPDIR``), ``.exec/`` (the exec wrapper's pid files) and ``.state/bg``
@@ -420,7 +423,12 @@ class _Link:
         self.config = config
         # One slot is the SFTP session's; one is spare for the kill of a command whose channel
         # we just closed (its session stays counted until the remote child is reaped).
-        self.channels = anyio.CapacityLimiter(max(1, config.max_sessions - 2))
+        self._cap = max(1, config.max_sessions - 2)
+        self.channels = anyio.CapacityLimiter(self._cap)
+        # Channels whose close overran its bound: the server still counts each one against
+        # MaxSessions (OpenSSH keeps a session until its child exits), so each keeps its slot
+        # until it is seen closed.
+        self._stuck: list[Any] = []
         self.users = 0
         self._sftp: Any = None
         self._sftp_lock = anyio.Lock()
@@ -436,6 +444,34 @@ class _Link:
                 with anyio.fail_after(self.config.call_timeout_seconds):
                     self._sftp = await self.conn.start_sftp_client()
             return self._sftp
+
+    def keep_counted(self, process: Any) -> None:
+        """``process``'s channel was abandoned while closing: it keeps its slot."""
+        self._stuck.append(process)
+        self._resize()
+
+    async def reclaim(self) -> None:
+        """Give back the slots of abandoned channels that have closed since."""
+        if not self._stuck:
+            return
+        still_open = []
+        for process in self._stuck:
+            # A zero-deadline wait: it completes without suspending only if already closed.
+            with anyio.move_on_after(0) as probe:
+                await process.channel.wait_closed()
+            if probe.cancelled_caught:
+                still_open.append(process)
+        self._stuck = still_open
+        self._resize()
+
+    def _resize(self) -> None:
+        # At least one slot: past that, the open is refused and retried (_open_channel).
+        self.channels.total_tokens = max(1, self._cap - len(self._stuck))
+
+    @property
+    def stuck_channels(self) -> int:
+        """Abandoned channels still open, each holding a slot."""
+        return len(self._stuck)
 
     async def close(self) -> None:
         """Close the connection (its channels with it), bounded; never raises."""
@@ -481,6 +517,7 @@ async def _run_channel(
     **Cancellation**: the channel is closed (bounded) before the cancellation propagates; the
     remote command may keep running (the caller kills its group).
     """
+    await link.reclaim()
     async with link.channels:
         process = await _open_channel(link, command, call_timeout)
         if on_open is not None:
@@ -501,19 +538,24 @@ async def _run_channel(
                 code = _code(process.returncode)
             return code
         finally:
-            with cleanup_scope("close an SSH channel", _CHANNEL_CLOSE_SECONDS, log=logger):
+            with cleanup_scope(
+                "close an SSH channel", _CHANNEL_CLOSE_SECONDS, log=logger
+            ) as closing:
                 try:
                     process.close()
                     await process.wait_closed()
                 except Exception as exc:  # cleanup: the outcome above is what counts
                     logger.debug("closing an SSH channel: %s", exc)
+            if closing.overran:
+                link.keep_counted(process)
             if on_close is not None:
                 on_close(process)
 
 
-#: SSH channel-open failure codes that mean "not now" (administratively prohibited: OpenSSH's
-#: MaxSessions; resource shortage).
-_RETRY_OPEN_CODES = (1, 4)
+#: SSH channel-open failure codes that mean "not now": connect failed is what OpenSSH answers
+#: a session past its MaxSessions ("open failed", checked against OpenSSH 9.2); administratively
+#: prohibited and resource shortage are what other servers use for the same.
+_RETRY_OPEN_CODES = (1, 2, 4)
 
 
 async def _chunks(reader: Any) -> AsyncIterator[bytes]:
@@ -531,15 +573,34 @@ async def _open_channel(link: _Link, command: str, call_timeout: float) -> Any:
     channel opened at once can find the old one still counted against ``MaxSessions``.
     """
     delay = 0.02
-    with anyio.fail_after(call_timeout):
-        while True:
-            try:
-                return await link.conn.create_process(command, encoding=None, stdin=DEVNULL)
-            except Exception as exc:
-                if getattr(exc, "code", None) not in _RETRY_OPEN_CODES or link.closed:
-                    raise
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+    refused = 0
+    try:
+        with anyio.fail_after(call_timeout):
+            while True:
+                try:
+                    return await link.conn.create_process(command, encoding=None, stdin=DEVNULL)
+                except Exception as exc:
+                    code = getattr(exc, "code", None)
+                    if code not in _RETRY_OPEN_CODES or link.closed:
+                        raise
+                    refused += 1
+                    logger.debug(
+                        "ssh: %s refused a channel (code %s: %s); retrying in %g s",
+                        link.config.target,
+                        code,
+                        getattr(exc, "reason", exc),
+                        delay,
+                    )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+    except TimeoutError:
+        if not refused:
+            raise
+        raise TimeoutError(
+            f"ssh: {link.config.target} refused a channel {refused} times within "
+            f"{call_timeout:g} s (its MaxSessions is full: is max_sessions="
+            f"{link.config.max_sessions} what the server allows?)"
+        ) from None
 
 
 def _code(returncode: int | None) -> int | None:
@@ -828,8 +889,10 @@ class SshSandbox(ContainerSandbox):
         if self._link.closed or _lost(exc):
             return self._unavailable(what, exc)
         if isinstance(exc, TimeoutError):
+            detail = f": {exc}" if str(exc) else ""
             return SandboxError(
-                f"ssh: {what} on {self.config.target} did not finish in time", task_id=self.task_id
+                f"ssh: {what} on {self.config.target} did not finish in time{detail}",
+                task_id=self.task_id,
             )
         return SandboxError(
             f"ssh: {what} on {self.config.target} failed: {type(exc).__name__}: {exc}",

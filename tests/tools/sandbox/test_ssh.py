@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import signal
 import sys
 from collections.abc import AsyncIterator
+from functools import partial
 
 import anyio
 import pytest
@@ -23,6 +25,7 @@ from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS, ConformanceCheck
 from hermes_async.tool_context import ToolContext
 from hermes_async.tools.registry import ToolRuntime, dispatch
+from hermes_async.tools.sandbox import ssh as ssh_module
 from hermes_async.tools.sandbox.backends import (
     available_backends,
     make_backend_factory,
@@ -167,6 +170,88 @@ async def test_one_connection_for_many_sandboxes(backend: SshBackend) -> None:
         assert backend.connections_opened == 1
     assert results == {i: f"{i}\n" for i in range(16)}
     assert processes_with("sleep 3310") == []
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> int:
+    return sum("refused a channel" in r.getMessage() for r in caplog.records)
+
+
+@ssh
+async def test_a_channel_the_server_refuses_waits_for_a_free_session(
+    ssh_server: SshServer, remote_root: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A cap above what the server allows (12 channels; OpenSSH's MaxSessions is 10): the
+    # channels past it are refused ("open failed") and wait until a session frees.
+    caplog.set_level(logging.DEBUG, logger=ssh_module.__name__)
+    backend = SshBackend(make_config(ssh_server, remote_root=str(remote_root), max_sessions=14))
+    results: list[str] = []
+
+    async def run(sb: SshSandbox, i: int) -> None:
+        results.append((await sb.exec(f"sleep 1; echo {i}")).stdout)
+
+    async with backend, await backend("refused") as sb, anyio.create_task_group() as tg:
+        for i in range(12):
+            tg.start_soon(run, sb, i)
+    assert sorted(results) == sorted(f"{i}\n" for i in range(12))
+    assert _refusals(caplog) > 0  # the server did refuse: the case was exercised
+
+
+@ssh
+async def test_a_channel_refused_past_the_call_timeout_names_max_sessions(
+    ssh_server: SshServer, remote_root: pathlib.Path
+) -> None:
+    config = make_config(
+        ssh_server, remote_root=str(remote_root), max_sessions=14, call_timeout_seconds=1.5
+    )
+    backend = SshBackend(config)
+    outcomes: list[object] = []
+
+    async def run(sb: SshSandbox) -> None:
+        try:
+            outcomes.append((await sb.exec("sleep 4", timeout=20)).exit_code)
+        except SandboxError as exc:
+            outcomes.append(exc)
+
+    async with backend, await backend("refused-long") as sb, anyio.create_task_group() as tg:
+        for _ in range(12):
+            tg.start_soon(run, sb)
+    errors = [o for o in outcomes if isinstance(o, SandboxError)]
+    assert errors and len(outcomes) == 12
+    assert all("refused a channel" in str(e) and "max_sessions=14" in str(e) for e in errors)
+    assert outcomes.count(0) == len(outcomes) - len(errors)
+
+
+@ssh
+async def test_a_channel_abandoned_while_closing_keeps_its_slot(
+    backend: SshBackend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # OpenSSH keeps a session until its command exits, so closing the channel of a command
+    # nobody killed overruns its bound and is abandoned; the server still counts it.
+    monkeypatch.setattr(ssh_module, "_CHANNEL_CLOSE_SECONDS", 0.2)
+    caplog.set_level(logging.DEBUG, logger=ssh_module.__name__)
+    async with backend:
+        link = await backend.acquire()
+        try:
+            for _ in range(3):
+                with anyio.move_on_after(0.5):
+                    await ssh_module._remote_sh(link, "exec sleep 3311", timeout=30)
+            assert link.stuck_channels == 3
+            assert link.channels.total_tokens == 8 - 3
+            # More commands at once than the slots left: they queue here, none is refused.
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    tg.start_soon(partial(ssh_module._remote_sh, link, "sleep 0.3", timeout=30))
+            assert _refusals(caplog) == 0
+            # Once those commands end, their channels close and the slots come back.
+            for pid in processes_with("sleep 3311"):
+                os.kill(pid, signal.SIGKILL)
+            with anyio.fail_after(10):
+                while link.stuck_channels:
+                    await anyio.sleep(0.05)
+                    await ssh_module._remote_sh(link, "true", timeout=30)
+            assert link.channels.total_tokens == 8
+        finally:
+            await backend.release(link)
 
 
 @ssh
