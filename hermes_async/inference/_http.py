@@ -60,6 +60,7 @@ from hermes_async.inference._retry import (
     GiveUp,
     HTTPStatus,
     Outcome,
+    Retry,
     RetryPolicy,
     decide_retry,
     parse_retry_after,
@@ -190,6 +191,71 @@ class AttemptFailure:
 
     outcome: Outcome
     cause: BaseException | None = None
+
+
+class Attempts:
+    """One request's attempts across retries: their count, and what to do after a failed one.
+
+    Stale kept-alive connections are retried at once and do not count as attempts.
+    """
+
+    __slots__ = ("_deadline", "_policy", "_request_timeout", "_rng", "number", "stale_retries")
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        *,
+        deadline: float,
+        request_timeout_seconds: float,
+        rng: random.Random,
+    ) -> None:
+        self._policy = policy
+        self._deadline = deadline
+        self._request_timeout = request_timeout_seconds
+        self._rng = rng
+        self.number = 0
+        self.stale_retries = 0
+
+    def next(self) -> int:
+        """Count a new attempt; its number (1-based)."""
+        self.number += 1
+        return self.number
+
+    def uncount(self) -> None:
+        """The attempt just counted was not made after all."""
+        self.number -= 1
+
+    def after(
+        self, failure: AttemptFailure, endpoint: str, *, judged_as: Outcome | None = None
+    ) -> Retry:
+        """The retry to make after ``failure`` ended the current attempt.
+
+        Args:
+            failure: How the attempt failed.
+            endpoint: ``METHOD URL`` of the request, for the error.
+            judged_as: The outcome to decide on, when it differs from the one reported (a pool
+                retries a timeout elsewhere as it would a failed connect).
+
+        Raises:
+            ModelServerError: No retry: the request's error for ``failure``.
+        """
+        decision = decide_retry(
+            failure.outcome if judged_as is None else judged_as,
+            attempt=self.number,
+            stale_retries=self.stale_retries,
+            policy=self._policy,
+            remaining_seconds=self._deadline - anyio.current_time(),
+            request_timeout_seconds=self._request_timeout,
+            rng=self._rng,
+        )
+        if isinstance(decision, GiveUp):
+            raise request_error(
+                failure.outcome, endpoint=endpoint, attempt=self.number, note=decision.note
+            ) from failure.cause
+        if not decision.uses_attempt:
+            self.stale_retries += 1
+            self.number -= 1
+        return decision
 
 
 def encode_body(body: JSONObject | bytes) -> bytes:
@@ -542,41 +608,30 @@ class ServerConnection(AsyncResource):
         self._require_open()
         payload = encode_body(body)
         options = self.options
-        attempt = 0
-        stale_retries = 0
+        attempts = Attempts(
+            options.retry,
+            deadline=deadline,
+            request_timeout_seconds=options.request_timeout_seconds,
+            rng=self._rng,
+        )
         while True:
-            attempt += 1
+            attempt = attempts.next()
             result = await self.send_once(path, payload, endpoint, deadline, attempt)
             if not isinstance(result, AttemptFailure):
                 return result, attempt
-            outcome = result.outcome
-            decision = decide_retry(
-                outcome,
-                attempt=attempt,
-                stale_retries=stale_retries,
-                policy=options.retry,
-                remaining_seconds=deadline - anyio.current_time(),
-                request_timeout_seconds=options.request_timeout_seconds,
-                rng=self._rng,
-            )
-            if isinstance(decision, GiveUp):
-                raise request_error(
-                    outcome, endpoint=endpoint, attempt=attempt, note=decision.note
-                ) from result.cause
-            if not decision.uses_attempt:
-                stale_retries += 1
-                attempt -= 1
+            retry = attempts.after(result, endpoint)
+            if not retry.uses_attempt:
                 logger.debug("%s: stale kept-alive connection; retrying at once", endpoint)
                 continue
             logger.warning(
                 "%s failed (%s); retry %d/%d in %.2f s",
                 endpoint,
-                request_error(outcome, endpoint=endpoint, attempt=attempt).message,
+                request_error(result.outcome, endpoint=endpoint, attempt=attempt).message,
                 attempt,
                 options.retry.max_attempts - 1,
-                decision.delay,
+                retry.delay,
             )
-            await anyio.sleep(decision.delay)
+            await anyio.sleep(retry.delay)
 
     async def send_once(
         self, path: str, payload: bytes, endpoint: str, deadline: float, attempt: int

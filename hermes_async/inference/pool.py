@@ -74,14 +74,14 @@ from hermes_async.inference._body import BodyContext, LineReader, read_body
 from hermes_async.inference._errors import ModelServerError, ServerTimeoutError
 from hermes_async.inference._http import (
     AttemptFailure,
+    Attempts,
     HTTPOptions,
     ServerConnection,
     decode_json_body,
     encode_body,
     probe_server,
-    request_error,
 )
-from hermes_async.inference._retry import GiveUp, HTTPStatus, Outcome, decide_retry
+from hermes_async.inference._retry import HTTPStatus, Outcome
 from hermes_async.inference._transport import (
     ClosedBeforeResponse,
     ConnectFailed,
@@ -870,20 +870,26 @@ class _PooledConnection:
         deadline = anyio.current_time() + self.options.request_timeout_seconds
         session = _SESSION.get()
         avoid: set[int] = set()
-        attempt = 0
-        stale_retries = 0
+        attempts = Attempts(
+            policy,
+            deadline=deadline,
+            request_timeout_seconds=self.options.request_timeout_seconds,
+            rng=pool._rng,
+        )
         while True:
             index, wait_until = pool._route(session, avoid, commit=True)
             now = anyio.current_time()
             if index is None:  # every server is cooling down: wait for the first
                 if wait_until >= deadline:
-                    raise self._deadline_error(path, attempt, "every server is cooling down")
+                    raise self._deadline_error(
+                        path, attempts.number, "every server is cooling down"
+                    )
                 await anyio.sleep(max(0.0, wait_until - now))
                 continue
             connection = self._members[index]
             limiter = pool.limiters[index]
             endpoint = connection.endpoint(path)
-            attempt += 1
+            attempt = attempts.next()
             try:
                 with anyio.fail_after(max(0.0, deadline - now)):
                     await limiter.__aenter__()
@@ -895,7 +901,7 @@ class _PooledConnection:
                 if not pool._members[index].eligible(anyio.current_time()) and (
                     pool._route(session, avoid | {index}, commit=False)[0] not in (None, index)
                 ):
-                    attempt -= 1  # ejected or cooling while we waited: route again
+                    attempts.uncount()  # ejected or cooling while we waited: route again
                     continue
                 pool._members[index].requests += 1
                 result = await connection.send_once(path, payload, endpoint, deadline, attempt)
@@ -917,24 +923,14 @@ class _PooledConnection:
                 await limiter.__aexit__(None, None, None)
             outcome = result.outcome
             pool._record_failure(index, outcome)
-            decision = decide_retry(
-                ConnectFailed(str(outcome))
+            retry = attempts.after(
+                result,
+                endpoint,
+                judged_as=ConnectFailed(str(outcome))
                 if isinstance(outcome, TransportTimeout) and _movable(outcome)
-                else outcome,
-                attempt=attempt,
-                stale_retries=stale_retries,
-                policy=policy,
-                remaining_seconds=deadline - anyio.current_time(),
-                request_timeout_seconds=self.options.request_timeout_seconds,
-                rng=pool._rng,
+                else None,
             )
-            if isinstance(decision, GiveUp):
-                raise request_error(
-                    outcome, endpoint=endpoint, attempt=attempt, note=decision.note
-                ) from result.cause
-            if not decision.uses_attempt:
-                stale_retries += 1
-                attempt -= 1
+            if not retry.uses_attempt:
                 continue
             if _movable(outcome):
                 avoid.add(index)
@@ -956,9 +952,9 @@ class _PooledConnection:
                 _describe(outcome),
                 attempt,
                 policy.max_attempts - 1,
-                decision.delay,
+                retry.delay,
             )
-            await anyio.sleep(decision.delay)
+            await anyio.sleep(retry.delay)
 
     def _deadline_error(self, path: str, attempt: int, why: str) -> ServerTimeoutError:
         seconds = self.options.request_timeout_seconds

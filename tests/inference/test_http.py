@@ -21,7 +21,12 @@ from hermes_async.inference import (
     ServerTimeoutError,
     probe_server,
 )
-from hermes_async.inference._http import ServerConnection, parse_retry_after
+from hermes_async.inference._http import (
+    AttemptFailure,
+    Attempts,
+    ServerConnection,
+    parse_retry_after,
+)
 from hermes_async.inference._httpx import HttpxTransport, translate
 from hermes_async.inference._retry import (
     MAX_STALE_RETRIES,
@@ -388,6 +393,34 @@ def test_decide_retry_gives_up_with_the_reason() -> None:
     assert _decide(ClosedBeforeResponse("stale", reused=True), stale=MAX_STALE_RETRIES) == Retry(
         0.5
     )
+
+
+@pytest.mark.anyio
+async def test_attempts_count_retries_but_not_stale_connections() -> None:
+    # The bookkeeping a connection's and a pool's retry loops share (anyio's clock: async).
+    attempts = Attempts(
+        RetryPolicy(max_attempts=2, initial_backoff_seconds=0.5, jitter=0.0),
+        deadline=anyio.current_time() + 100.0,
+        request_timeout_seconds=100.0,
+        rng=random.Random(0),
+    )
+    assert attempts.next() == 1
+    stale = AttemptFailure(ClosedBeforeResponse("stale", reused=True))
+    assert attempts.after(stale, "POST http://x/generate") == Retry(0.0, uses_attempt=False)
+    assert (attempts.number, attempts.stale_retries) == (0, 1)
+    assert attempts.next() == 1  # the stale retry did not count
+    # A pool judges a movable timeout as a failed connect: retried, where a timeout is not.
+    timeout = AttemptFailure(TransportTimeout("slow", kind="connect", seconds=1.0))
+    assert attempts.after(timeout, "POST http://x/generate", judged_as=ConnectFailed("t")) == (
+        Retry(0.5)
+    )
+    assert attempts.next() == 2
+    attempts.uncount()
+    assert attempts.next() == 2
+    cause = OSError("refused")
+    with pytest.raises(ServerConnectError, match="gave up after 2 attempts") as info:
+        attempts.after(AttemptFailure(ConnectFailed("refused"), cause), "POST http://x/generate")
+    assert info.value.attempt == 2 and info.value.__cause__ is cause
 
 
 @pytest.mark.parametrize(
