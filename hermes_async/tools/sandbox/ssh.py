@@ -88,7 +88,6 @@ import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from subprocess import DEVNULL
-from types import TracebackType
 from typing import Any, Self
 
 import anyio
@@ -96,6 +95,7 @@ import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
 from hermes_async._cleanup import acquisition_scope, cleanup_scope
+from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
     ContainerExec,
@@ -640,7 +640,7 @@ async def _remote_sh(
     return code, out.text(), err.text()
 
 
-class SshBackend:
+class SshBackend(AsyncResource):
     """Creates :class:`SshSandbox` es over one shared connection: a ``SandboxManager`` factory.
 
     ``async with SshBackend(config) as backend:`` keeps the connection open for the whole block
@@ -672,12 +672,9 @@ class SshBackend:
         self._held = await self.acquire()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Stop keeping the connection open (it closes now unless a sandbox still uses it);
+        idempotent."""
         held, self._held = self._held, None
         if held is not None:
             await self.release(held)
