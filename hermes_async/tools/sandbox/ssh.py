@@ -441,8 +441,9 @@ class _Link:
         """The connection's SFTP session, started on first use (bounded)."""
         async with self._sftp_lock:
             if self._sftp is None:
-                with anyio.fail_after(self.config.call_timeout_seconds):
-                    self._sftp = await self.conn.start_sftp_client()
+                self._sftp = await _open_session(
+                    self, self.conn.start_sftp_client, self.config.call_timeout_seconds
+                )
             return self._sftp
 
     def keep_counted(self, process: Any) -> None:
@@ -565,12 +566,26 @@ async def _chunks(reader: Any) -> AsyncIterator[bytes]:
 
 
 async def _open_channel(link: _Link, command: str, call_timeout: float) -> Any:
-    """Open a session channel running ``command``, retrying (within ``call_timeout``) while
-    the server refuses it for lack of session slots.
+    """Open a session channel running ``command`` (see :func:`_open_session`)."""
+    return await _open_session(
+        link,
+        lambda: link.conn.create_process(command, encoding=None, stdin=DEVNULL),
+        call_timeout,
+    )
+
+
+async def _open_session(
+    link: _Link, open_session: Callable[[], Awaitable[Any]], call_timeout: float
+) -> Any:
+    """``open_session()``, retried (within ``call_timeout``) while the server refuses the
+    channel for lack of session slots.
 
     Why a retry on top of the channel cap: OpenSSH frees a session only once its channel is
     gone *and* its child was reaped, a moment after our side saw the channel close, so a new
     channel opened at once can find the old one still counted against ``MaxSessions``.
+
+    Raises:
+        TimeoutError: Past ``call_timeout`` (naming the refusals, if there were any).
     """
     delay = 0.02
     refused = 0
@@ -578,7 +593,7 @@ async def _open_channel(link: _Link, command: str, call_timeout: float) -> Any:
         with anyio.fail_after(call_timeout):
             while True:
                 try:
-                    return await link.conn.create_process(command, encoding=None, stdin=DEVNULL)
+                    return await open_session()
                 except Exception as exc:
                     code = getattr(exc, "code", None)
                     if code not in _RETRY_OPEN_CODES or link.closed:

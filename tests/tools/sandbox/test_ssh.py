@@ -222,6 +222,26 @@ async def test_a_channel_refused_past_the_call_timeout_names_max_sessions(
 
 
 @ssh
+async def test_the_sftp_session_waits_for_a_free_session_too(
+    backend: SshBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=ssh_module.__name__)
+    async with backend:
+        link = await backend.acquire()
+        try:
+            # Every one of the server's 10 sessions taken, past our cap, for 1.5 s.
+            held = [await link.conn.create_process("sleep 1.5") for _ in range(10)]
+            with anyio.fail_after(20):
+                sftp = await link.sftp()
+            assert await sftp.exists("/")
+            assert _refusals(caplog) > 0
+            for process in held:
+                await process.wait_closed()
+        finally:
+            await backend.release(link)
+
+
+@ssh
 async def test_a_channel_abandoned_while_closing_keeps_its_slot(
     backend: SshBackend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
