@@ -515,14 +515,18 @@ async def _run_channel(
         Exception: What ``write_out`` raised (unwrapped), or asyncssh's error for a failed
             channel or a lost connection.
 
-    **Cancellation**: the channel is closed (bounded) before the cancellation propagates; the
-    remote command may keep running (the caller kills its group).
+    **Cancellation**: the channel is closed without waiting and the cancellation propagates;
+    the remote command may keep running (the caller kills its group). OpenSSH keeps a
+    channel's session until its command exits, so waiting for the close here would wait for
+    the kill that only comes after it: instead the channel keeps its slot on the connection
+    until it has closed.
     """
     await link.reclaim()
     async with link.channels:
         process = await _open_channel(link, command, call_timeout)
         if on_open is not None:
             on_open(process)
+        ended = False
         try:
 
             async def read_streams() -> None:
@@ -537,17 +541,26 @@ async def _run_channel(
                 with anyio.move_on_after(call_timeout):
                     await process.wait_closed()
                 code = _code(process.returncode)
+            ended = True
             return code
         finally:
-            with cleanup_scope(
-                "close an SSH channel", _CHANNEL_CLOSE_SECONDS, log=logger
-            ) as closing:
-                try:
-                    process.close()
-                    await process.wait_closed()
-                except Exception as exc:  # cleanup: the outcome above is what counts
-                    logger.debug("closing an SSH channel: %s", exc)
-            if closing.overran:
+            try:
+                process.close()
+            except Exception as exc:  # cleanup: the outcome above is what counts
+                logger.debug("closing an SSH channel: %s", exc)
+            if ended:
+                # The command is done: its channel closes at once (bounded all the same).
+                with cleanup_scope(
+                    "close an SSH channel", _CHANNEL_CLOSE_SECONDS, log=logger
+                ) as closing:
+                    try:
+                        await process.wait_closed()
+                    except Exception as exc:  # cleanup: the outcome above is what counts
+                        logger.debug("closing an SSH channel: %s", exc)
+                    await link.reclaim()
+                if closing.overran:
+                    link.keep_counted(process)
+            else:
                 link.keep_counted(process)
             if on_close is not None:
                 on_close(process)

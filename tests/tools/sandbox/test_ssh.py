@@ -242,12 +242,11 @@ async def test_the_sftp_session_waits_for_a_free_session_too(
 
 
 @ssh
-async def test_a_channel_abandoned_while_closing_keeps_its_slot(
-    backend: SshBackend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+async def test_the_channel_of_a_cancelled_command_keeps_its_slot_until_it_closes(
+    backend: SshBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # OpenSSH keeps a session until its command exits, so closing the channel of a command
-    # nobody killed overruns its bound and is abandoned; the server still counts it.
-    monkeypatch.setattr(ssh_module, "_CHANNEL_CLOSE_SECONDS", 0.2)
+    # OpenSSH keeps a session until its command exits: the channel of a cancelled command
+    # nobody killed yet is still counted by the server, so it keeps its slot here.
     caplog.set_level(logging.DEBUG, logger=ssh_module.__name__)
     async with backend:
         link = await backend.acquire()
@@ -272,6 +271,23 @@ async def test_a_channel_abandoned_while_closing_keeps_its_slot(
             assert link.channels.total_tokens == 8
         finally:
             await backend.release(link)
+
+
+@ssh
+async def test_a_timed_out_command_returns_without_waiting_for_its_channel(
+    backend: SshBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The channel's close completes only once the command is killed, which comes after it:
+    # waiting for it cost every timed-out command its 5 s bound (and an "overran" warning).
+    async with await backend("timeout-fast") as sb:
+        for _ in range(3):
+            start = anyio.current_time()
+            result = await sb.exec("sleep 3312", timeout=0.3)
+            assert result.timed_out
+            assert anyio.current_time() - start < 3.0
+        assert (await sb.exec("echo ok")).stdout == "ok\n"
+    assert not [r for r in caplog.records if "overran" in r.getMessage()]
+    assert processes_with("sleep 3312") == []
 
 
 @ssh
