@@ -254,7 +254,7 @@ class Attempts:
             ) from failure.cause
         if not decision.uses_attempt:
             self.stale_retries += 1
-            self.number -= 1
+            self.uncount()
         return decision
 
 

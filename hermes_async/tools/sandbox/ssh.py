@@ -19,8 +19,9 @@ Shape:
   Commands past the cap wait for a channel; that wait counts toward their timeout. Raise
   ``MaxSessions`` on the server and ``max_sessions`` here together. A channel the server
   refuses anyway ("open failed": a session of a closed channel is freed only once its command
-  exited) is retried within ``call_timeout_seconds``; a channel whose close overran its bound
-  keeps its slot until it has closed, since the server still counts it.
+  exited) is retried within ``call_timeout_seconds``. A channel closed before its command
+  ended (a timeout, a cancellation: the kill follows) or whose close overran its bound keeps
+  its slot until it has closed, since the server still counts it.
 * **A sandbox is a directory** ``{remote_root}/hermes-sbx-<task>-<hex>.XXXXXX`` made by
   ``mktemp -d`` (mode 0700), with ``work/`` (the working directory), ``home/`` (``$HOME``),
   ``tmp/`` (``$TMPDIR``), ``.exec/`` (the exec wrapper's pid files) and ``.state/bg``
@@ -421,13 +422,13 @@ class _Link:
     def __init__(self, conn: Any, config: SshSandboxConfig) -> None:
         self.conn = conn
         self.config = config
-        # One slot is the SFTP session's; one is spare for the kill of a command whose channel
-        # we just closed (its session stays counted until the remote child is reaped).
+        # One slot is the SFTP session's; one is spare for a session the server frees a moment
+        # after our side saw its channel close.
         self._cap = max(1, config.max_sessions - 2)
         self.channels = anyio.CapacityLimiter(self._cap)
-        # Channels whose close overran its bound: the server still counts each one against
-        # MaxSessions (OpenSSH keeps a session until its child exits), so each keeps its slot
-        # until it is seen closed.
+        # Channels closed before their command ended, or whose close overran its bound: the
+        # server still counts each against MaxSessions (OpenSSH keeps a session until its
+        # command exits), so each keeps its slot until it is seen closed.
         self._stuck: list[Any] = []
         self.users = 0
         self._sftp: Any = None
@@ -447,12 +448,12 @@ class _Link:
             return self._sftp
 
     def keep_counted(self, process: Any) -> None:
-        """``process``'s channel was abandoned while closing: it keeps its slot."""
+        """``process``'s channel is closing without us waiting for it: it keeps its slot."""
         self._stuck.append(process)
         self._resize()
 
     async def reclaim(self) -> None:
-        """Give back the slots of abandoned channels that have closed since."""
+        """Give back the slots of kept channels that have closed since."""
         if not self._stuck:
             return
         still_open = []
@@ -471,7 +472,7 @@ class _Link:
 
     @property
     def stuck_channels(self) -> int:
-        """Abandoned channels still open, each holding a slot."""
+        """Kept channels (see :meth:`keep_counted`) still open, each holding a slot."""
         return len(self._stuck)
 
     async def close(self) -> None:

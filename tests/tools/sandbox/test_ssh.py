@@ -16,6 +16,7 @@ import pathlib
 import signal
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 
 import anyio
@@ -172,6 +173,17 @@ async def test_one_connection_for_many_sandboxes(backend: SshBackend) -> None:
     assert processes_with("sleep 3310") == []
 
 
+@asynccontextmanager
+async def _held_link(backend: SshBackend) -> AsyncIterator[ssh_module._Link]:
+    """The backend's connection, held for the block."""
+    async with backend:
+        link = await backend.acquire()
+        try:
+            yield link
+        finally:
+            await backend.release(link)
+
+
 def _refusals(caplog: pytest.LogCaptureFixture) -> int:
     return sum("refused a channel" in r.getMessage() for r in caplog.records)
 
@@ -226,19 +238,15 @@ async def test_the_sftp_session_waits_for_a_free_session_too(
     backend: SshBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=ssh_module.__name__)
-    async with backend:
-        link = await backend.acquire()
-        try:
-            # Every one of the server's 10 sessions taken, past our cap, for 1.5 s.
-            held = [await link.conn.create_process("sleep 1.5") for _ in range(10)]
-            with anyio.fail_after(20):
-                sftp = await link.sftp()
-            assert await sftp.exists("/")
-            assert _refusals(caplog) > 0
-            for process in held:
-                await process.wait_closed()
-        finally:
-            await backend.release(link)
+    async with _held_link(backend) as link:
+        # Every one of the server's 10 sessions taken, past our cap, for 1.5 s.
+        held = [await link.conn.create_process("sleep 1.5") for _ in range(10)]
+        with anyio.fail_after(20):
+            sftp = await link.sftp()
+        assert await sftp.exists("/")
+        assert _refusals(caplog) > 0
+        for process in held:
+            await process.wait_closed()
 
 
 @ssh
@@ -248,29 +256,25 @@ async def test_the_channel_of_a_cancelled_command_keeps_its_slot_until_it_closes
     # OpenSSH keeps a session until its command exits: the channel of a cancelled command
     # nobody killed yet is still counted by the server, so it keeps its slot here.
     caplog.set_level(logging.DEBUG, logger=ssh_module.__name__)
-    async with backend:
-        link = await backend.acquire()
-        try:
-            for _ in range(3):
-                with anyio.move_on_after(0.5):
-                    await ssh_module._remote_sh(link, "exec sleep 3311", timeout=30)
-            assert link.stuck_channels == 3
-            assert link.channels.total_tokens == 8 - 3
-            # More commands at once than the slots left: they queue here, none is refused.
-            async with anyio.create_task_group() as tg:
-                for _ in range(8):
-                    tg.start_soon(partial(ssh_module._remote_sh, link, "sleep 0.3", timeout=30))
-            assert _refusals(caplog) == 0
-            # Once those commands end, their channels close and the slots come back.
-            for pid in processes_with("sleep 3311"):
-                os.kill(pid, signal.SIGKILL)
-            with anyio.fail_after(10):
-                while link.stuck_channels:
-                    await anyio.sleep(0.05)
-                    await ssh_module._remote_sh(link, "true", timeout=30)
-            assert link.channels.total_tokens == 8
-        finally:
-            await backend.release(link)
+    async with _held_link(backend) as link:
+        for _ in range(3):
+            with anyio.move_on_after(0.5):
+                await ssh_module._remote_sh(link, "exec sleep 3311", timeout=30)
+        assert link.stuck_channels == 3
+        assert link.channels.total_tokens == 8 - 3
+        # More commands at once than the slots left: they queue here, none is refused.
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(partial(ssh_module._remote_sh, link, "sleep 0.3", timeout=30))
+        assert _refusals(caplog) == 0
+        # Once those commands end, their channels close and the slots come back.
+        for pid in processes_with("sleep 3311"):
+            os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(10):
+            while link.stuck_channels:
+                await anyio.sleep(0.05)
+                await ssh_module._remote_sh(link, "true", timeout=30)
+        assert link.channels.total_tokens == 8
 
 
 @ssh
