@@ -155,8 +155,6 @@ class VLLMCompletionsClient(GenerateClient):
         body: JSONObject = {
             "prompt": list(prompt_ids),
             "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
             "logprobs": 0,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
@@ -167,12 +165,6 @@ class VLLMCompletionsClient(GenerateClient):
         }
         if self.model is not None:
             body["model"] = self.model
-        if params.top_k is not None:
-            body["top_k"] = params.top_k
-        if params.stop:
-            body["stop"] = list(params.stop)
-        if params.stop_token_ids:
-            body["stop_token_ids"] = list(params.stop_token_ids)
         return self._flat_tail(body, params)
 
     def _decoder(self) -> ChunkDecoder:

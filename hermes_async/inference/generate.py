@@ -371,7 +371,9 @@ class GenerateClient(ServerClient, ABC):
         return base_url
 
     def _flat_tail(self, body: JSONObject, params: SamplingParams) -> JSONObject:
-        """``seed`` and the extras at the top level of a flat body (Atropos, completions)."""
+        """The sampling fields, ``seed`` and the extras at the top level of a flat body
+        (Atropos, completions)."""
+        body.update(_sampling_common(params))
         if params.seed is not None:
             body["seed"] = params.seed
         _, top = split_extras(self.extras_kind, params.extra)
@@ -523,7 +525,6 @@ class AtroposGenerateClient(GenerateClient):
             "n": 1,
             "max_tokens": params.max_tokens,
         }
-        body.update(_sampling_common(params))
         return self._flat_tail(body, params)
 
     def _decoder(self) -> ChunkDecoder:

@@ -11,7 +11,11 @@ from hermes_async.inference.completions import (
     VLLMCompletionsClient,
     detect_token_endpoint,
 )
-from hermes_async.inference.generate import SamplingParams
+from hermes_async.inference.generate import (
+    AtroposGenerateClient,
+    SamplingParams,
+    VLLMGenerateClient,
+)
 from hermes_async.inference.request_extras import (
     UnsupportedExtraError,
     accepted_extras,
@@ -149,3 +153,21 @@ def _strip_ids(app: ScriptedModelServer):  # an ASGI wrapper rewriting the SSE f
         await app(scope, receive, rewrite)
 
     return wrapped
+
+
+def test_the_flat_bodies_carry_the_same_sampling_fields_as_the_generate_route() -> None:
+    params = SamplingParams(
+        max_tokens=5, temperature=0.3, top_p=0.8, top_k=20, stop=("</x>",), stop_token_ids=(9,)
+    )
+    nested = VLLMGenerateClient("http://h").request_body([1], params)["sampling_params"]
+    expected = {k: nested[k] for k in ("temperature", "top_p", "top_k", "stop", "stop_token_ids")}
+    assert expected == {
+        "temperature": 0.3,
+        "top_p": 0.8,
+        "top_k": 20,
+        "stop": ["</x>"],
+        "stop_token_ids": [9],
+    }
+    for client in (VLLMCompletionsClient("http://h/v1"), AtroposGenerateClient("http://h")):
+        body = client.request_body([1], params)
+        assert {k: body[k] for k in expected} == expected, type(client).__name__
