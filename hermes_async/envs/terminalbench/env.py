@@ -57,7 +57,6 @@ from hermes_async.envs.terminalbench.contract import (
     TrialStatus,
     agent_timeout,
     setup_spec,
-    trial_status,
 )
 from hermes_async.envs.terminalbench.dataset import load_dataset, select
 from hermes_async.envs.terminalbench.report import (
@@ -314,32 +313,19 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
             self._graded[ctx.task_id] = _Graded(trial, None)
             self._fail(item)
             raise VerifierError(f"task {item.name}: grading failed: {exc}") from exc
-        status, reward, error = trial_status(
-            agent=agent_state,
-            verifier_timed_out=verified.timed_out,
-            verifier_timeout=item.verifier_timeout_sec,
-            reading=verified.reading,
-        )
-        if status == "agent_timeout":
-            error = result.error
-        trial = TrialResult(
-            task=item.name,
-            category=item.category,
-            agent="model",
-            status=status,
-            reward=reward,
-            error=error,
-            metrics=dict(verified.reading.metrics) if verified.reading is not None else {},
+        trial = TrialResult.graded(
+            item,
+            "model",
+            agent_state,
+            verified,
             agent_seconds=agent_seconds,
-            verifier_seconds=verified.seconds,
-            verifier_exit_code=verified.exit_code,
-            verifier_stdout=verified.stdout,
+            agent_timeout_error=result.error,
         )
         self._graded[ctx.task_id] = _Graded(trial, verifier_tar)
-        if reward is None:
+        if trial.reward is None:
             self._fail(item)
-            raise VerifierError(f"task {item.name}: {error}")
-        return reward
+            raise VerifierError(f"task {item.name}: {trial.error}")
+        return trial.reward
 
     def _fail(self, item: HarborTask) -> None:
         failures = _GROUP_FAILURES.get()

@@ -180,6 +180,45 @@ class TrialResult:
             agent_seconds=agent_seconds,
         )
 
+    @classmethod
+    def graded(
+        cls,
+        task: HarborTask,
+        agent: AgentKind,
+        agent_status: TrialStatus,
+        verified: VerifierResult,
+        *,
+        agent_seconds: float,
+        agent_timeout_error: str | None,
+        agent_exit_code: int | None = None,
+        agent_output: str = "",
+    ) -> TrialResult:
+        """The trial the verifier graded (:func:`trial_status` decides status and reward);
+        ``agent_timeout_error`` is its error when the agent ran out of time."""
+        status, reward, error = trial_status(
+            agent=agent_status,
+            verifier_timed_out=verified.timed_out,
+            verifier_timeout=task.verifier_timeout_sec,
+            reading=verified.reading,
+        )
+        if status == "agent_timeout":
+            error = agent_timeout_error
+        return cls(
+            task=task.name,
+            category=task.category,
+            agent=agent,
+            status=status,
+            reward=reward,
+            error=error,
+            metrics=dict(verified.reading.metrics) if verified.reading is not None else {},
+            agent_seconds=agent_seconds,
+            verifier_seconds=verified.seconds,
+            agent_exit_code=agent_exit_code,
+            verifier_exit_code=verified.exit_code,
+            verifier_stdout=verified.stdout,
+            agent_output=agent_output,
+        )
+
 
 def _decode(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "replace")
@@ -316,27 +355,14 @@ async def run_trial(
         verified = await verify(task, sandbox)
     except SandboxError as exc:
         return TrialResult.infra(task, agent, str(exc), agent_seconds=time.monotonic() - started)
-    final, reward, error = trial_status(
-        agent=status,
-        verifier_timed_out=verified.timed_out,
-        verifier_timeout=task.verifier_timeout_sec,
-        reading=verified.reading,
-    )
-    if final == "agent_timeout":
-        error = f"the agent ran past {agent_timeout(task, timeout_multiplier):g} s"
-    return TrialResult(
-        task=task.name,
-        category=task.category,
-        agent=agent,
-        status=final,
-        reward=reward,
-        error=error,
-        metrics=dict(verified.reading.metrics) if verified.reading is not None else {},
+    return TrialResult.graded(
+        task,
+        agent,
+        status,
+        verified,
         agent_seconds=agent_seconds,
-        verifier_seconds=verified.seconds,
+        agent_timeout_error=f"the agent ran past {agent_timeout(task, timeout_multiplier):g} s",
         agent_exit_code=exit_code,
-        verifier_exit_code=verified.exit_code,
-        verifier_stdout=verified.stdout,
         agent_output=output,
     )
 
