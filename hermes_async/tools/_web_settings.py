@@ -49,7 +49,10 @@ __all__ = [
     "Resolver",
     "SummarizerSettings",
     "WebSettings",
+    "allow_list_from_env",
     "check_allow_entry",
+    "env_reader",
+    "model_endpoint_from_env",
 ]
 
 #: A web provider this package can talk to.
@@ -287,12 +290,7 @@ class WebSettings:
             ConfigError: A variable has an invalid value (an unknown backend, a bad allow entry,
                 a summarizer URL without a model).
         """
-        env = os.environ if environ is None else environ
-
-        def get(name: str) -> str | None:
-            value = env.get(name, "").strip()
-            return value or None
-
+        get = env_reader(environ)
         backend = get("HERMES_WEB_BACKEND")
         if backend is not None:
             backend = backend.lower()
@@ -307,23 +305,8 @@ class WebSettings:
                 f"HERMES_WEB_EXTRACT_BACKEND={extract_backend!r} is invalid; "
                 "available: auto, provider, direct"
             )
-        summarizer = None
-        summarizer_url = get("HERMES_WEB_SUMMARIZER_URL")
-        if summarizer_url is not None:
-            model = get("HERMES_WEB_SUMMARIZER_MODEL")
-            if model is None:
-                raise ConfigError(
-                    "HERMES_WEB_SUMMARIZER_URL is set but HERMES_WEB_SUMMARIZER_MODEL is not; "
-                    "set the model name the summarizer server serves"
-                )
-            summarizer = SummarizerSettings(
-                base_url=summarizer_url,
-                model=model,
-                api_key=get("HERMES_WEB_SUMMARIZER_API_KEY"),
-            )
-        allow = tuple(
-            part.strip() for part in (get("HERMES_WEB_ALLOW") or "").split(",") if part.strip()
-        )
+        endpoint = model_endpoint_from_env(get, "HERMES_WEB_SUMMARIZER", "the summarizer")
+        summarizer = None if endpoint is None else SummarizerSettings(*endpoint)
         return cls(
             backend=backend,
             firecrawl_api_key=get(PROVIDER_KEY_ENV["firecrawl"]),
@@ -334,7 +317,7 @@ class WebSettings:
             exa_url=get(_URL_ENV["exa"]) or DEFAULT_PROVIDER_URLS["exa"],
             extract_backend=cast(ExtractBackend, extract_backend),
             direct_extract=(get("HERMES_WEB_DIRECT_EXTRACT") or "").lower() in _TRUE,
-            allow=allow,
+            allow=allow_list_from_env(get, "HERMES_WEB_ALLOW"),
             summarizer=summarizer,
         )
 
@@ -354,3 +337,40 @@ def check_allow_entry(entry: str, owner: str = "WebSettings") -> None:
                 f"{owner}.allow entry {entry!r} is neither a host name nor a valid CIDR "
                 f"network: {exc}"
             ) from None
+
+
+def env_reader(environ: Mapping[str, str] | None = None) -> Callable[[str], str | None]:
+    """A lookup in ``environ`` (default ``os.environ``): the stripped value, ``None`` when the
+    variable is unset or blank."""
+    env = os.environ if environ is None else environ
+
+    def get(name: str) -> str | None:
+        return env.get(name, "").strip() or None
+
+    return get
+
+
+def allow_list_from_env(get: Callable[[str], str | None], name: str) -> tuple[str, ...]:
+    """The comma-separated entries of variable ``name`` (blanks dropped)."""
+    return tuple(part.strip() for part in (get(name) or "").split(",") if part.strip())
+
+
+def model_endpoint_from_env(
+    get: Callable[[str], str | None], prefix: str, what: str
+) -> tuple[str, str, str | None] | None:
+    """``(base_url, model, api_key)`` of an OpenAI-compatible model a tool calls, from
+    ``{prefix}_URL``, ``{prefix}_MODEL`` and ``{prefix}_API_KEY``; ``None`` without a URL.
+
+    Raises:
+        ConfigError: A URL without a model.
+    """
+    url = get(f"{prefix}_URL")
+    if url is None:
+        return None
+    model = get(f"{prefix}_MODEL")
+    if model is None:
+        raise ConfigError(
+            f"{prefix}_URL is set but {prefix}_MODEL is not; "
+            f"set the name {what} server serves the model under"
+        )
+    return url, model, get(f"{prefix}_API_KEY")

@@ -56,7 +56,14 @@ import httpx
 
 from hermes_async._checks import INTEGER_AT_LEAST_ONE, POSITIVE_SECONDS, check_fields
 from hermes_async.errors import ConfigError
-from hermes_async.tools._web_settings import Resolver, WebSettings, check_allow_entry
+from hermes_async.tools._web_settings import (
+    Resolver,
+    WebSettings,
+    allow_list_from_env,
+    check_allow_entry,
+    env_reader,
+    model_endpoint_from_env,
+)
 
 __all__ = (
     "CHROMIUM_CANDIDATES",
@@ -277,11 +284,7 @@ class BrowserSettings:
             ConfigError: A variable has an invalid value (a bad allow entry, a number that is
                 not one, a vision URL without a model).
         """
-        env = os.environ if environ is None else environ
-
-        def get(name: str) -> str | None:
-            value = env.get(name, "").strip()
-            return value or None
+        get = env_reader(environ)
 
         def number(name: str) -> float | None:
             raw = get(name)
@@ -292,18 +295,8 @@ class BrowserSettings:
             except ValueError:
                 raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
 
-        vision = None
-        vision_url = get("HERMES_BROWSER_VISION_URL")
-        if vision_url is not None:
-            model = get("HERMES_BROWSER_VISION_MODEL")
-            if model is None:
-                raise ConfigError(
-                    "HERMES_BROWSER_VISION_URL is set but HERMES_BROWSER_VISION_MODEL is not; "
-                    "set the vision model's name as the server knows it"
-                )
-            vision = VisionSettings(
-                base_url=vision_url, model=model, api_key=get("HERMES_BROWSER_VISION_API_KEY")
-            )
+        endpoint = model_endpoint_from_env(get, "HERMES_BROWSER_VISION", "the vision")
+        vision = None if endpoint is None else VisionSettings(*endpoint)
         kwargs: dict[str, object] = {}
         sessions = get("HERMES_BROWSER_MAX_SESSIONS")
         if sessions is not None:
@@ -316,12 +309,9 @@ class BrowserSettings:
         idle = number("BROWSER_INACTIVITY_TIMEOUT")
         if idle is not None:
             kwargs["idle_timeout_seconds"] = idle
-        allow = tuple(
-            part.strip() for part in (get("HERMES_BROWSER_ALLOW") or "").split(",") if part.strip()
-        )
         return cls(
             executable_path=get(EXECUTABLE_ENV),
-            allow=allow,
+            allow=allow_list_from_env(get, "HERMES_BROWSER_ALLOW"),
             vision=vision,
             **kwargs,  # type: ignore[arg-type]
         )
