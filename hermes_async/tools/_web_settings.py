@@ -305,8 +305,10 @@ class WebSettings:
                 f"HERMES_WEB_EXTRACT_BACKEND={extract_backend!r} is invalid; "
                 "available: auto, provider, direct"
             )
-        endpoint = model_endpoint_from_env(get, "HERMES_WEB_SUMMARIZER", "the summarizer")
-        summarizer = None if endpoint is None else SummarizerSettings(*endpoint)
+        summarizer = None
+        if endpoint := model_endpoint_from_env(get, "HERMES_WEB_SUMMARIZER", "the summarizer"):
+            url, model, key = endpoint
+            summarizer = SummarizerSettings(base_url=url, model=model, api_key=key)
         return cls(
             backend=backend,
             firecrawl_api_key=get(PROVIDER_KEY_ENV["firecrawl"]),

@@ -295,8 +295,10 @@ class BrowserSettings:
             except ValueError:
                 raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
 
-        endpoint = model_endpoint_from_env(get, "HERMES_BROWSER_VISION", "the vision")
-        vision = None if endpoint is None else VisionSettings(*endpoint)
+        vision = None
+        if endpoint := model_endpoint_from_env(get, "HERMES_BROWSER_VISION", "the vision"):
+            url, model, key = endpoint
+            vision = VisionSettings(base_url=url, model=model, api_key=key)
         kwargs: dict[str, object] = {}
         sessions = get("HERMES_BROWSER_MAX_SESSIONS")
         if sessions is not None:
