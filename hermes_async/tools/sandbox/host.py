@@ -11,9 +11,10 @@ directories, one ``rm`` for all the removals that arrive together.
 :func:`run_bounded` starts the process with :class:`subprocess.Popen` and waits on raw file
 descriptors: its pipes (non-blocking) and a pidfd, through :func:`anyio.wait_readable`, which
 both asyncio and trio support. That is the same fork + exec asyncio's subprocess support does,
-without its transports, protocols and child watcher: ~0.5 ms of the event loop's CPU per
-command instead of ~1.1 ms (``bench/sandboxes.py --spawn`` compares the two), and no thread
-per child on Python 3.11. Elsewhere it uses :func:`anyio.open_process`. (asyncio's deprecated
+without its transports, protocols and child watcher: ~0.5-0.8 ms of the event loop's time
+per command instead of ~1.1 ms (``bench/sandboxes.py --spawn`` compares the two), and no thread
+per child on Python 3.11. Most of that time the loop waits rather than works: ``Popen`` forks
+with vfork, which holds the parent until the child has exec'd (~0.15 ms of it is CPU). Elsewhere it uses :func:`anyio.open_process`. (asyncio's deprecated
 ``FastChildWatcher`` reaps every child of the process, so it would take these children's exit
 statuses; the default watchers, and trio, wait only for their own.)
 """
