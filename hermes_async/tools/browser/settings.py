@@ -345,7 +345,7 @@ def find_chromium(
             the message says how to install one.
     """
     env = os.environ if environ is None else environ
-    chosen = configured or env.get(EXECUTABLE_ENV, "").strip() or None
+    chosen = configured or env_reader(env)(EXECUTABLE_ENV)
     if chosen is not None:
         path = chosen if os.sep in chosen else (shutil.which(chosen) or chosen)
         if not _executable(path):

@@ -14,9 +14,10 @@ both asyncio and trio support. That is the same fork + exec asyncio's subprocess
 without its transports, protocols and child watcher: ~0.5-0.8 ms of the event loop's time
 per command instead of ~1.1 ms (``bench/sandboxes.py --spawn`` compares the two), and no thread
 per child on Python 3.11. Most of that time the loop waits rather than works: ``Popen`` forks
-with vfork, which holds the parent until the child has exec'd (~0.15 ms of it is CPU). Elsewhere it uses :func:`anyio.open_process`. (asyncio's deprecated
-``FastChildWatcher`` reaps every child of the process, so it would take these children's exit
-statuses; the default watchers, and trio, wait only for their own.)
+with vfork, which holds the parent until the child has exec'd (~0.15 ms of it is CPU).
+Elsewhere it uses :func:`anyio.open_process`. (asyncio's deprecated ``FastChildWatcher``
+reaps every child of the process, so it would take these children's exit statuses; the default
+watchers, and trio, wait only for their own.)
 """
 
 from __future__ import annotations
