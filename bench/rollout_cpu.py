@@ -8,7 +8,13 @@ and reports ``time.process_time()`` over its N rollouts (after a warm-up batch).
 alternate between the sides; the medians and their ratio (baseline / this tree) are printed.
 Both sides run with the library's defaults (GC tuned as ``HermesAgentBaseEnv`` does).
 
-    .venv/bin/python bench/rollout_cpu.py                       # baseline: merge/contain
+The default baseline, :data:`ROUND_1`, is the tree issue #23's "today's 4.4 ms" was measured on
+(the end of round 1); with ``--n 2000 --model-latency 0.2 --tool-latency 1`` this is that
+acceptance point's "same workload, same run" (ratio >= 2.0 wanted). Any commit or branch of
+this clone works as ``--baseline``.
+
+    .venv/bin/python bench/rollout_cpu.py                       # baseline: ROUND_1, N=300
+    .venv/bin/python bench/rollout_cpu.py --n 2000 --model-latency 0.2 --tool-latency 1
     .venv/bin/python bench/rollout_cpu.py --baseline 1307e95 --n 500 --rounds 5 --turns 9
 """
 
@@ -29,6 +35,9 @@ import anyio
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+
+#: The last commit of round 1 (2026-11-29): the client CPU issue #23 asks to halve.
+ROUND_1 = "38d994c"
 
 
 async def client(args: argparse.Namespace) -> None:
@@ -139,7 +148,7 @@ def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--baseline", default="merge/contain", help="git ref of the baseline")
+    parser.add_argument("--baseline", default=ROUND_1, help="git ref of the baseline")
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--turns", type=int, default=2)
