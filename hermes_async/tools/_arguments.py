@@ -20,10 +20,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from hermes_async._json import JSONDepthError, loads, scrub_text
-from hermes_async.errors import ToolArgumentsError
+from hermes_async.errors import ConfigError, ToolArgumentsError
 from hermes_async.jsontypes import JSONObject
 
-__all__ = ("coerce_arguments", "decode_arguments", "validate_arguments")
+__all__ = ("coerce_arguments", "decode_arguments", "parameters_validator", "validate_arguments")
 
 _TRUE = {"true", "yes", "1"}
 _FALSE = {"false", "no", "0"}
@@ -180,15 +180,58 @@ def coerce_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> JSON
     return out
 
 
+#: Validators of the parameter schemas seen so far, by the schema's canonical JSON text.
 _VALIDATORS: dict[str, Draft202012Validator] = {}
 
+#: The type names JSON Schema knows (for the message about a misspelt one).
+_JSON_TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
 
-def _validator(schema: Mapping[str, Any]) -> Draft202012Validator:
-    key = json.dumps(schema, sort_keys=True)
+#: The JSON Schema 2020-12 meta-schema's own validator (what ``check_schema`` builds per call).
+_META_VALIDATOR = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+
+def parameters_validator(tool_name: str, schema: object) -> Draft202012Validator:
+    """The validator of a tool's ``parameters``, checked and built once per distinct schema.
+
+    The first time a schema is seen it is checked against the JSON Schema 2020-12 meta-schema
+    (~0.7 ms for a built-in tool's schema), and its root must describe an object (a call's
+    arguments are one); later calls with an equal schema cost one ``json.dumps``.
+    :meth:`ToolRegistry.register <hermes_async.tools.ToolRegistry.register>` calls this, so a
+    broken schema is refused when its tool is registered, not at the model's first call.
+
+    Raises:
+        ConfigError: ``schema`` is not a JSON object, not a valid JSON Schema, or its root
+            ``type`` excludes ``"object"``; the message names the tool and where the problem is.
+    """
+    where = f"tool {tool_name!r}: parameters"
+    if not isinstance(schema, Mapping):
+        raise ConfigError(
+            f"{where} must be a JSON Schema object (a dict), got {type(schema).__name__}"
+        )
+    try:
+        key = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where} must be JSON (dicts, lists, strings, numbers): {exc}") from None
     validator = _VALIDATORS.get(key)
-    if validator is None:
-        validator = Draft202012Validator(schema)
-        _VALIDATORS[key] = validator
+    if validator is not None:
+        return validator
+    error = best_match(_META_VALIDATOR.iter_errors(schema))
+    if error is not None:
+        hint = ""
+        if error.absolute_path and error.absolute_path[-1] == "type":
+            hint = f"; 'type' takes one of {', '.join(_JSON_TYPES)} (or a list of them)"
+        raise ConfigError(
+            f"{where} is not a valid JSON Schema (draft 2020-12): at {error.json_path}: "
+            f"{_short(error.message, 200)}{hint}"
+        )
+    root_type = schema.get("type", "object")
+    if root_type != "object" and not (isinstance(root_type, list) and "object" in root_type):
+        raise ConfigError(
+            f"{where} must describe an object (the call's arguments are one): its root "
+            f"'type' is {root_type!r}; put the fields under 'properties' of an object schema"
+        )
+    validator = Draft202012Validator(schema)
+    _VALIDATORS[key] = validator
     return validator
 
 
@@ -197,8 +240,9 @@ def validate_arguments(tool_name: str, schema: Mapping[str, Any], args: JSONObje
 
     Raises:
         ToolArgumentsError: With a message naming the tool, the field and the problem.
+        ConfigError: ``schema`` itself is broken (see :func:`parameters_validator`).
     """
-    error = best_match(_validator(schema).iter_errors(args))
+    error = best_match(parameters_validator(tool_name, schema).iter_errors(args))
     if error is None:
         return
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)

@@ -27,6 +27,7 @@ import anyio
 from hermes_async._current import Current
 from hermes_async._json import scrub_text
 from hermes_async.errors import (
+    ConfigError,
     SandboxError,
     ToolArgumentsError,
     ToolExecutionError,
@@ -34,7 +35,12 @@ from hermes_async.errors import (
 )
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
-from hermes_async.tools._arguments import coerce_arguments, decode_arguments, validate_arguments
+from hermes_async.tools._arguments import (
+    coerce_arguments,
+    decode_arguments,
+    parameters_validator,
+    validate_arguments,
+)
 from hermes_async.tools._todo_store import TodoStore
 from hermes_async.tools._web_settings import WebSettings
 from hermes_async.tools.sandbox.base import SandboxProvider
@@ -180,6 +186,12 @@ class Tool:
             replaced by a preview; ``None`` exempts the tool (``read_file``).
         available: Optional check (e.g. "an API key is configured"); an unavailable tool is
             left out of the definitions offered to the model.
+
+    Raises:
+        ConfigError: A field is malformed: an empty name or one with surrounding whitespace or
+            unprintable characters, an empty toolset, a handler that is not callable, a
+            negative ``max_result_size_chars``. The ``parameters`` schema is checked when the
+            tool is registered (:meth:`ToolRegistry.register`).
     """
 
     name: str
@@ -202,6 +214,31 @@ class Tool:
             },
         }
 
+    def __post_init__(self) -> None:
+        name = self.name
+        if not isinstance(name, str) or not name or name != name.strip() or not name.isprintable():
+            raise ConfigError(
+                f"a tool name must be a non-empty string without surrounding whitespace or "
+                f"control characters (the model writes it back), got {name!r}"
+            )
+        if not isinstance(self.toolset, str) or not self.toolset:
+            raise ConfigError(
+                f"tool {name!r}: toolset must be a non-empty string, got {self.toolset!r}"
+            )
+        if not callable(self.handler):
+            raise ConfigError(
+                f"tool {name!r}: handler must be an async function (args, runtime) -> str | dict, "
+                f"got {type(self.handler).__name__}"
+            )
+        limit = self.max_result_size_chars
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int | float) or not limit >= 0
+        ):
+            raise ConfigError(
+                f"tool {name!r}: max_result_size_chars must be a number >= 0 or None (exempt), "
+                f"got {limit!r}"
+            )
+
     def is_available(self) -> bool:
         """Whether the tool should be offered (its ``available`` check passes, if any)."""
         return self.available is None or bool(self.available())
@@ -223,9 +260,17 @@ class ToolRegistry:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
-        """Add ``tool``; a second tool with the same name is a ``ValueError``."""
+        """Add ``tool``.
+
+        Raises:
+            ConfigError: A tool of that name is already registered, or the tool's
+                ``parameters`` is not a valid JSON Schema of an object (checked once per
+                distinct schema; the message names the tool and where the problem is).
+                ``ConfigError`` is a ``ValueError``.
+        """
         if tool.name in self._tools:
-            raise ValueError(f"tool {tool.name!r} is already registered")
+            raise ConfigError(f"tool {tool.name!r} is already registered")
+        parameters_validator(tool.name, tool.parameters)
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:

@@ -7,7 +7,7 @@ import random
 import anyio
 import pytest
 
-from hermes_async.errors import ToolArgumentsError
+from hermes_async.errors import ConfigError, ToolArgumentsError
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools._arguments import coerce_arguments, decode_arguments
 from hermes_async.tools.registry import (
@@ -116,6 +116,81 @@ def test_unavailable_tool_left_out() -> None:
     )
     assert reg.definitions(["terminal"]).valid_names == set()
     with pytest.raises(ValueError, match="already registered"):
+        reg.register(Tool("echo", "Echo.", SCHEMA, _echo, toolset="terminal"))
+
+
+@pytest.mark.parametrize(
+    ("parameters", "where"),
+    [
+        ({"type": "nope"}, r"at \$\.type: .*'type' takes one of array, boolean"),
+        ({"type": "object", "properties": {"n": {"type": "integr"}}}, r"\$\.properties\.n\.type"),
+        ({"type": "object", "required": "n"}, r"at \$\.required: 'n' is not of type 'array'"),
+        ({"type": "string"}, "must describe an object"),
+        ([{"type": "object"}], "must be a JSON Schema object"),
+        ({"type": "object", "enum": {1, 2}}, "must be JSON"),
+    ],
+)
+def test_a_broken_parameters_schema_is_refused_when_registered(
+    parameters: object, where: str
+) -> None:
+    # Before: accepted, and the first call raised jsonschema's UnknownType out of dispatch().
+    tool = Tool("broken", "Broken.", parameters, _echo, toolset="terminal")  # type: ignore[arg-type]
+    reg = ToolRegistry()
+    with pytest.raises(ConfigError, match="tool 'broken': parameters") as caught:
+        reg.register(tool)
+    assert caught.match(where)
+    assert "broken" not in reg
+    with pytest.raises(ConfigError):  # the same schema again: refused again, not cached
+        ToolRegistry([tool])
+
+
+def test_schemas_without_a_root_type_or_with_object_in_a_list_are_accepted() -> None:
+    reg = ToolRegistry(
+        [
+            Tool("any", "Any.", {}, _echo, toolset="terminal"),
+            Tool("maybe", "Maybe.", {"type": ["object", "null"]}, _echo, toolset="terminal"),
+        ]
+    )
+    assert {"any", "maybe"} <= set(reg.names())
+
+
+def test_every_builtin_tool_schema_passes_the_check() -> None:
+    registry = builtin_registry()
+    assert len(list(registry.names())) >= 15
+    for tool in registry:
+        ToolRegistry([tool])  # raises ConfigError for a broken one
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"name": ""}, "non-empty string"),
+        ({"name": " echo"}, "surrounding whitespace"),
+        ({"name": "echo\n"}, "control characters"),
+        ({"name": 3}, "non-empty string"),
+        ({"toolset": ""}, "toolset must be a non-empty string"),
+        ({"handler": None}, "handler must be an async function"),
+        ({"max_result_size_chars": -1}, "max_result_size_chars must be a number >= 0"),
+        ({"max_result_size_chars": True}, "max_result_size_chars must be a number >= 0"),
+    ],
+)
+def test_malformed_tool_fields_raise_config_error(fields: dict[str, object], match: str) -> None:
+    base: dict[str, object] = {
+        "name": "echo",
+        "description": "Echo.",
+        "parameters": SCHEMA,
+        "handler": _echo,
+        "toolset": "terminal",
+    }
+    with pytest.raises(ConfigError, match=match):
+        Tool(**{**base, **fields})  # type: ignore[arg-type]
+    exempt = Tool(**{**base, "max_result_size_chars": None})  # type: ignore[arg-type]
+    assert exempt.max_result_size_chars is None
+
+
+def test_a_duplicate_name_is_a_config_error() -> None:
+    reg = ToolRegistry([Tool("echo", "Echo.", SCHEMA, _echo, toolset="terminal")])
+    with pytest.raises(ConfigError, match="'echo' is already registered"):
         reg.register(Tool("echo", "Echo.", SCHEMA, _echo, toolset="terminal"))
 
 
