@@ -221,6 +221,9 @@ class AgentOptions:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns!r}")
         if self.max_resumes < 0:
             raise ValueError(f"max_resumes must be >= 0, got {self.max_resumes!r}")
+        for name in ("temperature", "max_tokens"):  # None: not given
+            if (value := getattr(self, name)) is not None:
+                SamplingParams.check(name, value, owner="AgentOptions")
         _check_timeout("pause_timeout", self.pause_timeout)
         _check_timeout("tool_timeout", self.tool_timeout)
         _check_timeout("turn_timeout", self.turn_timeout)

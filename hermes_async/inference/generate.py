@@ -37,15 +37,17 @@ before the first token; once a token was handed out nothing is retried.
 from __future__ import annotations
 
 import json
+import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, Self, Unpack, runtime_checkable
+from typing import Protocol, Self, TypeGuard, Unpack, runtime_checkable
 
 import anyio
 
 from hermes_async._otel import request_attributes, span
+from hermes_async.errors import ConfigError
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerProtocolError,
@@ -124,8 +126,70 @@ class SamplingParams:
     extra: Mapping[str, JSON] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens!r}")
+        for name in (
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "seed",
+            "stop_token_ids",
+            "stop",
+        ):
+            self.check(name, getattr(self, name))
+
+    @staticmethod
+    def check(name: str, value: object, *, owner: str = "SamplingParams") -> None:
+        """Raise :class:`~hermes_async.errors.ConfigError` (a ``ValueError``) unless ``value``
+        is a valid ``name`` field; ``owner`` names the holder in the message
+        (``AgentOptions`` checks its ``temperature`` and ``max_tokens`` with the same rules).
+
+        The rules are what every supported server accepts: ``max_tokens`` an int >= 1;
+        ``temperature`` a finite number >= 0; ``top_p`` in (0, 1]; ``top_k`` ``None`` or an int
+        >= -1 (-1 and 0: no cut-off); ``seed`` ``None`` or an int; ``stop_token_ids`` a sequence
+        of ints >= 0 and ``stop`` a sequence of strings (a bare string is refused: it would
+        stop on each of its characters). Without this a bad value reached the server, which
+        refused every request of every rollout with a 400.
+        """
+        valid, rule = _SAMPLING_RULES[name]
+        if not valid(value):
+            wrap = isinstance(value, str | int) and name in ("stop", "stop_token_ids")
+            hint = f" (wrap one: {name}=({value!r},))" if wrap else ""
+            raise ConfigError(f"{owner}.{name} must be {rule}{hint}, got {value!r}")
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_ids(value: object) -> bool:
+    return _is_sequence(value) and all(_is_int(v) and v >= 0 for v in value)
+
+
+def _is_strings(value: object) -> bool:
+    return _is_sequence(value) and all(isinstance(v, str) for v in value)
+
+
+def _is_sequence(value: object) -> TypeGuard[Sequence[object]]:
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
+#: What :meth:`SamplingParams.check` accepts per field: a test and the rule it states.
+_SAMPLING_RULES: dict[str, tuple[Callable[[object], bool], str]] = {
+    "max_tokens": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    "temperature": (
+        lambda v: _is_number(v) and math.isfinite(v) and v >= 0,
+        "a finite number >= 0",
+    ),
+    "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "top_k": (lambda v: v is None or (_is_int(v) and v >= -1), "None or an int >= -1"),
+    "seed": (lambda v: v is None or _is_int(v), "None or an int"),
+    "stop_token_ids": (_is_ids, "a tuple of ints >= 0"),
+    "stop": (_is_strings, "a tuple of strings"),
+}
 
 
 @dataclass(frozen=True, slots=True)

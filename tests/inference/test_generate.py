@@ -12,6 +12,8 @@ import anyio
 import httpx
 import pytest
 
+from hermes_async.agent import AgentOptions
+from hermes_async.errors import ConfigError
 from hermes_async.inference import (
     AtroposGenerateClient,
     GenerateClient,
@@ -511,3 +513,49 @@ async def test_usage_chunk_and_keepalive_comments_are_skipped() -> None:
 def test_token_delta_rejects_misaligned_logprobs() -> None:
     with pytest.raises(ValueError, match="one logprob per token id, got 2 ids and 1 logprobs"):
         TokenDelta((1, 2), (-0.1,))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_tokens": 0}, "SamplingParams.max_tokens must be an int >= 1, got 0"),
+        ({"max_tokens": 2.0}, "max_tokens must be an int >= 1"),
+        ({"temperature": -0.1}, "temperature must be a finite number >= 0"),
+        ({"temperature": float("nan")}, "temperature must be a finite number >= 0"),
+        ({"top_p": 0}, r"top_p must be a number in \(0, 1\]"),
+        ({"top_p": 1.5}, r"top_p must be a number in \(0, 1\]"),
+        ({"top_k": -2}, "top_k must be None or an int >= -1"),
+        ({"seed": "7"}, "seed must be None or an int, got '7'"),
+        ({"stop": "###"}, r"stop must be a tuple of strings \(wrap one: stop=\('###',\)\)"),
+        ({"stop": ("a", 3)}, "stop must be a tuple of strings"),
+        ({"stop_token_ids": 7}, r"stop_token_ids must be a tuple of ints >= 0 \(wrap one"),
+        ({"stop_token_ids": (1, -1)}, "stop_token_ids must be a tuple of ints >= 0"),
+    ],
+)
+def test_sampling_values_no_server_accepts_are_refused_when_made(
+    fields: dict[str, Any], message: str
+) -> None:
+    # Before: only max_tokens was checked; a negative temperature or a bare stop string went
+    # to the server, which refused every request of every rollout (or stopped on each char).
+    with pytest.raises(ConfigError, match=message):
+        SamplingParams(**fields)
+    assert isinstance(ConfigError(""), ValueError)  # the old `except ValueError` still holds
+
+
+def test_sampling_values_at_the_edges_are_accepted() -> None:
+    params = SamplingParams(
+        max_tokens=1, temperature=0, top_p=1, top_k=-1, seed=0, stop=["x"], stop_token_ids=[0]
+    )
+    assert (params.temperature, params.top_p, params.top_k) == (0, 1, -1)
+    assert replace(params, top_k=None, temperature=2.0).temperature == 2.0
+    with pytest.raises(ConfigError, match=r"SamplingParams\.top_p"):
+        replace(params, top_p=0.0)  # replace() runs the same checks
+
+
+def test_agent_options_check_temperature_and_max_tokens_by_the_same_rules() -> None:
+    with pytest.raises(ConfigError, match=r"AgentOptions\.temperature must be a finite number"):
+        AgentOptions(temperature=-1)
+    with pytest.raises(ConfigError, match=r"AgentOptions\.max_tokens must be an int >= 1"):
+        AgentOptions(max_tokens=0)
+    assert AgentOptions(temperature=None, max_tokens=None).temperature is None
+    assert AgentOptions(temperature=0.0, max_tokens=8).max_tokens == 8
