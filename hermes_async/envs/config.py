@@ -62,29 +62,32 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
         default=None,
         description="Toolset distribution sampled once per group (wins over enabled_toolsets).",
     )
-    max_agent_turns: int = Field(default=30, description="Maximum model calls per rollout.")
+    max_agent_turns: int = Field(default=30, ge=1, description="Maximum model calls per rollout.")
     system_prompt: str | None = Field(default=None, description="System message, if any.")
-    agent_temperature: float = Field(default=1.0, description="Sampling temperature.")
+    agent_temperature: float = Field(
+        default=1.0, ge=0, allow_inf_nan=False, description="Sampling temperature."
+    )
     terminal_backend: str = Field(
         default="local",
         description="A registered sandbox backend: local, docker, modal, ssh, singularity, e2b, "
         "daytona, or one added with register_backend.",
     )
-    terminal_timeout: int = Field(default=120, description="Default command timeout (s).")
-    terminal_lifetime: int = Field(default=3600, description="Idle sandbox lifetime (s).")
+    terminal_timeout: int = Field(default=120, gt=0, description="Default command timeout (s).")
+    terminal_lifetime: int = Field(default=3600, gt=0, description="Idle sandbox lifetime (s).")
     dataset_name: str | None = Field(default=None, description="HF dataset name.")
     dataset_split: str = Field(default="train", description="HF dataset split.")
     prompt_field: str = Field(default="prompt", description="Item field holding the prompt.")
     tool_pool_size: int = Field(
         default=128,
+        ge=1,
         description="Deprecated: concurrent tool calls across rollouts (the tool_calls limiter).",
     )
     tool_call_parser: str = Field(default="hermes", description="Phase 2 tool-call parser.")
     default_result_size_chars: int = Field(
-        default=100_000, description="Tool results longer than this are saved to the sandbox."
+        default=100_000, ge=0, description="Tool results longer than this are saved to the sandbox."
     )
-    turn_budget_chars: int = Field(default=200_000, description="Tool output per turn.")
-    preview_size_chars: int = Field(default=1_500, description="Preview of a saved result.")
+    turn_budget_chars: int = Field(default=200_000, ge=0, description="Tool output per turn.")
+    preview_size_chars: int = Field(default=1_500, ge=0, description="Preview of a saved result.")
     tool_result_overrides: dict[str, int] | None = Field(
         default=None, description="Per-tool result-size thresholds."
     )
@@ -109,19 +112,28 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     parallel_tool_calls: bool = Field(
         default=False, description="Run one turn's tool calls concurrently."
     )
-    tool_timeout: float | None = Field(default=300.0, description="Per-tool-call deadline (s).")
-    turn_timeout: float | None = Field(default=None, description="Per-generation deadline (s).")
-    rollout_timeout: float | None = Field(default=None, description="Per-rollout deadline (s).")
+    tool_timeout: float | None = Field(
+        default=300.0, gt=0, description="Per-tool-call deadline (s)."
+    )
+    turn_timeout: float | None = Field(
+        default=None, gt=0, description="Per-generation deadline (s)."
+    )
+    rollout_timeout: float | None = Field(
+        default=None, gt=0, description="Per-rollout deadline (s)."
+    )
     seed: int | None = Field(
         default=None, description="Seeds toolset sampling and per-rollout sampling seeds."
     )
-    eval_concurrency: int = Field(default=8, description="Eval rollouts running at once.")
-    eval_temperature: float = Field(default=0.0, description="Temperature for evaluation.")
+    eval_concurrency: int = Field(default=8, ge=1, description="Eval rollouts running at once.")
+    eval_temperature: float = Field(
+        default=0.0, ge=0, allow_inf_nan=False, description="Temperature for evaluation."
+    )
     server_connect_timeout: float = Field(
-        default=10.0, description="Seconds to wait for the model server to answer at all."
+        default=10.0, gt=0, description="Seconds to wait for the model server to answer at all."
     )
     model_request_limit: int = Field(
         default=64,
+        ge=1,
         description="Concurrent model requests (per server when several share a pool).",
     )
     server_pool: bool = Field(
@@ -129,10 +141,10 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
         description="Several servers of one kind share one session-affine, load-aware pool "
         "(hermes_async.inference.ServerPool); False: servers take turns group by group.",
     )
-    sandbox_create_limit: int = Field(default=16, description="Concurrent sandbox creations.")
-    sandbox_exec_limit: int = Field(default=128, description="Concurrent sandbox commands.")
+    sandbox_create_limit: int = Field(default=16, ge=1, description="Concurrent sandbox creations.")
+    sandbox_exec_limit: int = Field(default=128, ge=1, description="Concurrent sandbox commands.")
     sandbox_release_timeout: float = Field(
-        default=30.0, description="Deadline for releasing one sandbox (s)."
+        default=30.0, gt=0, description="Deadline for releasing one sandbox (s)."
     )
     sandbox_options: dict[str, Any] | None = Field(
         default=None, description="Options of the terminal_backend (e.g. docker image)."

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from hermes_async.agent import HermesAgentLoop
 from hermes_async.agent_loop import AgentResult
@@ -115,6 +116,38 @@ def test_eval_size_is_a_base_config_field() -> None:
     assert HermesAgentEnvConfig(eval_size=20).eval_size == 20
     items = [1, 2, 3]
     assert items[: HermesAgentEnvConfig().eval_size] == items
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_agent_turns", 0),
+        ("agent_temperature", -0.5),
+        ("agent_temperature", float("nan")),
+        ("eval_temperature", -1.0),  # before: accepted, refused only when an eval started
+        ("eval_concurrency", 0),  # before: accepted
+        ("server_connect_timeout", 0.0),  # before: accepted
+        ("sandbox_release_timeout", -1.0),  # before: accepted (a negative cleanup bound)
+        ("terminal_lifetime", 0),  # before: accepted
+        ("terminal_timeout", 0),
+        ("tool_timeout", 0.0),
+        ("rollout_timeout", -5.0),
+        ("model_request_limit", 0),
+        ("sandbox_exec_limit", -3),
+        ("default_result_size_chars", -1),
+    ],
+)
+def test_out_of_range_numbers_are_refused_by_the_config_naming_the_field(
+    field: str, value: object
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        HermesAgentEnvConfig(**{field: value})
+    assert caught.value.errors()[0]["loc"] == (field,)
+
+
+def test_optional_deadlines_may_still_be_none() -> None:
+    config = HermesAgentEnvConfig(tool_timeout=None, turn_timeout=None, rollout_timeout=None)
+    assert config.build_agent_options().tool_timeout is None
 
 
 # ---------------------------------------------------------------- reasoning options
