@@ -100,6 +100,15 @@ class BudgetConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"BudgetConfig.{name} must be an int >= 0, got {value!r}")
+        for tool, threshold in self.tool_overrides.items():
+            if (
+                isinstance(threshold, bool)
+                or not isinstance(threshold, int | float)
+                or not threshold >= 0
+            ):
+                raise ValueError(
+                    f"BudgetConfig.tool_overrides[{tool!r}] must be a number >= 0, got {threshold!r}"
+                )
         # Freeze the overrides so the config is safely shareable between rollouts.
         object.__setattr__(self, "tool_overrides", MappingProxyType(dict(self.tool_overrides)))
 

@@ -22,6 +22,7 @@ The rules, and why:
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -79,6 +80,13 @@ class RetryPolicy:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
         if not 0.0 <= self.jitter <= 1.0:
             raise ValueError(f"jitter must be within [0, 1], got {self.jitter!r}")
+        for name in ("initial_backoff_seconds", "max_backoff_seconds", "max_retry_after_seconds"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 <= value < math.inf):
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+        if not (isinstance(self.multiplier, int | float) and 1 <= self.multiplier < math.inf):
+            # < 1 would shrink the delay each attempt: retries hammering a struggling server.
+            raise ValueError(f"multiplier must be a finite number >= 1, got {self.multiplier!r}")
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Delay after failed attempt number ``attempt`` (1-based), jitter applied."""

@@ -56,6 +56,9 @@ def test_defaults_and_threshold_resolution() -> None:
         cfg.tool_overrides["x"] = 1  # type: ignore[index]
     with pytest.raises(ValueError, match="turn_budget must be an int >= 0, got -1"):
         BudgetConfig(turn_budget=-1)
+    with pytest.raises(ValueError, match=r"tool_overrides\['terminal'\] must be a number >= 0"):
+        BudgetConfig(tool_overrides={"terminal": -1})  # before: accepted
+    assert BudgetConfig(tool_overrides={"x": math.inf}).resolve_threshold("x") == math.inf
 
 
 def test_next_to_persist_largest_first_until_under_budget() -> None:

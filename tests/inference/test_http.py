@@ -6,6 +6,7 @@ import base64
 import email.utils
 import json
 import logging
+import math
 import random
 
 import anyio
@@ -87,6 +88,14 @@ def test_invalid_options_are_rejected_with_the_value() -> None:
         RetryPolicy(max_attempts=0)
     with pytest.raises(ValueError, match=r"jitter must be within \[0, 1\], got 2"):
         RetryPolicy(jitter=2)
+    # Before: accepted (a negative or infinite back-off, a delay shrinking every attempt).
+    for name in ("initial_backoff_seconds", "max_backoff_seconds", "max_retry_after_seconds"):
+        for bad in (-1, math.inf, math.nan):
+            with pytest.raises(ValueError, match=rf"{name} must be a finite number of seconds"):
+                RetryPolicy(**{name: bad})
+    with pytest.raises(ValueError, match=r"multiplier must be a finite number >= 1, got 0.5"):
+        RetryPolicy(multiplier=0.5)
+    assert RetryPolicy(initial_backoff_seconds=0, multiplier=1).backoff(3, random.Random(0)) == 0
 
 
 def test_sse_decoder_events_comments_and_multiline_data() -> None:
