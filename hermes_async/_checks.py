@@ -1,7 +1,7 @@
 """One check of a config object's fields, for the ``__post_init__`` of the config dataclasses.
 
 ``check_fields(self, ("cpus", "call_timeout_seconds"), POSITIVE_FINITE)`` raises
-``ConfigError("ModalSandboxConfig.cpus must be > 0, got inf")`` for the first field that fails:
+``ConfigError("ModalSandboxConfig.cpus must be > 0 and finite, got inf")`` for the first field that fails:
 the message names the class, the field, the requirement and the bad value, as every config
 error does. A requirement is a small :class:`Requirement` (a predicate and its words); the
 common ones are below.
@@ -20,11 +20,13 @@ __all__ = (
     "ABSOLUTE_PATH",
     "AT_LEAST_ONE",
     "INTEGER_AT_LEAST_ONE",
+    "NON_NEGATIVE_FINITE",
     "POSITIVE",
     "POSITIVE_FINITE",
     "POSITIVE_SECONDS",
     "Requirement",
     "check_fields",
+    "check_value",
 )
 
 
@@ -55,6 +57,13 @@ def _positive_finite(value: object) -> bool:
     return _positive(value) and math.isfinite(value)  # type: ignore[arg-type]
 
 
+def _non_negative_finite(value: object) -> bool:
+    try:
+        return bool(value >= 0) and math.isfinite(value)  # type: ignore[operator,arg-type]
+    except TypeError:
+        return False
+
+
 def _absolute(value: object) -> bool:
     return isinstance(value, str) and posixpath.isabs(value)
 
@@ -75,7 +84,9 @@ POSITIVE = Requirement(_positive, "> 0")
 #: ``> 0`` in seconds (NaN fails; infinity passes: "no deadline").
 POSITIVE_SECONDS = Requirement(_positive, "> 0 seconds")
 #: A finite number ``> 0`` (a deadline or a rate that must end).
-POSITIVE_FINITE = Requirement(_positive_finite, "> 0")
+POSITIVE_FINITE = Requirement(_positive_finite, "> 0 and finite")
+#: A finite number ``>= 0`` (a grace period or a back-off: zero means none).
+NON_NEGATIVE_FINITE = Requirement(_non_negative_finite, ">= 0 and finite")
 #: ``>= 1``.
 AT_LEAST_ONE = Requirement(_at_least_one, ">= 1")
 #: An ``int`` (not a ``bool``) ``>= 1``.
@@ -102,6 +113,20 @@ def check_fields(
             for programmers' options).
     """
     for name in names:
-        value = getattr(owner, name)
-        if not requirement.test(value):
-            raise error(f"{type(owner).__name__}.{name} must be {requirement.words}, got {value!r}")
+        check_value(
+            f"{type(owner).__name__}.{name}", getattr(owner, name), requirement, error=error
+        )
+
+
+def check_value(
+    where: str,
+    value: object,
+    requirement: Requirement,
+    *,
+    error: Callable[[str], Exception] = ConfigError,
+) -> None:
+    """Raise ``error("<where> must be <words>, got value")`` unless ``value`` meets
+    ``requirement`` (for a function's keyword arguments, where :func:`check_fields` has no
+    object to read)."""
+    if not requirement.test(value):
+        raise error(f"{where} must be {requirement.words}, got {value!r}")

@@ -39,15 +39,15 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, Self, TypeGuard, Unpack, runtime_checkable
 
 import anyio
 
+from hermes_async._checks import Requirement, check_value
 from hermes_async._otel import request_attributes, span
-from hermes_async.errors import ConfigError
 from hermes_async.inference._errors import (
     ModelServerError,
     ServerProtocolError,
@@ -150,11 +150,7 @@ class SamplingParams:
         stop on each of its characters). Without this a bad value reached the server, which
         refused every request of every rollout with a 400.
         """
-        valid, rule = _SAMPLING_RULES[name]
-        if not valid(value):
-            wrap = isinstance(value, str | int) and name in ("stop", "stop_token_ids")
-            hint = f" (wrap one: {name}=({value!r},))" if wrap else ""
-            raise ConfigError(f"{owner}.{name} must be {rule}{hint}, got {value!r}")
+        check_value(f"{owner}.{name}", value, _SAMPLING_RULES[name])
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -165,30 +161,27 @@ def _is_number(value: object) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _is_ids(value: object) -> bool:
-    return _is_sequence(value) and all(_is_int(v) and v >= 0 for v in value)
-
-
-def _is_strings(value: object) -> bool:
-    return _is_sequence(value) and all(isinstance(v, str) for v in value)
-
-
 def _is_sequence(value: object) -> TypeGuard[Sequence[object]]:
     return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 
 
-#: What :meth:`SamplingParams.check` accepts per field: a test and the rule it states.
-_SAMPLING_RULES: dict[str, tuple[Callable[[object], bool], str]] = {
-    "max_tokens": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-    "temperature": (
-        lambda v: _is_number(v) and math.isfinite(v) and v >= 0,
-        "a finite number >= 0",
+#: What :meth:`SamplingParams.check` accepts per field.
+_SAMPLING_RULES: dict[str, Requirement] = {
+    "max_tokens": Requirement(lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    "temperature": Requirement(
+        lambda v: _is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0"
     ),
-    "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "top_k": (lambda v: v is None or (_is_int(v) and v >= -1), "None or an int >= -1"),
-    "seed": (lambda v: v is None or _is_int(v), "None or an int"),
-    "stop_token_ids": (_is_ids, "a tuple of ints >= 0"),
-    "stop": (_is_strings, "a tuple of strings"),
+    "top_p": Requirement(lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "top_k": Requirement(lambda v: _is_int(v) and v >= -1, "an int >= -1").or_none(),
+    "seed": Requirement(_is_int, "an int").or_none(),
+    "stop_token_ids": Requirement(
+        lambda v: _is_sequence(v) and all(_is_int(i) and i >= 0 for i in v),
+        "a tuple of ints >= 0",
+    ),
+    "stop": Requirement(
+        lambda v: _is_sequence(v) and all(isinstance(i, str) for i in v),
+        "a tuple of strings (a bare string would stop at each of its characters)",
+    ),
 }
 
 

@@ -72,6 +72,7 @@ from typing import Literal
 
 import anyio
 
+from hermes_async._checks import NON_NEGATIVE_FINITE, POSITIVE_FINITE, Requirement, check_value
 from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox.archive import check_tar_members
@@ -778,6 +779,38 @@ class _Counter:
         await self.sink(chunk)
 
 
+def _is_variable_name(value: object) -> bool:
+    return isinstance(value, str) and bool(value) and "=" not in value and "\0" not in value
+
+
+#: Variable names, as a list or tuple (a bare string would be read as its characters).
+_NAMES = Requirement(
+    lambda v: (
+        not isinstance(v, str | bytes)
+        and isinstance(v, Iterable)
+        and all(_is_variable_name(n) for n in v)
+    ),
+    "a list of variable names (no '=' or NUL; a bare string would be read as its characters)",
+)
+
+
+def _check_environment(where: str, env: object) -> None:
+    """Variables to set: names as above, string values without NUL. The message names the
+    variable and its value's type, never the value (it may be a credential)."""
+    if env is None:
+        return
+    if not isinstance(env, Mapping):
+        raise ConfigError(f"{where} must be a mapping of variable names to strings or None")
+    for name, value in env.items():
+        if not _is_variable_name(name):
+            raise ConfigError(f"{where} has an invalid variable name {name!r} (empty, '=' or NUL)")
+        if not isinstance(value, str) or "\0" in value:
+            shown = type(value).__name__ if not isinstance(value, str) else "a string with NUL"
+            raise ConfigError(
+                f"{where}[{name!r}] must be a string without NUL, got {shown} (value not shown)"
+            )
+
+
 def local_factory(
     root_dir: str | None = None,
     *,
@@ -832,6 +865,10 @@ def local_factory(
             or root is missing (checked here; that bubblewrap really starts is checked, once,
             at the first creation).
     """
+    check_value("local_factory default_timeout", default_timeout, POSITIVE_FINITE)
+    check_value("local_factory terminate_grace", terminate_grace, NON_NEGATIVE_FINITE)
+    check_value("local_factory env_allowlist", env_allowlist, _NAMES)
+    _check_environment("local_factory extra_env", extra_env)
     if isolation == "auto":
         isolation = os.environ.get(ISOLATION_ENV) or "auto"  # type: ignore[assignment]
     if isolation not in ("auto", "namespaces", "process"):

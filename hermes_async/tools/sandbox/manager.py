@@ -82,6 +82,7 @@ from typing import Self
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from hermes_async._checks import POSITIVE_FINITE, POSITIVE_SECONDS, check_value
 from hermes_async._cleanup import bounded_cleanup, cleanup_scope
 from hermes_async._current import Current
 from hermes_async._otel import span
@@ -215,13 +216,12 @@ class SandboxManager(AsyncResource):
             from hermes_async.tools.sandbox.local import local_factory
 
             factory = local_factory()
-        for name, value in (("create_timeout", create_timeout), ("close_timeout", close_timeout)):
-            if not value > 0:
-                raise ValueError(f"SandboxManager {name} must be > 0 seconds, got {value!r}")
-        if idle_timeout is not None and not idle_timeout > 0:
-            raise ValueError(
-                f"SandboxManager idle_timeout must be > 0 or None, got {idle_timeout!r}"
-            )
+        # Finite: a creation is a wait on something external and a close is cleanup, and
+        # both must end. No idle expiry is None (infinity means the same).
+        check_value("SandboxManager.create_timeout", create_timeout, POSITIVE_FINITE)
+        check_value("SandboxManager.close_timeout", close_timeout, POSITIVE_FINITE)
+        check_value("SandboxManager.idle_timeout", idle_timeout, POSITIVE_SECONDS.or_none())
+        check_value("SandboxManager.reap_interval", reap_interval, POSITIVE_FINITE.or_none())
         self.factory = factory
         self.limits = limits or Limits()
         self.idle_timeout = math.inf if idle_timeout is None else idle_timeout

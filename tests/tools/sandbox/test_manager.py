@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import math
 import pathlib
 
 import anyio
 import pytest
 
-from hermes_async.errors import SandboxError
+from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.limits import Limits
 from hermes_async.testing.fake_sandbox import FakeSandbox, FakeSandboxFactory
 from hermes_async.tools.sandbox.base import Sandbox
@@ -316,6 +317,47 @@ def test_constructor_validates() -> None:
         SandboxManager(FakeSandboxFactory(), create_timeout=0)
     with pytest.raises(ValueError, match="idle_timeout must be > 0"):
         SandboxManager(FakeSandboxFactory(), idle_timeout=-1)
+    # Before: accepted. An infinite close or create bound is an unbounded wait; a reap
+    # interval of 0 a janitor that never sleeps.
+    for field in ("close_timeout", "create_timeout"):
+        with pytest.raises(ConfigError, match=rf"SandboxManager\.{field} must be > 0 and finite"):
+            SandboxManager(FakeSandboxFactory(), **{field: math.inf})
+    for bad in (0, -1, math.inf):
+        with pytest.raises(ConfigError, match=r"SandboxManager\.reap_interval must be > 0"):
+            SandboxManager(FakeSandboxFactory(), reap_interval=bad)
+    assert SandboxManager(FakeSandboxFactory(), idle_timeout=None).idle_timeout == math.inf
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"default_timeout": 0}, "default_timeout must be > 0 and finite, got 0"),
+        ({"default_timeout": math.inf}, "default_timeout must be > 0 and finite, got inf"),
+        ({"terminate_grace": -1}, "terminate_grace must be >= 0 and finite, got -1"),
+        ({"env_allowlist": "PATH"}, "a bare string would be read as its characters"),
+        ({"env_allowlist": ["PATH", "A=B"]}, "env_allowlist must be a list of variable names"),
+        ({"extra_env": ["A"]}, "extra_env must be a mapping"),
+        ({"extra_env": {"A=B": "x"}}, "invalid variable name 'A=B'"),
+        (
+            {"extra_env": {"PORT": 8080}},
+            r"extra_env\['PORT'\] must be a string without NUL, got int",
+        ),
+    ],
+)
+def test_local_factory_refuses_bad_options_when_made(
+    options: dict[str, object], match: str
+) -> None:
+    # Before: accepted; a bare allowlist string copied variables named 'P', 'A', 'T', 'H' and
+    # a non-string value failed at the sandbox's first command.
+    with pytest.raises(ConfigError, match=match):
+        local_factory(**options)  # type: ignore[arg-type]
+
+
+def test_a_bad_environment_value_is_never_shown() -> None:
+    with pytest.raises(ConfigError) as caught:
+        local_factory(extra_env={"API_KEY": "sk-secret\0"})
+    assert "sk-secret" not in str(caught.value)
+    assert "API_KEY" in str(caught.value)
 
 
 async def test_exit_releases_everything_even_when_cancelled() -> None:
