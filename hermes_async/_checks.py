@@ -20,6 +20,7 @@ __all__ = (
     "ABSOLUTE_PATH",
     "AT_LEAST_ONE",
     "INTEGER_AT_LEAST_ONE",
+    "NON_EMPTY_STRING",
     "NON_NEGATIVE_FINITE",
     "POSITIVE",
     "POSITIVE_FINITE",
@@ -64,6 +65,10 @@ def _non_negative_finite(value: object) -> bool:
         return False
 
 
+def _non_empty_string(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
 def _absolute(value: object) -> bool:
     return isinstance(value, str) and posixpath.isabs(value)
 
@@ -91,6 +96,8 @@ NON_NEGATIVE_FINITE = Requirement(_non_negative_finite, ">= 0 and finite")
 AT_LEAST_ONE = Requirement(_at_least_one, ">= 1")
 #: An ``int`` (not a ``bool``) ``>= 1``.
 INTEGER_AT_LEAST_ONE = Requirement(_integer_at_least_one, "an integer >= 1")
+#: A string with something besides whitespace (an image or template name).
+NON_EMPTY_STRING = Requirement(_non_empty_string, "a non-empty string")
 #: An absolute POSIX path.
 ABSOLUTE_PATH = Requirement(_absolute, "absolute")
 

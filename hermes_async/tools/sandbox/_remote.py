@@ -70,13 +70,13 @@ import uuid
 from abc import abstractmethod
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
-from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, check_fields
+from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, NON_EMPTY_STRING, check_fields
 from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox._container import (
@@ -263,10 +263,16 @@ class RemoteSandboxConfig:
     max_concurrent_creates: int = 16
     reap_on_start: bool = True
 
+    #: The subclass's field naming what sandboxes are built from (E2B's ``template``,
+    #: Daytona's ``image``): checked non-empty with the rest.
+    image_field: ClassVar[str | None] = None
+
     def __post_init__(self) -> None:
         check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
         _check_cloud_fields(self, "delete_timeout_seconds", "reap_timeout_seconds")
         check_fields(self, ("memory_mb",), AT_LEAST_ONE)
+        if self.image_field is not None:
+            check_fields(self, (self.image_field,), NON_EMPTY_STRING)
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from hermes_async.tools.sandbox._remote import (
     RemoteBackend,
@@ -102,6 +102,8 @@ class DaytonaSandboxConfig(RemoteSandboxConfig):
 
     workdir: str = "/root"
     home: str = "/root"
+    image_field: ClassVar[str | None] = "image"
+
     image: str = DEFAULT_DAYTONA_IMAGE
     auto_stop_minutes: int = 60
     target: str | None = None

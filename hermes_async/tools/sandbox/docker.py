@@ -74,7 +74,13 @@ import anyio
 import anyio.lowlevel
 
 from hermes_async._asynclib import require_asyncio
-from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE, check_fields
+from hermes_async._checks import (
+    ABSOLUTE_PATH,
+    AT_LEAST_ONE,
+    NON_EMPTY_STRING,
+    POSITIVE,
+    check_fields,
+)
 from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
@@ -221,8 +227,7 @@ class DockerSandboxConfig:
     disk_check_interval_seconds: float = 10.0
 
     def __post_init__(self) -> None:
-        if not self.image:
-            raise ConfigError("DockerSandboxConfig.image must be a non-empty image name")
+        check_fields(self, ("image",), NON_EMPTY_STRING)
         check_fields(self, ("workdir",), ABSOLUTE_PATH)
         check_fields(
             self,

@@ -52,7 +52,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from hermes_async.tools.sandbox._remote import (
     RemoteBackend,
@@ -92,6 +92,8 @@ class E2BSandboxConfig(RemoteSandboxConfig):
     """
 
     template: str = "base"
+
+    image_field: ClassVar[str | None] = "template"
 
 
 def _import_e2b() -> Any:

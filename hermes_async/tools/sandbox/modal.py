@@ -61,7 +61,13 @@ from typing import Any, TypeVar
 import anyio
 
 from hermes_async._asynclib import require_asyncio
-from hermes_async._checks import ABSOLUTE_PATH, AT_LEAST_ONE, POSITIVE_FINITE, check_fields
+from hermes_async._checks import (
+    ABSOLUTE_PATH,
+    AT_LEAST_ONE,
+    NON_EMPTY_STRING,
+    POSITIVE_FINITE,
+    check_fields,
+)
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import ContainerExec, pump_output, read_until_exit
 from hermes_async.tools.sandbox._sdk import error_named, import_sdk
@@ -130,6 +136,7 @@ class ModalSandboxConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, ("workdir",), ABSOLUTE_PATH)
+        check_fields(self, ("image",), NON_EMPTY_STRING)
         _check_cloud_fields(self, "terminate_timeout_seconds")
 
 

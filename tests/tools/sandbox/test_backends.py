@@ -58,3 +58,15 @@ async def test_a_registered_backend_is_built_with_its_options() -> None:
 def test_bad_local_option_is_config_error() -> None:
     with pytest.raises(ConfigError, match=r"invalid option for terminal_backend='local'"):
         make_backend_factory("local", image="python")
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [("docker", "image"), ("modal", "image"), ("e2b", "template"), ("daytona", "image")],
+)
+@pytest.mark.parametrize("bad", ["", "   ", 3])
+def test_what_sandboxes_are_built_from_must_be_named(kind: str, field: str, bad: object) -> None:
+    # Before: an empty Modal / Daytona image or E2B template (and a non-string Docker image)
+    # was accepted and failed at the first creation, inside a rollout.
+    with pytest.raises(ConfigError, match=rf"\.{field} must be a non-empty string"):
+        make_backend_factory(kind, **{field: bad})
