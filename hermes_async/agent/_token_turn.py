@@ -78,7 +78,7 @@ from hermes_async.inference.rendering import ChatRenderer
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
-from hermes_async.parsers import get_parser
+from hermes_async.parsers import get_parser, list_parsers
 from hermes_async.parsers.types import (
     ArgumentsDelta,
     ParserEvent,
@@ -342,6 +342,8 @@ class TokenTurns:
         self._tokenizer = tokenizer
         self._schemas = list(tool_schemas)
         self._max_turns = max_turns
+        if parser_name not in list_parsers():  # every turn would fail: refuse it when built
+            get_parser(parser_name)  # raises UnknownParserError, naming the registered ones
         self._parser_name = parser_name
         self._early_dispatch = early_dispatch
         self._split_reasoning = split_reasoning

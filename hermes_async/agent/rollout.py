@@ -38,6 +38,7 @@ lifetime, so a trainer needs no setup::
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import math
 import random
@@ -402,6 +403,37 @@ def _split_tools(tools: Tools) -> tuple[Sequence[JSONObject], Collection[str]]:
     return schemas, names
 
 
+def _check_call(messages: object, options: object, reward: object) -> None:
+    """The mistakes every rollout of a batch would make, refused before any starts (each
+    rollout would otherwise fail alone, be retried and be masked as an ``infra`` or
+    ``verifier`` failure, and the run go on training on nothing).
+
+    Raises:
+        TypeError: ``options`` is not an :class:`AgentOptions`, ``reward`` is not callable, or
+            ``messages`` is not a list of message mappings.
+        ValueError: ``messages`` is empty, or one has no string ``role``.
+    """
+    if not isinstance(options, AgentOptions):
+        raise TypeError(f"options must be an AgentOptions, got {type(options).__name__}")
+    if reward is not None and not callable(reward):
+        raise TypeError(
+            "reward must be an async function (result, ctx) -> float, or None, got "
+            f"{type(reward).__name__}"
+        )
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
+        raise TypeError(
+            "messages must be a list of chat messages ({'role': ..., 'content': ...}), got "
+            f"{type(messages).__name__}"
+        )
+    if not messages:
+        raise ValueError("messages is empty: a rollout needs its prompt (at least one message)")
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise TypeError(f"messages[{i}] must be a mapping, got {type(message).__name__}")
+        if not isinstance(message.get("role"), str):
+            raise ValueError(f"messages[{i}] has no 'role' string (system, user, assistant, tool)")
+
+
 def _seed(options: AgentOptions, index: int) -> int | None:
     """Rollout ``index``'s sampling seed: the configured seed + index (distinct samples)."""
     sampling = options.sampling
@@ -435,7 +467,16 @@ async def _score(
         in_flight("reward"),
     ):
         try:
-            value: object = await reward(result, ctx)
+            pending: object = reward(result, ctx)  # typed Awaitable; a sync one slips through
+            if not inspect.isawaitable(pending):
+                return 0.0, RolloutFailure.of(
+                    "verifier",
+                    f"reward failed: it returned {type(pending).__name__}, not an awaitable; a "
+                    "reward is an async function (async def reward(result, ctx) -> float), so "
+                    "its checks never block the event loop",
+                    source="reward",
+                )
+            value: object = await pending
         except Exception as exc:  # contained: a failing reward is the rollout's failure
             return 0.0, classify_exception(exc, source="reward")
         traced.set("hermes_async.reward", repr(value)[:100])
@@ -799,13 +840,18 @@ async def run_rollout(
         every failure is its ``failure`` (and ``error``).
 
     Raises:
-        ValueError: Bad options, or a token server without a tokenizer.
-        TypeError: ``server`` is neither kind of server, or ``tools`` is not a pair.
+        ValueError: Bad options, an empty prompt or a message without a role, or a token
+            server without a tokenizer.
+        TypeError: ``server`` is neither kind of server, ``tools`` is not a pair, ``options``
+            is not an ``AgentOptions``, ``reward`` is not callable, or ``messages`` is not a
+            list of mappings.
+        UnknownParserError: ``options.tool_call_parser`` is not registered.
 
     **Cancellation**: the model request and running tools are cancelled, the sandbox is
     released (shielded and bounded by the manager), and the cancellation propagates. A private
     manager is closed on the way out, releasing everything it holds.
     """
+    _check_call(messages, options, reward)
     async with _open_batch(
         server,
         tools,
@@ -894,8 +940,11 @@ async def run_group(
         emitted: :meth:`ScoredGroup.to_scored_data_group` refuses it.
 
     Raises:
-        ValueError: ``size`` < 1 or ``task_ids`` of another length, bad options, a token
-            server without a tokenizer, or ``staleness`` without a version source.
+        ValueError: ``size`` < 1, ``task_ids`` of another length or with a repeat, bad
+            options, an empty prompt or a message without a role, a token server without a
+            tokenizer, or ``staleness`` without a version source.
+        TypeError: ``size`` is not an int, or as for :func:`run_rollout`.
+        UnknownParserError: ``options.tool_call_parser`` is not registered.
         VersionReadError: The version source failed when the group's ages were measured.
         InferenceError: Every rollout, after its retries, failed at the model server before
             the model answered at all: the server is down, which is the operator's problem,
@@ -907,8 +956,11 @@ async def run_group(
     sandbox is released, shielded and bounded by the manager; a private manager is closed.
     Retries not yet started are not started.
     """
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"run_group size must be an int >= 1, got {size!r}")
     if size < 1:
         raise ValueError(f"run_group size must be >= 1, got {size!r}")
+    _check_call(messages, options, reward)
     current_version = None
     if staleness is not None:
         current_version = staleness.version_source or options.version_source
@@ -920,6 +972,9 @@ async def run_group(
     ids = list(task_ids) if task_ids is not None else [str(uuid.uuid4()) for _ in range(size)]
     if len(ids) != size:
         raise ValueError(f"run_group got {len(ids)} task_ids for size={size}; pass one per rollout")
+    if len(set(ids)) != size:  # a task id names a rollout's sandbox: two would share one
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"run_group task_ids must be distinct; repeated: {repeated}")
     rollouts: list[ScoredRollout | None] = [None] * size
     replaced: list[ScoredRollout] = []
     lost = False  # a rollout's retries ran out: the group is masked, stop retrying the others

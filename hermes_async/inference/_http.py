@@ -358,10 +358,16 @@ def connect(
     """The connection a client uses for ``target``: a base URL, or a pool.
 
     Raises:
-        TypeError: Connection options given together with a pool (the pool owns them).
+        TypeError: ``target`` is neither a URL string nor a pool, or connection options were
+            given together with a pool (the pool owns them).
     """
     if isinstance(target, str):
         return ServerConnection(transform(target) if transform else target, **connection)
+    if not isinstance(target, ConnectionSource):
+        raise TypeError(
+            "a model-server client needs a base URL string (http://host:port) or a ServerPool, "
+            f"got {type(target).__name__}"
+        )
     if connection:
         raise TypeError(
             f"connection options {sorted(connection)} cannot be combined with a server pool; "

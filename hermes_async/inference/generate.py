@@ -1,5 +1,10 @@
 """Phase 2 token clients: prompt ids in, a stream of exact completion ids and logprobs out.
 
+Why one module of this size: one concept, the token client — its protocol, the values it takes
+and gives (:class:`SamplingParams` with the rules every server accepts, :class:`TokenDelta`,
+:class:`Completion`) and one base class whose three adapters differ only in their request body
+and chunk shapes.
+
 One interface, :class:`TokenClient`, three adapters for the token endpoints servers offer:
 
 * :class:`VLLMGenerateClient`: vLLM ``POST /inference/v1/generate``, SSE, each chunk

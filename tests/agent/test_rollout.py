@@ -21,7 +21,7 @@ from hermes_async.agent import (
     run_group,
     run_rollout,
 )
-from hermes_async.errors import InferenceError
+from hermes_async.errors import InferenceError, UnknownParserError
 from hermes_async.inference.chat import ChatClient
 from hermes_async.inference.generate import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
@@ -331,5 +331,49 @@ async def test_bad_arguments_are_reported_before_anything_runs() -> None:
             await run_rollout(client, PROMPT, "terminal", tokenizer=TOKENIZER)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_turns must be >= 1, got 0"):
         AgentOptions(max_turns=0)
+
+
+async def test_mistakes_every_rollout_would_make_are_refused_before_any_runs() -> None:
+    # Before: each of these started the batch; every rollout failed alone (an infra or
+    # verifier failure), was retried, and the group was masked.
+    def reward_sync(result: object, ctx: object) -> float:
+        return 1.0
+
+    async with token_client(writer) as client:
+        for bad, error, match in [
+            ({"size": True}, TypeError, "size must be an int >= 1, got True"),
+            ({"size": 2.0}, TypeError, "size must be an int >= 1, got 2.0"),
+            ({"reward": 3}, TypeError, "reward must be an async function"),
+            ({"messages": "Write it."}, TypeError, "messages must be a list of chat messages"),
+            ({"messages": []}, ValueError, "messages is empty"),
+            ({"messages": [{"content": "x"}]}, ValueError, r"messages\[0\] has no 'role'"),
+            ({"messages": ["hi"]}, TypeError, r"messages\[0\] must be a mapping"),
+            ({"task_ids": ["a", "a"]}, ValueError, r"task_ids must be distinct; repeated: \['a'\]"),
+            ({"options": {"max_turns": 2}}, TypeError, "options must be an AgentOptions, got dict"),
+            (
+                {"options": AgentOptions(tool_call_parser="nope")},
+                UnknownParserError,
+                "unknown tool-call parser 'nope'",
+            ),
+        ]:
+            arguments: dict[str, Any] = {"messages": PROMPT, "size": 2, **bad}
+            with pytest.raises(error, match=match):
+                await run_group(
+                    client, arguments.pop("messages"), TOOLS, tokenizer=TOKENIZER, **arguments
+                )
+        for bad, error, match in [
+            ({"messages": []}, ValueError, "messages is empty"),
+            ({"reward": "high"}, TypeError, "reward must be an async function"),
+        ]:
+            arguments = {"messages": PROMPT, **bad}
+            with pytest.raises(error, match=match):
+                await run_rollout(
+                    client, arguments.pop("messages"), TOOLS, tokenizer=TOKENIZER, **arguments
+                )
+        # A sync reward cannot be told apart from a wrapper until it is called: the rollout
+        # reports it in words (before: "object float can't be used in 'await' expression").
+        scored = await run_rollout(client, PROMPT, TOOLS, tokenizer=TOKENIZER, reward=reward_sync)  # type: ignore[arg-type]
+        assert scored.failure is not None and scored.failure.category == "verifier"
+        assert "returned float, not an awaitable" in scored.failure.message
     with pytest.raises(ValueError, match="rollout_timeout must be > 0 seconds or None"):
         AgentOptions(rollout_timeout=0)
