@@ -131,15 +131,7 @@ class SamplingParams:
     extra: Mapping[str, JSON] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in (
-            "max_tokens",
-            "temperature",
-            "top_p",
-            "top_k",
-            "seed",
-            "stop_token_ids",
-            "stop",
-        ):
+        for name in _SAMPLING_RULES:
             self.check(name, getattr(self, name))
 
     @staticmethod
