@@ -22,11 +22,11 @@ The rules, and why:
 from __future__ import annotations
 
 import email.utils
-import math
 import random
 import time
 from dataclasses import dataclass
 
+from hermes_async._checks import AT_LEAST_ONE, NON_NEGATIVE_FINITE, Requirement, check_fields
 from hermes_async.inference._transport import (
     ClosedBeforeResponse,
     ConnectFailed,
@@ -46,6 +46,12 @@ __all__ = (
 
 #: Immediate retries per request after a kept-alive connection turned out closed.
 MAX_STALE_RETRIES = 8
+
+
+#: A back-off multiplier: a finite number >= 1.
+_GROWTH = Requirement(
+    lambda v: AT_LEAST_ONE.test(v) and NON_NEGATIVE_FINITE.test(v), ">= 1 and finite"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +86,10 @@ class RetryPolicy:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
         if not 0.0 <= self.jitter <= 1.0:
             raise ValueError(f"jitter must be within [0, 1], got {self.jitter!r}")
-        for name in ("initial_backoff_seconds", "max_backoff_seconds", "max_retry_after_seconds"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0 <= value < math.inf):
-                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-        if not (isinstance(self.multiplier, int | float) and 1 <= self.multiplier < math.inf):
-            # < 1 would shrink the delay each attempt: retries hammering a struggling server.
-            raise ValueError(f"multiplier must be a finite number >= 1, got {self.multiplier!r}")
+        seconds = ("initial_backoff_seconds", "max_backoff_seconds", "max_retry_after_seconds")
+        check_fields(self, seconds, NON_NEGATIVE_FINITE, error=ValueError)
+        # Below 1 the delay would shrink each attempt: retries hammering a struggling server.
+        check_fields(self, ("multiplier",), _GROWTH, error=ValueError)
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Delay after failed attempt number ``attempt`` (1-based), jitter applied."""

@@ -91,9 +91,11 @@ def test_invalid_options_are_rejected_with_the_value() -> None:
     # Before: accepted (a negative or infinite back-off, a delay shrinking every attempt).
     for name in ("initial_backoff_seconds", "max_backoff_seconds", "max_retry_after_seconds"):
         for bad in (-1, math.inf, math.nan):
-            with pytest.raises(ValueError, match=rf"{name} must be a finite number of seconds"):
+            with pytest.raises(ValueError, match=rf"RetryPolicy\.{name} must be >= 0 and finite"):
                 RetryPolicy(**{name: bad})
-    with pytest.raises(ValueError, match=r"multiplier must be a finite number >= 1, got 0.5"):
+    with pytest.raises(
+        ValueError, match=r"RetryPolicy\.multiplier must be >= 1 and finite, got 0.5"
+    ):
         RetryPolicy(multiplier=0.5)
     assert RetryPolicy(initial_backoff_seconds=0, multiplier=1).backoff(3, random.Random(0)) == 0
 
