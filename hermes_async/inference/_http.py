@@ -30,6 +30,7 @@ One :class:`ServerConnection` per server. Its job, and nothing else:
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import random
@@ -168,6 +169,15 @@ class HTTPOptions:
             raise ValueError(
                 f"HTTPOptions.max_line_bytes must be >= 1 byte, got {self.max_line_bytes!r}"
             )
+
+    def __repr__(self) -> str:  # header values are often credentials: never in a log line
+        shown = {
+            f.name: {name: "<redacted>" for name in self.headers}
+            if f.name == "headers"
+            else getattr(self, f.name)
+            for f in dataclasses.fields(self)
+        }
+        return f"HTTPOptions({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 class ConnectionKwargs(TypedDict, total=False):

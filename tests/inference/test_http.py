@@ -562,3 +562,13 @@ async def test_probe_server_returns_any_status_and_raises_when_unreachable() -> 
         port = sock.getsockname()[1]
     with pytest.raises(ServerConnectError, match=rf"GET http://127.0.0.1:{port}/health"):
         await probe_server(f"http://127.0.0.1:{port}", timeout=1.0)
+
+
+def test_http_options_repr_never_shows_a_header_value() -> None:
+    # Before: the dataclass repr printed the headers (an Authorization bearer token, a proxy
+    # key) into any log line or error that showed the options.
+    options = HTTPOptions(headers={"Authorization": "Bearer sk-live-123", "X-Team": "rl"})
+    for text in (repr(options), str(options), repr([options])):
+        assert "sk-live-123" not in text and "'rl'" not in text
+        assert "'Authorization': '<redacted>'" in text and "read_timeout_seconds=300.0" in text
+    assert options.headers["Authorization"] == "Bearer sk-live-123"  # still sent as given
