@@ -66,6 +66,7 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 import anyio
 
+from hermes_async._checks import NON_NEGATIVE_FINITE, check_value
 from hermes_async._json import exceeds_depth
 from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.jsontypes import JSON, JSONObject
@@ -405,6 +406,16 @@ class ScriptedModelServer:
     ) -> None:
         if max_chunk_tokens < 1:
             raise ValueError(f"max_chunk_tokens must be >= 1, got {max_chunk_tokens!r}")
+        if not callable(policy):
+            raise TypeError(
+                "policy must be a callable (PolicyRequest) -> str or a ScriptedPolicy, got "
+                f"{type(policy).__name__}"
+            )
+        for name, delay in (
+            ("chunk_delay_seconds", chunk_delay_seconds),
+            ("response_delay_seconds", response_delay_seconds),
+        ):  # a negative or NaN delay was taken as none; infinity would never answer
+            check_value(f"ScriptedModelServer {name}", delay, NON_NEGATIVE_FINITE, error=ValueError)
         self.policy = policy
         self.tokenizer = tokenizer if tokenizer is not None else _default_tokenizer()
         self.seed = seed

@@ -201,3 +201,22 @@ async def test_in_process_transport_reports_app_failure_before_response() -> Non
             httpx.RemoteProtocolError, match="ASGI app failed before responding: RuntimeError"
         ):
             await http.get("/")
+
+
+@pytest.mark.parametrize(
+    "delays",
+    [
+        {"response_delay_seconds": -1.0},
+        {"response_delay_seconds": float("nan")},
+        {"chunk_delay_seconds": float("inf")},
+    ],
+)
+def test_a_delay_that_is_negative_nan_or_infinite_is_refused(delays: dict[str, float]) -> None:
+    # Before: a negative or NaN delay was taken as none, and an infinite one never answered.
+    with pytest.raises(ValueError, match="delay_seconds must be >= 0 and finite"):
+        ScriptedModelServer(lambda request: "ok", **delays)
+
+
+def test_a_policy_that_is_not_callable_is_refused() -> None:
+    with pytest.raises(TypeError, match="policy must be a callable"):
+        ScriptedModelServer("All done.")  # type: ignore[arg-type]
