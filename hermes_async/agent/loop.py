@@ -217,6 +217,10 @@ class AgentOptions:
     incremental_rendering: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("max_turns", "max_resumes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {value!r}")
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns!r}")
         if self.max_resumes < 0:

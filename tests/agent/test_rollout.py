@@ -331,6 +331,10 @@ async def test_bad_arguments_are_reported_before_anything_runs() -> None:
             await run_rollout(client, PROMPT, "terminal", tokenizer=TOKENIZER)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_turns must be >= 1, got 0"):
         AgentOptions(max_turns=0)
+    with pytest.raises(TypeError, match=r"max_turns must be an int, got 2\.5"):
+        AgentOptions(max_turns=2.5)  # type: ignore[arg-type]  # before: accepted
+    with pytest.raises(TypeError, match="max_resumes must be an int, got True"):
+        AgentOptions(max_resumes=True)
 
 
 async def test_mistakes_every_rollout_would_make_are_refused_before_any_runs() -> None:
