@@ -275,7 +275,7 @@ class ExecRequest:
         if self.cwd == "":
             object.__setattr__(self, "cwd", None)
         if self.env is not None:
-            bad = [k for k in self.env if not k or "=" in k or "\0" in k]
+            bad = [k for k in self.env if not _is_variable_name(k)]
             if bad:
                 raise ValueError(
                     f"invalid environment variable name(s): {bad!r}; names must be non-empty "
@@ -292,6 +292,12 @@ class ExecRequest:
             object.__setattr__(self, "timeout", max(0.0, float(self.timeout)))
         if self.output_limit < 0:
             raise ValueError(f"output_limit must be >= 0 bytes, got {self.output_limit!r}")
+
+
+def _is_variable_name(name: object) -> bool:
+    """What ``execve`` accepts as an environment variable name: a non-empty string without
+    ``=`` or NUL (also the local factory's check of its options)."""
+    return isinstance(name, str) and bool(name) and "=" not in name and "\0" not in name
 
 
 def dropped_marker(dropped_bytes: int) -> str:

@@ -85,6 +85,7 @@ from hermes_async.tools.sandbox.base import (
     ExecResult,
     Sandbox,
     _enter_spec_workdir,
+    _is_variable_name,
     resolve_path,
 )
 from hermes_async.tools.sandbox.errors import (
@@ -777,10 +778,6 @@ class _Counter:
         if self.limit is not None and self.total > self.limit:
             raise TransferLimitError(self.what, limit=self.limit)
         await self.sink(chunk)
-
-
-def _is_variable_name(value: object) -> bool:
-    return isinstance(value, str) and bool(value) and "=" not in value and "\0" not in value
 
 
 #: Variable names, as a list or tuple (a bare string would be read as its characters).
