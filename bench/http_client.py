@@ -1,7 +1,7 @@
-"""Model-server client CPU: the lean h11 pool vs httpx, side by side, same loopback server.
+"""Model-server client CPU: the lean pool vs httpx, side by side, same loopback server.
 
 Why this exists: ``ServerConnection`` speaks HTTP/1.1 through its own lean client
-(``inference/_wire.py``, h11 over anyio streams) instead of httpx, because at thousands of
+(``inference/_wire.py``, httptools over anyio streams) instead of httpx, because at thousands of
 concurrent rollouts the client's CPU per request is what keeps the event loop responsive. This
 script reproduces that decision.
 
@@ -21,6 +21,11 @@ httpx / wire. Each side runs ``--repeats`` times, alternating, and the median is
 
     PYTHONPATH=. .venv/bin/python bench/http_client.py                     # 16 and 256 streams
     PYTHONPATH=. .venv/bin/python bench/http_client.py --streams 256 --backend trio
+    PYTHONPATH=. .venv/bin/python bench/http_client.py --parsers
+
+``--parsers`` measures the pool's own choice of HTTP parser, no sockets: the same streamed
+response (the server's head and ``--events`` chunks, each its own read) parsed by the pool's
+httptools exchange and by h11, the pure-Python parser it used before (h11 comes with httpx).
 
 (``PYTHONPATH=.``: a script's own folder, not the working directory, starts ``sys.path``.)
 """
@@ -39,6 +44,7 @@ import anyio
 import httpx
 
 from hermes_async.inference._http import HTTPOptions, ServerConnection
+from hermes_async.inference._wire import _Exchange
 from hermes_async.limits import NamedLimiter
 
 
@@ -60,15 +66,21 @@ def _event(n: int) -> bytes:
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _framed(events: int) -> list[bytes]:
+    """The body's chunks as the server writes them (each chunk-framed), ``[DONE]`` last."""
+    chunks = [_event(n) for n in range(events)] + [b"data: [DONE]\n\n"]
+    return [f"{len(c):x}\r\n".encode() + c + b"\r\n" for c in chunks]
+
+
 # ------------------------------------------------------------------------------ server process
 
 
 async def _serve(events: int, gap: float) -> None:
-    chunks = [_event(n) for n in range(events)] + [b"data: [DONE]\n\n"]
-    framed = [f"{len(c):x}\r\n".encode() + c + b"\r\n" for c in chunks]
-    head = (
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    )
+    framed = _framed(events)
+    head = HEAD
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -139,6 +151,59 @@ async def _run(
     return cpu / (streams * per_stream), wall
 
 
+# ------------------------------------------------------------------------------ parsers alone
+
+
+def _parse_httptools(reads: list[bytes]) -> int:
+    exchange = _Exchange(no_body=False)
+    size = 0
+    for data in reads:
+        exchange.feed(data)
+        size += sum(map(len, exchange.body))
+        exchange.body = []
+    assert exchange.complete and exchange.reusable()
+    return size
+
+
+def _parse_h11(reads: list[bytes]) -> int:
+    import h11  # httpx's dependency; the pool used it before httptools
+
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method=b"POST", target=b"/g", headers=[(b"host", b"x")]))
+    conn.send(h11.EndOfMessage())
+    size = 0
+    ended = False
+    for data in reads:
+        conn.receive_data(data)
+        while (event := conn.next_event()) is not h11.NEED_DATA:
+            if type(event) is h11.Data:
+                size += len(event.data)
+            elif type(event) is h11.EndOfMessage:
+                ended = True
+                break
+    assert ended
+    return size
+
+
+def compare_parsers(events: int, responses: int, repeats: int) -> None:
+    reads = [HEAD, *_framed(events), b"0\r\n\r\n"]
+    expected = sum(len(_event(n)) for n in range(events)) + len(b"data: [DONE]\n\n")
+    sides = {"httptools": _parse_httptools, "h11": _parse_h11}
+    results: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(repeats):
+        for name, parse in sides.items():
+            start = time.process_time()
+            for _ in range(responses):
+                assert parse(reads) == expected
+            results[name].append((time.process_time() - start) / responses)
+    cpu = {name: statistics.median(v) for name, v in results.items()}
+    print(
+        f"one streamed response of {events} events, each its own read ({responses} responses, "
+        f"median of {repeats}): httptools {cpu['httptools'] * 1e6:.1f} us, h11 "
+        f"{cpu['h11'] * 1e6:.1f} us, ratio {cpu['h11'] / cpu['httptools']:.1f}x"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, nargs="+", default=[16, 256])
@@ -147,8 +212,12 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=1.0, help="server pause between events")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    parser.add_argument("--parsers", action="store_true", help="the HTTP parsers alone")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.parsers:
+        compare_parsers(args.events, 5000, args.repeats)
+        return
     if args.serve:
         asyncio.run(_serve(args.events, args.gap_ms / 1000))
         return

@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 client for the model-server hot path: h11 over anyio byte streams.
+"""A lean HTTP/1.1 client for the model-server hot path: httptools over anyio byte streams.
 
 Why not httpx here: a rollout makes one short streamed POST per turn, and at thousands of
 concurrent rollouts the client's CPU per request is what keeps the event loop responsive.
@@ -10,7 +10,12 @@ request, two thirds of all client CPU. This module keeps only what a model serve
   LIFO stack of idle keep-alive connections, no limit of its own (the request limiter above it
   bounds concurrency), idle connections dropped after ``keepalive_expiry`` seconds or as soon
   as the server has closed them;
-* h11 for all framing (Content-Length, chunked, keep-alive rules);
+* httptools (llhttp, the parser Node.js uses, in C) for the response framing (Content-Length,
+  chunked, keep-alive rules); the request is a few bytes written out here. This replaced h11
+  (pure Python): parsing one streamed response of five chunks cost ~143 us of CPU with h11 and
+  ~4 us with httptools, and a rollout makes a request per turn with one chunk per streamed
+  event (``bench/http_client.py`` compares this pool with httpx; the parser itself,
+  ``bench/http_client.py --parsers``);
 * the typed outcomes of :mod:`~hermes_async.inference._transport`, decided where they happen:
   :class:`ConnectFailed` and :class:`ClosedBeforeResponse` (nothing was received: a retry is
   safe; ``reused`` says whether the connection was a kept-alive one), :class:`BodyCut` (the
@@ -28,6 +33,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
+import re
 import select
 import socket
 import ssl
@@ -38,7 +44,7 @@ from dataclasses import dataclass
 
 import anyio
 import anyio.abc
-import h11
+import httptools
 
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._net import CLOSE_GRACE_SECONDS, redact_url
@@ -61,6 +67,9 @@ _STREAM_ERRORS = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError,
 
 #: Bytes asked for per socket read; a streamed response usually arrives in far less.
 _READ_SIZE = 65536
+
+#: Request targets kept encoded per pool (a model server is called on a handful of paths).
+_TARGETS_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +108,21 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+#: RFC 9110 ``token`` (a header name) and ``field-value`` (visible characters, spaces and tabs
+#: inside, none at either end; obs-text allowed as Latin-1).
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(
+    rb"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?"
+)
+
+
 def _header(name: str, value: str) -> tuple[bytes, bytes]:
     """Encode and validate one header; the error names the header, never its value."""
     try:
         pair = (name.encode("latin-1"), value.encode("latin-1"))
-        host = [] if pair[0].lower() == b"host" else [(b"host", b"x")]
-        h11.Request(method=b"POST", target=b"/", headers=[*host, pair])
-    except (UnicodeEncodeError, h11.LocalProtocolError):
+    except UnicodeEncodeError:
+        pair = None
+    if pair is None or not _TOKEN.fullmatch(pair[0]) or not _FIELD_VALUE.fullmatch(pair[1]):
         raise ValueError(
             f"HTTP header {name!r} has an invalid name or value (non-Latin-1 or control "
             "characters such as a newline); the value is not shown"
@@ -124,15 +141,110 @@ def check_headers(headers: Mapping[str, str]) -> None:
         _header(name, value)
 
 
-class _Connection:
-    """One keep-alive connection: a byte stream, its h11 state and its raw socket."""
+class _Exchange:
+    """One response as httptools parses it: the parser's callbacks and what they found.
 
-    __slots__ = ("h11", "idle_since", "sock", "stream")
+    A new parser per request (a C object, cheap to make): a keep-alive connection carries one
+    exchange at a time, and bytes the server sends after the end of a response mark the
+    connection unusable instead of starting a "next response" nobody asked for.
+    """
+
+    __slots__ = (
+        "after_end",
+        "body",
+        "complete",
+        "head",
+        "headers",
+        "keep_alive",
+        "no_body",
+        "parser",
+        "reason",
+        "status",
+    )
+
+    def __init__(self, *, no_body: bool) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.no_body = no_body  # a HEAD request: its response ends with its head
+        self.head = False
+        self.complete = False
+        self.after_end = False
+        self.keep_alive = False
+        self.status = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+
+    # httptools calls these (by name) from ``feed_data``.
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.after_end = True
+        elif not self.head:  # a 1xx head came first: what follows replaces it
+            self.reason = b""
+            self.headers = []
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            return  # informational: the final head follows
+        self.status = status
+        self.head = True
+        if self.no_body:
+            self.complete = True
+
+    def on_body(self, data: bytes) -> None:
+        if not self.complete:
+            self.body.append(data)
+
+    def on_message_complete(self) -> None:
+        if self.head and not self.complete:
+            self.complete = True
+            # Read here: the parser forgets it once the message is over.
+            self.keep_alive = self.parser.should_keep_alive()
+
+    def feed(self, data: bytes) -> None:
+        """Parse ``data``.
+
+        Raises:
+            BodyCut: The bytes are not an HTTP/1.1 response (bytes after its end only mark
+                the connection unusable).
+        """
+        try:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if self.complete:
+                self.after_end = True
+                return
+            where = "response head" if not self.head else "response"
+            raise BodyCut(f"invalid HTTP {where} from the server: {exc}") from None
+
+    def ends_at_close(self) -> bool:
+        """The body has no length and is not chunked: it ends when the server closes."""
+        if self.no_body or self.status in (204, 304):
+            return False
+        names = {name.lower(): value for name, value in self.headers}
+        encoding = names.get(b"transfer-encoding", b"").lower()
+        return b"content-length" not in names and not encoding.rstrip().endswith(b"chunked")
+
+    def reusable(self) -> bool:
+        """The response ended cleanly and the server keeps the connection open."""
+        return self.complete and self.keep_alive and not self.after_end and not self.no_body
+
+
+class _Connection:
+    """One keep-alive connection: a byte stream, the exchange on it and its raw socket."""
+
+    __slots__ = ("exchange", "idle_since", "sock", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream, sock: socket.socket | None) -> None:
         self.stream = stream
         self.sock = sock
-        self.h11 = h11.Connection(h11.CLIENT)
+        self.exchange: _Exchange | None = None
         self.idle_since = 0.0
 
     def looks_closed(self) -> bool:
@@ -169,24 +281,27 @@ class WireResponse:
         headers: Header names (lower case) to values; a repeated header keeps its last value.
     """
 
-    __slots__ = ("_conn", "_done", "_pool", "headers", "reason_phrase", "status_code")
+    __slots__ = ("_conn", "_done", "_exchange", "_pool", "headers", "reason_phrase", "status_code")
 
-    def __init__(self, pool: WirePool, conn: _Connection, head: h11.Response) -> None:
+    def __init__(self, pool: WirePool, conn: _Connection, exchange: _Exchange) -> None:
         self._pool = pool
         self._conn: _Connection | None = conn
+        self._exchange = exchange
         self._done = False
-        self.status_code = head.status_code
-        self.reason_phrase = head.reason.decode("latin-1")
+        self.status_code = exchange.status
+        self.reason_phrase = exchange.reason.decode("latin-1")
         self.headers = {
-            name.decode("latin-1"): value.decode("latin-1") for name, value in head.headers
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in exchange.headers
         }
 
     async def receive_some(self, timeout: float = math.inf) -> bytes | None:
         """Return the next piece of the body, or ``None`` once it is complete.
 
         Args:
-            timeout: Longest wait for the socket, in seconds. Data h11 has already buffered is
-                returned without waiting (and without the cost of a cancel scope).
+            timeout: Longest wait for the socket, in seconds. Body bytes already parsed are
+                returned without waiting (and without the cost of a cancel scope), all of
+                them at once.
 
         Raises:
             TimeoutError: Nothing arrived within ``timeout``.
@@ -200,27 +315,28 @@ class WireResponse:
         conn = self._conn
         if conn is None:
             raise BodyCut("the response was closed")
-        state = conn.h11
+        exchange = self._exchange
         while True:
-            try:
-                event = state.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise BodyCut(f"invalid HTTP from the server: {exc}") from None
-            if event is h11.NEED_DATA:
-                # A bare scope and a check, not ``fail_after`` (two generator context managers
-                # and four backend lookups per read, on the path of every streamed chunk).
-                with anyio.move_on_after(timeout) as scope:
-                    data = await _receive(conn, started=True)
-                if scope.cancelled_caught:
-                    raise TimeoutError
-                state.receive_data(data)
-            elif type(event) is h11.Data:
-                return bytes(event.data)
-            elif type(event) is h11.EndOfMessage:
+            body = exchange.body
+            if body:
+                exchange.body = []
+                return body[0] if len(body) == 1 else b"".join(body)
+            if exchange.complete:
                 self._done = True
                 return None
-            else:  # ConnectionClosed or PAUSED: the body cannot go on
-                raise BodyCut(f"the connection ended mid-body ({type(event).__name__})")
+            # A bare scope and a check, not ``fail_after`` (two generator context managers
+            # and four backend lookups per read, on the path of every streamed chunk).
+            with anyio.move_on_after(timeout) as scope:
+                data = await _receive(conn, started=True)
+            if scope.cancelled_caught:
+                raise TimeoutError
+            if data:
+                exchange.feed(data)
+            elif exchange.ends_at_close():
+                exchange.complete = True  # the connection is not reused (``reusable``)
+                exchange.after_end = True
+            else:
+                raise BodyCut("the connection ended mid-body")
 
     async def aread(self) -> bytes:
         """Read the rest of the body.
@@ -242,16 +358,15 @@ class WireResponse:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        state = conn.h11
-        if self._done and state.our_state is h11.DONE and state.their_state is h11.DONE:
-            state.start_next_cycle()
+        conn.exchange = None
+        if self._done and self._exchange.reusable():
             await self._pool._release(conn)
         else:
             await conn.aclose()
 
 
 async def _receive(conn: _Connection, *, started: bool, reused: bool = False) -> bytes:
-    """One socket read; ``b""`` at end of stream (h11's convention)."""
+    """One socket read; ``b""`` at end of stream."""
     try:
         return await conn.stream.receive(_READ_SIZE)
     except anyio.EndOfStream:
@@ -308,6 +423,8 @@ class WirePool:
         }
         fixed.update({k.lower(): v for k, v in (headers or {}).items()})
         self._headers = [_header(k, v) for k, v in fixed.items()]
+        self._header_block = b"".join(b"%s: %s\r\n" % pair for pair in self._headers)
+        self._targets: dict[str, bytes] = {}
         self._idle: collections.deque[_Connection] = collections.deque()
         self._closed = False
         #: Connections opened so far (for tests and statistics).
@@ -315,8 +432,13 @@ class WirePool:
 
     def target(self, path: str) -> bytes:
         """The request target of ``path`` on this server (percent-encoded where needed)."""
-        quoted = urllib.parse.quote(path.lstrip("/"), safe="/:@!$&'()*+,;=-._~%?")
-        return f"{self._origin.prefix}/{quoted}".encode("ascii")
+        target = self._targets.get(path)
+        if target is None:
+            quoted = urllib.parse.quote(path.lstrip("/"), safe="/:@!$&'()*+,;=-._~%?")
+            target = f"{self._origin.prefix}/{quoted}".encode("ascii")
+            if len(self._targets) < _TARGETS_KEPT:  # a client uses a handful of paths
+                self._targets[path] = target
+        return target
 
     async def send(self, method: str, path: str, body: bytes = b"") -> WireResponse:
         """Send ``method path`` with ``body`` and the pool's headers; wait for the head.
@@ -333,24 +455,21 @@ class WirePool:
         """
         if self._closed:
             raise RuntimeError("the connection pool is closed")
-        request_headers = self._headers
+        head = b"%s %s HTTP/1.1\r\n%s" % (
+            method.encode("ascii"),
+            self.target(path),
+            self._header_block,
+        )
         if body or method not in ("GET", "HEAD"):
-            request_headers = [*request_headers, (b"content-length", b"%d" % len(body))]
+            head += b"content-length: %d\r\n" % len(body)
+        data = head + b"\r\n" + body
         conn = await self._checkout()
         reused = conn is not None
         if conn is None:
             conn = await self._connect()
         ok = False
         try:
-            state = conn.h11
-            data = state.send(
-                h11.Request(
-                    method=method.encode("ascii"), target=self.target(path), headers=request_headers
-                )
-            )
-            if body:
-                data = (data or b"") + (state.send(h11.Data(data=body)) or b"")
-            data = (data or b"") + (state.send(h11.EndOfMessage()) or b"")
+            exchange = conn.exchange = _Exchange(no_body=method == "HEAD")
             try:
                 await conn.stream.send(data)
             except _STREAM_ERRORS as exc:
@@ -360,40 +479,27 @@ class WirePool:
                         f"the kept-alive connection broke ({error})", reused=True
                     ) from None
                 raise ConnectFailed(f"cannot send the request ({error})") from None
-            head = await self._receive_head(conn, reused=reused)
+            await self._receive_head(conn, exchange, reused=reused)
             ok = True
-            return WireResponse(self, conn, head)
+            return WireResponse(self, conn, exchange)
         finally:
             if not ok:
                 await conn.aclose()
 
-    async def _receive_head(self, conn: _Connection, *, reused: bool) -> h11.Response:
-        state = conn.h11
+    async def _receive_head(self, conn: _Connection, exchange: _Exchange, *, reused: bool) -> None:
         received = False
         with anyio.move_on_after(self._read_timeout):  # not fail_after: see receive_some
-            while True:
-                try:
-                    event = state.next_event()
-                except h11.RemoteProtocolError as exc:
+            while not exchange.head:
+                data = await _receive(conn, started=received, reused=reused)
+                if not data:
                     if not received:
                         raise ClosedBeforeResponse(
-                            f"the connection closed before a response ({exc})", reused=reused
-                        ) from None
-                    raise BodyCut(f"invalid HTTP response head: {exc}") from None
-                if event is h11.NEED_DATA:
-                    data = await _receive(conn, started=received, reused=reused)
-                    received = received or bool(data)
-                    state.receive_data(data)
-                elif type(event) is h11.Response:
-                    return event
-                elif type(event) is h11.InformationalResponse:
-                    continue
-                elif not received:
-                    raise ClosedBeforeResponse(
-                        "the connection closed before a response", reused=reused
-                    )
-                else:
-                    raise BodyCut(f"the connection ended before the response head ({event!r})")
+                            "the connection closed before a response", reused=reused
+                        )
+                    raise BodyCut("the connection ended before the response head")
+                received = True
+                exchange.feed(data)
+            return
         # Only the scope's deadline gets here: every way out of the loop returns or raises.
         raise TransportTimeout(
             f"no response head within {self._read_timeout:g} s",

@@ -327,6 +327,58 @@ async def test_body_delimited_by_close_is_read_to_the_end() -> None:
         assert pool_of(conn).idle_connections == 0
 
 
+async def test_an_informational_head_before_the_response_is_skipped() -> None:
+    def respond(n: int, request: Request) -> bytes:
+        early = b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"
+        return early + json_response({"n": n}, headers=[("X-Final", "yes")])
+
+    async with serving(keep_alive(respond)) as server, connection(server.url()) as conn:
+        assert await conn.post_json("a", {}) == {"n": 0}
+        response = await pool_of(conn).send("POST", "a", b"{}")
+        try:
+            assert (response.status_code, response.reason_phrase) == (200, "OK")
+            assert response.headers["x-final"] == "yes"
+            assert "link" not in response.headers  # the 103's headers are not the response's
+            assert json.loads(await response.aread()) == {"n": 1}
+        finally:
+            await response.aclose()
+        assert server.accepts == 1  # and the connection stays usable
+
+
+async def test_bytes_after_the_end_of_a_response_retire_the_connection() -> None:
+    def respond(n: int, request: Request) -> bytes:
+        junk = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" if n == 0 else b""
+        return json_response({"n": n}) + junk  # an answer nobody asked for: unusable
+
+    async with serving(keep_alive(respond)) as server, connection(server.url()) as conn:
+        assert await conn.post_json("a", {}) == {"n": 0}
+        assert await conn.post_json("a", {}) == {"n": 1}
+        assert server.accepts == 2
+        # A clean response keeps its connection.
+        assert await conn.post_json("a", {}) == {"n": 2}
+        assert server.accepts == 2
+
+
+async def test_a_head_request_ends_with_the_response_head() -> None:
+    def respond(n: int, request: Request) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"  # no body follows
+
+    async with serving(keep_alive(respond)) as server:
+        pool = WirePool(
+            server.url(), connect_timeout=SOON, read_timeout=SOON, keepalive_expiry=60, max_idle=1
+        )
+        try:
+            with anyio.fail_after(SOON):
+                response = await pool.send("HEAD", "a")
+                assert response.headers["content-length"] == "1234"
+                assert await response.aread() == b""
+                await response.aclose()
+        finally:
+            await pool.aclose()
+        (request,) = server.requests
+        assert request.line == "HEAD /v1/a HTTP/1.1"
+
+
 async def test_concurrent_requests_open_connections_then_share_them() -> None:
     all_in = anyio.Event()
 
