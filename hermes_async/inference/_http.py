@@ -47,7 +47,7 @@ import httpx
 
 from hermes_async._net import default_ssl_context, redact_url, redact_urls
 from hermes_async._resource import AsyncResource
-from hermes_async.inference import _wire
+from hermes_async.inference import _wire, _wirejson as wirejson
 from hermes_async.inference._body import BodyContext, LineReader, read_body
 from hermes_async.inference._errors import (
     ModelServerError,
@@ -281,6 +281,9 @@ def encode_body(body: JSONObject | bytes) -> bytes:
     """
     if isinstance(body, bytes):
         return body
+    data = wirejson.dumps(body)  # orjson where it gives the same JSON value (most bodies)
+    if data is not None:
+        return data
     text = json.dumps(body, ensure_ascii=False)
     try:
         return text.encode("utf-8")
@@ -296,7 +299,7 @@ def decode_json_body(content: bytes, endpoint: str, attempt: int, status: int) -
     """
     text = content.decode("utf-8", errors="replace")
     try:
-        return json.loads(text)
+        return wirejson.loads(text)
     except ValueError:
         raise ServerProtocolError(
             "response body is not valid JSON; is base_url pointing at the right server?",

@@ -23,13 +23,13 @@ through it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
 
 from hermes_async._net import CLOSE_GRACE_SECONDS
+from hermes_async.inference import _wirejson as wirejson
 from hermes_async.inference._body import BIG_LINE_BYTES, LineReader
 from hermes_async.inference._errors import ModelServerError, ServerProtocolError
 from hermes_async.jsontypes import JSON
@@ -177,7 +177,7 @@ class SSEJSONReader:
             if len(event.data) > BIG_LINE_BYTES:
                 await anyio.lowlevel.checkpoint()  # a turn for the loop before a long decode
             try:
-                return json.loads(event.data), event.last_line
+                return wirejson.loads(event.data), event.last_line
             except ValueError:
                 self._ended = True
                 raise self.protocol_error(

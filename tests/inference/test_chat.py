@@ -403,6 +403,6 @@ def test_a_request_body_is_always_encodable() -> None:
         "messages": [{"role": "tool", "content": "x \ufffd y"}],
         "n": 1,
     }
-    assert _encode_body({"a": "é"}) == '{"a": "é"}'.encode()  # the common case as it is
+    assert _encode_body({"a": "é"}) == '{"a":"é"}'.encode()  # the common case: UTF-8, compact
     encoded = _encode_body(body)
     assert _encode_body(encoded) is encoded  # already encoded: sent as it is

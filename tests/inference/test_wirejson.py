@@ -1,0 +1,106 @@
+"""Model-server JSON (``inference._wirejson``): orjson's speed, the standard library's results."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hermes_async.inference import _wirejson as wirejson
+from hermes_async.inference._http import encode_body
+
+# Texts where orjson alone would differ from json.loads: it refuses some, and reads integers
+# past 64 bits as floats.
+EDGE_TEXTS = [
+    "NaN",
+    '{"logprob": -Infinity}',
+    "1e400",
+    '"\\ud800"',
+    '{"token_ids": [123456789012345678901234567890]}',
+    "-9223372036854775809",
+    "18446744073709551616",
+    '{"a": 1, "a": 2}',
+    '{"logprob": -0.000123456789012345678901}',
+    "1e1234567890123456789",
+    '  {"x": [1, 2.5, null, true, "\\u00e9"]}  ',
+]
+
+
+@pytest.mark.parametrize("text", EDGE_TEXTS)
+def test_loads_gives_what_json_loads_gives(text: str) -> None:
+    expected = json.loads(text)
+    got = wirejson.loads(text)
+    assert repr(got) == repr(expected)  # repr: nan != nan, and 1 == 1.0 would hide a float
+    assert type(got) is type(expected)
+
+
+@pytest.mark.parametrize("text", ["", "[1,]", '"\x01"', "{'a': 1}", "\ufeff{}", "[1] [2]"])
+def test_loads_refuses_what_json_loads_refuses(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        wirejson.loads(text)
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(_json_values)
+def test_loads_matches_json_loads_on_any_text_json_dumps_writes(value: object) -> None:
+    text = json.dumps(value)
+    assert repr(wirejson.loads(text)) == repr(json.loads(text))
+
+
+@given(_json_values)
+def test_a_body_encodes_to_the_value_the_standard_library_writes(value: object) -> None:
+    body = {"token_ids": [1, 2, 3], "extra": value}
+    assert repr(json.loads(encode_body(body))) == repr(
+        json.loads(json.dumps(body, ensure_ascii=False))
+    )
+
+
+def test_non_finite_floats_keep_their_value_and_none_stays_null() -> None:
+    body = {"token_ids": [1], "sampling_params": {"temperature": math.nan, "seed": None}}
+    sent = json.loads(encode_body(body))
+    assert math.isnan(sent["sampling_params"]["temperature"])  # not orjson's null
+    assert sent["sampling_params"]["seed"] is None
+    assert json.loads(encode_body({"x": -math.inf})) == {"x": -math.inf}
+
+
+def test_the_standard_library_decides_keys_surrogates_and_big_integers() -> None:
+    assert json.loads(encode_body({"a": {1: "int key"}})) == {"a": {"1": "int key"}}
+    assert json.loads(encode_body({"big": 2**70})) == {"big": 2**70}
+    assert json.loads(encode_body({"s": "bad \ud800 surrogate"})) == {"s": "bad \ufffd surrogate"}
+
+
+def test_what_the_standard_library_cannot_encode_is_still_refused() -> None:
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    for value in (Point(1), datetime.date(2026, 12, 5), {1, 2}):
+        with pytest.raises(TypeError):
+            encode_body({"v": value})
+
+
+def test_a_common_body_is_compact_utf8() -> None:
+    body = {"token_ids": [9707, 11], "sampling_params": {"temperature": 0.7}, "text": "é"}
+    assert (
+        encode_body(body)
+        == '{"token_ids":[9707,11],"sampling_params":{"temperature":0.7},"text":"é"}'.encode()
+    )
