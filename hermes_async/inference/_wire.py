@@ -163,7 +163,7 @@ class _Exchange:
     )
 
     def __init__(self, *, no_body: bool) -> None:
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self.no_body = no_body  # a HEAD request: its response ends with its head
         self.head = False
         self.complete = False
@@ -189,6 +189,7 @@ class _Exchange:
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        assert self.parser is not None  # called by the parser itself
         status = self.parser.get_status_code()
         if 100 <= status < 200:
             return  # informational: the final head follows
@@ -203,6 +204,7 @@ class _Exchange:
 
     def on_message_complete(self) -> None:
         if self.head and not self.complete:
+            assert self.parser is not None  # called by the parser itself
             self.complete = True
             # Read here: the parser forgets it once the message is over.
             self.keep_alive = self.parser.should_keep_alive()
@@ -214,6 +216,8 @@ class _Exchange:
             BodyCut: The bytes are not an HTTP/1.1 response (bytes after its end only mark
                 the connection unusable).
         """
+        if self.parser is None:
+            raise BodyCut("the response was closed")
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
@@ -222,6 +226,11 @@ class _Exchange:
                 return
             where = "response head" if not self.head else "response"
             raise BodyCut(f"invalid HTTP {where} from the server: {exc}") from None
+
+    def release(self) -> None:
+        """Drop the parser: it holds this object's methods, so the two form a reference cycle
+        that only the cyclic GC would free (thousands of rollouts make a request a turn)."""
+        self.parser = None
 
     def ends_at_close(self) -> bool:
         """The body has no length and is not chunked: it ends when the server closes."""
@@ -359,6 +368,7 @@ class WireResponse:
         if conn is None:
             return
         conn.exchange = None
+        self._exchange.release()
         if self._done and self._exchange.reusable():
             await self._pool._release(conn)
         else:
@@ -484,6 +494,9 @@ class WirePool:
             return WireResponse(self, conn, exchange)
         finally:
             if not ok:
+                if conn.exchange is not None:
+                    conn.exchange.release()
+                    conn.exchange = None
                 await conn.aclose()
 
     async def _receive_head(self, conn: _Connection, exchange: _Exchange, *, reused: bool) -> None:

@@ -13,6 +13,9 @@ standard library, so what is sent and what is decoded stay exactly what they wer
   writes the integer, refuses the rest). orjson writes ``NaN`` and the infinities as ``null``;
   a body whose encoding has a ``null`` is encoded again by the standard library, which keeps
   the value a caller gave. The separators are compact (``{"a":1}``): the same JSON value.
+  orjson's result keeps the buffer it grew (tracemalloc: ~2 MB for a 70 KB body); bodies are
+  copied to their own size (a few microseconds), since a body is held while its request waits
+  for a model-request slot.
 * **Decoding.** ``NaN``, ``Infinity``, numbers out of a float's range and lone surrogate
   escapes make orjson refuse (the standard library decodes them, as before; the chunk
   decoders then reject what a trainer may not use, with their own messages). orjson reads an
@@ -45,7 +48,11 @@ def dumps(value: object) -> bytes | None:
         data = orjson.dumps(value, option=_STRICT)
     except TypeError:
         return None
-    return None if b"null" in data else data
+    if b"null" in data:
+        return None
+    # Copied to its own size: orjson's bytes keep the buffer it grew (up to ~30x the JSON),
+    # and a body is held while its request waits for a slot, thousands of them at once.
+    return bytes(memoryview(data))
 
 
 def loads(text: str) -> JSON:

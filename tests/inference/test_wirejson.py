@@ -6,10 +6,10 @@ import dataclasses
 import datetime
 import json
 import math
+import tracemalloc
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from hermes_async.inference import _wirejson as wirejson
 from hermes_async.inference._http import encode_body
@@ -104,3 +104,18 @@ def test_a_common_body_is_compact_utf8() -> None:
         encode_body(body)
         == '{"token_ids":[9707,11],"sampling_params":{"temperature":0.7},"text":"é"}'.encode()
     )
+
+
+def test_an_encoded_body_holds_its_own_size() -> None:
+    # A body waits with its request for a model-request slot (thousands at once); orjson's own
+    # result would keep the buffer it grew (~2 MB for these 70 KB).
+    body = {"token_ids": list(range(100_000, 110_000)), "stream": True}
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        encoded = encode_body(body)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert json.loads(encoded) == body
+    assert held < 1.2 * len(encoded), (held, len(encoded))

@@ -367,7 +367,17 @@ def _run(code: str) -> set[str]:
 
 def _forbidden(modules: set[str]) -> list[str]:
     """HTTP libraries, the async stack, and the inference layer (its HTTP modules included)."""
-    roots = {"httpx", "httpcore", "h11", "httptools", "orjson", "anyio", "sniffio", "jinja2", "tiktoken"}
+    roots = {
+        "httpx",
+        "httpcore",
+        "h11",
+        "httptools",
+        "orjson",
+        "anyio",
+        "sniffio",
+        "jinja2",
+        "tiktoken",
+    }
     return sorted(
         m for m in modules if m.split(".")[0] in roots or m.startswith("hermes_async.inference")
     )
