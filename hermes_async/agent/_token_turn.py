@@ -529,12 +529,10 @@ class TokenTurns:
                 try:
                     await wait_while_paused(self._pause_probe, timeout=self._pause_timeout)
                 except TimeoutError:
-                    return RolloutFailure.of(
-                        "infra",
+                    return _server_failure(
+                        step,
                         f"the model server stayed paused for more than {self._pause_timeout:g} s "
                         "(pause_timeout)",
-                        source="model_server",
-                        completion_tokens=len(step.token_ids),
                     )
             # Read once, at dispatch: these tokens are labelled with this value, whatever the
             # source says later (AReaL #1569: reading it twice mislabelled tokens).
@@ -557,12 +555,10 @@ class TokenTurns:
                     raise
                 broken = exc
             if len(step.token_ids) > budget:
-                return RolloutFailure.of(
-                    "infra",
+                return _server_failure(
+                    step,
                     f"the server sent {len(step.token_ids)} tokens for a budget of {budget} "
                     f"(after {step.resumes} resumes)",
-                    source="model_server",
-                    completion_tokens=len(step.token_ids),
                 )
             if broken is None and step.finish_reason != "abort":
                 return None
@@ -571,12 +567,10 @@ class TokenTurns:
                 step.finish_reason = "stop" if step.ended_on_stop else "length"
                 return None
             if step.resumes >= self._max_resumes:
-                return RolloutFailure.of(
-                    "infra",
+                return _server_failure(
+                    step,
                     f"generation aborted by the server {step.resumes + 1} times "
                     f"(max_resumes={self._max_resumes}); {len(step.token_ids)} tokens kept",
-                    source="model_server",
-                    completion_tokens=len(step.token_ids),
                 )
             logger.debug(
                 "generation aborted after %d tokens (%s); resuming with %d left",
@@ -661,6 +655,15 @@ def _first_prompt(
     prompt, ids = PROMPT_IDS.share(tokenizer, prompt)
     renderer.share(prompt)
     return prompt, Trajectory(ids)
+
+
+def _server_failure(step: Phase2Turn, message: str) -> RolloutFailure:
+    """An ``infra`` failure at the model server during ``step``'s generation, with the count of
+    completion tokens it had sampled (a server that sampled none counts as down:
+    :func:`~hermes_async.agent.rollout.run_group`)."""
+    return RolloutFailure.of(
+        "infra", message, source="model_server", completion_tokens=len(step.token_ids)
+    )
 
 
 def _joined(prompt: Sequence[int], sent: array[int]) -> Sequence[int]:
