@@ -264,15 +264,15 @@ class RemoteSandboxConfig:
     reap_on_start: bool = True
 
     #: The subclass's field naming what sandboxes are built from (E2B's ``template``,
-    #: Daytona's ``image``): checked non-empty with the rest.
-    image_field: ClassVar[str | None] = None
+    #: Daytona's ``image``): checked non-empty with the rest, and set from a spec's ``image``
+    #: (:func:`remote_config_for`). Every subclass sets it.
+    image_field: ClassVar[str]
 
     def __post_init__(self) -> None:
         check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
         _check_cloud_fields(self, "delete_timeout_seconds", "reap_timeout_seconds")
         check_fields(self, ("memory_mb",), AT_LEAST_ONE)
-        if self.image_field is not None:
-            check_fields(self, (self.image_field,), NON_EMPTY_STRING)
+        check_fields(self, (self.image_field,), NON_EMPTY_STRING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,9 +375,9 @@ class SdkErrors:
             raise self.translate(what, exc, None) from exc
 
 
-def remote_config_for(config: _C, spec: SandboxSpec | None, *, image_field: str, name: str) -> _C:
-    """``config`` with a per-item spec applied: ``image`` to ``image_field``, cpus, memory,
-    network, workdir, timeouts. A ``build_context`` without an image is refused (remote
+def remote_config_for(config: _C, spec: SandboxSpec | None, *, name: str) -> _C:
+    """``config`` with a per-item spec applied: ``image`` to the config's ``image_field``, cpus,
+    memory, network, workdir, timeouts. A ``build_context`` without an image is refused (remote
     providers build from a registry image or a template).
 
     Raises:
@@ -386,7 +386,7 @@ def remote_config_for(config: _C, spec: SandboxSpec | None, *, image_field: str,
     return _cloud_config_for(
         config,
         spec,
-        image_field=image_field,
+        image_field=config.image_field,
         name=name,
         publish="publish it (a registry image, or an E2B template)",
     )
@@ -754,8 +754,6 @@ class RemoteBackend(Generic[_C]):
     sdk_library = "its SDK"
     #: What to check when creation fails or hangs.
     credentials_hint = "check the provider's credentials and network access"
-    #: The config field a spec's ``image`` sets (``"template"`` for E2B).
-    image_field = "image"
 
     def __init__(self, config: _C, *, sdk: object | None = None, run_id: str | None = None) -> None:
         self.config = config
@@ -788,7 +786,7 @@ class RemoteBackend(Generic[_C]):
         )
 
     def _config_for(self, spec: SandboxSpec | None) -> _C:
-        return remote_config_for(self.config, spec, image_field=self.image_field, name=self.name)
+        return remote_config_for(self.config, spec, name=self.name)
 
     def labels(self, task_id: str | None = None) -> dict[str, str]:
         """The labels of this run's sandboxes (with ``task_id``'s when given)."""

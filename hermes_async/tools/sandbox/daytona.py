@@ -102,7 +102,7 @@ class DaytonaSandboxConfig(RemoteSandboxConfig):
 
     workdir: str = "/root"
     home: str = "/root"
-    image_field: ClassVar[str | None] = "image"
+    image_field: ClassVar[str] = "image"
 
     image: str = DEFAULT_DAYTONA_IMAGE
     auto_stop_minutes: int = 60
@@ -240,7 +240,7 @@ def daytona_config_for(
     Raises:
         ConfigError: The spec asks for a local build.
     """
-    return remote_config_for(config, spec, image_field="image", name="daytona")
+    return remote_config_for(config, spec, name="daytona")
 
 
 class DaytonaBackend(RemoteBackend[DaytonaSandboxConfig]):
@@ -260,7 +260,6 @@ class DaytonaBackend(RemoteBackend[DaytonaSandboxConfig]):
     name = "daytona"
     sdk_library = "the daytona SDK (aiohttp)"
     credentials_hint = _HINT
-    image_field = "image"
 
     def __init__(
         self,

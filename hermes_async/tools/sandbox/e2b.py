@@ -93,7 +93,7 @@ class E2BSandboxConfig(RemoteSandboxConfig):
 
     template: str = "base"
 
-    image_field: ClassVar[str | None] = "template"
+    image_field: ClassVar[str] = "template"
 
 
 def _import_e2b() -> Any:
@@ -220,7 +220,7 @@ def e2b_config_for(config: E2BSandboxConfig, spec: SandboxSpec | None) -> E2BSan
     Raises:
         ConfigError: The spec asks for a local build.
     """
-    return remote_config_for(config, spec, image_field="template", name="e2b")
+    return remote_config_for(config, spec, name="e2b")
 
 
 class E2BBackend(RemoteBackend[E2BSandboxConfig]):
@@ -238,7 +238,6 @@ class E2BBackend(RemoteBackend[E2BSandboxConfig]):
     name = "e2b"
     sdk_library = "the e2b SDK (asyncio tasks and queues in its command handles)"
     credentials_hint = _HINT
-    image_field = "template"
 
     def __init__(
         self,
