@@ -26,7 +26,6 @@ standard library, so what is sent and what is decoded stay exactly what they wer
 from __future__ import annotations
 
 import json
-import re
 
 import orjson
 
@@ -37,8 +36,14 @@ __all__ = ("dumps", "loads")
 # orjson turns these into TypeError; the standard library serializes neither.
 _STRICT = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
-# An integer of 19+ digits (2**63 has 19), not the fraction or exponent of a float.
-_LONG_INTEGER = re.compile(r"(?<![.\deE])\d{19,}(?![.\deE])")
+# Digits as "0", what starts a fraction or an exponent as ".", anything else as " ": an integer
+# of 19 or more digits (2**63 has 19) is then " " and nineteen "0"s, a float's digits never are.
+# (One C-level pass, ~1 us for a chunk of 500 characters; a regular expression with lookarounds
+# took 17.)
+_SHAPE = str.maketrans(
+    {chr(c): "0" if chr(c).isdigit() else "." if chr(c) in ".eE" else " " for c in range(128)}
+)
+_LONG_INTEGER = " " + "0" * 19
 
 
 def dumps(value: object) -> bytes | None:
@@ -61,7 +66,7 @@ def loads(text: str) -> JSON:
     Raises:
         ValueError: Not JSON (``json.JSONDecodeError``).
     """
-    if len(text) >= 19 and _LONG_INTEGER.search(text):
+    if len(text) >= 19 and _LONG_INTEGER in " " + text.translate(_SHAPE):
         return json.loads(text)
     try:
         return orjson.loads(text)
