@@ -111,6 +111,9 @@ def _describe(exc: BaseException) -> str:
 #: RFC 9110 ``token`` (a header name) and ``field-value`` (visible characters, spaces and tabs
 #: inside, none at either end; obs-text allowed as Latin-1).
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: Headers that frame the body: the pool writes Content-Length itself, and a second one (or a
+#: Transfer-Encoding beside it) would make the server read the body differently.
+_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 _FIELD_VALUE = re.compile(
     rb"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?"
 )
@@ -127,6 +130,11 @@ def _header(name: str, value: str) -> tuple[bytes, bytes]:
             f"HTTP header {name!r} has an invalid name or value (non-Latin-1 or control "
             "characters such as a newline); the value is not shown"
         ) from None
+    if pair[0].lower() in _FRAMING:
+        raise ValueError(
+            f"HTTP header {name!r} frames the request body, which the client does itself "
+            "(one Content-Length per request); remove it from the headers"
+        )
     return pair
 
 

@@ -952,6 +952,13 @@ def test_unsendable_headers_are_rejected_without_showing_the_value(
     assert "sk-secret" not in str(info.value)
 
 
+@pytest.mark.parametrize("name", ["Content-Length", "transfer-encoding"])
+def test_body_framing_headers_are_the_clients_own(name: str) -> None:
+    options = HTTPOptions(headers={name: "5"})
+    with pytest.raises(ValueError, match=f"HTTP header {name!r} frames the request body"):
+        ServerConnection("http://127.0.0.1:1", options=options)
+
+
 def test_ipv6_and_default_port_host_headers() -> None:
     pool = WirePool(
         "http://[::1]:8000/v1/", connect_timeout=1, read_timeout=1, keepalive_expiry=1, max_idle=1
