@@ -4,6 +4,7 @@ servers scripted byte by byte in the test's own task group."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import random
 import re
@@ -15,6 +16,7 @@ import anyio
 import anyio.abc
 import httpx
 import pytest
+from hypothesis import given, strategies as st
 
 from hermes_async.inference import ChatClient, _http
 from hermes_async.inference._errors import (
@@ -27,7 +29,7 @@ from hermes_async.inference._errors import (
 )
 from hermes_async.inference._http import HTTPOptions, RetryPolicy, ServerConnection
 from hermes_async.inference._transport import BodyCut
-from hermes_async.inference._wire import WirePool
+from hermes_async.inference._wire import WirePool, _Exchange
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import NamedLimiter
 
@@ -1024,3 +1026,58 @@ async def test_invalid_http_is_a_clear_error_not_a_hang(reply: bytes, close: boo
             with anyio.fail_after(SOON):
                 await server.peers[0].client_closed.wait()
         assert conn.limiter.statistics().in_use == 0
+
+
+# ------------------------------------------------------------------ the parser, sans I/O
+
+
+@st.composite
+def _framed_responses(draw: st.DrawFn) -> tuple[bytes, bytes, str]:
+    """(response bytes, body, framing) with the body framed one of the three ways."""
+    body = draw(st.binary(max_size=300))
+    framing = draw(st.sampled_from(["length", "chunked", "close"]))
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    if framing == "length":
+        return head + b"Content-Length: %d\r\n\r\n" % len(body) + body, body, framing
+    if framing == "close":
+        return head + b"Connection: close\r\n\r\n" + body, body, framing
+    pieces, rest = [], body
+    while rest:
+        size = draw(st.integers(min_value=1, max_value=len(rest)))
+        pieces.append(b"%x\r\n%s\r\n" % (size, rest[:size]))
+        rest = rest[size:]
+    return (
+        head + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(pieces) + b"0\r\n\r\n",
+        body,
+        framing,
+    )
+
+
+@given(_framed_responses(), st.lists(st.integers(min_value=0, max_value=2000), max_size=8))
+def test_the_parser_reads_any_body_however_the_bytes_are_cut(
+    response: tuple[bytes, bytes, str], cuts: list[int]
+) -> None:
+    data, body, framing = response
+    bounds = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    exchange = _Exchange(no_body=False)
+    received = []
+    for start, end in itertools.pairwise(bounds):
+        exchange.feed(data[start:end])
+        received.extend(exchange.body)
+        exchange.body = []
+    assert exchange.head and exchange.status == 200
+    if framing == "close":  # ends when the server closes: not complete until then
+        assert not exchange.complete and exchange.ends_at_close()
+    else:
+        assert exchange.complete and exchange.reusable() and not exchange.ends_at_close()
+    assert b"".join(received) == body
+
+
+@given(st.binary(max_size=200), st.binary(max_size=200))
+def test_whatever_a_server_sends_is_parsed_or_a_body_cut(first: bytes, second: bytes) -> None:
+    exchange = _Exchange(no_body=False)
+    for data in (b"HTTP/1.1 200 OK\r\n" + first, second):
+        try:
+            exchange.feed(data)
+        except BodyCut:
+            return
