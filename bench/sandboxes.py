@@ -17,7 +17,10 @@ Both sides use the same agent loop, so what differs is how tools, rewards and sa
 
 Reported per N and side: completed rollouts, wall seconds, rollouts/s, tool-call latency
 p50/p99 (the command as the tool saw it), event-loop lag p99 (a 5 ms ticker), and for ours the
-sandbox create/close rates. A watchdog aborts a side that completes nothing for ``--stall``
+sandbox create/close rates; CPU per rollout, split into this process's own and its commands'
+(``getrusage``: the children it reaped, the shells and their commands), and the ceiling the
+commands alone put on any design: the machine's cores over their CPU per rollout (rollouts/s no
+client could beat here, since every design runs the same commands). A watchdog aborts a side that completes nothing for ``--stall``
 seconds while rollouts are pending and reports it as a deadlock. Ratios are ours/reference
 from the same run (machines are noisy).
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -91,6 +95,8 @@ class Side:
     deadlock: bool = False
     created: int = 0
     released: int = 0
+    cpu_self: float = 0.0
+    cpu_children: float = 0.0
 
     def line(self, n: int, name: str) -> str:
         rate = self.completed / self.seconds if self.seconds else 0.0
@@ -100,13 +106,25 @@ class Side:
             if self.created
             else ""
         )
+        done = max(self.completed, 1)
+        cpu = (
+            f"; CPU per rollout {self.cpu_self / done * 1e3:.1f} ms own + "
+            f"{self.cpu_children / done * 1e3:.1f} ms commands (ceiling "
+            f"{self.ceiling():.0f} rollouts/s)"
+        )
         return (
             f"  N={n:5d} {name:9s} {self.completed}/{n} done ({self.rewarded} rewarded) in "
             f"{self.seconds:7.1f} s = {rate:6.1f} rollouts/s; tool p50 "
             f"{percentile(self.tool_seconds, 0.5) * 1e3:7.0f} ms p99 "
             f"{percentile(self.tool_seconds, 0.99) * 1e3:7.0f} ms; loop lag p99 "
-            f"{self.lag_p99_ms:6.1f} ms{extra}{'; DEADLOCK (watchdog)' if self.deadlock else ''}"
+            f"{self.lag_p99_ms:6.1f} ms{extra}{cpu}"
+            f"{'; DEADLOCK (watchdog)' if self.deadlock else ''}"
         )
+
+    def ceiling(self) -> float:
+        """Rollouts/s the machine's cores could run if the commands' CPU were all there was."""
+        per_rollout = self.cpu_children / max(self.completed, 1)
+        return (os.cpu_count() or 1) / per_rollout if per_rollout else float("inf")
 
 
 async def run_all(side: Side, n: int, stall: float, one: Any) -> None:
@@ -287,7 +305,20 @@ async def compare(args: argparse.Namespace) -> None:
             results: dict[str, Side] = {}
             for name in sides:
                 run = ours if name == "ours" else reference
+                before = (
+                    resource.getrusage(resource.RUSAGE_SELF),
+                    resource.getrusage(resource.RUSAGE_CHILDREN),
+                )
                 results[name] = await run(base_url, n, args)
+                after = (
+                    resource.getrusage(resource.RUSAGE_SELF),
+                    resource.getrusage(resource.RUSAGE_CHILDREN),
+                )
+                own, children = (
+                    (b.ru_utime + b.ru_stime) - (a.ru_utime + a.ru_stime)
+                    for a, b in zip(before, after, strict=True)
+                )
+                results[name].cpu_self, results[name].cpu_children = own, children
                 print(results[name].line(n, name), flush=True)
             if len(results) == 2:
                 a, b = results["ours"], results["reference"]
@@ -295,9 +326,11 @@ async def compare(args: argparse.Namespace) -> None:
                 rate_b = b.completed / b.seconds if b.completed else float("nan")
                 p99_a = percentile(a.tool_seconds, 0.99)
                 p99_b = percentile(b.tool_seconds, 0.99)
+                ceiling = min(a.ceiling(), b.ceiling())
                 print(
                     f"  N={n:5d} ours/reference: throughput x{rate_a / rate_b:.1f}, "
-                    f"tool p99 x{p99_b / p99_a:.1f} lower",
+                    f"tool p99 x{p99_b / p99_a:.1f} lower; the commands' ceiling is "
+                    f"x{ceiling / rate_b:.1f} the reference's throughput",
                     flush=True,
                 )
 
