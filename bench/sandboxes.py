@@ -20,8 +20,9 @@ p50/p99 (the command as the tool saw it), event-loop lag p99 (a 5 ms ticker), an
 sandbox create/close rates; CPU per rollout, split into this process's own and its commands'
 (``getrusage``: the children it reaped, the shells and their commands), and the ceiling the
 commands alone put on any design: the machine's cores over their CPU per rollout (rollouts/s no
-client could beat here, since every design runs the same commands). A watchdog aborts a side that completes nothing for ``--stall``
-seconds while rollouts are pending and reports it as a deadlock. Ratios are ours/reference
+client could beat here, since every design runs the same commands). A watchdog aborts a side
+that completes nothing for ``--stall`` seconds while rollouts are pending and reports it as a
+deadlock. Ratios are ours/reference
 from the same run (machines are noisy).
 
     .venv/bin/python bench/sandboxes.py --sizes 64,256,1000 --isolation process
@@ -109,7 +110,7 @@ class Side:
         done = max(self.completed, 1)
         cpu = (
             f"; CPU per rollout {self.cpu_self / done * 1e3:.1f} ms own + "
-            f"{self.cpu_children / done * 1e3:.1f} ms commands (ceiling "
+            f"{self.commands_cpu() * 1e3:.1f} ms commands (ceiling "
             f"{self.ceiling():.0f} rollouts/s)"
         )
         return (
@@ -121,9 +122,13 @@ class Side:
             f"{'; DEADLOCK (watchdog)' if self.deadlock else ''}"
         )
 
+    def commands_cpu(self) -> float:
+        """CPU seconds per completed rollout in the commands (the reaped children)."""
+        return self.cpu_children / max(self.completed, 1)
+
     def ceiling(self) -> float:
         """Rollouts/s the machine's cores could run if the commands' CPU were all there was."""
-        per_rollout = self.cpu_children / max(self.completed, 1)
+        per_rollout = self.commands_cpu()
         return (os.cpu_count() or 1) / per_rollout if per_rollout else float("inf")
 
 
@@ -153,6 +158,14 @@ async def run_all(side: Side, n: int, stall: float, one: Any) -> None:
             side.seconds = anyio.current_time() - start
             side.lag_p99_ms = monitor.statistics().p99 * 1e3
         tg.cancel_scope.cancel("done")
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds so far: this process's, and its reaped children's (the commands)."""
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 def factory_for(isolation: str) -> Any:
@@ -305,20 +318,11 @@ async def compare(args: argparse.Namespace) -> None:
             results: dict[str, Side] = {}
             for name in sides:
                 run = ours if name == "ours" else reference
-                before = (
-                    resource.getrusage(resource.RUSAGE_SELF),
-                    resource.getrusage(resource.RUSAGE_CHILDREN),
-                )
+                own, children = cpu_seconds()
                 results[name] = await run(base_url, n, args)
-                after = (
-                    resource.getrusage(resource.RUSAGE_SELF),
-                    resource.getrusage(resource.RUSAGE_CHILDREN),
-                )
-                own, children = (
-                    (b.ru_utime + b.ru_stime) - (a.ru_utime + a.ru_stime)
-                    for a, b in zip(before, after, strict=True)
-                )
-                results[name].cpu_self, results[name].cpu_children = own, children
+                own_after, children_after = cpu_seconds()
+                results[name].cpu_self = own_after - own
+                results[name].cpu_children = children_after - children
                 print(results[name].line(n, name), flush=True)
             if len(results) == 2:
                 a, b = results["ours"], results["reference"]

@@ -4,9 +4,9 @@ A transport sends one request to one server and hands back the response as soon 
 has arrived; it knows nothing of retries, limiters, JSON or the request deadline (the
 connection above it owns those). Two implementations:
 
-* :class:`~hermes_async.inference._wire.WirePool` — the lean HTTP/1.1 client (httptools), used over
-  the network: about half the client CPU of httpx per streamed request at 16 concurrent
-  streams, several times less at 256 (``bench/http_client.py``);
+* :class:`~hermes_async.inference._wire.WirePool` — the lean HTTP/1.1 client (httptools), used
+  over the network: 2.6x less client CPU than httpx per streamed request at 16 concurrent
+  streams, 16x less at 256 (``bench/http_client.py``);
 * :class:`~hermes_async.inference._httpx.HttpxTransport` — httpx, for what the lean client
   does not do: an HTTP proxy from the environment, an injected ``httpx`` transport (tests, an
   in-process ASGI app).

@@ -12,8 +12,8 @@ request, two thirds of all client CPU. This module keeps only what a model serve
   as the server has closed them;
 * httptools (llhttp, the parser Node.js uses, in C) for the response framing (Content-Length,
   chunked, keep-alive rules); the request is a few bytes written out here. This replaced h11
-  (pure Python): parsing one streamed response of five chunks cost ~143 us of CPU with h11 and
-  ~4 us with httptools, and a rollout makes a request per turn with one chunk per streamed
+  (pure Python): parsing one streamed response of five chunks cost ~142 us of CPU with h11 and
+  ~8 us with httptools, and a rollout makes a request per turn with one chunk per streamed
   event (``bench/http_client.py`` compares this pool with httpx; the parser itself,
   ``bench/http_client.py --parsers``);
 * the typed outcomes of :mod:`~hermes_async.inference._transport`, decided where they happen:
@@ -111,12 +111,13 @@ def _describe(exc: BaseException) -> str:
 #: RFC 9110 ``token`` (a header name) and ``field-value`` (visible characters, spaces and tabs
 #: inside, none at either end; obs-text allowed as Latin-1).
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-#: Headers that frame the body: the pool writes Content-Length itself, and a second one (or a
-#: Transfer-Encoding beside it) would make the server read the body differently.
-_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 _FIELD_VALUE = re.compile(
     rb"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?"
 )
+
+#: Headers that frame the body: the pool writes Content-Length itself, and a second one (or a
+#: Transfer-Encoding beside it) would make the server read the body differently.
+_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 
 
 def _header(name: str, value: str) -> tuple[bytes, bytes]:
@@ -254,14 +255,13 @@ class _Exchange:
 
 
 class _Connection:
-    """One keep-alive connection: a byte stream, the exchange on it and its raw socket."""
+    """One keep-alive connection: a byte stream and its raw socket."""
 
-    __slots__ = ("exchange", "idle_since", "sock", "stream")
+    __slots__ = ("idle_since", "sock", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream, sock: socket.socket | None) -> None:
         self.stream = stream
         self.sock = sock
-        self.exchange: _Exchange | None = None
         self.idle_since = 0.0
 
     def looks_closed(self) -> bool:
@@ -350,8 +350,7 @@ class WireResponse:
             if data:
                 exchange.feed(data)
             elif exchange.ends_at_close():
-                exchange.complete = True  # the connection is not reused (``reusable``)
-                exchange.after_end = True
+                exchange.complete = True  # keep_alive stays False: the connection is closed
             else:
                 raise BodyCut("the connection ended mid-body")
 
@@ -375,7 +374,6 @@ class WireResponse:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        conn.exchange = None
         self._exchange.release()
         if self._done and self._exchange.reusable():
             await self._pool._release(conn)
@@ -485,9 +483,9 @@ class WirePool:
         reused = conn is not None
         if conn is None:
             conn = await self._connect()
+        exchange = _Exchange(no_body=method == "HEAD")
         ok = False
         try:
-            exchange = conn.exchange = _Exchange(no_body=method == "HEAD")
             try:
                 await conn.stream.send(data)
             except _STREAM_ERRORS as exc:
@@ -502,9 +500,7 @@ class WirePool:
             return WireResponse(self, conn, exchange)
         finally:
             if not ok:
-                if conn.exchange is not None:
-                    conn.exchange.release()
-                    conn.exchange = None
+                exchange.release()
                 await conn.aclose()
 
     async def _receive_head(self, conn: _Connection, exchange: _Exchange, *, reused: bool) -> None:

@@ -11,8 +11,10 @@ standard library, so what is sent and what is decoded stay exactly what they wer
   dataclass or a datetime make orjson refuse (the standard library's rules then apply:
   :func:`~hermes_async.inference._http.encode_body` replaces the surrogate, converts the key,
   writes the integer, refuses the rest). orjson writes ``NaN`` and the infinities as ``null``;
-  a body whose encoding has a ``null`` is encoded again by the standard library, which keeps
-  the value a caller gave. The separators are compact (``{"a":1}``): the same JSON value.
+  a body holding one of those is encoded by the standard library, which keeps the value a
+  caller gave (the search for them runs only where the encoding has a ``null``: chat bodies
+  often do, ``"content": null`` beside tool calls, token bodies never). The separators are
+  compact (``{"a":1}``): the same JSON value.
   orjson's result keeps the buffer it grew (tracemalloc: ~2 MB for a 70 KB body); bodies are
   copied to their own size (a few microseconds), since a body is held while its request waits
   for a model-request slot.
@@ -26,6 +28,7 @@ standard library, so what is sent and what is decoded stay exactly what they wer
 from __future__ import annotations
 
 import json
+import math
 
 import orjson
 
@@ -53,11 +56,23 @@ def dumps(value: object) -> bytes | None:
         data = orjson.dumps(value, option=_STRICT)
     except TypeError:
         return None
-    if b"null" in data:
+    if b"null" in data and _non_finite(value):
         return None
     # Copied to its own size: orjson's bytes keep the buffer it grew (up to ~30x the JSON),
     # and a body is held while its request waits for a slot, thousands of them at once.
     return bytes(memoryview(data))
+
+
+def _non_finite(value: object) -> bool:
+    """Whether ``value`` holds a float that is NaN or infinite (nesting bounded: orjson refused
+    anything deeper than 254 levels before this runs)."""
+    if type(value) is float:
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(map(_non_finite, value.values()))
+    if isinstance(value, list | tuple):
+        return any(map(_non_finite, value))
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def loads(text: str) -> JSON:

@@ -267,7 +267,9 @@ async def test_keep_alive_reuses_one_connection_with_both_body_framings() -> Non
         assert request.headers["x-extra"] == "yes"
         assert request.headers["authorization"] == "Bearer sk-test"
         assert request.headers["content-length"] == str(len(request.body))
-        assert request.body == json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        # UTF-8 as written (not \u-escaped), compact separators.
+        compact = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        assert request.body == compact.encode("utf-8")
 
 
 async def test_no_authorization_header_without_an_api_key() -> None:

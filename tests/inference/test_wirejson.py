@@ -119,3 +119,16 @@ def test_an_encoded_body_holds_its_own_size() -> None:
         tracemalloc.stop()
     assert json.loads(encoded) == body
     assert held < 1.2 * len(encoded), (held, len(encoded))
+
+
+def test_a_body_with_nulls_and_finite_floats_keeps_the_fast_encoding() -> None:
+    # A chat body's "content": null beside tool calls is no reason for the standard library.
+    body = {"messages": [{"role": "assistant", "content": None, "x": 0.5}], "seed": None}
+    assert (
+        encode_body(body)
+        == b'{"messages":[{"role":"assistant","content":null,"x":0.5}],"seed":null}'
+    )
+    nested = {"messages": [{"content": None, "extra": [1, {"t": math.inf}]}]}
+    assert json.loads(encode_body(nested)) == {
+        "messages": [{"content": None, "extra": [1, {"t": math.inf}]}]
+    }
