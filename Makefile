@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The extras `make venv` installs; scripts/lock.sh resolves the same set.
+EXTRAS := atropos,docker,modal,ssh,e2b,daytona,web,browser,terminalbench,families,testing,dev
+# Exact versions of everything installed (scripts/lock.sh writes it; `make lock` refreshes it).
+LOCK   ?= requirements/lock.txt
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -13,12 +17,24 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 venv: $(STAMP)
 
-# Re-installs only when pyproject.toml changes; a second `make venv` is a no-op.
-$(STAMP): pyproject.toml
+# Re-installs only when pyproject.toml or the lock changes; a second `make venv` is a no-op.
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[atropos,docker,modal,ssh,e2b,daytona,web,browser,terminalbench,families,testing,dev]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(LOCK) -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
+
+# Re-resolve requirements/lock.txt after a change to pyproject.toml (keeps the pins it can).
+.PHONY: lock test-latest
+lock:
+	scripts/lock.sh
+
+# What a fresh install would get today: every dependency at its newest allowed version, in its
+# own venv, then the whole test command. How a maintainer learns that an upstream release broke
+# something before users do.
+test-latest:
+	scripts/lock.sh --latest -o .venv-latest.lock
+	$(MAKE) test VENV=.venv-latest LOCK=.venv-latest.lock
 
 # TerminalTestEnv evaluate + process against the scripted oracle model on loopback (offline,
 # local sandboxes); writes demo_output/. A real server:
