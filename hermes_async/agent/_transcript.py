@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from hermes_async.jsontypes import JSONObject
+from hermes_async.parsers.types import ToolCall
 from hermes_async.tools.registry import ToolOutcome
 
 __all__ = (
@@ -33,25 +34,16 @@ USER_TASK_MAX_CHARS = 500
 
 
 class CallRecord(Protocol):
-    """What the transcript needs of a tool call (the agent's ``ToolCall`` has it)."""
+    """What the transcript needs of a call in flight (the agent's ``PendingCall`` has it)."""
 
     @property
-    def call_id(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def arguments(self) -> str: ...
+    def call(self) -> ToolCall: ...
 
     @property
     def raw_arguments(self) -> str | None: ...
 
     @property
     def raw(self) -> str | None: ...
-
-    @property
-    def native_id(self) -> str | None: ...
 
     @property
     def outcome(self) -> ToolOutcome | None: ...
@@ -71,16 +63,13 @@ def assistant_message(
     if calls:
         entries: list[JSONObject] = []
         for c in calls:
-            arguments = c.raw_arguments if c.raw_arguments is not None else c.arguments
-            entry: JSONObject = {
-                "id": c.call_id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": arguments},
-            }
+            entry = c.call.to_dict()
+            if c.raw_arguments is not None:
+                entry["function"] = {"name": c.call.name, "arguments": c.raw_arguments}
             if c.raw is not None:
                 entry["raw"] = c.raw
-            if c.native_id is not None:
-                entry["native_id"] = c.native_id
+            if c.call.native_id is not None:
+                entry["native_id"] = c.call.native_id
             entries.append(entry)
         message["tool_calls"] = entries
     if reasoning:
@@ -108,7 +97,7 @@ def interrupted_turn(
             if call.outcome is not None
             else json.dumps({"error": f"Tool call not completed: {reason}"})
         )
-        closed.append(tool_message(call.call_id, content))
+        closed.append(tool_message(call.call.id, content))
     return closed
 
 

@@ -78,6 +78,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from hermes_async._resource import AsyncResource
+from hermes_async.agent.options import DEFAULT_TOOL_TIMEOUT_SECONDS
 from hermes_async.errors import SandboxError
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
@@ -97,11 +98,7 @@ from hermes_async.tools.sandbox.transfer import DEFAULT_TRANSFER_LIMIT_BYTES
 from hermes_async.tools.standalone import StandaloneSandboxes, standalone_factory
 from hermes_async.tools.terminal import default_command_timeout
 
-__all__ = ("DEFAULT_TOOL_TIMEOUT_SECONDS", "TerminalResult", "ToolContext")
-
-#: Deadline for one tool call through the context (the reference's ``future.result(timeout=300)``).
-#: ``terminal`` gets its own command timeout plus :data:`_TERMINAL_SLACK_SECONDS` instead.
-DEFAULT_TOOL_TIMEOUT_SECONDS = 300.0
+__all__ = ("TerminalResult", "ToolContext")
 
 #: Extra time a terminal call gets over its command timeout, so the tool reports the timeout
 #: itself (exit 124) rather than being cancelled from outside.
