@@ -517,7 +517,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                 limits=self.limits,
                 idle_timeout=float(self.config.terminal_lifetime),
                 close_timeout=self.config.sandbox_release_timeout,
-                pool=self.config.build_pool(),
+                warm_pool=self.config.build_warm_pool(),
             ) as manager:
                 with use_sandbox_manager(manager):
                     yield manager

@@ -96,8 +96,8 @@ from hermes_async.tools.sandbox.base import (
     Sandbox,
 )
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
-from hermes_async.tools.sandbox.pool import PoolOptions, PoolStatistics, WarmPool
 from hermes_async.tools.sandbox.spec import SandboxSpec, accepts_spec
+from hermes_async.tools.sandbox.warm_pool import WarmPool, WarmPoolOptions, WarmPoolStatistics
 from hermes_async.tools.sandbox.wrapper import SandboxWrapper
 
 __all__ = (
@@ -142,7 +142,7 @@ class SandboxManagerStatistics:
         create_failures: Creations that raised.
         create_wait_seconds: Seconds ``get()`` callers spent waiting for their sandbox to be
             created or taken from the pool (summed over creations).
-        pool: The warm pool's counts (``None``: no pool).
+        warm_pool: The warm pool's counts (``None``: no warm pool).
     """
 
     active: int
@@ -153,7 +153,7 @@ class SandboxManagerStatistics:
     reaped: int
     create_failures: int
     create_wait_seconds: float = 0.0
-    pool: PoolStatistics | None = None
+    warm_pool: WarmPoolStatistics | None = None
 
 
 class _ClosedBeforeCreate(SandboxError):
@@ -197,7 +197,7 @@ class SandboxManager(AsyncResource):
         close_timeout: Deadline for one release.
         reap_interval: Seconds between reaper passes (default: ``idle_timeout / 4``, between 1
             and 60 s).
-        pool: Keep sandboxes warm (:class:`~hermes_async.tools.sandbox.pool.PoolOptions`;
+        warm_pool: Keep sandboxes warm (:class:`~hermes_async.tools.sandbox.warm_pool.WarmPoolOptions`;
             ``None`` or ``size=0``: every sandbox is created when asked for).
     """
 
@@ -210,7 +210,7 @@ class SandboxManager(AsyncResource):
         create_timeout: float = DEFAULT_CREATE_TIMEOUT_SECONDS,
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT_SECONDS,
         reap_interval: float | None = None,
-        pool: PoolOptions | None = None,
+        warm_pool: WarmPoolOptions | None = None,
     ) -> None:
         if factory is None:
             from hermes_async.tools.sandbox.local import local_factory
@@ -244,11 +244,11 @@ class SandboxManager(AsyncResource):
         self._created = self._released = self._reaped = self._create_failures = 0
         self._failures: dict[str, SandboxUnavailableError] = {}
         self._create_wait = 0.0
-        self.pool: WarmPool | None = None
+        self.warm_pool: WarmPool | None = None
         self._pool_scope: anyio.CancelScope | None = None
         self._pool_done: anyio.Event | None = None
-        if pool is not None and pool.size > 0:
-            self.pool = WarmPool(pool, self._new_sandbox, close_timeout=close_timeout)
+        if warm_pool is not None and warm_pool.size > 0:
+            self.warm_pool = WarmPool(warm_pool, self._new_sandbox, close_timeout=close_timeout)
             self._pool_scope = anyio.CancelScope()
             self._pool_done = anyio.Event()
 
@@ -262,7 +262,7 @@ class SandboxManager(AsyncResource):
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
-            if self.pool is not None:
+            if self.warm_pool is not None:
                 await self._tg.start(self._run_pool)
             if math.isfinite(self.idle_timeout):
                 await self._tg.start(self._reaper)
@@ -313,13 +313,13 @@ class SandboxManager(AsyncResource):
             with cleanup_scope("release every sandbox", math.inf, reason=reason, log=logger):
                 await self.release_all(interrupted=interrupted)
             await self._wait_in_flight(reason)
-            if self.pool is not None:
+            if self.warm_pool is not None:
                 assert self._pool_done is not None
                 # Shield only: the filler's creations clean up after themselves when cancelled
                 # (bounded by their factory), and each pooled close is bounded by close_timeout.
                 with cleanup_scope("drain the warm pool", math.inf, reason=reason, log=logger):
                     await self._pool_done.wait()
-                    await self.pool.drain()
+                    await self.warm_pool.drain()
             factory_close = getattr(self.factory, "aclose", None)
             if callable(factory_close):
                 await bounded_cleanup(
@@ -335,11 +335,11 @@ class SandboxManager(AsyncResource):
             await self._tg.__aexit__(None, None, None)
 
     async def _run_pool(self, *, task_status: TaskStatus[None]) -> None:
-        assert self.pool is not None
+        assert self.warm_pool is not None
         assert self._pool_scope is not None and self._pool_done is not None
         try:
             with self._pool_scope:
-                await self.pool.run(task_status=task_status)
+                await self.warm_pool.run(task_status=task_status)
         finally:
             self._pool_done.set()
 
@@ -366,7 +366,7 @@ class SandboxManager(AsyncResource):
         """Keep sandboxes of ``spec`` warm for the rollouts to come (no-op without a pool).
 
         Specs are filled in the order they are asked for; see
-        :mod:`~hermes_async.tools.sandbox.pool`.
+        :mod:`~hermes_async.tools.sandbox.warm_pool`.
 
         Raises:
             ConfigError: ``spec`` is given but the factory takes no ``spec`` keyword.
@@ -376,8 +376,8 @@ class SandboxManager(AsyncResource):
                 f"this SandboxManager's factory {self.factory!r} takes no spec= keyword, so it "
                 "cannot prewarm per-item sandboxes"
             )
-        if self.pool is not None and self._state == "open":
-            self.pool.prewarm(spec)
+        if self.warm_pool is not None and self._state == "open":
+            self.warm_pool.prewarm(spec)
 
     async def _wait_in_flight(self, reason: str) -> None:
         """Wait for the creations and closes other tasks are still running (bounded).
@@ -485,8 +485,8 @@ class SandboxManager(AsyncResource):
         try:
             with span("sandbox create", {"hermes_async.task_id": entry.task_id}) as s:
                 warm = None
-                if self.pool is not None:
-                    warm = await self.pool.take(spec, entry.task_id)
+                if self.warm_pool is not None:
+                    warm = await self.warm_pool.take(spec, entry.task_id)
                     s.set("hermes_async.sandbox.pooled", warm is not None)
                 sandbox = warm if warm is not None else await self._new_sandbox(entry.task_id, spec)
         except BaseException as exc:
@@ -718,7 +718,7 @@ class SandboxManager(AsyncResource):
             reaped=self._reaped,
             create_failures=self._create_failures,
             create_wait_seconds=self._create_wait,
-            pool=self.pool.statistics() if self.pool is not None else None,
+            warm_pool=self.warm_pool.statistics() if self.warm_pool is not None else None,
         )
 
     def __repr__(self) -> str:

@@ -5,7 +5,7 @@ namespaced world's bubblewrap, a remote provider's boot: seconds at p99). Every 
 run asks for a sandbox of a spec the run has seen before, so a :class:`SandboxManager` with a
 pool keeps ``size`` of them ready per spec and ``get()`` takes one instead of creating it::
 
-    async with SandboxManager(factory, pool=PoolOptions(size=8)) as manager:
+    async with SandboxManager(factory, warm_pool=WarmPoolOptions(size=8)) as manager:
         manager.prewarm(spec)          # a per-item spec the next groups will need
         sandbox = await manager.get("rollout-1")   # ready at once when the pool has one
 
@@ -47,7 +47,7 @@ from hermes_async._cleanup import bounded_cleanup
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
-__all__ = ("PoolOptions", "PoolStatistics", "WarmPool", "spec_key")
+__all__ = ("WarmPool", "WarmPoolOptions", "WarmPoolStatistics", "spec_key")
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ _AGE_CHECK_MAX_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class PoolOptions:
+class WarmPoolOptions:
     """How a :class:`SandboxManager` keeps sandboxes warm.
 
     Attributes:
@@ -79,13 +79,13 @@ class PoolOptions:
 
     def __post_init__(self) -> None:
         if self.size < 0:
-            raise ValueError(f"PoolOptions.size must be >= 0, got {self.size!r}")
+            raise ValueError(f"WarmPoolOptions.size must be >= 0, got {self.size!r}")
         check_fields(self, ("max_specs", "fill_concurrency"), AT_LEAST_ONE, error=ValueError)
         check_fields(self, ("max_age", "check_timeout"), POSITIVE, error=ValueError)
 
 
 @dataclass(frozen=True, slots=True)
-class PoolStatistics:
+class WarmPoolStatistics:
     """A snapshot of a pool.
 
     Attributes:
@@ -137,7 +137,7 @@ class WarmPool:
         close_timeout: Bound of closing one sandbox (the manager's).
     """
 
-    def __init__(self, options: PoolOptions, create: Create, *, close_timeout: float) -> None:
+    def __init__(self, options: WarmPoolOptions, create: Create, *, close_timeout: float) -> None:
         self.options = options
         self._create = create
         self._close_timeout = close_timeout
@@ -167,9 +167,9 @@ class WarmPool:
             self._close_later(dropped.ready, "its spec is no longer kept warm")
         self._wake.set()
 
-    def statistics(self) -> PoolStatistics:
+    def statistics(self) -> WarmPoolStatistics:
         """A snapshot of counts."""
-        return PoolStatistics(
+        return WarmPoolStatistics(
             ready=sum(len(w.ready) for w in self._warm.values()),
             filling=sum(w.filling for w in self._warm.values()),
             hits=self._hits,
