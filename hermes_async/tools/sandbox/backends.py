@@ -162,7 +162,8 @@ def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
     Args:
         kind: A registered name: ``"local"``, ``"docker"``, ``"modal"`` or one of yours.
         **options: For ``local``, the keyword arguments of
-            :func:`~hermes_async.tools.sandbox.local.local_factory`; for ``docker``, fields of
+            :func:`~hermes_async.tools.sandbox.local.local_factory` (the ``NamespaceOptions``
+            fields may be given flat); for ``docker``, fields of
             :class:`~hermes_async.tools.sandbox.docker.DockerSandboxConfig`; for ``modal``,
             fields of :class:`~hermes_async.tools.sandbox.modal.ModalSandboxConfig` plus
             ``modal=`` (a double for tests); for ``e2b`` / ``daytona``, fields of
@@ -221,7 +222,13 @@ def _config(cls: type[_C], kind: str, options: dict[str, Any]) -> _C:
 
 def _local(**options: Any) -> SandboxFactory:
     from hermes_async.tools.sandbox.local import local_factory
+    from hermes_async.tools.sandbox.namespaces import NamespaceOptions
 
+    # A config gives the namespace fields flat, beside the factory's own.
+    flat = {f.name for f in dataclasses.fields(NamespaceOptions)} & set(options)
+    if flat:
+        namespace = NamespaceOptions(**{name: options.pop(name) for name in sorted(flat)})
+        return local_factory(namespace=namespace, **options)
     return local_factory(**options)
 
 
