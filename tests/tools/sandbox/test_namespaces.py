@@ -402,6 +402,8 @@ async def test_isolation_is_explicit(
         make_backend_factory("local", isolaton="namespaces")
     with pytest.raises(ConfigError, match="must not be root"):
         local_factory(namespace=NamespaceOptions(uid=0))
+    with pytest.raises(ConfigError, match="must not be root"):  # a config gives them flat
+        make_backend_factory("local", isolation="process", uid=0)
     # Where bubblewrap is missing: "namespaces" is a ConfigError naming the fix, "auto" warns
     # once (what is not isolated, how to install it) and falls back to process mode.
     why = "bwrap not found on PATH (`apt-get install bubblewrap`)"
