@@ -41,7 +41,6 @@ if TYPE_CHECKING:
         HermesAsyncError as HermesAsyncError,
         InferenceError as InferenceError,
         LimitError as LimitError,
-        ParseError as ParseError,
         SandboxError as SandboxError,
         ToolArgumentsError as ToolArgumentsError,
         ToolExecutionError as ToolExecutionError,
@@ -218,8 +217,7 @@ __all__ = (
     "use_sandbox_manager",
 )
 
-#: Where each public name lives (its public module). ``ParseError`` stays importable here for
-#: compatibility but is no longer exported (nothing raises it; see hermes_async.errors).
+#: Where each public name lives (its public module).
 _WHERE: dict[str, str] = {
     "AgentOptions": "hermes_async.agent",
     "AgentResult": "hermes_async.agent",
@@ -246,7 +244,6 @@ _WHERE: dict[str, str] = {
     "LocalSandbox": "hermes_async.tools.sandbox",
     "ModelServerError": "hermes_async.inference",
     "NamedLimiter": "hermes_async.limits",
-    "ParseError": "hermes_async.errors",
     "ParseResult": "hermes_async.parsers",
     "RetryPolicy": "hermes_async.inference",
     "Reward": "hermes_async.agent",

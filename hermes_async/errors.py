@@ -24,10 +24,8 @@ Decisions (issue 13):
   spellings of the ``except`` keep working.
 * :class:`LimitError` is the category of limiter mistakes (a total that is not an integer
   >= 1, an unknown limiter name) and a :class:`ConfigError`.
-* ``ParseError`` is gone from the API: model output is never raised -- a malformed call is a
-  :class:`~hermes_async.parsers.ToolCallInvalid` event for the model -- and no parser call
-  takes a "strict" switch that would need one. The class stays importable from this module
-  (never raised, not in ``__all__``) for code written against 0.1, until 0.2.
+* Model output is never raised: a malformed call is a
+  :class:`~hermes_async.parsers.ToolCallInvalid` event for the model.
 """
 
 from __future__ import annotations
@@ -113,12 +111,6 @@ class UnknownParserError(ConfigError, KeyError):
             f"unknown tool-call parser {name!r}; available: {', '.join(self.available)}; "
             "register another with @hermes_async.parsers.register_parser"
         )
-
-
-class ParseError(HermesAsyncError):
-    """Deprecated, never raised: model output is never an exception (see the module notes)."""
-
-    phase = "parse"
 
 
 class SandboxError(HermesAsyncError):

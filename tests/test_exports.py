@@ -22,9 +22,6 @@ import hermes_async
 
 ROOT = pathlib.Path(hermes_async.__file__).parent
 
-#: Kept importable for compatibility, deliberately left out of ``__all__``.
-DEPRECATED = {("hermes_async.errors", "ParseError")}
-
 #: Modules whose import needs an optional extra that a test machine may lack.
 OPTIONAL = ("hermes_async.tools.sandbox.modal", "hermes_async.tools.sandbox.docker")
 
@@ -66,7 +63,6 @@ def test_public_module_has_an_exact_tuple_all(name: str) -> None:
         if not attr.startswith("_")
         and (inspect.isclass(obj) or inspect.isfunction(obj))
         and getattr(obj, "__module__", None) == name
-        and (name, attr) not in DEPRECATED
     }
     assert defined <= set(exported), (
         f"{name} defines public names not in __all__: {defined - set(exported)}"

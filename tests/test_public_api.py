@@ -10,9 +10,9 @@ import hermes_async
 
 
 def test_all_is_exact() -> None:
-    # The root re-exports lazily: __all__ is every name it knows except the deprecated one.
+    # The root re-exports lazily: __all__ is every name it knows.
     where = hermes_async._WHERE
-    assert set(hermes_async.__all__) - {"__version__"} == set(where) - {"ParseError"}
+    assert set(hermes_async.__all__) - {"__version__"} == set(where)
     assert isinstance(hermes_async.__all__, tuple)
     for name in hermes_async.__all__:
         assert hasattr(hermes_async, name), name

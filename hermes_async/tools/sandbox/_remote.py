@@ -690,10 +690,6 @@ class RemoteSandbox(StagedTransferSandbox):
 
     # ----------------------------------------------------------------- close
 
-    def mark_gone(self, detail: str) -> SandboxUnavailableError:
-        """Record that the provider lost this sandbox (for drivers and tests)."""
-        return self._mark_gone(detail, reason="unreachable")
-
     async def aclose(self, interrupted: bool = False) -> None:
         """Delete the sandbox. Idempotent.
 

@@ -34,8 +34,6 @@ Everything else has a working default built on them:
   not call ``super().__init__``).
 * ``async with sandbox:`` closes it, the block owning the release (shielded, bounded by
   :attr:`Sandbox.close_timeout`, ``interrupted`` when the block raised).
-* A subclass written before :meth:`Sandbox.exec_request` existed, which overrides ``exec``
-  itself, keeps working: its ``exec`` becomes the hook's implementation.
 
 * **Background logs are bounded on disk**: the wrapper pipes the command's output through a
   small ring (``dd`` segments, rotated): the log keeps the last :data:`BACKGROUND_LOG_LIMIT_BYTES`
@@ -78,7 +76,7 @@ import types
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._resource import AsyncResource
@@ -346,29 +344,6 @@ class Sandbox(AsyncResource):
     workdir: str
     background_state_dir: str = "/tmp/.hermes_async/bg"
     close_timeout: float | None = DEFAULT_CLOSE_TIMEOUT_SECONDS
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # Compatibility: a subclass written before ``exec_request`` existed overrides ``exec``
-        # itself. Its ``exec`` stays the implementation; the hook forwards to it, so the class
-        # is still concrete and code that calls the hook (``ManagedSandbox``) reaches it.
-        legacy = cls.__dict__.get("exec")
-        if legacy is None or getattr(cls.exec_request, "__isabstractmethod__", False) is False:
-            return
-
-        async def exec_request(self: Sandbox, request: ExecRequest) -> ExecResult:
-            result: ExecResult = await legacy(
-                self,
-                request.command,
-                cwd=request.cwd,
-                env=request.env,
-                timeout=request.timeout,
-                stdin=request.stdin,
-                output_limit=request.output_limit,
-            )
-            return result
-
-        cls.exec_request = exec_request  # type: ignore[method-assign]
 
     async def exec(
         self,
