@@ -116,7 +116,7 @@ if TYPE_CHECKING:
         sample_toolsets_from_distribution as sample_toolsets_from_distribution,
     )
 
-__version__ = "0.1.0"
+from hermes_async._version import __version__ as __version__
 
 
 def _install_log_redaction() -> None:

@@ -61,7 +61,7 @@ def tracer() -> Any:
     cached = _cache
     if cached is not None and cached[0] is provider:
         return cached[1]
-    from hermes_async import __version__
+    from hermes_async._version import __version__
 
     tr = provider.get_tracer(SCOPE, __version__)
     _cache = (provider, tr)

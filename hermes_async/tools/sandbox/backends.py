@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from hermes_async.errors import ConfigError, SandboxError
-from hermes_async.tools.sandbox.manager import SandboxFactory
+from hermes_async.tools.sandbox.base import SandboxFactory
 
 __all__ = (
     "BACKEND_KINDS",

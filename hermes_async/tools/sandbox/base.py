@@ -76,19 +76,17 @@ import types
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.archive import check_tar_members
-
-if TYPE_CHECKING:
-    from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
 from hermes_async.tools.sandbox.errors import (
     SandboxUnavailableError,
     TransferLimitError,
 )
+from hermes_async.tools.sandbox.spec import SandboxSnapshot
 
 __all__ = (
     "BACKGROUND_LOG_LIMIT_BYTES",
@@ -105,6 +103,7 @@ __all__ = (
     "ExecRequest",
     "ExecResult",
     "Sandbox",
+    "SandboxFactory",
     "SandboxProvider",
     "SandboxUnavailableError",
     "TransferLimitError",
@@ -868,6 +867,10 @@ async def _enter_spec_workdir(sandbox: Sandbox, workdir: str) -> None:
             task_id=sandbox.task_id,
         )
     sandbox.workdir = inside
+
+
+#: ``async (task_id) -> Sandbox``: how a manager creates sandboxes (a backend's factory).
+SandboxFactory = Callable[[str], Awaitable[Sandbox]]
 
 
 class SandboxProvider(Protocol):

@@ -93,8 +93,7 @@ from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
 from hermes_async.tools.sandbox.errors import UnavailableReason
-from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
-from hermes_async.tools.sandbox.spec import SandboxSpec
+from hermes_async.tools.sandbox.spec import SandboxSnapshot, SandboxSpec
 
 if TYPE_CHECKING:
     import aiodocker

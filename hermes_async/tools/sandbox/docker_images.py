@@ -25,17 +25,14 @@ import io
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.archive import directory_tar
-
-if TYPE_CHECKING:
-    from hermes_async.tools.sandbox.docker import _Engine
 
 __all__ = (
     "DEFAULT_BUILD_REPOSITORY",
@@ -50,6 +47,23 @@ logger = logging.getLogger(__name__)
 
 #: Repository of built images (the tag is the context digest).
 DEFAULT_BUILD_REPOSITORY = "hermes-async-build"
+
+_T = TypeVar("_T")
+
+
+class _Engine(Protocol):
+    """What the builder needs of the Docker backend's engine (``docker._Engine``)."""
+
+    client: Any
+
+    async def call(self, what: str, awaitable: Awaitable[_T], timeout: float | None = None) -> _T:
+        """Await an engine call within its deadline."""
+        ...
+
+    def is_docker_error(self, exc: BaseException, *statuses: int) -> bool:
+        """Whether ``exc`` is aiodocker's error (with one of ``statuses``)."""
+        ...
+
 
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
 

@@ -75,7 +75,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Self
 
@@ -94,6 +94,7 @@ from hermes_async.tools.sandbox.base import (
     ExecRequest,
     ExecResult,
     Sandbox,
+    SandboxFactory,
 )
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.spec import SandboxSpec, accepts_spec
@@ -114,9 +115,6 @@ __all__ = (
 )
 
 logger = logging.getLogger(__name__)
-
-#: ``async (task_id) -> Sandbox``: how a manager creates sandboxes (local, Docker, Modal, fake).
-SandboxFactory = Callable[[str], Awaitable[Sandbox]]
 
 #: Seconds a sandbox may take to be created (container pulls and Modal cold starts included).
 DEFAULT_CREATE_TIMEOUT_SECONDS = 300.0
@@ -213,9 +211,10 @@ class SandboxManager(AsyncResource):
         warm_pool: WarmPoolOptions | None = None,
     ) -> None:
         if factory is None:
-            from hermes_async.tools.sandbox.local import local_factory
+            # By name: the manager knows no backend.
+            from hermes_async.tools.sandbox.backends import make_backend_factory
 
-            factory = local_factory()
+            factory = make_backend_factory("local")
         # Finite: a creation is a wait on something external and a close is cleanup, and
         # both must end. No idle expiry is None (infinity means the same).
         check_value("SandboxManager.create_timeout", create_timeout, POSITIVE_FINITE)
