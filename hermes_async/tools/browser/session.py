@@ -47,6 +47,7 @@ from playwright.async_api import (
 )
 
 from hermes_async.jsontypes import JSONObject
+from hermes_async.tools._lifetimes import Lifetime
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
 from hermes_async.tools.browser._network import RequestOutcome, abort_quietly, serve_request
 from hermes_async.tools.browser._snapshot import RefTable, compact_snapshot, cut_snapshot
@@ -164,8 +165,6 @@ class BrowserSession:
 
     Attributes:
         task_id: The rollout this session belongs to.
-        busy: Operations in flight (the idle reaper leaves busy sessions alone).
-        last_used: ``anyio.current_time()`` of the last operation's end.
         dead: Set when the browser (or this session's page) crashed; every later operation
             raises it.
     """
@@ -178,10 +177,11 @@ class BrowserSession:
         *,
         settings: BrowserSettings,
         counters: SessionCounters,
+        usage: Lifetime[Any] | None = None,
     ) -> None:
         self.task_id = task_id
-        self.busy = 0
-        self.last_used = anyio.current_time()
+        # The manager's record of this rollout: its busy count and last use are the reaper's.
+        self._usage: Lifetime[Any] = usage if usage is not None else Lifetime(task_id)
         self.dead: BrowserUnavailableError | None = None
         self._context = context
         self._requests = requests
@@ -210,6 +210,16 @@ class BrowserSession:
         self._navigations: collections.Counter[int] = collections.Counter()
         self._loads: collections.Counter[int] = collections.Counter()
         self._activity = anyio.Event()
+
+    @property
+    def busy(self) -> int:
+        """Operations in flight (the idle reaper leaves busy sessions alone)."""
+        return self._usage.busy
+
+    @property
+    def last_used(self) -> float:
+        """``anyio.current_time()`` of the last operation's end."""
+        return self._usage.last_used
 
     def __repr__(self) -> str:
         state = "dead" if self.dead else "open"
@@ -415,12 +425,8 @@ class BrowserSession:
         """Mark the session busy (the idle reaper skips it) for the block; its end counts as
         the last use. Raises :class:`BrowserUnavailableError` first if the session is dead."""
         self._check_alive()
-        self.busy += 1
-        try:
+        with self._usage.in_use():
             yield
-        finally:
-            self.busy -= 1
-            self.last_used = anyio.current_time()
 
     def _model_error(self, what: str, exc: PlaywrightError) -> JSONObject:
         gone = self._unavailable(exc)
@@ -786,7 +792,7 @@ class BrowserSession:
         if clear:
             self._console.clear()
             self._errors.clear()
-        self.last_used = anyio.current_time()
+        self._usage.last_used = anyio.current_time()
         result: JSONObject = {
             "success": True,
             "console_messages": messages,
