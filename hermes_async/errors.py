@@ -180,15 +180,13 @@ class ToolTimeoutError(ToolExecutionError):
 
     Args:
         tool_name: The tool that timed out.
-        timeout_seconds: The deadline that passed.
+        timeout: The deadline that passed.
     """
 
-    def __init__(
-        self, tool_name: str, timeout_seconds: float, *, task_id: str | None = None
-    ) -> None:
+    def __init__(self, tool_name: str, timeout: float, *, task_id: str | None = None) -> None:
         super().__init__(
-            f"Tool '{tool_name}' timed out after {timeout_seconds:g} seconds and was cancelled",
+            f"Tool '{tool_name}' timed out after {timeout:g} seconds and was cancelled",
             task_id=task_id,
         )
         self.tool_name = tool_name
-        self.timeout_seconds = timeout_seconds
+        self.timeout = timeout

@@ -5,6 +5,7 @@
 * Re-exported names report their public module (``__module__``), never a ``_private`` one.
 * No package imports another package's private module (``hermes_async.x._y`` from outside
   ``hermes_async.x``); root-level helpers (``hermes_async._cleanup``, ...) serve everyone.
+* No public parameter list is longer than 15.
 * No import circle between files: every import statement counts (in functions and under
   ``TYPE_CHECKING`` too), and a package's ``__init__`` is a file like the others.
 """
@@ -15,7 +16,7 @@ import ast
 import importlib
 import inspect
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -190,3 +191,49 @@ def test_the_graph_sees_every_kind_of_import_statement() -> None:
 def test_no_import_circle_between_files() -> None:
     # Every import statement counts, and a package's __init__ is a file like any other.
     assert _cycles(_graph()) == []
+
+
+#: The longest public parameter list (anchors: trio 9, vLLM 10, verifiers 13, httpcore 15). At
+#: the limit: ``HermesAgentLoop``, the reference's nine arguments plus ``options`` and the
+#: plumbing. Options go in an options object (``AgentOptions``, ``NamespaceOptions``, ...).
+MAX_PARAMETERS = 15
+
+
+def _public_callables() -> Iterator[tuple[str, Callable[..., object]]]:
+    """Every function, constructor and public method a public module exports (written in the
+    package: a dataclass's generated ``__init__`` is its fields, not a parameter list)."""
+    for name in PUBLIC:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # an optional extra missing on this machine
+            continue
+        for attr in getattr(module, "__all__", ()):
+            obj = getattr(module, attr, None)
+            found: list[tuple[str, object]] = []
+            if inspect.isfunction(obj):
+                found.append((f"{obj.__module__}.{obj.__qualname__}", obj))
+            elif inspect.isclass(obj):
+                for key, value in vars(obj).items():
+                    if isinstance(value, staticmethod | classmethod):
+                        value = value.__func__
+                    if key.startswith("_") and key not in ("__init__", "__call__"):
+                        continue
+                    found.append((f"{obj.__module__}.{obj.__qualname__}.{key}", value))
+            for qualified, value in found:
+                if not inspect.isfunction(value):
+                    continue
+                function = inspect.unwrap(value)
+                if function.__code__.co_filename.startswith(str(ROOT)):
+                    yield qualified, function
+
+
+def _parameter_count(function: Callable[..., object]) -> int:
+    names = list(inspect.signature(function).parameters)
+    return len(names) - (names[:1] in (["self"], ["cls"]))
+
+
+def test_no_public_parameter_list_is_longer_than_15() -> None:
+    counts = {name: _parameter_count(f) for name, f in _public_callables()}
+    assert counts["hermes_async.agent.loop.HermesAgentLoop.__init__"] == MAX_PARAMETERS
+    longer = {name: n for name, n in counts.items() if n > MAX_PARAMETERS}
+    assert longer == {}

@@ -228,8 +228,8 @@ class ToolContext(AsyncResource):
         registry: Where tools come from (default: the built-in tools).
         browsers: The browser manager for ``browser_*`` methods (default: the runtime's, else
             the current one, see ``use_browser_manager``).
-        terminal_timeout: Default command timeout of ``terminal`` (seconds); ``None``:
-            ``TERMINAL_TIMEOUT``, else 180 s. An environment sets it from its config.
+        terminal_timeout: ``AgentOptions.terminal_timeout``, for this context's terminal
+            calls.
         backend: Standalone only: the sandbox backend (default ``TERMINAL_ENV``, else
             ``local``).
         sandbox_options: Standalone only: the backend's options (default: the image from

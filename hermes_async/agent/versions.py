@@ -331,8 +331,8 @@ class Staleness:
         action: ``drop`` (the whole group: outcome ``"stale"``, no training data), ``mask``
             (stale segments get mask ``-100`` and logprob 1.0; the rest is trained) or
             ``keep`` (nothing changes; the ages are reported).
-        version_source: Where the current version is read; ``None``: the options'
-            ``version_source``.
+        version_source: Where the current version is read; ``None``:
+            ``AgentOptions.version_source``.
 
     Raises:
         ValueError: A negative ``max_staleness`` or an unknown ``action``.

@@ -228,7 +228,7 @@ def _make_client(
     transport: httpx.AsyncBaseTransport | None,
     vocab_size: int | None = None,
 ) -> ModelClient:
-    options = HTTPOptions(request_timeout_seconds=max(spec.timeout, 1.0))
+    options = HTTPOptions(request_timeout=max(spec.timeout, 1.0))
     if spec.phase == 1:
         return ChatClient(
             spec.base_url,
@@ -319,7 +319,7 @@ async def open_model_clients(
         if pool and poolable(specs) and first is not None and first_kind in _POOL_APIS:
             options = pool_options or PoolOptions(
                 max_limit=limiter.total if limiter is not None else PoolOptions().max_limit,
-                http=HTTPOptions(request_timeout_seconds=max(max(s.timeout for s in specs), 1.0)),
+                http=HTTPOptions(request_timeout=max(max(s.timeout for s in specs), 1.0)),
             )
             server_pool = await stack.enter_async_context(
                 ServerPool(

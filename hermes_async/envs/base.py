@@ -489,7 +489,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         # Commands sent without a timeout (tools other than terminal) get terminal_timeout too.
         key = "default_timeout" if self.config.terminal_backend == "local" else None
         if self.config.terminal_backend in ("docker", "modal", "ssh", "singularity"):
-            key = "default_exec_timeout_seconds"
+            key = "default_exec_timeout"
         if key is not None:
             options.setdefault(key, float(self.config.terminal_timeout))
         return options
@@ -637,7 +637,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             sandboxes: The sandbox manager its rollouts use (``None``: the current one).
             tools: The tools offered (``None``: resolved from the config, a fresh sample of
                 the toolset distribution if there is one).
-            temperature: Overrides the config's temperature.
+            temperature: Replaces ``AgentOptions.temperature`` (the config's).
         """
         seed = self._rng.randrange(2**31) if token_server and self.config.seed is not None else None
 

@@ -98,7 +98,7 @@ async def receive_part(response: Response, context: BodyContext) -> bytes | None
     raise ServerTimeoutError(
         message,
         kind=kind,
-        timeout_seconds=seconds,
+        timeout=seconds,
         endpoint=context.endpoint,
         attempt=context.attempt,
     ) from cause

@@ -234,7 +234,7 @@ class PoolOptions:
         eject_max_seconds: Cap on an ejection's length.
         probe_path: Health-check path, relative to the server's root (a trailing ``/v1`` of the
             base URL is dropped, as for ``check_reachable``).
-        probe_timeout_seconds: Deadline of one health check.
+        probe_timeout: Deadline of one health check.
         ring_replicas: Points per server on the hash ring.
         http: Deadlines, retry policy (its ``max_attempts`` counts attempts across servers) and
             TLS of every member connection; its ``max_connections`` is raised to ``max_limit``.
@@ -253,7 +253,7 @@ class PoolOptions:
     eject_base_seconds: float = 1.0
     eject_max_seconds: float = 30.0
     probe_path: str = "/health"
-    probe_timeout_seconds: float = 2.0
+    probe_timeout: float = 2.0
     ring_replicas: int = 64
     http: HTTPOptions = field(default_factory=HTTPOptions)
 
@@ -285,7 +285,7 @@ class PoolOptions:
                 "decrease_interval_seconds",
                 "eject_base_seconds",
                 "eject_max_seconds",
-                "probe_timeout_seconds",
+                "probe_timeout",
             ),
             POSITIVE_SECONDS,
             error=ValueError,
@@ -732,7 +732,7 @@ class ServerPool(AsyncResource):
             status = await probe_server(
                 url,
                 self.options.probe_path,
-                timeout=self.options.probe_timeout_seconds,
+                timeout=self.options.probe_timeout,
                 transport=self._transport,
                 api_key=self._api_key,
             )
@@ -867,13 +867,13 @@ class _PooledConnection:
         pool._require_open()
         payload = encode_body(body)
         policy = self.options.retry
-        deadline = anyio.current_time() + self.options.request_timeout_seconds
+        deadline = anyio.current_time() + self.options.request_timeout
         session = _SESSION.get()
         avoid: set[int] = set()
         attempts = Attempts(
             policy,
             deadline=deadline,
-            request_timeout_seconds=self.options.request_timeout_seconds,
+            request_timeout=self.options.request_timeout,
             rng=pool._rng,
         )
         while True:
@@ -957,12 +957,12 @@ class _PooledConnection:
             await anyio.sleep(retry.delay)
 
     def _deadline_error(self, path: str, attempt: int, why: str) -> ServerTimeoutError:
-        seconds = self.options.request_timeout_seconds
+        seconds = self.options.request_timeout
         return ServerTimeoutError(
             f"{why} within the request deadline of {seconds:g} s; raise "
-            "HTTPOptions.request_timeout_seconds, add servers or lower the load",
+            "HTTPOptions.request_timeout, add servers or lower the load",
             kind="pool",
-            timeout_seconds=seconds,
+            timeout=seconds,
             endpoint=self.endpoint(path),
             attempt=max(attempt, 1),
         )

@@ -9,7 +9,7 @@ certificate checks still name the host), and stream the body up to ``max_body_by
 :func:`fetch` follows redirects by hand, at most ``max_redirects`` of them, each target vetted
 again (301/302/303 turn a non-``HEAD`` request into a body-less ``GET``, as browsers do; 307/308
 keep the method and body). :func:`fetch_page` is ``fetch("GET", ...)`` under one deadline
-(``fetch_timeout_seconds``, all hops and the body included) that also refuses HTTP errors.
+(``fetch_timeout``, all hops and the body included) that also refuses HTTP errors.
 
 Each hop uses its own short-lived client: connections are pooled per *address*, and a pooled
 TLS connection verified for one host name must not carry a request for another.
@@ -125,7 +125,7 @@ def _hop_client(settings: WebSettings) -> httpx.AsyncClient:
         transport = httpx.AsyncHTTPTransport(verify=default_ssl_context(), retries=0)
     return httpx.AsyncClient(
         transport=transport,
-        timeout=httpx.Timeout(settings.fetch_timeout_seconds),
+        timeout=httpx.Timeout(settings.fetch_timeout),
         follow_redirects=False,
         trust_env=False,  # a proxy would resolve the name again and defeat the pinning
     )
@@ -157,7 +157,7 @@ async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> Fe
     **Cancellation**: the open response and client are closed (shielded, each bounded by
     :data:`hermes_async._net.CLOSE_GRACE_SECONDS`) and the cancellation propagates.
     """
-    timeout = settings.fetch_timeout_seconds
+    timeout = settings.fetch_timeout
     headers = {
         "User-Agent": settings.user_agent,
         "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
@@ -169,7 +169,7 @@ async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> Fe
             )
     except TimeoutError:
         raise WebFetchError(
-            f"fetching {url!r} took longer than {timeout:g} seconds (fetch_timeout_seconds)",
+            f"fetching {url!r} took longer than {timeout:g} seconds (fetch_timeout)",
             url=url,
         ) from None
     if response.status >= 400:
@@ -210,7 +210,7 @@ async def fetch(
     """Send a request behind the SSRF guard, following redirects by hand when asked.
 
     Every hop is vetted (a redirect to a refused address raises, naming the redirect). The
-    caller bounds the whole exchange (each hop's client also has ``fetch_timeout_seconds``).
+    caller bounds the whole exchange (each hop's client also has ``fetch_timeout``).
 
     Args:
         method: The HTTP method.

@@ -133,7 +133,7 @@ async def _post(
     secrets = settings.secrets()
     url = settings.base_url(provider) + path
     shown = redact_url(url)
-    timeout = settings.request_timeout_seconds
+    timeout = settings.request_timeout
     try:
         with anyio.fail_after(timeout):
             response = await client.post(url, json=payload, headers=_headers(provider, settings))

@@ -104,7 +104,7 @@ class SummarizerSettings:
             ``{base_url}/chat/completions``.
         model: Model name sent in the request.
         api_key: Optional bearer key (hidden from ``repr``).
-        timeout_seconds: Deadline of one summary request.
+        timeout: Deadline of one summary request.
         min_chars: Pages at least this long are summarized (the reference's 5 000).
         max_input_chars: Longer pages are cut (head + tail) before being sent.
         max_output_chars: The summary is capped at this length (the reference's ~5 000).
@@ -113,7 +113,7 @@ class SummarizerSettings:
     base_url: str
     model: str
     api_key: str | None = field(default=None, repr=False)
-    timeout_seconds: float = 60.0
+    timeout: float = 60.0
     min_chars: int = 5_000
     max_input_chars: int = 100_000
     max_output_chars: int = 5_000
@@ -145,8 +145,8 @@ class WebSettings:
         search_limit: Results per search (the reference always used 5).
         max_concurrent_fetches: Local concurrency cap for one extract call when
             ``runtime.limits`` has no ``web`` limiter.
-        request_timeout_seconds: Deadline of one provider request (connect + response).
-        fetch_timeout_seconds: Deadline of one direct fetch, all redirect hops and the body
+        request_timeout: Deadline of one provider request (connect + response).
+        fetch_timeout: Deadline of one direct fetch, all redirect hops and the body
             included.
         max_redirects: Redirect hops followed by a direct fetch (each hop re-vetted).
         max_body_bytes: Bytes of a directly fetched body kept (decoded, after decompression);
@@ -177,8 +177,8 @@ class WebSettings:
     allow: tuple[str, ...] = ()
     search_limit: int = 5
     max_concurrent_fetches: int = 5
-    request_timeout_seconds: float = 30.0
-    fetch_timeout_seconds: float = 20.0
+    request_timeout: float = 30.0
+    fetch_timeout: float = 20.0
     max_redirects: int = 5
     max_body_bytes: int = 2_000_000
     max_content_chars: int = 20_000
@@ -212,7 +212,7 @@ class WebSettings:
             )
         if self.max_redirects < 0:
             raise ConfigError(f"WebSettings.max_redirects must be >= 0, got {self.max_redirects!r}")
-        check_fields(self, ("request_timeout_seconds", "fetch_timeout_seconds"), POSITIVE)
+        check_fields(self, ("request_timeout", "fetch_timeout"), POSITIVE)
         for entry in self.allow:
             check_allow_entry(entry)
 

@@ -92,8 +92,8 @@ class ToolDefaults:
     :func:`use_tool_defaults`).
 
     Attributes:
-        terminal_timeout: Default command timeout of ``terminal`` / ``execute_code`` (seconds).
-        skills_dir: Directory the ``skills`` tools read.
+        terminal_timeout, skills_dir: What the ``AgentOptions`` fields of those names fall back
+            to (``terminal_timeout`` also serves ``execute_code``).
     """
 
     terminal_timeout: float | None = None
@@ -142,13 +142,8 @@ class ToolRuntime:
             environment".
         browsers: Where the browser tools get the rollout's browser session
             (``BrowserManager``); ``None`` means the current one (``use_browser_manager``).
-        terminal_timeout: Default command timeout in seconds of ``terminal`` (and
-            ``execute_code``) calls that give none: the environment's ``terminal_timeout``.
-            ``None`` falls back to :func:`current_tool_defaults`, then ``TERMINAL_TIMEOUT``,
-            then 180 s (the reference's defaults for code outside an environment). An explicit
-            ``timeout`` argument wins.
-        skills_dir: Directory the ``skills`` tools read (``None``: the current defaults', else
-            ``~/.hermes/skills`` when it exists, else the built-in example skills).
+        terminal_timeout, skills_dir: The rollout's ``AgentOptions`` fields of those names
+            (``None``: :func:`current_tool_defaults`, then the reference's defaults).
         on_sandbox_lost: Called by :func:`dispatch` with the
             :class:`~hermes_async.errors.SandboxError` a tool raised (its sandbox or browser
             session is gone) after the model was told; the rollout core passes its watcher,

@@ -136,7 +136,7 @@ async def _client(settings: WebSettings) -> AsyncIterator[httpx.AsyncClient]:
     injected = settings.transport is not None
     client = httpx.AsyncClient(
         transport=NonClosingTransport(settings.transport) if settings.transport else None,
-        timeout=httpx.Timeout(settings.request_timeout_seconds),
+        timeout=httpx.Timeout(settings.request_timeout),
         trust_env=settings.trust_env and not injected,
         verify=default_ssl_context(),
     )
@@ -264,7 +264,7 @@ async def _summarize(
         f"URL: {page.url}\nTitle: {page.title or '(none)'}\n\n{text}"
     )
     headers = {"Authorization": f"Bearer {summarizer.api_key}"} if summarizer.api_key else {}
-    with anyio.fail_after(summarizer.timeout_seconds):
+    with anyio.fail_after(summarizer.timeout):
         response = await client.post(
             summarizer.base_url.rstrip("/") + "/chat/completions",
             json={

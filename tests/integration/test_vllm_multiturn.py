@@ -42,9 +42,7 @@ ANSWER_REGEX = r"[a-z]{1,12}"
 COMPACT_CALL_REGEX = (
     r'<tool_call>\n\{"name":"terminal","arguments":\{"command":"[a-z]{1,12}"\}\}\n</tool_call>'
 )
-OPTIONS = HTTPOptions(
-    connect_timeout_seconds=5, read_timeout_seconds=120, request_timeout_seconds=300
-)
+OPTIONS = HTTPOptions(connect_timeout=5, read_timeout=120, request_timeout=300)
 TERMINAL_SCHEMA = {
     "type": "object",
     "properties": {"command": {"type": "string"}},

@@ -32,7 +32,7 @@ Decisions:
 * **Release**: :meth:`release` (the rollout pipeline calls it with the sandbox release) asks the
   host to close and waits for it, shielded and bounded (:attr:`release_timeout`);
   :meth:`request_release` is the synchronous form; the **idle reaper** (a task in the manager's
-  task group) releases open sessions unused for ``idle_timeout_seconds``; closing the manager
+  task group) releases open sessions unused for ``idle_timeout``; closing the manager
   releases everything and then closes the browser and the Playwright driver, each bounded.
 * **Crash**: when the browser process goes away (killed, OOM), every session on it is marked
   unavailable: its rollout's later browser calls raise
@@ -209,7 +209,7 @@ class BrowserManager(AsyncResource):
         self.executable: str | None = None
         self._state = "unopened"
         self._tg: TaskGroup | None = None
-        idle = self.settings.idle_timeout_seconds
+        idle = self.settings.idle_timeout
         self._lifetimes: Lifetimes[_Host] = Lifetimes(
             "browser session",
             self._close_host,
@@ -239,7 +239,7 @@ class BrowserManager(AsyncResource):
         (``create_timeout``), its requests aborted, then its context closed
         (``close_timeout``)."""
         s = self.settings
-        return s.create_timeout_seconds + ROUTE_ABORT_GRACE_SECONDS + s.close_timeout_seconds + 1
+        return s.create_timeout + ROUTE_ABORT_GRACE_SECONDS + s.close_timeout + 1
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -271,7 +271,7 @@ class BrowserManager(AsyncResource):
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
-            with anyio.fail_after(self.settings.launch_timeout_seconds):
+            with anyio.fail_after(self.settings.launch_timeout):
                 self._playwright = await async_playwright().start()
             try:
                 await self._launch()
@@ -296,7 +296,7 @@ class BrowserManager(AsyncResource):
         Idempotent. Must run in the task that entered the manager.
 
         **Cancellation**: every step is shielded and bounded (each session by
-        :attr:`release_timeout`, the browser and the driver by ``close_timeout_seconds``).
+        :attr:`release_timeout`, the browser and the driver by ``close_timeout``).
         """
         if self._state in ("unopened", "closing", "closed"):
             return
@@ -315,7 +315,7 @@ class BrowserManager(AsyncResource):
                 self._state = "closed"
 
     async def _shutdown(self, reason: str) -> None:
-        timeout = self.settings.close_timeout_seconds
+        timeout = self.settings.close_timeout
         browser, self._browser = self._browser, None
         if browser is not None:
             await bounded_cleanup(
@@ -333,7 +333,7 @@ class BrowserManager(AsyncResource):
 
     async def _launch(self) -> None:
         assert self._playwright is not None
-        timeout = self.settings.launch_timeout_seconds
+        timeout = self.settings.launch_timeout
         with anyio.fail_after(timeout + 5):
             browser = await self._playwright.chromium.launch(
                 executable_path=self.executable,
@@ -423,12 +423,12 @@ class BrowserManager(AsyncResource):
             await bounded_cleanup(
                 "stop the failed Playwright driver",
                 old.stop,
-                timeout=self.settings.close_timeout_seconds,
+                timeout=self.settings.close_timeout,
                 reason="the driver went away",
                 log=logger,
             )
         logger.warning("restarting the Playwright driver")
-        with anyio.fail_after(self.settings.launch_timeout_seconds):
+        with anyio.fail_after(self.settings.launch_timeout):
             self._playwright = await async_playwright().start()
         self._driver_restarts += 1
 
@@ -450,7 +450,7 @@ class BrowserManager(AsyncResource):
         """The browser session of ``task_id``, opened on first use.
 
         Waits for a ``browser_sessions`` slot (in order) and for the context to open (bounded
-        by ``create_timeout_seconds``).
+        by ``create_timeout``).
 
         Raises:
             ValueError: ``task_id`` is not a non-empty string.
@@ -520,7 +520,7 @@ class BrowserManager(AsyncResource):
 
         settings = self.settings
         try:
-            with anyio.fail_after(settings.create_timeout_seconds):
+            with anyio.fail_after(settings.create_timeout):
                 browser, generation = await self._ensure_browser()
                 try:
                     context = await browser.new_context(**self._context_options())
@@ -552,7 +552,7 @@ class BrowserManager(AsyncResource):
                 )
                 entry.session = session
                 try:
-                    with anyio.fail_after(settings.create_timeout_seconds):
+                    with anyio.fail_after(settings.create_timeout):
                         await session._setup()
                 except (TimeoutError, PlaywrightError) as exc:
                     self._create_failures += 1
@@ -576,7 +576,7 @@ class BrowserManager(AsyncResource):
         finally:
             with cleanup_scope(
                 f"close the browser context of {entry.task_id!r}",
-                settings.close_timeout_seconds,
+                settings.close_timeout,
                 reason=entry.reason,
                 log=logger,
             ):
@@ -651,7 +651,7 @@ class BrowserManager(AsyncResource):
             await self.release(task_id, reason="session block exited")
 
     async def reap_idle(self) -> int:
-        """Release sessions unused for ``idle_timeout_seconds``; return how many (a reaper
+        """Release sessions unused for ``idle_timeout``; return how many (a reaper
         pass). Sessions with an operation in flight are not idle; sessions lost in a crash are
         forgotten after the same time.
 

@@ -313,7 +313,7 @@ class BrowserSession:
                     request,
                     settings=self._fetch,
                     allow=self._allow,
-                    timeout=self._settings.fetch_timeout_seconds,
+                    timeout=self._settings.fetch_timeout,
                     record=lambda outcome: self._record(outcome, page_key),
                 )
                 handled = True
@@ -391,7 +391,7 @@ class BrowserSession:
         self._pages = [p for p in self._pages if not p.is_closed()]
         while len(self._pages) > MAX_PAGES:
             old = self._pages.pop(0)
-            with anyio.move_on_after(self._settings.close_timeout_seconds):
+            with anyio.move_on_after(self._settings.close_timeout):
                 try:
                     await old.close()
                 except PlaywrightError:
@@ -539,7 +539,7 @@ class BrowserSession:
             )
         except WebFetchError as exc:
             return _failure(f"Navigation failed: {exc.message}")
-        timeout = self._settings.navigation_timeout_seconds
+        timeout = self._settings.navigation_timeout
         async with self._operation(timeout) as page:
             mark = self._seq
             for attempt in range(_NAVIGATION_ATTEMPTS):
@@ -602,7 +602,7 @@ class BrowserSession:
 
         **Cancellation**: nothing to clean up.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             try:
                 raw = await page.aria_snapshot(mode="ai", timeout=timeout * 1000)
@@ -643,7 +643,7 @@ class BrowserSession:
         **Cancellation**: the click may or may not have happened.
         """
         ref = self._normal_ref(ref)
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(
             timeout + NAVIGATION_START_WINDOW_SECONDS + 2 * SETTLE_TIMEOUT_SECONDS
         ) as page:
@@ -670,7 +670,7 @@ class BrowserSession:
         **Cancellation**: the field may hold part of the text.
         """
         ref = self._normal_ref(ref)
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             locator = self._locator(page, ref)
             if locator is None:
@@ -695,7 +695,7 @@ class BrowserSession:
         if direction not in ("up", "down"):
             return _failure(f"Invalid direction '{direction}'. Use 'up' or 'down'.")
         step = int(self._settings.viewport_height * 0.9) * (1 if direction == "down" else -1)
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             try:
                 await page.evaluate("(dy) => window.scrollBy(0, dy)", step)
@@ -714,7 +714,7 @@ class BrowserSession:
 
         **Cancellation**: the page may still be going back.
         """
-        timeout = self._settings.navigation_timeout_seconds
+        timeout = self._settings.navigation_timeout
         async with self._operation(timeout) as page:
             try:
                 await page.go_back(wait_until="load", timeout=timeout * 1000)
@@ -733,7 +733,7 @@ class BrowserSession:
 
         **Cancellation**: the key may or may not have been pressed.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(
             timeout + NAVIGATION_START_WINDOW_SECONDS + 2 * SETTLE_TIMEOUT_SECONDS
         ) as page:
@@ -757,7 +757,7 @@ class BrowserSession:
 
         **Cancellation**: nothing to clean up.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             try:
                 images = await page.evaluate(_IMAGES_JS)
@@ -813,6 +813,6 @@ class BrowserSession:
 
         **Cancellation**: nothing to clean up.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             return await page.screenshot(type="png", timeout=timeout * 1000)

@@ -34,7 +34,7 @@ lifetime, 2,310 of them, because an interrupt landed before the create call retu
 is ruled out in two layers:
 
 1. The create call runs **shielded** from the caller's cancellation and bounded by
-   ``create_timeout_seconds``. A cancellation that arrives meanwhile is delivered right after
+   ``create_timeout``. A cancellation that arrives meanwhile is delivered right after
    the id is known, and the fresh sandbox is deleted first (shielded, bounded).
 2. Every sandbox carries labels: the fixed ``hermes-async=1``, this factory's run id
    (``hermes-async-run``) and the task id. A create that *times out* (the server may have made
@@ -235,13 +235,13 @@ class RemoteSandboxConfig:
         env: Variables set in the sandbox at creation (nothing from the host is forwarded).
         sandbox_lifetime_seconds: The provider's hard lifetime of a sandbox: the last bound on
             a leak nothing else caught.
-        create_timeout_seconds: Deadline of one creation (shielded: a cancellation waits at
+        create_timeout: Deadline of one creation (shielded: a cancellation waits at
             most this long for the id, then the sandbox is deleted).
-        call_timeout_seconds: Deadline of every other API call (file transfer, kill).
-        delete_timeout_seconds: Deadline of one delete, and the bound of a release that
+        call_timeout: Deadline of every other API call (file transfer, kill).
+        delete_timeout: Deadline of one delete, and the bound of a release that
             ``async with sandbox:`` owns.
-        reap_timeout_seconds: Deadline of one reaper sweep (list + deletes).
-        default_exec_timeout_seconds: Command timeout when ``exec`` gets none.
+        reap_timeout: Deadline of one reaper sweep (list + deletes).
+        default_exec_timeout: Command timeout when ``exec`` gets none.
         max_creates_per_second: Creations started per second, at most.
         max_concurrent_creates: Creations in flight, at most.
         reap_on_start: Sweep this run's leftovers at the factory's first use.
@@ -254,11 +254,11 @@ class RemoteSandboxConfig:
     block_network: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     sandbox_lifetime_seconds: int = 3600
-    create_timeout_seconds: float = 120.0
-    call_timeout_seconds: float = 60.0
-    delete_timeout_seconds: float = 30.0
-    reap_timeout_seconds: float = 60.0
-    default_exec_timeout_seconds: float = 180.0
+    create_timeout: float = 120.0
+    call_timeout: float = 60.0
+    delete_timeout: float = 30.0
+    reap_timeout: float = 60.0
+    default_exec_timeout: float = 180.0
     max_creates_per_second: float = 4.0
     max_concurrent_creates: int = 16
     reap_on_start: bool = True
@@ -270,7 +270,7 @@ class RemoteSandboxConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
-        _check_cloud_fields(self, "delete_timeout_seconds", "reap_timeout_seconds")
+        _check_cloud_fields(self, "delete_timeout", "reap_timeout")
         check_fields(self, ("memory_mb",), AT_LEAST_ONE)
         check_fields(self, (self.image_field,), NON_EMPTY_STRING)
 
@@ -456,9 +456,9 @@ class RemoteSandbox(StagedTransferSandbox):
             task_id,
             config.workdir,
             home=config.home,
-            default_exec_timeout=config.default_exec_timeout_seconds,
-            kill_timeout=config.call_timeout_seconds,
-            close_timeout=config.delete_timeout_seconds,
+            default_exec_timeout=config.default_exec_timeout,
+            kill_timeout=config.call_timeout,
+            close_timeout=config.delete_timeout,
         )
         self.kind = kind
         self.config = config
@@ -480,7 +480,7 @@ class RemoteSandbox(StagedTransferSandbox):
             return await _bounded(
                 f"{self.kind} ({what} in sandbox {self.sandbox_id})",
                 awaitable,
-                self.config.call_timeout_seconds,
+                self.config.call_timeout,
                 self.task_id,
             )
         except SandboxUnavailableError as exc:
@@ -589,7 +589,7 @@ class RemoteSandbox(StagedTransferSandbox):
             SandboxError: The provider is unreachable, or the command's result was garbled.
 
         **Cancellation**: the command's process group is killed (shielded, bounded by
-        ``call_timeout_seconds``) before the cancellation propagates.
+        ``call_timeout``) before the cancellation propagates.
         """
         self._check_open()
         limit = self.default_exec_timeout if request.timeout is None else request.timeout
@@ -641,9 +641,7 @@ class RemoteSandbox(StagedTransferSandbox):
     async def _sh(self, script: str, *args: str) -> tuple[int, str, str]:
         out, err = OutputCapture(1 << 16), OutputCapture(1 << 16)
         argv = ["/bin/sh", "-c", script, "sh", *args]
-        code = await self._run_argv(
-            ContainerExec(argv, None, out, err, self.config.call_timeout_seconds)
-        )
+        code = await self._run_argv(ContainerExec(argv, None, out, err, self.config.call_timeout))
         return code, out.text().strip(), err.text().strip()
 
     async def _read(self, path: str) -> bytes:
@@ -695,7 +693,7 @@ class RemoteSandbox(StagedTransferSandbox):
 
         ``interrupted`` changes nothing: a delete is already immediate.
 
-        **Cancellation**: one API call bounded by ``delete_timeout_seconds``; run ``aclose``
+        **Cancellation**: one API call bounded by ``delete_timeout``; run ``aclose``
         under the release's cleanup scope (``SandboxManager.release`` does). A sandbox that
         could not be deleted is logged and left to the factory's reaper and its lifetime.
         """
@@ -706,7 +704,7 @@ class RemoteSandbox(StagedTransferSandbox):
             await _bounded(
                 f"{self.kind} (delete of sandbox {self.sandbox_id})",
                 self._driver.delete(),
-                self.config.delete_timeout_seconds,
+                self.config.delete_timeout,
                 self.task_id,
             )
         except Exception as exc:
@@ -808,12 +806,12 @@ class RemoteBackend(Generic[_C]):
         Raises:
             ConfigError: The SDK is missing, or it cannot run on this async library.
             SandboxError: The provider refused, failed, or creation exceeded
-                ``create_timeout_seconds`` (a sandbox it may have made is swept by label).
+                ``create_timeout`` (a sandbox it may have made is swept by label).
 
         **Cancellation**: a cancellation before the rate limiter admits the call creates
         nothing; one during the create call is held until the id arrives (at most
-        ``create_timeout_seconds``), then the sandbox is deleted (shielded, bounded by
-        ``delete_timeout_seconds``) and the cancellation propagates.
+        ``create_timeout``), then the sandbox is deleted (shielded, bounded by
+        ``delete_timeout``) and the cancellation propagates.
         """
         self._check_runtime()
         config = self._config_for(spec)
@@ -824,13 +822,13 @@ class RemoteBackend(Generic[_C]):
             try:
                 # Shielded: a cancellation must not cut the call between "the provider made
                 # it" and "we know its id" (verifiers #411). Bounded by the create deadline.
-                with acquisition_scope(config.create_timeout_seconds):
+                with acquisition_scope(config.create_timeout):
                     driver = await client.create(labels)
             except TimeoutError as exc:
                 await self._sweep_task(client, task_id, "its create timed out")
                 raise SandboxError(
                     f"creating a {self.kind} sandbox did not finish within "
-                    f"{config.create_timeout_seconds:g} s; {self.credentials_hint}",
+                    f"{config.create_timeout:g} s; {self.credentials_hint}",
                     task_id=task_id,
                 ) from exc
         self.live.add(driver.sandbox_id)
@@ -842,7 +840,7 @@ class RemoteBackend(Generic[_C]):
         except BaseException:
             with cleanup_scope(
                 f"delete {self.kind} sandbox {driver.sandbox_id} created for a cancelled caller",
-                config.delete_timeout_seconds,
+                config.delete_timeout,
                 reason="the caller was cancelled while the sandbox was being created",
                 log=logger,
             ):
@@ -866,7 +864,7 @@ class RemoteBackend(Generic[_C]):
     async def _sweep_task(self, client: RemoteClient, task_id: str, reason: str) -> None:
         with cleanup_scope(
             f"sweep {self.kind} sandboxes of task {task_id!r} (run {self.run_id})",
-            self.config.reap_timeout_seconds,
+            self.config.reap_timeout,
             reason=reason,
             log=logger,
         ):
@@ -891,7 +889,7 @@ class RemoteBackend(Generic[_C]):
                 skipped.append(sandbox_id)
                 continue
             try:
-                with anyio.fail_after(self.config.delete_timeout_seconds):
+                with anyio.fail_after(self.config.delete_timeout):
                     await client.delete_id(sandbox_id)
             except Exception as exc:
                 failed.append(sandbox_id)
@@ -919,14 +917,14 @@ class RemoteBackend(Generic[_C]):
         Returns:
             What the sweep found and did (also appended to :attr:`reaps`).
 
-        **Cancellation**: shielded, bounded by ``reap_timeout_seconds``; whatever was not
+        **Cancellation**: shielded, bounded by ``reap_timeout``; whatever was not
         deleted is left to the next sweep and the provider's lifetime.
         """
         client = self._client_for()
         report = ReapReport()
         with cleanup_scope(
             f"reap {self.kind} sandboxes of run {self.run_id}",
-            self.config.reap_timeout_seconds,
+            self.config.reap_timeout,
             reason=reason,
             log=logger,
         ):
@@ -936,8 +934,8 @@ class RemoteBackend(Generic[_C]):
     async def aclose(self) -> None:
         """Sweep this run's leftovers, then close the client. Idempotent.
 
-        **Cancellation**: both steps are shielded and bounded (``reap_timeout_seconds``, then
-        ``call_timeout_seconds``).
+        **Cancellation**: both steps are shielded and bounded (``reap_timeout``, then
+        ``call_timeout``).
         """
         if self._client is None:
             return
@@ -948,6 +946,6 @@ class RemoteBackend(Generic[_C]):
         await bounded_cleanup(
             f"close the {self.kind} client",
             client.aclose,
-            timeout=self.config.call_timeout_seconds,
+            timeout=self.config.call_timeout,
             log=logger,
         )

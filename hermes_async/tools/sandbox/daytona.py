@@ -155,11 +155,11 @@ class _Driver:
         return str(response.result or "")
 
     async def read(self, path: str) -> bytes:
-        timeout = _whole(self._config.call_timeout_seconds)
+        timeout = _whole(self._config.call_timeout)
         return await _ERRORS.read(path, self._sb.fs.download_file(path, timeout), self.sandbox_id)
 
     async def write(self, path: str, data: bytes) -> None:
-        timeout = _whole(self._config.call_timeout_seconds)
+        timeout = _whole(self._config.call_timeout)
         await _ERRORS.call(
             f"a write of {path}", self._sb.fs.upload_file(data, path, timeout), self.sandbox_id
         )
@@ -167,7 +167,7 @@ class _Driver:
     async def delete(self) -> None:
         await _ERRORS.delete(
             f"the delete of {self.sandbox_id}",
-            self._client.delete(self._sb, timeout=self._config.delete_timeout_seconds),
+            self._client.delete(self._sb, timeout=self._config.delete_timeout),
         )
 
 
@@ -200,14 +200,14 @@ class _Client:
         client = self._api()
         sandbox = await _ERRORS.create(
             f"creating a sandbox from {cfg.image!r}",
-            client.create(params, timeout=cfg.create_timeout_seconds),
+            client.create(params, timeout=cfg.create_timeout),
         )
         return _Driver(client, sandbox, cfg)
 
     async def list_ids(self, labels: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
         async def listing() -> list[tuple[str, dict[str, str]]]:
             query = self._daytona.ListSandboxesQuery(labels=dict(labels))
-            timeout = self._config.call_timeout_seconds
+            timeout = self._config.call_timeout
             return [
                 (str(sandbox.id), dict(sandbox.labels or {}))
                 async for sandbox in self._api().list(query, request_timeout=timeout)
@@ -219,9 +219,9 @@ class _Client:
         client = self._api()
 
         async def get_and_delete() -> None:
-            timeout = self._config.call_timeout_seconds
+            timeout = self._config.call_timeout
             sandbox = await client.get(sandbox_id, request_timeout=timeout)
-            await client.delete(sandbox, timeout=self._config.delete_timeout_seconds)
+            await client.delete(sandbox, timeout=self._config.delete_timeout)
 
         await _ERRORS.delete(f"the delete of {sandbox_id}", get_and_delete())
 

@@ -14,7 +14,7 @@ Why these defaults (all in :class:`DockerSandboxConfig`):
 
 * **image** ``nikolaik/python-nodejs:python3.11-nodejs20``: the reference's default, so task
   datasets written for it find Python and Node. A missing image is pulled once (bounded by
-  ``pull_timeout_seconds``); without a registry, build one locally (``scripts/docker/engine.sh``
+  ``pull_timeout``); without a registry, build one locally (``scripts/docker/engine.sh``
   builds ``hermes-async-busybox:local``).
 * **network** ``"none"``: a rollout runs model-written commands on the operator's machine;
   the default keeps them off the operator's network. The reference defaulted to network on:
@@ -41,10 +41,10 @@ Why these defaults (all in :class:`DockerSandboxConfig`):
   The first creation of a :class:`DockerBackend` removes labelled containers whose owner
   process is gone (a crashed run's leftovers); containers of other hosts are left alone.
 
-Timeouts: every engine call has a deadline (``api_timeout_seconds``); a command's timeout
+Timeouts: every engine call has a deadline (``api_timeout``); a command's timeout
 kills its whole process group inside the container (see ``_container.EXEC_WRAPPER``) and is
 reported as exit code 124; removing the container is one engine call bounded by
-``remove_timeout_seconds``, run under the release's cleanup scope (the manager's
+``remove_timeout``, run under the release's cleanup scope (the manager's
 ``close_timeout`` is the one bound of a release; ``aclose`` does not shield by itself).
 
 As in the local backend, whatever a command leaves running in its process group (``cmd &``)
@@ -179,16 +179,16 @@ class DockerSandboxConfig:
         env: Container environment (an allowlist: nothing of the host's leaks in).
         labels: Extra labels.
         docker_host: Engine URL; default ``$DOCKER_HOST``, else ``unix:///var/run/docker.sock``.
-        api_timeout_seconds: Deadline of each engine call (ping, inspect, archive, exec setup).
-        create_timeout_seconds: Deadline of creating and starting one container.
+        api_timeout: Deadline of each engine call (ping, inspect, archive, exec setup).
+        create_timeout: Deadline of creating and starting one container.
         pull_missing: Pull the image when the engine does not have it.
-        pull_timeout_seconds: Deadline of that pull.
-        default_exec_timeout_seconds: Command timeout when ``exec`` gets none (the
+        pull_timeout: Deadline of that pull.
+        default_exec_timeout: Command timeout when ``exec`` gets none (the
             reference's ``TERMINAL_TIMEOUT``).
-        remove_timeout_seconds: Deadline of removing a container: the engine call's, and the
+        remove_timeout: Deadline of removing a container: the engine call's, and the
             bound of a release that ``async with sandbox:`` owns (through a manager, its
             ``close_timeout`` is the release's bound).
-        kill_timeout_seconds: Deadline of killing a timed-out command's process group.
+        kill_timeout: Deadline of killing a timed-out command's process group.
         reap_orphans: Remove dead owners' containers on the backend's first creation.
         user: The container's user (``None``: the image's).
         disk_limit_mb: Cap of the container's writable layer (``None``: none); see the module
@@ -213,13 +213,13 @@ class DockerSandboxConfig:
     )
     labels: Mapping[str, str] = field(default_factory=dict)
     docker_host: str | None = None
-    api_timeout_seconds: float = 60.0
-    create_timeout_seconds: float = 120.0
+    api_timeout: float = 60.0
+    create_timeout: float = 120.0
     pull_missing: bool = True
-    pull_timeout_seconds: float = 900.0
-    default_exec_timeout_seconds: float = 180.0
-    remove_timeout_seconds: float = 30.0
-    kill_timeout_seconds: float = 10.0
+    pull_timeout: float = 900.0
+    default_exec_timeout: float = 180.0
+    remove_timeout: float = 30.0
+    kill_timeout: float = 10.0
     reap_orphans: bool = True
     user: str | None = None
     disk_limit_mb: int | None = 2048
@@ -232,12 +232,12 @@ class DockerSandboxConfig:
             self,
             (
                 "cpus",
-                "api_timeout_seconds",
-                "create_timeout_seconds",
-                "pull_timeout_seconds",
-                "default_exec_timeout_seconds",
-                "remove_timeout_seconds",
-                "kill_timeout_seconds",
+                "api_timeout",
+                "create_timeout",
+                "pull_timeout",
+                "default_exec_timeout",
+                "remove_timeout",
+                "kill_timeout",
                 "disk_check_interval_seconds",
             ),
             POSITIVE,
@@ -379,7 +379,7 @@ class _Engine(AsyncResource):
     def open(cls, config: DockerSandboxConfig) -> _Engine:
         aiodocker_mod = _import_aiodocker()
         url = resolve_docker_host(config.docker_host)
-        return cls(aiodocker_mod.Docker(url=url), url, config.api_timeout_seconds)
+        return cls(aiodocker_mod.Docker(url=url), url, config.api_timeout)
 
     async def call(self, what: str, awaitable: Awaitable[_T], timeout: float | None = None) -> _T:
         """Await an engine call with a deadline; translate transport failures."""
@@ -438,9 +438,7 @@ class _Engine(AsyncResource):
         )
 
 
-async def reap_orphan_containers(
-    docker_host: str | None = None, *, timeout_seconds: float = 60.0
-) -> int:
+async def reap_orphan_containers(docker_host: str | None = None, *, timeout: float = 60.0) -> int:
     """Remove labelled containers whose owner process is gone, then the group-snapshot images
     such a process left; return how many were removed.
 
@@ -452,18 +450,18 @@ async def reap_orphan_containers(
     require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
     engine = _Engine.open(DockerSandboxConfig(docker_host=docker_host, reap_orphans=False))
     try:
-        return await _reap(engine, timeout_seconds)
+        return await _reap(engine, timeout)
     finally:
         await engine.aclose()
 
 
-async def _reap(engine: _Engine, timeout_seconds: float) -> int:
+async def _reap(engine: _Engine, timeout: float) -> int:
     listing = await engine.call(
         "a container listing",
         engine.client.containers.list(all=True, filters={"label": [_OWNER_LABEL]}),
     )
     removed = 0
-    with anyio.move_on_after(timeout_seconds):
+    with anyio.move_on_after(timeout):
         for container in listing:
             try:
                 labels = container["Labels"] or {}
@@ -535,9 +533,9 @@ def docker_config_for(
     if spec.labels:
         changes["labels"] = {**config.labels, **spec.labels}
     if spec.create_timeout is not None:
-        changes["create_timeout_seconds"] = spec.create_timeout
+        changes["create_timeout"] = spec.create_timeout
     if spec.exec_timeout is not None:
-        changes["default_exec_timeout_seconds"] = spec.exec_timeout
+        changes["default_exec_timeout"] = spec.exec_timeout
     return dataclasses.replace(config, **changes)
 
 
@@ -572,10 +570,10 @@ class DockerBackend:
         Raises:
             ConfigError: Not running under asyncio, or aiodocker is not installed.
             SandboxError: The engine is unreachable, the image is missing and cannot be
-                pulled, or creation exceeded ``create_timeout_seconds``.
+                pulled, or creation exceeded ``create_timeout``.
 
         **Cancellation**: a container created before the cancellation is removed (shielded,
-        bounded by ``remove_timeout_seconds``), the client closed; then the cancellation
+        bounded by ``remove_timeout``), the client closed; then the cancellation
         propagates.
         """
         require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
@@ -593,15 +591,15 @@ class DockerBackend:
         try:
             if not self._reaped:
                 self._reaped = True
-                await _reap(engine, self.config.api_timeout_seconds)
+                await _reap(engine, self.config.api_timeout)
             try:
-                with anyio.fail_after(config.create_timeout_seconds):
+                with anyio.fail_after(config.create_timeout):
                     container = await self._create(engine, name, task_id, config)
                     await engine.call("a container start", container.start())
             except TimeoutError as exc:
                 raise SandboxError(
                     f"creating container {name} from {config.image!r} did not finish within "
-                    f"{config.create_timeout_seconds:g} s",
+                    f"{config.create_timeout:g} s",
                     task_id=task_id,
                 ) from exc
         except BaseException:
@@ -610,7 +608,7 @@ class DockerBackend:
             # shielded and bounded, looking again briefly when it is not there yet.
             with cleanup_scope(
                 f"remove container {name} after a failed or cancelled creation",
-                self.config.remove_timeout_seconds,
+                self.config.remove_timeout,
                 reason="sandbox creation did not complete",
                 log=logger,
             ):
@@ -686,7 +684,7 @@ class DockerBackend:
             await engine.call(
                 f"a pull of {config.image}",
                 engine.client.images.pull(config.image),
-                timeout=config.pull_timeout_seconds,
+                timeout=config.pull_timeout,
             )
             return await engine.call(
                 "a container create", engine.client.containers.create(body, name=name)
@@ -747,9 +745,9 @@ class DockerSandbox(ContainerSandbox):
             task_id,
             config.workdir,
             home=config.env.get("HOME", "/root"),
-            default_exec_timeout=config.default_exec_timeout_seconds,
-            kill_timeout=config.kill_timeout_seconds,
-            close_timeout=config.remove_timeout_seconds,
+            default_exec_timeout=config.default_exec_timeout,
+            kill_timeout=config.kill_timeout,
+            close_timeout=config.remove_timeout,
         )
         self.config = config
         self._engine = engine
@@ -802,7 +800,7 @@ class DockerSandbox(ContainerSandbox):
         container while it copies the writable layer (``docker commit``'s default).
 
         **Cancellation**: the commit is not cut in half (its image id is in the reply only):
-        shielded, bounded by ``create_timeout_seconds``; an image made before a cancellation
+        shielded, bounded by ``create_timeout``; an image made before a cancellation
         is removed.
         """
         self._check_open()
@@ -810,18 +808,18 @@ class DockerSandbox(ContainerSandbox):
         ref = f"{SNAPSHOT_REPOSITORY}:{tag}"
         changes = [f"LABEL {SNAPSHOT_LABEL}=1", f"LABEL {_OWNER_LABEL}={owner_id()}"]
         try:
-            with acquisition_scope(self.config.create_timeout_seconds):
+            with acquisition_scope(self.config.create_timeout):
                 await self._engine.call(
                     "a container commit",
                     self._container.commit(
                         repository=SNAPSHOT_REPOSITORY, tag=tag, changes=changes
                     ),
-                    timeout=self.config.create_timeout_seconds,
+                    timeout=self.config.create_timeout,
                 )
         except TimeoutError as exc:
             raise SandboxError(
                 f"committing container {self.label} did not finish within "
-                f"{self.config.create_timeout_seconds:g} s",
+                f"{self.config.create_timeout:g} s",
                 task_id=self.task_id,
             ) from exc
         except Exception as exc:
@@ -841,7 +839,7 @@ class DockerSandbox(ContainerSandbox):
                 await engine.aclose()
 
         spec = SandboxSpec(image=ref, workdir=self.workdir)
-        return SandboxSnapshot(spec, ref, delete, delete_timeout=config.remove_timeout_seconds)
+        return SandboxSnapshot(spec, ref, delete, delete_timeout=config.remove_timeout)
 
     async def alive(self) -> bool:
         """Open and its container running (one inspect, no ``exec``: a warm pool asks this
@@ -967,7 +965,7 @@ class DockerSandbox(ContainerSandbox):
             raise
 
     async def _mkdir(self, path: str) -> None:
-        code, err = await self._helper(["mkdir", "-p", "--", path], self.config.api_timeout_seconds)
+        code, err = await self._helper(["mkdir", "-p", "--", path], self.config.api_timeout)
         if code != 0:
             raise OSError(f"cannot create directory {path} in the sandbox: {err.strip()}")
 
@@ -1036,7 +1034,7 @@ class DockerSandbox(ContainerSandbox):
 
         ``interrupted`` changes nothing here: removal is already a forced kill.
 
-        **Cancellation**: the removal is one engine call bounded by ``remove_timeout_seconds``;
+        **Cancellation**: the removal is one engine call bounded by ``remove_timeout``;
         run ``aclose`` under the release's cleanup scope (``SandboxManager.release`` does). A
         container that could not be removed is logged and left to the orphan reaper; the
         client is closed either way (its own shielded, bounded step).
@@ -1048,7 +1046,7 @@ class DockerSandbox(ContainerSandbox):
             await self._engine.call(
                 "a container removal",
                 self._container.delete(force=True),
-                timeout=self.config.remove_timeout_seconds,
+                timeout=self.config.remove_timeout,
             )
         except Exception as exc:
             if not self._engine.is_docker_error(exc, 404, 409):

@@ -132,7 +132,7 @@ class _Driver:
                 command,
                 envs=dict(env) if env else None,
                 timeout=timeout,
-                request_timeout=self._config.call_timeout_seconds,
+                request_timeout=self._config.call_timeout,
             )
         except Exception as exc:
             if error_named(exc, "CommandExitException"):
@@ -141,7 +141,7 @@ class _Driver:
         return str(result.stdout or "")
 
     async def read(self, path: str) -> bytes:
-        timeout = self._config.call_timeout_seconds
+        timeout = self._config.call_timeout
         return await _ERRORS.read(
             path,
             self._sb.files.read(path, format="bytes", request_timeout=timeout),
@@ -149,7 +149,7 @@ class _Driver:
         )
 
     async def write(self, path: str, data: bytes) -> None:
-        timeout = self._config.call_timeout_seconds
+        timeout = self._config.call_timeout
         await _ERRORS.call(
             f"a write of {path}",
             self._sb.files.write(path, data, request_timeout=timeout),
@@ -159,7 +159,7 @@ class _Driver:
     async def delete(self) -> None:
         await _ERRORS.delete(
             f"the kill of {self.sandbox_id}",
-            self._sb.kill(request_timeout=self._config.delete_timeout_seconds),
+            self._sb.kill(request_timeout=self._config.delete_timeout),
         )
 
 
@@ -180,7 +180,7 @@ class _Client:
                 metadata=dict(labels),
                 envs=dict(cfg.env) or None,
                 allow_internet_access=not cfg.block_network,
-                request_timeout=cfg.create_timeout_seconds,
+                request_timeout=cfg.create_timeout,
             ),
         )
         return _Driver(sandbox, cfg)
@@ -189,7 +189,7 @@ class _Client:
         async def listing() -> list[tuple[str, dict[str, str]]]:
             paginator = self._e2b.AsyncSandbox.list(
                 query=self._e2b.SandboxQuery(metadata=dict(labels)),
-                request_timeout=self._config.call_timeout_seconds,
+                request_timeout=self._config.call_timeout,
             )
             found: list[tuple[str, dict[str, str]]] = []
             while paginator.has_next:
@@ -202,9 +202,7 @@ class _Client:
     async def delete_id(self, sandbox_id: str) -> None:
         await _ERRORS.delete(
             f"the kill of {sandbox_id}",
-            self._e2b.AsyncSandbox.kill(
-                sandbox_id, request_timeout=self._config.delete_timeout_seconds
-            ),
+            self._e2b.AsyncSandbox.kill(sandbox_id, request_timeout=self._config.delete_timeout),
         )
 
     async def aclose(self) -> None:

@@ -150,7 +150,7 @@ def make_config(**overrides: object) -> DockerSandboxConfig:
         "memory_mb": 256,
         "pids_limit": 128,
         "pull_missing": False,
-        "default_exec_timeout_seconds": 60.0,
+        "default_exec_timeout": 60.0,
     }
     settings.update(overrides)
     return DockerSandboxConfig(**settings)  # type: ignore[arg-type]
