@@ -30,7 +30,7 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.parsers import get_parser
 from hermes_async.parsers.types import FunctionCall, ToolCall
 
-__all__ = ("ChatServer", "ChatTurns", "extract_reasoning", "normalize_tool_calls")
+__all__ = ("ChatServer", "ChatTurns")
 
 logger = logging.getLogger("hermes_async.agent.loop")
 
@@ -50,7 +50,7 @@ def _get(obj: object, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def extract_reasoning(message: object) -> str | None:
+def _extract_reasoning(message: object) -> str | None:
     """The reasoning text of a Phase 1 message, as the reference looked for it.
 
     First non-empty of ``reasoning_content``, ``reasoning``, then the ``text`` of the first
@@ -69,7 +69,7 @@ def extract_reasoning(message: object) -> str | None:
     return None
 
 
-def normalize_tool_calls(raw_calls: Sequence[object]) -> list[ToolCall]:
+def _normalize_tool_calls(raw_calls: Sequence[object]) -> list[ToolCall]:
     """Turn object- or dict-shaped tool calls into :class:`ToolCall` s (arguments as a string)."""
     calls: list[ToolCall] = []
     for raw in raw_calls:
@@ -185,10 +185,10 @@ class ChatTurns:
                     )
                     return
                 message = _get(choices[0], "message")
-                reasoning = extract_reasoning(message)
+                reasoning = _extract_reasoning(message)
                 result.reasoning_per_turn.append(reasoning)
                 content = _get(message, "content")
-                calls = normalize_tool_calls(_get(message, "tool_calls") or [])
+                calls = _normalize_tool_calls(_get(message, "tool_calls") or [])
                 if not calls and self._schemas and isinstance(content, str):
                     content, calls = self._fallback_parse(content, tools.task_id)
                 if not calls:

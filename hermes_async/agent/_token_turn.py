@@ -28,7 +28,7 @@ contiguous sequence. Each request reads the policy version once, at dispatch; th
 completion is split into segments where the version changed. At most ``max_resumes`` resumes
 per turn, each bounded by the rollout's deadline (and a paused server by ``pause_timeout``).
 
-:class:`Phase2Turn` holds the state of one streamed completion, and nothing else: the ids and
+:class:`_Phase2Turn` holds the state of one streamed completion, and nothing else: the ids and
 logprobs exactly as sampled, a UTF-8-safe incremental decoder, and a fresh streaming parser. Every
 tool call the parser *seals* is handed to the turn's
 :class:`~hermes_async.agent._tool_runner.TurnToolRunner` at once (early dispatch) — so a tool
@@ -89,14 +89,14 @@ from hermes_async.parsers.types import (
     ToolCallTruncated,
 )
 
-__all__ = ("Phase2Turn", "TokenTurns", "split_think")
+__all__ = ("TokenTurns",)
 
 logger = logging.getLogger("hermes_async.agent.loop")
 
 _THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.S)
 
 
-def split_think(content: str) -> tuple[str, str | None]:
+def _split_think(content: str) -> tuple[str, str | None]:
     """Split a leading ``<think>...</think>`` block off ``content``.
 
     Returns:
@@ -112,7 +112,7 @@ def split_think(content: str) -> tuple[str, str | None]:
     return content, None
 
 
-class Phase2Turn:
+class _Phase2Turn:
     """State of one streamed completion.
 
     Args:
@@ -381,7 +381,7 @@ class TokenTurns:
                 )
                 if sampling is not self._sampling and self._check_sampling is not None:
                     self._check_sampling(sampling)
-                step = Phase2Turn(
+                step = _Phase2Turn(
                     tokenizer,
                     self._schemas,
                     self._options,
@@ -432,7 +432,7 @@ class TokenTurns:
                     )
                 content, reasoning = step.assistant_content(bool(runner.calls)), None
                 if self._options.split_reasoning:
-                    content, reasoning = split_think(content)
+                    content, reasoning = _split_think(content)
                 result.reasoning_per_turn.append(reasoning)
                 assistant = assistant_message(content, runner.calls, reasoning)
                 tools.begin_turn(assistant, runner.calls)
@@ -489,7 +489,7 @@ class TokenTurns:
 
     async def _generate(
         self,
-        step: Phase2Turn,
+        step: _Phase2Turn,
         runner: TurnToolRunner,
         prompt: Sequence[int],
         sampling: SamplingParams,
@@ -567,7 +567,7 @@ class TokenTurns:
                 budget - len(step.token_ids),
             )
 
-    def _record_cut(self, result: AgentResult, turn: int, step: Phase2Turn) -> None:
+    def _record_cut(self, result: AgentResult, turn: int, step: _Phase2Turn) -> None:
         """A call cut off by ``max_tokens``: a ``ToolError`` and a ``user`` message saying so."""
         if not step.cut:
             return
@@ -591,7 +591,7 @@ class TokenTurns:
         trajectory: Trajectory,
         renderer: ChatRenderer,
         turn: int,
-        step: Phase2Turn,
+        step: _Phase2Turn,
         prompt: str,
         at: int,
         *,
@@ -645,7 +645,7 @@ def _first_prompt(
     return prompt, Trajectory(ids)
 
 
-def _server_failure(step: Phase2Turn, message: str) -> RolloutFailure:
+def _server_failure(step: _Phase2Turn, message: str) -> RolloutFailure:
     """An ``infra`` failure at the model server during ``step``'s generation, with the count of
     completion tokens it had sampled (a server that sampled none counts as down:
     :func:`~hermes_async.agent.rollout.run_group`)."""

@@ -20,20 +20,13 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.parsers.types import ToolCall
 from hermes_async.tools.registry import ToolOutcome
 
-__all__ = (
-    "USER_TASK_MAX_CHARS",
-    "CallRecord",
-    "assistant_message",
-    "first_user_content",
-    "interrupted_turn",
-    "tool_message",
-)
+__all__ = ("assistant_message", "first_user_content", "interrupted_turn", "tool_message")
 
 #: The first user message is passed to tools as task context, capped like the reference.
-USER_TASK_MAX_CHARS = 500
+_USER_TASK_MAX_CHARS = 500
 
 
-class CallRecord(Protocol):
+class _CallRecord(Protocol):
     """What the transcript needs of a call in flight (the agent's ``PendingCall`` has it)."""
 
     @property
@@ -50,7 +43,7 @@ class CallRecord(Protocol):
 
 
 def assistant_message(
-    content: str | None, calls: Sequence[CallRecord], reasoning: str | None
+    content: str | None, calls: Sequence[_CallRecord], reasoning: str | None
 ) -> JSONObject:
     """The assistant message of one turn: content, ``tool_calls`` if any, reasoning if any.
 
@@ -83,7 +76,7 @@ def tool_message(call_id: str, content: str) -> JSONObject:
 
 
 def interrupted_turn(
-    assistant: JSONObject, calls: Sequence[CallRecord], reason: str
+    assistant: JSONObject, calls: Sequence[_CallRecord], reason: str
 ) -> list[JSONObject]:
     """The messages that close a turn cut short: the assistant message, one result per call.
 
@@ -105,5 +98,5 @@ def first_user_content(messages: Sequence[Mapping[str, Any]]) -> str | None:
     """The first user message's text, stripped and capped (tools get it as task context)."""
     for message in messages:
         if message.get("role") == "user" and isinstance(message.get("content"), str):
-            return str(message["content"]).strip()[:USER_TASK_MAX_CHARS]
+            return str(message["content"]).strip()[:_USER_TASK_MAX_CHARS]
     return None

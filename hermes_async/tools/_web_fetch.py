@@ -3,7 +3,7 @@
 Two users share this module: ``web_extract``'s direct page reads (:func:`fetch_page`) and the
 browser tools, which answer every request a page makes through it (``tools/browser``).
 
-One *hop* (:func:`fetch_hop`) is one HTTP exchange: vet the URL (:func:`~._ssrf.vet_url`), send
+One *hop* (:func:`_fetch_hop`) is one HTTP exchange: vet the URL (:func:`~._ssrf.vet_url`), send
 the request to the vetted IP with the original ``Host`` header and TLS server name (so
 certificate checks still name the host), and stream the body up to ``max_body_bytes``.
 :func:`fetch` follows redirects by hand, at most ``max_redirects`` of them, each target vetted
@@ -33,23 +33,14 @@ from hermes_async._net import CLOSE_GRACE_SECONDS, aclose_httpx_stream, default_
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
 from hermes_async.tools._web_settings import WebSettings
 
-__all__ = (
-    "REDIRECT_STATUSES",
-    "FetchedPage",
-    "HopResponse",
-    "NonClosingTransport",
-    "aclose_client",
-    "fetch",
-    "fetch_hop",
-    "fetch_page",
-)
+__all__ = ("HopResponse", "NonClosingTransport", "aclose_client", "fetch", "fetch_page")
 
 #: Statuses that redirect (with a ``Location`` header).
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
 @dataclass(frozen=True, slots=True)
-class FetchedPage:
+class _FetchedPage:
     """A fetched body.
 
     Attributes:
@@ -100,7 +91,7 @@ class HopResponse:
     @property
     def location(self) -> str | None:
         """The ``Location`` of a redirect response, else ``None``."""
-        return self.header("location") if self.status in REDIRECT_STATUSES else None
+        return self.header("location") if self.status in _REDIRECT_STATUSES else None
 
 
 class NonClosingTransport(httpx.AsyncBaseTransport):
@@ -139,7 +130,7 @@ async def aclose_client(client: httpx.AsyncClient, what: str = "close a web clie
     await bounded_cleanup(what, client.aclose, timeout=CLOSE_GRACE_SECONDS)
 
 
-async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> FetchedPage:
+async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> _FetchedPage:
     """Fetch ``url`` directly, behind the SSRF guard.
 
     Args:
@@ -179,7 +170,7 @@ async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> Fe
             f"{response.url!r} answered HTTP {status} {reason}".rstrip(), url=response.url
         )
     content_type = response.header("content-type") or ""
-    return FetchedPage(
+    return _FetchedPage(
         url=response.url,
         status=response.status,
         media_type=content_type.split(";", 1)[0].strip().lower(),
@@ -238,7 +229,7 @@ async def fetch(
     previous: httpx.URL | None = None
     for hop in range(settings.max_redirects + 1):
         try:
-            response = await fetch_hop(
+            response = await _fetch_hop(
                 method,
                 current,
                 headers=headers,
@@ -279,7 +270,7 @@ async def fetch(
     )
 
 
-async def fetch_hop(
+async def _fetch_hop(
     method: str,
     url: httpx.URL,
     *,
@@ -324,7 +315,7 @@ async def fetch_hop(
             header_items = tuple(
                 (k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
             )
-            redirect = response.status_code in REDIRECT_STATUSES and response.headers.get(
+            redirect = response.status_code in _REDIRECT_STATUSES and response.headers.get(
                 "location"
             )
             if redirect or (response.status_code >= 400 and not error_bodies):

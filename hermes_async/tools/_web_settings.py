@@ -40,11 +40,9 @@ import httpx
 from hermes_async._checks import INTEGER_AT_LEAST_ONE, POSITIVE, check_fields
 from hermes_async.errors import ConfigError
 
-__all__ = [
-    "DEFAULT_PROVIDER_URLS",
+__all__ = (
     "PROVIDER_KEY_ENV",
     "PROVIDER_ORDER",
-    "ExtractBackend",
     "Provider",
     "Resolver",
     "SummarizerSettings",
@@ -53,13 +51,13 @@ __all__ = [
     "check_allow_entry",
     "env_reader",
     "model_endpoint_from_env",
-]
+)
 
 #: A web provider this package can talk to.
 Provider = Literal["firecrawl", "tavily", "exa"]
 
 #: Where ``web_extract`` gets pages: ``auto`` = the provider if one is configured, else direct.
-ExtractBackend = Literal["auto", "provider", "direct"]
+_ExtractBackend = Literal["auto", "provider", "direct"]
 
 #: The reference's preference order when no backend is chosen explicitly (its "parallel"
 #: provider is not implemented here).
@@ -73,7 +71,7 @@ PROVIDER_KEY_ENV: Mapping[Provider, str] = {
 }
 
 #: Public base URL of each provider's HTTP API.
-DEFAULT_PROVIDER_URLS: Mapping[Provider, str] = {
+_DEFAULT_PROVIDER_URLS: Mapping[Provider, str] = {
     "firecrawl": "https://api.firecrawl.dev",
     "tavily": "https://api.tavily.com",
     "exa": "https://api.exa.ai",
@@ -169,10 +167,10 @@ class WebSettings:
     firecrawl_api_key: str | None = field(default=None, repr=False)
     tavily_api_key: str | None = field(default=None, repr=False)
     exa_api_key: str | None = field(default=None, repr=False)
-    firecrawl_url: str = DEFAULT_PROVIDER_URLS["firecrawl"]
-    tavily_url: str = DEFAULT_PROVIDER_URLS["tavily"]
-    exa_url: str = DEFAULT_PROVIDER_URLS["exa"]
-    extract_backend: ExtractBackend = "auto"
+    firecrawl_url: str = _DEFAULT_PROVIDER_URLS["firecrawl"]
+    tavily_url: str = _DEFAULT_PROVIDER_URLS["tavily"]
+    exa_url: str = _DEFAULT_PROVIDER_URLS["exa"]
+    extract_backend: _ExtractBackend = "auto"
     direct_extract: bool = False
     allow: tuple[str, ...] = ()
     search_limit: int = 5
@@ -237,7 +235,7 @@ class WebSettings:
         """Whether ``provider`` can be used: it has a key (or is a self-hosted Firecrawl)."""
         if self.api_key(provider):
             return True
-        return provider == "firecrawl" and self.base_url("firecrawl") != DEFAULT_PROVIDER_URLS[
+        return provider == "firecrawl" and self.base_url("firecrawl") != _DEFAULT_PROVIDER_URLS[
             "firecrawl"
         ].rstrip("/")
 
@@ -314,10 +312,10 @@ class WebSettings:
             firecrawl_api_key=get(PROVIDER_KEY_ENV["firecrawl"]),
             tavily_api_key=get(PROVIDER_KEY_ENV["tavily"]),
             exa_api_key=get(PROVIDER_KEY_ENV["exa"]),
-            firecrawl_url=get(_URL_ENV["firecrawl"]) or DEFAULT_PROVIDER_URLS["firecrawl"],
-            tavily_url=get(_URL_ENV["tavily"]) or DEFAULT_PROVIDER_URLS["tavily"],
-            exa_url=get(_URL_ENV["exa"]) or DEFAULT_PROVIDER_URLS["exa"],
-            extract_backend=cast(ExtractBackend, extract_backend),
+            firecrawl_url=get(_URL_ENV["firecrawl"]) or _DEFAULT_PROVIDER_URLS["firecrawl"],
+            tavily_url=get(_URL_ENV["tavily"]) or _DEFAULT_PROVIDER_URLS["tavily"],
+            exa_url=get(_URL_ENV["exa"]) or _DEFAULT_PROVIDER_URLS["exa"],
+            extract_backend=cast(_ExtractBackend, extract_backend),
             direct_extract=(get("HERMES_WEB_DIRECT_EXTRACT") or "").lower() in _TRUE,
             allow=allow_list_from_env(get, "HERMES_WEB_ALLOW"),
             summarizer=summarizer,

@@ -110,11 +110,9 @@ __all__ = (
     "HERMES_LABEL",
     "RUN_LABEL",
     "TASK_LABEL",
-    "ReapReport",
     "RemoteBackend",
     "RemoteClient",
     "RemoteDriver",
-    "RemoteSandbox",
     "RemoteSandboxConfig",
     "SdkErrors",
     "remote_config_for",
@@ -176,7 +174,7 @@ class RemoteDriver(Protocol):
     Every method raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`
     when the SDK says the sandbox is gone, :class:`~hermes_async.errors.SandboxError` for any
     other SDK failure (``FileNotFoundError`` from :meth:`read` for a missing file). Deadlines
-    are the caller's (:class:`RemoteSandbox` bounds each call); ``timeout`` is passed to the SDK
+    are the caller's (:class:`_RemoteSandbox` bounds each call); ``timeout`` is passed to the SDK
     as its own backstop.
     """
 
@@ -276,7 +274,7 @@ class RemoteSandboxConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ReapReport:
+class _ReapReport:
     """What one reaper sweep did.
 
     Attributes:
@@ -435,7 +433,7 @@ def parse_result(stdout: str) -> tuple[int, int, int, bytes, bytes] | None:
     return rc, n_out, n_err, _decode(lines[start + 1 : sep]), _decode(lines[sep + 1 : end])
 
 
-class RemoteSandbox(StagedTransferSandbox):
+class _RemoteSandbox(StagedTransferSandbox):
     """One remote sandbox (E2B, Daytona) over a :class:`RemoteDriver`; see the module docstring.
 
     Created by a :class:`RemoteBackend`; closed with :meth:`aclose` (deletes it).
@@ -720,7 +718,7 @@ class RemoteSandbox(StagedTransferSandbox):
 
 
 class RemoteBackend(Generic[_C]):
-    """A factory of :class:`RemoteSandbox` es for one run: labels, rate limit, the reaper.
+    """A factory of :class:`_RemoteSandbox` es for one run: labels, rate limit, the reaper.
 
     A backend sets the class attributes below and implements :meth:`_import_sdk` and
     :meth:`_make_client`. The factory is the ``factory(task_id, spec=None)`` a
@@ -756,7 +754,7 @@ class RemoteBackend(Generic[_C]):
             config.max_creates_per_second, config.max_concurrent_creates
         )
         self.live: set[str] = set()
-        self.reaps: list[ReapReport] = []
+        self.reaps: list[_ReapReport] = []
         self._sdk = sdk
         self._client: RemoteClient | None = None
         self._started = False
@@ -800,7 +798,7 @@ class RemoteBackend(Generic[_C]):
 
     # ----------------------------------------------------------------- create
 
-    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> RemoteSandbox:
+    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> _RemoteSandbox:
         """Create the sandbox for ``task_id`` (rate limited, shielded until its id is known).
 
         Raises:
@@ -832,7 +830,7 @@ class RemoteBackend(Generic[_C]):
                     task_id=task_id,
                 ) from exc
         self.live.add(driver.sandbox_id)
-        sandbox = RemoteSandbox(task_id, driver, config, kind=self.kind, on_close=self)
+        sandbox = _RemoteSandbox(task_id, driver, config, kind=self.kind, on_close=self)
         try:
             # Deliver a cancellation that arrived during the shielded create, now that the
             # sandbox can be deleted.
@@ -872,7 +870,7 @@ class RemoteBackend(Generic[_C]):
 
     async def _sweep(
         self, client: RemoteClient, labels: Mapping[str, str], reason: str
-    ) -> ReapReport:
+    ) -> _ReapReport:
         found: list[str] = []
         deleted: list[str] = []
         failed: list[str] = []
@@ -899,7 +897,7 @@ class RemoteBackend(Generic[_C]):
             else:
                 deleted.append(sandbox_id)
                 self.live.discard(sandbox_id)
-        report = ReapReport(tuple(found), tuple(deleted), tuple(failed), tuple(skipped))
+        report = _ReapReport(tuple(found), tuple(deleted), tuple(failed), tuple(skipped))
         self.reaps.append(report)
         if deleted:
             logger.info(
@@ -911,7 +909,7 @@ class RemoteBackend(Generic[_C]):
             )
         return report
 
-    async def reap(self, *, reason: str = "asked") -> ReapReport:
+    async def reap(self, *, reason: str = "asked") -> _ReapReport:
         """Delete every sandbox carrying this run's labels (never another run's).
 
         Returns:
@@ -921,7 +919,7 @@ class RemoteBackend(Generic[_C]):
         deleted is left to the next sweep and the provider's lifetime.
         """
         client = self._client_for()
-        report = ReapReport()
+        report = _ReapReport()
         with cleanup_scope(
             f"reap {self.kind} sandboxes of run {self.run_id}",
             self.config.reap_timeout,
