@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 import secrets
 import shlex
 import time
@@ -250,6 +251,8 @@ class ExecRequest:
             default. A negative budget (one already spent) is ``0``: time out at once.
         stdin: Bytes for standard input, or ``None`` for no input (``/dev/null``).
         output_limit: Bytes kept per stream (head + tail).
+        user: Who runs it (a name or a uid); ``None``: the sandbox's user. Only backends whose
+            :attr:`Sandbox.switches_users` is true accept one.
 
     Raises:
         TypeError: ``command`` is not a string.
@@ -264,6 +267,7 @@ class ExecRequest:
     timeout: float | None = None
     stdin: bytes | None = None
     output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES
+    user: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.command, str):
@@ -292,6 +296,14 @@ class ExecRequest:
             object.__setattr__(self, "timeout", max(0.0, float(self.timeout)))
         if self.output_limit < 0:
             raise ValueError(f"output_limit must be >= 0 bytes, got {self.output_limit!r}")
+        if self.user is not None and not _USER.fullmatch(self.user):
+            raise ValueError(
+                f"user must be a user name or a uid (letters, digits, '_', '-', '.'), "
+                f"got {self.user!r}"
+            )
+
+
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 def _is_variable_name(name: object) -> bool:
@@ -379,6 +391,7 @@ class Sandbox(AsyncResource):
         timeout: float | None = None,
         stdin: bytes | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
+        user: str | None = None,
     ) -> ExecResult:
         """Run ``command`` through the sandbox's shell and wait for it.
 
@@ -393,17 +406,36 @@ class Sandbox(AsyncResource):
                 ``None``: the backend's default.
             stdin: Bytes written to the command's standard input, then closed.
             output_limit: Bytes kept per stream; beyond it, head and tail are kept.
+            user: Run as this user (see :attr:`switches_users`); ``None``: the sandbox's.
 
         Raises:
             ValueError: An invalid argument (see :class:`ExecRequest`).
-            SandboxError: The sandbox is closed or cannot be reached.
+            SandboxError: The sandbox is closed or cannot be reached, or ``user`` was given
+                to a backend that cannot switch users.
 
         **Cancellation**: the command's process group is killed before this returns.
         """
         request = ExecRequest(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, output_limit=output_limit
+            command,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            stdin=stdin,
+            output_limit=output_limit,
+            user=user,
         )
+        if user is not None and not self.switches_users:
+            raise SandboxError(
+                f"the {type(self).__name__} backend cannot run a command as user {user!r}; "
+                "use the Docker backend or run without user=",
+                task_id=getattr(self, "task_id", None),
+            )
         return await self.exec_request(request)
+
+    @property
+    def switches_users(self) -> bool:
+        """Whether ``exec(..., user=...)`` works here (the Docker backend and the fake)."""
+        return False
 
     @abstractmethod
     async def exec_request(self, request: ExecRequest) -> ExecResult:

@@ -759,6 +759,11 @@ class DockerSandbox(ContainerSandbox):
         self.watchdog = watchdog
 
     @property
+    def switches_users(self) -> bool:
+        """True: ``docker exec --user``."""
+        return True
+
+    @property
     def container_id(self) -> str:
         """The engine's id of this sandbox's container."""
         return str(self._container.id)
@@ -904,7 +909,12 @@ class DockerSandbox(ContainerSandbox):
             exe = await engine.call(
                 "an exec create",
                 self._container.exec(
-                    cmd=argv, stdout=True, stderr=True, environment=dict(env or {}), workdir="/"
+                    cmd=argv,
+                    stdout=True,
+                    stderr=True,
+                    environment=dict(env or {}),
+                    workdir="/",
+                    user=run.user or "",
                 ),
             )
             stream = exe.start(detach=False)

@@ -70,6 +70,10 @@ class SandboxWrapper(Sandbox):
         async with self.around() as sb:
             return await sb.exec_request(request)
 
+    @property
+    def switches_users(self) -> bool:
+        return bool(self.inner.switches_users)
+
     async def read_bytes(self, path: str) -> bytes:
         async with self.around() as sb:
             return await sb.read_bytes(path)
