@@ -172,8 +172,10 @@ def check_links(members: Iterable[tarfile.TarInfo]) -> None:
         key = tuple(path)
         kind = "link" if member.issym() else "dir" if member.isdir() else "file"
         previous = kinds.get(key)
-        if previous is not None and "link" in (previous, kind) and (
-            previous != kind or links.get(key) != _parts(member.linkname)
+        if (
+            previous is not None
+            and "link" in (previous, kind)
+            and (previous != kind or links.get(key) != _parts(member.linkname))
         ):
             raise ValueError(
                 f"tar member {member.name!r} is a symbolic link and another member of the "

@@ -79,12 +79,13 @@ import types
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
-from hermes_async.tools.sandbox.archive import check_tar_members
+from hermes_async.tools.sandbox.archive import check_tar_members, directory_tar
 
 if TYPE_CHECKING:
     from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
@@ -474,6 +475,20 @@ class Sandbox(AsyncResource):
             ValueError: A member is absolute, escapes ``dest_dir`` (``..``), or is a device or a
                 link pointing outside.
         """
+
+    async def put_tree(self, dest_dir: str, source: Path) -> None:
+        """Copy the contents of host folder ``source`` into ``dest_dir`` (created if missing).
+
+        Links are kept as links and the archive is checked as :meth:`put_archive` checks one.
+        This default packs the folder in memory (:func:`directory_tar`, for small trees); the
+        Docker backend streams it from a temporary file.
+
+        Raises:
+            ValueError: An unsafe member (see :func:`check_tar_members`).
+
+        **Cancellation**: the copy may be partial.
+        """
+        await self.put_archive(dest_dir, directory_tar(source, prefix="./"))
 
     @abstractmethod
     async def get_archive(self, path: str) -> bytes:
