@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Build offline stand-ins for the registry images Harbor / Terminal-Bench tasks build FROM.
+#
+#   scripts/docker/standin_images.sh build [NAME...]   build the named stand-ins (default: all)
+#   scripts/docker/standin_images.sh list              say what each stand-in is and its tags
+#
+# No container registry is reachable here, so `FROM python:3.12-slim` cannot be pulled. Each
+# stand-in is a Debian rootfs made from Debian's packages alone (the rootfs of
+# scripts/docker/base_image.sh, or a debootstrap of trixie), plus the packages that give the
+# image its purpose, imported and tagged with the names tasks use. Every stand-in carries the
+# label hermes-async.standin="<what it really is>", and a Terminal-Bench trial that runs on
+# one says so in its notes. Where Debian has no exact match the nearest version stands in
+# (python 3.10 and 3.12 are 3.11 and 3.13; Ubuntu is Debian bookworm) and the label says so.
+#
+# Cached like the base image: one tarball per stand-in recipe in
+# $HERMES_ASYNC_CACHE/standin/ (default ~/.cache/hermes-async/standin/); `build` re-imports a
+# cached tarball and skips an image whose recipe label is current. Needs root (chroot,
+# debootstrap) and reaches Debian's mirror (HERMES_BASE_MIRROR). CPU-heavy: build once.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+MIRROR="${HERMES_BASE_MIRROR:-http://deb.debian.org/debian}"
+CACHE_ROOT="${HERMES_ASYNC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hermes-async}"
+CACHE="$CACHE_ROOT/standin"
+STEP_SECONDS="${HERMES_STANDIN_TIMEOUT_SECONDS:-1800}"
+IMAGE_PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RECIPE_VERSION=1
+# What every stand-in has (the base image's set: bash, timeout, tar, procps, python3, pytest, git).
+BASE_PACKAGES="bash,coreutils,findutils,grep,sed,tar,gzip,procps,python3,python3-pytest,git"
+
+# name | suite | extra packages | what it really is | tags
+STANDINS=(
+  "python311|bookworm|python3-pip python3-venv python-is-python3|Debian bookworm, python 3.11|python:3.11-slim python:3.11 python:3.11-slim-bookworm python:3.11-bookworm"
+  "python310|bookworm|python3-pip python3-venv python-is-python3|Debian bookworm, python 3.11 standing in for 3.10|python:3.10-slim python:3.10 python:3.10-slim-bookworm"
+  "python313|trixie|python3-pip python3-venv python-is-python3|Debian trixie, python 3.13|python:3.13-slim python:3.13 python:3.13-slim-bookworm python:3.13-slim-trixie"
+  "python312|trixie|python3-pip python3-venv python-is-python3|Debian trixie, python 3.13 standing in for 3.12|python:3.12-slim python:3.12 python:3.12-slim-bookworm"
+  "debian|bookworm||Debian bookworm (minbase + python3, git)|debian:bookworm debian:bookworm-slim debian:12 debian:12-slim"
+  "ubuntu|bookworm||Debian bookworm standing in for Ubuntu|ubuntu:22.04 ubuntu:24.04 ubuntu:latest"
+  "gcc|bookworm|build-essential|Debian bookworm, gcc 12 (build-essential)|gcc:12 gcc:13 gcc:14 gcc:latest"
+  "golang|bookworm|golang-go build-essential|Debian bookworm, Go 1.19 (golang-go)|golang:1.19 golang:1.21 golang:1.22 golang:1.23 golang:latest"
+  "jdk|bookworm|openjdk-17-jdk-headless|Debian bookworm, OpenJDK 17|eclipse-temurin:17 openjdk:17 eclipse-temurin:17-jdk"
+)
+
+log() { echo "[standin] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+field() { echo "$1" | cut -d'|' -f"$2"; }
+
+recipe_of() { printf '%s\n' "$RECIPE_VERSION" "$1" | sha256sum | cut -c1-16; }
+
+first_tag() { field "$1" 5 | cut -d' ' -f1; }
+
+image_recipe() {
+    docker image inspect --format '{{index .Config.Labels "hermes-async.standin.recipe"}}' "$1" \
+        2>/dev/null || true
+}
+
+unmount_under() {
+    local m
+    for m in $(awk -v d="$1/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r); do
+        umount -l "$m" 2>/dev/null || true
+    done
+}
+
+rootfs_of() {
+    # A minbase rootfs of SUITE with PACKAGES into $3, by debootstrap (it checks Debian's
+    # signatures with the host's keyring); bookworm without extras is base_image.sh's rootfs.
+    local suite=$1 packages=$2 root=$3
+    if [ "$suite" = bookworm ] && [ -z "$packages" ]; then
+        "$REPO/scripts/docker/base_image.sh" build >&2
+        local tarball
+        tarball="$(ls -t "$CACHE_ROOT"/base-image/bookworm-*.tar 2>/dev/null | head -n1)"
+        [ -n "$tarball" ] || die "no cached bookworm rootfs from base_image.sh"
+        tar --numeric-owner -xf "$tarball" -C "$root"
+        return 0
+    fi
+    command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] \
+        || die "debootstrap is not installed (apt-get install debootstrap)"
+    local include="$BASE_PACKAGES${packages:+,${packages// /,}}"
+    PATH="$PATH:/usr/sbin:/sbin" timeout "$STEP_SECONDS" debootstrap --variant=minbase \
+        --include="$include" "$suite" "$root" "$MIRROR" >"$root.log" 2>&1 \
+        || { tail -n 30 "$root.log" >&2; die "debootstrap $suite ($include) failed"; }
+    unmount_under "$root"
+}
+
+build_one() {
+    local spec=$1 name suite packages what tags recipe tarball work root tag
+    name=$(field "$spec" 1); suite=$(field "$spec" 2); packages=$(field "$spec" 3)
+    what=$(field "$spec" 4); tags=$(field "$spec" 5)
+    recipe=$(recipe_of "$spec")
+    tag=$(first_tag "$spec")
+    if [ "$(image_recipe "$tag")" = "$recipe" ]; then
+        log "$name: current ($tags)"
+        return 0
+    fi
+    # Stand-ins with the same suite and packages share one rootfs tarball.
+    tarball="$CACHE/$suite-$(recipe_of "$suite|$packages").tar"
+    if [ ! -s "$tarball" ]; then
+        work="$(mktemp -d "$CACHE/work-$name.XXXXXX")"
+        root="$work/rootfs"
+        mkdir -p "$root"
+        # shellcheck disable=SC2064
+        trap "unmount_under '$work'; rm -rf '$work'" RETURN
+        log "$name: rootfs ($suite${packages:+ + $packages}; a few minutes)"
+        rootfs_of "$suite" "$packages" "$root"
+        printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+        chmod 755 "$root/usr/sbin/policy-rc.d"
+        rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
+            "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/dev/*
+        tar --numeric-owner -C "$root" -cf "$work/rootfs.tar" .
+        mv -f "$work/rootfs.tar" "$tarball"
+    else
+        log "$name: re-importing $tarball"
+    fi
+    docker import \
+        --change 'CMD ["/bin/bash"]' \
+        --change "ENV PATH=$IMAGE_PATH" \
+        --change 'ENV LANG=C.UTF-8' \
+        --change 'WORKDIR /' \
+        --change "LABEL hermes-async.standin=\"$what\"" \
+        --change "LABEL hermes-async.standin.recipe=$recipe" \
+        "$tarball" "$tag" >/dev/null || die "$name: docker import failed"
+    local t
+    for t in $tags; do docker tag "$tag" "$t"; done
+    log "$name: ready: $tags ($what)"
+}
+
+cmd_build() {
+    timeout 10 docker version >/dev/null 2>&1 || die "no Docker engine answers (DOCKER_HOST=${DOCKER_HOST:-unset})"
+    [ "$(id -u)" = 0 ] || die "needs root (chroot, debootstrap)"
+    mkdir -p "$CACHE"
+    exec 9>"$CACHE/.lock"
+    flock -w "$STEP_SECONDS" 9 || die "another build holds $CACHE/.lock"
+    local spec wanted=("$@") built=0
+    for spec in "${STANDINS[@]}"; do
+        if [ ${#wanted[@]} -gt 0 ] && ! printf '%s\n' "${wanted[@]}" | grep -qx "$(field "$spec" 1)"; then
+            continue
+        fi
+        build_one "$spec"
+        built=$((built + 1))
+    done
+    [ "$built" -gt 0 ] || die "no stand-in named ${wanted[*]}; see $0 list"
+}
+
+cmd_list() {
+    local spec
+    for spec in "${STANDINS[@]}"; do
+        printf '%-10s %s\n           tags: %s\n' "$(field "$spec" 1)" "$(field "$spec" 4)" "$(field "$spec" 5)"
+    done
+}
+
+case "${1:-build}" in
+    build) shift || true; cmd_build "$@" ;;
+    list) cmd_list ;;
+    *) echo "usage: $0 {build [NAME...]|list}" >&2; exit 2 ;;
+esac
