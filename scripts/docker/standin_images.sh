@@ -12,6 +12,14 @@
 # one says so in its notes. Where Debian has no exact match the nearest version stands in
 # (python 3.10 and 3.12 are 3.11 and 3.13; Ubuntu is Debian bookworm) and the label says so.
 #
+# Real Harbor verifiers fetch their tools at grading time (curl | sh for uv, then
+# `uvx --with pytest==8.4.1 --with pytest-json-ctrf==0.3.5 pytest ...`). Each stand-in carries
+# that toolchain baked in: pytest 8.4.1 and pytest-json-ctrf 0.3.5 (pip, from PyPI, at build
+# time) under /usr/local/lib/hermes-verifier, an offline `uvx` / `uv run`
+# (scripts/docker/standin/uvx: runs the tool from it, ignores --with pins and says so) and
+# $HOME/.local/bin/env for root. Such a test.sh is still flagged as needing the network; run it
+# with --env.allow_network_tasks run, and its row says so.
+#
 # Cached like the base image: one tarball per stand-in recipe in
 # $HERMES_ASYNC_CACHE/standin/ (default ~/.cache/hermes-async/standin/); `build` re-imports a
 # cached tarball and skips an image whose recipe label is current. Needs root (chroot,
@@ -24,7 +32,9 @@ CACHE_ROOT="${HERMES_ASYNC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hermes-async}"
 CACHE="$CACHE_ROOT/standin"
 STEP_SECONDS="${HERMES_STANDIN_TIMEOUT_SECONDS:-1800}"
 IMAGE_PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-RECIPE_VERSION=1
+RECIPE_VERSION=2
+VERIFIER_PINS="pytest==8.4.1 pytest-json-ctrf==0.3.5 pluggy==1.7.0 iniconfig==2.3.1 packaging==26.4"
+PIP="${HERMES_STANDIN_PIP:-python3 -m pip}"
 # What every stand-in has (the base image's set: bash, timeout, tar, procps, python3, pytest, git).
 BASE_PACKAGES="bash,coreutils,findutils,grep,sed,tar,gzip,procps,python3,python3-pytest,git"
 
@@ -35,7 +45,7 @@ STANDINS=(
   "python313|trixie|python3-pip python3-venv python-is-python3|Debian trixie, python 3.13|python:3.13-slim python:3.13 python:3.13-slim-bookworm python:3.13-slim-trixie"
   "python312|trixie|python3-pip python3-venv python-is-python3|Debian trixie, python 3.13 standing in for 3.12|python:3.12-slim python:3.12 python:3.12-slim-bookworm"
   "debian|bookworm||Debian bookworm (minbase + python3, git)|debian:bookworm debian:bookworm-slim debian:12 debian:12-slim"
-  "ubuntu|bookworm||Debian bookworm standing in for Ubuntu|ubuntu:22.04 ubuntu:24.04 ubuntu:latest"
+  "ubuntu|bookworm||Debian bookworm standing in for Ubuntu|ubuntu:22.04 ubuntu:24.04 ubuntu:26.04 ubuntu:latest"
   "gcc|bookworm|build-essential|Debian bookworm, gcc 12 (build-essential)|gcc:12 gcc:13 gcc:14 gcc:latest"
   "golang|bookworm|golang-go build-essential|Debian bookworm, Go 1.19 (golang-go)|golang:1.19 golang:1.21 golang:1.22 golang:1.23 golang:latest"
   "jdk|bookworm|openjdk-17-jdk-headless|Debian bookworm, OpenJDK 17|eclipse-temurin:17 openjdk:17 eclipse-temurin:17-jdk"
@@ -46,7 +56,21 @@ die() { log "ERROR: $*"; exit 1; }
 
 field() { echo "$1" | cut -d'|' -f"$2"; }
 
-recipe_of() { printf '%s\n' "$RECIPE_VERSION" "$1" | sha256sum | cut -c1-16; }
+recipe_of() { printf '%s\n' "$RECIPE_VERSION" "$1" "$VERIFIER_PINS" | sha256sum | cut -c1-16; }
+
+verifier_toolchain() {
+    # pytest and its plugin for any Python 3 (pure wheels), once, into $CACHE/verifier-<pins>.
+    local dir
+    dir="$CACHE/verifier-$(printf '%s' "$VERIFIER_PINS" | sha256sum | cut -c1-12)"
+    if [ ! -d "$dir" ]; then
+        # shellcheck disable=SC2086
+        $PIP install -q --target "$dir.tmp" --no-deps --only-binary=:all: --no-compile \
+            $VERIFIER_PINS >&2 || die "pip install of the verifier toolchain failed"
+        rm -rf "$dir.tmp/bin"
+        mv "$dir.tmp" "$dir"
+    fi
+    echo "$dir"
+}
 
 first_tag() { field "$1" 5 | cut -d' ' -f1; }
 
@@ -112,14 +136,29 @@ build_one() {
     else
         log "$name: re-importing $tarball"
     fi
+    local rootfs_image="hermes-async-standin-rootfs:$name"
     docker import \
         --change 'CMD ["/bin/bash"]' \
         --change "ENV PATH=$IMAGE_PATH" \
         --change 'ENV LANG=C.UTF-8' \
         --change 'WORKDIR /' \
-        --change "LABEL hermes-async.standin=\"$what\"" \
-        --change "LABEL hermes-async.standin.recipe=$recipe" \
-        "$tarball" "$tag" >/dev/null || die "$name: docker import failed"
+        "$tarball" "$rootfs_image" >/dev/null || die "$name: docker import failed"
+    # The verifier toolchain as one more layer (COPY only: the build needs no network).
+    local ctx
+    ctx="$(mktemp -d "$CACHE/layer-$name.XXXXXX")"
+    cp -a "$(verifier_toolchain)" "$ctx/hermes-verifier"
+    cp "$REPO/scripts/docker/standin/uvx" "$ctx/uvx"
+    cat >"$ctx/Dockerfile" <<DOCKERFILE
+FROM $rootfs_image
+COPY hermes-verifier /usr/local/lib/hermes-verifier
+COPY uvx /usr/local/bin/uvx
+RUN ln -sf uvx /usr/local/bin/uv && mkdir -p /root/.local/bin \\
+    && printf 'export PATH="\$HOME/.local/bin:\$PATH"\\n' > /root/.local/bin/env
+LABEL hermes-async.standin="$what + verifier toolchain ($VERIFIER_PINS, offline uvx)"
+LABEL hermes-async.standin.recipe=$recipe
+DOCKERFILE
+    docker build -q -t "$tag" "$ctx" >/dev/null || { rm -rf "$ctx"; die "$name: toolchain layer failed"; }
+    rm -rf "$ctx"
     local t
     for t in $tags; do docker tag "$tag" "$t"; done
     log "$name: ready: $tags ($what)"

@@ -14,7 +14,9 @@ nothing was checked (every task invalid, skipped or unknown).
 Options: ``--dataset PATH`` (repeatable: a task folder, a directory of them, a ``.jsonl`` /
 ``.parquet`` of Hermes rows, or a registered name), ``--agent oracle|null`` (repeatable),
 ``--task-filter a,b``, ``--skip-tasks c,d``, ``--concurrency N`` (default 2),
-``--image-map A=B,...``, ``--job DIR`` (write a Harbor job folder), ``--build-base``
+``--image-map A=B,...``, ``--allow-network-tasks skip|run``, ``--build-network host``
+(builds' RUN steps reach what the host reaches), ``--job DIR`` (a Harbor job folder; with
+``--resume`` finished trials are kept and skipped), ``--build-base``
 (run ``scripts/docker/base_image.sh build`` first), ``--json FILE`` (one JSON object a line).
 """
 
@@ -70,7 +72,11 @@ def _image_present(image: str) -> bool:
 async def _run(
     tasks: list[HarborTask], agents: tuple[str, ...], args: argparse.Namespace
 ) -> list[TrialResult]:
-    backend = DockerBackend(DockerSandboxConfig(default_exec_timeout_seconds=600.0))
+    backend = DockerBackend(
+        DockerSandboxConfig(
+            default_exec_timeout_seconds=600.0, build_network_mode=args.build_network
+        )
+    )
     results: list[TrialResult] = []
     async with SandboxManager(backend) as manager:
         for agent in agents:
@@ -79,6 +85,7 @@ async def _run(
                 concurrency=args.concurrency,
                 image_map=parse_image_map(args.image_map),
                 network_tasks=args.allow_network_tasks,
+                build_network=args.build_network is not None,
             )
             mine = [t for t in tasks if expectation_for(t, options.agent) is not None]
             writer = None
@@ -107,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--image-map", default=None)
     parser.add_argument("--allow-network-tasks", choices=("skip", "run"), default="skip")
+    parser.add_argument("--build-network", default=None, help="e.g. host: builds reach a mirror")
     parser.add_argument("--job", type=Path, default=None)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--build-base", action="store_true")

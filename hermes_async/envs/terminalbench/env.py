@@ -111,7 +111,7 @@ class TerminalBench2EvalEnvConfig(HermesAgentEnvConfig):
     allow_network_tasks: Literal["skip", "run"] = Field(
         default="skip",
         description="A task that needs a network it does not have: skip (a needs_network "
-        "row) or run (with the network where the engine has one; the row says so).",
+        "row) or run (on sandbox_options' network_mode; the row says so).",
     )
     timeout_multiplier: float = Field(
         default=1.0, gt=0, description="Scales every task's [agent].timeout_sec."
@@ -144,7 +144,10 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tb_config: TerminalBench2EvalEnvConfig = self._tb_config()
-        self.images = ImageBuilder(build_concurrency=self.tb_config.build_concurrency)
+        self.images = ImageBuilder(
+            build_concurrency=self.tb_config.build_concurrency,
+            build_network=(self.config.sandbox_options or {}).get("build_network_mode"),
+        )
         self.tasks: list[HarborTask] = []
         self.last_trials: list[TrialResult] = []
         self.image_map = parse_image_map(self.tb_config.image_map, self.tb_config.image_map_file)
@@ -338,6 +341,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
             timeout_multiplier=cfg.timeout_multiplier,
             network_tasks=cfg.allow_network_tasks,
             image_map=self.image_map,
+            build_network=self.images.build_network is not None,
         )
 
     def _probe(self, manager: SandboxManager) -> ImageProbe | None:

@@ -96,12 +96,15 @@ def offline_reasons(
     task: HarborTask,
     present: Mapping[str, Mapping[str, str] | None],
     image_map: Mapping[str, str],
+    *,
+    build_network: bool = False,
 ) -> tuple[str, ...]:
     """Why the task would need the network here (empty: it runs offline).
 
     ``present`` maps each of :func:`task_images` to its labels (None: not on the engine). A
-    task whose ``docker_image`` the engine has needs no build, so its Dockerfile's reasons
-    drop out; the verifier's (``tests/test.sh`` downloads) stay.
+    task whose ``docker_image`` the engine has needs no build, and with ``build_network``
+    (the builds' ``RUN`` steps reach a mirror) a build may fetch: their Dockerfile reasons
+    drop out. The verifier's (``tests/test.sh`` downloads) stay.
     """
     env = task.environment
     prebuilt = env.docker_image is not None and (
@@ -142,13 +145,13 @@ def task_sandbox_spec(
 
     Args:
         task: The task.
-        network: Give the container the network (``"bridge"``) unless the task's
-            ``[environment]`` says ``no-network``; default off.
+        network: Leave the network to the sandbox configuration (its ``network_mode``)
+            unless the task's ``[environment]`` says ``no-network``; default: none.
         image_map: Image names replaced before use.
     """
     env = task.environment
     policy = task.network.get("environment")
-    bridge = network and (policy is None or policy.mode != "no-network")
+    configured = network and (policy is None or policy.mode != "no-network")
     return SandboxSpec(
         image=env.docker_image,
         build_context=env.build_context,
@@ -157,7 +160,7 @@ def task_sandbox_spec(
         cpus=env.cpus,
         memory_mb=env.memory_mb,
         storage_mb=env.storage_mb,
-        network_mode="bridge" if bridge else "none",
+        network_mode=None if configured else "none",
         workdir=env.workdir,
         env=dict(env.env),
         labels={"hermes-async.terminalbench.task": task.name},

@@ -64,9 +64,11 @@ class PassOptions:
         concurrency: Trials at once.
         timeout_multiplier: Scales every task's ``[agent].timeout_sec``.
         network_tasks: ``skip``: a task that needs a network it does not have is a
-            ``needs_network`` row, not run; ``run``: it runs (with the network where the
-            engine has one) and its row says so.
+            ``needs_network`` row, not run; ``run``: it runs (its container on the sandbox
+            configuration's network) and its row says so.
         image_map: Image names replaced before use (see :mod:`.images`).
+        build_network: Image builds reach a network (``build_network_mode``), so a
+            Dockerfile that installs packages is no reason to skip.
     """
 
     agent: AgentKind = "oracle"
@@ -75,6 +77,7 @@ class PassOptions:
     timeout_multiplier: float = 1.0
     network_tasks: Literal["skip", "run"] = "skip"
     image_map: Mapping[str, str] = field(default_factory=dict)
+    build_network: bool = False
 
     def __post_init__(self) -> None:
         if self.attempts < 1 or self.concurrency < 1:
@@ -232,7 +235,9 @@ async def run_pass(
         if present is None:
             reasons = task.network_reasons
         else:
-            reasons = offline_reasons(task, present, options.image_map)
+            reasons = offline_reasons(
+                task, present, options.image_map, build_network=options.build_network
+            )
         network = False
         notes: tuple[str, ...] = ()
         if reasons:

@@ -200,6 +200,8 @@ class DockerSandboxConfig:
             docstring for how it is enforced.
         disk_check_interval_seconds: How often the watchdog reads the writable layer's size
             (when the storage driver cannot enforce the cap itself).
+        build_network_mode: The network of image builds' ``RUN`` steps (``None``: the
+            engine's default; ``"host"``: what the host reaches, e.g. a package mirror).
     """
 
     image: str = DEFAULT_DOCKER_IMAGE
@@ -229,6 +231,7 @@ class DockerSandboxConfig:
     user: str | None = None
     disk_limit_mb: int | None = 2048
     disk_check_interval_seconds: float = 10.0
+    build_network_mode: str | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, ("image",), NON_EMPTY_STRING)
@@ -570,7 +573,7 @@ class DockerBackend:
         self, config: DockerSandboxConfig | None = None, *, images: ImageBuilder | None = None
     ) -> None:
         self.config = config or DockerSandboxConfig()
-        self.images = images or ImageBuilder()
+        self.images = images or ImageBuilder(build_network=self.config.build_network_mode)
         self._reaped = not self.config.reap_orphans
         # Whether the storage driver enforces StorageOpt size: None until the first creation
         # tried it (overlay2 on ext4 refuses it; then the ulimit + watchdog take over).

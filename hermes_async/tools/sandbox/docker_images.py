@@ -10,6 +10,7 @@ memory); an image map rewrites the ``FROM`` lines first. aiodocker: asyncio only
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -115,6 +116,32 @@ def context_digest(context: Path, base_ids: Sequence[str] = ()) -> str:
     return h.hexdigest()[:16]
 
 
+async def _build_on_network(
+    engine: _Engine, body: BinaryIO, tag: str, labels: Mapping[str, str], network: str
+) -> Any:
+    """``POST /build`` with ``networkmode`` (aiodocker's ``build`` has no such argument, so
+    this goes through its request and response helpers; the lock file pins aiodocker)."""
+    import aiohttp
+
+    images = engine.client.images
+    params = {
+        "t": tag,
+        "rm": "1",
+        "forcerm": "1",
+        "networkmode": network,
+        "labels": json.dumps(dict(labels)),
+    }
+    response = engine.client._query(
+        "build",
+        "POST",
+        params=params,
+        headers={"content-type": "application/x-tar", "Content-Encoding": "gzip"},
+        data=images._stream(body),
+        timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+    )
+    return await images._handle_list(response)  # type: ignore[no-untyped-call]
+
+
 def _write_dockerfile(tmp: str, text: str) -> str:
     """Write ``text`` as ``<tmp>/mapped/Dockerfile`` (a few KB); return the folder."""
     folder = Path(tmp, "mapped")
@@ -144,6 +171,8 @@ class ImageBuilder:
         build_concurrency: Builds at once (the limiter's size; resizable through
             ``limiter.total_tokens``).
         repository: Repository of the tags.
+        build_network: The network of a build's ``RUN`` steps (the engine's default when
+            None; ``"host"`` lets them reach what the host reaches, e.g. a package mirror).
 
     Attributes:
         builds: Images this builder built (not found cached).
@@ -151,10 +180,15 @@ class ImageBuilder:
     """
 
     def __init__(
-        self, *, build_concurrency: int = 1, repository: str = DEFAULT_BUILD_REPOSITORY
+        self,
+        *,
+        build_concurrency: int = 1,
+        repository: str = DEFAULT_BUILD_REPOSITORY,
+        build_network: str | None = None,
     ) -> None:
         self.limiter = anyio.CapacityLimiter(build_concurrency)
         self.repository = repository
+        self.build_network = build_network
         self.builds = 0
         self._locks: dict[str, anyio.Lock] = {}
 
@@ -275,19 +309,15 @@ class ImageBuilder:
     async def _send(
         self, engine: _Engine, context: Path, tag: str, timeout: float, body: BinaryIO
     ) -> Any:
+        labels = {"hermes-async.build-context": str(context)}
         try:
-            return await engine.call(
-                f"the build of {tag} from {context}",
-                engine.client.images.build(
-                    fileobj=body,
-                    encoding="gzip",
-                    tag=tag,
-                    rm=True,
-                    forcerm=True,
-                    labels={"hermes-async.build-context": str(context)},
-                ),
-                timeout=timeout,
-            )
+            if self.build_network is None:
+                request = engine.client.images.build(
+                    fileobj=body, encoding="gzip", tag=tag, rm=True, forcerm=True, labels=labels
+                )
+            else:
+                request = _build_on_network(engine, body, tag, labels, self.build_network)
+            return await engine.call(f"the build of {tag} from {context}", request, timeout=timeout)
         except SandboxError:
             raise
         except Exception as exc:
