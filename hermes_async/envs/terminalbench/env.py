@@ -47,6 +47,7 @@ from hermes_async.envs.terminalbench.runner import (
 from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.envs.terminalbench.trial import TrialResult, verify
 from hermes_async.errors import ConfigError, HermesAsyncError, SandboxError
+from hermes_async.inference.generate import GenerateClient
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
 from hermes_async.tools.sandbox.manager import SandboxFactory, SandboxManager
 from hermes_async.tools.sandbox.spec import SandboxSpec
@@ -410,17 +411,22 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         tools: tuple[list[Any], set[str]],
     ) -> TaskRun:
         task_id = f"tb2-{task.name}-{uuid.uuid4().hex[:8]}"
-        _, messages = self._messages(task)
         self._started[task_id] = time.monotonic()
         try:
+            run = self.rollout_task(
+                task,
+                token_server=isinstance(client, GenerateClient),
+                sandboxes=manager,
+                tools=tools,
+                temperature=self.config.eval_temperature,
+            )
             scored = await run_rollout(
                 client,
-                messages,
-                tools,
+                run.messages,
+                run.tools,
+                setup=run.setup,
+                options=run.options,
                 task_id=task_id,
-                sandboxes=manager,
-                sandbox_spec=self.sandbox_spec(task),
-                **self._core_args(task, client, self.config.eval_temperature),
             )
             graded = self._graded.pop(task_id, None)
         finally:
