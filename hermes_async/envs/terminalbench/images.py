@@ -113,7 +113,7 @@ def offline_reasons(
     reasons = []
     for reason in task.network_reasons:
         if reason.startswith("tests/test.sh") or (
-            not prebuilt and reason.startswith("Dockerfile RUN")
+            not prebuilt and not build_network and reason.startswith("Dockerfile RUN")
         ):
             reasons.append(reason)
     if not prebuilt:
