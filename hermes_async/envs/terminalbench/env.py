@@ -19,7 +19,8 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -353,6 +354,16 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         # The oracle and the null agent talk to no model server.
         if self.tb_config.agent == "model":
             await super()._ensure_reachable()
+
+    def _open_clients(self) -> AbstractAsyncContextManager[list[Any]]:
+        if self.tb_config.agent == "model":
+            return super()._open_clients()
+
+        @asynccontextmanager
+        async def none() -> AsyncIterator[list[Any]]:
+            yield []  # the oracle and the null agent need no model client
+
+        return none()
 
     async def run_tasks(
         self, tasks: Sequence[HarborTask] | None = None, *, writer: JobWriter | None = None
