@@ -74,7 +74,8 @@ def run_harbor(args: argparse.Namespace, name: str) -> tuple[float, dict[str, di
         data = json.loads(result.read_text())
         rewards = (data.get("verifier_result") or {}).get("rewards") or {}
         error = data.get("exception_info") or {}
-        trials[data["task_name"]] = {
+        # Keyed by folder name (Harbor's task_name is [task].name when a task sets one).
+        trials[str(data["trial_name"]).split("__")[0]] = {
             "reward": rewards.get("reward"),
             "error": f"{error.get('exception_type')}: {str(error.get('exception_message'))[:160]}"
             if error

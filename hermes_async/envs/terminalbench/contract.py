@@ -53,6 +53,7 @@ __all__ = (
     "prepare_solution_spec",
     "prepare_verifier_spec",
     "read_reward",
+    "read_spec",
     "readable_spec",
     "setup_spec",
     "trial_status",

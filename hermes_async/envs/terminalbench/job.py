@@ -31,7 +31,7 @@ from hermes_async.envs.terminalbench.contract import AgentKind
 from hermes_async.envs.terminalbench.report import pass_metrics
 from hermes_async.envs.terminalbench.trial import TrialResult
 
-__all__ = ("JobWriter", "trial_key", "trial_name")
+__all__ = ("JobWriter", "result_row", "trial_from_row", "trial_key", "trial_name")
 
 #: Harbor's agent names for ours (its viewer groups trials by them).
 _AGENT_NAMES = {"oracle": "oracle", "null": "nop", "model": "hermes-async"}

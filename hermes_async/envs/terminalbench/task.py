@@ -7,7 +7,9 @@ features this project cannot run (compose, separate verifiers, ``[[steps]]``) ar
 name. Every value a task asks for has an operator maximum (:class:`TaskLimits`): a larger one
 is clamped and the clamp recorded (:attr:`HarborTask.clamped`). Files are read through
 :mod:`.files` (regular files inside the folder, bounded). A bad task is a :class:`TaskError`
-for that task only. Design notes: ``docs/decisions/`` (Terminal-Bench).
+for that task only. Design notes: ``docs/decisions/039-terminal-bench.md``.
+
+Why one module of this size: one concept, the task and its ``task.toml`` fields.
 """
 
 from __future__ import annotations

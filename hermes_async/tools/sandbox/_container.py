@@ -456,9 +456,8 @@ class ContainerSandbox(Sandbox):
             raise
         if scope.cancelled_caught:
             exit_code = TIMEOUT_EXIT_CODE
-            await self._kill_group(
-                exec_id, f"the command timed out after {limit:g} s", request.user
-            )
+            reason = f"the command timed out after {limit:g} s"
+            await self._kill_group(exec_id, reason, request.user)
         return exit_code, scope.cancelled_caught
 
     async def _stream(
@@ -539,15 +538,9 @@ class ContainerSandbox(Sandbox):
         ):
             sink = OutputCapture(_HELPER_OUTPUT_BYTES)
             try:
+                argv = kill_argv(exec_id, self.exec_dir)
                 await self._run_argv(
-                    ContainerExec(
-                        kill_argv(exec_id, self.exec_dir),
-                        None,
-                        sink,
-                        sink,
-                        self.kill_timeout,
-                        user=user,
-                    )
+                    ContainerExec(argv, None, sink, sink, self.kill_timeout, user=user)
                 )
             except Exception as exc:  # the kill is cleanup: it must not mask the outcome
                 logger.warning("could not kill exec %s in %s: %s", exec_id, self.label, exc)
