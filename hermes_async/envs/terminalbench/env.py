@@ -33,7 +33,12 @@ from hermes_async.envs._examples import CyclingItems, example_configs
 from hermes_async.envs.base import HermesAgentBaseEnv, _require_asyncio
 from hermes_async.envs.config import HermesAgentEnvConfig
 from hermes_async.envs.terminalbench.contract import TrialStatus, agent_timeout, setup_spec
-from hermes_async.envs.terminalbench.dataset import load_dataset, resolve_dataset, select
+from hermes_async.envs.terminalbench.dataset import (
+    load_dataset,
+    parse_names,
+    resolve_dataset,
+    select,
+)
 from hermes_async.envs.terminalbench.images import parse_image_map, task_sandbox_spec
 from hermes_async.envs.terminalbench.job import JobWriter
 from hermes_async.envs.terminalbench.report import format_pass_table, pass_metrics
@@ -152,6 +157,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         )
         self.tasks: list[HarborTask] = []
         self.last_trials: list[TrialResult] = []
+        self.invalid_tasks: list[tuple[str, str]] = []
         self.image_map = parse_image_map(self.tb_config.image_map, self.tb_config.image_map_file)
         self._graded: dict[str, _Graded] = {}
         self._started: dict[str, float] = {}
@@ -199,6 +205,12 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         report = load_dataset(source, cache_dir=cfg.rows_cache_dir)
         for name, reason in report.invalid:
             logger.warning("skipping invalid task %s: %s", name, reason)
+        wanted = set(parse_names(cfg.task_filter)) - set(parse_names(cfg.skip_tasks))
+        self.invalid_tasks = [
+            (name, reason)
+            for name, reason in report.invalid
+            if (not wanted or name in wanted) and name not in parse_names(cfg.skip_tasks)
+        ]
         chosen = select(report.tasks, cfg.task_filter, cfg.skip_tasks)
         for name in chosen.unknown:
             logger.warning("no task named %r in %s (task_filter/skip_tasks)", name, report.source)
@@ -401,6 +413,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
                 writer=writer,
                 probe=self._probe(manager),
                 model_name=model,
+                invalid=self.invalid_tasks if tasks is None else (),
             )
         return self.last_trials
 

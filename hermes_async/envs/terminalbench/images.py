@@ -12,6 +12,7 @@ reach the network for.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
     "STANDIN_LABEL",
+    "machine_cpus",
     "offline_reasons",
     "parse_image_map",
     "standin_notes",
@@ -137,6 +139,12 @@ def standin_notes(
     return tuple(notes)
 
 
+def machine_cpus(task: HarborTask) -> float | None:
+    """The task's ``cpus`` within this machine's CPU count (the engine refuses more)."""
+    cpus = task.environment.cpus
+    return None if cpus is None else min(cpus, float(os.cpu_count() or 1))
+
+
 def task_sandbox_spec(
     task: HarborTask, *, network: bool = False, image_map: Mapping[str, str] | None = None
 ) -> SandboxSpec:
@@ -157,7 +165,7 @@ def task_sandbox_spec(
         build_context=env.build_context,
         image_map=dict(image_map or {}),
         build_timeout=env.build_timeout_sec,
-        cpus=env.cpus,
+        cpus=machine_cpus(task),
         memory_mb=env.memory_mb,
         storage_mb=env.storage_mb,
         network_mode=None if configured else "none",

@@ -22,6 +22,7 @@ import anyio
 
 from hermes_async.envs.terminalbench.contract import VERIFIER_LOGS_DIR, AgentKind
 from hermes_async.envs.terminalbench.images import (
+    machine_cpus,
     offline_reasons,
     standin_notes,
     task_images,
@@ -180,6 +181,7 @@ async def run_pass(
     writer: JobWriter | None = None,
     probe: ImageProbe | None = None,
     model_name: str | None = None,
+    invalid: Sequence[tuple[str, str]] = (),
 ) -> list[TrialResult]:
     """Run ``options.attempts`` trials of every task; write each as it finishes.
 
@@ -190,9 +192,11 @@ async def run_pass(
         writer: The job folder (None: nothing written).
         probe: What images the engine has (None: not checked; build failures are ``infra``).
         model_name: For the trajectories.
+        invalid: ``(name, reason)`` of tasks the loader refused: each a ``task_invalid`` row.
 
     Returns:
-        Every trial of the pass, the resumed ones included, in task then attempt order.
+        Every trial of the pass, the resumed ones included, in task then attempt order, then
+        the refused tasks' rows.
 
     **Cancellation**: the running trials are cancelled (their sandboxes released); every
     finished trial is already written.
@@ -240,6 +244,9 @@ async def run_pass(
             )
         network = False
         notes: tuple[str, ...] = ()
+        cpus = machine_cpus(task)
+        if cpus is not None and cpus != task.environment.cpus:
+            notes += (f"cpus {task.environment.cpus:g} -> {cpus:g} (this machine's)",)
         if reasons:
             if options.network_tasks == "skip":
                 return TaskRun(
@@ -251,7 +258,7 @@ async def run_pass(
                     )
                 )
             network = True
-            notes = ("ran with allow_network_tasks=run: " + "; ".join(reasons),)
+            notes += ("ran with allow_network_tasks=run: " + "; ".join(reasons),)
         async with limiter:
             try:
                 run = await trial_fn(task, attempt, network)
@@ -262,6 +269,14 @@ async def run_pass(
                 )
         return TaskRun(run.trial.with_notes(*notes), run.messages, run.verifier_tar)
 
+    refused = []
+    for name, reason in invalid:
+        key = trial_key(name, options.agent, 0)
+        row = TrialResult(name, "invalid", options.agent, "task_invalid", None, error=reason)
+        if key not in done and writer is not None:
+            now = time.time()
+            writer.write_trial(row, started=now, finished=now)
+        refused.append(trial_from_row(done[key]) if key in done else row)
     async with anyio.create_task_group() as tg:
         for task, attempt in slots:
             key = trial_key(task.name, options.agent, attempt)
@@ -269,4 +284,4 @@ async def run_pass(
                 results[(task.name, attempt)] = trial_from_row(done[key])
                 continue
             tg.start_soon(one, task, attempt, name=f"trial {task.name} #{attempt}")
-    return [results[(t.name, a)] for t, a in slots if (t.name, a) in results]
+    return [results[(t.name, a)] for t, a in slots if (t.name, a) in results] + refused

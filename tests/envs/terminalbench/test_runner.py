@@ -49,12 +49,19 @@ async def test_a_pass_with_two_hostile_tasks_completes_the_other_six(tmp_path: P
     assert "link out of the task folder" in report.invalid[0][1]
     assert "SECRET" not in report.describe()
     options = PassOptions(agent="null", concurrency=3)
-    trials = await run_pass(report.tasks, fake_trials(options), options=options)
+    writer = JobWriter(tmp_path / "job", config={}, resume=False)
+    trials = await run_pass(
+        report.tasks, fake_trials(options), options=options, writer=writer, invalid=report.invalid
+    )
+    writer.close()
     by_name = {t.task: t for t in trials}
     assert {n: (by_name[n].status, by_name[n].reward) for n in by_name} == {
         **{f"good-{i}": ("ok", float(i % 2)) for i in range(6)},
         "t4-huge-integer": ("verifier", None),
+        "t1-link-out": ("task_invalid", None),  # refused at load, still a row
     }
+    rows = [json.loads(r) for r in (tmp_path / "job" / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and "SECRET" not in (tmp_path / "job" / "results.jsonl").read_text()
     assert "reward.json's reward is not a number a float can hold" in str(
         by_name["t4-huge-integer"].error
     )
