@@ -42,10 +42,10 @@ BASE_PACKAGES="bash,coreutils,findutils,grep,sed,tar,gzip,procps,python3,python3
 STANDINS=(
   "python311|bookworm|python3-pip python3-venv python-is-python3|Debian bookworm, python 3.11|python:3.11-slim python:3.11 python:3.11-slim-bookworm python:3.11-bookworm"
   "python310|bookworm|python3-pip python3-venv python-is-python3|Debian bookworm, python 3.11 standing in for 3.10|python:3.10-slim python:3.10 python:3.10-slim-bookworm"
-  "python313|trixie|python3-pip python3-venv python-is-python3|Debian trixie, python 3.13|python:3.13-slim python:3.13 python:3.13-slim-bookworm python:3.13-slim-trixie"
+  "python313|trixie|python3-pip python3-venv python-is-python3|Debian trixie, python 3.13|python:3.13-slim python:3.13 python:3.13-slim-bookworm python:3.13-slim-trixie ghcr.io/laude-institute/t-bench/python-3-13:20250620"
   "python312|trixie|python3-pip python3-venv python-is-python3|Debian trixie, python 3.13 standing in for 3.12|python:3.12-slim python:3.12 python:3.12-slim-bookworm"
   "debian|bookworm||Debian bookworm (minbase + python3, git)|debian:bookworm debian:bookworm-slim debian:12 debian:12-slim"
-  "ubuntu|bookworm||Debian bookworm standing in for Ubuntu|ubuntu:22.04 ubuntu:24.04 ubuntu:26.04 ubuntu:latest"
+  "ubuntu|bookworm||Debian bookworm standing in for Ubuntu|ubuntu:22.04 ubuntu:24.04 ubuntu:26.04 ubuntu:latest ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624"
   "gcc|bookworm|build-essential|Debian bookworm, gcc 12 (build-essential)|gcc:12 gcc:13 gcc:14 gcc:latest"
   "golang|bookworm|golang-go build-essential|Debian bookworm, Go 1.19 (golang-go)|golang:1.19 golang:1.21 golang:1.22 golang:1.23 golang:latest"
   "jdk|bookworm|openjdk-17-jdk-headless|Debian bookworm, OpenJDK 17|eclipse-temurin:17 openjdk:17 eclipse-temurin:17-jdk"
