@@ -125,6 +125,11 @@ class TerminalBench2EvalEnvConfig(HermesAgentEnvConfig):
     )
     max_concurrent_tasks: int = Field(default=4, ge=1, description="Tasks running at once.")
     build_concurrency: int = Field(default=1, ge=1, description="Docker image builds at once.")
+    build_network: str | None = Field(
+        default=None,
+        description="Network of image builds' RUN steps (e.g. host: a Dockerfile's apt-get / "
+        "pip reach the mirrors the host reaches); default: the engine's.",
+    )
     rows_cache_dir: str | None = Field(
         default=None, description="Where Hermes rows are materialised as task folders."
     )
@@ -153,7 +158,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         self.tb_config: TerminalBench2EvalEnvConfig = self._tb_config()
         self.images = ImageBuilder(
             build_concurrency=self.tb_config.build_concurrency,
-            build_network=(self.config.sandbox_options or {}).get("build_network_mode"),
+            build_network=self.tb_config.build_network,
         )
         self.tasks: list[HarborTask] = []
         self.last_trials: list[TrialResult] = []
