@@ -147,13 +147,16 @@ build_one() {
     local ctx
     ctx="$(mktemp -d "$CACHE/layer-$name.XXXXXX")"
     cp -a "$(verifier_toolchain)" "$ctx/hermes-verifier"
-    cp "$REPO/scripts/docker/standin/uvx" "$ctx/uvx"
+    mkdir -p "$ctx/bin" "$ctx/local-bin"
+    cp "$REPO/scripts/docker/standin/uvx" "$ctx/bin/uvx"
+    cp "$REPO/scripts/docker/standin/uvx" "$ctx/bin/uv"
+    printf 'export PATH="$HOME/.local/bin:$PATH"\n' >"$ctx/local-bin/env"
+    # COPY only: no RUN, so the layer builds without any network on any builder.
     cat >"$ctx/Dockerfile" <<DOCKERFILE
 FROM $rootfs_image
 COPY hermes-verifier /usr/local/lib/hermes-verifier
-COPY uvx /usr/local/bin/uvx
-RUN ln -sf uvx /usr/local/bin/uv && mkdir -p /root/.local/bin \\
-    && printf 'export PATH="\$HOME/.local/bin:\$PATH"\\n' > /root/.local/bin/env
+COPY bin/ /usr/local/bin/
+COPY local-bin/ /root/.local/bin/
 LABEL hermes-async.standin="$what + verifier toolchain ($VERIFIER_PINS, offline uvx)"
 LABEL hermes-async.standin.recipe=$recipe
 DOCKERFILE
