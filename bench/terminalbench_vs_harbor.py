@@ -45,11 +45,14 @@ from hermes_async.tools.sandbox.manager import SandboxManager  # noqa: E402
 
 _VALIDATE = """
 import json, sys
+from harbor.models.job.result import JobResult
 from harbor.models.trial.result import TrialResult
 ok, bad = 0, []
 for path in sys.argv[1:]:
+    model = JobResult if path.endswith("/job-result.json") else TrialResult
     try:
-        TrialResult.model_validate_json(open(path).read()); ok += 1
+        text = open(path.removesuffix("/job-result.json") + "/result.json" if model is JobResult else path).read()
+        model.model_validate_json(text); ok += 1
     except Exception as exc:
         bad.append(f"{path}: {str(exc)[:200]}")
 print(json.dumps({"ok": ok, "bad": bad}))
@@ -112,6 +115,7 @@ async def run_ours(
             )
         finally:
             writer.close()
+        writer.finish(trials, n_total=len(tasks))
     return time.monotonic() - started, trials
 
 
@@ -131,7 +135,7 @@ def _without_no_network(dataset: Path, copy: Path) -> Path:
 
 def validate_with_harbor(args: argparse.Namespace, job: Path) -> dict[str, object]:
     python = str(Path(args.harbor).parent / "python")
-    files = [str(p) for p in sorted(job.glob("*/result.json"))]
+    files = [str(p) for p in sorted(job.glob("*/result.json"))] + [f"{job}/job-result.json"]
     done = subprocess.run(
         [python, "-c", _VALIDATE, *files], capture_output=True, text=True, check=False
     )
@@ -203,8 +207,8 @@ def main() -> int:
         f"{ours_wall:.1f} s, ratio harbor/ours {harbor_wall / ours_wall:.2f}x"
     )
     checked = validate_with_harbor(args, args.out / "ours" / "timed")
-    print(f"Harbor's TrialResult reads {checked['ok']} of our trial folders; failures: "
-          f"{checked['bad'] or 'none'}")  # fmt: skip
+    print(f"Harbor's models (TrialResult per trial, JobResult for the job) read {checked['ok']} "
+          f"of our result.json files; failures: {checked['bad'] or 'none'}")  # fmt: skip
     return 0
 
 
