@@ -58,6 +58,10 @@ field() { echo "$1" | cut -d'|' -f"$2"; }
 
 recipe_of() { printf '%s\n' "$RECIPE_VERSION" "$1" "$VERIFIER_PINS" | sha256sum | cut -c1-16; }
 
+# A rootfs tarball is keyed by its suite and packages only (a new toolchain reuses it).
+ROOTFS_VERSION=1
+rootfs_key() { printf '%s\n' "$ROOTFS_VERSION" "$1" | sha256sum | cut -c1-16; }
+
 verifier_toolchain() {
     # pytest and its plugin for any Python 3 (pure wheels), once, into $CACHE/verifier-<pins>.
     local dir
@@ -118,7 +122,7 @@ build_one() {
         return 0
     fi
     # Stand-ins with the same suite and packages share one rootfs tarball.
-    tarball="$CACHE/$suite-$(recipe_of "$suite|$packages").tar"
+    tarball="$CACHE/$suite-$(rootfs_key "$suite|$packages").tar"
     if [ ! -s "$tarball" ]; then
         work="$(mktemp -d "$CACHE/work-$name.XXXXXX")"
         root="$work/rootfs"
