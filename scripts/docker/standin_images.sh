@@ -33,7 +33,7 @@ CACHE="$CACHE_ROOT/standin"
 STEP_SECONDS="${HERMES_STANDIN_TIMEOUT_SECONDS:-1800}"
 IMAGE_PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RECIPE_VERSION=2
-VERIFIER_PINS="pytest==8.4.1 pytest-json-ctrf==0.3.5 pluggy==1.7.0 iniconfig==2.3.1 packaging==26.4"
+VERIFIER_PINS="pytest==8.4.1 pytest-json-ctrf==0.3.5 pluggy==1.7.0 iniconfig==2.3.1 packaging==26.4 pygments==2.19.2"
 PIP="${HERMES_STANDIN_PIP:-python3 -m pip}"
 # What every stand-in has (the base image's set: bash, timeout, tar, procps, python3, pytest, git).
 BASE_PACKAGES="bash,coreutils,findutils,grep,sed,tar,gzip,procps,python3,python3-pytest,git"
