@@ -50,6 +50,7 @@ __all__ = (
     "agent_timeout",
     "collect_spec",
     "oracle_spec",
+    "parse_pids",
     "prepare_solution_spec",
     "prepare_verifier_spec",
     "read_reward",
@@ -144,9 +145,20 @@ def _root(script: str, what: str) -> Step:
 
 
 def setup_spec() -> Step:
-    """Create the contract's log folders (0777: the agent and verifier may be non-root)."""
+    """Create the contract's log folders (0777: the agent and verifier may be non-root) and
+    print the container's process ids: what runs before the agent (an image's entrypoint
+    service) is kept by the hygiene before grading (:func:`parse_pids`)."""
     dirs = " ".join((AGENT_LOGS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR))
-    return _root(f"mkdir -p {dirs} && chmod 0777 {LOGS_DIR} {dirs}", "create /logs")
+    return _root(
+        f"mkdir -p {dirs} && chmod 0777 {LOGS_DIR} {dirs} && "
+        'for d in /proc/[0-9]*; do echo "${d#/proc/}"; done',
+        "create /logs",
+    )
+
+
+def parse_pids(output: str) -> frozenset[int]:
+    """The process ids :func:`setup_spec` printed."""
+    return frozenset(int(line) for line in output.split() if line.isdigit())
 
 
 def prepare_solution_spec() -> Step:
@@ -219,7 +231,7 @@ for s in /proc/[0-9]*/stat; do
   set -- ${line##*) }
   if [ "$2" = 1 ] && { [ -z "$idle" ] || [ "$pid" -lt "$idle" ]; }; then idle=$pid; fi
 done
-keep=" 1 $$ $idle "
+keep=" 1 $$ $idle $HERMES_KEEP_PIDS "
 p=$$
 while [ "${p:-0}" -gt 1 ]; do
   read -r line < "/proc/$p/stat" 2>/dev/null || break
@@ -237,12 +249,16 @@ done
 """
 
 
-def prepare_verifier_spec(*, stop_agent_processes: bool = True) -> Step:
+def prepare_verifier_spec(
+    *, stop_agent_processes: bool = True, keep: frozenset[int] = frozenset()
+) -> Step:
     """Stop the agent's leftovers, then recreate ``/tests`` and ``/logs/verifier`` empty.
 
+    ``keep``: processes that ran before the agent (:func:`setup_spec`'s snapshot) survive.
     ``rm -rf`` removes a symlink the agent may have put at ``/tests`` rather than its target.
     """
-    steps = [_STOP_STRAYS] if stop_agent_processes else []
+    keep_line = "HERMES_KEEP_PIDS=" + shlex.quote(" ".join(map(str, sorted(keep))))
+    steps = [keep_line, _STOP_STRAYS] if stop_agent_processes else []
     # A SIGKILLed writer can still be finishing a write on a loaded machine while rm runs
     # ("Directory not empty"): the removal is retried briefly (the last try's error stands).
     steps.append(

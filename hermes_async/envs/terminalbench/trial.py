@@ -31,6 +31,7 @@ from hermes_async.envs.terminalbench.contract import (
     agent_timeout,
     collect_spec,
     oracle_spec,
+    parse_pids,
     prepare_solution_spec,
     prepare_verifier_spec,
     read_reward,
@@ -259,12 +260,13 @@ async def run_agent_phase(
     *,
     agent: AgentKind,
     timeout_multiplier: float = 1.0,
-) -> tuple[TrialStatus, int | None, str]:
+) -> tuple[TrialStatus, int | None, str, frozenset[int]]:
     """Set up ``/logs``, then run the oracle (or nothing for ``null``).
 
     Returns:
-        ``(status, exit_code, output)``: ``agent_timeout`` when the oracle ran past its
-        deadline; the oracle's exit status (not used for scoring); its output.
+        ``(status, exit_code, output, before)``: ``agent_timeout`` when the oracle ran past its
+        deadline; the oracle's exit status (not used for scoring); its output; the processes
+        that ran before the agent (kept by the hygiene before grading).
 
     Raises:
         TaskError: ``oracle`` for a task without ``solution/solve.sh``.
@@ -277,9 +279,9 @@ async def run_agent_phase(
         raise ValueError(f"run_agent_phase runs 'oracle' or 'null', got {agent!r}")
     if agent == "oracle" and task.solution_dir is None:
         raise TaskError(task.name, "no solution/solve.sh: it cannot run as oracle")
-    await _checked(sandbox, setup_spec())
+    before = parse_pids((await _checked(sandbox, setup_spec())).stdout)
     if agent == "null" or task.solution_dir is None:
-        return "ok", None, ""
+        return "ok", None, "", before
     workdir = workdir_for(task, sandbox.workdir)
     await _checked(sandbox, prepare_solution_spec())
     await _upload(sandbox, task.solution_dir, SOLUTION_DIR)
@@ -287,7 +289,7 @@ async def run_agent_phase(
     result = await _run(sandbox, spec)
     output = await _tail(sandbox, ORACLE_STDOUT)
     exit_code = None if result.timed_out else result.exit_code
-    return agent_status(kind=agent, timed_out=result.timed_out), exit_code, output
+    return agent_status(kind=agent, timed_out=result.timed_out), exit_code, output, before
 
 
 async def verify(
@@ -295,8 +297,12 @@ async def verify(
     sandbox: Sandbox,
     *,
     stop_agent_processes: bool = True,
+    keep: frozenset[int] = frozenset(),
 ) -> VerifierResult:
     """The verifier contract: collect hooks, hygiene, upload ``tests/``, run, read the reward.
+
+    ``keep``: processes that ran before the agent (an image's entrypoint service) are not
+    stopped with the agent's.
 
     Raises:
         SandboxError: A bookkeeping step (prepare, upload) failed — an ``infra`` failure,
@@ -310,7 +316,9 @@ async def verify(
     for index in range(len(task.collect)):
         # Best effort (the contract): a failing hook is recorded in its output, no more.
         await _run(sandbox, collect_spec(task, index, workdir=workdir))
-    await _checked(sandbox, prepare_verifier_spec(stop_agent_processes=stop_agent_processes))
+    await _checked(
+        sandbox, prepare_verifier_spec(stop_agent_processes=stop_agent_processes, keep=keep)
+    )
     await _upload(sandbox, task.tests_dir, TESTS_DIR)
     result = await _run(sandbox, verifier_spec(task, workdir=workdir))
     stdout = await _tail(sandbox, TEST_STDOUT)
@@ -355,18 +363,18 @@ async def run_trial(
     started = time.monotonic()
     try:
         if agent_fn is None:
-            status, exit_code, output = await run_agent_phase(
+            status, exit_code, output, before = await run_agent_phase(
                 task, sandbox, agent=agent, timeout_multiplier=timeout_multiplier
             )
         else:
-            await _checked(sandbox, setup_spec())
+            before = parse_pids((await _checked(sandbox, setup_spec())).stdout)
             status, exit_code, output = "ok", None, ""
             with anyio.move_on_after(agent_timeout(task, timeout_multiplier)) as scope:
                 await agent_fn(task, sandbox)
             if scope.cancelled_caught:
                 status = "agent_timeout"
         agent_seconds = time.monotonic() - started
-        verified = await verify(task, sandbox)
+        verified = await verify(task, sandbox, keep=before)
     except TaskError as exc:
         return TrialResult.failed(task, agent, "task_invalid", exc.reason)
     except SandboxError as exc:

@@ -212,3 +212,18 @@ def test_nan_is_not_a_metric() -> None:
     reading = read_reward(None, b'{"reward": 0.5, "x": NaN}')
     assert reading.metrics == {"reward": 0.5}
     assert not any(math.isnan(v) for v in reading.metrics.values())
+
+
+def test_processes_from_before_the_agent_survive_the_hygiene() -> None:
+    # An image's entrypoint service (started before the agent) is kept; what the agent
+    # started is stopped. The snapshot comes from setup_spec's output.
+    from hermes_async.envs.terminalbench.contract import parse_pids, setup_spec
+
+    assert "/proc/[0-9]*" in setup_spec().request.command
+    keep = parse_pids("1\n7\n12\nnot-a-pid\n")
+    assert keep == frozenset({1, 7, 12})
+    command = prepare_verifier_spec(keep=keep).request.command
+    assert command.startswith("HERMES_KEEP_PIDS='1 7 12'\n")
+    assert 'keep=" 1 $$ $idle $HERMES_KEEP_PIDS "' in command
+    done = subprocess.run(["sh", "-n", "-c", command], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
