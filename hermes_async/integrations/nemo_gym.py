@@ -404,11 +404,10 @@ def create_app(
 
     app = FastAPI(lifespan=lifespan)
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    # Plain Starlette routes: the handlers read the raw request (no FastAPI parameter parsing).
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
 
-    @app.post("/run")
     async def run(request: Request) -> JSONResponse:
         try:
             body = await request.json()
@@ -424,6 +423,8 @@ def create_app(
             logger.error("/run: %s", exc)
             return JSONResponse({"detail": str(exc)}, status_code=500)
 
+    app.add_route("/health", health, methods=["GET"])
+    app.add_route("/run", run, methods=["POST"])
     return app
 
 
