@@ -61,7 +61,8 @@ one() {
         # and the package compiles and imports on it: --ignore-requires-python, said so in
         # docs/trainers/nemo_gym.md. No torch.
         nemo-gym) build nemo-gym "$PY313" "nemo-gym==0.7.0" --ignore-requires-python ;;
-        verl) build verl "$PY311" "verl==0.9.1" "torch==2.13.0" ;;
+        # verl 0.9.1 imports cachetools, uvicorn and fastapi without declaring them.
+        verl) build verl "$PY311" "verl==0.9.1" "torch==2.13.0" cachetools uvicorn fastapi ;;
         # skyrl 0.4.0 declares Requires-Python >= 3.12; the only CPU torch here is for 3.11, and
         # skyrl compiles and imports on 3.11: --ignore-requires-python (docs/trainers/skyrl.md).
         skyrl) build skyrl "$PY311" "skyrl==0.4.0" "torch==2.13.0" --ignore-requires-python ;;
