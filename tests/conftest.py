@@ -211,12 +211,19 @@ _CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
         "microseconds, once per sandbox (a thread hop would cost more than the calls)",
     ),
     (
+        "hermes_async/_asgi.py",
+        ("serve_asgi",),
+        "hypercorn's first import reads the working directory (os.getcwd), once per process, "
+        "when a server starts",
+    ),
+    (
         "hermes_async/tools/sandbox/leftovers.py",
         (
             "claim_root",
             "sweep_dead_roots",
             "_owner",
             "_write_owner",
+            "release_root",
             "_sandbox_dirs",
             "_marker",
             "count_sandboxes",

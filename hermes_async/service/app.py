@@ -27,7 +27,7 @@ import orjson
 from hermes_async._asgi import ASGIApp
 from hermes_async.agent.rollout import ScoredRollout
 from hermes_async.errors import RequestError
-from hermes_async.service.wire import WIRE_VERSION, GroupRequest, RolloutRecord, decode_json
+from hermes_async.service.wire import WIRE_VERSION, GroupRequest, RolloutRecord
 from hermes_async.service.worker import RolloutWorker
 
 __all__ = ("NDJSON", "worker_app")
@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 #: The streaming answer's media type.
 NDJSON = "application/x-ndjson"
+
+#: How much of an oversized body is read (and dropped) before answering 413.
+_DISCARD_FACTOR = 4
 
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -137,12 +140,18 @@ async def _read_body(scope: MutableMapping[str, Any], receive: _Receive, limit: 
             raise RequestError("the client went away before sending the body", status=400)
         chunk = message.get("body", b"")
         size += len(chunk)
+        more = message.get("more_body", False)
         if size > limit:
+            # Read on (and drop) up to DISCARD_FACTOR x the limit so the client, still
+            # sending, gets the 413 rather than a reset; past that the connection is cut.
+            if more and size <= limit * _DISCARD_FACTOR:
+                chunks.clear()
+                continue
             raise RequestError(
-                f"the body is over {limit} bytes, this worker's max_body_bytes", status=413
+                f"the body is over {limit} bytes; this worker takes at most {limit}", status=413
             )
         chunks.append(chunk)
-        if not message.get("more_body", False):
+        if not more:
             return b"".join(chunks)
 
 
@@ -156,8 +165,12 @@ def _wants_stream(scope: MutableMapping[str, Any]) -> bool:
 async def _groups(
     worker: RolloutWorker, scope: MutableMapping[str, Any], receive: _Receive, send: _Send
 ) -> None:
-    body = await _read_body(scope, receive, worker.options.max_body_bytes)
-    request = GroupRequest.from_json(decode_json(body, "the body"), worker.options.bounds)
+    try:
+        body = await _read_body(scope, receive, worker.options.max_body_bytes)
+    except RequestError:
+        worker.refused()
+        raise
+    request = worker.parse(body)
     worker.admit(request)
     stream = _wants_stream(scope)
     async with anyio.create_task_group() as tg:

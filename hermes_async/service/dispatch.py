@@ -346,6 +346,8 @@ class GroupDispatcher:
                     logger.info("group %s: %s; sending it elsewhere", request.group_id, exc)
                     continue
                 return failed("infra", "; ".join(reasons))
+            except RequestError:
+                raise  # every worker would refuse it: the caller's to fix
             except WorkerError as exc:
                 reasons.append(str(exc))
                 return failed("infra", "; ".join(reasons))

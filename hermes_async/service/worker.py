@@ -39,8 +39,7 @@ from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.limits import LimiterStatistics, Limits
 from hermes_async.service.environments import Environment
 from hermes_async.service.wire import GroupRequest, GroupResult, RequestBounds, decode_json
-from hermes_async.tools.sandbox.host import DirectoryRemover
-from hermes_async.tools.sandbox.leftovers import claim_root, sweep_dead_roots
+from hermes_async.tools.sandbox.leftovers import claim_root, release_root, sweep_dead_roots
 from hermes_async.tools.sandbox.local import Isolation, local_factory
 from hermes_async.tools.sandbox.manager import (
     SandboxFactory,
@@ -323,6 +322,23 @@ class RolloutWorker:
         self.admit(request)
         return await self.answer(request, on_rollout=on_rollout)
 
+    def parse(self, body: bytes) -> GroupRequest:
+        """A request's JSON body, checked against this worker's bounds.
+
+        Raises:
+            RequestError: Not JSON, or a field missing or out of bounds (see
+                :meth:`GroupRequest.from_json`).
+        """
+        try:
+            return GroupRequest.from_json(decode_json(body, "the body"), self.options.bounds)
+        except RequestError:
+            self._refused += 1
+            raise
+
+    def refused(self) -> None:
+        """Count a request refused before it could be parsed (a body too large)."""
+        self._refused += 1
+
     async def handle(self, body: bytes) -> tuple[int, bytes]:
         """A request's JSON body in, ``(status, JSON body)`` out: the group (200) or the refusal
         (4xx / 503 ``{"error", "status"}``). What every transport without HTTP uses.
@@ -330,8 +346,7 @@ class RolloutWorker:
         **Cancellation**: as :meth:`run_group`.
         """
         try:
-            request = GroupRequest.from_json(decode_json(body, "the request"), self.options.bounds)
-            result = await self.run_group(request)
+            result = await self.run_group(self.parse(body))
         except RequestError as exc:
             return exc.status, orjson.dumps({"error": str(exc), "status": exc.status})
         return 200, result.to_bytes()
@@ -387,6 +402,8 @@ class RolloutWorker:
             self._forget(request.group_id)
         outcome = box[0] if box else None
         if isinstance(outcome, BaseException):
+            if isinstance(outcome, RequestError):
+                self._refused += 1
             raise outcome
         assert outcome is not None
         self._answered[outcome.outcome] = self._answered.get(outcome.outcome, 0) + 1
@@ -604,4 +621,4 @@ async def open_worker(
 
 async def _remove_root(root: str) -> None:
     with cleanup_scope(f"remove the worker root {root}", 30.0, reason="worker closed", log=logger):
-        await DirectoryRemover().remove(root)
+        await release_root(root)

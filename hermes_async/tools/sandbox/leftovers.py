@@ -29,12 +29,22 @@ from hermes_async.tools.sandbox.processes import (
     tag_alive,
 )
 
-__all__ = ("OWNER_FILE", "SweepReport", "claim_root", "count_sandboxes", "sweep_dead_roots")
+__all__ = (
+    "OWNER_FILE",
+    "SweepReport",
+    "claim_root",
+    "count_sandboxes",
+    "release_root",
+    "sweep_dead_roots",
+)
 
 logger = logging.getLogger(__name__)
 
 #: The file in an owned root that names its owner (a process tag).
 OWNER_FILE = ".owner"
+
+#: Roots this process holds (two owners in one process would share a tag).
+_CLAIMED: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +111,8 @@ async def claim_root(parent: str, name: str) -> str:
         The root's path.
 
     Raises:
-        ConfigError: A live process owns that root (two workers with one name), or the
-            directory cannot be made.
+        ConfigError: A live process (this one included) owns that root (two workers with one
+            name), or the directory cannot be made.
 
     **Cancellation**: a sweep cut short leaves the rest to the next one.
     """
@@ -115,7 +125,7 @@ async def claim_root(parent: str, name: str) -> str:
         raise ConfigError(f"cannot create the sandbox root {root!r}: {exc}") from exc
     owner = _owner(root)
     mine = process_tag()
-    if owner is not None and owner != mine and tag_alive(owner):
+    if root in _CLAIMED or (owner is not None and owner != mine and tag_alive(owner)):
         raise ConfigError(
             f"the sandbox root {root!r} belongs to a running process ({owner}); give this "
             "worker another name"
@@ -130,7 +140,17 @@ async def claim_root(parent: str, name: str) -> str:
                 report.processes,
             )
     _write_owner(root, mine)
+    _CLAIMED.add(root)
     return root
+
+
+async def release_root(root: str) -> None:
+    """Give up a root :func:`claim_root` returned: remove it (its sandboxes must be closed).
+
+    **Cancellation**: the removal is the one bounded ``rm`` of ``DirectoryRemover``.
+    """
+    _CLAIMED.discard(root)
+    await DirectoryRemover().remove(root)
 
 
 async def sweep_dead_roots(parent: str) -> SweepReport:
