@@ -44,7 +44,7 @@ def body(**changes: Any) -> dict[str, Any]:
 
 
 async def test_a_group_over_http_and_streamed(tmp_path: Path) -> None:
-    async with served(tmp_path) as (worker, client):
+    async with served(tmp_path) as (_worker, client):
         response = await client.post("/groups", json=body())
         assert response.status_code == 200
         result = GroupResult.from_bytes(response.content)
@@ -70,7 +70,7 @@ async def test_a_group_over_http_and_streamed(tmp_path: Path) -> None:
 
 
 async def test_bad_requests_get_4xx_and_the_worker_keeps_serving(tmp_path: Path) -> None:
-    async with served(tmp_path, max_body_bytes=4096) as (worker, client):
+    async with served(tmp_path, max_body_bytes=4096) as (_worker, client):
         cases: list[tuple[Any, int, str]] = [
             (body(environment="nope"), 404, "unknown environment 'nope'"),
             (b"{not json", 400, "not valid JSON"),
@@ -105,7 +105,7 @@ async def test_bad_requests_get_4xx_and_the_worker_keeps_serving(tmp_path: Path)
 
 
 async def test_drain_over_http(tmp_path: Path) -> None:
-    async with served(tmp_path) as (worker, client), anyio.create_task_group() as tg:
+    async with served(tmp_path) as (_worker, client), anyio.create_task_group() as tg:
         answers: list[httpx.Response] = []
 
         async def slow() -> None:

@@ -93,7 +93,7 @@ def rollout(n: int = 3, failure: RolloutFailure | None = None) -> RolloutRecord:
     return RolloutRecord(
         "g1-0",
         list(range(n)),
-        [-100] + list(range(1, n)),
+        [-100, *list(range(1, n))],
         [1.0] + [-0.5] * (n - 1),
         1.0,
         True,
