@@ -13,6 +13,9 @@ groups written as JSONL plus atroposlib's HTML view — against a model server:
 Any ``--env.<field> <value>`` / ``--openai.<field> <value>`` flag overrides TerminalTestEnv's
 ``config_init`` the way atroposlib's CLI does (CLI > defaults).
 
+``hermes-async worker --env NAME=module:make_task --server URL`` serves rollout groups over
+HTTP (``hermes_async.service``; ``docs/scale-out.md``).
+
 ``hermes-async status [URL]`` prints the live status line (rollouts in flight by phase, limiter
 saturation, servers up) of a running process from its metrics endpoint (an environment's
 ``metrics_port``; default ``http://127.0.0.1:9464``); ``--watch SECONDS`` repeats it.
@@ -321,13 +324,30 @@ def _add_worker_parser(sub: Any) -> None:
     worker.add_argument("--verbose", action="store_true", help="INFO logs")
 
 
+async def _serve_worker(config: Any, host: str, port: int) -> int:
+    """Run the worker; print its URL once it serves (scripts wait for that line)."""
+    from hermes_async.service.serve import run_worker
+
+    cancelled: list[int] = []
+
+    async def run(*, task_status: Any) -> None:
+        cancelled.append(await run_worker(config, host=host, port=port, task_status=task_status))
+
+    from hermes_async._groups import single_errors
+
+    with single_errors():
+        async with anyio.create_task_group() as tg:
+            url = await tg.start(run)
+            print(f"hermes-async worker {config.options.name}: serving on {url}", flush=True)
+    return cancelled[0]
+
+
 def _worker(args: argparse.Namespace) -> int:
     import logging
     from functools import partial
 
     from hermes_async.errors import ConfigError
     from hermes_async.service.config import WorkerConfig
-    from hermes_async.service.serve import run_worker
     from hermes_async.service.worker import DEFAULT_SANDBOX_PARENT, WorkerOptions
 
     logging.basicConfig(
@@ -353,8 +373,10 @@ def _worker(args: argparse.Namespace) -> int:
             options=options,
             api_key_env=args.api_key_env,
         )
-        run = partial(run_worker, config, host=args.host, port=args.port)
-        cancelled = anyio.run(run, backend="trio" if args.trio else "asyncio")
+        cancelled = anyio.run(
+            partial(_serve_worker, config, args.host, args.port),
+            backend="trio" if args.trio else "asyncio",
+        )
     except (ConfigError, ImportError) as exc:
         print(f"hermes-async worker: error: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from hermes_async._asgi import bind_socket, serve_asgi
+from hermes_async._groups import single_errors
 from hermes_async.service.app import worker_app
 from hermes_async.service.config import WorkerConfig, open_configured_worker
 from hermes_async.service.worker import RolloutWorker
@@ -75,8 +76,16 @@ async def run_worker(
     Returns:
         The number of groups the drain had to cancel (0: every running group finished).
 
+    Raises:
+        ConfigError: A bad environment, server or tokenizer (a lone error comes out as itself).
+
     **Cancellation**: as :func:`serve_worker`; the worker's sandboxes are released.
     """
+    with single_errors():
+        return await _run(config, host, port, task_status)
+
+
+async def _run(config: WorkerConfig, host: str, port: int, task_status: TaskStatus[str]) -> int:
     async with open_configured_worker(config) as worker:
         stop = anyio.Event()
         cancelled = 0
@@ -99,6 +108,6 @@ async def run_worker(
             tg.start_soon(on_signals)
             url = await tg.start(partial(serve_worker, worker, host=host, port=port, stop=stop))
             task_status.started(url)
-            await stop.wait()
-            tg.cancel_scope.cancel(reason="the worker stopped")
+            # Both tasks end on their own: the server once `stop` is set and its answers are
+            # out (hypercorn's asyncio server must not be cancelled mid-shutdown).
         return cancelled
