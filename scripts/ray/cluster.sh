@@ -71,7 +71,8 @@ EOF
 env_lines() {
     [ -f "$DIR/address" ] || die "no cluster: run scripts/ray/cluster.sh up"
     echo "export RAY_ADDRESS=$(cat "$DIR/address")"
-    echo "export HERMES_ASYNC_RAY_CLUSTER=$DIR"
+    # (Not the marker's own name: a shell that evals these lines must not look like ours.)
+    echo "export HERMES_ASYNC_RAY_DIR=$DIR"
     echo "export HERMES_ASYNC_RAY_VENV=$RAY_VENV"
     echo "export RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0"
 }
@@ -87,11 +88,13 @@ sys.exit(0 if len(alive) >= int(sys.argv[1]) else 1)
 EOF
 }
 
-# The pids whose environment carries this cluster's marker (only `ray start` is given it).
+# The pids whose environment carries this cluster's marker (only `ray start` is given it),
+# never this script or its subshells.
 our_pids() {
     local env pid
     for env in /proc/[0-9]*/environ; do
         pid="${env#/proc/}"; pid="${pid%/environ}"
+        [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] || [ "$pid" = "$PPID" ] && continue
         if { tr '\0' '\n' <"$env" | grep -qx "HERMES_ASYNC_RAY_CLUSTER=$DIR"; } 2>/dev/null; then
             echo "$pid"
         fi
