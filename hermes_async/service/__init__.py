@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from hermes_async.service.environments import (
         Environment,
         FunctionEnvironment,
-        TaskFactory,
         open_environments,
     )
     from hermes_async.service.ray import RayWorkerPool, RolloutWorkerActor
@@ -60,7 +59,6 @@ __all__ = (
     "RolloutRecord",
     "RolloutWorker",
     "RolloutWorkerActor",
-    "TaskFactory",
     "WorkerConfig",
     "WorkerHandle",
     "WorkerLostError",
@@ -85,7 +83,6 @@ _WHERE = {
     "WorkerLostError": "dispatch",
     "Environment": "environments",
     "FunctionEnvironment": "environments",
-    "TaskFactory": "environments",
     "open_environments": "environments",
     "RayWorkerPool": "ray",
     "RolloutWorkerActor": "ray",

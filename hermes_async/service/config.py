@@ -11,6 +11,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 import anyio
@@ -72,9 +73,8 @@ async def open_configured_worker(config: WorkerConfig) -> AsyncIterator[RolloutW
     limits = Limits()
     tokenizer = None
     if config.api != "chat":
-        tokenizer = await anyio.to_thread.run_sync(
-            load_tokenizer, config.tokenizer, limiter=TOKENIZER_LOAD_LIMITER
-        )
+        load = partial(load_tokenizer, config.tokenizer)  # blocking: once, off the loop
+        tokenizer = await anyio.to_thread.run_sync(load, limiter=TOKENIZER_LOAD_LIMITER)
     async with (
         ServerPool(
             config.servers, api=config.api, model=config.model, limits=limits, api_key=api_key

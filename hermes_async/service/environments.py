@@ -20,11 +20,11 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol
 
-from hermes_async.agent.rollout import RolloutTask
+from hermes_async.agent.rollout import RolloutTask, TaskSource
 from hermes_async.errors import ConfigError
 from hermes_async.jsontypes import JSON
 from hermes_async.tools.sandbox.manager import SandboxManager
@@ -32,14 +32,10 @@ from hermes_async.tools.sandbox.manager import SandboxManager
 __all__ = (
     "Environment",
     "FunctionEnvironment",
-    "TaskFactory",
     "load_environment",
     "open_environments",
     "parse_spec",
 )
-
-#: ``item -> RolloutTask`` (sync or async): an environment without atroposlib.
-TaskFactory: TypeAlias = Callable[[JSON], RolloutTask | Awaitable[RolloutTask]]
 
 
 class Environment(Protocol):
@@ -62,9 +58,9 @@ class Environment(Protocol):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FunctionEnvironment:
-    """An environment that is a function ``item -> RolloutTask`` (see :data:`TaskFactory`)."""
+    """An environment that is a function ``item -> RolloutTask`` (see :data:`TaskSource`)."""
 
-    factory: TaskFactory
+    factory: TaskSource
     asyncio_only: bool = False
 
     async def task(
