@@ -211,6 +211,12 @@ _CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
         "microseconds, once per sandbox (a thread hop would cost more than the calls)",
     ),
     (
+        "hermes_async/service/environments.py",
+        ("_open_atropos",),
+        "an atroposlib environment's constructor and setup (its config, its tokenizer), once "
+        "per environment when a worker starts, before it serves anything",
+    ),
+    (
         "hermes_async/_asgi.py",
         ("serve_asgi",),
         "hypercorn's first import reads the working directory (os.getcwd), once per process, "
