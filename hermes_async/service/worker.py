@@ -1,16 +1,14 @@
 """The rollout worker: one process, one event loop, its own sandboxes, limiters and servers.
 
-:class:`RolloutWorker` runs the groups its callers ask for (:class:`~hermes_async.service.wire.
-GroupRequest`) and answers each by its deadline: the group, or a ``failed`` result in the
-core's failure categories, never silence. The HTTP service (:mod:`~hermes_async.service.app`)
-and the Ray actor (:mod:`~hermes_async.service.ray`) are thin shells over this one class.
+:class:`RolloutWorker` answers every group it admits by the group's deadline: the group, or a
+``failed`` result in the core's failure categories, never silence; draining, it admits none.
+The HTTP service and the Ray actor are thin shells over it. Groups run in the worker's own
+task group, so a caller that goes away (a disconnect, ``ray.cancel``) cancels its group
+through an anyio cancel scope, and the sandbox cleanup runs shielded and bounded.
 
-Invariant: every admitted group is answered exactly once; while draining, nothing new is
-admitted. Groups run in the worker's own task group, so a caller that goes away (an HTTP
-disconnect, ``ray.cancel``) cancels its group through an anyio cancel scope and the sandbox
-cleanup runs, shielded and bounded, whatever the backend.
+Why one module of this size: one concept, the worker's admission, the run of one group under
+its deadline, and the drain; they share the running groups' table and its cancel scopes.
 """
-
 from __future__ import annotations
 
 import dataclasses
