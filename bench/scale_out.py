@@ -27,6 +27,7 @@ would travel, and through an actor call and ``ray.put``/``get`` on the cluster.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pickle
 import random
@@ -356,6 +357,8 @@ async def main(args: argparse.Namespace) -> None:
     for what, ms, size in cost:
         print(f"  {what:<42} {ms:8.2f} ms  {size:>10,} bytes")
     print(f"sandboxes left on disk: {count_sandboxes(parent)}")
+    with contextlib.suppress(OSError):  # empty if every worker closed cleanly
+        os.rmdir(parent)
 
 
 if __name__ == "__main__":

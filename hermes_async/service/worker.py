@@ -9,6 +9,7 @@ through an anyio cancel scope, and the sandbox cleanup runs shielded and bounded
 Why one module of this size: one concept, the worker's admission, the run of one group under
 its deadline, and the drain; they share the running groups' table and its cancel scopes.
 """
+
 from __future__ import annotations
 
 import dataclasses
