@@ -11,14 +11,12 @@ import pytest
 from hermes_async.agent import AgentOptions, HermesAgentLoop
 from hermes_async.inference.chat import ChatClient
 from hermes_async.inference.generate import VLLMGenerateClient
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime
+from tests.support import TOKENIZER
 
-pytestmark = pytest.mark.anyio
-
-TOKENIZER = load_tokenizer()
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]
 
 
 class Barrier:

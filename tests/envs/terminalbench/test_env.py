@@ -29,7 +29,8 @@ from hermes_async.envs.terminalbench.report import pass_metrics
 from hermes_async.tools.sandbox.docker import DockerBackend
 from hermes_async.tools.sandbox.manager import SandboxManager
 from hermes_async.tools.sandbox.spec import SandboxSpec
-from tests.envs.helpers import serve_policy, server_config, tool_call
+from tests.envs.helpers import serve_policy, server_config
+from tests.support import tool_call
 
 pytestmark = pytest.mark.anyio
 
