@@ -38,6 +38,7 @@ if not any(
     ]
 )
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
+    """Both backends; a test marked ``virtual_clock`` runs its trio half under a MockClock."""
     name, options = request.param
     if name == "trio" and request.node.get_closest_marker("virtual_clock") is not None:
         import trio.testing

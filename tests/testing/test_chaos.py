@@ -12,6 +12,7 @@ from tests.support import SOAK
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.virtual_clock
 async def test_every_fault_kind_at_once_is_contained() -> None:
     config = ChaosConfig(
         rollouts=48,
@@ -47,6 +48,7 @@ EXPECTED: dict[ChaosFault, set[str]] = {
 
 
 @pytest.mark.parametrize("kind", ALL_FAULTS)
+@pytest.mark.virtual_clock
 async def test_each_fault_kind_lands_in_its_category(kind: ChaosFault) -> None:
     config = ChaosConfig(
         rollouts=16,
