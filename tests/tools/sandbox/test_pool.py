@@ -41,6 +41,7 @@ def ready(manager: SandboxManager) -> int:
     return stats.ready
 
 
+@pytest.mark.virtual_clock
 async def test_get_takes_a_ready_sandbox_and_the_pool_refills() -> None:
     factory = FakeSandboxFactory(create_latency=0.05)
     async with SandboxManager(factory, pool=PoolOptions(size=2)) as manager:
@@ -57,6 +58,7 @@ async def test_get_takes_a_ready_sandbox_and_the_pool_refills() -> None:
     assert all(s.closed for s in factory.created)  # the used one released, the pool drained
 
 
+@pytest.mark.virtual_clock
 async def test_an_empty_pool_means_a_cold_create_not_a_wait() -> None:
     factory = FakeSandboxFactory(create_latency=0.2)
     options = PoolOptions(size=1, fill_concurrency=1)
@@ -69,6 +71,7 @@ async def test_an_empty_pool_means_a_cold_create_not_a_wait() -> None:
     assert all(s.closed for s in factory.created)
 
 
+@pytest.mark.virtual_clock
 async def test_a_dead_pooled_sandbox_is_closed_not_handed_out() -> None:
     factory = FakeSandboxFactory()
     async with SandboxManager(factory, pool=PoolOptions(size=2, fill_concurrency=1)) as manager:
@@ -82,6 +85,7 @@ async def test_a_dead_pooled_sandbox_is_closed_not_handed_out() -> None:
         assert stats is not None and stats.failed_checks == 1
 
 
+@pytest.mark.virtual_clock
 async def test_the_taker_does_not_wait_for_a_dead_sandbox_to_close() -> None:
     factory = FakeSandboxFactory(close_latency=1.0)
     async with SandboxManager(factory, pool=PoolOptions(size=2, fill_concurrency=1)) as manager:
@@ -96,6 +100,7 @@ async def test_the_taker_does_not_wait_for_a_dead_sandbox_to_close() -> None:
     assert all(s.closed for s in factory.created)
 
 
+@pytest.mark.virtual_clock
 async def test_a_probe_that_hangs_counts_as_dead() -> None:
     class Hung(FakeSandbox):
         async def alive(self) -> bool:
@@ -119,6 +124,7 @@ async def test_a_probe_that_hangs_counts_as_dead() -> None:
         await wait_until(lambda: hung.closed)
 
 
+@pytest.mark.virtual_clock
 async def test_sandboxes_past_max_age_are_replaced_never_handed_out() -> None:
     factory = FakeSandboxFactory()
     options = PoolOptions(size=2, max_age=0.2)
@@ -133,6 +139,7 @@ async def test_sandboxes_past_max_age_are_replaced_never_handed_out() -> None:
     assert all(s.closed for s in factory.created)
 
 
+@pytest.mark.virtual_clock
 async def test_close_drains_the_pool_and_cancels_fills_in_flight() -> None:
     factory = FakeSandboxFactory(create_latency=0.3)
     async with SandboxManager(factory, pool=PoolOptions(size=3)) as manager:
@@ -145,6 +152,7 @@ async def test_close_drains_the_pool_and_cancels_fills_in_flight() -> None:
     assert len(made) == 3 and all(s.closed for s, _ in made)
 
 
+@pytest.mark.virtual_clock
 async def test_prewarmed_specs_fill_in_the_order_asked_and_are_handed_out_by_spec() -> None:
     factory = SpecFactory(latency=0.01)
     spec_a, spec_b = SandboxSpec(workdir="/a"), SandboxSpec(workdir="/b")
@@ -161,6 +169,7 @@ async def test_prewarmed_specs_fill_in_the_order_asked_and_are_handed_out_by_spe
         assert (await manager.get("u")).workdir == "/c"
 
 
+@pytest.mark.virtual_clock
 async def test_asking_for_more_specs_than_max_specs_drops_the_oldest() -> None:
     factory = SpecFactory()
     options = PoolOptions(size=1, warm_default=False, max_specs=2)
@@ -174,6 +183,7 @@ async def test_asking_for_more_specs_than_max_specs_drops_the_oldest() -> None:
         assert [s.workdir for s in factory.created if not s.closed] == ["/b", "/c"]
 
 
+@pytest.mark.virtual_clock
 async def test_prewarm_needs_a_factory_that_takes_a_spec() -> None:
     async with SandboxManager(FakeSandboxFactory(), pool=PoolOptions(size=1)) as manager:
         with pytest.raises(ConfigError, match="spec= keyword"):
@@ -181,6 +191,7 @@ async def test_prewarm_needs_a_factory_that_takes_a_spec() -> None:
         manager.prewarm(None)  # the default is fine
 
 
+@pytest.mark.virtual_clock
 async def test_fill_failures_back_off_and_get_still_works() -> None:
     factory = FakeSandboxFactory(fail_create=RuntimeError("quota"), fail_times=2)
     async with SandboxManager(factory, pool=PoolOptions(size=1, fill_concurrency=1)) as manager:
@@ -199,6 +210,7 @@ def test_options_are_validated() -> None:
         PoolOptions(fill_concurrency=0)
 
 
+@pytest.mark.virtual_clock
 async def test_size_zero_is_no_pool() -> None:
     async with SandboxManager(FakeSandboxFactory(), pool=PoolOptions(size=0)) as manager:
         assert manager.pool is None and manager.statistics().pool is None
