@@ -17,7 +17,7 @@ EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 def test_embedding_example_runs_groups_through_aborts(name: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(EXAMPLES.parent), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), "--seconds", "3", "--abort-every", "0.3"],
+        [sys.executable, str(EXAMPLES / name), "--seconds", "5", "--abort-every", "0.5"],
         capture_output=True,
         text=True,
         timeout=120,
