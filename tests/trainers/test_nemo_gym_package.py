@@ -9,6 +9,7 @@ import pytest
 from hermes_async.integrations.nemo_gym import GymAgent
 from hermes_async.testing import Fault
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import RecordingFactory
 
 from ..integrations.helpers import (
     assert_turns_match_wire,

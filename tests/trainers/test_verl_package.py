@@ -10,6 +10,7 @@ import pytest
 
 from hermes_async.inference.hf import qwen_offline_hf_dir
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import RecordingFactory
 
 from ..integrations.helpers import (
     assert_flat_matches_wire,
