@@ -25,7 +25,12 @@ import hermes_async
 ROOT = pathlib.Path(hermes_async.__file__).parent
 
 #: Modules whose import needs an optional extra that a test machine may lack.
-OPTIONAL = ("hermes_async.tools.sandbox.modal", "hermes_async.tools.sandbox.docker")
+# Modules that need an extra (a trainer's package, an SDK) to import.
+OPTIONAL = (
+    "hermes_async.tools.sandbox.modal",
+    "hermes_async.tools.sandbox.docker",
+    "hermes_async.integrations.",
+)
 
 
 def _modules() -> Iterator[tuple[str, pathlib.Path]]:
