@@ -37,6 +37,10 @@ OTHER_CONCEPTS = {
     ("PartialConfig", "max_resumes"),
     # The environment config's builder: the override of its own agent_temperature.
     ("build_agent_options", "temperature"),
+    # verl's own sampling_params dict, handed through by the verl adapter.
+    ("ServerManagerClient", "sampling"),
+    # A field of the rollout worker's wire format (its HTTP API), which the worker applies.
+    ("GroupRequest", "temperature"),
 }
 
 _SECTION = re.compile(r"^(Args|Arguments|Attributes|Keyword Args|Parameters):\s*$")

@@ -1,8 +1,8 @@
 """BrowserManager: one Chromium per manager, one browser context per rollout.
 
-The table of sessions, their busy counts, the idle reaper and queued releases are
-:mod:`hermes_async.tools._lifetimes`'s, as for sandboxes; this module keeps what a session is,
-what idle means for it and how it closes.
+Why one module of this size: one concept, a browser session's lifetime. The table, busy
+counts, the idle reaper and queued releases are :mod:`hermes_async.tools._lifetimes`'s, as for
+sandboxes; this module keeps what a session is, what idle means for it and how it closes.
 
 ::
 

@@ -1,9 +1,9 @@
 """SandboxManager: one sandbox per rollout, created lazily, gated, reaped, always released.
 
-The table, the hand-over, busy counts, the idle reaper and queued releases are
-:mod:`hermes_async.tools._lifetimes`'s, as for browser sessions; this module keeps how a
-sandbox is made, what idle means for it and how it closes. :class:`ManagedSandbox` is the
-handle to one entry.
+Why one module of this size: one concept, a sandbox's lifetime. The table, the hand-over,
+busy counts, the idle reaper and queued releases are :mod:`hermes_async.tools._lifetimes`'s,
+as for browser sessions; this module keeps how a sandbox is made, what idle means for it and
+how it closes. :class:`ManagedSandbox` is the handle to one entry.
 
 ::
 
