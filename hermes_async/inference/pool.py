@@ -97,7 +97,6 @@ if TYPE_CHECKING:
     from hermes_async.inference.generate import GenerateClient
 
 __all__ = (
-    "POOL_APIS",
     "PoolAPI",
     "PoolOptions",
     "PoolSession",
@@ -113,7 +112,7 @@ logger = logging.getLogger("hermes_async.inference.pool")
 #: What a pool's :meth:`ServerPool.client` speaks.
 PoolAPI = Literal["vllm", "atropos", "sglang", "chat"]
 #: The values ``ServerPool(api=...)`` accepts.
-POOL_APIS: tuple[str, ...] = ("vllm", "atropos", "sglang", "chat")
+_POOL_APIS: tuple[str, ...] = ("vllm", "atropos", "sglang", "chat")
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,8 +449,8 @@ class ServerPool(AsyncResource):
         urls = [str(u).rstrip("/") for u in base_urls]
         if not urls:
             raise ValueError("a ServerPool needs at least one base URL")
-        if api not in POOL_APIS:
-            raise ValueError(f"unknown ServerPool api {api!r}; valid: {', '.join(POOL_APIS)}")
+        if api not in _POOL_APIS:
+            raise ValueError(f"unknown ServerPool api {api!r}; valid: {', '.join(_POOL_APIS)}")
         self.api: PoolAPI = api
         self.model = model
         self.options = options or PoolOptions()

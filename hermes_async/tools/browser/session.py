@@ -12,9 +12,9 @@ opened and closed by a task in the manager's task group). The session:
   time), refuses WebSockets, blocks service workers and downloads;
 * keeps bounded buffers of console messages, page errors and refused requests;
 * runs one operation at a time (a lock: a page has one input pipeline), each bounded by
-  Playwright's own timeout plus :data:`OPERATION_SLACK_SECONDS` of anyio deadline;
+  Playwright's own timeout plus :data:`_OPERATION_SLACK_SECONDS` of anyio deadline;
 * follows the newest open page (a link with ``target=_blank`` moves the session to the new
-  tab), keeping at most :data:`MAX_PAGES` pages.
+  tab), keeping at most :data:`_MAX_PAGES` pages.
 
 What is returned and what is raised: every failure the *model* causes (an unknown ref, a click
 that times out, a refused URL, an unknown key) is a result ``{"success": false, "error": ...}``,
@@ -56,19 +56,14 @@ from hermes_async.tools.browser.errors import BrowserUnavailableError, target_cl
 if TYPE_CHECKING:
     from hermes_async.tools.browser.settings import BrowserSettings
 
-__all__ = (
-    "MAX_PAGES",
-    "OPERATION_SLACK_SECONDS",
-    "BrowserSession",
-    "SessionCounters",
-)
+__all__ = ("BrowserSession", "SessionCounters")
 
 logger = logging.getLogger(__name__)
 
 #: Pages (tabs) one session keeps; the oldest extra ones are closed before the next operation.
-MAX_PAGES = 4
+_MAX_PAGES = 4
 #: anyio deadline over Playwright's own timeout, so Playwright reports the timeout itself.
-OPERATION_SLACK_SECONDS = 5.0
+_OPERATION_SLACK_SECONDS = 5.0
 #: Characters of one console message or page error kept.
 MAX_MESSAGE_CHARS = 2_000
 #: Characters of console output one ``browser_console`` result carries at most (the newest
@@ -387,9 +382,9 @@ class BrowserSession:
         return None
 
     async def _page(self) -> Page:
-        """The newest open page; extra pages beyond :data:`MAX_PAGES` are closed first."""
+        """The newest open page; extra pages beyond :data:`_MAX_PAGES` are closed first."""
         self._pages = [p for p in self._pages if not p.is_closed()]
-        while len(self._pages) > MAX_PAGES:
+        while len(self._pages) > _MAX_PAGES:
             old = self._pages.pop(0)
             with anyio.move_on_after(self._settings.close_timeout):
                 try:
@@ -411,7 +406,7 @@ class BrowserSession:
         with self._in_use():
             async with self._lock:
                 self._check_alive()
-                with anyio.fail_after(timeout + OPERATION_SLACK_SECONDS):
+                with anyio.fail_after(timeout + _OPERATION_SLACK_SECONDS):
                     try:
                         yield await self._page()
                     except PlaywrightError as exc:

@@ -66,11 +66,9 @@ from hermes_async.tools._web_settings import (
 )
 
 __all__ = (
-    "CHROMIUM_CANDIDATES",
     "DEFAULT_IDLE_TIMEOUT_SECONDS",
     "DEFAULT_MAX_SESSIONS",
     "DEFAULT_SNAPSHOT_MAX_CHARS",
-    "EXECUTABLE_ENV",
     "INSTALL_HINT",
     "BrowserSettings",
     "VisionSettings",
@@ -80,12 +78,12 @@ __all__ = (
 )
 
 #: Environment variable naming the Chromium executable.
-EXECUTABLE_ENV = "HERMES_BROWSER_EXECUTABLE"
+_EXECUTABLE_ENV = "HERMES_BROWSER_EXECUTABLE"
 
 #: Where Chromium is looked for, in order (absolute paths first, then names on ``PATH``).
 #: Debian's ``/usr/bin/chromium`` is a shell launcher that sources ``/etc/chromium.d`` (extra
 #: extensions, API keys); the binary behind it is started directly.
-CHROMIUM_CANDIDATES: tuple[str, ...] = (
+_CHROMIUM_CANDIDATES: tuple[str, ...] = (
     "/usr/lib/chromium/chromium",
     "chromium",
     "chromium-browser",
@@ -96,7 +94,7 @@ CHROMIUM_CANDIDATES: tuple[str, ...] = (
 #: What to tell an operator whose machine has no Chromium.
 INSTALL_HINT = (
     "install Debian's package with `apt-get install chromium` (scripts/browser/install.sh), or "
-    f"point {EXECUTABLE_ENV} (BrowserSettings.executable_path) at a Chromium or Chrome "
+    f"point {_EXECUTABLE_ENV} (BrowserSettings.executable_path) at a Chromium or Chrome "
     "executable; the project never downloads a browser"
 )
 
@@ -155,7 +153,7 @@ class BrowserSettings:
 
     Attributes:
         executable_path: The Chromium executable; ``None`` means ``HERMES_BROWSER_EXECUTABLE``
-            or the first of :data:`CHROMIUM_CANDIDATES` found.
+            or the first of :data:`_CHROMIUM_CANDIDATES` found.
         allow: Hosts (exact, or ``.suffix``) and IP networks the SSRF guard lets the page reach
             although they are not public. Empty by default: loopback, private, link-local and
             metadata addresses are refused for navigation, redirects and every subresource.
@@ -310,7 +308,7 @@ class BrowserSettings:
         if idle is not None:
             kwargs["idle_timeout"] = idle
         return cls(
-            executable_path=get(EXECUTABLE_ENV),
+            executable_path=get(_EXECUTABLE_ENV),
             allow=allow_list_from_env(get, "HERMES_BROWSER_ALLOW"),
             vision=vision,
             **kwargs,  # type: ignore[arg-type]
@@ -325,7 +323,7 @@ def find_chromium(
     configured: str | None = None,
     environ: Mapping[str, str] | None = None,
     *,
-    candidates: tuple[str, ...] = CHROMIUM_CANDIDATES,
+    candidates: tuple[str, ...] = _CHROMIUM_CANDIDATES,
 ) -> str:
     """The Chromium executable to start: the configured one, or the first one found.
 
@@ -343,13 +341,13 @@ def find_chromium(
             the message says how to install one.
     """
     env = os.environ if environ is None else environ
-    chosen = configured or env_reader(env)(EXECUTABLE_ENV)
+    chosen = configured or env_reader(env)(_EXECUTABLE_ENV)
     if chosen is not None:
         path = chosen if os.sep in chosen else (shutil.which(chosen) or chosen)
         if not _executable(path):
             raise ConfigError(
                 f"the browser executable {chosen!r} (from "
-                f"{'BrowserSettings.executable_path' if configured else EXECUTABLE_ENV}) is not "
+                f"{'BrowserSettings.executable_path' if configured else _EXECUTABLE_ENV}) is not "
                 f"an executable file; {INSTALL_HINT}"
             )
         return os.path.abspath(path)

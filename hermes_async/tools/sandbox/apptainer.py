@@ -60,12 +60,10 @@ from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
     "DEFAULT_SINGULARITY_IMAGE",
-    "EXECUTABLES",
     "ApptainerBackend",
     "ApptainerSandbox",
     "ApptainerSandboxConfig",
     "apptainer_preflight",
-    "find_executable",
 )
 
 logger = logging.getLogger(__name__)
@@ -74,7 +72,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_SINGULARITY_IMAGE = "docker://nikolaik/python-nodejs:python3.11-nodejs20"
 
 #: Executables tried, in order, when none is configured.
-EXECUTABLES: tuple[str, ...] = ("apptainer", "singularity")
+_EXECUTABLES: tuple[str, ...] = ("apptainer", "singularity")
 
 #: Host variables the CLI itself inherits (it needs PATH and HOME for its own config).
 _HOST_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG")
@@ -143,13 +141,13 @@ class ApptainerSandboxConfig:
         )
 
 
-def find_executable(configured: str | None) -> str:
+def _find_executable(configured: str | None) -> str:
     """The CLI's path.
 
     Raises:
         ConfigError: It is not installed (the message names the ``executable`` setting).
     """
-    names = (configured,) if configured else EXECUTABLES
+    names = (configured,) if configured else _EXECUTABLES
     for name in names:
         path = shutil.which(name)
         if path is not None:
@@ -189,7 +187,7 @@ class ApptainerBackend:
 
     def __init__(self, config: ApptainerSandboxConfig | None = None) -> None:
         self.config = config or ApptainerSandboxConfig()
-        self.executable = find_executable(self.config.executable)
+        self.executable = _find_executable(self.config.executable)
         self.remover = DirectoryRemover()
 
     def __repr__(self) -> str:
@@ -435,7 +433,7 @@ async def apptainer_preflight(**options: object) -> None:
         SandboxError: It does not run.
     """
     config = ApptainerSandboxConfig(**options)  # type: ignore[arg-type]
-    executable = find_executable(config.executable)
+    executable = _find_executable(config.executable)
     with anyio.fail_after(35):
         raw = await run_bounded(
             [executable, "--version"], env=_cli_env(executable, {}), timeout=30, output_limit=4096

@@ -95,10 +95,8 @@ __all__ = (
     "BACKGROUND_OUTPUT_CHARS",
     "DEFAULT_CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_OUTPUT_LIMIT_BYTES",
-    "MAX_BACKGROUND_PROCESSES",
     "MAX_READ_BYTES",
     "TIMEOUT_EXIT_CODE",
-    "TRANSFER_CHUNK_BYTES",
     "BackgroundProcess",
     "BackgroundStatus",
     "ByteSink",
@@ -135,13 +133,13 @@ BACKGROUND_LOG_LIMIT_BYTES = 8 << 20
 MAX_READ_BYTES = 100 << 20
 
 #: Chunk size of streamed transfers (:meth:`Sandbox.stream_file`, :meth:`Sandbox.stream_archive`).
-TRANSFER_CHUNK_BYTES = 1 << 16
+_TRANSFER_CHUNK_BYTES = 1 << 16
 
 #: ``async (chunk) -> None``: where a streamed transfer's bytes go; raising stops the transfer.
 ByteSink = Callable[[bytes], Awaitable[None]]
 
 #: Background processes tracked per sandbox (the reference's cap); exited ones are forgotten first.
-MAX_BACKGROUND_PROCESSES = 64
+_MAX_BACKGROUND_PROCESSES = 64
 
 #: Seconds a background process group gets between SIGTERM and SIGKILL.
 BACKGROUND_KILL_GRACE_SECONDS = 2.0
@@ -628,22 +626,22 @@ class Sandbox(AsyncResource):
 
         Raises:
             SandboxError: The wrapper could not be started (e.g. the image lacks ``sh``), or
-                :data:`MAX_BACKGROUND_PROCESSES` are still running.
+                :data:`_MAX_BACKGROUND_PROCESSES` are still running.
 
         **Cancellation**: if cancelled after the process started, it keeps running and is
         tracked only if the start completed; ``aclose`` kills it either way.
         """
         table = self._background_table()
-        if len(table) >= MAX_BACKGROUND_PROCESSES:
+        if len(table) >= _MAX_BACKGROUND_PROCESSES:
             for old in self.background_processes():
                 if old.exited:
                     table.pop(old.session_id, None)
-                if len(table) < MAX_BACKGROUND_PROCESSES:
+                if len(table) < _MAX_BACKGROUND_PROCESSES:
                     break
             else:
                 raise SandboxError(
                     f"too many background processes ({len(table)} running, limit "
-                    f"{MAX_BACKGROUND_PROCESSES}); kill some with process(action='kill')",
+                    f"{_MAX_BACKGROUND_PROCESSES}); kill some with process(action='kill')",
                     task_id=getattr(self, "task_id", None),
                 )
         session_id = f"proc_{secrets.token_hex(6)}"
@@ -882,7 +880,7 @@ exit 0
 
 
 async def _deliver_whole(data: bytes, sink: ByteSink, what: str, max_bytes: int | None) -> int:
-    """Hand ``data`` (a transfer read whole) to ``sink`` in :data:`TRANSFER_CHUNK_BYTES` chunks
+    """Hand ``data`` (a transfer read whole) to ``sink`` in :data:`_TRANSFER_CHUNK_BYTES` chunks
     after checking it against ``max_bytes``; its size.
 
     Raises:
@@ -891,8 +889,8 @@ async def _deliver_whole(data: bytes, sink: ByteSink, what: str, max_bytes: int 
     if max_bytes is not None and len(data) > max_bytes:
         raise TransferLimitError(what, limit=max_bytes, size=len(data))
     view = memoryview(data)
-    for i in range(0, len(data), TRANSFER_CHUNK_BYTES):
-        await sink(bytes(view[i : i + TRANSFER_CHUNK_BYTES]))
+    for i in range(0, len(data), _TRANSFER_CHUNK_BYTES):
+        await sink(bytes(view[i : i + _TRANSFER_CHUNK_BYTES]))
     return len(data)
 
 

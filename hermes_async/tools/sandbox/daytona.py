@@ -70,16 +70,14 @@ from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
-    "DAYTONA_API_KEY_ENV",
     "DEFAULT_DAYTONA_IMAGE",
     "DaytonaBackend",
     "DaytonaSandboxConfig",
-    "daytona_config_for",
     "daytona_credentials",
 )
 
 #: Where the SDK (and the preflight) look for the API key.
-DAYTONA_API_KEY_ENV = "DAYTONA_API_KEY"
+_DAYTONA_API_KEY_ENV = "DAYTONA_API_KEY"
 
 #: The reference's default image (``TERMINAL_DAYTONA_IMAGE``).
 DEFAULT_DAYTONA_IMAGE = DEFAULT_DOCKER_IMAGE
@@ -231,7 +229,7 @@ class _Client:
             await client.close()
 
 
-def daytona_config_for(
+def _daytona_config_for(
     config: DaytonaSandboxConfig, spec: SandboxSpec | None
 ) -> DaytonaSandboxConfig:
     """``config`` with a per-item spec applied (image, cpus, memory, network, workdir,
@@ -279,8 +277,8 @@ class DaytonaBackend(RemoteBackend[DaytonaSandboxConfig]):
 
 def daytona_credentials() -> str | None:
     """Where Daytona credentials come from, or ``None`` when there are none."""
-    if os.environ.get(DAYTONA_API_KEY_ENV):
-        return DAYTONA_API_KEY_ENV
+    if os.environ.get(_DAYTONA_API_KEY_ENV):
+        return _DAYTONA_API_KEY_ENV
     if os.environ.get("DAYTONA_JWT_TOKEN") and os.environ.get("DAYTONA_ORGANIZATION_ID"):
         return "DAYTONA_JWT_TOKEN/DAYTONA_ORGANIZATION_ID"
     return None

@@ -20,7 +20,7 @@ Why these defaults (all in :class:`DockerSandboxConfig`):
   the default keeps them off the operator's network. The reference defaulted to network on:
   set ``network_mode="bridge"`` for tasks that install packages.
 * **hardening**: every capability dropped except the few a root shell needs to manage its own
-  files and processes (:data:`DEFAULT_CAPABILITIES`), ``no-new-privileges``, limits on pids
+  files and processes (:data:`_DEFAULT_CAPABILITIES`), ``no-new-privileges``, limits on pids
   (512), memory (5 GiB, the reference's) and CPU (1).
 * **disk cap** (``disk_limit_mb``, 2 GiB): where the storage driver allows it (overlay2 on xfs
   with ``pquota``, btrfs, zfs) the engine's own ``StorageOpt size``; it is tried on the first
@@ -104,16 +104,11 @@ if TYPE_CHECKING:
     import aiodocker.containers
 
 __all__ = (
-    "DEFAULT_CAPABILITIES",
     "DEFAULT_DOCKER_IMAGE",
     "LABEL",
     "DockerBackend",
     "DockerSandbox",
     "DockerSandboxConfig",
-    "container_config",
-    "container_name",
-    "docker_config_for",
-    "owner_is_alive",
     "reap_orphan_containers",
     "resolve_docker_host",
 )
@@ -128,7 +123,7 @@ DEFAULT_DOCKER_IMAGE = "nikolaik/python-nodejs:python3.11-nodejs20"
 #: Capabilities kept after dropping ALL: enough for root to own, chmod and kill its own files
 #: and processes and for package managers to switch users; nothing that reaches the host
 #: (no NET_ADMIN, SYS_ADMIN, SYS_PTRACE, MKNOD, NET_RAW).
-DEFAULT_CAPABILITIES: tuple[str, ...] = (
+_DEFAULT_CAPABILITIES: tuple[str, ...] = (
     "CHOWN",
     "DAC_OVERRIDE",
     "FOWNER",
@@ -209,7 +204,7 @@ class DockerSandboxConfig:
     cpus: float = 1.0
     memory_mb: int = 5120
     pids_limit: int = 512
-    capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
+    capabilities: tuple[str, ...] = _DEFAULT_CAPABILITIES
     env: Mapping[str, str] = field(
         default_factory=lambda: {
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -297,7 +292,7 @@ def _start_ticks(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
-def owner_is_alive(owner: str) -> bool:
+def _owner_is_alive(owner: str) -> bool:
     """Whether the process named by an owner id still runs (True when it cannot be known)."""
     parts = owner.split("/")
     if len(parts) != 3 or parts[0] != socket.gethostname():
@@ -320,13 +315,13 @@ def owner_is_alive(owner: str) -> bool:
     return True
 
 
-def container_name(task_id: str) -> str:
+def _container_name(task_id: str) -> str:
     """A valid, unique container name mentioning the task id."""
     slug = re.sub(r"[^a-zA-Z0-9_.-]+", "-", task_id).strip("-.")[:40] or "task"
     return f"hermes-async-{slug}-{secrets.token_hex(4)}"
 
 
-def container_config(
+def _container_config(
     config: DockerSandboxConfig, task_id: str, *, storage_opt: bool = False
 ) -> dict[str, Any]:
     """The engine's create body for one task's container.
@@ -475,7 +470,7 @@ async def _reap(engine: _Engine, timeout: float) -> int:
             except KeyError:
                 labels = {}
             owner = labels.get(_OWNER_LABEL, "")
-            if owner_is_alive(owner):
+            if _owner_is_alive(owner):
                 continue
             logger.info("removing orphan container %s (owner %s is gone)", container.id[:12], owner)
             try:
@@ -492,7 +487,7 @@ async def _reap(engine: _Engine, timeout: float) -> int:
         for image in images:
             labels = image.get("Labels") or {}
             owner = labels.get(_OWNER_LABEL, "")
-            if owner_is_alive(owner):
+            if _owner_is_alive(owner):
                 continue
             for ref in image.get("RepoTags") or [image["Id"]]:
                 logger.info("removing orphan snapshot image %s (owner %s is gone)", ref, owner)
@@ -505,7 +500,7 @@ async def _reap(engine: _Engine, timeout: float) -> int:
     return removed
 
 
-def docker_config_for(
+def _docker_config_for(
     config: DockerSandboxConfig,
     spec: SandboxSpec | None,
     *,
@@ -557,7 +552,7 @@ class DockerBackend:
     The first creation reaps orphans (when ``config.reap_orphans``). Creation itself is not
     rate limited here: the manager runs it behind the ``sandbox_create`` limiter. A per-item
     :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` (``spec=``) overrides the image,
-    limits, network, workdir, env and user (:func:`docker_config_for`); a spec's
+    limits, network, workdir, env and user (:func:`_docker_config_for`); a spec's
     ``build_context`` is built by :attr:`images` (once per content digest, behind its own
     limiter).
 
@@ -590,7 +585,7 @@ class DockerBackend:
         """
         require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
         engine = _Engine.open(self.config)
-        name = container_name(task_id)
+        name = _container_name(task_id)
         container: aiodocker.containers.DockerContainer | None = None
         config = self.config
         try:
@@ -665,19 +660,19 @@ class DockerBackend:
                 built = await self.images.ensure(
                     engine, spec.build_context, timeout=spec.build_timeout, image_map=spec.image_map
                 )
-                return docker_config_for(
+                return _docker_config_for(
                     self.config, spec, image=built.tag, image_workdir=built.workdir
                 )
         workdir = None
         if image is not None and spec.workdir is None:
             workdir = await self.images.workdir_of(engine, image)
-        return docker_config_for(self.config, spec, image=image, image_workdir=workdir)
+        return _docker_config_for(self.config, spec, image=image, image_workdir=workdir)
 
     async def _create(
         self, engine: _Engine, name: str, task_id: str, config: DockerSandboxConfig
     ) -> aiodocker.containers.DockerContainer:
         if self._storage_opt is not False and config.disk_limit_mb is not None:
-            body = container_config(config, task_id, storage_opt=True)
+            body = _container_config(config, task_id, storage_opt=True)
             try:
                 created = await engine.call(
                     "a container create", engine.client.containers.create(body, name=name)
@@ -703,7 +698,7 @@ class DockerBackend:
     async def _create_plain(
         self, engine: _Engine, name: str, task_id: str, config: DockerSandboxConfig
     ) -> aiodocker.containers.DockerContainer:
-        body = container_config(config, task_id)
+        body = _container_config(config, task_id)
         try:
             return await engine.call(
                 "a container create", engine.client.containers.create(body, name=name)

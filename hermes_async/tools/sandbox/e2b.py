@@ -65,16 +65,10 @@ from hermes_async.tools.sandbox._remote import (
 from hermes_async.tools.sandbox._sdk import error_named, import_sdk
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
-__all__ = (
-    "E2B_API_KEY_ENV",
-    "E2BBackend",
-    "E2BSandboxConfig",
-    "e2b_config_for",
-    "e2b_credentials",
-)
+__all__ = ("E2BBackend", "E2BSandboxConfig", "e2b_credentials")
 
 #: Where the SDK (and the preflight) look for the API key.
-E2B_API_KEY_ENV = "E2B_API_KEY"
+_E2B_API_KEY_ENV = "E2B_API_KEY"
 
 _HINT = (
     "check E2B_API_KEY (and E2B_DOMAIN for a self-hosted E2B-compatible service) and network "
@@ -209,7 +203,7 @@ class _Client:
         """Nothing to close: the SDK's control-plane calls are per request."""
 
 
-def e2b_config_for(config: E2BSandboxConfig, spec: SandboxSpec | None) -> E2BSandboxConfig:
+def _e2b_config_for(config: E2BSandboxConfig, spec: SandboxSpec | None) -> E2BSandboxConfig:
     """``config`` with a per-item spec applied (:func:`~hermes_async.tools.sandbox._remote.
     remote_config_for`; ``image`` names the template). E2B takes CPUs and memory from the
     template: the spec's values are recorded in the config but E2B's create call has no
@@ -255,4 +249,4 @@ class E2BBackend(RemoteBackend[E2BSandboxConfig]):
 
 def e2b_credentials() -> str | None:
     """Where E2B credentials come from, or ``None`` when there are none."""
-    return E2B_API_KEY_ENV if os.environ.get(E2B_API_KEY_ENV) else None
+    return _E2B_API_KEY_ENV if os.environ.get(_E2B_API_KEY_ENV) else None

@@ -118,19 +118,12 @@ from hermes_async.tools.sandbox.output import OutputCapture
 from hermes_async.tools.sandbox.processes import SANDBOX_MARKER_ENV
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
-__all__ = (
-    "DEFAULT_REMOTE_PATH",
-    "SSH_ENV_NAMES",
-    "SshBackend",
-    "SshSandbox",
-    "SshSandboxConfig",
-    "ssh_preflight",
-)
+__all__ = ("SshBackend", "SshSandbox", "SshSandboxConfig", "ssh_preflight")
 
 logger = logging.getLogger(__name__)
 
 #: The reference's environment variables, by the config field each one fills when unset.
-SSH_ENV_NAMES: Mapping[str, str] = {
+_SSH_ENV_NAMES: Mapping[str, str] = {
     "host": "TERMINAL_SSH_HOST",
     "user": "TERMINAL_SSH_USER",
     "port": "TERMINAL_SSH_PORT",
@@ -138,7 +131,7 @@ SSH_ENV_NAMES: Mapping[str, str] = {
 }
 
 #: ``PATH`` of a command on the remote host (this host's ``PATH`` names this host's directories).
-DEFAULT_REMOTE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_DEFAULT_REMOTE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 #: Bound of closing the connection (a disconnect message; nothing to wait for remotely).
 _CONNECTION_CLOSE_SECONDS = 5.0
@@ -275,7 +268,7 @@ class SshSandboxConfig:
     close_timeout: float = 60.0
     keepalive_interval_seconds: float = 15.0
     max_sessions: int = 10
-    path: str = DEFAULT_REMOTE_PATH
+    path: str = _DEFAULT_REMOTE_PATH
     env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -315,7 +308,7 @@ class SshSandboxConfig:
         """
         environ = os.environ if environ is None else environ
         changes: dict[str, Any] = {}
-        for name, variable in SSH_ENV_NAMES.items():
+        for name, variable in _SSH_ENV_NAMES.items():
             value = environ.get(variable)
             if getattr(self, name) is None and value:
                 if name == "port":

@@ -47,7 +47,7 @@ from hermes_async._cleanup import bounded_cleanup
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
-__all__ = ("WarmPool", "WarmPoolOptions", "WarmPoolStatistics", "spec_key")
+__all__ = ("WarmPool", "WarmPoolOptions", "WarmPoolStatistics")
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class WarmPoolStatistics:
     fill_failures: int
 
 
-def spec_key(spec: SandboxSpec | None) -> str:
+def _spec_key(spec: SandboxSpec | None) -> str:
     """A stable key of ``spec`` (``""`` for the default sandbox): equal specs share a pool."""
     return "" if spec is None else repr(spec)
 
@@ -157,7 +157,7 @@ class WarmPool:
         """Keep ``spec``'s sandboxes warm (after the specs asked for before it)."""
         if self._closing or self.options.size == 0:
             return
-        key = spec_key(spec)
+        key = _spec_key(spec)
         if key in self._warm:
             self._warm.move_to_end(key)  # asked again: the last to be dropped
             return
@@ -191,7 +191,7 @@ class WarmPool:
         **Cancellation**: a sandbox taken out of the pool is either returned or closed
         (shielded, bounded); none is lost.
         """
-        warm = self._warm.get(spec_key(spec))
+        warm = self._warm.get(_spec_key(spec))
         while warm is not None and warm.ready:
             sandbox, born = warm.ready.popleft()
             self._wake.set()  # one fewer ready: the filler tops it up
