@@ -30,12 +30,13 @@ schedules anything:
   released, shielded and bounded.
 * ``await ctx.cleanup()`` or ``await ctx.aclose()`` -- the same release, now.
 * ``ctx.cleanup()`` without ``await`` (the reference's ``finally: ctx.cleanup()``) -- nothing
-  can be awaited there, so the release is done synchronously: a local sandbox is gone when the
-  call returns (every process carrying its marker gets SIGKILL, its directory is removed). A
-  Docker or Modal sandbox cannot be removed without awaiting its engine; awaiting the handle
-  ``cleanup()`` returns removes it, and a handle dropped without ``await`` emits a
-  ``RuntimeWarning`` naming the fix (the container is then left to the backend's own safety
-  net: Docker's orphan reaping by owner process, Modal's sandbox lifetime).
+  can be awaited there, so the release is done synchronously where it can be: a process-mode
+  local sandbox is gone when the call returns (every process carrying its marker gets SIGKILL,
+  its directory is removed). A namespaced local sandbox, a Docker or a Modal sandbox cannot be
+  removed without awaiting; awaiting the handle ``cleanup()`` returns removes it, and a handle
+  dropped without ``await`` emits a ``RuntimeWarning`` naming the fix (what is left goes with
+  the backend's own safety net: a namespaced world dies with this process, Docker reaps
+  orphans by owner process, Modal ends a sandbox at its lifetime).
 
 Returned vs raised: like the reference, methods return result dicts for everything the sandbox or
 a tool reports (non-zero exits, missing files, rejected archives); only an unusable backend (an
@@ -188,7 +189,7 @@ class _CleanupHandle:
     """Returned by :meth:`ToolContext.cleanup`; what could be released synchronously already is.
 
     Awaiting it releases the rest and returns when everything is gone. A standalone context's
-    container sandbox (Docker, Modal) can only be released by awaiting: dropping the handle
+    namespaced or container sandbox can only be released by awaiting: dropping the handle
     without ``await`` then warns.
     """
 
@@ -602,8 +603,8 @@ class ToolContext(AsyncResource):
         With a manager, the release is queued to the manager's janitor the moment this is
         called, so ``ctx.cleanup()`` without ``await`` (reference style) still releases the
         sandbox; ``await ctx.cleanup()`` releases it now and returns when it is gone. A
-        standalone context releases a local sandbox synchronously, here; see the module
-        docstring for container sandboxes.
+        standalone context releases a process-mode local sandbox synchronously, here; see the
+        module docstring for the others.
 
         **Cancellation**: the release is shielded and bounded by the owner's
         ``close_timeout``.
