@@ -829,7 +829,8 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     ) -> EvalReport:
         """Evaluate ``items`` with the full agent loop and tools; report via ``evaluate_log``.
 
-        Each item runs one rollout (``eval_temperature``, default 0.0) and is scored by
+        The first ``eval_size`` items are run (``None`` or ``0``: all). Each runs one rollout
+        (``eval_temperature``, default 0.0) and is scored by
         ``compute_reward`` through a ``ToolContext`` on its own sandbox; at most
         ``concurrency`` (default ``eval_concurrency``) run at once. An ``infra`` / ``verifier``
         failure is retried on a fresh sandbox (``failure_policy=retry``); an item that still
@@ -859,6 +860,8 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         samples already written stay (a resumed run starts from them); nothing is logged.
         """
         _require_asyncio("run_agent_eval")
+        if self.config.eval_size:
+            items = items[: self.config.eval_size]
         start = time.time()
         tools = self._resolve_tools_for_group()
         temp = self.config.eval_temperature if temperature is None else temperature

@@ -175,7 +175,9 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     # ---- drop-in completeness (issue #14): reference spellings and settings
     eval_size: int | None = Field(
         default=None,
-        description="Eval items evaluate() runs (None: all; the guide's self.config.eval_size).",
+        ge=0,
+        description="Eval items run_agent_eval runs: the first eval_size of those it is given "
+        "(None or 0: all).",
     )
     preserve_think_blocks: bool | None = Field(
         default=None,
