@@ -18,7 +18,9 @@ with ``use_sandbox_manager``). With neither -- a notebook, a verification script
 ``ctx = ToolContext(task_id)`` outside any environment -- the context is **standalone**: it owns
 a private sandbox on the configured backend (``backend=`` / ``sandbox_options=``, else the
 reference's ``TERMINAL_ENV`` and ``TERMINAL_DOCKER_IMAGE`` / ``TERMINAL_MODAL_IMAGE``; ``local``
-by default) for its own lifetime, and releases it on exit.
+by default), and for its ``browser_*`` methods a browser of its own
+(:class:`~hermes_async.tools.browser.standalone.StandaloneBrowser`), for its own lifetime, and
+releases them on exit.
 
 How a standalone context stays structured. Its private owner
 (:class:`~hermes_async.tools.standalone.StandaloneSandboxes`) has no task and holds no cancel
@@ -88,6 +90,7 @@ from hermes_async.tools.browser import (
     context_browser_snapshot,
     current_browser_manager,
 )
+from hermes_async.tools.browser.standalone import StandaloneBrowser
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime, dispatch
 from hermes_async.tools.sandbox import transfer
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
@@ -209,11 +212,11 @@ class _CleanupHandle:
 
     def __del__(self) -> None:
         if self._left and not self._awaited:
-            backend = self._ctx._standalone.backend if self._ctx._standalone else "?"
             warnings.warn(
-                f"ToolContext({self._ctx.task_id!r}).cleanup() was not awaited: its "
-                f"{backend} sandbox cannot be removed synchronously and was left to the "
-                "backend's own reaping; write `await ctx.cleanup()` or use "
+                f"ToolContext({self._ctx.task_id!r}).cleanup() was not awaited: "
+                f"{' and '.join(self._left)} cannot be closed synchronously and "
+                f"{'were' if len(self._left) > 1 else 'was'} left to end on its own (with "
+                "the backend's reaping, or this process); write `await ctx.cleanup()` or use "
                 "`async with ToolContext(task_id) as ctx:`",
                 RuntimeWarning,
                 stacklevel=2,
@@ -231,7 +234,8 @@ class ToolContext(AsyncResource):
             on the manager, with the manager's limits).
         registry: Where tools come from (default: the built-in tools).
         browsers: The browser manager for ``browser_*`` methods (default: the runtime's, else
-            the current one, see ``use_browser_manager``).
+            the current one, see ``use_browser_manager``; a standalone context with neither
+            opens a browser of its own, closed with its sandbox).
         terminal_timeout: Default command timeout of ``terminal`` (seconds); ``None``:
             ``TERMINAL_TIMEOUT``, else 180 s. An environment sets it from its config.
         backend: Standalone only: the sandbox backend (default ``TERMINAL_ENV``, else
@@ -262,6 +266,7 @@ class ToolContext(AsyncResource):
         self._backend = backend
         self._sandbox_options = sandbox_options
         self._standalone: StandaloneSandboxes | None = None
+        self._standalone_browser: StandaloneBrowser | None = None
 
     def __repr__(self) -> str:
         return f"ToolContext({self.task_id!r})"
@@ -330,6 +335,15 @@ class ToolContext(AsyncResource):
         if self._runtime is not None and self._runtime.browsers is not None:
             return self._runtime.browsers
         return current_browser_manager()
+
+    def _browser_for_call(self) -> BrowserManager | StandaloneBrowser | None:
+        """The browser sessions' owner: a manager, else (standalone) this context's own."""
+        manager = self._browser_manager()
+        if manager is not None or (self._standalone is None and not self.standalone):
+            return manager
+        if self._standalone_browser is None:
+            self._standalone_browser = StandaloneBrowser()
+        return self._standalone_browser
 
     async def _sandbox(self) -> Sandbox:
         sandboxes = self.runtime.sandboxes
@@ -581,7 +595,7 @@ class ToolContext(AsyncResource):
         """
         return _Pending(
             "browser_navigate",
-            lambda: context_browser_navigate(self.task_id, url, manager=self._browser_manager()),
+            lambda: context_browser_navigate(self.task_id, url, manager=self._browser_for_call()),
         )
 
     def browser_snapshot(self, full: bool = False) -> _Pending[JSONObject]:
@@ -591,7 +605,7 @@ class ToolContext(AsyncResource):
         """
         return _Pending(
             "browser_snapshot",
-            lambda: context_browser_snapshot(self.task_id, full, manager=self._browser_manager()),
+            lambda: context_browser_snapshot(self.task_id, full, manager=self._browser_for_call()),
         )
 
     # ----------------------------------------------------------------------------------------
@@ -611,7 +625,8 @@ class ToolContext(AsyncResource):
         """
         left: list[str] = []
         if self._standalone is not None:
-            left = self._standalone.close_now()
+            if self._standalone.close_now():
+                left.append(f"its {self._standalone.backend} sandbox")
         else:
             manager = self._manager or current_sandbox_manager()
             if manager is not None:
@@ -619,9 +634,13 @@ class ToolContext(AsyncResource):
         browsers = self._browser_manager()
         if browsers is not None:
             browsers.request_release(self.task_id)
+        if self._standalone_browser is not None and self._standalone_browser.open:
+            left.append("its browser")
         return _CleanupHandle(self, left)
 
     async def _release_now(self) -> None:
+        if self._standalone_browser is not None:
+            await self._standalone_browser.aclose()
         if self._standalone is not None:
             await self._standalone.aclose()
         else:
