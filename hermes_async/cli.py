@@ -33,6 +33,7 @@ from typing import Any
 import anyio
 
 from hermes_async._checks import check_names
+from hermes_async._groups import single_errors
 from hermes_async._startup import failure_line
 from hermes_async.errors import ConfigError, HermesAsyncError
 
@@ -288,9 +289,10 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
     for stale in ("terminal_test.jsonl", "terminal_test.html"):
         (out / stale).unlink(missing_ok=True)  # atroposlib would write *_1.jsonl instead
     try:
-        run: _DemoRun = anyio.run(
-            _demo, env_over, openai_over, out, not args.no_progress, backend="asyncio"
-        )
+        with single_errors():  # the oracle's loopback server is a task group
+            run: _DemoRun = anyio.run(
+                _demo, env_over, openai_over, out, not args.no_progress, backend="asyncio"
+            )
     except HermesAsyncError as exc:
         if args.verbose:
             raise

@@ -111,6 +111,7 @@ def test_demo_without_bubblewrap_opts_out_for_the_oracle_and_says_so(
 def test_failed_start_up_is_one_line_without_a_traceback(
     tmp_path: Path, without_bubblewrap: dict[str, str]
 ) -> None:
+    env = dict(os.environ)
     # A real server (no oracle): the demo does not opt out, the start-up check refuses.
     url = "http://127.0.0.1:9/v1"
     run = _timed([*DEMO, "--out", str(tmp_path), "--openai.base_url", url], without_bubblewrap)
@@ -122,6 +123,11 @@ def test_failed_start_up_is_one_line_without_a_traceback(
         "be isolated on this machine: bwrap not found on PATH"
     )
     assert "Traceback" not in run.text()
+    # With the oracle (its loopback server is a task group), a bad setting: one line too.
+    oracle = _timed([*DEMO, "--out", str(tmp_path), "--env.tool_call_parser", "hermez"], env)
+    errors = [line for line in oracle.lines if line.stream == "err"]
+    assert oracle.returncode == 1 and len(errors) == 1, oracle.text()
+    assert "--env.tool_call_parser='hermez' is not a tool-call parser" in errors[0].text
     verbose = _timed(
         [*DEMO, "--out", str(tmp_path), "--openai.base_url", url, "--verbose"], without_bubblewrap
     )
