@@ -634,7 +634,7 @@ class ToolContext(AsyncResource):
         browsers = self._browser_manager()
         if browsers is not None:
             browsers.request_release(self.task_id)
-        if self._standalone_browser is not None and self._standalone_browser.open:
+        if self._standalone_browser is not None and self._standalone_browser.close_now():
             left.append("its browser")
         return _CleanupHandle(self, left)
 

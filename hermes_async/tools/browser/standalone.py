@@ -164,6 +164,12 @@ class StandaloneBrowser:
             await self.release(task_id)
         await self._shutdown("the ToolContext was cleaned up")
 
+    def close_now(self) -> bool:
+        """Refuse later ``get`` calls (a synchronous cleanup); ``True`` if a browser still runs
+        (only :meth:`aclose` can close it)."""
+        self._closed = True
+        return self.open
+
     @property
     def open(self) -> bool:
         """Whether a browser (or its driver) is running."""

@@ -140,7 +140,6 @@ __all__ = (
     "LocalSandbox",
     "RawResult",
     "find_sandbox_processes",
-    "isolation_unavailable",
     "local_factory",
     "local_preflight",
     "resolve_isolation",
@@ -184,7 +183,7 @@ _MISSING, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
 _SAFE_TASK_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def isolation_unavailable(reason: str) -> ConfigError:
+def _isolation_unavailable(reason: str) -> ConfigError:
     """The error for a sandbox that cannot be isolated here: what is missing, the fix, the opt-out."""
     return ConfigError(
         f"local sandboxes cannot be isolated on this machine: {reason}. Without isolation a "
@@ -249,7 +248,7 @@ async def resolve_isolation(isolation: Isolation) -> Literal["namespaces", "proc
         return "process"
     reason = await probe_namespaces()
     if reason is not None:
-        raise isolation_unavailable(reason)
+        raise _isolation_unavailable(reason)
     return "namespaces"
 
 
@@ -896,7 +895,7 @@ def local_factory(
         ro_binds=tuple(ro_binds),
     )
     if isolation != "process" and (reason := namespace_support()) is not None:
-        raise isolation_unavailable(reason)
+        raise _isolation_unavailable(reason)
     sweeper = ProcessSweeper()
     remover = DirectoryRemover()
     allowlist = tuple(env_allowlist)

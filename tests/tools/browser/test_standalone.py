@@ -65,4 +65,6 @@ async def test_unawaited_cleanup_of_a_standalone_browser_warns_and_aclose_closes
         with pytest.warns(RuntimeWarning, match=r"not awaited: its browser cannot be closed"):
             ctx.cleanup()  # reference style, no await: a browser needs one
             gc.collect()
+        with pytest.raises(SandboxError, match="cleaned up"):  # as the sandbox: refused now
+            await ctx.browser_snapshot()
     await _gone(before)  # the block's exit closed it
