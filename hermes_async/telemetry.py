@@ -7,28 +7,23 @@ configured, nothing is recorded and nothing is paid (``bench/telemetry.py`` meas
 **Traces** (GenAI semantic conventions where they apply; every span ends, a cancelled one
 with ``hermes_async.cancelled=true``):
 
-===============================  ================================================================
-span                             attributes
-===============================  ================================================================
-``rollout``                      ``hermes_async.task_id``, ``.outcome``, ``.turns``, ``.reward``
-                                 (``run_rollout`` / ``run_group``: agent, reward, release)
-``invoke_agent hermes-agent``    ``gen_ai.operation.name``, ``gen_ai.agent.name``,
-                                 ``hermes_async.task_id``, ``.turns``, ``.finished_naturally``
-                                 (every ``HermesAgentLoop.run``, whoever started it)
-``turn``                         ``hermes_async.task_id``, ``hermes_async.turn``
-``text_completion``              ``gen_ai.request.*`` (max_tokens, temperature, top_p, seed),
-                                 ``gen_ai.usage.input_tokens`` / ``output_tokens``,
-                                 ``gen_ai.response.finish_reasons``,
-                                 ``hermes_async.time_to_first_token`` (s),
-                                 ``hermes_async.endpoint``
-``chat {model}``                 the same for chat completions (usage as the server reports it)
-``execute_tool {name}``          ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
-                                 ``hermes_async.task_id``
-``sandbox create``               ``hermes_async.task_id``
-``sandbox exec``                 ``hermes_async.task_id``, ``hermes_async.exit_code``
-``sandbox close``                ``hermes_async.task_id``, ``hermes_async.interrupted``
-``reward``                       ``hermes_async.task_id``, ``hermes_async.reward``
-===============================  ================================================================
+==========================  =====================================================================
+span                        attributes
+==========================  =====================================================================
+``rollout``                 ``hermes_async.task_id``, ``.outcome``, ``.turns``, ``.reward``
+``invoke_agent {agent}``    a loop run: ``gen_ai.agent.name``, ``hermes_async.task_id``, ``.turns``
+``turn``                    ``hermes_async.task_id``, ``hermes_async.turn``
+``text_completion``         ``gen_ai.request.*`` (max_tokens, temperature, top_p, seed),
+                            ``gen_ai.usage.input_tokens`` / ``output_tokens``,
+                            ``gen_ai.response.finish_reasons``,
+                            ``hermes_async.time_to_first_token`` (s), ``hermes_async.endpoint``
+``chat {model}``            the same for chat completions (usage as the server reports it)
+``execute_tool {name}``     ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``hermes_async.task_id``
+``sandbox create``          ``hermes_async.task_id``
+``sandbox exec``            ``hermes_async.task_id``, ``hermes_async.exit_code``
+``sandbox close``           ``hermes_async.task_id``, ``hermes_async.interrupted``
+``reward``                  ``hermes_async.task_id``, ``hermes_async.reward``
+==========================  =====================================================================
 
 A hung tool is an ``execute_tool`` span started and never ended, with its task id: any span
 processor's ``on_start`` sees it (exporters only see ended spans).
@@ -51,12 +46,11 @@ library its own with :func:`configure_telemetry`.
 
 **Prometheus** (no OpenTelemetry needed): :func:`serve_metrics` answers ``GET /metrics`` with
 the same limiter and pool gauges in the text exposition format, and the rollouts in flight by
-phase (``hermes_async_rollouts_in_flight{phase=...}``), read at each scrape::
+phase (``hermes_async_rollouts_in_flight{phase=...}``), read at each scrape (environments:
+the config option ``metrics_port``)::
 
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_metrics, 9464)       # http://127.0.0.1:9464/metrics
-
-Environments serve it with the config option ``metrics_port``.
 
 **Live view**: :func:`run_status` snapshots this process (rollouts in flight by phase — in a
 rollout, waiting for or running a model request, running tools, scoring —, every limiter's
