@@ -28,7 +28,6 @@ from hermes_async.agent import (
 )
 from hermes_async.inference import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.pool import ServerPool
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.limits import Limits
 from hermes_async.telemetry import configure_telemetry, serve_metrics, tracing_enabled
 from hermes_async.testing import (
@@ -41,11 +40,10 @@ from hermes_async.testing import (
 from hermes_async.tools.registry import get_tool_definitions
 from hermes_async.tools.sandbox.base import ExecResult
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER = load_tokenizer()
-TOKENIZER.apply_chat_template([{"role": "user", "content": "x"}], None)  # loads the template
 TOOLS = get_tool_definitions(["terminal"])
 OPTIONS = AgentOptions(max_turns=4, sampling=SamplingParams(max_tokens=64))
 
