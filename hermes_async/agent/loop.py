@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from hermes_async._otel import span
 from hermes_async.agent._chat_turn import ChatServer, ChatTurns
 from hermes_async.agent._token_turn import TokenTurns
 from hermes_async.agent._tool_runner import RunTools, ToolSettings
@@ -66,6 +67,9 @@ from hermes_async.tools.standalone import standalone_factory
 __all__ = ("ChatServer", "HermesAgentLoop", "RunAbort", "resize_tool_pool")
 
 logger = logging.getLogger(__name__)
+
+#: The agent's name in telemetry (``gen_ai.agent.name``; spans ``invoke_agent hermes-agent``).
+_AGENT_NAME = "hermes-agent"
 
 
 class RunAbort:
@@ -264,6 +268,9 @@ class HermesAgentLoop:
             ends the loop early with ``finished_naturally=False`` and ``error`` / ``failure``
             set; the messages so far are kept.
 
+        Traced as one ``invoke_agent hermes-agent`` span (OpenTelemetry GenAI conventions),
+        also when cancelled.
+
         **Cancellation**: an outer cancellation cancels the model request (closing its HTTP
         stream) and any running tool (its process group is killed), releases the rollout's
         sandbox (through the manager, which shields and bounds it) and propagates; the result
@@ -271,16 +278,29 @@ class HermesAgentLoop:
         logprobs aligned; messages of a turn appended only once the turn finished, in Phase 2).
         """
         task_id = task_id or self.task_id
-        provider = sandboxes or self.sandboxes or current_sandbox_manager()
-        if provider is None:
-            # Reference-style use outside an environment: this run owns a private manager.
-            # What open_sandbox_manager does, without its generator frame held for the run.
-            async with SandboxManager(
-                standalone_factory()[1], limits=self.limits, idle_timeout=None
-            ) as private:
-                with use_sandbox_manager(private):
-                    return await self._run(messages, task_id, seed, private, deadline, abort)
-        return await self._run(messages, task_id, seed, provider, deadline, abort)
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": _AGENT_NAME,
+            "hermes_async.task_id": task_id,
+        }
+        # One invoke_agent span per run, whoever started it (a rollout's span is its parent).
+        with span(f"invoke_agent {_AGENT_NAME}", attributes) as traced:
+            provider = sandboxes or self.sandboxes or current_sandbox_manager()
+            if provider is None:
+                # Reference-style use outside an environment: this run owns a private manager.
+                # What open_sandbox_manager does, without its generator frame held for the run.
+                async with SandboxManager(
+                    standalone_factory()[1], limits=self.limits, idle_timeout=None
+                ) as private:
+                    with use_sandbox_manager(private):
+                        result = await self._run(messages, task_id, seed, private, deadline, abort)
+            else:
+                result = await self._run(messages, task_id, seed, provider, deadline, abort)
+            traced.set("hermes_async.turns", result.turns_used)
+            traced.set("hermes_async.finished_naturally", result.finished_naturally)
+            if result.failure is not None:
+                traced.error(result.failure.message)
+            return result
 
     async def _run(
         self,

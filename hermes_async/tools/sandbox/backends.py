@@ -34,7 +34,7 @@ checks the remote host has ``setsid``, ``mktemp``, ``tar`` and ``env``; ``singul
 Apptainer/SingularityCE instance per sandbox, no extra: its CLI; asyncio and trio) checks the
 executable answers ``--version``; ``e2b`` and ``daytona`` check the extra and ``E2B_API_KEY`` /
 ``DAYTONA_API_KEY`` (skipped when an ``e2b=`` / ``daytona=`` double is passed); ``local``
-needs nothing.
+starts one throw-away bubblewrap world, unless ``isolation="process"`` was chosen.
 """
 
 from __future__ import annotations
@@ -220,16 +220,27 @@ def _config(cls: type[_C], kind: str, options: dict[str, Any]) -> _C:
     return cls(**options)
 
 
-def _local(**options: Any) -> SandboxFactory:
-    from hermes_async.tools.sandbox.local import local_factory
+def _local_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``local_factory``'s arguments from a config's options (namespace fields given flat)."""
     from hermes_async.tools.sandbox.namespaces import NamespaceOptions
 
-    # A config gives the namespace fields flat, beside the factory's own.
     flat = {f.name for f in dataclasses.fields(NamespaceOptions)} & set(options)
-    if flat:
-        namespace = NamespaceOptions(**{name: options.pop(name) for name in sorted(flat)})
-        return local_factory(namespace=namespace, **options)
-    return local_factory(**options)
+    if not flat:
+        return options
+    rest = {name: value for name, value in options.items() if name not in flat}
+    return {**rest, "namespace": NamespaceOptions(**{name: options[name] for name in flat})}
+
+
+def _local(**options: Any) -> SandboxFactory:
+    from hermes_async.tools.sandbox.local import local_factory
+
+    return local_factory(**_local_options(options))
+
+
+async def _local_preflight(**options: Any) -> None:
+    from hermes_async.tools.sandbox.local import local_preflight
+
+    await local_preflight(**_local_options(options))
 
 
 def _docker(**options: Any) -> SandboxFactory:
@@ -392,7 +403,7 @@ for _name, _builder, _check in zip(
     BACKEND_KINDS,
     (_local, _docker, _modal, _ssh, _singularity, _e2b, _daytona),
     (
-        None,
+        _local_preflight,
         _docker_preflight,
         _modal_preflight,
         _ssh_preflight,
