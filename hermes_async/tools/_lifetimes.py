@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import math
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -25,6 +27,22 @@ from hermes_async._cleanup import cleanup_scope
 __all__ = ("Lifetime", "Lifetimes")
 
 T = TypeVar("T")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _weakly(hook: _F) -> _F:
+    """``hook``, holding its owner weakly when it is a bound method."""
+    if not inspect.ismethod(hook):
+        return hook
+    ref, name = weakref.WeakMethod(hook), hook.__name__
+
+    def call(*args: Any) -> Any:
+        method = ref()
+        if method is None:
+            raise RuntimeError(f"the owner of {name} is gone")
+        return method(*args)
+
+    return cast(_F, call)
 
 
 class Lifetime(Generic[T]):
@@ -101,9 +119,10 @@ class Lifetimes(Generic[T]):
         self.idle_timeout = idle_timeout
         self.reap_interval = reap_interval
         self.reaped = 0
-        self._close_hook = close
+        # The hooks are the owner's methods: held weakly, or every owner is a reference cycle.
+        self._close_hook = _weakly(close)
         self._log = logger
-        self._reapable = reapable
+        self._reapable = _weakly(reapable) if reapable is not None else None
         self._closing: dict[str, anyio.Event] = {}
         self._creating: set[anyio.Event] = set()
         self._tg: TaskGroup | None = None
