@@ -1,12 +1,9 @@
 """A pass over Harbor tasks: every (task, attempt) a trial, contained, written as it finishes.
 
-:func:`run_pass` is the one loop the environment's ``evaluate``, ``check_tasks.py`` and the
-benchmark share. Per trial it decides first what needs no sandbox (an oracle run of a task
-without ``solve.sh`` is ``task_invalid``; a task that would reach for a network it does not
-have is ``needs_network`` unless the operator said run), then runs it; any failure of one
-trial is that trial's row, never the pass's end. Rows already in the job's
-``results.jsonl`` are not run again (resume). Cancellation (Ctrl-C) loses at most the trials
-in flight: every finished one is on disk.
+:func:`run_pass` is the one loop ``evaluate``, ``check_tasks.py`` and the benchmark share.
+What needs no sandbox is decided first (``task_invalid``, ``needs_network``). Invariant: a
+failing trial is that trial's row, never the pass's end; rows already in ``results.jsonl``
+are not run again; Ctrl-C loses at most the trials in flight.
 """
 
 from __future__ import annotations
@@ -62,14 +59,11 @@ class PassOptions:
     Attributes:
         agent: ``model``, ``oracle`` or ``null``.
         attempts: Trials per task (pass@k up to k = attempts).
-        concurrency: Trials at once.
-        timeout_multiplier: Scales every task's ``[agent].timeout_sec``.
-        network_tasks: ``skip``: a task that needs a network it does not have is a
-            ``needs_network`` row, not run; ``run``: it runs (its container on the sandbox
-            configuration's network) and its row says so.
+        network_tasks: ``skip``: a task that needs a network it lacks is a
+            ``needs_network`` row; ``run``: it runs on the configured network, and says so.
         image_map: Image names replaced before use (see :mod:`.images`).
-        build_network: Image builds reach a network (``build_network_mode``), so a
-            Dockerfile that installs packages is no reason to skip.
+        build_network: Image builds reach a network, so a Dockerfile that installs packages
+            is no reason to skip.
     """
 
     agent: AgentKind = "oracle"
@@ -92,7 +86,6 @@ class TaskRun:
     """One trial and what goes into its folder.
 
     Attributes:
-        trial: The outcome.
         messages: The conversation (model), or the oracle's prompt and output.
         verifier_tar: ``/logs/verifier`` as a tar, when it could be copied.
     """
@@ -186,17 +179,13 @@ async def run_pass(
     """Run ``options.attempts`` trials of every task; write each as it finishes.
 
     Args:
-        tasks: The tasks.
         trial_fn: Runs one trial (``network``: the container may have the network).
-        options: How the pass runs.
         writer: The job folder (None: nothing written).
         probe: What images the engine has (None: not checked; build failures are ``infra``).
-        model_name: For the trajectories.
         invalid: ``(name, reason)`` of tasks the loader refused: each a ``task_invalid`` row.
 
     Returns:
-        Every trial of the pass, the resumed ones included, in task then attempt order, then
-        the refused tasks' rows.
+        Every trial, resumed ones included, in task then attempt order, then refused rows.
 
     **Cancellation**: the running trials are cancelled (their sandboxes released); every
     finished trial is already written.
