@@ -20,8 +20,8 @@ Wire formats (the bars are U+FF5C, the word separators U+2581)::
     <｜DSML｜tool_call_end｜>
     <｜DSML｜tool_calls_end｜>
 
-DSML markers are also accepted in ASCII, spaced ASCII and with ``▁`` for ``_``. The JSON is
-found by scanning, so fences are optional and a call seals when its JSON closes.
+DSML markers are also accepted in ASCII, spaced ASCII and with ``▁`` for ``_``.
+Differences from the reference: docs/decisions/008-parsers-versus-reference.md.
 """
 
 from __future__ import annotations
