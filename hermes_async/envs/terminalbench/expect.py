@@ -33,8 +33,7 @@ class Expectation:
     """The outcome a trial must have.
 
     Attributes:
-        status: The status it must end with.
-        reward: The reward (None: it must be null).
+        reward: None: it must be null.
         error_contains: A substring its error must contain (None: not checked).
     """
 
