@@ -119,12 +119,11 @@ async def preflight(
     """Run every start-up check for an environment's ``config``.
 
     Args:
-        backend_options: The options the sandbox factory is built with.
         registry: The environment's tool registry (custom toolsets count as valid).
         check_servers: Prove every model server answers (bounded).
 
     Raises:
-        ConfigError: A bad parser, toolset, distribution or backend name/option.
+        ConfigError: A bad parser, toolset, distribution or backend name or option.
         SandboxError: The sandbox backend is unreachable or unauthenticated.
         ServerUnreachableError: A model server did not answer in time.
 

@@ -63,11 +63,9 @@ class Format:
 
     Attributes:
         drop: Markers removed from content without meaning (Llama's ``<|python_tag|>``).
-        think: Reasoning block tags; reasoning is never scanned for calls.
         keep_call_open: The opening marker is part of the body (a bare ``{``).
         short_ids: 9-character alphanumeric ids (Mistral) instead of ``call_<24 hex>``.
-        separators: Characters that, alone with whitespace, do not make a content piece
-            once calls were found (Llama's ``;`` between objects).
+        separators: Characters that alone do not make content once calls were found.
     """
 
     name: str
@@ -134,16 +132,12 @@ class _Attempt:
 class ToolCallParser:
     """A streaming tool-call parser for one model output (one assistant turn).
 
-    Feed decoded text as it arrives, act on the events, and call :meth:`finish` once.
-    Get one with :func:`hermes_async.parsers.get_parser`; a parser serves one stream.
-
-    Text must be decoded with special tokens spelled out. If your decoder drops them, pass
-    ``token_ids`` and a ``tokenizer``: markers that arrived only as ids are put back.
-    A registered parser class is a subclass that sets :attr:`FORMAT`.
+    Feed decoded text as it arrives and call :meth:`finish` once; one parser per stream.
+    Text must spell special tokens out; if your decoder drops them, pass ``token_ids`` and a
+    ``tokenizer`` so markers that came only as ids are put back.
 
     Args:
-        tools: OpenAI-style tool definitions; the XML formats type parameter values from them.
-        tokenizer: Used only to map special token ids back to marker text.
+        tools: OpenAI-style tool definitions; the XML formats type values from them.
         schemas: Pre-built schemas (internal; lets :meth:`parse` skip rebuilding them).
 
     Raises:

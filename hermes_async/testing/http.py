@@ -42,16 +42,9 @@ async def open_loopback_server(
 ) -> AsyncIterator[str]:
     """Serve ``app`` over HTTP/1.1 on an ephemeral port; yield ``"http://host:port"``.
 
-    The socket is bound before the server starts, so the URL is valid once yielded. Needs
-    the ``testing`` extra (``hypercorn``)::
-
-        async with open_loopback_server(app) as base_url:
-            async with httpx.AsyncClient(base_url=base_url) as client:
-                response = await client.get("/health")
-
-    Args:
-        app: An ASGI 3 application. ``lifespan`` is answered here (hypercorn's trio worker
-            fails on apps that ignore it), so do start-up work before entering the block.
+    The socket is bound first, so the URL is valid once yielded. Needs the ``testing`` extra.
+    ``lifespan`` is answered here (hypercorn's trio worker fails on apps that ignore it), so
+    do start-up work before entering the block.
 
     **Cancellation**: leaving the block starts a shielded graceful shutdown bounded by
     :data:`SERVER_SHUTDOWN_GRACE_SECONDS`; the socket is always closed.
@@ -133,10 +126,9 @@ async def answer_lifespan(
 async def open_asgi_transport(app: ASGIApp) -> AsyncIterator[httpx.AsyncBaseTransport]:
     """Yield an httpx transport that runs ``app`` in-process with real streaming semantics.
 
-    Each request runs the app as a task in this block's task group; chunks travel through a
-    memory stream, so read timeouts apply. Closing the response early makes the app's next
-    ``receive()`` return ``http.disconnect`` and its ``send()`` raise ``OSError``. An app that
-    fails before responding is ``httpx.RemoteProtocolError`` to the client.
+    Chunks reach the client as sent, so read timeouts apply; closing the response early
+    gives the app ``http.disconnect``. An app that fails before responding is
+    ``httpx.RemoteProtocolError``.
 
     **Cancellation**: leaving the block cancels every request still running in the app.
     """

@@ -89,10 +89,6 @@ def load_dataset(
 ) -> LoadReport:
     """Load every task under ``path``: a task folder, a folder of them, or a rows file.
 
-    Args:
-        cache_dir: Where rows are materialised (default under :func:`~.rows.default_cache_dir`).
-        local_images: Images that need no registry (for the network flags).
-
     Raises:
         ConfigError: ``path`` does not exist or cannot be read as a dataset.
     """
@@ -212,16 +208,9 @@ def default_registry() -> Path:
 def resolve_dataset(spec: str | Path, *, registry: str | Path | None = None) -> Path:
     """The local path of a dataset: ``spec`` itself when it exists, else its registry entry.
 
-    The registry is a TOML file keyed ``"name@version"``::
-
-        [datasets."terminal-bench@2.0"]
-        path = "/data/terminal-bench-2/tasks"
-        [datasets."termigen@1"]
-        git = "/data/terminal-bench-env"     # a local checkout that must be at commit
-        commit = "aaad6aeff9b58ab7504a7d239f01f8b11c7174ef"
-        subdir = "environments_harbor"
-
-    A bare ``name`` matches when exactly one version is registered.
+    The registry is a TOML file of ``[datasets."name@version"]`` tables with ``path``, or
+    ``git`` + ``commit`` (a local checkout that must be at that commit) and ``subdir``. A bare
+    ``name`` matches when exactly one version is registered.
 
     Raises:
         ConfigError: No such path or entry, an unreadable registry, or a checkout at

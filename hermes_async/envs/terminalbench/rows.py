@@ -263,12 +263,8 @@ def safe_extract(
     """Extract a tar (optionally gzipped) into ``dest`` under the archive rules.
 
     Members are read one at a time and refused at :data:`MAX_ARCHIVE_MEMBERS` or
-    :data:`MAX_ARCHIVE_BYTES` while reading; all are checked before anything is written.
-
-    Args:
-        task: The task, for error messages.
-        what: The archive's field name, for error messages.
-        strip_root: A top folder (``"tests"``) to strip when every member lies under it.
+    :data:`MAX_ARCHIVE_BYTES`; all are checked before anything is written. ``strip_root``
+    (``"tests"``) is stripped when every member lies under it.
 
     Raises:
         TaskError: The archive is unreadable or breaks a rule (named in the message).

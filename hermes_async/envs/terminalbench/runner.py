@@ -180,15 +180,13 @@ async def run_pass(
 
     Args:
         trial_fn: Runs one trial (``network``: the container may have the network).
-        writer: The job folder (None: nothing written).
-        probe: What images the engine has (None: not checked; build failures are ``infra``).
+        probe: What images the engine has (None: unchecked; build failures are ``infra``).
         invalid: ``(name, reason)`` of tasks the loader refused: each a ``task_invalid`` row.
 
     Returns:
         Every trial, resumed ones included, in task then attempt order, then refused rows.
 
-    **Cancellation**: the running trials are cancelled (their sandboxes released); every
-    finished trial is already written.
+    **Cancellation**: running trials are cancelled; every finished one is already written.
     """
     present = await _probe(tasks, probe, options.image_map)
     done = {row["item_key"]: row for row in writer.rows} if writer is not None else {}

@@ -94,14 +94,7 @@ class NetworkPolicy:
 
 @dataclass(frozen=True, slots=True)
 class CollectHook:
-    """A ``[[verifier.collect]]`` hook: run before grading, best effort.
-
-    Attributes:
-        command: A shell command run in the container.
-        user: Who runs it (None: the image's default user).
-        timeout_sec: Its deadline (None: the verifier's).
-        service: The compose service it runs in (None: the main container).
-    """
+    """A ``[[verifier.collect]]`` hook, run before grading, best effort; None means the default."""
 
     command: str
     user: str | None = None
@@ -111,21 +104,12 @@ class CollectHook:
 
 @dataclass(frozen=True, slots=True)
 class TaskEnvironment:
-    """How the task's container is built and sized (``[environment]``).
+    """How the task's container is built and sized (``[environment]``); None means unspecified.
 
     Attributes:
-        build_context: The folder to build from (``<task>/environment``), or None when the
-            task names a prebuilt ``docker_image`` and has no Dockerfile.
-        dockerfile: ``build_context / "Dockerfile"``, or None.
-        docker_image: A prebuilt image to use instead of (or as well as) a build.
+        build_context: ``<task>/environment``, or None for a prebuilt ``docker_image`` alone.
         base_images: The images the Dockerfile's ``FROM`` lines name (build stages excluded).
-        cpus: CPU count (fractions allowed), None if unspecified.
-        memory_mb: Memory limit in MB, None if unspecified.
-        storage_mb: Disk size in MB, None if unspecified.
-        gpus: GPU count, None if unspecified.
-        workdir: The agent's and verifier's working directory, None: the image's WORKDIR.
-        env: ``[environment.env]``: the container's environment.
-        build_timeout_sec: Deadline for building the image.
+        workdir: The agent's and verifier's working directory (None: the image's WORKDIR).
     """
 
     build_context: Path | None
@@ -146,12 +130,9 @@ class HarborTask:
     """One Harbor task, every schema version normalised to one shape.
 
     Attributes:
-        name: The task id (folder name or the row's ``task_name``); what ``task_filter``
-            and ``skip_tasks`` match.
-        instruction: ``instruction.md``, verbatim: the agent's prompt.
+        name: The task id (folder name or row ``task_name``); what the name filters match.
         tags: ``[metadata].tags`` plus ``[task].keywords``.
         network: Per-phase network policy: ``environment``, ``agent``, ``verifier``.
-        agent_timeout_sec: None means the task sets no limit of its own.
         metadata: The raw ``[metadata]`` table, for fields this model does not name.
         network_reasons: Why the task needs the network to build or verify (empty: offline).
         clamped: One note per value cut to an operator maximum.
@@ -286,10 +267,9 @@ _SIZE_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024.0}
 
 
 def parse_size_mb(value: str | int) -> int:
-    """A size as Harbor's deprecated ``memory`` / ``storage`` spell it, in MB.
+    """A size as Harbor's deprecated ``memory`` / ``storage`` spell it, in MB (``"2G"`` -> 2048).
 
-    ``"2G"`` -> 2048, ``"512M"`` -> 512, ``"2Gi"`` -> 2048 (binary units, as Harbor reads
-    them). A bare integer is MB already.
+    Units are binary, as Harbor reads them; a bare integer is MB already.
 
     Raises:
         ValueError: Not a size.
@@ -426,11 +406,8 @@ def parse_task_config(
     """Build a :class:`HarborTask` from a parsed ``task.toml`` (pure: no file access).
 
     Args:
-        data: ``tomllib.loads(task.toml)``.
-        path: The task folder; paths derive from it, existence is :func:`load_task`'s concern.
         dockerfile_text: The Dockerfile, for base images and network flags; None: none.
         test_sh_text: ``tests/test.sh``, for network flags.
-        local_images: Images that need no registry.
 
     Raises:
         TaskError: An invalid or unsupported field, naming it.

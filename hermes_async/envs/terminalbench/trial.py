@@ -83,9 +83,7 @@ class TrialResult:
     """One trial of a task.
 
     Attributes:
-        agent: What ran in the agent's place.
         status: ``ok`` or a failure category (:data:`~.contract.TrialStatus`).
-        metrics: The reward file's numeric fields.
         agent_exit_code: The oracle's exit status (None for ``null`` or a timeout).
         attempt: 0-based.
         notes: How it ran: values clamped, a stand-in image, a network-needing task run anyway.
@@ -250,8 +248,7 @@ async def run_agent_phase(
     """Set up ``/logs``, then run the oracle (or nothing for ``null``).
 
     Returns:
-        ``(status, exit_code, output, before)``; ``before`` are the processes that ran
-        before the agent, kept by the hygiene before grading.
+        ``(status, exit_code, output, before)``; ``before``: processes from before the agent.
 
     Raises:
         TaskError: ``oracle`` for a task without ``solution/solve.sh``.
@@ -328,10 +325,8 @@ async def run_trial(
 ) -> TrialResult:
     """Run the agent phase (``oracle``/``null``, or ``agent_fn``) and grade it.
 
-    Args:
-        sandbox: A fresh running container: one trial per container.
-        agent: ``"oracle"`` or ``"null"``; with ``agent_fn``, the label to record.
-        agent_fn: A coroutine to run as the agent, bounded by the agent deadline.
+    ``sandbox`` is a fresh container: one trial per container. ``agent_fn`` runs as the
+    agent, bounded by the agent deadline; ``agent`` is then its label.
 
     Returns:
         The trial. A container failure is ``infra`` and a missing ``solve.sh``

@@ -36,16 +36,13 @@ UNAVAILABLE_REASONS: Final[dict[str, str]] = {
 class SandboxUnavailableError(SandboxError):
     """The sandbox itself is gone: nothing more can run in it, its files are lost.
 
-    Every later operation on the sandbox raises it again. A ``SandboxManager`` remembers
-    the first one per task (``sandbox_failure``) so the rollout records an infra failure.
+    Every later operation raises it again; ``SandboxManager.sandbox_failure`` keeps the first
+    per task, so the rollout records an ``infra`` failure (:attr:`category`).
 
     Args:
         detail: What was observed (e.g. ``"its init (pid 4242) exited"``).
         reason: One of :data:`UNAVAILABLE_REASONS`.
         backend: The backend's name for messages (``"local"``, ``"Docker"``, ``"Modal"``).
-
-    Attributes:
-        category: ``"infra"``, for the rollout's failure taxonomy.
     """
 
     category: Final = "infra"
@@ -78,13 +75,8 @@ class SandboxUnavailableError(SandboxError):
 class TransferLimitError(OSError):
     """A file or archive leaving a sandbox is larger than the transfer cap.
 
-    Raised before the transfer when the size is known, else once the stream passes the cap
-    (the partial result is discarded).
-
-    Args:
-        what: What was being transferred (``"file 'out.bin'"``).
-        limit: The cap in bytes.
-        size: The size, when known (``None``: the stream passed the cap).
+    Raised before the transfer when the size is known, else once the stream passes the cap.
+    ``size`` is ``None`` in that case.
     """
 
     def __init__(self, what: str, *, limit: int, size: int | None = None) -> None:

@@ -39,13 +39,10 @@ class PoolOptions:
 
     Attributes:
         size: Ready sandboxes kept per warm spec (0: no pool).
-        max_age: Seconds a sandbox may wait before it is replaced; keep it below the
-            provider's idle expiry.
+        max_age: Seconds a sandbox may wait; keep it below the provider's idle expiry.
         warm_default: Keep the default sandbox (no spec) warm from the start.
         max_specs: Specs kept warm at once (the least recently asked for is dropped).
-        fill_concurrency: Creations the filler runs at once (each also holds a
-            ``sandbox_create`` slot).
-        check_timeout: Deadline of the liveness check before a hand-out.
+        fill_concurrency: Creations at once, each also holding a ``sandbox_create`` slot.
     """
 
     size: int = 4
@@ -64,14 +61,7 @@ class PoolOptions:
 
 @dataclass(frozen=True, slots=True)
 class PoolStatistics:
-    """A snapshot of a pool.
-
-    Attributes:
-        ready: Sandboxes waiting to be handed out (all specs).
-        hits: ``get()`` calls served from the pool.
-        misses: ``get()`` calls that found none ready (cold creates).
-        failed_checks: Sandboxes closed because the liveness check failed.
-    """
+    """A snapshot of a pool: sandboxes ready, creations in flight, hits and misses, closes by cause."""
 
     ready: int
     filling: int
@@ -101,14 +91,10 @@ Create = Callable[[str, SandboxSpec | None], Awaitable[Sandbox]]
 
 
 class WarmPool:
-    """The pool a :class:`~hermes_async.tools.sandbox.manager.SandboxManager` owns.
-
-    The manager runs :meth:`run` in its task group, calls :meth:`take` from ``get()`` and
-    :meth:`drain` at its exit.
+    """The pool a ``SandboxManager`` owns: it runs :meth:`run`, calls :meth:`take` and :meth:`drain`.
 
     Args:
         create: ``async (task_id, spec) -> Sandbox``: the manager's guarded creation.
-        close_timeout: Bound of closing one sandbox (the manager's).
     """
 
     def __init__(self, options: PoolOptions, create: Create, *, close_timeout: float) -> None:
