@@ -41,14 +41,10 @@ class GCState:
 def tune_gc_for_rollouts(
     *, young_threshold: int = DEFAULT_YOUNG_THRESHOLD, freeze: bool = True
 ) -> GCState:
-    """Apply the rollout-friendly collector settings.
+    """Apply the rollout-friendly collector settings; return the previous ones for :func:`restore_gc`.
 
-    Args:
-        young_threshold: New first-generation threshold; the other two are kept.
-        freeze: Collect once, then move every live object to the permanent generation.
-
-    Returns:
-        The previous settings, for :func:`restore_gc`.
+    ``young_threshold`` replaces the first threshold only. ``freeze`` collects once, then
+    moves every live object to the permanent generation.
 
     Raises:
         ValueError: ``young_threshold`` is not a positive integer.

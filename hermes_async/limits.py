@@ -44,17 +44,7 @@ DEFAULT_LIMITS: dict[str, int] = {
 
 @dataclass(frozen=True, slots=True)
 class LimiterStatistics:
-    """A snapshot of one limiter.
-
-    Attributes:
-        name: The limiter's name.
-        total: Current capacity.
-        in_use: Slots held right now.
-        waiting: Tasks blocked waiting for a slot.
-        acquisitions: Slots granted since creation.
-        total_wait_seconds: Sum of time spent waiting for slots.
-        max_wait_seconds: Longest single wait.
-    """
+    """A snapshot of one limiter: capacity, slots in use, waiters, and wait times in seconds."""
 
     name: str
     total: int
@@ -257,10 +247,8 @@ class LagMonitor:
     """Measure event-loop lag: sleep ``interval`` seconds repeatedly and record the lateness.
 
     Run it with :func:`open_lag_monitor` or ``await tg.start(monitor.run)``. The last
-    ``max_samples`` are kept for percentiles; the maximum covers the whole run.
-
-    Args:
-        interval: Seconds between ticks. 5 ms sees a 20 ms stall without being one.
+    ``max_samples`` feed the percentiles. The default 5 ms interval sees a 20 ms stall
+    without being one.
     """
 
     def __init__(self, interval: float = 0.005, *, max_samples: int = 100_000) -> None:

@@ -108,14 +108,13 @@ def render_chat_template(
     """Render OpenAI-style ``messages`` (and tool schemas) with a chat template.
 
     Args:
-        tools: OpenAI tool schemas listed in the system turn; ``None`` or empty: no section.
-        add_generation_prompt: Append ``<|im_start|>assistant\\n`` for the model's turn.
+        tools: Listed in the system turn; ``None`` or empty: no tool section.
         template: Jinja source; ``None`` uses the built-in template.
         variables: Extra template variables (e.g. ``bos_token``).
 
     Raises:
         ConfigError: The template does not compile.
-        ValueError: Rendering failed (a malformed message, or ``raise_exception`` called).
+        ValueError: Rendering failed (a malformed message, or ``raise_exception``).
     """
     if template is None or template == _DEFAULT_TEMPLATE:
         # The built-in template, written out in Python (exactly its text; ``None`` for a

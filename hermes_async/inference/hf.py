@@ -98,12 +98,9 @@ class _WindowIncrementalDecoder:
 class HFTokenizer(TokenizerBase):
     """A ``transformers`` tokenizer behind the :class:`Tokenizer` protocol.
 
-    Encoding adds no BOS/EOS (the chat template renders them); decoding keeps special tokens
-    and spaces, so the text is exactly what the ids spell.
-
-    Args:
-        eos_token_id: End-of-turn id; default ``<|im_end|>`` when the chat template uses it,
-            else the tokenizer's ``eos_token_id``.
+    Encoding adds no BOS/EOS (the template renders them); decoding keeps special tokens and
+    spaces, so the text is exactly what the ids spell. ``eos_token_id`` defaults to
+    ``<|im_end|>`` when the chat template uses it, else the tokenizer's.
 
     Raises:
         ConfigError: No end-of-turn id can be determined.
@@ -325,8 +322,7 @@ def _save_tokenizer_dir(
 ) -> None:
     """Save ``tokenizer`` and ``files`` (the stamp last) as the directory ``target``, atomically.
 
-    Built in a temporary sibling and renamed into place. On a lost race, ``is_current()``
-    says whether the winner's build will do.
+    On a lost race, ``is_current()`` says whether the winner's build will do.
 
     Raises:
         ConfigError: The cache directory cannot be created.
@@ -361,11 +357,10 @@ def _save_tokenizer_dir(
 
 
 def qwen_offline_hf_dir(directory: str | os.PathLike[str] | None = None) -> Path:
-    """The built-in Qwen tokenizer as an HF tokenizer directory, built on first use.
+    """The built-in Qwen tokenizer as an HF tokenizer directory, built on first use (~3-4 s).
 
-    It loads with ``AutoTokenizer.from_pretrained(dir)``, as atroposlib's ``tokenizer_name``
-    and as vLLM's ``--tokenizer``. Reused while its stamp matches; written atomically.
-    Blocking: ~3-4 s to build, ~0 s cached.
+    It loads with ``AutoTokenizer``, as atroposlib's ``tokenizer_name`` and vLLM's
+    ``--tokenizer``. Reused while its stamp matches; written atomically.
 
     Raises:
         ConfigError: ``transformers`` is missing (the ``atropos`` extra) or the directory

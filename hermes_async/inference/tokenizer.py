@@ -32,14 +32,12 @@ del _public
 def load_tokenizer(name_or_path: str | None = None) -> Tokenizer:
     """Load a tokenizer by name (blocking; call at setup time).
 
-    Args:
-        name_or_path: ``None`` or ``"qwen-offline"`` for the built-in tokenizer; a directory
-            for an HF tokenizer saved there (a family directory gives a ``FamilyTokenizer``);
-            else an HF hub name (network, or a local cache with ``HF_HUB_OFFLINE=1``).
+    ``None`` or ``"qwen-offline"`` is the built-in tokenizer; a directory is an HF tokenizer
+    saved there (a family directory gives a ``FamilyTokenizer``); anything else is an HF hub
+    name (network, or a local cache with ``HF_HUB_OFFLINE=1``).
 
     Raises:
-        ConfigError: ``transformers`` is missing (the ``atropos`` extra), or the directory
-            or hub name cannot be loaded.
+        ConfigError: ``transformers`` is missing (the ``atropos`` extra), or loading failed.
     """
     if name_or_path is None or name_or_path == QWEN_OFFLINE_NAME:
         return QwenTokenizer()

@@ -141,13 +141,11 @@ class HermesGenerator:
     """SkyRL's ``GeneratorInterface`` over hermes_async rollouts (a virtual subclass of it).
 
     Args:
-        tasks: ``item -> RolloutTask`` (sync or async) or an environment; the item is
-            ``{"prompt", "env_class", "env_extras", "trajectory_id"}``.
-        server: A token client or :class:`~hermes_async.inference.ServerPool` over
-            ``inference_engine_client.get_endpoint_url()``.
+        tasks: ``item -> RolloutTask`` (sync or async) or an environment.
+        server: A token client or ``ServerPool`` over SkyRL's inference endpoint.
         max_response_tokens: The whole trajectory's response budget; a longer response is
             cut and reported ``"length"``.
-        weight_version: ``() -> int``, the policy version carried by every completion segment.
+        weight_version: ``() -> int``, the policy version of every completion segment.
     """
 
     def __init__(

@@ -147,8 +147,8 @@ def make_generate(
         max_response_tokens: Cut the response there (default: ``rollout_max_response_len``).
 
     Returns:
-        ``async generate(args, sample, sampling_params) -> Sample``. Every outcome is a
-        returned sample; bad sampling parameters fail it with the reason in ``metadata``.
+        ``async generate(args, sample, sampling_params) -> Sample``; every outcome, bad
+        sampling parameters included, is a returned sample.
     """
 
     async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any]) -> Any:

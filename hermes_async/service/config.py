@@ -35,11 +35,9 @@ class WorkerConfig:
 
     Attributes:
         environments: Environment specs (``[ALIAS=]module:NAME`` or ``file.py:NAME``).
-        servers: Model-server base URLs (one pool over all of them).
         api: ``vllm``, ``sglang``, ``atropos`` (token servers) or ``chat``.
         tokenizer: For token servers: an HF name or directory; ``None``: the built-in Qwen.
-        api_key_env: The variable the API key is read from, never the key itself: a config
-            travels to other processes and into logs.
+        api_key_env: The variable holding the API key; never the key, which would travel.
     """
 
     environments: tuple[str, ...]

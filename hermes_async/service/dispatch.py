@@ -160,12 +160,10 @@ class DispatchOptions:
     """How a dispatcher spreads groups and what it does when a worker is lost.
 
     Attributes:
-        max_per_worker: Groups in flight per worker; more wait for a slot.
         retry_elsewhere: Send a lost group to another worker while its deadline leaves
             ``min_retry_seconds``.
         answer_grace_seconds: How long past the deadline the driver waits for the worker's
             own answer before failing the group itself.
-        revive_after_seconds: A dead worker is tried again after this long.
     """
 
     max_per_worker: int = 16
@@ -350,10 +348,7 @@ class GroupDispatcher:
         *,
         on_result: Callable[[GroupResult], object] | None = None,
     ) -> list[GroupResult]:
-        """Run every request concurrently; their results in request order, each group once.
-
-        Args:
-            on_result: Called with each result as it comes.
+        """Run every request concurrently; results in request order, each group once.
 
         Raises:
             ValueError: Two requests share a group id.

@@ -184,16 +184,11 @@ class RayWorker:
 
 
 class RayWorkerPool:
-    """N rollout worker actors and the dispatcher over them (asyncio only).
+    """N rollout worker actors and the dispatcher over them (asyncio only; ``ray.init`` is yours).
 
-    Use as ``async with RayWorkerPool(config, workers=4) as pool:``. ``ray.init`` is the
-    caller's.
-
-    Args:
-        num_cpus: Ray CPUs per actor (placement only).
-        name_prefix: Actors are named ``<name_prefix>-<i>``; stable names let a restarted
-            worker find its predecessor's root.
-        actor_options: More ``.options(...)`` for every actor (default: spread over nodes).
+    Use as ``async with RayWorkerPool(config, workers=4) as pool:``. Actors are named
+    ``<name_prefix>-<i>``: stable names let a restarted worker find its predecessor's root.
+    ``num_cpus`` only places them; ``actor_options`` default to spreading over nodes.
     """
 
     def __init__(

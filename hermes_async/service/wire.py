@@ -91,10 +91,8 @@ class GroupRequest:
     """One group asked of a worker.
 
     Attributes:
-        item: The environment's item (JSON), handed to its task factory.
         deadline: Unix time the answer is due: the group, or a ``failed`` result.
         group_id: A worker refuses an id it is still running; a driver reports each id once.
-        policy_version: Echoed in the result.
         include_messages: Return each rollout's conversation (redacted) too.
     """
 
@@ -137,8 +135,8 @@ class GroupRequest:
         """Check a decoded request against ``bounds`` (``now``: Unix time, default the clock).
 
         Raises:
-            RequestError: A bad field (400), another wire version (422), an item over
-                ``max_item_bytes`` (413), or a deadline passed or too far ahead (400).
+            RequestError: A bad field (400), another wire version (422), an item too large
+                (413), or a deadline passed or too far ahead (400).
         """
         if not isinstance(obj, dict):
             raise RequestError(f"a group request is a JSON object, got {type(obj).__name__}")
@@ -224,13 +222,9 @@ _REQUEST_FIELDS = frozenset(GroupRequest.__dataclass_fields__) | {"wire"}
 class RolloutRecord:
     """One rollout of a :class:`GroupResult`: its training rows, reward and failure.
 
-    Attributes:
-        masks: The id where the policy sampled it, ``-100`` elsewhere.
-        logprobs: The sampled logprob, ``1.0`` at masked positions.
-        trainable: Exact (Phase 2) tokens.
-        attempt: 1-based.
-        stale_masked_tokens: Positions masked for age.
-        messages: The conversation, redacted, only when asked for.
+    ``masks`` hold the id where the policy sampled it and ``-100`` elsewhere; ``logprobs``
+    hold ``1.0`` at masked positions; ``trainable`` means exact (Phase 2) tokens;
+    ``messages`` travel, redacted, only when asked for.
     """
 
     task_id: str
@@ -330,11 +324,8 @@ class GroupResult:
 
     Attributes:
         outcome: ``ok``, ``retried``, ``zeroed``, ``masked``, ``stale`` or ``failed``.
-        failure: Why a ``failed`` group has no rollouts: ``agent_timeout``, ``infra`` or
-            ``cancelled``.
-        failure_counts: Failures per category over every attempt.
+        failure: Why a ``failed`` group has none: ``agent_timeout``, ``infra`` or ``cancelled``.
         worker: The worker that answered ("" when the driver made the result itself).
-        attempts: Workers the group was sent to.
     """
 
     group_id: str

@@ -1,13 +1,9 @@
 """The ``terminal`` tool: run a shell command in the rollout's sandbox.
 
-Results have the reference's shape::
-
-    {"output": "hello\\n", "exit_code": 0, "error": null}
-    {"output": "partial...", "exit_code": 124, "error": "Command timed out after 5 seconds"}
-
-Output is ANSI-stripped and cut to head + tail past :data:`MAX_OUTPUT_CHARS`. Each command
-runs in a fresh shell; the working directory carries over, environment variables do not.
-Why, the timeout rules and the deliberate differences from the reference:
+Results have the reference's shape (``{"output", "exit_code", "error"}``); output is
+ANSI-stripped and cut to head + tail past :data:`MAX_OUTPUT_CHARS`. Each command runs in a
+fresh shell; the working directory carries over, environment variables do not. Why, the
+timeout rules and the deliberate differences from the reference:
 docs/decisions/003-terminal-session-state.md.
 """
 
@@ -336,7 +332,7 @@ async def run_in_session(
     Raises:
         SandboxError: The sandbox cannot be reached.
 
-    **Cancellation**: the command's process group is killed; the session's directory is unchanged.
+    **Cancellation**: the process group is killed; the session's directory is unchanged.
     """
     if workdir or not _tracks_cwd(sandbox):
         return await sandbox.exec(

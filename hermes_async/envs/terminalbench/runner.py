@@ -59,11 +59,9 @@ class PassOptions:
     Attributes:
         agent: ``model``, ``oracle`` or ``null``.
         attempts: Trials per task (pass@k up to k = attempts).
-        network_tasks: ``skip``: a task that needs a network it lacks is a
-            ``needs_network`` row; ``run``: it runs on the configured network, and says so.
-        image_map: Image names replaced before use (see :mod:`.images`).
-        build_network: Image builds reach a network, so a Dockerfile that installs packages
-            is no reason to skip.
+        network_tasks: ``skip`` makes a task that needs a missing network a
+            ``needs_network`` row; ``run`` runs it on the configured network, and says so.
+        build_network: Image builds reach a network, so installing packages is no reason to skip.
     """
 
     agent: AgentKind = "oracle"
@@ -83,11 +81,8 @@ class PassOptions:
 
 @dataclass(frozen=True, slots=True)
 class TaskRun:
-    """One trial and what goes into its folder.
-
-    Attributes:
-        messages: The conversation (model), or the oracle's prompt and output.
-        verifier_tar: ``/logs/verifier`` as a tar, when it could be copied.
+    """One trial and what goes into its folder: ``messages`` (the conversation, or the oracle's
+    prompt and output) and ``verifier_tar`` (``/logs/verifier``, when it could be copied).
     """
 
     trial: TrialResult

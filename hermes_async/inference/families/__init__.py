@@ -1,12 +1,10 @@
 """Model families end to end: an offline tokenizer directory per family.
 
-Each directory carries a chat template in the family's documented format, its end-of-turn
-tokens and its parser. :func:`family_tokenizer_dir` writes one that loads with
-``AutoTokenizer``, vLLM's ``--tokenizer`` or atroposlib; :func:`load_family_tokenizer` gives
-the loop's :class:`FamilyTokenizer`. The family table and the templates that cannot be
-extended turn by turn are in docs/architecture.md ("Model families").
-
-Everything here blocks (~1-4 s on first build): call it at setup time.
+Each directory carries the family's chat template, end-of-turn tokens and parser.
+:func:`family_tokenizer_dir` writes one (loadable by ``AutoTokenizer``, vLLM and
+atroposlib); :func:`load_family_tokenizer` gives the loop's :class:`FamilyTokenizer`.
+Blocking (~1-4 s on first build): call it at setup time. The family table and the
+templates that cannot be extended turn by turn: docs/architecture.md, "Model families".
 """
 
 from __future__ import annotations
@@ -58,10 +56,9 @@ class ModelFamily:
     """One model family's tokenizer layout.
 
     Attributes:
-        vocab: Where the vocabulary comes from: ``qwen``, ``deepseek`` (real) or ``bpe``.
-        template: The chat template file in ``families/templates`` (``None``: built-in ChatML).
+        vocab: ``qwen``, ``deepseek`` (real vocabularies) or ``bpe`` (a small trained one).
+        template: The template file in ``families/templates`` (``None``: built-in ChatML).
         end_of_turn: The tokens that end a model turn; the first becomes ``eos_token``.
-        specials: Special tokens, added to a small BPE or checked in a real one.
         arguments_as_objects: The template iterates over arguments (GLM), so argument
             strings are decoded before rendering.
     """
@@ -278,10 +275,8 @@ def is_family_dir(directory: str | os.PathLike[str]) -> bool:
 def family_tokenizer_dir(name: str, directory: str | os.PathLike[str] | None = None) -> Path:
     """The tokenizer directory of family ``name``, built offline on first use (blocking).
 
-    Reused while its stamp (vocabulary, special tokens, template) matches; written atomically.
-
-    Args:
-        directory: Default ``default_tokenizer_cache_dir() / "family-<name>"``.
+    Reused while its stamp matches; written atomically. Default location:
+    ``default_tokenizer_cache_dir() / "family-<name>"``.
 
     Raises:
         ConfigError: Unknown family, a missing package (the ``families`` extra), or an
@@ -452,10 +447,7 @@ class FamilyTokenizer(HFTokenizer):
 def load_family_tokenizer(
     name: str, directory: str | os.PathLike[str] | None = None, **variables: JSON
 ) -> FamilyTokenizer:
-    """Build (once) and load family ``name``'s tokenizer (blocking; setup time).
-
-    Args:
-        **variables: Template variables, e.g. ``enable_thinking=False``.
+    """Build (once) and load family ``name``'s tokenizer; ``variables`` go to the template.
 
     Raises:
         ConfigError: As for :func:`family_tokenizer_dir`.

@@ -243,15 +243,14 @@ def checked_members(
 def extract_tar_file(archive: str, dest: str, *, workdir: str | None = None) -> list[ExtractedFile]:
     """Check, then extract the tar file ``archive`` into directory ``dest`` (host side).
 
-    Extracts into a fresh sibling directory, then renames it to ``dest`` or merges into it
-    entry by entry (a file never replaces a directory). The sibling is always removed.
+    Extracts into a fresh sibling, then renames it to ``dest`` or merges entry by entry (a
+    file never replaces a directory). The sibling is always removed.
 
     Returns:
-        ``(path relative to dest, size)`` of every regular file extracted, in archive order.
+        ``(path relative to dest, size)`` of every regular file, in archive order.
 
     Raises:
         ValueError: A member is unsafe, or not a tar archive (nothing written).
-        OSError: The destination cannot be written or merged into.
     """
     dest = os.path.abspath(dest)
     parent = os.path.dirname(dest)

@@ -98,8 +98,7 @@ def _marker(sandbox_dir: str) -> str | None:
 async def claim_root(parent: str, name: str) -> str:
     """Make ``parent/name`` this process's own root, sweeping a dead owner's leftovers first.
 
-    Args:
-        name: The owner's name, stable across its restarts.
+    ``name`` is the owner's, stable across its restarts.
 
     Raises:
         ConfigError: A live process owns that root (two workers with one name), or the
