@@ -1,10 +1,7 @@
 """What every HTTP user in hermes_async shares: TLS trust, the close bound, URL redaction.
 
-The model-server clients, the web tools and the reachability probe each used to carry
-their own copy of these; now there is one :func:`default_ssl_context` (system store plus
-certifi, built once per process, never modified), one :data:`CLOSE_GRACE_SECONDS`, one
-:func:`aclose_httpx_stream`, and :func:`redact_url` / :func:`redact_urls` (from
-``hermes_async._redact``) to take credentials out of URLs before a message is built.
+One :func:`default_ssl_context`, one :data:`CLOSE_GRACE_SECONDS`, one
+:func:`aclose_httpx_stream`, and :func:`redact_url` / :func:`redact_urls` for messages.
 """
 
 from __future__ import annotations

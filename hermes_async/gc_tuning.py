@@ -1,10 +1,8 @@
 """Fit CPython's cyclic garbage collector to thousands of concurrent rollouts.
 
-Parked rollouts hold ~0.5 M tracked objects but make almost no cyclic garbage, so default
-collections are pure event-loop lag. :func:`tune_gc_for_rollouts` freezes the start-up heap
-and raises the young threshold ~70x. Process-wide, so never applied on import: the demo and
-``HermesAgentBaseEnv`` apply it; embedders call it once. Measurements and the rejected
-clocked collector: docs/decisions/005-gc-tuning.md.
+:func:`tune_gc_for_rollouts` freezes the start-up heap and raises the young threshold.
+Process-wide, so never applied on import. Measurements and the rejected alternative:
+docs/decisions/005-gc-tuning.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Named, resizable, observable capacity limiters, and an event-loop lag monitor.
 
-Every shared resource a rollout touches (model requests, sandbox creation, sandbox
-commands, tool calls) is gated by one named limiter. They live on one :class:`Limits`
-object passed down explicitly, never a module global, so two environments or two tests
-never share capacity by accident. Limiters resize while running
-(:meth:`NamedLimiter.set_total`). The defaults and their measurements are in
-``docs/decisions/002-limiter-defaults.md``.
+Each shared resource is gated by one named limiter on a :class:`Limits` object passed down
+explicitly, never global, so two environments never share capacity by accident. The
+defaults and their measurements: ``docs/decisions/002-limiter-defaults.md``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """A rollout's view of its sandbox that notices when the sandbox is lost.
 
-Tools turn a ``SandboxError`` into a message for the model, as they must. But a lost
-sandbox says nothing about the policy. :class:`WatchedSandboxes` forwards everything and
-turns the first ``SandboxError`` into an ``infra`` failure that aborts the loop, so a retry
-on a fresh sandbox starts at once; other exceptions pass through.
-
-Invariant: provisioning belongs to the rollout, not to the tool call that triggers it. The
-first ``get`` creates the sandbox in a task of the rollout's task group, so a tool timeout
-abandons only the wait; a slow backend is an infra failure, not a string of tool timeouts.
+Tools turn a ``SandboxError`` into a message for the model; :class:`WatchedSandboxes` also
+turns the first one into an ``infra`` failure that aborts the loop, so a retry on a fresh
+sandbox starts at once. Invariant: provisioning belongs to the rollout, not to the tool
+call that triggers it, so a tool timeout abandons only the wait, never the creation.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``MyEnv.cli()``: atroposlib's command line, checked before it starts and quiet when it fails.
 
-Every ``--env.*`` / ``--openai.*`` flag and ``--config`` YAML key must be a field, else one
-line names the closest and the exit status is 2 (argparse took any prefix, and atroposlib
-then dropped the value). atroposlib's config dump shows only with ``--verbose``. A
-``HermesAsyncError`` ends the run with one line and status 1. ``process`` and ``evaluate``
-keep ``config_init``'s ``use_wandb`` unless the command line or YAML sets it.
+An unknown ``--env.*`` / ``--openai.*`` flag or YAML key is one line naming the closest
+field, exit status 2 (argparse took any prefix and atroposlib dropped the value). A
+``HermesAsyncError`` is one line, status 1. ``--verbose`` shows dumps and tracebacks.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Start-up checks: a run whose configuration or infrastructure is broken fails before rollout one.
 
-:func:`preflight` checks the parser, the toolsets, the sandbox backend and the model
-servers; each failure names the setting and the fix. Configuration checks are pure;
-backend and server checks are bounded (~10 s), so a run against a stopped engine exits
-within seconds. The table of checks and why an enabled toolset must offer all its tools:
-docs/decisions/007-start-up-checks.md.
+Parser, toolsets, sandbox backend and model servers; each failure names the setting and
+the fix, within seconds. The checks and their reasons: docs/decisions/007-start-up-checks.md.
 """
 
 from __future__ import annotations

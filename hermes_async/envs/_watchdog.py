@@ -1,10 +1,8 @@
 """A watchdog for the entry points: when nothing finishes for a while, say what the run waits on.
 
-Some waits cannot have a deadline, mostly atroposlib's (polling for the trainer, wandb,
-``get_next_item``), and a hang there used to be silent (peers lost 29 hours to one).
-Code registers its waits (:meth:`Watchdog.waiting`) and progress; a task logs every wait
-with its age, the limiters and the sandboxes whenever nothing finished for ``interval``
-seconds. It only reports, never cancels: a slow run is not a broken one.
+Some waits cannot have a deadline (mostly atroposlib's), and a hang there used to be
+silent: peers lost 29 hours to one. The watchdog logs every registered wait, the limiters
+and the sandboxes after ``interval`` seconds without progress. It never cancels anything.
 """
 
 from __future__ import annotations

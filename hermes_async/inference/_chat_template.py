@@ -1,11 +1,8 @@
 """The project's ChatML + hermes ``<tool_call>`` chat template and a sandboxed Jinja2 renderer.
 
-The template text is ``chat_template.jinja`` next to this module. The renderer mirrors
-transformers' ``apply_chat_template`` environment, so an HF-style template renders the same
-here and there. Invariant: for every assistant message ``messages[k]``,
-``render(messages[:k], add_generation_prompt=True)`` is a prefix of ``render(messages)``.
-The text contract the agent loop relies on: docs/architecture.md, "The built-in chat
-template".
+The renderer mirrors transformers' ``apply_chat_template`` environment. Invariant: for an
+assistant message ``messages[k]``, ``render(messages[:k], add_generation_prompt=True)`` is
+a prefix of ``render(messages)``. The text contract: docs/architecture.md.
 """
 
 from __future__ import annotations

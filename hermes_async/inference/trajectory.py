@@ -1,13 +1,9 @@
 """Exact token bookkeeping for one Phase 2 rollout.
 
-A rollout's tokens are built, never re-tokenized, from segments: ``prompt`` (the first
-rendered prompt), ``completion`` (exactly the ids the server sampled, with logprobs and
-the policy version that sampled them) and ``suffix`` (what the loop renders between
-completions). Only completions are trained. A generation resumed under another version is
-split at the resumed request's first token, so each token carries its own version.
-
-Masks follow Atropos (``-100`` where not trained); logprobs follow the reference's
-ManagedServer node (``1.0`` where not trained).
+Tokens are built, never re-tokenized, from ``prompt``, ``completion`` (the sampled ids,
+their logprobs and policy version; the only trained segments) and ``suffix`` segments. A
+resumed generation splits where its version changed. Masks follow Atropos (``-100``),
+logprobs the reference's ManagedServer node (``1.0`` where not trained).
 """
 
 from __future__ import annotations

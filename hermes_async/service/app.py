@@ -1,11 +1,8 @@
 """The worker's HTTP API: a plain ASGI app over one :class:`RolloutWorker`.
 
-``POST /groups`` takes a :class:`GroupRequest` and answers its :class:`GroupResult`; with
-``Accept: application/x-ndjson`` it streams a line per finished rollout, then the result.
-``GET /health`` (503 while draining), ``GET /statistics`` and ``POST /drain`` (202) manage
-the worker. A request the worker cannot take gets a 4xx or 503 ``{"error", "status"}`` and
-the worker goes on; bodies are read under ``max_body_bytes``. A client that disconnects
-cancels its group.
+``POST /groups`` (optionally NDJSON, a line per rollout), ``GET /health``,
+``GET /statistics``, ``POST /drain``. A refused request gets a 4xx or 503 and the worker
+goes on; bodies are bounded; a client that disconnects cancels its group.
 """
 
 from __future__ import annotations

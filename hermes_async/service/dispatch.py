@@ -1,12 +1,8 @@
 """The driver's side: spread groups over workers, and answer every group by its deadline.
 
-:class:`GroupDispatcher` sends each :class:`GroupRequest` to the least-loaded live worker
-under ``max_per_worker``, over any :class:`WorkerHandle` (:class:`HTTPWorker` here, the Ray
-actor in :mod:`hermes_async.service.ray`).
-
 Invariant: every request gets exactly one :class:`GroupResult` by its deadline plus
-``answer_grace_seconds``. A lost group goes to another worker while the deadline allows,
-else it is ``failed`` (``infra``); a late one is ``failed`` (``agent_timeout``) and cancelled.
+``answer_grace_seconds``. A lost group goes to another worker while time allows, else it
+is ``failed`` (``infra``); a late one is ``failed`` (``agent_timeout``) and cancelled.
 """
 
 from __future__ import annotations

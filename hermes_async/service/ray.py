@@ -1,11 +1,8 @@
 """The rollout worker as async Ray actors, and the driver's pool of them.
 
-:class:`RolloutWorkerActor` opens a ``RolloutWorker`` on the actor's own event loop and
-holds it until ``close``; ``run_group`` calls run on it as the HTTP service's requests do.
-:class:`RayWorkerPool` starts N actors and dispatches groups with
-:class:`~hermes_async.service.dispatch.GroupDispatcher`. ``ray.cancel`` of a call cancels
-the group in the worker's task group, so its sandbox cleanup runs. Ray is the ``ray``
-extra; asyncio only. One call per group, one JSON bytes object back.
+Each actor holds a ``RolloutWorker`` on its own loop; :class:`RayWorkerPool` dispatches
+groups to them. ``ray.cancel`` cancels a group in its worker's task group, so cleanup
+runs. The ``ray`` extra; asyncio only.
 """
 
 from __future__ import annotations

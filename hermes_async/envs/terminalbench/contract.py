@@ -1,13 +1,9 @@
 """The Harbor runtime contract as pure decisions: steps, reward files, statuses.
 
-No I/O here; :mod:`.trial` runs the steps on a project sandbox. One trial: setup (log
-folders, as root), agent, collect hooks, prepare (stop the agent's processes, empty
-``/tests`` and ``/logs/verifier``), verify (``bash /tests/test.sh``), score (``reward.json``
-or ``reward.txt``, read back bounded).
-
+:mod:`.trial` runs the steps on a sandbox: setup, agent, collect, prepare, verify, score.
 Invariant: a missing, unreadable, non-finite or out-of-range reward is a ``verifier``
-failure with no reward, never 0 and never the test script's exit code. Reasons:
-``docs/decisions/039-terminal-bench.md``.
+failure with no reward, never 0 and never ``test.sh``'s exit code.
+Reasons: ``docs/decisions/039-terminal-bench.md``.
 """
 
 from __future__ import annotations

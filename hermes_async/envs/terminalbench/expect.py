@@ -1,11 +1,9 @@
 """What a harness check expects of a trial (pure): the oracle pass table's rules.
 
-* A real task: ``oracle`` scores 1.0 with status ``ok``; ``null`` scores its floor
-  (``[metadata].null_floor``, default 0.0) with status ``ok``.
-* A negative fixture (``tags`` holds ``"negative"``) says what its ``oracle`` run must end
-  as in ``[metadata]``: ``expect_status`` (default ``ok``), ``expect_reward`` (absent: the
-  reward must be null) and ``expect_error`` (a substring of the error). Fixtures are not
-  run with ``null`` and never count in a pass rate.
+A real task: ``oracle`` scores 1.0 and ``null`` its ``[metadata].null_floor`` (0.0), both
+``ok``. A negative fixture (tag ``"negative"``) states its oracle outcome in
+``[metadata]`` (``expect_status``, ``expect_reward``, ``expect_error``); fixtures never run
+with ``null`` nor count in a pass rate.
 """
 
 from __future__ import annotations

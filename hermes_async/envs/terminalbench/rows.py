@@ -1,10 +1,8 @@
 """The Hermes dataset row format (``NousResearch/terminal-bench-2``), read from local files.
 
-One row per task, from JSONL or Parquet (extra ``terminalbench``); ``solution_tar`` is this
-project's extension. Each row is materialised once per content into an ordinary task folder
-under a cache directory, so everything downstream sees one format. Archives are extracted
-under :mod:`hermes_async.tools.sandbox.archive`'s rules; a row that breaks one is invalid
-and nothing is kept.
+Rows (JSONL or Parquet) are materialised once per content into ordinary task folders in a
+cache, so everything downstream sees one format. A row whose archive breaks
+:mod:`hermes_async.tools.sandbox.archive`'s rules is invalid; nothing of it is kept.
 """
 
 from __future__ import annotations

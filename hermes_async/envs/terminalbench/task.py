@@ -1,11 +1,9 @@
 """Harbor task folders: the task model and the ``task.toml`` parser (schemas 1.0 to 1.4).
 
-A task folder holds ``task.toml``, ``instruction.md``, ``environment/``, ``tests/test.sh``
-and optionally ``solution/solve.sh``. Deprecated spellings are normalised, unknown keys
-ignored, and features we cannot run (compose, separate verifiers, ``[[steps]]``) refused by
-name. Every requested value has an operator maximum (:class:`TaskLimits`); a larger one is
-clamped and recorded in :attr:`HarborTask.clamped`. A bad task is a :class:`TaskError` for
-that task only. Design notes: ``docs/decisions/039-terminal-bench.md``.
+Unknown keys are ignored and features we cannot run (compose, ``[[steps]]``) refused by
+name. Every requested value is clamped to an operator maximum (:class:`TaskLimits`) and
+the clamp recorded. A bad task is a :class:`TaskError` for that task only.
+Design notes: ``docs/decisions/039-terminal-bench.md``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Model families end to end: an offline tokenizer directory per family.
 
-Each directory carries the family's chat template, end-of-turn tokens and parser.
-:func:`family_tokenizer_dir` writes one (loadable by ``AutoTokenizer``, vLLM and
-atroposlib); :func:`load_family_tokenizer` gives the loop's :class:`FamilyTokenizer`.
-Blocking (~1-4 s on first build): call it at setup time. The family table and the
-templates that cannot be extended turn by turn: docs/architecture.md, "Model families".
+Each holds the family's chat template, end-of-turn tokens and parser. Blocking: call it at
+setup time. The family table and template caveats: docs/architecture.md, "Model families".
 """
 
 from __future__ import annotations
