@@ -1,13 +1,8 @@
-"""A stand-in ``apptainer`` executable: the CLI subset the singularity backend uses, on host processes::
+"""A stand-in ``apptainer`` executable: the CLI subset the singularity backend uses, on host processes.
 
-    launcher = write_launcher(tmp_path / "bin", state_dir=tmp_path / "instances")
-    backend = ApptainerBackend(ApptainerSandboxConfig(executable=str(launcher), ...))
-
-It implements ``--version``, ``instance start`` (a marked ``sleep`` as init; test flags
-``--standin-start-delay`` and ``--standin-fail``), ``instance list``, ``exec`` (replaces
-itself with the program, in ``PATH``, ``HOME`` and ``APPTAINERENV_*``) and ``instance
-stop`` (TERM, 5 s, KILL by marker). It does not model isolation: commands see this host's
-files, processes and network, so tests point ``workdir`` and ``home`` at private folders.
+:func:`write_launcher` writes it; pass its path as ``ApptainerSandboxConfig(executable=...)``.
+It models the CLI (``instance start/list/stop``, ``exec``), not isolation: commands see
+this host, so tests point ``workdir`` and ``home`` at private folders.
 """
 
 from __future__ import annotations

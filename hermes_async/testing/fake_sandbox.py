@@ -1,15 +1,11 @@
-"""FakeSandbox: an in-memory sandbox with scripted commands, latency and fault injection.
-
-For deterministic tests of the loop, the tools and a reward function::
+"""FakeSandbox: an in-memory sandbox with scripted commands, latency and fault injection::
 
     fake = FakeSandbox(exec_script={"pytest -q": ExecResult("1 passed", "", 0)})
     async with SandboxManager(FakeSandboxFactory(sandbox=fake)) as manager:
         ...
 
-Latency is ``anyio.sleep``, so under trio's ``MockClock(autojump_threshold=0)`` it costs
-nothing. Faults: failing or hanging creation, exec errors or hangs, death
-(:meth:`FakeSandbox.die`, ``dies_after_execs``) and slow closes. Files are a dict; archives
-are real tar data. Every exec is recorded in :attr:`FakeSandbox.calls`.
+Latency is ``anyio.sleep``, free under trio's ``MockClock``. Every exec is recorded in
+:attr:`FakeSandbox.calls`.
 """
 
 from __future__ import annotations

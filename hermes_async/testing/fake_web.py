@@ -1,16 +1,9 @@
 """Fakes for testing code that uses the web tools without touching the network.
 
-:class:`FakeResolver` answers lookups from a table. :class:`LoopbackOnlyTransport` reaches
-only 127.0.0.0/8 (declared routes map "public" IPs onto loopback servers) and records any
-other attempt, so even a broken SSRF guard sends nothing out. :class:`FakeWebProvider` is
-an ASGI app playing Firecrawl, Tavily or Exa::
-
-    async with open_loopback_server(FakeWebProvider("tavily")) as base_url:
-        transport = LoopbackOnlyTransport()
-        settings = WebSettings(tavily_api_key="tvly-test", tavily_url=base_url,
-                               transport=transport)
-        ...
-        transport.assert_no_violations()
+:class:`FakeResolver` answers lookups from a table; :class:`LoopbackOnlyTransport`
+reaches only 127.0.0.0/8 and records any other attempt, so even a broken SSRF guard sends
+nothing out; :class:`FakeWebProvider` is an ASGI app playing Firecrawl, Tavily or Exa
+(serve it with :func:`hermes_async.testing.http.open_loopback_server`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Serve an ASGI app to httpx clients in tests: over real loopback HTTP, or in-process.
 
-:func:`open_loopback_server` runs the app under hypercorn on ``127.0.0.1`` on the current
-backend; use it when the test needs real sockets. :func:`open_asgi_transport` calls the app
-in-process and streams: chunks reach the client as the app sends them, and closing the
-response early delivers ``http.disconnect``. ``httpx.ASGITransport`` (0.28) buffers the
-whole body instead, so a stalled stream blocks the request and no read timeout applies.
+:func:`open_asgi_transport` streams, unlike ``httpx.ASGITransport`` (0.28), which buffers
+the whole body: a stalled stream would block the request and no read timeout apply.
 """
 
 from __future__ import annotations

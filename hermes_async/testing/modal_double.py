@@ -1,12 +1,8 @@
 """A double of the part of modal 1.6's async API the Modal backend uses, for offline tests.
 
-Pass a :class:`FakeModal` as ``ModalBackend(modal=...)``. It mirrors modal's names
-(``App.lookup``, ``Image.from_registry``, ``Sandbox.create``, ``sb.exec``, ``sb.filesystem``,
-``sb.terminate``); the blocking forms raise, since async code must never use them.
-Commands really run as local subprocesses, so the backend's process-group and kill logic
-is exercised; ``terminate`` kills them all. Faults per operation name: ``hang={...}``
-(an offline Modal call waits ~57 s) and ``fail={op: exc}``. Counters such as
-``max_creates_in_flight`` check the backend's rate limiter.
+Pass a :class:`FakeModal` as ``ModalBackend(modal=...)``. Commands run as local
+subprocesses, so the backend's kill logic is exercised. Faults per operation name:
+``hang={...}`` (an offline Modal call waits ~57 s) and ``fail={op: exc}``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """A conformance suite every sandbox backend runs (local, Docker, Modal, yours).
 
-Each check is an ``async (sandbox) -> None`` that raises ``AssertionError`` on a violation.
-It gets a fresh, open sandbox and leaves closing it to the caller::
-
-    @pytest.mark.parametrize("check", CONFORMANCE_CHECKS.values(), ids=CONFORMANCE_CHECKS.keys())
-    async def test_conformance(check):
-        async with await my_factory("conformance") as sandbox:
-            await check(sandbox)
-
-or all at once with :func:`run_conformance`. The sandbox needs ``sh``, ``bash``, ``tar``,
-``setsid``, ``mkfifo``, ``head`` and ``sleep`` (any Debian/Ubuntu image).
+Each check in :data:`CONFORMANCE_CHECKS` is an ``async (sandbox) -> None`` that raises
+``AssertionError``; give each a fresh sandbox and close it after, or call
+:func:`run_conformance`. The sandbox needs ``sh``, ``bash``, ``tar``, ``setsid``,
+``mkfifo``, ``head`` and ``sleep`` (any Debian/Ubuntu image).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``search_files``: the shell command run inside the sandbox and the shaping of its output (pure).
 
-One script per call, run where the files are: ripgrep when the sandbox has ``rg``, else
-``grep -r``, and ``find`` for names. User values reach the shell through ``shlex.quote``.
-The script prints ``@engine`` and ``@total`` marker lines, then the engine's capped output;
-content records are ``path\\0<line>:<text>`` (a NUL, since paths may hold ``:``). ripgrep
-skips hidden and git-ignored files and uses Rust regexes; grep uses POSIX ERE.
+One script per call, where the files are: ripgrep if present, else ``grep -r``, and
+``find`` for names; user values pass through ``shlex.quote``. Content records are
+``path\\0<line>:<text>``: a NUL, since paths may hold ``:``.
 """
 
 from __future__ import annotations
@@ -66,7 +64,12 @@ def _name_test(pattern: str) -> str:
 
 
 def build_search_script(req: SearchRequest) -> str:
-    """The shell script that performs ``req`` inside the sandbox (see the module docstring)."""
+    """The shell script that performs ``req`` inside the sandbox.
+
+    It prints ``@engine`` and (content mode) ``@total`` lines, then the engine's capped
+    records. ripgrep skips hidden and git-ignored files and uses Rust regexes; grep searches
+    all but ``.git`` with POSIX ERE.
+    """
     p = shell_path(req.path)
     missing = f'if [ ! -e {p} ]; then echo "@missing"; exit 0; fi\n'
     if req.target == "files":

@@ -3,18 +3,13 @@
     *** Begin Patch
     *** Update File: src/app.py
     @@ def main():
-         setup()
     -    run(debug=True)
     +    run(debug=False)
-    *** Add File: notes/todo.txt
-    +first line
     *** Delete File: old.txt
     *** End Patch
 
-``*** Move to:`` after ``*** Update File:`` renames; ``*** End of File`` anchors a hunk at
-the end. A hunk matches its context and removed lines as consecutive file lines, searched
-from the previous hunk (or its ``@@`` hint), then from the top, ever more leniently about
-whitespace and typographic quotes. A hunk that does not match names the file and line.
+A hunk matches as consecutive lines, from the previous hunk or its ``@@`` hint, then
+from the top, ever more lenient about whitespace and quotes.
 """
 
 from __future__ import annotations
@@ -151,7 +146,8 @@ class _Builder:
 def parse_patch(text: str) -> list[FileOp]:
     """Parse V4A patch text into file operations.
 
-    Missing Begin/End markers, context lines without their leading space and
+    Also reads ``*** Add File:``, ``*** Move to:`` (a rename) and ``*** End of File`` (anchors
+    a hunk at the end). Missing Begin/End markers, context lines without their space and
     ``\\ No newline at end of file`` are accepted, as the reference does.
 
     Raises:

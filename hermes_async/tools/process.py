@@ -1,10 +1,8 @@
 """The ``process`` tool: manage background processes started with ``terminal(background=true)``.
 
-Processes belong to the rollout's sandbox, so a rollout only sees its own. Actions
-``list``, ``poll``, ``log``, ``wait``, ``kill``, ``write``, ``submit`` and ``close`` answer
-in the reference's shapes (docs/architecture.md, "The process tool's results"). Output
-is a bounded ring on disk; ``wait`` is clamped to the terminal timeout, and cancelling it
-leaves the process running.
+A rollout sees only its own sandbox's processes. Results keep the reference's shapes
+(docs/architecture.md, "The process tool's results"); cancelling ``wait`` leaves the
+process running.
 """
 
 from __future__ import annotations

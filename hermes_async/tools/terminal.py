@@ -1,10 +1,8 @@
 """The ``terminal`` tool: run a shell command in the rollout's sandbox.
 
-Results have the reference's shape (``{"output", "exit_code", "error"}``); output is
-ANSI-stripped and cut to head + tail past :data:`MAX_OUTPUT_CHARS`. Each command runs in a
-fresh shell; the working directory carries over, environment variables do not. Why, the
-timeout rules and the deliberate differences from the reference:
-docs/decisions/003-terminal-session-state.md.
+Results keep the reference's shape. Each command runs in a fresh shell; the working
+directory carries over, environment variables do not (why, and the timeout rules:
+docs/decisions/003-terminal-session-state.md).
 """
 
 from __future__ import annotations

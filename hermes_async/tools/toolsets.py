@@ -1,12 +1,8 @@
 """Toolsets and toolset distributions, with the reference's names and numbers.
 
-A toolset is a named group of tool names; a composite includes others. A distribution
-gives each toolset an inclusion probability; an environment samples one set per group, so
-a group's rollouts see the same tools. Toolsets we do not implement (``vision``) or that
-cannot exist in RL (``memory``) stay valid names, because the reference's distributions
-mention them: their tools are unregistered (or answer
-:data:`~hermes_async.tools.registry.NOT_AVAILABLE_IN_RL`). ``browser`` needs the
-``browser`` extra and Chromium.
+A distribution gives each toolset an inclusion probability, sampled once per group.
+Toolsets we do not implement (``vision``) or that cannot exist in RL (``memory``) stay
+valid names because the reference's distributions mention them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The browser toolset: the reference's ``browser_*`` tools in a real headless Chromium.
 
-:class:`BrowserManager` runs one browser with a context per rollout, restarted after a
-crash; :data:`TOOLS` are the ten tools; :class:`BrowserSettings` holds the executable, SSRF
-allowlist, timeouts and caps. Every request the page makes goes through the web tools'
-SSRF guard; Chromium cannot reach anything by itself. Needs the ``browser`` extra
-(Playwright, asyncio only) and a system Chromium; without them the tools are not offered.
+Every request the page makes goes through the web tools' SSRF guard. Needs the
+``browser`` extra (Playwright, asyncio only) and a system Chromium; without them the
+tools are not offered.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Accessibility snapshots for the model: stable ``@eN`` refs, a compact view, a length cap.
 
-Playwright's AI snapshot (``aria_snapshot(mode="ai")``) is a YAML outline with a ref per
-element (``- link "About" [ref=f2e3]``), prefixed per document. :class:`RefTable` renames
-refs to the reference's ``e1, e2, ...``: stable within a document, restarted when the main
-document changes, resolvable back for ``aria-ref=`` locators. The compact view drops
-unnamed layout containers and cursor hints. Pure, so tested without a browser.
+:class:`RefTable` renames Playwright's per-document refs (``f2e3``) to the reference's
+``e1, e2, ...``, stable within a document. Pure, so tested without a browser.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Group concurrent requests into batches: what arrives while a batch runs shares the next one.
 
-The local backend's close costs the same for any number of sandboxes (a ``/proc`` sweep, an
-``rm`` fork of ~3 ms). :class:`Batcher` serves a request by the first batch that starts
-after it; at most two batches exist, and no task is spawned: a requester does the work. If
-the runner is cancelled, the batch is abandoned and its waiters ask again. The work comes
-with each request, not the batcher: holding the owner's method would make a cycle.
+The local backend's close costs the same for any number of sandboxes (a ``/proc`` sweep,
+an ``rm`` fork). At most two batches exist and no task is spawned: a requester runs it.
 """
 
 from __future__ import annotations
@@ -30,7 +27,11 @@ class _Batch(Generic[T]):
 
 
 class Batcher(Generic[T]):
-    """Serve concurrent :meth:`submit` calls with as few runs of their work as possible."""
+    """Serve concurrent :meth:`submit` calls with as few runs of their work as possible.
+
+    The work comes with each request, not the batcher: holding the owner's method would make
+    a reference cycle per local sandbox factory.
+    """
 
     __slots__ = ("_next", "_running", "runs")
 

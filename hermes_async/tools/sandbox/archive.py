@@ -1,11 +1,8 @@
 """Tar archives at the sandbox boundary: the one safety check, the one extractor, building.
 
-Invariant: every archive that crosses into or out of a sandbox is checked member by member
-(:func:`check_member`, :func:`check_links`) before anything is written. Host-side extraction
-(:func:`extract_tar_file`) runs in a child process (:func:`main`), so this module imports
-only the standard library. Building: :func:`pack_files`, :func:`single_file_tar`,
-:func:`directory_tar`. The rules and why each exists: docs/security.md, "Archives at the
-sandbox boundary".
+Invariant: every archive crossing a sandbox boundary is checked member by member before
+anything is written. Host extraction runs in a child process, so this module imports only
+the standard library. Rules and reasons: docs/security.md, "Archives at the sandbox boundary".
 """
 
 from __future__ import annotations

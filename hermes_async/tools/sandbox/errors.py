@@ -1,9 +1,6 @@
 """The sandbox package's own errors: a sandbox that is gone, a transfer past its cap.
 
-Both derive from :class:`~hermes_async.errors.SandboxError` and are re-exported by
-:mod:`hermes_async.tools.sandbox`. A tool keeps two outcomes apart: a failed command
-(non-zero exit, timeout, OOM-killed process) is an ``ExecResult`` for the model and the
-sandbox remains; a gone sandbox (init or container died, the backend lost it) is
+A failed command is an ``ExecResult`` for the model; a gone sandbox is
 :class:`SandboxUnavailableError`, an ``infra`` failure of the rollout.
 """
 

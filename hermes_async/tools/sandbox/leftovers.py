@@ -1,10 +1,7 @@
 """Local sandboxes a crashed owner left behind: owned roots, and the sweep that finds them.
 
-A long-lived owner (a rollout worker) claims its own root under a shared parent
-(:func:`claim_root`). The root records its owner's process tag, so
-:func:`sweep_dead_roots` removes only roots whose owner is gone, killing what their
-sandboxes still run. Every worker sweeps its parent at start, so a restarted worker reaps
-its predecessor's sandboxes.
+A worker claims its own root (:func:`claim_root`), tagged with its process; a sweep
+removes only roots whose owner is gone. Workers sweep at start, reaping a predecessor's.
 """
 
 from __future__ import annotations

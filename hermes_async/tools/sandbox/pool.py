@@ -1,12 +1,7 @@
-"""Warm pools: sandboxes created before a rollout asks for one, handed out on demand::
-
-    async with SandboxManager(factory, pool=PoolOptions(size=8)) as manager:
-        manager.prewarm(spec)
-        sandbox = await manager.get("rollout-1")   # at once when the pool has one
+"""Warm pools: sandboxes created before a rollout asks for one, handed out on demand.
 
 Invariant: a handed-out sandbox passed its liveness check and is younger than ``max_age``;
-an empty pool means a cold create, never a wait for the filler. The filler is one task in
-the manager's task group. Decisions: docs/decisions/004-warm-pools.md.
+an empty pool means a cold create, never a wait. Decisions: docs/decisions/004-warm-pools.md.
 """
 
 from __future__ import annotations
