@@ -14,12 +14,7 @@ __all__ = ("fixup_module_metadata",)
 
 
 def fixup_module_metadata(module_name: str, namespace: Mapping[str, object]) -> None:
-    """Set ``__module__`` of every public class/function in ``namespace['__all__']``.
-
-    Only objects currently attributed to a *private* module (a dotted component starting with
-    ``_``) inside ``hermes_async`` are changed; an object re-exported from another public
-    module keeps its own public path.
-    """
+    """Set ``__module__`` of the public names in ``namespace['__all__']`` that a private module holds."""
     names: Iterable[str] = namespace.get("__all__", ())  # type: ignore[assignment]
     for name in names:
         obj = namespace.get(name)

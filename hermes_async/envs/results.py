@@ -43,10 +43,7 @@ class RolloutSummary:
 class EvalReport:
     """What :meth:`HermesAgentBaseEnv.run_agent_eval` measured.
 
-    Attributes:
-        metrics: ``eval/*`` metrics (also passed to ``evaluate_log``).
-        samples: One dict per item, as written to ``samples.jsonl``.
-        rollouts: One :class:`RolloutSummary` per item, in item order.
+    ``metrics`` are the ``eval/*`` metrics; ``samples`` are the ``samples.jsonl`` rows.
     """
 
     metrics: dict[str, float]

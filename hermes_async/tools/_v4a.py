@@ -67,14 +67,7 @@ class Hunk:
 
 @dataclass(frozen=True, slots=True)
 class FileOp:
-    """One file operation of a patch.
-
-    Attributes:
-        kind: ``"add"``, ``"update"`` or ``"delete"``.
-        hunks: For ``update``: the hunks, in order.
-        content: For ``add``: the new file's content.
-        move_to: For ``update``: the new path when the file is renamed.
-    """
+    """One file operation: ``hunks`` and ``move_to`` for an update, ``content`` for an add."""
 
     kind: Literal["add", "update", "delete"]
     path: str

@@ -43,12 +43,7 @@ __all__ = (
 
 @dataclass(frozen=True, slots=True)
 class LoadReport:
-    """What :func:`load_dataset` found.
-
-    Attributes:
-        tasks: The valid tasks, in dataset order (folders by name, rows in file order).
-        invalid: ``(name, reason)`` for every task that was skipped.
-    """
+    """What :func:`load_dataset` found: valid ``tasks`` in dataset order, and ``invalid`` ``(name, reason)`` pairs."""
 
     tasks: tuple[HarborTask, ...]
     invalid: tuple[tuple[str, str], ...]

@@ -28,12 +28,7 @@ _STATUSES: dict[str, TrialStatus] = {status: status for status in get_args(Trial
 
 @dataclass(frozen=True, slots=True)
 class Expectation:
-    """The outcome a trial must have.
-
-    Attributes:
-        reward: None: it must be null.
-        error_contains: A substring its error must contain (None: not checked).
-    """
+    """The outcome a trial must have; a None ``reward`` must be null, a None ``error_contains`` is unchecked."""
 
     status: TrialStatus
     reward: float | None

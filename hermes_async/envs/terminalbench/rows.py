@@ -76,11 +76,8 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class RawRow:
-    """A row as read from the file, before validation.
-
-    Attributes:
-        label: Its ``task_name``, else ``row <n>``.
-        data: The row's fields (None when the line was not a JSON object).
+    """A row as read from the file: ``label`` is its ``task_name`` or ``row <n>``; ``data`` is None
+    when the line was not a JSON object.
     """
 
     label: str
@@ -90,11 +87,9 @@ class RawRow:
 
 @dataclass(frozen=True, slots=True)
 class HermesRow:
-    """A validated Hermes row; archives are still base64 text (of a tar.gz).
+    """A validated Hermes row; archives are still base64 text of a tar.gz.
 
-    Attributes:
-        task_name: The task id (a folder name: letters, digits, ``.``, ``_``, ``-``).
-        test_sh: The verifier entry point, if given apart from ``tests_tar``.
+    ``task_name`` must be a folder name (letters, digits, ``.``, ``_``, ``-``).
     """
 
     task_name: str

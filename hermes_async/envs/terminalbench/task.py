@@ -56,9 +56,8 @@ SUPPORTED_SCHEMA = ("1.0", "1.1", "1.2", "1.3", "1.4")
 class TaskLimits:
     """The operator's maxima for what a task may ask for; a larger value is clamped to them.
 
-    Defaults sit above every Terminal-Bench 2 task (its largest: 3600 s timeouts, 4 CPUs,
-    8 GB) and below what would let one task hold the machine for days. Each field caps the
-    ``task.toml`` key of the same name; ``folder`` bounds the folder's files.
+    Defaults sit above every Terminal-Bench 2 task (at most 3600 s, 4 CPUs, 8 GB) and below
+    what would let one task hold the machine for days.
     """
 
     agent_timeout_sec: float = 4 * 3600.0
@@ -104,10 +103,8 @@ class CollectHook:
 class TaskEnvironment:
     """How the task's container is built and sized (``[environment]``); None means unspecified.
 
-    Attributes:
-        build_context: ``<task>/environment``, or None for a prebuilt ``docker_image`` alone.
-        base_images: The images the Dockerfile's ``FROM`` lines name (build stages excluded).
-        workdir: The agent's and verifier's working directory (None: the image's WORKDIR).
+    ``build_context`` is None for a prebuilt ``docker_image`` alone; ``base_images`` are the
+    ``FROM`` images (build stages excluded); ``workdir`` None means the image's WORKDIR.
     """
 
     build_context: Path | None

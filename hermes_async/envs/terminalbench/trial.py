@@ -63,13 +63,7 @@ AgentFn = Callable[[HarborTask, Sandbox], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class VerifierResult:
-    """The verifier phase.
-
-    Attributes:
-        reading: What the reward files said (None when the verifier timed out).
-        exit_code: ``test.sh``'s exit status, recorded, never used for the reward.
-        stdout: The tail of ``/logs/verifier/test-stdout.txt``.
-    """
+    """The verifier phase; ``exit_code`` is recorded, never used for the reward."""
 
     reading: RewardReading | None
     timed_out: bool
