@@ -30,7 +30,7 @@ __all__ = (
     "open_lag_monitor",
 )
 
-#: Default totals per named limiter (see the module docstring for why).
+#: Default totals per named limiter (why: docs/decisions/002-limiter-defaults.md).
 DEFAULT_LIMITS: dict[str, int] = {
     "model_requests": 64,
     "sandbox_create": 16,

@@ -127,7 +127,7 @@ def _step(
 
 
 def workdir_for(task: HarborTask, image_workdir: str | None) -> str:
-    """The agent's and verifier's working directory (see the module docs)."""
+    """The agent's and verifier's working directory: the task's, else the image's, else ``/``."""
     return task.environment.workdir or image_workdir or "/"
 
 
