@@ -1,18 +1,8 @@
-"""The reference's ``model_tools`` entry points: ``get_tool_definitions``,
-``handle_function_call`` and ``resize_tool_pool``, with the reference's call spelling.
+"""The reference's ``model_tools`` entry points, with the reference's call spelling.
 
-* :func:`~hermes_async.tools.registry.get_tool_definitions` ``(enabled, disabled,
-  quiet_mode=...)`` -- re-exported from the registry; it returns ``(schemas, valid_names)``
-  (``.schemas`` is the reference's list).
-* :func:`handle_function_call` ``(name, args, task_id=..., user_task=...)`` -- **async** here
-  (``await`` it); returns the JSON string the model would see, like the reference. It runs on the
-  sandbox of ``task_id`` in the current :class:`~hermes_async.tools.sandbox.manager.SandboxManager`
-  (inside an environment's run, or a ``use_sandbox_manager`` block). Outside one, the call owns a
-  private sandbox on the configured backend (``TERMINAL_ENV``, default ``local``) that is released
-  when it returns -- open a manager to keep state between calls.
-
-The reference's ``agent_loop.resize_tool_pool`` is
-:func:`hermes_async.agent.loop.resize_tool_pool` (also ``hermes_async.agent_loop``).
+``get_tool_definitions`` is the registry's; :func:`handle_function_call` is async here and runs
+on ``task_id``'s sandbox in the current ``SandboxManager``, else on a private sandbox released
+when it returns. ``resize_tool_pool`` is in :mod:`hermes_async.agent.loop`.
 """
 
 from __future__ import annotations
@@ -60,15 +50,10 @@ async def handle_function_call(
         registry: Where tools come from (default: the built-in tools).
         timeout: Seconds before the call is cancelled and reported as timed out.
 
-    Returns:
-        A JSON string. Every failure of the call itself is inside it (``{"error": ...}``), as in
-        the reference.
-
     Raises:
         ConfigError: Outside a run, and ``TERMINAL_ENV`` names an unknown backend.
 
-    **Cancellation**: the tool is cancelled (its process group killed); a private sandbox is
-    released, shielded and bounded.
+    **Cancellation**: the tool is cancelled; a private sandbox is released, shielded and bounded.
     """
     if function_name in _AGENT_LOOP_TOOLS:
         return json.dumps({"error": f"{function_name} must be handled by the agent loop"})
