@@ -23,13 +23,7 @@ T = TypeVar("T")
 
 
 class _CleanupOverrun:
-    """What :func:`cleanup_scope` yields: the step's scope and whether it ran out of time.
-
-    Attributes:
-        what: The step's description (``"release sandbox task-1"``).
-        timeout: Its deadline in seconds.
-        scope: The underlying shielded, bounded :class:`anyio.CancelScope`.
-    """
+    """What :func:`cleanup_scope` yields: the step's shielded scope and ``overran``."""
 
     __slots__ = ("scope", "timeout", "what")
 
@@ -67,20 +61,13 @@ def cleanup_scope(
 ) -> Iterator[_CleanupOverrun]:
     """Run the body shielded from outer cancellation and bounded by ``timeout`` seconds.
 
-    Args:
-        what: The step, for the overrun log line (``"close sandbox task-1"``).
-        timeout: The step's deadline (``math.inf`` only for in-memory steps).
-        reason: Why the cleanup runs, for the log line.
-        log: Logger for the overrun warning (default ``hermes_async.cleanup``).
-
-    Yields:
-        A :class:`_CleanupOverrun`; ``.overran`` tells whether the deadline passed.
+    ``what`` and ``reason`` name the step and its cause in the overrun warning; ``timeout`` may
+    be ``math.inf`` only for in-memory steps. Yields a :class:`_CleanupOverrun`.
 
     Raises:
         ValueError: ``timeout`` is negative or NaN.
 
-    **Cancellation**: the body runs until ``timeout``; the caller's cancellation is delivered at
-    its next checkpoint after.
+    **Cancellation**: the body runs until ``timeout``; the caller's cancellation comes after.
     """
     if not timeout >= 0:  # also rejects NaN
         raise ValueError(f"cleanup timeout must be >= 0 seconds, got {timeout!r} for {what}")

@@ -60,14 +60,9 @@ _READ_FILE_LINE_CHARS = 2_000
 
 @dataclass(frozen=True, slots=True)
 class BudgetConfig:
-    """Thresholds of the tool-result budget (all in characters).
+    """Thresholds of the tool-result budget, in characters.
 
-    Attributes:
-        default_result_size: A result longer than this is persisted.
-        turn_budget: The most one turn's tool results may sum to.
-        preview_size: Characters of a persisted result shown in its preview.
-        tool_overrides: Per-tool thresholds; ``math.inf`` exempts a tool (``read_file`` is
-            pinned to infinity).
+    ``tool_overrides`` sets per-tool thresholds (``math.inf`` exempts; ``read_file`` is pinned).
     """
 
     default_result_size: int = DEFAULT_RESULT_SIZE_CHARS
@@ -148,14 +143,7 @@ def content_for_file(content: str) -> str:
 def render_preview(
     content: str, path: str | None, preview_size: int, saved: str | None = None
 ) -> str:
-    """The text that replaces an oversized result.
-
-    Args:
-        content: The original result.
-        path: Where it was saved; ``None`` if it could not be (the preview says so).
-        preview_size: Characters of ``content`` to show.
-        saved: The text actually saved, to count its lines.
-    """
+    """The text that replaces an oversized result saved at ``path`` (``None``: not saved)."""
     preview, more = _preview(content, preview_size)
     if path is None:
         return (
@@ -244,14 +232,8 @@ async def maybe_persist_tool_result(
 ) -> str:
     """Return ``content``, or a ``<persisted-output>`` preview if it is over its threshold.
 
-    Args:
-        content: The tool's result as the model would see it.
-        tool_name: The tool that produced it.
-        tool_use_id: The tool call's id (names the saved file, with a random suffix).
-        sandbox: The rollout's sandbox; ``None``: cannot save.
-        config: Thresholds.
-        threshold: Use this threshold instead of resolving one.
-        tool_threshold: The tool's own ``max_result_size_chars``.
+    ``tool_use_id`` names the saved file; ``sandbox=None`` means it cannot be saved (the preview
+    says so); ``threshold`` skips resolving one.
 
     **Cancellation**: the sandbox write is cancelled (a partial file goes with the sandbox).
     """

@@ -153,12 +153,9 @@ class ToolContext(AsyncResource):
     """Tool access for reward functions, on the rollout's own sandbox.
 
     Args:
-        task_id: The rollout whose sandbox to use.
         manager: The sandbox manager (default: the current one; with none, standalone).
         runtime: A ``ToolRuntime`` (default: one built for ``task_id`` on the manager).
-        registry: Where tools come from (default: the built-in tools).
-        browsers: The browser manager for ``browser_*`` (default: the runtime's, else the
-            current one; a standalone context opens its own).
+        browsers: The browser manager (default: the runtime's, else the current one).
         terminal_timeout: ``AgentOptions.terminal_timeout``, for terminal calls.
         backend: Standalone only: the backend (default ``TERMINAL_ENV``, else ``local``).
         sandbox_options: Standalone only: the backend's options.

@@ -58,20 +58,16 @@ async def run_entry(
     """Run ``run()`` inside a run-level sandbox manager, SIGTERM handling and GC tuning.
 
     Args:
-        what: The entry point's name, for log lines.
-        run: atroposlib's entry point.
         sandboxes: Opens the run's sandbox manager (and makes it current).
-        gc_tuning: The run's GC tuning, or ``None``.
         servers: atroposlib's servers, whose OpenAI clients are closed at the end.
-        watchdog: Logs stalls for the whole run (``None``: none).
         stray_tasks: The asyncio tasks ``run()`` spawned and does not await.
         metrics_port: Serve metrics on 127.0.0.1 at this port (``None``: not served).
 
     Raises:
         SystemExit: 143, after a SIGTERM was handled and everything released.
 
-    **Cancellation**: stray tasks are cancelled and awaited, then every sandbox released and the
-    OpenAI clients closed, each shielded and bounded.
+    **Cancellation**: stray tasks are cancelled and awaited, every sandbox released and the
+    clients closed, each shielded and bounded.
     """
     terminated = False
     tuned: AbstractContextManager[object] = gc_tuning() if gc_tuning is not None else nullcontext()

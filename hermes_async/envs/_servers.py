@@ -65,12 +65,8 @@ class ServerUnreachableError(InferenceError):
 class ServerSpec:
     """One model server, as the environment uses it.
 
-    Attributes:
-        base_url: The configured base URL (usually ending in ``/v1``; shown redacted).
-        server_type: ``openai``, ``vllm`` or ``sglang``.
-        model_name: ``model`` for chat requests.
-        api_key: Bearer token, if any (never logged).
-        timeout: Overall per-request deadline in seconds.
+    ``base_url`` is shown redacted and ``api_key`` never logged; ``timeout`` is the per-request
+    deadline in seconds.
     """
 
     base_url: str
@@ -245,16 +241,9 @@ async def open_model_clients(
 ) -> AsyncIterator[list[ModelClient]]:
     """Open the clients of ``specs``; close them (and their pool) on exit.
 
-    Args:
-        specs: The servers.
-        token_endpoint: The token protocol (see :func:`_endpoint_kind`).
-        limiter: The request limiter; with a pool, its total is each server's top concurrency.
-        transport: An httpx transport for every client (tests).
-        pool: Put several poolable servers behind one :class:`ServerPool`.
-        limits: Where the pool's per-server limiters are added.
-        pool_options: The pool's options (default from ``limiter`` and the specs' ``timeout``).
-
-    ``vocab_size`` makes token clients reject ids outside the vocabulary.
+    With ``pool``, several poolable servers share one :class:`ServerPool` (its per-server
+    limiters go into ``limits``); ``limiter`` bounds the requests. ``vocab_size`` makes token
+    clients reject ids outside the vocabulary.
 
     **Cancellation**: the pools are closed, shielded and bounded, however the block exits.
     """

@@ -75,10 +75,6 @@ class WorkerOptions:
         name: Its sandbox root's name, stable across restarts (default ``<host>-<pid>``).
         max_groups: Groups run at once; more wait within their deadline (64: with groups of 8,
             ~512 rollouts, what one loop sustains on a few cores).
-        max_group_size: Largest group accepted.
-        max_item_bytes: Largest item accepted (its JSON).
-        max_body_bytes: Largest request body accepted (HTTP).
-        max_deadline_seconds: Furthest deadline accepted.
         reply_reserve_seconds: Time kept before a deadline to release sandboxes and answer.
         drain_timeout: How long a drain waits before cancelling groups (answered ``infra``).
         sandbox_parent: Where the sandbox root goes; each worker sweeps dead workers' roots.
@@ -119,17 +115,10 @@ class WorkerStatistics:
     """A snapshot of a worker (``GET /statistics``).
 
     Attributes:
-        name: The worker's name.
         state: ``serving``, ``draining`` or ``closed``.
         groups_running: Groups admitted and not yet answered.
-        rollouts_running: Rollouts of those groups not finished yet.
-        accepted: Groups admitted since start.
         answered: Groups answered, by outcome.
-        refused: Requests refused.
-        limiters: Every limiter.
-        sandboxes: The sandbox manager's counts.
         servers: Model servers up / total, or ``None``.
-        uptime_seconds: Since the worker opened.
     """
 
     name: str
@@ -188,14 +177,8 @@ class _Running:
 class RolloutWorker:
     """Runs groups for its callers. Made by :func:`open_worker`.
 
-    Args:
-        environments: Name -> environment (``open_environments``).
-        server: What ``run_group`` takes: a :class:`ServerPool` or a model client.
-        manager: The sandbox manager its rollouts use.
-        limits: Its limiters (the groups limiter is added).
-        task_group: Where its groups run.
-        options: Its options.
-        tokenizer: Set on tasks without one when the server is a token server.
+    ``server`` is what ``run_group`` takes; ``tokenizer`` is set on tasks without one when the
+    server is a token server.
     """
 
     def __init__(
@@ -491,8 +474,7 @@ class RolloutWorker:
     async def drain(self, timeout: float | None = None) -> int:
         """Refuse new groups, wait for the running ones, cancel what is left at ``timeout``.
 
-        Returns:
-            How many groups were cancelled (each answered ``failed``, ``infra``).
+        Returns how many groups were cancelled (each answered ``failed``, ``infra``).
 
         **Cancellation**: the running groups are left to their callers.
         """
@@ -545,13 +527,8 @@ async def open_worker(
 ) -> AsyncIterator[RolloutWorker]:
     """Open a worker: its sandbox root (a dead predecessor's reaped), sandbox manager, task group.
 
-    Args:
-        environments: Name -> environment (``open_environments``).
-        server: A :class:`ServerPool` (entered) or a model client.
-        options: See :class:`WorkerOptions`.
-        limits: Its limiters (default: fresh ones).
-        sandbox_factory: Default: local sandboxes under the worker's own root.
-        tokenizer: For token servers, set on tasks that carry none.
+    ``server`` is a :class:`ServerPool` (entered) or a model client; ``sandbox_factory``
+    defaults to local sandboxes under the worker's own root.
 
     Raises:
         ConfigError: Another live worker has this name, or an asyncio-only environment under

@@ -49,12 +49,9 @@ class Lifetime(Generic[T]):
     """One key's resource as its owner tracks it.
 
     Attributes:
-        key: The key (a rollout's task id).
-        value: The resource, once made.
         error: Why making it failed.
         ready: Set once ``value`` or ``error`` is.
         busy: Operations in flight (never idle while > 0).
-        last_used: ``anyio.current_time()`` of the last operation's end.
         released: Set when a release took it out of the table.
     """
 
@@ -94,13 +91,8 @@ Reapable = Callable[[Lifetime[T]], Awaitable[bool]]
 class Lifetimes(Generic[T]):
     """The table of an owner's keyed resources.
 
-    Args:
-        what: The resource, for log lines (``"sandbox"``).
-        close: How the owner closes one (on every release, made or not).
-        logger: Where overruns and reaps are logged.
-        idle_timeout: Seconds unused before the reaper releases one (``math.inf``: never).
-        reap_interval: Seconds between reaper passes.
-        reapable: The owner's last word on an unused resource.
+    ``close`` is called on every release, made or not; ``reapable`` is the owner's last word on
+    an unused one; ``idle_timeout`` may be ``math.inf``.
     """
 
     def __init__(

@@ -29,16 +29,7 @@ _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 @dataclass(frozen=True, slots=True)
 class _FetchedPage:
-    """A fetched body.
-
-    Attributes:
-        url: The final URL (after redirects).
-        status: Its HTTP status.
-        media_type: Lower-case media type without parameters (``text/html``).
-        charset: The declared charset, if any.
-        body: The decoded body, at most ``max_body_bytes``.
-        truncated: The rest of the body was not downloaded.
-    """
+    """A fetched body: final URL, status, media type, charset, body, ``truncated``."""
 
     url: str
     status: int
@@ -53,9 +44,7 @@ class HopResponse:
     """The response to one request (one hop, or the last hop of :func:`fetch`).
 
     Attributes:
-        url: The URL this response answers.
         status: The HTTP status (errors are responses here).
-        reason: The reason phrase (may be empty).
         headers: Every response header, in order, repeated names kept.
         body: The decoded body, at most ``max_body_bytes``; empty for a redirect.
         truncated: The rest of the body was not downloaded.
@@ -178,21 +167,9 @@ async def fetch(
 ) -> HopResponse:
     """Send a request behind the SSRF guard, following redirects by hand when asked.
 
-    301/302/303 turn a non-``HEAD`` request into a body-less ``GET``; 307/308 keep it. The
-    caller bounds the whole exchange.
-
-    Args:
-        method: The HTTP method.
-        url: The first URL.
-        headers: Request headers (``Host`` and ``Accept-Encoding`` are set here).
-        settings: Caps, transport and resolver.
-        allow: Hosts and networks let through on purpose.
-        content: The request body.
-        follow_redirects: Follow up to ``max_redirects``; ``False`` returns a redirect as is.
-        error_bodies: Read an error response's body (status >= 400).
-
-    Returns:
-        The last response, whatever its status.
+    301/302/303 turn a non-``HEAD`` request into a body-less ``GET``; 307/308 keep it. The caller
+    bounds the whole exchange. ``error_bodies`` reads an error response's body. Returns the last
+    response, whatever its status.
 
     Raises:
         URLRefusedError: The URL, or a redirect target, is not allowed.

@@ -42,13 +42,8 @@ async def handle_function_call(
 ) -> str:
     """Run one tool call by name; return the result JSON string the model would see.
 
-    Args:
-        function_name: The tool's name.
-        function_args: Its arguments (a mapping or JSON text).
-        task_id: Whose sandbox (default ``"default"``, the reference's key).
-        user_task: The task text, for tools that use it.
-        registry: Where tools come from (default: the built-in tools).
-        timeout: Seconds before the call is cancelled and reported as timed out.
+    ``function_args`` is a mapping or JSON text; ``task_id`` defaults to the reference's
+    ``"default"``; past ``timeout`` the call is cancelled and reported as timed out.
 
     Raises:
         ConfigError: Outside a run, and ``TERMINAL_ENV`` names an unknown backend.

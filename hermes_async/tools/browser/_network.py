@@ -67,10 +67,8 @@ class RequestOutcome:
     """What :func:`serve_request` did with one request.
 
     Attributes:
-        url: The request's URL.
         disposition: ``fulfilled``, ``redirected`` (a navigation given a redirect page),
             ``blocked`` (refused by the guard) or ``failed``.
-        navigation: Whether it was a navigation request.
         detail: Why it was blocked or failed.
         location: The redirect target, for ``redirected``.
     """
@@ -140,18 +138,10 @@ async def serve_request(
 ) -> RequestOutcome:
     """Answer one intercepted request through the guarded fetcher (fulfil or abort).
 
-    If it raises, the caller aborts the route.
+    ``timeout`` bounds the whole exchange; ``record`` gets the outcome just before the route is
+    handled. If this raises, the caller aborts the route.
 
-    Args:
-        route: Playwright's ``Route``.
-        request: Its ``Request``.
-        settings: Fetch caps, transport and resolver.
-        allow: Hosts and networks let through on purpose.
-        timeout: Deadline of the whole exchange.
-        record: Called with the outcome just before the route is handled.
-
-    **Cancellation**: the upstream request is abandoned (shielded, bounded close); the caller
-    aborts the route.
+    **Cancellation**: the upstream request is abandoned (shielded, bounded close).
     """
     url: str = request.url
     navigation = bool(request.is_navigation_request())

@@ -67,21 +67,13 @@ class BrowserManagerStatistics:
     """A snapshot of a manager.
 
     Attributes:
-        sessions: Sessions open now.
         pending: Sessions waiting for a slot or being opened.
         unavailable: Sessions lost in a crash and not released yet.
-        created: Browser contexts created since the manager opened.
         closed: Browser contexts closed; equals ``created`` once every session is released.
-        reaped: Sessions released by the idle reaper.
-        create_failures: Sessions that could not be opened.
         browser_launches: Browser processes started (1 + restarts after crashes).
-        browser_crashes: Times the browser went away while the manager was open.
-        driver_restarts: Times the Playwright driver was restarted.
         open_contexts: Contexts the browser reports open.
         requests_fulfilled: Page requests answered through the guard.
         requests_blocked: Page requests the SSRF guard refused.
-        requests_failed: Page requests that failed (network, timeout, too large).
-        websockets_refused: WebSocket connections refused.
     """
 
     sessions: int
@@ -136,11 +128,8 @@ class _Host:
 class BrowserManager(AsyncResource):
     """Own one browser process and the browser sessions of many rollouts.
 
-    Args:
-        settings: Executable, guard, timeouts, caps (default :meth:`BrowserSettings.from_env`).
-        limits: The limiters; ``browser_sessions`` is taken from it, or added with
-            ``settings.max_sessions`` slots.
-        limiter: A limiter to use instead (wins over ``limits``).
+    ``settings`` default to :meth:`BrowserSettings.from_env`. The ``browser_sessions`` limiter is
+    ``limiter``, else taken from ``limits`` or added to it with ``settings.max_sessions`` slots.
     """
 
     def __init__(
@@ -197,7 +186,7 @@ class BrowserManager(AsyncResource):
     # lifecycle
 
     async def __aenter__(self) -> Self:
-        """Start the Playwright driver and the browser, then the idle reaper.
+        """Start the Playwright driver, the browser and the idle reaper.
 
         Raises:
             AsyncBackendError: Not under asyncio.
@@ -372,8 +361,7 @@ class BrowserManager(AsyncResource):
             BrowserUnavailableError: The manager is not open, the context could not open, or the
                 session was lost in a crash (until released).
 
-        **Cancellation**: only the wait is abandoned; the session is finished and kept for
-        ``task_id``.
+        **Cancellation**: only the wait is abandoned; the session is kept for ``task_id``.
         """
         if not isinstance(task_id, str) or not task_id:
             raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")

@@ -83,12 +83,8 @@ def register_backend(
 ) -> None:
     """Make backend ``name`` available to :func:`make_backend_factory`.
 
-    Args:
-        name: What ``terminal_backend`` names it (non-empty).
-        builder: ``(**options) -> factory``; raise ``TypeError`` or ``ConfigError`` for bad
-            options.
-        replace: Allow replacing a registration (e.g. a test double).
-        preflight: ``async (**options) -> None`` run by :func:`preflight_backend`.
+    ``builder`` is ``(**options) -> factory`` and raises ``TypeError`` or ``ConfigError`` for bad
+    options; ``preflight`` is run by :func:`preflight_backend`.
 
     Raises:
         ValueError: ``name`` is empty, or already registered and ``replace`` is false.
@@ -126,12 +122,9 @@ def check_backend_name(kind: str) -> str:
 def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
     """Return the ``factory(task_id) -> Sandbox`` for backend ``kind``.
 
-    Args:
-        kind: A registered name: ``"local"``, ``"docker"``, ``"modal"`` or one of yours.
-        **options: The fields of the backend's config class (``local_factory``'s keywords for
-            ``local``), plus a test double (``modal=``, ``e2b=``, ``daytona=``) and for the
-            remote backends ``run_id=`` (give a resumed run its previous id so the start-up sweep
-            removes a crashed incarnation's leftovers).
+    ``options`` are the fields of the backend's config class (``local_factory``'s keywords for
+    ``local``), a test double (``modal=``, ``e2b=``, ``daytona=``), and for remote backends
+    ``run_id=``: give a resumed run its previous id so the start-up sweep finds its leftovers.
 
     Raises:
         ConfigError: Unknown ``kind`` or option.

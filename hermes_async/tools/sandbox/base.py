@@ -95,15 +95,12 @@ BACKGROUND_EXEC_TIMEOUT_SECONDS = 30.0
 
 @dataclass(frozen=True, slots=True)
 class ExecResult:
-    """The outcome of one command.
+    """The outcome of one command; output decoded as UTF-8, bad bytes replaced.
 
     Attributes:
-        stdout: Standard output, decoded as UTF-8 with undecodable bytes replaced.
-        stderr: Standard error, decoded the same way.
         exit_code: The exit status; ``124`` when killed by the timeout.
         timed_out: The command hit its timeout and its process group was killed.
-        truncated: A stream exceeded the output limit; the middle was dropped (head + tail kept).
-        duration_seconds: Wall time from start to exit.
+        truncated: A stream passed the output limit; head and tail were kept.
     """
 
     stdout: str
@@ -128,12 +125,9 @@ class BackgroundProcess:
 
     Attributes:
         session_id: ``proc_<hex>``, the id the model uses with the ``process`` tool.
-        command: The command line.
-        cwd: Its working directory inside the sandbox.
-        pid: Process (and process-group / session) id inside the sandbox, if known.
-        started_at: Wall-clock start time (``time.time()``).
-        exit_code: Set once the process is known to have exited (``-1``: killed or lost).
-        state_dir: Where the default implementation keeps its ``pid``/``log``/``exit`` files.
+        pid: Process (= group = session) id inside the sandbox, if known.
+        exit_code: Set once it is known to have exited (``-1``: killed or lost).
+        state_dir: Where its ``pid``, ``log`` and ``exit`` files are.
     """
 
     session_id: str
@@ -155,11 +149,9 @@ class BackgroundStatus:
     """A snapshot of a background process.
 
     Attributes:
-        process: The process record (with ``exit_code`` once it exited).
-        running: Whether it is still running.
-        output: The last ``tail_chars`` characters of its combined stdout/stderr, preceded by
-            :func:`dropped_marker` when its log dropped earlier output.
-        dropped_bytes: Bytes of output its bounded log has dropped so far.
+        output: The last ``tail_chars`` characters of its output, after a
+            :func:`dropped_marker` when its log dropped some.
+        dropped_bytes: Bytes its bounded log has dropped so far.
     """
 
     process: BackgroundProcess
@@ -177,21 +169,13 @@ class BackgroundStatus:
 class ExecRequest:
     """One validated, normalised command: what :meth:`Sandbox.exec` hands to the backend.
 
-    Attributes:
-        command: A shell command line.
-        cwd: Working directory, relative to ``workdir`` (``~`` allowed); ``None`` or ``""``:
-            ``workdir``.
-        env: Extra environment variables (read-only), or ``None``.
-        timeout: Seconds before the process group is killed; ``None``: the backend's default.
-            A negative budget becomes ``0``.
-        stdin: Bytes for standard input, or ``None`` (``/dev/null``).
-        output_limit: Bytes kept per stream (head + tail).
-        user: A name or uid; only backends with :attr:`Sandbox.switches_users` accept one.
+    Fields as :meth:`Sandbox.exec`'s arguments; ``cwd=""`` becomes ``None``, a negative
+    ``timeout`` ``0``, ``env`` read-only.
 
     Raises:
         TypeError: ``command`` is not a string.
-        ValueError: A NUL byte, a bad variable name, a NaN ``timeout`` or a negative
-            ``output_limit``.
+        ValueError: A NUL byte, a bad variable name, a NaN ``timeout``, a negative
+            ``output_limit`` or a bad ``user``.
     """
 
     command: str
@@ -271,14 +255,8 @@ class Sandbox(AsyncResource):
     """One rollout's isolated execution environment.
 
     ``async with sandbox:`` owns the release: on exit ``aclose`` runs shielded, bounded by
-    :attr:`close_timeout`, with ``interrupted=True`` when the block raised.
-
-    Attributes:
-        task_id: The rollout this sandbox belongs to.
-        workdir: Absolute path where commands start and relative paths resolve.
-        background_state_dir: Where background processes keep their state, one folder each.
-        close_timeout: Bound of an ``async with`` release; ``None`` when an owner bounds it
-            already (a ``ManagedSandbox``'s manager).
+    :attr:`close_timeout` (``None``: an owner bounds it), ``interrupted`` if the block raised.
+    :attr:`workdir` is where commands start and relative paths resolve.
     """
 
     task_id: str
@@ -300,9 +278,8 @@ class Sandbox(AsyncResource):
         """Run ``command`` through the sandbox's shell and wait for it.
 
         Args:
-            command: A shell command line.
             cwd: Working directory (default :attr:`workdir`).
-            env: Extra environment variables on top of the allowlisted environment.
+            env: Extra variables on top of the allowlisted environment.
             timeout: Seconds before the whole process group is killed (exit 124).
             stdin: Bytes written to standard input, then closed.
             output_limit: Bytes kept per stream; beyond it, head and tail are kept.
@@ -387,8 +364,7 @@ class Sandbox(AsyncResource):
     async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
         """Hand regular file ``path`` to ``sink`` in chunks; return its size.
 
-        Past ``max_bytes`` the transfer stops (the sink may hold a part). This default reads the
-        file whole; streaming backends override it.
+        Past ``max_bytes`` it stops (the sink may hold a part). This default reads the file whole.
 
         Raises:
             FileNotFoundError: ``path`` does not exist or is not a regular file.

@@ -120,27 +120,16 @@ class DockerSandboxConfig:
     """How Docker sandboxes are created (docs/decisions/020-docker-sandbox-defaults.md).
 
     Attributes:
-        image: Image to run; pulled once when missing (``pull_missing``).
-        workdir: Working directory of every command and base of relative paths.
         network_mode: ``"none"`` (default), ``"bridge"`` or a network name.
-        cpus: CPU quota (``NanoCpus``).
-        memory_mb: Memory limit in MiB (0 disables).
-        pids_limit: Most processes in the container.
         capabilities: Capabilities added back after dropping ALL.
         env: Container environment (an allowlist: nothing of the host's leaks in).
-        labels: Extra labels.
         docker_host: Engine URL; default ``$DOCKER_HOST``, else ``unix:///var/run/docker.sock``.
         api_timeout: Deadline of each engine call.
-        create_timeout: Deadline of creating and starting one container.
-        pull_missing: Pull the image when the engine lacks it.
-        pull_timeout: Deadline of that pull.
         default_exec_timeout: Command timeout when ``exec`` gets none (``TERMINAL_TIMEOUT``).
         remove_timeout: Deadline of removing a container; bounds an ``async with`` release.
-        kill_timeout: Deadline of killing a timed-out command's process group.
         reap_orphans: Remove dead owners' containers on the backend's first creation.
         user: The container's user (``None``: the image's).
         disk_limit_mb: Cap of the writable layer (``None``: none).
-        disk_check_interval_seconds: How often the watchdog reads the writable layer's size.
         build_network_mode: Network of image builds' ``RUN`` steps (``"host"``: e.g. a mirror).
     """
 
@@ -484,11 +473,7 @@ class DockerBackend:
     """The ``factory(task_id)`` a ``SandboxManager`` takes: creates :class:`DockerSandbox` es.
 
     The first creation reaps orphans. A ``spec=`` overrides image, limits, network, workdir, env
-    and user; its ``build_context`` is built by :attr:`images`, once per content digest.
-
-    Args:
-        config: How containers are created.
-        images: The image builder (default: one build at a time).
+    and user; its ``build_context`` is built by ``images`` (default: one build at a time).
     """
 
     def __init__(
@@ -506,11 +491,9 @@ class DockerBackend:
 
         Raises:
             ConfigError: Not under asyncio, or aiodocker is not installed.
-            SandboxError: The engine is unreachable, the image cannot be pulled, or creation
-                passed ``create_timeout``.
+            SandboxError: The engine is unreachable, the image cannot be pulled, or it timed out.
 
-        **Cancellation**: a created container is removed (shielded, bounded by ``remove_timeout``),
-        then the cancellation propagates.
+        **Cancellation**: a created container is removed (shielded, bounded by ``remove_timeout``).
         """
         require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
         engine = _Engine.open(self.config)
@@ -752,11 +735,9 @@ class DockerSandbox(ContainerSandbox):
         return self._mark_gone(detail, reason=reason)
 
     async def snapshot(self) -> SandboxSnapshot:
-        """Commit the container into an image ``hermes-async-snapshot:<hex>``.
+        """Commit the container into an image ``hermes-async-snapshot:<hex>`` (pausing it meanwhile).
 
-        The commit pauses the container while it copies the writable layer.
-
-        **Cancellation**: the commit is shielded (its image id is only in the reply), bounded by
+        **Cancellation**: the commit is shielded (its id is only in the reply), bounded by
         ``create_timeout``; an image made before a cancellation is removed.
         """
         self._check_open()
@@ -807,9 +788,7 @@ class DockerSandbox(ContainerSandbox):
         return bool(state.get("Running")) and not state.get("OOMKilled")
 
     async def watch(self) -> None:
-        """The disk-cap watchdog: past ``disk_limit_mb`` of ``SizeRw``, kill the container (gone: ``"disk"``).
-
-        Returns at once when the driver caps the disk or there is no cap.
+        """The disk-cap watchdog: past ``disk_limit_mb`` of ``SizeRw``, kill the container (``"disk"``).
 
         **Cancellation**: cancelled at the release; nothing to clean up.
         """
@@ -967,11 +946,7 @@ class DockerSandbox(ContainerSandbox):
         await self._put_tar_into(self._resolve(dest_dir), tar_data)
 
     async def put_tree(self, dest_dir: str, source: Path) -> None:
-        """Copy host folder ``source`` into ``dest_dir``, through a checked temporary tar, never in memory.
-
-        Raises:
-            ValueError: An unsafe member.
-            OSError: The folder cannot be archived or the engine refused the upload.
+        """Copy host folder ``source`` into ``dest_dir`` through a checked temporary tar, never in memory.
 
         **Cancellation**: the ``tar`` is killed; the upload may be partial.
         """

@@ -177,16 +177,10 @@ class BuiltImage:
 
 
 class ImageBuilder:
-    """Builds context folders into images, once per content digest, behind a limiter.
+    """Builds context folders into images, once per content digest, behind :attr:`limiter`.
 
-    Args:
-        build_concurrency: Builds at once (resizable through ``limiter.total_tokens``).
-        repository: Repository of the tags.
-        build_network: The network of ``RUN`` steps (``"host"``: e.g. a package mirror).
-
-    Attributes:
-        builds: Images this builder built (not found cached).
-        limiter: The build limiter.
+    ``build_concurrency`` sizes the limiter; ``build_network`` is the network of ``RUN`` steps.
+    :attr:`builds` counts images built, not found cached.
     """
 
     def __init__(

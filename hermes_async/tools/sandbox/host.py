@@ -107,9 +107,6 @@ class RawResult:
     Attributes:
         exit_code: Exit status (``128 + n`` when killed by signal ``n``; 124 on timeout).
         stdout: Captured stdout (head + tail if truncated, a marker in between).
-        stderr: Captured stderr, likewise.
-        timed_out: The timeout fired and the process group was killed.
-        truncated: Some output was dropped.
         pgid: The process group (= session) id the command ran in.
     """
 
@@ -319,7 +316,6 @@ async def start_process(
     """Start a host process shielded and bounded by ``timeout``; ``kwargs`` go to ``open_process``.
 
     asyncio leaks a half-built subprocess transport when a cancellation lands inside creation.
-    The caller owns the returned process.
 
     Raises:
         TimeoutError: The start took longer than ``timeout`` (a machine out of processes).
@@ -344,20 +340,16 @@ async def run_bounded(
     """Run ``argv`` in a new session, drain its output into bounded buffers, enforce ``timeout``.
 
     Args:
-        argv: Program and arguments (no shell unless you pass one).
-        cwd: Working directory.
         env: The complete environment (``None``: inherit).
         timeout: Seconds before the process group is terminated (exit 124).
         stdin: Bytes fed to standard input, then closed (``None``: ``/dev/null``).
         output_limit: Bytes kept per stream (head + tail); ``None`` keeps everything.
-        terminate_grace: SIGTERM -> SIGKILL grace.
         on_start: Called with the process group id right after the start.
         on_exit: Called with the process group id once the group was killed and reaped.
         stdout_sink: Take standard output chunk by chunk instead of keeping it; its exception
             kills the group and propagates.
 
-    **Cancellation**: the process group is terminated (TERM, grace, KILL), shielded and bounded,
-    before the cancellation propagates.
+    **Cancellation**: the process group is terminated (TERM, grace, KILL), shielded and bounded.
     """
     # Shielded (and bounded): asyncio leaks the half-built subprocess transport (its pipes
     # and the child) when a cancellation lands inside subprocess creation. Starting a local

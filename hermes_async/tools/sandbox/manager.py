@@ -69,13 +69,9 @@ class SandboxManagerStatistics:
     """A snapshot of a manager.
 
     Attributes:
-        active: Sandboxes alive now.
-        creating: Creations in progress.
         busy: Sandboxes with an operation in flight.
-        created: Sandboxes created since the manager opened.
         released: Sandboxes released (explicitly, by the reaper, or at exit).
         reaped: Of those, released by the idle reaper.
-        create_failures: Creations that raised.
         create_wait_seconds: Seconds ``get()`` callers waited for a sandbox, summed.
         warm_pool: The warm pool's counts (``None``: no warm pool).
     """
@@ -101,10 +97,7 @@ class SandboxManager(AsyncResource):
     Args:
         factory: ``async (task_id) -> Sandbox`` (default: the ``local`` backend).
         limits: The shared limiters (default: a fresh :class:`~hermes_async.limits.Limits`).
-        idle_timeout: Seconds unused before the reaper closes a sandbox; ``None`` or
-            ``math.inf``: no reaper.
-        create_timeout: Deadline for one creation.
-        close_timeout: Deadline for one release.
+        idle_timeout: Seconds unused before the reaper closes a sandbox (``None``: never).
         reap_interval: Seconds between reaper passes (default ``idle_timeout / 4``, 1 to 60 s).
         warm_pool: Keep sandboxes warm (``None`` or ``size=0``: create each when asked).
     """
@@ -301,8 +294,7 @@ class SandboxManager(AsyncResource):
         Raises:
             SandboxError: The manager is not open, or creation failed or timed out.
 
-        **Cancellation**: a cancelled creator abandons the creation (the factory cleans up) and a
-        waiter, if any, starts over.
+        **Cancellation**: a cancelled creator abandons the creation; a waiter starts over.
         """
         if not isinstance(task_id, str) or not task_id:
             raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
@@ -380,13 +372,9 @@ class SandboxManager(AsyncResource):
         """Close ``task_id``'s sandbox: kill its processes and remove it. Idempotent.
 
         Never raises for a backend failure (logged): cleanup must not mask the rollout's outcome.
-        Do not wrap it in another bound.
+        ``interrupted``: the rollout was cancelled or timed out; graceful steps may be skipped.
 
-        Args:
-            task_id: The rollout whose sandbox to close.
-            interrupted: The rollout was cancelled or timed out; graceful steps may be skipped.
-
-        **Cancellation**: runs shielded, bounded by ``close_timeout``.
+        **Cancellation**: runs shielded, bounded by ``close_timeout``, the one bound of a release.
         """
         self._specs.pop(task_id, None)
         reason = "the rollout was interrupted" if interrupted else "released"

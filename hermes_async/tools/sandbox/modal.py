@@ -60,15 +60,11 @@ class ModalSandboxConfig:
     Attributes:
         image: Registry image (``Image.from_registry``).
         app_name: Modal app of the sandboxes (created if missing).
-        workdir: Working directory of every command and base of relative paths.
-        cpus: CPU request.
-        memory_mb: Memory request in MiB.
         block_network: Cut the sandbox off the network (Modal's default is on).
         sandbox_lifetime_seconds: Modal's hard lifetime of a sandbox (a bound on leaks).
         create_timeout: Deadline of one creation (app lookup + create).
         call_timeout: Deadline of every other Modal call.
         terminate_timeout: Deadline of ``terminate``; bounds an ``async with`` release.
-        default_exec_timeout: Command timeout when ``exec`` gets none.
         max_creates_per_second: Creations started per second, at most.
         max_concurrent_creates: Creations in flight, at most.
     """

@@ -56,10 +56,6 @@ class ProcessEntry:
     """One live host process as a sweep saw it.
 
     Attributes:
-        pid: Process id.
-        state: Kernel state letter (``R``, ``S``, ``Z``, ...).
-        pgrp: Process group id.
-        session: Session id.
         start_ticks: Start time in clock ticks since boot (tells a reused pid apart).
         markers: Values of :data:`SANDBOX_MARKER_ENV` in its environment.
     """
@@ -224,11 +220,8 @@ class _Request:
 class ProcessSweeper:
     """Serve many concurrent kill rounds with as few ``/proc`` sweeps as possible.
 
-    A request is served by the first sweep that starts after it. One sweeper per
-    ``local_factory``; a sandbox made on its own gets a private one.
-
-    Args:
-        slice_seconds: Work between yields to the event loop during a sweep.
+    A request is served by the first sweep that starts after it. One per ``local_factory``; a
+    sandbox made on its own gets a private one.
     """
 
     def __init__(self, *, slice_seconds: float = _SWEEP_SLICE_SECONDS) -> None:
@@ -247,14 +240,8 @@ class ProcessSweeper:
     ) -> list[int]:
         """Find a sandbox's live processes in a sweep that starts after this call; signal them.
 
-        Args:
-            marker: The sandbox's marker value.
-            sessions: Its tracked session ids.
-            sig: The signal for each process found (and its group, if unchanged); ``None``: only
-                look.
-
-        Returns:
-            The pids found.
+        ``sig`` goes to each process found (and its group, if unchanged); ``None``: only look.
+        Returns the pids found.
 
         **Cancellation**: a cancelled requester running a sweep hands over to the waiters.
         """
