@@ -78,9 +78,7 @@ def _scrub_json(value: JSON) -> JSON:
 def loads(text: str, *, depth_checked: bool = False) -> JSON:
     """Decode model-written JSON text: bounded depth, no ``NaN``, strings made encodable.
 
-    Args:
-        text: The JSON text.
-        depth_checked: The caller already counted the nesting (the parsers' scanner does).
+    ``depth_checked``: the caller already counted the nesting (the parsers' scanner does).
 
     Raises:
         JSONDepthError: Nested deeper than :data:`MAX_JSON_DEPTH` (a ``ValueError``).

@@ -153,14 +153,10 @@ def span(
     kind: str = "",
     current: bool = True,
 ) -> Span | _NoSpan:
-    """A span called ``name``, started now, current and ended by its ``with`` block.
+    """A span called ``name`` (``"{operation} {target}"``), current and ended by its ``with`` block.
 
-    Args:
-        name: The span's name (GenAI conventions: ``"{operation} {target}"``).
-        attributes: Initial attributes (``None`` values are skipped).
-        kind: ``"client"`` for a request to another service, else internal.
-        current: Make it the parent of spans opened inside (``False`` for a span held across a
-            ``yield``, such as a generation stream).
+    ``None`` attributes are skipped; ``kind="client"`` marks a request to another service;
+    ``current=False`` for a span held across a ``yield`` (a generation stream).
     """
     tr = _tracer()
     if tr is None:

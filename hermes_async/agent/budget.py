@@ -254,13 +254,10 @@ async def enforce_turn_budget(
 ) -> list[int]:
     """Persist the turn's largest tool results until their total fits ``config.turn_budget``.
 
-    ``tool_messages`` are OpenAI ``tool`` messages, replaced in place; names come from
-    ``tool_names`` or the message's ``"name"``.
+    ``tool_messages`` are OpenAI ``tool`` messages, replaced in place. Returns the indices
+    replaced, in order.
 
-    Returns:
-        Indices of the replaced messages, in the order they were persisted.
-
-    **Cancellation**: a write in progress is cancelled; earlier replacements keep their previews.
+    **Cancellation**: a write in progress is cancelled; earlier replacements stay.
     """
 
     def eligible(i: int, msg: JSONObject) -> bool:

@@ -1,9 +1,8 @@
 """ToolContext: reward functions and verifiers reach the rollout's own sandbox.
 
-The reference's reward-side API, with every method a coroutine. It uses the given or current
-``SandboxManager``; with none it is standalone and owns a private sandbox until ``async with``
-ends or ``cleanup()`` is called. Results are dicts; only an unusable backend and cancellation
-raise. Design and the guards for synchronous callers: docs/decisions/021-tool-context.md.
+The reference's reward-side API, every method a coroutine. Without a manager it is standalone
+and owns a private sandbox until released. Results are dicts; only an unusable backend and
+cancellation raise. Design: docs/decisions/021-tool-context.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The wrapper around atroposlib's entry points (``serve``, ``process``, ``evaluate``).
 
 Each run gets one sandbox manager, SIGTERM as a cancellation (exit 143), GC tuning, its
-spawned-and-forgotten tasks stopped while the manager is open, workers' bodies as child tasks,
-atroposlib's OpenAI clients closed, and a watchdog. Why each: docs/architecture.md, "Running
-atroposlib's entry points".
+spawned tasks stopped while the manager is open, and atroposlib's clients closed. Why:
+docs/architecture.md, "Running atroposlib's entry points".
 """
 
 from __future__ import annotations

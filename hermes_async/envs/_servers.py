@@ -1,9 +1,7 @@
 """Which model client an environment uses, built from atroposlib's server configs.
 
-Our own anyio clients, never atroposlib's ``ServerManager``: a token client for ``vllm`` and
-``sglang``, a chat client for ``openai``; several servers of one kind share a
-:class:`~hermes_async.inference.pool.ServerPool`. The table and the reasons:
-docs/decisions/025-model-servers.md.
+Our own anyio clients, never atroposlib's ``ServerManager``; several servers of one kind
+share a :class:`~hermes_async.inference.pool.ServerPool`. Table: docs/decisions/025-model-servers.md.
 """
 
 from __future__ import annotations

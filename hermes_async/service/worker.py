@@ -1,9 +1,8 @@
 """The rollout worker: one process, one event loop, its own sandboxes, limiters and servers.
 
-:class:`RolloutWorker` answers every group it admits by the group's deadline: the group, or a
-``failed`` result, never silence; draining, it admits none. Groups run in the worker's task
-group, so a caller that goes away cancels its group; sandbox cleanup stays shielded and
-bounded. The HTTP service and the Ray actor are thin shells over it.
+:class:`RolloutWorker` answers every admitted group by its deadline: the group, or ``failed``,
+never silence. A caller that goes away cancels its group; cleanup stays shielded and bounded.
+The HTTP service and the Ray actor are thin shells over it.
 """
 
 from __future__ import annotations
@@ -527,15 +526,12 @@ async def open_worker(
 ) -> AsyncIterator[RolloutWorker]:
     """Open a worker: its sandbox root (a dead predecessor's reaped), sandbox manager, task group.
 
-    ``server`` is a :class:`ServerPool` (entered) or a model client; ``sandbox_factory``
-    defaults to local sandboxes under the worker's own root.
-
     Raises:
         ConfigError: Another live worker has this name, or an asyncio-only environment under
             trio.
 
-    **Cancellation**: on exit running groups are cancelled, every sandbox released (shielded,
-    bounded) and the sandbox root removed.
+    **Cancellation**: on exit groups are cancelled, sandboxes released (shielded, bounded) and the
+    root removed.
     """
     options = options or WorkerOptions()
     if current_async_library() != "asyncio":

@@ -322,7 +322,6 @@ class FakeE2B(ControlPlane[_Record]):
         hang: Operation names whose calls never return.
         fail: Operation name -> exception its calls raise.
         create_delay_seconds: Each create's latency (a number or a function per create).
-        extra_env: Variables every command sees (besides PATH, HOME, LANG).
         workdir: Where commands start without ``cwd`` (the sandbox user's home).
     """
 

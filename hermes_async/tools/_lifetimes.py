@@ -1,10 +1,8 @@
 """Keyed lifetimes: one resource per key, made once, counted while used, reaped, released.
 
-The skeleton :class:`~hermes_async.tools.sandbox.manager.SandboxManager` and
-:class:`~hermes_async.tools.browser.manager.BrowserManager` share. The owner says what it
-creates, what idle means and how it closes; :class:`Lifetimes` keeps the table, hands a
-creation over to a waiter when its creator is cancelled, makes a second release of a key wait
-for the first, and runs the idle reaper and queued releases in the owner's task group.
+The skeleton ``SandboxManager`` and ``BrowserManager`` share: the owner says how to create,
+what idle means and how to close; :class:`Lifetimes` keeps the table, hands a cancelled
+creation over to a waiter, and runs the reaper and queued releases in the owner's task group.
 """
 
 from __future__ import annotations

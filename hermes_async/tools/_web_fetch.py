@@ -1,10 +1,8 @@
 """Direct fetches behind the SSRF guard: vetted, address-pinned, capped in size and time.
 
-Used by ``web_extract``'s page reads and by the browser's request routing. Each hop vets the
-URL, connects to the vetted IP with the original ``Host`` and TLS name, and streams at most
-``max_body_bytes``; redirects are followed by hand and each target is vetted again. Each hop
-has its own client: a pooled TLS connection verified for one host must not carry another's.
-Raises :class:`~._ssrf.URLRefusedError` or :class:`~._ssrf.WebFetchError`, naming the URL.
+For ``web_extract`` and the browser's requests. Each hop vets the URL, connects to the vetted
+IP with the original ``Host`` and TLS name, and has its own client (a TLS connection verified
+for one host must not carry another's). Redirects are followed by hand, each target vetted.
 """
 
 from __future__ import annotations

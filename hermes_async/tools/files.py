@@ -1,9 +1,8 @@
 """File tools (toolset ``file``): ``read_file``, ``write_file``, ``patch``, ``search_files``.
 
-Each call is one short shell script through ``Sandbox.exec``, so the tools act the same on
-every backend and never touch the host. A path is resolved inside the sandbox and refused if
-it lands in ``/dev``, ``/proc`` or ``/sys``. Failures are returned as the reference's JSON;
-only cancellation propagates. Shapes and reach: docs/architecture.md, "The file tools".
+Each call is a short shell script through ``Sandbox.exec``; paths resolve inside the sandbox
+and ``/dev``, ``/proc``, ``/sys`` are refused; failures are returned as the reference's JSON.
+Shapes and reach: docs/architecture.md, "The file tools".
 """
 
 from __future__ import annotations

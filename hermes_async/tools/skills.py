@@ -45,13 +45,8 @@ _MAX_DEPTH = 4
 
 @dataclass(frozen=True, slots=True)
 class Skill:
-    """One skill found in a directory.
-
-    Attributes:
-        name: The front matter's ``name`` (else the folder's name).
-        description: The front matter's ``description`` (else the first text line).
-        category: The folder above the skill's, relative to the root (``None`` at the top).
-        path: The skill's folder.
+    """One skill found in a folder: ``name`` and ``description`` from its front matter (else the
+    folder's name and the first text line), ``category`` the folder above it (``None`` at the top).
     """
 
     name: str

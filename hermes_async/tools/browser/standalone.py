@@ -1,10 +1,8 @@
 """The browser of a standalone ``ToolContext``: what ``StandaloneSandboxes`` is to its sandbox.
 
-Made at the context's first browser call and closed with its sandbox; it holds no task and no
-cancel scope, so it may outlive that call. One Chromium, one browser context per task id, no
-reaper or crash recovery (a run's :class:`~hermes_async.tools.browser.manager.BrowserManager`
-has those). An unawaited ``ctx.cleanup()`` cannot close it: it warns, and the browser ends
-with this process.
+Made at the context's first browser call, closed with its sandbox; it holds no task, so it may
+outlive that call. One Chromium, one context per task id, no reaper or crash recovery. An
+unawaited ``ctx.cleanup()`` cannot close it: it warns, and the browser ends with this process.
 """
 
 from __future__ import annotations
@@ -59,7 +57,6 @@ class StandaloneBrowser:
             ConfigError: Playwright or Chromium is missing, or the browser does not start.
             SandboxError: The owner was closed.
             BrowserUnavailableError: The page could not be opened.
-            AsyncBackendError: Not under asyncio.
 
         **Cancellation**: whatever was started for this call is closed (shielded, bounded).
         """

@@ -1,9 +1,8 @@
 """Sandbox backends by name: the registry ``terminal_backend`` selects from.
 
-A backend is ``name -> builder(**options) -> factory(task_id)``; adding one is
-:func:`register_backend`. Builders import their backend lazily. A backend's preflight proves,
-before the first rollout, that sandboxes can be made. The built-in backends and their checks:
-docs/architecture.md, "Sandbox backends by name".
+``name -> builder(**options) -> factory(task_id)``, builders importing lazily, plus an
+optional preflight run at start-up. The built-ins: docs/architecture.md, "Sandbox backends
+by name".
 """
 
 from __future__ import annotations

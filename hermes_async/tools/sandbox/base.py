@@ -1,10 +1,8 @@
 """The sandbox interface every backend implements.
 
-A sandbox is one rollout's private machine: a working directory, an environment built from an
-allowlist, and the processes it started. A failed command is a result (:class:`ExecResult`); an
-unreachable sandbox raises :class:`~hermes_async.errors.SandboxError`. Background processes,
-streamed transfers and ``async with`` are written once here on top of ``exec``. The contract
-for backends: docs/architecture.md, "The sandbox contract".
+A sandbox is one rollout's private machine: a working directory, an allowlisted environment,
+its processes. A failed command is an :class:`ExecResult`; an unreachable sandbox raises
+:class:`~hermes_async.errors.SandboxError`. Contract: docs/architecture.md, "The sandbox contract".
 """
 
 from __future__ import annotations
@@ -377,11 +375,7 @@ class Sandbox(AsyncResource):
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
     ) -> int:
-        """Hand a tar of ``path`` (as :meth:`get_archive` builds it) to ``sink``.
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-            TransferLimitError: The archive is larger than ``max_bytes``.
+        """Hand a tar of ``path`` (as :meth:`get_archive` builds it) to ``sink``; stops past ``max_bytes``.
 
         **Cancellation**: the transfer stops; whatever the sandbox ran for it is killed.
         """

@@ -1,9 +1,8 @@
 """The Docker sandbox backend: one long-lived, hardened container per rollout (extra ``[docker]``).
 
-Commands run through ``docker exec`` in their own process group; files move through the archive
-API. aiodocker is asyncio-only: under trio, creating a sandbox raises
-:class:`~hermes_async.errors.AsyncBackendError`. The defaults (network off, dropped
-capabilities, disk cap and watchdog) and their reasons: docs/decisions/020-docker-sandbox-defaults.md.
+Commands run through ``docker exec`` in their own process group; files move through the
+archive API. asyncio only (aiodocker). Defaults and reasons:
+docs/decisions/020-docker-sandbox-defaults.md.
 """
 
 from __future__ import annotations

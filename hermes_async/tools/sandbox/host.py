@@ -1,9 +1,8 @@
 """Host processes: run one bounded subprocess, remove directories in batches.
 
-:func:`run_bounded` runs every local-backend command and every host-side transfer step: a new
-session, bounded head + tail output, a timeout that kills the process group, and a shielded,
-bounded cleanup on cancellation. On Linux it waits on a pidfd instead of asyncio's subprocess
-machinery. Measurements: docs/decisions/024-local-host-processes.md.
+:func:`run_bounded` runs every local-backend command and host-side transfer step: a new
+session, bounded output, a timeout that kills the group, shielded cleanup on cancellation.
+On Linux it waits on a pidfd (docs/decisions/024-local-host-processes.md).
 """
 
 from __future__ import annotations
@@ -339,15 +338,9 @@ async def run_bounded(
 ) -> RawResult:
     """Run ``argv`` in a new session, drain its output into bounded buffers, enforce ``timeout``.
 
-    Args:
-        env: The complete environment (``None``: inherit).
-        timeout: Seconds before the process group is terminated (exit 124).
-        stdin: Bytes fed to standard input, then closed (``None``: ``/dev/null``).
-        output_limit: Bytes kept per stream (head + tail); ``None`` keeps everything.
-        on_start: Called with the process group id right after the start.
-        on_exit: Called with the process group id once the group was killed and reaped.
-        stdout_sink: Take standard output chunk by chunk instead of keeping it; its exception
-            kills the group and propagates.
+    ``env=None`` inherits; ``stdin=None`` is ``/dev/null``; ``output_limit=None`` keeps
+    everything. ``on_start`` and ``on_exit`` get the group id after the start and after the
+    reap. ``stdout_sink`` takes stdout chunk by chunk; its exception kills the group.
 
     **Cancellation**: the process group is terminated (TERM, grace, KILL), shielded and bounded.
     """

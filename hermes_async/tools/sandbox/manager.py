@@ -1,9 +1,7 @@
 """SandboxManager: one sandbox per rollout, created lazily, gated, reaped, always released.
 
-Concurrent ``get()`` calls for one task create one sandbox; every operation holds a
-``limits.sandbox_exec`` slot; a release is shielded and bounded by ``close_timeout``, the one
-bound. The current manager lives in a context variable (:func:`use_sandbox_manager`). Design:
-docs/architecture.md, "A sandbox's lifetime".
+One creation per task, every operation behind ``limits.sandbox_exec``, every release shielded
+and bounded by ``close_timeout``. Design: docs/architecture.md, "A sandbox's lifetime".
 """
 
 from __future__ import annotations

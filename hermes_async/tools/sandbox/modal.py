@@ -258,8 +258,7 @@ class ModalBackend:
             ConfigError: Not under asyncio, or modal is not installed.
             SandboxError: Modal is unreachable, refuses, or creation passed ``create_timeout``.
 
-        **Cancellation**: a sandbox cancelled mid-create cannot be terminated (no id yet); it ends
-        with its Modal lifetime.
+        **Cancellation**: a sandbox cancelled mid-create ends with its Modal lifetime.
         """
         require_asyncio(
             "the modal sandbox backend",

@@ -1,9 +1,8 @@
 """Host processes of local sandboxes: who belongs to which sandbox, and killing them all.
 
-A process belongs to a sandbox if its environment carries the sandbox's marker
-(:data:`SANDBOX_MARKER_ENV`), or it sits in a tracked session that still holds a marked
-process. One ``/proc`` sweep serves every concurrent closer, in slices. Costs and reasons:
-docs/decisions/024-local-host-processes.md.
+Membership is read from ``/proc``: the sandbox's marker variable, or a tracked session that
+still holds a marked process. One sweep serves every concurrent closer, in slices (costs:
+docs/decisions/024-local-host-processes.md).
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ class WarmPoolOptions:
     Attributes:
         size: Ready sandboxes kept per warm spec (0: no pool).
         max_age: Seconds a sandbox may wait; keep it below the provider's idle expiry.
-        warm_default: Keep the default sandbox (no spec) warm from the start.
         max_specs: Specs kept warm at once (the least recently asked for is dropped).
         fill_concurrency: Creations at once, each also holding a ``sandbox_create`` slot.
     """
