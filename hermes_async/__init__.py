@@ -118,7 +118,7 @@ from hermes_async._version import __version__ as __version__
 
 
 def _install_log_redaction() -> None:
-    """Redact credentials from every ``hermes_async`` log record (the redactor loads on first use)."""
+    """Redact credentials from every ``hermes_async`` log record (loaded on first use)."""
     previous = logging.getLogRecordFactory()
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:

@@ -50,7 +50,7 @@ def _finite_float(text: str) -> float:
 
 
 def exceeds_depth(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether the brackets of JSON ``text`` nest deeper than ``limit`` (strings skipped; linear)."""
+    """Whether the brackets of JSON ``text`` nest deeper than ``limit`` (linear)."""
     if text.count("[") + text.count("{") <= limit:
         return False
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
@@ -65,7 +65,7 @@ def scrub_text(text: str) -> str:
 
 
 def _scrub_json(value: JSON) -> JSON:
-    """``value`` with :func:`scrub_text` applied to every string and key (recursive: bounded depth only)."""
+    """``value`` with :func:`scrub_text` on every string and key (recursive)."""
     if isinstance(value, str):
         return scrub_text(value)
     if isinstance(value, list):

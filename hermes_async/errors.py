@@ -129,7 +129,7 @@ class UnknownLimiterError(LimitError, KeyError):
 
 
 class ToolExecutionError(HermesAsyncError):
-    """A tool failed in a way the model should be told about; the dispatcher shows it to the model."""
+    """A tool failed in a way the model should be told about (the dispatcher shows it)."""
 
     phase = "tool"
 

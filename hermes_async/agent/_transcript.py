@@ -70,7 +70,7 @@ def tool_message(call_id: str, content: str) -> JSONObject:
 def interrupted_turn(
     assistant: JSONObject, calls: Sequence[_CallRecord], reason: str
 ) -> list[JSONObject]:
-    """Close a cut-short turn: the assistant message, one result per call (``reason`` for the rest)."""
+    """Close a cut-short turn: the assistant message, one result per call."""
     closed: list[JSONObject] = [assistant]
     for call in calls:
         content = (

@@ -458,7 +458,7 @@ class ToolContext(AsyncResource):
     def download_dir(
         self, remote_dir: str, local_dir: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
     ) -> _Pending[list[JSONObject]]:
-        """Stream a sandbox folder to ``local_dir`` as one checked archive; one result dict per file.
+        """Stream a sandbox folder to ``local_dir``, checked; one result dict per file.
 
         An unsafe or oversized archive writes nothing and returns ``[{"success": False, ...}]``.
 

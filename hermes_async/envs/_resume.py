@@ -171,7 +171,7 @@ def missing(keys: Iterable[str], done: Mapping[str, object]) -> list[int]:
 
 
 def hide_groups_file_from_atroposlib(config: Any) -> str | None:
-    """On ``resume``, hide ``data_path_to_save_groups`` from ``BaseEnv.__init__``; the path to restore."""
+    """On ``resume``, hide ``data_path_to_save_groups`` from ``BaseEnv.__init__``."""
     path = getattr(config, "data_path_to_save_groups", None)
     if not (getattr(config, "resume", False) and path and os.path.exists(path)):
         return None

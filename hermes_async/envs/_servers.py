@@ -1,7 +1,7 @@
 """Which model client an environment uses, built from atroposlib's server configs.
 
-Our own anyio clients, never atroposlib's ``ServerManager``; several servers of one kind
-share a :class:`~hermes_async.inference.pool.ServerPool`. Table: docs/decisions/025-model-servers.md.
+Our own anyio clients, never atroposlib's ``ServerManager``; servers of one kind share a
+``ServerPool``. See docs/decisions/025-model-servers.md.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class ServerSpec:
 
 
 def server_specs(server_configs: Any) -> list[ServerSpec]:
-    """Turn atroposlib server configs (a list, one, or a ``ServerBaseline``) into :class:`ServerSpec` s.
+    """Turn atroposlib server configs (list, one, ``ServerBaseline``) into specs.
 
     Raises:
         ConfigError: An unsupported ``server_type`` (``trl``) or a missing ``base_url``.

@@ -22,7 +22,7 @@ _ToolSpecs: TypeAlias = Sequence[JSONObject] | None
 
 @runtime_checkable
 class IncrementalDecoder(Protocol):
-    """Decodes a token stream piece by piece, UTF-8 safe: a split character comes out once, whole."""
+    """Decodes a token stream piece by piece, UTF-8 safe: a split character comes out whole."""
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Feed more ids; return the text that is now complete."""
@@ -78,8 +78,8 @@ class Tokenizer(Protocol):
     ) -> str:
         """Render ``messages`` (and tool schemas) to the model's prompt text.
 
-        ``chat_template_kwargs`` (Qwen3's ``enable_thinking``) are passed only when reasoning options
-        are set, so an older tokenizer keeps working.
+        ``chat_template_kwargs`` (Qwen3's ``enable_thinking``) are passed only when reasoning
+        options are set, so an older tokenizer keeps working.
         """
         ...
 

@@ -278,7 +278,7 @@ class RolloutWorker:
         *,
         on_rollout: Callable[[ScoredRollout], object] | None = None,
     ) -> GroupResult:
-        """Admit ``request`` and answer it by its deadline: the group, or ``failed`` with the reason.
+        """Admit ``request`` and answer it by its deadline: the group, or ``failed`` and why.
 
         Raises:
             RequestError: Refused (see :meth:`admit`), or the environment refused the item (422).

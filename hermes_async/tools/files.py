@@ -95,7 +95,7 @@ def _cut_line(line: str) -> str:
 
 
 def _format_numbered(lines: Sequence[str], first_line: int) -> str:
-    r"""``lines`` as ``N|line`` (number right-aligned to 6); long lines cut, CRLF's ``\r`` hidden."""
+    r"""``lines`` as ``N|line`` (6 wide); long lines cut, CRLF's ``\r`` hidden."""
     return "\n".join(
         f"{n:6d}|{_cut_line(line.removesuffix(chr(13)))}"
         for n, line in enumerate(lines, first_line)

@@ -74,7 +74,7 @@ def _unquote(value: str) -> str:
 
 
 def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
-    """``(top-level keys, body)`` of a ``SKILL.md``; only top-level ``key: value`` lines are read."""
+    """``(top-level keys, body)`` of a ``SKILL.md`` (top-level ``key: value`` lines only)."""
     if not text.startswith("---"):
         return {}, text
     end = text.find("\n---", 3)

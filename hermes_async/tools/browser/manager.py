@@ -298,7 +298,7 @@ class BrowserManager(AsyncResource):
     async def _ensure_browser(self, failed: int | None = None) -> tuple[Browser, int]:
         """The browser to open a context in, (re)launched when needed.
 
-        ``failed``: the launch a context could not open on; its sessions fail and the driver restarts.
+        ``failed``: the launch a context could not open on (its sessions fail, the driver restarts).
         """
         from playwright.async_api import Error as PlaywrightError
 

@@ -375,7 +375,7 @@ class Sandbox(AsyncResource):
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
     ) -> int:
-        """Hand a tar of ``path`` (as :meth:`get_archive` builds it) to ``sink``; stops past ``max_bytes``.
+        """Hand a tar of ``path`` (as :meth:`get_archive`) to ``sink``; stops past ``max_bytes``.
 
         **Cancellation**: the transfer stops; whatever the sandbox ran for it is killed.
         """
@@ -738,7 +738,7 @@ async def _deliver_whole(data: bytes, sink: ByteSink, what: str, max_bytes: int 
 
 
 async def _enter_spec_workdir(sandbox: Sandbox, workdir: str) -> None:
-    """Make and enter a spec's ``workdir`` inside the sandbox (by a command: its paths aren't the host's).
+    """Make and enter a spec's ``workdir`` by a command (sandbox paths aren't the host's).
 
     Raises:
         SandboxError: The folder cannot be made.

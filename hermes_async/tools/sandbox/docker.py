@@ -734,7 +734,7 @@ class DockerSandbox(ContainerSandbox):
         return self._mark_gone(detail, reason=reason)
 
     async def snapshot(self) -> SandboxSnapshot:
-        """Commit the container into an image ``hermes-async-snapshot:<hex>`` (pausing it meanwhile).
+        """Commit the container into an image ``hermes-async-snapshot:<hex>`` (paused meanwhile).
 
         **Cancellation**: the commit is shielded (its id is only in the reply), bounded by
         ``create_timeout``; an image made before a cancellation is removed.
@@ -787,7 +787,7 @@ class DockerSandbox(ContainerSandbox):
         return bool(state.get("Running")) and not state.get("OOMKilled")
 
     async def watch(self) -> None:
-        """The disk-cap watchdog: past ``disk_limit_mb`` of ``SizeRw``, kill the container (``"disk"``).
+        """The disk-cap watchdog: past ``disk_limit_mb`` of ``SizeRw``, kill the container.
 
         **Cancellation**: cancelled at the release; nothing to clean up.
         """
@@ -945,7 +945,7 @@ class DockerSandbox(ContainerSandbox):
         await self._put_tar_into(self._resolve(dest_dir), tar_data)
 
     async def put_tree(self, dest_dir: str, source: Path) -> None:
-        """Copy host folder ``source`` into ``dest_dir`` through a checked temporary tar, never in memory.
+        """Copy host folder ``source`` into ``dest_dir`` via a checked temporary tar.
 
         **Cancellation**: the ``tar`` is killed; the upload may be partial.
         """

@@ -242,7 +242,7 @@ class ImageBuilder:
         timeout: float,
         image_map: Mapping[str, str] | None = None,
     ) -> BuiltImage:
-        """The image of ``context``: cached, or built now; ``image_map`` replaces ``FROM`` images first.
+        """The image of ``context``: cached or built now (``image_map`` rewrites ``FROM``).
 
         Raises:
             SandboxError: The build failed, or ran past ``timeout``.

@@ -67,7 +67,6 @@ class SandboxManagerStatistics:
     """A snapshot of a manager.
 
     Attributes:
-        busy: Sandboxes with an operation in flight.
         released: Sandboxes released (explicitly, by the reaper, or at exit).
         reaped: Of those, released by the idle reaper.
         create_wait_seconds: Seconds ``get()`` callers waited for a sandbox, summed.
@@ -183,7 +182,7 @@ class SandboxManager(AsyncResource):
         return self
 
     async def _close_on_exit(self, exc: BaseException | None) -> None:
-        """Release everything (``interrupted`` when the block raised); the block's exception stays itself."""
+        """Release everything (``interrupted`` if the block raised); its exception stays itself."""
         await self._shutdown(interrupted=exc is not None)
 
     async def aclose(self, *, interrupted: bool = False) -> None:
@@ -584,7 +583,7 @@ def current_sandbox_manager() -> SandboxManager | None:
 def use_sandbox_manager(
     manager: SandboxManager,
 ) -> contextlib.AbstractContextManager[SandboxManager]:
-    """Make ``manager`` current here and in tasks started inside; ``ToolContext(task_id)`` uses it."""
+    """Make ``manager`` current here and in tasks started inside (``ToolContext`` uses it)."""
     return _CURRENT.use(manager)  # type: ignore[return-value]  # gives the manager, never None
 
 

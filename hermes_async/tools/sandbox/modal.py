@@ -252,7 +252,7 @@ class ModalBackend:
         self._app: object | None = None
 
     async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> ModalSandbox:
-        """Create the Modal sandbox for ``task_id`` (rate limited, bounded); ``spec`` overrides config.
+        """Create the Modal sandbox for ``task_id`` (rate limited, bounded) from ``spec``.
 
         Raises:
             ConfigError: Not under asyncio, or modal is not installed.

@@ -193,7 +193,7 @@ async def sweep_process_table(slice_seconds: float = _SWEEP_SLICE_SECONDS) -> Pr
 def find_sandbox_processes(
     marker: str | None = None, sessions: Iterable[int] = (), *, marker_prefix: bool = False
 ) -> list[int]:
-    """Pids of a sandbox's live processes, in one synchronous read of ``/proc`` (tests, diagnostics)."""
+    """Pids of a sandbox's live processes, in one synchronous ``/proc`` read (tests)."""
     table = read_process_table()
     return [e.pid for e in table.members(marker, sessions, marker_prefix=marker_prefix)]
 
@@ -337,7 +337,7 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def process_tag(pid: int | None = None) -> str:
-    """``"<pid>-<start time>"``: names one process for good; owners of leftovers are tagged with it."""
+    """``"<pid>-<start time>"``: names one process for good (tags leftovers' owners)."""
     pid = os.getpid() if pid is None else pid
     return f"{pid}-{_start_ticks(pid) or 0}"
 
