@@ -65,8 +65,7 @@ async def run_entry(
     Raises:
         SystemExit: 143, after a SIGTERM was handled and everything released.
 
-    **Cancellation**: stray tasks are cancelled and awaited, every sandbox released and the
-    clients closed, each shielded and bounded.
+    **Cancellation**: stray tasks, sandboxes and clients are cleaned up, shielded and bounded.
     """
     terminated = False
     tuned: AbstractContextManager[object] = gc_tuning() if gc_tuning is not None else nullcontext()

@@ -527,11 +527,9 @@ async def open_worker(
     """Open a worker: its sandbox root (a dead predecessor's reaped), sandbox manager, task group.
 
     Raises:
-        ConfigError: Another live worker has this name, or an asyncio-only environment under
-            trio.
+        ConfigError: A live worker has this name, or an asyncio-only environment under trio.
 
-    **Cancellation**: on exit groups are cancelled, sandboxes released (shielded, bounded) and the
-    root removed.
+    **Cancellation**: groups are cancelled, sandboxes released and the root removed.
     """
     options = options or WorkerOptions()
     if current_async_library() != "asyncio":

@@ -165,9 +165,8 @@ async def fetch(
 ) -> HopResponse:
     """Send a request behind the SSRF guard, following redirects by hand when asked.
 
-    301/302/303 turn a non-``HEAD`` request into a body-less ``GET``; 307/308 keep it. The caller
-    bounds the whole exchange. ``error_bodies`` reads an error response's body. Returns the last
-    response, whatever its status.
+    301/302/303 turn a non-``HEAD`` request into a body-less ``GET``; 307/308 keep it. The
+    caller bounds the exchange. Returns the last response, whatever its status.
 
     Raises:
         URLRefusedError: The URL, or a redirect target, is not allowed.

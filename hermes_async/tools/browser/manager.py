@@ -358,8 +358,7 @@ class BrowserManager(AsyncResource):
 
         Raises:
             ValueError: ``task_id`` is not a non-empty string.
-            BrowserUnavailableError: The manager is not open, the context could not open, or the
-                session was lost in a crash (until released).
+            BrowserUnavailableError: Not open, the context failed, or lost in a crash.
 
         **Cancellation**: only the wait is abandoned; the session is kept for ``task_id``.
         """

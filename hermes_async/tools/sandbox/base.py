@@ -172,8 +172,7 @@ class ExecRequest:
 
     Raises:
         TypeError: ``command`` is not a string.
-        ValueError: A NUL byte, a bad variable name, a NaN ``timeout``, a negative
-            ``output_limit`` or a bad ``user``.
+        ValueError: A NUL byte, bad variable name or user, NaN timeout, negative limit.
     """
 
     command: str

@@ -65,8 +65,6 @@ class ModalSandboxConfig:
         create_timeout: Deadline of one creation (app lookup + create).
         call_timeout: Deadline of every other Modal call.
         terminate_timeout: Deadline of ``terminate``; bounds an ``async with`` release.
-        max_creates_per_second: Creations started per second, at most.
-        max_concurrent_creates: Creations in flight, at most.
     """
 
     image: str = DEFAULT_MODAL_IMAGE
