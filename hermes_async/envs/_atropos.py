@@ -11,7 +11,7 @@ from typing import Any
 
 try:
     import wandb
-    from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
+    from atroposlib.envs.base import BaseEnv, BaseEnvConfig, EvalHandlingEnum, ScoredDataGroup
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ServerBaseline
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
@@ -23,6 +23,7 @@ __all__ = (
     "APIServerConfig",
     "BaseEnv",
     "BaseEnvConfig",
+    "EvalHandlingEnum",
     "ScoredDataGroup",
     "ServerBaseline",
     "atropos_safe",

@@ -24,8 +24,8 @@ from hermes_async.envs._datasets import DatasetOptions, load_rows
 from hermes_async.envs._examples import CyclingItems
 from hermes_async.envs.base import HermesAgentBaseEnv
 from hermes_async.envs.config import HermesAgentEnvConfig
-from hermes_async.envs.samples import SWE_SAMPLE
 from hermes_async.envs.results import EvalReport
+from hermes_async.envs.samples import SWE_SAMPLE
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.spec import SandboxSpec
