@@ -11,11 +11,15 @@ hermes_async.testing.benchmarks web-research-world``).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
+import io
 import json
 import re
+import shlex
 import sys
+import tarfile
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -25,7 +29,7 @@ from typing import Any
 
 import anyio
 
-from hermes_async.envs.samples import SWE_SAMPLE, WEB_RESEARCH_SAMPLE
+from hermes_async.envs.samples import SWE_SAMPLE, TBLITE_SAMPLE, WEB_RESEARCH_SAMPLE
 from hermes_async.jsontypes import JSONObject
 from hermes_async.testing.fake_web import FakeWebProvider
 from hermes_async.testing.http import open_loopback_server
@@ -37,6 +41,7 @@ __all__ = (
     "open_web_research_world",
     "scripted_judge",
     "swe_oracle",
+    "tblite_oracle",
     "web_research_oracle",
     "yc_bench_oracle",
 )
@@ -102,6 +107,36 @@ def swe_oracle(path: Path = SWE_SAMPLE) -> Policy:
         if len(done) == 1:
             return _tool_call("terminal", {"command": f"python3 {path} && echo compiled"})
         return f"{row['entry_point']} is written to {path}."
+
+    return policy
+
+
+def _solve_script(solution_tar: str) -> str | None:
+    """``solve.sh`` out of a row's ``solution_tar`` (base64 of a tar.gz)."""
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(solution_tar)), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            if member.isfile() and member.name.rsplit("/", 1)[-1] == "solve.sh":
+                data = tar.extractfile(member)
+                return data.read().decode() if data is not None else None
+    return None
+
+
+def tblite_oracle(path: Path = TBLITE_SAMPLE) -> Policy:
+    """TBLiteEvalEnv's oracle, the model's way, for rows with a ``solution_tar`` (the built-in
+    sample's): it runs the task's ``solve.sh`` in the terminal, then answers."""
+    scripts = {
+        str(row["instruction"]).strip(): script
+        for row in _rows(path)
+        if row.get("solution_tar") and (script := _solve_script(str(row["solution_tar"])))
+    }
+
+    def policy(request: PolicyRequest) -> str:
+        script = scripts.get(request.last_user_text.strip())
+        if script is None:
+            return "I do not know this task."
+        if not _tool_results(request):
+            return _tool_call("terminal", {"command": f"bash -c {shlex.quote(script)}"})
+        return "Done: the task's steps ran."
 
     return policy
 

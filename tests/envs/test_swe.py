@@ -20,7 +20,8 @@ from hermes_async.testing.benchmarks import null_policy, swe_oracle
 from hermes_async.testing.fake_web import FakeWebProvider
 from hermes_async.testing.http import open_loopback_server
 from hermes_async.testing.scripted_server import PolicyRequest
-from tests.envs.helpers import serve_policy, server_config, tool_call
+from tests.envs.helpers import serve_policy, server_config
+from tests.support import tool_call
 
 pytestmark = pytest.mark.anyio
 
