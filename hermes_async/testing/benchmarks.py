@@ -226,7 +226,7 @@ class SampleWebProvider(FakeWebProvider):
 
 def web_research_oracle(path: Path = WEB_RESEARCH_SAMPLE) -> Policy:
     """WebResearchEnv's oracle for FRAMES-shaped rows: one ``web_search`` for the question,
-    then the row's answer citing the first two results."""
+    then the row's answer citing the first results of two domains."""
     answers = {question: answer for question, answer, _ in _frames_rows(path)}
 
     def policy(request: PolicyRequest) -> str:
@@ -237,8 +237,11 @@ def web_research_oracle(path: Path = WEB_RESEARCH_SAMPLE) -> Policy:
         done = _tool_results(request)
         if not done:
             return _tool_call("web_search", {"query": question})
-        urls = re.findall(r'"url":\s*"([^"]+)"', done[-1])[:2]
-        return f"The answer is {answers[question]}. Sources: {' '.join(urls)}"
+        by_host: dict[str, str] = {}
+        for url in re.findall(r'"url":\s*"([^"]+)"', done[-1]):
+            by_host.setdefault(urllib.parse.urlsplit(url).hostname or url, url)
+        sources = " ".join(list(by_host.values())[:2])
+        return f"The answer is {answers[question]}. Sources: {sources}"
 
     return policy
 
