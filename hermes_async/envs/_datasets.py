@@ -5,7 +5,7 @@
 the reference did (``datasets`` is an optional import). When the hub cannot be reached or
 ``datasets`` is missing, the environment's built-in sample is used and the run says so (a
 warning, and :attr:`LoadedRows.source`); ``require_dataset`` makes that an error instead.
-Loads are blocking library calls: they run in a worker thread behind :data:`DATASET_LOADS`,
+Loads are blocking library calls: they run in a worker thread behind :func:`dataset_loads`,
 bounded by a deadline and, for files, by :data:`MAX_DATASET_FILE_BYTES`.
 """
 
@@ -23,23 +23,24 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.lowlevel import RunVar
 from pydantic import BaseModel, Field
 
 from hermes_async.errors import ConfigError
 
 __all__ = (
-    "DATASET_LOADS",
     "MAX_DATASET_FILE_BYTES",
     "DatasetOptions",
     "LoadedRows",
+    "dataset_loads",
     "load_rows",
     "read_rows_file",
 )
 
 logger = logging.getLogger(__name__)
 
-#: The one thread datasets are loaded on (file parsing and ``datasets.load_dataset`` block).
-DATASET_LOADS = anyio.CapacityLimiter(1)
+# A limiter belongs to one event loop, so each run (asyncio or trio) gets its own.
+_LOADS: RunVar[anyio.CapacityLimiter] = RunVar("hermes_async_dataset_loads")
 #: Largest dataset file read.
 MAX_DATASET_FILE_BYTES = 2 * 1024 * 1024 * 1024
 
@@ -118,6 +119,16 @@ def _row(value: object, path: Path, number: int) -> Row:
     return value
 
 
+def dataset_loads() -> anyio.CapacityLimiter:
+    """The one thread this event loop loads datasets on (file parsing and the hub block)."""
+    try:
+        return _LOADS.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(1)
+        _LOADS.set(limiter)
+        return limiter
+
+
 def _load_hub(name: str, config: str | None, split: str) -> list[Row]:
     datasets = importlib.import_module("datasets")
     return [dict(row) for row in datasets.load_dataset(name, config, split=split)]
@@ -126,7 +137,7 @@ def _load_hub(name: str, config: str | None, split: str) -> list[Row]:
 async def _in_thread(call: Callable[[], list[Row]], timeout: float) -> list[Row]:
     # The thread cannot be cancelled: past the deadline it is abandoned and the run goes on.
     with anyio.fail_after(timeout):
-        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=DATASET_LOADS)
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=dataset_loads())
 
 
 async def load_rows(

@@ -25,7 +25,7 @@ import anyio
 from pydantic import Field
 
 from hermes_async.envs._atropos import APIServerConfig, EvalHandlingEnum
-from hermes_async.envs._datasets import DATASET_LOADS, DatasetOptions, load_rows
+from hermes_async.envs._datasets import DatasetOptions, dataset_loads, load_rows
 from hermes_async.envs.samples import TBLITE_SAMPLE
 from hermes_async.envs.terminalbench.env import (
     TerminalBench2EvalEnv,
@@ -134,7 +134,7 @@ class TBLiteEvalEnv(TerminalBench2EvalEnv):
                 cfg.dataset = str(TBLITE_SAMPLE)
             else:
                 write = functools.partial(_write_rows, loaded.rows, cfg.rows_cache_dir)
-                cfg.dataset = str(await anyio.to_thread.run_sync(write, limiter=DATASET_LOADS))
+                cfg.dataset = str(await anyio.to_thread.run_sync(write, limiter=dataset_loads()))
         await super().setup()
 
     def load_tasks(self) -> list[HarborTask]:
