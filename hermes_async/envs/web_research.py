@@ -47,6 +47,7 @@ __all__ = (
     "WebResearchEnvConfig",
     "cited_domains",
     "efficiency_score",
+    "eval_metrics",
     "heuristic_score",
     "parse_judge_score",
 )

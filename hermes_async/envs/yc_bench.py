@@ -49,11 +49,13 @@ from hermes_async.tools.sandbox.spec import SandboxSpec
 __all__ = (
     "INITIAL_FUNDS_CENTS",
     "FinalState",
+    "RunRecord",
     "YCBenchEnv",
     "YCBenchEvalConfig",
     "YCBenchEvalEnv",
     "composite_score",
     "read_final_state",
+    "run_metrics",
 )
 
 logger = logging.getLogger(__name__)
@@ -243,10 +245,8 @@ class FinalState:
 def read_final_state(database: bytes) -> FinalState:
     """The end state of a yc-bench SQLite database (its bytes).
 
-    The reference took the latest ``bankruptcy`` / ``horizon_end`` event by date, but
-    ``horizon_end`` is scheduled at the start, so it always won: here bankruptcy is funds
-    below zero or a bankruptcy event at or before the simulation's clock, and the horizon is
-    the clock reaching it.
+    Bankruptcy is funds below zero or a bankruptcy event by the simulation's clock; the
+    horizon is the clock reaching it (the reference's latest-event query always said horizon).
 
     Raises:
         ValueError: Not a yc-bench database (no company or simulation state).
@@ -474,10 +474,8 @@ class YCBenchEvalEnv(CyclingItems, HermesAgentBaseEnv):
             await sandbox.write_bytes(f"{cfg.db_dir}/{_preset_key(preset)}.toml", content)
         program = f"{cfg.db_dir}/seed_world.py"
         await sandbox.write_bytes(program, SEED_PROGRAM.encode())
-        args = " ".join(
-            shlex.quote(str(a))
-            for a in (item["seed"], cfg.start_date, cfg.company_name, self.horizon(preset))
-        )
+        values = (item["seed"], cfg.start_date, cfg.company_name, self.horizon(preset))
+        args = shlex.join(str(v) for v in values)
         command = (
             f'bin="$(command -v {shlex.quote(cfg.yc_bench_command)})" || '
             f'{{ echo "yc-bench not found in the sandbox" >&2; exit 127; }}; '
@@ -507,9 +505,10 @@ class YCBenchEvalEnv(CyclingItems, HermesAgentBaseEnv):
         sandbox = await ctx.manager.get(ctx.task_id)
         await self._finish(sandbox)
         url = (await sandbox.exec("printenv DATABASE_URL", timeout=30)).stdout.strip()
-        path = url.removeprefix("sqlite:///")
-        if not path.startswith("/"):
-            path = "/" + path
+        path = "/" + url.removeprefix("sqlite:///").lstrip("/")
+        size = (await sandbox.exec(f"stat -c %s {shlex.quote(path)}", timeout=30)).stdout.strip()
+        if not size.isdigit() or int(size) > MAX_DB_BYTES:
+            raise SandboxError(f"the run's database {path} is missing or over {MAX_DB_BYTES} bytes")
         try:
             state = read_final_state(await sandbox.read_bytes(path))
         except (OSError, ValueError) as exc:
@@ -517,27 +516,15 @@ class YCBenchEvalEnv(CyclingItems, HermesAgentBaseEnv):
         score = composite_score(
             state.funds_cents, state.survived, cfg.survival_weight, cfg.funds_weight
         )
-        record = RunRecord(
-            str(item["preset"]),
-            int(item["seed"]),
-            state.survived,
-            state.funds_cents,
-            state.terminal_reason,
-            score,
-        )
+        preset, seed = str(item["preset"]), int(item["seed"])
+        end = (state.survived, state.funds_cents, state.terminal_reason)
+        record = RunRecord(preset, seed, *end, score)
         self.runs[ctx.task_id] = record
         if len(self.runs) > 10_000:
             del self.runs[next(iter(self.runs))]
         if self._eval_runs is not None and self.is_evaluating:
             self._eval_runs.append(record)
-        logger.info(
-            "yc-bench %s seed %s: %s, funds $%s, score %.3f",
-            record.preset,
-            record.seed,
-            record.terminal_reason,
-            f"{record.final_funds_cents / 100:,.0f}",
-            score,
-        )
+        logger.info("yc-bench run scored: %s", record)
         return score
 
     async def _finish(self, sandbox: Sandbox) -> None:
@@ -548,12 +535,11 @@ class YCBenchEvalEnv(CyclingItems, HermesAgentBaseEnv):
             try:
                 reply = json.loads(out.stdout)
             except ValueError:
-                raise SandboxError(
-                    f"yc-bench sim resume failed (exit {out.exit_code}): "
-                    f"{out.output.strip()[-500:]}"
-                ) from None
+                reply = None
             if not isinstance(reply, dict) or "error" in reply:
-                raise SandboxError(f"yc-bench sim resume failed: {str(reply)[:500]}")
+                raise SandboxError(
+                    f"yc-bench sim resume failed (exit {out.exit_code}): {out.output.strip()[-500:]}"
+                )
             if reply.get("terminal_reason") or reply.get("message") == "no_pending_events":
                 return
         raise SandboxError(f"the run did not end within {MAX_FINISH_RESUMES} sim resumes")

@@ -37,6 +37,7 @@ from hermes_async.testing.scripted_server import PolicyRequest, ScriptedModelSer
 
 __all__ = (
     "SampleWebProvider",
+    "main",
     "null_policy",
     "open_web_research_world",
     "scripted_judge",

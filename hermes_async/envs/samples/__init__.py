@@ -24,7 +24,7 @@ SWE_SAMPLE = _HERE / "swe_sample.jsonl"
 #: made from :data:`TBLITE_TASKS` by scripts/tblite/make_sample.py.
 TBLITE_SAMPLE = _HERE / "tblite_sample.jsonl"
 #: The Harbor task folders the TBLite sample rows are made from.
-TBLITE_TASKS = _HERE / "tblite_tasks"
+TBLITE_TASKS = _HERE / "tasks"
 #: WebResearchEnv: six rows in google/frames-benchmark's format, with the fake web's pages.
 WEB_RESEARCH_SAMPLE = _HERE / "web_research_sample.jsonl"
 #: YCBenchEvalEnv: a small yc-bench preset (a TOML extending ``fast_test``).
