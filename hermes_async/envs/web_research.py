@@ -342,9 +342,9 @@ class WebResearchEnv(CyclingItems, HermesAgentBaseEnv):
             key = os.environ.get(cfg.judge_api_key_env) if cfg.judge_api_key_env else None
             prompt = JUDGE_PROMPT.format(question=question, reference=reference, answer=answer)
             options = HTTPOptions(
-                connect_timeout_seconds=min(10.0, cfg.judge_timeout),
-                read_timeout_seconds=cfg.judge_timeout,
-                request_timeout_seconds=cfg.judge_timeout,
+                connect_timeout=min(10.0, cfg.judge_timeout),
+                read_timeout=cfg.judge_timeout,
+                request_timeout=cfg.judge_timeout,
                 max_connections=4,
             )
             try:
