@@ -166,7 +166,7 @@ def _as_type(raw: str, kind: str) -> tuple[bool, JSON]:
 
 
 def convert_value(raw: str, schema: JSONObject | None) -> JSON:
-    """Type one XML parameter value by its schema, else JSON, literal or raw (decision 008)."""
+    """Type one XML parameter value: by its schema, else JSON, a literal or raw."""
     if schema is None:
         return _untyped(raw)
     types = _schema_types(schema)

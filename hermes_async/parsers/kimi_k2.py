@@ -3,7 +3,7 @@
 ``<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{...}<|tool_call_end|>``
 inside ``<|tool_calls_section_begin|>...<|tool_calls_section_end|>``. Ids are unique per call
 (the model's is kept in ``native_id``); a call is sealed at its end marker, so a missing
-section end loses nothing. Differences from the reference: docs/decisions/008.
+section end loses nothing. Against the reference: docs/architecture.md.
 """
 
 from __future__ import annotations
