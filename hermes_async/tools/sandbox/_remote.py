@@ -123,8 +123,7 @@ class RemoteDriver(Protocol):
     """
 
     @property
-    def sandbox_id(self) -> str:
-        ...
+    def sandbox_id(self) -> str: ...
 
     async def run(self, command: str, *, env: Mapping[str, str] | None, timeout: float) -> str:
         """Run ``command`` through the sandbox's shell; return its standard output as text."""
