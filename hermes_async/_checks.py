@@ -127,7 +127,7 @@ def check_value(
     *,
     error: Callable[[str], Exception] = ConfigError,
 ) -> None:
-    """Raise ``error("<where> must be <words>, got value")`` unless ``value`` meets ``requirement``."""
+    """Raise ``error("<where> must be <words>, got value")`` unless ``value`` passes."""
     if not requirement.test(value):
         raise error(f"{where} must be {requirement.words}, got {value!r}")
 

@@ -179,14 +179,9 @@ class RolloutSetup:
         reward: ``async (result, ctx) -> float`` on the rollout's own sandbox; ``None`` scores
             0.0. One that raises is a ``verifier`` failure.
         tokenizer: Phase 2: the model's tokenizer. Phase 1: tokenizes the placeholder rows.
-        registry: Tool implementations (default: the built-in tools).
         sandboxes: The sandbox manager (default: the current one, else a private local one).
-        limits: Shared limiters (default: the manager's).
-        failure_policy: What failures do to the group (default: retry, then mask).
-        sandbox_spec: How each rollout's sandbox is created; ``None``: the factory defaults.
         sandbox_setup: ``async (sandbox) -> None`` run before the first turn, within
             ``rollout_timeout``; if it raises, the attempt is an ``infra`` failure.
-        placeholder_encode: Phase 1: ``text -> ids`` for the placeholder rows.
     """
 
     reward: Reward | None = None
@@ -247,17 +242,11 @@ class ScoredRollout:
 
     Attributes:
         task_id: The rollout's task id (its sandbox's key; a retry has its own).
-        result: The loop's :class:`~hermes_async.agent.result.AgentResult`.
-        reward: The score (0.0 when the reward was not run or failed).
-        tokens: Token ids, aligned one to one with ``masks`` and ``logprobs``.
         masks: The id where the policy sampled it, ``-100`` elsewhere.
         logprobs: The sampled logprob, ``1.0`` at masked positions.
         trainable: True for exact Phase 2 tokens; False for Phase 1 placeholders.
-        seconds: Wall time of loop, reward and release.
         error: Why the rollout ended early, else why the reward failed (redacted).
-        reward_error: Why the reward failed (redacted), if it did.
         failure: The most severe :class:`~hermes_async.agent.failures.RolloutFailure`, or ``None``.
-        attempt: Which attempt this is (1-based).
         stale_masked_tokens: Sampled positions masked because their policy version was too old.
     """
 
@@ -277,7 +266,7 @@ class ScoredRollout:
 
     @property
     def version_spans(self) -> list[tuple[int, int, int | None]]:
-        """The completion segments as ``(start, end, policy version)`` offsets into :attr:`tokens`."""
+        """The completion segments as ``(start, end, version)`` offsets into :attr:`tokens`."""
         return version_spans(self.result.managed_state)
 
     @property
@@ -287,12 +276,10 @@ class ScoredRollout:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The rollout's full conversation (``result.messages``)."""
         return self.result.messages
 
     @property
     def category(self) -> FailureCategory | None:
-        """The failure's category, or ``None``."""
         return self.failure.category if self.failure is not None else None
 
 
@@ -314,7 +301,6 @@ class ScoredGroup:
 
     @property
     def rewards(self) -> list[float]:
-        """The rollouts' rewards, in order."""
         return [r.reward for r in self.rollouts]
 
     @property
@@ -466,7 +452,7 @@ def _rewardable(result: AgentResult) -> bool:
 async def _score(
     reward: Reward | None, result: AgentResult, ctx: ToolContext, deadline: float
 ) -> tuple[float, RolloutFailure | None]:
-    """``(reward, failure)``: a reward that raises, overruns or returns no number is ``verifier``."""
+    """``(reward, failure)``: a reward that raises, overruns or gives no number: ``verifier``."""
     if reward is None:
         return 0.0, None
     with (
@@ -733,7 +719,7 @@ async def _open_batch(
 def _outcome(
     rollouts: Sequence[ScoredRollout], replaced: Sequence[ScoredRollout], policy: FailurePolicy
 ) -> GroupOutcome:
-    """How a group ends under ``policy``: never a mix of failed and trained rollouts but ``zero``."""
+    """How a group ends under ``policy``: failed and trained rollouts mix only under ``zero``."""
     failing = [r.failure for r in rollouts if policy.group_failing(r.failure)]
     if not failing:
         return "retried" if replaced else "ok"
@@ -781,15 +767,11 @@ async def run_rollout(
     Args:
         server: A chat server (Phase 1), a token client (Phase 2, needs ``tokenizer``), or a
             :class:`~hermes_async.inference.pool.ServerPool`.
-        messages: The prompt; copied.
         tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
-        setup: Reward, tokenizer, tools, sandboxes and failure policy.
-        options: The loop's options; ``rollout_timeout`` bounds each attempt.
         task_id: The rollout's id (default: a uuid4). A retry runs as ``<task_id>-attempt<n>``.
 
     Returns:
-        The :class:`ScoredRollout` of the last attempt. Rollout failures are not raised: they
-        are its ``failure`` and ``error``.
+        The :class:`ScoredRollout` of the last attempt; its failures are not raised.
 
     Raises:
         ValueError: Bad options, an empty prompt, a message without a role, or a token server
@@ -820,33 +802,27 @@ async def run_group(
 ) -> ScoredGroup:
     """Run ``size`` rollouts of one prompt concurrently; reward and score each.
 
-    Each rollout gets its own copy of ``messages``, its own sandbox and, with a configured
-    seed s, the seed s + index. The arguments are :func:`run_rollout`'s, plus:
+    Each rollout gets its own copy of ``messages``, its own sandbox and, with a seed s, the seed
+    s + index. The other arguments are :func:`run_rollout`'s.
 
     Args:
-        size: Number of rollouts (>= 1).
-        task_ids: One id per rollout (default: fresh uuid4s).
-        on_rollout: Called with each final :class:`ScoredRollout`. What it raises cancels the
-            group and propagates.
-        staleness: After the group, compare each segment's policy age with ``max_staleness``:
-            ``drop`` (outcome ``"stale"``), ``mask`` the stale segments, or ``keep``. Needs a
-            version source.
+        on_rollout: Called with each final :class:`ScoredRollout`; what it raises cancels the
+            group and propagates, unwrapped.
+        staleness: After the group, ``drop`` it or ``mask`` the segments whose policy is too
+            old, or ``keep`` them; needs a version source.
         snapshot: Run ``setup.sandbox_setup`` once and start every rollout from a snapshot of
-            it where the backend can (Docker).
+            it where the backend can.
 
     Returns:
-        The :class:`ScoredGroup`. A masked group is returned, never half emitted:
-        :meth:`ScoredGroup.to_scored_data_group` refuses it.
+        The :class:`ScoredGroup`; a masked group is returned, never half emitted.
 
     Raises:
         ValueError: Bad ``size`` or ``task_ids``, ``staleness`` without a version source, or as
             for :func:`run_rollout`.
-        TypeError: ``size`` is not an int, or as for :func:`run_rollout`.
-        UnknownParserError: ``options.tool_call_parser`` is not registered.
+        TypeError: As for :func:`run_rollout`, or ``size`` is not an int.
         VersionReadError: The version source failed when the ages were measured.
         InferenceError: Every rollout failed at the model server before it answered: the
             server is down, and ``process`` mode would otherwise spin through the dataset.
-        Exception: What ``on_rollout`` raised, unwrapped.
 
     **Cancellation**: reaches every rollout; every sandbox is released (shielded, bounded), a
     private manager is closed, and retries not yet started never start.

@@ -179,11 +179,6 @@ class PolledVersion(_HTTPPoll):
 
         async with PolledVersion("http://trainer:9000/version") as versions:
             options = AgentOptions(version_source=versions)
-
-    Args:
-        interval: Seconds a value stays fresh.
-        timeout: Deadline of one GET.
-        transport: An httpx transport instead of the network (tests).
     """
 
     def __init__(
@@ -233,10 +228,6 @@ class PolledPause(_HTTPPoll):
 
         async with PolledPause("http://127.0.0.1:8000/is_paused") as paused:
             options = AgentOptions(pause_probe=paused, ...)
-
-    Args:
-        timeout: Deadline of one GET.
-        transport: An httpx transport instead of the network (tests).
     """
 
     def __init__(
@@ -309,9 +300,6 @@ class StalenessReport:
         segment_ages: Completion segments per age.
         token_ages: Sampled tokens per age.
         stale_rollouts: Indices of rollouts holding at least one stale segment.
-        dropped: The group was dropped.
-        masked_tokens: Tokens whose mask was zeroed.
-        unversioned_segments: Segments without a version.
     """
 
     current_version: int

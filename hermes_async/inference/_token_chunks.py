@@ -42,7 +42,7 @@ class TokenChunk(NamedTuple):
 
 
 class ChunkError(Exception):
-    """A malformed chunk, an error frame (``server_error``), or unusable values (``invalid_tokens``)."""
+    """A malformed chunk, an error frame (``server_error``) or bad values (``invalid_tokens``)."""
 
     def __init__(
         self, message: str, *, server_error: bool = False, invalid_tokens: bool = False

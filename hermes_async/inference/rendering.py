@@ -147,11 +147,10 @@ class ChatRenderer:
         return self._rule
 
     def statistics(self) -> RendererStatistics:
-        """How the renderings so far were made."""
         return RendererStatistics(self._windowed, self._full, self._fallbacks)
 
     def share(self, text: str) -> None:
-        """Hold ``text`` instead of the last rendering when equal, so a group keeps one prompt string."""
+        """Hold ``text`` for the last rendering when equal: a group keeps one prompt string."""
         if text == self._text:
             self._text = text
 

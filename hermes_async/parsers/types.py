@@ -64,12 +64,10 @@ class ToolCall:
 
     @property
     def name(self) -> str:
-        """Shortcut for ``function.name``."""
         return self.function.name
 
     @property
     def arguments(self) -> str:
-        """Shortcut for ``function.arguments``."""
         return self.function.arguments
 
     def to_dict(self) -> JSONObject:
@@ -135,7 +133,6 @@ class ToolCallSealed:
 
     @property
     def call(self) -> ToolCall:
-        """The same call as a :class:`ToolCall`."""
         return ToolCall(
             id=self.id,
             function=FunctionCall(self.name, self.arguments),

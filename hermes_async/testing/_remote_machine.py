@@ -139,7 +139,6 @@ class LocalMachine:
         return _RunOutcome(code, bytes(out), bytes(err))
 
     def live_processes(self) -> list[int]:
-        """Pids of live processes started in this machine."""
         return find_sandbox_processes(self.marker)
 
     async def destroy(self) -> None:
@@ -179,7 +178,6 @@ async def kill_sandbox_processes(
 
 
 async def delay(value: _CreateDelay) -> None:
-    """Sleep for a create's latency."""
     seconds = value() if callable(value) else value
     if seconds > 0:
         await anyio.sleep(seconds)
@@ -252,8 +250,9 @@ class ControlPlane(Generic[_Rec]):
         timeout: float | None,
         timed_out: Callable[[], Exception],
     ) -> _R:
-        """One create: the sandbox exists at once, its id arrives after the latency; past ``timeout``
-        the SDK gives up and the sandbox stays. A ``fail`` fault registers nothing.
+        """One create: the sandbox exists at once and its id comes after the latency.
+
+        Past ``timeout`` the SDK gives up and the sandbox stays; a ``fail`` registers nothing.
         """
         self.creates_in_flight += 1
         self.max_creates_in_flight = max(self.max_creates_in_flight, self.creates_in_flight)

@@ -211,7 +211,7 @@ def html_to_text(
 
 
 def cut_head_tail(text: str, max_chars: int) -> tuple[str, bool]:
-    """Keep the first ~70 % and last ~30 % of ``max_chars`` of ``text``; return it and whether cut."""
+    """Keep the first ~70 % and last ~30 % of ``max_chars``; return the text and if it was cut."""
     if len(text) <= max_chars:
         return text, False
     head_len = max_chars * 7 // 10

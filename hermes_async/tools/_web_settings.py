@@ -72,13 +72,11 @@ _TRUE = {"1", "true", "yes", "on"}
 class SummarizerSettings:
     """An OpenAI-compatible chat server that summarizes pages longer than ``min_chars``.
 
-    None is used unless configured. When it fails, the page is cut (head + tail) instead.
+    When it fails, the page is cut (head + tail) instead.
 
     Attributes:
         base_url: The server's OpenAI base URL, ending in ``/v1``.
-        min_chars: Pages at least this long are summarized (the reference's 5 000).
         max_input_chars: Longer pages are cut (head + tail) before being sent.
-        max_output_chars: The summary is capped at this length.
     """
 
     base_url: str
@@ -95,24 +93,16 @@ class WebSettings:
     """How the web tools search and fetch.
 
     ``backend`` picks the provider, else the first configured in :data:`PROVIDER_ORDER`.
-    ``web_extract`` fetches pages directly, behind the SSRF guard, with ``extract_backend="direct"``
-    or ``"auto"`` and no provider. The tools are offered only with a provider, or
-    (``web_extract`` alone) with ``direct_extract``.
+    ``extract_backend="direct"`` (or ``"auto"`` with no provider) fetches pages directly.
 
     Attributes:
-        allow: Hosts (exact, or ``.suffix``) and IP networks the SSRF guard lets through
-            although they are not public. Empty by default.
-        search_limit: Results per search (the reference always used 5).
+        allow: Hosts (exact, or ``.suffix``) and IP networks the SSRF guard lets through.
         max_concurrent_fetches: Concurrency cap of one extract call without a ``web`` limiter.
-        fetch_timeout: Deadline of one direct fetch, every redirect hop and the body included.
-        max_redirects: Redirect hops followed by a direct fetch (each hop re-vetted).
         max_body_bytes: Bytes of a directly fetched body kept, after decompression.
-        max_content_chars: Longer content is cut to head + tail with a note.
         html_extractor: ``auto`` (trafilatura if installed), ``trafilatura`` or ``basic``.
-        trust_env: Let provider and summarizer requests use the environment's proxies. Direct
-            fetches never do: a proxy would resolve the host itself and defeat the pinning.
+        trust_env: Use the environment's proxies for provider and summarizer requests. Never
+            for direct fetches: a proxy would resolve the host itself and defeat the pinning.
         transport: httpx transport for every outgoing request; its owner closes it.
-        resolver: Host-name resolver for the SSRF guard (default :func:`anyio.getaddrinfo`).
     """
 
     backend: Provider | None = None
@@ -220,7 +210,6 @@ class WebSettings:
         return self.provider() if self.search_available() else None
 
     def secrets(self) -> tuple[str, ...]:
-        """Every configured secret, for redaction."""
         values = [self.firecrawl_api_key, self.tavily_api_key, self.exa_api_key]
         if self.summarizer is not None:
             values.append(self.summarizer.api_key)
@@ -308,7 +297,7 @@ def allow_list_from_env(get: Callable[[str], str | None], name: str) -> tuple[st
 def model_endpoint_from_env(
     get: Callable[[str], str | None], prefix: str, what: str
 ) -> tuple[str, str, str | None] | None:
-    """``(base_url, model, api_key)`` from ``{prefix}_URL`` / ``_MODEL`` / ``_API_KEY``, or ``None``.
+    """``(base_url, model, api_key)`` from ``{prefix}_URL`` / ``_MODEL`` / ``_API_KEY``, or None.
 
     Raises:
         ConfigError: A URL without a model.

@@ -117,13 +117,9 @@ class ToolRuntime:
 
     Attributes:
         task_id: The rollout's id; tools that touch a sandbox use the sandbox of this id.
-        limits: Shared limiters (``tool_calls`` gates every dispatch).
-        user_task: The first user message (capped), for tools that want task context.
         sandboxes: The ``SandboxManager``; ``None``: sandbox tools report an error.
-        web: Web-tool configuration; ``None`` means "from the environment".
-        browsers: The ``BrowserManager``; ``None`` means the current one.
-        terminal_timeout, skills_dir: The rollout's ``AgentOptions`` fields of those names
-            (``None``: :func:`current_tool_defaults`, then the reference's defaults).
+        terminal_timeout, skills_dir: The rollout's ``AgentOptions`` fields (``None``:
+            :func:`current_tool_defaults`, then the reference's defaults).
         on_sandbox_lost: Called by :func:`dispatch` with the ``SandboxError`` a tool raised,
             after the model was told; the rollout core records an ``infra`` failure.
     """
@@ -237,7 +233,6 @@ class ToolRegistry:
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
-        """The tool called ``name``, or ``None``."""
         return self._tools.get(name)
 
     def __contains__(self, name: object) -> bool:
@@ -247,7 +242,6 @@ class ToolRegistry:
         return iter(self._tools.values())
 
     def names(self) -> list[str]:
-        """Registered tool names, sorted."""
         return sorted(self._tools)
 
     def definitions(
@@ -325,14 +319,9 @@ def get_tool_definitions(
 ) -> ToolDefinitions:
     """Return ``(schemas, valid_names)`` for the given toolsets.
 
-    Takes the reference's arguments. The reference returned the schemas alone; this returns the
-    pair (``.schemas`` is that list), because every caller needs the names too.
-
-    Args:
-        enabled_toolsets: Toolsets to offer; ``None`` means all of them.
-        disabled_toolsets: Toolsets removed after expansion.
-        quiet_mode: Accepted for the reference's signature; nothing is printed either way.
-        registry: Where the tools come from (default: the built-in tools).
+    Takes the reference's arguments (``quiet_mode`` prints nothing either way). The reference
+    returned the schemas alone; this returns the pair (``.schemas`` is that list), because every
+    caller needs the names too.
 
     Raises:
         ValueError: An unknown toolset name.

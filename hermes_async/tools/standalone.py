@@ -129,7 +129,6 @@ class StandaloneSandboxes:
 
     @property
     def task_ids(self) -> list[str]:
-        """Task ids with a live sandbox."""
         return list(self._boxes)
 
     async def get(self, task_id: str) -> Sandbox:

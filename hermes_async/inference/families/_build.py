@@ -64,7 +64,7 @@ def _deepseek() -> Any:
 
 
 def build_backend(vocab: str, specials: Sequence[str]) -> Any:
-    """A ``tokenizers.Tokenizer`` for ``vocab`` (``qwen``, ``deepseek`` or ``bpe``) with ``specials``.
+    """A ``tokenizers.Tokenizer`` for ``vocab`` (``qwen``, ``deepseek``, ``bpe``) with ``specials``.
 
     Raises:
         ConfigError: A missing package (named), or an unknown ``vocab``.

@@ -119,13 +119,11 @@ exit 0
 def _exec_argv(
     exec_id: str, cwd: str, stdin_path: str, command: str, exec_dir: str = EXEC_DIR
 ) -> list[str]:
-    """The argv that runs ``command`` through :data:`EXEC_WRAPPER`."""
     argv = ["/bin/sh", "-c", EXEC_WRAPPER, "hermes-exec", exec_id, cwd, stdin_path, command]
     return argv if exec_dir == EXEC_DIR else [*argv, exec_dir]
 
 
 def _kill_argv(exec_id: str, exec_dir: str = EXEC_DIR) -> list[str]:
-    """The argv that kills the process group of the command started as ``exec_id``."""
     argv = ["/bin/sh", "-c", KILL_SCRIPT, "hermes-kill", exec_id]
     return argv if exec_dir == EXEC_DIR else [*argv, exec_dir]
 
@@ -257,15 +255,7 @@ class ContainerSandbox(Sandbox):
     """A sandbox whose commands run inside a container through an exec API (Docker, Modal).
 
     ``exec`` is written here once; a backend implements :meth:`_run_argv` and
-    :meth:`_stage_file`.
-
-    Args:
-        task_id: The rollout it belongs to.
-        workdir: Working directory of every command and the base of relative paths.
-        home: ``~`` inside the container.
-        default_exec_timeout: Command timeout when ``exec`` gets none.
-        kill_timeout: Deadline of killing a command's process group.
-        close_timeout: Bound of a release owned by ``async with``.
+    :meth:`_stage_file`. ``close_timeout`` bounds a release owned by ``async with``.
     """
 
     kind: str = "container"

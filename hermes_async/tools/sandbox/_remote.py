@@ -157,9 +157,7 @@ class RemoteClient(Protocol):
         """Delete sandbox ``sandbox_id`` (already gone is not an error)."""
         ...
 
-    async def aclose(self) -> None:
-        """Close the client's connections."""
-        ...
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,20 +165,11 @@ class RemoteSandboxConfig:
     """The settings every remote backend shares (each backend's config adds its own).
 
     Attributes:
-        workdir: Working directory of every command and the base of relative paths.
-        home: ``~`` inside the sandbox.
-        cpus: CPU request.
-        memory_mb: Memory request in MiB.
-        block_network: Cut the sandbox off the internet.
         env: Variables set in the sandbox at creation (nothing from the host is forwarded).
         sandbox_lifetime_seconds: The provider's hard lifetime of a sandbox.
         create_timeout: Deadline of one creation (a cancellation waits at most this long).
         call_timeout: Deadline of every other API call (file transfer, kill).
-        delete_timeout: Deadline of one delete.
         reap_timeout: Deadline of one reaper sweep (list + deletes).
-        default_exec_timeout: Command timeout when ``exec`` gets none.
-        max_creates_per_second: Creations started per second, at most.
-        max_concurrent_creates: Creations in flight, at most.
         reap_on_start: Sweep this run's leftovers at the factory's first use.
     """
 
@@ -432,7 +421,7 @@ class _RemoteSandbox(StagedTransferSandbox):
         cwd: str = "/",
         stdin: str = "",
     ) -> tuple[tuple[int, int, int, bytes, bytes] | None, bool]:
-        """Run ``command`` through the wrapper: (its result block or ``None``, whether it timed out)."""
+        """Run ``command`` through the wrapper: (result block or ``None``, whether it timed out)."""
         kill_on_timeout = exec_id is not None
         exec_id = exec_id or uuid.uuid4().hex
         line = self._run_command(exec_id, command, cwd, stdin, limit_bytes)
@@ -622,13 +611,8 @@ class RemoteBackend(Generic[_C]):
     :meth:`_make_client`.
 
     Args:
-        config: How sandboxes are created.
         sdk: The SDK module, or a double with the same async surface; default: import it.
         run_id: This run's id (default: random); its sandboxes carry it as a label.
-
-    Attributes:
-        live: Ids of sandboxes created and not yet deleted by this factory.
-        reaps: Every sweep's report, in order.
     """
 
     #: The backend's name in messages (``"E2B"``).

@@ -63,17 +63,10 @@ class ApptainerSandboxConfig:
     Attributes:
         image: A local ``.sif`` path or an image URI (``docker://...``); unset:
             ``TERMINAL_SINGULARITY_IMAGE`` or :data:`DEFAULT_SINGULARITY_IMAGE`.
-        executable: The CLI: a name on ``PATH`` or a path; unset: ``apptainer``, else
-            ``singularity``.
-        workdir: Working directory inside the instance (and base of relative paths).
+        executable: The CLI, on ``PATH`` or a path; unset: ``apptainer``, else ``singularity``.
         home: ``$HOME`` inside the instance (bound from the scratch directory's ``home/``).
-        scratch_dir: Host directory for each sandbox's scratch directory (default temp dir).
         start_args: More ``instance start`` flags (``--net --network none``, ``--fakeroot``).
-        env: Variables set in every command.
         start_timeout: Deadline of ``instance start``, a first ``docker://`` pull included.
-        stop_timeout: Deadline of ``instance stop``.
-        kill_timeout: Deadline of killing a command's process group.
-        default_exec_timeout: Command timeout when ``exec`` gets none.
     """
 
     image: str | None = None

@@ -130,7 +130,7 @@ _SAFE_TASK_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def _isolation_unavailable(reason: str) -> ConfigError:
-    """The error for a sandbox that cannot be isolated here: what is missing, the fix, the opt-out."""
+    """The error for a sandbox that cannot be isolated here: what is missing, fix, opt-out."""
     return ConfigError(
         f"local sandboxes cannot be isolated on this machine: {reason}. Without isolation a "
         "model's commands see this host's files (writable), its network and its processes' "
@@ -165,7 +165,7 @@ def _check_read(raw: RawResult, path: str, limit: int | None) -> None:
 
 
 def _size_checked(script: str) -> str:
-    """A transfer script's prologue: exit 66 missing, 68 not a regular file, 67 over ``$2`` bytes."""
+    """A transfer script's prologue: exit 66 missing, 68 not a file, 67 over ``$2`` bytes."""
     return (
         f'[ -e "$1" ] || exit {_MISSING}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
         's=$(stat -c %s -- "$1" 2>/dev/null || wc -c < "$1"); s=$((s)); '
@@ -267,14 +267,10 @@ class LocalSandbox(Sandbox):
         """Create a sandbox for ``task_id`` and return it.
 
         Args:
-            root_dir: Parent directory of sandbox directories (default: the system temp dir).
             env_allowlist: Host variables copied into the sandbox when set.
             extra_env: Variables set explicitly (never host secrets unless you put them here).
-            terminate_grace: SIGTERM -> SIGKILL grace.
             sweeper: The ``/proc`` sweeper to share with other sandboxes (default: private).
             remover: The directory remover to share (default: private).
-            isolation: ``"auto"``, ``"namespaces"`` or ``"process"``.
-            namespace_options: Network, limits, disk cap and user of a namespaced sandbox.
 
         Raises:
             ConfigError: Namespaces were asked for and cannot be made on this machine.
@@ -744,24 +740,18 @@ def local_factory(
 ) -> Callable[..., Awaitable[Sandbox]]:
     """A ``SandboxManager`` factory that creates :class:`LocalSandbox` es.
 
-    Also the options of ``terminal_backend="local"``. Its sandboxes share one
-    :class:`~hermes_async.tools.sandbox.processes.ProcessSweeper` and one
-    :class:`DirectoryRemover`. A spec's ``env``, ``workdir`` and ``exec_timeout`` apply; images
-    and resource limits need a container backend.
+    Also the options of ``terminal_backend="local"``. Its sandboxes share one ``/proc`` sweeper
+    and one directory remover. A spec's ``env``, ``workdir`` and ``exec_timeout`` apply.
 
     Args:
-        root_dir: Parent directory of the sandbox directories (default: system temp dir).
         env_allowlist: Host variables copied into each sandbox.
-        extra_env: Variables set explicitly in each sandbox.
-        terminate_grace: SIGTERM -> SIGKILL grace.
         isolation: ``"auto"`` (``$HERMES_SANDBOX_ISOLATION``, else namespaces),
             ``"namespaces"`` or ``"process"``.
         namespace: Network, limits, disk and user of namespaced sandboxes.
 
     Raises:
         ConfigError: An invalid option, or bubblewrap, nsenter or root missing. That
-            bubblewrap starts is checked once, at the first creation or by
-            :func:`local_preflight`.
+            bubblewrap starts is checked at the first creation or by :func:`local_preflight`.
     """
     check_value("local_factory default_timeout", default_timeout, POSITIVE_FINITE)
     check_value("local_factory terminate_grace", terminate_grace, NON_NEGATIVE_FINITE)

@@ -161,21 +161,13 @@ class SshSandboxConfig:
         user: The login (``TERMINAL_SSH_USER``, else this process's user name).
         key_path: Private key file (``TERMINAL_SSH_KEY``; unset: asyncssh's defaults). With a
             key given, only that key is offered.
-        known_hosts: known_hosts file (unset: ``~/.ssh/known_hosts``).
         check_host_key: ``False`` accepts any host key: the explicit, logged opt-out.
         remote_root: Remote directory under which each sandbox gets its own (``/tmp``).
-        connect_timeout: Deadline of connecting and logging in, in seconds.
         call_timeout: Deadline of opening a channel and of each short remote step.
-        transfer_timeout: Deadline of one SFTP read or write.
-        default_exec_timeout: Command timeout when ``exec`` gets none.
-        kill_timeout: Deadline of killing a command's process group.
         close_timeout: Deadline of the close script (kill everything, remove the directory).
-        keepalive_interval_seconds: SSH keepalive period; three unanswered ones drop the
-            connection. ``0`` disables them.
+        keepalive_interval_seconds: Three unanswered keepalives drop the connection; ``0``: none.
         max_sessions: The server's ``MaxSessions``: one goes to SFTP, one is spare, the rest
             carry commands.
-        path: ``PATH`` of commands on the remote host.
-        env: Variables set in every sandbox.
     """
 
     host: str | None = None
@@ -591,7 +583,6 @@ class SshBackend(AsyncResource):
         return self
 
     async def aclose(self) -> None:
-        """Stop keeping the connection open; idempotent."""
         held, self._held = self._held, None
         if held is not None:
             await self.release(held)
@@ -623,16 +614,15 @@ class SshBackend(AsyncResource):
     async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> SshSandbox:
         """Make the sandbox directory for ``task_id`` on the remote host.
 
-        A spec's ``env``, ``workdir`` and ``exec_timeout`` apply; images and resource limits are
-        ignored, as on ``local``.
+        A spec's ``env``, ``workdir`` and ``exec_timeout`` apply; images and limits are ignored.
 
         Raises:
             AsyncBackendError: Not running under asyncio.
             ConfigError: asyncssh is not installed.
             SandboxError: The host is unreachable or refuses, or the directory cannot be made.
 
-        **Cancellation**: the directory step finishes (shielded, bounded), what was made is
-        removed (shielded, bounded), then the cancellation propagates.
+        **Cancellation**: the directory step finishes, what was made is removed (both shielded,
+        bounded), then the cancellation propagates.
         """
         require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
         cfg = self.config
@@ -760,7 +750,6 @@ class SshSandbox(ContainerSandbox):
         self._channels: set[Any] = set()
 
     async def _write_env_file(self) -> None:
-        """Write the environment every command starts from."""
         lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items())
         await self._sftp_write(self.env_file, lines.encode(), make_parents=False)
 

@@ -48,7 +48,6 @@ class SandboxWrapper(Sandbox):
 
     @property
     def gone(self) -> Any:
-        """The inner sandbox's ``gone`` (why it died), or ``None``."""
         return getattr(self.inner, "gone", None)
 
     # ------------------------------------------------------------------------- commands, files
