@@ -119,7 +119,6 @@ class FailurePolicy:
         on_timeout: ``zero`` (keep, reward 0) or ``mask`` for ``agent_timeout``.
         max_attempts: Attempts per rollout with ``retry``, the first included.
         backoff_seconds: Pause before the first retry; doubled per retry, jittered to 50-100 %.
-        max_backoff_seconds: Cap on one pause.
     """
 
     on_failure: FailureAction = "retry"
@@ -803,7 +802,7 @@ async def run_group(
     """Run ``size`` rollouts of one prompt concurrently; reward and score each.
 
     Each rollout gets its own copy of ``messages``, its own sandbox and, with a seed s, the seed
-    s + index. The other arguments are :func:`run_rollout`'s.
+    s + index. The other arguments, and their errors, are :func:`run_rollout`'s.
 
     Args:
         on_rollout: Called with each final :class:`ScoredRollout`; what it raises cancels the
@@ -817,9 +816,7 @@ async def run_group(
         The :class:`ScoredGroup`; a masked group is returned, never half emitted.
 
     Raises:
-        ValueError: Bad ``size`` or ``task_ids``, ``staleness`` without a version source, or as
-            for :func:`run_rollout`.
-        TypeError: As for :func:`run_rollout`, or ``size`` is not an int.
+        ValueError: Bad ``size`` or ``task_ids``, or ``staleness`` without a version source.
         VersionReadError: The version source failed when the ages were measured.
         InferenceError: Every rollout failed at the model server before it answered: the
             server is down, and ``process`` mode would otherwise spin through the dataset.

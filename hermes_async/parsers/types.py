@@ -43,15 +43,11 @@ class FunctionCall:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One tool call, shaped like OpenAI's ``ChatCompletionMessageToolCall``.
-
-    The one tool-call type of the package: parsers make it, the chat client reads it, the loop
-    runs it.
+    """One tool call, shaped like OpenAI's ``ChatCompletionMessageToolCall``; the package's only one.
 
     Attributes:
         id: A chat server's id, or a fresh ``call_<24 hex>`` (9 alphanumerics for ``mistral``,
             whose templates require that shape).
-        index: Position among the call attempts of this output (0-based).
         native_id: The id the model itself wrote, when the format has one (``kimi_k2``,
             ``mistral`` v13); templates that re-render the turn need it.
     """
@@ -116,12 +112,9 @@ class ToolCallSealed:
     """A complete, validated tool call: dispatch it now.
 
     Attributes:
-        id: Unique call id (use it for the ``tool`` result message).
         arguments: A JSON object serialized with ``ensure_ascii=False``.
-        native_id: The model's own id for the call, if the format has one.
         raw: The call's JSON exactly as the model wrote it (the object, or the arguments object
             for name-then-JSON formats); ``""`` for XML formats and calls without arguments.
-            A template that renders it gives back the model's own text.
     """
 
     index: int
@@ -196,14 +189,12 @@ ParserEvent: TypeAlias = (
 
 @dataclass(frozen=True, slots=True)
 class ParseResult:
-    """What a whole output parsed to.
-
-    Unpacks as the reference's ``content, tool_calls``; ``tool_calls`` is None, not empty, with
-    no valid calls.
+    """What a whole output parsed to; unpacks as the reference's ``content, tool_calls``.
 
     Attributes:
         content: With no call attempts, the text unchanged. Otherwise the stripped text pieces
             outside the calls, joined with newlines; None when nothing is left.
+        tool_calls: The sealed calls in order, or None (not empty) when there are none.
         final_events: Events :meth:`ToolCallParser.finish` produced; not part of equality.
     """
 

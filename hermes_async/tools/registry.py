@@ -151,8 +151,7 @@ class Tool:
         available: Optional check; an unavailable tool is not offered to the model.
 
     Raises:
-        ConfigError: A malformed field (name, toolset, handler, size). ``parameters`` is
-            checked by :meth:`ToolRegistry.register`.
+        ConfigError: A malformed field. ``parameters`` is checked by :meth:`ToolRegistry.register`.
     """
 
     name: str
@@ -339,9 +338,7 @@ class ToolOutcome:
 
     Attributes:
         content: Exactly what the model is shown.
-        error: A short description when the call failed, else ``None``.
-        duration_seconds: Time spent, including the wait for a ``tool_calls`` slot.
-        wait_seconds: Time spent waiting for that slot.
+        duration_seconds: Time spent, including ``wait_seconds`` for a ``tool_calls`` slot.
         malformed: The call itself was wrong: the model's mistake, not the tool's failure.
     """
 
@@ -393,7 +390,6 @@ async def dispatch(
     Args:
         arguments: The raw arguments (JSON object text, or a mapping).
         valid_names: Names the model was offered; others are "unknown" even if registered.
-        timeout: Seconds before the call is cancelled and reported as timed out.
 
     Returns:
         A :class:`ToolOutcome`. A ``SandboxError`` also goes to ``runtime.on_sandbox_lost``.

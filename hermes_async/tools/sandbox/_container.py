@@ -138,14 +138,10 @@ async def read_until_exit(
 ) -> int | None:
     """Read a command's output until its streams end or the command has exited.
 
-    A background child can hold the streams open, so a poller asks whether the command exited;
-    reading then stops ``drain_grace_seconds`` later.
+    A background child can hold the streams open, so a poller asks whether the command exited.
+    Returns the exit code if the poller learnt it, else ``None``.
 
-    Returns:
-        The exit code if the poller learnt it, else ``None`` (the caller asks the engine).
-
-    **Cancellation**: both the reader and the poller are cancelled; nothing is left running
-    on the host side.
+    **Cancellation**: the reader and the poller are cancelled; nothing is left running.
     """
     exit_code: int | None = None
     error: Exception | None = None
@@ -323,8 +319,6 @@ class ContainerSandbox(Sandbox):
 
     async def exec_request(self, request: ExecRequest) -> ExecResult:
         """Run the command with ``sh -c`` in the container, in its own process group.
-
-        A timeout kills the group and is exit 124 with ``timed_out=True``.
 
         Raises:
             SandboxUnavailableError: The container is gone (before or while the command ran).

@@ -682,9 +682,8 @@ class RemoteBackend(Generic[_C]):
             ConfigError: The SDK is missing, or it cannot run on this async library.
             SandboxError: The provider refused or failed, or creation exceeded ``create_timeout``.
 
-        **Cancellation**: before admission nothing is created; during the create call it waits
-        for the id (at most ``create_timeout``), deletes the sandbox (shielded, bounded) and
-        propagates.
+        **Cancellation**: waits for the id (at most ``create_timeout``), deletes the sandbox
+        (shielded, bounded), then propagates.
         """
         self._check_runtime()
         config = self._config_for(spec)

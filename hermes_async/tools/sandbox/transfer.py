@@ -191,15 +191,13 @@ async def download_dir(
 ) -> list[DownloadedFile]:
     """Stream a tar of ``remote_dir`` into the archive extractor; return the files written.
 
-    The extractor checks every member, extracts with the ``data`` filter into a fresh directory
-    next to ``local_dir`` and moves it into place.
+    The extractor checks every member and extracts with the ``data`` filter into a fresh
+    directory, then moves it into place.
 
     Raises:
         FileNotFoundError: ``remote_dir`` does not exist in the sandbox.
         TransferLimitError: The archive is larger than ``max_bytes``.
         ValueError: The archive has an unsafe member (nothing was written).
-        OSError: The host side failed.
-        SandboxError: The sandbox failed.
 
     **Cancellation**: the ``tar`` and the extractor are killed; a kill mid-extraction can leave
     a hidden ``.hermes-*`` directory next to ``local_dir``.
