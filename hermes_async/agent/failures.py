@@ -27,7 +27,7 @@ __all__ = (
     "worst_failure",
 )
 
-#: The failure categories (see the module docstring).
+#: The failure categories (docs/architecture.md, "Failure categories").
 FailureCategory: TypeAlias = Literal[
     "cancelled", "infra", "verifier", "agent_timeout", "model", "tool"
 ]

@@ -100,7 +100,7 @@ DEFAULT_OPTIONS = AgentOptions()
 
 Encode: TypeAlias = Callable[[str], Sequence[int]]
 
-#: What a group does with ``infra`` / ``verifier`` failures (see the module docstring).
+#: What a group does with ``infra`` / ``verifier`` failures.
 FailureAction: TypeAlias = Literal["retry", "mask", "zero"]
 #: What a group does with ``agent_timeout`` failures.
 TimeoutAction: TypeAlias = Literal["zero", "mask"]
