@@ -277,7 +277,7 @@ class Staleness:
         max_staleness: Largest age still trained on (``1``: the usual one-step off-policy).
         action: ``drop`` the group (outcome ``"stale"``), ``mask`` the stale segments, or
             ``keep`` and only report.
-        version_source: Read from here (``None``: ``AgentOptions.version_source``).
+        version_source: Source of the current version (``None``: ``AgentOptions.version_source``).
     """
 
     max_staleness: int
