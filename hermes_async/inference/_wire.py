@@ -19,7 +19,9 @@ request, two thirds of all client CPU. This module keeps only what a model serve
 * the typed outcomes of :mod:`~hermes_async.inference._transport`, decided where they happen:
   :class:`ConnectFailed` and :class:`ClosedBeforeResponse` (nothing was received: a retry is
   safe; ``reused`` says whether the connection was a kept-alive one), :class:`BodyCut` (the
-  response was cut or is not HTTP: never retried), :class:`TransportTimeout` (connect or head).
+  response was cut or is not HTTP: never retried), :class:`ResponseTooLarge` (a head past
+  ``max_head_bytes`` or ``max_header_lines``: a server that never ends its head),
+  :class:`TransportTimeout` (connect or head).
 
 It implements the :class:`~hermes_async.inference._transport.Transport` protocol. Deadlines other
 than connect and "silence before the response head" are the caller's (``ServerConnection`` wraps
@@ -52,6 +54,7 @@ from hermes_async.inference._transport import (
     BodyCut,
     ClosedBeforeResponse,
     ConnectFailed,
+    ResponseTooLarge,
     TransportTimeout,
 )
 
@@ -163,6 +166,7 @@ class _Exchange:
         "body",
         "complete",
         "head",
+        "header_lines",
         "headers",
         "keep_alive",
         "no_body",
@@ -181,6 +185,7 @@ class _Exchange:
         self.status = 0
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
+        self.header_lines = 0  # every header line, 1xx heads' included
         self.body: list[bytes] = []
 
     # httptools calls these (by name) from ``feed_data``.
@@ -195,6 +200,7 @@ class _Exchange:
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_lines += 1
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -408,6 +414,9 @@ class WirePool:
         read_timeout: Seconds allowed between sending a request and the response head.
         keepalive_expiry: Idle connections older than this are not reused.
         max_idle: Idle connections kept at most (older ones are closed first).
+        max_head_bytes: Longest response head accepted (status line and headers, 1xx heads
+            included), in bytes.
+        max_header_lines: Most header lines accepted in a response head.
         headers: Sent with every request (after the defaults, so they can override them).
         ssl_context: Factory of the TLS context for ``https`` (called once, on first connect).
     """
@@ -422,10 +431,14 @@ class WirePool:
         read_timeout: float,
         keepalive_expiry: float,
         max_idle: int,
+        max_head_bytes: int,
+        max_header_lines: int,
         headers: Mapping[str, str] | None = None,
         ssl_context: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         self._origin = _parse_origin(base_url)
+        self._max_head_bytes = max_head_bytes
+        self._max_header_lines = max_header_lines
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._keepalive_expiry = keepalive_expiry
@@ -465,6 +478,7 @@ class WirePool:
             ConnectFailed: No connection could be made.
             ClosedBeforeResponse: The connection closed before a response byte (retry-safe).
             BodyCut: The response head was invalid or cut.
+            ResponseTooLarge: The head went past ``max_head_bytes`` or ``max_header_lines``.
             TransportTimeout: Connecting or waiting for the head took too long.
 
         **Cancellation**: the connection in use is closed (never returned to the pool).
@@ -504,24 +518,48 @@ class WirePool:
                 await conn.aclose()
 
     async def _receive_head(self, conn: _Connection, exchange: _Exchange, *, reused: bool) -> None:
-        received = False
+        received = 0
         with anyio.move_on_after(self._read_timeout):  # not fail_after: see receive_some
             while not exchange.head:
-                data = await _receive(conn, started=received, reused=reused)
+                data = await _receive(conn, started=received > 0, reused=reused)
                 if not data:
                     if not received:
                         raise ClosedBeforeResponse(
                             "the connection closed before a response", reused=reused
                         )
                     raise BodyCut("the connection ended before the response head")
-                received = True
+                received += len(data)
                 exchange.feed(data)
+                # Checked per read (at most _READ_SIZE bytes past the bound), not per byte.
+                if not exchange.head and (
+                    received > self._max_head_bytes
+                    or exchange.header_lines > self._max_header_lines
+                ):
+                    raise self._head_too_large(received, exchange.header_lines)
+            if exchange.header_lines > self._max_header_lines:
+                raise self._head_too_large(received, exchange.header_lines)
             return
         # Only the scope's deadline gets here: every way out of the loop returns or raises.
         raise TransportTimeout(
             f"no response head within {self._read_timeout:g} s",
             kind="read",
             seconds=self._read_timeout,
+        )
+
+    def _head_too_large(self, received: int, lines: int) -> ResponseTooLarge:
+        if lines > self._max_header_lines:
+            what = (
+                f"{lines} header lines, more than HTTPOptions.max_header_lines="
+                f"{self._max_header_lines}"
+            )
+        else:
+            what = (
+                f"{received} bytes without its end, more than HTTPOptions.max_head_bytes="
+                f"{self._max_head_bytes}"
+            )
+        return ResponseTooLarge(
+            f"the response head has {what}; a model server sends a few hundred bytes "
+            "(check that base_url points at one, or raise the option)"
         )
 
     async def _checkout(self) -> _Connection | None:

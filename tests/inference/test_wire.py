@@ -40,6 +40,12 @@ FAST_RETRY = RetryPolicy(max_attempts=2, initial_backoff_seconds=0.01, max_backo
 #: Bound on waiting for something the test expects to happen "soon" (generous on 2 cores).
 SOON = 5.0
 
+#: What ServerConnection gives its pool by default.
+HEAD_BOUNDS = {
+    "max_head_bytes": HTTPOptions().max_head_bytes,
+    "max_header_lines": HTTPOptions().max_header_lines,
+}
+
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
@@ -369,7 +375,12 @@ async def test_a_head_request_ends_with_the_response_head() -> None:
 
     async with serving(keep_alive(respond)) as server:
         pool = WirePool(
-            server.url(), connect_timeout=SOON, read_timeout=SOON, keepalive_expiry=60, max_idle=1
+            server.url(),
+            connect_timeout=SOON,
+            read_timeout=SOON,
+            keepalive_expiry=60,
+            max_idle=1,
+            **HEAD_BOUNDS,
         )
         try:
             with anyio.fail_after(SOON):
@@ -425,7 +436,12 @@ async def test_pool_keeps_at_most_max_idle_connections() -> None:
 
     async with serving(handler) as server:
         pool = WirePool(
-            server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=1
+            server.url(),
+            connect_timeout=1,
+            read_timeout=SOON,
+            keepalive_expiry=60,
+            max_idle=1,
+            **HEAD_BOUNDS,
         )
 
         async def call() -> None:
@@ -847,6 +863,7 @@ async def test_wire_pool_directly_expiry_and_reuse() -> None:
     async with serving(keep_alive(lambda n, r: http_response(f"n={n}".encode()))) as server:
         pool = WirePool(
             server.url(""),
+            **HEAD_BOUNDS,
             connect_timeout=1,
             read_timeout=SOON,
             keepalive_expiry=0.05,
@@ -880,7 +897,12 @@ async def test_receive_some_after_the_end_keeps_returning_none() -> None:
     tail: list[bytes | None] = []
     async with serving(keep_alive(lambda n, r: http_response(b"body"))) as server:
         pool = WirePool(
-            server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
+            server.url(),
+            connect_timeout=1,
+            read_timeout=SOON,
+            keepalive_expiry=60,
+            max_idle=4,
+            **HEAD_BOUNDS,
         )
         try:
             response = await pool.send("POST", "a", b"")
@@ -901,7 +923,12 @@ async def test_reading_a_closed_wire_response_is_an_error() -> None:
 
     async with serving(handler) as server:
         pool = WirePool(
-            server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
+            server.url(),
+            connect_timeout=1,
+            read_timeout=SOON,
+            keepalive_expiry=60,
+            max_idle=4,
+            **HEAD_BOUNDS,
         )
         try:
             response = await pool.send("POST", "a", b"")
@@ -932,7 +959,9 @@ async def test_reading_a_closed_wire_response_is_an_error() -> None:
 )
 def test_bad_base_urls_are_rejected_naming_the_url(url: str, why: str) -> None:
     with pytest.raises(ValueError, match=re.escape(why) + r".*" + re.escape(repr(url))):
-        WirePool(url, connect_timeout=1, read_timeout=1, keepalive_expiry=1, max_idle=1)
+        WirePool(
+            url, **HEAD_BOUNDS, connect_timeout=1, read_timeout=1, keepalive_expiry=1, max_idle=1
+        )
     # ServerConnection names the URL as it was given.
     with pytest.raises(ValueError, match=re.escape(why) + r".*" + re.escape(repr(url))):
         ServerConnection(url)
@@ -965,12 +994,22 @@ def test_body_framing_headers_are_the_clients_own(name: str) -> None:
 
 def test_ipv6_and_default_port_host_headers() -> None:
     pool = WirePool(
-        "http://[::1]:8000/v1/", connect_timeout=1, read_timeout=1, keepalive_expiry=1, max_idle=1
+        "http://[::1]:8000/v1/",
+        connect_timeout=1,
+        read_timeout=1,
+        keepalive_expiry=1,
+        max_idle=1,
+        **HEAD_BOUNDS,
     )
     assert ("host", "[::1]:8000") in [(k.decode(), v.decode()) for k, v in pool._headers]
     assert pool.target("chat/completions") == b"/v1/chat/completions"
     pool = WirePool(
-        "https://example.test", connect_timeout=1, read_timeout=1, keepalive_expiry=1, max_idle=1
+        "https://example.test",
+        connect_timeout=1,
+        read_timeout=1,
+        keepalive_expiry=1,
+        max_idle=1,
+        **HEAD_BOUNDS,
     )
     assert ("host", "example.test") in [(k.decode(), v.decode()) for k, v in pool._headers]
 
