@@ -1,5 +1,8 @@
 """A lean HTTP/1.1 client for the model-server hot path: httptools over anyio byte streams.
 
+Why one module of this size: one concept, an HTTP/1.1 exchange with one server; the parser's
+callbacks, the connection, the response and the pool share the exchange and its bounds.
+
 Why not httpx here: a rollout makes one short streamed POST per turn, and at thousands of
 concurrent rollouts the client's CPU per request is what keeps the event loop responsive.
 Measured through httpx (500 rollouts, 3 turns each, profiled): request building, cookie

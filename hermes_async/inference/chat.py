@@ -1,5 +1,8 @@
 """Phase 1 client: OpenAI-compatible ``POST {base_url}/chat/completions``.
 
+Why one module of this size: one concept, the chat completion; its SDK-shaped types, the
+stream assembler that builds them (with its bounds) and the client that asks for them.
+
 :class:`ChatClient` exposes ``async chat_completion(**kwargs)`` and returns a
 :class:`ChatCompletion` shaped like the OpenAI SDK's (attribute access:
 ``resp.choices[0].message.tool_calls[0].function.arguments``), so the agent loop accepts it,
