@@ -122,6 +122,8 @@ class ToolSettings:
         timeout: Per-call deadline in seconds (``None``: none).
         parallel: Run one turn's calls concurrently.
         budget: The tool-result budget.
+        max_calls_per_turn: Calls of one turn that run; the later ones are answered with an
+            error instead.
     """
 
     registry: ToolRegistry | None
@@ -129,6 +131,7 @@ class ToolSettings:
     timeout: float | None
     parallel: bool
     budget: BudgetConfig
+    max_calls_per_turn: int
 
 
 class TurnToolRunner:
@@ -144,10 +147,23 @@ class TurnToolRunner:
         self._tg = tg
         self._runtime = runtime
         self._settings = settings
+        self._started = 0  # calls submitted to run (not the rejected ones)
         self.calls: list[ToolCall] = []
 
     def submit(self, call: ToolCall) -> ToolCall:
-        """Start ``call`` (or queue it behind the previous call of the turn); return it."""
+        """Start ``call`` (or queue it behind the previous call of the turn); return it.
+
+        Past the turn's ``max_calls_per_turn`` the call does not run: the model is shown an
+        error for it (a model that writes thousands of calls in one turn must not run them all).
+        """
+        limit = self._settings.max_calls_per_turn
+        if self._started >= limit:
+            return self.reject(
+                call,
+                f"not run: this turn already has {limit} tool calls, the most one turn may run "
+                "(AgentOptions.max_tool_calls_per_turn); make fewer calls per turn",
+            )
+        self._started += 1
         previous = self.calls[-1] if self.calls and not self._settings.parallel else None
         call.index = len(self.calls)
         call.submitted_at = anyio.current_time()

@@ -137,6 +137,10 @@ class AgentOptions:
             returned with ``error`` set.
         parallel_tool_calls: Run one turn's calls concurrently (default: in order, like the
             reference).
+        max_tool_calls_per_turn: Tool calls of one turn that run; each one past it is answered
+            with an error result (a ``ToolError`` of category ``model``). 64: models rarely
+            write more than ten calls in a turn, and one that writes thousands would run them
+            one after another (2,000 ``terminal`` calls: 22 s; the reference had no bound).
         tool_call_parser: Phase 2 parser name.
         early_dispatch: Phase 2: start each call the moment it is sealed.
         sampling: Phase 2 sampling parameters; ``temperature`` and ``max_tokens`` override
@@ -197,6 +201,7 @@ class AgentOptions:
     turn_timeout: float | None = None
     rollout_timeout: float | None = None
     parallel_tool_calls: bool = False
+    max_tool_calls_per_turn: int = 64
     tool_call_parser: str = "hermes"
     early_dispatch: bool = True
     sampling: SamplingParams | None = None
@@ -217,12 +222,13 @@ class AgentOptions:
     incremental_rendering: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_resumes"):
+        for name in ("max_turns", "max_resumes", "max_tool_calls_per_turn"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, got {value!r}")
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {self.max_turns!r}")
+        for name in ("max_turns", "max_tool_calls_per_turn"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.max_resumes < 0:
             raise ValueError(f"max_resumes must be >= 0, got {self.max_resumes!r}")
         for name in ("temperature", "max_tokens"):  # None: not given
@@ -500,6 +506,7 @@ class HermesAgentLoop:
             timeout=options.tool_timeout,
             parallel=options.parallel_tool_calls,
             budget=options.budget or DEFAULT_BUDGET,
+            max_calls_per_turn=options.max_tool_calls_per_turn,
         )
         self._turns = self._strategy(server, tokenizer)
         #: The result of the latest run started: consistent after every step, readable after a
