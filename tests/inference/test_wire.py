@@ -4,8 +4,10 @@ servers scripted byte by byte in the test's own task group."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
+import os
 import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -579,6 +581,43 @@ async def test_429_waits_for_retry_after() -> None:
         elapsed = anyio.current_time() - start
     assert 0.2 <= elapsed < 0.2 + SOON
     assert len(server.requests) == 2
+
+
+def open_fds() -> dict[int, str]:
+    """This process's file descriptors and what each is (``socket:[...]``, a path, a pipe)."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the directory's own descriptor, closed by now
+            found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("transport", ["wire", "httpx"])
+async def test_a_429_with_retry_after_then_success_leaves_no_descriptor(transport: str) -> None:
+    # The earlier red team saw three descriptors (not sockets) left after this sequence.
+    def respond(n: int, request: Request) -> bytes:
+        if n % 2 == 0:
+            headers = [("Retry-After", "0.05")]
+            return http_response(b"slow down", status=429, reason="Too Many", headers=headers)
+        return json_response({"ok": True})
+
+    async with serving(keep_alive(respond)) as server:
+        before = open_fds()
+        for _ in range(3):
+            conn = ServerConnection(
+                server.url(),
+                options=HTTPOptions(retry=FAST_RETRY),
+                transport=httpx.AsyncHTTPTransport() if transport == "httpx" else None,
+            )
+            async with conn:
+                assert await conn.post_json("a", {}) == {"ok": True}
+        with anyio.fail_after(SOON):  # the server closes its side once the client has
+            for peer in server.peers:
+                await peer.server_closed.wait()
+        left = {fd: what for fd, what in open_fds().items() if fd not in before}
+    assert left == {}
+    assert len(server.requests) == 6
 
 
 async def test_404_is_not_retried_and_shows_the_body() -> None:
