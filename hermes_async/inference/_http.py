@@ -159,7 +159,7 @@ class HTTPOptions:
         max_body_bytes: Longest whole (non-streamed) body, in bytes; a larger
             ``Content-Length`` is refused before any body byte is read. 64 MiB: an Atropos
             ``/generate`` body of a 128k-token completion is ~6 MB; a chat completion with
-            ``top_logprobs=20`` takes ~1.2 KB a token (32k tokens: ~40 MB). Raise it for more.
+            ``top_logprobs=20`` takes ~1.5 KB a token (40k tokens: ~60 MB). Raise it for more.
         max_event_bytes: Longest Server-Sent Event (its ``data`` lines together), in bytes.
             16 MiB, as a line: an event is one line from every server we know.
         max_completion_chars: Longest streamed chat completion assembled, per choice: content,
