@@ -23,6 +23,7 @@ through it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import anyio
@@ -99,7 +100,8 @@ class SSEDecoder:
         self._event: str | None = None
         self._id: str | None = None
         self._last_line = ""
-        self._max_event_bytes = max_event_bytes
+        # No bound: a count no event reaches (one comparison per line either way).
+        self._max_event_bytes: float = math.inf if max_event_bytes is None else max_event_bytes
         self._event_bytes = 0
 
     def feed_line(self, line: str, size: int | None = None) -> SSEEvent | None:
@@ -116,7 +118,11 @@ class SSEDecoder:
         if not line:
             return self._dispatch()
         if line.startswith("data: "):  # the common case, with one copy of a long line
-            self._add_data(line[6:], line, size)
+            self._event_bytes += len(line) if size is None else size
+            if self._event_bytes > self._max_event_bytes:
+                raise self._too_large(line)
+            self._data.append(line[6:])
+            self._last_line = line
             return None
         if line.startswith(":"):
             return None
@@ -130,26 +136,25 @@ class SSEDecoder:
         if value.startswith(" "):
             value = value[1:]
         if name == "data":
-            self._add_data(value, line, size)
+            self._event_bytes += len(line) if size is None else size
+            if self._event_bytes > self._max_event_bytes:
+                raise self._too_large(line)
+            self._data.append(value)
+            self._last_line = line
         elif name == "event":
             self._event = value
         elif name == "id":
             self._id = value
         return None
 
-    def _add_data(self, value: str, line: str, size: int | None) -> None:
+    def _too_large(self, line: str) -> SSEEventTooLarge:
         limit = self._max_event_bytes
-        if limit is not None:
-            self._event_bytes += len(line) if size is None else size
-            if self._event_bytes > limit:
-                raise SSEEventTooLarge(
-                    f"an event is longer than HTTPOptions.max_event_bytes={limit} bytes "
-                    f"({limit / 2**20:.3g} MiB): {len(self._data) + 1} data lines without the "
-                    "blank line that ends an event",
-                    line,
-                )
-        self._data.append(value)
-        self._last_line = line
+        return SSEEventTooLarge(
+            f"an event is longer than HTTPOptions.max_event_bytes={limit} bytes "
+            f"({limit / 2**20:.3g} MiB): {len(self._data) + 1} data lines without the "
+            "blank line that ends an event",
+            line,
+        )
 
     def flush(self) -> SSEEvent | None:
         """End of stream: dispatch a final event that was not followed by a blank line."""

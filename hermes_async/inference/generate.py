@@ -244,29 +244,12 @@ class TokenClient(Protocol):
 
 
 # --------------------------------------------------------------------------------------------
-# Sources: where the chunks come from (an SSE body, or one JSON body), decoded by the stream
+# Sources: where the chunks come from. An SSE body (SSEJSONReader, read by the stream itself:
+# the path of every streamed chunk), or one JSON body (below).
 
 #: Decodes one JSON chunk (and the line it came from) into its tokens, or ``None`` for a chunk
 #: without any (usage, keep-alive); raises the client error of a bad chunk.
 _Decode = Callable[[JSON, str | None], TokenChunk | None]
-
-
-class _Source(Protocol):
-    async def next(self, decode: _Decode) -> TokenChunk | None:
-        """The next chunk with tokens or a finish, decoded; ``None`` at the end."""
-        ...
-
-
-class _SSESource:
-    def __init__(self, chunks: SSEJSONReader) -> None:
-        self._chunks = chunks
-
-    async def next(self, decode: _Decode) -> TokenChunk | None:
-        while (item := await self._chunks.next()) is not None:
-            chunk = decode(*item)
-            if chunk is not None:
-                return chunk
-        return None
 
 
 class _JSONSource:
@@ -277,6 +260,7 @@ class _JSONSource:
         self._done = False
 
     async def next(self, decode: _Decode) -> TokenChunk | None:
+        """The body's chunk, decoded; ``None`` after it."""
         if self._done:
             return None
         self._done = True
@@ -320,9 +304,15 @@ class TokenStream:
     """
 
     def __init__(
-        self, source: _Source, decoder: ChunkDecoder, endpoint: str, *, max_tokens: int
+        self,
+        source: SSEJSONReader | _JSONSource,
+        decoder: ChunkDecoder,
+        endpoint: str,
+        *,
+        max_tokens: int,
     ) -> None:
-        self._source = source
+        self._sse = source if isinstance(source, SSEJSONReader) else None
+        self._json = source if isinstance(source, _JSONSource) else None
         self._decoder = decoder
         self.endpoint = endpoint
         self._max_tokens = max_tokens
@@ -349,7 +339,15 @@ class TokenStream:
         if self._ended:
             raise StopAsyncIteration
         try:
-            chunk = await self._source.next(self._decode)
+            if self._sse is not None:  # inline: one coroutine frame less per chunk
+                while (item := await self._sse.next()) is not None:
+                    if (chunk := self._decode(item[0], item[1])) is not None:
+                        break
+                else:
+                    chunk = None
+            else:
+                assert self._json is not None
+                chunk = await self._json.next(self._decode)
         except ModelServerError as exc:
             self._ended = True
             raise exc.with_partial(self.token_ids, self.logprobs) from exc.__cause__
@@ -551,7 +549,7 @@ class GenerateClient(ServerClient, ABC):
                         reader, max_event_bytes=self.connection.options.max_event_bytes
                     )
                     stream = TokenStream(
-                        _SSESource(chunks), self._decoder(), self.endpoint, max_tokens=max_tokens
+                        chunks, self._decoder(), self.endpoint, max_tokens=max_tokens
                     )
                     yield stream
             finally:
