@@ -3,7 +3,7 @@
 Each case of :mod:`hermes_async.testing.hostile` is served on loopback by this process; the
 client runs in a child process of its own (``attack(case, url)`` with the default options,
 under an address-space limit), importing the package from the tree under test. The child
-reports what the client raised, how long it took, and its peak RSS (``ru_maxrss``); a child
+reports what the client raised, how long it took, and its peak RSS (``VmHWM``); a child
 that the limit kills is reported as such.
 
     PYTHONPATH=. .venv/bin/python bench/hostile.py                           # this tree
