@@ -1,36 +1,13 @@
 """A lean HTTP/1.1 client for the model-server hot path: httptools over anyio byte streams.
 
-Why one module of this size: one concept, an HTTP/1.1 exchange with one server; the parser's
-callbacks, the connection, the response and the pool share the exchange and its bounds.
-
-Why not httpx here: a rollout makes one short streamed POST per turn, and at thousands of
-concurrent rollouts the client's CPU per request is what keeps the event loop responsive.
-Measured through httpx (500 rollouts, 3 turns each, profiled): request building, cookie
-handling, the pool's bookkeeping and the layered async iterators cost ~2 ms of CPU per
-request, two thirds of all client CPU. This module keeps only what a model server needs:
-
-* one :class:`WirePool` per server (scheme, host, port and path prefix fixed at creation): a
-  LIFO stack of idle keep-alive connections, no limit of its own (the request limiter above it
-  bounds concurrency), idle connections dropped after ``keepalive_expiry`` seconds or as soon
-  as the server has closed them;
-* httptools (llhttp, the parser Node.js uses, in C) for the response framing (Content-Length,
-  chunked, keep-alive rules); the request is a few bytes written out here. This replaced h11
-  (pure Python): parsing one streamed response of five chunks cost ~142 us of CPU with h11 and
-  ~8 us with httptools, and a rollout makes a request per turn with one chunk per streamed
-  event (``bench/http_client.py`` compares this pool with httpx; the parser itself,
-  ``bench/http_client.py --parsers``);
-* the typed outcomes of :mod:`~hermes_async.inference._transport`, decided where they happen:
-  :class:`ConnectFailed` and :class:`ClosedBeforeResponse` (nothing was received: a retry is
-  safe; ``reused`` says whether the connection was a kept-alive one), :class:`BodyCut` (the
-  response was cut or is not HTTP: never retried), :class:`ResponseTooLarge` (a head past
-  ``max_head_bytes`` or ``max_header_lines``: a server that never ends its head),
-  :class:`TransportTimeout` (connect or head).
-
-It implements the :class:`~hermes_async.inference._transport.Transport` protocol. Deadlines other
-than connect and "silence before the response head" are the caller's (``ServerConnection`` wraps
-every call in its read and request deadlines). No proxies, no compression, no redirects, no
-cookies: model servers need none, and ``ServerConnection`` uses the httpx transport when an HTTP
-proxy applies to the server's host.
+One :class:`WirePool` per server keeps a LIFO stack of idle keep-alive connections (the request
+limiter above it bounds concurrency); httptools frames the responses. Failures are the typed
+outcomes of :mod:`~hermes_async.inference._transport`, decided where they happen: only
+:class:`ConnectFailed` and :class:`ClosedBeforeResponse` are safe to retry, and a head past
+``max_head_bytes`` or ``max_header_lines`` is :class:`ResponseTooLarge`. Deadlines other than
+connect and the head are the caller's. No proxies, compression, redirects or cookies
+(``ServerConnection`` uses httpx when a proxy applies). Why not httpx or h11, measured:
+docs/decisions/038-model-server-client.md.
 """
 
 from __future__ import annotations
@@ -286,8 +263,7 @@ class _Connection:
             return True
 
     async def aclose(self) -> None:
-        # Never blocks for long (no TLS close_notify exchange), but bounded all the same: this
-        # is the one bound on closing a connection (callers add none).
+        # Bounded though it never waits long (no TLS close_notify): callers add no bound.
         with (
             cleanup_scope("close a model-server connection", CLOSE_GRACE_SECONDS),
             contextlib.suppress(*_STREAM_ERRORS),
@@ -417,8 +393,7 @@ class WirePool:
         read_timeout: Seconds allowed between sending a request and the response head.
         keepalive_expiry: Idle connections older than this are not reused.
         max_idle: Idle connections kept at most (older ones are closed first).
-        max_head_bytes: Longest response head accepted (status line and headers, 1xx heads
-            included), in bytes.
+        max_head_bytes: Longest response head accepted, in bytes (1xx heads included).
         max_header_lines: Most header lines accepted in a response head.
         headers: Sent with every request (after the defaults, so they can override them).
         ssl_context: Factory of the TLS context for ``https`` (called once, on first connect).
@@ -534,13 +509,10 @@ class WirePool:
                 received += len(data)
                 exchange.feed(data)
                 # Checked per read (at most _READ_SIZE bytes past the bound), not per byte.
-                if not exchange.head and (
-                    received > self._max_head_bytes
-                    or exchange.header_lines > self._max_header_lines
+                if exchange.header_lines > self._max_header_lines or (
+                    not exchange.head and received > self._max_head_bytes
                 ):
                     raise self._head_too_large(received, exchange.header_lines)
-            if exchange.header_lines > self._max_header_lines:
-                raise self._head_too_large(received, exchange.header_lines)
             return
         # Only the scope's deadline gets here: every way out of the loop returns or raises.
         raise TransportTimeout(
@@ -550,16 +522,12 @@ class WirePool:
         )
 
     def _head_too_large(self, received: int, lines: int) -> ResponseTooLarge:
-        if lines > self._max_header_lines:
-            what = (
-                f"{lines} header lines, more than HTTPOptions.max_header_lines="
-                f"{self._max_header_lines}"
-            )
-        else:
-            what = (
-                f"{received} bytes without its end, more than HTTPOptions.max_head_bytes="
-                f"{self._max_head_bytes}"
-            )
+        what = (
+            f"{lines} header lines, more than HTTPOptions.max_header_lines={self._max_header_lines}"
+            if lines > self._max_header_lines
+            else f"{received} bytes without its end, more than HTTPOptions.max_head_bytes="
+            f"{self._max_head_bytes}"
+        )
         return ResponseTooLarge(
             f"the response head has {what}; a model server sends a few hundred bytes "
             "(check that base_url points at one, or raise the option)"

@@ -1,39 +1,14 @@
 """Phase 1 client: OpenAI-compatible ``POST {base_url}/chat/completions``.
 
-Why one module of this size: one concept, the chat completion; its SDK-shaped types, the
-stream assembler that builds them (with its bounds) and the client that asks for them.
-
 :class:`ChatClient` exposes ``async chat_completion(**kwargs)`` and returns a
-:class:`ChatCompletion` shaped like the OpenAI SDK's (attribute access:
-``resp.choices[0].message.tool_calls[0].function.arguments``), so the agent loop accepts it,
-an atroposlib ``ServerManager``, or anything else with that method interchangeably.
-
-As in the OpenAI SDK, ``base_url`` includes the API version prefix
-(``http://127.0.0.1:8000/v1``, ``https://openrouter.ai/api/v1``), and ``extra_body`` is merged
-into the request body at the top level (after every other key, so it wins).
-
-Streaming (``stream=True``) is assembled into the same :class:`ChatCompletion`:
-``content``, ``reasoning_content`` / ``reasoning`` deltas are concatenated; tool-call deltas are
-keyed by ``index`` (``id`` and ``name`` arrive once, ``arguments`` in fragments)::
-
-    data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1",
-           "type": "function", "function": {"name": "terminal", "arguments": ""}}]}}]}
-    data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
-           "function": {"arguments": "{\\"command\\": "}}]}}]}
-    data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
-    data: [DONE]
-
-The assembly itself is :class:`ChatStreamAssembler` (no I/O), usable on any chunk source.
-
-**Every text that comes out is encodable as UTF-8.** A server's JSON may hold a lone surrogate
-escape (``"\\ud800"``: the model sampled half of a UTF-16 pair, or a detokenizer cut one);
-``json.loads`` turns it into a ``str`` that no UTF-8 encoder accepts, so the message, echoed
-back in the next request (by the model's own turn or by a tool that repeated its arguments),
-made that request fail with ``UnicodeEncodeError`` — reported as a model-server failure. Content,
-reasoning, tool-call names and arguments are therefore made encodable where the completion is
-built: a pair split across stream chunks is joined, any surrogate left alone becomes U+FFFD.
-Failures raise :class:`~hermes_async.inference.ModelServerError` subclasses, after the shared
-retry policy (connect errors, 429, 5xx; never other 4xx, never once a stream started).
+:class:`ChatCompletion` shaped like the OpenAI SDK's, so the agent loop takes it, an atroposlib
+``ServerManager`` or anything else with that method. ``base_url`` includes the API version
+prefix (``http://127.0.0.1:8000/v1``); ``extra_body`` is merged into the request body last.
+:class:`ChatStreamAssembler` (no I/O) folds a stream into the same completion, tool-call deltas
+keyed by ``index``, within ``HTTPOptions.max_completion_chars`` and ``max_chars_per_token``.
+Every text that comes out is encodable as UTF-8 (a lone surrogate becomes U+FFFD). Failures are
+:class:`~hermes_async.inference.ModelServerError` subclasses, after the shared retry policy.
+Why one module of this size: docs/decisions/038-model-server-client.md.
 """
 
 from __future__ import annotations
