@@ -4,7 +4,6 @@ servers scripted byte by byte in the test's own task group."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import itertools
 import json
 import os
@@ -34,7 +33,7 @@ from hermes_async.inference._transport import BodyCut
 from hermes_async.inference._wire import WirePool, _Exchange
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import NamedLimiter
-from tests.support import FAST_RETRY
+from tests.support import FAST_RETRY, open_fds
 
 pytestmark = pytest.mark.anyio
 
@@ -585,15 +584,6 @@ async def test_429_waits_for_retry_after() -> None:
     assert len(server.requests) == 2
 
 
-def open_fds() -> dict[int, str]:
-    """This process's file descriptors and what each is (``socket:[...]``, a path, a pipe)."""
-    found = {}
-    for name in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # the directory's own descriptor, closed by now
-            found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
-    return found
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("transport", ["wire", "httpx"])
 async def test_a_429_with_retry_after_then_success_leaves_no_descriptor(transport: str) -> None:
@@ -617,8 +607,8 @@ async def test_a_429_with_retry_after_then_success_leaves_no_descriptor(transpor
         with anyio.fail_after(SOON):  # the server closes its side once the client has
             for peer in server.peers:
                 await peer.server_closed.wait()
-        left = {fd: what for fd, what in open_fds().items() if fd not in before}
-    assert left == {}
+        left = open_fds() - before
+    assert left == set()
     assert len(server.requests) == 6
 
 
