@@ -17,10 +17,10 @@ opened and closed by a task in the manager's task group). The session:
   Playwright's own timeout plus :data:`OPERATION_SLACK_SECONDS` of anyio deadline;
 * follows the newest open page (a link with ``target=_blank`` moves the session to the new
   tab), keeping at most ``max_pages`` pages: a page opened beyond it is closed at once (a
-  popup refused) unless the model's own click or key press opened it;
-* measures the memory its pages' scripts hold every ``memory_check_seconds`` and, past
-  ``max_session_heap_mb``, closes them and starts again on a blank page: one hostile page
-  degrades its own session, never the shared browser.
+  standalone session: before its next operation) unless the model's click or key opened it;
+* in a manager, measures the memory its pages' scripts hold every ``memory_check_seconds``
+  and, past ``max_session_heap_mb``, closes them and starts again on a blank page: one hostile
+  page degrades its own session, never the shared browser.
 
 What is returned and what is raised: every failure the *model* causes (an unknown ref, a click
 that times out, a refused URL, an unknown key) is a result ``{"success": false, "error": ...}``,
@@ -212,6 +212,7 @@ class BrowserSession:
         # A click or key press of the model may open one page past max_pages (a new tab).
         self._may_open_page = False
         self._heap_probes: dict[int, CDPSession] = {}  # id(page) -> its CDP session
+        self._refused_pages: list[Page] = []  # standalone: closed before the next operation
         self._refs = RefTable()
         keep = settings.console_max_messages
         self._console: collections.deque[JSONObject] = collections.deque(maxlen=keep)
@@ -247,7 +248,8 @@ class BrowserSession:
         await self._context.route("**/*", self._on_route)
         await self._context.route_web_socket("**/*", self._on_websocket)
         await self._context.new_page()  # _on_page records it
-        self._requests.start_soon(self._watch_heap, name=f"heap of {self.task_id!r}")
+        if self._requests is not None:  # standalone: no task to watch with (see _page)
+            self._requests.start_soon(self._watch_heap, name=f"heap of {self.task_id!r}")
 
     def _on_page(self, page: Page) -> None:
         self._pages = [p for p in self._pages if not p.is_closed()]
@@ -409,6 +411,9 @@ class BrowserSession:
             self._may_open_page = False
 
     def _close_soon(self, page: Page) -> None:
+        if self._requests is None:
+            self._refused_pages.append(page)
+            return
         # A closing session takes no new work (RuntimeError): its context closes the page.
         with contextlib.suppress(RuntimeError):
             self._requests.start_soon(self._close_page, page)
@@ -494,7 +499,10 @@ class BrowserSession:
         return None
 
     async def _page(self) -> Page:
-        """The newest open page; extra pages beyond ``max_pages`` are closed first."""
+        """The newest open page; refused and extra pages beyond ``max_pages`` are closed first."""
+        refused, self._refused_pages = self._refused_pages, []
+        for page in refused:
+            await self._close_page(page)
         self._pages = [p for p in self._pages if not p.is_closed()]
         while len(self._pages) > self._settings.max_pages:
             old = self._pages.pop(0)

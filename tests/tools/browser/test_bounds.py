@@ -12,6 +12,7 @@ import pytest
 
 from hermes_async.testing.hostile import POPUP_FLOOD_PAGE
 from hermes_async.tools.browser import BrowserManager
+from hermes_async.tools.browser.standalone import StandaloneBrowser
 from tests.tools.browser.conftest import settings_for_tests
 from tests.tools.browser.site import Page, Site
 
@@ -92,3 +93,26 @@ async def test_a_page_past_the_session_heap_bound_is_closed_and_the_session_goes
         assert any("more than this session's 64 MB" in e["message"] for e in console["js_errors"])
         assert (await session.navigate(site.url("/plain")))["success"]
         assert (await session.snapshot())["success"]
+
+
+async def test_a_standalone_session_closes_refused_popups_before_its_next_operation(
+    browser_engine: str, site: Site
+) -> None:
+    # A standalone session has no task group to close them at once: they wait for its next call.
+    site.pages = {"/flood": Page(POPUP_FLOOD_PAGE)}
+    browser = StandaloneBrowser(settings_for_tests(max_pages=2))
+    try:
+        session = await browser.get("solo")
+        assert (await session.navigate(site.url("/flood")))["success"]
+        counters = session._counters
+        with anyio.fail_after(60):
+            while counters.pages_refused < 5:
+                await anyio.sleep(0.05)
+        waiting = list(session._refused_pages)
+        assert waiting and not any(p.is_closed() for p in waiting)
+        with anyio.fail_after(20):
+            assert (await session.snapshot())["success"]
+        assert all(p.is_closed() for p in waiting)
+        assert live_pages(session) <= 2
+    finally:
+        await browser.aclose()
