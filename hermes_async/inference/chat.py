@@ -8,7 +8,6 @@ prefix (``http://127.0.0.1:8000/v1``); ``extra_body`` is merged into the request
 keyed by ``index``, within ``HTTPOptions.max_completion_chars`` and ``max_chars_per_token``.
 Every text that comes out is encodable as UTF-8 (a lone surrogate becomes U+FFFD). Failures are
 :class:`~hermes_async.inference.ModelServerError` subclasses, after the shared retry policy.
-Why one module of this size: docs/decisions/038-model-server-client.md.
 """
 
 from __future__ import annotations
