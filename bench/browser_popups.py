@@ -56,8 +56,8 @@ def _settings(flood: str) -> BrowserSettings:
     return BrowserSettings(
         transport=httpx.MockTransport(handle),
         resolver=resolve,
-        idle_timeout_seconds=None,
-        action_timeout_seconds=30.0,
+        idle_timeout=None,
+        action_timeout=30.0,
     )
 
 

@@ -32,14 +32,7 @@ from hermes_async.inference._errors import (
 )
 from hermes_async.inference._transport import Response, TransportError, TransportTimeout
 
-__all__ = (
-    "BIG_LINE_BYTES",
-    "BodyContext",
-    "LineReader",
-    "read_body",
-    "read_excerpt",
-    "receive_part",
-)
+__all__ = ("BIG_LINE_BYTES", "BodyContext", "LineReader", "read_body", "read_excerpt")
 
 #: Lines longer than this yield to the event loop between copying steps (see the module doc).
 BIG_LINE_BYTES = 2**20
@@ -68,7 +61,7 @@ class BodyContext:
     max_body_bytes: int
 
 
-async def receive_part(response: Response, context: BodyContext) -> bytes | None:
+async def _receive_part(response: Response, context: BodyContext) -> bytes | None:
     """The next piece of a response body (``None`` at its end), within the read timeout and
     the request deadline, with transport errors translated.
 
@@ -108,20 +101,20 @@ async def receive_part(response: Response, context: BodyContext) -> bytes | None
     raise ServerTimeoutError(
         message,
         kind=kind,
-        timeout_seconds=seconds,
+        timeout=seconds,
         endpoint=context.endpoint,
         attempt=context.attempt,
     ) from cause
 
 
 async def read_body(response: Response, context: BodyContext) -> bytes:
-    """The whole body, each wait bounded as in :func:`receive_part`, its size by
+    """The whole body, each wait bounded as in :func:`_receive_part`, its size by
     ``context.max_body_bytes``.
 
     Raises:
         ServerProtocolError: The body (or its ``Content-Length``) is longer than the bound;
             a declared length is refused before any body byte is read.
-        ServerTimeoutError, StreamInterruptedError: As for :func:`receive_part`.
+        ServerTimeoutError, StreamInterruptedError: As for :func:`_receive_part`.
 
     **Cancellation**: safe; the response must still be closed.
     """
@@ -130,7 +123,7 @@ async def read_body(response: Response, context: BodyContext) -> bytes:
     if declared.isdigit() and int(declared) > limit:
         raise _body_too_large(response, context, f"a Content-Length of {int(declared)} bytes")
     body = bytearray()  # one buffer (a list of parts and their join would hold it twice)
-    while (part := await receive_part(response, context)) is not None:
+    while (part := await _receive_part(response, context)) is not None:
         body += part
         if len(body) > limit:
             raise _body_too_large(response, context, f"{len(body)}+ bytes")
@@ -147,7 +140,7 @@ async def read_excerpt(response: Response, context: BodyContext, limit: int) -> 
     """
     body = bytearray()
     while len(body) < limit:
-        part = await receive_part(response, context)
+        part = await _receive_part(response, context)
         if part is None:
             return bytes(body), True
         body += part
@@ -227,7 +220,7 @@ class LineReader:
                 pieces, self._pending = self._pending, []
                 self.line_bytes, self._pending_size = self._pending_size, 0
                 return await _assemble(pieces)
-            chunk = await receive_part(self.response, self._context)
+            chunk = await _receive_part(self.response, self._context)
             if chunk is None:
                 self._eof = True
             elif chunk:

@@ -63,7 +63,9 @@ def _registry() -> ToolRegistry:
 def _loop(server: ScriptServer, **kw: Any) -> HermesAgentLoop:
     reg = _registry()
     defs = reg.definitions(["terminal", "todo"])
-    return HermesAgentLoop(server, defs.schemas, defs.valid_names, registry=reg, **kw)
+    return HermesAgentLoop(
+        server, defs.schemas, defs.valid_names, registry=reg, options=AgentOptions(**kw)
+    )
 
 
 async def test_plain_answer_finishes_naturally() -> None:
@@ -282,12 +284,12 @@ async def test_calls_past_the_per_turn_cap_are_answered_with_an_error_not_run() 
     server = ScriptServer([_reply("", calls), _reply("done")])
     reg = _registry()
     defs = reg.definitions(["terminal", "todo"])
-    loop = HermesAgentLoop.from_options(
+    loop = HermesAgentLoop(
         server,
         defs.schemas,
         defs.valid_names,
-        AgentOptions(max_tool_calls_per_turn=3),
         registry=reg,
+        options=AgentOptions(max_tool_calls_per_turn=3),
     )
     result = await loop.run([{"role": "user", "content": "hi"}])
     tool_messages = [m for m in result.messages if m["role"] == "tool"]

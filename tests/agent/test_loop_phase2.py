@@ -79,7 +79,12 @@ def make_loop(client: VLLMGenerateClient, rec: Recorder, **kw: Any) -> HermesAge
     reg = registry(rec)
     defs = reg.definitions(["terminal", "todo"])
     return HermesAgentLoop(
-        client, defs.schemas, defs.valid_names, registry=reg, tokenizer=TOKENIZER, **kw
+        client,
+        defs.schemas,
+        defs.valid_names,
+        registry=reg,
+        tokenizer=TOKENIZER,
+        options=AgentOptions(**kw),
     )
 
 
@@ -322,12 +327,12 @@ async def test_calls_past_the_per_turn_cap_are_answered_with_an_error_not_run(
     texts = ["\n".join(call_text("record", {"tag": str(i)}) for i in range(7)), "done"]
     rec = Recorder()
     async with token_server(texts) as (_, client):
-        loop = HermesAgentLoop.from_options(
+        loop = HermesAgentLoop(
             client,
             *_record_tools(rec),
-            AgentOptions(max_tool_calls_per_turn=5, parallel_tool_calls=parallel),
             registry=registry(rec),
             tokenizer=TOKENIZER,
+            options=AgentOptions(max_tool_calls_per_turn=5, parallel_tool_calls=parallel),
         )
         result = await loop.run([{"role": "user", "content": "go"}])
     assert result.finished_naturally, result.error

@@ -14,7 +14,7 @@ opened and closed by a task in the manager's task group). The session:
   downloads;
 * keeps bounded buffers of console messages, page errors and refused requests;
 * runs one operation at a time (a lock: a page has one input pipeline), each bounded by
-  Playwright's own timeout plus :data:`OPERATION_SLACK_SECONDS` of anyio deadline;
+  Playwright's own timeout plus :data:`_OPERATION_SLACK_SECONDS` of anyio deadline;
 * follows the newest open page (a link with ``target=_blank`` moves the session to the new
   tab), keeping at most ``max_pages`` pages: a page opened beyond it is closed at once (a
   standalone session: before its next operation) unless the model's click or key opened it;
@@ -55,6 +55,7 @@ from playwright.async_api import (
 )
 
 from hermes_async.jsontypes import JSONObject
+from hermes_async.tools._lifetimes import Lifetime
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
 from hermes_async.tools.browser._network import RequestOutcome, abort_quietly, serve_request
 from hermes_async.tools.browser._snapshot import RefTable, compact_snapshot, cut_snapshot
@@ -63,11 +64,7 @@ from hermes_async.tools.browser.errors import BrowserUnavailableError, target_cl
 if TYPE_CHECKING:
     from hermes_async.tools.browser.settings import BrowserSettings
 
-__all__ = (
-    "OPERATION_SLACK_SECONDS",
-    "BrowserSession",
-    "SessionCounters",
-)
+__all__ = ("BrowserSession", "SessionCounters")
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +72,7 @@ logger = logging.getLogger(__name__)
 #: backing stores, outside V8's heap).
 _HEAP_PARTS = ("usedSize", "embedderHeapUsedSize", "backingStorageSize")
 #: anyio deadline over Playwright's own timeout, so Playwright reports the timeout itself.
-OPERATION_SLACK_SECONDS = 5.0
+_OPERATION_SLACK_SECONDS = 5.0
 #: Characters of one console message or page error kept.
 MAX_MESSAGE_CHARS = 2_000
 #: Characters of console output one ``browser_console`` result carries at most (the newest
@@ -181,8 +178,6 @@ class BrowserSession:
 
     Attributes:
         task_id: The rollout this session belongs to.
-        busy: Operations in flight (the idle reaper leaves busy sessions alone).
-        last_used: ``anyio.current_time()`` of the last operation's end.
         dead: Set when the browser (or this session's page) crashed; every later operation
             raises it.
     """
@@ -195,10 +190,11 @@ class BrowserSession:
         *,
         settings: BrowserSettings,
         counters: SessionCounters,
+        usage: Lifetime[Any] | None = None,
     ) -> None:
         self.task_id = task_id
-        self.busy = 0
-        self.last_used = anyio.current_time()
+        # The manager's record of this rollout: its busy count and last use are the reaper's.
+        self._usage: Lifetime[Any] = usage if usage is not None else Lifetime(task_id)
         self.dead: BrowserUnavailableError | None = None
         self._context = context
         self._requests = requests
@@ -231,6 +227,16 @@ class BrowserSession:
         self._navigations: collections.Counter[int] = collections.Counter()
         self._loads: collections.Counter[int] = collections.Counter()
         self._activity = anyio.Event()
+
+    @property
+    def busy(self) -> int:
+        """Operations in flight (the idle reaper leaves busy sessions alone)."""
+        return self._usage.busy
+
+    @property
+    def last_used(self) -> float:
+        """``anyio.current_time()`` of the last operation's end."""
+        return self._usage.last_used
 
     def __repr__(self) -> str:
         state = "dead" if self.dead else "open"
@@ -344,7 +350,7 @@ class BrowserSession:
                     request,
                     settings=self._fetch,
                     allow=self._allow,
-                    timeout=self._settings.fetch_timeout_seconds,
+                    timeout=self._settings.fetch_timeout,
                     record=lambda outcome: self._record(outcome, page_key),
                 )
                 handled = True
@@ -419,7 +425,7 @@ class BrowserSession:
             self._requests.start_soon(self._close_page, page)
 
     async def _close_page(self, page: Page) -> None:
-        with anyio.move_on_after(self._settings.close_timeout_seconds):
+        with anyio.move_on_after(self._settings.close_timeout):
             try:
                 await page.close()
             except PlaywrightError:
@@ -473,7 +479,7 @@ class BrowserSession:
             )
             self._errors.append({"message": message, "source": "browser"})
             logger.warning("browser session %r: %s", self.task_id, message)
-            with anyio.move_on_after(self._settings.create_timeout_seconds):
+            with anyio.move_on_after(self._settings.create_timeout):
                 try:
                     await self._context.new_page()
                 except PlaywrightError:  # the next operation opens one (see _page)
@@ -506,7 +512,7 @@ class BrowserSession:
         self._pages = [p for p in self._pages if not p.is_closed()]
         while len(self._pages) > self._settings.max_pages:
             old = self._pages.pop(0)
-            with anyio.move_on_after(self._settings.close_timeout_seconds):
+            with anyio.move_on_after(self._settings.close_timeout):
                 try:
                     await old.close()
                 except PlaywrightError:
@@ -526,7 +532,7 @@ class BrowserSession:
         with self._in_use():
             async with self._lock:
                 self._check_alive()
-                with anyio.fail_after(timeout + OPERATION_SLACK_SECONDS):
+                with anyio.fail_after(timeout + _OPERATION_SLACK_SECONDS):
                     try:
                         yield await self._page()
                     except PlaywrightError as exc:
@@ -540,12 +546,8 @@ class BrowserSession:
         """Mark the session busy (the idle reaper skips it) for the block; its end counts as
         the last use. Raises :class:`BrowserUnavailableError` first if the session is dead."""
         self._check_alive()
-        self.busy += 1
-        try:
+        with self._usage.in_use():
             yield
-        finally:
-            self.busy -= 1
-            self.last_used = anyio.current_time()
 
     def _model_error(self, what: str, exc: PlaywrightError) -> JSONObject:
         gone = self._unavailable(exc)
@@ -658,7 +660,7 @@ class BrowserSession:
             )
         except WebFetchError as exc:
             return _failure(f"Navigation failed: {exc.message}")
-        timeout = self._settings.navigation_timeout_seconds
+        timeout = self._settings.navigation_timeout
         async with self._operation(timeout) as page:
             mark = self._seq
             for attempt in range(_NAVIGATION_ATTEMPTS):
@@ -721,7 +723,7 @@ class BrowserSession:
 
         **Cancellation**: nothing to clean up.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             try:
                 raw = await page.aria_snapshot(mode="ai", timeout=timeout * 1000)
@@ -762,7 +764,7 @@ class BrowserSession:
         **Cancellation**: the click may or may not have happened.
         """
         ref = self._normal_ref(ref)
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(
             timeout + NAVIGATION_START_WINDOW_SECONDS + 2 * SETTLE_TIMEOUT_SECONDS
         ) as page:
@@ -790,7 +792,7 @@ class BrowserSession:
         **Cancellation**: the field may hold part of the text.
         """
         ref = self._normal_ref(ref)
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             locator = self._locator(page, ref)
             if locator is None:
@@ -815,7 +817,7 @@ class BrowserSession:
         if direction not in ("up", "down"):
             return _failure(f"Invalid direction '{direction}'. Use 'up' or 'down'.")
         step = int(self._settings.viewport_height * 0.9) * (1 if direction == "down" else -1)
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             try:
                 await page.evaluate("(dy) => window.scrollBy(0, dy)", step)
@@ -834,7 +836,7 @@ class BrowserSession:
 
         **Cancellation**: the page may still be going back.
         """
-        timeout = self._settings.navigation_timeout_seconds
+        timeout = self._settings.navigation_timeout
         async with self._operation(timeout) as page:
             try:
                 await page.go_back(wait_until="load", timeout=timeout * 1000)
@@ -853,7 +855,7 @@ class BrowserSession:
 
         **Cancellation**: the key may or may not have been pressed.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(
             timeout + NAVIGATION_START_WINDOW_SECONDS + 2 * SETTLE_TIMEOUT_SECONDS
         ) as page:
@@ -878,7 +880,7 @@ class BrowserSession:
 
         **Cancellation**: nothing to clean up.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             try:
                 images = await page.evaluate(_IMAGES_JS)
@@ -913,7 +915,7 @@ class BrowserSession:
         if clear:
             self._console.clear()
             self._errors.clear()
-        self.last_used = anyio.current_time()
+        self._usage.last_used = anyio.current_time()
         result: JSONObject = {
             "success": True,
             "console_messages": messages,
@@ -934,6 +936,6 @@ class BrowserSession:
 
         **Cancellation**: nothing to clean up.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             return await page.screenshot(type="png", timeout=timeout * 1000)
