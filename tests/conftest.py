@@ -38,7 +38,14 @@ if not any(
     ]
 )
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
-    return request.param  # type: ignore[no-any-return]
+    """Both backends; a test marked ``virtual_clock`` runs its trio half under a MockClock."""
+    name, options = request.param
+    if name == "trio" and request.node.get_closest_marker("virtual_clock") is not None:
+        import trio.testing
+
+        # Time jumps ahead whenever every task waits: deadlines and back-offs cost no wall time.
+        return name, {**options, "clock": trio.testing.MockClock(autojump_threshold=0)}
+    return name, options
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
