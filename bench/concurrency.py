@@ -144,6 +144,7 @@ class Row:
     gc_max_pause_ms: float
     cpu_seconds: float
     gc_generations: str
+    startup_stall_ms: float
 
     @property
     def rate(self) -> float:
@@ -161,9 +162,22 @@ async def run_rollouts(
     label: str,
     ramp: float = 0.0,
     model_requests: int | None = None,
-) -> tuple[float, int, Any, list[float]]:
+) -> tuple[float, int, Any, list[float], float]:
+    """Run ``n`` rollouts at once; ``(seconds, completed, lag statistics, lag samples, start-up
+    stall)``: the start-up stall is the longest lag until every rollout reached its first tool
+    call (the loop was started on ``n`` rollouts at once, or ramped over ``ramp`` seconds)."""
     tokenizer = load_tokenizer()
-    registry = ToolRegistry([Tool("wait", "Wait.", WAIT_SCHEMA, handler, "terminal")])
+    first_calls: set[str] = set()
+    started_at: list[int] = []  # lag samples taken when the last rollout made its first call
+
+    async def first_call(args: JSONObject, runtime: ToolRuntime) -> str:
+        if runtime.task_id not in first_calls:
+            first_calls.add(runtime.task_id)
+            if len(first_calls) == n:
+                started_at.append(len(monitor.samples()))
+        return await handler(args, runtime)
+
+    registry = ToolRegistry([Tool("wait", "Wait.", WAIT_SCHEMA, first_call, "terminal")])
     defs = registry.definitions(["terminal"])
     limits = (
         Limits(tool_calls=n)
@@ -202,7 +216,8 @@ async def run_rollouts(
             elapsed = anyio.current_time() - start
             stats = monitor.statistics()
             samples = monitor.samples()
-    return elapsed, completed, stats, samples
+    stall = max(samples[: started_at[0] if started_at else len(samples)], default=0.0)
+    return elapsed, completed, stats, samples, stall
 
 
 async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) -> Row:
@@ -225,7 +240,7 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
 
     GC_WATCH.clear()
     cpu_start = time.process_time()
-    elapsed, completed, lag, samples = await run_rollouts(
+    elapsed, completed, lag, samples, stall = await run_rollouts(
         base_url, n, handler, label=mode, ramp=args.ramp, model_requests=args.model_requests
     )
     pauses = GC_WATCH.pauses
@@ -244,11 +259,15 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
         max(pauses, default=0.0) * 1e3,
         time.process_time() - cpu_start,
         GC_WATCH.by_generation(),
+        stall * 1e3,
     )
 
 
-async def idle_rss_per_rollout(base_url: str, n: int, model_requests: int | None) -> float:
-    """Park all N rollouts inside their first tool call; RSS growth / N, in bytes."""
+async def idle_rss_per_rollout(
+    base_url: str, n: int, model_requests: int | None
+) -> tuple[float, float]:
+    """Park all N rollouts inside their first tool call: ``(RSS growth / N in bytes, the
+    start-up stall in seconds)``."""
     arrived = 0
     everyone_in = anyio.Event()
     release = anyio.Event()
@@ -273,8 +292,10 @@ async def idle_rss_per_rollout(base_url: str, n: int, model_requests: int | None
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(sampler)
-        await run_rollouts(base_url, n, handler, label="idle", model_requests=model_requests)
-    return result[0]
+        *_, stall = await run_rollouts(
+            base_url, n, handler, label="idle", model_requests=model_requests
+        )
+    return result[0], stall
 
 
 BASELINE_POOL = ThreadPoolExecutor(max_workers=128)
@@ -294,15 +315,19 @@ async def main(args: argparse.Namespace) -> None:
             f"{args.model_latency}s, tool latency {args.tool_latency}s +-50%, {args.turns} tool "
             f"turns + answer per rollout, starts ramped over {args.ramp}s; GC {args.gc} "
             f"(thresholds {gc.get_threshold()}); model_requests "
-            f"{args.model_requests or 'library default'}"
+            f"{args.model_requests or 'library default'}; event loop {args.loop}"
         )
         rows: list[Row] = []
         rss: dict[int, float] = {}
         try:
             for n in sizes:
                 if not args.no_rss:
-                    rss[n] = await idle_rss_per_rollout(base_url, n, args.model_requests)
-                    print(f"  N={n:5d} RSS per idle rollout {rss[n] / 1024:.1f} KB", flush=True)
+                    rss[n], stall = await idle_rss_per_rollout(base_url, n, args.model_requests)
+                    print(
+                        f"  N={n:5d} RSS per idle rollout {rss[n] / 1024:.1f} KB, start-up stall "
+                        f"{stall * 1e3:.0f} ms (all {n} started at once, parked in a tool call)",
+                        flush=True,
+                    )
                 if args.rss_only:
                     continue
                 for mode in modes:
@@ -312,7 +337,8 @@ async def main(args: argparse.Namespace) -> None:
                         f"  N={n:5d} {mode:8s} {row.seconds:7.2f}s  {row.rate:8.1f} rollouts/s  "
                         f"lag p50 {row.lag_p50_ms:6.2f} ms p99 {row.lag_p99_ms:7.2f} ms "
                         f"max {row.lag_max_ms:7.1f} ms ({row.lag_over_20ms}/{row.lag_samples} "
-                        f"ticks > 20 ms)  GC {row.gc_collections} runs, {row.gc_pause_ms:.0f} ms, "
+                        f"ticks > 20 ms, start-up stall {row.startup_stall_ms:.0f} ms)  "
+                        f"GC {row.gc_collections} runs, {row.gc_pause_ms:.0f} ms, "
                         f"max {row.gc_max_pause_ms:.0f} ms ({row.gc_generations})  client CPU "
                         f"{row.cpu_seconds / n * 1e3:.1f} ms/rollout  completed {row.completed}/{n}",
                         flush=True,
@@ -367,6 +393,9 @@ if __name__ == "__main__":
     parser.add_argument("--modes", default="ours,baseline", help="comma-separated subset")
     parser.add_argument("--no-rss", action="store_true", help="skip the idle-RSS pass")
     parser.add_argument("--rss-only", action="store_true", help="run only the idle-RSS pass")
+    parser.add_argument(
+        "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the client's event loop"
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.rss_only and ns.no_rss:
@@ -374,4 +403,5 @@ if __name__ == "__main__":
     if ns.serve:
         anyio.run(serve, make_policy(ns.turns, ns.tool_latency), ns.model_latency)
     else:
-        anyio.run(main, ns)  # asyncio: the baseline needs run_in_executor
+        # asyncio (the baseline needs run_in_executor), on uvloop's loop with --loop uvloop
+        anyio.run(main, ns, backend_options={"use_uvloop": ns.loop == "uvloop"})

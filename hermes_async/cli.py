@@ -35,6 +35,8 @@ from typing import Any
 
 import anyio
 
+from hermes_async._asynclib import EVENT_LOOPS, loop_options
+
 __all__ = ("main",)
 
 _DEMO_DESCRIPTION = (
@@ -251,13 +253,21 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
     except ImportError as exc:
         print(f"hermes-async demo: {exc}", file=sys.stderr)
         return 2
+    from hermes_async.errors import ConfigError
+
+    try:
+        run_options = loop_options(args.loop)
+    except ConfigError as exc:
+        print(f"hermes-async demo: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     _build_configs(env_over, openai_over, out)  # bad flags fail before the output is touched
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("terminal_test.jsonl", "terminal_test.html"):
         (out / stale).unlink(missing_ok=True)  # atroposlib would write *_1.jsonl instead
+    # atroposlib is asyncio-only: asyncio's own loop, or uvloop's (--loop).
     run: _DemoRun = anyio.run(
-        _demo, env_over, openai_over, out, not args.no_progress, backend="asyncio"
+        _demo, env_over, openai_over, out, not args.no_progress, **run_options
     )
     return _summarize(run)
 
@@ -321,6 +331,7 @@ def _add_worker_parser(sub: Any) -> None:
     )
     worker.add_argument("--isolation", default="auto", choices=("auto", "namespaces", "process"))
     worker.add_argument("--trio", action="store_true", help="run on trio (plain environments)")
+    _add_loop_argument(worker)
     worker.add_argument("--verbose", action="store_true", help="INFO logs")
 
 
@@ -373,14 +384,25 @@ def _worker(args: argparse.Namespace) -> int:
             options=options,
             api_key_env=args.api_key_env,
         )
+        if args.trio and args.loop != "asyncio":
+            raise ConfigError(f"--trio and --loop {args.loop} exclude each other")
         cancelled = anyio.run(
             partial(_serve_worker, config, args.host, args.port),
-            backend="trio" if args.trio else "asyncio",
+            **loop_options("trio" if args.trio else args.loop),
         )
     except (ConfigError, ImportError) as exc:
         print(f"hermes-async worker: error: {exc}", file=sys.stderr)
         return 2
     return 0 if cancelled == 0 else 3
+
+
+def _add_loop_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--loop",
+        choices=[loop for loop in EVENT_LOOPS if loop != "trio"],  # trio: the worker's --trio
+        default="asyncio",
+        help="asyncio's event loop (default) or uvloop's (the uvloop extra)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -397,6 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", default="demo_output", help="output directory (default: ./demo_output)"
     )
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_loop_argument(demo)
     status = sub.add_parser(
         "status",
         help="the live status line of a running process, from its metrics endpoint",
