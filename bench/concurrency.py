@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import math
 import os
 import random
 import sys
@@ -50,6 +51,7 @@ import anyio
 from _scripted import serve, server_process, tool_turns
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
+from hermes_async.agent._prompt_ids import first_prompt_gate
 from hermes_async.gc_tuning import tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
@@ -128,6 +130,15 @@ class GCWatch:
 GC_WATCH = GCWatch()
 
 
+@dataclass(frozen=True)
+class Stall:
+    """The start-up stall: the longest loop lag, and the most loop-thread CPU between two
+    ticks, until every rollout made its first tool call (seconds)."""
+
+    wall: float
+    cpu: float
+
+
 @dataclass
 class Row:
     n: int
@@ -162,10 +173,16 @@ async def run_rollouts(
     label: str,
     ramp: float = 0.0,
     model_requests: int | None = None,
-) -> tuple[float, int, Any, list[float], float]:
+    first_prompts: float | None = None,
+) -> tuple[float, int, Any, list[float], Stall]:
     """Run ``n`` rollouts at once; ``(seconds, completed, lag statistics, lag samples, start-up
     stall)``: the start-up stall is the longest lag until every rollout reached its first tool
-    call (the loop was started on ``n`` rollouts at once, or ramped over ``ramp`` seconds)."""
+    call (the loop was started on ``n`` rollouts at once, or ramped over ``ramp`` seconds), and
+    the most CPU the loop's thread spent between two 5 ms ticks until then (a starved process
+    does not inflate it). ``first_prompts``: the loop's first-prompt gate
+    (``hermes_async.agent._prompt_ids``; ``inf``: no gate), else the library's."""
+    if first_prompts is not None:
+        first_prompt_gate().total_tokens = first_prompts
     tokenizer = load_tokenizer()
     first_calls: set[str] = set()
     started_at: list[int] = []  # lag samples taken when the last rollout made its first call
@@ -208,7 +225,18 @@ async def run_rollouts(
                     f"  rollout {i} failed: {result.error or result.tool_errors}", file=sys.stderr
                 )
 
-        async with open_lag_monitor() as monitor:
+        cpu_stall = 0.0
+
+        async def cpu_ticker() -> None:
+            nonlocal cpu_stall
+            last = time.thread_time()
+            while not started_at:
+                await anyio.sleep(0.005)
+                now = time.thread_time()
+                cpu_stall, last = max(cpu_stall, now - last), now
+
+        async with open_lag_monitor() as monitor, anyio.create_task_group() as outer:
+            outer.start_soon(cpu_ticker)
             start = anyio.current_time()
             async with anyio.create_task_group() as tg:
                 for i in range(n):
@@ -216,8 +244,9 @@ async def run_rollouts(
             elapsed = anyio.current_time() - start
             stats = monitor.statistics()
             samples = monitor.samples()
-    stall = max(samples[: started_at[0] if started_at else len(samples)], default=0.0)
-    return elapsed, completed, stats, samples, stall
+            outer.cancel_scope.cancel()
+    wall = max(samples[: started_at[0] if started_at else len(samples)], default=0.0)
+    return elapsed, completed, stats, samples, Stall(wall, cpu_stall)
 
 
 async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) -> Row:
@@ -259,15 +288,15 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
         max(pauses, default=0.0) * 1e3,
         time.process_time() - cpu_start,
         GC_WATCH.by_generation(),
-        stall * 1e3,
+        stall.wall * 1e3,
     )
 
 
 async def idle_rss_per_rollout(
-    base_url: str, n: int, model_requests: int | None
-) -> tuple[float, float]:
+    base_url: str, n: int, model_requests: int | None, first_prompts: float | None = None
+) -> tuple[float, Stall]:
     """Park all N rollouts inside their first tool call: ``(RSS growth / N in bytes, the
-    start-up stall in seconds)``."""
+    start-up stall)``."""
     arrived = 0
     everyone_in = anyio.Event()
     release = anyio.Event()
@@ -293,7 +322,12 @@ async def idle_rss_per_rollout(
     async with anyio.create_task_group() as tg:
         tg.start_soon(sampler)
         *_, stall = await run_rollouts(
-            base_url, n, handler, label="idle", model_requests=model_requests
+            base_url,
+            n,
+            handler,
+            label="idle",
+            model_requests=model_requests,
+            first_prompts=first_prompts,
         )
     return result[0], stall
 
@@ -321,13 +355,23 @@ async def main(args: argparse.Namespace) -> None:
         rss: dict[int, float] = {}
         try:
             for n in sizes:
-                if not args.no_rss:
-                    rss[n], stall = await idle_rss_per_rollout(base_url, n, args.model_requests)
-                    print(
-                        f"  N={n:5d} RSS per idle rollout {rss[n] / 1024:.1f} KB, start-up stall "
-                        f"{stall * 1e3:.0f} ms (all {n} started at once, parked in a tool call)",
-                        flush=True,
-                    )
+                # The first-prompt gates side by side, order alternating per round.
+                gates = [None] if args.first_prompts is None else args.first_prompts
+                for r in range(0 if args.no_rss else args.rss_rounds):
+                    for gate in gates[r % len(gates) :] + gates[: r % len(gates)]:
+                        GC_WATCH.clear()
+                        rss[n], stall = await idle_rss_per_rollout(
+                            base_url, n, args.model_requests, gate
+                        )
+                        gc_max = max(GC_WATCH.pauses, default=0.0) * 1e3
+                        print(
+                            f"  N={n:5d} first-prompt gate {gate or 'library'}: RSS per idle "
+                            f"rollout {rss[n] / 1024:.1f} KB, start-up stall {stall.wall * 1e3:.0f} "
+                            f"ms lag, {stall.cpu * 1e3:.0f} ms loop CPU between ticks (all {n} "
+                            f"started at once, parked in a tool call); GC max pause {gc_max:.0f} "
+                            f"ms ({GC_WATCH.by_generation()})",
+                            flush=True,
+                        )
                 if args.rss_only:
                     continue
                 for mode in modes:
@@ -396,6 +440,13 @@ if __name__ == "__main__":
     parser.add_argument(
         "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the client's event loop"
     )
+    parser.add_argument(
+        "--first-prompts",
+        type=lambda s: [math.inf if x == "inf" else int(x) for x in s.split(",")],
+        default=None,
+        help="idle pass: first-prompt gate totals side by side (inf: no gate), e.g. 32,inf",
+    )
+    parser.add_argument("--rss-rounds", type=int, default=1, help="idle passes per gate")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.rss_only and ns.no_rss:

@@ -48,7 +48,7 @@ import anyio
 
 from hermes_async._json import loads
 from hermes_async._otel import span
-from hermes_async.agent._prompt_ids import PROMPT_IDS
+from hermes_async.agent._prompt_ids import PROMPT_IDS, first_prompt_gate
 from hermes_async.agent._sampling import SamplingHook, turn_sampling
 from hermes_async.agent._segments import place_turn
 from hermes_async.agent._tool_runner import RunTools, ToolCall, TurnToolRunner
@@ -370,7 +370,8 @@ class TokenTurns:
         ``managed_state`` still holds the aligned trajectory so far.
         """
         renderer = ChatRenderer(self._tokenizer, self._schemas, incremental=self._incremental)
-        prompt, trajectory = _first_prompt(self._tokenizer, renderer, result.messages)
+        async with first_prompt_gate():  # a few per loop pass: rollouts started at once
+            prompt, trajectory = _first_prompt(self._tokenizer, renderer, result.messages)
         try:
             await self._turns(result, tools, trajectory, renderer, prompt, seed)
         finally:
