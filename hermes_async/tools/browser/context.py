@@ -1,19 +1,9 @@
 """What ``ToolContext.browser_navigate`` / ``browser_snapshot`` run: the rollout's own session.
 
-Reward code reaches the browser session the model used (same ``task_id``, same page, cookies
-and history), as the reference's ``ToolContext`` did::
-
-    async def compute_reward(self, item, result, ctx) -> float:
-        page = await ctx.browser_snapshot()
-        return 1.0 if "Thank you" in page["snapshot"] else 0.0
-
-These are plain functions so ``ToolContext`` can delegate to them with one line each; they take
-the manager explicitly or use the current one (:func:`~.manager.use_browser_manager`).
-
-Returned vs raised, as the rest of ``ToolContext``: the tools' result dicts are returned
-(including ``{"success": false, ...}`` for a refused URL or a timeout); a missing manager (an
-operator mistake), a lost browser (:class:`~.errors.BrowserUnavailableError`), trio
-(:class:`~hermes_async.errors.AsyncBackendError`) and cancellation are raised.
+Reward code reaches the session the model used (same page, cookies, history), as in the
+reference. The functions take the manager explicitly or use the current one. The tools'
+result dicts are returned, ``{"success": false}`` included; a missing manager, a lost
+browser, trio and cancellation are raised.
 """
 
 from __future__ import annotations
@@ -22,11 +12,14 @@ from hermes_async._asynclib import require_asyncio
 from hermes_async.errors import SandboxError
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools.browser.manager import BrowserManager, current_browser_manager
+from hermes_async.tools.browser.standalone import StandaloneBrowser
 
 __all__ = ("context_browser_navigate", "context_browser_snapshot")
 
 
-def _manager(task_id: str, manager: BrowserManager | None) -> BrowserManager:
+def _manager(
+    task_id: str, manager: BrowserManager | StandaloneBrowser | None
+) -> BrowserManager | StandaloneBrowser:
     require_asyncio(
         "ToolContext's browser methods", "playwright", remedy="leave the browser out of trio runs"
     )
@@ -41,9 +34,9 @@ def _manager(task_id: str, manager: BrowserManager | None) -> BrowserManager:
 
 
 async def context_browser_navigate(
-    task_id: str, url: str, *, manager: BrowserManager | None = None
+    task_id: str, url: str, *, manager: BrowserManager | StandaloneBrowser | None = None
 ) -> JSONObject:
-    """Navigate the rollout's page to ``url`` (the ``browser_navigate`` result dict).
+    """Navigate the rollout's page to ``url``; the ``browser_navigate`` result dict.
 
     Raises:
         SandboxError: No manager was given and none is current.
@@ -56,9 +49,9 @@ async def context_browser_navigate(
 
 
 async def context_browser_snapshot(
-    task_id: str, full: bool = False, *, manager: BrowserManager | None = None
+    task_id: str, full: bool = False, *, manager: BrowserManager | StandaloneBrowser | None = None
 ) -> JSONObject:
-    """The accessibility snapshot of the rollout's page (the ``browser_snapshot`` result dict).
+    """The rollout page's accessibility snapshot; the ``browser_snapshot`` result dict.
 
     Raises:
         SandboxError: No manager was given and none is current.
