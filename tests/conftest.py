@@ -62,7 +62,7 @@ def on_uvloop(config: pytest.Config) -> bool:
     return bool(config.getoption("--uvloop")) or os.environ.get("HERMES_ASYNC_TEST_UVLOOP") == "1"
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def _put_asyncio_on_uvloop(config: pytest.Config) -> None:
     if not on_uvloop(config):
         return
     # anyio's plugin reads every test's backend through this one function (the shared fixture
@@ -134,6 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Where namespaces cannot be made, the suite opts out of isolation explicitly (the local
     backend refuses to run unisolated otherwise), unless ``HERMES_ASYNC_REQUIRE_ISOLATION=1``.
     Tests of the default itself clear ``HERMES_SANDBOX_ISOLATION`` for themselves."""
+    _put_asyncio_on_uvloop(config)
     if os.environ.get("HERMES_ASYNC_REQUIRE_ISOLATION") == "1" or isolation_problem() is None:
         return
     os.environ.setdefault("HERMES_SANDBOX_ISOLATION", "process")
