@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The extras `make venv` installs; scripts/lock.sh resolves the same set.
-EXTRAS := atropos,service,docker,modal,ssh,e2b,daytona,web,browser,terminalbench,families,testing,dev
+EXTRAS := atropos,service,docker,uvloop,modal,ssh,e2b,daytona,web,browser,terminalbench,families,testing,dev
 # Exact versions of everything installed (scripts/lock.sh writes it; `make lock` refreshes it).
 LOCK   ?= requirements/lock.txt
 

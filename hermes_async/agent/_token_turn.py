@@ -48,7 +48,7 @@ import anyio
 
 from hermes_async._json import loads
 from hermes_async._otel import span
-from hermes_async.agent._prompt_ids import PROMPT_IDS
+from hermes_async.agent._prompt_ids import PROMPT_IDS, first_prompt_gate
 from hermes_async.agent._reasoning import TemplateKwargsTokenizer, thinking_template_kwargs
 from hermes_async.agent._sampling import end_of_turn_ids, resolve_sampling, turn_sampling
 from hermes_async.agent._segments import place_turn
@@ -347,7 +347,8 @@ class TokenTurns:
         renderer = ChatRenderer(
             self._tokenizer, self._schemas, incremental=self._options.incremental_rendering
         )
-        prompt, trajectory = _first_prompt(self._tokenizer, renderer, result.messages)
+        async with first_prompt_gate():  # a few per loop pass: rollouts started at once
+            prompt, trajectory = _first_prompt(self._tokenizer, renderer, result.messages)
         try:
             await self._turns(result, tools, trajectory, renderer, prompt, seed)
         finally:
