@@ -176,6 +176,7 @@ async def run_rollouts(
     ramp: float = 0.0,
     model_requests: int | None = None,
     first_prompts: float | None = None,
+    one_loop: bool = False,
 ) -> tuple[float, int, Any, list[float], Stall]:
     """Run ``n`` rollouts at once; ``(seconds, completed, lag statistics, lag samples, start-up
     stall)``: the start-up stall is the longest lag until every rollout reached its first tool
@@ -213,20 +214,28 @@ async def run_rollouts(
     completed = 0
     async with VLLMGenerateClient(base_url, limiter=limits.model_requests) as client:
 
-        async def one(i: int) -> None:
-            nonlocal completed
-            await anyio.sleep(ramp * i / n)
-            loop = HermesAgentLoop(
+        def make_loop(task_id: str) -> HermesAgentLoop:
+            return HermesAgentLoop(
                 client,
                 defs.schemas,
                 defs.valid_names,
-                task_id=f"{label}-{i}",
+                task_id=task_id,
                 tokenizer=tokenizer,
                 registry=registry,
                 limits=limits,
                 max_tokens=128,
             )
-            result = await loop.run([{"role": "user", "content": f"Do task {i}."}])
+
+        # One loop for the batch, as run_group builds it; else one per rollout (the reference's
+        # use): each construction (~0.1 ms) runs in the pass that starts the rollouts.
+        shared = make_loop(label) if one_loop else None
+
+        async def one(i: int) -> None:
+            nonlocal completed
+            await anyio.sleep(ramp * i / n)
+            task_id = f"{label}-{i}"
+            loop = shared or make_loop(task_id)
+            result = await loop.run([{"role": "user", "content": f"Do task {i}."}], task_id=task_id)
             if result.finished_naturally and not result.tool_errors:
                 completed += 1
             else:
@@ -279,7 +288,13 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
     GC_WATCH.clear()
     cpu_start = time.process_time()
     elapsed, completed, lag, samples, stall = await run_rollouts(
-        base_url, n, handler, label=mode, ramp=args.ramp, model_requests=args.model_requests
+        base_url,
+        n,
+        handler,
+        label=mode,
+        ramp=args.ramp,
+        model_requests=args.model_requests,
+        one_loop=args.one_loop,
     )
     pauses = GC_WATCH.pauses
     return Row(
@@ -302,7 +317,11 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
 
 
 async def idle_rss_per_rollout(
-    base_url: str, n: int, model_requests: int | None, first_prompts: float | None = None
+    base_url: str,
+    n: int,
+    model_requests: int | None,
+    first_prompts: float | None = None,
+    one_loop: bool = False,
 ) -> tuple[float, Stall]:
     """Park all N rollouts inside their first tool call: ``(RSS growth / N in bytes, the
     start-up stall)``."""
@@ -337,6 +356,7 @@ async def idle_rss_per_rollout(
             label="idle",
             model_requests=model_requests,
             first_prompts=first_prompts,
+            one_loop=one_loop,
         )
     return result[0], stall
 
@@ -353,7 +373,9 @@ def apply_gc(setting: str, previous: GCState | None) -> GCState | None:
     if setting == "tuned":
         return tune_gc_for_rollouts()
     young, middle, old = (int(x) for x in setting.split("/"))
-    return tune_gc_for_rollouts(young_threshold=young, middle_threshold=middle, old_threshold=old)
+    state = tune_gc_for_rollouts(young_threshold=young)
+    gc.set_threshold(young, middle, old)
+    return state
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -385,7 +407,7 @@ async def main(args: argparse.Namespace) -> None:
                             gc_state = apply_gc(setting, gc_state)
                         GC_WATCH.clear()
                         rss[n], stall = await idle_rss_per_rollout(
-                            base_url, n, args.model_requests, gate
+                            base_url, n, args.model_requests, gate, args.one_loop
                         )
                         gc_max = max(GC_WATCH.pauses, default=0.0) * 1e3
                         print(
@@ -472,6 +494,11 @@ if __name__ == "__main__":
         help="idle pass: first-prompt gate totals side by side (inf: no gate), e.g. 32,inf",
     )
     parser.add_argument("--rss-rounds", type=int, default=1, help="idle passes per gate")
+    parser.add_argument(
+        "--one-loop",
+        action="store_true",
+        help="one HermesAgentLoop for all rollouts (as run_group), not one per rollout",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.rss_only and ns.no_rss:

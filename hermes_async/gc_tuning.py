@@ -1,7 +1,6 @@
 """Fit CPython's cyclic garbage collector to thousands of concurrent rollouts.
 
-:func:`tune_gc_for_rollouts` freezes the start-up heap, raises the young threshold and keeps full
-collections out of a start burst.
+:func:`tune_gc_for_rollouts` freezes the start-up heap and raises the young threshold.
 Process-wide, so never applied on import. Measurements and the rejected alternative:
 docs/decisions/005-gc-tuning.md.
 """
@@ -14,8 +13,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 __all__ = (
-    "DEFAULT_MIDDLE_THRESHOLD",
-    "DEFAULT_OLD_THRESHOLD",
     "DEFAULT_YOUNG_THRESHOLD",
     "GCState",
     "gc_tuned_for_rollouts",
@@ -25,10 +22,6 @@ __all__ = (
 
 #: Net allocations of tracked objects between young-generation collections.
 DEFAULT_YOUNG_THRESHOLD = 50_000
-#: Young collections between middle ones: a middle collection walks at most (this + 1) x young.
-DEFAULT_MIDDLE_THRESHOLD = 2
-#: Middle collections between full ones: full collections wait for OLDWAIT M net allocations.
-DEFAULT_OLD_THRESHOLD = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,35 +37,26 @@ class GCState:
 
 
 def tune_gc_for_rollouts(
-    *,
-    young_threshold: int = DEFAULT_YOUNG_THRESHOLD,
-    middle_threshold: int = DEFAULT_MIDDLE_THRESHOLD,
-    old_threshold: int = DEFAULT_OLD_THRESHOLD,
-    freeze: bool = True,
+    *, young_threshold: int = DEFAULT_YOUNG_THRESHOLD, freeze: bool = True
 ) -> GCState:
     """Apply the rollout-friendly collector settings; return the previous ones for :func:`restore_gc`.
 
-    The three thresholds are :func:`gc.set_threshold`'s. ``freeze`` collects once, then moves
-    every live object to the permanent generation.
+    ``young_threshold`` replaces the first threshold only. ``freeze`` collects once, then
+    moves every live object to the permanent generation.
 
     Raises:
-        ValueError: A threshold is not a positive integer.
+        ValueError: ``young_threshold`` is not a positive integer.
     """
-    for name, value in (
-        ("young_threshold", young_threshold),
-        ("middle_threshold", middle_threshold),
-        ("old_threshold", old_threshold),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value!r}")
+    if isinstance(young_threshold, bool) or not isinstance(young_threshold, int):
+        raise ValueError(f"young_threshold must be an integer, got {young_threshold!r}")
+    if young_threshold < 1:
+        raise ValueError(f"young_threshold must be >= 1, got {young_threshold!r}")
     before = gc.get_threshold()
     first_freeze = freeze and gc.get_freeze_count() == 0
     if freeze:
         gc.collect()
         gc.freeze()
-    gc.set_threshold(young_threshold, middle_threshold, old_threshold)
+    gc.set_threshold(young_threshold, before[1], before[2])
     return GCState(thresholds=before, froze=first_freeze)
 
 
@@ -86,23 +70,14 @@ def restore_gc(state: GCState) -> None:
 
 @contextmanager
 def gc_tuned_for_rollouts(
-    *,
-    young_threshold: int = DEFAULT_YOUNG_THRESHOLD,
-    middle_threshold: int = DEFAULT_MIDDLE_THRESHOLD,
-    old_threshold: int = DEFAULT_OLD_THRESHOLD,
-    freeze: bool = True,
+    *, young_threshold: int = DEFAULT_YOUNG_THRESHOLD, freeze: bool = True
 ) -> Iterator[GCState]:
     """Apply :func:`tune_gc_for_rollouts` for the ``with`` block, then restore.
 
     Yields:
         The previous settings.
     """
-    state = tune_gc_for_rollouts(
-        young_threshold=young_threshold,
-        middle_threshold=middle_threshold,
-        old_threshold=old_threshold,
-        freeze=freeze,
-    )
+    state = tune_gc_for_rollouts(young_threshold=young_threshold, freeze=freeze)
     try:
         yield state
     finally:
