@@ -306,5 +306,10 @@ def test_an_end_of_turn_text_that_is_not_one_token_is_an_error(llama3: FamilyTok
     client = VLLMGenerateClient("http://127.0.0.1:9")
     with pytest.raises(ValueError, match="'end of turn' is not a single token"):
         HermesAgentLoop(
-            client, defs.schemas, defs.valid_names, tokenizer=tok, end_of_turn=["end of turn"]
+            client,
+            defs.schemas,
+            defs.valid_names,
+            tokenizer=tok,
+            registry=reg,
+            end_of_turn=["end of turn"],
         )
