@@ -10,15 +10,20 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hermes_async._redact import redact
 from hermes_async.agent import FAILURE_CATEGORIES, ToolError
+from hermes_async.envs._resume import ERRORED_CATEGORIES
+
+if TYPE_CHECKING:
+    from hermes_async.envs.results import RolloutSummary
 
 __all__ = (
     "ProgressBar",
     "failure_metrics",
     "format_failures",
+    "format_summary",
     "format_table",
     "format_tool_errors",
     "format_trajectory_for_display",
@@ -145,6 +150,56 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     return "\n".join([line(headers), rule, *(line(r) for r in cells)])
 
 
+def format_summary(summaries: Sequence[RolloutSummary], wall_seconds: float) -> str:
+    """The end-of-run table: per mode and task (sorted), then all rows, and a one-line total.
+
+    Columns: rollouts, mean reward and its (population) standard deviation, pass rate (share of
+    reward >= 1), mean turns, mean tokens, mean seconds, failures by category. Errored rollouts
+    (``infra``, ``verifier``, ``cancelled``) are counted under failures and left out of the
+    reward, pass and turn columns, as ``eval/*`` metrics leave them out.
+    """
+    keys: dict[tuple[str, str], list[RolloutSummary]] = {}
+    for summary in summaries:
+        mode = "eval" if summary.evaluating else "process"
+        keys.setdefault((mode, summary.label), []).append(summary)
+    ordered = sorted(keys.items(), key=lambda kv: (kv[0][0] != "eval", kv[0][1]))
+    rows = [_summary_row(mode, task, group) for (mode, task), group in ordered]
+    if len(keys) > 1:
+        rows.append(_summary_row("all", "", list(summaries)))
+    headers = ["mode", "task", "rollouts", "reward", "std", "pass", "turns", "tokens", "time_s"]
+    table = format_table([*headers, "failures"], rows)
+    scored = [s.reward for s in summaries if s.category not in ERRORED_CATEGORIES]
+    errored = len(summaries) - len(scored)
+    mean = sum(scored) / len(scored) if scored else 0.0
+    passed = sum(1 for r in scored if r >= 1.0) / len(scored) if scored else 0.0
+    total = (
+        f"{len(summaries)} rollouts{f' ({errored} errored)' if errored else ''}, "
+        f"mean reward {mean:.2f}, pass rate {passed:.0%}, {wall_seconds:.1f} s"
+    )
+    return table + "\n" + total
+
+
+def _summary_row(mode: str, task: str, group: Sequence[RolloutSummary]) -> list[object]:
+    scored = [s for s in group if s.category not in ERRORED_CATEGORIES]
+    rewards = [s.reward for s in scored]
+    count = max(len(rewards), 1)
+    mean = sum(rewards) / count
+    std = (sum((r - mean) ** 2 for r in rewards) / count) ** 0.5
+    n = max(len(group), 1)
+    return [
+        mode,
+        task,
+        len(group),
+        mean,
+        std,
+        sum(1 for r in rewards if r >= 1.0) / count,
+        sum(s.turns for s in scored) / count,
+        round(sum(s.tokens for s in group) / n),
+        sum(s.seconds for s in group) / n,
+        format_failures(s.category for s in group),
+    ]
+
+
 def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.2f}"
@@ -155,7 +210,7 @@ class ProgressBar:
     """A one-line progress bar (redrawn in place on a terminal, one line per step otherwise).
 
     Args:
-        total: Steps expected.
+        total: Steps expected (``None``: unknown; the count is shown without a bar).
         label: Shown before the bar.
         stream: Where to draw (default ``sys.stderr``).
         width: Bar width in characters.
@@ -165,14 +220,14 @@ class ProgressBar:
 
     def __init__(
         self,
-        total: int,
+        total: int | None,
         label: str = "",
         *,
         stream: TextIO | None = None,
         width: int = 30,
         status: Callable[[], str] | None = None,
     ) -> None:
-        self.total = max(total, 1)
+        self.total = None if total is None else max(total, 1)
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.width = width
@@ -182,9 +237,12 @@ class ProgressBar:
 
     def render(self, note: str = "") -> str:
         """The bar's text for the current count."""
-        filled = min(self.width, self.width * self.done // self.total)
-        bar = "#" * filled + "." * (self.width - filled)
-        text = f"{self.label} [{bar}] {self.done}/{self.total} {note}".rstrip()
+        if self.total is None:
+            text = f"{self.label} {self.done} done {note}".rstrip()
+        else:
+            filled = min(self.width, self.width * self.done // self.total)
+            bar = "#" * filled + "." * (self.width - filled)
+            text = f"{self.label} [{bar}] {self.done}/{self.total} {note}".rstrip()
         if self.status is not None:
             text += " | " + self.status()
         return text
@@ -195,7 +253,7 @@ class ProgressBar:
         text = self.render(note)
         if self._tty:
             self.stream.write("\r\x1b[2K" + text)
-            if self.done >= self.total:
+            if self.total is not None and self.done >= self.total:
                 self.stream.write("\n")
         else:
             self.stream.write(text + "\n")
@@ -203,6 +261,6 @@ class ProgressBar:
 
     def close(self) -> None:
         """End the line if the bar was left unfinished on a terminal."""
-        if self._tty and self.done < self.total:
+        if self._tty and (self.total is None or self.done < self.total):
             self.stream.write("\n")
             self.stream.flush()
