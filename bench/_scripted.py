@@ -62,7 +62,7 @@ async def scripted_group(
     registry: Any,
 ) -> Any:
     """One ``run_group`` of ``size`` rollouts of "Do task {label}.", each rewarded 1.0."""
-    from hermes_async.agent import run_group
+    from hermes_async.agent import RolloutSetup, run_group
 
     async def reward(result: object, ctx: object) -> float:
         return 1.0
@@ -72,11 +72,13 @@ async def scripted_group(
         [{"role": "user", "content": f"Do task {label}."}],
         tools,
         size=size,
-        reward=reward,  # type: ignore[arg-type]
-        tokenizer=tokenizer,
         options=options,
-        sandboxes=sandboxes,
-        limits=limits,
-        registry=registry,
         task_ids=[f"{label}-{i}" for i in range(size)],
+        setup=RolloutSetup(
+            reward=reward,
+            tokenizer=tokenizer,
+            sandboxes=sandboxes,
+            limits=limits,
+            registry=registry,
+        ),
     )

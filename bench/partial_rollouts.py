@@ -45,7 +45,7 @@ from typing import Any
 
 import anyio
 
-from hermes_async.agent import AgentOptions, FailurePolicy, run_rollout
+from hermes_async.agent import AgentOptions, FailurePolicy, RolloutSetup, run_rollout
 from hermes_async.inference import SamplingParams, VLLMGenerateClient, load_tokenizer
 from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.testing.http import open_asgi_transport
@@ -127,11 +127,11 @@ async def _run(
                     client,
                     messages,
                     (defs.schemas, defs.valid_names),
-                    tokenizer=tokenizer,
                     options=options,
-                    registry=registry,
-                    failure_policy=policy,
                     task_id=f"t{index}",
+                    setup=RolloutSetup(
+                        tokenizer=tokenizer, registry=registry, failure_policy=policy
+                    ),
                 )
             attempts += scored.attempt
             finished += 1

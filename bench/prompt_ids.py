@@ -32,7 +32,7 @@ import anyio
 from _scripted import serve, server_process
 
 from hermes_async import HermesAgentLoop, Tool, ToolRegistry, ToolRuntime, load_tokenizer
-from hermes_async.agent import AgentOptions, run_group
+from hermes_async.agent import AgentOptions, RolloutSetup, run_group
 from hermes_async.agent._prompt_ids import PROMPT_IDS
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
@@ -134,10 +134,8 @@ async def one_round(base_url: str, args: argparse.Namespace, *, cache: bool) -> 
                 messages,
                 tools,
                 size=args.size,
-                reward=reward,  # type: ignore[arg-type]
-                tokenizer=tokenizer,
                 options=options,
-                limits=limits,
+                setup=RolloutSetup(reward=reward, tokenizer=tokenizer, limits=limits),
             )
             assert result.rewards == [1.0] * args.size, result.rewards
 

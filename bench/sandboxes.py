@@ -49,7 +49,7 @@ import anyio
 from _scripted import serve, server_process, tool_turns
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
-from hermes_async.agent import AgentOptions, AgentResult, ToolContext, run_rollout
+from hermes_async.agent import AgentOptions, AgentResult, RolloutSetup, ToolContext, run_rollout
 from hermes_async.inference import SamplingParams
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
@@ -213,12 +213,14 @@ async def ours(base_url: str, n: int, args: argparse.Namespace) -> Side:
                 [{"role": "user", "content": f"Do task {i}."}],
                 tools,
                 task_id=f"ours-{n}-{i}",
-                reward=reward,
-                tokenizer=tokenizer,
                 options=options,
-                sandboxes=manager,
-                limits=limits,
-                registry=registry,
+                setup=RolloutSetup(
+                    reward=reward,
+                    tokenizer=tokenizer,
+                    sandboxes=manager,
+                    limits=limits,
+                    registry=registry,
+                ),
             )
             if scored.failure is None:
                 side.completed += 1

@@ -24,7 +24,7 @@ from collections import Counter
 
 import httpx
 
-from hermes_async.agent import AgentOptions, Staleness, run_group
+from hermes_async.agent import AgentOptions, RolloutSetup, Staleness, run_group
 from hermes_async.inference import SamplingParams, VLLMGenerateClient, load_tokenizer
 from hermes_async.testing import ScriptedModelServer, open_loopback_server
 from hermes_async.testing.partial import oracle_policy
@@ -82,9 +82,9 @@ async def main(seconds: float, every: float, group_size: int) -> Counter[str]:
                     [{"role": "user", "content": f"Task {item}"}],
                     get_tool_definitions(["todo"], quiet_mode=True),
                     size=group_size,
-                    tokenizer=tokenizer,
                     options=options,
                     staleness=staleness,
+                    setup=RolloutSetup(tokenizer=tokenizer),
                 )
                 totals["groups"] += 1
                 totals[f"outcome_{group.outcome}"] += 1

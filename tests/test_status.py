@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from hermes_async import cli
-from hermes_async.agent import AgentOptions, AgentResult, ToolContext, run_group
+from hermes_async.agent import AgentOptions, AgentResult, RolloutSetup, ToolContext, run_group
 from hermes_async.envs.display import ProgressBar
 from hermes_async.inference import SamplingParams
 from hermes_async.inference.tokenizer import load_tokenizer
@@ -90,11 +90,10 @@ async def test_status_follows_a_group_through_tools_and_rewards() -> None:
                 [{"role": "user", "content": "say hi"}],
                 get_tool_definitions(["terminal"]),
                 size=GROUP,
-                reward=held_reward,
-                tokenizer=TOKENIZER,
                 options=AgentOptions(max_turns=3, sampling=SamplingParams(max_tokens=64)),
-                sandboxes=manager,
-                limits=limits,
+                setup=RolloutSetup(
+                    reward=held_reward, tokenizer=TOKENIZER, sandboxes=manager, limits=limits
+                ),
             )
 
         tg.start_soon(group)

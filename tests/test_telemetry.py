@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hermes_async import _otel
-from hermes_async.agent import AgentOptions, AgentResult, ToolContext, run_group
+from hermes_async.agent import AgentOptions, AgentResult, RolloutSetup, ToolContext, run_group
 from hermes_async.inference import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.pool import ServerPool
 from hermes_async.inference.tokenizer import load_tokenizer
@@ -115,11 +115,9 @@ async def test_a_group_traces_rollout_turn_generation_tool_sandbox_and_reward(
             [{"role": "user", "content": "go"}],
             TOOLS,
             size=2,
-            reward=check,
-            tokenizer=TOKENIZER,
             options=OPTIONS,
-            sandboxes=manager,
             task_ids=["t0", "t1"],
+            setup=RolloutSetup(reward=check, tokenizer=TOKENIZER, sandboxes=manager),
         )
     assert group.rewards == [1.0, 1.0]
     spans = list(exporter.get_finished_spans())
@@ -168,10 +166,9 @@ async def test_cancelled_rollouts_end_every_span_and_a_hung_tool_is_an_open_span
                 [{"role": "user", "content": "go"}],
                 TOOLS,
                 size=3,
-                tokenizer=TOKENIZER,
                 options=OPTIONS,
-                sandboxes=manager,
                 task_ids=["h0", "h1", "h2"],
+                setup=RolloutSetup(tokenizer=TOKENIZER, sandboxes=manager),
             )
         )
         with anyio.fail_after(30):  # wait for the event: three hung tool calls

@@ -30,8 +30,9 @@ Sandboxes come from the ``sandboxes`` manager given, else the current one
 (``use_sandbox_manager``), else a private local :class:`SandboxManager` opened for the call's
 lifetime, so a trainer needs no setup::
 
+    setup = RolloutSetup(reward=check, tokenizer=tokenizer)
     group = await run_group(client, [{"role": "user", "content": task}], tools,
-                            size=8, reward=check, tokenizer=tokenizer)
+                            size=8, setup=setup)
     batch = group.to_scored_data_group()
 """
 
@@ -98,10 +99,13 @@ from hermes_async.tools.sandbox.spec import SandboxSpec
 __all__ = (
     "DEFAULT_FAILURE_POLICY",
     "DEFAULT_OPTIONS",
+    "DEFAULT_SETUP",
     "FailureAction",
     "FailurePolicy",
     "GroupOutcome",
     "Reward",
+    "RolloutSetup",
+    "RolloutTask",
     "ScoredGroup",
     "ScoredRollout",
     "TimeoutAction",
@@ -200,6 +204,78 @@ class FailurePolicy:
 
 #: The policy used when none is given.
 DEFAULT_FAILURE_POLICY = FailurePolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutSetup:
+    """What rollouts need besides their options; one value serves a whole batch.
+
+    Attributes:
+        reward: ``async (result, ctx) -> float``, called with a ToolContext on the rollout's
+            own sandbox; ``None`` scores 0.0. One that raises is a ``verifier`` failure.
+        tokenizer: Phase 2: the model's tokenizer. Phase 1: tokenizes the placeholder rows.
+        registry: Tool implementations (default: the built-in tools).
+        sandboxes: The sandbox manager (default: the current one, else a private local one
+            opened for the call and shared by its rollouts).
+        limits: Shared limiters (default: the manager's).
+        failure_policy: What ``infra`` / ``verifier`` / ``agent_timeout`` failures do:
+            ``retry`` (default), ``mask`` or ``zero``. One rollout has no group to mask or
+            zero: its failure is returned as it is.
+        sandbox_spec: How each rollout's sandbox is created (image, limits, workdir, env);
+            ``None``: the manager's factory defaults.
+        sandbox_setup: ``async (sandbox) -> None`` run before the first turn, within
+            ``rollout_timeout``. If it raises, the attempt is an ``infra`` failure. In a group
+            on a backend that snapshots (Docker) it runs once, in a template sandbox.
+        placeholder_encode: Phase 1: ``text -> ids`` for the placeholder rows (default: the
+            tokenizer's, else the built-in offline tokenizer's).
+    """
+
+    reward: Reward | None = None
+    tokenizer: Tokenizer | None = None
+    registry: ToolRegistry | None = None
+    sandboxes: SandboxManager | None = None
+    limits: Limits | None = None
+    failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY
+    sandbox_spec: SandboxSpec | None = None
+    sandbox_setup: SandboxSetup | None = None
+    placeholder_encode: Encode | None = None
+
+    def __post_init__(self) -> None:
+        # Refused here, not in each rollout: every rollout of a batch would fail the same way.
+        if self.reward is not None and not callable(self.reward):
+            raise TypeError(
+                "reward must be an async function (result, ctx) -> float, or None, got "
+                f"{type(self.reward).__name__}"
+            )
+        if not isinstance(self.failure_policy, FailurePolicy):
+            raise TypeError(
+                f"failure_policy must be a FailurePolicy, got {type(self.failure_policy).__name__}"
+            )
+        if self.sandbox_setup is not None and not callable(self.sandbox_setup):
+            raise TypeError(
+                "sandbox_setup must be an async function (sandbox) -> None, got "
+                f"{type(self.sandbox_setup).__name__}"
+            )
+
+
+#: The setup used when none is given.
+DEFAULT_SETUP = RolloutSetup()
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutTask:
+    """One item made ready to run: its prompt, its tools, its setup and its options.
+
+    What an environment hands a trainer adapter or a worker: the adapter runs it with
+    ``run_group(server, task.messages, task.tools, size=n, setup=task.setup,
+    options=task.options)`` and needs to know nothing else about the environment.
+    ``HermesAgentBaseEnv.rollout_task(item)`` makes one.
+    """
+
+    messages: Sequence[Mapping[str, Any]]
+    tools: Tools
+    setup: RolloutSetup = DEFAULT_SETUP
+    options: AgentOptions = DEFAULT_OPTIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,23 +479,19 @@ def _split_tools(tools: Tools) -> tuple[Sequence[JSONObject], Collection[str]]:
     return schemas, names
 
 
-def _check_call(messages: object, options: object, reward: object) -> None:
+def _check_call(messages: object, options: object, setup: object) -> None:
     """The mistakes every rollout of a batch would make, refused before any starts (each
-    rollout would otherwise fail alone, be retried and be masked as an ``infra`` or
-    ``verifier`` failure, and the run go on training on nothing).
+    rollout would otherwise fail alone, be retried and be masked).
 
     Raises:
-        TypeError: ``options`` is not an :class:`AgentOptions`, ``reward`` is not callable, or
-            ``messages`` is not a list of message mappings.
+        TypeError: ``options`` is not an :class:`AgentOptions`, ``setup`` not a
+            :class:`RolloutSetup`, or ``messages`` is not a list of message mappings.
         ValueError: ``messages`` is empty, or one has no string ``role``.
     """
     if not isinstance(options, AgentOptions):
         raise TypeError(f"options must be an AgentOptions, got {type(options).__name__}")
-    if reward is not None and not callable(reward):
-        raise TypeError(
-            "reward must be an async function (result, ctx) -> float, or None, got "
-            f"{type(reward).__name__}"
-        )
+    if not isinstance(setup, RolloutSetup):
+        raise TypeError(f"setup must be a RolloutSetup, got {type(setup).__name__}")
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
         raise TypeError(
             "messages must be a list of chat messages ({'role': ..., 'content': ...}), got "
@@ -555,7 +627,7 @@ class _Batch:
     encode: Encode
     policy: FailurePolicy
     spec: SandboxSpec | None = None
-    setup: SandboxSetup | None = None
+    sandbox_setup: SandboxSetup | None = None
     rng: random.Random = field(default_factory=random.Random)
 
     async def attempt(
@@ -594,8 +666,8 @@ class _Batch:
         try:
             # The task group hosts the sandbox's creation (see WatchedSandboxes), so a tool
             # timeout never cuts it; it is cancelled once the rollout is done.
-            if self.setup is not None:
-                await _set_up(self.setup, self.manager, task_id, deadline)
+            if self.sandbox_setup is not None:
+                await _set_up(self.sandbox_setup, self.manager, task_id, deadline)
             async with anyio.create_task_group() as tg:
                 watched = WatchedSandboxes(self.manager, abort.abort, tg)
                 result = await self.loop.run(
@@ -706,45 +778,36 @@ class _Batch:
 
 @asynccontextmanager
 async def _open_batch(
-    server: Any,
-    tools: Tools,
-    *,
-    reward: Reward | None,
-    tokenizer: Tokenizer | None,
-    options: AgentOptions,
-    sandboxes: SandboxManager | None,
-    limits: Limits | None,
-    registry: ToolRegistry | None,
-    placeholder_encode: Encode | None,
-    failure_policy: FailurePolicy,
-    sandbox_spec: SandboxSpec | None = None,
-    sandbox_setup: SandboxSetup | None = None,
+    server: Any, tools: Tools, setup: RolloutSetup, options: AgentOptions
 ) -> AsyncIterator[_Batch]:
     """The batch's sandboxes and loop; a lone exception of the block comes out unwrapped."""
     schemas, names = _split_tools(tools)
     with single_errors():
-        async with _sandbox_manager(sandboxes, limits) as manager, _model_client(server) as model:
+        async with (
+            _sandbox_manager(setup.sandboxes, setup.limits) as manager,
+            _model_client(server) as model,
+        ):
             loop = HermesAgentLoop.from_options(
                 model,
                 schemas,
                 names,
                 options,
-                tokenizer=tokenizer,
-                limits=limits if limits is not None else manager.limits,
+                tokenizer=setup.tokenizer,
+                limits=setup.limits if setup.limits is not None else manager.limits,
                 sandboxes=manager,
-                registry=registry,
+                registry=setup.registry,
             )
-            encode = await _placeholder_encoder(loop, tokenizer, placeholder_encode)
+            encode = await _placeholder_encoder(loop, setup.tokenizer, setup.placeholder_encode)
             yield _Batch(
                 loop,
                 manager,
                 options,
-                reward,
-                registry,
+                setup.reward,
+                setup.registry,
                 encode,
-                failure_policy,
-                sandbox_spec,
-                sandbox_setup,
+                setup.failure_policy,
+                setup.sandbox_spec,
+                setup.sandbox_setup,
             )
 
 
@@ -792,17 +855,9 @@ async def run_rollout(
     messages: Sequence[Mapping[str, Any]],
     tools: Tools,
     *,
-    reward: Reward | None = None,
-    task_id: str | None = None,
-    tokenizer: Tokenizer | None = None,
+    setup: RolloutSetup = DEFAULT_SETUP,
     options: AgentOptions = DEFAULT_OPTIONS,
-    sandboxes: SandboxManager | None = None,
-    limits: Limits | None = None,
-    registry: ToolRegistry | None = None,
-    placeholder_encode: Encode | None = None,
-    failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY,
-    sandbox_spec: SandboxSpec | None = None,
-    sandbox_setup: SandboxSetup | None = None,
+    task_id: str | None = None,
 ) -> ScoredRollout:
     """Run one rollout, reward it on its own sandbox, release the sandbox, build its rows.
 
@@ -812,28 +867,13 @@ async def run_rollout(
             for the call; the rollout's turns stay on one server while it is healthy).
         messages: The prompt; copied, so the caller's list is never changed.
         tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
-        reward: ``async (result, ctx) -> float``; ``None`` scores 0.0.
+        setup: The reward, tokenizer, tools, sandboxes and failure policy
+            (:class:`RolloutSetup`). With ``failure_policy.on_failure="retry"``, an ``infra``
+            / ``verifier`` failure is re-run on a fresh sandbox (up to ``max_attempts``).
+        options: The loop's options (turns, sampling, deadlines, parser, budget);
+            ``rollout_timeout`` bounds the whole attempt.
         task_id: The rollout's id (its sandbox's key); a fresh uuid4 if ``None``. A retry runs
             as ``<task_id>-attempt<n>``.
-        tokenizer: Phase 2: the model's tokenizer. Phase 1: tokenizes the placeholder rows.
-        options: The loop's options (turns, sampling, deadlines, parser, budget);
-            ``rollout_timeout`` bounds the whole attempt (see the module docstring).
-        sandboxes: The sandbox manager (default: the current one, else a private local one
-            opened for this call).
-        limits: Shared limiters (default: the manager's).
-        registry: Tool implementations (default: the built-in tools).
-        placeholder_encode: Phase 1: ``text -> ids`` for the placeholder rows (default: the
-            tokenizer's, else the built-in offline tokenizer's).
-        failure_policy: With ``on_failure="retry"``, an ``infra`` / ``verifier`` failure is
-            re-run on a fresh sandbox (up to ``max_attempts``); ``mask`` and ``zero`` have no
-            meaning for one rollout: its failure is returned as it is.
-        sandbox_spec: How this rollout's sandbox is created (image, limits, workdir, env;
-            see :class:`~hermes_async.tools.sandbox.spec.SandboxSpec`), assigned to the
-            manager under each attempt's task id; ``None``: the manager's factory defaults.
-        sandbox_setup: ``async (sandbox) -> None``, run on each attempt's sandbox before the
-            first turn (task files, setup commands), within ``rollout_timeout``; if it raises,
-            the attempt is an ``infra`` failure (source ``"the sandbox setup"``) and retried as
-            any other.
 
     Returns:
         The :class:`ScoredRollout` of the last attempt. Nothing the rollout does is raised:
@@ -843,29 +883,16 @@ async def run_rollout(
         ValueError: Bad options, an empty prompt or a message without a role, or a token
             server without a tokenizer.
         TypeError: ``server`` is neither kind of server, ``tools`` is not a pair, ``options``
-            is not an ``AgentOptions``, ``reward`` is not callable, or ``messages`` is not a
-            list of mappings.
+            is not an ``AgentOptions``, ``setup`` is not a ``RolloutSetup``, or ``messages``
+            is not a list of mappings.
         UnknownParserError: ``options.tool_call_parser`` is not registered.
 
     **Cancellation**: the model request and running tools are cancelled, the sandbox is
     released (shielded and bounded by the manager), and the cancellation propagates. A private
     manager is closed on the way out, releasing everything it holds.
     """
-    _check_call(messages, options, reward)
-    async with _open_batch(
-        server,
-        tools,
-        reward=reward,
-        tokenizer=tokenizer,
-        options=options,
-        sandboxes=sandboxes,
-        limits=limits,
-        registry=registry,
-        placeholder_encode=placeholder_encode,
-        failure_policy=failure_policy,
-        sandbox_spec=sandbox_spec,
-        sandbox_setup=sandbox_setup,
-    ) as batch:
+    _check_call(messages, options, setup)
+    async with _open_batch(server, tools, setup, options) as batch:
         return await batch.rollout(messages, task_id or str(uuid.uuid4()), 0)
 
 
@@ -875,19 +902,11 @@ async def run_group(
     tools: Tools,
     *,
     size: int,
-    reward: Reward | None = None,
-    task_ids: Sequence[str] | None = None,
-    tokenizer: Tokenizer | None = None,
+    setup: RolloutSetup = DEFAULT_SETUP,
     options: AgentOptions = DEFAULT_OPTIONS,
-    sandboxes: SandboxManager | None = None,
-    limits: Limits | None = None,
-    registry: ToolRegistry | None = None,
-    placeholder_encode: Encode | None = None,
+    task_ids: Sequence[str] | None = None,
     on_rollout: Callable[[ScoredRollout], object] | None = None,
-    failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY,
-    sandbox_spec: SandboxSpec | None = None,
     staleness: Staleness | None = None,
-    sandbox_setup: SandboxSetup | None = None,
     snapshot: bool = True,
 ) -> ScoredGroup:
     """Run ``size`` rollouts of the same prompt concurrently; reward and score each one.
@@ -907,19 +926,14 @@ async def run_group(
         messages: The prompt shared by the group; copied per rollout.
         tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
         size: Number of rollouts (>= 1).
-        reward: ``async (result, ctx) -> float``; ``None`` scores 0.0.
-        task_ids: One id per rollout (default: fresh uuid4s).
-        tokenizer: See :func:`run_rollout`.
+        setup: See :func:`run_rollout`; a private sandbox manager is shared by the group, and
+            ``failure_policy`` decides the group's outcome. ``sandbox_setup`` runs once in a
+            template sandbox that is snapshotted where the backend can (``snapshot``).
         options: See :func:`run_rollout`.
-        sandboxes: See :func:`run_rollout`; a private manager is shared by the group.
-        limits: See :func:`run_rollout`.
-        registry: See :func:`run_rollout`.
-        placeholder_encode: See :func:`run_rollout`.
+        task_ids: One id per rollout (default: fresh uuid4s).
         on_rollout: Called with each rollout's final :class:`ScoredRollout` as it finishes
             (progress displays). It is the caller's code, not the rollout's: what it raises
             cancels the group and propagates.
-        failure_policy: ``retry`` (default), ``mask`` or ``zero`` (:class:`FailurePolicy`).
-        sandbox_spec: See :func:`run_rollout`: every rollout's sandbox is made from it.
         staleness: Asynchronous RL: once the group is done, the current policy version is
             read (once) and every completion segment's age (current - its version) compared
             with ``max_staleness``; ``drop`` returns the group with outcome ``"stale"`` (no
@@ -927,12 +941,8 @@ async def run_group(
             rollout), ``keep`` only reports. :attr:`ScoredGroup.staleness` has the ages (its
             ``metrics()`` are counters to log). Needs a version source
             (``staleness.version_source`` or ``options.version_source``).
-        sandbox_setup: See :func:`run_rollout`. With ``snapshot`` (default) and a backend
-            that can snapshot (Docker), it runs **once**, in a template sandbox of the group's
-            spec, which is then snapshotted; every rollout's sandbox starts from that snapshot
-            (:mod:`hermes_async.tools.sandbox.snapshot`), deleted when the group ends.
-            Otherwise (or if it failed in the template) it runs in each rollout's sandbox.
-        snapshot: Use a group snapshot for ``sandbox_setup`` where the backend has one.
+        snapshot: Run ``setup.sandbox_setup`` once and start every rollout from a snapshot
+            of it (:mod:`hermes_async.tools.sandbox.snapshot`) where the backend can (Docker).
 
     Returns:
         The :class:`ScoredGroup`, rollouts in index order, with its ``outcome``. A masked
@@ -960,7 +970,8 @@ async def run_group(
         raise TypeError(f"run_group size must be an int >= 1, got {size!r}")
     if size < 1:
         raise ValueError(f"run_group size must be >= 1, got {size!r}")
-    _check_call(messages, options, reward)
+    _check_call(messages, options, setup)
+    failure_policy, sandbox_setup = setup.failure_policy, setup.sandbox_setup
     current_version = None
     if staleness is not None:
         current_version = staleness.version_source or options.version_source
@@ -982,27 +993,14 @@ async def run_group(
     def give_up() -> bool:
         return lost
 
-    async with _open_batch(
-        server,
-        tools,
-        reward=reward,
-        tokenizer=tokenizer,
-        options=options,
-        sandboxes=sandboxes,
-        limits=limits,
-        registry=registry,
-        placeholder_encode=placeholder_encode,
-        failure_policy=failure_policy,
-        sandbox_spec=sandbox_spec,
-        sandbox_setup=sandbox_setup,
-    ) as batch:
+    async with _open_batch(server, tools, setup, options) as batch:
         group_snapshot = None
         if sandbox_setup is not None and snapshot:
             group_snapshot = await prepare_group(
-                batch.manager, sandbox_spec, sandbox_setup, task_id=ids[0]
+                batch.manager, setup.sandbox_spec, sandbox_setup, task_id=ids[0]
             )
             if group_snapshot is not None:  # the rollouts start from the prepared state
-                batch.spec, batch.setup = group_snapshot.spec, None
+                batch.spec, batch.sandbox_setup = group_snapshot.spec, None
 
         async def one(index: int) -> None:
             nonlocal lost

@@ -54,7 +54,7 @@ from contextlib import (
 )
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import anyio
 import httpx
@@ -64,10 +64,11 @@ from hermes_async._groups import single_errors
 from hermes_async.agent import (
     AgentOptions,
     AgentResult,
-    FailurePolicy,
-    Reward,
+    RolloutSetup,
+    RolloutTask,
     ScoredRollout,
     ToolContext,
+    Tools,
     VersionSource,
     run_group,
     run_rollout,
@@ -121,7 +122,6 @@ from hermes_async.gc_tuning import gc_tuned_for_rollouts
 from hermes_async.inference.generate import GenerateClient
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
-from hermes_async.limits import Limits
 from hermes_async.tools.registry import (
     ToolDefaults,
     ToolRegistry,
@@ -164,17 +164,6 @@ def _require_asyncio(what: str) -> None:
         "atroposlib (BaseEnv, its server manager and its trajectory-API client)",
         remedy="use hermes_async.agent.run_group / run_rollout, which run under trio too",
     )
-
-
-class _CoreArgs(TypedDict):
-    reward: Reward
-    tokenizer: Tokenizer | None
-    options: AgentOptions
-    limits: Limits
-    registry: ToolRegistry | None
-    placeholder_encode: Callable[[str], list[int]]
-    failure_policy: FailurePolicy
-    sandbox_setup: SandboxSetup | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -647,40 +636,60 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         messages.append({"role": "user", "content": prompt})
         return prompt, messages
 
-    def _core_args(
-        self, item: Any, client: ModelClient, temperature: float | None = None
-    ) -> _CoreArgs:
-        """What ``run_group`` / ``run_rollout`` get for ``item`` (a fresh seed, if seeded)."""
-        tokens = isinstance(client, GenerateClient)
-        seed = self._rng.randrange(2**31) if tokens and self.config.seed is not None else None
+    def rollout_task(
+        self,
+        item: Any,
+        *,
+        token_server: bool,
+        sandboxes: SandboxManager | None = None,
+        tools: Tools | None = None,
+        temperature: float | None = None,
+    ) -> RolloutTask:
+        """What the rollout core needs to run ``item``: the seam trainer adapters and workers use.
+
+        Args:
+            item: An item of this environment (what ``get_next_item`` returns).
+            token_server: Phase 2 (a token endpoint: exact tokens, the loop's tokenizer) or
+                Phase 1 (a chat server).
+            sandboxes: The sandbox manager its rollouts use (``None``: the current one).
+            tools: The tools offered (``None``: resolved from the config, a fresh sample of
+                the toolset distribution if there is one).
+            temperature: Overrides the config's temperature.
+        """
+        seed = self._rng.randrange(2**31) if token_server and self.config.seed is not None else None
 
         async def reward(result: AgentResult, ctx: ToolContext) -> float:
             return await self.compute_reward(item, result, ctx)
 
-        setup: SandboxSetup | None = None
+        prepare: SandboxSetup | None = None
         if overrides(self, HermesAgentBaseEnv, "setup_sandbox"):
 
-            async def setup(sandbox: Sandbox) -> None:
+            async def prepare(sandbox: Sandbox) -> None:
                 await self.setup_sandbox(item, sandbox)
 
         options = self.rollout_options(
             item,
             self.config.build_agent_options(
-                temperature=temperature, token_server=tokens, seed=seed
+                temperature=temperature, token_server=token_server, seed=seed
             ),
         )
         if self.policy_version_source is not None and options.version_source is None:
             options = dataclasses.replace(options, version_source=self.policy_version_source)
-        return _CoreArgs(
+        setup = RolloutSetup(
             reward=reward,
-            tokenizer=self.loop_tokenizer if tokens else None,
-            options=options,
-            limits=self.limits,
+            tokenizer=self.loop_tokenizer if token_server else None,
             registry=self.tool_registry,
-            placeholder_encode=self._placeholder_encode,
+            sandboxes=sandboxes,
+            limits=self.limits,
             failure_policy=self.config.build_failure_policy(),
-            sandbox_setup=setup,
+            sandbox_spec=self.sandbox_spec(item),
+            sandbox_setup=prepare,
+            placeholder_encode=self._placeholder_encode,
         )
+        _, messages = self._messages(item)
+        if tools is None:
+            tools = self._resolve_tools_for_group()
+        return RolloutTask(messages, tools, setup, options)
 
     def _placeholder_encode(self, text: str) -> list[int]:
         """Phase 1 placeholder ids, with atroposlib's tokenizer as in the reference."""
@@ -713,16 +722,22 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     ) -> _Rollout:
         token = _EVALUATING.set(evaluating)
         try:
-            prompt, messages = self._messages(item)
+            task = self.rollout_task(
+                item,
+                token_server=isinstance(client, GenerateClient),
+                sandboxes=manager,
+                tools=tools,
+                temperature=temperature,
+            )
             scored = await run_rollout(
                 client,
-                messages,
-                tools,
+                task.messages,
+                task.tools,
+                setup=task.setup,
+                options=task.options,
                 task_id=str(uuid.uuid4()),
-                sandboxes=manager,
-                sandbox_spec=self.sandbox_spec(item),
-                **self._core_args(item, client, temperature),
             )
+            prompt = self.format_prompt(item)
         finally:
             _EVALUATING.reset(token)
         return _Rollout(scored, self._record(item, scored, evaluating=evaluating), prompt)
@@ -806,18 +821,23 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             with waiting:
                 async with self._rollout_resources() as (manager, clients):
                     client = self._pick(clients)
-                    prompt, messages = self._messages(item)
+                    task = self.rollout_task(
+                        item,
+                        token_server=isinstance(client, GenerateClient),
+                        sandboxes=manager,
+                        tools=tools,
+                    )
+                    prompt = str(task.messages[-1].get("content") or "")  # the user message
                     group = await run_group(
                         client,
-                        messages,
-                        tools,
+                        task.messages,
+                        task.tools,
                         size=self.config.group_size,
-                        sandboxes=manager,
-                        sandbox_spec=self.sandbox_spec(item),
+                        setup=task.setup,
+                        options=task.options,
                         on_rollout=record,
                         staleness=self.config.build_staleness(self.policy_version_source),
                         snapshot=self.config.group_snapshot,
-                        **self._core_args(item, client),
                     )
         except anyio.get_cancelled_exc_class():
             self.failure_tally.add_cancelled(self.config.group_size - finished)

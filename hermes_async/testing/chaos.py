@@ -61,6 +61,7 @@ from hermes_async.agent import (
     AgentOptions,
     AgentResult,
     FailurePolicy,
+    RolloutSetup,
     ScoredGroup,
     ScoredRollout,
     ToolContext,
@@ -484,13 +485,15 @@ async def run_chaos(config: ChaosConfig, *, tokenizer: Tokenizer | None = None) 
                                 [{"role": "user", "content": f"Run both steps ({number})."}],
                                 tools,
                                 size=config.group_size,
-                                reward=world.reward,
                                 task_ids=[f"g{number}-r{i}" for i in range(config.group_size)],
-                                tokenizer=tokenizer,
                                 options=options,
-                                sandboxes=manager,
-                                limits=limits,
-                                failure_policy=config.policy,
+                                setup=RolloutSetup(
+                                    reward=world.reward,
+                                    tokenizer=tokenizer,
+                                    sandboxes=manager,
+                                    limits=limits,
+                                    failure_policy=config.policy,
+                                ),
                             )
                         )
                     except Exception as exc:  # an abort: what the harness exists to catch

@@ -16,6 +16,7 @@ from hermes_async.agent import (
     AgentOptions,
     AgentResult,
     FailurePolicy,
+    RolloutSetup,
     ScoredRollout,
     ToolContext,
     run_group,
@@ -85,15 +86,13 @@ async def world(
 async def single(policy: Any, factory: Any = None, **kw: Any) -> ScoredRollout:
     server = kw.pop("server", {})
     async with world(policy, factory, **server) as (client, manager, _):
-        scored = await run_rollout(
-            client,
-            PROMPT,
-            TOOLS,
+        setup = RolloutSetup(
             tokenizer=TOKENIZER,
             sandboxes=manager,
             failure_policy=kw.pop("failure_policy", ONCE),
-            **kw,
+            reward=kw.pop("reward", None),
         )
+        scored = await run_rollout(client, PROMPT, TOOLS, setup=setup, **kw)
         assert manager.task_ids() == []  # released, whatever happened
     return scored
 
@@ -259,10 +258,9 @@ async def test_a_harness_bug_is_contained_as_infra() -> None:
             client,
             PROMPT,
             TOOLS,
-            tokenizer=Exploding(),  # type: ignore[arg-type]
-            sandboxes=manager,
-            reward=one,
-            failure_policy=ONCE,
+            setup=RolloutSetup(
+                tokenizer=Exploding(), sandboxes=manager, reward=one, failure_policy=ONCE
+            ),
         )
         assert manager.task_ids() == []
     assert scored.category == "infra" and scored.failure is not None
@@ -290,11 +288,13 @@ async def test_a_failing_rollout_never_touches_its_siblings() -> None:
             PROMPT,
             TOOLS,
             size=4,
-            reward=reward_failing_for("r1"),
-            tokenizer=TOKENIZER,
-            sandboxes=manager,
             task_ids=["r0", "r1", "r2", "r3"],
-            failure_policy=FailurePolicy(on_failure="zero"),
+            setup=RolloutSetup(
+                reward=reward_failing_for("r1"),
+                tokenizer=TOKENIZER,
+                sandboxes=manager,
+                failure_policy=FailurePolicy(on_failure="zero"),
+            ),
         )
     assert group.outcome == "zeroed" and group.rewards == [1.0, 0.0, 1.0, 1.0]
     assert [r.category for r in group.rollouts] == [None, "verifier", None, None]
@@ -313,11 +313,13 @@ async def test_retry_runs_a_failed_rollout_again_on_a_fresh_sandbox() -> None:
             PROMPT,
             TOOLS,
             size=3,
-            reward=reward_failing_for("r2"),  # only the first attempt's task id fails
-            tokenizer=TOKENIZER,
-            sandboxes=manager,
             task_ids=["r0", "r1", "r2"],
-            failure_policy=QUICK,
+            setup=RolloutSetup(
+                reward=reward_failing_for("r2"),  # only the first attempt's task id fails
+                tokenizer=TOKENIZER,
+                sandboxes=manager,
+                failure_policy=QUICK,
+            ),
         )
         assert manager.task_ids() == []
     assert group.outcome == "retried" and group.rewards == [1.0, 1.0, 1.0]
@@ -351,11 +353,10 @@ async def test_a_retry_starts_as_soon_as_its_failure_is_seen() -> None:
             PROMPT,
             TOOLS,
             size=2,
-            reward=reward,
-            tokenizer=TOKENIZER,
-            sandboxes=manager,
             task_ids=["r0", "r1"],
-            failure_policy=QUICK,
+            setup=RolloutSetup(
+                reward=reward, tokenizer=TOKENIZER, sandboxes=manager, failure_policy=QUICK
+            ),
         )
     assert group.outcome == "retried" and group.rewards == [1.0, 1.0]
     assert [r.task_id for r in group.rollouts] == ["r0-attempt2", "r1"]
@@ -368,11 +369,13 @@ async def test_retries_that_run_out_mask_the_whole_group() -> None:
             PROMPT,
             TOOLS,
             size=3,
-            reward=reward_failing_for("r0", "r0-attempt2", "r0-attempt3"),
-            tokenizer=TOKENIZER,
-            sandboxes=manager,
             task_ids=["r0", "r1", "r2"],
-            failure_policy=QUICK,
+            setup=RolloutSetup(
+                reward=reward_failing_for("r0", "r0-attempt2", "r0-attempt3"),
+                tokenizer=TOKENIZER,
+                sandboxes=manager,
+                failure_policy=QUICK,
+            ),
         )
     assert group.masked and group.rollouts[0].attempt == 3
     assert group.failure_counts() == {"verifier": 3}
@@ -388,11 +391,13 @@ async def test_mask_drops_the_group_without_retrying() -> None:
             PROMPT,
             TOOLS,
             size=2,
-            reward=reward_failing_for("r1"),
-            tokenizer=TOKENIZER,
-            sandboxes=manager,
             task_ids=["r0", "r1"],
-            failure_policy=FailurePolicy(on_failure="mask"),
+            setup=RolloutSetup(
+                reward=reward_failing_for("r1"),
+                tokenizer=TOKENIZER,
+                sandboxes=manager,
+                failure_policy=FailurePolicy(on_failure="mask"),
+            ),
         )
     assert group.outcome == "masked" and group.retried == ()
     assert len(factory.created) == 2
@@ -420,11 +425,13 @@ async def test_timeouts_are_kept_at_zero_or_masked_on_request() -> None:
                 PROMPT,
                 TOOLS,
                 size=2,
-                reward=one,
-                tokenizer=TOKENIZER,
-                sandboxes=manager,
                 options=AgentOptions(rollout_timeout=0.5),
-                failure_policy=FailurePolicy(on_timeout=on_timeout),  # type: ignore[arg-type]
+                setup=RolloutSetup(
+                    reward=one,
+                    tokenizer=TOKENIZER,
+                    sandboxes=manager,
+                    failure_policy=FailurePolicy(on_timeout=on_timeout),
+                ),
             )
         assert sorted(r.category or "" for r in group.rollouts) == ["", "agent_timeout"]
         assert group.outcome == outcome and group.retried == ()  # timeouts are not retried
@@ -443,9 +450,7 @@ async def test_a_dead_server_is_raised_after_the_retries() -> None:
                 PROMPT,
                 TOOLS,
                 size=2,
-                tokenizer=TOKENIZER,
-                sandboxes=manager,
-                failure_policy=QUICK,
+                setup=RolloutSetup(tokenizer=TOKENIZER, sandboxes=manager, failure_policy=QUICK),
             )
     assert {r.number for r in scripted.requests} >= set(range(1, 7))  # 2 rollouts x 3 attempts
 
@@ -459,9 +464,7 @@ async def test_cancellation_propagates_and_starts_no_retry() -> None:
                 PROMPT,
                 TOOLS,
                 size=3,
-                tokenizer=TOKENIZER,
-                sandboxes=manager,
-                failure_policy=QUICK,
+                setup=RolloutSetup(tokenizer=TOKENIZER, sandboxes=manager, failure_policy=QUICK),
             )
         assert scope.cancelled_caught and manager.task_ids() == []
     assert len(factory.created) == 3 and all(s.closed for s in factory.created)

@@ -8,7 +8,15 @@ from typing import Any
 import anyio
 import pytest
 
-from hermes_async.agent import AgentOptions, AgentResult, FailurePolicy, ToolContext, run_group
+from hermes_async.agent import (
+    DEFAULT_FAILURE_POLICY,
+    AgentOptions,
+    AgentResult,
+    FailurePolicy,
+    RolloutSetup,
+    ToolContext,
+    run_group,
+)
 from hermes_async.errors import SandboxError
 from hermes_async.testing import PolicyRequest
 from hermes_async.testing.fake_sandbox import FakeSandbox
@@ -91,16 +99,21 @@ async def group_with(
         SandboxManager(backend) as manager,
     ):
         with anyio.move_on_after(cancel_after if cancel_after is not None else math.inf):
+            rollout_setup = RolloutSetup(
+                reward=reads_setup,
+                tokenizer=TOKENIZER,
+                sandboxes=manager,
+                sandbox_setup=setup,
+                sandbox_spec=kw.pop("sandbox_spec", None),
+                failure_policy=kw.pop("failure_policy", DEFAULT_FAILURE_POLICY),
+            )
             group = await run_group(
                 client,
                 [{"role": "user", "content": "go"}],
                 TOOLS,
                 size=4,
-                reward=reads_setup,
-                tokenizer=TOKENIZER,
+                setup=rollout_setup,
                 options=AgentOptions(max_tokens=32),
-                sandboxes=manager,
-                sandbox_setup=setup,
                 task_ids=[f"r{i}" for i in range(4)],
                 **kw,
             )

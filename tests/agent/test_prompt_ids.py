@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hermes_async.agent import AgentOptions, run_group
+from hermes_async.agent import AgentOptions, RolloutSetup, run_group
 from hermes_async.agent._prompt_ids import MIN_CHARS, PROMPT_IDS, PromptIds
 from hermes_async.agent._reasoning import TemplateKwargsTokenizer
 from hermes_async.inference.generate import VLLMGenerateClient
@@ -115,8 +115,8 @@ async def test_a_group_encodes_its_shared_prompt_once() -> None:
             messages,
             get_tool_definitions(["terminal", "file"]),
             size=4,
-            tokenizer=tok,  # type: ignore[arg-type]
             options=AgentOptions(max_tokens=32),
+            setup=RolloutSetup(tokenizer=tok),
         )
     prompts = [text for text in tok.encoded if LONG in text]
     assert len(prompts) == 1, f"the shared prompt was encoded {len(prompts)} times"

@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from hermes_async.agent import AgentOptions, AgentResult, FailurePolicy, ToolContext, run_group
+from hermes_async.agent import (
+    AgentOptions,
+    AgentResult,
+    FailurePolicy,
+    RolloutSetup,
+    ToolContext,
+    run_group,
+)
 from hermes_async.inference import HTTPOptions, RetryPolicy
 from hermes_async.inference.chat import ChatClient
 from hermes_async.inference.generate import VLLMGenerateClient
@@ -90,10 +97,12 @@ async def test_deep_nesting_in_one_rollout_never_sinks_its_group(protocol: str) 
             PROMPT,
             TOOLS,
             size=3,
-            reward=_one,
-            tokenizer=TOKENIZER,
-            sandboxes=manager,
-            failure_policy=FailurePolicy(max_attempts=1),
+            setup=RolloutSetup(
+                reward=_one,
+                tokenizer=TOKENIZER,
+                sandboxes=manager,
+                failure_policy=FailurePolicy(max_attempts=1),
+            ),
         )
     assert group.outcome == "ok" and len(group.rollouts) == 3
     assert group.rewards == [1.0, 1.0, 1.0]  # the hostile one is judged by its reward
@@ -118,11 +127,13 @@ async def test_nine_braces_are_content_not_a_crash(parser: str) -> None:
             PROMPT,
             TOOLS,
             size=2,
-            reward=_one,
-            tokenizer=TOKENIZER,
-            sandboxes=manager,
             options=AgentOptions(tool_call_parser=parser),
-            failure_policy=FailurePolicy(max_attempts=1),
+            setup=RolloutSetup(
+                reward=_one,
+                tokenizer=TOKENIZER,
+                sandboxes=manager,
+                failure_policy=FailurePolicy(max_attempts=1),
+            ),
         )
     assert group.outcome == "ok"
     assert all(r.failure is None or r.category in ("model", "tool") for r in group.rollouts)
@@ -151,11 +162,13 @@ async def test_a_lone_surrogate_echoed_back_never_fails_the_next_request(stream:
             PROMPT,
             TOOLS,
             size=4,
-            reward=_one,
-            tokenizer=TOKENIZER,
-            sandboxes=manager,
             options=AgentOptions(extra_body={"stream": stream}),
-            failure_policy=FailurePolicy(max_attempts=1),
+            setup=RolloutSetup(
+                reward=_one,
+                tokenizer=TOKENIZER,
+                sandboxes=manager,
+                failure_policy=FailurePolicy(max_attempts=1),
+            ),
         )
     # Before: 'utf-8' codec can't encode character '\udfff' -> infra on every attempt.
     assert group.outcome == "ok" and group.rewards == [1.0] * 4

@@ -16,6 +16,7 @@ from hermes_async.agent import (
     AgentOptions,
     AgentResult,
     FailurePolicy,
+    RolloutSetup,
     ScoredRollout,
     ToolContext,
     run_group,
@@ -107,11 +108,9 @@ async def test_group_on_local_sandboxes_rewarded_through_tool_context(tmp_path: 
             PROMPT,
             TOOLS,
             size=4,
-            reward=check_answer,
-            tokenizer=TOKENIZER,
             options=AgentOptions(max_tokens=256),
-            sandboxes=manager,
             task_ids=[f"r{i}" for i in range(4)],
+            setup=RolloutSetup(reward=check_answer, tokenizer=TOKENIZER, sandboxes=manager),
         )
         assert manager.task_ids() == []  # each rollout released its own sandbox
     assert group.rewards == [1.0] * 4 and group.trainable
@@ -154,8 +153,12 @@ async def test_without_a_manager_a_private_local_one_lives_for_the_call(
 
     assert current_sandbox_manager() is None
     async with token_client(writer) as client:
-        group = await run_group(client, PROMPT, TOOLS, size=2, reward=reward, tokenizer=TOKENIZER)
-        single = await run_rollout(client, PROMPT, TOOLS, reward=reward, tokenizer=TOKENIZER)
+        group = await run_group(
+            client, PROMPT, TOOLS, size=2, setup=RolloutSetup(reward=reward, tokenizer=TOKENIZER)
+        )
+        single = await run_rollout(
+            client, PROMPT, TOOLS, setup=RolloutSetup(reward=reward, tokenizer=TOKENIZER)
+        )
     assert group.rewards == [1.0, 1.0] and single.reward == 1.0
     assert seen[0] is seen[1] and seen[2] is not seen[0]  # one per call, shared by the group
     assert all(isinstance(m, SandboxManager) and m.task_ids() == [] for m in seen)
@@ -171,14 +174,19 @@ async def test_phase1_placeholder_rows_are_marked_untrainable(tmp_path: Path) ->
         SandboxManager(local_factory(str(tmp_path))) as manager,
     ):
         group = await run_group(
-            client, PROMPT, TOOLS, size=2, reward=check_answer, sandboxes=manager
+            client,
+            PROMPT,
+            TOOLS,
+            size=2,
+            setup=RolloutSetup(reward=check_answer, sandboxes=manager),
         )
         encoded = await run_rollout(
             client,
             PROMPT,
             TOOLS,
-            sandboxes=manager,
-            placeholder_encode=lambda text: [len(text), 7, 8],
+            setup=RolloutSetup(
+                sandboxes=manager, placeholder_encode=lambda text: [len(text), 7, 8]
+            ),
         )
     assert group.rewards == [1.0, 1.0] and not group.trainable
     for rollout in group.rollouts:
@@ -202,10 +210,12 @@ async def test_failing_reward_scores_zero_with_a_redacted_error(tmp_path: Path) 
             PROMPT,
             TOOLS,
             size=2,
-            reward=broken,
-            tokenizer=TOKENIZER,
-            sandboxes=m,
-            failure_policy=FailurePolicy(on_failure="zero"),
+            setup=RolloutSetup(
+                reward=broken,
+                tokenizer=TOKENIZER,
+                sandboxes=m,
+                failure_policy=FailurePolicy(on_failure="zero"),
+            ),
         )
         assert m.task_ids() == []
     assert group.outcome == "zeroed"
@@ -221,7 +231,9 @@ async def test_failing_reward_scores_zero_with_a_redacted_error(tmp_path: Path) 
 async def test_seeded_group_gives_each_rollout_its_own_seed() -> None:
     async with token_client(lambda r: "hello") as client:
         options = AgentOptions(sampling=SamplingParams(seed=100), max_tokens=8)
-        await run_group(client, PROMPT, TOOLS, size=3, tokenizer=TOKENIZER, options=options)
+        await run_group(
+            client, PROMPT, TOOLS, size=3, options=options, setup=RolloutSetup(tokenizer=TOKENIZER)
+        )
         seeds = sorted(
             r.body["sampling_params"]["seed"]
             for r in client.scripted.requests  # type: ignore[attr-defined]
@@ -235,8 +247,16 @@ async def test_dead_server_fails_the_group_but_not_a_single_rollout(tmp_path: Pa
         SandboxManager(local_factory(str(tmp_path))) as manager,
     ):
         with pytest.raises(InferenceError, match="every rollout of the group failed before"):
-            await run_group(client, PROMPT, TOOLS, size=2, tokenizer=TOKENIZER, sandboxes=manager)
-        single = await run_rollout(client, PROMPT, TOOLS, tokenizer=TOKENIZER, sandboxes=manager)
+            await run_group(
+                client,
+                PROMPT,
+                TOOLS,
+                size=2,
+                setup=RolloutSetup(tokenizer=TOKENIZER, sandboxes=manager),
+            )
+        single = await run_rollout(
+            client, PROMPT, TOOLS, setup=RolloutSetup(tokenizer=TOKENIZER, sandboxes=manager)
+        )
     assert single.error is not None and single.error.startswith("model call failed")
     assert single.reward == 0.0 and single.tokens  # the prompt, masked
     assert set(single.masks) == {MASK_ID}
@@ -282,10 +302,10 @@ async def test_a_raising_rollout_cancels_its_siblings_and_surfaces_unwrapped(
                 PROMPT,
                 TOOLS,
                 size=3,
-                reward=wait_for_siblings,
-                tokenizer=TOKENIZER,
-                sandboxes=manager,
                 on_rollout=explode,
+                setup=RolloutSetup(
+                    reward=wait_for_siblings, tokenizer=TOKENIZER, sandboxes=manager
+                ),
             )
         assert anyio.current_time() - start < 30  # the sleeping siblings were cancelled
         assert manager.task_ids() == []
@@ -305,7 +325,11 @@ async def test_cancelling_a_group_releases_every_sandbox(tmp_path: Path) -> None
 
                 async def group() -> None:
                     await run_group(
-                        client, PROMPT, TOOLS, size=3, tokenizer=TOKENIZER, sandboxes=manager
+                        client,
+                        PROMPT,
+                        TOOLS,
+                        size=3,
+                        setup=RolloutSetup(tokenizer=TOKENIZER, sandboxes=manager),
                     )
 
                 tg.start_soon(group)
@@ -322,13 +346,20 @@ async def test_cancelling_a_group_releases_every_sandbox(tmp_path: Path) -> None
 async def test_bad_arguments_are_reported_before_anything_runs() -> None:
     async with token_client(writer) as client:
         with pytest.raises(ValueError, match="size must be >= 1, got 0"):
-            await run_group(client, PROMPT, TOOLS, size=0, tokenizer=TOKENIZER)
+            await run_group(client, PROMPT, TOOLS, size=0, setup=RolloutSetup(tokenizer=TOKENIZER))
         with pytest.raises(ValueError, match="got 1 task_ids for size=2"):
-            await run_group(client, PROMPT, TOOLS, size=2, task_ids=["a"], tokenizer=TOKENIZER)
+            await run_group(
+                client,
+                PROMPT,
+                TOOLS,
+                size=2,
+                task_ids=["a"],
+                setup=RolloutSetup(tokenizer=TOKENIZER),
+            )
         with pytest.raises(ValueError, match="needs a tokenizer"):
             await run_rollout(client, PROMPT, TOOLS)
         with pytest.raises(TypeError, match="tools must be a ToolDefinitions"):
-            await run_rollout(client, PROMPT, "terminal", tokenizer=TOKENIZER)  # type: ignore[arg-type]
+            await run_rollout(client, PROMPT, "terminal", setup=RolloutSetup(tokenizer=TOKENIZER))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_turns must be >= 1, got 0"):
         AgentOptions(max_turns=0)
     with pytest.raises(TypeError, match=r"max_turns must be an int, got 2\.5"):
@@ -347,7 +378,6 @@ async def test_mistakes_every_rollout_would_make_are_refused_before_any_runs() -
         for bad, error, match in [
             ({"size": True}, TypeError, "size must be an int >= 1, got True"),
             ({"size": 2.0}, TypeError, "size must be an int >= 1, got 2.0"),
-            ({"reward": 3}, TypeError, "reward must be an async function"),
             ({"messages": "Write it."}, TypeError, "messages must be a list of chat messages"),
             ({"messages": []}, ValueError, "messages is empty"),
             ({"messages": [{"content": "x"}]}, ValueError, r"messages\[0\] has no 'role'"),
@@ -363,20 +393,26 @@ async def test_mistakes_every_rollout_would_make_are_refused_before_any_runs() -
             arguments: dict[str, Any] = {"messages": PROMPT, "size": 2, **bad}
             with pytest.raises(error, match=match):
                 await run_group(
-                    client, arguments.pop("messages"), TOOLS, tokenizer=TOKENIZER, **arguments
+                    client,
+                    arguments.pop("messages"),
+                    TOOLS,
+                    setup=RolloutSetup(tokenizer=TOKENIZER),
+                    **arguments,
                 )
-        for bad, error, match in [
-            ({"messages": []}, ValueError, "messages is empty"),
-            ({"reward": "high"}, TypeError, "reward must be an async function"),
-        ]:
-            arguments = {"messages": PROMPT, **bad}
-            with pytest.raises(error, match=match):
-                await run_rollout(
-                    client, arguments.pop("messages"), TOOLS, tokenizer=TOKENIZER, **arguments
-                )
+        with pytest.raises(ValueError, match="messages is empty"):
+            await run_rollout(client, [], TOOLS, setup=RolloutSetup(tokenizer=TOKENIZER))
+        with pytest.raises(TypeError, match="setup must be a RolloutSetup, got dict"):
+            await run_rollout(client, PROMPT, TOOLS, setup={"tokenizer": TOKENIZER})  # type: ignore[arg-type]
+        for reward in (3, "high"):
+            with pytest.raises(TypeError, match="reward must be an async function"):
+                RolloutSetup(reward=reward)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="failure_policy must be a FailurePolicy, got str"):
+            RolloutSetup(failure_policy="retry")  # type: ignore[arg-type]
         # A sync reward cannot be told apart from a wrapper until it is called: the rollout
         # reports it in words (before: "object float can't be used in 'await' expression").
-        scored = await run_rollout(client, PROMPT, TOOLS, tokenizer=TOKENIZER, reward=reward_sync)  # type: ignore[arg-type]
+        scored = await run_rollout(
+            client, PROMPT, TOOLS, setup=RolloutSetup(tokenizer=TOKENIZER, reward=reward_sync)
+        )  # type: ignore[arg-type]
         assert scored.failure is not None and scored.failure.category == "verifier"
         assert "returned float, not an awaitable" in scored.failure.message
     with pytest.raises(ValueError, match="rollout_timeout must be > 0 seconds or None"):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import anyio
 import pytest
 
-from hermes_async.agent import AgentOptions, ScoredGroup, run_group
+from hermes_async.agent import AgentOptions, RolloutSetup, ScoredGroup, run_group
 from hermes_async.inference import SamplingParams
 from hermes_async.inference.pool import PoolOptions, ServerPool
 from hermes_async.inference.tokenizer import load_tokenizer
@@ -106,10 +106,9 @@ async def run_groups(
                     [{"role": "user", "content": f"task {g}"}],
                     TOOLS,
                     size=GROUP,
-                    tokenizer=TOKENIZER,
                     options=OPTIONS,
-                    limits=limits,
                     task_ids=[f"g{g}-r{i}" for i in range(GROUP)],
+                    setup=RolloutSetup(tokenizer=TOKENIZER, limits=limits),
                 )
             )
 

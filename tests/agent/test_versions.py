@@ -8,6 +8,7 @@ import pytest
 
 from hermes_async.agent import (
     AgentOptions,
+    RolloutSetup,
     ScoredGroup,
     Staleness,
     VersionReadError,
@@ -75,10 +76,9 @@ async def group(
         USER,
         (defs.schemas, defs.valid_names),
         size=size,
-        tokenizer=TOKENIZER,
         options=options,
-        registry=reg,
         staleness=staleness,
+        setup=RolloutSetup(tokenizer=TOKENIZER, registry=reg),
     )
 
 
@@ -116,12 +116,11 @@ async def test_mask_zeroes_only_the_stale_segment_of_a_resumed_turn() -> None:
             USER,
             (defs.schemas, defs.valid_names),
             size=1,
-            tokenizer=TOKENIZER,
             options=AgentOptions(
                 sampling=SamplingParams(max_tokens=100, seed=1), version_source=source
             ),
-            registry=reg,
             staleness=Staleness(1, "mask", version_source=lambda: 2),
+            setup=RolloutSetup(tokenizer=TOKENIZER, registry=reg),
         )
     (rollout,) = scored.rollouts
     spans = rollout.version_spans
@@ -158,9 +157,8 @@ async def test_staleness_needs_a_version_source() -> None:
                 USER,
                 (defs.schemas, defs.valid_names),
                 size=1,
-                tokenizer=TOKENIZER,
-                registry=reg,
                 staleness=Staleness(1),
+                setup=RolloutSetup(tokenizer=TOKENIZER, registry=reg),
             )
 
 

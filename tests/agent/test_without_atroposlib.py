@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
     import anyio
 
     from hermes_async import get_tool_definitions, load_tokenizer
-    from hermes_async.agent import AgentOptions, run_group
+    from hermes_async.agent import AgentOptions, RolloutSetup, run_group
     from hermes_async.inference.generate import VLLMGenerateClient
     from hermes_async.testing import ScriptedModelServer, open_app_endpoint
 
@@ -72,8 +72,7 @@ SCRIPT = textwrap.dedent(
                     [{"role": "user", "content": "Put 42 in ~/answer.txt"}],
                     get_tool_definitions(["terminal", "file"]),
                     size=3,
-                    reward=reward,
-                    tokenizer=tokenizer,
+                    setup=RolloutSetup(reward=reward, tokenizer=tokenizer),
                     options=AgentOptions(max_tokens=128),
                 )
         rows = group.to_scored_data_group()

@@ -473,5 +473,7 @@ async def test_setup_sandbox_prepares_every_rollouts_sandbox(tmp_path: Path) -> 
 
 def test_setup_sandbox_default_is_no_setup(tmp_path: Path) -> None:
     env = TerminalTestEnv(env_config(tmp_path), [server_config("http://127.0.0.1:9/v1")])
-    assert env._core_args(GREETING, object())["sandbox_setup"] is None  # type: ignore[arg-type]
+    task = env.rollout_task(GREETING, token_server=False)
+    assert task.setup.sandbox_setup is None
+    assert task.messages[-1] == {"role": "user", "content": env.format_prompt(GREETING)}
     assert env_config(tmp_path).group_snapshot is True

@@ -22,7 +22,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hermes_async.agent import AgentResult, FailurePolicy, ToolContext, run_group
+from hermes_async.agent import AgentResult, FailurePolicy, RolloutSetup, ToolContext, run_group
 from hermes_async.envs._eval import rollout_sample
 from hermes_async.envs.display import tool_error_entry, wandb_rows
 from hermes_async.inference import HTTPOptions, RetryPolicy
@@ -110,11 +110,13 @@ async def _scenario(secret: str, core: str, out: pathlib.Path) -> list[tuple[str
                 prompt,
                 TOOLS,
                 size=2,
-                reward=reward,
                 task_ids=["r0", "r1"],
-                tokenizer=TOKENIZER,
-                sandboxes=manager,
-                failure_policy=FailurePolicy(on_failure="zero"),
+                setup=RolloutSetup(
+                    reward=reward,
+                    tokenizer=TOKENIZER,
+                    sandboxes=manager,
+                    failure_policy=FailurePolicy(on_failure="zero"),
+                ),
             )
     assert group.outcome == "zeroed" and group.rollouts[1].category == "verifier"
     batch = group.to_scored_data_group()

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hermes_async.agent import AgentOptions, FailurePolicy, run_rollout
+from hermes_async.agent import AgentOptions, FailurePolicy, RolloutSetup, run_rollout
 from hermes_async.inference import (
     AtroposGenerateClient,
     GenerateClient,
@@ -159,9 +159,8 @@ async def test_a_rollout_never_trains_on_invalid_tokens(ids: list[int], lps: lis
             client,
             [{"role": "user", "content": "hi"}],
             get_tool_definitions(["terminal"]),
-            tokenizer=TOKENIZER,
             options=AgentOptions(max_tokens=16),
-            failure_policy=FailurePolicy(max_attempts=1),
+            setup=RolloutSetup(tokenizer=TOKENIZER, failure_policy=FailurePolicy(max_attempts=1)),
         )
     assert rollout.failure is not None and rollout.failure.category == "infra"
     assert rollout.failure.detail["exception"] == "InvalidTokenDataError"

@@ -69,6 +69,7 @@ from hermes_async.envs.terminalbench.sandbox import SandboxTrial, task_sandbox_s
 from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.envs.terminalbench.trial import TrialResult, format_pass_table, run_trial, verify
 from hermes_async.errors import ConfigError, HermesAsyncError, SandboxError
+from hermes_async.inference.generate import GenerateClient
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
 from hermes_async.tools.sandbox.manager import SandboxFactory, SandboxManager
@@ -448,17 +449,22 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         tools: tuple[list[Any], set[str]],
     ) -> TaskRun:
         task_id = self._task_id(task)
-        _, messages = self._messages(task)
         self._started[task_id] = time.monotonic()
         try:
+            run = self.rollout_task(
+                task,
+                token_server=isinstance(client, GenerateClient),
+                sandboxes=manager,
+                tools=tools,
+                temperature=self.config.eval_temperature,
+            )
             scored = await run_rollout(
                 client,
-                messages,
-                tools,
+                run.messages,
+                run.tools,
+                setup=run.setup,
+                options=run.options,
                 task_id=task_id,
-                sandboxes=manager,
-                sandbox_spec=self.sandbox_spec(task),
-                **self._core_args(task, client, self.config.eval_temperature),
             )
             graded = self._graded.pop(task_id, None)
         finally:

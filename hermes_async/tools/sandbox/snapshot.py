@@ -4,8 +4,8 @@ Every rollout of a group starts from the same prepared state (task files written
 commands run). Built from scratch, that setup runs ``group_size`` times at once; with a
 snapshot it runs once::
 
-    group = await run_group(client, messages, tools, size=8, sandboxes=manager,
-                            sandbox_setup=setup)        # async (sandbox) -> None
+    setup = RolloutSetup(sandboxes=manager, sandbox_setup=prepare)  # async (sandbox) -> None
+    group = await run_group(client, messages, tools, size=8, setup=setup)
 
 :func:`prepare_group` creates the first rollout's sandbox (from the group's spec), runs the
 setup in it and asks it for a :class:`SandboxSnapshot` (:meth:`Sandbox.snapshot`); that

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hermes_async.agent import AgentOptions, FailurePolicy, run_rollout
+from hermes_async.agent import AgentOptions, FailurePolicy, RolloutSetup, run_rollout
 from hermes_async.agent_loop import AgentResult, HermesAgentLoop
 from hermes_async.inference.chat import ChatClient
 from hermes_async.limits import Limits
@@ -177,8 +177,9 @@ async def test_a_browser_killed_mid_rollout_ends_it_as_sandbox_unavailable(
                     tools,
                     task_id="lost",
                     options=options,
-                    limits=limits,
-                    failure_policy=FailurePolicy(on_failure="zero"),
+                    setup=RolloutSetup(
+                        limits=limits, failure_policy=FailurePolicy(on_failure="zero")
+                    ),
                 )
             assert killed.is_set()
             fresh = await run_rollout(
@@ -187,7 +188,7 @@ async def test_a_browser_killed_mid_rollout_ends_it_as_sandbox_unavailable(
                 tools,
                 task_id="fresh",
                 options=options,
-                limits=limits,
+                setup=RolloutSetup(limits=limits),
             )
         assert manager.statistics().browser_launches == 2
         assert manager.statistics().open_contexts == 0
