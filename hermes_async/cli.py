@@ -1,21 +1,15 @@
 """The ``hermes-async`` command.
 
-``hermes-async demo`` is the project's main job: TerminalTestEnv's ``evaluate`` and ``process``
-run end to end — agent loop, tools in local sandboxes, rewards through ``ToolContext``, scored
-groups written as JSONL plus atroposlib's HTML view — against a model server:
-
-* by default, the scripted **oracle** model (it knows each task and emits the right tool calls,
-  then a final answer), started on 127.0.0.1 and spoken to over vLLM's token protocol
-  (Phase 2: exact tokens, masks and logprobs); nothing leaves the machine;
-* with ``--openai.base_url http://host:8000/v1 --openai.server_type vllm`` (or ``sglang``, or
-  ``openai`` for a chat endpoint), a real server.
-
-Any ``--env.<field> <value>`` / ``--openai.<field> <value>`` flag overrides TerminalTestEnv's
-``config_init`` the way atroposlib's CLI does (CLI > defaults).
-
-``hermes-async status [URL]`` prints the live status line (rollouts in flight by phase, limiter
-saturation, servers up) of a running process from its metrics endpoint (an environment's
-``metrics_port``; default ``http://127.0.0.1:9464``); ``--watch SECONDS`` repeats it.
+* ``hermes-async eval|process ENV`` runs any environment (a file, ``module:Class`` or a
+  registered name) against ``--model PROVIDER/NAME@URL`` or a scripted ``--oracle``, writes a
+  run folder and prints a summary table (:mod:`hermes_async.envs.command`).
+* ``hermes-async view RUN_DIR`` writes (or ``--serve`` s on 127.0.0.1) a run's HTML viewer.
+* ``hermes-async demo`` is the project's main job: TerminalTestEnv's ``evaluate`` and
+  ``process`` end to end against the scripted oracle model on 127.0.0.1 over vLLM's token
+  protocol (or a real server with ``--openai.base_url URL --openai.server_type vllm``);
+  ``--env.<field>`` / ``--openai.<field>`` override ``config_init`` as atroposlib's CLI does.
+* ``hermes-async status [URL]`` prints the live status line of a running process from its
+  metrics endpoint (default ``http://127.0.0.1:9464``); ``--watch SECONDS`` repeats it.
 """
 
 from __future__ import annotations

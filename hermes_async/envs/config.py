@@ -45,9 +45,9 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
       ``thinking_mode``, the reference's v2 rule) keeps ``<think>`` blocks in the assistant
       messages instead of moving them to ``reasoning_content``.
     * ``terminal_backend`` is checked when the config is built, against the backends registered
-      at that moment (``hermes_async.tools.sandbox.backends.available_backends()``; the
-      reference's ``daytona`` only once something registers it): an unknown name fails at
-      start-up with the registered ones listed, not at the first rollout.
+      at that moment (``hermes_async.tools.sandbox.backends.available_backends()``: the
+      built-in ones, ``daytona`` included, and any added with ``register_backend``): an
+      unknown name fails at start-up with the registered ones listed, not at the first rollout.
     * ``eval_size`` exists on the base config (the reference's guide reads
       ``self.config.eval_size`` in ``evaluate``) and ``run_agent_eval`` applies it: the first
       ``eval_size`` items (``None`` or 0: every one); ``eval_group_size`` rollouts of each.

@@ -173,7 +173,8 @@ def format_summary(summaries: Sequence[RolloutSummary], wall_seconds: float) -> 
     mean = sum(scored) / len(scored) if scored else 0.0
     passed = sum(1 for r in scored if r >= 1.0) / len(scored) if scored else 0.0
     total = (
-        f"{len(summaries)} rollouts{f' ({errored} errored)' if errored else ''}, "
+        f"{len(summaries)} rollout{'' if len(summaries) == 1 else 's'}"
+        f"{f' ({errored} errored)' if errored else ''}, "
         f"mean reward {mean:.2f}, pass rate {passed:.0%}, {wall_seconds:.1f} s"
     )
     return table + "\n" + total

@@ -15,6 +15,7 @@ reads data attributes only (it never parses text as HTML). Sizes are bounded: at
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import html
 import json
@@ -81,6 +82,7 @@ def render_html(
     """The page for ``rows`` (lines of ``samples.jsonl``), as one string."""
     from hermes_async.envs._eval import summary_from_sample
 
+    _escaped.cache_clear()  # one page's memo: the environment's secrets may have changed
     shown = list(rows[:MAX_ROLLOUTS])
     notes = list(notes)
     if len(rows) > len(shown):
@@ -125,6 +127,16 @@ def _text(value: object, limit: int = MAX_TEXT_CHARS) -> str:
     text = value if isinstance(value, str) else ("" if value is None else str(value))
     if len(text) > limit:
         text = text[:limit] + f"\n... {len(text) - limit} more characters (see {SAMPLES_FILE})"
+    return _escaped(text) if len(text) <= _MEMO_CHARS else html.escape(redact(text), quote=True)
+
+
+#: Texts up to this long are memoized: a run repeats its system prompt, task prompts, tool
+#: names and short results in every rollout, and redaction is most of the page's cost.
+_MEMO_CHARS = 4096
+
+
+@functools.lru_cache(maxsize=2048)
+def _escaped(text: str) -> str:
     return html.escape(redact(text), quote=True)
 
 
