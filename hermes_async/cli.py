@@ -316,6 +316,9 @@ def _run_env(args: argparse.Namespace, rest: Sequence[str], argv: Sequence[str])
             raise
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the run was cancelled: sandboxes released, rows kept
+        print(f"{prog}: interrupted; finished rows are kept (--resume continues)", file=sys.stderr)
+        return 130
 
 
 def _add_view_parser(sub: Any) -> None:
@@ -345,7 +348,10 @@ def _view(args: argparse.Namespace) -> int:
     print(f"        {path.resolve().as_uri()}", flush=True)
     if not args.serve:
         return 0
-    return anyio.run(_serve_viewer, run_dir, args.port)
+    try:
+        return anyio.run(_serve_viewer, run_dir, args.port)
+    except KeyboardInterrupt:
+        return 0
 
 
 async def _serve_viewer(run_dir: Path, port: int) -> int:

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hermes_async.agent import AgentResult, FailurePolicy, RolloutSetup, ToolContext, run_group
 from hermes_async.envs._eval import rollout_sample
 from hermes_async.envs.display import tool_error_entry, wandb_rows
+from hermes_async.envs.viewer import render_html
 from hermes_async.inference import HTTPOptions, RetryPolicy
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.tokenizer import load_tokenizer
@@ -136,6 +137,7 @@ async def _scenario(secret: str, core: str, out: pathlib.Path) -> list[tuple[str
     for rollout in group.rollouts:
         sample = rollout_sample("task", prompt[0]["content"], rollout, rollout.task_id)
         surfaces.append(("eval sample", json.dumps(sample, ensure_ascii=False)))
+        surfaces.append(("viewer html", render_html([sample], title="run")))
         entries = [tool_error_entry(e) for e in rollout.result.tool_errors]
         surfaces.append(("tool error details", json.dumps(entries, ensure_ascii=False)))
         errors = (rollout.error, rollout.reward_error, rollout.failure)
