@@ -571,6 +571,7 @@ class TokenTurns:
                     step,
                     f"generation aborted by the server {step.resumes + 1} times "
                     f"(max_resumes={self._max_resumes}); {len(step.token_ids)} tokens kept",
+                    aborted=True,  # trainers report it as their own "aborted" status
                 )
             logger.debug(
                 "generation aborted after %d tokens (%s); resuming with %d left",
@@ -657,13 +658,14 @@ def _first_prompt(
     return prompt, Trajectory(ids)
 
 
-def _server_failure(step: Phase2Turn, message: str) -> RolloutFailure:
+def _server_failure(step: Phase2Turn, message: str, *, aborted: bool = False) -> RolloutFailure:
     """An ``infra`` failure at the model server during ``step``'s generation, with the count of
     completion tokens it had sampled (a server that sampled none counts as down:
-    :func:`~hermes_async.agent.rollout.run_group`)."""
-    return RolloutFailure.of(
-        "infra", message, source="model_server", completion_tokens=len(step.token_ids)
-    )
+    :func:`~hermes_async.agent.rollout.run_group`); ``aborted``: the server kept aborting it."""
+    detail: dict[str, object] = {"completion_tokens": len(step.token_ids)}
+    if aborted:
+        detail["aborted"] = True
+    return RolloutFailure.of("infra", message, source="model_server", **detail)
 
 
 def _joined(prompt: Sequence[int], sent: array[int]) -> Sequence[int]:

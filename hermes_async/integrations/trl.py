@@ -1,0 +1,218 @@
+"""TRL rollout function: ``GRPOTrainer(rollout_func=...)`` over hermes_async rollouts.
+
+TRL calls ``rollout_func(prompts, trainer) -> dict`` synchronously with its per-process prompt
+slice (each prompt repeated ``num_generations`` times, one row per completion) and trains on
+``prompt_ids``, ``completion_ids``, ``logprobs`` and ``env_mask`` (1 where the model sampled,
+0 on tool output); every other key reaches the reward functions. :class:`RolloutFunc` runs
+each run of identical prompts as one :func:`~hermes_async.agent.run_group` in a blocking
+portal (an anyio event loop in a thread of its own, so it works where a loop already runs)
+and talks to the vLLM server TRL uses (``trl vllm-serve`` is vLLM's own server:
+``/v1/completions`` with ids), whose weights TRL keeps in sync.
+
+Wiring, and what is lost (TRL is synchronous and on-policy): ``docs/trainers/trl.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.from_thread
+
+from hermes_async._groups import single_errors
+from hermes_async.agent import AgentOptions, RolloutTask, ScoredRollout, run_group
+from hermes_async.agent.rollout import RolloutSetup
+from hermes_async.errors import ConfigError
+from hermes_async.inference.completions import VLLMCompletionsClient
+from hermes_async.integrations._rollouts import (
+    RolloutStatus,
+    TaskSource,
+    flatten,
+    make_task,
+    rollout_status,
+    with_sampling,
+)
+
+__all__ = ("RolloutFunc", "hermes_reward", "messages_of", "rollout_fields")
+
+
+def messages_of(prompt: object) -> list[dict[str, Any]]:
+    """A TRL prompt as chat messages: a conversation as it is, a string as one user message."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, Sequence) and all(isinstance(m, Mapping) for m in prompt):
+        return [dict(m) for m in prompt]
+    raise ConfigError(
+        f"a TRL prompt must be a string or a list of messages, got {type(prompt).__name__}"
+    )
+
+
+def rollout_fields(
+    rollouts: Sequence[ScoredRollout],
+    *,
+    max_completion_length: int | None = None,
+    max_turns: int | None = None,
+) -> dict[str, list[Any]]:
+    """The ``rollout_func`` result of ``rollouts`` (in order).
+
+    ``prompt_ids`` / ``completion_ids`` / ``logprobs`` / ``env_mask`` for TRL; ``hermes_reward``
+    and ``hermes_status`` for the reward functions (:func:`hermes_reward`). A failed rollout
+    keeps its ids with ``env_mask`` all 0 (nothing of it is trained on) and reward 0.0.
+    """
+    out: dict[str, list[Any]] = {
+        key: []
+        for key in (
+            "prompt_ids",
+            "completion_ids",
+            "logprobs",
+            "env_mask",
+            "hermes_reward",
+            "hermes_status",
+        )
+    }
+    for rollout in rollouts:
+        flat = flatten(rollout, max_completion_length)
+        status: RolloutStatus = (
+            "truncated" if flat.truncated else rollout_status(rollout, max_turns=max_turns)
+        )
+        failed = status == "failed"
+        out["prompt_ids"].append(flat.prompt_ids)
+        out["completion_ids"].append(flat.response_ids)
+        out["logprobs"].append(flat.response_logprobs)
+        out["env_mask"].append([0] * len(flat.response_mask) if failed else flat.response_mask)
+        out["hermes_reward"].append(0.0 if failed else rollout.reward)
+        out["hermes_status"].append(status)
+    return out
+
+
+def hermes_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """A TRL reward function: each rollout's own reward (``reward_funcs=[hermes_reward]``)."""
+    return [float(r) for r in kwargs["hermes_reward"]]
+
+
+def _trainer_sampling(trainer: Any) -> dict[str, Any]:
+    """The trainer's sampling settings (``GRPOConfig``) as ``SamplingParams`` fields."""
+    args = getattr(trainer, "args", None)
+    out: dict[str, Any] = {}
+    for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k")):
+        value = getattr(args, theirs, None)
+        if value is not None:
+            out[ours] = -1 if ours == "top_k" and value == 0 else value
+    extra = {
+        name: value
+        for name in ("min_p", "repetition_penalty")
+        if (value := getattr(args, name, None)) is not None
+    }
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+class RolloutFunc:
+    """``rollout_func`` for TRL's ``GRPOTrainer``.
+
+    Args:
+        tasks: ``prompt -> RolloutTask`` (sync or async) or an environment (its
+            ``rollout_task(prompt, token_server=True)``); ``None``: the prompt as messages
+            with ``tools`` and ``setup``.
+        tools: The tools offered when ``tasks`` is ``None``.
+        setup: The reward, tokenizer, ... when ``tasks`` is ``None``.
+        options: The options when ``tasks`` is ``None``.
+        base_url: The vLLM server; ``None``: the trainer's (``trainer.vllm_generation
+            .vllm_client.base_url``).
+        client: ``base_url -> TokenClient`` (default: vLLM's ``/v1/completions`` with ids, what
+            ``trl vllm-serve`` serves).
+        backend: The portal's event loop: ``"asyncio"`` or ``"trio"``.
+
+    The trainer's ``temperature``, ``top_p``, ``top_k``, ``min_p`` and ``repetition_penalty``
+    apply; ``max_completion_length`` is each turn's budget and the completion's cut.
+    """
+
+    def __init__(
+        self,
+        tasks: TaskSource | object | None = None,
+        *,
+        tools: Any = None,
+        setup: RolloutSetup | None = None,
+        options: AgentOptions | None = None,
+        base_url: str | None = None,
+        client: Callable[[str], Any] | None = None,
+        backend: str = "asyncio",
+    ) -> None:
+        if tasks is None:
+            if tools is None or setup is None:
+                raise ConfigError("RolloutFunc needs tasks=, or tools= and setup= for the prompts")
+            fixed_options = options or AgentOptions()
+
+            def default(prompt: object) -> RolloutTask:
+                return RolloutTask(messages_of(prompt), tools, setup, fixed_options)
+
+            tasks = default
+        self.tasks = tasks
+        self.base_url = base_url
+        self.client = client or (lambda url: VLLMCompletionsClient(url))
+        self.backend = backend
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        """Run ``prompts`` (blocking); one row per prompt, in order.
+
+        Raises:
+            ConfigError: No server URL, or the trainer's sampling cannot be honoured, or the
+                task cannot train (no tokenizer): the training step stops with the reason.
+        """
+        url = self.base_url or _trainer_url(trainer)
+        with anyio.from_thread.start_blocking_portal(self.backend) as portal:
+            return portal.call(self._run, prompts, trainer, url)
+
+    async def _run(self, prompts: list[Any], trainer: Any, url: str) -> dict[str, list[Any]]:
+        runs: list[list[int]] = []
+        for index, prompt in enumerate(prompts):
+            if runs and prompts[runs[-1][0]] == prompt:
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+        budget = getattr(getattr(trainer, "args", None), "max_completion_length", None)
+        trainer_sampling = _trainer_sampling(trainer)
+        if budget is not None:
+            trainer_sampling["max_tokens"] = budget
+        results: list[ScoredRollout | None] = [None] * len(prompts)
+        max_turns = 0
+        async with self.client(url) as server:
+
+            async def one(indexes: list[int]) -> None:
+                nonlocal max_turns
+                task = await make_task(self.tasks, prompts[indexes[0]])
+                options = with_sampling(task.options, trainer_sampling)
+                max_turns = max(max_turns, options.max_turns)
+                group = await run_group(
+                    server,
+                    task.messages,
+                    task.tools,
+                    size=len(indexes),
+                    setup=task.setup,
+                    options=options,
+                )
+                for index, rollout in zip(indexes, group.rollouts, strict=True):
+                    results[index] = rollout
+
+            with single_errors():  # a lone error (a dead server) comes out as itself
+                async with anyio.create_task_group() as tg:
+                    for indexes in runs:
+                        tg.start_soon(one, indexes)
+        return rollout_fields(
+            [r for r in results if r is not None],
+            max_completion_length=budget,
+            max_turns=max_turns or None,
+        )
+
+
+def _trainer_url(trainer: Any) -> str:
+    client = getattr(getattr(trainer, "vllm_generation", None), "vllm_client", None)
+    url = getattr(client, "base_url", None)
+    if not isinstance(url, str):
+        raise ConfigError(
+            "no vLLM server to generate with: run GRPOTrainer with use_vllm=True and "
+            "vllm_mode='server' (trl vllm-serve), or pass RolloutFunc(base_url=...)"
+        )
+    return url

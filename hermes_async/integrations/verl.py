@@ -1,0 +1,252 @@
+"""verl agent loop: a registered ``AgentLoopBase`` that runs a hermes_async rollout per sample.
+
+verl's ``AgentLoopWorker`` builds the agent loop named by a sample's ``agent_name`` and awaits
+``run(sampling_params, **dataset_fields) -> AgentLoopOutput``: one flat prompt + response whose
+``response_mask`` is 1 on ids the policy sampled. The model is verl's ``server_manager``: a
+Ray actor call, not HTTP, that returns a whole ``TokenOutput`` (no streaming), so
+:class:`ServerManagerClient` is a one-delta :class:`~hermes_async.inference.TokenClient` over
+it. Needs the ``verl`` extra; asyncio only (verl's workers are asyncio actors).
+
+Configure it with ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` (an entry naming
+``hermes_async.integrations.verl.HermesAgentLoop`` and its ``tasks``); the details, and what
+is lost: ``docs/trainers/verl.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from hermes_async._asynclib import require_asyncio
+from hermes_async.agent import run_rollout
+from hermes_async.errors import ConfigError
+from hermes_async.inference.generate import Completion, SamplingParams, TokenDelta
+from hermes_async.integrations._rollouts import flatten, make_task, rollout_status, with_sampling
+
+try:
+    from verl.experimental.agent_loop.agent_loop import (
+        AgentLoopBase,
+        AgentLoopMetrics,
+        AgentLoopOutput,
+        register,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the extra
+    raise ImportError(
+        f"the verl agent loop needs verl: pip install 'hermes-async[verl]' ({exc})"
+    ) from exc
+
+__all__ = ("HermesAgentLoop", "ServerManagerClient", "load_tasks", "sampling_from_verl")
+
+logger = logging.getLogger(__name__)
+
+#: verl's stop reasons in the token clients' finish reasons.
+_FINISH = {"aborted": "abort", "completed": "stop", None: "stop"}
+
+
+def sampling_from_verl(params: Mapping[str, Any]) -> dict[str, Any]:
+    """verl's ``temperature`` / ``top_p`` / ``top_k`` / ``max_tokens`` / ``seed`` as
+    :class:`~hermes_async.inference.SamplingParams` fields (``top_k`` 0 is -1, no cut-off).
+    The other keys (``repetition_penalty``, ``logprobs``) go to the server as verl gave them
+    (:class:`ServerManagerClient`)."""
+    out = {
+        name: params[name]
+        for name in ("temperature", "top_p", "top_k", "max_tokens", "seed")
+        if params.get(name) is not None
+    }
+    if out.get("top_k") == 0:
+        out["top_k"] = -1
+    return out
+
+
+class ServerManagerClient:
+    """A :class:`~hermes_async.inference.TokenClient` over verl's ``server_manager.generate``.
+
+    Args:
+        server_manager: verl's ``LLMServerClient`` (or anything with its ``generate``).
+        request_id: The sample's id: verl routes every turn of one id to one server (sticky
+            sessions, prefix cache).
+        sampling: verl's ``sampling_params`` dict; its keys the typed parameters do not cover
+            are sent as given.
+
+    One request gives one :class:`TokenDelta` (the whole completion): early tool dispatch is
+    lost over this seam. ``stop_reason="aborted"`` is the ``abort`` finish reason the loop
+    resumes from (``AgentOptions.max_resumes``).
+    """
+
+    def __init__(
+        self, server_manager: Any, request_id: str, sampling: Mapping[str, Any] | None = None
+    ) -> None:
+        self.server_manager = server_manager
+        self.request_id = request_id
+        self.sampling = dict(sampling or {})
+
+    def _params(self, params: SamplingParams) -> dict[str, Any]:
+        out: dict[str, Any] = {**self.sampling, **params.extra}
+        out.update(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            logprobs=True,  # the trainer needs them whatever verl's rollout config says
+        )
+        for name in ("top_k", "seed"):
+            if getattr(params, name) is not None:
+                out[name] = getattr(params, name)
+        if params.stop:
+            out["stop"] = list(params.stop)
+        if params.stop_token_ids:
+            out["stop_token_ids"] = list(params.stop_token_ids)
+        return out
+
+    @asynccontextmanager
+    async def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+    ) -> AsyncIterator[AsyncIterator[TokenDelta]]:
+        """One generation as a stream of one delta.
+
+        Raises:
+            InvalidTokenOutputError: The output has no logprobs, or not one per id.
+
+        **Cancellation**: the awaited Ray call is abandoned (verl cancels it with the task).
+        """
+        delta = await self._delta(prompt_ids, params or SamplingParams())
+
+        async def deltas() -> AsyncIterator[TokenDelta]:
+            yield delta
+
+        yield deltas()
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+    ) -> Completion:
+        """The whole completion.
+
+        **Cancellation**: as for :meth:`stream`.
+        """
+        delta = await self._delta(prompt_ids, params or SamplingParams())
+        assert delta.finish_reason is not None
+        return Completion(delta.token_ids, delta.logprobs, delta.finish_reason, 1)
+
+    async def _delta(self, prompt_ids: Sequence[int], params: SamplingParams) -> TokenDelta:
+        output = await self.server_manager.generate(
+            self.request_id, prompt_ids=list(prompt_ids), sampling_params=self._params(params)
+        )
+        ids = [int(i) for i in output.token_ids]
+        logprobs = output.log_probs
+        if logprobs is None or len(logprobs) != len(ids):
+            raise InvalidTokenOutputError(
+                f"verl's server returned {len(ids)} ids and "
+                f"{'no' if logprobs is None else len(logprobs)} logprobs; a trainer needs one "
+                "logprob per sampled id (is the rollout backend returning logprobs?)"
+            )
+        finish = _FINISH.get(output.stop_reason, str(output.stop_reason))
+        if finish == "stop" and len(ids) >= params.max_tokens:
+            finish = "length"
+        return TokenDelta(tuple(ids), tuple(float(x) for x in logprobs), finish)
+
+
+class InvalidTokenOutputError(ConfigError):
+    """verl's server gave a ``TokenOutput`` a trainer cannot use (no or misaligned logprobs)."""
+
+
+def load_tasks(path: str) -> Any:
+    """The task source named ``"package.module:attribute"``.
+
+    Raises:
+        ConfigError: The path is malformed or does not import.
+    """
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"tasks must be 'package.module:attribute', got {path!r}")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load the task source {path!r}: {exc}") from exc
+
+
+@register("hermes_async")
+class HermesAgentLoop(AgentLoopBase):  # type: ignore[misc]
+    """verl's agent loop for hermes_async rollouts (registered as ``hermes_async``).
+
+    Args:
+        tasks: ``"package.module:attribute"`` (from the agent loop config entry) or the source
+            itself: ``item -> RolloutTask`` or an environment; the item is the sample's dataset
+            fields as a dict (``raw_prompt``, ``extra_info``, ...).
+        **kwargs: What verl passes every agent loop (``trainer_config``, ``server_manager``,
+            ``tokenizer``, ...).
+    """
+
+    def __init__(self, *args: Any, tasks: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if tasks is None:
+            raise ConfigError(
+                "the hermes_async agent loop needs its task source: add `tasks: "
+                "package.module:attribute` to its entry in agent_loop_config_path"
+            )
+        self.tasks = load_tasks(tasks) if isinstance(tasks, str) else tasks
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """One sample: a rollout over ``server_manager``, flattened into an ``AgentLoopOutput``.
+
+        A rollout that failed (model server, sandbox, reward) comes back with
+        ``response_mask`` all 0 and ``reward_score`` 0.0 (nothing of it is trained on), and
+        ``extra_fields["hermes_status"]`` / ``["hermes_failure"]`` say why.
+
+        Raises:
+            ConfigError: The task source is unusable (e.g. its task has no tokenizer).
+
+        **Cancellation**: the rollout is cancelled and its sandbox released (bounded).
+        """
+        require_asyncio("the verl agent loop", "verl", remedy="run it inside verl's workers")
+        task = await make_task(self.tasks, dict(kwargs))
+        response_length = int(self.rollout_config.response_length)
+        prompt_length = int(self.rollout_config.prompt_length)
+        options = with_sampling(task.options, sampling_from_verl(sampling_params))
+        assert options.sampling is not None
+        per_turn = min(options.sampling.max_tokens, response_length)
+        if "max_tokens" not in sampling_params and task.options.max_tokens is None:
+            per_turn = response_length  # verl's default: the whole response budget
+        options = dataclasses.replace(
+            options, sampling=dataclasses.replace(options.sampling, max_tokens=per_turn)
+        )
+        request_id = str(kwargs.get("request_id") or kwargs.get("index") or id(task))
+        client = ServerManagerClient(self.server_manager, request_id, sampling_params)
+        scored = await run_rollout(
+            client, task.messages, task.tools, setup=task.setup, options=options
+        )
+        flat = flatten(scored, max_response_tokens=response_length)
+        status = (
+            "truncated" if flat.truncated else rollout_status(scored, max_turns=options.max_turns)
+        )
+        mask, reward = flat.response_mask, scored.reward
+        prompt = flat.prompt_ids
+        if len(prompt) > prompt_length:  # verl cannot pad it: nothing of it is trained on
+            status, prompt = "failed", prompt[-prompt_length:]
+        if status == "failed":
+            mask, reward = [0] * len(mask), 0.0
+        response, logprobs = flat.response_ids, flat.response_logprobs
+        if not response:  # verl's rm_scores need one position
+            response, mask, logprobs = [self.tokenizer.eos_token_id or 0], [0], [0.0]
+        extra: dict[str, Any] = {
+            "hermes_status": status,
+            "hermes_policy_versions": scored.policy_versions,
+        }
+        if scored.failure is not None:
+            extra["hermes_failure"] = scored.failure.to_json()
+        timings = scored.result.timings
+        return AgentLoopOutput(
+            prompt_ids=prompt,
+            response_ids=response,
+            response_mask=mask,
+            response_logprobs=logprobs,
+            reward_score=reward,
+            num_turns=len(scored.messages),
+            metrics=AgentLoopMetrics(
+                generate_sequences=sum(t.get("generation_seconds", 0.0) for t in timings),
+                tool_calls=sum(t.get("tool_seconds", 0.0) for t in timings),
+            ),
+            extra_fields=extra,
+        )

@@ -1,0 +1,108 @@
+"""The verl agent loop, built and run as verl's AgentLoopWorker does, over a fake
+server_manager whose TokenOutputs come from the scripted server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_async.inference.hf import qwen_offline_hf_dir
+from hermes_async.tools.sandbox.manager import SandboxManager
+
+from ..integrations.helpers import (
+    CountingFactory,
+    assert_flat_matches_wire,
+    make_tasks,
+    scripted,
+    vllm_client,
+)
+from .conftest import require
+
+# verl imports Ray, which warns about its own module layout (not ours to fix).
+pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # verl's workers are asyncio actors
+
+
+class FakeServerManager:
+    """verl's LLMServerClient.generate over a token client: TokenOutput, stop_reason completed."""
+
+    def __init__(self, client: Any, token_output: type) -> None:
+        self.client, self.token_output, self.calls = client, token_output, []
+
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict
+    ) -> Any:
+        from hermes_async.inference.generate import SamplingParams
+
+        self.calls.append(dict(sampling_params))
+        done = await self.client.generate(
+            prompt_ids, SamplingParams(max_tokens=sampling_params["max_tokens"])
+        )
+        return self.token_output(
+            token_ids=list(done.token_ids), log_probs=list(done.logprobs), stop_reason="completed"
+        )
+
+
+async def test_the_agent_loop_flattens_a_multi_turn_rollout_exactly(tmp_path: Path) -> None:
+    agent_loop = require("verl.experimental.agent_loop.agent_loop")
+    replica = require("verl.workers.rollout.replica")
+    transformers = require("transformers")
+    from omegaconf import OmegaConf
+
+    from hermes_async.integrations.verl import HermesAgentLoop
+
+    assert agent_loop._agent_loop_registry["hermes_async"] == {
+        "_target_": "hermes_async.integrations.verl.HermesAgentLoop"
+    }
+    hf = transformers.AutoTokenizer.from_pretrained(qwen_offline_hf_dir(str(tmp_path / "tok")))
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"rollout": {"response_length": 2048, "prompt_length": 8192}},
+            "data": {},
+        }
+    )
+    factory = CountingFactory(tmp_path / "sb")
+    async with (
+        scripted() as (server, url, transport),
+        SandboxManager(factory) as manager,
+        vllm_client(transport, url) as client,
+    ):
+        manager_fake = FakeServerManager(client, replica.TokenOutput)
+        loop = HermesAgentLoop(
+            trainer_config=agent_loop.DictConfigWrap(config),
+            server_manager=manager_fake,
+            tokenizer=hf,
+            processor=None,
+            dataset_cls=None,
+            data_config=agent_loop.DictConfigWrap(config.data),
+            tasks=make_tasks(manager),
+        )
+        sampling = {
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": -1,
+            "repetition_penalty": 1.0,
+            "logprobs": False,
+        }
+        output = await loop.run(sampling, raw_prompt=[{"role": "user", "content": "x"}], index=0)
+        assert manager.task_ids() == []
+    assert factory.leftovers() == []
+    assert isinstance(output, agent_loop.AgentLoopOutput) and output.reward_score == 1.0
+    assert output.extra_fields["hermes_status"] == "completed"
+    runs = assert_flat_matches_wire(
+        output.prompt_ids,
+        output.response_ids,
+        output.response_mask,
+        output.response_logprobs,
+        server.requests,
+    )
+    assert runs == 3 and len(manager_fake.calls) == 3
+    assert all(c["logprobs"] is True and c["repetition_penalty"] == 1.0 for c in manager_fake.calls)
+    as_dict = output.as_dict()  # verl's own conversion to tensors
+    assert as_dict["responses"].tolist() == output.response_ids
