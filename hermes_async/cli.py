@@ -238,7 +238,7 @@ OPENAI_API_KEY. Any --env.<field> VALUE / --openai.<field> VALUE sets a config f
 
 def _add_run_parser(sub: Any, mode: str) -> None:
     what = (
-        "run an environment's evaluate(): one rollout per eval item"
+        "run an environment's evaluate() on its eval items"
         if mode == "eval"
         else "run an environment's process mode: scored groups (tokens, masks, logprobs)"
     )
