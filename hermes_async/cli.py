@@ -307,7 +307,7 @@ def _run_env(args: argparse.Namespace, rest: Sequence[str], argv: Sequence[str])
         progress=not args.no_progress,
         env_overrides=env_over,
         openai_overrides=openai_over,
-        command=" ".join(["hermes-async", *argv]),
+        command=" ".join(["hermes-async", *_hide_secret_flags(argv)]),
     )
     try:
         return run_request(request)
@@ -319,6 +319,22 @@ def _run_env(args: argparse.Namespace, rest: Sequence[str], argv: Sequence[str])
     except KeyboardInterrupt:  # the run was cancelled: sandboxes released, rows kept
         print(f"{prog}: interrupted; finished rows are kept (--resume continues)", file=sys.stderr)
         return 130
+
+
+def _hide_secret_flags(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values of secret-named flags (``--openai.api_key``) replaced."""
+    from hermes_async._redact import REDACTED, secret_name
+
+    shown = list(argv)
+    for i, arg in enumerate(shown):
+        name, eq, _ = arg.partition("=")
+        if not (arg.startswith("--") and secret_name(name.rpartition(".")[2].lstrip("-"))):
+            continue
+        if eq:
+            shown[i] = f"{name}={REDACTED}"
+        elif i + 1 < len(shown):
+            shown[i + 1] = REDACTED
+    return shown
 
 
 def _add_view_parser(sub: Any) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from hermes_async._redact import redact_url
 from hermes_async.envs.specs import did_you_mean, parse_model, resolve_env, resolve_oracle
 from hermes_async.errors import ConfigError
 
@@ -193,7 +194,8 @@ def plan_run(request: RunRequest) -> RunPlan:
                 "PROVIDER/NAME@URL or --oracle FILE.py:FUNCTION"
             )
         server = first
-        label = f"{server.server_type}/{server.model_name}@{server.base_url} (config_init)"
+        label = f"{server.server_type}/{server.model_name}@{redact_url(str(server.base_url))}"
+        label += " (config_init)"
     server_values = server.model_dump()
     _apply(server_values, request.openai_overrides, APIServerConfig.model_fields, "openai")
     try:

@@ -149,11 +149,14 @@ def test_a_dead_model_server_is_one_line_and_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["eval", MY_ENV, "--model", "vllm/m@http://127.0.0.1:9", "--tokenizer", "qwen-offline"]
-    code = main([*argv, "--out", str(tmp_path / "r"), "--env.server_connect_timeout", "1"])
+    secret = ["--openai.api_key", "plain-words-of-a-key-4711"]
+    code = main([*argv, "--out", str(tmp_path / "r"), "--env.server_connect_timeout", "1", *secret])
     assert code == 1
     err = capsys.readouterr().err
     assert "ServerUnreachableError" in err and "127.0.0.1:9" in err
     assert "Traceback" not in err
+    run = (tmp_path / "r" / "run.json").read_text()  # how it was run, without the key
+    assert "--openai.api_key [REDACTED]" in run and "4711" not in run
 
 
 def test_model_sets_the_server_and_infers_the_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
