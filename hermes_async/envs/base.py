@@ -61,6 +61,7 @@ import httpx
 
 from hermes_async._asynclib import require_asyncio
 from hermes_async._groups import single_errors
+from hermes_async._startup import STARTUP_FAILED
 from hermes_async.agent import (
     AgentOptions,
     AgentResult,
@@ -75,6 +76,7 @@ from hermes_async.agent import (
 )
 from hermes_async.agent.scoring import scored_data_item
 from hermes_async.envs._atropos import BaseEnv, ScoredDataGroup, atropos_safe, wandb
+from hermes_async.envs._cli import chosen_use_wandb, run_cli
 from hermes_async.envs._entry import SpawnedTasks, as_child, run_entry
 from hermes_async.envs._eval import (
     eval_report,
@@ -213,6 +215,8 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         self._specs: list[ServerSpec] = server_specs(server_configs)
         resolved, self._builtin_tokenizer = resolve_tokenizer(config.tokenizer_name)
         config.tokenizer_name = resolved
+        if (use_wandb := chosen_use_wandb()) is not None:
+            config.use_wandb = use_wandb  # config_init's choice; atroposlib's CLI forced it on
         if config.wandb_name is None:
             # atroposlib means to default it to the class name but never does; /register-env
             # rejects a null name.
@@ -386,6 +390,16 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         with self._waiting(f"the trainer at {self.config.rollout_server_url} (GET /info)"):
             await super().get_server_info()
 
+    @classmethod
+    def cli(cls) -> None:
+        """atroposlib's ``serve`` / ``process`` / ``evaluate`` command line, checked first.
+
+        Unknown ``--env.*`` / ``--openai.*`` flags and YAML keys fail before anything starts,
+        naming the closest field; a failed start-up is one line (``--verbose``: the config
+        dump and the traceback). See :mod:`hermes_async.envs._cli`.
+        """
+        run_cli(cls, super().cli)
+
     def _use_managed_server(self) -> bool:
         """Reference name: True when rollouts use a token server (Phase 2)."""
         return self.phase == 2
@@ -455,7 +469,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         try:
             await self.preflight()
         except HermesAsyncError as exc:
-            logger.error("%s: start-up check failed, no rollout was run: %s", what, exc)
+            exc.add_note(STARTUP_FAILED)  # the CLI's one line says so; tracebacks show it
             raise
         await run_entry(
             what,

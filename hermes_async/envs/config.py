@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from hermes_async._checks import check_names
 from hermes_async.agent import AgentOptions, BudgetConfig, FailurePolicy, Staleness, VersionSource
 from hermes_async.envs._atropos import BaseEnvConfig
 from hermes_async.errors import ConfigError
@@ -51,7 +52,13 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     * ``eval_size`` exists on the base config (the reference's guide reads
       ``self.config.eval_size`` in ``evaluate``) and ``run_agent_eval`` applies it: the first
       ``eval_size`` items (``None`` or 0: every one); ``eval_group_size`` rollouts of each.
+    * A keyword that is not a field (``max_agent_turn=5``) is a ``ConfigError`` naming the
+      closest field; pydantic would drop it silently. A subclass's own fields are fields.
     """
+
+    def __init__(self, **data: Any) -> None:
+        check_names(data, type(self).model_fields, kind=f"{type(self).__name__} field")
+        super().__init__(**data)
 
     enabled_toolsets: list[str] | None = Field(
         default=None, description="Toolsets offered to the model (None: all)."

@@ -86,7 +86,7 @@ SYSTEM_PROMPT = (
 
 
 class TerminalTestEnvConfig(HermesAgentEnvConfig):
-    """TerminalTestEnv's config: the base fields (a subclass of your own adds its fields here)."""
+    """TerminalTestEnv's config: the base's fields (a subclass adds its own here)."""
 
 
 class TerminalTestEnv(CyclingItems, HermesAgentBaseEnv):

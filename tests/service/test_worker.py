@@ -15,7 +15,6 @@ from hermes_async._groups import unwrap_group
 from hermes_async.agent.rollout import RolloutTask
 from hermes_async.errors import ConfigError, RequestError
 from hermes_async.inference.pool import PoolOptions, ServerPool
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.jsontypes import JSON
 from hermes_async.service.environments import FunctionEnvironment
 from hermes_async.service.wire import GroupRequest
@@ -23,6 +22,7 @@ from hermes_async.service.worker import RolloutWorker, WorkerOptions, open_worke
 from hermes_async.testing import Fault, ScriptedModelServer, open_asgi_transport
 from hermes_async.testing.worker_tasks import echo_policy, echo_task
 from hermes_async.tools.sandbox.leftovers import count_sandboxes
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +31,6 @@ def broken_task(item: JSON) -> RolloutTask:
     raise RuntimeError("the dataset is gone")
 
 
-TOKENIZER = load_tokenizer()  # blocking: loaded once, off the tests' event loops
 SERVER = ScriptedModelServer(echo_policy, tokenizer=TOKENIZER)
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from hermes_async.inference.hf import qwen_offline_hf_dir
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import RecordingFactory
 
 from ..integrations.helpers import (
-    CountingFactory,
     assert_flat_matches_wire,
     make_tasks,
     scripted,
@@ -67,7 +67,7 @@ async def test_the_agent_loop_flattens_a_multi_turn_rollout_exactly(tmp_path: Pa
             "data": {},
         }
     )
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     async with (
         scripted() as (server, url, transport),
         SandboxManager(factory) as manager,

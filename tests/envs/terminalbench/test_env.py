@@ -31,7 +31,8 @@ from hermes_async.envs.terminalbench.trial import TrialResult
 from hermes_async.tools.sandbox.docker import DockerBackend
 from hermes_async.tools.sandbox.manager import SandboxManager
 from hermes_async.tools.sandbox.spec import SandboxSpec
-from tests.envs.helpers import serve_policy, server_config, tool_call
+from tests.envs.helpers import serve_policy, server_config
+from tests.support import tool_call
 
 pytestmark = pytest.mark.anyio
 
