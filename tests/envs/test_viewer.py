@@ -3,19 +3,24 @@
 The browser test opens the page in the real headless Chromium (Debian's, through Playwright,
 as the browser tools launch it), blocks every request that is not the file itself, and asserts
 that a tool call's arguments are *visible*, that hostile model text stayed text, and that the
-filters hide what they should. Its screenshot is kept in the test's tmp path, and also in
-``$HERMES_ASYNC_ARTIFACTS`` when that is set (CI uploads that folder).
+filters hide what they should; a second one opens the page of a real run of
+``examples/my_env.py`` (the README's commands). Screenshots are kept in the test's tmp path,
+and also in ``$HERMES_ASYNC_ARTIFACTS`` when that is set (CI uploads that folder).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from hermes_async.envs.runs import RunInfo
@@ -24,6 +29,8 @@ from tests.tools.browser.conftest import browser_engine
 
 __all__ = ("browser_engine",)  # the fixture, shared with the browser tools' tests
 
+ROOT = Path(__file__).resolve().parents[2]
+MY_ENV = str(ROOT / "examples" / "my_env.py")
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 SECRET = "sk-proj-" + "Zx9" * 12
 
@@ -147,11 +154,9 @@ def test_write_viewer_reads_the_folder(tmp_path: Path) -> None:
     assert "oracle x.py:o" in page and "12.5 s" in page
 
 
-@pytest.mark.browser
-@pytest.mark.anyio
-async def test_in_chromium_tool_arguments_are_visible_and_hostile_text_stays_text(
-    browser_engine: str, tmp_path: Path
-) -> None:
+@contextlib.asynccontextmanager
+async def chromium_page(engine: str, path: Path) -> AsyncIterator[tuple[Any, list[str]]]:
+    """``path`` open in headless Chromium, every other request blocked; (page, requests)."""
     from playwright.async_api import async_playwright
 
     from hermes_async.tools.browser.settings import (
@@ -160,12 +165,10 @@ async def test_in_chromium_tool_arguments_are_visible_and_hostile_text_stays_tex
         launch_environment,
     )
 
-    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    path = write_viewer(tmp_path)
     requests: list[str] = []
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
-            executable_path=browser_engine,
+            executable_path=engine,
             args=chromium_args(BrowserSettings()),
             headless=True,
             env=launch_environment(),
@@ -184,35 +187,82 @@ async def test_in_chromium_tool_arguments_are_visible_and_hostile_text_stays_tex
                     await route.abort()
 
             await page.route("**/*", only_the_file)
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
             await page.goto(path.as_uri())
-            # The first rollout is open: its tool call's arguments are on screen.
-            arguments = page.locator("pre.args").filter(has_text="make -C /src VERBOSE=1")
-            assert await arguments.is_visible()
-            assert await page.locator(".call-name").first.inner_text() == "terminal"
-            shot = tmp_path / "viewer.png"
-            await page.screenshot(path=str(shot), full_page=True)
-            # Hostile text in a tool argument is shown as text and never ran.
-            await page.locator("details.rollout").nth(1).locator(":scope > summary").click()
-            hostile = page.locator("pre.args").filter(has_text="<script>window.__pwned = 1")
-            assert await hostile.is_visible()
-            assert await page.evaluate("window.__pwned") is None
-            # Filters: failure "tool" leaves the one failed rollout.
-            await page.select_option("#f-failure", "tool")
-            assert await page.locator("#f-count").inner_text() == "1 of 3 rollouts"
-            assert not await arguments.is_visible()
-            assert await hostile.is_visible()
-            await page.select_option("#f-failure", "all")
-            await page.select_option("#f-reward", "partial")
-            assert await page.locator("#f-count").inner_text() == "1 of 3 rollouts"
-            assert await page.locator("section.task[data-task=lint]").is_visible()
-            assert errors == []
+            yield page, requests
         finally:
             await browser.close()
-    assert requests == [path.as_uri()]  # nothing else was even asked for
-    assert shot.stat().st_size > 10_000
+
+
+def keep_artifact(shot: Path, name: str) -> None:
     artifacts = os.environ.get("HERMES_ASYNC_ARTIFACTS")
     if artifacts:
         Path(artifacts).mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, Path(artifacts) / "viewer.png")
+        shutil.copy(shot, Path(artifacts) / name)
+
+
+@pytest.mark.browser
+@pytest.mark.anyio
+async def test_in_chromium_tool_arguments_are_visible_and_hostile_text_stays_text(
+    browser_engine: str, tmp_path: Path
+) -> None:
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    path = write_viewer(tmp_path)
+    async with chromium_page(browser_engine, path) as (page, requests):
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.reload()
+        # The first rollout is open: its tool call's arguments are on screen.
+        arguments = page.locator("pre.args").filter(has_text="make -C /src VERBOSE=1")
+        assert await arguments.is_visible()
+        assert await page.locator(".call-name").first.inner_text() == "terminal"
+        shot = tmp_path / "viewer.png"
+        await page.screenshot(path=str(shot), full_page=True)
+        # Hostile text in a tool argument is shown as text and never ran.
+        await page.locator("details.rollout").nth(1).locator(":scope > summary").click()
+        hostile = page.locator("pre.args").filter(has_text="<script>window.__pwned = 1")
+        assert await hostile.is_visible()
+        assert await page.evaluate("window.__pwned") is None
+        # Filters: failure "tool" leaves the one failed rollout.
+        await page.select_option("#f-failure", "tool")
+        assert await page.locator("#f-count").inner_text() == "1 of 3 rollouts"
+        assert not await arguments.is_visible()
+        assert await hostile.is_visible()
+        await page.select_option("#f-failure", "all")
+        await page.select_option("#f-reward", "partial")
+        assert await page.locator("#f-count").inner_text() == "1 of 3 rollouts"
+        assert await page.locator("section.task[data-task=lint]").is_visible()
+        assert errors == []
+    assert set(requests) == {path.as_uri()}  # nothing else was even asked for
+    assert shot.stat().st_size > 10_000
+    keep_artifact(shot, "viewer.png")
+
+
+@pytest.mark.browser
+@pytest.mark.anyio
+async def test_the_newcomers_run_shows_its_tool_calls_in_chromium(
+    browser_engine: str, tmp_path: Path
+) -> None:
+    # The README's sequence, as typed: eval examples/my_env.py with its oracle, then view.
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    cli = [sys.executable, "-m", "hermes_async.cli"]
+    oracle = ["--oracle", f"{MY_ENV}:oracle", "--limit", "2", "--out", str(run_dir)]
+    with anyio.fail_after(180):
+        ran = await anyio.run_process(
+            [*cli, "eval", MY_ENV, *oracle, "--no-progress"], env=env, check=False
+        )
+        assert ran.returncode == 0, ran.stdout.decode()[-2000:] + ran.stderr.decode()[-2000:]
+        viewed = await anyio.run_process([*cli, "view", str(run_dir)], env=env)
+    path = Path(viewed.stdout.decode().split()[1])  # "viewer: /abs/path/index.html"
+    assert path == (run_dir / "index.html").resolve()
+    async with chromium_page(browser_engine, path) as (page, requests):
+        # The first rollout is open: the oracle's terminal call and its arguments are on screen.
+        arguments = page.locator("pre.args").filter(has_text="echo 3 > ~/answer.txt")
+        assert await arguments.is_visible()
+        assert await page.locator(".call-name").first.inner_text() == "terminal"
+        assert await page.locator("#f-count").inner_text() == "2 of 2 rollouts"
+        shot = tmp_path / "my_env-viewer.png"
+        await page.screenshot(path=str(shot), full_page=True)
+    assert set(requests) == {path.as_uri()}
+    assert shot.stat().st_size > 10_000
+    keep_artifact(shot, "my_env-viewer.png")
