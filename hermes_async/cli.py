@@ -106,29 +106,11 @@ def _build_configs(
     return TerminalTestEnvConfig(**values), APIServerConfig(**server_values)
 
 
-async def _oracle_isolation(config: Any) -> None:
-    """The oracle runs only commands written here: where namespaces cannot be made, the demo
-    opts out of isolation explicitly and says so in one line (a real model never does)."""
-    from hermes_async.tools.sandbox.local import ISOLATION_ENV
-    from hermes_async.tools.sandbox.namespaces import probe_namespaces
-
-    options = dict(config.sandbox_options or {})
-    if config.terminal_backend != "local" or "isolation" in options:
-        return
-    if os.environ.get(ISOLATION_ENV) or (reason := await probe_namespaces()) is None:
-        return
-    config.sandbox_options = {**options, "isolation": "process"}
-    print(
-        f"hermes-async demo: sandboxes are NOT isolated here ({reason}); the oracle's own "
-        "commands run with isolation='process' (scripts/sandbox/install.sh isolates them)",
-        flush=True,
-    )
-
-
 async def _demo(
     env_over: dict[str, str], openai_over: dict[str, str], out: Path, progress: bool
 ) -> _DemoRun:
     from hermes_async.envs.base import RolloutSummary
+    from hermes_async.envs.command import oracle_isolation
     from hermes_async.envs.display import ProgressBar
     from hermes_async.envs.terminal_test import (
         EVAL_TASKS,
@@ -141,7 +123,7 @@ async def _demo(
     config, server = _build_configs(env_over, openai_over, out)
     use_oracle = "base_url" not in openai_over
     if use_oracle:
-        await _oracle_isolation(config)
+        await oracle_isolation(config, "hermes-async demo")
     async with contextlib.AsyncExitStack() as stack:
         if use_oracle:
             from hermes_async.testing.http import open_loopback_server
@@ -354,11 +336,11 @@ def _run_env(args: argparse.Namespace, rest: Sequence[str], argv: Sequence[str])
         command=" ".join(["hermes-async", *_hide_secret_flags(argv)]),
     )
     try:
-        return run_request(request)
+        return run_request(request, verbose=args.verbose)
     except (ConfigError, ImportError) as exc:
         if args.verbose:
             raise
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(failure_line(prog, exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the run was cancelled: sandboxes released, rows kept
         print(f"{prog}: interrupted; finished rows are kept (--resume continues)", file=sys.stderr)

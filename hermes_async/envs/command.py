@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 import warnings
@@ -22,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from hermes_async._groups import single_errors
 from hermes_async._redact import redact_url
+from hermes_async._startup import failure_line
 from hermes_async.envs.specs import did_you_mean, parse_model, resolve_env, resolve_oracle
 from hermes_async.errors import ConfigError
 
@@ -217,6 +220,25 @@ def _validation_message(exc: ValueError) -> str:
     return "bad config value: " + "; ".join(parts)
 
 
+async def oracle_isolation(config: Any, prog: str) -> None:
+    """A scripted oracle runs only commands its author wrote: where namespaces cannot be made,
+    its run opts out of isolation explicitly and says so in one line (a model's never does)."""
+    from hermes_async.tools.sandbox.local import ISOLATION_ENV
+    from hermes_async.tools.sandbox.namespaces import probe_namespaces
+
+    options = dict(config.sandbox_options or {})
+    if config.terminal_backend != "local" or "isolation" in options:
+        return
+    if os.environ.get(ISOLATION_ENV) or (reason := await probe_namespaces()) is None:
+        return
+    config.sandbox_options = {**options, "isolation": "process"}
+    print(
+        f"{prog}: sandboxes are NOT isolated here ({reason}); the oracle's own "
+        "commands run with isolation='process' (scripts/sandbox/install.sh isolates them)",
+        flush=True,
+    )
+
+
 async def _execute(plan: RunPlan) -> float:
     from hermes_async.envs.display import ProgressBar
     from hermes_async.envs.results import RolloutSummary
@@ -228,6 +250,8 @@ async def _execute(plan: RunPlan) -> float:
     async with contextlib.AsyncExitStack() as stack:
         if plan.policy is not None:
             from hermes_async.testing.endpoint import open_scripted_endpoint
+
+            await oracle_isolation(config, f"hermes-async {request.mode}")
 
             name = config.tokenizer_name
             tokenizer = None if name == QWEN_OFFLINE_NAME else load_tokenizer(name)
@@ -266,13 +290,13 @@ async def _execute(plan: RunPlan) -> float:
     return time.monotonic() - start
 
 
-def run_request(request: RunRequest, *, out: Any = None) -> int:
+def run_request(request: RunRequest, *, out: Any = None, verbose: bool = False) -> int:
     """Run one ``eval`` / ``process`` invocation; print the table and the files; the exit code.
 
     0: the run finished and no rollout errored; 1: it finished with errored rollouts (infra,
     verifier, cancelled) or recorded none; 2: a bad flag or config (nothing was started). A
-    start-up check that fails (a dead model server, a missing Docker engine) prints one line
-    and returns 1.
+    start-up check that fails (a dead model server, a missing Docker engine, sandboxes that
+    cannot be isolated) prints one line and returns 1; ``verbose`` raises it instead.
 
     **Cancellation**: Ctrl-C cancels the run; every sandbox is released, rows stay written.
     """
@@ -304,15 +328,18 @@ def run_request(request: RunRequest, *, out: Any = None) -> int:
     failed: BaseException | None = None
     seconds = 0.0
     try:
-        seconds = anyio.run(_execute, plan, backend="asyncio")
+        with single_errors():  # the oracle's loopback server is a task group
+            seconds = anyio.run(_execute, plan, backend="asyncio")
     except HermesAsyncError as exc:
+        if verbose:
+            raise
         failed = exc
     samples = read_samples(plan.run_dir / SAMPLES_FILE)
     info = dataclasses.replace(info, seconds=seconds or time.time() - info.started)
     info.write(plan.run_dir)
     summaries = samples.summaries()
     if failed is not None:
-        print(f"{prog}: {type(failed).__name__}: {failed}", file=sys.stderr)
+        print(failure_line(prog, failed), file=sys.stderr)
     if not samples.rows:
         if failed is None:
             print(

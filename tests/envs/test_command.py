@@ -8,6 +8,8 @@ table, a run folder with rows, metrics and the viewer; then resuming it.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,11 +154,42 @@ def test_a_dead_model_server_is_one_line_and_exit_1(
     secret = ["--openai.api_key", "plain-words-of-a-key-4711"]
     code = main([*argv, "--out", str(tmp_path / "r"), "--env.server_connect_timeout", "1", *secret])
     assert code == 1
-    err = capsys.readouterr().err
-    assert "ServerUnreachableError" in err and "127.0.0.1:9" in err
-    assert "Traceback" not in err
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("hermes-async eval: start-up check failed, no rollout was run: ")
+    assert "127.0.0.1:9" in err[0]
     run = (tmp_path / "r" / "run.json").read_text()  # how it was run, without the key
     assert "--openai.api_key [REDACTED]" in run and "4711" not in run
+
+
+def test_without_bubblewrap_an_oracle_opts_out_and_says_so_a_model_never_does(
+    tmp_path: Path, without_bubblewrap: dict[str, str]
+) -> None:
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        cli = [sys.executable, "-m", "hermes_async.cli", "eval", MY_ENV, "--no-progress"]
+        return subprocess.run(
+            [*cli, *argv],
+            env=without_bubblewrap,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    oracle = run("--oracle", ORACLE, "--limit", "1", "--out", str(tmp_path / "oracle"))
+    assert oracle.returncode == 0, oracle.stdout[-2000:] + oracle.stderr[-2000:]
+    said = [line for line in oracle.stdout.splitlines() if "NOT isolated" in line]
+    assert len(said) == 1 and said[0].startswith("hermes-async eval: sandboxes are NOT isolated")
+    assert "bwrap not found on PATH" in said[0] and "isolation='process'" in said[0]
+    assert "1 rollout, mean reward 1.00" in oracle.stdout
+    # A model's commands: the start-up check refuses, in one line, before any rollout.
+    model = run("--model", "vllm/m@http://127.0.0.1:9", "--tokenizer", "qwen-offline")
+    assert model.returncode == 1
+    assert model.stderr.splitlines() == [model.stderr.strip()], model.stderr
+    assert model.stderr.startswith(
+        "hermes-async eval: start-up check failed, no rollout was run: local sandboxes cannot "
+        "be isolated on this machine: bwrap not found on PATH"
+    )
 
 
 def test_model_sets_the_server_and_infers_the_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
