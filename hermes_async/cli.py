@@ -4,10 +4,9 @@
   registered name) against ``--model PROVIDER/NAME@URL`` or a scripted ``--oracle``, writes a
   run folder and prints a summary table (:mod:`hermes_async.envs.command`).
 * ``hermes-async view RUN_DIR`` writes (or ``--serve`` s on 127.0.0.1) a run's HTML viewer.
-* ``hermes-async demo`` is the project's main job: TerminalTestEnv's ``evaluate`` and
-  ``process`` end to end against the scripted oracle model on 127.0.0.1 over vLLM's token
-  protocol (or a real server with ``--openai.base_url URL --openai.server_type vllm``);
-  ``--env.<field>`` / ``--openai.<field>`` override ``config_init`` as atroposlib's CLI does.
+* ``hermes-async demo``: TerminalTestEnv's ``evaluate`` and ``process`` end to end against
+  the scripted oracle on 127.0.0.1 (or ``--openai.base_url URL``); ``--env.*`` /
+  ``--openai.*`` override ``config_init`` as atroposlib's CLI does.
 * ``hermes-async worker --env NAME=module:make_task --server URL`` serves rollout groups over
   HTTP (``hermes_async.service``; ``docs/scale-out.md``).
 * ``hermes-async status [URL]`` prints the live status line of a running process from its

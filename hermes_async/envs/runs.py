@@ -8,10 +8,8 @@ Layout (``runs/<env>-<YYYYmmdd-HHMMSS>/`` by default)::
     index.html      the viewer (:mod:`hermes_async.envs.viewer`), self-contained
     run.json        how the run was made: command, environment, model, times
 
-``samples.jsonl`` is the one record of the run; the other files are derived from it and can be
-written again (``hermes-async view``). A resumed run keeps every finished line byte for byte
-(:mod:`hermes_async.envs._resume`). Reading is bounded: a line longer than
-:data:`MAX_LINE_BYTES` is skipped, and at most :data:`MAX_ROWS` lines are read.
+``samples.jsonl`` is the run's one record; the rest is derived from it. A resumed run keeps
+every finished line byte for byte. Reads are bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_ROWS`).
 """
 
 from __future__ import annotations

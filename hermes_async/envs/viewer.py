@@ -1,10 +1,8 @@
 """The run viewer: one self-contained HTML page of a run folder's ``samples.jsonl``.
 
-Per task, every rollout: its reward, failure, tokens and timing, and the whole conversation --
-each turn's reasoning, text and tool calls with their arguments, each tool result (a preview,
-the rest behind a click, capped). Filters by reward, failure and task name. The page loads
-nothing (no external asset, no request: a strict Content-Security-Policy says so), so it works
-offline and from a file.
+Per task, every rollout: reward, failure, tokens, timing and the whole conversation (reasoning,
+tool calls with their arguments, tool results previewed and expandable). Filters by reward,
+failure and task. The page loads nothing (a strict Content-Security-Policy): it works offline.
 
 Model text is hostile: every string is HTML-escaped and redacted
 (:func:`~hermes_async._redact.redact`) here, whoever wrote the row, and the page's one script
