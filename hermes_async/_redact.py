@@ -22,7 +22,7 @@ Three nets, applied together by :func:`redact`:
   ``eos_token`` / ``pad_token``.
 * **Values of this process's secret variables**: every environment variable whose *name*
   contains ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD`` (case-insensitive) and whose value is
-  at least :data:`MIN_SECRET_VALUE_CHARS` long is replaced wherever it appears, whatever its
+  at least :data:`_MIN_SECRET_VALUE_CHARS` long is replaced wherever it appears, whatever its
   shape.
 
 Where it is applied: error messages and rollout failures (``RolloutFailure`` redacts when it is
@@ -43,7 +43,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = (
-    "MIN_SECRET_VALUE_CHARS",
     "REDACTED",
     "redact",
     "redact_messages",
@@ -59,7 +58,7 @@ REDACTED = "[REDACTED]"
 
 #: Shorter values of secret-named variables are not redacted (``TOKEN_LIMIT=8`` is not a secret,
 #: and replacing every "8" would destroy the text).
-MIN_SECRET_VALUE_CHARS = 6
+_MIN_SECRET_VALUE_CHARS = 6
 
 _SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.I)
 
@@ -136,7 +135,7 @@ def _scan_env(env: Mapping[str, str]) -> list[str]:
     values = {
         value
         for name, value in env.items()
-        if _secret_env_name(name) and len(value) >= MIN_SECRET_VALUE_CHARS
+        if _secret_env_name(name) and len(value) >= _MIN_SECRET_VALUE_CHARS
     }
     return sorted(values, key=lambda v: (-len(v), v))
 
@@ -217,7 +216,7 @@ def redact(
     """
     if not text:
         return text
-    literals = [v for v in extra_values if v and len(v) >= MIN_SECRET_VALUE_CHARS]
+    literals = [v for v in extra_values if v and len(v) >= _MIN_SECRET_VALUE_CHARS]
     for value in [*sorted(literals, key=len, reverse=True), *secret_env_values(environ)]:
         if value in text:
             text = text.replace(value, REDACTED)

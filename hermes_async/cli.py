@@ -181,7 +181,7 @@ class _DemoRun:
 
 def _summarize(run: _DemoRun) -> int:
     """Print the summary table and the files written; the demo's exit code."""
-    from hermes_async.envs.display import format_summary
+    from hermes_async.envs.results import format_summary
     from hermes_async.envs.runs import SAMPLES_FILE, Samples, read_samples
     from hermes_async.envs.viewer import write_viewer
 
@@ -508,7 +508,7 @@ def _worker(args: argparse.Namespace) -> int:
         options = WorkerOptions(
             max_groups=args.max_groups,
             max_group_size=args.max_group_size,
-            drain_timeout_seconds=args.drain_timeout,
+            drain_timeout=args.drain_timeout,
             sandbox_parent=args.sandbox_root or DEFAULT_SANDBOX_PARENT,
             isolation=args.isolation,
             **named,

@@ -167,10 +167,6 @@ class ResultsFile:
             dropped,
         )
 
-    def next_key(self, base: str) -> str:
-        """The run-unique key for the next item whose base key is ``base``."""
-        return self._next(base)
-
     def append(self, record: Mapping[str, Any]) -> None:
         """Write one result line (``record`` must carry ``item_key``) and flush it.
 

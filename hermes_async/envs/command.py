@@ -29,7 +29,7 @@ from hermes_async._startup import failure_line
 from hermes_async.envs.specs import did_you_mean, parse_model, resolve_env, resolve_oracle
 from hermes_async.errors import ConfigError
 
-__all__ = ("RunPlan", "RunRequest", "plan_run", "run_request")
+__all__ = ("RunPlan", "RunRequest", "oracle_isolation", "plan_run", "run_request")
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +303,7 @@ def run_request(request: RunRequest, *, out: Any = None, verbose: bool = False) 
     import anyio
 
     from hermes_async.envs._resume import errored as errored_row
-    from hermes_async.envs.display import format_summary
+    from hermes_async.envs.results import format_summary
     from hermes_async.envs.runs import SAMPLES_FILE, RunInfo, read_samples, write_metrics
     from hermes_async.envs.viewer import write_viewer
     from hermes_async.errors import HermesAsyncError

@@ -1,4 +1,4 @@
-"""Text renderings for dashboards and terminals: trajectories, progress, the summary table.
+"""Text renderings for dashboards and terminals: trajectories, progress, tables.
 
 Everything here is pure (strings in, strings out) except :class:`ProgressBar`, which writes to
 a stream. Trajectories are redacted (:func:`~hermes_async._redact.redact`) because they go
@@ -10,20 +10,15 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from hermes_async._redact import redact
 from hermes_async.agent import FAILURE_CATEGORIES, ToolError
-from hermes_async.envs._resume import ERRORED_CATEGORIES
-
-if TYPE_CHECKING:
-    from hermes_async.envs.results import RolloutSummary
 
 __all__ = (
     "ProgressBar",
     "failure_metrics",
     "format_failures",
-    "format_summary",
     "format_table",
     "format_tool_errors",
     "format_trajectory_for_display",
@@ -148,57 +143,6 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(headers), rule, *(line(r) for r in cells)])
-
-
-def format_summary(summaries: Sequence[RolloutSummary], wall_seconds: float) -> str:
-    """The end-of-run table: per mode and task (sorted), then all rows, and a one-line total.
-
-    Columns: rollouts, mean reward and its (population) standard deviation, pass rate (share of
-    reward >= 1), mean turns, mean tokens, mean seconds, failures by category. Errored rollouts
-    (``infra``, ``verifier``, ``cancelled``) are counted under failures and left out of the
-    reward, pass and turn columns, as ``eval/*`` metrics leave them out.
-    """
-    keys: dict[tuple[str, str], list[RolloutSummary]] = {}
-    for summary in summaries:
-        mode = "eval" if summary.evaluating else "process"
-        keys.setdefault((mode, summary.label), []).append(summary)
-    ordered = sorted(keys.items(), key=lambda kv: (kv[0][0] != "eval", kv[0][1]))
-    rows = [_summary_row(mode, task, group) for (mode, task), group in ordered]
-    if len(keys) > 1:
-        rows.append(_summary_row("all", "", list(summaries)))
-    headers = ["mode", "task", "rollouts", "reward", "std", "pass", "turns", "tokens", "time_s"]
-    table = format_table([*headers, "failures"], rows)
-    scored = [s.reward for s in summaries if s.category not in ERRORED_CATEGORIES]
-    errored = len(summaries) - len(scored)
-    mean = sum(scored) / len(scored) if scored else 0.0
-    passed = sum(1 for r in scored if r >= 1.0) / len(scored) if scored else 0.0
-    total = (
-        f"{len(summaries)} rollout{'' if len(summaries) == 1 else 's'}"
-        f"{f' ({errored} errored)' if errored else ''}, "
-        f"mean reward {mean:.2f}, pass rate {passed:.0%}, {wall_seconds:.1f} s"
-    )
-    return table + "\n" + total
-
-
-def _summary_row(mode: str, task: str, group: Sequence[RolloutSummary]) -> list[object]:
-    scored = [s for s in group if s.category not in ERRORED_CATEGORIES]
-    rewards = [s.reward for s in scored]
-    count = max(len(rewards), 1)
-    mean = sum(rewards) / count
-    std = (sum((r - mean) ** 2 for r in rewards) / count) ** 0.5
-    n = max(len(group), 1)
-    return [
-        mode,
-        task,
-        len(group),
-        mean,
-        std,
-        sum(1 for r in rewards if r >= 1.0) / count,
-        sum(s.turns for s in scored) / count,
-        round(sum(s.tokens for s in group) / n),
-        sum(s.seconds for s in group) / n,
-        format_failures(s.category for s in group),
-    ]
 
 
 def _cell(value: object) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from hermes_async._redact import redact
 from hermes_async.agent import FAILURE_CATEGORIES
-from hermes_async.envs.display import format_summary
+from hermes_async.envs.results import format_summary
 from hermes_async.envs.runs import (
     SAMPLES_FILE,
     VIEWER_FILE,

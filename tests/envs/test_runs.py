@@ -6,8 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from hermes_async.envs.display import format_summary
-from hermes_async.envs.results import RolloutSummary
+from hermes_async.envs.results import RolloutSummary, format_summary
 from hermes_async.envs.runs import default_run_dir, latest_run_dir, read_samples
 
 
