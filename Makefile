@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The extras `make venv` installs; scripts/lock.sh resolves the same set.
-EXTRAS := atropos,service,docker,modal,ssh,e2b,daytona,web,browser,terminalbench,families,testing,dev
+EXTRAS := atropos,service,docker,uvloop,modal,ssh,e2b,daytona,web,browser,terminalbench,families,testing,dev
 # Exact versions of everything installed (scripts/lock.sh writes it; `make lock` refreshes it).
 LOCK   ?= requirements/lock.txt
 
@@ -66,6 +66,15 @@ test-vllm: venv
 # Opt-in, NOT part of `make test`: each trainer's own package (nemo-gym, verl, skyrl, trl) in
 # its own venv (.venv-<name>, built by scripts/trainers/setup_venv.sh; torch is the CPU 2.13.0
 # wheel), driving the adapters of hermes_async.integrations through the trainers' classes.
+# Opt-in, NOT part of `make test` (there its tests skip without the venv): YCBenchEvalEnv against
+# the yc-bench 0.1.0 simulator from PyPI, in its own Python 3.12 venv (.venv-yc-bench,
+# scripts/yc_bench/setup_venv.sh, 3-6 minutes of downloads the first time).
+.PHONY: test-yc-bench
+test-yc-bench: venv
+	bash scripts/yc_bench/setup_venv.sh
+	YC_BENCH_VENV=$${YC_BENCH_VENV:-$$PWD/.venv-yc-bench} HERMES_ASYNC_REQUIRE_YC_BENCH=1 \
+		$(BIN)/python -m pytest -p no:xdist -m yc_bench tests/envs $(PYTEST_ARGS)
+
 .PHONY: test-trainers
 test-trainers: venv
 	bash scripts/trainers/run_tests.sh $(TRAINERS)

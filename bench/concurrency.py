@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import math
 import os
 import random
 import sys
@@ -50,6 +51,7 @@ import anyio
 from _scripted import serve, server_process, tool_turns
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
+from hermes_async.agent._prompt_ids import first_prompt_gate
 from hermes_async.gc_tuning import tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
@@ -128,6 +130,15 @@ class GCWatch:
 GC_WATCH = GCWatch()
 
 
+@dataclass(frozen=True)
+class Stall:
+    """The start-up stall: the longest loop lag, and the most loop-thread CPU between two
+    ticks, until every rollout made its first tool call (seconds)."""
+
+    wall: float
+    cpu: float
+
+
 @dataclass
 class Row:
     n: int
@@ -144,6 +155,7 @@ class Row:
     gc_max_pause_ms: float
     cpu_seconds: float
     gc_generations: str
+    startup_stall_ms: float
 
     @property
     def rate(self) -> float:
@@ -161,9 +173,28 @@ async def run_rollouts(
     label: str,
     ramp: float = 0.0,
     model_requests: int | None = None,
-) -> tuple[float, int, Any, list[float]]:
+    first_prompts: float | None = None,
+) -> tuple[float, int, Any, list[float], Stall]:
+    """Run ``n`` rollouts at once; ``(seconds, completed, lag statistics, lag samples, start-up
+    stall)``: the start-up stall is the longest lag until every rollout reached its first tool
+    call (the loop was started on ``n`` rollouts at once, or ramped over ``ramp`` seconds), and
+    the most CPU the loop's thread spent between two 5 ms ticks until then (a starved process
+    does not inflate it). ``first_prompts``: the loop's first-prompt gate
+    (``hermes_async.agent._prompt_ids``; ``inf``: no gate), else the library's."""
+    if first_prompts is not None:
+        first_prompt_gate().total_tokens = first_prompts
     tokenizer = load_tokenizer()
-    registry = ToolRegistry([Tool("wait", "Wait.", WAIT_SCHEMA, handler, "terminal")])
+    first_calls: set[str] = set()
+    started_at: list[int] = []  # lag samples taken when the last rollout made its first call
+
+    async def first_call(args: JSONObject, runtime: ToolRuntime) -> str:
+        if runtime.task_id not in first_calls:
+            first_calls.add(runtime.task_id)
+            if len(first_calls) == n:
+                started_at.append(len(monitor.samples()))
+        return await handler(args, runtime)
+
+    registry = ToolRegistry([Tool("wait", "Wait.", WAIT_SCHEMA, first_call, "terminal")])
     defs = registry.definitions(["terminal"])
     limits = (
         Limits(tool_calls=n)
@@ -194,7 +225,18 @@ async def run_rollouts(
                     f"  rollout {i} failed: {result.error or result.tool_errors}", file=sys.stderr
                 )
 
-        async with open_lag_monitor() as monitor:
+        cpu_stall = 0.0
+
+        async def cpu_ticker() -> None:
+            nonlocal cpu_stall
+            last = time.thread_time()
+            while not started_at:
+                await anyio.sleep(0.005)
+                now = time.thread_time()
+                cpu_stall, last = max(cpu_stall, now - last), now
+
+        async with open_lag_monitor() as monitor, anyio.create_task_group() as outer:
+            outer.start_soon(cpu_ticker)
             start = anyio.current_time()
             async with anyio.create_task_group() as tg:
                 for i in range(n):
@@ -202,7 +244,9 @@ async def run_rollouts(
             elapsed = anyio.current_time() - start
             stats = monitor.statistics()
             samples = monitor.samples()
-    return elapsed, completed, stats, samples
+            outer.cancel_scope.cancel()
+    wall = max(samples[: started_at[0] if started_at else len(samples)], default=0.0)
+    return elapsed, completed, stats, samples, Stall(wall, cpu_stall)
 
 
 async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) -> Row:
@@ -225,7 +269,7 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
 
     GC_WATCH.clear()
     cpu_start = time.process_time()
-    elapsed, completed, lag, samples = await run_rollouts(
+    elapsed, completed, lag, samples, stall = await run_rollouts(
         base_url, n, handler, label=mode, ramp=args.ramp, model_requests=args.model_requests
     )
     pauses = GC_WATCH.pauses
@@ -244,11 +288,15 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
         max(pauses, default=0.0) * 1e3,
         time.process_time() - cpu_start,
         GC_WATCH.by_generation(),
+        stall.wall * 1e3,
     )
 
 
-async def idle_rss_per_rollout(base_url: str, n: int, model_requests: int | None) -> float:
-    """Park all N rollouts inside their first tool call; RSS growth / N, in bytes."""
+async def idle_rss_per_rollout(
+    base_url: str, n: int, model_requests: int | None, first_prompts: float | None = None
+) -> tuple[float, Stall]:
+    """Park all N rollouts inside their first tool call: ``(RSS growth / N in bytes, the
+    start-up stall)``."""
     arrived = 0
     everyone_in = anyio.Event()
     release = anyio.Event()
@@ -273,8 +321,15 @@ async def idle_rss_per_rollout(base_url: str, n: int, model_requests: int | None
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(sampler)
-        await run_rollouts(base_url, n, handler, label="idle", model_requests=model_requests)
-    return result[0]
+        *_, stall = await run_rollouts(
+            base_url,
+            n,
+            handler,
+            label="idle",
+            model_requests=model_requests,
+            first_prompts=first_prompts,
+        )
+    return result[0], stall
 
 
 BASELINE_POOL = ThreadPoolExecutor(max_workers=128)
@@ -294,15 +349,29 @@ async def main(args: argparse.Namespace) -> None:
             f"{args.model_latency}s, tool latency {args.tool_latency}s +-50%, {args.turns} tool "
             f"turns + answer per rollout, starts ramped over {args.ramp}s; GC {args.gc} "
             f"(thresholds {gc.get_threshold()}); model_requests "
-            f"{args.model_requests or 'library default'}"
+            f"{args.model_requests or 'library default'}; event loop {args.loop}"
         )
         rows: list[Row] = []
         rss: dict[int, float] = {}
         try:
             for n in sizes:
-                if not args.no_rss:
-                    rss[n] = await idle_rss_per_rollout(base_url, n, args.model_requests)
-                    print(f"  N={n:5d} RSS per idle rollout {rss[n] / 1024:.1f} KB", flush=True)
+                # The first-prompt gates side by side, order alternating per round.
+                gates = [None] if args.first_prompts is None else args.first_prompts
+                for r in range(0 if args.no_rss else args.rss_rounds):
+                    for gate in gates[r % len(gates) :] + gates[: r % len(gates)]:
+                        GC_WATCH.clear()
+                        rss[n], stall = await idle_rss_per_rollout(
+                            base_url, n, args.model_requests, gate
+                        )
+                        gc_max = max(GC_WATCH.pauses, default=0.0) * 1e3
+                        print(
+                            f"  N={n:5d} first-prompt gate {gate or 'library'}: RSS per idle "
+                            f"rollout {rss[n] / 1024:.1f} KB, start-up stall {stall.wall * 1e3:.0f} "
+                            f"ms lag, {stall.cpu * 1e3:.0f} ms loop CPU between ticks (all {n} "
+                            f"started at once, parked in a tool call); GC max pause {gc_max:.0f} "
+                            f"ms ({GC_WATCH.by_generation()})",
+                            flush=True,
+                        )
                 if args.rss_only:
                     continue
                 for mode in modes:
@@ -312,7 +381,8 @@ async def main(args: argparse.Namespace) -> None:
                         f"  N={n:5d} {mode:8s} {row.seconds:7.2f}s  {row.rate:8.1f} rollouts/s  "
                         f"lag p50 {row.lag_p50_ms:6.2f} ms p99 {row.lag_p99_ms:7.2f} ms "
                         f"max {row.lag_max_ms:7.1f} ms ({row.lag_over_20ms}/{row.lag_samples} "
-                        f"ticks > 20 ms)  GC {row.gc_collections} runs, {row.gc_pause_ms:.0f} ms, "
+                        f"ticks > 20 ms, start-up stall {row.startup_stall_ms:.0f} ms)  "
+                        f"GC {row.gc_collections} runs, {row.gc_pause_ms:.0f} ms, "
                         f"max {row.gc_max_pause_ms:.0f} ms ({row.gc_generations})  client CPU "
                         f"{row.cpu_seconds / n * 1e3:.1f} ms/rollout  completed {row.completed}/{n}",
                         flush=True,
@@ -367,6 +437,16 @@ if __name__ == "__main__":
     parser.add_argument("--modes", default="ours,baseline", help="comma-separated subset")
     parser.add_argument("--no-rss", action="store_true", help="skip the idle-RSS pass")
     parser.add_argument("--rss-only", action="store_true", help="run only the idle-RSS pass")
+    parser.add_argument(
+        "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the client's event loop"
+    )
+    parser.add_argument(
+        "--first-prompts",
+        type=lambda s: [math.inf if x == "inf" else int(x) for x in s.split(",")],
+        default=None,
+        help="idle pass: first-prompt gate totals side by side (inf: no gate), e.g. 32,inf",
+    )
+    parser.add_argument("--rss-rounds", type=int, default=1, help="idle passes per gate")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.rss_only and ns.no_rss:
@@ -374,4 +454,5 @@ if __name__ == "__main__":
     if ns.serve:
         anyio.run(serve, make_policy(ns.turns, ns.tool_latency), ns.model_latency)
     else:
-        anyio.run(main, ns)  # asyncio: the baseline needs run_in_executor
+        # asyncio (the baseline needs run_in_executor), on uvloop's loop with --loop uvloop
+        anyio.run(main, ns, backend_options={"use_uvloop": ns.loop == "uvloop"})

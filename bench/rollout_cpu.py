@@ -58,7 +58,7 @@ async def client(args: argparse.Namespace) -> None:
 
     await concurrency.run_rollouts(args.base_url, min(args.n, 50), handler, label="warm")
     start = time.process_time()
-    _elapsed, completed, _lag, _samples = await concurrency.run_rollouts(
+    _elapsed, completed, *_ = await concurrency.run_rollouts(
         args.base_url, args.n, handler, label="run"
     )
     cpu = time.process_time() - start

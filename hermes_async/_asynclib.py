@@ -1,4 +1,5 @@
-"""Which async library is running, and the one guard for asyncio-only components.
+"""Which async library is running, the one guard for asyncio-only components, and the event
+loops a command can run on.
 
 The core (loop, tools on the local backend, parsers, clients, ``ToolContext``) runs on asyncio
 and trio alike. A few components wrap libraries that are asyncio-only by nature — atroposlib
@@ -12,11 +13,17 @@ forces asyncio and what to do.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
+from typing import Any
 
-from hermes_async.errors import AsyncBackendError
+from hermes_async.errors import AsyncBackendError, ConfigError
 
-__all__ = ("current_async_library", "require_asyncio")
+__all__ = ("EVENT_LOOPS", "current_async_library", "loop_options", "require_asyncio")
+
+#: The event loops ``anyio.run`` is given by :func:`loop_options`: asyncio's own, asyncio on
+#: uvloop's loop (the ``uvloop`` extra), trio.
+EVENT_LOOPS = ("asyncio", "uvloop", "trio")
 
 
 def current_async_library() -> str | None:
@@ -68,3 +75,26 @@ def require_asyncio(component: str, library: str, *, remedy: str) -> None:
         f"(anyio.run(..., backend='asyncio')) or {remedy}",
         library=current,
     )
+
+
+def loop_options(loop: str) -> dict[str, Any]:
+    """``anyio.run``'s ``backend`` and ``backend_options`` for ``loop`` (:data:`EVENT_LOOPS`).
+
+    ``"uvloop"`` is asyncio on uvloop's event loop (anyio's ``use_uvloop``): everything
+    asyncio-only (atroposlib, aiodocker) runs on it unchanged. It is opt-in: on the rollout
+    benchmarks it saves less than the 15% of client CPU that would make it the default
+    (bench/README.md).
+
+    Raises:
+        ConfigError: An unknown loop, or ``"uvloop"`` without the uvloop package.
+    """
+    if loop not in EVENT_LOOPS:
+        raise ConfigError(f"unknown event loop {loop!r}; choose one of {', '.join(EVENT_LOOPS)}")
+    if loop == "trio":
+        return {"backend": "trio"}
+    if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise ConfigError(
+            "the uvloop event loop needs the uvloop package: pip install 'hermes-async[uvloop]', "
+            "or run on asyncio's own loop"
+        )
+    return {"backend": "asyncio", "backend_options": {"use_uvloop": loop == "uvloop"}}

@@ -27,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from hermes_async._asynclib import EVENT_LOOPS, loop_options
 from hermes_async._checks import check_names
 from hermes_async._groups import single_errors
 from hermes_async._startup import failure_line
@@ -230,6 +231,11 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
     except ImportError as exc:
         print(f"hermes-async demo: {exc}", file=sys.stderr)
         return 2
+    try:
+        run_options = loop_options(args.loop)
+    except ConfigError as exc:
+        print(failure_line("hermes-async demo", exc), file=sys.stderr)
+        return 2
     out = Path(args.out)
     try:
         _build_configs(env_over, openai_over, out)  # bad flags fail before the output is touched
@@ -241,8 +247,9 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
         (out / stale).unlink(missing_ok=True)  # atroposlib would write *_1.jsonl instead
     try:
         with single_errors():  # the oracle's loopback server is a task group
+            # atroposlib is asyncio-only: asyncio's own loop, or uvloop's (--loop).
             run: _DemoRun = anyio.run(
-                _demo, env_over, openai_over, out, not args.no_progress, backend="asyncio"
+                _demo, env_over, openai_over, out, not args.no_progress, **run_options
             )
     except HermesAsyncError as exc:
         if args.verbose:
@@ -470,6 +477,7 @@ def _add_worker_parser(sub: Any) -> None:
     )
     worker.add_argument("--isolation", default="auto", choices=("auto", "namespaces", "process"))
     worker.add_argument("--trio", action="store_true", help="run on trio (plain environments)")
+    _add_loop_argument(worker)
     worker.add_argument("--verbose", action="store_true", help="INFO logs")
 
 
@@ -495,7 +503,6 @@ def _worker(args: argparse.Namespace) -> int:
     import logging
     from functools import partial
 
-    from hermes_async.errors import ConfigError
     from hermes_async.service.config import WorkerConfig
     from hermes_async.service.worker import DEFAULT_SANDBOX_PARENT, WorkerOptions
 
@@ -522,14 +529,25 @@ def _worker(args: argparse.Namespace) -> int:
             options=options,
             api_key_env=args.api_key_env,
         )
+        if args.trio and args.loop != "asyncio":
+            raise ConfigError(f"--trio and --loop {args.loop} exclude each other")
         cancelled = anyio.run(
             partial(_serve_worker, config, args.host, args.port),
-            backend="trio" if args.trio else "asyncio",
+            **loop_options("trio" if args.trio else args.loop),
         )
     except (ConfigError, ImportError) as exc:
         print(f"hermes-async worker: error: {exc}", file=sys.stderr)
         return 2
     return 0 if cancelled == 0 else 3
+
+
+def _add_loop_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--loop",
+        choices=[loop for loop in EVENT_LOOPS if loop != "trio"],  # trio: the worker's --trio
+        default="asyncio",
+        help="asyncio's event loop (default) or uvloop's (the uvloop extra)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -549,6 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument(
         "--verbose", action="store_true", help="a failed start-up shows its traceback"
     )
+    _add_loop_argument(demo)
     status = sub.add_parser(
         "status",
         help="the live status line of a running process, from its metrics endpoint",

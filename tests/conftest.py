@@ -50,6 +50,34 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="run tests marked slow")
+    parser.addoption(
+        "--uvloop",
+        action="store_true",
+        help="run every asyncio test on uvloop (anyio's use_uvloop); also HERMES_ASYNC_TEST_UVLOOP=1",
+    )
+
+
+def on_uvloop(config: pytest.Config) -> bool:
+    """Whether this run puts the asyncio tests on uvloop (``--uvloop``)."""
+    return bool(config.getoption("--uvloop")) or os.environ.get("HERMES_ASYNC_TEST_UVLOOP") == "1"
+
+
+def _put_asyncio_on_uvloop(config: pytest.Config) -> None:
+    if not on_uvloop(config):
+        return
+    # anyio's plugin reads every test's backend through this one function (the shared fixture
+    # and each module's own asyncio-only fixture alike): asyncio gains use_uvloop there.
+    import anyio.pytest_plugin
+
+    extract = anyio.pytest_plugin.extract_backend_and_options
+
+    def with_uvloop(backend: object) -> tuple[str, dict[str, object]]:
+        name, options = extract(backend)
+        if name == "asyncio":
+            options = {**options, "use_uvloop": True}
+        return name, options
+
+    anyio.pytest_plugin.extract_backend_and_options = with_uvloop
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -106,6 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Where namespaces cannot be made, the suite opts out of isolation explicitly (the local
     backend refuses to run unisolated otherwise), unless ``HERMES_ASYNC_REQUIRE_ISOLATION=1``.
     Tests of the default itself clear ``HERMES_SANDBOX_ISOLATION`` for themselves."""
+    _put_asyncio_on_uvloop(config)
     if os.environ.get("HERMES_ASYNC_REQUIRE_ISOLATION") == "1" or isolation_problem() is None:
         return
     os.environ.setdefault("HERMES_SANDBOX_ISOLATION", "process")

@@ -105,6 +105,28 @@ def test_view_writes_the_page_and_prints_where(
     assert "has no samples.jsonl" in capsys.readouterr().err
 
 
+def test_worker_loop_flag_reaches_anyio(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hermes_async.cli as cli
+
+    seen: list[dict[str, object]] = []
+
+    def fake_run(function: object, *args: object, **options: object) -> int:
+        seen.append(options)
+        return 0
+
+    monkeypatch.setattr(cli.anyio, "run", fake_run)
+    argv = ["worker", "--env", "x=hermes_async.testing.worker_tasks:echo_task"]
+    argv += ["--server", "http://127.0.0.1:1"]
+    assert main([*argv, "--loop", "uvloop"]) == 0
+    assert main(argv) == 0
+    assert seen == [
+        {"backend": "asyncio", "backend_options": {"use_uvloop": True}},
+        {"backend": "asyncio", "backend_options": {"use_uvloop": False}},
+    ]
+    assert main([*argv, "--trio", "--loop", "uvloop"]) == 2  # refused, nothing run
+    assert len(seen) == 2
+
+
 # ---------------------------------------------------------------- start-up, as a user sees it
 
 #: The demo as `make demo` runs it (the console script is this module's main).

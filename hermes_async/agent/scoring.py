@@ -43,7 +43,7 @@ Both are plain JSON: trainers that do not know the keys ignore them (atroposlib 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -103,9 +103,9 @@ class ScoredRows(Protocol):
     def failure(self) -> RolloutFailure | None: ...
 
 
-def _node_field(node: object, name: str) -> list[Any]:
+def _node_field(node: object, name: str) -> Iterable[Any]:
     value = node.get(name) if isinstance(node, Mapping) else getattr(node, name, None)
-    return list(value or [])
+    return value or ()
 
 
 def exact_rows(managed_state: Mapping[str, Any] | None) -> Rows | None:
@@ -115,9 +115,10 @@ def exact_rows(managed_state: Mapping[str, Any] | None) -> Rows | None:
         return None
     node = nodes[-1]
     return Rows(
-        tokens=[int(t) for t in _node_field(node, "tokens")],
-        masks=[int(t) for t in _node_field(node, "masked_tokens")],
-        logprobs=[float(x) for x in _node_field(node, "logprobs")],
+        # map, not a comprehension: the same conversion at C speed (thousands of ids a rollout)
+        tokens=list(map(int, _node_field(node, "tokens"))),
+        masks=list(map(int, _node_field(node, "masked_tokens"))),
+        logprobs=list(map(float, _node_field(node, "logprobs"))),
         trainable=True,
     )
 

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import collections
 import gc
+import re
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
+import anyio
 import pytest
 
 from hermes_async.agent import AgentOptions, RolloutSetup, run_group
-from hermes_async.agent._prompt_ids import MIN_CHARS, PROMPT_IDS, PromptIds
+from hermes_async.agent._prompt_ids import (
+    FIRST_PROMPTS_PER_PASS,
+    MIN_CHARS,
+    PROMPT_IDS,
+    PromptIds,
+)
 from hermes_async.agent._reasoning import TemplateKwargsTokenizer
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.tokenizer import QwenTokenizer, load_tokenizer
 from hermes_async.testing import ScriptedModelServer, open_app_endpoint
 from hermes_async.tools.registry import get_tool_definitions
+from tests.support import TOKENIZER
 
 LONG = "A long system prompt that many rollouts share. " * 60
 assert len(LONG) > MIN_CHARS
@@ -124,3 +134,61 @@ async def test_a_group_encodes_its_shared_prompt_once() -> None:
     expected = load_tokenizer().encode(prompts[0])
     assert len(served) == 4 and all(list(ids) == expected for ids in served)
     assert all(list(r.tokens[: len(expected)]) == expected for r in group.rollouts)
+
+
+@pytest.mark.anyio
+async def test_rollouts_started_at_once_render_a_few_first_prompts_per_loop_pass() -> None:
+    n = FIRST_PROMPTS_PER_PASS * 6
+    passes = 0
+    at_pass: list[int] = []  # the loop pass of each first-prompt encode
+    seen: set[str] = set()
+    inner = TOKENIZER
+
+    class Ticking(Counting):
+        def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
+            task = re.search(r"Do task \d+\.", text)
+            if task and task[0] not in seen:  # the rollout's first prompt
+                seen.add(task[0])
+                at_pass.append(passes)
+            return super().encode(text, allow_special=allow_special)
+
+    tok = Ticking(inner)
+    server = ScriptedModelServer(lambda request: "Done.", tokenizer=inner)
+    started = anyio.Event()
+
+    async def ticker() -> None:
+        nonlocal passes
+        started.set()
+        while True:
+            await anyio.lowlevel.checkpoint()
+            passes += 1
+
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        VLLMGenerateClient(base_url, transport=transport) as client,
+        anyio.create_task_group() as outer,
+    ):
+        outer.start_soon(ticker)
+        await started.wait()
+        setup = RolloutSetup(tokenizer=tok)
+        async with anyio.create_task_group() as tg:
+            for i in range(n):
+                tg.start_soon(
+                    partial(
+                        run_group,
+                        client,
+                        [{"role": "user", "content": f"Do task {i}."}],
+                        get_tool_definitions(["terminal"]),
+                        size=1,
+                        options=AgentOptions(max_tokens=8),
+                        setup=setup,
+                    )
+                )
+        outer.cancel_scope.cancel()
+    assert len(at_pass) == n
+    per_pass = collections.Counter(at_pass)
+    # Without the gate every rollout encodes its first prompt in the pass it starts in. The
+    # ticker's count is one pass off at most (trio shuffles the order within a pass): a count
+    # may hold two passes' worth.
+    assert max(per_pass.values()) <= 2 * FIRST_PROMPTS_PER_PASS, per_pass
+    assert len(per_pass) >= n // (2 * FIRST_PROMPTS_PER_PASS)
