@@ -44,6 +44,7 @@ __all__ = (
     "create_app",
     "failure_fields",
     "messages_from_params",
+    "open_token_client",
     "render_response",
 )
 
@@ -390,15 +391,16 @@ def create_app(
         ) from exc
     if server is None and model_url is None:
         raise ConfigError("create_app needs a token client (server=) or a model_url")
-    make_client = _client_factory(token_endpoint) if server is None else None
+    if server is None:
+        _client_class(token_endpoint)  # an unknown endpoint fails here, not at startup
     agent = GymAgent(tasks, server)
 
     @asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            if make_client is not None:
+            if model_url is not None and server is None:
                 agent.server = await stack.enter_async_context(
-                    make_client(model_url, vocab_size=vocab_size)
+                    open_token_client(model_url, token_endpoint, vocab_size=vocab_size)
                 )
             yield
 
@@ -428,7 +430,7 @@ def create_app(
     return app
 
 
-def _client_factory(token_endpoint: str) -> Any:
+def _client_class(token_endpoint: str) -> Any:
     from hermes_async.inference.completions import VLLMCompletionsClient
     from hermes_async.inference.generate import SGLangGenerateClient, VLLMGenerateClient
 
@@ -442,3 +444,30 @@ def _client_factory(token_endpoint: str) -> Any:
             f"unknown token_endpoint {token_endpoint!r}; one of: {', '.join(sorted(clients))}"
         )
     return clients[token_endpoint]
+
+
+def open_token_client(
+    model_url: str, token_endpoint: str = "vllm", *, vocab_size: int | None = None
+) -> Any:
+    """The token client of ``model_url`` (not yet open: ``async with`` it).
+
+    Args:
+        model_url: The server's base URL (a trailing ``/v1`` is dropped).
+        token_endpoint: ``vllm`` (``/inference/v1/generate``), ``completions`` (vLLM's
+            ``/v1/completions`` with ids) or ``sglang`` (``/generate``).
+        vocab_size: The tokenizer's size (ids outside it are refused as invalid data).
+
+    Raises:
+        ConfigError: An unknown ``token_endpoint``.
+    """
+    base = model_url.rstrip("/").removesuffix("/v1")
+    return _client_class(token_endpoint)(base, vocab_size=vocab_size)
+
+
+def __getattr__(name: str) -> Any:
+    # Gym's own server class subclasses nemo-gym's: imported only when asked for.
+    if name in ("HermesGymAgent", "HermesGymAgentConfig"):
+        from hermes_async.integrations import _nemo_gym_agent
+
+        return getattr(_nemo_gym_agent, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

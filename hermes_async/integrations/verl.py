@@ -15,7 +15,6 @@ is lost: ``docs/trainers/verl.md``.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -25,7 +24,13 @@ from hermes_async._asynclib import require_asyncio
 from hermes_async.agent import run_rollout
 from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import Completion, SamplingParams, TokenDelta
-from hermes_async.integrations._rollouts import flatten, make_task, rollout_status, with_sampling
+from hermes_async.integrations._rollouts import (
+    flatten,
+    load_tasks,
+    make_task,
+    rollout_status,
+    with_sampling,
+)
 
 try:
     from verl.experimental.agent_loop.agent_loop import (
@@ -39,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         f"the verl agent loop needs verl: pip install 'hermes-async[verl]' ({exc})"
     ) from exc
 
-__all__ = ("HermesAgentLoop", "ServerManagerClient", "load_tasks", "sampling_from_verl")
+__all__ = ("HermesAgentLoop", "ServerManagerClient", "sampling_from_verl")
 
 logger = logging.getLogger(__name__)
 
@@ -150,21 +155,6 @@ class ServerManagerClient:
 
 class InvalidTokenOutputError(ConfigError):
     """verl's server gave a ``TokenOutput`` a trainer cannot use (no or misaligned logprobs)."""
-
-
-def load_tasks(path: str) -> Any:
-    """The task source named ``"package.module:attribute"``.
-
-    Raises:
-        ConfigError: The path is malformed or does not import.
-    """
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"tasks must be 'package.module:attribute', got {path!r}")
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load the task source {path!r}: {exc}") from exc
 
 
 @register("hermes_async")
