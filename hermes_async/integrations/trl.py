@@ -100,9 +100,9 @@ def _trainer_sampling(trainer: Any) -> dict[str, Any]:
             structured-outputs regex): refused, never dropped.
     """
     args = getattr(trainer, "args", None)
-    if getattr(args, "generation_kwargs", None):
+    if generation_kwargs := getattr(args, "generation_kwargs", None):
         raise ConfigError(
-            f"GRPOConfig.generation_kwargs={args.generation_kwargs!r} cannot be honoured by the "
+            f"GRPOConfig.generation_kwargs={generation_kwargs!r} cannot be honoured by the "
             "hermes_async rollout function (it applies temperature, top_p, top_k, min_p and "
             "repetition_penalty); set those instead, or leave generation_kwargs empty"
         )
