@@ -23,6 +23,7 @@ from typing import Any
 from hermes_async._asynclib import require_asyncio
 from hermes_async.agent import run_rollout
 from hermes_async.errors import ConfigError
+from hermes_async.inference import ModelServerError
 from hermes_async.inference.generate import Completion, SamplingParams, TokenDelta
 from hermes_async.integrations._rollouts import (
     flatten,
@@ -114,6 +115,7 @@ class ServerManagerClient:
 
         Raises:
             InvalidTokenOutputError: The output has no logprobs, or not one per id.
+            ModelServerError: ``server_manager.generate`` raised (a dead replica, ...).
 
         **Cancellation**: the awaited Ray call is abandoned (verl cancels it with the task).
         """
@@ -136,9 +138,15 @@ class ServerManagerClient:
         return Completion(delta.token_ids, delta.logprobs, delta.finish_reason, 1)
 
     async def _delta(self, prompt_ids: Sequence[int], params: SamplingParams) -> TokenDelta:
-        output = await self.server_manager.generate(
-            self.request_id, prompt_ids=list(prompt_ids), sampling_params=self._params(params)
-        )
+        try:
+            output = await self.server_manager.generate(
+                self.request_id, prompt_ids=list(prompt_ids), sampling_params=self._params(params)
+            )
+        except Exception as exc:  # a dead replica, a Ray error: the rollout's model failure
+            raise ModelServerError(
+                f"verl's server_manager.generate failed: {type(exc).__name__}: {exc}",
+                endpoint="verl server_manager.generate",
+            ) from exc
         ids = [int(i) for i in output.token_ids]
         logprobs = output.log_probs
         if logprobs is None or len(logprobs) != len(ids):
