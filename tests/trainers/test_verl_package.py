@@ -188,3 +188,13 @@ async def test_failures_are_untrained_outputs_and_bad_input_is_refused(
         output.as_dict()  # verl still takes it
     assert "actor died" in dead.extra_fields["hermes_failure"]["message"]
     assert "the verifier broke" in broken.extra_fields["hermes_failure"]["message"]
+
+
+def test_the_verl_example_runs() -> None:
+    """examples/trainers/verl_example.py, as docs/trainers/verl.md tells to run it."""
+    require("verl.experimental.agent_loop.agent_loop")
+    from ..integrations.test_trainer_examples import run_example
+
+    out = run_example("verl_example.py")
+    assert out["reward"] == 1.0 and out["status"] == "completed"
+    assert 0 < out["sampled_tokens"] < out["response_tokens"]
