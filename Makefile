@@ -61,11 +61,12 @@ test-vllm: venv
 	VENV=$(VENV) bash scripts/vllm/run_tests.sh
 
 # Opt-in, NOT part of `make test`: each trainer's own package (nemo-gym, verl, skyrl, trl) in
-# its own venv (.venv-<name>, built by scripts/trainers/setup_venv.sh; torch is the CPU 2.13.0
-# wheel), driving the adapters of hermes_async.integrations through the trainers' classes.
+# its own venv (.venv-<name>, built by scripts/trainers/setup_venv.sh), driving the adapters of
+# hermes_async.integrations through the trainers' classes, then the Gym and SkyRL adapters
+# against the real CPU vLLM. TRAINERS="trl vllm" runs some; docs/trainers/README.md.
 .PHONY: test-trainers
 test-trainers: venv
-	bash scripts/trainers/run_tests.sh $(TRAINERS)
+	VENV=$(VENV) bash scripts/trainers/run_tests.sh $(TRAINERS)
 
 bench: venv
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

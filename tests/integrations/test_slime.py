@@ -58,13 +58,13 @@ SGLANG = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256, "skip_special
 
 async def generate(tmp_path: Path, sampling: dict[str, Any], **kw: Any) -> tuple[Sample, list]:
     factory = CountingFactory(tmp_path / "sb")
-    reward = kw.pop("reward", None)
+    task_kw = {name: kw.pop(name) for name in ("reward", "tokenizer") if name in kw}
     async with (
         scripted(**kw) as (server, url, transport),
         SandboxManager(factory) as manager,
         vllm_client(transport, url) as client,
     ):
-        tasks = make_tasks(manager) if reward is None else make_tasks(manager, reward=reward)
+        tasks = make_tasks(manager, **task_kw)
         sample = await make_generate(tasks, server=client)(ARGS, Sample(prompt="x"), sampling)
         assert manager.task_ids() == []
     assert factory.leftovers() == []
@@ -102,3 +102,6 @@ async def test_failures_are_the_samples_own_statuses(tmp_path: Path) -> None:
     refused, served = await generate(tmp_path, {**SGLANG, "n": 4})
     assert refused.status is Sample.Status.FAILED and served == []
     assert "n=4" in refused.metadata["hermes_async_failure"]["message"]
+    untokenized, served = await generate(tmp_path, SGLANG, tokenizer=None)
+    assert untokenized.status is Sample.Status.FAILED and served == []
+    assert "no tokenizer" in untokenized.metadata["hermes_async_failure"]["message"]
