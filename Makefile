@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The extras `make venv` installs; scripts/lock.sh resolves the same set.
-EXTRAS := atropos,docker,modal,ssh,e2b,daytona,web,browser,terminalbench,families,testing,dev
+EXTRAS := atropos,service,docker,modal,ssh,e2b,daytona,web,browser,terminalbench,families,testing,dev
 # Exact versions of everything installed (scripts/lock.sh writes it; `make lock` refreshes it).
 LOCK   ?= requirements/lock.txt
 
@@ -49,8 +49,11 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# Test files spread over two worker processes (pytest-xdist), each file whole on one worker (its
+# module fixtures load once). PYTEST_WORKERS=0 runs everything in this process (-s, --pdb).
+PYTEST_WORKERS ?= 2
 pytest: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 
@@ -81,3 +84,13 @@ test-docker: venv
 	@engine_env="$$(scripts/docker/engine.sh up)" && eval "$$engine_env" && \
 	trap 'scripts/docker/engine.sh down' EXIT && \
 	HERMES_ASYNC_REQUIRE_DOCKER=1 $(BIN)/python -m pytest -m docker $(PYTEST_ARGS)
+
+# Opt-in, NOT part of `make test`: rollout workers as Ray actors on a real cluster on this
+# machine -- a head and two worker raylets on 127.0.0.1 (scripts/ray/cluster.sh), Ray in its own
+# venv (.venv-ray, scripts/ray/setup_venv.sh, ~75 s the first time). About 4 minutes on 2 cores:
+# 1,000 rollouts over 4 actors, an actor killed mid-run, a batch cancelled from the driver.
+.PHONY: test-ray
+test-ray:
+	@bash scripts/ray/setup_venv.sh && cluster_env="$$(scripts/ray/cluster.sh up)" && \
+	eval "$$cluster_env" && trap 'scripts/ray/cluster.sh down' EXIT && \
+	HERMES_ASYNC_REQUIRE_RAY=1 .venv-ray/bin/python -m pytest -m ray tests/ray $(PYTEST_ARGS)

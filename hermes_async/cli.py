@@ -13,6 +13,9 @@ groups written as JSONL plus atroposlib's HTML view — against a model server:
 Any ``--env.<field> <value>`` / ``--openai.<field> <value>`` flag overrides TerminalTestEnv's
 ``config_init`` the way atroposlib's CLI does (CLI > defaults).
 
+``hermes-async worker --env NAME=module:make_task --server URL`` serves rollout groups over
+HTTP (``hermes_async.service``; ``docs/scale-out.md``).
+
 ``hermes-async status [URL]`` prints the live status line (rollouts in flight by phase, limiter
 saturation, servers up) of a running process from its metrics endpoint (an environment's
 ``metrics_port``; default ``http://127.0.0.1:9464``); ``--watch SECONDS`` repeats it.
@@ -338,6 +341,108 @@ async def _status(url: str, watch: float | None) -> int:
         await anyio.sleep(watch)
 
 
+_WORKER_EPILOG = """\
+ENV: [ALIAS=]module:NAME or [ALIAS=]file.py:NAME: a function item -> RolloutTask, or a
+HermesAgentBaseEnv subclass (needs the atropos extra). Requests name it by ALIAS (default NAME).
+The API: POST /groups, GET /health, GET /statistics, POST /drain (docs/scale-out.md).
+SIGTERM or Ctrl-C drains: new groups get 503, running ones get --drain-timeout seconds.
+"""
+
+
+def _add_worker_parser(sub: Any) -> None:
+    worker = sub.add_parser(
+        "worker",
+        help="serve rollout groups over HTTP (one process, one event loop, its own sandboxes)",
+        description="Run a rollout worker: POST /groups runs a group of an environment's item "
+        "and answers it by its deadline (the group, or a classified failure).",
+        epilog=_WORKER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    worker.add_argument("--env", action="append", required=True, metavar="ENV", help="repeatable")
+    worker.add_argument(
+        "--server", action="append", required=True, metavar="URL", help="model server (repeatable)"
+    )
+    worker.add_argument("--api", default="vllm", choices=("vllm", "sglang", "atropos", "chat"))
+    worker.add_argument(
+        "--tokenizer", help="token servers: HF name or directory (default: built-in)"
+    )
+    worker.add_argument("--model", default="default", help="model name of chat requests")
+    worker.add_argument(
+        "--api-key-env", metavar="VAR", help="the variable holding the servers' API key"
+    )
+    worker.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    worker.add_argument("--port", type=int, default=8700, help="default 8700 (0: any free port)")
+    worker.add_argument("--name", help="worker name (default <host>-<pid>); names its sandbox root")
+    worker.add_argument("--max-groups", type=int, default=64, help="groups run at once")
+    worker.add_argument("--max-group-size", type=int, default=256)
+    worker.add_argument("--drain-timeout", type=float, default=60.0, metavar="SECONDS")
+    worker.add_argument(
+        "--sandbox-root", metavar="DIR", help="parent of the workers' sandbox roots"
+    )
+    worker.add_argument("--isolation", default="auto", choices=("auto", "namespaces", "process"))
+    worker.add_argument("--trio", action="store_true", help="run on trio (plain environments)")
+    worker.add_argument("--verbose", action="store_true", help="INFO logs")
+
+
+async def _serve_worker(config: Any, host: str, port: int) -> int:
+    """Run the worker; print its URL once it serves (scripts wait for that line)."""
+    from hermes_async.service.serve import run_worker
+
+    cancelled: list[int] = []
+
+    async def run(*, task_status: Any) -> None:
+        cancelled.append(await run_worker(config, host=host, port=port, task_status=task_status))
+
+    from hermes_async._groups import single_errors
+
+    with single_errors():
+        async with anyio.create_task_group() as tg:
+            url = await tg.start(run)
+            print(f"hermes-async worker {config.options.name}: serving on {url}", flush=True)
+    return cancelled[0]
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import logging
+    from functools import partial
+
+    from hermes_async.errors import ConfigError
+    from hermes_async.service.config import WorkerConfig
+    from hermes_async.service.worker import DEFAULT_SANDBOX_PARENT, WorkerOptions
+
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        named = {"name": args.name} if args.name else {}
+        options = WorkerOptions(
+            max_groups=args.max_groups,
+            max_group_size=args.max_group_size,
+            drain_timeout_seconds=args.drain_timeout,
+            sandbox_parent=args.sandbox_root or DEFAULT_SANDBOX_PARENT,
+            isolation=args.isolation,
+            **named,
+        )
+        config = WorkerConfig(
+            tuple(args.env),
+            tuple(args.server),
+            api=args.api,
+            tokenizer=args.tokenizer,
+            model=args.model,
+            options=options,
+            api_key_env=args.api_key_env,
+        )
+        cancelled = anyio.run(
+            partial(_serve_worker, config, args.host, args.port),
+            backend="trio" if args.trio else "asyncio",
+        )
+    except (ConfigError, ImportError) as exc:
+        print(f"hermes-async worker: error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if cancelled == 0 else 3
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hermes-async`` command."""
     parser = argparse.ArgumentParser(prog="hermes-async", description=__doc__.split("\n\n")[0])
@@ -364,11 +469,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.add_argument(
         "--watch", type=float, metavar="SECONDS", help="print it again every SECONDS (Ctrl-C ends)"
     )
+    _add_worker_parser(sub)
     _add_serve_gym_parser(sub)
     args, rest = parser.parse_known_args(argv)
+    if args.command in ("worker", "serve-gym") and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "worker":
+        return _worker(args)
     if args.command == "serve-gym":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
         return _serve_gym(args)
     if args.command == "demo":
         return _run_demo(args, rest)

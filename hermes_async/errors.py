@@ -40,12 +40,14 @@ __all__ = (
     "HermesAsyncError",
     "InferenceError",
     "LimitError",
+    "RequestError",
     "SandboxError",
     "ToolArgumentsError",
     "ToolExecutionError",
     "ToolTimeoutError",
     "UnknownLimiterError",
     "UnknownParserError",
+    "WorkerError",
 )
 
 
@@ -200,3 +202,21 @@ class ToolTimeoutError(ToolExecutionError):
         )
         self.tool_name = tool_name
         self.timeout_seconds = timeout_seconds
+
+
+class WorkerError(HermesAsyncError):
+    """A rollout worker (the service or a Ray actor) could not take or finish a group."""
+
+    phase = "worker"
+
+
+class RequestError(WorkerError, ValueError):
+    """A request to a rollout worker is malformed or out of bounds: the caller's to fix.
+
+    Attributes:
+        status: The HTTP status the worker answers with (400, 404, 409, 413, 422, 503).
+    """
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status

@@ -38,7 +38,14 @@ if not any(
     ]
 )
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
-    return request.param  # type: ignore[no-any-return]
+    """Both backends; a test marked ``virtual_clock`` runs its trio half under a MockClock."""
+    name, options = request.param
+    if name == "trio" and request.node.get_closest_marker("virtual_clock") is not None:
+        import trio.testing
+
+        # Time jumps ahead whenever every task waits: deadlines and back-offs cost no wall time.
+        return name, {**options, "clock": trio.testing.MockClock(autojump_threshold=0)}
+    return name, options
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -200,23 +207,48 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 # hermes_async's code inside a running asyncio loop; trio runs the same code paths, so the
 # asyncio run covers them. A call that must block stays in this list with its reason.
 
-_BLOCKING_CHECKED_DIRS = ("tests/agent/", "tests/inference/")
+_BLOCKING_CHECKED_DIRS = ("tests/agent/", "tests/inference/", "tests/service/")
 
 #: (file, functions) where a blocking call is allowed, each with its reason.
 _CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
     (
         "hermes_async/tools/sandbox/local.py",
-        ("create",),
-        "a sandbox's directories: one mkdtemp + 4 mkdir on a local disk, microseconds, once per "
-        "sandbox (a thread hop would cost more than the calls)",
+        ("create", "_write_marker"),
+        "a sandbox's directories: one mkdtemp + 4 mkdir + its marker file on a local disk, "
+        "microseconds, once per sandbox (a thread hop would cost more than the calls)",
+    ),
+    (
+        "hermes_async/service/environments.py",
+        ("_open_atropos",),
+        "an atroposlib environment's constructor and setup (its config, its tokenizer), once "
+        "per environment when a worker starts, before it serves anything",
+    ),
+    (
+        "hermes_async/_asgi.py",
+        ("serve_asgi",),
+        "hypercorn's first import reads the working directory (os.getcwd), once per process, "
+        "when a server starts",
+    ),
+    (
+        "hermes_async/tools/sandbox/leftovers.py",
+        (
+            "claim_root",
+            "sweep_dead_roots",
+            "_owner",
+            "_write_owner",
+            "release_root",
+            "_sandbox_dirs",
+            "_marker",
+            "count_sandboxes",
+        ),
+        "a worker's start (and a sweep): a directory listing and a few tiny files of the "
+        "worker roots, once, on a local disk",
     ),
     (
         "hermes_async/tools/sandbox/namespaces.py",
         (
             "namespace_support",
             "_own_cgroup",
-            "_owner_tag",
-            "_pid_start",
             "discover",
             "_sweep_dead_owners",
             "_ro_args",
@@ -257,6 +289,9 @@ _CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
             "_read_stat",
             "group_alive",
             "_signal_entry",
+            "_start_ticks",
+            "process_tag",
+            "tag_alive",
         ),
         "process-isolation fallback only: the /proc sweep reads procfs (no disk) and yields "
         "to the loop every 2 ms (bench/sandbox_close.py: lag p99 < 20 ms at 500 closes); "

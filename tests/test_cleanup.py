@@ -10,7 +10,7 @@ import pytest
 
 from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_scope
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]
 
 
 async def test_cleanup_runs_although_the_caller_is_cancelled() -> None:

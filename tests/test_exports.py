@@ -26,7 +26,12 @@ ROOT = pathlib.Path(hermes_async.__file__).parent
 DEPRECATED = {("hermes_async.errors", "ParseError")}
 
 #: Modules whose import needs an optional extra that a test machine may lack.
-OPTIONAL = ("hermes_async.tools.sandbox.modal", "hermes_async.tools.sandbox.docker")
+# Modules that need an extra (a trainer's package, an SDK) to import.
+OPTIONAL = (
+    "hermes_async.tools.sandbox.modal",
+    "hermes_async.tools.sandbox.docker",
+    "hermes_async.integrations.",
+)
 
 
 def _modules() -> Iterator[tuple[str, pathlib.Path]]:

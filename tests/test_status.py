@@ -17,7 +17,6 @@ from hermes_async import cli
 from hermes_async.agent import AgentOptions, AgentResult, RolloutSetup, ToolContext, run_group
 from hermes_async.envs.display import ProgressBar
 from hermes_async.inference import SamplingParams
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.limits import Limits
 from hermes_async.telemetry import (
     LimiterStatus,
@@ -37,11 +36,10 @@ from hermes_async.testing import (
 from hermes_async.tools.registry import get_tool_definitions
 from hermes_async.tools.sandbox.base import ExecResult
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import TOKENIZER, wait_until
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER = load_tokenizer()
-TOKENIZER.apply_chat_template([{"role": "user", "content": "x"}], None)  # loads the template
 GROUP = 4
 
 
@@ -52,13 +50,7 @@ def one_command(request: PolicyRequest) -> str:
     return "<tool_call>\n" + json.dumps(body) + "\n</tool_call>"
 
 
-async def wait_for(predicate: object) -> None:
-    assert callable(predicate)
-    with anyio.fail_after(20):
-        while not predicate():
-            await anyio.sleep(0.01)
-
-
+@pytest.mark.virtual_clock
 async def test_status_follows_a_group_through_tools_and_rewards() -> None:
     from hermes_async.inference import VLLMGenerateClient
 
@@ -97,12 +89,12 @@ async def test_status_follows_a_group_through_tools_and_rewards() -> None:
             )
 
         tg.start_soon(group)
-        await wait_for(lambda: run_status().tools - before.tools == GROUP)
+        await wait_until(lambda: run_status().tools - before.tools == GROUP)
         seen["tools"] = run_status()
         # What `hermes-async status` reads is what the process sees.
         assert status_from_prometheus(prometheus_text()) == seen["tools"]
         tools_open.set()
-        await wait_for(lambda: run_status().reward - before.reward == GROUP)
+        await wait_until(lambda: run_status().reward - before.reward == GROUP)
         seen["reward"] = run_status()
         rewards_open.set()
     after = run_status()

@@ -21,7 +21,6 @@ from hermes_async import _otel
 from hermes_async.agent import AgentOptions, AgentResult, RolloutSetup, ToolContext, run_group
 from hermes_async.inference import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.pool import ServerPool
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.limits import Limits
 from hermes_async.telemetry import configure_telemetry, serve_metrics, tracing_enabled
 from hermes_async.testing import (
@@ -34,11 +33,10 @@ from hermes_async.testing import (
 from hermes_async.tools.registry import get_tool_definitions
 from hermes_async.tools.sandbox.base import ExecResult
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER = load_tokenizer()
-TOKENIZER.apply_chat_template([{"role": "user", "content": "x"}], None)  # loads the template
 TOOLS = get_tool_definitions(["terminal"])
 OPTIONS = AgentOptions(max_turns=4, sampling=SamplingParams(max_tokens=64))
 

@@ -108,6 +108,7 @@ __all__ = (
     "RolloutTask",
     "ScoredGroup",
     "ScoredRollout",
+    "TaskSource",
     "TimeoutAction",
     "Tools",
     "run_group",
@@ -276,6 +277,12 @@ class RolloutTask:
     tools: Tools
     setup: RolloutSetup = DEFAULT_SETUP
     options: AgentOptions = DEFAULT_OPTIONS
+
+
+#: ``item -> RolloutTask`` (sync or async): how one item of a dataset becomes a task, for
+#: users without an environment class (trainer adapters and rollout workers take one; a
+#: ``HermesAgentBaseEnv`` serves as one through its ``rollout_task``).
+TaskSource: TypeAlias = Callable[[Any], "RolloutTask | Awaitable[RolloutTask]"]
 
 
 @dataclass(frozen=True, slots=True)

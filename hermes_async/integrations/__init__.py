@@ -16,3 +16,5 @@ trajectory's own ids, masks and logprobs. One page per trainer: ``docs/trainers/
 """
 
 from __future__ import annotations
+
+__all__ = ()

@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from hermes_async.agent import AgentOptions, RolloutTask, ScoredRollout
+from hermes_async.agent.rollout import TaskSource
 from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import SamplingParams
 from hermes_async.inference.trajectory import MASK_ID
@@ -34,9 +35,6 @@ __all__ = (
     "with_sampling",
 )
 
-#: ``item -> RolloutTask`` (sync or async): how an adapter turns one of the trainer's items
-#: into a rollout. A ``HermesAgentBaseEnv`` serves as one through its ``rollout_task``.
-TaskSource: TypeAlias = Callable[[Any], "RolloutTask | Awaitable[RolloutTask]"]
 
 #: How a rollout ended, in the words every trainer has one of: ``completed`` (the model
 #: answered), ``truncated`` (a budget ended it: turns, tokens, context, deadline, or a tool

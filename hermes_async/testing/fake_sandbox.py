@@ -148,6 +148,11 @@ class FakeSandbox(Sandbox):
         """Not closed and not :meth:`die` d (no command runs: the script stays the test's)."""
         return self.gone is None and not self.closed
 
+    @property
+    def switches_users(self) -> bool:
+        """True: a request's ``user`` is recorded in :attr:`calls` (no one enforces it)."""
+        return True
+
     def die(self, reason: UnavailableReason = "oom", detail: str = "the test killed it") -> None:
         """Make the sandbox gone: every later operation raises ``SandboxUnavailableError``."""
         self.gone = SandboxUnavailableError(

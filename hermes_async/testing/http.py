@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,6 +31,7 @@ import anyio
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from hermes_async._asgi import ASGIApp, bind_socket, serve_asgi
 from hermes_async._cleanup import cleanup_scope
 
 __all__ = (
@@ -42,16 +42,6 @@ __all__ = (
     "open_asgi_transport",
     "open_loopback_server",
 )
-
-#: An ASGI 3 application: ``await app(scope, receive, send)``.
-ASGIApp = Callable[
-    [
-        MutableMapping[str, Any],
-        Callable[[], Awaitable[MutableMapping[str, Any]]],
-        Callable[[MutableMapping[str, Any]], Awaitable[None]],
-    ],
-    Awaitable[None],
-]
 
 #: How long shutdown waits for in-flight requests before cancelling them. Short: test servers
 #: have nothing worth waiting for, and every test pays this when a stream is left open.
@@ -89,50 +79,21 @@ async def open_loopback_server(
     graceful shutdown bounded by :data:`SERVER_SHUTDOWN_GRACE_SECONDS` (in-flight requests are
     then cancelled), run shielded so the socket is always closed.
     """
-    try:
-        from hypercorn.app_wrappers import ASGIWrapper
-        from hypercorn.config import Config, Sockets
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError(
-            "open_loopback_server needs hypercorn: pip install 'hermes-async[testing]'"
-        ) from exc
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, 0))
-        sock.listen(128)
-        sock.setblocking(False)
-        port = sock.getsockname()[1]
-    except BaseException:
-        sock.close()
-        raise
-
-    config = Config()
-    config.graceful_timeout = SERVER_SHUTDOWN_GRACE_SECONDS
-    config.startup_timeout = startup_timeout
-    config.shutdown_timeout = SERVER_SHUTDOWN_GRACE_SECONDS
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hermes_async.testing.http")
-    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
+    sock = bind_socket(host, 0)
+    port = sock.getsockname()[1]
     shutdown = anyio.Event()
-    backend = _current_backend()
-    wrapped = ASGIWrapper(_without_lifespan(app))  # type: ignore[arg-type]
-
     server_done = anyio.Event()
 
     async def run_server() -> None:
         try:
-            if backend == "trio":
-                from hypercorn.trio.run import worker_serve as trio_serve
-
-                await trio_serve(wrapped, config, sockets=sockets, shutdown_trigger=shutdown.wait)
-            else:
-                from hypercorn.asyncio.run import worker_serve as asyncio_serve
-
-                await asyncio_serve(
-                    wrapped, config, sockets=sockets, shutdown_trigger=shutdown.wait
-                )
+            await serve_asgi(
+                _without_lifespan(app),
+                sock,
+                shutdown=shutdown.wait,
+                grace_seconds=SERVER_SHUTDOWN_GRACE_SECONDS,
+                startup_timeout=startup_timeout,
+                log=logging.getLogger("hermes_async.testing.http"),
+            )
         finally:
             server_done.set()
 
@@ -154,16 +115,6 @@ async def open_loopback_server(
                 tg.cancel_scope.cancel(reason="loopback server closed")
     finally:
         sock.close()
-
-
-def _current_backend() -> str:
-    try:
-        import trio
-
-        trio.lowlevel.current_task()  # raises RuntimeError outside a trio run
-    except (ImportError, RuntimeError):
-        return "asyncio"
-    return "trio"
 
 
 def _without_lifespan(app: ASGIApp) -> ASGIApp:

@@ -40,6 +40,7 @@ from hermes_async.tools.sandbox.errors import TransferLimitError
 __all__ = (
     "CONFORMANCE_CHECKS",
     "ConformanceCheck",
+    "check_archive_keeps_in_tree_links",
     "check_archive_rejects_traversal",
     "check_archive_rejects_unsafe_members",
     "check_archive_roundtrip",
@@ -208,9 +209,9 @@ def _hostile_tar(kind: str) -> bytes:
             add("x", type=tarfile.SYMTYPE, linkname=".")
             add("esc", type=tarfile.SYMTYPE, linkname="x/..")
             add("esc/escaped.txt")
-        elif kind == "dotdot-link":
+        elif kind == "dotdot-link":  # leaves the tree (an in-tree one, ../sub, is kept)
             add("sub", type=tarfile.DIRTYPE, mode=0o755)
-            add("sub/up", type=tarfile.SYMTYPE, linkname="../sub")
+            add("sub/up", type=tarfile.SYMTYPE, linkname="../../sub")
         elif kind == "absolute-link":
             add("etc", type=tarfile.SYMTYPE, linkname="/etc")
         elif kind == "hardlink-out":
@@ -233,6 +234,19 @@ async def check_archive_rejects_unsafe_members(sb: Sandbox) -> None:
         raise AssertionError(f"put_archive accepted the {kind!r} archive")
     r = await sb.exec("ls -A unsafe-dest 2>/dev/null | wc -l; ls escaped.txt 2>/dev/null | wc -l")
     assert r.stdout.split() == ["0", "0"], r
+
+
+async def check_archive_keeps_in_tree_links(sb: Sandbox) -> None:
+    """A relative link with ``..`` that stays inside the tree (``dd/x -> ..``) is extracted."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, kind, target in (("dd", tarfile.DIRTYPE, ""), ("dd/x", tarfile.SYMTYPE, "..")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.mode = kind, target, 0o755
+            tf.addfile(info)
+    await sb.put_archive("intree-dest", buf.getvalue())
+    r = await sb.exec("readlink intree-dest/dd/x")
+    assert r.stdout.strip() == "..", r
 
 
 async def check_stream_file_and_archive(sb: Sandbox) -> None:
@@ -380,6 +394,7 @@ CONFORMANCE_CHECKS: dict[str, ConformanceCheck] = {
     "archive_roundtrip": check_archive_roundtrip,
     "archive_rejects_traversal": check_archive_rejects_traversal,
     "archive_rejects_unsafe_members": check_archive_rejects_unsafe_members,
+    "archive_keeps_in_tree_links": check_archive_keeps_in_tree_links,
     "stream_file_and_archive": check_stream_file_and_archive,
     "stream_sink_error_stops_the_transfer": check_stream_sink_error_stops_the_transfer,
     "background_lifecycle": check_background_lifecycle,

@@ -3,7 +3,7 @@
     DOCKER_HOST=unix:///path/docker.sock .venv/bin/python scripts/terminalbench/stress.py \
         --trials 32 --agent oracle [--fresh]
 
-The bundled set is repeated until ``--trials`` trials exist; all of them are started at once
+The bundled set runs as attempts until ``--trials`` trials exist; all of them start at once
 (``max_concurrent_tasks`` = trials). ``--fresh`` builds every image anew under a private
 repository (removed afterwards) to show that each task's image is built exactly once however
 many of its trials wait for it. Prints the pass table, then one line of numbers:
@@ -44,11 +44,13 @@ def used_memory_bytes() -> int:
 
 async def main(args: argparse.Namespace) -> int:
     tasks = list(load_dataset(BUNDLED_TASKS).tasks)
-    trials = [tasks[i % len(tasks)] for i in range(args.trials)]
+    attempts = -(-args.trials // len(tasks))  # the bundled set repeated as attempts
+    trials = tasks
     config, servers = TerminalBench2EvalEnv.config_init()
     values = config.model_dump()
     values.update(
         agent=args.agent,
+        attempts=attempts,
         max_concurrent_tasks=args.trials,
         use_wandb=False,
         data_dir_to_save_evals=None,
@@ -74,10 +76,9 @@ async def main(args: argparse.Namespace) -> int:
         tg.start_soon(sample)
         with anyio.fail_after(args.deadline):
             async with env.open_sandboxes():
-                runs = await env.run_tasks(trials)
+                results = await env.run_tasks(trials)
         tg.cancel_scope.cancel("the trials finished")
     wall = time.monotonic() - started
-    results = [r.trial for r in runs]
     print(format_pass_table(results))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     passed = sum(r.status == "ok" and r.reward == 1.0 for r in results)
@@ -85,7 +86,7 @@ async def main(args: argparse.Namespace) -> int:
     contexts = {t.environment.build_context for t in trials if t.environment.build_context}
     expected = len({context_digest(c) for c in contexts}) if args.fresh else 0
     print(
-        f"trials={len(results)}/{args.trials} passed={passed} wall_seconds={wall:.1f} "
+        f"trials={len(results)}/{len(tasks) * attempts} passed={passed} wall_seconds={wall:.1f} "
         f"builds={env.images.builds} (fresh: expect {expected}) "
         f"peak_rss_mib={rss / 2**20:.0f} (after imports: {rss_before / 2**20:.0f}) "
         f"host_used_mib start={baseline / 2**20:.0f} peak={peak / 2**20:.0f}"
@@ -97,7 +98,7 @@ async def main(args: argparse.Namespace) -> int:
         tags = listed.stdout.decode().split()  # by tag: an id may be shared with the cached images
         if tags:
             await anyio.run_process(["docker", "rmi", *tags], check=False)
-    ok = len(results) == args.trials and (not args.fresh or env.images.builds == expected)
+    ok = len(results) == len(tasks) * attempts and (not args.fresh or env.images.builds == expected)
     return 0 if ok else 1
 
 

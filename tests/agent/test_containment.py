@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,9 +24,7 @@ from hermes_async.agent import (
 from hermes_async.agent.failures import RolloutFailure, classify_exception, worst_failure
 from hermes_async.agent.rollout import _outcome
 from hermes_async.errors import InferenceError, SandboxError
-from hermes_async.inference import HTTPOptions, RetryPolicy
 from hermes_async.inference.generate import VLLMGenerateClient
-from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.testing import (
     FakeSandbox,
     FakeSandboxFactory,
@@ -39,19 +36,14 @@ from hermes_async.testing import (
 from hermes_async.tools.registry import get_tool_definitions
 from hermes_async.tools.sandbox.base import ExecResult, Sandbox
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import FAST, TOKENIZER, tool_call
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]
 
-TOKENIZER: Tokenizer = load_tokenizer()
 TOOLS = get_tool_definitions(["terminal"])
 PROMPT = [{"role": "user", "content": "Run the check."}]
-FAST = HTTPOptions(retry=RetryPolicy(initial_backoff_seconds=0.01, max_backoff_seconds=0.02))
 QUICK = FailurePolicy(backoff_seconds=0.01, max_backoff_seconds=0.02)
 ONCE = FailurePolicy(max_attempts=1)
-
-
-def call(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 def runs(command: str = "check") -> Any:
@@ -60,7 +52,7 @@ def runs(command: str = "check") -> Any:
     def policy(request: PolicyRequest) -> str:
         if any(m.get("role") == "tool" for m in request.messages):
             return "Done."
-        return call("terminal", {"command": command})
+        return tool_call("terminal", {"command": command})
 
     return policy
 
@@ -151,7 +143,7 @@ async def test_a_sandbox_that_cannot_be_created_aborts_the_rollout_as_infra() ->
 async def test_a_sandbox_that_dies_mid_rollout_is_infra() -> None:
     def twice(request: PolicyRequest) -> str:
         done = sum(1 for m in request.messages if m.get("role") == "tool")
-        return call("terminal", {"command": f"step {done}"}) if done < 3 else "Done."
+        return tool_call("terminal", {"command": f"step {done}"}) if done < 3 else "Done."
 
     factory = FakeSandboxFactory(dies_after_execs=1, exec_script={"*": "ok"})
     scored = await single(twice, factory, reward=one)
@@ -174,7 +166,7 @@ async def test_malformed_and_unknown_calls_are_the_model() -> None:
         if done == 0:
             return '<tool_call>\n{"name": "terminal", "arguments": {"command": \n</tool_call>'
         if done == 1:
-            return call("teleport", {"where": "home"})
+            return tool_call("teleport", {"where": "home"})
         return "Done."
 
     scored = await single(sloppy, reward=one)
@@ -413,7 +405,7 @@ async def test_timeouts_are_kept_at_zero_or_masked_on_request() -> None:
         if any(m.get("role") == "tool" for m in request.messages):
             return "Done."
         openers.append(request.request_number)
-        return call("terminal", {"command": "slow" if len(openers) == 1 else "fast"})
+        return tool_call("terminal", {"command": "slow" if len(openers) == 1 else "fast"})
 
     # "zero": a timeout is the policy's own outcome (kept, reward 0), so the group is "ok".
     for on_timeout, outcome in (("zero", "ok"), ("mask", "masked")):

@@ -17,9 +17,9 @@ from hermes_async.errors import SandboxError
 from hermes_async.testing.fake_sandbox import FakeSandbox, FakeSandboxFactory
 from hermes_async.testing.sandbox_conformance import make_tar
 from hermes_async.tools.registry import ToolRuntime, dispatch
-from hermes_async.tools.sandbox.base import Sandbox
-from hermes_async.tools.sandbox.local import LocalSandbox, find_sandbox_processes, local_factory
+from hermes_async.tools.sandbox.local import LocalSandbox, local_factory
 from hermes_async.tools.sandbox.manager import SandboxManager, use_sandbox_manager
+from tests.support import RecordingFactory
 
 pytestmark = pytest.mark.anyio
 
@@ -231,19 +231,13 @@ async def test_non_json_terminal_result_is_wrapped() -> None:
         assert (await ctx.terminal("anything"))["output"] == "x"
 
 
-async def test_cancelling_1000_tool_calls_leaks_nothing(tmp_path: pathlib.Path) -> None:
-    """Cancel 1,000 tool calls at random points: no process and no directory may survive."""
+@pytest.mark.parametrize("batches", [3, pytest.param(10, marks=pytest.mark.slow)])
+async def test_cancelling_tool_calls_leaks_nothing(tmp_path: pathlib.Path, batches: int) -> None:
+    """Cancel tool calls (300; 1,000 with --run-slow) at random points: no process and no
+    directory may survive."""
     rng = random.Random(20261129)
     root = tmp_path / "sandboxes"
-    root.mkdir()
-    base = local_factory(str(root), terminate_grace=0.2)
-    created: list[LocalSandbox] = []
-
-    async def factory(task_id: str) -> Sandbox:
-        sb = await base(task_id)
-        assert isinstance(sb, LocalSandbox)
-        created.append(sb)
-        return sb
+    factory = RecordingFactory(root, terminate_grace=0.2, isolation="auto")
 
     commands = [
         {"command": "sleep 1000 & sleep 1000"},
@@ -273,19 +267,18 @@ async def test_cancelling_1000_tool_calls_leaks_nothing(tmp_path: pathlib.Path) 
                 if i % 50 == 0:
                     await ctx.cleanup()  # release some sandboxes mid-run, too
 
-            for batch in range(10):
+            for batch in range(batches):
                 async with anyio.create_task_group() as tg:
                     for j in range(100):
                         i = batch * 100 + j
                         tg.start_soon(one, i, rng.uniform(0.0, 0.15), rng.choice(commands))
     elapsed = anyio.current_time() - start
     print(
-        f"1000 calls: {cancelled} cancelled, {completed} completed, "
-        f"{len(created)} sandboxes, {elapsed:.1f}s"
+        f"{batches * 100} calls: {cancelled} cancelled, {completed} completed, "
+        f"{len(factory.created)} sandboxes, {elapsed:.1f}s"
     )
-    assert cancelled + completed == 1000 and cancelled > 500
-    leftover = [pid for sb in created for pid in find_sandbox_processes(sb.sandbox_id, sb._groups)]
-    assert leftover == []
+    assert cancelled + completed == batches * 100 and cancelled > batches * 50
+    assert factory.leftover_processes() == []
     assert list(root.iterdir()) == []
 
 

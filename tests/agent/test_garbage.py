@@ -21,18 +21,16 @@ from hermes_async.agent._prompt_ids import PROMPT_IDS
 from hermes_async.agent_loop import HermesAgentLoop
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.rendering import ChatRenderer
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import NamedLimiter
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.testing.scripted_server import ServedRequest
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER = load_tokenizer()
-TOKENIZER.apply_chat_template([{"role": "user", "content": "warm-up"}])
 
 SCHEMA: JSONObject = {"type": "object", "properties": {"n": {"type": "integer"}}}
 

@@ -26,7 +26,7 @@ from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
 from hermes_async.tools.sandbox.spec import SandboxSpec
 from tests.agent.test_rollout import TOKENIZER, token_client
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]
 
 TOOLS = ([], set[str]())  # the rollouts answer at once: the setup is what is tested
 SETUP_FILE = "/w/task.txt"

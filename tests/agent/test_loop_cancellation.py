@@ -1,14 +1,14 @@
-"""Cancel 1,000 Phase 2 rollouts at random points: nothing may leak.
+"""Cancel Phase 2 rollouts at random points: nothing may leak.
 
-In process (ASGI transport) 1,000 rollouts; over loopback TCP (the lean HTTP client, a real
-socket per request) 300 more, which must also leave no socket open.
+In process (ASGI transport) 200 rollouts, 1,000 with ``--run-slow``; over loopback TCP (the
+lean HTTP client, a real socket per request) 100 more, 300 with ``--run-slow``, which must also
+leave no socket open.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import random
 from typing import Any
@@ -18,14 +18,12 @@ import pytest
 
 from hermes_async.agent import HermesAgentLoop
 from hermes_async.inference.generate import VLLMGenerateClient
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.limits import Limits
 from hermes_async.testing.http import open_app_endpoint
 from hermes_async.testing.scripted_server import PolicyRequest, ScriptedModelServer
 from hermes_async.tools.registry import get_tool_definitions
-from hermes_async.tools.sandbox.base import Sandbox
-from hermes_async.tools.sandbox.local import LocalSandbox, find_sandbox_processes, local_factory
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import TOKENIZER, RecordingFactory, open_fds
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -39,7 +37,6 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object
     return request.param  # type: ignore[no-any-return]
 
 
-TOKENIZER = load_tokenizer()
 FAST = ["echo hi; sleep 0.02; echo there", "yes | head -c 100000 | wc -c", "true"]
 SLOW = ["sleep 1000 & sleep 1000", "trap '' TERM; sleep 1000", "setsid sleep 1000 & wait"]
 
@@ -69,30 +66,24 @@ def policy(request: PolicyRequest) -> str:
     )
 
 
-def _open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
-
-
-@pytest.mark.parametrize(("loopback", "batches"), [(False, 20), (True, 6)], ids=["inproc", "tcp"])
-async def test_cancelling_1000_rollouts_leaks_nothing(
+@pytest.mark.parametrize(
+    ("loopback", "batches"),
+    [
+        pytest.param(False, 4, id="inproc"),
+        pytest.param(True, 2, id="tcp"),
+        pytest.param(False, 20, id="inproc-1000", marks=pytest.mark.slow),
+        pytest.param(True, 6, id="tcp-300", marks=pytest.mark.slow),
+    ],
+)
+async def test_cancelling_rollouts_leaks_nothing(
     tmp_path: pathlib.Path, loopback: bool, batches: int
 ) -> None:
     rng = random.Random(1129)
-    fds_before = _open_fds()
+    fds_before = open_fds()
     root = tmp_path / "sandboxes"
-    root.mkdir()
-    # Process isolation: this is the loop's cancellation matrix at 1000 rollouts, timed for
-    # the 2-core box; namespaced worlds (~40 ms of CPU each to build) have their own
+    # Process isolation: namespaced worlds (~40 ms of CPU each to build) have their own
     # cancellation and leak tests in tests/tools/sandbox/test_namespaces.py.
-    base = local_factory(str(root), terminate_grace=0.2, isolation="process")
-    created: list[LocalSandbox] = []
-
-    async def factory(task_id: str) -> Sandbox:
-        sb = await base(task_id)
-        assert isinstance(sb, LocalSandbox)
-        created.append(sb)
-        return sb
-
+    factory = RecordingFactory(root, terminate_grace=0.2)
     server = ScriptedModelServer(
         policy, tokenizer=TOKENIZER, max_chunk_tokens=4, chunk_delay_seconds=0.002, seed=3
     )
@@ -157,11 +148,10 @@ async def test_cancelling_1000_rollouts_leaks_nothing(
         assert manager.task_ids() == []
     assert cancelled + finished == 50 * batches
     assert cancelled > 15 * batches and finished > 0, (cancelled, finished)
-    leftover = [pid for sb in created for pid in find_sandbox_processes(sb.sandbox_id, sb._groups)]
-    assert leftover == []
+    assert factory.leftover_processes() == []
     assert list(root.iterdir()) == []
     assert len(anyio.get_running_tasks()) == tasks_before
     for stats in limits.statistics().values():
         assert stats.in_use == 0 and stats.waiting == 0, stats
     # Every connection (client and, over loopback, server side) is closed.
-    assert _open_fds() - fds_before == set()
+    assert open_fds() - fds_before == set()

@@ -18,17 +18,15 @@ from hermes_async.inference.generate import (
     TokenStream,
     VLLMGenerateClient,
 )
-from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.jsontypes import JSONObject
 from hermes_async.testing.http import open_app_endpoint
 from hermes_async.testing.scripted_server import Fault, FixedScript, ScriptedModelServer
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime
 from hermes_async.tools.todo import TODO_TOOL
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
-
-TOKENIZER: Tokenizer = load_tokenizer()
 
 
 def call_text(name: str, arguments: JSONObject) -> str:
@@ -151,6 +149,7 @@ async def test_reasoning_is_split_and_tokens_kept() -> None:
     assert result.template_mismatches == 0
 
 
+@pytest.mark.virtual_clock
 async def test_early_dispatch_starts_tools_before_the_stream_ends() -> None:
     long_tail = " ".join(f"word{i}" for i in range(60))
     texts = [call_text("record", {"tag": "early"}) + "\n" + long_tail, "ok"]
@@ -169,6 +168,7 @@ async def test_early_dispatch_starts_tools_before_the_stream_ends() -> None:
     assert turn["time_to_first_token"] < turn["generation_seconds"]
 
 
+@pytest.mark.virtual_clock
 async def test_without_early_dispatch_tools_wait_for_the_stream() -> None:
     texts = [call_text("record", {"tag": "late"}) + "\n" + "tail " * 30, "ok"]
     rec = Recorder()
@@ -211,6 +211,7 @@ async def test_malformed_call_is_reported_and_valid_ones_still_run() -> None:
     assert result.finished_naturally
 
 
+@pytest.mark.virtual_clock
 async def test_stream_cut_mid_way_ends_the_rollout_with_an_error() -> None:
     texts = [call_text("record", {"tag": "a"}), "second"]
     async with token_server(texts, faults={2: Fault.disconnect(after_tokens=1)}) as (
@@ -226,6 +227,7 @@ async def test_stream_cut_mid_way_ends_the_rollout_with_an_error() -> None:
     assert len(node["tokens"]) == len(node["logprobs"]) == len(node["masked_tokens"])
 
 
+@pytest.mark.virtual_clock
 async def test_turn_timeout_on_a_stalled_stream() -> None:
     texts = ["this will stall"]
     async with token_server(texts, faults={1: Fault.stall(after_tokens=1)}) as (_s, client):

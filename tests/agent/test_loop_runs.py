@@ -11,14 +11,12 @@ import pytest
 from hermes_async.agent import AgentOptions, HermesAgentLoop
 from hermes_async.inference.chat import ChatClient
 from hermes_async.inference.generate import VLLMGenerateClient
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime
+from tests.support import TOKENIZER, wait_until
 
-pytestmark = pytest.mark.anyio
-
-TOKENIZER = load_tokenizer()
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]
 
 
 class Barrier:
@@ -170,15 +168,11 @@ async def test_cancelling_one_run_closes_its_own_turn_only(phase: int) -> None:
                 results["b"] = await loop.run(b, task_id="b")
 
             tg.start_soon(run_a)
-            with anyio.fail_after(10):
-                while "a" not in hold.inside:
-                    await anyio.sleep(0.01)
+            await wait_until(lambda: "a" in hold.inside)
             tg.start_soon(run_b)  # b's turn starts after a's: the latest in-flight turn
-            with anyio.fail_after(10):
-                while "b" not in hold.inside:
-                    await anyio.sleep(0.01)
+            await wait_until(lambda: "b" in hold.inside)
             scope_a.cancel(reason="test: cancel run a")
-            await anyio.sleep(0.05)
+            await anyio.wait_all_tasks_blocked()  # run a has closed its turn
             hold.event("b").set()
     # Run a was closed with its own call; run b finished untouched.
     if phase == 1:

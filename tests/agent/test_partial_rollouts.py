@@ -17,7 +17,7 @@ from hermes_async.testing.http import open_app_endpoint
 from hermes_async.testing.scripted_server import Fault, FixedScript, ScriptedModelServer
 from tests.agent.test_loop_phase2 import TOKENIZER, Recorder, call_text, registry
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]
 
 USER = [{"role": "user", "content": "Record twice, then stop."}]
 TEXTS = [

@@ -25,10 +25,8 @@ from hermes_async.agent import (
     ToolContext,
     run_group,
 )
-from hermes_async.inference import HTTPOptions, RetryPolicy
 from hermes_async.inference.chat import ChatClient
 from hermes_async.inference.generate import VLLMGenerateClient
-from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.testing import (
     FakeSandboxFactory,
     PolicyRequest,
@@ -38,13 +36,12 @@ from hermes_async.testing import (
 from hermes_async.tools.registry import get_tool_definitions
 from hermes_async.tools.sandbox.base import ExecResult
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import FAST, TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER: Tokenizer = load_tokenizer()
 TOOLS = get_tool_definitions(["terminal"])
 PROMPT = [{"role": "user", "content": "Run the check."}]
-FAST = HTTPOptions(retry=RetryPolicy(initial_backoff_seconds=0.01, max_backoff_seconds=0.02))
 DEEP = (
     '<tool_call>\n{"name": "terminal", "arguments": {"command": '
     + '{"a": ' * 1000

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,56 +24,29 @@ from hermes_async.agent import (
 from hermes_async.errors import InferenceError, UnknownParserError
 from hermes_async.inference.chat import ChatClient
 from hermes_async.inference.generate import SamplingParams, VLLMGenerateClient
-from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
 from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.testing import Fault, PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.tools.registry import get_tool_definitions
-from hermes_async.tools.sandbox.base import Sandbox
-from hermes_async.tools.sandbox.local import LocalSandbox, find_sandbox_processes, local_factory
+from hermes_async.tools.sandbox.local import find_sandbox_processes, local_factory
 from hermes_async.tools.sandbox.manager import SandboxManager, current_sandbox_manager
+from tests.support import TOKENIZER, RecordingFactory, tool_call
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER: Tokenizer = load_tokenizer()
-TOKENIZER.apply_chat_template([{"role": "user", "content": "x"}], None)  # loads the template
 TOOLS = get_tool_definitions(["terminal", "file"])
 PROMPT = [{"role": "user", "content": "Put 42 in ~/answer.txt"}]
-
-
-def call(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 def writer(request: PolicyRequest) -> str:
     """Write the answer with a tool, then say so."""
     if any(m.get("role") == "tool" for m in request.messages):
         return "Done: the answer is in ~/answer.txt."
-    return call("write_file", {"path": "~/answer.txt", "content": "42\n"})
+    return tool_call("write_file", {"path": "~/answer.txt", "content": "42\n"})
 
 
 async def check_answer(result: AgentResult, ctx: ToolContext) -> float:
     out = await ctx.terminal("cat ~/answer.txt")
     return 1.0 if str(out.get("output", "")).strip() == "42" else 0.0
-
-
-class Recording:
-    """A local sandbox factory under ``root`` that records what it created."""
-
-    def __init__(self, root: Path) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        # Process isolation: group-level cancellation timing, not isolation, is tested here
-        # (namespaced worlds: tests/tools/sandbox/test_namespaces.py).
-        self.inner = local_factory(str(root), isolation="process")
-        self.created: list[LocalSandbox] = []
-
-    async def __call__(self, task_id: str) -> Sandbox:
-        sandbox = await self.inner(task_id)
-        assert isinstance(sandbox, LocalSandbox)
-        self.created.append(sandbox)
-        return sandbox
-
-    def leftovers(self) -> list[str]:
-        return [s.root for s in self.created if os.path.exists(s.root)]
 
 
 @asynccontextmanager
@@ -98,7 +70,7 @@ def assert_aligned(rollout: ScoredRollout) -> None:
 
 
 async def test_group_on_local_sandboxes_rewarded_through_tool_context(tmp_path: Path) -> None:
-    factory = Recording(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     async with (
         token_client(writer) as client,
         SandboxManager(factory) as manager,
@@ -268,7 +240,7 @@ def answer_first_sleep_others() -> Any:
             return "done"
         if any(m.get("role") == "tool" for m in request.messages):
             return "done"
-        return call("terminal", {"command": "sleep 60"})
+        return tool_call("terminal", {"command": "sleep 60"})
 
     return policy
 
@@ -276,7 +248,7 @@ def answer_first_sleep_others() -> Any:
 async def test_a_raising_rollout_cancels_its_siblings_and_surfaces_unwrapped(
     tmp_path: Path,
 ) -> None:
-    factory = Recording(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     finished: list[str] = []
 
     async def wait_for_siblings(result: AgentResult, ctx: ToolContext) -> float:
@@ -315,9 +287,9 @@ async def test_a_raising_rollout_cancels_its_siblings_and_surfaces_unwrapped(
 
 
 async def test_cancelling_a_group_releases_every_sandbox(tmp_path: Path) -> None:
-    factory = Recording(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     async with (
-        token_client(lambda r: call("terminal", {"command": "sleep 60"})) as client,
+        token_client(lambda r: tool_call("terminal", {"command": "sleep 60"})) as client,
         SandboxManager(factory) as manager,
     ):
         with anyio.move_on_after(60) as outer:

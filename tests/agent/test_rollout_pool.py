@@ -20,7 +20,6 @@ import pytest
 from hermes_async.agent import AgentOptions, RolloutSetup, ScoredGroup, run_group
 from hermes_async.inference import SamplingParams
 from hermes_async.inference.pool import PoolOptions, ServerPool
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.limits import Limits
 from hermes_async.testing import (
     FaultyServer,
@@ -29,11 +28,10 @@ from hermes_async.testing import (
     open_loopback_server,
 )
 from hermes_async.tools.registry import get_tool_definitions
+from tests.support import TOKENIZER, scaled
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER = load_tokenizer()
-TOKENIZER.apply_chat_template([{"role": "user", "content": "x"}], None)  # loads the template
 TOOLS = get_tool_definitions(["todo"])
 OPTIONS = AgentOptions(max_turns=5, sampling=SamplingParams(max_tokens=64))
 MARK = re.compile(r"srv(\d)-(\d+)")
@@ -125,9 +123,8 @@ def assert_all_succeeded(groups: list[ScoredGroup], expected: int) -> None:
     assert all(r.result.turns_used == 3 and r.trainable for r in rollouts)
 
 
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("rollouts", [pytest.param(2000, marks=pytest.mark.slow), 200])
-async def test_2000_rollouts_on_four_servers_affinity_failover_and_a_429_storm(
+@pytest.mark.parametrize("rollouts", scaled(96, 200, 2000, timeout=1800))
+async def test_rollouts_on_four_servers_affinity_failover_and_a_429_storm(
     rollouts: int,
 ) -> None:
     groups = rollouts // GROUP

@@ -20,18 +20,16 @@ import pytest
 from hermes_async.agent_loop import HermesAgentLoop
 from hermes_async.errors import ConfigError
 from hermes_async.inference.chat import ChatClient
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.tool_context import ToolContext
 from hermes_async.tools.registry import get_tool_definitions
 from hermes_async.tools.sandbox.local import find_sandbox_processes
 from hermes_async.tools.sandbox.manager import open_sandbox_manager
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
 #: Loaded (and its chat template read) at import: reading files would block a running loop.
-TOKENIZER = load_tokenizer()
-TOKENIZER.apply_chat_template([{"role": "user", "content": "warm-up"}])
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,13 +12,8 @@ from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from hermes_async.envs.terminal_test import TerminalTestEnv, TerminalTestEnvConfig
 from hermes_async.testing.http import open_loopback_server
 from hermes_async.testing.scripted_server import ScriptedModelServer
-from hermes_async.tools.sandbox.base import Sandbox
-from hermes_async.tools.sandbox.local import LocalSandbox, local_factory
 from hermes_async.tools.sandbox.manager import SandboxFactory
-
-
-def tool_call(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+from tests.support import RecordingFactory
 
 
 def server_config(url: str, server_type: str = "vllm") -> APIServerConfig:
@@ -46,38 +39,14 @@ def env_config(tmp_path: Path, **overrides: Any) -> TerminalTestEnvConfig:
     return TerminalTestEnvConfig(**values)
 
 
-class CountingFactory:
-    """Local sandboxes under ``root``; records every one created.
-
-    Process isolation: these tests are about the environment's pipeline, and they time it;
-    the namespaced backend has its own tests (tests/tools/sandbox/test_namespaces.py).
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.inner = local_factory(str(root), isolation="process")
-        self.created: list[LocalSandbox] = []
-
-    async def __call__(self, task_id: str) -> Sandbox:
-        sandbox = await self.inner(task_id)
-        assert isinstance(sandbox, LocalSandbox)
-        self.created.append(sandbox)
-        return sandbox
-
-    def leftovers(self) -> list[str]:
-        """Sandbox directories still on disk."""
-        return [s.root for s in self.created if os.path.exists(s.root)]
-
-
-def with_factory(env: Any, factory: CountingFactory) -> None:
+def with_factory(env: Any, factory: RecordingFactory) -> None:
     def make() -> SandboxFactory:
         return factory
 
     env.make_sandbox_factory = make
 
 
-async def ready_env(cls: Any, config: Any, url: str, factory: CountingFactory) -> Any:
+async def ready_env(cls: Any, config: Any, url: str, factory: RecordingFactory) -> Any:
     """``cls(config, [server at url])`` on ``factory``'s sandboxes, after ``setup()``."""
     env = cls(config, [server_config(url)])
     with_factory(env, factory)

@@ -24,14 +24,8 @@ from hermes_async.errors import ConfigError
 from hermes_async.testing.scripted_server import PolicyRequest
 from hermes_async.tool_context import ToolContext
 from hermes_async.tools.sandbox.local import find_sandbox_processes
-from tests.envs.helpers import (
-    CountingFactory,
-    env_config,
-    ready_env,
-    serve_policy,
-    server_config,
-    tool_call,
-)
+from tests.envs.helpers import env_config, ready_env, serve_policy, server_config
+from tests.support import RecordingFactory, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -133,7 +127,7 @@ class RaisingRewardEnv(TerminalTestEnv):
 
 
 async def test_reward_that_raises_scores_zero_and_leaves_no_sandbox(tmp_path: Path) -> None:
-    factory = CountingFactory(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
         config = env_config(tmp_path, failure_policy="zero")
         env = await ready_env(RaisingRewardEnv, config, url, factory)
@@ -151,7 +145,7 @@ async def test_reward_that_raises_scores_zero_and_leaves_no_sandbox(tmp_path: Pa
 
 
 async def test_reward_that_always_raises_is_retried_then_its_group_masked(tmp_path: Path) -> None:
-    factory = CountingFactory(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
         env = await ready_env(
             RaisingRewardEnv, env_config(tmp_path, failure_retry_backoff=0.01), url, factory
@@ -171,7 +165,7 @@ def sleeper_policy(request: PolicyRequest) -> str:
 
 
 async def test_group_cancelled_mid_rollout_leaves_no_sandbox(tmp_path: Path) -> None:
-    factory = CountingFactory(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     async with serve_policy(sleeper_policy) as (url, _):
         env = await ready_env(TerminalTestEnv, env_config(tmp_path), url, factory)
         async with env.open_sandboxes() as manager:
@@ -201,7 +195,7 @@ class FailingPromptEnv(TerminalTestEnv):
 
 async def test_failing_prompt_fails_its_group_and_leaves_no_sandbox(tmp_path: Path) -> None:
     # format_prompt runs once per group (the group's rollouts share one prompt).
-    factory = CountingFactory(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
         env = await ready_env(FailingPromptEnv, env_config(tmp_path), url, factory)
         group, _ = await env.collect_trajectories(GREETING)
@@ -223,7 +217,7 @@ def first_answers_others_sleep() -> Any:
 
 
 async def test_failing_rollout_cancels_siblings_and_propagates(tmp_path: Path) -> None:
-    factory = CountingFactory(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     async with serve_policy(first_answers_others_sleep()) as (url, _):
         env = await ready_env(TerminalTestEnv, env_config(tmp_path), url, factory)
 
@@ -422,7 +416,7 @@ def test_subclass_must_use_hermes_config(tmp_path: Path) -> None:
 
 
 async def test_sandbox_pool_size_keeps_the_runs_sandboxes_warm(tmp_path: Path) -> None:
-    factory = CountingFactory(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
         env = await ready_env(
             TerminalTestEnv, env_config(tmp_path, sandbox_pool_size=3), url, factory
@@ -462,7 +456,7 @@ class SetUpEnv(TerminalTestEnv):
 async def test_setup_sandbox_prepares_every_rollouts_sandbox(tmp_path: Path) -> None:
     # Local sandboxes cannot snapshot: the setup runs in each of the group's sandboxes.
     SetUpEnv.setups = 0
-    factory = CountingFactory(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     async with serve_policy(terminal_test_oracle()) as (url, _):
         env = await ready_env(SetUpEnv, env_config(tmp_path), url, factory)
         group, _ = await env.collect_trajectories(GREETING)

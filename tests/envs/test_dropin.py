@@ -29,7 +29,8 @@ from hermes_async.envs.base import HermesAgentBaseEnv, HermesAgentEnvConfig
 from hermes_async.gc_tuning import DEFAULT_YOUNG_THRESHOLD
 from hermes_async.testing.scripted_server import PolicyRequest
 from hermes_async.tool_context import ToolContext
-from tests.envs.helpers import CountingFactory, serve_policy, tool_call, with_factory
+from tests.envs.helpers import serve_policy, with_factory
+from tests.support import RecordingFactory, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -180,7 +181,7 @@ def word_oracle(request: PolicyRequest) -> str:
 async def test_reference_style_env_runs_unchanged(
     tmp_path: Path, server_type: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    factory = CountingFactory(tmp_path / "sandboxes")
+    factory = RecordingFactory(tmp_path / "sandboxes")
     tuned_thresholds: list[tuple[int, int, int]] = []
     real_tuning = base_module.gc_tuned_for_rollouts
 

@@ -27,7 +27,8 @@ from hermes_async.inference.tokenizer import QwenTokenizer
 from hermes_async.testing import ScriptedModelServer, open_app_endpoint
 from hermes_async.testing.scripted_server import PolicyRequest
 from hermes_async.tool_context import ToolContext
-from tests.envs.helpers import CountingFactory, env_config, serve_policy, server_config, tool_call
+from tests.envs.helpers import env_config, serve_policy, server_config
+from tests.support import RecordingFactory, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -93,7 +94,7 @@ class CustomRolloutEnv(TerminalTestEnv):
 async def test_collect_trajectories_runs_the_override(tmp_path: Path) -> None:
     from hermes_async.envs.terminal_test import terminal_test_oracle
 
-    factory = CountingFactory(tmp_path / "sbx")
+    factory = RecordingFactory(tmp_path / "sbx")
     async with serve_policy(terminal_test_oracle()) as (url, _):
         env = CustomRolloutEnv(env_config(tmp_path, group_size=3), [server_config(url)])
         env.make_sandbox_factory = lambda: factory  # type: ignore[method-assign]

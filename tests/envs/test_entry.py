@@ -107,8 +107,11 @@ async def test_a_worker_failing_as_it_stops_does_not_fail_the_run(tmp_path: Path
     events: list[str] = []
     _, sandboxes = _manager(tmp_path, events)
 
+    working = asyncio.Event()
+
     async def failing() -> None:
         try:
+            working.set()
             await asyncio.sleep(10)
         finally:
             raise RuntimeError("a worker failed in its cleanup")
@@ -116,7 +119,7 @@ async def test_a_worker_failing_as_it_stops_does_not_fail_the_run(tmp_path: Path
     task = asyncio.create_task(failing())
 
     async def run() -> None:
-        await asyncio.sleep(0.2)
+        await working.wait()  # the run ends while the worker works
 
     await run_entry("serve", run, sandboxes=sandboxes, gc_tuning=None, stray_tasks=lambda: [task])
     assert task.done() and isinstance(task.exception(), RuntimeError)

@@ -25,9 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hermes_async.agent import AgentResult, FailurePolicy, RolloutSetup, ToolContext, run_group
 from hermes_async.envs._eval import eval_sample
 from hermes_async.envs.display import tool_error_entry, wandb_rows
-from hermes_async.inference import HTTPOptions, RetryPolicy
 from hermes_async.inference.generate import VLLMGenerateClient
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.testing import (
     FakeSandboxFactory,
     Fault,
@@ -38,10 +36,9 @@ from hermes_async.testing import (
 from hermes_async.tools.registry import get_tool_definitions
 from hermes_async.tools.sandbox.base import ExecResult
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import FAST, TOKENIZER
 
-TOKENIZER = load_tokenizer()
 TOOLS = get_tool_definitions(["terminal"])
-FAST = HTTPOptions(retry=RetryPolicy(initial_backoff_seconds=0.01, max_backoff_seconds=0.02))
 ENV_NAME = "HERMES_ASYNC_TEST_SECRET_TOKEN"
 
 SHAPES = {

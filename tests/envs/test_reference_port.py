@@ -20,8 +20,9 @@ import httpx
 import pytest
 
 from hermes_async.testing.scripted_server import PolicyRequest
-from tests.envs.helpers import serve_policy, tool_call
+from tests.envs.helpers import serve_policy
 from tests.envs.test_serve import BIN, free_port, running, wait_until_up
+from tests.support import tool_call
 
 pytestmark = pytest.mark.anyio
 

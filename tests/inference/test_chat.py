@@ -13,12 +13,10 @@ from hermes_async.inference import (
     ChatCompletion,
     ChatStreamAssembler,
     HTTPOptions,
-    RetryPolicy,
     ServerProtocolError,
     ServerStatusError,
     ServerTimeoutError,
     StreamInterruptedError,
-    load_tokenizer,
 )
 from hermes_async.testing.http import open_app_endpoint
 from hermes_async.testing.scripted_server import (
@@ -27,10 +25,10 @@ from hermes_async.testing.scripted_server import (
     FixedScript,
     ScriptedModelServer,
 )
+from tests.support import FAST, TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER = load_tokenizer()
 TOOLS = [
     {
         "type": "function",
@@ -47,7 +45,6 @@ TWO_CALLS = (
     '<tool_call>\n{"name": "read_file", "arguments": {"path": "/etc/hostname", "limit": 10}}\n</tool_call>'
 )
 MESSAGES = [{"role": "user", "content": "Look around."}]
-FAST = HTTPOptions(retry=RetryPolicy(initial_backoff_seconds=0.01))
 
 
 def make_server(texts: list[str], **kwargs: object) -> ScriptedModelServer:

@@ -21,13 +21,12 @@ from hermes_async.inference.request_extras import (
     accepted_extras,
     split_extras,
 )
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.testing.http import open_app_endpoint
 from hermes_async.testing.scripted_server import FixedScript, ScriptedModelServer
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER = load_tokenizer()
 PROMPT = TOKENIZER.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 

@@ -18,7 +18,6 @@ from hermes_async.inference import (
     AtroposGenerateClient,
     GenerateClient,
     HTTPOptions,
-    RetryPolicy,
     SamplingParams,
     ServerProtocolError,
     ServerStatusError,
@@ -28,7 +27,6 @@ from hermes_async.inference import (
     TokenClient,
     TokenDelta,
     VLLMGenerateClient,
-    load_tokenizer,
 )
 from hermes_async.testing.http import open_app_endpoint
 from hermes_async.testing.scripted_server import (
@@ -37,10 +35,10 @@ from hermes_async.testing.scripted_server import (
     FixedScript,
     ScriptedModelServer,
 )
+from tests.support import FAST, TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER = load_tokenizer()
 REPLY = (
     "Let me look at the files first. 日本語のテキスト and emoji 🎉 split across tokens.\n"
     '<tool_call>\n{"name": "terminal", "arguments": {"command": "ls -la /tmp"}}\n</tool_call>'
@@ -48,7 +46,6 @@ REPLY = (
 PROMPT_IDS = TOKENIZER.encode(
     TOKENIZER.apply_chat_template([{"role": "user", "content": "List the files in /tmp."}])
 )
-FAST = HTTPOptions(retry=RetryPolicy(initial_backoff_seconds=0.01, max_backoff_seconds=0.05))
 
 CLIENTS: dict[str, type[GenerateClient]] = {
     "vllm": VLLMGenerateClient,

@@ -46,9 +46,7 @@ from hermes_async.inference._transport import (
     TransportTimeout,
 )
 from hermes_async.limits import Limits
-
-FAST_RETRY = RetryPolicy(initial_backoff_seconds=0.01, max_backoff_seconds=0.05)
-
+from tests.support import FAST_RETRY
 
 # ------------------------------------------------------------------ pure decisions
 

@@ -20,7 +20,6 @@ from hermes_async.inference.pool import (
     current_pool_session,
     pool_session,
 )
-from hermes_async.inference.tokenizer import load_tokenizer
 from hermes_async.limits import Limits
 from hermes_async.testing import (
     FaultyServer,
@@ -28,12 +27,11 @@ from hermes_async.testing import (
     ScriptedModelServer,
     open_loopback_server,
 )
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
 PARAMS = SamplingParams(max_tokens=8)
-TOKENIZER = load_tokenizer()
-TOKENIZER.apply_chat_template([{"role": "user", "content": "x"}], None)  # loads the template
 
 
 @asynccontextmanager

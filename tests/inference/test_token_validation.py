@@ -18,16 +18,15 @@ from hermes_async.inference import (
     ServerProtocolError,
     SGLangGenerateClient,
     VLLMGenerateClient,
-    load_tokenizer,
 )
 from hermes_async.inference._token_chunks import MAX_LOGPROB, TOKEN_ID_LIMIT
 from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.tools.registry import get_tool_definitions
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
 VOCAB = 151_665  # len() of the built-in Qwen tokenizer
-TOKENIZER = load_tokenizer()
 URL = "http://trainer:hunter22pw@model-host:8000"
 
 

@@ -10,7 +10,7 @@ import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 import anyio.abc
@@ -32,10 +32,12 @@ from hermes_async.inference._transport import BodyCut
 from hermes_async.inference._wire import WirePool, _Exchange
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import NamedLimiter
+from tests.support import FAST_RETRY
 
 pytestmark = pytest.mark.anyio
 
-FAST_RETRY = RetryPolicy(max_attempts=2, initial_backoff_seconds=0.01, max_backoff_seconds=0.05)
+#: One retry, soon.
+RETRY_ONCE = replace(FAST_RETRY, max_attempts=2)
 
 #: Bound on waiting for something the test expects to happen "soon" (generous on 2 cores).
 SOON = 5.0
@@ -214,7 +216,7 @@ def connection(
 ) -> ServerConnection:
     return ServerConnection(
         url,
-        options=options or HTTPOptions(retry=FAST_RETRY),
+        options=options or HTTPOptions(retry=RETRY_ONCE),
         api_key=api_key,
         limiter=limiter,
         rng=random.Random(0),
@@ -247,7 +249,7 @@ async def test_keep_alive_reuses_one_connection_with_both_body_framings() -> Non
         body = json.dumps({"second": "chunked ✓"}).encode()
         return CHUNKED_HEAD + chunk(body[:7]) + chunk(body[7:]) + LAST_CHUNK
 
-    options = HTTPOptions(retry=FAST_RETRY, headers={"X-Extra": "yes"})
+    options = HTTPOptions(retry=RETRY_ONCE, headers={"X-Extra": "yes"})
     async with serving(keep_alive(respond)) as server:
         conn = ServerConnection(server.url(), options=options, api_key="sk-test")
         async with conn:
@@ -622,7 +624,7 @@ async def test_response_head_never_sent_is_a_read_timeout() -> None:
         await peer.read_request()
         await peer.wait_client_close()
 
-    options = HTTPOptions(read_timeout_seconds=0.3, retry=FAST_RETRY)
+    options = HTTPOptions(read_timeout_seconds=0.3, retry=RETRY_ONCE)
     async with serving(handler) as server, connection(server.url(), options=options) as conn:
         start = anyio.current_time()
         with pytest.raises(ServerTimeoutError, match=r"read timeout after 0\.3 s") as info:
@@ -642,7 +644,7 @@ async def test_stall_mid_stream_is_a_read_timeout() -> None:
         await peer.send(CHUNKED_HEAD + chunk(b"first\n"))
         await peer.wait_client_close()
 
-    options = HTTPOptions(read_timeout_seconds=0.3, retry=FAST_RETRY)
+    options = HTTPOptions(read_timeout_seconds=0.3, retry=RETRY_ONCE)
     async with serving(handler) as server, connection(server.url(), options=options) as conn:
         async with conn.open_lines("stream", {}) as reader:
             assert await reader.readline() == "first"
@@ -662,7 +664,7 @@ async def test_stall_in_a_post_json_body_is_a_read_timeout() -> None:
         await peer.send(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{")
         await peer.wait_client_close()
 
-    options = HTTPOptions(read_timeout_seconds=0.2, request_timeout_seconds=1.0, retry=FAST_RETRY)
+    options = HTTPOptions(read_timeout_seconds=0.2, request_timeout_seconds=1.0, retry=RETRY_ONCE)
     async with serving(handler) as server, connection(server.url(), options=options) as conn:
         with pytest.raises(ServerTimeoutError) as info:
             await conn.post_json("a", {})
@@ -681,7 +683,7 @@ async def test_request_deadline_while_streaming() -> None:
             if peer.client_closed.is_set():
                 return
 
-    options = HTTPOptions(read_timeout_seconds=5, request_timeout_seconds=0.3, retry=FAST_RETRY)
+    options = HTTPOptions(read_timeout_seconds=5, request_timeout_seconds=0.3, retry=RETRY_ONCE)
     async with serving(handler) as server, connection(server.url(), options=options) as conn:
         with pytest.raises(ServerTimeoutError, match="request deadline") as info:
             async with conn.open_lines("stream", {}) as reader:
@@ -771,7 +773,7 @@ async def test_a_sse_line_over_the_cap_is_a_clear_error_and_closes_the_connectio
         await peer.send(CHUNKED_HEAD + chunk(b"data: " + b"z" * 8192))  # no newline, ever
         await peer.wait_client_close()
 
-    options = HTTPOptions(retry=FAST_RETRY, max_line_bytes=4096)
+    options = HTTPOptions(retry=RETRY_ONCE, max_line_bytes=4096)
     async with serving(handler) as server:
         client = ChatClient(server.url(), stream=True, options=options, rng=random.Random(0))
         async with client:

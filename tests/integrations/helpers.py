@@ -1,18 +1,15 @@
-"""What the adapter tests share: a scripted two-tool-call policy, sandboxes that count, and
+"""What the adapter tests share: a scripted two-tool-call policy and
 the check that what a trainer received is what the server sent."""
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from hermes_async.agent import AgentOptions, AgentResult, RolloutSetup, RolloutTask, ToolContext
 from hermes_async.inference.generate import VLLMGenerateClient
-from hermes_async.inference.tokenizer import Tokenizer, load_tokenizer
+from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.testing import (
     PolicyRequest,
     ScriptedModelServer,
@@ -20,17 +17,11 @@ from hermes_async.testing import (
     open_app_endpoint,
 )
 from hermes_async.tools.registry import get_tool_definitions
-from hermes_async.tools.sandbox.base import Sandbox
-from hermes_async.tools.sandbox.local import local_factory
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import TOKENIZER, tool_call
 
-TOKENIZER: Tokenizer = load_tokenizer()
 TOOLS = get_tool_definitions(["terminal", "file"])
 TASK = "Put 42 in ~/answer.txt, then check it."
-
-
-def tool_call(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 def two_calls(request: PolicyRequest) -> str:
@@ -52,23 +43,6 @@ async def check_answer(result: AgentResult, ctx: ToolContext) -> float:
 
 async def raising_reward(result: AgentResult, ctx: ToolContext) -> float:
     raise RuntimeError("the verifier broke")
-
-
-class CountingFactory:
-    """Local sandboxes (process isolation: the adapters, not isolation, are tested here)."""
-
-    def __init__(self, root: Path) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        self.inner = local_factory(str(root), isolation="process")
-        self.roots: list[str] = []
-
-    async def __call__(self, task_id: str) -> Sandbox:
-        sandbox = await self.inner(task_id)
-        self.roots.append(sandbox.root)  # type: ignore[attr-defined]
-        return sandbox
-
-    def leftovers(self) -> list[str]:
-        return [r for r in self.roots if os.path.exists(r)]
 
 
 def make_tasks(

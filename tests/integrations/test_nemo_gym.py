@@ -12,15 +12,9 @@ from hermes_async.integrations.nemo_gym import GymAgent, create_app, messages_fr
 from hermes_async.testing import Fault
 from hermes_async.testing.http import open_asgi_transport
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import RecordingFactory
 
-from .helpers import (
-    CountingFactory,
-    assert_turns_match_wire,
-    make_tasks,
-    raising_reward,
-    scripted,
-    vllm_client,
-)
+from .helpers import assert_turns_match_wire, make_tasks, raising_reward, scripted, vllm_client
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +38,7 @@ def nemo_rl_turns(response: dict[str, Any]) -> list[tuple[list[int], list[int], 
 
 
 async def test_run_returns_each_turn_with_the_wire_ids(tmp_path: Path) -> None:
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     async with (
         scripted() as (server, url, transport),
         SandboxManager(factory) as manager,
@@ -77,7 +71,7 @@ async def test_run_returns_each_turn_with_the_wire_ids(tmp_path: Path) -> None:
 
 
 async def test_failures_come_back_masked_and_named(tmp_path: Path) -> None:
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     died = {
         2: Fault.disconnect(after_tokens=3),
         3: Fault.disconnect(after_tokens=3),
@@ -110,7 +104,7 @@ async def test_failures_come_back_masked_and_named(tmp_path: Path) -> None:
 async def test_the_app_answers_422_for_what_it_cannot_honour_and_500_json_when_misconfigured(
     tmp_path: Path,
 ) -> None:
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     async with (
         scripted() as (_, url, transport),
         SandboxManager(factory) as manager,

@@ -17,16 +17,14 @@ from hermes_async.integrations._rollouts import (
 )
 from hermes_async.testing import Fault
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import TOKENIZER, RecordingFactory, tool_call
 
 from .helpers import (
-    TOKENIZER,
     TOOLS,
-    CountingFactory,
     assert_flat_matches_wire,
     assert_turns_match_wire,
     make_tasks,
     scripted,
-    tool_call,
     vllm_client,
 )
 
@@ -34,7 +32,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_turns_and_flat_rows_are_the_wire_ids(tmp_path: Path) -> None:
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     async with scripted() as (server, url, transport), SandboxManager(factory) as manager:
         task = await make_task(make_tasks(manager), {})
         async with vllm_client(transport, url) as client:
@@ -67,7 +65,7 @@ async def test_status_of_each_ending(tmp_path: Path) -> None:
     async def statuses(policy: object, options: AgentOptions, **kw: object) -> str:
         async with (
             scripted(policy, **kw) as (_, url, transport),
-            SandboxManager(CountingFactory(tmp_path / "sb")) as manager,
+            SandboxManager(RecordingFactory(tmp_path / "sb")) as manager,
             vllm_client(transport, url) as client,
         ):
             # No retry: the failure itself is what is looked at.

@@ -11,8 +11,9 @@ from hermes_async.errors import ConfigError
 from hermes_async.integrations.skyrl import HermesGenerator, sampling_from_skyrl
 from hermes_async.testing import Fault
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import RecordingFactory
 
-from .helpers import CountingFactory, assert_flat_matches_wire, make_tasks, scripted, vllm_client
+from .helpers import assert_flat_matches_wire, make_tasks, scripted, vllm_client
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +36,7 @@ def batch(ids: list[TrajectoryID], **sampling: object) -> dict[str, object]:
 
 
 async def run_batch(tmp_path: Path, ids: list[TrajectoryID], **kw: object) -> tuple[dict, list]:
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     async with (
         scripted(**kw) as (server, url, transport),
         SandboxManager(factory) as manager,

@@ -18,15 +18,9 @@ import pytest
 from hermes_async.integrations.slime import make_generate
 from hermes_async.testing import Fault
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import RecordingFactory
 
-from .helpers import (
-    CountingFactory,
-    assert_flat_matches_wire,
-    make_tasks,
-    raising_reward,
-    scripted,
-    vllm_client,
-)
+from .helpers import assert_flat_matches_wire, make_tasks, raising_reward, scripted, vllm_client
 
 pytestmark = pytest.mark.anyio
 
@@ -57,7 +51,7 @@ SGLANG = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256, "skip_special
 
 
 async def generate(tmp_path: Path, sampling: dict[str, Any], **kw: Any) -> tuple[Sample, list]:
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     task_kw = {name: kw.pop(name) for name in ("reward", "tokenizer") if name in kw}
     async with (
         scripted(**kw) as (server, url, transport),

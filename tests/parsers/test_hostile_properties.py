@@ -11,9 +11,9 @@ through *every* registered name:
   markers spelled or skipped per chunk: no exception, and the stream equals the whole-text
   parse of the spelled text (markers put back from the ids).
 
-Cheap by design so that CI runs 10,000 cases per name (each example is one case for each of
-the 15 names): a draw is two byte strings, mapped onto a fixed table of pieces, and every test
-checks its own case count. ``--run-slow`` runs ten times as many.
+Cheap by design so that CI (``--run-slow``) runs 10,000 cases per name (each example is one
+case for each of the 15 names): a draw is two byte strings, mapped onto a fixed table of pieces,
+and every test checks its own case count. Every run does 2,000; ``HERMES_ASYNC_SOAK=1`` 100,000.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from hermes_async.inference.tokenizer import QwenTokenizer
 from hermes_async.parsers import PARSER_REGISTRY, ParseResult, ParserEvent, get_parser
 from tests.parsers.helpers import ALL_NAMES, ATOMS, RENDER, call_key, normalize
+from tests.support import scaled
 
-#: Cases per parser name in the default run (acceptance: >= 10,000), and with --run-slow.
-CASES = 10_000
-SLOW_CASES = 100_000
+#: Cases per parser name: every run, CI (acceptance: >= 10,000), soak. ~20 s of CPU per
+#: 10,000 on the project's 2-core machine; the bound allows a busy one.
+CASES = scaled(2_000, 10_000, 100_000, timeout=3600)
 
 _XML = {"qwen3_coder", "glm45", "glm47"}
 
@@ -186,14 +187,7 @@ _BYTES = st.binary(max_size=12)
 _SHORT_BYTES = st.binary(max_size=10)
 
 
-@pytest.mark.parametrize(
-    "cases",
-    [
-        # ~20 s of CPU each on the project's 2-core machine; the bound allows a busy one.
-        pytest.param(CASES, id="ci", marks=pytest.mark.timeout(900)),
-        pytest.param(SLOW_CASES, id="slow", marks=[pytest.mark.slow, pytest.mark.timeout(3600)]),
-    ],
-)
+@pytest.mark.parametrize("cases", CASES)
 def test_any_text_in_any_chunking_never_raises_and_streams_as_whole(cases: int) -> None:
     counts: Counter[str] = Counter()
     seconds: Counter[str] = Counter()
@@ -284,14 +278,7 @@ def _markers(name: str) -> set[str]:
 _MARKERS = {name: _markers(name) for name in ALL_NAMES}
 
 
-@pytest.mark.parametrize(
-    "cases",
-    [
-        # ~20 s of CPU each on the project's 2-core machine; the bound allows a busy one.
-        pytest.param(CASES, id="ci", marks=pytest.mark.timeout(900)),
-        pytest.param(SLOW_CASES, id="slow", marks=[pytest.mark.slow, pytest.mark.timeout(3600)]),
-    ],
-)
+@pytest.mark.parametrize("cases", CASES)
 def test_any_token_ids_never_raise_and_stream_as_the_spelled_text(cases: int) -> None:
     counts: Counter[str] = Counter()
     seconds: Counter[str] = Counter()

@@ -1,15 +1,18 @@
 """The chaos harness: faults at random, containment measured. CI-sized here; the 10,000-rollout
-run (fake sandboxes) and the 1,000-rollout run (real local sandboxes) are ``--run-slow``."""
+run (fake sandboxes) and the 1,000-rollout run (real local sandboxes) are soaks
+(``HERMES_ASYNC_SOAK=1``, or ``bench/chaos.py``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from hermes_async.testing.chaos import ALL_FAULTS, ChaosConfig, ChaosFault, run_chaos
+from tests.support import SOAK
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.virtual_clock
 async def test_every_fault_kind_at_once_is_contained() -> None:
     config = ChaosConfig(
         rollouts=48,
@@ -45,6 +48,7 @@ EXPECTED: dict[ChaosFault, set[str]] = {
 
 
 @pytest.mark.parametrize("kind", ALL_FAULTS)
+@pytest.mark.virtual_clock
 async def test_each_fault_kind_lands_in_its_category(kind: ChaosFault) -> None:
     config = ChaosConfig(
         rollouts=16,
@@ -86,7 +90,7 @@ def test_config_is_checked() -> None:
         ChaosConfig(faults=("earthquake",))  # type: ignore[arg-type]
 
 
-@pytest.mark.slow
+@SOAK
 @pytest.mark.timeout(3600)
 async def test_chaos_10000_rollouts_fake_sandboxes(anyio_backend_name: str) -> None:
     if anyio_backend_name != "asyncio":
@@ -99,7 +103,7 @@ async def test_chaos_10000_rollouts_fake_sandboxes(anyio_backend_name: str) -> N
     assert stats.rollouts == 10_000
 
 
-@pytest.mark.slow
+@SOAK
 @pytest.mark.timeout(3600)
 async def test_chaos_1000_rollouts_local_sandboxes(anyio_backend_name: str) -> None:
     if anyio_backend_name != "asyncio":

@@ -12,7 +12,6 @@ from hermes_async.inference import (
     SamplingParams,
     ServerStatusError,
     VLLMGenerateClient,
-    load_tokenizer,
 )
 from hermes_async.testing.http import open_app_endpoint, open_asgi_transport, open_loopback_server
 from hermes_async.testing.scripted_server import (
@@ -22,10 +21,10 @@ from hermes_async.testing.scripted_server import (
     ScriptedModelServer,
     parse_chatml,
 )
+from tests.support import TOKENIZER
 
 pytestmark = pytest.mark.anyio
 
-TOKENIZER = load_tokenizer()
 TOOLS = [{"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}]
 CONVERSATION = [
     {"role": "system", "content": "You are a careful agent."},

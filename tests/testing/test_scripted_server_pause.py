@@ -9,13 +9,13 @@ import anyio
 import httpx
 import pytest
 
-from hermes_async.inference import SamplingParams, VLLMGenerateClient, load_tokenizer
+from hermes_async.inference import SamplingParams, VLLMGenerateClient
 from hermes_async.testing.http import open_asgi_transport
 from hermes_async.testing.scripted_server import Fault, FixedScript, ScriptedModelServer
+from tests.support import TOKENIZER
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]
 
-TOKENIZER = load_tokenizer()
 TEXT = (
     'Thinking about it. <tool_call>\n{"name": "record", "arguments": {"tag": "abc"}}\n</tool_call>'
 )

@@ -25,7 +25,7 @@ from hermes_async.tools.toolsets import (
     sample_toolsets_from_distribution,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]
 
 SCHEMA: JSONObject = {
     "type": "object",

@@ -10,9 +10,9 @@ import pytest
 from hermes_async.integrations.nemo_gym import GymAgent
 from hermes_async.testing import Fault
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import RecordingFactory
 
 from ..integrations.helpers import (
-    CountingFactory,
     assert_turns_match_wire,
     make_tasks,
     raising_reward,
@@ -32,7 +32,7 @@ async def test_gym_validates_a_multi_turn_run_and_its_failures(tmp_path: Path) -
     openai_utils = require("nemo_gym.openai_utils")
     request = resources.BaseRunRequest.model_validate(BODY)
     body = request.model_dump(mode="json", exclude_unset=True)
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     died = {n: Fault.disconnect(after_tokens=3) for n in range(2, 6)}
     async with SandboxManager(factory) as manager:
         async with scripted() as (server, url, transport), vllm_client(transport, url) as client:

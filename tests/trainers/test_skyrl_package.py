@@ -15,9 +15,9 @@ import pytest
 from hermes_async.errors import ConfigError
 from hermes_async.testing import Fault
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import RecordingFactory
 
 from ..integrations.helpers import (
-    CountingFactory,
     assert_flat_matches_wire,
     make_tasks,
     raising_reward,
@@ -54,7 +54,7 @@ async def run(tmp_path: Path, batch: Any, **kw: Any) -> tuple[dict[str, Any], li
     from hermes_async.integrations.skyrl import HermesGenerator
 
     reward = kw.pop("reward", None)
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     async with (
         scripted(**kw) as (server, url, transport),
         SandboxManager(factory) as manager,
@@ -105,7 +105,7 @@ async def test_failures_are_rows_skyrl_accepts_and_bad_input_is_refused(tmp_path
         assert not any(any(mask) for mask in out["loss_masks"])
     from hermes_async.integrations.skyrl import HermesGenerator
 
-    factory = CountingFactory(tmp_path / "sb2")
+    factory = RecordingFactory(tmp_path / "sb2")
     async with (
         scripted() as (server, url, transport),
         vllm_client(transport, url) as client,
@@ -117,4 +117,4 @@ async def test_failures_are_rows_skyrl_accepts_and_bad_input_is_refused(tmp_path
         untokenized = HermesGenerator(make_tasks(manager, tokenizer=None), client)
         with pytest.raises(ConfigError, match="no tokenizer"):
             await untokenized.generate(generator_input(base, ids))
-    assert server.requests == [] and factory.roots == []  # refused before any work
+    assert server.requests == [] and factory.created == []  # refused before any work

@@ -21,12 +21,12 @@ from hermes_async.errors import ConfigError
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.hf import qwen_offline_hf_dir
 from hermes_async.testing import Fault, ScriptedModelServer, open_loopback_server
+from tests.support import RecordingFactory
 
 from ..integrations.helpers import (
     TASK,
     TOKENIZER,
     TOOLS,
-    CountingFactory,
     assert_flat_matches_wire,
     check_answer,
     raising_reward,
@@ -66,7 +66,7 @@ def tasks(reward: Any = check_answer, tokenizer: Any = TOKENIZER) -> Any:
     return task
 
 
-def rollout_func(factory: CountingFactory, **kw: Any) -> Any:
+def rollout_func(factory: RecordingFactory, **kw: Any) -> Any:
     from hermes_async.integrations.trl import RolloutFunc
 
     return RolloutFunc(
@@ -138,7 +138,7 @@ class Recording:
 
 
 def test_grpo_trainer_scores_and_computes_its_loss_on_the_wire_ids(tmp_path: Path) -> None:
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     with scripted_server() as (server, url):
         recording = Recording(rollout_func(factory, base_url=url))
         trainer = make_trainer(tmp_path, recording)
@@ -147,7 +147,7 @@ def test_grpo_trainer_scores_and_computes_its_loss_on_the_wire_ids(tmp_path: Pat
     # TRL's loss over our rows (forward only: a backward through the 151k-id vocabulary takes
     # minutes on a shared 2-core CPU, and adds nothing about the rows).
     loss = trainer.compute_loss(trainer.model, scored)
-    assert factory.leftovers() == [] and len(factory.roots) == 4
+    assert factory.leftovers() == [] and len(factory.created) == 4
     ((prompts, out),) = recording.calls
     assert prompts == [x["prompt"] for x in inputs]  # repeated, as the sampler repeats them
     assert out["hermes_status"] == ["completed"] * 4 and out["hermes_reward"] == [1.0] * 4
@@ -174,7 +174,7 @@ def test_grpo_trainer_scores_and_computes_its_loss_on_the_wire_ids(tmp_path: Pat
 def test_failures_are_masked_rows_and_unhonourable_settings_are_refused(tmp_path: Path) -> None:
     from hermes_async.integrations.trl import RolloutFunc
 
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     died = {n: Fault.disconnect(after_tokens=3) for n in range(2, 12)}
     with scripted_server(faults=died) as (_, url):
         trainer = make_trainer(tmp_path, rollout_func(factory, base_url=url))

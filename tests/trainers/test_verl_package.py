@@ -10,9 +10,9 @@ import pytest
 
 from hermes_async.inference.hf import qwen_offline_hf_dir
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import RecordingFactory
 
 from ..integrations.helpers import (
-    CountingFactory,
     assert_flat_matches_wire,
     make_tasks,
     scripted,
@@ -79,7 +79,7 @@ async def test_the_agent_loop_flattens_a_multi_turn_rollout_exactly(
             "data": {},
         }
     )
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     async with (
         scripted() as (server, url, transport),
         SandboxManager(factory) as manager,
@@ -150,7 +150,7 @@ async def test_failures_are_untrained_outputs_and_bad_input_is_refused(
         {"actor_rollout_ref": {"rollout": {"response_length": 2048, "prompt_length": 8192}}}
     )
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": False}
-    factory = CountingFactory(tmp_path / "sb")
+    factory = RecordingFactory(tmp_path / "sb")
     prompt = {"raw_prompt": [{"role": "user", "content": "x"}], "index": 0}
 
     def loop(server_manager: Any, tasks: Any) -> Any:

@@ -1,20 +1,11 @@
-"""Terminal-Bench 2 and Harbor tasks: the task model, the loader and the verifier contract.
+"""Terminal-Bench 2 and Harbor tasks: the loader, the verifier contract, passes, job folders.
 
-* :mod:`.task` — :class:`HarborTask`, parsed from ``task.toml`` schema 1.0 to 1.4;
-* :mod:`.rows` — the Hermes dataset rows (JSONL / Parquet), materialised as task folders;
-* :mod:`.dataset` — :func:`load_dataset` (folders or rows; invalid tasks reported, never
-  fatal) and :func:`select` (``task_filter`` / ``skip_tasks``);
-* :mod:`.contract` — the runtime contract as pure decisions (commands, reward files,
-  statuses); :mod:`.trial` — one trial over any :class:`TrialSandbox`.
-
-* :mod:`.sandbox` — a task's :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` and
-  trials over any project sandbox; :mod:`.report` — results rows, metrics, Harbor's trial
-  directories (ATIF trajectories);
-* :mod:`.env` — :class:`TerminalBench2EvalEnv` (``python -m hermes_async.envs.terminalbench
-  serve|process|evaluate``), loaded lazily: it needs atroposlib, the rest does not.
-
-Apart from :mod:`.env`, nothing here needs Docker or atroposlib; ``tasks/`` holds the bundled task set and
-``fixtures/`` the harness's negative fixtures (see ``tasks/README.md``).
+:mod:`.task` / :mod:`.files` (task folders, bounded reads), :mod:`.rows` (Hermes dataset
+rows), :mod:`.dataset` (load, select, local registry), :mod:`.contract` (the runtime
+contract as pure decisions), :mod:`.trial` (one trial on a project sandbox), :mod:`.images`
+(image map, stand-ins), :mod:`.runner` (a pass), :mod:`.job` (Harbor's job layout),
+:mod:`.report` (metrics, table), :mod:`.env` (the atroposlib environment; loaded lazily).
+``tasks/`` holds the bundled task set, ``fixtures/`` negative fixtures for the harness.
 """
 
 from __future__ import annotations
@@ -22,59 +13,67 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermes_async._lazy import lazy_getattr
-from hermes_async.envs.terminalbench.contract import (
-    ExecSpec,
-    RewardReading,
-    TrialStatus,
-    read_reward,
+from hermes_async.envs.terminalbench.contract import RewardReading, Step, TrialStatus, read_reward
+from hermes_async.envs.terminalbench.dataset import (
+    LoadReport,
+    Selection,
+    load_dataset,
+    resolve_dataset,
+    select,
 )
-from hermes_async.envs.terminalbench.dataset import LoadReport, Selection, load_dataset, select
+from hermes_async.envs.terminalbench.files import FolderLimits, TaskError
+from hermes_async.envs.terminalbench.images import parse_image_map, task_sandbox_spec
+from hermes_async.envs.terminalbench.job import JobWriter
+from hermes_async.envs.terminalbench.report import format_pass_table, pass_metrics
 from hermes_async.envs.terminalbench.rows import HermesRow, materialise_row, read_rows
+from hermes_async.envs.terminalbench.runner import PassOptions, TaskRun, run_pass, scripted_trial
 from hermes_async.envs.terminalbench.task import (
     BASE_IMAGE,
     HarborTask,
     NetworkPolicy,
     TaskEnvironment,
-    TaskError,
+    TaskLimits,
     load_task,
 )
-from hermes_async.envs.terminalbench.trial import (
-    ExecResult,
-    TrialResult,
-    TrialSandbox,
-    format_pass_table,
-    run_trial,
-    verify,
-)
+from hermes_async.envs.terminalbench.trial import TrialResult, run_trial, verify
 
 __all__ = (
     "BASE_IMAGE",
     "BUNDLED_FIXTURES",
     "BUNDLED_ROWS",
     "BUNDLED_TASKS",
-    "ExecResult",
-    "ExecSpec",
+    "FolderLimits",
     "HarborTask",
     "HermesRow",
+    "JobWriter",
     "LoadReport",
     "NetworkPolicy",
+    "PassOptions",
     "RewardReading",
     "Selection",
+    "Step",
     "TaskEnvironment",
     "TaskError",
+    "TaskLimits",
+    "TaskRun",
     "TerminalBench2EvalEnv",
     "TerminalBench2EvalEnvConfig",
     "TrialResult",
-    "TrialSandbox",
     "TrialStatus",
     "format_pass_table",
     "load_dataset",
     "load_task",
     "materialise_row",
+    "parse_image_map",
+    "pass_metrics",
     "read_reward",
     "read_rows",
+    "resolve_dataset",
+    "run_pass",
     "run_trial",
+    "scripted_trial",
     "select",
+    "task_sandbox_spec",
     "verify",
 )
 

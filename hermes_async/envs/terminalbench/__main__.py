@@ -1,10 +1,19 @@
-"""``python -m hermes_async.envs.terminalbench serve|process|evaluate`` (atroposlib's CLI)."""
+"""``python -m hermes_async.envs.terminalbench serve|process|evaluate`` (atroposlib's CLI).
+
+``evaluate`` exits 1 when trials ran and none produced a reward.
+"""
 
 from __future__ import annotations
 
-from hermes_async.envs.terminalbench.env import TerminalBench2EvalEnv
+import sys
+
+from hermes_async.envs.terminalbench.env import NoRewardError, TerminalBench2EvalEnv
 
 __all__ = ()
 
 if __name__ == "__main__":
-    TerminalBench2EvalEnv.cli()
+    try:
+        TerminalBench2EvalEnv.cli()
+    except NoRewardError as exc:
+        print(f"terminalbench: {exc}", file=sys.stderr)
+        sys.exit(1)

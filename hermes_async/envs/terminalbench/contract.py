@@ -1,49 +1,17 @@
-"""The Harbor runtime contract as pure decisions: paths, commands, reward files, statuses.
+"""The Harbor runtime contract as pure decisions: steps, reward files, statuses.
 
-Nothing here does I/O: :mod:`.trial` runs these commands through any sandbox, and the
-decisions are tested without one.
+Nothing here does I/O; :mod:`.trial` runs the steps on a project sandbox. One trial::
 
-One trial, in the container (paths fixed by the contract)::
-
-    setup     mkdir /logs/agent /logs/verifier /logs/artifacts (mode 0777)        as root
-    agent     the model, or the oracle (/solution/solve.sh with [solution.env]), or nothing
-              -- as [agent].user, in the workdir, bounded by [agent].timeout_sec
+    setup     mkdir /logs/{agent,verifier,artifacts} (0777)                      as root
+    agent     the model, the oracle (/solution/solve.sh) or nothing  as [agent].user
     collect   [[verifier.collect]] hooks, best effort
-    prepare   stop what the agent left running; empty /tests and /logs/verifier   as root
-    upload    tests/ -> /tests
-    verify    bash /tests/test.sh  (cwd: the workdir; TEST_DIR=/tests + [verifier.env];
-              user [verifier].user; bounded by [verifier].timeout_sec; output kept in
-              /logs/verifier/test-stdout.txt)
-    score     /logs/verifier/reward.json or reward.txt, read on the host
+    prepare   stop the agent's processes; empty /tests and /logs/verifier          as root
+    verify    bash /tests/test.sh (cwd: workdir; TEST_DIR + [verifier.env])  as [verifier].user
+    score     reward.json or reward.txt, read back bounded
 
-Decisions (each one a rule of the contract or a fix of the reference's TB2 environment):
-
-* **A missing, empty or unreadable reward is a ``verifier`` failure with reward None** —
-  never 0.0 and never the test script's exit code (the reference fell back to
-  ``exit_code == 0``, which scores a crashed verifier as a pass or a fail at random).
-* ``reward.json`` wins over ``reward.txt`` when both exist (Harbor's order). Its numeric
-  fields are the trial's metrics; the reward is its ``reward`` key, else the scalar in
-  ``reward.txt``, else its first numeric value.
-* The verifier's deadline is the task's ``[verifier].timeout_sec`` (the reference used a
-  fixed 180 s against TB2's 900 s). A timeout is a ``verifier`` failure, reward None.
-* **Hygiene before grading**: the agent's processes are stopped and ``/tests`` and
-  ``/logs/verifier`` recreated empty, so a planted reward, a replaced ``test.sh`` or a
-  background job that keeps writing ``reward.txt`` cannot score. Stopping processes is this
-  project's addition to the contract (Harbor only empties the folders). It keeps PID 1 and
-  the oldest child of PID 1 (the idle command under ``docker run --init``), the
-  preparing shell and its ancestors (a sandbox backend's exec wrapper); everything else in the container's PID namespace is stopped
-  and killed (two passes, for jobs that fork while being killed).
-* An agent that fails or times out is still graded (Harbor does): the status says what
-  happened to the agent (``agent_timeout``) and the reward says what the verifier found.
-* The workdir is the task's ``[environment].workdir``, else the image's ``WORKDIR``, else
-  ``/`` (TB2 test scripts refuse to run with ``PWD=/``, so tasks set one).
-* The test script runs as ``bash /tests/test.sh`` (not a login shell: Debian's
-  ``/etc/profile`` resets ``PATH`` and would drop the image's ``ENV PATH``).
-
-Known limit (Harbor's too, in its shared verifier mode): the verifier runs in the container
-the agent used, so an agent with root can still change what the tests run on (replace
-``python3``, edit a library). Only a separate verifier container closes that; tasks that
-care run the agent as a non-root ``[agent].user``.
+A missing, unreadable, non-finite or out-of-range reward is a ``verifier`` failure with no
+reward, never 0 and never the test script's exit code. Design record with the reasons:
+``docs/decisions/`` (Terminal-Bench contract).
 """
 
 from __future__ import annotations
@@ -56,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hermes_async.envs.terminalbench.task import HarborTask
+from hermes_async.tools.sandbox.base import ExecRequest
 
 __all__ = (
     "AGENT_LOGS_DIR",
@@ -66,6 +35,7 @@ __all__ = (
     "MAX_STDOUT_BYTES",
     "ORACLE_STDOUT",
     "REWARD_JSON",
+    "REWARD_RANGE",
     "REWARD_TXT",
     "SETUP_TIMEOUT_SECONDS",
     "SOLUTION_DIR",
@@ -73,16 +43,18 @@ __all__ = (
     "TEST_STDOUT",
     "VERIFIER_LOGS_DIR",
     "AgentKind",
-    "ExecSpec",
     "RewardReading",
+    "Step",
     "TrialStatus",
     "agent_status",
     "agent_timeout",
     "collect_spec",
     "oracle_spec",
+    "parse_pids",
     "prepare_solution_spec",
     "prepare_verifier_spec",
     "read_reward",
+    "read_spec",
     "readable_spec",
     "setup_spec",
     "trial_status",
@@ -112,29 +84,54 @@ MAX_STDOUT_BYTES = 256 * 1024
 
 #: What ran in the agent's place: a model, the task's oracle, or nothing at all.
 AgentKind = Literal["model", "oracle", "null"]
-#: ``ok`` or one of the failure taxonomy's categories.
-TrialStatus = Literal["ok", "model", "tool", "agent_timeout", "infra", "verifier", "cancelled"]
+#: ``ok`` or a failure category: the rollout taxonomy's, plus ``task_invalid`` (the task
+#: cannot run as asked: no solve.sh for an oracle, a bad task.toml) and ``needs_network``
+#: (flagged before it ran: the task builds or verifies with the network it does not have).
+TrialStatus = Literal[
+    "ok",
+    "model",
+    "tool",
+    "agent_timeout",
+    "infra",
+    "verifier",
+    "cancelled",
+    "task_invalid",
+    "needs_network",
+]
+#: The rewards a Harbor verifier may write (Harbor's documented range); outside is an error.
+REWARD_RANGE = (0.0, 1.0)
+#: Output kept from a contract step's command (its messages; files are read apart).
+_STEP_OUTPUT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
-class ExecSpec:
-    """One command to run in the task's container.
+class Step:
+    """One command of the contract: what it is (for errors and logs) and the request."""
 
-    Attributes:
-        argv: The command (no shell unless argv says so).
-        user: Who runs it (None: the image's default user).
-        env: Extra environment variables (on top of the image's).
-        cwd: The working directory (None: the image's WORKDIR).
-        timeout: The deadline in seconds.
-        what: A short description for errors and logs.
-    """
+    what: str
+    request: ExecRequest
 
-    argv: tuple[str, ...]
-    user: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    timeout: float = SETUP_TIMEOUT_SECONDS
-    what: str = "command"
+
+def _step(
+    what: str,
+    command: str,
+    *,
+    user: str | None,
+    timeout: float = SETUP_TIMEOUT_SECONDS,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> Step:
+    return Step(
+        what,
+        ExecRequest(
+            command,
+            cwd=cwd,
+            env=dict(env) if env else None,
+            timeout=timeout,
+            user=user,
+            output_limit=_STEP_OUTPUT_BYTES,
+        ),
+    )
 
 
 def workdir_for(task: HarborTask, image_workdir: str | None) -> str:
@@ -142,38 +139,65 @@ def workdir_for(task: HarborTask, image_workdir: str | None) -> str:
     return task.environment.workdir or image_workdir or "/"
 
 
-def _sh(script: str, what: str, *, timeout: float = SETUP_TIMEOUT_SECONDS) -> ExecSpec:
-    return ExecSpec(("sh", "-c", script), user="root", timeout=timeout, what=what)
+def _root(script: str, what: str) -> Step:
+    # The contract's own steps run as root whatever the image's USER (Harbor does).
+    return _step(what, script, user="root")
 
 
-def setup_spec() -> ExecSpec:
-    """Create the contract's log folders (0777: the agent and verifier may be non-root)."""
+def setup_spec() -> Step:
+    """Create the contract's log folders (0777: the agent and verifier may be non-root) and
+    print the container's process ids: what runs before the agent (an image's entrypoint
+    service) is kept by the hygiene before grading (:func:`parse_pids`)."""
     dirs = " ".join((AGENT_LOGS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR))
-    return _sh(f"mkdir -p {dirs} && chmod 0777 {LOGS_DIR} {dirs}", "create /logs")
+    return _root(
+        f"mkdir -p {dirs} && chmod 0777 {LOGS_DIR} {dirs} && "
+        'for d in /proc/[0-9]*; do echo "${d#/proc/}"; done',
+        "create /logs",
+    )
 
 
-def prepare_solution_spec() -> ExecSpec:
+def parse_pids(output: str) -> frozenset[int]:
+    """The process ids :func:`setup_spec` printed."""
+    return frozenset(int(line) for line in output.split() if line.isdigit())
+
+
+def prepare_solution_spec() -> Step:
     """Empty ``/solution`` before the oracle's files are copied in."""
-    return _sh(f"rm -rf {SOLUTION_DIR} && mkdir -p {SOLUTION_DIR}", "empty /solution")
+    return _root(f"rm -rf {SOLUTION_DIR} && mkdir -p {SOLUTION_DIR}", "empty /solution")
 
 
-def readable_spec(path: str) -> ExecSpec:
+def readable_spec(path: str) -> Step:
     """Make uploaded files readable (and scripts runnable) by a non-root user."""
-    return _sh(f"chmod -R a+rX {shlex.quote(path)}", f"chmod {path}")
+    return _root(f"chmod -R a+rX {shlex.quote(path)}", f"chmod {path}")
 
 
-def oracle_spec(task: HarborTask, *, workdir: str, timeout: float | None = None) -> ExecSpec:
+def read_spec(path: str, *, max_bytes: int, tail: bool) -> Step:
+    """Print the head (or tail) of ``path`` as root; exit 3 when it is not a regular file."""
+    tool = "tail" if tail else "head"
+    quoted = shlex.quote(path)
+    return Step(
+        f"read {path}",
+        ExecRequest(
+            f"test -f {quoted} || exit 3; {tool} -c {int(max_bytes)} {quoted}",
+            timeout=SETUP_TIMEOUT_SECONDS,
+            user="root",
+            output_limit=max(int(max_bytes), 1024),
+        ),
+    )
+
+
+def oracle_spec(task: HarborTask, *, workdir: str, timeout: float | None = None) -> Step:
     """``bash /solution/solve.sh`` as the agent's user, with ``[solution.env]``.
 
     Output goes to ``/logs/agent/oracle.txt`` (read back bounded, like the verifier's).
     """
-    return ExecSpec(
-        ("bash", "-c", f"bash {SOLUTION_DIR}/solve.sh > {ORACLE_STDOUT} 2>&1"),
+    return _step(
+        "solution/solve.sh",
+        f"bash {SOLUTION_DIR}/solve.sh > {ORACLE_STDOUT} 2>&1",
         user=task.agent_user,
-        env=dict(task.solution_env),
+        env=task.solution_env,
         cwd=workdir,
         timeout=timeout if timeout is not None else agent_timeout(task),
-        what="solution/solve.sh",
     )
 
 
@@ -184,15 +208,15 @@ def agent_timeout(task: HarborTask, multiplier: float = 1.0) -> float:
     return (task.agent_timeout_sec or DEFAULT_AGENT_TIMEOUT_SECONDS) * multiplier
 
 
-def collect_spec(task: HarborTask, index: int, *, workdir: str) -> ExecSpec:
+def collect_spec(task: HarborTask, index: int, *, workdir: str) -> Step:
     """The ``index``-th ``[[verifier.collect]]`` hook (deadline: its own, else the verifier's)."""
     hook = task.collect[index]
-    return ExecSpec(
-        ("bash", "-c", hook.command),
+    return _step(
+        f"verifier.collect[{index}]",
+        hook.command,
         user=hook.user,
         cwd=workdir,
         timeout=hook.timeout_sec or task.verifier_timeout_sec,
-        what=f"verifier.collect[{index}]",
     )
 
 
@@ -207,7 +231,7 @@ for s in /proc/[0-9]*/stat; do
   set -- ${line##*) }
   if [ "$2" = 1 ] && { [ -z "$idle" ] || [ "$pid" -lt "$idle" ]; }; then idle=$pid; fi
 done
-keep=" 1 $$ $idle "
+keep=" 1 $$ $idle $HERMES_KEEP_PIDS "
 p=$$
 while [ "${p:-0}" -gt 1 ]; do
   read -r line < "/proc/$p/stat" 2>/dev/null || break
@@ -225,12 +249,16 @@ done
 """
 
 
-def prepare_verifier_spec(*, stop_agent_processes: bool = True) -> ExecSpec:
+def prepare_verifier_spec(
+    *, stop_agent_processes: bool = True, keep: frozenset[int] = frozenset()
+) -> Step:
     """Stop the agent's leftovers, then recreate ``/tests`` and ``/logs/verifier`` empty.
 
+    ``keep``: processes that ran before the agent (:func:`setup_spec`'s snapshot) survive.
     ``rm -rf`` removes a symlink the agent may have put at ``/tests`` rather than its target.
     """
-    steps = [_STOP_STRAYS] if stop_agent_processes else []
+    keep_line = "HERMES_KEEP_PIDS=" + shlex.quote(" ".join(map(str, sorted(keep))))
+    steps = [keep_line, _STOP_STRAYS] if stop_agent_processes else []
     # A SIGKILLed writer can still be finishing a write on a loaded machine while rm runs
     # ("Directory not empty"): the removal is retried briefly (the last try's error stands).
     steps.append(
@@ -239,19 +267,18 @@ def prepare_verifier_spec(*, stop_agent_processes: bool = True) -> ExecSpec:
         f"rm -rf {TESTS_DIR} {VERIFIER_LOGS_DIR} && mkdir -p {TESTS_DIR} {VERIFIER_LOGS_DIR} "
         f"&& chmod 0777 {VERIFIER_LOGS_DIR}"
     )
-    return _sh("\n".join(steps), "empty /tests and /logs/verifier")
+    return _root("\n".join(steps), "empty /tests and /logs/verifier")
 
 
-def verifier_spec(task: HarborTask, *, workdir: str, timeout: float | None = None) -> ExecSpec:
+def verifier_spec(task: HarborTask, *, workdir: str, timeout: float | None = None) -> Step:
     """``bash /tests/test.sh`` under the contract (output to ``/logs/verifier/test-stdout.txt``)."""
-    env = {"TEST_DIR": TESTS_DIR, **task.verifier_env}
-    return ExecSpec(
-        ("bash", "-c", f"bash {TESTS_DIR}/test.sh > {TEST_STDOUT} 2>&1"),
+    return _step(
+        "tests/test.sh",
+        f"bash {TESTS_DIR}/test.sh > {TEST_STDOUT} 2>&1",
         user=task.verifier_user,
-        env=env,
+        env={"TEST_DIR": TESTS_DIR, **task.verifier_env},
         cwd=workdir,
         timeout=timeout if timeout is not None else task.verifier_timeout_sec,
-        what="tests/test.sh",
     )
 
 
@@ -280,11 +307,27 @@ def _show(data: bytes, limit: int = 80) -> str:
     return repr(text) + ("..." if len(data) > limit else "")
 
 
-def _finite(value: object) -> float | None:
+def _number(value: object) -> float | None:
+    """A JSON number as a float; None for a non-number, a bool or an integer too large."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+    try:
+        return float(value)
+    except OverflowError:  # a 400-digit integer
+        return None
+
+
+def _check(number: float | None, what: str, raw: object) -> tuple[float | None, str | None]:
+    """``(reward, None)`` for a finite reward in :data:`REWARD_RANGE`, else ``(None, why)``."""
+    low, high = REWARD_RANGE
+    shown = _show(str(raw).encode(), 40)
+    if number is None:
+        return None, f"{what} is not a number a float can hold: {shown}"
+    if not math.isfinite(number):
+        return None, f"{what} is not a finite number: {shown}"
+    if not low <= number <= high:
+        return None, f"{what} is {number:g}, outside the reward range {low:g}..{high:g}"
+    return number, None
 
 
 def _parse_txt(data: bytes) -> tuple[float | None, str | None]:
@@ -295,53 +338,65 @@ def _parse_txt(data: bytes) -> tuple[float | None, str | None]:
         number = float(text)
     except ValueError:
         return None, f"reward.txt is not a number: {_show(data)}"
-    if not math.isfinite(number):
-        return None, f"reward.txt is not a finite number: {_show(data)}"
-    return number, None
+    return _check(number, "reward.txt", text)
 
 
 def read_reward(reward_txt: bytes | None, reward_json: bytes | None) -> RewardReading:
     """Score a trial from the contents of its reward files (None: the file does not exist).
 
+    ``reward.json`` wins over ``reward.txt`` (Harbor's order); its finite numbers are the
+    metrics. The reward is its ``reward`` key; only when that key is absent, ``reward.txt``,
+    else the object's first number. A reward present but not a finite number in
+    :data:`REWARD_RANGE` is an error reading, never replaced by another number.
+
     Never raises: an unreadable file is a :class:`RewardReading` with ``error`` set.
     """
     if reward_json is not None:
-        if not reward_json.strip():
-            return RewardReading(None, source="reward.json", error="reward.json is empty")
-        try:
-            parsed = json.loads(reward_json)
-        except (ValueError, RecursionError):
-            return RewardReading(
-                None, source="reward.json", error=f"reward.json is not JSON: {_show(reward_json)}"
-            )
-        if not isinstance(parsed, dict):
-            return RewardReading(
-                None,
-                source="reward.json",
-                error=f"reward.json is not an object: {_show(reward_json)}",
-            )
-        metrics = {
-            str(k): v for k, v in ((k, _finite(v)) for k, v in parsed.items()) if v is not None
-        }
-        if "reward" in metrics:
-            return RewardReading(metrics["reward"], metrics, "reward.json")
-        if reward_txt is not None:
-            number, _ = _parse_txt(reward_txt)
-            if number is not None:
-                return RewardReading(number, {**metrics, "reward": number}, "reward.json")
-        if metrics:
-            return RewardReading(next(iter(metrics.values())), metrics, "reward.json")
-        return RewardReading(
-            None,
-            source="reward.json",
-            error=f"reward.json has no numeric value: {_show(reward_json)}",
-        )
+        return _read_json(reward_json, reward_txt)
     if reward_txt is not None:
         number, error = _parse_txt(reward_txt)
         if number is None:
             return RewardReading(None, source="reward.txt", error=error)
         return RewardReading(number, {"reward": number}, "reward.txt")
     return RewardReading(None, error=f"the verifier wrote no {REWARD_TXT} or {REWARD_JSON}")
+
+
+def _read_json(reward_json: bytes, reward_txt: bytes | None) -> RewardReading:
+    if not reward_json.strip():
+        return RewardReading(None, source="reward.json", error="reward.json is empty")
+    try:
+        parsed = json.loads(reward_json)
+    except (ValueError, RecursionError):
+        return RewardReading(
+            None, source="reward.json", error=f"reward.json is not JSON: {_show(reward_json)}"
+        )
+    if not isinstance(parsed, dict):
+        return RewardReading(
+            None, source="reward.json", error=f"reward.json is not an object: {_show(reward_json)}"
+        )
+    metrics = {}
+    for key, value in parsed.items():
+        number = _number(value)
+        if number is not None and math.isfinite(number):
+            metrics[str(key)] = number
+    if "reward" in parsed:
+        reward, error = _check(_number(parsed["reward"]), "reward.json's reward", parsed["reward"])
+        return RewardReading(reward, metrics if reward is not None else {}, "reward.json", error)
+    if reward_txt is not None:
+        reward, error = _parse_txt(reward_txt)
+        if reward is None:
+            return RewardReading(None, source="reward.txt", error=error)
+        return RewardReading(reward, {**metrics, "reward": reward}, "reward.json")
+    for key, value in parsed.items():
+        number = _number(value)
+        if not isinstance(value, bool) and isinstance(value, int | float):
+            reward, error = _check(number, f"reward.json's first value ({key!r})", value)
+            return RewardReading(
+                reward, metrics if reward is not None else {}, "reward.json", error
+            )
+    return RewardReading(
+        None, source="reward.json", error=f"reward.json has no numeric value: {_show(reward_json)}"
+    )
 
 
 def agent_status(*, kind: AgentKind, timed_out: bool) -> TrialStatus:

@@ -1,26 +1,17 @@
-"""Load a Harbor dataset (folders or Hermes rows) and select tasks by name.
+"""Load a Harbor dataset (folders or Hermes rows), select tasks by name, resolve names locally.
 
-:func:`load_dataset` takes what a user points ``--env.dataset`` at:
-
-* one task folder (it holds ``task.toml``);
-* a directory of task folders (each subfolder with a ``task.toml``; hidden folders and
-  folders that are plainly not tasks — no ``task.toml``, ``instruction.md`` or ``tests/`` —
-  are passed over);
-* a ``.jsonl`` or ``.parquet`` file of Hermes rows (:mod:`.rows`), materialised into task
-  folders under a cache directory.
-
-It never raises for a bad *task*: each one is reported in :attr:`LoadReport.invalid` with its
-name and the reason, and the rest load. It raises :class:`~hermes_async.errors.ConfigError`
-only when the *dataset* itself cannot be read (a missing path, an unknown file kind, Parquet
-without pyarrow).
-
-:func:`select` applies ``task_filter`` / ``skip_tasks`` (comma-separated names, as the
-reference's ``--env.task_filter a,b`` / ``--env.skip_tasks c,d``) and reports names that
-match no task, so a typo is visible instead of silently running nothing or everything.
+:func:`load_dataset` takes one task folder, a directory of task folders, or a ``.jsonl`` /
+``.parquet`` file of Hermes rows; a bad *task* is reported in :attr:`LoadReport.invalid` and
+the rest load. :func:`resolve_dataset` turns ``terminal-bench@2.0`` into a local folder
+through a registry file (a name -> a folder, or a git checkout at a pinned commit), so
+Harbor's dataset names work offline. :func:`select` applies ``task_filter`` / ``skip_tasks``.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,14 +22,22 @@ from hermes_async.envs.terminalbench.rows import (
     parse_row,
     read_rows,
 )
-from hermes_async.envs.terminalbench.task import LOCAL_IMAGES, HarborTask, TaskError, load_task
+from hermes_async.envs.terminalbench.task import (
+    LOCAL_IMAGES,
+    HarborTask,
+    TaskError,
+    TaskLimits,
+    load_task,
+)
 from hermes_async.errors import ConfigError
 
 __all__ = (
     "LoadReport",
     "Selection",
+    "default_registry",
     "load_dataset",
     "parse_names",
+    "resolve_dataset",
     "select",
 )
 
@@ -88,6 +87,7 @@ def load_dataset(
     *,
     cache_dir: str | Path | None = None,
     local_images: frozenset[str] = LOCAL_IMAGES,
+    limits: TaskLimits | None = None,
 ) -> LoadReport:
     """Load every task under ``path`` (see the module docs for what ``path`` may be).
 
@@ -96,6 +96,7 @@ def load_dataset(
         cache_dir: Where rows are materialised (default: :func:`~.rows.default_cache_dir`
             ``/ "terminalbench-rows"``).
         local_images: Images that need no registry (for the network flags).
+        limits: The operator's maxima for every task (default :class:`~.task.TaskLimits`).
 
     Raises:
         ConfigError: ``path`` does not exist or cannot be read as a dataset.
@@ -136,20 +137,25 @@ def load_dataset(
                     raise TaskError(
                         row.task_name, f"cannot write the task folder under {rows_dir}: {exc}"
                     ) from None
-                return load_task(folder, name=row.task_name, local_images=local_images)
+                return load_task(
+                    folder, name=row.task_name, local_images=local_images, limits=limits
+                )
 
             add(from_row, raw.label)
     elif (source / "task.toml").is_file():
-        add(lambda: load_task(source, local_images=local_images), source.resolve().name)
+        add(
+            lambda: load_task(source, local_images=local_images, limits=limits),
+            source.resolve().name,
+        )
     elif source.is_dir():
         for folder in sorted(source.iterdir()):
-            if not folder.is_dir() or folder.name.startswith((".", "_")):
+            if folder.is_symlink() or not folder.is_dir() or folder.name.startswith((".", "_")):
                 continue
             if not _looks_like_task(folder):
                 continue
 
             def from_folder(folder: Path = folder) -> HarborTask:
-                return load_task(folder, local_images=local_images)
+                return load_task(folder, local_images=local_images, limits=limits)
 
             add(from_folder, folder.name)
     else:
@@ -199,3 +205,89 @@ def select(
         task for task in tasks if (not wanted or task.name in wanted) and task.name not in skipped
     )
     return Selection(chosen, tuple(dict.fromkeys(unknown)))
+
+
+def default_registry() -> Path:
+    """``$HERMES_ASYNC_DATASETS`` or ``~/.config/hermes-async/datasets.toml``."""
+    explicit = os.environ.get("HERMES_ASYNC_DATASETS")
+    if explicit:
+        return Path(explicit)
+    config = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(config) if config else Path.home() / ".config") / "hermes-async" / "datasets.toml"
+
+
+def resolve_dataset(spec: str | Path, *, registry: str | Path | None = None) -> Path:
+    """The local path of a dataset: ``spec`` itself when it exists, else its registry entry.
+
+    The registry is a TOML file of entries keyed ``"name@version"``::
+
+        [datasets."terminal-bench@2.0"]
+        path = "/data/terminal-bench-2/tasks"          # a folder of task folders
+        [datasets."termigen@1"]
+        git = "/data/terminal-bench-env"              # a local git checkout ...
+        commit = "aaad6aeff9b58ab7504a7d239f01f8b11c7174ef"   # ... that must be at this commit
+        subdir = "environments_harbor"
+
+    A bare ``name`` matches when exactly one version of it is registered.
+
+    Raises:
+        ConfigError: No such path or entry, an unreadable registry, or a checkout at another
+            commit than the entry pins.
+    """
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path
+    file = Path(registry) if registry is not None else default_registry()
+    name = str(spec)
+    if not file.is_file():
+        raise ConfigError(
+            f"dataset {name!r} is neither a path nor in a registry ({file} does not exist); "
+            'give a folder, or register it there: [datasets."NAME@VERSION"] path = "..."'
+        )
+    try:
+        entries = tomllib.loads(file.read_text(encoding="utf-8")).get("datasets", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read the dataset registry {file}: {exc}") from None
+    if not isinstance(entries, dict):
+        raise ConfigError(f"dataset registry {file}: [datasets] must be a table")
+    key = name if name in entries else None
+    if key is None:
+        matches = [k for k in entries if k.split("@", 1)[0] == name]
+        key = matches[0] if len(matches) == 1 else None
+    if key is None:
+        raise ConfigError(
+            f"dataset {name!r} is not in the registry {file}; registered: "
+            f"{', '.join(sorted(entries)) or 'none'}"
+        )
+    return _entry_path(key, entries[key], file)
+
+
+def _entry_path(key: str, entry: object, file: Path) -> Path:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"dataset registry {file}: entry {key!r} must be a table")
+    where = entry.get("path") or entry.get("git")
+    if not isinstance(where, str):
+        raise ConfigError(f"dataset registry {file}: entry {key!r} needs path = or git =")
+    root = (file.parent / Path(where).expanduser()).resolve()
+    commit = entry.get("commit")
+    if "git" in entry and isinstance(commit, str):
+        try:
+            head = subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ConfigError(f"dataset {key!r}: {root} is not a git checkout ({exc})") from None
+        if not head.startswith(commit) and not commit.startswith(head):
+            raise ConfigError(
+                f"dataset {key!r}: {root} is at commit {head[:12]}, the registry pins "
+                f"{commit[:12]}; check out that commit (git -C {root} checkout {commit})"
+            )
+    subdir = entry.get("subdir")
+    folder = root / subdir if isinstance(subdir, str) else root
+    if not folder.exists():
+        raise ConfigError(f"dataset {key!r}: {folder} does not exist")
+    return folder

@@ -1,49 +1,30 @@
 """TerminalBench2EvalEnv: Harbor tasks (Terminal-Bench 2) as an evaluation and training env.
 
-Run it like any atroposlib environment::
+::
 
-    # the oracle over the bundled tasks, on Docker, no model server
     python -m hermes_async.envs.terminalbench evaluate --env.agent oracle \\
-        --env.data_dir_to_save_evals evals/tb2
-    # a model (Phase 1 chat server here; vllm/sglang for Phase 2)
-    python -m hermes_async.envs.terminalbench evaluate --env.dataset path/to/tasks \\
-        --env.task_filter fix-git,hello --openai.base_url http://127.0.0.1:8000/v1
+        --env.dataset terminal-bench@2.0 --env.attempts 3 --env.data_dir_to_save_evals jobs/tb2
 
-Each task's rollout runs in its own sandbox made from the task (its image built from
-``environment/`` once per content, its cpus/memory, workdir and env: :meth:`sandbox_spec`),
-bounded by ``[agent].timeout_sec`` times ``timeout_multiplier`` (:meth:`rollout_options`).
-The reward is the verifier's, through :mod:`.trial`'s contract, on the very sandbox the model
-used (:meth:`compute_reward`).
-
-Decisions:
-
-* **A missing or unreadable reward is a ``verifier`` failure, never 0.** In ``evaluate`` the
-  task's row has ``reward: null`` and ``status: verifier``. In training (``serve`` /
-  ``process``) ``compute_reward`` raises :class:`VerifierError`, and a group with such a
-  rollout is dropped (``collect_trajectories`` returns no group) rather than trained on as a
-  failure of the policy.
-* ``--env.agent oracle|null`` runs the task's ``solution/solve.sh`` (or nothing) instead of
-  the model: no model server is contacted. They are how the harness is checked: every oracle
-  must score 1.0, every null run 0.0.
-* Concurrency: at most ``max_concurrent_tasks`` tasks at once; image builds behind their own
-  limiter (``build_concurrency``, default 1 for a 2-core box), container creation behind the
-  ``sandbox_create`` limiter. A task that cannot be built or started is an ``infra`` row.
+Each trial runs in its own sandbox made from the task (:func:`~.images.task_sandbox_spec`);
+the reward is the verifier's, through :mod:`.trial`'s contract, on the very sandbox the model
+used. ``evaluate`` is :func:`~.runner.run_pass`: trials contained, written as they finish in
+Harbor's job layout (:mod:`.job`), resumable; it exits non-zero when no trial got a reward.
+In training a rollout without a verifier reward drops its group (never a 0 stand-in).
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
 from pydantic import Field
 
 from hermes_async.agent import AgentOptions, AgentResult, ToolContext, run_rollout
@@ -51,41 +32,40 @@ from hermes_async.envs._atropos import APIServerConfig, ScoredDataGroup
 from hermes_async.envs._examples import CyclingItems, example_configs
 from hermes_async.envs.base import HermesAgentBaseEnv, _require_asyncio
 from hermes_async.envs.config import HermesAgentEnvConfig
-from hermes_async.envs.terminalbench.contract import (
-    VERIFIER_LOGS_DIR,
-    AgentKind,
-    TrialStatus,
-    agent_timeout,
-    setup_spec,
+from hermes_async.envs.terminalbench.contract import TrialStatus, agent_timeout, setup_spec
+from hermes_async.envs.terminalbench.dataset import (
+    load_dataset,
+    parse_names,
+    resolve_dataset,
+    select,
 )
-from hermes_async.envs.terminalbench.dataset import load_dataset, select
-from hermes_async.envs.terminalbench.report import (
-    atif_trajectory,
-    pass_metrics,
-    result_row,
-    write_trial_dir,
+from hermes_async.envs.terminalbench.images import parse_image_map, task_sandbox_spec
+from hermes_async.envs.terminalbench.job import JobWriter
+from hermes_async.envs.terminalbench.report import format_pass_table, pass_metrics
+from hermes_async.envs.terminalbench.runner import (
+    ImageProbe,
+    PassOptions,
+    TaskRun,
+    run_pass,
+    scripted_trial,
+    verifier_archive,
 )
-from hermes_async.envs.terminalbench.sandbox import SandboxTrial, task_sandbox_spec
 from hermes_async.envs.terminalbench.task import HarborTask
-from hermes_async.envs.terminalbench.trial import TrialResult, format_pass_table, run_trial, verify
+from hermes_async.envs.terminalbench.trial import TrialResult, verify
 from hermes_async.errors import ConfigError, HermesAsyncError, SandboxError
 from hermes_async.inference.generate import GenerateClient
-from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
 from hermes_async.tools.sandbox.manager import SandboxFactory, SandboxManager
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
-    "TaskRun",
+    "NoRewardError",
     "TerminalBench2EvalEnv",
     "TerminalBench2EvalEnvConfig",
     "VerifierError",
 )
 
 logger = logging.getLogger(__name__)
-
-#: ``/logs/verifier`` is copied to the host only up to this size (else just the stdout tail).
-MAX_VERIFIER_COPY_BYTES = 16 * 1024 * 1024
 
 SYSTEM_PROMPT = (
     "You are an expert software engineer working in a Linux container through a terminal. "
@@ -103,6 +83,10 @@ class VerifierError(HermesAsyncError):
     failed during grading: the rollout has no score, and no 0 stands in for one."""
 
 
+class NoRewardError(HermesAsyncError):
+    """``evaluate`` ran trials but none produced a reward (the run's exit status is 1)."""
+
+
 class TerminalBench2EvalEnvConfig(HermesAgentEnvConfig):
     """TerminalBench2EvalEnv's options (``--env.<name>``)."""
 
@@ -118,32 +102,37 @@ class TerminalBench2EvalEnvConfig(HermesAgentEnvConfig):
     agent: Literal["model", "oracle", "null"] = Field(
         default="model", description="model, oracle (solution/solve.sh) or null (nothing)."
     )
+    attempts: int = Field(default=1, ge=1, description="Trials per task (pass@k up to k).")
+    registry: str | None = Field(
+        default=None,
+        description="Local dataset registry file (name@version -> folder); default "
+        "$HERMES_ASYNC_DATASETS or ~/.config/hermes-async/datasets.toml.",
+    )
+    image_map: str | None = Field(
+        default=None,
+        description="Images replaced before use, FROM=LOCAL pairs: python:3.12-slim=mirror/py,...",
+    )
+    image_map_file: str | None = Field(
+        default=None, description="The image map as a file (JSON object or FROM=LOCAL lines)."
+    )
+    allow_network_tasks: Literal["skip", "run"] = Field(
+        default="skip",
+        description="A task that needs a network it does not have: skip (a needs_network "
+        "row) or run (on sandbox_options' network_mode; the row says so).",
+    )
     timeout_multiplier: float = Field(
         default=1.0, gt=0, description="Scales every task's [agent].timeout_sec."
     )
     max_concurrent_tasks: int = Field(default=4, ge=1, description="Tasks running at once.")
     build_concurrency: int = Field(default=1, ge=1, description="Docker image builds at once.")
-    allow_network: bool = Field(
-        default=False, description="Give containers the network when their task allows it."
+    build_network: str | None = Field(
+        default=None,
+        description="Network of image builds' RUN steps (e.g. host: a Dockerfile's apt-get / "
+        "pip reach the mirrors the host reaches); default: the engine's.",
     )
     rows_cache_dir: str | None = Field(
         default=None, description="Where Hermes rows are materialised as task folders."
     )
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRun:
-    """One task's trial and what goes into its Harbor directory.
-
-    Attributes:
-        trial: The outcome (reward, status, timings).
-        messages: The conversation (model), or the oracle's prompt and output.
-        verifier_tar: ``/logs/verifier`` as a tar, when it could be copied.
-    """
-
-    trial: TrialResult
-    messages: list[dict[str, Any]]
-    verifier_tar: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -152,28 +141,13 @@ class _Graded:
     verifier_tar: bytes | None
 
 
-async def _verifier_archive(sandbox: Sandbox) -> bytes | None:
-    """``/logs/verifier`` as a tar, if it is small enough to copy (else None)."""
-    probe = await sandbox.exec(f"du -sb {VERIFIER_LOGS_DIR} | cut -f1", timeout=60)
-    try:
-        size = int(probe.stdout.strip() or "0")
-    except ValueError:
-        return None
-    if probe.exit_code != 0 or size > MAX_VERIFIER_COPY_BYTES:
-        return None
-    try:
-        return await sandbox.get_archive(VERIFIER_LOGS_DIR)
-    except (OSError, SandboxError):
-        return None
-
-
 class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
     """Harbor tasks, one sandbox each, scored by their verifiers (see the module docstring).
 
     Attributes:
         tasks: The selected tasks (after ``setup``).
         images: The Docker image builder (``builds`` counts images built, not found cached).
-        last_runs: The :class:`TaskRun` s of the last :meth:`run_tasks`.
+        last_trials: The trials of the last :meth:`run_tasks` (resumed ones included).
     """
 
     name = "terminalbench2"
@@ -182,9 +156,14 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tb_config: TerminalBench2EvalEnvConfig = self._tb_config()
-        self.images = ImageBuilder(build_concurrency=self.tb_config.build_concurrency)
+        self.images = ImageBuilder(
+            build_concurrency=self.tb_config.build_concurrency,
+            build_network=self.tb_config.build_network,
+        )
         self.tasks: list[HarborTask] = []
-        self.last_runs: list[TaskRun] = []
+        self.last_trials: list[TrialResult] = []
+        self.invalid_tasks: list[tuple[str, str]] = []
+        self.image_map = parse_image_map(self.tb_config.image_map, self.tb_config.image_map_file)
         self._graded: dict[str, _Graded] = {}
         self._started: dict[str, float] = {}
 
@@ -225,9 +204,18 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         from hermes_async.envs.terminalbench import BUNDLED_TASKS
 
         cfg = self.tb_config
-        report = load_dataset(cfg.dataset or BUNDLED_TASKS, cache_dir=cfg.rows_cache_dir)
+        source = (
+            resolve_dataset(cfg.dataset, registry=cfg.registry) if cfg.dataset else BUNDLED_TASKS
+        )
+        report = load_dataset(source, cache_dir=cfg.rows_cache_dir)
         for name, reason in report.invalid:
             logger.warning("skipping invalid task %s: %s", name, reason)
+        wanted = set(parse_names(cfg.task_filter)) - set(parse_names(cfg.skip_tasks))
+        self.invalid_tasks = [
+            (name, reason)
+            for name, reason in report.invalid
+            if (not wanted or name in wanted) and name not in parse_names(cfg.skip_tasks)
+        ]
         chosen = select(report.tasks, cfg.task_filter, cfg.skip_tasks)
         for name in chosen.unknown:
             logger.warning("no task named %r in %s (task_filter/skip_tasks)", name, report.source)
@@ -259,7 +247,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         """The task's sandbox: its image, cpus, memory, workdir, env (see :mod:`.sandbox`)."""
         if not isinstance(item, HarborTask):
             return None
-        return task_sandbox_spec(item, allow_network=self.tb_config.allow_network)
+        return task_sandbox_spec(item, image_map=self.image_map)
 
     def rollout_options(self, item: Any, options: AgentOptions) -> AgentOptions:
         """The task's agent deadline: ``[agent].timeout_sec`` times ``timeout_multiplier``."""
@@ -304,13 +292,15 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
             "agent_timeout" if (result.error or "").startswith("rollout deadline") else "ok"
         )
         sandbox = await ctx.manager.get(ctx.task_id)
-        trial_sandbox = SandboxTrial(sandbox)
         try:
-            await trial_sandbox.exec(setup_spec())
-            verified = await verify(item, trial_sandbox)
-            verifier_tar = await _verifier_archive(sandbox)
+            setup = setup_spec().request
+            await sandbox.exec(setup.command, timeout=setup.timeout, user=setup.user)
+            verified = await verify(item, sandbox)
+            verifier_tar = await verifier_archive(sandbox)
         except SandboxError as exc:
-            trial = TrialResult.infra(item, "model", str(exc), agent_seconds=agent_seconds)
+            trial = TrialResult.failed(
+                item, "model", "infra", str(exc), agent_seconds=agent_seconds
+            )
             self._graded[ctx.task_id] = _Graded(trial, None)
             self._fail(item)
             raise VerifierError(f"task {item.name}: grading failed: {exc}") from exc
@@ -360,41 +350,77 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
 
     # -------------------------------------------------------------- evaluation
 
-    async def run_tasks(self, tasks: Sequence[HarborTask] | None = None) -> list[TaskRun]:
-        """Run one trial per task (``agent`` model, oracle or null); results in task order.
+    def pass_options(self) -> PassOptions:
+        """The pass this configuration asks for."""
+        cfg = self.tb_config
+        return PassOptions(
+            agent=cfg.agent,
+            attempts=cfg.attempts,
+            concurrency=cfg.max_concurrent_tasks,
+            timeout_multiplier=cfg.timeout_multiplier,
+            network_tasks=cfg.allow_network_tasks,
+            image_map=self.image_map,
+            build_network=self.images.build_network is not None,
+        )
 
-        At most ``max_concurrent_tasks`` at once, in one task group; a task that fails to
-        build or start is an ``infra`` trial, never an exception.
+    def _probe(self, manager: SandboxManager) -> ImageProbe | None:
+        factory = getattr(manager, "factory", None)
+        return getattr(factory, "image_labels", None)
+
+    async def _ensure_reachable(self) -> None:
+        # The oracle and the null agent talk to no model server.
+        if self.tb_config.agent == "model":
+            await super()._ensure_reachable()
+
+    def _open_clients(self) -> AbstractAsyncContextManager[list[Any]]:
+        if self.tb_config.agent == "model":
+            return super()._open_clients()
+
+        @asynccontextmanager
+        async def none() -> AsyncIterator[list[Any]]:
+            yield []  # the oracle and the null agent need no model client
+
+        return none()
+
+    async def run_tasks(
+        self, tasks: Sequence[HarborTask] | None = None, *, writer: JobWriter | None = None
+    ) -> list[TrialResult]:
+        """Run the pass over ``tasks`` (default: the selected ones); see :mod:`.runner`.
 
         Raises:
             AsyncBackendError: Not running under asyncio (atroposlib, aiodocker).
 
-        **Cancellation**: every running trial is cancelled and its sandbox released.
+        **Cancellation**: every running trial is cancelled and its sandbox released; finished
+        trials are already written by ``writer``.
         """
         _require_asyncio("TerminalBench2EvalEnv.run_tasks")
         chosen = list(tasks if tasks is not None else self.tasks or self.load_tasks())
-        kind: AgentKind = self.tb_config.agent
-        limiter = anyio.CapacityLimiter(self.tb_config.max_concurrent_tasks)
-        runs: list[TaskRun | None] = [None] * len(chosen)
-        resources = self._rollout_resources() if kind == "model" else self._scripted_resources()
+        options = self.pass_options()
+        model = self.server_specs[0].model_name if options.agent == "model" else None
+        if options.agent == "model":
+            resources: Any = self._rollout_resources()
+        else:
+            resources = self._scripted_resources()
         async with resources as (manager, clients):
-            tools = self._resolve_tools_for_group() if kind == "model" else None
+            tools = self._resolve_tools_for_group() if options.agent == "model" else None
 
-            async def one(index: int, task: HarborTask) -> None:
-                async with limiter:
-                    if kind == "model":
-                        assert tools is not None
-                        runs[index] = await self._model_trial(
-                            task, manager, self._pick(clients), tools
-                        )
-                    else:
-                        runs[index] = await self._scripted_trial(task, kind, manager)
+            async def trial_fn(task: HarborTask, attempt: int, network: bool) -> TaskRun:
+                if tools is None:
+                    return await scripted_trial(
+                        task, manager=manager, options=options, network=network
+                    )
+                return await self._model_trial(task, manager, self._pick(clients), tools)
 
-            async with anyio.create_task_group() as tg:
-                for index, task in enumerate(chosen):
-                    tg.start_soon(one, index, task, name=f"trial {task.name}")
-        self.last_runs = [r for r in runs if r is not None]
-        return self.last_runs
+            self.last_trials = await run_pass(
+                chosen,
+                trial_fn,
+                options=options,
+                writer=writer,
+                probe=self._probe(manager),
+                model_name=model,
+                invalid=self.invalid_tasks if tasks is None else (),
+            )
+        return self.last_trials
 
     def _scripted_resources(self) -> Any:
         from contextlib import asynccontextmanager
@@ -406,41 +432,6 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
 
         return opened()
 
-    def _task_id(self, task: HarborTask) -> str:
-        return f"tb2-{task.name}-{uuid.uuid4().hex[:8]}"
-
-    async def _scripted_trial(
-        self, task: HarborTask, kind: AgentKind, manager: SandboxManager
-    ) -> TaskRun:
-        task_id = self._task_id(task)
-        started = time.monotonic()
-        manager.assign_spec(task_id, self.sandbox_spec(task))
-        interrupted = False
-        try:
-            try:
-                sandbox = await manager.get(task_id)
-            except SandboxError as exc:
-                infra = TrialResult.infra(
-                    task, kind, str(exc), agent_seconds=time.monotonic() - started
-                )
-                return TaskRun(infra, [])
-            trial = await run_trial(
-                task,
-                SandboxTrial(sandbox),
-                agent=kind,
-                timeout_multiplier=self.tb_config.timeout_multiplier,
-            )
-            verifier_tar = await _verifier_archive(sandbox) if trial.status != "infra" else None
-        except anyio.get_cancelled_exc_class():
-            interrupted = True
-            raise
-        finally:
-            await manager.release(task_id, interrupted=interrupted)
-        messages = [{"role": "user", "content": task.instruction}]
-        if kind == "oracle":
-            messages.append({"role": "assistant", "content": trial.agent_output})
-        return TaskRun(trial, messages, verifier_tar)
-
     async def _model_trial(
         self,
         task: HarborTask,
@@ -448,7 +439,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         client: Any,
         tools: tuple[list[Any], set[str]],
     ) -> TaskRun:
-        task_id = self._task_id(task)
+        task_id = f"tb2-{task.name}-{uuid.uuid4().hex[:8]}"
         self._started[task_id] = time.monotonic()
         try:
             run = self.rollout_task(
@@ -472,69 +463,63 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
             self._graded.pop(task_id, None)
         if graded is None:
             # The reward never ran: the model never answered (server failure, no reply).
-            trial = TrialResult(
-                task=task.name,
-                category=task.category,
-                agent="model",
-                status="model",
-                reward=None,
-                error=scored.error or "the model produced no answer",
+            trial = TrialResult.failed(
+                task,
+                "model",
+                "model",
+                scored.error or "the model produced no answer",
                 agent_seconds=scored.seconds,
             )
             return TaskRun(trial, scored.messages)
         return TaskRun(graded.trial, scored.messages, graded.verifier_tar)
 
-    def write_results(self, runs: Sequence[TaskRun], root: Path) -> list[dict[str, Any]]:
-        """Write ``results.jsonl`` and one Harbor trial directory per run; return the rows."""
-        root.mkdir(parents=True, exist_ok=True)
-        rows = []
-        counts: dict[str, int] = {}
-        model = self.server_specs[0].model_name if self.tb_config.agent == "model" else None
-        for run in runs:
-            index = counts.get(run.trial.task, 0)
-            counts[run.trial.task] = index + 1
-            trajectory = atif_trajectory(
-                run.messages,
-                session_id=f"{run.trial.task}-{index}",
-                agent_name=f"hermes_async-{run.trial.agent}",
-                model_name=model,
-            )
-            path = write_trial_dir(
-                root,
-                run.trial,
-                index=index,
-                trajectory=trajectory,
-                verifier_tar=run.verifier_tar,
-                config={"timeout_multiplier": self.tb_config.timeout_multiplier},
-            )
-            rows.append(result_row(run.trial, trial_dir=path.relative_to(root).as_posix()))
-        with (root / "results.jsonl").open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-        return rows
-
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Run every selected task once; write results, trials and metrics; print the table.
+        """Run the pass; write each trial as it finishes, then the metrics; print the table.
 
-        **Cancellation**: every running trial is cancelled and its sandbox released; nothing
-        is written.
+        Raises:
+            NoRewardError: Trials ran and none produced a reward (after writing everything).
+
+        **Cancellation**: running trials are cancelled and their sandboxes released; the
+        finished ones are on disk (``--env.resume true`` runs the rest).
         """
         start = time.time()
-        runs = await self.run_tasks()
-        trials = [r.trial for r in runs]
-        print(format_pass_table(trials), flush=True)
-        metrics = pass_metrics(trials)
+        cfg = self.tb_config
         out = self.config.data_dir_to_save_evals
-        rows = self.write_results(runs, Path(out)) if out else [result_row(t) for t in trials]
+        writer = None
+        if out:
+            writer = JobWriter(
+                Path(out),
+                config={
+                    "job_name": Path(out).name,
+                    "agent": cfg.agent,
+                    "attempts": cfg.attempts,
+                    "dataset": cfg.dataset,
+                    "n_concurrent_trials": cfg.max_concurrent_tasks,
+                    "timeout_multiplier": cfg.timeout_multiplier,
+                    "allow_network_tasks": cfg.allow_network_tasks,
+                    "image_map": self.image_map,
+                },
+                resume=bool(self.config.resume),
+            )
+        try:
+            trials = await self.run_tasks(writer=writer)
+        finally:
+            if writer is not None:
+                writer.close()
+        print(format_pass_table(trials), flush=True)
+        n_total = len(self.tasks or trials) * cfg.attempts
+        metrics = writer.finish(trials, n_total=n_total) if writer else pass_metrics(trials)
         await self.evaluate_log(
             metrics=metrics,
             task_name="terminalbench2",
             start_time=start,
             end_time=time.time(),
-            generation_parameters={
-                "agent": self.tb_config.agent,
-                "timeout_multiplier": self.tb_config.timeout_multiplier,
-            },
-            samples=rows,
+            generation_parameters={"agent": cfg.agent, "attempts": cfg.attempts},
+            samples=list(writer.rows) if writer else [],
             verbose=False,
         )
+        if trials and all(t.reward is None for t in trials):
+            raise NoRewardError(
+                f"no trial of {len(trials)} produced a reward (statuses: "
+                f"{', '.join(sorted({t.status for t in trials}))}); see the table above"
+            )

@@ -1,31 +1,17 @@
-"""What a Terminal-Bench run leaves on disk: rows, metrics, and Harbor's trial directories.
+"""What a Terminal-Bench pass reports: metrics (pass rate, pass@k), the table, ATIF trajectories.
 
-Pure builders plus one writer, so the layout is tested without a container::
-
-    <data_dir_to_save_evals>/
-      results.jsonl             one row per task: task, category, reward (float|null), status,
-                                agent_seconds, verifier_seconds, error, agent, trial
-      metrics.json              (atroposlib's evaluate_log) eval/pass_rate overall and per
-                                category, eval/mean_reward, counts per status
-      trials/<task>__<n>/       Harbor's trial layout, readable by its viewer:
-        config.json             the task and the agent that ran
-        result.json             the trial's outcome (reward, status, timings)
-        agent/trajectory.json   the conversation in ATIF (v1.4): one step per message
-        verifier/               /logs/verifier copied from the container (reward file,
-                                test-stdout.txt)
-
-A task *passes* when its status is ``ok`` and its reward is 1.0 (partial credit counts in
-the mean reward, not in the pass rate). A missing reward is ``null`` in the row and counts
-as not passed; it is never written as 0.
+Pure builders. A trial *passes* when its status is ``ok`` and its reward 1.0; the mean reward
+is over every trial, one without a reward counting 0 — the table prints the same numbers as
+``metrics.json``. pass@k is the unbiased estimator over each task's attempts
+(1 - C(n-c, k) / C(n, k), averaged over tasks).
 """
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
+import math
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from hermes_async._redact import redact
@@ -34,10 +20,10 @@ from hermes_async.envs.terminalbench.trial import TrialResult
 __all__ = (
     "ATIF_SCHEMA_VERSION",
     "atif_trajectory",
+    "format_pass_table",
+    "mean_reward",
+    "pass_at_k",
     "pass_metrics",
-    "result_row",
-    "trial_dir_name",
-    "write_trial_dir",
 )
 
 #: The ATIF version the trajectories are written in.
@@ -46,35 +32,45 @@ ATIF_SCHEMA_VERSION = "ATIF-v1.4"
 _SOURCES = {"system": "system", "user": "user", "assistant": "agent"}
 
 
-def result_row(trial: TrialResult, *, trial_dir: str | None = None) -> dict[str, Any]:
-    """The results.jsonl row of one trial."""
-    return {
-        "task": trial.task,
-        "category": trial.category,
-        "agent": trial.agent,
-        "reward": trial.reward,
-        "status": trial.status,
-        "agent_seconds": round(trial.agent_seconds, 3),
-        "verifier_seconds": round(trial.verifier_seconds, 3),
-        "error": redact(trial.error) if trial.error else None,
-        "metrics": dict(trial.metrics),
-        "trial": trial_dir,
-    }
-
-
 def _passed(trial: TrialResult) -> bool:
     return trial.status == "ok" and trial.reward == 1.0
 
 
+def mean_reward(trials: Sequence[TrialResult]) -> float:
+    """The mean reward over ``trials``, a trial without a reward counting 0 (0.0 for none)."""
+    if not trials:
+        return 0.0
+    return sum(t.reward or 0.0 for t in trials) / len(trials)
+
+
+def pass_at_k(trials: Sequence[TrialResult], k: int) -> float | None:
+    """pass@k over the tasks with at least ``k`` attempts (None: no such task)."""
+    by_task: dict[str, list[TrialResult]] = defaultdict(list)
+    for trial in trials:
+        by_task[trial.task].append(trial)
+    scores = []
+    for attempts in by_task.values():
+        n, c = len(attempts), sum(map(_passed, attempts))
+        if n < k:
+            continue
+        scores.append(1.0 - (math.comb(n - c, k) / math.comb(n, k)))
+    return sum(scores) / len(scores) if scores else None
+
+
 def pass_metrics(trials: Sequence[TrialResult]) -> dict[str, float]:
-    """``eval/pass_rate`` overall and ``eval/pass_rate/<category>``, mean reward, counts."""
-    metrics: dict[str, float] = {"eval/num_tasks": float(len(trials))}
+    """``eval/pass_rate`` overall and per category, pass@k, mean reward, counts per status."""
+    metrics: dict[str, float] = {"eval/num_trials": float(len(trials))}
     if not trials:
         return metrics
+    metrics["eval/num_tasks"] = float(len({t.task for t in trials}))
     metrics["eval/pass_rate"] = sum(map(_passed, trials)) / len(trials)
-    rewards = [t.reward for t in trials if t.reward is not None]
-    metrics["eval/mean_reward"] = sum(rewards) / len(trials) if rewards else 0.0
-    metrics["eval/without_reward"] = float(len(trials) - len(rewards))
+    metrics["eval/mean_reward"] = mean_reward(trials)
+    metrics["eval/without_reward"] = float(sum(t.reward is None for t in trials))
+    most = max(sum(1 for t in trials if t.task == task) for task in {t.task for t in trials})
+    for k in range(1, most + 1):
+        value = pass_at_k(trials, k)
+        if value is not None:
+            metrics[f"eval/pass@{k}"] = value
     for category in sorted({t.category for t in trials}):
         mine = [t for t in trials if t.category == category]
         metrics[f"eval/pass_rate/{category}"] = sum(map(_passed, mine)) / len(mine)
@@ -83,9 +79,45 @@ def pass_metrics(trials: Sequence[TrialResult]) -> dict[str, float]:
     return metrics
 
 
-def trial_dir_name(task: str, index: int) -> str:
-    """``<task>__<index>`` (Harbor names trials by task and attempt)."""
-    return f"{task}__{index}"
+def format_pass_table(
+    results: Sequence[TrialResult], *, notes: Sequence[str | None] | None = None
+) -> str:
+    """A plain-text table, one line per trial, then a pass line per agent kind (the numbers
+    :func:`pass_metrics` writes). ``notes`` (one per result) replaces the note column."""
+    header = ("task", "agent", "try", "status", "reward", "agent s", "verifier s", "note")
+    rows = [
+        (
+            r.task,
+            r.agent,
+            str(r.attempt),
+            r.status,
+            "-" if r.reward is None else f"{r.reward:g}",
+            f"{r.agent_seconds:.1f}",
+            f"{r.verifier_seconds:.1f}",
+            ((notes[i] if notes is not None else r.error or "; ".join(r.notes)) or "")[:70],
+        )
+        for i, r in enumerate(results)
+    ]
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=False)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
+    for kind in dict.fromkeys(r.agent for r in results):
+        mine = [r for r in results if r.agent == kind]
+        passed = sum(map(_passed, mine))
+        without = sum(r.reward is None for r in mine)
+        line = (
+            f"{kind}: {passed}/{len(mine)} passed (reward 1.0, status ok), "
+            f"mean reward {mean_reward(mine):.3f} (no reward counts 0), {without} without a reward"
+        )
+        if len({r.task for r in mine}) < len(mine):
+            ks = [
+                f"pass@{k} {v:.3f}" for k in (1, 2, 3, 5) if (v := pass_at_k(mine, k)) is not None
+            ]
+            line += ", " + ", ".join(ks)
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def atif_trajectory(
@@ -151,54 +183,3 @@ def atif_trajectory(
     if extra:
         trajectory["extra"] = dict(extra)
     return trajectory
-
-
-def _extract(tar_data: bytes, dest: Path) -> None:
-    """Extract a tar into ``dest`` with the stdlib ``data`` filter (nothing lands outside)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(tar_data)) as tar:
-        tar.extractall(dest, filter="data")
-
-
-def write_trial_dir(
-    root: Path,
-    trial: TrialResult,
-    *,
-    index: int = 0,
-    trajectory: Mapping[str, Any] | None = None,
-    verifier_tar: bytes | None = None,
-    config: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write one trial's Harbor directory under ``root/trials``; return its path.
-
-    Small files, written synchronously (a few KiB per trial; the verifier's output is
-    bounded by the contract).
-    """
-    path = root / "trials" / trial_dir_name(trial.task, index)
-    (path / "agent").mkdir(parents=True, exist_ok=True)
-    (path / "verifier").mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(
-        json.dumps({"task_name": trial.task, "agent": trial.agent, **(config or {})}, indent=2)
-    )
-    result = {
-        "task_name": trial.task,
-        "trial_name": path.name,
-        "category": trial.category,
-        "agent": trial.agent,
-        "status": trial.status,
-        "verifier_result": {"reward": trial.reward, "rewards": dict(trial.metrics)}
-        if trial.reward is not None
-        else None,
-        "exception_info": {"message": redact(trial.error)} if trial.error else None,
-        "agent_seconds": trial.agent_seconds,
-        "verifier_seconds": trial.verifier_seconds,
-        "verifier_exit_code": trial.verifier_exit_code,
-    }
-    (path / "result.json").write_text(json.dumps(result, indent=2))
-    if trajectory is not None:
-        (path / "agent" / "trajectory.json").write_text(json.dumps(trajectory, indent=2))
-    if verifier_tar is not None:
-        _extract(verifier_tar, path / "verifier")
-    elif trial.verifier_stdout:
-        (path / "verifier" / "test-stdout.txt").write_text(trial.verifier_stdout)
-    return path

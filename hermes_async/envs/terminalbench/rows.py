@@ -1,34 +1,12 @@
 """The Hermes dataset row format (``NousResearch/terminal-bench-2``), read from local files.
 
-One row per task::
-
-    {"task_name": "fix-git", "category": "software-engineering",
-     "instruction": "...", "docker_image": "alexgshaw/fix-git:20251031",
-     "environment_tar": "<base64 of a tar.gz of the build context>",
-     "tests_tar": "<base64 of a tar.gz of tests/>", "test_sh": "#!/bin/bash ..."}
-
-Rows come from a local JSONL file (one JSON object a line) or a Parquet file (needs
-``pyarrow``: ``pip install 'hermes-async[terminalbench]'``). Each row is *materialised* into
-an ordinary Harbor task folder under a cache directory, so everything downstream (the image
-build, the verifier contract) sees one format:
-
-* ``task.toml`` written from the row (schema 1.1, ``[metadata].category``,
-  ``[environment].docker_image``; Harbor's default timeouts, the rows carry none);
-* ``instruction.md``, ``environment/`` from ``environment_tar``, ``tests/`` from
-  ``tests_tar`` with ``test_sh`` written as ``tests/test.sh`` (it wins over one in the tar);
-* ``solution/`` from ``solution_tar`` — an extension of this project (the Hermes rows carry no
-  oracle), so the bundled rows can run through the oracle too.
-
-The folder is named ``<task_name>-<hash of the row>``: a changed row gets a new folder, an
-unchanged one is reused (a ``.complete`` marker is written last, and a folder is built in a
-temporary sibling and renamed into place, so a crash never leaves a half folder behind).
-
-**Extraction is safe by construction**: the standard library's ``data`` filter (no absolute
-names, nothing outside the destination, no devices or FIFOs, setuid/setgid/sticky bits and
-group/other write bits cleared), plus stricter rules of our own — no member name or link
-target with a ``..`` component, no absolute link target, no more than
-:data:`MAX_ARCHIVE_MEMBERS` members or :data:`MAX_ARCHIVE_BYTES` bytes. A row that breaks a
-rule is invalid (reported by name, skipped); nothing of it is kept.
+One row per task (``task_name``, ``category``, ``instruction``, ``docker_image``,
+``environment_tar`` / ``tests_tar`` (base64 tar.gz), ``test_sh``; ``solution_tar`` is this
+project's extension), from JSONL or Parquet (extra ``terminalbench``). Each row is
+materialised once per content into an ordinary task folder under a cache directory (built
+in a temporary sibling, renamed into place), so everything downstream sees one format.
+Archives are extracted under :mod:`hermes_async.tools.sandbox.archive`'s rules, members read
+one at a time and capped while reading; a row that breaks a rule is invalid, nothing kept.
 """
 
 from __future__ import annotations
@@ -46,10 +24,11 @@ import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from hermes_async.envs.terminalbench.task import TaskError
+from hermes_async.envs.terminalbench.files import TaskError
 from hermes_async.errors import ConfigError
+from hermes_async.tools.sandbox.archive import checked_members
 
 __all__ = (
     "MAX_ARCHIVE_BYTES",
@@ -284,11 +263,6 @@ def _unpack(row: HermesRow, field: str, text: str | None, dest: Path) -> Path:
     return dest
 
 
-def _bad_parts(name: str) -> bool:
-    parts = PurePosixPath(name).parts
-    return name.startswith(("/", "\\")) or ".." in parts or bool(re.match(r"^[A-Za-z]:", name))
-
-
 def safe_extract(
     data: bytes,
     dest: Path,
@@ -297,7 +271,13 @@ def safe_extract(
     what: str,
     strip_root: str | None = None,
 ) -> None:
-    """Extract a tar (optionally gzipped) into ``dest`` under the rules in the module docs.
+    """Extract a tar (optionally gzipped) into ``dest`` under the archive rules.
+
+    Members are read one at a time and refused at :data:`MAX_ARCHIVE_MEMBERS` while reading
+    (a gzip of 800,000 empty members stops at the cap), and at :data:`MAX_ARCHIVE_BYTES` of
+    file data; every member passes :func:`~hermes_async.tools.sandbox.archive.check_member`
+    and the whole archive :func:`~hermes_async.tools.sandbox.archive.check_links` before
+    anything is written; extraction uses the ``data`` filter.
 
     Args:
         data: The archive bytes.
@@ -305,13 +285,10 @@ def safe_extract(
         task: The task, for error messages.
         what: The archive's field name, for error messages.
         strip_root: A top-level folder name (``"tests"``) to strip when *every* member lies
-            under it (archives made with ``tar czf x tests/`` and with ``tar czf x -C tests .``
-            both land in ``dest`` the same way).
+            under it (``tar czf x tests/`` and ``tar czf x -C tests .`` land the same way).
 
     Raises:
-        TaskError: The archive is unreadable or a member breaks a rule (named in the message).
-            Members extracted before the bad one stay in ``dest``: extract into a temporary
-            folder and drop it on error (as :func:`materialise_row` does).
+        TaskError: The archive is unreadable or breaks a rule (named in the message).
     """
     try:
         # Opened apart from the `with` so that only opening errors are "not a tar archive".
@@ -320,13 +297,11 @@ def safe_extract(
         raise TaskError(task, f"{what} is not a tar archive ({exc})") from None
     with archive:
         try:
-            members = archive.getmembers()
+            members = checked_members(archive, max_members=MAX_ARCHIVE_MEMBERS)
+        except ValueError as exc:
+            raise TaskError(task, f"{what}: {exc}") from None
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise TaskError(task, f"{what} is a damaged tar archive ({exc})") from None
-        if len(members) > MAX_ARCHIVE_MEMBERS:
-            raise TaskError(
-                task, f"{what} has {len(members)} members (at most {MAX_ARCHIVE_MEMBERS})"
-            )
         total = sum(m.size for m in members if m.isfile())
         if total > MAX_ARCHIVE_BYTES:
             raise TaskError(task, f"{what} unpacks to {total} bytes (at most {MAX_ARCHIVE_BYTES})")
@@ -342,20 +317,6 @@ def safe_extract(
         for member, name in zip(members, names, strict=True):
             if not name or name == prefix.rstrip("/"):
                 continue  # the archive's root folder itself
-            if _bad_parts(member.name):
-                raise TaskError(task, f"{what}: member {member.name!r} escapes the destination")
-            if member.issym() or member.islnk():
-                target = member.linkname
-                if target.startswith("/") or ".." in PurePosixPath(target).parts:
-                    raise TaskError(
-                        task,
-                        f"{what}: link {member.name!r} -> {target!r} (absolute or with '..' "
-                        "targets are refused)",
-                    )
-            if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-                raise TaskError(
-                    task, f"{what}: member {member.name!r} is a device, FIFO or other special file"
-                )
             member = member.replace(name=name[len(prefix) :], deep=False)
             if member.islnk():
                 link = _normal_name(member.linkname)

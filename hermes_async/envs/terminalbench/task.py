@@ -1,63 +1,29 @@
-"""Harbor task folders: the task model and the ``task.toml`` parser (pure, no Docker).
+"""Harbor task folders: the task model and the ``task.toml`` parser (schemas 1.0 to 1.4).
 
-Why one module of this size: one concept, the Harbor task folder and its ``task.toml``; the
-parser's field rules (renamed keys, sizes, network policies, schema versions) all read one
-``_Fields`` view and raise one error type.
+A task is a folder named by its id: ``task.toml``, ``instruction.md``, ``environment/``
+(Dockerfile), ``solution/solve.sh`` (the oracle, optional), ``tests/test.sh``. Deprecated
+spellings are normalised (``memory = "2G"``, ``allow_internet``); unknown keys are ignored;
+features this project cannot run (compose, separate verifiers, ``[[steps]]``) are refused by
+name. Every value a task asks for has an operator maximum (:class:`TaskLimits`): a larger one
+is clamped and the clamp recorded (:attr:`HarborTask.clamped`). Files are read through
+:mod:`.files` (regular files inside the folder, bounded). A bad task is a :class:`TaskError`
+for that task only. Design notes: ``docs/decisions/039-terminal-bench.md``.
 
-A Harbor task is a folder whose name is the task id::
-
-    fix-git/
-      task.toml          host-side config (never copied into the container)
-      instruction.md     the prompt, verbatim
-      environment/       the build context (Dockerfile), or empty with a prebuilt docker_image
-      solution/solve.sh  the oracle, copied to /solution only for oracle runs
-      tests/test.sh      the verifier entry point, copied to /tests only after the agent
-
-``task.toml`` has had five schema versions. This module reads all of them into one frozen
-:class:`HarborTask`:
-
-* 1.0 (Terminal-Bench 2.0): ``version = "1.0"``, ``[metadata]``, ``[verifier].timeout_sec``,
-  ``[agent].timeout_sec``, ``[environment]`` with ``memory = "2G"`` / ``storage = "10G"``;
-* 1.1 (TB 2.1): ``schema_version``, ``[task]`` (name, description, keywords, authors),
-  ``memory_mb`` / ``storage_mb`` / ``gpus`` / ``allow_internet``, the ``env`` tables of
-  ``[environment]``, ``[verifier]`` and ``[solution]``;
-* 1.2 to 1.4: ``network_mode`` (+ ``allowed_hosts``) per phase (``[environment]``,
-  ``[agent]``, ``[verifier]``), ``[agent].user`` / ``[verifier].user``,
-  ``[[verifier.collect]]`` hooks, ``[environment].workdir``.
-
-Decisions:
-
-* **Deprecated spellings are normalised** (``version`` -> schema version, ``memory`` /
-  ``storage`` size strings -> MB, ``allow_internet = false`` -> ``no-network``), so code
-  downstream sees one spelling.
-* **Omitted resources are None**, not Harbor's old defaults (cpus 1, 2048 MB): the caller
-  decides what "unspecified" means on its backend. Omitted timeouts follow Harbor's
-  defaults where it has one (verifier 600 s, build 600 s); the agent's has none (None).
-* **Unknown keys are ignored** (a newer minor schema must still load); a major version other
-  than 1 is refused. Features this project cannot run yet (docker-compose environments,
-  separate verifier environments, multi-step ``[[steps]]`` tasks) are refused with that
-  reason, so they are reported instead of run wrongly.
-* **Network needs are flagged** (:attr:`HarborTask.network_reasons`): a build that pulls a
-  base image other than a locally provisioned one, a ``RUN`` step or a ``test.sh`` that
-  installs or downloads. ``allow_internet = true`` alone is a permission, not a need.
-* Environment values are literal strings. Harbor expands ``${VAR}`` from the host; that
-  would hand host secrets to a sandbox, so it is left to an explicit allowlist later.
-
-Errors: :class:`TaskError` names the task, the field and the fix. A dataset loader
-(:mod:`.dataset`) reports it and skips the task.
+Why one module of this size: one concept, the task and its ``task.toml`` fields.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal, TypeVar, cast
 
-from hermes_async.errors import ConfigError
+from hermes_async.envs.terminalbench.files import FolderLimits, TaskError, read_text, scan_tree
 from hermes_async.tools.sandbox.docker_images import dockerfile_base_images, dockerfile_lines
 
 __all__ = (
@@ -72,6 +38,7 @@ __all__ = (
     "NetworkPolicy",
     "TaskEnvironment",
     "TaskError",
+    "TaskLimits",
     "dockerfile_base_images",
     "load_task",
     "network_reasons",
@@ -90,22 +57,40 @@ DEFAULT_BUILD_TIMEOUT_SECONDS = 600.0
 #: The schema versions this parser was written against (later 1.x minors load too).
 SUPPORTED_SCHEMA = ("1.0", "1.1", "1.2", "1.3", "1.4")
 
-NetworkMode = Literal["public", "no-network", "allowlist"]
-_NETWORK_MODES: tuple[NetworkMode, ...] = ("public", "no-network", "allowlist")
 
+@dataclass(frozen=True, slots=True)
+class TaskLimits:
+    """The operator's maxima for what a task may ask for; a larger value is clamped to them.
 
-class TaskError(ConfigError):
-    """A task folder or row is invalid; the message names the task, the field and the fix.
+    Defaults sit above every Terminal-Bench 2 task (its largest: 3600 s timeouts, 4 CPUs,
+    8 GB) and below what would let one task hold the machine for days.
 
     Attributes:
-        task: The task id (folder name or row ``task_name``).
-        reason: What is wrong, without the task name (for a report line).
+        agent_timeout_sec: ``[agent].timeout_sec``.
+        verifier_timeout_sec: ``[verifier].timeout_sec`` (a ``sleep infinity`` verifier is
+            killed here).
+        build_timeout_sec: ``[environment].build_timeout_sec``.
+        cpus: ``[environment].cpus``.
+        memory_mb: ``[environment].memory_mb`` / ``memory``.
+        storage_mb: ``[environment].storage_mb`` / ``storage``.
+        gpus: ``[environment].gpus``.
+        folder: Bounds on the folder's files (:class:`~.files.FolderLimits`).
     """
 
-    def __init__(self, task: str, reason: str) -> None:
-        super().__init__(f"task {task!r}: {reason}")
-        self.task = task
-        self.reason = reason
+    agent_timeout_sec: float = 4 * 3600.0
+    verifier_timeout_sec: float = 2 * 3600.0
+    build_timeout_sec: float = 3600.0
+    cpus: float = 16.0
+    memory_mb: int = 64 * 1024
+    storage_mb: int = 256 * 1024
+    gpus: int = 8
+    folder: FolderLimits = field(default_factory=FolderLimits)
+
+
+_N = TypeVar("_N", int, float)
+
+NetworkMode = Literal["public", "no-network", "allowlist"]
+_NETWORK_MODES: tuple[NetworkMode, ...] = ("public", "no-network", "allowlist")
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +183,8 @@ class HarborTask:
         metadata: The raw ``[metadata]`` table (for fields this model does not name).
         network_reasons: Why the task needs the network at build or verify time (empty: it
             runs offline).
+        clamped: One note per value cut to an operator maximum (``"verifier.timeout_sec
+            1e+308 -> 7200"``).
     """
 
     name: str
@@ -221,6 +208,7 @@ class HarborTask:
     tests_dir: Path
     metadata: Mapping[str, object] = field(default_factory=dict)
     network_reasons: tuple[str, ...] = ()
+    clamped: tuple[str, ...] = ()
 
     @property
     def needs_network(self) -> bool:
@@ -281,7 +269,8 @@ class _Fields:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._bad(key, "a number", value)
         number = float(value)
-        if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        # +inf is clamped to the operator's maximum like any large value; NaN means nothing.
+        if math.isnan(number) or number < 0 or (positive and number == 0):
             raise self._bad(key, "a positive number" if positive else "a number >= 0", value)
         return number
 
@@ -344,7 +333,9 @@ def parse_size_mb(value: str | int) -> int:
     match = _SIZE.match(value)
     if match is None or not match.group(2):
         raise ValueError(f"size must be a string like '2G' or '512M', got {value!r}")
-    mb = int(float(match.group(1)) * _SIZE_MB[match.group(2).upper()])
+    mb_float = float(match.group(1)) * _SIZE_MB[match.group(2).upper()]
+    # "99999999999999999999G" is a very large size, clamped later, not an error.
+    mb = int(min(mb_float, float(1 << 62)))
     if mb <= 0:
         raise ValueError(f"size must be at least 1 MB, got {value!r}")
     return mb
@@ -460,6 +451,7 @@ def parse_task_config(
     dockerfile_text: str | None = None,
     test_sh_text: str | None = None,
     local_images: frozenset[str] = LOCAL_IMAGES,
+    limits: TaskLimits | None = None,
 ) -> HarborTask:
     """Build a :class:`HarborTask` from a parsed ``task.toml`` (pure: no file access).
 
@@ -473,10 +465,20 @@ def parse_task_config(
             flags); None: no Dockerfile.
         test_sh_text: ``tests/test.sh`` (for network flags).
         local_images: Images that need no registry.
+        limits: The operator's maxima (default :class:`TaskLimits`); values above are clamped.
 
     Raises:
         TaskError: An invalid or unsupported field, naming it.
     """
+    cap = limits or TaskLimits()
+    clamped: list[str] = []
+
+    def clamp(field_name: str, value: _N | None, maximum: _N) -> _N | None:
+        if value is None or value <= maximum:
+            return value
+        clamped.append(f"{field_name} {value:g} -> {maximum:g}")
+        return maximum
+
     top = dict(data)
     schema = _schema_version(name, top)
     if top.get("steps"):
@@ -517,13 +519,22 @@ def parse_task_config(
         dockerfile=build_context / "Dockerfile" if build_context is not None else None,
         docker_image=docker_image,
         base_images=dockerfile_base_images(dockerfile_text) if dockerfile_text else (),
-        cpus=env_t.number("cpus"),
-        memory_mb=_size(env_t, "memory_mb", "memory"),
-        storage_mb=_size(env_t, "storage_mb", "storage"),
-        gpus=env_t.count("gpus"),
+        cpus=clamp("environment.cpus", env_t.number("cpus"), cap.cpus),
+        memory_mb=clamp(
+            "environment.memory_mb", _size(env_t, "memory_mb", "memory"), cap.memory_mb
+        ),
+        storage_mb=clamp(
+            "environment.storage_mb", _size(env_t, "storage_mb", "storage"), cap.storage_mb
+        ),
+        gpus=clamp("environment.gpus", env_t.count("gpus"), cap.gpus),
         workdir=workdir,
         env=env_t.env(),
-        build_timeout_sec=env_t.number("build_timeout_sec") or DEFAULT_BUILD_TIMEOUT_SECONDS,
+        build_timeout_sec=clamp(
+            "environment.build_timeout_sec",
+            env_t.number("build_timeout_sec") or DEFAULT_BUILD_TIMEOUT_SECONDS,
+            cap.build_timeout_sec,
+        )
+        or DEFAULT_BUILD_TIMEOUT_SECONDS,
     )
 
     collect: list[CollectHook] = []
@@ -539,7 +550,11 @@ def parse_task_config(
             CollectHook(
                 command=command,
                 user=hook_t.user("user"),
-                timeout_sec=hook_t.number("timeout_sec"),
+                timeout_sec=clamp(
+                    f"verifier.collect[{i}].timeout_sec",
+                    hook_t.number("timeout_sec"),
+                    cap.verifier_timeout_sec,
+                ),
                 service=hook_t.str_("service"),
             )
         )
@@ -559,9 +574,16 @@ def parse_task_config(
         description=task_table.str_("description"),
         environment=environment,
         network=network,
-        agent_timeout_sec=agent_t.number("timeout_sec"),
+        agent_timeout_sec=clamp(
+            "agent.timeout_sec", agent_t.number("timeout_sec"), cap.agent_timeout_sec
+        ),
         agent_user=agent_t.user("user"),
-        verifier_timeout_sec=verifier_t.number("timeout_sec") or DEFAULT_VERIFIER_TIMEOUT_SECONDS,
+        verifier_timeout_sec=clamp(
+            "verifier.timeout_sec",
+            verifier_t.number("timeout_sec") or DEFAULT_VERIFIER_TIMEOUT_SECONDS,
+            cap.verifier_timeout_sec,
+        )
+        or DEFAULT_VERIFIER_TIMEOUT_SECONDS,
         verifier_user=verifier_t.user("user"),
         verifier_env=verifier_t.env(),
         solution_env=solution_t.env(),
@@ -575,23 +597,8 @@ def parse_task_config(
             test_sh_text=test_sh_text,
             local_images=local_images,
         ),
+        clamped=tuple(clamped),
     )
-
-
-#: Largest task.toml / instruction.md / script read (a task folder is hand-written text).
-MAX_TEXT_BYTES = 1_000_000
-
-
-def _read_text(name: str, file: Path, what: str) -> str:
-    try:
-        size = file.stat().st_size
-        if size > MAX_TEXT_BYTES:
-            raise TaskError(name, f"{what} is {size} bytes (more than {MAX_TEXT_BYTES})")
-        return file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TaskError(name, f"{what} is not UTF-8 text ({exc.reason})") from None
-    except OSError as exc:
-        raise TaskError(name, f"cannot read {what}: {exc.strerror or exc}") from None
 
 
 def load_task(
@@ -599,55 +606,61 @@ def load_task(
     *,
     name: str | None = None,
     local_images: frozenset[str] = LOCAL_IMAGES,
+    limits: TaskLimits | None = None,
 ) -> HarborTask:
-    """Load one Harbor task folder.
+    """Load one Harbor task folder (files read through :mod:`.files`, bounded).
 
     Args:
         path: The task folder (it holds ``task.toml``).
         name: The task id (default: the folder's name).
         local_images: Images that need no registry (for :attr:`HarborTask.network_reasons`).
+        limits: The operator's maxima (default :class:`TaskLimits`).
 
     Raises:
         TaskError: The folder is not a valid task; the message says which file or field.
     """
     folder = Path(path)
     task_name = name or folder.resolve().name
-    toml_file = folder / "task.toml"
-    if not toml_file.is_file():
+    cap = limits or TaskLimits()
+    text_bytes = cap.folder.max_text_bytes
+
+    def text(relative: str) -> str | None:
+        return read_text(task_name, folder, relative, max_bytes=text_bytes)
+
+    toml_text = text("task.toml")
+    if toml_text is None:
         raise TaskError(task_name, f"no task.toml in {folder}")
     try:
-        data = tomllib.loads(_read_text(task_name, toml_file, "task.toml"))
+        data = tomllib.loads(toml_text)
     except tomllib.TOMLDecodeError as exc:
         raise TaskError(task_name, f"task.toml is not valid TOML: {exc}") from None
-    instruction_file = folder / "instruction.md"
-    if not instruction_file.is_file():
+    instruction = text("instruction.md")
+    if instruction is None:
         raise TaskError(task_name, "no instruction.md (the agent's prompt)")
-    instruction = _read_text(task_name, instruction_file, "instruction.md")
     if not instruction.strip():
         raise TaskError(task_name, "instruction.md is empty")
-    test_sh = folder / "tests" / "test.sh"
-    if not test_sh.is_file():
+    test_sh = text("tests/test.sh")
+    if test_sh is None:
         raise TaskError(task_name, "no tests/test.sh (the verifier entry point)")
     env_dir = folder / "environment"
-    if any((env_dir / f).exists() for f in ("docker-compose.yaml", "docker-compose.yml")):
+    if any(os.path.lexists(env_dir / f) for f in ("docker-compose.yaml", "docker-compose.yml")):
         raise TaskError(task_name, "docker-compose environments are not supported yet")
-    dockerfile = env_dir / "Dockerfile"
-    dockerfile_text = (
-        _read_text(task_name, dockerfile, "environment/Dockerfile")
-        if dockerfile.is_file()
-        else None
-    )
+    dockerfile_text = text("environment/Dockerfile")
+    for sub in ("tests", "environment", "solution"):
+        if os.path.lexists(folder / sub):
+            scan_tree(task_name, folder / sub, limits=cap.folder, what=sub)
     task = parse_task_config(
         task_name,
         data,
         path=folder,
         instruction=instruction,
         dockerfile_text=dockerfile_text,
-        test_sh_text=_read_text(task_name, test_sh, "tests/test.sh"),
+        test_sh_text=test_sh,
         local_images=local_images,
+        limits=cap,
     )
-    solution = folder / "solution"
-    if not (solution / "solve.sh").is_file():
-        # A task without an oracle still runs with a model; only oracle runs refuse it.
+    solve = folder / "solution" / "solve.sh"
+    if not os.path.lexists(solve) or text("solution/solve.sh") is None:
+        # A task without an oracle still runs with a model; an oracle run of it is task_invalid.
         task = replace(task, solution_dir=None)
     return task

@@ -1,22 +1,16 @@
-"""One Harbor trial (agent phase + the verifier contract) over any sandbox.
+"""One Harbor trial (agent phase + the verifier contract) on a project :class:`Sandbox`.
 
-:func:`run_trial` is the async shell around :mod:`.contract`'s decisions. It talks to the
-task's container only through :class:`TrialSandbox` — run a command, copy a folder in, read
-a file back — so the same trial runs on the docker CLI (``scripts/terminalbench/check_tasks.py``)
-today and on the project's sandbox backends later.
-
-The agent phase here is ``oracle`` or ``null`` (or a caller's coroutine): the model agent is
-the environment's job (it runs the agent loop on the same sandbox, then calls
-:func:`verify`).
+:func:`run_trial` is the async shell around :mod:`.contract`'s steps; the sandbox is the very
+one the model used (any backend that can run a command as another user: Docker, the fake).
+Files go in with :meth:`Sandbox.put_tree` and come back bounded (``head``/``tail`` as root).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
 import anyio
 
@@ -30,86 +24,41 @@ from hermes_async.envs.terminalbench.contract import (
     TEST_STDOUT,
     TESTS_DIR,
     AgentKind,
-    ExecSpec,
     RewardReading,
+    Step,
     TrialStatus,
     agent_status,
     agent_timeout,
     collect_spec,
     oracle_spec,
+    parse_pids,
     prepare_solution_spec,
     prepare_verifier_spec,
     read_reward,
+    read_spec,
     readable_spec,
     setup_spec,
     trial_status,
     verifier_spec,
     workdir_for,
 )
+from hermes_async.envs.terminalbench.files import TaskError
 from hermes_async.envs.terminalbench.task import HarborTask
-from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.errors import SandboxError
+from hermes_async.tools.sandbox.base import ExecResult, Sandbox
 
 __all__ = (
-    "ExecResult",
+    "AgentFn",
     "TrialResult",
-    "TrialSandbox",
     "VerifierResult",
-    "format_pass_table",
+    "read_file",
     "run_agent_phase",
     "run_trial",
     "verify",
 )
 
-
-@dataclass(frozen=True, slots=True)
-class ExecResult:
-    """What a command in the container did.
-
-    Attributes:
-        exit_code: Its exit status (None when it timed out).
-        timed_out: It was stopped at ``ExecSpec.timeout``.
-        output: Its combined output, as much as the sandbox kept (the tail).
-    """
-
-    exit_code: int | None
-    timed_out: bool = False
-    output: str = ""
-
-
-class TrialSandbox(Protocol):
-    """The three things a trial needs from the task's container.
-
-    Implementations bound every call by its own deadline (``spec.timeout`` for
-    :meth:`exec`) and raise :class:`~hermes_async.errors.SandboxError` when the container
-    itself fails (not when a command exits non-zero: that is an :class:`ExecResult`).
-    """
-
-    @property
-    def image_workdir(self) -> str | None:
-        """The image's ``WORKDIR`` (None or ``""``: none set)."""
-        ...
-
-    async def exec(self, spec: ExecSpec) -> ExecResult:
-        """Run ``spec`` in the container and wait for it, at most ``spec.timeout`` seconds.
-
-        **Cancellation**: the wait ends; whether the command is stopped is the sandbox's
-        choice (the container's removal ends it at the latest).
-        """
-        ...
-
-    async def upload_dir(self, source: Path, target: str) -> None:
-        """Copy the *contents* of the host folder ``source`` into ``target`` (which exists).
-
-        **Cancellation**: the copy may be left partial.
-        """
-        ...
-
-    async def read_file(self, path: str, *, max_bytes: int, tail: bool = False) -> bytes | None:
-        """The file's first (``tail``: last) ``max_bytes`` bytes; None when it does not exist.
-
-        **Cancellation**: nothing to clean up.
-        """
-        ...
+#: ``async (task, sandbox) -> None``: an agent run in the agent phase (the model's loop, a test's).
+AgentFn = Callable[[HarborTask, Sandbox], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +82,13 @@ class VerifierResult:
 
 @dataclass(frozen=True, slots=True)
 class TrialResult:
-    """One task's trial.
+    """One trial of a task.
 
     Attributes:
         task: The task's name.
         category: Its category.
         agent: What ran in the agent's place.
-        status: ``ok`` or a failure category (``verifier``, ``agent_timeout``, ``infra``).
+        status: ``ok`` or a failure category (:data:`~.contract.TrialStatus`).
         reward: The verifier's reward, None when there is none.
         error: What went wrong, when ``status`` is not ``ok``.
         metrics: The reward file's numeric fields.
@@ -149,6 +98,9 @@ class TrialResult:
         verifier_exit_code: ``test.sh``'s exit status.
         verifier_stdout: The tail of the test script's output.
         agent_output: The tail of the oracle's output.
+        attempt: Which attempt of the task this is (0-based).
+        notes: What the reader must know about how it ran: values clamped to an operator
+            maximum, a stand-in image, a network-needing task run anyway.
     """
 
     task: str
@@ -164,20 +116,29 @@ class TrialResult:
     verifier_exit_code: int | None = None
     verifier_stdout: str = ""
     agent_output: str = ""
+    attempt: int = 0
+    notes: tuple[str, ...] = ()
 
     @classmethod
-    def infra(
-        cls, task: HarborTask, agent: AgentKind, error: str, *, agent_seconds: float = 0.0
+    def failed(
+        cls,
+        task: HarborTask,
+        agent: AgentKind,
+        status: TrialStatus,
+        error: str,
+        *,
+        agent_seconds: float = 0.0,
     ) -> TrialResult:
-        """A trial the infrastructure failed (no sandbox, a lost sandbox): no reward."""
+        """A trial that ended before grading (``infra``, ``task_invalid``, ...): no reward."""
         return cls(
             task=task.name,
             category=task.category,
             agent=agent,
-            status="infra",
+            status=status,
             reward=None,
             error=error,
             agent_seconds=agent_seconds,
+            notes=_notes(task),
         )
 
     @classmethod
@@ -193,8 +154,8 @@ class TrialResult:
         agent_exit_code: int | None = None,
         agent_output: str = "",
     ) -> TrialResult:
-        """The trial the verifier graded (:func:`trial_status` decides status and reward);
-        ``agent_timeout_error`` is its error when the agent ran out of time."""
+        """The trial the verifier graded (:func:`~.contract.trial_status` decides status and
+        reward); ``agent_timeout_error`` is its error when the agent ran out of time."""
         status, reward, error = trial_status(
             agent=agent_status,
             verifier_timed_out=verified.timed_out,
@@ -217,99 +178,159 @@ class TrialResult:
             verifier_exit_code=verified.exit_code,
             verifier_stdout=verified.stdout,
             agent_output=agent_output,
+            notes=_notes(task),
+        )
+
+    def with_notes(self, *notes: str, attempt: int | None = None) -> TrialResult:
+        """This result with more notes (and its attempt number)."""
+        return replace(
+            self,
+            notes=(*self.notes, *notes),
+            attempt=self.attempt if attempt is None else attempt,
         )
 
 
-def _decode(data: bytes | None) -> str:
+def _notes(task: HarborTask) -> tuple[str, ...]:
+    return tuple(f"clamped {note}" for note in task.clamped)
+
+
+async def _run(sandbox: Sandbox, step: Step) -> ExecResult:
+    request = step.request
+    return await sandbox.exec(
+        request.command,
+        cwd=request.cwd,
+        env=request.env,
+        timeout=request.timeout,
+        output_limit=request.output_limit,
+        user=request.user,
+    )
+
+
+async def _checked(sandbox: Sandbox, step: Step) -> ExecResult:
+    """Run a bookkeeping step that must succeed; its failure is the sandbox's (``infra``)."""
+    result = await _run(sandbox, step)
+    if result.timed_out or result.exit_code != 0:
+        state = "timed out" if result.timed_out else f"exited {result.exit_code}"
+        raise SandboxError(f"{step.what} {state} in the task container: {result.output[-500:]!r}")
+    return result
+
+
+async def read_file(
+    sandbox: Sandbox, path: str, *, max_bytes: int, tail: bool = False
+) -> bytes | None:
+    """The first (``tail``: last) ``max_bytes`` bytes of ``path`` in the sandbox, read as root;
+    None when it is not a regular file.
+
+    Raises:
+        SandboxError: The read failed.
+
+    **Cancellation**: the read's process group is killed.
+    """
+    step = read_spec(path, max_bytes=max_bytes, tail=tail)
+    result = await _run(sandbox, step)
+    if result.exit_code == 3 and not result.stdout:
+        return None
+    if result.timed_out or result.exit_code != 0:
+        raise SandboxError(
+            f"cannot read {path} in the task's sandbox (exit {result.exit_code}): "
+            f"{result.stderr.strip()[-300:]}"
+        )
+    return (
+        result.stdout.encode("utf-8")[-max_bytes:] if tail else result.stdout.encode()[:max_bytes]
+    )
+
+
+async def _tail(sandbox: Sandbox, path: str) -> str:
+    # A test runner prints its summary last: keep the end of a long output.
+    data = await read_file(sandbox, path, max_bytes=MAX_STDOUT_BYTES, tail=True)
     return (data or b"").decode("utf-8", "replace")
 
 
-async def _tail(sandbox: TrialSandbox, path: str) -> str:
-    # A test runner prints its summary last: keep the end of a long output.
-    return _decode(await sandbox.read_file(path, max_bytes=MAX_STDOUT_BYTES, tail=True))
-
-
-async def _checked(sandbox: TrialSandbox, spec: ExecSpec) -> ExecResult:
-    """Run a bookkeeping step that must succeed; its failure is the sandbox's (``infra``)."""
-    result = await sandbox.exec(spec)
-    if result.timed_out or result.exit_code != 0:
-        state = "timed out" if result.timed_out else f"exited {result.exit_code}"
-        raise SandboxError(f"{spec.what} {state} in the task container: {result.output[-500:]!r}")
-    return result
+async def _upload(sandbox: Sandbox, source: Path, target: str) -> None:
+    try:
+        await sandbox.put_tree(target, source)
+    except ValueError as exc:  # a member the archive rules refuse (checked at load time too)
+        raise SandboxError(f"cannot upload {source} to {target}: {exc}") from exc
+    await _checked(sandbox, readable_spec(target))
 
 
 async def run_agent_phase(
     task: HarborTask,
-    sandbox: TrialSandbox,
+    sandbox: Sandbox,
     *,
     agent: AgentKind,
     timeout_multiplier: float = 1.0,
-) -> tuple[TrialStatus, int | None, str]:
+) -> tuple[TrialStatus, int | None, str, frozenset[int]]:
     """Set up ``/logs``, then run the oracle (or nothing for ``null``).
 
     Returns:
-        ``(status, exit_code, output)``: ``agent_timeout`` when the oracle ran past its
-        deadline; the oracle's exit status (not used for scoring); its output.
+        ``(status, exit_code, output, before)``: ``agent_timeout`` when the oracle ran past its
+        deadline; the oracle's exit status (not used for scoring); its output; the processes
+        that ran before the agent (kept by the hygiene before grading).
 
     Raises:
-        ConfigError: ``oracle`` for a task without ``solution/solve.sh``, or ``model`` (the
-            environment runs the model itself).
+        TaskError: ``oracle`` for a task without ``solution/solve.sh``.
+        ValueError: ``agent`` is ``model`` (the environment runs the model itself).
         SandboxError: A bookkeeping step failed in the container.
 
-    **Cancellation**: the running command is abandoned (the sandbox's exec decides how it
-    is stopped); nothing is left for this function to clean up.
+    **Cancellation**: the running command's process group is killed by the sandbox.
     """
-    await _checked(sandbox, setup_spec())
-    if agent == "null":
-        return "ok", None, ""
-    if agent != "oracle":
-        raise ConfigError(f"run_agent_phase runs 'oracle' or 'null', got {agent!r}")
-    if task.solution_dir is None:
-        raise ConfigError(f"task {task.name!r} has no solution/solve.sh: it cannot run as oracle")
-    workdir = workdir_for(task, sandbox.image_workdir)
+    if agent not in ("oracle", "null"):
+        raise ValueError(f"run_agent_phase runs 'oracle' or 'null', got {agent!r}")
+    if agent == "oracle" and task.solution_dir is None:
+        raise TaskError(task.name, "no solution/solve.sh: it cannot run as oracle")
+    before = parse_pids((await _checked(sandbox, setup_spec())).stdout)
+    if agent == "null" or task.solution_dir is None:
+        return "ok", None, "", before
+    workdir = workdir_for(task, sandbox.workdir)
     await _checked(sandbox, prepare_solution_spec())
-    await sandbox.upload_dir(task.solution_dir, SOLUTION_DIR)
-    await _checked(sandbox, readable_spec(SOLUTION_DIR))
+    await _upload(sandbox, task.solution_dir, SOLUTION_DIR)
     spec = oracle_spec(task, workdir=workdir, timeout=agent_timeout(task, timeout_multiplier))
-    result = await sandbox.exec(spec)
+    result = await _run(sandbox, spec)
     output = await _tail(sandbox, ORACLE_STDOUT)
-    return agent_status(kind=agent, timed_out=result.timed_out), result.exit_code, output
+    exit_code = None if result.timed_out else result.exit_code
+    return agent_status(kind=agent, timed_out=result.timed_out), exit_code, output, before
 
 
 async def verify(
     task: HarborTask,
-    sandbox: TrialSandbox,
+    sandbox: Sandbox,
     *,
     stop_agent_processes: bool = True,
+    keep: frozenset[int] = frozenset(),
 ) -> VerifierResult:
     """The verifier contract: collect hooks, hygiene, upload ``tests/``, run, read the reward.
+
+    ``keep``: processes that ran before the agent (an image's entrypoint service) are not
+    stopped with the agent's.
 
     Raises:
         SandboxError: A bookkeeping step (prepare, upload) failed — an ``infra`` failure,
             not the verifier's.
 
-    **Cancellation**: the running ``test.sh`` is abandoned; nothing is left for this function
-    to clean up (the container's owner tears it down).
+    **Cancellation**: the running ``test.sh`` is killed by the sandbox; the container's owner
+    tears it down.
     """
     started = time.monotonic()
-    workdir = workdir_for(task, sandbox.image_workdir)
+    workdir = workdir_for(task, sandbox.workdir)
     for index in range(len(task.collect)):
         # Best effort (the contract): a failing hook is recorded in its output, no more.
-        await sandbox.exec(collect_spec(task, index, workdir=workdir))
-    await _checked(sandbox, prepare_verifier_spec(stop_agent_processes=stop_agent_processes))
-    await sandbox.upload_dir(task.tests_dir, TESTS_DIR)
-    await _checked(sandbox, readable_spec(TESTS_DIR))
-    result = await sandbox.exec(verifier_spec(task, workdir=workdir))
+        await _run(sandbox, collect_spec(task, index, workdir=workdir))
+    await _checked(
+        sandbox, prepare_verifier_spec(stop_agent_processes=stop_agent_processes, keep=keep)
+    )
+    await _upload(sandbox, task.tests_dir, TESTS_DIR)
+    result = await _run(sandbox, verifier_spec(task, workdir=workdir))
     stdout = await _tail(sandbox, TEST_STDOUT)
     reading = None
     if not result.timed_out:
-        reward_txt = await sandbox.read_file(REWARD_TXT, max_bytes=MAX_REWARD_FILE_BYTES)
-        reward_json = await sandbox.read_file(REWARD_JSON, max_bytes=MAX_REWARD_FILE_BYTES)
+        reward_txt = await read_file(sandbox, REWARD_TXT, max_bytes=MAX_REWARD_FILE_BYTES)
+        reward_json = await read_file(sandbox, REWARD_JSON, max_bytes=MAX_REWARD_FILE_BYTES)
         reading = read_reward(reward_txt, reward_json)
     return VerifierResult(
         reading=reading,
         timed_out=result.timed_out,
-        exit_code=result.exit_code,
+        exit_code=None if result.timed_out else result.exit_code,
         stdout=stdout,
         seconds=time.monotonic() - started,
     )
@@ -317,11 +338,11 @@ async def verify(
 
 async def run_trial(
     task: HarborTask,
-    sandbox: TrialSandbox,
+    sandbox: Sandbox,
     *,
     agent: AgentKind = "oracle",
     timeout_multiplier: float = 1.0,
-    agent_fn: Callable[[HarborTask, TrialSandbox], Awaitable[None]] | None = None,
+    agent_fn: AgentFn | None = None,
 ) -> TrialResult:
     """Run the agent phase (``oracle``/``null``, or ``agent_fn``) and grade it.
 
@@ -333,28 +354,33 @@ async def run_trial(
         agent_fn: A coroutine to run as the agent instead (bounded by the agent deadline).
 
     Returns:
-        The trial. A container failure is a result with status ``infra`` (not an exception),
-        so one broken task does not stop a pass over many.
+        The trial. A container failure is status ``infra``, an oracle run of a task without
+        ``solve.sh`` is ``task_invalid``: results, not exceptions, so one broken task does not
+        stop a pass over many.
 
     **Cancellation**: propagates; the result is lost and the caller's sandbox owner cleans up.
     """
     started = time.monotonic()
     try:
         if agent_fn is None:
-            status, exit_code, output = await run_agent_phase(
+            status, exit_code, output, before = await run_agent_phase(
                 task, sandbox, agent=agent, timeout_multiplier=timeout_multiplier
             )
         else:
-            await _checked(sandbox, setup_spec())
+            before = parse_pids((await _checked(sandbox, setup_spec())).stdout)
             status, exit_code, output = "ok", None, ""
             with anyio.move_on_after(agent_timeout(task, timeout_multiplier)) as scope:
                 await agent_fn(task, sandbox)
             if scope.cancelled_caught:
                 status = "agent_timeout"
         agent_seconds = time.monotonic() - started
-        verified = await verify(task, sandbox)
+        verified = await verify(task, sandbox, keep=before)
+    except TaskError as exc:
+        return TrialResult.failed(task, agent, "task_invalid", exc.reason)
     except SandboxError as exc:
-        return TrialResult.infra(task, agent, str(exc), agent_seconds=time.monotonic() - started)
+        return TrialResult.failed(
+            task, agent, "infra", str(exc), agent_seconds=time.monotonic() - started
+        )
     return TrialResult.graded(
         task,
         agent,
@@ -365,41 +391,3 @@ async def run_trial(
         agent_exit_code=exit_code,
         agent_output=output,
     )
-
-
-def format_pass_table(
-    results: Sequence[TrialResult], *, notes: Sequence[str | None] | None = None
-) -> str:
-    """A plain-text table, one line per trial, then a pass line per agent kind.
-
-    A trial passes when its status is ``ok`` and its reward is 1.0. ``notes`` (one per
-    result) replaces the note column (default: the error).
-    """
-    header = ("task", "agent", "status", "reward", "agent s", "verifier s", "note")
-    rows = [
-        (
-            r.task,
-            r.agent,
-            r.status,
-            "null" if r.reward is None else f"{r.reward:g}",
-            f"{r.agent_seconds:.1f}",
-            f"{r.verifier_seconds:.1f}",
-            ((notes[i] if notes is not None else r.error) or "")[:70],
-        )
-        for i, r in enumerate(results)
-    ]
-    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=False)]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        for row in (header, *rows)
-    ]
-    for kind in dict.fromkeys(r.agent for r in results):
-        mine = [r for r in results if r.agent == kind]
-        passed = sum(1 for r in mine if r.status == "ok" and r.reward == 1.0)
-        rewards = [r.reward for r in mine if r.reward is not None]
-        mean = sum(rewards) / len(rewards) if rewards else float("nan")
-        lines.append(
-            f"{kind}: {passed}/{len(mine)} passed (reward 1.0, status ok), "
-            f"mean reward {mean:.3g}, {len(mine) - len(rewards)} without a reward"
-        )
-    return "\n".join(lines)

@@ -105,7 +105,7 @@ _STREAM_ARCHIVE = (
 
 EXEC_WRAPPER = r"""
 id=$1; dir=$2; in=$3; cmd=$4; d=${5:-/tmp/.hermes-exec}
-mkdir -p "$d" 2>/dev/null
+mkdir -p "$d" 2>/dev/null && chmod 1777 "$d" 2>/dev/null
 if [ -e "$d/$id.cancel" ]; then rm -f "$d/$id.cancel" "$in"; exit 124; fi
 if command -v bash >/dev/null 2>&1; then sh_=bash; else sh_=/bin/sh; fi
 if ! cd -- "$dir" 2>/dev/null; then
@@ -132,7 +132,7 @@ exit $rc
 
 KILL_SCRIPT = r"""
 id=$1; d=${2:-/tmp/.hermes-exec}
-mkdir -p "$d" 2>/dev/null
+mkdir -p "$d" 2>/dev/null && chmod 1777 "$d" 2>/dev/null
 : >"$d/$id.cancel"
 if [ -f "$d/$id.pid" ]; then
     pid=$(cat "$d/$id.pid")
@@ -285,6 +285,7 @@ class ContainerExec:
             the caller enforces it).
         out_sink: Hand standard output to this coroutine function instead of ``out`` (a
             streamed transfer); an exception it raises stops the command.
+        user: Who runs it (``None``: the container's user).
     """
 
     argv: list[str]
@@ -293,6 +294,7 @@ class ContainerExec:
     err: OutputCapture
     limit: float
     out_sink: ByteSink | None = None
+    user: str | None = None
 
     async def write_out(self, data: bytes) -> None:
         """Deliver a chunk of standard output (to ``out_sink`` or ``out``)."""
@@ -447,14 +449,15 @@ class ContainerSandbox(Sandbox):
         try:
             with anyio.move_on_after(limit) as scope:
                 exit_code = await self._run_argv(
-                    ContainerExec(argv, request.env, out, err, limit, out_sink)
+                    ContainerExec(argv, request.env, out, err, limit, out_sink, request.user)
                 )
         except BaseException:
-            await self._kill_group(exec_id, "the command was cancelled or failed")
+            await self._kill_group(exec_id, "the command was cancelled or failed", request.user)
             raise
         if scope.cancelled_caught:
             exit_code = TIMEOUT_EXIT_CODE
-            await self._kill_group(exec_id, f"the command timed out after {limit:g} s")
+            reason = f"the command timed out after {limit:g} s"
+            await self._kill_group(exec_id, reason, request.user)
         return exit_code, scope.cancelled_caught
 
     async def _stream(
@@ -524,8 +527,9 @@ class ContainerSandbox(Sandbox):
         """
         return await self._stream(_STREAM_ARCHIVE, path, sink, f"archive of {path!r}", max_bytes)
 
-    async def _kill_group(self, exec_id: str, reason: str) -> None:
-        """Kill the process group of exec ``exec_id``: shielded, bounded, never raising."""
+    async def _kill_group(self, exec_id: str, reason: str, user: str | None = None) -> None:
+        """Kill the process group of exec ``exec_id`` (as the ``user`` it ran as): shielded,
+        bounded, never raising."""
         with cleanup_scope(
             f"kill exec {exec_id[:12]} in {self.kind} container {self.label}",
             self.kill_timeout,
@@ -534,10 +538,9 @@ class ContainerSandbox(Sandbox):
         ):
             sink = OutputCapture(_HELPER_OUTPUT_BYTES)
             try:
+                argv = kill_argv(exec_id, self.exec_dir)
                 await self._run_argv(
-                    ContainerExec(
-                        kill_argv(exec_id, self.exec_dir), None, sink, sink, self.kill_timeout
-                    )
+                    ContainerExec(argv, None, sink, sink, self.kill_timeout, user=user)
                 )
             except Exception as exc:  # the kill is cleanup: it must not mask the outcome
                 logger.warning("could not kill exec %s in %s: %s", exec_id, self.label, exc)

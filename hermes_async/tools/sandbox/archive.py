@@ -8,16 +8,14 @@ before anything is written anywhere. The rules:
   nothing outside the destination, no device files or FIFOs, no links to absolute paths or
   out of the destination;
 * stricter, ours: an absolute member name is refused (the stdlib filter would strip the
-  leading ``/`` and extract it anyway); a link (symbolic or hard) whose target is absolute or
-  contains a ``..`` component is refused outright, before any write, even if it would stay
-  inside; setuid and setgid files are refused (the filter would only clear the bits).
-
-Why ``..`` in link targets is refused and not merely resolved: the filter judges links against
-the destination *as it exists*. Judged on the archive alone (lexically), a chain such as
-``x -> .``, ``esc -> x/..``, ``esc/file`` passes, and extracted in that order the second link
-points at the destination's parent and the third member is written outside it. No legitimate
-download needs ``..`` in a link, so the check refuses it at the header, and extraction on the
-host (:func:`extract_tar_file`) runs with the ``data`` filter into a fresh directory as well.
+  leading ``/`` and extract it anyway); a link (symbolic or hard) whose target is absolute is
+  refused; setuid and setgid files are refused (the filter would only clear the bits);
+* links are judged against the whole archive (:func:`check_links`): a symbolic link's target
+  is resolved through the archive's other symbolic links and must stay inside the tree, no
+  member may lie below a symbolic link, and a path may not be a link and something else.
+  So ``dd/x -> ..`` (a checkout's in-tree link) is kept, while the chain ``x -> .``,
+  ``esc -> x/..``, ``esc/file`` (lexically inside, really outside) is refused whatever its
+  order.
 
 Extraction on the host (``ToolContext.download_dir``, every backend): :func:`extract_tar_file`
 checks every member first (pass 1), extracts with ``filter="data"`` into a new directory next
@@ -56,8 +54,10 @@ from typing import BinaryIO
 __all__ = (
     "MAX_ARCHIVE_MEMBERS",
     "ExtractedFile",
+    "check_links",
     "check_member",
     "check_tar_members",
+    "checked_members",
     "directory_tar",
     "extract_tar_file",
     "main",
@@ -98,11 +98,6 @@ def check_member(member: tarfile.TarInfo) -> None:
             raise ValueError(
                 f"tar member {name!r} is a {kind} to absolute path {target!r}; refusing it"
             )
-        if ".." in target.replace("\\", "/").split("/"):
-            raise ValueError(
-                f"tar member {name!r} is a {kind} to {target!r}, whose target contains '..'; "
-                "refusing it (links must point inside, without '..')"
-            )
     if member.isfile() and member.mode & (stat.S_ISUID | stat.S_ISGID):
         raise ValueError(
             f"tar member {name!r} is setuid/setgid (mode {member.mode:o}); refusing it"
@@ -131,7 +126,109 @@ def check_tar_members(tar_data: bytes) -> list[tarfile.TarInfo]:
         raise ValueError(f"not a valid tar archive ({len(tar_data)} bytes): {exc}") from exc
     for member in members:
         check_member(member)
+    check_links(members)
     return members
+
+
+#: Most symbolic links followed while resolving one link's target (the kernel's own limit).
+_MAX_LINK_HOPS = 40
+
+
+def _parts(name: str) -> list[str]:
+    return [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+
+
+def _lexical(parts: list[str]) -> list[str] | None:
+    """``parts`` with ``..`` applied; None when it climbs above the root."""
+    out: list[str] = []
+    for part in parts:
+        if part == "..":
+            if not out:
+                return None
+            out.pop()
+        else:
+            out.append(part)
+    return out
+
+
+def check_links(members: Iterable[tarfile.TarInfo]) -> None:
+    """Refuse links that leave the tree once the archive's own links are followed.
+
+    Judged on the archive alone, whatever the member order: every symbolic link's target,
+    resolved through the archive's symbolic links, stays inside; no member lies below a
+    symbolic link (so the lexical paths of the others are their real ones); a path is not
+    both a link and something else; a hard link names a member path that stays inside.
+
+    Raises:
+        ValueError: A member breaks a rule; the message names it.
+    """
+    kinds: dict[tuple[str, ...], str] = {}
+    links: dict[tuple[str, ...], list[str]] = {}
+    names: list[tuple[tarfile.TarInfo, tuple[str, ...]]] = []
+    for member in members:
+        path = _lexical(_parts(member.name))
+        if path is None:
+            raise ValueError(f"tar member {member.name!r} escapes the destination ('..')")
+        key = tuple(path)
+        kind = "link" if member.issym() else "dir" if member.isdir() else "file"
+        previous = kinds.get(key)
+        if (
+            previous is not None
+            and "link" in (previous, kind)
+            and (previous != kind or links.get(key) != _parts(member.linkname))
+        ):
+            raise ValueError(
+                f"tar member {member.name!r} is a symbolic link and another member of the "
+                "same path; refusing it"
+            )
+        kinds[key] = kind
+        if member.issym():
+            links[key] = _parts(member.linkname)
+        names.append((member, key))
+    for member, key in names:
+        for depth in range(1, len(key)):
+            if key[:depth] in links:
+                raise ValueError(
+                    f"tar member {member.name!r} lies below the symbolic link "
+                    f"{'/'.join(key[:depth])!r}; refusing it"
+                )
+        if member.issym() and _resolve(list(key[:-1]), links[key], links) is None:
+            raise ValueError(
+                f"tar member {member.name!r} is a symlink to {member.linkname!r}, which "
+                "leaves the archive's tree once its links are followed; refusing it"
+            )
+        if member.islnk():
+            target = _lexical(_parts(member.linkname))
+            if target is None or any(tuple(target[:d]) in links for d in range(1, len(target))):
+                raise ValueError(
+                    f"tar member {member.name!r} is a hard link to {member.linkname!r}, which "
+                    "escapes the destination or passes through a symbolic link; refusing it"
+                )
+
+
+def _resolve(
+    base: list[str], target: list[str], links: dict[tuple[str, ...], list[str]]
+) -> list[str] | None:
+    """Where ``target`` (relative to ``base``) leads, following ``links``; None: outside."""
+    stack = list(base)
+    pending = list(target)
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            if not stack:
+                return None
+            stack.pop()
+            continue
+        stack.append(part)
+        link = links.get(tuple(stack))
+        if link is not None:
+            hops += 1
+            if hops > _MAX_LINK_HOPS:
+                return None
+            stack.pop()
+            pending = link + pending
+    return stack
 
 
 def _explain(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:
@@ -154,15 +251,28 @@ def _explain(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:
     return f"tar member {name!r} is unsafe ({exc}); refusing it"
 
 
-def _checked_members(tf: tarfile.TarFile) -> Iterable[tarfile.TarInfo]:
-    for count, member in enumerate(tf, 1):
-        if count > MAX_ARCHIVE_MEMBERS:
+def checked_members(
+    tf: tarfile.TarFile, *, max_members: int | None = None
+) -> list[tarfile.TarInfo]:
+    """Every member of ``tf``, read one at a time and checked (:func:`check_member`, then
+    :func:`check_links`); refused at ``max_members`` while reading, before the rest is read.
+
+    Raises:
+        ValueError: Too many members, or an unsafe one.
+        tarfile.TarError: The archive is damaged.
+    """
+    cap = MAX_ARCHIVE_MEMBERS if max_members is None else max_members
+    members: list[tarfile.TarInfo] = []
+    for member in tf:
+        if len(members) >= cap:
             raise ValueError(
-                f"the archive has more than {MAX_ARCHIVE_MEMBERS:,} members; refusing it "
+                f"the archive has more than {cap:,} members; refusing it "
                 "(archive fewer files, e.g. a tarball of the directory)"
             )
         check_member(member)
-        yield member
+        members.append(member)
+    check_links(members)
+    return members
 
 
 def extract_tar_file(archive: str, dest: str, *, workdir: str | None = None) -> list[ExtractedFile]:
@@ -189,7 +299,7 @@ def extract_tar_file(archive: str, dest: str, *, workdir: str | None = None) -> 
     readable = True
     try:
         with tarfile.open(archive, mode="r:*") as tf:
-            for member in _checked_members(tf):
+            for member in checked_members(tf):
                 if member.isfile():
                     files.append((posixpath.normpath(member.name), member.size))
     except tarfile.TarError as exc:

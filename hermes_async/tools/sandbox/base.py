@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 import secrets
 import shlex
 import time
@@ -78,12 +79,13 @@ import types
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
-from hermes_async.tools.sandbox.archive import check_tar_members
+from hermes_async.tools.sandbox.archive import check_tar_members, directory_tar
 
 if TYPE_CHECKING:
     from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
@@ -250,6 +252,8 @@ class ExecRequest:
             default. A negative budget (one already spent) is ``0``: time out at once.
         stdin: Bytes for standard input, or ``None`` for no input (``/dev/null``).
         output_limit: Bytes kept per stream (head + tail).
+        user: Who runs it (a name or a uid); ``None``: the sandbox's user. Only backends whose
+            :attr:`Sandbox.switches_users` is true accept one.
 
     Raises:
         TypeError: ``command`` is not a string.
@@ -264,6 +268,7 @@ class ExecRequest:
     timeout: float | None = None
     stdin: bytes | None = None
     output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES
+    user: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.command, str):
@@ -292,6 +297,14 @@ class ExecRequest:
             object.__setattr__(self, "timeout", max(0.0, float(self.timeout)))
         if self.output_limit < 0:
             raise ValueError(f"output_limit must be >= 0 bytes, got {self.output_limit!r}")
+        if self.user is not None and not _USER.fullmatch(self.user):
+            raise ValueError(
+                f"user must be a user name or a uid (letters, digits, '_', '-', '.'), "
+                f"got {self.user!r}"
+            )
+
+
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 def _is_variable_name(name: object) -> bool:
@@ -379,6 +392,7 @@ class Sandbox(AsyncResource):
         timeout: float | None = None,
         stdin: bytes | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
+        user: str | None = None,
     ) -> ExecResult:
         """Run ``command`` through the sandbox's shell and wait for it.
 
@@ -393,17 +407,36 @@ class Sandbox(AsyncResource):
                 ``None``: the backend's default.
             stdin: Bytes written to the command's standard input, then closed.
             output_limit: Bytes kept per stream; beyond it, head and tail are kept.
+            user: Run as this user (see :attr:`switches_users`); ``None``: the sandbox's.
 
         Raises:
             ValueError: An invalid argument (see :class:`ExecRequest`).
-            SandboxError: The sandbox is closed or cannot be reached.
+            SandboxError: The sandbox is closed or cannot be reached, or ``user`` was given
+                to a backend that cannot switch users.
 
         **Cancellation**: the command's process group is killed before this returns.
         """
         request = ExecRequest(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, output_limit=output_limit
+            command,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            stdin=stdin,
+            output_limit=output_limit,
+            user=user,
         )
+        if user is not None and not self.switches_users:
+            raise SandboxError(
+                f"the {type(self).__name__} backend cannot run a command as user {user!r}; "
+                "use the Docker backend or run without user=",
+                task_id=getattr(self, "task_id", None),
+            )
         return await self.exec_request(request)
+
+    @property
+    def switches_users(self) -> bool:
+        """Whether ``exec(..., user=...)`` works here (the Docker backend and the fake)."""
+        return False
 
     @abstractmethod
     async def exec_request(self, request: ExecRequest) -> ExecResult:
@@ -442,6 +475,20 @@ class Sandbox(AsyncResource):
             ValueError: A member is absolute, escapes ``dest_dir`` (``..``), or is a device or a
                 link pointing outside.
         """
+
+    async def put_tree(self, dest_dir: str, source: Path) -> None:
+        """Copy the contents of host folder ``source`` into ``dest_dir`` (created if missing).
+
+        Links are kept as links and the archive is checked as :meth:`put_archive` checks one.
+        This default packs the folder in memory (:func:`directory_tar`, for small trees); the
+        Docker backend streams it from a temporary file.
+
+        Raises:
+            ValueError: An unsafe member (see :func:`check_tar_members`).
+
+        **Cancellation**: the copy may be partial.
+        """
+        await self.put_archive(dest_dir, directory_tar(source, prefix="./"))
 
     @abstractmethod
     async def get_archive(self, path: str) -> bytes:

@@ -65,9 +65,11 @@ import re
 import secrets
 import socket
 import tarfile
-from collections.abc import Awaitable, Mapping
+import tempfile
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -85,16 +87,18 @@ from hermes_async._cleanup import acquisition_scope, bounded_cleanup, cleanup_sc
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox._container import (
+    TRANSFER_TIMEOUT_SECONDS,
     ContainerExec,
     ContainerSandbox,
     read_until_exit,
 )
 from hermes_async.tools.sandbox._sdk import import_sdk
-from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
+from hermes_async.tools.sandbox.archive import check_tar_members, checked_members, single_file_tar
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
 from hermes_async.tools.sandbox.errors import UnavailableReason
 from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
 from hermes_async.tools.sandbox.spec import SandboxSpec
+from hermes_async.tools.sandbox.transfer import pack_host_tree
 
 if TYPE_CHECKING:
     import aiodocker
@@ -196,6 +200,8 @@ class DockerSandboxConfig:
             docstring for how it is enforced.
         disk_check_interval_seconds: How often the watchdog reads the writable layer's size
             (when the storage driver cannot enforce the cap itself).
+        build_network_mode: The network of image builds' ``RUN`` steps (``None``: the
+            engine's default; ``"host"``: what the host reaches, e.g. a package mirror).
     """
 
     image: str = DEFAULT_DOCKER_IMAGE
@@ -225,6 +231,7 @@ class DockerSandboxConfig:
     user: str | None = None
     disk_limit_mb: int | None = 2048
     disk_check_interval_seconds: float = 10.0
+    build_network_mode: str | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, ("image",), NON_EMPTY_STRING)
@@ -512,7 +519,8 @@ def docker_config_for(
 
     ``image`` (the built image's tag) wins over ``spec.image``; the workdir is the spec's,
     else the image's ``WORKDIR`` (``image_workdir``) when the spec names an image, else the
-    config's.
+    config's. With an image of the spec's, the config's ``PATH`` and ``HOME`` are left to the
+    image (its ``ENV``; the engine sets ``HOME`` from the user's passwd entry).
     """
     if spec is None:
         return config
@@ -529,8 +537,12 @@ def docker_config_for(
         changes["memory_mb"] = spec.memory_mb
     if spec.network_mode is not None:
         changes["network_mode"] = spec.network_mode
-    if spec.env:
-        changes["env"] = {**config.env, **spec.env}
+    env = dict(config.env)
+    if chosen is not None:
+        # An image of the item's own brings its PATH (its ENV) and HOME (its user's home).
+        env = {k: v for k, v in env.items() if k not in ("PATH", "HOME")}
+    if spec.env or env != config.env:
+        changes["env"] = {**env, **spec.env}
     if spec.user is not None:
         changes["user"] = spec.user
     if spec.labels:
@@ -561,7 +573,7 @@ class DockerBackend:
         self, config: DockerSandboxConfig | None = None, *, images: ImageBuilder | None = None
     ) -> None:
         self.config = config or DockerSandboxConfig()
-        self.images = images or ImageBuilder()
+        self.images = images or ImageBuilder(build_network=self.config.build_network_mode)
         self._reaped = not self.config.reap_orphans
         # Whether the storage driver enforces StorageOpt size: None until the first creation
         # tried it (overlay2 on ext4 refuses it; then the ulimit + watchdog take over).
@@ -630,17 +642,39 @@ class DockerBackend:
             watchdog=config.disk_limit_mb is not None and not self._storage_opt,
         )
 
+    async def image_labels(self, images: Sequence[str]) -> dict[str, dict[str, str] | None]:
+        """Each image's labels (``{}``: none), None for one the engine does not have.
+
+        Raises:
+            SandboxError: The engine is unreachable.
+
+        **Cancellation**: the client is closed.
+        """
+        require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
+        engine = _Engine.open(self.config)
+        try:
+            await engine.ping()
+            return {image: await self.images.labels_of(engine, image) for image in images}
+        finally:
+            await engine.aclose()
+
     async def _config_for(self, engine: _Engine, spec: SandboxSpec) -> DockerSandboxConfig:
         """The config of a spec's container: its image built (or found) and its WORKDIR."""
+        image = spec.image_map.get(spec.image, spec.image) if spec.image else None
         if spec.build_context is not None:
-            built = await self.images.ensure(engine, spec.build_context, timeout=spec.build_timeout)
-            return docker_config_for(
-                self.config, spec, image=built.tag, image_workdir=built.workdir
-            )
+            # An image the spec names and the engine has wins over building (Harbor's rule).
+            present = image is not None and await self.images.has(engine, image)
+            if not present:
+                built = await self.images.ensure(
+                    engine, spec.build_context, timeout=spec.build_timeout, image_map=spec.image_map
+                )
+                return docker_config_for(
+                    self.config, spec, image=built.tag, image_workdir=built.workdir
+                )
         workdir = None
-        if spec.image is not None and spec.workdir is None:
-            workdir = await self.images.workdir_of(engine, spec.image)
-        return docker_config_for(self.config, spec, image_workdir=workdir)
+        if image is not None and spec.workdir is None:
+            workdir = await self.images.workdir_of(engine, image)
+        return docker_config_for(self.config, spec, image=image, image_workdir=workdir)
 
     async def _create(
         self, engine: _Engine, name: str, task_id: str, config: DockerSandboxConfig
@@ -757,6 +791,11 @@ class DockerSandbox(ContainerSandbox):
         self._container = container
         #: Whether :meth:`watch` enforces the disk cap (the storage driver cannot).
         self.watchdog = watchdog
+
+    @property
+    def switches_users(self) -> bool:
+        """True: ``docker exec --user``."""
+        return True
 
     @property
     def container_id(self) -> str:
@@ -904,7 +943,12 @@ class DockerSandbox(ContainerSandbox):
             exe = await engine.call(
                 "an exec create",
                 self._container.exec(
-                    cmd=argv, stdout=True, stderr=True, environment=dict(env or {}), workdir="/"
+                    cmd=argv,
+                    stdout=True,
+                    stderr=True,
+                    environment=dict(env or {}),
+                    workdir="/",
+                    user=run.user or "",
                 ),
             )
             stream = exe.start(detach=False)
@@ -1013,6 +1057,38 @@ class DockerSandbox(ContainerSandbox):
         self._check_open()
         check_tar_members(tar_data)
         await self._put_tar_into(self._resolve(dest_dir), tar_data)
+
+    async def put_tree(self, dest_dir: str, source: Path) -> None:
+        """Copy host folder ``source`` into ``dest_dir``: a ``tar`` process writes the archive
+        to a temporary file, its members are checked, then the file is streamed to the engine
+        (never held in memory).
+
+        Raises:
+            ValueError: An unsafe member.
+            OSError: The folder cannot be archived or the engine refused the upload.
+
+        **Cancellation**: the ``tar`` is killed; the upload may be partial.
+        """
+        self._check_open()
+        dest = self._resolve(dest_dir)
+        with tempfile.TemporaryDirectory(prefix="hermes-put-tree-") as tmp:
+            archive = os.path.join(tmp, "tree.tar")
+            await pack_host_tree(str(source), archive)
+            with tarfile.open(archive, mode="r:") as tf:
+                checked_members(tf)
+            await self._mkdir(dest)
+            # A local file's descriptor; aiohttp reads it in chunks as it sends.
+            with open(archive, "rb") as body:  # noqa: ASYNC230
+                try:
+                    await self._engine.call(
+                        f"an archive write to {dest}",
+                        self._container.put_archive(dest, body),  # type: ignore[no-untyped-call]
+                        timeout=TRANSFER_TIMEOUT_SECONDS,
+                    )
+                except Exception as exc:
+                    if self._engine.is_docker_error(exc):
+                        raise OSError(f"cannot write into {dest} in the sandbox: {exc}") from exc
+                    raise
 
     async def get_archive(self, path: str) -> bytes:
         """Return a tar archive of ``path``.

@@ -1,38 +1,29 @@
 """Images for per-item Docker sandboxes: built from a context once per content, behind a limiter.
 
-A :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` with a ``build_context`` makes the
-Docker backend build that folder's ``Dockerfile``. :class:`ImageBuilder` decides when:
-
-* **Cached by content**: the tag is ``<repository>:<digest>``, where the digest
-  (:func:`context_digest`) covers every file of the context (path, executable bit, content,
-  link target) and the ids of the images its ``FROM`` lines name. An unchanged context on an
-  unchanged base is never rebuilt (not in this process, not in the next: the engine keeps the
-  tag); a changed file or a re-imported base image gets a new tag.
-* **Once per tag**: concurrent requests for one tag wait for one build (a lock per tag).
-* **Behind their own limiter**: builds are CPU-heavy and a 2-core box runs one at a time
-  (``build_concurrency``); they do not hold the ``sandbox_create`` slots' deadline hostage
-  beyond the spec's ``build_timeout``.
-
-Contexts are read on the event loop (small folders: a task's Dockerfile and a few files);
-the build itself runs on the engine through aiodocker (asyncio only).
+The tag is ``<repository>:<digest>`` (:func:`context_digest`: every file of the context, the
+ids of its ``FROM`` images and any image map), so an unchanged context on an unchanged base
+is never rebuilt; concurrent requests for one tag wait for one build. The context is packed
+by a ``tar`` process into a temporary file and streamed to the engine (never held in
+memory); an image map rewrites the ``FROM`` lines first. aiodocker: asyncio only.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
+import json
 import logging
 import os
 import re
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
 
 from hermes_async.errors import SandboxError
-from hermes_async.tools.sandbox.archive import directory_tar
+from hermes_async.tools.sandbox.errors import TransferLimitError
+from hermes_async.tools.sandbox.transfer import pack_host_tree
 
 if TYPE_CHECKING:
     from hermes_async.tools.sandbox.docker import _Engine
@@ -44,12 +35,15 @@ __all__ = (
     "context_digest",
     "dockerfile_base_images",
     "dockerfile_lines",
+    "map_base_images",
 )
 
 logger = logging.getLogger(__name__)
 
 #: Repository of built images (the tag is the context digest).
 DEFAULT_BUILD_REPOSITORY = "hermes-async-build"
+#: Largest build context streamed to the engine (compressed).
+MAX_BUILD_CONTEXT_BYTES = 1 << 30
 
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
 
@@ -90,6 +84,19 @@ def dockerfile_base_images(text: str) -> tuple[str, ...]:
     return tuple(images)
 
 
+def map_base_images(text: str, image_map: Mapping[str, str]) -> str:
+    """``text`` (a Dockerfile) with each ``FROM`` image named in ``image_map`` replaced."""
+    if not image_map:
+        return text
+
+    def swap(match: re.Match[str]) -> str:
+        image = match.group(2)
+        return match.group(1) + image_map.get(image, image) + match.group(3)
+
+    pattern = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
+    return pattern.sub(swap, text)
+
+
 def context_digest(context: Path, base_ids: Sequence[str] = ()) -> str:
     """A hash of a build context (every path, its executable bit, content or link target)
     and of the ids of the images it builds on (a rebuilt base image means a new tag)."""
@@ -107,6 +114,40 @@ def context_digest(context: Path, base_ids: Sequence[str] = ()) -> str:
         elif path.is_dir():
             h.update(b"D" + rel.encode() + b"\0")
     return h.hexdigest()[:16]
+
+
+async def _build_on_network(
+    engine: _Engine, body: BinaryIO, tag: str, labels: Mapping[str, str], network: str
+) -> Any:
+    """``POST /build`` with ``networkmode`` (aiodocker's ``build`` has no such argument, so
+    this goes through its request and response helpers; the lock file pins aiodocker)."""
+    import aiohttp
+
+    images = engine.client.images
+    params = {
+        "t": tag,
+        "rm": "1",
+        "forcerm": "1",
+        "networkmode": network,
+        "labels": json.dumps(dict(labels)),
+    }
+    response = engine.client._query(
+        "build",
+        "POST",
+        params=params,
+        headers={"content-type": "application/x-tar", "Content-Encoding": "gzip"},
+        data=images._stream(body),
+        timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+    )
+    return await images._handle_list(response)  # type: ignore[no-untyped-call]
+
+
+def _write_dockerfile(tmp: str, text: str) -> str:
+    """Write ``text`` as ``<tmp>/mapped/Dockerfile`` (a few KB); return the folder."""
+    folder = Path(tmp, "mapped")
+    folder.mkdir()
+    (folder / "Dockerfile").write_text(text, encoding="utf-8")
+    return str(folder)
 
 
 class BuiltImage:
@@ -130,6 +171,8 @@ class ImageBuilder:
         build_concurrency: Builds at once (the limiter's size; resizable through
             ``limiter.total_tokens``).
         repository: Repository of the tags.
+        build_network: The network of a build's ``RUN`` steps (the engine's default when
+            None; ``"host"`` lets them reach what the host reaches, e.g. a package mirror).
 
     Attributes:
         builds: Images this builder built (not found cached).
@@ -137,10 +180,15 @@ class ImageBuilder:
     """
 
     def __init__(
-        self, *, build_concurrency: int = 1, repository: str = DEFAULT_BUILD_REPOSITORY
+        self,
+        *,
+        build_concurrency: int = 1,
+        repository: str = DEFAULT_BUILD_REPOSITORY,
+        build_network: str | None = None,
     ) -> None:
         self.limiter = anyio.CapacityLimiter(build_concurrency)
         self.repository = repository
+        self.build_network = build_network
         self.builds = 0
         self._locks: dict[str, anyio.Lock] = {}
 
@@ -155,6 +203,23 @@ class ImageBuilder:
             raise
         return info
 
+    async def labels_of(self, engine: _Engine, image: str) -> dict[str, str] | None:
+        """The image's labels (``{}``: none), None when the engine does not have it.
+
+        **Cancellation**: nothing to clean up.
+        """
+        info = await self._image(engine, image)
+        if info is None:
+            return None
+        return dict((info.get("Config") or {}).get("Labels") or {})
+
+    async def has(self, engine: _Engine, image: str) -> bool:
+        """Whether the engine has ``image``.
+
+        **Cancellation**: nothing to clean up.
+        """
+        return await self._image(engine, image) is not None
+
     async def workdir_of(self, engine: _Engine, image: str) -> str | None:
         """The image's ``WORKDIR`` (None when it sets none or the engine lacks the image).
 
@@ -165,8 +230,17 @@ class ImageBuilder:
             return None
         return (info.get("Config") or {}).get("WorkingDir") or None
 
-    async def ensure(self, engine: _Engine, context: Path, *, timeout: float) -> BuiltImage:
+    async def ensure(
+        self,
+        engine: _Engine,
+        context: Path,
+        *,
+        timeout: float,
+        image_map: Mapping[str, str] | None = None,
+    ) -> BuiltImage:
         """The image of ``context``: the cached tag, or built now (at most one build per tag).
+
+        ``image_map`` replaces ``FROM`` images before the build (and enters the digest).
 
         Raises:
             SandboxError: The build failed (the engine's message), or ran past ``timeout``.
@@ -174,8 +248,9 @@ class ImageBuilder:
         **Cancellation**: the wait or the build request is abandoned; the engine may finish
         the build and tag it (the next request then finds it cached).
         """
-        dockerfile = (context / "Dockerfile").read_text(encoding="utf-8", errors="replace")
-        base_ids = []
+        original = (context / "Dockerfile").read_text(encoding="utf-8", errors="replace")
+        dockerfile = map_base_images(original, image_map or {})
+        base_ids = [] if dockerfile == original else ["map:" + dockerfile]
         for base in dockerfile_base_images(dockerfile):
             info = await self._image(engine, base)
             base_ids.append(str(info["Id"]) if info else base)
@@ -186,7 +261,13 @@ class ImageBuilder:
             built = False
             if info is None:
                 async with self.limiter:
-                    await self._build(engine, context, tag, timeout)
+                    await self._build(
+                        engine,
+                        context,
+                        tag,
+                        timeout,
+                        None if dockerfile == original else dockerfile,
+                    )
                 self.builds += 1
                 built = True
                 info = await self._image(engine, tag)
@@ -195,28 +276,28 @@ class ImageBuilder:
         workdir = (info.get("Config") or {}).get("WorkingDir") or None
         return BuiltImage(tag, workdir, built=built)
 
-    async def _build(self, engine: _Engine, context: Path, tag: str, timeout: float) -> None:
+    async def _build(
+        self, engine: _Engine, context: Path, tag: str, timeout: float, dockerfile: str | None
+    ) -> None:
         logger.info("building %s from %s", tag, context)
-        payload = gzip.compress(directory_tar(context), mtime=0)
-        try:
-            messages = await engine.call(
-                f"the build of {tag} from {context}",
-                engine.client.images.build(
-                    fileobj=io.BytesIO(payload),
-                    encoding="gzip",
-                    tag=tag,
-                    rm=True,
-                    forcerm=True,
-                    labels={"hermes-async.build-context": str(context)},
-                ),
-                timeout=timeout,
-            )
-        except SandboxError:
-            raise
-        except Exception as exc:
-            if engine.is_docker_error(exc):
-                raise SandboxError(f"the Docker engine refused to build {context}: {exc}") from exc
-            raise
+        with tempfile.TemporaryDirectory(prefix="hermes-build-") as tmp:
+            archive = os.path.join(tmp, "context.tar.gz")
+            replace_file = None
+            if dockerfile is not None:
+                replace_file = ("Dockerfile", _write_dockerfile(tmp, dockerfile))
+            try:
+                await pack_host_tree(
+                    str(context),
+                    archive,
+                    max_bytes=MAX_BUILD_CONTEXT_BYTES,
+                    gzip=True,
+                    replace_file=replace_file,
+                )
+            except (OSError, TransferLimitError) as exc:
+                raise SandboxError(f"cannot pack the build context {context}: {exc}") from exc
+            # A local file's descriptor; aiohttp reads it in chunks as it sends.
+            with open(archive, "rb") as body:  # noqa: ASYNC230
+                messages = await self._send(engine, context, tag, timeout, body)
         errors = [
             str(m.get("error") or (m.get("errorDetail") or {}).get("message"))
             for m in messages or ()
@@ -224,3 +305,22 @@ class ImageBuilder:
         ]
         if errors:
             raise SandboxError(f"building {context} failed: {errors[-1][-800:]}")
+
+    async def _send(
+        self, engine: _Engine, context: Path, tag: str, timeout: float, body: BinaryIO
+    ) -> Any:
+        labels = {"hermes-async.build-context": str(context)}
+        try:
+            if self.build_network is None:
+                request = engine.client.images.build(
+                    fileobj=body, encoding="gzip", tag=tag, rm=True, forcerm=True, labels=labels
+                )
+            else:
+                request = _build_on_network(engine, body, tag, labels, self.build_network)
+            return await engine.call(f"the build of {tag} from {context}", request, timeout=timeout)
+        except SandboxError:
+            raise
+        except Exception as exc:
+            if engine.is_docker_error(exc):
+                raise SandboxError(f"the Docker engine refused to build {context}: {exc}") from exc
+            raise

@@ -129,7 +129,9 @@ __all__ = (
     "DEFAULT_ENV_ALLOWLIST",
     "DEFAULT_EXEC_TIMEOUT_SECONDS",
     "KILL_WAIT_SECONDS",
+    "MARKER_FILE",
     "MAX_READ_BYTES",
+    "SANDBOX_DIR_PREFIX",
     "SANDBOX_MARKER_ENV",
     "TERMINATE_GRACE_SECONDS",
     "DirectoryRemover",
@@ -163,6 +165,13 @@ Isolation = Literal["auto", "namespaces", "process"]
 
 #: Commands without an explicit timeout get this one (the reference's ``TERMINAL_TIMEOUT``).
 DEFAULT_EXEC_TIMEOUT_SECONDS = 180.0
+
+#: Process mode: the file in a sandbox's directory that holds its marker value.
+MARKER_FILE = ".state/marker"
+
+#: The prefix of every local sandbox's directory name.
+SANDBOX_DIR_PREFIX = "hermes-sbx-"
+
 #: Bound on removing a sandbox's directory after its world failed to start.
 FAILED_START_REMOVE_SECONDS = 30.0
 #: Operator override of ``isolation="auto"``: ``namespaces`` or ``process`` for every local
@@ -351,7 +360,7 @@ class LocalSandbox(Sandbox):
         parent = root_dir or tempfile.gettempdir()
         subdirs = () if mode == "namespaces" else ("work", "home", "tmp", ".state/bg")
         try:
-            root = tempfile.mkdtemp(prefix=f"hermes-sbx-{safe_task}-", dir=parent)
+            root = tempfile.mkdtemp(prefix=f"{SANDBOX_DIR_PREFIX}{safe_task}-", dir=parent)
             for sub in subdirs:
                 os.makedirs(os.path.join(root, sub), exist_ok=True)
         except OSError as exc:
@@ -399,6 +408,7 @@ class LocalSandbox(Sandbox):
                 raise
         else:
             env[SANDBOX_MARKER_ENV] = sandbox_id
+            _write_marker(root, sandbox_id)
         return cls(
             task_id,
             root,
@@ -806,6 +816,12 @@ def _check_environment(where: str, env: object) -> None:
             raise ConfigError(
                 f"{where}[{name!r}] must be a string without NUL, got {shown} (value not shown)"
             )
+
+
+def _write_marker(root: str, sandbox_id: str) -> None:
+    """Process mode: a crashed owner's sweep finds a leftover directory's processes by it."""
+    with open(os.path.join(root, MARKER_FILE), "w", encoding="ascii") as f:
+        f.write(sandbox_id)
 
 
 def local_factory(

@@ -86,7 +86,7 @@ from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError, UnavailableReason
 from hermes_async.tools.sandbox.host import start_process
-from hermes_async.tools.sandbox.processes import group_alive, signal_group
+from hermes_async.tools.sandbox.processes import group_alive, process_tag, signal_group, tag_alive
 
 __all__ = (
     "DEFAULT_DISK_LIMIT_MB",
@@ -294,24 +294,6 @@ def _own_cgroup(controller: str) -> str | None:
     return None
 
 
-def _owner_tag() -> str:
-    pid = os.getpid()
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return f"{pid}-{int(fields[19])}"
-    except (OSError, IndexError, ValueError):
-        return f"{pid}-0"
-
-
-def _pid_start(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 @dataclass(frozen=True, slots=True)
 class _Cgroups:
     """Where this process's sandboxes' cgroups go, per controller (``None``: not usable)."""
@@ -322,7 +304,7 @@ class _Cgroups:
     @classmethod
     def discover(cls) -> _Cgroups:
         bases: dict[str, str | None] = {}
-        owner = _owner_tag()
+        owner = process_tag()
         for controller in ("memory", "pids"):
             own = _own_cgroup(controller)
             root = os.path.join(_CGROUP_ROOT, controller)
@@ -346,12 +328,8 @@ def _sweep_dead_owners(parent: str) -> None:
     except OSError:
         return
     for name in names:
-        pid_text, _, start_text = name.partition("-")
-        if not pid_text.isdigit():
-            continue
-        start = _pid_start(int(pid_text))
-        if start is not None and str(start) == start_text:
-            continue  # alive
+        if not name[:1].isdigit() or tag_alive(name):
+            continue  # not an owner's group, or its owner is alive
         owner_dir = os.path.join(parent, name)
         with contextlib.suppress(OSError):
             for child in os.listdir(owner_dir):

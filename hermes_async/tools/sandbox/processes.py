@@ -56,9 +56,11 @@ __all__ = (
     "SweeperStatistics",
     "find_sandbox_processes",
     "group_alive",
+    "process_tag",
     "read_process_table",
     "signal_group",
     "sweep_process_table",
+    "tag_alive",
     "terminate_members",
 )
 
@@ -387,3 +389,30 @@ def group_alive(pgid: int) -> bool:
         if stat is not None and stat[1] == pgid and stat[0] not in _DEAD_STATES:
             return True
     return False
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_tag(pid: int | None = None) -> str:
+    """``"<pid>-<start time>"``: names one process for good (a reused pid has another start).
+
+    Owners of leftovers (cgroups, sandbox roots) are tagged with it, so a sweep can tell a
+    crashed owner from a live one (:func:`tag_alive`).
+    """
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}-{_start_ticks(pid) or 0}"
+
+
+def tag_alive(tag: str) -> bool:
+    """Whether the process a :func:`process_tag` named is still running (False if malformed)."""
+    pid_text, _, start_text = tag.strip().partition("-")
+    if not pid_text.isdigit():
+        return False
+    start = _start_ticks(int(pid_text))
+    return start is not None and str(start) == start_text

@@ -16,7 +16,9 @@ What each built-in backend applies (a field it cannot apply is ignored, and says
 ======================  =========  ========================================  ===============
 field                   local      docker                                    modal
 ======================  =========  ========================================  ===============
-image / build_context   ignored    pulled / built once per content digest    image (registry)
+image / build_context   ignored    image if the engine has it, else built    image (registry)
+                                   once per content digest (else pulled)
+image_map               ignored    applied to image and the FROM lines       ignored
 cpus, memory_mb         ignored    ``NanoCpus``, ``Memory`` (= swap limit)   ``cpu``, ``memory``
 storage_mb              ignored    ignored (overlay2 needs xfs quotas)       ignored
 network_mode            ignored    ``NetworkMode``                           ``block_network``
@@ -51,9 +53,13 @@ class SandboxSpec:
     """How one rollout's sandbox is created (``None`` fields: the backend's configuration).
 
     Attributes:
-        image: The image to run (pulled when missing, if the backend may pull).
-        build_context: A folder with a ``Dockerfile`` to build the image from (wins over
-            ``image``); built once per content digest, behind the backend's build limiter.
+        image: The image to run (pulled when missing, if the backend may pull). With a
+            ``build_context`` too, the image is used when the engine has it (Harbor's rule)
+            and the context is built otherwise.
+        build_context: A folder with a ``Dockerfile`` to build the image from; built once per
+            content digest, behind the backend's build limiter.
+        image_map: Image names replaced before use: ``image`` and the Dockerfile's ``FROM``
+            lines (a mirror or a local stand-in for a registry image).
         build_timeout: Deadline of that build, in seconds.
         cpus: CPU limit (fractions allowed).
         memory_mb: Memory limit in MiB.
@@ -70,6 +76,7 @@ class SandboxSpec:
 
     image: str | None = None
     build_context: Path | None = None
+    image_map: Mapping[str, str] = field(default_factory=dict)
     build_timeout: float = 600.0
     cpus: float | None = None
     memory_mb: int | None = None

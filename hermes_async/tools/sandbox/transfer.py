@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import posixpath
 import secrets
 import subprocess
@@ -51,6 +52,7 @@ __all__ = (
     "DownloadedFile",
     "download_dir",
     "download_file",
+    "pack_host_tree",
     "read_host_dir_archive",
     "read_host_file",
 )
@@ -317,6 +319,50 @@ async def read_host_dir_archive(
         "directory",
         "archive",
     )
+
+
+async def pack_host_tree(
+    source: str,
+    dest: str,
+    *,
+    max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES,
+    gzip: bool = False,
+    replace_file: tuple[str, str] | None = None,
+) -> int:
+    """Write a tar of host directory ``source`` (members ``./x``, links kept as links,
+    setuid/setgid bits stripped) to host file ``dest``; return its size.
+
+    ``replace_file`` = ``(name, folder)``: the top-level file ``name`` comes from ``folder``
+    instead (a rewritten Dockerfile). The archive is written by a ``tar`` process, never held
+    in memory.
+
+    Raises:
+        FileNotFoundError: ``source`` is not a directory.
+        TransferLimitError: The archive is larger than ``max_bytes`` (``dest`` is removed).
+        OSError: ``tar`` failed.
+
+    **Cancellation**: the ``tar`` is killed.
+    """
+    flags = "-cz" if gzip else "-c"
+    script = f'[ -d "$1" ] || exit 66; exec tar {flags} --mode=a-s -f "$2" -C "$1"'
+    args = ["sh", source, dest]
+    if replace_file is not None:
+        script += ' --exclude="./$3" . -C "$4" "$3"'
+        args += list(replace_file)
+    else:
+        script += " ."
+    raw = await run_bounded(["/bin/sh", "-c", script, *args], timeout=HOST_TRANSFER_TIMEOUT_SECONDS)
+    if raw.exit_code == 66:
+        raise FileNotFoundError(f"Local directory not found: {source}")
+    if raw.exit_code != 0:
+        detail = raw.stderr.decode("utf-8", "replace").strip()[:500]
+        raise OSError(f"Cannot archive {source}: {detail}")
+    size = os.stat(dest).st_size
+    if size > max_bytes:
+        with contextlib.suppress(OSError):
+            os.unlink(dest)
+        raise TransferLimitError(f"archive of local directory {source!r}", limit=max_bytes)
+    return size
 
 
 async def _read_host(script: str, path: str, max_bytes: int, kind: str, verb: str) -> bytes:

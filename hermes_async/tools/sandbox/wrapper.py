@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from hermes_async.tools.sandbox.base import (
@@ -69,6 +70,14 @@ class SandboxWrapper(Sandbox):
     async def exec_request(self, request: ExecRequest) -> ExecResult:
         async with self.around() as sb:
             return await sb.exec_request(request)
+
+    @property
+    def switches_users(self) -> bool:
+        return bool(self.inner.switches_users)
+
+    async def put_tree(self, dest_dir: str, source: Path) -> None:
+        async with self.around() as sb:
+            await sb.put_tree(dest_dir, source)
 
     async def read_bytes(self, path: str) -> bytes:
         async with self.around() as sb:

@@ -104,7 +104,7 @@ def test_select_exactly_the_named_tasks(tmp_path: Path) -> None:
 def test_bundled_tasks() -> None:
     report = load_dataset(BUNDLED_TASKS)
     assert report.invalid == ()
-    assert len(report.tasks) == 10
+    assert len(report.tasks) == 11
     assert {t.schema_version for t in report.tasks} == {"1.0", "1.1", "1.3", "1.4"}
     for task in report.tasks:
         assert not task.needs_network, (task.name, task.network_reasons)
@@ -145,3 +145,82 @@ def test_a_fixture_with_an_unknown_expected_status_is_refused(tmp_path: Path) ->
     with pytest.raises(ValueError, match=r"expect_status 'fine' is not one of ok, model"):
         expectation_for(task, "oracle")
     assert expectation_for(task, "null") is None
+
+
+def test_registry_resolves_names_to_local_folders(tmp_path: Path) -> None:
+    import subprocess
+
+    from hermes_async.envs.terminalbench import resolve_dataset
+
+    folder = tmp_path / "tb2"
+    folder.mkdir()
+    repo = tmp_path / "checkout"
+    (repo / "tasks").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+         "--allow-empty", "-m", "x"],
+        check=True,
+    )  # fmt: skip
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    registry = tmp_path / "datasets.toml"
+    registry.write_text(
+        f'[datasets."terminal-bench@2.0"]\npath = "{folder}"\n'
+        f'[datasets."mine@1"]\ngit = "{repo}"\ncommit = "{head}"\nsubdir = "tasks"\n'
+        f'[datasets."old@1"]\ngit = "{repo}"\ncommit = "{"0" * 40}"\n'
+    )
+    assert resolve_dataset("terminal-bench@2.0", registry=registry) == folder
+    assert resolve_dataset("terminal-bench", registry=registry) == folder  # one version
+    assert resolve_dataset("mine@1", registry=registry) == repo / "tasks"
+    assert resolve_dataset(str(folder), registry=registry) == folder  # a path wins
+    with pytest.raises(ConfigError, match=r"'old@1': .* is at commit .*, the registry pins 0000"):
+        resolve_dataset("old@1", registry=registry)
+    with pytest.raises(ConfigError, match=r"'nope@1' is not in the registry .*registered: mine@1"):
+        resolve_dataset("nope@1", registry=registry)
+    with pytest.raises(ConfigError, match=r"neither a path nor in a registry"):
+        resolve_dataset("x@1", registry=tmp_path / "missing.toml")
+
+
+def test_image_map_and_offline_reasons(tmp_path: Path) -> None:
+    from hermes_async.envs.terminalbench.images import (
+        offline_reasons,
+        parse_image_map,
+        standin_notes,
+        task_sandbox_spec,
+    )
+
+    mapping_file = tmp_path / "map.txt"
+    mapping_file.write_text("# mirrors\npython:3.12-slim = local/python:3.12\nubuntu:24.04 u24\n")
+    assert parse_image_map("a=b,c=d", mapping_file) == {
+        "python:3.12-slim": "local/python:3.12",
+        "ubuntu:24.04": "u24",
+        "a": "b",
+        "c": "d",
+    }
+    with pytest.raises(ConfigError, match=r"write FROM_IMAGE=LOCAL_IMAGE"):
+        parse_image_map("lonely")
+    from hermes_async.envs.terminalbench import load_task
+
+    folder = make_task(
+        tmp_path,
+        "py",
+        dockerfile="FROM python:3.12-slim\nRUN pip install numpy\n",
+        test_sh="#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+    )
+    task = load_task(folder)
+    mapping = {"python:3.12-slim": "local/python:3.12"}
+    absent = {"local/python:3.12": None}
+    standin = {"local/python:3.12": {"hermes-async.standin": "Debian trixie, python 3.13"}}
+    assert offline_reasons(task, absent, mapping) == (
+        "Dockerfile RUN pip-installs",
+        "image 'local/python:3.12' is not on the engine (pulling needs a registry)",
+    )
+    assert offline_reasons(task, standin, mapping, build_network=True) == ()
+    assert standin_notes(task, standin, mapping) == (
+        "stand-in local/python:3.12: Debian trixie, python 3.13",
+    )
+    spec = task_sandbox_spec(task, image_map=mapping)
+    assert spec.image_map == mapping and spec.network_mode == "none"
+    assert task_sandbox_spec(task, network=True).network_mode is None  # the config's

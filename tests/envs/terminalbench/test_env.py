@@ -25,11 +25,14 @@ from hermes_async.envs.terminalbench.env import (
     TerminalBench2EvalEnvConfig,
 )
 from hermes_async.envs.terminalbench.expect import expectation_for, mismatch
+from hermes_async.envs.terminalbench.job import JobWriter
 from hermes_async.envs.terminalbench.report import pass_metrics
+from hermes_async.envs.terminalbench.trial import TrialResult
 from hermes_async.tools.sandbox.docker import DockerBackend
 from hermes_async.tools.sandbox.manager import SandboxManager
 from hermes_async.tools.sandbox.spec import SandboxSpec
-from tests.envs.helpers import serve_policy, server_config, tool_call
+from tests.envs.helpers import serve_policy, server_config
+from tests.support import tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -81,12 +84,12 @@ async def test_run_tasks_under_trio_is_a_clear_error(tmp_path: Path, anyio_backe
         await env.run_tasks(ALL_TASKS[:1])
 
 
-def _check(runs: list[Any], agent: str) -> None:
+def _check(trials: list[TrialResult], agent: str) -> None:
     problems = []
-    for run in runs:
-        task = next(t for t in ALL_TASKS if t.name == run.trial.task)
+    for trial in trials:
+        task = next(t for t in ALL_TASKS if t.name == trial.task)
         expected = expectation_for(task, agent)  # type: ignore[arg-type]
-        if expected is not None and (why := mismatch(run.trial, expected)):
+        if expected is not None and (why := mismatch(trial, expected)):
             problems.append(f"{task.name}: {why}")
     assert problems == []
 
@@ -101,46 +104,45 @@ ALL_TASKS: list[HarborTask] = [
 @pytest.mark.usefixtures("base_image")
 async def test_oracle_and_null_through_the_env_on_docker(tmp_path: Path) -> None:
     env = make_env(tmp_path, agent="oracle", max_concurrent_tasks=4)
+    root = tmp_path / "evals"
+    writer = JobWriter(root, config={"agent": "oracle"}, resume=False)
     with anyio.fail_after(900):
         async with env.open_sandboxes():
-            oracle = await env.run_tasks(ALL_TASKS)
+            oracle = await env.run_tasks(ALL_TASKS, writer=writer)
+    writer.close()
     _check(oracle, "oracle")
-    bundled = [
-        r for r in oracle if r.trial.task in {t.name for t in load_dataset(BUNDLED_TASKS).tasks}
-    ]
-    assert len(bundled) == 10 and all(r.trial.reward == 1.0 for r in bundled)
-    by_name = {r.trial.task: r.trial for r in oracle}
+    bundled_names = {t.name for t in load_dataset(BUNDLED_TASKS).tasks}
+    bundled = [t for t in oracle if t.task in bundled_names]
+    assert len(bundled) == len(bundled_names) and all(t.reward == 1.0 for t in bundled)
+    by_name = {t.task: t for t in oracle}
     assert by_name["no-reward"].status == "verifier" and by_name["no-reward"].reward is None
     assert by_name["verifier-timeout"].status == "verifier"
     assert by_name["hygiene-plant"].reward == 0.0 and by_name["hygiene-daemon"].reward == 0.0
 
-    root = tmp_path / "evals"
-    rows = env.write_results(oracle, root)
     lines = [json.loads(x) for x in (root / "results.jsonl").read_text().splitlines()]
-    assert lines == rows and len(lines) == len(ALL_TASKS)
+    assert len(lines) == len(ALL_TASKS)
     for row in lines:
         assert {"task", "category", "reward", "status", "agent_seconds", "verifier_seconds"} <= set(
             row
         )
         trial = root / row["trial"]
         result = json.loads((trial / "result.json").read_text())
-        assert result["task_name"] == row["task"] and result["status"] == row["status"]
+        assert result["task_name"] == row["task"]
+        assert result["hermes_async"]["status"] == row["status"]
         atif = json.loads((trial / "agent" / "trajectory.json").read_text())
         assert atif["schema_version"].startswith("ATIF-") and atif["steps"][0]["source"] == "user"
-    assert (
-        root / "trials" / "git-recover__0" / "verifier" / "reward.txt"
-    ).read_text().strip() == "1"
+    assert (root / "git-recover__oracle-0" / "verifier" / "reward.txt").read_text().strip() == "1"
     no_reward = next(r for r in lines if r["task"] == "no-reward")
     assert no_reward["reward"] is None and no_reward["status"] == "verifier"
-    metrics = pass_metrics([r.trial for r in oracle])
-    assert metrics["eval/pass_rate"] == pytest.approx(10 / len(ALL_TASKS))
+    metrics = pass_metrics(oracle)
+    assert metrics["eval/pass_rate"] == pytest.approx(len(bundled_names) / len(ALL_TASKS))
 
     null_env = make_env(tmp_path, agent="null")
     with anyio.fail_after(900):
         async with null_env.open_sandboxes():
             null = await null_env.run_tasks(load_dataset(BUNDLED_TASKS).tasks)
     _check(null, "null")
-    assert all(r.trial.status == "ok" and r.trial.reward == 0.0 for r in null)
+    assert all(t.status == "ok" and t.reward == 0.0 for t in null)
 
 
 @pytest.mark.docker
@@ -152,7 +154,7 @@ async def test_hermes_rows_run_through_the_oracle_in_the_env(tmp_path: Path) -> 
     with anyio.fail_after(600):
         async with env.open_sandboxes():
             runs = await env.run_tasks()
-    assert [(r.trial.status, r.trial.reward) for r in runs] == [("ok", 1.0)] * 2
+    assert [(t.status, t.reward) for t in runs] == [("ok", 1.0)] * 2
 
 
 @pytest.mark.docker
@@ -233,17 +235,21 @@ async def test_model_agent_is_scored_by_the_verifier(tmp_path: Path) -> None:
         await env.setup()
         names = {t.name for t in env.tasks}
         fixtures = [t for t in ALL_TASKS if t.name == "no-reward"]
+        writer = JobWriter(tmp_path / "job", config={}, resume=False)
         with anyio.fail_after(600):
             async with env.open_sandboxes():
-                runs = await env.run_tasks([*env.tasks, *fixtures])
-    by_name = {r.trial.task: r for r in runs}
+                runs = await env.run_tasks([*env.tasks, *fixtures], writer=writer)
+        writer.close()
+    by_name = {t.task: t for t in runs}
     for name in names:
-        run = by_name[name]
-        assert (run.trial.status, run.trial.reward, run.trial.agent) == ("ok", 1.0, "model")
-        assert any(m.get("role") == "tool" for m in run.messages)
-        assert run.verifier_tar is not None
-    assert by_name["no-reward"].trial.status == "verifier"
-    assert by_name["no-reward"].trial.reward is None
+        trial = by_name[name]
+        assert (trial.status, trial.reward, trial.agent) == ("ok", 1.0, "model")
+        folder = tmp_path / "job" / f"{name}__model-0"
+        atif = json.loads((folder / "agent" / "trajectory.json").read_text())
+        assert any("observation" in step for step in atif["steps"])  # the tool's output
+        assert (folder / "verifier" / "reward.txt").read_text().strip() == "1"
+    assert by_name["no-reward"].status == "verifier"
+    assert by_name["no-reward"].reward is None
 
 
 @pytest.mark.docker

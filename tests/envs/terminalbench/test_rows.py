@@ -88,21 +88,18 @@ def write_jsonl(path: Path, *items: object) -> Path:
 @pytest.mark.parametrize(
     ("member", "match"),
     [
-        (file_("/etc/cron.d/evil"), r"member '/etc/cron.d/evil' escapes the destination"),
+        (file_("/etc/cron.d/evil"), r"member '/etc/cron.d/evil' has an absolute path"),
         (file_("../evil"), r"escapes the destination"),
         (file_("a/../../evil"), r"escapes the destination"),
-        (file_("C:/evil"), r"escapes the destination"),
-        (special("link", tarfile.SYMTYPE, "/etc/passwd"), r"link 'link' -> '/etc/passwd'"),
-        (
-            special("link", tarfile.SYMTYPE, "../outside"),
-            r"absolute or with '..' targets are refused",
-        ),
-        (special("sub/link", tarfile.SYMTYPE, "x/../../../etc"), r"refused"),
-        (special("hard", tarfile.LNKTYPE, "../x"), r"link 'hard' -> '../x'"),
-        (special("hard", tarfile.LNKTYPE, "/etc/shadow"), r"link 'hard' -> '/etc/shadow'"),
-        (special("dev", tarfile.CHRTYPE), r"'dev' is a device, FIFO or other special file"),
-        (special("blk", tarfile.BLKTYPE), r"device, FIFO"),
-        (special("fifo", tarfile.FIFOTYPE), r"device, FIFO"),
+        (special("link", tarfile.SYMTYPE, "/etc/passwd"), r"'link' is a symlink to absolute"),
+        (special("link", tarfile.SYMTYPE, "../outside"), r"'\.\./outside', which escapes"),
+        (special("sub/link", tarfile.SYMTYPE, "x/../../../etc"), r"which escapes"),
+        (special("hard", tarfile.LNKTYPE, "../x"), r"'hard' is a hard link to '\.\./x'"),
+        (special("hard", tarfile.LNKTYPE, "/etc/shadow"), r"hard link to absolute path"),
+        (special("dev", tarfile.CHRTYPE), r"'dev' is a device or FIFO"),
+        (special("blk", tarfile.BLKTYPE), r"device or FIFO"),
+        (special("fifo", tarfile.FIFOTYPE), r"device or FIFO"),
+        (file_("run", mode=0o4755), r"'run' is setuid/setgid"),
     ],
 )
 def test_crafted_members_are_refused(
@@ -115,11 +112,10 @@ def test_crafted_members_are_refused(
     assert not (tmp_path / "outside").exists()
 
 
-def test_setuid_and_group_write_bits_are_cleared(tmp_path: Path) -> None:
-    data = tar_bytes(file_("run.sh", b"#!/bin/sh\n", mode=0o6777), file_("plain", mode=0o664))
+def test_group_write_bits_are_cleared(tmp_path: Path) -> None:
+    data = tar_bytes(file_("run.sh", b"#!/bin/sh\n", mode=0o777), file_("plain", mode=0o664))
     safe_extract(data, tmp_path, task="t", what="tests_tar")
     mode = stat.S_IMODE((tmp_path / "run.sh").stat().st_mode)
-    assert mode & (stat.S_ISUID | stat.S_ISGID) == 0
     assert mode & 0o022 == 0
     assert mode & 0o100  # the owner's exec bit stays: test scripts must still run
     assert stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o644
@@ -175,7 +171,7 @@ def test_hardlink_under_stripped_root(tmp_path: Path) -> None:
 
 def test_archive_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rows_mod, "MAX_ARCHIVE_MEMBERS", 2)
-    with pytest.raises(TaskError, match=r"has 3 members \(at most 2\)"):
+    with pytest.raises(TaskError, match=r"has more than 2 members"):
         safe_extract(tar_bytes(file_("a"), file_("b"), file_("c")), tmp_path, task="t", what="x")
     monkeypatch.setattr(rows_mod, "MAX_ARCHIVE_MEMBERS", 100)
     monkeypatch.setattr(rows_mod, "MAX_ARCHIVE_BYTES", 10)
@@ -236,7 +232,7 @@ def test_materialise_row_builds_a_task_folder_once(tmp_path: Path) -> None:
 
 def test_a_bad_row_leaves_nothing_behind(tmp_path: Path) -> None:
     bad = parse_row(row(tests_tar=b64(tar_bytes(file_("ok"), file_("../evil")))), label="row 1")
-    with pytest.raises(TaskError, match=r"tests_tar: member '../evil' escapes"):
+    with pytest.raises(TaskError, match=r"tests_tar: tar member '../evil' escapes"):
         materialise_row(bad, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
@@ -268,7 +264,7 @@ def test_jsonl_dataset_reports_bad_rows_by_name(tmp_path: Path) -> None:
         ("no-verifier", "row has neither tests_tar nor test_sh (no verifier)"),
         (
             "escape",
-            "environment_tar: link 'l' -> '/etc' (absolute or with '..' targets are refused)",
+            "environment_tar: tar member 'l' is a symlink to absolute path '/etc'; refusing it",
         ),
         ("hello", "duplicate task name (an earlier task has it)"),
     )
@@ -279,7 +275,7 @@ def test_jsonl_dataset_reports_bad_rows_by_name(tmp_path: Path) -> None:
     assert report.by_name["prebuilt"].network_reasons == (
         "image 'alexgshaw/x:1' must be pulled from a registry",
     )
-    assert "invalid escape: environment_tar: link" in report.describe()
+    assert "invalid escape: environment_tar: tar member" in report.describe()
 
 
 def test_unknown_file_kind_and_missing_file(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from hermes_async.tools.browser import (
     use_browser_manager,
 )
 from hermes_async.tools.registry import get_tool_definitions
+from tests.support import tool_call
 from tests.tools.browser.conftest import settings_for_tests
 from tests.tools.browser.procs import browser_processes
 from tests.tools.browser.site import Page, Received, Site
@@ -43,10 +44,6 @@ FORM = """<title>Register</title><h1>Register for the workshop</h1>
 </form>"""
 
 
-def _tool_call(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
-
-
 def _ref(snapshot: str, label: str) -> str:
     match = re.search(re.escape(label) + r" \[ref=(e\d+)\]", snapshot)
     assert match, (label, snapshot)
@@ -59,24 +56,24 @@ def oracle(form_url: str) -> Any:
     def policy(request: PolicyRequest) -> str:
         results = [m for m in request.messages if m.get("role") == "tool"]
         if not results:
-            return "I'll open the form.\n" + _tool_call("browser_navigate", {"url": form_url})
+            return "I'll open the form.\n" + tool_call("browser_navigate", {"url": form_url})
         last = json.loads(results[-1]["content"])
         snapshot = last.get("snapshot")
         if snapshot is None:
-            return _tool_call("browser_snapshot", {})
+            return tool_call("browser_snapshot", {})
         if "Welcome aboard" in snapshot:
             return "I registered Ada Lovelace for the workshop."
         return (
-            _tool_call(
+            tool_call(
                 "browser_type", {"ref": _ref(snapshot, 'textbox "Name"'), "text": "Ada Lovelace"}
             )
             + "\n"
-            + _tool_call(
+            + tool_call(
                 "browser_type",
                 {"ref": _ref(snapshot, 'textbox "Email"'), "text": "ada@example.org"},
             )
             + "\n"
-            + _tool_call("browser_click", {"ref": _ref(snapshot, 'button "Register"')})
+            + tool_call("browser_click", {"ref": _ref(snapshot, 'button "Register"')})
         )
 
     return policy
@@ -145,9 +142,9 @@ async def test_a_browser_killed_mid_rollout_ends_it_as_sandbox_unavailable(
         results = [m for m in request.messages if m.get("role") == "tool"]
         if not results:
             path = "/slow" if "slow" in str(request.messages[-1].get("content")) else "/"
-            return _tool_call("browser_navigate", {"url": site.url(path)})
+            return tool_call("browser_navigate", {"url": site.url(path)})
         if len(results) < 4:  # a model that keeps trying as long as it is allowed to
-            return _tool_call("browser_snapshot", {})
+            return tool_call("browser_snapshot", {})
         return "Done."
 
     server = ScriptedModelServer(policy)

@@ -19,7 +19,7 @@ from hermes_async.tools.sandbox.base import (
 )
 from hermes_async.tools.sandbox.manager import SandboxManager
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]
 
 
 def test_exec_request_validates_and_normalises() -> None:

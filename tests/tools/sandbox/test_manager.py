@@ -18,10 +18,12 @@ from hermes_async.tools.sandbox.manager import (
     open_sandbox_manager,
     use_sandbox_manager,
 )
+from tests.support import wait_until
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.virtual_clock
 async def test_concurrent_get_creates_exactly_one() -> None:
     factory = FakeSandboxFactory(create_latency=0.05)
     async with SandboxManager(factory) as manager:
@@ -40,6 +42,7 @@ async def test_concurrent_get_creates_exactly_one() -> None:
     assert factory.created[0].closed
 
 
+@pytest.mark.virtual_clock
 async def test_create_is_gated_by_limiter() -> None:
     limits = Limits(sandbox_create=2)
     factory = FakeSandboxFactory(create_latency=0.2)
@@ -66,6 +69,7 @@ async def test_create_is_gated_by_limiter() -> None:
     assert limits.sandbox_create.statistics().acquisitions == 6
 
 
+@pytest.mark.virtual_clock
 async def test_exec_is_gated_by_limiter() -> None:
     limits = Limits(sandbox_exec=1)
     release = anyio.Event()
@@ -80,9 +84,7 @@ async def test_exec_is_gated_by_limiter() -> None:
         async with anyio.create_task_group() as tg:
             for _ in range(3):
                 tg.start_soon(sb.exec, "x")
-            with anyio.fail_after(5):
-                while limits.sandbox_exec.statistics().waiting < 2:
-                    await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             stats = limits.sandbox_exec.statistics()
             assert stats.in_use == 1 and stats.waiting == 2
             assert manager.statistics().busy == 1
@@ -90,6 +92,7 @@ async def test_exec_is_gated_by_limiter() -> None:
         assert limits.sandbox_exec.statistics().acquisitions == 3
 
 
+@pytest.mark.virtual_clock
 async def test_creation_failure_propagates_to_all_waiters() -> None:
     factory = FakeSandboxFactory(create_latency=0.05, fail_create=RuntimeError("no capacity"))
     async with SandboxManager(factory) as manager:
@@ -113,6 +116,7 @@ async def test_creation_failure_propagates_to_all_waiters() -> None:
         assert isinstance(await manager.get("t"), ManagedSandbox)
 
 
+@pytest.mark.virtual_clock
 async def test_creation_timeout_is_sandbox_error() -> None:
     async with SandboxManager(FakeSandboxFactory(create_hangs=True), create_timeout=0.1) as m:
         with pytest.raises(SandboxError, match=r"creation timed out after 0\.1 s"):
@@ -179,6 +183,7 @@ async def test_release_is_idempotent_and_closes() -> None:
     assert manager.statistics().released == 2
 
 
+@pytest.mark.virtual_clock
 async def test_release_runs_even_when_cancelled() -> None:
     closed = anyio.Event()
 
@@ -196,6 +201,7 @@ async def test_release_runs_even_when_cancelled() -> None:
         assert closed.is_set()
 
 
+@pytest.mark.virtual_clock
 async def test_release_that_hangs_is_bounded() -> None:
     class Hang(FakeSandbox):
         async def aclose(self, interrupted: bool = False) -> None:
@@ -237,6 +243,7 @@ async def test_release_during_creation_closes_new_sandbox() -> None:
         assert "t" not in manager
 
 
+@pytest.mark.virtual_clock
 async def test_idle_reaper_closes_unused_sandboxes() -> None:
     factory = FakeSandboxFactory()
     async with SandboxManager(factory, idle_timeout=0.2, reap_interval=0.05) as manager:
@@ -258,6 +265,7 @@ async def test_idle_reaper_closes_unused_sandboxes() -> None:
         assert manager.statistics().reaped == 2
 
 
+@pytest.mark.virtual_clock
 async def test_an_idle_manager_holds_no_task_until_a_release_is_queued() -> None:
     # A standalone loop opens a manager per run: thousands of parked rollouts must not each
     # keep an idle janitor task (issue #23, resident memory per idle rollout).
@@ -268,23 +276,20 @@ async def test_an_idle_manager_holds_no_task_until_a_release_is_queued() -> None
         await manager.get("t")
         assert len(anyio.get_running_tasks()) == before
         manager.request_release("t")  # the first queued release starts the janitor
-        with anyio.fail_after(5):
-            while "t" in manager:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: "t" not in manager)
         assert len(anyio.get_running_tasks()) == before + 1
     assert len(anyio.get_running_tasks()) == before
     assert factory.created[0].closed
 
 
+@pytest.mark.virtual_clock
 async def test_request_release_is_done_by_janitor() -> None:
     factory = FakeSandboxFactory()
     async with SandboxManager(factory) as manager:
         await manager.get("t")
         manager.request_release("t")
         assert "t" in manager  # synchronous call only queues
-        with anyio.fail_after(5):
-            while "t" in manager:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: "t" not in manager)
         assert factory.created[0].closed
 
 
@@ -295,7 +300,7 @@ async def test_request_release_does_not_touch_a_newer_sandbox() -> None:
         manager.request_release("t")
         await manager.release("t")
         await manager.get("t")
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # the janitor has handled the queued release
         assert "t" in manager and not factory.created[1].closed
 
 
@@ -430,6 +435,7 @@ async def test_exit_releases_interrupted_when_the_block_raised() -> None:
         await unopened.get("t")
 
 
+@pytest.mark.virtual_clock
 async def test_exit_is_bounded_by_close_timeout_alone(caplog: pytest.LogCaptureFixture) -> None:
     """Each release is the one bound: exiting with stuck closes takes ~close_timeout, once."""
 
@@ -457,6 +463,7 @@ async def test_exit_is_bounded_by_close_timeout_alone(caplog: pytest.LogCaptureF
     assert "cleanup because: the rollout was interrupted" in overruns[0].getMessage()
 
 
+@pytest.mark.virtual_clock
 async def test_exit_waits_for_a_close_another_task_started() -> None:
     # A straggler (a worker atroposlib cancelled and forgot) is closing its sandbox when the
     # run's manager exits: the exit returns only once that close is done.
@@ -487,7 +494,7 @@ async def get_or_record(manager: SandboxManager, task_id: str, errors: list[str]
 
 
 async def open_gate_later(factory: GatedFactory) -> None:
-    await anyio.sleep(0.2)
+    await anyio.wait_all_tasks_blocked()  # the manager's exit is waiting for the creation
     factory.go.set()
 
 
@@ -520,6 +527,7 @@ async def test_a_creation_queued_when_the_exit_begins_creates_nothing() -> None:
     assert any("closed before this sandbox could be created" in m for m in errors)
 
 
+@pytest.mark.virtual_clock
 async def test_exit_wait_for_a_stuck_creation_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
     factory = GatedFactory()  # never opened: the creation hangs until its own deadline
     async with anyio.create_task_group() as tg:

@@ -28,6 +28,7 @@ from hermes_async.tools.sandbox.namespaces import (
     INSIDE_ROOT,
     processes_in_pid_namespace,
 )
+from tests.support import scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.namespaces]
 
@@ -175,15 +176,11 @@ async def test_close_is_graceful_unless_interrupted(
     assert elapsed < 4.5 if interrupted else elapsed >= 4.5, elapsed  # the grace is 5 s
 
 
-@pytest.mark.parametrize(
-    "n",
-    [50, pytest.param(500, marks=[pytest.mark.slow, pytest.mark.timeout(1200)])],
-    ids=["50", "500-slow"],
-)
+@pytest.mark.parametrize("n", scaled(20, 50, 500, timeout=1200))
 async def test_many_sandboxes_of_escapes_leave_nothing(tmp_path: pathlib.Path, n: int) -> None:
     """Acceptance: 500 sandboxes, each with setsid / nohup / double-fork / env -i escapes and a
     background sleeper; after release, 0 of their processes are alive (counted from the host).
-    (50 in every run; the 500 take ~1-3 min on the shared 2-core box: ``--run-slow``.)"""
+    (20 in every run, 50 in CI; the 500 take ~1-3 min on the shared 2-core box: a soak.)"""
     marker = "8888123"
     factory = local_factory(str(tmp_path), isolation="namespaces", disk_limit_mb=64)
     inodes: list[int] = []

@@ -30,11 +30,12 @@ from hermes_async.tools.sandbox.daytona import DaytonaBackend, DaytonaSandboxCon
 from hermes_async.tools.sandbox.e2b import E2BBackend, E2BSandboxConfig
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.manager import SandboxManager
+from tests.support import SOAK
 
 pytestmark = pytest.mark.anyio
 
-#: Randomized cancellations in the default run (split over the two doubles); the slow test
-#: runs ``HERMES_ASYNC_REMOTE_CANCELLATIONS`` (default 10,000).
+#: Randomized cancellations in every run (split over the two doubles); the soak test
+#: (``HERMES_ASYNC_SOAK=1``) runs ``HERMES_ASYNC_REMOTE_CANCELLATIONS`` (default 10,000).
 DEFAULT_CANCELLATIONS = 500
 
 
@@ -341,7 +342,7 @@ async def test_randomized_cancellations_leave_no_sandbox(provider: Provider, cou
     assert sum(tally.outcomes.values()) == count
 
 
-@pytest.mark.slow
+@SOAK
 @pytest.mark.timeout(3600)
 async def test_randomized_cancellations_at_scale(
     provider: Provider, capsys: pytest.CaptureFixture[str]

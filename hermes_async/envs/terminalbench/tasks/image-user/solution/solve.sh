@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+id -un > ~/whoami.txt
