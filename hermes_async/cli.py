@@ -296,7 +296,6 @@ def _add_serve_gym_parser(sub: Any) -> None:
 
 def _serve_gym(args: argparse.Namespace) -> int:
     from hermes_async.errors import ConfigError
-    from hermes_async.integrations._rollouts import load_tasks
     from hermes_async.integrations.nemo_gym import create_app
 
     try:
@@ -309,7 +308,7 @@ def _serve_gym(args: argparse.Namespace) -> int:
         return 2
     try:
         app = create_app(
-            load_tasks(args.tasks),
+            args.tasks,
             model_url=args.model_url,
             token_endpoint=args.token_endpoint,
             vocab_size=args.vocab_size,

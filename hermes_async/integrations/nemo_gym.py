@@ -29,6 +29,7 @@ from hermes_async.inference.generate import SamplingParams
 from hermes_async.integrations._rollouts import (
     RolloutStatus,
     TaskSource,
+    load_tasks,
     make_task,
     rollout_status,
     turn_tokens,
@@ -366,7 +367,7 @@ def create_app(
     """A FastAPI app serving ``POST /run`` (and ``GET /health``) with a :class:`GymAgent`.
 
     Args:
-        tasks: As for :class:`GymAgent`.
+        tasks: As for :class:`GymAgent`, or its ``"package.module:attribute"`` name.
         server: A token client to use as it is; or, with ``model_url``, one is opened for the
             app's lifetime.
         model_url: The model server's base URL (vLLM as NeMo RL exposes it, or SGLang).
@@ -380,7 +381,8 @@ def create_app(
     agent (no tokenizer, an invalid task).
 
     Raises:
-        ConfigError: Neither ``server`` nor ``model_url``, or an unknown ``token_endpoint``.
+        ConfigError: Neither ``server`` nor ``model_url``, an unknown ``token_endpoint``, or a
+            task source name that does not load.
     """
     try:
         from fastapi import FastAPI, Request
@@ -391,6 +393,8 @@ def create_app(
         ) from exc
     if server is None and model_url is None:
         raise ConfigError("create_app needs a token client (server=) or a model_url")
+    if isinstance(tasks, str):
+        tasks = load_tasks(tasks)
     if server is None:
         _client_class(token_endpoint)  # an unknown endpoint fails here, not at startup
     agent = GymAgent(tasks, server)
