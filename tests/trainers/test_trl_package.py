@@ -144,9 +144,12 @@ def test_grpo_trainer_scores_and_computes_its_loss_on_the_wire_ids(tmp_path: Pat
         trainer = make_trainer(tmp_path, recording)
         inputs = [{"prompt": p} for p in trainer.train_dataset["prompt"] for _ in range(2)]
         scored = trainer._generate_and_score_completions(inputs)  # what a step trains on
-    # TRL's loss over our rows (forward only: a backward through the 151k-id vocabulary takes
-    # minutes on a shared 2-core CPU, and adds nothing about the rows).
-    loss = trainer.compute_loss(trainer.model, scored)
+    # TRL's loss over our rows, forward only (eval mode: outside train() TRL has no
+    # accumulation window; a backward through the 151k-id vocabulary takes minutes on a shared
+    # 2-core CPU and adds nothing about the rows).
+    trainer.model.eval()
+    with require("torch").no_grad():
+        loss = trainer.compute_loss(trainer.model, scored)
     assert factory.leftovers() == [] and len(factory.created) == 4
     ((prompts, out),) = recording.calls
     assert prompts == [x["prompt"] for x in inputs]  # repeated, as the sampler repeats them
