@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from hermes_async.errors import ConfigError
 from hermes_async.limits import LagStatistics, open_lag_monitor
 from hermes_async.tools.sandbox.local import LocalSandbox, resolve_isolation
 from hermes_async.tools.sandbox.namespaces import NamespaceOptions
@@ -130,8 +131,10 @@ def _ms(x: float) -> str:
 
 
 async def main(args: argparse.Namespace) -> int:
-    if await resolve_isolation("auto") != "namespaces":
-        print("namespaced sandboxes are not available here (scripts/sandbox/install.sh)")
+    try:
+        await resolve_isolation("namespaces")
+    except ConfigError as exc:
+        print(exc)
         return 1
     print(
         f"{'N':>4} {'mode':<11} | create+1st p50/p99 ms | exec p50/p99 ms | close p50/p99 ms"

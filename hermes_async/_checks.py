@@ -4,11 +4,13 @@
 ``ConfigError("ModalSandboxConfig.cpus must be > 0 and finite, got inf")`` for the first field
 that fails: the message names the class, the field, the requirement and the bad value, as
 every config error does (:func:`check_value` does the same for a function's keyword argument). A requirement is a small :class:`Requirement` (a predicate and its words); the
-common ones are below.
+common ones are below. :func:`check_names` refuses a name that is not a field, naming the
+closest one.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import posixpath
 from collections.abc import Callable, Iterable
@@ -27,6 +29,7 @@ __all__ = (
     "POSITIVE_SECONDS",
     "Requirement",
     "check_fields",
+    "check_names",
     "check_value",
 )
 
@@ -137,3 +140,31 @@ def check_value(
     object to read)."""
     if not requirement.test(value):
         raise error(f"{where} must be {requirement.words}, got {value!r}")
+
+
+def check_names(
+    given: Iterable[str], valid: Iterable[str], *, kind: str, otherwise: str | None = None
+) -> None:
+    """Raise a ``ConfigError`` for the first of ``given`` that is not in ``valid``.
+
+    The message names the closest valid name (``"unknown flag: '--env.max_agent_turn'; did you
+    mean '--env.max_agent_turns'?"``); with none close, ``otherwise`` (default: the valid names).
+
+    Args:
+        given: The names a caller used.
+        valid: The names that exist.
+        kind: What a name is, for the message (``"flag"``, ``"MyEnvConfig field"``).
+        otherwise: The fix when no valid name is close.
+    """
+    names = list(valid)
+    known = set(names)
+    for name in given:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        hint = (
+            f"did you mean {close[0]!r}?"
+            if close
+            else otherwise or f"valid: {', '.join(sorted(names))}"
+        )
+        raise ConfigError(f"unknown {kind}: {name!r}; {hint}")

@@ -38,6 +38,11 @@ from typing import Any
 
 import anyio
 
+from hermes_async._checks import check_names
+from hermes_async._groups import single_errors
+from hermes_async._startup import failure_line
+from hermes_async.errors import ConfigError, HermesAsyncError
+
 __all__ = ("main",)
 
 _DEMO_DESCRIPTION = (
@@ -93,16 +98,38 @@ def _build_configs(
         data_dir_to_save_evals=str(out / "eval"),
     )
     values.update({k: (None if v == "None" else v) for k, v in env_over.items()})
-    unknown = sorted(set(env_over) - set(TerminalTestEnvConfig.model_fields))
-    if unknown:
-        raise SystemExit(f"hermes-async demo: unknown --env fields: {', '.join(unknown)}")
+    check_names(
+        [*(f"--env.{k}" for k in env_over), *(f"--openai.{k}" for k in openai_over)],
+        [
+            *(f"--env.{k}" for k in TerminalTestEnvConfig.model_fields),
+            *(f"--openai.{k}" for k in APIServerConfig.model_fields),
+        ],
+        kind="flag",
+        otherwise="run with --help for the flags",
+    )
     server_values = servers[0].model_dump()
     server_values.update(model_name="scripted-oracle", health_check=False)
     server_values.update({k: (None if v == "None" else v) for k, v in openai_over.items()})
-    unknown = sorted(set(openai_over) - set(APIServerConfig.model_fields))
-    if unknown:
-        raise SystemExit(f"hermes-async demo: unknown --openai fields: {', '.join(unknown)}")
     return TerminalTestEnvConfig(**values), APIServerConfig(**server_values)
+
+
+async def _oracle_isolation(config: Any) -> None:
+    """The oracle runs only commands written here: where namespaces cannot be made, the demo
+    opts out of isolation explicitly and says so in one line (a real model never does)."""
+    from hermes_async.tools.sandbox.local import ISOLATION_ENV
+    from hermes_async.tools.sandbox.namespaces import probe_namespaces
+
+    options = dict(config.sandbox_options or {})
+    if config.terminal_backend != "local" or "isolation" in options:
+        return
+    if os.environ.get(ISOLATION_ENV) or (reason := await probe_namespaces()) is None:
+        return
+    config.sandbox_options = {**options, "isolation": "process"}
+    print(
+        f"hermes-async demo: sandboxes are NOT isolated here ({reason}); the oracle's own "
+        "commands run with isolation='process' (scripts/sandbox/install.sh isolates them)",
+        flush=True,
+    )
 
 
 async def _demo(
@@ -120,6 +147,8 @@ async def _demo(
     start = anyio.current_time()
     config, server = _build_configs(env_over, openai_over, out)
     use_oracle = "base_url" not in openai_over
+    if use_oracle:
+        await _oracle_isolation(config)
     async with contextlib.AsyncExitStack() as stack:
         if use_oracle:
             from hermes_async.testing.http import open_loopback_server
@@ -245,6 +274,8 @@ def _summarize(run: _DemoRun) -> int:
 
 def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
     env_over, openai_over = _parse_overrides(rest)
+    # Before the imports (atroposlib, transformers: seconds): say what is starting.
+    print("hermes-async demo: loading TerminalTestEnv (atroposlib) ...", flush=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "disabled")
@@ -255,13 +286,24 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
         print(f"hermes-async demo: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    _build_configs(env_over, openai_over, out)  # bad flags fail before the output is touched
+    try:
+        _build_configs(env_over, openai_over, out)  # bad flags fail before the output is touched
+    except ConfigError as exc:
+        print(failure_line("hermes-async demo", exc), file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("terminal_test.jsonl", "terminal_test.html"):
         (out / stale).unlink(missing_ok=True)  # atroposlib would write *_1.jsonl instead
-    run: _DemoRun = anyio.run(
-        _demo, env_over, openai_over, out, not args.no_progress, backend="asyncio"
-    )
+    try:
+        with single_errors():  # the oracle's loopback server is a task group
+            run: _DemoRun = anyio.run(
+                _demo, env_over, openai_over, out, not args.no_progress, backend="asyncio"
+            )
+    except HermesAsyncError as exc:
+        if args.verbose:
+            raise
+        print(failure_line("hermes-async demo", exc), file=sys.stderr)
+        return 1
     return _summarize(run)
 
 
@@ -456,6 +498,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", default="demo_output", help="output directory (default: ./demo_output)"
     )
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.add_argument(
+        "--verbose", action="store_true", help="a failed start-up shows its traceback"
+    )
     status = sub.add_parser(
         "status",
         help="the live status line of a running process, from its metrics endpoint",

@@ -10,7 +10,8 @@ with ``hermes_async.cancelled=true``):
 ==========================  =====================================================================
 span                        attributes
 ==========================  =====================================================================
-``invoke_agent rollout``    ``hermes_async.task_id``, ``.outcome``, ``.turns``, ``.reward``
+``rollout``                 ``hermes_async.task_id``, ``.outcome``, ``.turns``, ``.reward``
+``invoke_agent {agent}``    a loop run: ``gen_ai.agent.name``, ``hermes_async.task_id``, ``.turns``
 ``turn``                    ``hermes_async.task_id``, ``hermes_async.turn``
 ``text_completion``         ``gen_ai.request.*`` (max_tokens, temperature, top_p, seed),
                             ``gen_ai.usage.input_tokens`` / ``output_tokens``,
@@ -45,12 +46,11 @@ library its own with :func:`configure_telemetry`.
 
 **Prometheus** (no OpenTelemetry needed): :func:`serve_metrics` answers ``GET /metrics`` with
 the same limiter and pool gauges in the text exposition format, and the rollouts in flight by
-phase (``hermes_async_rollouts_in_flight{phase=...}``), read at each scrape::
+phase (``hermes_async_rollouts_in_flight{phase=...}``), read at each scrape (environments:
+the config option ``metrics_port``)::
 
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_metrics, 9464)       # http://127.0.0.1:9464/metrics
-
-Environments serve it with the config option ``metrics_port``.
 
 **Live view**: :func:`run_status` snapshots this process (rollouts in flight by phase — in a
 rollout, waiting for or running a model request, running tools, scoring —, every limiter's

@@ -102,6 +102,42 @@ def isolation_problem() -> str | None:
     return _isolation_problem[0]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Where namespaces cannot be made, the suite opts out of isolation explicitly (the local
+    backend refuses to run unisolated otherwise), unless ``HERMES_ASYNC_REQUIRE_ISOLATION=1``.
+    Tests of the default itself clear ``HERMES_SANDBOX_ISOLATION`` for themselves."""
+    if os.environ.get("HERMES_ASYNC_REQUIRE_ISOLATION") == "1" or isolation_problem() is None:
+        return
+    os.environ.setdefault("HERMES_SANDBOX_ISOLATION", "process")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    problem = isolation_problem()
+    if problem is None:
+        return "local sandboxes: namespaced"
+    chosen = os.environ.get("HERMES_SANDBOX_ISOLATION", "unset")
+    return f"local sandboxes: NOT namespaced ({problem}); HERMES_SANDBOX_ISOLATION={chosen}"
+
+
+@pytest.fixture(scope="session")
+def without_bubblewrap(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a machine without bubblewrap, for a subprocess: ``PATH`` is one
+    directory of links to every program on this ``PATH`` but ``bwrap``, and no isolation has
+    been chosen (``HERMES_SANDBOX_ISOLATION`` empty, so merging it over ``os.environ`` clears
+    the suite's own opt-out)."""
+    bin_dir = tmp_path_factory.mktemp("no-bwrap-bin")
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            target = os.path.join(directory, name)
+            link = bin_dir / name
+            if name == "bwrap" or link.exists() or not os.access(target, os.X_OK):
+                continue
+            link.symlink_to(target)
+    return {**os.environ, "PATH": str(bin_dir), "HERMES_SANDBOX_ISOLATION": ""}
+
+
 def _needs_namespaces(item: pytest.Item) -> bool:
     if item.get_closest_marker("namespaces") is not None:
         return True

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 from hermes_async.cli import _parse_overrides, main
+from tests.timed_output import Run, run_timed
 
 
 def test_demo_runs_offline_and_writes_everything(
@@ -45,7 +51,7 @@ def test_demo_phase1_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "Phase 1" in printed and "3 rollouts, mean reward 1.00" in printed
 
 
-def test_demo_rejects_unknown_flags(tmp_path: Path) -> None:
+def test_demo_rejects_unknown_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match="unrecognized argument '--bogus'"):
         _parse_overrides(["--bogus", "1"])
     with pytest.raises(SystemExit, match="needs a value"):
@@ -54,7 +60,75 @@ def test_demo_rejects_unknown_flags(tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out).mkdir()
     (out / "terminal_test.jsonl").write_text("a previous run\n")
-    with pytest.raises(SystemExit, match="unknown --env fields: nonsense"):
-        main(["demo", "--out", str(out), "--env.nonsense", "1"])
+    assert main(["demo", "--out", str(out), "--env.max_agent_turn", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "hermes-async demo: unknown flag: '--env.max_agent_turn'; "
+        "did you mean '--env.max_agent_turns'?\n"
+    )
+    assert main(["demo", "--out", str(out), "--openai.server_typ", "vllm"]) == 2
+    assert "did you mean '--openai.server_type'?" in capsys.readouterr().err
     # Rejected before anything in the output directory was touched.
     assert (out / "terminal_test.jsonl").read_text() == "a previous run\n"
+
+
+# ---------------------------------------------------------------- start-up, as a user sees it
+
+#: The demo as `make demo` runs it (the console script is this module's main).
+DEMO = [sys.executable, "-m", "hermes_async.cli", "demo", "--no-progress"]
+
+
+def _timed(argv: list[str], env: dict[str, str], **kwargs: Any) -> Run:
+    return anyio.run(functools.partial(run_timed, argv, env=env, deadline=180, **kwargs))
+
+
+def _interpreter_start() -> float:
+    """Seconds to start Python and import the command's module: the part no change removes."""
+    run = _timed([sys.executable, "-c", "import hermes_async.cli; print('up')"], dict(os.environ))
+    return run.first("up").seconds
+
+
+def test_demo_says_what_it_is_doing_before_the_slow_imports(tmp_path: Path) -> None:
+    baseline = _interpreter_start()
+    run = _timed([*DEMO, "--out", str(tmp_path)], dict(os.environ), stop=lambda line: True)
+    first = run.lines[0]
+    assert first.text == "hermes-async demo: loading TerminalTestEnv (atroposlib) ..."
+    # Before: the first line came after atroposlib's import, seconds beyond the interpreter's.
+    assert first.seconds - baseline < 1.0, (first.seconds, baseline)
+
+
+def test_demo_without_bubblewrap_opts_out_for_the_oracle_and_says_so(
+    tmp_path: Path, without_bubblewrap: dict[str, str]
+) -> None:
+    run = _timed([*DEMO, "--out", str(tmp_path)], without_bubblewrap)
+    assert run.returncode == 0, run.text()[-3000:]
+    said = [line for line in run.lines if "NOT isolated" in line.text]
+    assert len(said) == 1 and "bwrap not found on PATH" in said[0].text
+    assert "isolation='process'" in said[0].text
+    assert "10 rollouts, mean reward 1.00" in run.text()
+
+
+def test_failed_start_up_is_one_line_without_a_traceback(
+    tmp_path: Path, without_bubblewrap: dict[str, str]
+) -> None:
+    env = dict(os.environ)
+    # A real server (no oracle): the demo does not opt out, the start-up check refuses.
+    url = "http://127.0.0.1:9/v1"
+    run = _timed([*DEMO, "--out", str(tmp_path), "--openai.base_url", url], without_bubblewrap)
+    errors = [line for line in run.lines if line.stream == "err"]
+    assert run.returncode == 1
+    assert len(errors) == 1, run.text()
+    assert errors[0].text.startswith(
+        "hermes-async demo: start-up check failed, no rollout was run: local sandboxes cannot "
+        "be isolated on this machine: bwrap not found on PATH"
+    )
+    assert "Traceback" not in run.text()
+    # With the oracle (its loopback server is a task group), a bad setting: one line too.
+    oracle = _timed([*DEMO, "--out", str(tmp_path), "--env.tool_call_parser", "hermez"], env)
+    errors = [line for line in oracle.lines if line.stream == "err"]
+    assert oracle.returncode == 1 and len(errors) == 1, oracle.text()
+    assert "--env.tool_call_parser='hermez' is not a tool-call parser" in errors[0].text
+    verbose = _timed(
+        [*DEMO, "--out", str(tmp_path), "--openai.base_url", url, "--verbose"], without_bubblewrap
+    )
+    assert verbose.returncode == 1 and "Traceback" in verbose.text()

@@ -18,7 +18,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hermes_async import _otel
-from hermes_async.agent import AgentOptions, AgentResult, RolloutSetup, ToolContext, run_group
+from hermes_async.agent import (
+    AgentOptions,
+    AgentResult,
+    HermesAgentLoop,
+    RolloutSetup,
+    ToolContext,
+    run_group,
+)
 from hermes_async.inference import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.pool import ServerPool
 from hermes_async.limits import Limits
@@ -120,9 +127,19 @@ async def test_a_group_traces_rollout_turn_generation_tool_sandbox_and_reward(
     assert group.rewards == [1.0, 1.0]
     spans = list(exporter.get_finished_spans())
     assert not tracked.open_spans()
-    rollouts = by_name(spans, "invoke_agent")
+    rollouts = by_name(spans, "rollout")
     assert {s.attributes["hermes_async.task_id"] for s in rollouts} == {"t0", "t1"}
     assert all(s.attributes["hermes_async.outcome"] == "ok" for s in rollouts)
+    # One invoke_agent span per rollout (the loop's), a child of the rollout's span.
+    agents = by_name(spans, "invoke_agent")
+    assert len(agents) == 2
+    for agent in agents:
+        assert agent.name == "invoke_agent hermes-agent"
+        assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"
+        assert agent.attributes["hermes_async.turns"] == 3
+        assert agent.parent is not None
+        parent = next(s for s in rollouts if s.context.span_id == agent.parent.span_id)
+        assert parent.attributes["hermes_async.task_id"] == agent.attributes["hermes_async.task_id"]
     assert len(by_name(spans, "turn")) == 6
     generations = by_name(spans, "text_completion")
     assert len(generations) == 6
@@ -146,6 +163,9 @@ async def test_a_group_traces_rollout_turn_generation_tool_sandbox_and_reward(
         assert child.parent is not None and ids[child.parent.span_id].name == "turn"
     for turn in by_name(spans, "turn"):
         assert turn.parent is not None and ids[turn.parent.span_id].name.startswith("invoke")
+    assert len(by_name(spans, "reward")) == 2
+    for reward in by_name(spans, "reward"):  # the reward is the rollout's, not the agent's
+        assert reward.parent is not None and ids[reward.parent.span_id].name == "rollout"
 
 
 async def test_cancelled_rollouts_end_every_span_and_a_hung_tool_is_an_open_span(
@@ -179,10 +199,56 @@ async def test_cancelled_rollouts_end_every_span_and_a_hung_tool_is_an_open_span
     spans = list(exporter.get_finished_spans())
     cancelled = [s for s in spans if s.attributes.get("hermes_async.cancelled")]
     names = {s.name for s in cancelled}
-    assert {"invoke_agent rollout", "turn", "execute_tool terminal", "sandbox exec"} <= names
+    assert {
+        "rollout",
+        "invoke_agent hermes-agent",
+        "turn",
+        "execute_tool terminal",
+        "sandbox exec",
+    } <= names
     assert all(s.status.description == "cancelled" for s in cancelled)
     closes = by_name(spans, "sandbox close")
     assert len(closes) == 3 and all(c.attributes["hermes_async.interrupted"] for c in closes)
+
+
+async def test_a_reference_style_loop_run_is_an_agent_invocation_cancelled_or_not(
+    traced: tuple[Tracked, InMemorySpanExporter, InMemoryMetricReader],
+) -> None:
+    tracked, exporter, _ = traced
+    for hangs in (False, True):
+        factory = FakeSandboxFactory(
+            exec_script={"echo 0": ExecResult("0\n", "", 0), "echo 1": ExecResult("1\n", "", 0)},
+            exec_hangs=hangs,
+        )
+        async with token_client(two_commands) as client, SandboxManager(factory) as manager:
+            loop = HermesAgentLoop(  # the reference's signature
+                server=client,
+                tool_schemas=TOOLS[0],
+                valid_tool_names=TOOLS[1],
+                max_turns=4,
+                task_id=f"loop-{hangs}",
+                tokenizer=TOKENIZER,
+                sampling=SamplingParams(max_tokens=64),
+                sandboxes=manager,
+            )
+            if not hangs:
+                result = await loop.run([{"role": "user", "content": "go"}])
+                assert result.turns_used == 3
+                continue
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(loop.run, [{"role": "user", "content": "go"}])
+                with anyio.fail_after(30):  # until its tool hangs
+                    while not any(s.name == "sandbox exec" for s in tracked.open_spans()):
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel("the test stops the run")
+    assert not tracked.open_spans()
+    agents = by_name(list(exporter.get_finished_spans()), "invoke_agent")
+    assert [a.attributes["hermes_async.task_id"] for a in agents] == ["loop-False", "loop-True"]
+    done, cancelled = agents
+    assert done.attributes["hermes_async.turns"] == 3 and done.parent is None
+    assert done.attributes["hermes_async.finished_naturally"] is True
+    assert cancelled.attributes["hermes_async.cancelled"] is True
+    assert cancelled.status.description == "cancelled"
 
 
 async def test_limiter_and_pool_metrics_are_read_when_collected(

@@ -18,7 +18,9 @@ with ``use_sandbox_manager``). With neither -- a notebook, a verification script
 ``ctx = ToolContext(task_id)`` outside any environment -- the context is **standalone**: it owns
 a private sandbox on the configured backend (``backend=`` / ``sandbox_options=``, else the
 reference's ``TERMINAL_ENV`` and ``TERMINAL_DOCKER_IMAGE`` / ``TERMINAL_MODAL_IMAGE``; ``local``
-by default) for its own lifetime, and releases it on exit.
+by default), and for its ``browser_*`` methods a browser of its own
+(:class:`~hermes_async.tools.browser.standalone.StandaloneBrowser`), for its own lifetime, and
+releases them on exit.
 
 How a standalone context stays structured. Its private owner
 (:class:`~hermes_async.tools.standalone.StandaloneSandboxes`) has no task and holds no cancel
@@ -30,12 +32,13 @@ schedules anything:
   released, shielded and bounded.
 * ``await ctx.cleanup()`` or ``await ctx.aclose()`` -- the same release, now.
 * ``ctx.cleanup()`` without ``await`` (the reference's ``finally: ctx.cleanup()``) -- nothing
-  can be awaited there, so the release is done synchronously: a local sandbox is gone when the
-  call returns (every process carrying its marker gets SIGKILL, its directory is removed). A
-  Docker or Modal sandbox cannot be removed without awaiting its engine; awaiting the handle
-  ``cleanup()`` returns removes it, and a handle dropped without ``await`` emits a
-  ``RuntimeWarning`` naming the fix (the container is then left to the backend's own safety
-  net: Docker's orphan reaping by owner process, Modal's sandbox lifetime).
+  can be awaited there, so the release is done synchronously where it can be: a process-mode
+  local sandbox is gone when the call returns (every process carrying its marker gets SIGKILL,
+  its directory is removed). A namespaced local sandbox, a Docker or a Modal sandbox cannot be
+  removed without awaiting; awaiting the handle ``cleanup()`` returns removes it, and a handle
+  dropped without ``await`` emits a ``RuntimeWarning`` naming the fix (what is left goes with
+  the backend's own safety net: a namespaced world dies with this process, Docker reaps
+  orphans by owner process, Modal ends a sandbox at its lifetime).
 
 Returned vs raised: like the reference, methods return result dicts for everything the sandbox or
 a tool reports (non-zero exits, missing files, rejected archives); only an unusable backend (an
@@ -87,6 +90,7 @@ from hermes_async.tools.browser import (
     context_browser_snapshot,
     current_browser_manager,
 )
+from hermes_async.tools.browser.standalone import StandaloneBrowser
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime, dispatch
 from hermes_async.tools.sandbox import transfer
 from hermes_async.tools.sandbox.archive import check_tar_members, single_file_tar
@@ -188,7 +192,7 @@ class _CleanupHandle:
     """Returned by :meth:`ToolContext.cleanup`; what could be released synchronously already is.
 
     Awaiting it releases the rest and returns when everything is gone. A standalone context's
-    container sandbox (Docker, Modal) can only be released by awaiting: dropping the handle
+    namespaced or container sandbox can only be released by awaiting: dropping the handle
     without ``await`` then warns.
     """
 
@@ -208,11 +212,11 @@ class _CleanupHandle:
 
     def __del__(self) -> None:
         if self._left and not self._awaited:
-            backend = self._ctx._standalone.backend if self._ctx._standalone else "?"
             warnings.warn(
-                f"ToolContext({self._ctx.task_id!r}).cleanup() was not awaited: its "
-                f"{backend} sandbox cannot be removed synchronously and was left to the "
-                "backend's own reaping; write `await ctx.cleanup()` or use "
+                f"ToolContext({self._ctx.task_id!r}).cleanup() was not awaited: "
+                f"{' and '.join(self._left)} cannot be closed synchronously and "
+                f"{'were' if len(self._left) > 1 else 'was'} left to end on its own (with "
+                "the backend's reaping, or this process); write `await ctx.cleanup()` or use "
                 "`async with ToolContext(task_id) as ctx:`",
                 RuntimeWarning,
                 stacklevel=2,
@@ -230,7 +234,8 @@ class ToolContext(AsyncResource):
             on the manager, with the manager's limits).
         registry: Where tools come from (default: the built-in tools).
         browsers: The browser manager for ``browser_*`` methods (default: the runtime's, else
-            the current one, see ``use_browser_manager``).
+            the current one, see ``use_browser_manager``; a standalone context with neither
+            opens a browser of its own, closed with its sandbox).
         terminal_timeout: Default command timeout of ``terminal`` (seconds); ``None``:
             ``TERMINAL_TIMEOUT``, else 180 s. An environment sets it from its config.
         backend: Standalone only: the sandbox backend (default ``TERMINAL_ENV``, else
@@ -261,6 +266,7 @@ class ToolContext(AsyncResource):
         self._backend = backend
         self._sandbox_options = sandbox_options
         self._standalone: StandaloneSandboxes | None = None
+        self._standalone_browser: StandaloneBrowser | None = None
 
     def __repr__(self) -> str:
         return f"ToolContext({self.task_id!r})"
@@ -329,6 +335,15 @@ class ToolContext(AsyncResource):
         if self._runtime is not None and self._runtime.browsers is not None:
             return self._runtime.browsers
         return current_browser_manager()
+
+    def _browser_for_call(self) -> BrowserManager | StandaloneBrowser | None:
+        """The browser sessions' owner: a manager, else (standalone) this context's own."""
+        manager = self._browser_manager()
+        if manager is not None or (self._standalone is None and not self.standalone):
+            return manager
+        if self._standalone_browser is None:
+            self._standalone_browser = StandaloneBrowser()
+        return self._standalone_browser
 
     async def _sandbox(self) -> Sandbox:
         sandboxes = self.runtime.sandboxes
@@ -580,7 +595,7 @@ class ToolContext(AsyncResource):
         """
         return _Pending(
             "browser_navigate",
-            lambda: context_browser_navigate(self.task_id, url, manager=self._browser_manager()),
+            lambda: context_browser_navigate(self.task_id, url, manager=self._browser_for_call()),
         )
 
     def browser_snapshot(self, full: bool = False) -> _Pending[JSONObject]:
@@ -590,7 +605,7 @@ class ToolContext(AsyncResource):
         """
         return _Pending(
             "browser_snapshot",
-            lambda: context_browser_snapshot(self.task_id, full, manager=self._browser_manager()),
+            lambda: context_browser_snapshot(self.task_id, full, manager=self._browser_for_call()),
         )
 
     # ----------------------------------------------------------------------------------------
@@ -602,15 +617,16 @@ class ToolContext(AsyncResource):
         With a manager, the release is queued to the manager's janitor the moment this is
         called, so ``ctx.cleanup()`` without ``await`` (reference style) still releases the
         sandbox; ``await ctx.cleanup()`` releases it now and returns when it is gone. A
-        standalone context releases a local sandbox synchronously, here; see the module
-        docstring for container sandboxes.
+        standalone context releases a process-mode local sandbox synchronously, here; see the
+        module docstring for the others.
 
         **Cancellation**: the release is shielded and bounded by the owner's
         ``close_timeout``.
         """
         left: list[str] = []
         if self._standalone is not None:
-            left = self._standalone.close_now()
+            if self._standalone.close_now():
+                left.append(f"its {self._standalone.backend} sandbox")
         else:
             manager = self._manager or current_sandbox_manager()
             if manager is not None:
@@ -618,9 +634,13 @@ class ToolContext(AsyncResource):
         browsers = self._browser_manager()
         if browsers is not None:
             browsers.request_release(self.task_id)
+        if self._standalone_browser is not None and self._standalone_browser.close_now():
+            left.append("its browser")
         return _CleanupHandle(self, left)
 
     async def _release_now(self) -> None:
+        if self._standalone_browser is not None:
+            await self._standalone_browser.aclose()
         if self._standalone is not None:
             await self._standalone.aclose()
         else:

@@ -43,6 +43,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 import anyio
 
+from hermes_async._otel import span
 from hermes_async.agent._chat_turn import ChatTurns
 from hermes_async.agent._reasoning import (
     TemplateKwargsTokenizer,
@@ -84,6 +85,9 @@ __all__ = (
 )
 
 logger = logging.getLogger(__name__)
+
+#: The agent's name in telemetry (``gen_ai.agent.name``; spans ``invoke_agent hermes-agent``).
+AGENT_NAME = "hermes-agent"
 
 #: Default per-tool-call deadline. The reference had none (a hung tool blocked the rollout
 #: forever); 300 s is the reference ToolContext's own wait and above the terminal tool's 120 s
@@ -649,6 +653,9 @@ class HermesAgentLoop:
             ends the loop early with ``finished_naturally=False`` and ``error`` / ``failure``
             set; the messages so far are kept.
 
+        Traced as one ``invoke_agent hermes-agent`` span (OpenTelemetry GenAI conventions),
+        also when cancelled.
+
         **Cancellation**: an outer cancellation cancels the model request (closing its HTTP
         stream) and any running tool (its process group is killed), releases the rollout's
         sandbox (through the manager, which shields and bounds it) and propagates; the result
@@ -656,16 +663,29 @@ class HermesAgentLoop:
         logprobs aligned; messages of a turn appended only once the turn finished, in Phase 2).
         """
         task_id = task_id or self.task_id
-        provider = sandboxes or self.sandboxes or current_sandbox_manager()
-        if provider is None:
-            # Reference-style use outside an environment: this run owns a private manager.
-            # What open_sandbox_manager does, without its generator frame held for the run.
-            async with SandboxManager(
-                standalone_factory()[1], limits=self.limits, idle_timeout=None
-            ) as private:
-                with use_sandbox_manager(private):
-                    return await self._run(messages, task_id, seed, private, deadline, abort)
-        return await self._run(messages, task_id, seed, provider, deadline, abort)
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": AGENT_NAME,
+            "hermes_async.task_id": task_id,
+        }
+        # One invoke_agent span per run, whoever started it (a rollout's span is its parent).
+        with span(f"invoke_agent {AGENT_NAME}", attributes) as traced:
+            provider = sandboxes or self.sandboxes or current_sandbox_manager()
+            if provider is None:
+                # Reference-style use outside an environment: this run owns a private manager.
+                # What open_sandbox_manager does, without its generator frame held for the run.
+                async with SandboxManager(
+                    standalone_factory()[1], limits=self.limits, idle_timeout=None
+                ) as private:
+                    with use_sandbox_manager(private):
+                        result = await self._run(messages, task_id, seed, private, deadline, abort)
+            else:
+                result = await self._run(messages, task_id, seed, provider, deadline, abort)
+            traced.set("hermes_async.turns", result.turns_used)
+            traced.set("hermes_async.finished_naturally", result.finished_naturally)
+            if result.failure is not None:
+                traced.error(result.failure.message)
+            return result
 
     async def _run(
         self,

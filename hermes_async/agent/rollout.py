@@ -649,8 +649,8 @@ class _Batch:
         conversation = [dict(m) for m in messages]
         if self.spec is not None:  # this attempt's sandbox is created from the item's spec
             self.manager.assign_spec(task_id, self.spec)
-        attributes = {"gen_ai.operation.name": "invoke_agent", "hermes_async.task_id": task_id}
-        with span("invoke_agent rollout", attributes) as traced, in_flight("rollout"):
+        # The agent's own invoke_agent span is the loop's (a child of this one).
+        with span("rollout", {"hermes_async.task_id": task_id}) as traced, in_flight("rollout"):
             return await self._attempt(
                 messages, task_id, index, number, start, deadline, abort, conversation, traced
             )

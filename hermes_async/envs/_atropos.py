@@ -7,7 +7,17 @@ install; every other module of :mod:`hermes_async.envs` imports these names from
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+
+def _no_torch_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("PyTorch was not found")
+
+
+# transformers says at import that PyTorch is missing; tokenizers are all this package uses, and
+# a start-up that fails should print one line, not this one first.
+logging.getLogger("transformers").addFilter(_no_torch_notice)
 
 try:
     import wandb

@@ -32,6 +32,7 @@ within a bounded time (atroposlib's own health check waits forever on a dead ser
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, MutableMapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -67,6 +68,8 @@ __all__ = (
     "resolve_endpoint_kind",
     "server_specs",
 )
+
+logger = logging.getLogger("hermes_async.envs.base")
 
 TokenEndpoint = Literal["auto", "vllm", "completions", "atropos", "sglang"]
 #: Values ``token_endpoint`` accepts.
@@ -358,8 +361,9 @@ async def check_reachable(
 
     Each probe is a ``GET {root_url}/health`` through the clients' own transport choice
     (:func:`hermes_async.inference.probe_server`). A server that is still starting gets
-    retries every :data:`PROBE_INTERVAL_SECONDS`; one that never answers ends in a
-    :class:`ServerUnreachableError` naming the URL (credentials redacted) and what to do.
+    retries every :data:`PROBE_INTERVAL_SECONDS`, and one warning says at once what is waited
+    for and how long; one that never answers ends in a :class:`ServerUnreachableError` naming
+    the URL (credentials redacted) and what to do.
 
     **Cancellation**: the probe's connection is closed; nothing else is held.
     """
@@ -376,6 +380,14 @@ async def check_reachable(
                 )
                 return
             except ModelServerError as exc:
+                if last is None:
+                    logger.warning(
+                        "waiting up to %g s for the model server at %s (server_type=%s): %s",
+                        timeout,
+                        redact_url(spec.base_url),
+                        spec.server_type,
+                        exc.message,
+                    )
                 last = exc
             await anyio.sleep(PROBE_INTERVAL_SECONDS)
     reason = f"{type(last).__name__}: {last.message}" if last is not None else "no answer"

@@ -61,6 +61,7 @@ import httpx
 
 from hermes_async._asynclib import require_asyncio
 from hermes_async._groups import single_errors
+from hermes_async._startup import STARTUP_FAILED
 from hermes_async.agent import (
     AgentOptions,
     AgentResult,
@@ -75,6 +76,7 @@ from hermes_async.agent import (
 )
 from hermes_async.agent.scoring import scored_data_item
 from hermes_async.envs._atropos import BaseEnv, ScoredDataGroup, atropos_safe, wandb
+from hermes_async.envs._cli import chosen_use_wandb, run_cli
 from hermes_async.envs._entry import SpawnedTasks, as_child, run_entry
 from hermes_async.envs._eval import (
     eval_report,
@@ -212,6 +214,8 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         self._specs: list[ServerSpec] = server_specs(server_configs)
         resolved, self._builtin_tokenizer = resolve_tokenizer(config.tokenizer_name)
         config.tokenizer_name = resolved
+        if (use_wandb := chosen_use_wandb()) is not None:
+            config.use_wandb = use_wandb  # config_init's choice; atroposlib's CLI forced it on
         if config.wandb_name is None:
             # atroposlib means to default it to the class name but never does; /register-env
             # rejects a null name.
@@ -384,6 +388,16 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         with self._waiting(f"the trainer at {self.config.rollout_server_url} (GET /info)"):
             await super().get_server_info()
 
+    @classmethod
+    def cli(cls) -> None:
+        """atroposlib's ``serve`` / ``process`` / ``evaluate`` command line, checked first.
+
+        Unknown ``--env.*`` / ``--openai.*`` flags and YAML keys fail before anything starts,
+        naming the closest field; a failed start-up is one line (``--verbose``: the config
+        dump and the traceback). See :mod:`hermes_async.envs._cli`.
+        """
+        run_cli(cls, super().cli)
+
     def _use_managed_server(self) -> bool:
         """Reference name: True when rollouts use a token server (Phase 2)."""
         return self.phase == 2
@@ -438,7 +452,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         try:
             await self.preflight()
         except HermesAsyncError as exc:
-            logger.error("%s: start-up check failed, no rollout was run: %s", what, exc)
+            exc.add_note(STARTUP_FAILED)  # the CLI's one line says so; tracebacks show it
             raise
         await run_entry(
             what,
@@ -848,7 +862,8 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     ) -> EvalReport:
         """Evaluate ``items`` with the full agent loop and tools; report via ``evaluate_log``.
 
-        Each item runs one rollout (``eval_temperature``, default 0.0) and is scored by
+        The first ``eval_size`` items are run (``None`` or ``0``: all). Each runs one rollout
+        (``eval_temperature``, default 0.0) and is scored by
         ``compute_reward`` through a ``ToolContext`` on its own sandbox; at most
         ``concurrency`` (default ``eval_concurrency``) run at once. An ``infra`` / ``verifier``
         failure is retried on a fresh sandbox (``failure_policy=retry``); an item that still
@@ -878,6 +893,8 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         samples already written stay (a resumed run starts from them); nothing is logged.
         """
         _require_asyncio("run_agent_eval")
+        if self.config.eval_size:
+            items = items[: self.config.eval_size]
         start = time.time()
         tools = self._resolve_tools_for_group()
         temp = self.config.eval_temperature if temperature is None else temperature

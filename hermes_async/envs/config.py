@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from hermes_async._checks import check_names
 from hermes_async.agent import AgentOptions, BudgetConfig, FailurePolicy, Staleness, VersionSource
 from hermes_async.envs._atropos import BaseEnvConfig
 from hermes_async.errors import ConfigError
@@ -49,8 +50,15 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
       reference's ``daytona`` only once something registers it): an unknown name fails at
       start-up with the registered ones listed, not at the first rollout.
     * ``eval_size`` exists on the base config (the reference's guide reads
-      ``self.config.eval_size`` in ``evaluate``); ``None`` means every eval item.
+      ``self.config.eval_size`` in ``evaluate``) and :meth:`~HermesAgentBaseEnv.run_agent_eval`
+      applies it; ``None`` or ``0`` means every eval item.
+    * A keyword that is not a field (``max_agent_turn=5``) is a ``ConfigError`` naming the
+      closest field; pydantic would drop it silently. A subclass's own fields are fields.
     """
+
+    def __init__(self, **data: Any) -> None:
+        check_names(data, type(self).model_fields, kind=f"{type(self).__name__} field")
+        super().__init__(**data)
 
     enabled_toolsets: list[str] | None = Field(
         default=None, description="Toolsets offered to the model (None: all)."
@@ -175,7 +183,9 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     # ---- drop-in completeness (issue #14): reference spellings and settings
     eval_size: int | None = Field(
         default=None,
-        description="Eval items evaluate() runs (None: all; the guide's self.config.eval_size).",
+        ge=0,
+        description="Eval items run_agent_eval runs: the first eval_size of those it is given "
+        "(None or 0: all).",
     )
     preserve_think_blocks: bool | None = Field(
         default=None,

@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import Field
-
 from hermes_async.agent import AgentResult, ToolContext
 from hermes_async.envs._atropos import APIServerConfig
 from hermes_async.envs._examples import CyclingItems, example_configs, oracle_tool_call
@@ -87,9 +85,7 @@ SYSTEM_PROMPT = (
 
 
 class TerminalTestEnvConfig(HermesAgentEnvConfig):
-    """TerminalTestEnv's config (adds nothing but documents the example's knobs)."""
-
-    eval_size: int = Field(default=0, description="Eval tasks to run (0: all).")
+    """TerminalTestEnv's config: the base's fields (a subclass adds its own here)."""
 
 
 class TerminalTestEnv(CyclingItems, HermesAgentBaseEnv):
@@ -158,10 +154,9 @@ class TerminalTestEnv(CyclingItems, HermesAgentBaseEnv):
 
         **Cancellation**: every eval rollout is cancelled and its sandbox released.
         """
-        items = self.eval_items
-        if isinstance(self.config, TerminalTestEnvConfig) and self.config.eval_size > 0:
-            items = items[: self.config.eval_size]
-        self.last_eval_report = await self.run_agent_eval(items, task_name="terminal_test_eval")
+        self.last_eval_report = await self.run_agent_eval(
+            self.eval_items, task_name="terminal_test_eval"
+        )
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Training reward metrics (``train/avg_reward``, ``accuracy``, ...), then the base's.

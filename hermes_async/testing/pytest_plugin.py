@@ -11,8 +11,9 @@ Fixtures (override any of the first three in your ``conftest.py`` or test module
   ``"Done."``). Return ``<tool_call>`` blocks to call tools.
 * ``hermes_seed`` -- seeds the scripted server (logprobs, chunking) and the environment
   (``seed``: toolset sampling, sampling seeds). Default 0.
-* ``hermes_sandbox_backend`` -- ``"local"`` (default: real commands in private directories
-  under ``tmp_path``) or ``"fake"`` (:class:`~hermes_async.testing.FakeSandbox`, in memory).
+* ``hermes_sandbox_backend`` -- ``"local"`` (default: real commands in namespaced sandboxes
+  under ``tmp_path``; where namespaces cannot be made, set ``HERMES_SANDBOX_ISOLATION=process``
+  to run them unisolated) or ``"fake"`` (:class:`~hermes_async.testing.FakeSandbox`, in memory).
 * ``hermes_model_server`` -- a :class:`ScriptedEndpoint`: the
   :class:`~hermes_async.testing.ScriptedModelServer` following ``hermes_policy`` on loopback
   (every protocol: vLLM / Atropos / SGLang tokens, OpenAI chat), its randomness keyed by the

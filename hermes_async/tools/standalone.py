@@ -18,11 +18,15 @@ owner instead of an error:
   ``create_timeout``; every release is shielded and bounded by ``close_timeout``
   (:func:`~hermes_async._cleanup.bounded_cleanup`).
 * :meth:`StandaloneSandboxes.close_now` -- the synchronous release behind a reference-style
-  ``ctx.cleanup()`` that nobody awaits. It schedules nothing: a local sandbox is released on the
-  spot (SIGKILL to every process carrying its marker, then its directory removed -- a few
-  system calls); a container sandbox cannot be removed without awaiting its engine, so it is
-  left for ``await ctx.cleanup()`` and, if that never comes, reported (a ``RuntimeWarning``
-  naming the fix). See :mod:`hermes_async.agent.context`.
+  ``ctx.cleanup()`` that nobody awaits. It schedules nothing: a local sandbox in process mode is
+  released on the spot (SIGKILL to every process carrying its marker, then its directory
+  removed -- a few system calls); a namespaced world or a container cannot be removed without
+  awaiting, so it is left for ``await ctx.cleanup()`` and, if that never comes, reported (a
+  ``RuntimeWarning`` naming the fix; a world dies with this process in any case). See
+  :mod:`hermes_async.agent.context`.
+
+The local backend's isolation is the same as everywhere else: namespaces, or a
+``ConfigError`` with the fix and the opt-out (``isolation="process"``).
 
 Who owns what outside an environment: a ``ToolContext`` owns its private sandbox until its
 cleanup; a ``HermesAgentLoop.run`` owns a private manager for the run (its sandbox is released
@@ -88,14 +92,11 @@ def standalone_factory(
             option.
     """
     kind, opts = standalone_backend(backend, options)
-    if kind == "local":
-        # The reference's synchronous `ctx.cleanup()` (no await) must kill and remove on the
-        # spot (close_local_now), which only process isolation allows: a namespaced world's
-        # teardown (cgroups, its disk image) is asynchronous. Pass isolation= to choose.
-        opts.setdefault("isolation", "process")
     try:
         return kind, make_backend_factory(kind, **opts)
     except ConfigError as exc:
+        if not backend and not os.environ.get("TERMINAL_ENV", "").strip():
+            raise  # the default backend: the error speaks for itself
         source = "backend" if backend else "TERMINAL_ENV"
         raise ConfigError(f"{source}={kind!r}: {exc}") from exc
 
@@ -116,14 +117,16 @@ def _remove_tree(path: str) -> None:
 
 
 def close_local_now(sandbox: Sandbox) -> bool:
-    """Release a local sandbox synchronously: SIGKILL its processes, remove its directory.
+    """Release a process-mode local sandbox synchronously: SIGKILL its processes, remove its
+    directory.
 
-    Returns ``False`` (doing nothing) for any other kind of sandbox. Never raises.
+    Returns ``False`` (doing nothing) for any other sandbox: a namespaced world's teardown
+    (cgroups, its disk) has to be awaited. Never raises.
     """
     from hermes_async.tools.sandbox.local import LocalSandbox
     from hermes_async.tools.sandbox.processes import find_sandbox_processes
 
-    if not isinstance(sandbox, LocalSandbox):
+    if not isinstance(sandbox, LocalSandbox) or sandbox.isolation != "process":
         return False
     try:
         for pid in find_sandbox_processes(sandbox.sandbox_id):

@@ -15,10 +15,11 @@
 # The tests also run `curl`, `ps` (`procps`) and `python3` inside sandboxes; they are installed
 # too (a sandbox sees the host's /usr read-only, so what is installed here is what it has).
 #
-# Where this cannot be satisfied the library still works: isolation="auto" (the default) falls
-# back to process mode with one WARNING that says what is not isolated. CI sets
-# HERMES_ASYNC_REQUIRE_ISOLATION=1 after running this, so a missing piece fails the tests
-# instead of skipping them. Requires root to install. Logs go to stderr.
+# Where this cannot be satisfied, creating a local sandbox is an error naming what is missing
+# and the explicit opt-out (isolation="process", or HERMES_SANDBOX_ISOLATION=process): nothing
+# runs unisolated unless asked to. CI sets HERMES_ASYNC_REQUIRE_ISOLATION=1 after running this,
+# so a missing piece fails the tests instead of skipping them. Requires root to install. Logs
+# go to stderr.
 set -euo pipefail
 
 log() { echo "[sandbox] $*" >&2; }

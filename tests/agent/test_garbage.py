@@ -216,8 +216,14 @@ async def test_a_group_parked_in_its_tools_holds_its_shared_prompt_once(
             if isinstance(o, ServedRequest)
             for ids in (o.body.get("token_ids"), o.prompt_ids)
         }
+        # Lists of ints only: linecache holds other tests' source files as lists of lines.
         lists = [
-            o for o in live if type(o) is list and len(o) >= prompt_tokens and id(o) not in served
+            o
+            for o in live
+            if type(o) is list
+            and len(o) >= prompt_tokens
+            and type(o[0]) is int
+            and id(o) not in served
         ]
         release.set()
     assert counts == (size, size)

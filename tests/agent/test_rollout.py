@@ -21,13 +21,14 @@ from hermes_async.agent import (
     run_group,
     run_rollout,
 )
-from hermes_async.errors import InferenceError, UnknownParserError
+from hermes_async.errors import ConfigError, InferenceError, UnknownParserError
 from hermes_async.inference.chat import ChatClient
 from hermes_async.inference.generate import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.testing import Fault, PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.tools.registry import get_tool_definitions
-from hermes_async.tools.sandbox.local import find_sandbox_processes, local_factory
+from hermes_async.tools.sandbox import local as local_module
+from hermes_async.tools.sandbox.local import ISOLATION_ENV, find_sandbox_processes, local_factory
 from hermes_async.tools.sandbox.manager import SandboxManager, current_sandbox_manager
 from tests.support import TOKENIZER, RecordingFactory, tool_call
 
@@ -136,6 +137,27 @@ async def test_without_a_manager_a_private_local_one_lives_for_the_call(
     assert all(isinstance(m, SandboxManager) and m.task_ids() == [] for m in seen)
     assert current_sandbox_manager() is None
     assert not [p for p in tmp_path.rglob("*") if p.is_dir() and "answer.txt" in os.listdir(p)]
+
+
+async def test_without_namespaces_the_default_is_a_clear_error_before_any_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(ISOLATION_ENV, raising=False)
+    monkeypatch.setattr(local_module, "namespace_support", lambda: "bwrap not found on PATH")
+    server = ScriptedModelServer(writer, tokenizer=TOKENIZER)
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        VLLMGenerateClient(base_url, transport=transport) as client,
+    ):
+        for run in (
+            lambda: run_group(
+                client, PROMPT, TOOLS, size=2, setup=RolloutSetup(tokenizer=TOKENIZER)
+            ),
+            lambda: run_rollout(client, PROMPT, TOOLS, setup=RolloutSetup(tokenizer=TOKENIZER)),
+        ):
+            with pytest.raises(ConfigError, match=r"cannot be isolated.*isolation='process'"):
+                await run()
+    assert server.requests == []  # refused before the first model request
 
 
 async def test_phase1_placeholder_rows_are_marked_untrainable(tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ from hermes_async.inference.chat import ChatClient
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.tool_context import ToolContext
 from hermes_async.tools.registry import get_tool_definitions
-from hermes_async.tools.sandbox.local import find_sandbox_processes
+from hermes_async.tools.sandbox import local as local_module
+from hermes_async.tools.sandbox.local import ISOLATION_ENV, LocalSandbox, find_sandbox_processes
 from hermes_async.tools.sandbox.manager import open_sandbox_manager
 from tests.support import TOKENIZER
 
@@ -66,7 +67,8 @@ async def test_async_with_standalone_context(sandbox_root: pathlib.Path) -> None
 async def test_reference_style_cleanup_without_await_releases_now(
     sandbox_root: pathlib.Path,
 ) -> None:
-    ctx = ToolContext("solo-2")
+    # Process mode, chosen explicitly: the one kind of sandbox a sync cleanup can remove.
+    ctx = ToolContext("solo-2", sandbox_options={"isolation": "process"})
     try:
         await ctx.write_file("solution.py", "print(6 * 7)\n")
         out = await ctx.terminal("python3 solution.py")
@@ -87,6 +89,51 @@ async def test_reference_style_cleanup_without_await_releases_now(
     with anyio.fail_after(5):
         while find_sandbox_processes(marker):
             await anyio.sleep(0.05)
+
+
+@pytest.mark.namespaces
+async def test_a_standalone_context_is_namespaced_by_default(
+    sandbox_root: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ISOLATION_ENV, raising=False)
+    ctx = ToolContext("solo-ns")
+    out = await ctx.terminal("cat /proc/1/cmdline | tr '\\0' ' '")
+    assert out["exit_code"] == 0 and "bwrap" in out["output"]  # PID 1 is the world's own
+    sandbox = await ctx._sandbox()
+    assert isinstance(sandbox, LocalSandbox) and sandbox.isolation == "namespaces"
+    # A world's teardown must be awaited: an unawaited cleanup leaves it and says so.
+    with pytest.warns(RuntimeWarning, match=r"cleanup\(\) was not awaited"):
+        ctx.cleanup()
+        gc.collect()
+    assert len(sandboxes(sandbox_root)) == 1
+    await ctx.cleanup()
+    assert sandboxes(sandbox_root) == []
+
+
+async def test_standalone_context_and_loop_refuse_to_run_unisolated(
+    sandbox_root: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ISOLATION_ENV, raising=False)
+    monkeypatch.setattr(local_module, "namespace_support", lambda: "bwrap not found on PATH")
+    ctx = ToolContext("solo-unisolated")
+    with pytest.raises(ConfigError, match=r"cannot be isolated.*isolation='process'"):
+        await ctx.terminal("true")
+    await ctx.cleanup()
+    tools, valid_names = get_tool_definitions(["terminal"], None, quiet_mode=True)
+    server = ScriptedModelServer(policy, tokenizer=TOKENIZER)
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        ChatClient(base_url, transport=transport) as client,
+    ):
+        agent = HermesAgentLoop(
+            server=client, tool_schemas=tools, valid_tool_names=valid_names, max_turns=4
+        )
+        with pytest.raises(ConfigError, match=r"cannot be isolated.*install\.sh"):
+            await agent.run([{"role": "user", "content": "go"}])
+    assert sandboxes(sandbox_root) == []
+    # The explicit opt-out runs.
+    async with ToolContext("solo-opted-out", sandbox_options={"isolation": "process"}) as ctx:
+        assert (await ctx.terminal("echo ok"))["output"] == "ok\n"
 
 
 async def test_standalone_context_inside_a_manager_uses_it(tmp_path: pathlib.Path) -> None:

@@ -20,7 +20,13 @@ from pydantic import ValidationError
 from hermes_async.agent import HermesAgentLoop
 from hermes_async.agent_loop import AgentResult
 from hermes_async.envs.base import HermesAgentEnvConfig
-from hermes_async.envs.terminal_test import ORACLE_COMMANDS, TRAIN_TASKS, TerminalTestEnv
+from hermes_async.envs.terminal_test import (
+    EVAL_TASKS,
+    ORACLE_COMMANDS,
+    TRAIN_TASKS,
+    TerminalTestEnv,
+    terminal_test_oracle,
+)
 from hermes_async.inference._chat_template import default_chat_template
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.tokenizer import QwenTokenizer
@@ -117,6 +123,21 @@ def test_eval_size_is_a_base_config_field() -> None:
     assert HermesAgentEnvConfig(eval_size=20).eval_size == 20
     items = [1, 2, 3]
     assert items[: HermesAgentEnvConfig().eval_size] == items
+
+
+async def test_eval_size_limits_the_eval_items_without_slicing_by_hand(tmp_path: Path) -> None:
+    items = [*TRAIN_TASKS, *EVAL_TASKS]  # 4 items; the author passes them all
+    async with serve_policy(terminal_test_oracle()) as (url, _):
+        for eval_size, expected in ((2, 2), (None, 4), (0, 4)):
+            config = env_config(tmp_path / str(eval_size), eval_size=eval_size)
+            env = TerminalTestEnv(config, [server_config(url)])
+            await env.setup()
+            report = await env.run_agent_eval(items, log=False)
+            assert [s.label for s in report.rollouts] == [env.item_label(i) for i in items][
+                :expected
+            ]
+    with pytest.raises(ValidationError, match="eval_size"):
+        HermesAgentEnvConfig(eval_size=-1)
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,9 @@ from hermes_async.envs._preflight import check_offered, check_parser, check_tool
 from hermes_async.envs.terminal_test import TerminalTestEnv, terminal_test_oracle
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.testing import FakeSandboxFactory
-from hermes_async.tools.sandbox import backends
+from hermes_async.tools.sandbox import backends, local as local_module
 from hermes_async.tools.sandbox.backends import preflight_backend
+from hermes_async.tools.sandbox.local import ISOLATION_ENV
 from tests.envs.helpers import env_config, serve_policy, server_config
 
 pytestmark = pytest.mark.anyio
@@ -194,6 +195,44 @@ async def test_env_preflight_runs_before_setup_and_rollouts(tmp_path: Path) -> N
         assert server.requests == []
         ok = TerminalTestEnv(env_config(tmp_path), [server_config(url)])
         await ok.preflight()  # a good config passes
+
+
+async def test_unisolated_default_fails_at_start_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ISOLATION_ENV, raising=False)
+    monkeypatch.setattr(local_module, "namespace_support", lambda: "bwrap not found on PATH")
+    async with serve_policy(terminal_test_oracle()) as (url, server):
+        env = TerminalTestEnv(env_config(tmp_path), [server_config(url)])
+        with pytest.raises(ConfigError, match=r"cannot be isolated.*sandbox_options=\{'isolation"):
+            await env._run_evaluate()
+        assert server.requests == []
+        chosen = env_config(tmp_path, sandbox_options={"isolation": "process"})
+        await TerminalTestEnv(chosen, [server_config(url)]).preflight()  # the opt-out passes
+
+
+async def test_unisolated_default_fails_the_cli_run(
+    tmp_path: Path, without_bubblewrap: dict[str, str]
+) -> None:
+    async with serve_policy(terminal_test_oracle()) as (url, server):
+        done, seconds, groups = await run_process(
+            tmp_path, "--openai.base_url", url + "/v1", env=without_bubblewrap
+        )
+        assert seconds < FAIL_WITHIN_SECONDS, seconds
+        stderr = done.stderr.decode()
+        assert done.returncode != 0, stderr[-2000:]
+        assert "bwrap not found on PATH" in stderr and "HERMES_SANDBOX_ISOLATION=process" in stderr
+        assert server.requests == []
+        assert_no_groups(groups)
+        # The explicit opt-out of a CLI run: the variable.
+        done, _, groups = await run_process(
+            tmp_path / "opted-out",
+            "--openai.base_url",
+            url + "/v1",
+            env={**without_bubblewrap, ISOLATION_ENV: "process"},
+        )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert len(groups.read_text().splitlines()) == 2
 
 
 def test_every_reference_backend_is_built_in(tmp_path: Path) -> None:

@@ -94,7 +94,9 @@ async def test_a_lost_group_goes_to_another_worker() -> None:
     assert [r.outcome for r in results] == ["ok"] * 4
     assert all(r.worker == "alive" for r in results)
     assert len(dead.calls) == 1  # then avoided as dead
-    assert results[0].attempts == 2
+    # trio may start any of the four first: exactly the one that met the dead worker retried.
+    assert sorted(r.attempts for r in results) == [1, 1, 1, 2]
+    assert next(r for r in results if r.attempts == 2).group_id == dead.calls[0]
     assert dispatcher.statistics().dead == ("dead",)
 
 
@@ -142,7 +144,8 @@ async def test_a_worker_that_does_not_answer_is_not_waited_for() -> None:
 
 @VIRTUAL
 async def test_a_slow_worker_does_not_hold_the_batch() -> None:
-    slow = FakeWorker("slow", lambda r: "hang" if r.group_id == "g0" else "ok")
+    # The first group the slow worker gets hangs (trio may start any group first).
+    slow = FakeWorker("slow", lambda r: "hang" if len(slow.calls) == 1 else "ok")
     fast = FakeWorker("fast")
     dispatcher = GroupDispatcher(
         [slow, fast], DispatchOptions(max_per_worker=8, answer_grace_seconds=1)
@@ -153,10 +156,12 @@ async def test_a_slow_worker_does_not_hold_the_batch() -> None:
         requests(6, seconds=20),
         on_result=lambda r: done.setdefault(r.group_id, anyio.current_time()),
     )
-    assert results[0].outcome == "failed"
-    assert [r.outcome for r in results[1:]] == ["ok"] * 5
-    assert all(done[f"g{i}"] - start < 1 for i in range(1, 6))  # not held by g0
-    assert 20 <= done["g0"] - start <= 22
+    hung = slow.calls[0]
+    assert [r.outcome for r in results] == [
+        "failed" if r.group_id == hung else "ok" for r in results
+    ]
+    assert all(done[r.group_id] - start < 1 for r in results if r.group_id != hung)  # not held
+    assert 20 <= done[hung] - start <= 22
 
 
 @VIRTUAL

@@ -8,7 +8,9 @@ and history), as the reference's ``ToolContext`` did::
         return 1.0 if "Thank you" in page["snapshot"] else 0.0
 
 These are plain functions so ``ToolContext`` can delegate to them with one line each; they take
-the manager explicitly or use the current one (:func:`~.manager.use_browser_manager`).
+the manager explicitly (a standalone context passes its own
+:class:`~.standalone.StandaloneBrowser`) or use the current one
+(:func:`~.manager.use_browser_manager`).
 
 Returned vs raised, as the rest of ``ToolContext``: the tools' result dicts are returned
 (including ``{"success": false, ...}`` for a refused URL or a timeout); a missing manager (an
@@ -22,11 +24,14 @@ from hermes_async._asynclib import require_asyncio
 from hermes_async.errors import SandboxError
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools.browser.manager import BrowserManager, current_browser_manager
+from hermes_async.tools.browser.standalone import StandaloneBrowser
 
 __all__ = ("context_browser_navigate", "context_browser_snapshot")
 
 
-def _manager(task_id: str, manager: BrowserManager | None) -> BrowserManager:
+def _manager(
+    task_id: str, manager: BrowserManager | StandaloneBrowser | None
+) -> BrowserManager | StandaloneBrowser:
     require_asyncio(
         "ToolContext's browser methods", "playwright", remedy="leave the browser out of trio runs"
     )
@@ -41,7 +46,7 @@ def _manager(task_id: str, manager: BrowserManager | None) -> BrowserManager:
 
 
 async def context_browser_navigate(
-    task_id: str, url: str, *, manager: BrowserManager | None = None
+    task_id: str, url: str, *, manager: BrowserManager | StandaloneBrowser | None = None
 ) -> JSONObject:
     """Navigate the rollout's page to ``url`` (the ``browser_navigate`` result dict).
 
@@ -56,7 +61,7 @@ async def context_browser_navigate(
 
 
 async def context_browser_snapshot(
-    task_id: str, full: bool = False, *, manager: BrowserManager | None = None
+    task_id: str, full: bool = False, *, manager: BrowserManager | StandaloneBrowser | None = None
 ) -> JSONObject:
     """The accessibility snapshot of the rollout's page (the ``browser_snapshot`` result dict).
 

@@ -88,8 +88,12 @@ __all__ = (
     "BROWSER_LIMITER_NAME",
     "BrowserManager",
     "BrowserManagerStatistics",
+    "context_options",
     "current_browser_manager",
+    "import_playwright",
+    "launch_browser",
     "open_browser_manager",
+    "stop_browser",
     "use_browser_manager",
 )
 
@@ -251,13 +255,7 @@ class BrowserManager(AsyncResource):
         if self._state != "unopened":
             raise RuntimeError(f"BrowserManager cannot be entered twice (state: {self._state})")
         self.executable = find_chromium(self.settings.executable_path)
-        try:
-            from playwright.async_api import async_playwright
-        except ImportError as exc:
-            raise ConfigError(
-                "the browser tools need Playwright: `pip install 'hermes-async[browser]'` "
-                "(then no `playwright install`: the browser is Debian's chromium)"
-            ) from exc
+        async_playwright = import_playwright()
         from hermes_async.tools.browser.session import SessionCounters
 
         self._counters = SessionCounters()
@@ -309,37 +307,13 @@ class BrowserManager(AsyncResource):
                 self._state = "closed"
 
     async def _shutdown(self, reason: str) -> None:
-        timeout = self.settings.close_timeout_seconds
         browser, self._browser = self._browser, None
-        if browser is not None:
-            await bounded_cleanup(
-                "close the browser", browser.close, timeout=timeout, reason=reason, log=logger
-            )
         playwright, self._playwright = self._playwright, None
-        if playwright is not None:
-            await bounded_cleanup(
-                "stop the Playwright driver",
-                playwright.stop,
-                timeout=timeout,
-                reason=reason,
-                log=logger,
-            )
+        await stop_browser(browser, playwright, self.settings.close_timeout_seconds, reason)
 
     async def _launch(self) -> None:
-        assert self._playwright is not None
-        timeout = self.settings.launch_timeout_seconds
-        with anyio.fail_after(timeout + 5):
-            browser = await self._playwright.chromium.launch(
-                executable_path=self.executable,
-                args=chromium_args(self.settings),
-                headless=True,
-                chromium_sandbox=self.settings.chromium_sandbox,
-                timeout=timeout * 1000,
-                handle_sigint=False,
-                handle_sigterm=False,
-                handle_sighup=False,
-                env=launch_environment(),
-            )
+        assert self._playwright is not None and self.executable is not None
+        browser = await launch_browser(self._playwright, self.settings, self.executable)
         self._generation += 1
         generation = self._generation
         browser.on("disconnected", lambda _browser: self._on_disconnected(generation))
@@ -509,14 +483,14 @@ class BrowserManager(AsyncResource):
             with anyio.fail_after(settings.create_timeout_seconds):
                 browser, generation = await self._ensure_browser()
                 try:
-                    context = await browser.new_context(**self._context_options())
+                    context = await browser.new_context(**context_options(settings))
                 except PlaywrightError as exc:
                     if not (target_closed(exc) or not browser.is_connected()):
                         raise
                     # The browser, or the driver behind it, is gone (a dead driver sends no
                     # "disconnected" event): restart what is needed and try once more.
                     browser, generation = await self._ensure_browser(failed=generation)
-                    context = await browser.new_context(**self._context_options())
+                    context = await browser.new_context(**context_options(settings))
         except (TimeoutError, PlaywrightError, BrowserUnavailableError) as exc:
             self._create_failures += 1
             entry.error = BrowserUnavailableError(
@@ -566,14 +540,6 @@ class BrowserManager(AsyncResource):
                 except PlaywrightError:  # the browser is already gone: nothing left to close
                     logger.debug("closing the context of %r failed", entry.task_id, exc_info=True)
             self._closed += 1
-
-    def _context_options(self) -> dict[str, Any]:
-        s = self.settings
-        return {
-            "viewport": {"width": s.viewport_width, "height": s.viewport_height},
-            "service_workers": "block",
-            "accept_downloads": False,
-        }
 
     def _begin_close(self, entry: _Entry, reason: str) -> None:
         entry.reason = entry.reason or reason
@@ -698,6 +664,71 @@ class BrowserManager(AsyncResource):
             requests_failed=counters.failed if counters else 0,
             websockets_refused=counters.websockets_refused if counters else 0,
         )
+
+
+def import_playwright() -> Any:
+    """Playwright's ``async_playwright``, or a ``ConfigError`` saying what to install."""
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError as exc:
+        raise ConfigError(
+            "the browser tools need Playwright: `pip install 'hermes-async[browser]'` "
+            "(then no `playwright install`: the browser is Debian's chromium)"
+        ) from exc
+    return async_playwright
+
+
+async def stop_browser(
+    browser: Browser | None, playwright: Playwright | None, timeout: float, reason: str
+) -> None:
+    """Close ``browser``, then stop the ``playwright`` driver; never raises.
+
+    **Cancellation**: each step is shielded and bounded by ``timeout``.
+    """
+    if browser is not None:
+        await bounded_cleanup(
+            "close the browser", browser.close, timeout=timeout, reason=reason, log=logger
+        )
+    if playwright is not None:
+        await bounded_cleanup(
+            "stop the Playwright driver",
+            playwright.stop,
+            timeout=timeout,
+            reason=reason,
+            log=logger,
+        )
+
+
+async def launch_browser(
+    playwright: Playwright, settings: BrowserSettings, executable: str
+) -> Browser:
+    """Launch the headless Chromium at ``executable`` with ``settings`` (bounded).
+
+    **Cancellation**: Playwright abandons the launch (its process is killed with the driver).
+    """
+    timeout = settings.launch_timeout_seconds
+    with anyio.fail_after(timeout + 5):
+        return await playwright.chromium.launch(
+            executable_path=executable,
+            args=chromium_args(settings),
+            headless=True,
+            chromium_sandbox=settings.chromium_sandbox,
+            timeout=timeout * 1000,
+            handle_sigint=False,
+            handle_sigterm=False,
+            handle_sighup=False,
+            env=launch_environment(),
+        )
+
+
+def context_options(settings: BrowserSettings) -> dict[str, Any]:
+    """The options of every rollout's browser context (viewport; no service workers or
+    downloads)."""
+    return {
+        "viewport": {"width": settings.viewport_width, "height": settings.viewport_height},
+        "service_workers": "block",
+        "accept_downloads": False,
+    }
 
 
 def _describe(exc: BaseException) -> str:

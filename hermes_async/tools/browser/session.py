@@ -9,7 +9,9 @@ opened and closed by a task in the manager's task group). The session:
 
 * routes every request of its context through the SSRF-guarded fetcher (:mod:`._network`),
   each in a task of the session's own task group (at most ``max_requests_per_session`` at a
-  time), refuses WebSockets, blocks service workers and downloads;
+  time; a standalone session, which has no task of ours, serves it in the Playwright task that
+  delivered it, bounded by the fetch deadline), refuses WebSockets, blocks service workers and
+  downloads;
 * keeps bounded buffers of console messages, page errors and refused requests;
 * runs one operation at a time (a lock: a page has one input pipeline), each bounded by
   Playwright's own timeout plus :data:`OPERATION_SLACK_SECONDS` of anyio deadline;
@@ -174,7 +176,7 @@ class BrowserSession:
         self,
         task_id: str,
         context: BrowserContext,
-        requests: TaskGroup,
+        requests: TaskGroup | None,
         *,
         settings: BrowserSettings,
         counters: SessionCounters,
@@ -271,6 +273,9 @@ class BrowserSession:
         if page_key is not None:
             self._navigations[page_key] += 1
             self._touch()
+        if self._requests is None:  # standalone: this Playwright task carries it (bounded)
+            await self._serve(route, request)
+            return
         try:
             self._requests.start_soon(self._serve, route, request)
         except RuntimeError:

@@ -34,7 +34,7 @@ checks the remote host has ``setsid``, ``mktemp``, ``tar`` and ``env``; ``singul
 Apptainer/SingularityCE instance per sandbox, no extra: its CLI; asyncio and trio) checks the
 executable answers ``--version``; ``e2b`` and ``daytona`` check the extra and ``E2B_API_KEY`` /
 ``DAYTONA_API_KEY`` (skipped when an ``e2b=`` / ``daytona=`` double is passed); ``local``
-needs nothing.
+starts one throw-away bubblewrap world, unless ``isolation="process"`` was chosen.
 """
 
 from __future__ import annotations
@@ -225,6 +225,12 @@ def _local(**options: Any) -> SandboxFactory:
     return local_factory(**options)
 
 
+async def _local_preflight(**options: Any) -> None:
+    from hermes_async.tools.sandbox.local import local_preflight
+
+    await local_preflight(**options)
+
+
 def _docker(**options: Any) -> SandboxFactory:
     from hermes_async.tools.sandbox.docker import DockerBackend, DockerSandboxConfig
 
@@ -385,7 +391,7 @@ for _name, _builder, _check in zip(
     BACKEND_KINDS,
     (_local, _docker, _modal, _ssh, _singularity, _e2b, _daytona),
     (
-        None,
+        _local_preflight,
         _docker_preflight,
         _modal_preflight,
         _ssh_preflight,

@@ -4,7 +4,8 @@ Why one module of this size: one concept, :class:`LocalSandbox`; its two isolati
 the same exec, transfer and close paths and differ only in how a command is entered and how the
 processes are found.
 
-Two isolation levels (``isolation=``; the default ``"auto"`` takes the first that works):
+Two isolation levels (``isolation=``; the default ``"auto"`` is namespaces unless the operator
+chose otherwise with ``$HERMES_SANDBOX_ISOLATION``):
 
 * ``"namespaces"`` — each sandbox is its own Linux world (bubblewrap): a PID namespace with a
   private ``/proc`` (the host's processes and their environments are invisible), a mount
@@ -13,12 +14,14 @@ Two isolation levels (``isolation=``; the default ``"auto"`` takes the first tha
   memory and pids limits, an unprivileged user. Every command joins the world through
   ``nsenter``; closing kills the world's PID 1 and with it everything inside, with no ``/proc``
   scan. How it works, what it costs and what it needs: :mod:`hermes_async.tools.sandbox.namespaces`.
-* ``"process"`` — the fallback when bubblewrap (or root) is missing: a directory and process
-  groups. The environment is an allowlist, but a command sees the host's filesystem (and may
-  write to it), its network, and its processes with their environments (``/proc/<pid>/environ``
-  of this process holds the host's secrets). ``"auto"`` says so once, at start-up, with the
-  fix (``apt-get install bubblewrap``; ``scripts/sandbox/install.sh``); asking for
-  ``"namespaces"`` where it cannot work is a :class:`~hermes_async.errors.ConfigError`.
+* ``"process"`` — only when the caller asks for it: a directory and process groups. The
+  environment is an allowlist, but a command sees the host's filesystem (and may write to it),
+  its network, and its processes with their environments (``/proc/<pid>/environ`` of this
+  process holds the host's secrets).
+
+Where namespaces cannot be made (no bubblewrap, not root), creating a sandbox is a
+:class:`~hermes_async.errors.ConfigError` naming what is missing, how to install it and the
+opt-out; nothing falls back to ``"process"`` on its own.
 
 Layout of one sandbox (under ``root_dir``, default the system temp dir)::
 
@@ -140,6 +143,7 @@ __all__ = (
     "RawResult",
     "find_sandbox_processes",
     "local_factory",
+    "local_preflight",
     "resolve_isolation",
     "run_bounded",
 )
@@ -160,7 +164,8 @@ DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = (
     "SHELL",
 )
 
-#: ``"namespaces"``, ``"process"``, or ``"auto"`` (namespaces when they work, else process).
+#: ``"namespaces"``, ``"process"`` (no isolation), or ``"auto"`` (``$HERMES_SANDBOX_ISOLATION``
+#: in :func:`local_factory`, else namespaces).
 Isolation = Literal["auto", "namespaces", "process"]
 
 #: Commands without an explicit timeout get this one (the reference's ``TERMINAL_TIMEOUT``).
@@ -174,7 +179,7 @@ SANDBOX_DIR_PREFIX = "hermes-sbx-"
 
 #: Bound on removing a sandbox's directory after its world failed to start.
 FAILED_START_REMOVE_SECONDS = 30.0
-#: Operator override of ``isolation="auto"``: ``namespaces`` or ``process`` for every local
+#: Operator choice for ``isolation="auto"``: ``namespaces`` or ``process`` for every local
 #: factory of the process (a CLI run cannot pass ``sandbox_options`` as a dict).
 ISOLATION_ENV = "HERMES_SANDBOX_ISOLATION"
 
@@ -186,20 +191,17 @@ _MISSING, _TOO_LARGE, _NOT_REGULAR = 66, 67, 68
 
 _SAFE_TASK_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
-_NOT_ISOLATED = (
-    "local sandboxes run WITHOUT isolation ({why}): a command sees the host's processes and "
-    "their environments (/proc/<pid>/environ, i.e. this process's secrets), the host "
-    "filesystem (writable), the host network, and has no memory, pids or disk limits. "
-    "Install bubblewrap (`apt-get install bubblewrap`, or scripts/sandbox/install.sh) and run "
-    "as root for namespaced sandboxes, or pass isolation='process' to accept this"
-)
-_warned_not_isolated: list[bool] = []
 
-
-def _warn_not_isolated(why: str) -> None:
-    if not _warned_not_isolated:
-        _warned_not_isolated.append(True)
-        logger.warning(_NOT_ISOLATED.format(why=why))
+def _isolation_unavailable(reason: str) -> ConfigError:
+    """The error for a sandbox that cannot be isolated here: what is missing, the fix, the opt-out."""
+    return ConfigError(
+        f"local sandboxes cannot be isolated on this machine: {reason}. Without isolation a "
+        "model's commands see this host's files (writable), its network and its processes' "
+        "environments (this process's secrets). Fix: scripts/sandbox/install.sh (as root; it "
+        "installs bubblewrap and util-linux and checks them). Or opt out explicitly: "
+        f"isolation='process' (env config: sandbox_options={{'isolation': 'process'}}; any "
+        f"run, CLI included: {ISOLATION_ENV}=process)"
+    )
 
 
 def _decode(data: bytes) -> str:
@@ -242,27 +244,42 @@ def _size_checked(script: str) -> str:
 async def resolve_isolation(isolation: Isolation) -> Literal["namespaces", "process"]:
     """What ``isolation`` means on this machine (probes bubblewrap once per process).
 
-    ``"auto"`` gives ``"namespaces"`` when they work, else ``"process"`` with ONE warning per
-    process saying what is not isolated and how to fix it.
+    ``"process"`` is the caller's explicit choice; ``"auto"`` and ``"namespaces"`` need
+    namespaces that work here.
 
     Raises:
-        ConfigError: ``"namespaces"`` was asked for and cannot work here (the message says why
-            and how to install what is missing).
+        ConfigError: Namespaces were asked for and cannot be made here (the message says what
+            is missing, how to install it, and the opt-out).
 
     **Cancellation**: the probe is abandoned; the next call probes again.
     """
     if isolation == "process":
         return "process"
     reason = await probe_namespaces()
-    if reason is None:
-        return "namespaces"
-    if isolation == "namespaces":
-        raise ConfigError(
-            f"isolation='namespaces' is not available here: {reason}; install it "
-            "(scripts/sandbox/install.sh) or use isolation='auto' or 'process'"
-        )
-    _warn_not_isolated(reason)
-    return "process"
+    if reason is not None:
+        raise _isolation_unavailable(reason)
+    return "namespaces"
+
+
+def _chosen_isolation(isolation: object) -> Isolation:
+    """``isolation`` checked, with ``"auto"`` replaced by ``$HERMES_SANDBOX_ISOLATION`` if set."""
+    if isolation == "auto":
+        isolation = os.environ.get(ISOLATION_ENV) or "auto"
+    if isolation not in ("auto", "namespaces", "process"):
+        raise ConfigError(f"isolation must be 'auto', 'namespaces' or 'process', got {isolation!r}")
+    return isolation
+
+
+async def local_preflight(**options: object) -> None:
+    """Check before the first rollout that ``local_factory(**options)`` can create sandboxes.
+
+    Raises:
+        ConfigError: An invalid option, or namespaces that cannot be made here.
+
+    **Cancellation**: the bubblewrap probe is killed.
+    """
+    local_factory(**options)  # type: ignore[arg-type]
+    await resolve_isolation(_chosen_isolation(options.get("isolation", "auto")))
 
 
 class LocalSandbox(Sandbox):
@@ -342,13 +359,13 @@ class LocalSandbox(Sandbox):
             terminate_grace: SIGTERM -> SIGKILL grace.
             sweeper: The ``/proc`` sweeper to share with other sandboxes (default: private).
             remover: The directory remover to share (default: private).
-            isolation: ``"auto"`` (default), ``"namespaces"`` or ``"process"`` (see
-                :func:`resolve_isolation`).
+            isolation: ``"auto"`` or ``"namespaces"`` (default; the same here) or
+                ``"process"`` (see :func:`resolve_isolation`).
             namespace_options: Network, limits, disk cap and user of a namespaced sandbox
                 (default: :class:`~hermes_async.tools.sandbox.namespaces.NamespaceOptions`).
 
         Raises:
-            ConfigError: ``isolation="namespaces"`` cannot work on this machine.
+            ConfigError: Namespaces were asked for and cannot be made on this machine.
             SandboxError: The directory could not be created, or the world did not start.
 
         **Cancellation**: nothing is left behind (a world that started is killed, its
@@ -860,9 +877,8 @@ def local_factory(
         extra_env: Variables set explicitly in each sandbox.
         default_timeout: Seconds for commands that give no timeout.
         terminate_grace: SIGTERM -> SIGKILL grace.
-        isolation: ``"auto"`` (``$HERMES_SANDBOX_ISOLATION`` if set, else namespaces when they
-            work, else process mode with one warning), ``"namespaces"`` (a ``ConfigError`` where they cannot work) or
-            ``"process"``.
+        isolation: ``"auto"`` (``$HERMES_SANDBOX_ISOLATION`` if set, else namespaces),
+            ``"namespaces"`` or ``"process"`` (no isolation: the caller's explicit choice).
         network: Namespaces mode: ``"none"`` (a loopback of its own) or ``"host"``.
         memory_limit_mb: Namespaces mode: memory limit per sandbox (``None``: unlimited).
         pids_limit: Namespaces mode: processes and threads per sandbox (``None``: unlimited).
@@ -874,18 +890,15 @@ def local_factory(
         ro_binds: Namespaces mode: more host paths to show read-only.
 
     Raises:
-        ConfigError: An invalid option, or ``isolation="namespaces"`` where bubblewrap, nsenter
-            or root is missing (checked here; that bubblewrap really starts is checked, once,
-            at the first creation).
+        ConfigError: An invalid option, or namespaces where bubblewrap, nsenter or root is
+            missing (checked here; that bubblewrap really starts is checked, once, at the
+            first creation or by :func:`local_preflight`).
     """
     check_value("local_factory default_timeout", default_timeout, POSITIVE_FINITE)
     check_value("local_factory terminate_grace", terminate_grace, NON_NEGATIVE_FINITE)
     check_value("local_factory env_allowlist", env_allowlist, _NAMES)
     _check_environment("local_factory extra_env", extra_env)
-    if isolation == "auto":
-        isolation = os.environ.get(ISOLATION_ENV) or "auto"  # type: ignore[assignment]
-    if isolation not in ("auto", "namespaces", "process"):
-        raise ConfigError(f"isolation must be 'auto', 'namespaces' or 'process', got {isolation!r}")
+    isolation = _chosen_isolation(isolation)
     options = NamespaceOptions(
         network=network,
         memory_limit_mb=memory_limit_mb,
@@ -897,16 +910,8 @@ def local_factory(
         ro_paths=tuple(ro_paths),
         ro_binds=tuple(ro_binds),
     )
-    if isolation != "process":
-        reason = namespace_support()
-        if reason is not None:
-            if isolation == "namespaces":
-                raise ConfigError(
-                    f"isolation='namespaces' is not available here: {reason}; install it "
-                    "(scripts/sandbox/install.sh) or use isolation='auto' or 'process'"
-                )
-            _warn_not_isolated(reason)
-            isolation = "process"
+    if isolation != "process" and (reason := namespace_support()) is not None:
+        raise _isolation_unavailable(reason)
     sweeper = ProcessSweeper()
     remover = DirectoryRemover()
     allowlist = tuple(env_allowlist)

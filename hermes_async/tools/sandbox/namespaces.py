@@ -226,10 +226,7 @@ def namespace_support() -> str | None:
         return "namespaced local sandboxes need root (nsenter into each sandbox's namespaces)"
     missing = [tool for tool in ("bwrap", "nsenter", "unshare") if shutil.which(tool) is None]
     if missing:
-        return (
-            f"{', '.join(missing)} not found on PATH (bwrap is Debian's `bubblewrap`; "
-            "`apt-get install bubblewrap`, or run scripts/sandbox/install.sh)"
-        )
+        return f"{', '.join(missing)} not found on PATH (Debian packages: bubblewrap, util-linux)"
     return None
 
 

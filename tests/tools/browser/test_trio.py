@@ -49,3 +49,13 @@ async def test_the_tool_context_functions_raise_it() -> None:
         await context_browser_navigate("t", "https://example.com")
     with pytest.raises(AsyncBackendError, match=TRIO_MESSAGE):
         await context_browser_snapshot("t")
+
+
+async def test_a_standalone_tool_context_raises_it_and_starts_nothing() -> None:
+    from hermes_async.agent import ToolContext
+
+    ctx = ToolContext("t")
+    with pytest.raises(AsyncBackendError, match=TRIO_MESSAGE):
+        await ctx.browser_navigate("https://example.com")
+    assert ctx._standalone_browser is not None and not ctx._standalone_browser.open
+    await ctx.cleanup()

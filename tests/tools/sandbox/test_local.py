@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import signal
@@ -7,10 +8,13 @@ import signal
 import anyio
 import pytest
 
-from hermes_async.errors import SandboxError
+from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS, ConformanceCheck, make_tar
+from hermes_async.tools.sandbox import local as local_module, namespaces as namespaces_module
+from hermes_async.tools.sandbox.backends import make_backend_factory, preflight_backend
 from hermes_async.tools.sandbox.base import check_tar_members
 from hermes_async.tools.sandbox.local import (
+    ISOLATION_ENV,
     SANDBOX_MARKER_ENV,
     LocalSandbox,
     find_sandbox_processes,
@@ -317,3 +321,56 @@ async def test_closes_of_one_factory_share_sweeps_and_removals(tmp_path: pathlib
     for sb in inner:
         assert sb.live_processes() == []
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_isolation_is_explicit(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv(ISOLATION_ENV, raising=False)
+    with pytest.raises(ConfigError, match="isolation must be 'auto', 'namespaces' or 'process'"):
+        local_factory(isolation="jail")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"unknown option\(s\)|invalid option"):
+        make_backend_factory("local", isolaton="namespaces")
+    with pytest.raises(ConfigError, match="must not be root"):
+        local_factory(uid=0)
+    # Where bubblewrap is missing, the default and "namespaces" are one ConfigError: what is
+    # missing, the install script, the explicit opt-out. Nothing falls back on its own.
+    why = "bwrap not found on PATH (Debian packages: bubblewrap, util-linux)"
+    monkeypatch.setattr(local_module, "namespace_support", lambda: why)
+    for isolation in ("auto", "namespaces"):
+        with pytest.raises(ConfigError) as raised:
+            make_backend_factory("local", isolation=isolation)
+        message = str(raised.value)
+        assert f"cannot be isolated on this machine: {why}" in message
+        assert "scripts/sandbox/install.sh" in message
+        assert "isolation='process'" in message and "HERMES_SANDBOX_ISOLATION=process" in message
+    # The explicit opt-outs: the argument, or the operator's variable for "auto". No warning.
+    with caplog.at_level(logging.WARNING, logger="hermes_async.tools.sandbox.local"):
+        factory = local_factory(str(tmp_path), isolation="process")
+        monkeypatch.setenv(ISOLATION_ENV, "process")
+        chosen = local_factory(str(tmp_path))
+    assert not caplog.records
+    for make in (factory, chosen):
+        sb = await make("t")
+        try:
+            assert isinstance(sb, LocalSandbox) and sb.isolation == "process"
+        finally:
+            await sb.aclose()
+    monkeypatch.setenv(ISOLATION_ENV, "jail")
+    with pytest.raises(ConfigError, match="got 'jail'"):
+        local_factory(str(tmp_path))
+
+
+async def test_the_default_probes_bubblewrap_before_the_first_sandbox(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bwrap on PATH but unable to start (a container without user namespaces): the preflight
+    and the first creation fail with the same error; the explicit opt-out passes."""
+    monkeypatch.delenv(ISOLATION_ENV, raising=False)
+    monkeypatch.setattr(namespaces_module, "_probe_result", ["bwrap failed (exit 1): no perms"])
+    with pytest.raises(ConfigError, match=r"cannot be isolated on this machine: bwrap failed"):
+        await preflight_backend("local")
+    factory = local_factory()
+    with pytest.raises(ConfigError, match=r"isolation='process'"):
+        await factory("t")
+    await preflight_backend("local", isolation="process")

@@ -7,7 +7,6 @@ off by default, a dead world is "gone" (not "your command failed"), isolation is
 
 from __future__ import annotations
 
-import logging
 import os
 import pathlib
 import signal
@@ -16,11 +15,9 @@ import sys
 import anyio
 import pytest
 
-from hermes_async.errors import ConfigError, SandboxError
+from hermes_async.errors import SandboxError
 from hermes_async.limits import Limits, open_lag_monitor
 from hermes_async.tools.registry import ToolRuntime, dispatch
-from hermes_async.tools.sandbox import local as local_module
-from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.local import LocalSandbox, local_factory
 from hermes_async.tools.sandbox.manager import SandboxManager
@@ -383,41 +380,6 @@ async def test_file_tools_resolve_paths_before_the_block_list(tmp_path: pathlib.
         assert "ok" in out.content and "error" not in out.content
     finally:
         await sb.aclose()
-
-
-async def test_isolation_is_explicit(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    with pytest.raises(ConfigError, match="isolation must be 'auto', 'namespaces' or 'process'"):
-        local_factory(isolation="jail")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match=r"unknown option\(s\)|invalid option"):
-        make_backend_factory("local", isolaton="namespaces")
-    with pytest.raises(ConfigError, match="must not be root"):
-        local_factory(uid=0)
-    # Where bubblewrap is missing: "namespaces" is a ConfigError naming the fix, "auto" warns
-    # once (what is not isolated, how to install it) and falls back to process mode.
-    why = "bwrap not found on PATH (`apt-get install bubblewrap`)"
-    monkeypatch.setattr(local_module, "namespace_support", lambda: why)
-    monkeypatch.setattr(local_module, "_warned_not_isolated", [])
-    with pytest.raises(ConfigError, match=r"isolation='namespaces' is not available here: bwrap"):
-        make_backend_factory("local", isolation="namespaces")
-    with caplog.at_level(logging.WARNING, logger="hermes_async.tools.sandbox.local"):
-        factory = local_factory(str(tmp_path))
-        local_factory(str(tmp_path))
-    warnings = [r.getMessage() for r in caplog.records if "WITHOUT isolation" in r.getMessage()]
-    assert len(warnings) == 1
-    assert "/proc/<pid>/environ" in warnings[0] and "apt-get install bubblewrap" in warnings[0]
-    sb = await factory("t")
-    try:
-        assert isinstance(sb, LocalSandbox) and sb.isolation == "process"
-    finally:
-        await sb.aclose()
-    # Explicit process mode is the operator's choice: no warning.
-    caplog.clear()
-    monkeypatch.setattr(local_module, "_warned_not_isolated", [])
-    with caplog.at_level(logging.WARNING, logger="hermes_async.tools.sandbox.local"):
-        local_factory(str(tmp_path), isolation="process")
-    assert not caplog.records
 
 
 def _processes_mentioning(text: str) -> list[int]:
