@@ -66,7 +66,8 @@ test-vllm: venv
 # Opt-in, NOT part of `make test`: each trainer's own package (nemo-gym, verl, skyrl, trl) in
 # its own venv (.venv-<name>, built by scripts/trainers/setup_venv.sh), driving the adapters of
 # hermes_async.integrations through the trainers' classes, then the Gym and SkyRL adapters
-# against the real CPU vLLM. TRAINERS="trl vllm" runs some; docs/trainers/README.md.
+# against the real CPU vLLM. TRAINERS="trl vllm" runs some; docs/trainers/README.md. About 15
+# minutes on 2 busy cores once the venvs exist.
 .PHONY: test-trainers
 test-trainers: venv
 	VENV=$(VENV) bash scripts/trainers/run_tests.sh $(TRAINERS)

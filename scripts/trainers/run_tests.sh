@@ -6,8 +6,9 @@
 # adapter's contract tests (tests/integrations/test_<name>.py). A trainer package that does not
 # import is a failure here (HERMES_ASYNC_REQUIRE_TRAINERS=1), not a skip. Then `vllm`: the Gym
 # agent and the SkyRL generator against a real CPU vLLM (scripts/vllm/run_tests.sh, only
-# tests/integration/test_vllm_trainers.py). Each step runs even if one before it failed; the
-# exit status is 1 if any did, and each step's time is printed.
+# tests/integration/test_vllm_trainers.py), and the tool call cut by max_tokens that every
+# adapter inherits (decision 001). Each step runs even if one before it failed; the exit status
+# is 1 if any did, and each step's time is printed.
 #
 # Usage: scripts/trainers/run_tests.sh [NAME...]   (default: nemo-gym verl skyrl trl vllm)
 # Env:   TRAINER_VENV_ROOT (as for setup_venv.sh), PYTEST_ARGS (extra pytest arguments),
@@ -25,7 +26,8 @@ names=("$@")
 one() {
     local name="$1"
     if [[ "$name" == vllm ]]; then
-        VLLM_STOCK_PHASE=0 PYTEST_ARGS="-k test_vllm_trainers ${PYTEST_ARGS:-}" \
+        VLLM_STOCK_PHASE=0 VLLM_TESTS="tests/integration/test_vllm_trainers.py \
+tests/integration/test_vllm_multiturn.py::test_a_max_tokens_cut_inside_a_call_is_content_and_an_error" \
             bash scripts/vllm/run_tests.sh
         return
     fi
