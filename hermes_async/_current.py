@@ -1,8 +1,7 @@
 """A context-local "current" value (the current sandbox manager, browser manager, pool session).
 
-``use(value)`` makes ``value`` current for a block and every task started inside it, then
-restores the previous one; ``get()`` reads it. One :class:`contextvars.ContextVar` underneath,
-so asyncio and trio tasks each see their own (a task inherits its parent's at start).
+One :class:`contextvars.ContextVar` underneath, so each asyncio or trio task sees its own
+and inherits its parent's at start.
 """
 
 from __future__ import annotations
@@ -16,12 +15,7 @@ T = TypeVar("T")
 
 
 class Current(Generic[T]):
-    """The current ``T`` of this context, ``default`` when none was set.
-
-    Args:
-        name: The context variable's name (``hermes_async_...``).
-        default: What :meth:`get` returns outside every :meth:`use` block.
-    """
+    """The current ``T`` of this context, ``default`` when none was set."""
 
     __slots__ = ("_var",)
 
@@ -40,8 +34,7 @@ class Current(Generic[T]):
 class Using(Generic[T]):
     """The context manager of :meth:`Current.use`: a slotted object, not a generator.
 
-    One is held for the whole run of every rollout (its pool session, a standalone run's
-    manager); a ``contextlib.contextmanager`` would keep a generator frame and its wrapper.
+    One is held for every rollout's whole run; a ``contextmanager`` would keep a frame alive.
     """
 
     __slots__ = ("_token", "_value", "_var")

@@ -1,10 +1,8 @@
 """Public names show their public path: ``hermes_async.parsers.ToolCallParser``, not ``._engine``.
 
-Implementation lives in ``_private`` modules; a package's ``__init__`` re-exports the public
-names. Without this fix-up, ``repr()``, tracebacks, ``help()`` and the docs would show the private
-module (``hermes_async.inference._http.HTTPOptions``), which users must not import. Each
-package ``__init__`` that re-exports from private modules calls :func:`fixup_module_metadata`
-once at the end (trio does the same).
+Without this, ``repr()``, tracebacks and ``help()`` would show private modules users must
+not import. Each package ``__init__`` that re-exports private names calls
+:func:`fixup_module_metadata` once at the end, as trio does.
 """
 
 from __future__ import annotations
@@ -16,12 +14,7 @@ __all__ = ("fixup_module_metadata",)
 
 
 def fixup_module_metadata(module_name: str, namespace: Mapping[str, object]) -> None:
-    """Set ``__module__`` of every public class/function in ``namespace['__all__']``.
-
-    Only objects currently attributed to a *private* module (a dotted component starting with
-    ``_``) inside ``hermes_async`` are changed; an object re-exported from another public
-    module keeps its own public path.
-    """
+    """Set ``__module__`` of the public names in ``namespace['__all__']`` that a private module holds."""
     names: Iterable[str] = namespace.get("__all__", ())  # type: ignore[assignment]
     for name in names:
         obj = namespace.get(name)

@@ -18,12 +18,10 @@ __all__ = ("lazy_getattr",)
 def lazy_getattr(
     package: str, where: Mapping[str, str], namespace: MutableMapping[str, Any]
 ) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package``: ``where`` maps each lazy name to the module
-    that holds it; values are cached in ``namespace`` (the package's ``globals()``).
+    """A module ``__getattr__`` for ``package``; ``where`` maps each lazy name to its module.
 
-    The returned function raises ``AttributeError`` (as a missing attribute does) for a name
-    not in ``where``; an import error of the holding module propagates unchanged (it names
-    the extra to install).
+    Values are cached in ``namespace`` (the package's ``globals()``). An unknown name is an
+    ``AttributeError``; the holding module's import error propagates (it names the extra).
     """
 
     def __getattr__(name: str) -> Any:

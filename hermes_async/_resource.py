@@ -18,9 +18,8 @@ __all__ = ("AsyncResource",)
 class AsyncResource(ABC):
     """Mixin: ``async with`` enters by returning ``self`` and exits with ``await self.aclose()``.
 
-    Subclasses implement :meth:`aclose` (idempotent, shielded and bounded where it waits on
-    anything external), override :meth:`__aenter__` only when entering opens something, and
-    :meth:`_close_on_exit` only when leaving a block that raised closes differently.
+    Subclasses implement :meth:`aclose` (idempotent, shielded and bounded where it waits);
+    override :meth:`_close_on_exit` to close differently when the block raised.
     """
 
     __slots__ = ()

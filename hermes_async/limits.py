@@ -1,30 +1,8 @@
 """Named, resizable, observable capacity limiters, and an event-loop lag monitor.
 
-Every shared resource a rollout touches is gated by one named limiter: model requests, sandbox
-creation, sandbox command execution and tool calls. They live on one :class:`Limits` object that
-is passed down explicitly (never a module global), so two environments in one process, or two
-tests, never share capacity by accident.
-
-Why these defaults:
-
-* ``model_requests=64``: enough streams in flight to keep a server's batch busy while the event
-  loop stays responsive (measured with ``bench/concurrency.py``: 2,000 concurrent rollouts at
-  75 rollouts/s with loop lag p99 ~11 ms). Raise it for a large vLLM deployment. The inference
-  client keeps at least this many connections, so a request never waits for a connection
-  *after* it got a slot.
-* ``sandbox_create=16``: container and Modal start-up are the expensive, rate-limited step; the
-  reference deadlocked at ~86 simultaneous Modal creations. Creation is short, so a small number
-  still starts hundreds of sandboxes quickly.
-* ``sandbox_exec=128`` and ``tool_calls=128`` mirror the reference's 128-thread tool pool, but
-  here a slot is a coroutine waiting on I/O, not a thread, so raising them costs almost nothing.
-
-Limiters can be resized while running (:meth:`NamedLimiter.set_total`): raising the total wakes
-waiters at once; lowering it lets current holders finish and admits nobody new until the number
-in use drops below the new total.
-
-A bad total raises :class:`~hermes_async.errors.LimitError` (a ``ConfigError``, so also a
-``ValueError``) naming the limiter and the value; an unknown name in ``limits[name]`` raises
-:class:`~hermes_async.errors.UnknownLimiterError` (also a ``KeyError``).
+Each shared resource is gated by one named limiter on a :class:`Limits` object passed down
+explicitly, never global, so two environments never share capacity by accident. The
+defaults and their measurements: ``docs/decisions/002-limiter-defaults.md``.
 """
 
 from __future__ import annotations
@@ -52,7 +30,7 @@ __all__ = (
     "open_lag_monitor",
 )
 
-#: Default totals per named limiter (see the module docstring for why).
+#: Default totals per named limiter (why: docs/decisions/002-limiter-defaults.md).
 DEFAULT_LIMITS: dict[str, int] = {
     "model_requests": 64,
     "sandbox_create": 16,
@@ -63,17 +41,7 @@ DEFAULT_LIMITS: dict[str, int] = {
 
 @dataclass(frozen=True, slots=True)
 class LimiterStatistics:
-    """A snapshot of one limiter.
-
-    Attributes:
-        name: The limiter's name.
-        total: Current capacity.
-        in_use: Slots held right now.
-        waiting: Tasks blocked waiting for a slot.
-        acquisitions: Slots granted since creation.
-        total_wait_seconds: Sum of time spent waiting for slots.
-        max_wait_seconds: Longest single wait.
-    """
+    """A snapshot of one limiter: capacity, slots in use, waiters, and wait times in seconds."""
 
     name: str
     total: int
@@ -87,13 +55,8 @@ class LimiterStatistics:
 class NamedLimiter:
     """A capacity limiter with a name, run-time resizing and wait statistics.
 
-    Use it as an async context manager (``async with limits.tool_calls: ...``). A slot belongs to
-    the task that acquired it; acquiring the same limiter twice from one task is a
-    ``RuntimeError`` (it would deadlock at capacity), raised by anyio.
-
-    Args:
-        name: Identifier shown in statistics, logs and errors.
-        total: Initial capacity, at least 1.
+    Use it as ``async with limits.tool_calls: ...``. Acquiring the same limiter twice from
+    one task is a ``RuntimeError`` from anyio (it would deadlock at capacity).
 
     Raises:
         LimitError: ``total`` is not an integer >= 1.
@@ -120,9 +83,7 @@ class NamedLimiter:
     def set_total(self, total: int) -> None:
         """Resize the limiter while it is in use.
 
-        Args:
-            total: New capacity, at least 1. Waiters are admitted at once if it grew; holders
-                keep their slots if it shrank.
+        Waiters are admitted at once if it grew; holders keep their slots if it shrank.
 
         Raises:
             LimitError: ``total`` is not an integer >= 1.
@@ -196,15 +157,8 @@ class _Standard:
 class Limits:
     """The set of named limiters one environment (or one test) shares across its rollouts.
 
-    The four standard limiters are attributes; further ones can be added by keyword and reached
+    The four standard limiters are attributes; more can be added by keyword and reached
     with ``limits["name"]``.
-
-    Args:
-        model_requests: Concurrent requests to the model server(s).
-        sandbox_create: Concurrent sandbox creations.
-        sandbox_exec: Concurrent commands running in sandboxes.
-        tool_calls: Concurrent tool calls across all rollouts.
-        **extra: Additional named limiters (name -> total).
     """
 
     def __init__(
@@ -289,14 +243,9 @@ class LagStatistics:
 class LagMonitor:
     """Measure event-loop lag: sleep ``interval`` seconds repeatedly and record the lateness.
 
-    Run it with :func:`open_lag_monitor`, or ``await tg.start(monitor.run)`` in your own task
-    group. Memory is bounded: the most recent ``max_samples`` are kept for percentiles, the
-    maximum is tracked over the whole run.
-
-    Args:
-        interval: Seconds between ticks (default 5 ms: fine enough to see a 20 ms stall, cheap
-            enough not to be one).
-        max_samples: How many recent samples to keep for percentiles.
+    Run it with :func:`open_lag_monitor` or ``await tg.start(monitor.run)``. The last
+    ``max_samples`` feed the percentiles. The default 5 ms interval sees a 20 ms stall
+    without being one.
     """
 
     def __init__(self, interval: float = 0.005, *, max_samples: int = 100_000) -> None:

@@ -32,21 +32,3 @@ def test_every_test_named_in_the_architecture_document_exists() -> None:
 
 def test_the_readme_links_the_architecture_document() -> None:
     assert "(docs/architecture.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
-
-
-#: A module this long says in its docstring why it is one module (issue #13).
-LONG_MODULE_LINES = 600
-
-
-def test_every_long_module_says_why_it_is_one_module() -> None:
-    import ast
-
-    unexplained = []
-    for path in sorted((ROOT / "hermes_async").rglob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        if text.count("\n") <= LONG_MODULE_LINES:
-            continue
-        doc = ast.get_docstring(ast.parse(text)) or ""
-        if "Why one module of this size:" not in doc:
-            unexplained.append(str(path.relative_to(ROOT)))
-    assert unexplained == []

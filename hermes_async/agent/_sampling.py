@@ -1,28 +1,14 @@
 """Phase 2 sampling parameters: the one precedence rule, end-of-turn ids, the per-turn hook.
 
-The precedence rule (documented on :class:`~hermes_async.agent.loop.AgentOptions`): **a value
-given explicitly always wins over a default.** Concretely, each field of a generation's
-:class:`~hermes_async.inference.generate.SamplingParams` is taken from the first of
+A value given explicitly always wins over a default. Each field of a generation's
+``SamplingParams`` comes from the first of: the turn's ``sampling_hook`` result (whole);
+the run's ``seed``; the loop's ``temperature`` / ``max_tokens`` when given, and
+``extra_body`` merged into ``extra``; the ``sampling`` argument; the defaults, with the
+end-of-turn ids as ``stop_token_ids``. One key set to two values in ``extra_body`` and
+``sampling`` is a ``ValueError``; ``extra_body`` keys naming a typed field fill it.
 
-1. the ``sampling_hook``'s result for that turn (it is the turn's parameters, whole);
-2. the run's ``seed`` (``loop.run(messages, seed=...)``), for ``seed``;
-3. the loop's own argument, when it was given (``temperature``, ``max_tokens``; ``None`` means
-   "not given"), and ``extra_body``, merged into ``extra``;
-4. the ``sampling`` argument;
-5. the defaults of :class:`SamplingParams`, and for ``stop_token_ids`` the end-of-turn ids.
-
-So ``sampling=SamplingParams(temperature=0.3)`` is sampled at 0.3 unless the loop was also
-given ``temperature=`` explicitly. A key in both ``extra_body`` and ``sampling.extra`` with two
-different values is a ``ValueError`` (neither is a default). ``extra_body`` keys that name a
-typed field (``top_k``, ``top_p``, ``seed``, ``stop``, ``stop_token_ids``) fill that field when
-``sampling`` leaves it at its default (a different explicit value there is a ``ValueError``);
-the request-extra table of the server checks the rest
-(:mod:`hermes_async.inference.request_extras`), once, when the loop is built.
-
-End-of-turn ids: the loop's ``end_of_turn`` (ids or token texts) when given, else the
-tokenizer's ``end_of_turn_ids`` when it has them (the family tokenizers of
-:mod:`hermes_async.inference.families`: e.g. GLM-4.5 ends a turn with ``<|observation|>`` or
-``<|user|>``), else its ``eos_token_id``.
+End-of-turn ids: the loop's ``end_of_turn``, else the tokenizer's ``end_of_turn_ids``
+(family tokenizers: GLM-4.5 ends on ``<|observation|>`` or ``<|user|>``), else its EOS.
 """
 
 from __future__ import annotations
@@ -57,11 +43,10 @@ _LOOP_ARGUMENTS = {"temperature": "temperature", "max_tokens": "max_tokens"}
 
 
 def end_of_turn_ids(tokenizer: Tokenizer, override: Sequence[int | str] | None) -> tuple[int, ...]:
-    """The ids that end a model turn (see the module docstring).
+    """The ids that end a model turn.
 
     Raises:
-        ValueError: An ``override`` text that is not one token of ``tokenizer``, or an empty
-            ``override``.
+        ValueError: An empty ``override``, or a text in it that is not one token.
     """
     if override is not None:
         if not override:
@@ -97,11 +82,11 @@ def resolve_sampling(
     extra_body: Mapping[str, Any] | None,
     stop_ids: Sequence[int],
 ) -> SamplingParams:
-    """The loop's sampling parameters by the precedence rule (module docstring).
+    """The loop's sampling parameters by the precedence rule.
 
     Raises:
-        ValueError: ``extra_body`` and ``sampling`` set one thing to two different values, or
-            ``extra_body`` sets ``temperature`` / ``max_tokens`` (use the arguments).
+        ValueError: ``extra_body`` and ``sampling`` disagree, or ``extra_body`` sets
+            ``temperature`` / ``max_tokens`` (use the arguments).
     """
     base = sampling or SamplingParams()
     changes: dict[str, Any] = {}

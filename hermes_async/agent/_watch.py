@@ -1,29 +1,9 @@
 """A rollout's view of its sandbox that notices when the sandbox is lost.
 
-The tools of a rollout reach its sandbox through a
-:class:`~hermes_async.tools.sandbox.base.SandboxProvider`. They turn a
-:class:`~hermes_async.errors.SandboxError` — creation failed or timed out, the container is
-gone, the connection to it dropped — into a message for the model ("environment creation
-failed"), as they must: a tool never raises. But a rollout whose sandbox is lost says nothing
-about the policy, and letting the model go on against a dead box only wastes its turns.
-
-:class:`WatchedSandboxes` is the provider the rollout core gives the loop instead of the
-manager: it forwards everything, and the first ``SandboxError`` it sees (from ``get`` or from
-any operation of the sandbox it handed out) becomes an ``infra``
-:class:`~hermes_async.agent.failures.RolloutFailure` passed to ``on_failure`` — which aborts
-the loop (:class:`~hermes_async.agent.loop.RunAbort`), so a retry on a fresh sandbox starts at
-once. Other exceptions (``FileNotFoundError`` of a read, a ``ValueError`` of bad arguments) are
-the tool's business and pass through unnoticed.
-
-**Provisioning belongs to the rollout, not to the tool call that triggers it.** The sandbox is
-created lazily, by the first tool that needs it. Created inside that call, its creation would
-be cut by the call's ``tool_timeout`` (the manager abandons a creation whose caller is
-cancelled), so a slow or hung backend would look like a tool that timed out, again and again,
-and never like the infrastructure failure it is. Given the rollout's task group, the first
-``get`` starts the creation as a task of the rollout instead and waits for it: a tool timeout
-abandons only the wait, the creation goes on under the manager's ``create_timeout`` (and the
-rollout's deadline), the next call finds the sandbox ready, and a creation that fails aborts
-the rollout as ``infra``.
+Tools turn a ``SandboxError`` into a message for the model; :class:`WatchedSandboxes` also
+turns the first one into an ``infra`` failure that aborts the loop, so a retry on a fresh
+sandbox starts at once. Invariant: provisioning belongs to the rollout, not to the tool
+call that triggers it, so a tool timeout abandons only the wait, never the creation.
 """
 
 from __future__ import annotations
@@ -43,13 +23,13 @@ __all__ = ("WatchedSandboxes",)
 
 
 class WatchedSandboxes:
-    """A :class:`SandboxProvider` that reports the first lost sandbox (see the module doc).
+    """A :class:`SandboxProvider` that reports the first lost sandbox.
 
     Args:
         inner: The real provider (the run's ``SandboxManager``).
-        on_failure: Called once, with the ``infra`` failure, when a ``SandboxError`` is seen.
-        tg: The rollout's task group: the first ``get`` creates the sandbox in a task of it
-            (``None``: inside the caller, as the inner provider does).
+        on_failure: Called once, with the ``infra`` failure.
+        tg: The rollout's task group, where the first ``get`` creates the sandbox
+            (``None``: inside the caller).
     """
 
     __slots__ = ("_created", "_creation_error", "_inner", "_on_failure", "_tg", "failure")
@@ -68,10 +48,7 @@ class WatchedSandboxes:
         self.failure: RolloutFailure | None = None
 
     def lost(self, exc: SandboxError) -> None:
-        """Report ``exc``, seen by a tool outside this provider (a lost browser session).
-
-        The first report becomes the rollout's ``infra`` failure; later ones are ignored.
-        """
+        """Report ``exc``, seen by a tool outside this provider (a lost browser session); first one wins."""
         self._lost(exc)
 
     def _lost(self, exc: SandboxError) -> None:
@@ -94,8 +71,7 @@ class WatchedSandboxes:
         Raises:
             SandboxError: The sandbox could not be created or is gone.
 
-        **Cancellation**: only the wait is abandoned; a creation started for the rollout goes
-        on in the rollout's task group.
+        **Cancellation**: only the wait is abandoned; the creation goes on in the rollout's task group.
         """
         if self._tg is not None:
             if self._created is None:

@@ -1,7 +1,6 @@
 """What one rollout of the agent loop produced: :class:`AgentResult` and :class:`ToolError`.
 
-Both keep the reference's field names, types and defaults (code written against the reference
-reads them unchanged); fields added here are additive and default to empty values.
+Both keep the reference's field names, types and defaults; added fields default to empty.
 """
 
 from __future__ import annotations
@@ -30,15 +29,12 @@ class ToolError:
     """One tool call that failed, as recorded on :class:`AgentResult`.
 
     Attributes:
-        turn: 1-based turn number on which the call was made.
-        tool_name: The tool the model called (as the model spelled it).
+        turn: 1-based.
+        tool_name: As the model spelled it.
         arguments: The raw argument string, truncated to 200 characters.
-        error: A short description of what went wrong.
-        tool_result: The exact string the model was shown for this call.
-        category: ``"model"`` when the model wrote the call wrong (unknown tool, arguments
-            that do not decode or validate, a call cut off or malformed), ``"tool"`` when a
-            well-formed call failed (non-zero exit, timeout, missing file). Not in the
-            reference; see :mod:`hermes_async.agent.failures`.
+        tool_result: The exact string the model was shown.
+        category: ``"model"`` when the model wrote the call wrong (unknown tool, bad or cut
+            arguments), ``"tool"`` when a well-formed call failed. Not in the reference.
     """
 
     turn: int
@@ -57,31 +53,22 @@ class ToolError:
 class AgentResult:
     """What one rollout of the agent loop produced.
 
-    ``messages`` is the very list passed to :meth:`HermesAgentLoop.run
-    <hermes_async.agent.loop.HermesAgentLoop.run>` (mutated in place), as in the reference.
-    There is no ``final_response`` field: verifiers scan ``messages``.
+    ``messages`` is the very list passed to ``HermesAgentLoop.run``, mutated in place, as in
+    the reference. There is no ``final_response``: verifiers scan ``messages``.
 
     Attributes:
-        messages: Full OpenAI-format history.
-        managed_state: Phase 2 token state, ``{"nodes": [node]}`` where the node has ``tokens``,
-            ``masked_tokens`` and ``logprobs`` aligned one to one; ``None`` in Phase 1.
-        turns_used: Number of model calls made, including a failed one.
-        finished_naturally: True iff the model ended with a turn that has no tool calls.
-        reasoning_per_turn: One entry per successful model response (``None`` if it had none).
-        tool_errors: Errors collected during the loop.
-        error: Why the loop stopped early (model server failure, deadline), if it did.
-        template_mismatches: Phase 2: divergences between the decoded trajectory and the chat
-            template's rendering of the messages, each counted once, at the turn where it
-            appeared (a final answer cut by ``max_tokens`` is not one); reported, never hidden.
-        timings: One record per turn: ``turn``, ``time_to_first_token``, ``generation_seconds``,
-            ``tool_seconds``, ``model_wait_seconds`` and ``tool:<index>:<name>`` durations.
-        template_checks: Phase 2: every divergence found, with its turn, reason (``history``,
-            ``completion``, or the uncounted ``length``) and the two texts where they part
-            (:class:`~hermes_async.agent.TemplateCheck`).
-        failure: Why the loop ended early, categorized (``infra``: the model server or the
-            sandbox failed; ``agent_timeout``: a deadline; ``model``: the context is full), if
-            it did; :attr:`error` is its message. Malformed calls and failed tools do not end
-            the loop: they are :attr:`tool_errors` with their own ``category``.
+        managed_state: Phase 2 tokens, ``{"nodes": [node]}`` with ``tokens``,
+            ``masked_tokens`` and ``logprobs`` aligned; ``None`` in Phase 1.
+        turns_used: Model calls made, a failed one included.
+        finished_naturally: The model ended with a turn that has no tool calls.
+        reasoning_per_turn: One entry per successful model response.
+        error: Why the loop stopped early, if it did.
+        template_mismatches: Phase 2: divergences between the trajectory and the template's
+            rendering, each counted once at its turn; reported, never hidden.
+        timings: One record per turn (time to first token, generation, tools, waits).
+        template_checks: Phase 2: every divergence, with its turn, reason and texts.
+        failure: Why the loop ended early, categorized (``infra``, ``agent_timeout``,
+            ``model``); failed tools do not end the loop, they are :attr:`tool_errors`.
     """
 
     messages: list[dict[str, Any]]

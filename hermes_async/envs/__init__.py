@@ -1,11 +1,8 @@
 """Atropos environments: :class:`HermesAgentBaseEnv` and example environments.
 
-A thin adapter: the rollouts themselves are :mod:`hermes_async.agent`'s ``run_group`` /
-``run_rollout``; this package maps atroposlib's config, entry points, evaluation and wandb
-logging onto them. Needs the ``atropos`` extra (``pip install 'hermes-async[atropos]'``); the
-names below are imported on first use, so ``import hermes_async.envs`` is cheap and a missing
-extra is an ``ImportError`` naming it. atroposlib is asyncio-only, and so are these
-environments.
+A thin adapter mapping atroposlib's config, entry points, evaluation and wandb onto
+:mod:`hermes_async.agent`'s ``run_group``. Needs the ``atropos`` extra (asyncio only); names
+load on first use, and a missing extra is an ``ImportError`` naming it.
 """
 
 from __future__ import annotations

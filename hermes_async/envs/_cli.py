@@ -1,17 +1,8 @@
 """``MyEnv.cli()``: atroposlib's command line, checked before it starts and quiet when it fails.
 
-atroposlib parses ``serve`` / ``process`` / ``evaluate`` with pydantic-cli. Around it:
-
-* Every ``--env.*`` / ``--openai.*`` flag and every key of the ``--config`` YAML's ``env`` and
-  ``openai`` sections must be a field, else one line names the closest and the exit status is 2.
-  argparse took any prefix of a flag (``--env.max_agent_turn``), and atroposlib then dropped
-  the value: the run went on with the default.
-* atroposlib prints the whole config at start; that dump and its warning about a local base
-  URL are shown with ``--verbose`` only. A :class:`~hermes_async.errors.HermesAsyncError` (a
-  failed start-up check, a bad setting) ends the run with one line on stderr and exit status 1;
-  ``--verbose`` shows the traceback instead.
-* ``process`` and ``evaluate`` keep ``use_wandb`` from ``config_init`` unless the command line
-  or the YAML sets it (atroposlib turns it on, and ``process`` then needs a wandb login).
+An unknown ``--env.*`` / ``--openai.*`` flag or YAML key is one line naming the closest
+field, exit status 2 (argparse took any prefix and atroposlib dropped the value). A
+``HermesAsyncError`` is one line, status 1. ``--verbose`` shows dumps and tracebacks.
 """
 
 from __future__ import annotations
@@ -40,8 +31,7 @@ _USE_WANDB: ContextVar[bool | None] = ContextVar("hermes_async_cli_use_wandb", d
 
 
 def chosen_use_wandb() -> bool | None:
-    """``config_init``'s ``use_wandb`` while a ``process`` / ``evaluate`` command builds its
-    environment and neither the command line nor the YAML set it; else ``None``."""
+    """``config_init``'s ``use_wandb`` while ``process`` / ``evaluate`` builds its environment and nothing set it; else ``None``."""
     return _USE_WANDB.get()
 
 
@@ -150,8 +140,7 @@ def run_cli(env_cls: Any, atropos_cli: Callable[[], None]) -> None:
     """Run ``atropos_cli()`` (atroposlib's ``cli``) for ``env_cls`` with the checks above.
 
     Raises:
-        SystemExit: 2 for an unknown name, 1 for a ``HermesAsyncError``; otherwise as
-            atroposlib's (0 when the command ran).
+        SystemExit: 2 for an unknown name, 1 for a ``HermesAsyncError``; else as atroposlib's.
     """
     argv = sys.argv[1:]
     verbose = "--verbose" in argv

@@ -1,27 +1,7 @@
 """Start-up checks: a run whose configuration or infrastructure is broken fails before rollout one.
 
-Without them a broken run looks like a bad policy: an unknown ``tool_call_parser`` failed at the
-first rollout, a stopped Docker engine turned every tool call into an error and every reward
-into 0.0, a dead model server hung (atroposlib's health check) or scored zeros. The entry points
-(``serve`` / ``process`` / ``evaluate``) run :func:`preflight` first; each check raises an error
-that names the setting and the fix:
-
-=================================  ==================================================  ==========
-what                               how                                                 raises
-=================================  ==================================================  ==========
-``tool_call_parser``               the parser registry knows the name                  ConfigError
-``enabled_toolsets`` /             every name is a toolset (or a registered tool's     ConfigError
-``disabled_toolsets``              toolset); ``distribution`` is a distribution
-``enabled_toolsets`` (offered)     every registered tool of an explicitly enabled      ConfigError
-                                   toolset can run here (browser engine, web API key)
-``terminal_backend``               registered; its preflight hook passes (Docker       ConfigError /
-                                   engine answers a ping, Modal credentials exist)     SandboxError
-the model servers                  each answers HTTP within ``server_connect_timeout``  ServerUnreachableError
-=================================  ==================================================  ==========
-
-The configuration checks are pure; the backend and server checks are bounded (the Docker ping by
-~10 s, the servers by ``server_connect_timeout``, 10 s by default), so a run against a stopped
-engine or a dead server exits non-zero within seconds, before atroposlib writes a single group.
+Parser, toolsets, sandbox backend and model servers; each failure names the setting and
+the fix, within seconds. The checks and their reasons: docs/decisions/007-start-up-checks.md.
 """
 
 from __future__ import annotations
@@ -100,14 +80,8 @@ def check_offered(
 ) -> None:
     """Raise a :class:`ConfigError` if an explicitly enabled toolset would lose tools.
 
-    The reference dropped a tool whose availability check failed without a word (``browser``
-    shrank to ``web_search`` without Chromium, ``web`` vanished without an API key), and the
-    run trained a model on fewer tools than it was configured with. Here a toolset named in
-    ``enabled_toolsets`` must have every registered tool available (tools this project does not
-    implement, such as ``vision_analyze``, are not registered and do not count; a toolset in
-    ``disabled_toolsets`` is not checked, nor are the tools it removes). Distributions
-    keep the reference's rule (a sampled toolset offers what is available): they are sampled,
-    not a promise.
+    Tools this project does not register do not count; distributions keep the reference's
+    rule (a sampled toolset offers what is available).
     """
     if enabled is None:
         return
@@ -139,16 +113,14 @@ async def preflight(
     registry: ToolRegistry | None,
     check_servers: Callable[[], Awaitable[None]],
 ) -> None:
-    """Run every start-up check for an environment's ``config`` (see the module docstring).
+    """Run every start-up check for an environment's ``config``.
 
     Args:
-        config: The :class:`~hermes_async.envs.config.HermesAgentEnvConfig`.
-        backend_options: The options the sandbox factory is built with.
         registry: The environment's tool registry (custom toolsets count as valid).
-        check_servers: Proves every model server answers (bounded).
+        check_servers: Prove every model server answers (bounded).
 
     Raises:
-        ConfigError: A bad parser, toolset, distribution or backend name/option.
+        ConfigError: A bad parser, toolset, distribution or backend name or option.
         SandboxError: The sandbox backend is unreachable or unauthenticated.
         ServerUnreachableError: A model server did not answer in time.
 

@@ -1,19 +1,8 @@
 """A watchdog for the entry points: when nothing finishes for a while, say what the run waits on.
 
-Every wait the environment owns has a deadline (model requests, sandbox creation and commands,
-releases, the rollout deadline when ``rollout_timeout`` is set). Some waits cannot have one
-without changing what they mean, and most of them belong to atroposlib: its ``serve`` loop
-polls the trainer until it registers the environment (forever, by design: the trainer may start
-later), waits for wandb's project, and hands out items from ``get_next_item`` (the subclass's);
-a group's rollouts may run as long as their turns allow when ``rollout_timeout`` is ``None``.
-A hang there used to be silent (peers lost 29 hours to one).
-
-:class:`Watchdog` makes it loud instead: code registers what it is about to wait on
-(:meth:`Watchdog.waiting`), finished work reports :meth:`Watchdog.progress`, and a task of the
-entry point's task group logs a warning whenever nothing finished for ``interval`` seconds —
-every registered wait with its age, the limiters (held / capacity / waiting), the sandboxes
-(active / creating / busy) — and again every ``interval`` seconds while it lasts. It only
-reports: it never cancels anything (a slow run is not a broken one).
+Some waits cannot have a deadline (mostly atroposlib's), and a hang there used to be
+silent: peers lost 29 hours to one. The watchdog logs every registered wait, the limiters
+and the sandboxes after ``interval`` seconds without progress. It never cancels anything.
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ logger = logging.getLogger("hermes_async.envs.base")
 
 
 class Watchdog:
-    """Tracks named waits and progress; :meth:`run` logs a stall (see the module docstring).
+    """Tracks named waits and progress; :meth:`run` logs a stall.
 
     Args:
         interval: Seconds without progress before a warning (and between warnings).

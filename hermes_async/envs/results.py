@@ -1,8 +1,4 @@
-"""What an environment reports about its rollouts: :class:`RolloutSummary`, :class:`EvalReport`.
-
-:func:`summarize` turns the rollout core's :class:`~hermes_async.agent.ScoredRollout` into the
-summary that progress displays, the demo's table and ``run_agent_eval`` show.
-"""
+"""What an environment reports about its rollouts: :class:`RolloutSummary`, :class:`EvalReport`."""
 
 from __future__ import annotations
 
@@ -22,18 +18,11 @@ class RolloutSummary:
 
     Attributes:
         label: The item's label (:meth:`HermesAgentBaseEnv.item_label`).
-        task_id: The rollout's task id (its sandbox's key).
-        reward: The score.
-        turns: Model calls made.
         tokens: Tokens in the trajectory (Phase 2: exact; Phase 1: placeholder count).
-        seconds: Wall time of the rollout, reward and sandbox release included.
-        finished_naturally: The model ended without a tool call.
-        tool_errors: Number of failed tool calls.
-        error: Why the loop stopped early, or why the reward failed, if either happened.
-        evaluating: Part of an evaluation, not training.
-        category: The rollout's failure category (``infra``, ``verifier``, ``tool``, ...), or
-            ``None``; see :mod:`hermes_async.agent.failures`.
-        attempt: Which attempt this was (> 1 after a retry on a fresh sandbox).
+        seconds: Wall time, reward and sandbox release included.
+        error: Why the loop stopped early or the reward failed, if either happened.
+        category: The failure category (``infra``, ``verifier``, ``tool``...), or ``None``.
+        attempt: > 1 after a retry on a fresh sandbox.
     """
 
     label: str
@@ -54,13 +43,7 @@ class RolloutSummary:
 class EvalReport:
     """What :meth:`HermesAgentBaseEnv.run_agent_eval` measured.
 
-    Attributes:
-        metrics: ``eval/*`` metrics (also passed to ``evaluate_log``).
-        samples: One dict per item (``item_key``, prompt, response, reward, turns, tokens, tool
-            errors, ``failure``), as written to ``samples.jsonl``.
-        rollouts: One :class:`RolloutSummary` per item, in item order.
-        start_time: Unix time the evaluation started.
-        end_time: Unix time it ended.
+    ``metrics`` are the ``eval/*`` metrics; ``samples`` are the ``samples.jsonl`` rows.
     """
 
     metrics: dict[str, float]
@@ -92,9 +75,8 @@ def summarize(label: str, scored: ScoredRollout, *, evaluating: bool) -> Rollout
 class FailureTally:
     """Training failures since the last ``wandb_log``, and the run's totals.
 
-    Per rollout attempt its failure category (replaced attempts of a retry included), per group
-    its outcome (``ok``, ``retried``, ``zeroed``, ``masked``), and rollouts cut off by a
-    cancellation (``cancelled``: a serve-mode worker timeout, SIGTERM).
+    Counts each attempt's failure category, each group's outcome, and rollouts cut off by a
+    cancellation.
     """
 
     def __init__(self) -> None:
@@ -123,9 +105,7 @@ class FailureTally:
             self.total_failures["cancelled"] += rollouts
 
     def metrics(self) -> dict[str, float]:
-        """``train/failures/<category>`` (every category), ``train/groups_masked``,
-        ``train/groups_retried``, ``train/groups_zeroed``, ``train/groups_stale`` and the
-        ``train/staleness/...`` counters (age distribution); then the window starts over."""
+        """The ``train/failures/*``, ``train/groups_*`` and ``train/staleness/*`` counters; the window starts over."""
         metrics = failure_metrics("train", self.failures)
         for outcome in ("masked", "retried", "zeroed", "stale"):
             metrics[f"train/groups_{outcome}"] = float(self.outcomes.get(outcome, 0))

@@ -1,67 +1,8 @@
 """The project's ChatML + hermes ``<tool_call>`` chat template and a sandboxed Jinja2 renderer.
 
-The template text lives in ``chat_template.jinja`` next to this module (it is also written into
-the ``tokenizer_config.json`` of the HF tokenizer directory, so transformers renders the same
-text). The renderer mirrors the Jinja environment of transformers' ``apply_chat_template``
-(an ``ImmutableSandboxedEnvironment`` with ``trim_blocks``, ``lstrip_blocks``, the
-``loopcontrols`` extension, a ``tojson`` filter that does *not* HTML-escape and keeps non-ASCII
-characters, and ``raise_exception``), so any HF-style template renders the same here and there.
-
-Text contract of the built-in template (what the agent loop relies on)
-----------------------------------------------------------------------
-
-Every turn is ``<|im_start|>{role}\\n{body}<|im_end|>\\n``. Literally::
-
-    <|im_start|>system
-    {system content}\\n\\n# Tools ... <tools>\\n{tool JSON}\\n...</tools> ... </tool_call><|im_end|>
-    <|im_start|>user
-    {user content}<|im_end|>
-    <|im_start|>assistant
-    I'll look.
-    <tool_call>
-    {"name": "terminal", "arguments": {"command": "ls"}}
-    </tool_call><|im_end|>
-    <|im_start|>user
-    <tool_response>
-    {first tool result}
-    </tool_response>
-    <tool_response>
-    {second tool result}
-    </tool_response><|im_end|>
-    <|im_start|>assistant
-    {generation starts here}
-
-- **System turn**: rendered when the first message is a system message or tools are given; the
-  tool list (each tool object as given, one ``tojson`` line) follows the system content after a
-  blank line. No default system prompt is invented.
-- **Assistant turn**: ``<|im_start|>assistant\\n`` + optional reasoning + content + tool calls +
-  ``<|im_end|>\\n``. Each tool call is ``<tool_call>\\n{"name": <json string>, "arguments":
-  <arguments>}\\n</tool_call>``; the arguments string of an OpenAI message is inserted verbatim
-  (a dict is ``tojson``-ed); calls are separated from the content and from each other by one
-  ``\\n`` (no separator when the content is empty and it is the first call). A tool call that
-  carries a string ``raw`` (the agent loop's Phase 2 messages: the call's JSON exactly as the
-  model wrote it, e.g. compact ``{"name":"t","arguments":{}}``) renders as
-  ``<tool_call>\\n{raw}\\n</tool_call>``, so the rendering is the model's own text.
-- **Separator after an assistant turn**: exactly ``"\\n"`` follows the assistant's
-  ``<|im_end|>``, then the next turn's ``<|im_start|>``. So after the model stopped on
-  ``<|im_end|>`` (id 151645, included in the sampled ids), the loop's suffix text for the next
-  turn is ``"\\n" + <next turns> + "<|im_start|>assistant\\n"`` -- exactly
-  ``render(messages)[len(render(messages[:k])):]`` and the generation prompt. Because special
-  tokens are hard boundaries for the tokenizer, ``encode(prefix) + encode(suffix) ==
-  encode(prefix + suffix)`` whenever the cut is right after ``<|im_end|>``. If the model stopped
-  for another reason (length), its ids do not end with ``<|im_end|>`` and the loop must add it.
-- **Tool results**: consecutive ``tool`` messages are grouped into ONE user turn, each as
-  ``\\n<tool_response>\\n{content}\\n</tool_response>``; the turn closes with ``<|im_end|>\\n``
-  after the last tool message of the run.
-- **Reasoning**: an assistant message with a non-empty string ``reasoning_content`` renders
-  ``<think>\\n{reasoning stripped of leading/trailing newlines}\\n</think>\\n\\n`` before its content
-  (content's leading newlines stripped) -- the Qwen3 layout. Unlike Qwen3's own template it is
-  kept in *every* assistant turn, never dropped from older turns: dropping it would break the
-  prefix property below.
-- **Prefix property**: for every ``k`` where ``messages[k]`` is an assistant message,
-  ``render(messages[:k], add_generation_prompt=True)`` is a prefix of ``render(messages)``.
-- Content may be a string, ``None``, or a list of ``{"type": "text", "text": ...}`` parts
-  (joined without separator; other part types are dropped).
+The renderer mirrors transformers' ``apply_chat_template`` environment. Invariant: for an
+assistant message ``messages[k]``, ``render(messages[:k], add_generation_prompt=True)`` is
+a prefix of ``render(messages)``. The text contract: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -164,19 +105,13 @@ def render_chat_template(
     """Render OpenAI-style ``messages`` (and tool schemas) with a chat template.
 
     Args:
-        messages: ``{"role", "content", "tool_calls"?, "reasoning_content"?}`` dicts.
-        tools: Tool schemas (OpenAI ``{"type": "function", "function": {...}}`` objects), listed
-            in the system turn; ``None`` or empty renders no tool section.
-        add_generation_prompt: Append ``<|im_start|>assistant\\n`` for the model's turn.
+        tools: Listed in the system turn; ``None`` or empty: no tool section.
         template: Jinja source; ``None`` uses the built-in template.
         variables: Extra template variables (e.g. ``bos_token``).
 
-    Returns:
-        The prompt text.
-
     Raises:
         ConfigError: The template does not compile.
-        ValueError: Rendering failed (a malformed message, or ``raise_exception`` called).
+        ValueError: Rendering failed (a malformed message, or ``raise_exception``).
     """
     if template is None or template == _DEFAULT_TEMPLATE:
         # The built-in template, written out in Python (exactly its text; ``None`` for a

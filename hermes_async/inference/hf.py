@@ -1,18 +1,8 @@
-"""HF ``transformers`` tokenizers behind the :class:`~hermes_async.inference.tokenizer.Tokenizer`
-protocol, and the built-in Qwen tokenizer written out as an HF tokenizer directory.
+"""HF ``transformers`` tokenizers, and the built-in Qwen tokenizer as an HF directory.
 
-``transformers`` is in the ``atropos`` extra and imported lazily: importing this module is free,
-using it without the extra raises :class:`~hermes_async.errors.ConfigError` naming the extra.
-
-Everything here is **blocking** (reading vocabularies, converting BPE ranks) and meant for setup
-time: :meth:`HFTokenizer.from_pretrained` takes ~0.5-1 s for a local directory;
-:func:`qwen_offline_hf_dir` takes ~3-4 s the first time (the conversion) and ~0 s once the
-directory is cached. Call them before rollouts start, or from your own
-``anyio.to_thread.run_sync`` behind a limiter.
-
-Offline use: with ``HF_HUB_OFFLINE=1`` a hub name that is not in the local HF cache fails at
-once; without it, transformers retries the hub for ~45 s before failing. Pass a local directory
-instead (e.g. ``qwen_offline_hf_dir()``, which atroposlib accepts as ``tokenizer_name``).
+``transformers`` (the ``atropos`` extra) loads lazily. Everything blocks: call it at setup
+time. Without ``HF_HUB_OFFLINE=1`` a hub name missing from the cache retries for ~45 s, so
+pass a local directory.
 """
 
 from __future__ import annotations
@@ -66,12 +56,9 @@ def _import_transformers() -> Any:
 class _WindowIncrementalDecoder:
     """Incremental decoder for any HF tokenizer (the prefix/read-offset method).
 
-    Keeps the ids since the last emitted complete character. Each call decodes that window with
-    and without the new ids and emits the difference, unless the new text ends in U+FFFD (an
-    incomplete UTF-8 sequence, or a tokenizer-specific partial piece): then it waits for more
-    ids. Decoding a window, not single tokens, keeps tokenizers that strip or add spaces at
-    word starts (SentencePiece) correct. The window is normally one or two tokens; it grows
-    only while the text keeps ending in U+FFFD.
+    Decodes the window of ids since the last complete character with and without the new
+    ids and emits the difference; waits while the text ends in U+FFFD (an incomplete
+    sequence). A window, not single tokens, keeps SentencePiece's word-start spaces right.
     """
 
     __slots__ = ("_decode", "_ids", "_prefix", "_read")
@@ -108,16 +95,9 @@ class _WindowIncrementalDecoder:
 class HFTokenizer(TokenizerBase):
     """A ``transformers`` tokenizer behind the :class:`Tokenizer` protocol.
 
-    Encoding never adds BOS/EOS (``add_special_tokens=False``): the chat template renders
-    whatever the model needs. Decoding keeps special tokens and never cleans up spaces, so the
-    text is exactly what the ids spell.
-
-    Args:
-        tokenizer: A loaded ``PreTrainedTokenizerBase``.
-        name: Identifier reported by :attr:`name` (defaults to the tokenizer's
-            ``name_or_path``).
-        eos_token_id: End-of-turn id; default: ``<|im_end|>`` when the chat template uses it
-            (ChatML models), else the tokenizer's ``eos_token_id``.
+    Encoding adds no BOS/EOS (the template renders them); decoding keeps special tokens and
+    spaces, so the text is exactly what the ids spell. ``eos_token_id`` defaults to
+    ``<|im_end|>`` when the chat template uses it, else the tokenizer's.
 
     Raises:
         ConfigError: No end-of-turn id can be determined.
@@ -152,12 +132,9 @@ class HFTokenizer(TokenizerBase):
     def from_pretrained(cls, name_or_path: str | os.PathLike[str]) -> HFTokenizer:
         """Load with ``AutoTokenizer.from_pretrained`` (blocking; call at setup time).
 
-        Args:
-            name_or_path: A local tokenizer directory or an HF hub name.
-
         Raises:
-            ConfigError: ``transformers`` is missing (install the ``atropos`` extra), the path
-                does not exist, or loading failed (offline hub name, broken directory).
+            ConfigError: ``transformers`` is missing (the ``atropos`` extra), the path does not
+                exist, or loading failed.
         """
         transformers = _import_transformers()
         text = os.fspath(name_or_path)
@@ -220,10 +197,8 @@ class HFTokenizer(TokenizerBase):
     def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
         """Token ids of ``text`` (no BOS/EOS added).
 
-        Without ``allow_special`` the text of *every* added token is spelled in ordinary
-        tokens, including added tokens HF marks non-special (Qwen's ``<tool_call>``, which
-        transformers' ``split_special_tokens`` would still match): the text runs through the
-        backend's normalizer, pre-tokenizer and model directly, skipping added-token matching.
+        Without ``allow_special``, every added token's text is spelled in ordinary tokens, even
+        ones HF marks non-special (Qwen's ``<tool_call>``): the text skips added-token matching.
         """
         if not allow_special:
             backend = getattr(self._tokenizer, "backend_tokenizer", None)
@@ -252,10 +227,7 @@ class HFTokenizer(TokenizerBase):
         return _WindowIncrementalDecoder(self.decode)
 
     def _render(self, request: RenderRequest) -> str:
-        """With the tokenizer's own chat template (``tokenize=False``); ConfigError if none.
-
-        ``request.variables`` reach the template as keyword arguments (Qwen3's ``enable_thinking``).
-        """
+        """Render with the tokenizer's own chat template; ``request.variables`` are keyword arguments."""
         if not self._tokenizer.chat_template:
             raise ConfigError(
                 f"tokenizer {self._name!r} has no chat template; use a tokenizer directory "
@@ -273,8 +245,7 @@ class HFTokenizer(TokenizerBase):
 
 
 def default_tokenizer_cache_dir() -> Path:
-    """``$HERMES_ASYNC_CACHE_DIR/tokenizers`` or ``$XDG_CACHE_HOME/hermes_async/tokenizers``
-    (``~/.cache/hermes_async/tokenizers`` when neither is set)."""
+    """The tokenizer cache: ``$HERMES_ASYNC_CACHE_DIR/tokenizers``, else under XDG's cache."""
     root = os.environ.get("HERMES_ASYNC_CACHE_DIR")
     if root:
         return Path(root).expanduser() / "tokenizers"
@@ -346,13 +317,9 @@ def _build_qwen_hf_tokenizer() -> Any:
 def _save_tokenizer_dir(
     target: Path, tokenizer: Any, files: Mapping[str, str], is_current: Callable[[], bool]
 ) -> None:
-    """Save ``tokenizer`` (``save_pretrained``) and ``files`` (name -> text, written in order,
-    the stamp last) as the directory ``target``, atomically.
+    """Save ``tokenizer`` and ``files`` (the stamp last) as the directory ``target``, atomically.
 
-    Built in a temporary sibling directory and renamed into place, so concurrent processes
-    never see a half-written directory; a stale ``target`` is moved aside first. When the
-    rename loses a race to another process, ``is_current()`` says whether the winner's build
-    will do (else the error is raised).
+    On a lost race, ``is_current()`` says whether the winner's build will do.
 
     Raises:
         ConfigError: The cache directory cannot be created.
@@ -387,28 +354,14 @@ def _save_tokenizer_dir(
 
 
 def qwen_offline_hf_dir(directory: str | os.PathLike[str] | None = None) -> Path:
-    """The built-in Qwen tokenizer as an HF tokenizer directory, built on first use.
+    """The built-in Qwen tokenizer as an HF tokenizer directory, built on first use (~3-4 s).
 
-    The directory holds ``tokenizer.json`` (Qwen's BPE, regex pre-tokenizer, NFC, the 26 added
-    tokens with Qwen's special flags), ``tokenizer_config.json`` (eos ``<|im_end|>``, pad
-    ``<|endoftext|>``, the project's chat template) and a stamp file. It loads with
-    ``AutoTokenizer.from_pretrained(dir)`` and works as atroposlib's ``tokenizer_name`` or as
-    vLLM's ``--tokenizer``. It is reused while its stamp matches the current build (BPE file,
-    added tokens, chat template); otherwise rebuilt. Writes are atomic: built in a temporary
-    sibling directory and renamed into place, so concurrent processes never see a half-written
-    directory (the loser of a race discards its copy).
-
-    Blocking: ~3-4 s to build, ~0 s when cached.
-
-    Args:
-        directory: Where to put it; default ``default_tokenizer_cache_dir() / "qwen-offline"``.
-
-    Returns:
-        The directory path.
+    It loads with ``AutoTokenizer``, as atroposlib's ``tokenizer_name`` and vLLM's
+    ``--tokenizer``. Reused while its stamp matches; written atomically.
 
     Raises:
-        ConfigError: ``transformers`` is missing (install the ``atropos`` extra) or the
-            directory cannot be written.
+        ConfigError: ``transformers`` is missing (the ``atropos`` extra) or the directory
+            cannot be written.
     """
     target = (
         Path(directory).expanduser()

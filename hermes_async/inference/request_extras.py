@@ -1,38 +1,8 @@
 """Server-specific request extras: which keys each token endpoint accepts, and where they go.
 
-:attr:`SamplingParams.extra <hermes_async.inference.generate.SamplingParams.extra>` (and the
-agent loop's ``extra_body``, which lands there in Phase 2) carries sampling options the typed
-fields do not cover: guided decoding, ``min_p``, penalties, ``ignore_eos``... Each server
-spells them differently and puts them in a different place of the request body:
-
-==============  ===============================================  ===============================
-kind            request                                          extras go
-==============  ===============================================  ===============================
-``vllm``        ``POST /inference/v1/generate``                  ``sampling_params`` (vLLM's
-                                                                 ``SamplingParams``), a few
-                                                                 request fields at top level
-``completions`` ``POST /v1/completions`` (stock vLLM)            top level (vLLM's OpenAI
-                                                                 extras)
-``sglang``      ``POST /generate``                               ``sampling_params`` (SGLang's
-                                                                 names: ``regex``,
-                                                                 ``json_schema``, ``ebnf``)
-``atropos``     ``POST /generate`` (Atropos reference server)    top level (every key becomes a
-                                                                 vLLM ``SamplingParams(**kw)``
-                                                                 argument)
-==============  ===============================================  ===============================
-
-One spelling works everywhere: vLLM's ``structured_outputs`` object (``{"regex": ...}``,
-``{"json": schema}``, ``{"grammar": ...}``, ``{"choice": [...]}``) is translated into SGLang's
-``regex`` / ``json_schema`` / ``ebnf``, and vLLM's legacy ``guided_regex`` / ``guided_json`` /
-``guided_grammar`` / ``guided_choice`` into ``structured_outputs``. ``min_tokens`` becomes
-SGLang's ``min_new_tokens``.
-
-Decision: a key a server kind does not accept is a :class:`UnsupportedExtraError` (a
-``ValueError``) raised when the request parameters are checked (the agent loop does it when it
-is built), never a silent drop. vLLM itself ignores unknown ``sampling_params`` keys without a
-word, and its OpenAI routes only log them; Atropos' server answers HTTP 500. Keys the clients
-set from the typed fields (``max_tokens``, ``temperature``, ``seed``, ``logprobs``...) are
-refused too, naming the field to use instead, so there is one place for each setting.
+Invariant: a key the server kind does not accept, or one a typed field sets, is an
+:class:`UnsupportedExtraError`, never a silent drop. vLLM's ``structured_outputs``
+spelling works everywhere. The table and reasons: docs/decisions/006-request-extras.md.
 """
 
 from __future__ import annotations
@@ -231,18 +201,12 @@ def _sglang_structured(value: JSON, kind: str) -> JSONObject:
 def split_extras(kind: str, extra: Mapping[str, JSON]) -> tuple[JSONObject, JSONObject]:
     """Check ``extra`` for server ``kind`` and split it into ``(sampling part, top-level part)``.
 
-    Pure and cheap: clients call it for every request body; the agent loop calls it once when
-    it is built, so a bad key fails before any rollout starts.
-
-    Returns:
-        The keys that go into the request's ``sampling_params`` object (``vllm``, ``sglang``)
-        and those that go at the top level of the body (for ``completions`` and ``atropos``
-        everything goes there), translated to the server's spelling.
+    Pure and cheap: clients call it per request; the loop once when built, so a bad key
+    fails before any rollout.
 
     Raises:
-        UnsupportedExtraError: A key the server kind does not accept, or one that a typed
-            :class:`~hermes_async.inference.generate.SamplingParams` field sets; the message
-            names the key, the kind and what to use instead.
+        UnsupportedExtraError: A key the kind does not accept or a typed field sets; the
+            message says what to use instead.
         ConfigError: An unknown ``kind``.
     """
     accepted = accepted_extras(kind)

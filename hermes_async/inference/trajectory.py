@@ -1,23 +1,9 @@
 """Exact token bookkeeping for one Phase 2 rollout.
 
-A rollout's token sequence is built, never re-tokenized, from three kinds of segment:
-
-* ``prompt``: the rendered first prompt (system, user, tools, generation prompt) — not trained;
-* ``completion``: exactly the ids the server sampled, with their logprobs — trained;
-* ``suffix``: what the loop renders between two completions (an end-of-turn token the server did
-  not sample, the tool responses, the next generation prompt) — not trained.
-
-The next turn's prompt is always ``tokens`` so far; the server's sampled ids are kept verbatim,
-so a model that writes ``{"a":1}`` is trained on exactly that, not on a re-rendering.
-
-A completion segment also carries the **policy version** that sampled it (read once per
-request from the trainer's version source; ``None`` without one). A turn whose generation was
-aborted and resumed under another version is split into two completion segments exactly at
-the first token of the resumed request, so every token is labelled with the version of the
-request that produced it.
-
-Masks follow Atropos: ``-100`` where not trained, the token id where trained. Logprobs follow
-the reference's ManagedServer node: the sampled logprob on trained positions, ``1.0`` elsewhere.
+Tokens are built, never re-tokenized, from ``prompt``, ``completion`` (the sampled ids,
+their logprobs and policy version; the only trained segments) and ``suffix`` segments. A
+resumed generation splits where its version changed. Masks follow Atropos (``-100``),
+logprobs the reference's ManagedServer node (``1.0`` where not trained).
 """
 
 from __future__ import annotations
@@ -51,11 +37,7 @@ class TrajectoryError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """A run of tokens of one kind (see the module docstring).
-
-    Ids and logprobs are kept in compact arrays (4 and 8 bytes per token instead of a Python
-    object each): thousands of rollouts stay resident while they wait on tools.
-    """
+    """A run of tokens of one kind, in compact arrays: thousands of parked rollouts stay resident."""
 
     kind: SegmentKind
     token_ids: array[int]
@@ -71,11 +53,9 @@ class Trajectory:
     """The growing token sequence of one rollout.
 
     Args:
-        prompt_ids: Ids of the first rendered prompt. Kept as the prompt segment's compact
-            array (the same object), not as the list given: the tokenizer's list of Python
-            ints costs ~40 bytes per token, which thousands of parked rollouts would keep. An
-            ``array('i')`` is kept as it is, not copied (the rollouts of a group share one;
-            the trajectory never changes a segment's ids, and neither may its caller).
+        prompt_ids: Ids of the first rendered prompt, kept as a compact array. An
+            ``array('i')`` is kept as it is, not copied: a group's rollouts share one, and
+            neither the trajectory nor its caller may change it.
     """
 
     prompt_ids: Sequence[int]
@@ -98,8 +78,7 @@ class Trajectory:
         turn: int = 0,
         version: int | None = None,
     ) -> None:
-        """Append sampled ids and their logprobs (trained positions) of turn ``turn``, sampled
-        by policy version ``version``.
+        """Append turn ``turn``'s sampled ids and logprobs, sampled by policy version ``version``.
 
         Raises:
             TrajectoryError: ``len(token_ids) != len(logprobs)``.
@@ -169,10 +148,8 @@ class Trajectory:
     def boundaries(self) -> list[JSONObject]:
         """The segments as ``{"kind", "turn", "start", "end"}`` token offsets, in order.
 
-        ``tokens[start:end]`` of a ``completion`` is exactly what the server sampled on that
-        turn (several completion segments of one turn: a resumed generation whose policy
-        version changed); a ``suffix`` follows its turn's completion; the ``prompt`` (turn 0)
-        comes first. Completion segments also carry ``"version"`` (``None``: unknown).
+        A completion's ``tokens[start:end]`` is exactly what the server sampled; completions
+        also carry ``"version"``. A turn has several when a resumed generation changed version.
         """
         out: list[JSONObject] = []
         start = 0
@@ -194,12 +171,9 @@ class Trajectory:
         return list(seen)
 
     def managed_state(self) -> JSONObject:
-        """``{"nodes": [node], "segments": [...], "policy_versions": [...], "resumes": n}``,
-        as ``AgentResult.managed_state`` carries it.
+        """``{"nodes": [node], "segments", "policy_versions", "resumes"}`` for ``AgentResult``.
 
-        ``nodes`` is the reference's shape; ``segments`` (:meth:`boundaries`, each completion
-        with its ``version``), ``policy_versions`` (:meth:`versions`) and ``resumes`` (aborted
-        generations that were resumed) are additive.
+        ``nodes`` is the reference's shape; the other keys are additive.
         """
         return {
             "nodes": [self.to_node()],

@@ -1,14 +1,9 @@
 """SkyRL generator: a ``GeneratorInterface`` whose trajectories are hermes_async rollouts.
 
-SkyRL's trainer awaits ``generate(GeneratorInput) -> GeneratorOutput`` for a batch: per
-trajectory a prompt, its response ids, a loss mask (1 where the policy sampled), the rollout
-logprobs, a reward and a stop reason. :class:`HermesGenerator` runs each instance's
-repetitions as one :func:`~hermes_async.agent.run_group` (one sandbox each, the shared prompt
-in one server's prefix cache) over SkyRL's HTTP inference endpoint, with the core's token
-clients. Needs the ``skyrl`` extra for the interface itself; the conversion
-(:func:`generator_output`) imports nothing of SkyRL.
-
-Wiring and what maps to what: ``docs/trainers/skyrl.md``.
+:class:`HermesGenerator` runs each instance's repetitions as one
+:func:`~hermes_async.agent.run_group` over SkyRL's HTTP inference endpoint. The interface
+needs the ``skyrl`` extra; the conversion (:func:`generator_output`) imports nothing of
+SkyRL. Wiring and field mapping: ``docs/trainers/skyrl.md``.
 """
 
 from __future__ import annotations
@@ -52,13 +47,12 @@ _TEXT_ONLY = frozenset({"skip_special_tokens", "include_stop_str_in_output", "lo
 
 
 def sampling_from_skyrl(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """SkyRL's ``sampling_params`` as :class:`~hermes_async.inference.SamplingParams` fields
-    (``max_generate_length`` or ``max_tokens``, ``temperature``, ``top_p``, ``top_k``,
-    ``seed``, ``stop``, ``stop_token_ids``; ``min_p`` and the penalties as extras).
+    """SkyRL's ``sampling_params`` as :class:`~hermes_async.inference.SamplingParams` fields.
+
+    ``min_p`` and the penalties become extras.
 
     Raises:
-        ConfigError: ``n`` other than 1 (each trajectory is its own input row), or a key no
-            token endpoint takes.
+        ConfigError: ``n`` other than 1, or a key no token endpoint takes.
     """
     out: dict[str, Any] = {}
     extra: dict[str, Any] = {}
@@ -103,7 +97,7 @@ def generator_output(
     """The ``GeneratorOutput`` dict of ``rollouts`` (in order), aligned per trajectory.
 
     A failed rollout keeps its ids with ``loss_masks`` all 0 and reward 0.0; its stop reason
-    (``"error"``) also keeps SkyRL's overlong filter from training on it.
+    ``"error"`` also keeps SkyRL's overlong filter off it.
     """
     prompts, responses, masks, logprobs, rewards, reasons = [], [], [], [], [], []
     statuses: list[RolloutStatus] = []
@@ -144,20 +138,14 @@ def generator_output(
 
 
 class HermesGenerator:
-    """SkyRL's ``GeneratorInterface`` over hermes_async rollouts.
-
-    Registered as a virtual subclass of ``skyrl.train.generators.base.GeneratorInterface``
-    when skyrl is installed; SkyRL only ever calls :meth:`generate`.
+    """SkyRL's ``GeneratorInterface`` over hermes_async rollouts (a virtual subclass of it).
 
     Args:
-        tasks: ``item -> RolloutTask`` (sync or async) or an environment; the item is
-            ``{"prompt", "env_class", "env_extras", "trajectory_id"}`` of the instance.
-        server: The token client or :class:`~hermes_async.inference.ServerPool` over SkyRL's
-            inference endpoint (``inference_engine_client.get_endpoint_url()``).
-        max_response_tokens: The trainer's response budget (``max_generate_length`` of the
-            whole trajectory); a longer response is cut there and reported ``"length"``.
-        weight_version: ``() -> int``: the policy version (``lambda:
-            inference_engine_client.weight_version``); every completion segment carries it.
+        tasks: ``item -> RolloutTask`` (sync or async) or an environment.
+        server: A token client or ``ServerPool`` over SkyRL's inference endpoint.
+        max_response_tokens: The whole trajectory's response budget; a longer response is
+            cut and reported ``"length"``.
+        weight_version: ``() -> int``, the policy version of every completion segment.
     """
 
     def __init__(
@@ -174,13 +162,10 @@ class HermesGenerator:
         self.weight_version = weight_version
 
     async def generate(self, input_batch: Mapping[str, Any]) -> dict[str, Any]:
-        """Run every trajectory of ``input_batch``; outputs in input order.
-
-        Repetitions of one instance (same ``trajectory_ids[i].instance_id``) run as one group.
+        """Run every trajectory of ``input_batch``; outputs in input order, one group per instance.
 
         Raises:
-            ConfigError: Sampling parameters that cannot be honoured, or a task source whose
-                task cannot train (no tokenizer).
+            ConfigError: Sampling parameters that cannot be honoured, or a task without tokenizer.
 
         **Cancellation**: every rollout is cancelled and its sandbox released (bounded).
         """

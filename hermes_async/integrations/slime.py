@@ -1,16 +1,10 @@
 """slime custom generate function: one hermes_async rollout per ``Sample``.
 
-slime's rollout loop awaits ``custom_generate(args, sample, sampling_params) -> Sample`` for
-each sample (``--custom-generate-function-path``) and trains on the fields it sets:
-``tokens`` (prompt + response), ``response_length``, ``loss_mask`` (response only),
-``rollout_log_probs``, ``reward``, ``status`` and ``weight_versions``.
-:func:`make_generate` builds that function over SGLang's ``/generate`` (the router at
-``args.sglang_router_ip:args.sglang_router_port``) with the core's SGLang client.
-
-slime has no package on PyPI: this module imports nothing of it and writes only the fields
-above, as ``docs/trainers/slime.md`` records them with their file references; the status is
-set through the sample's own ``Status`` enum. Tests check it against that record, not against
-slime's code.
+:func:`make_generate` builds the ``custom_generate(args, sample, sampling_params)`` that
+slime's ``--custom-generate-function-path`` names, over SGLang's ``/generate`` at slime's
+router. slime has no PyPI package: this module imports nothing of it and writes only the
+fields ``docs/trainers/slime.md`` records (with file references); tests check against
+that record.
 """
 
 from __future__ import annotations
@@ -41,8 +35,7 @@ _EXTRAS = frozenset({"min_p", "repetition_penalty", "presence_penalty", "frequen
 
 
 def sampling_from_sglang(params: Mapping[str, Any]) -> dict[str, Any]:
-    """slime's SGLang ``sampling_params`` as :class:`~hermes_async.inference.SamplingParams`
-    fields.
+    """slime's SGLang ``sampling_params`` as :class:`~hermes_async.inference.SamplingParams` fields.
 
     Raises:
         ConfigError: A key the SGLang client cannot send (``n`` > 1, ``return_logprob``...).
@@ -104,10 +97,10 @@ def fill_sample(
     max_response_tokens: int | None = None,
     max_turns: int | None = None,
 ) -> Any:
-    """Set ``sample``'s trained fields from ``rollout`` (a ``ScoredRollout``); return it.
+    """Set ``sample``'s trained fields from ``rollout``; return it.
 
-    A failed rollout keeps its ids with ``loss_mask`` all 0, reward 0.0 and status
-    ``FAILED``; its failure goes to ``sample.metadata["hermes_async_failure"]``.
+    A failed rollout keeps its ids with ``loss_mask`` all 0, reward 0.0, status ``FAILED``
+    and its failure in ``metadata["hermes_async_failure"]``.
     """
     flat = flatten(rollout, max_response_tokens)
     status = "truncated" if flat.truncated else rollout_status(rollout, max_turns=max_turns)
@@ -148,21 +141,14 @@ def make_generate(
     """slime's custom generate function over hermes_async rollouts.
 
     Args:
-        tasks: ``sample -> RolloutTask`` (sync or async; the item is slime's ``Sample``, its
-            ``prompt`` / ``label`` / ``metadata`` what the task is made from) or an
-            environment.
-        server: A token client to use; ``None``: an SGLang client of slime's router
-            (``http://{args.sglang_router_ip}:{args.sglang_router_port}``) per call.
+        tasks: ``sample -> RolloutTask`` (sync or async) or an environment.
+        server: A token client; ``None``: an SGLang client of slime's router per call.
         incremental: The SGLang server streams deltas (``--incremental-streaming-output``).
-        max_response_tokens: Cut the response there (slime's ``rollout_max_response_len``
-            when ``None`` and ``args`` has it).
+        max_response_tokens: Cut the response there (default: ``rollout_max_response_len``).
 
     Returns:
-        ``async generate(args, sample, sampling_params) -> Sample``: point
-        ``--custom-generate-function-path`` at a module attribute holding it. Every outcome
-        is a returned sample (``COMPLETED``, ``TRUNCATED``, ``ABORTED`` or ``FAILED``);
-        sampling parameters that cannot be honoured fail the sample with the reason in
-        ``metadata``.
+        ``async generate(args, sample, sampling_params) -> Sample``; every outcome, bad
+        sampling parameters included, is a returned sample.
     """
 
     async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any]) -> Any:

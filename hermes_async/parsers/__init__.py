@@ -1,19 +1,11 @@
 """Tool-call parsers for every supported model family, streaming and whole-text.
 
-Get a fresh parser per model output with :func:`get_parser`; feed it text as it streams
-(``feed(text, token_ids=None) -> events``) and call ``finish()`` at the end, or parse a whole
-output with ``parse(text)``. Both paths run the same engine, so they agree on every split of
-the text, and no model output makes either raise: whatever the text holds becomes content,
-calls, or a :class:`ToolCallInvalid` / :class:`ToolCallTruncated` event to tell the model.
-
-Registered names: ``deepseek_dsml``, ``deepseek_v3``, ``deepseek_v31``, ``deepseek_v3_1``,
-``deepseek_v4``, ``glm45``, ``glm47``, ``hermes``, ``kimi_k2``, ``llama3_json``,
-``llama4_json``, ``longcat``, ``mistral``, ``qwen``, ``qwen3_coder``. Each format's module
-documents its wire format with a literal example and what it does better than the reference.
-More formats join with :func:`register_parser` (see :mod:`hermes_async.parsers._registry`).
-
-Importing this package imports neither the inference layer nor an HTTP library: the parsers
-know the tokenizer protocol for typing only.
+Get a fresh parser per output with :func:`get_parser`; ``feed(text)`` as it streams and
+``finish()`` at the end, or ``parse(text)`` whole. Both run the same engine, so they agree
+on every split, and no output makes either raise: text becomes content, calls, or a
+:class:`ToolCallInvalid` / :class:`ToolCallTruncated` event for the model. Each format's
+module shows its wire format; :func:`list_parsers` names them; :func:`register_parser`
+adds more. Importing this package imports neither the inference layer nor an HTTP library.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """The one streaming engine every tool-call format runs on.
 
-Why one module of this size: it is one state machine (the modes, the held-back marker text
-and the event emission share one per-stream state); split, each piece would need the others'
-internals.
+A format is a :class:`Format`: a few marker spellings plus a call-body spec from
+:mod:`hermes_async.parsers._bodies`. :class:`ToolCallParser` keeps all per-stream state,
+lexes text outside calls in modes ``CONTENT``, ``THINK``, ``SECTION`` and ``CALL``, and
+hands the text inside a call to a fresh body state machine.
 
-A format is a :class:`Format`: a few marker spellings (where calls, sections and reasoning
-begin and end) plus a call-body spec from :mod:`hermes_async.parsers._bodies`. The engine
-(:class:`ToolCallParser`) keeps all per-stream state, lexes the text outside calls, and hands
-the text inside a call to a fresh body state machine.
-
-Modes: ``CONTENT`` (ordinary text; looks for think/section/call openers), ``THINK`` (inside
-``<think>``: passed through as reasoning, only ``</think>`` is looked for), ``SECTION``
-(between calls inside a section such as Kimi's ``<|tool_calls_section_begin|>``), ``CALL``
-(a body is active).
-
-Work per chunk is proportional to the chunk plus at most one marker's length of held-back
-text (the longest suffix that could still become a marker), so a stream costs linear time
-however it is cut. :meth:`ToolCallParser.parse` is ``feed(text)`` + ``finish()`` on a fresh
-parser: the whole-text and streaming paths cannot disagree.
+Invariant: work per chunk is linear in the chunk plus at most one marker of held-back
+text, however the stream is cut. :meth:`ToolCallParser.parse` is ``feed`` + ``finish`` on
+a fresh parser, so the whole-text and streaming paths cannot disagree.
 """
 
 from __future__ import annotations
@@ -72,17 +62,10 @@ class Format:
     """A declarative description of one tool-call format.
 
     Attributes:
-        name: Registry name.
-        body: How the text of one call is read.
-        call_open: Markers that open a call (in content and inside a section).
-        section_open: Markers that open a section of calls.
-        section_close: Markers that close it.
         drop: Markers removed from content without meaning (Llama's ``<|python_tag|>``).
-        think: Reasoning block tags; reasoning is never scanned for calls.
         keep_call_open: The opening marker is part of the body (a bare ``{``).
         short_ids: 9-character alphanumeric ids (Mistral) instead of ``call_<24 hex>``.
-        separators: Characters that, alone with whitespace, do not make a content piece
-            once calls were found (Llama's ``;`` between objects).
+        separators: Characters that alone do not make content once calls were found.
     """
 
     name: str
@@ -149,29 +132,16 @@ class _Attempt:
 class ToolCallParser:
     """A streaming tool-call parser for one model output (one assistant turn).
 
-    Feed decoded text as it arrives — with the token ids when you have them — and act on the
-    events; call :meth:`finish` once at the end. Get one with
-    :func:`hermes_async.parsers.get_parser`; a parser is single-use (one stream) and not
-    shared between tasks.
-
-    Text must be decoded with special tokens spelled out (what
-    :meth:`~hermes_async.inference.tokenizer.Tokenizer.decode` and its incremental decoder
-    do). If your decoder drops special tokens, pass ``token_ids`` and construct the parser
-    with a ``tokenizer``: markers that arrive only as ids are then put back into the text.
-    Markers spelled out in ordinary tokens (constrained decoding) are recognized the same way.
-
-    A parser class for the registry (:func:`~hermes_async.parsers.register_parser`) is a
-    subclass that sets :attr:`FORMAT`; it is then constructed as ``cls(tools=...,
-    tokenizer=...)``.
+    Feed decoded text as it arrives and call :meth:`finish` once; one parser per stream.
+    Text must spell special tokens out; if your decoder drops them, pass ``token_ids`` and a
+    ``tokenizer`` so markers that came only as ids are put back.
 
     Args:
-        fmt: The format description; default: the class's :attr:`FORMAT`.
-        tools: OpenAI-style tool definitions; the XML formats type parameter values from them.
-        tokenizer: Used only to map special token ids back to marker text.
+        tools: OpenAI-style tool definitions; the XML formats type values from them.
         schemas: Pre-built schemas (internal; lets :meth:`parse` skip rebuilding them).
 
     Raises:
-        TypeError: No format: neither ``fmt`` nor the class's :attr:`FORMAT`.
+        TypeError: Neither ``fmt`` nor the class's :attr:`FORMAT`.
     """
 
     #: The format a registered subclass runs (None on this base class).
@@ -282,12 +252,7 @@ class ToolCallParser:
     def feed(self, text: str, token_ids: Sequence[int] | None = None) -> list[ParserEvent]:
         """Add the next piece of the output; return the events it completes.
 
-        Args:
-            text: The newly decoded text (may be empty, may cut a marker anywhere).
-            token_ids: The ids ``text`` was decoded from, if known (see the class docstring).
-
-        Returns:
-            Events in order. A :class:`ToolCallSealed` is final: dispatch it at once.
+        A :class:`ToolCallSealed` is final: dispatch it at once.
 
         Raises:
             ValueError: :meth:`finish` was already called.
@@ -350,9 +315,7 @@ class ToolCallParser:
     def finish(self) -> ParseResult:
         """End the stream: flush held text, close or truncate an open call, return the result.
 
-        A call still open here is reported as :class:`ToolCallTruncated` (never executed);
-        the events this produces are in :attr:`ParseResult.final_events`. Calling it again
-        returns the same result.
+        A call still open is a :class:`ToolCallTruncated` (never executed). Idempotent.
         """
         if self._result is not None:
             return self._result
@@ -430,11 +393,10 @@ class ToolCallParser:
         self._wake, self._wake2 = wake if wake is not None else (None, "")
 
     def _relexed_text(self, s: str, k: int, base: int) -> tuple[str, int, int]:
-        """``(s, i, base)`` to lex the rejected candidate's text (ending at ``s[k]``) again.
+        """``(s, i, base)`` to lex the rejected candidate's text again.
 
-        The text usually lies in ``s`` just before ``k`` (the candidate began in this chunk):
-        then lexing steps back, without building ``text + s[k:]`` (a copy of the rest per
-        rejected ``{``, quadratic over a long run of them).
+        When the candidate began in this chunk, step back in ``s`` rather than copy
+        ``text + s[k:]`` (a copy per rejected ``{`` is quadratic).
         """
         relex = self._relex
         assert relex is not None
@@ -652,14 +614,11 @@ class ToolCallParser:
         self._attempt = None
 
     def reject(self, text: str, *, relex: bool) -> None:
-        """Not a call after all: the text is content (re-lexed after its first character).
+        """Not a call after all: the text is content, re-lexed after its first character.
 
-        Re-lexing finds a call inside text that was not JSON (as the reference's ``raw_decode``
-        loop does), but each re-lex scans its text again: ``{"a":`` repeated n times, never
-        closed, would cost n²/2. So the text re-lexed over a stream is capped at
-        ``_RELEX_FACTOR`` times the stream offset of the candidate plus ``_RELEX_FREE_CHARS``
-        (linear work; the offset, unlike the chunks, is the same for every split); past the
-        cap a rejected candidate stays plain content.
+        Re-lexing finds a call inside non-JSON text, as the reference's ``raw_decode`` loop does.
+        The text re-lexed over a stream is capped (``_RELEX_FACTOR``, ``_RELEX_FREE_CHARS``) so
+        unclosed ``{"a":`` repeats stay linear; past the cap a candidate stays content.
         """
         self._attempt = None
         if relex and self._relexed + len(text) <= (

@@ -1,27 +1,17 @@
 """The parser registry: names -> parser classes, ``@register_parser``, ``get_parser``.
 
-The reference kept ``PARSER_REGISTRY`` (name -> class) filled by a stackable
-``@register_parser(name)`` decorator, and ``get_parser(name)`` returned a new instance. The same
-spellings work here, with one difference in what a class is: every parser runs on the one
-streaming engine, so a parser class is a :class:`~hermes_async.parsers.ToolCallParser` subclass
-that *describes* its format (``FORMAT = Format(...)``) instead of implementing ``parse``.
-That is what keeps streaming and whole-text results equal for every registered name; a class
-that does not fit is refused when it is registered, with what to write instead::
-
-    from hermes_async.parsers import (
-        Format, JsonCallSpec, ToolCallParser, get_parser, register_parser,
-    )
+The reference's spellings work (``PARSER_REGISTRY``, a stackable ``@register_parser``). A
+parser class describes its format instead of implementing ``parse``, so every registered
+name runs on the one streaming engine; a class that does not fit is refused at
+registration, with what to write instead::
 
     @register_parser("my_format")
-    @register_parser("my_format_alias")
     class MyParser(ToolCallParser):
         FORMAT = Format(
             name="my_format", call_open=("<call>",), body=JsonCallSpec(close=("</call>",))
         )
 
-    get_parser("my_format").parse('<call>{"name": "ping", "arguments": {}}</call>')
-
-Registering a taken name replaces its class (as in the reference: last registration wins).
+A taken name is replaced: the last registration wins, as in the reference.
 """
 
 from __future__ import annotations
@@ -91,12 +81,9 @@ def _contract_problem(cls: object) -> str | None:
 def register_parser(name: str) -> Callable[[P], P]:
     """Class decorator: register a parser class under ``name`` (stack it for aliases).
 
-    Args:
-        name: The registry name (``get_parser(name)``, ``tool_call_parser=name``).
-
     Raises:
-        TypeError: The class does not fit the streaming engine's contract (the message says
-            what it must implement), or ``name`` is not a non-empty string.
+        TypeError: The class does not fit the engine's contract (the message says what to
+            implement), or ``name`` is not a non-empty string.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"register_parser() needs a non-empty name string, got {name!r}")
@@ -135,15 +122,12 @@ def get_parser(
     """A fresh parser for one model output.
 
     Args:
-        name: A registered name (see :func:`list_parsers`).
-        tools: The OpenAI-style tool definitions offered to the model; the XML formats
-            (``qwen3_coder``, ``glm45``, ``glm47``) type parameter values from their schemas.
-        tokenizer: Lets the parser recognize markers that arrive only as special token ids
-            (when the text was decoded with special tokens skipped).
+        tools: The tool definitions offered to the model; the XML formats type parameter
+            values from their schemas.
+        tokenizer: Lets the parser see markers that arrive only as special token ids.
 
     Raises:
-        UnknownParserError: ``name`` is not registered (a ``ConfigError`` and a ``KeyError``);
-            the message lists the available names.
+        UnknownParserError: ``name`` is not registered; the message lists the available names.
     """
     cls = PARSER_REGISTRY.get(name)
     if cls is None:

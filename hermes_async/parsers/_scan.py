@@ -20,12 +20,7 @@ PARTIAL = "\x00partial"
 
 
 class Markers:
-    """A set of literal marker spellings, each mapped to a role.
-
-    ``search`` finds the earliest full marker (the longest spelling wins at one position);
-    ``safe_end`` says how far text can be released without cutting a marker that may still be
-    completed by the next chunk.
-    """
+    """Literal marker spellings mapped to roles; the longest spelling wins at one position."""
 
     __slots__ = ("_find", "_first", "_spellings", "max_len", "roles")
 
@@ -67,9 +62,8 @@ class Markers:
     def match_at(self, s: str, i: int, eof: bool = False) -> tuple[str, int] | str | None:
         """Which marker starts exactly at ``s[i]``: ``(role, end)``, :data:`PARTIAL`, or None.
 
-        Before the end of the stream, a longer spelling that the text may still complete wins
-        over a shorter full match (```` ``` ```` vs ```` ```json ````), so the answer does not
-        depend on where a chunk happens to end.
+        Before the end of the stream, a longer spelling the text may still complete wins over a
+        shorter full match, so the answer does not depend on where a chunk ends.
         """
         partial = False
         for spelling in self._spellings:
@@ -112,20 +106,13 @@ def _deep_pattern(interrupts: str) -> re.Pattern[str]:
 class JsonScanner:
     """Finds where one JSON object ends, chunk by chunk, and spots its name and arguments.
 
-    Tracks only what completeness needs (nesting depth, inside-string, pending escape) plus a
-    small state machine for the top-level keys, so that a tool call's ``name`` is known as
-    soon as its string closes and the ``arguments`` value can be previewed while it streams.
-    Inside strings it jumps from quote to backslash with a regex, so a literal
-    ``</tool_call>`` inside a string value is just string text. Full validation is left to one
-    ``json.loads`` of the finished text.
+    Tracks only depth, in-string and escape state, plus the top-level keys, so ``name`` is
+    known once its string closes. Inside strings a regex jumps between quotes and
+    backslashes, so ``</tool_call>`` in a string is text. ``json.loads`` validates at the end.
 
-    The scan stops early (``stopped`` set, the index returned pointing at the character) on a
-    character that cannot continue the object at the top level, or on one of ``interrupts``
-    outside a string at any depth (the first characters of a closing marker: ``<`` is never
-    valid JSON outside a string, so the engine can check for ``</tool_call>`` there).
-
-    Nesting deeper than :data:`~hermes_async._json.MAX_JSON_DEPTH` sets ``too_deep`` (the scan
-    itself is iterative and goes on): the finished text must not be handed to ``json.loads``.
+    The scan stops early (``stopped``) on a character that cannot continue the object, or on
+    one of ``interrupts`` outside a string (``<`` starts a closing marker, never JSON). Past
+    :data:`~hermes_async._json.MAX_JSON_DEPTH` it sets ``too_deep``: do not ``json.loads`` it.
     """
 
     __slots__ = (
@@ -188,8 +175,7 @@ class JsonScanner:
         """Consume ``s[i:]`` until the object is complete or the text runs out.
 
         Returns:
-            The index after the last consumed character (after the closing brace when
-            ``done``; at the offending character when ``stopped``).
+            The index after the last consumed character (at the offending one when ``stopped``).
         """
         n = len(s)
         start = i

@@ -85,9 +85,8 @@ _Q_VALUE_MARKERS = marker_set(
 class Qwen3CoderBody(_XmlBody):
     """State machine for :class:`Qwen3CoderSpec` (entered after ``<function=``).
 
-    A ``</parameter>`` ends a value only when what follows it (after whitespace) is another
-    parameter or the end of the function; otherwise it is part of the value, so a value may
-    contain that literal text (an XML file being written, for example).
+    ``</parameter>`` ends a value only before another parameter or the function's end, so a
+    value may contain that literal text.
     """
 
     __slots__ = ("pending_close",)
@@ -195,9 +194,7 @@ _G_VALUE_MARKERS = marker_set((("</arg_value>", "end"), ("</tool_call>", "close"
 class GlmBody(_XmlBody):
     """State machine for :class:`GlmSpec` (entered after ``<tool_call>``).
 
-    Accepts glm47's relaxations in both names: the name may run straight into ``<arg_key>``,
-    and anything between ``</arg_key>`` and ``<arg_value>`` (newlines, a literal ``\\n``) is
-    skipped. A call with no arguments (``<tool_call>ping</tool_call>``) is kept.
+    Accepts glm47's relaxations in both names; a call with no arguments is kept.
     """
 
     __slots__ = ()

@@ -1,10 +1,8 @@
-"""``deepseek_v3``, ``deepseek_v3_1`` (alias ``deepseek_v31``), ``deepseek_v4`` (alias
-``deepseek_dsml``).
+"""``deepseek_v3``, ``deepseek_v3_1`` (alias ``deepseek_v31``), ``deepseek_v4`` (alias ``deepseek_dsml``).
 
 Wire formats (the bars are U+FF5C, the word separators U+2581)::
 
     deepseek_v3:
-    Let me run some commands.
     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>terminal
     ```json
     {"command": "ls"}
@@ -22,18 +20,8 @@ Wire formats (the bars are U+FF5C, the word separators U+2581)::
     <｜DSML｜tool_call_end｜>
     <｜DSML｜tool_calls_end｜>
 
-DSML markers are also accepted in ASCII (``<|DSML|tool_call_begin|>``), spaced ASCII
-(``< | DSML | tool_call_begin >``), and with ``▁`` instead of ``_`` between words.
-
-Better than the reference:
-
-* The arguments JSON is found by scanning (nesting, strings), so the exact newline/fence
-  framing is optional, unfenced nested JSON works (DSML), and a closing marker inside a
-  string value does not end the call.
-* Arguments are validated: a malformed call is reported invalid, the others are kept.
-* A call is sealed when its JSON closes; a missing ``<｜tool▁calls▁end｜>`` (``max_tokens``)
-  loses nothing, and a call still open at the end is truncated, not executed.
-* Text after the section is kept as content.
+DSML markers are also accepted in ASCII, spaced ASCII and with ``▁`` for ``_``.
+Differences from the reference: docs/decisions/008-parsers-versus-reference.md.
 """
 
 from __future__ import annotations

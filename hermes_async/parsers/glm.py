@@ -4,25 +4,13 @@ Wire formats::
 
     <tool_call>get_weather
     <arg_key>city</arg_key><arg_value>NYC</arg_value>
-    <arg_key>days</arg_key><arg_value>3</arg_value>
     </tool_call>
 
     <tool_call>get_weather<arg_key>city</arg_key>
     <arg_value>NYC</arg_value></tool_call>                      (glm47)
 
-Both names accept both shapes: the name may end at a newline or run straight into
-``<arg_key>``, and anything between ``</arg_key>`` and ``<arg_value>`` is skipped.
-
-Better than the reference:
-
-* Values are typed from the tool schemas when ``tools`` are given (else the reference's JSON
-  -> ``ast.literal_eval`` -> string guess).
-* A name without a following newline is not skipped (glm45), and a call with no arguments is
-  kept (vLLM #44326: zero-argument calls dropped).
-* The name is announced whole, never a prefix (vLLM: ``run_in_terminal`` -> ``run_in``).
-* A call without ``</tool_call>`` at the end of the stream is truncated, not executed.
-* Calls inside ``<think>`` are never scanned; a ``<tool_call>`` right after ``</think>`` is
-  found (vLLM: the reasoning parser swallowed it).
+Both names accept both shapes. Differences from the reference:
+docs/decisions/008-parsers-versus-reference.md.
 """
 
 from __future__ import annotations

@@ -5,18 +5,10 @@ Wire format::
     <|python_tag|>{"name": "search", "parameters": {"q": "x"}}
     preamble {"name":"a","arguments":{"x":1}} {"name":"b","arguments":{"y":2}}
 
-Any ``{`` in the text may start a call. An object becomes a call once it has a string
-``name`` and an ``arguments`` or ``parameters`` key (from that moment it streams as one); an
-object that is not a call, or text that is not JSON, stays content — its text is held back
-only until that is decided. As in the reference, a ``{`` inside an object that turned out
-not to be a call is not looked at again. ``;`` between calls is dropped from the content.
-
-Better than the reference:
-
-* Content is the text outside the calls, not "everything before the first ``{``" (the
-  reference dropped text after a non-call ``{``, and everything after the calls).
-* A call whose arguments are invalid is reported invalid; the other calls are kept.
-* An object cut off at the end of the stream after it became a call is reported truncated.
+Any ``{`` may start a call; an object becomes one once it has a string ``name`` and
+``arguments`` or ``parameters``. Anything else stays content. As in the reference, a ``{``
+inside a rejected object is not looked at again. Differences from the reference:
+docs/decisions/008-parsers-versus-reference.md.
 """
 
 from __future__ import annotations

@@ -11,22 +11,9 @@ Wire format (Qwen3-Coder chat template)::
     </function>
     </tool_call>
 
--> ``get_weather({"city": "NYC", "days": 3})``. ``<function=`` opens a call with or without the
-``<tool_call>`` wrapper; a missing ``</parameter>`` (before the next parameter or the end of
-the function) and a missing ``</function>`` (before ``</tool_call>``) are tolerated, as in the
-reference. One leading and one trailing newline of a value are removed.
-
-Better than the reference:
-
-* Values are typed from the tool's JSON schema when ``tools`` are given: ``"3"`` stays a
-  string for a ``string`` parameter and becomes ``3`` for an ``integer`` one (the reference
-  guessed: JSON, then ``ast.literal_eval``, then the raw string — the fallback used here
-  only without a schema).
-* A ``</parameter>`` followed by anything other than the next parameter or the end of the
-  function is part of the value (a file containing that text can be written).
-* A call still open at the end of the stream is truncated, not executed.
-* Arguments stream as one JSON fragment per finished parameter (vLLM #30439: none streamed).
-* A call inside ``<think>`` is reasoning, never executed; one after ``</think>`` is found.
+-> ``get_weather({"city": "NYC", "days": 3})``. The ``<tool_call>`` wrapper and missing
+closing tags are tolerated, as in the reference. Differences from the reference:
+docs/decisions/008-parsers-versus-reference.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The rollout worker: past one process with the same code, over HTTP or as Ray actors.
 
-A worker is one process and one event loop with its own sandboxes, limiters and model-server
-pool (:mod:`~hermes_async.service.worker`); it answers every group it admits by the group's
-deadline, with the group or a classified failure. Shells over it: the HTTP service
-(``hermes-async worker``: :mod:`~hermes_async.service.app`, :mod:`~hermes_async.service.serve`)
-and the Ray actor (:mod:`~hermes_async.service.ray`, the ``ray`` extra). The driver's side,
-whatever the transport: :mod:`~hermes_async.service.dispatch`. The wire model:
-:mod:`~hermes_async.service.wire`. Design and numbers: ``docs/scale-out.md``.
-
-Names load on first use; only :mod:`~hermes_async.service.ray` imports Ray.
+A worker (:mod:`~hermes_async.service.worker`) answers every group it admits by its
+deadline. It is served over HTTP (:mod:`~hermes_async.service.app`) or as a Ray actor
+(:mod:`~hermes_async.service.ray`), driven by :mod:`~hermes_async.service.dispatch`.
+Names load on first use. Design and numbers: ``docs/scale-out.md``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """The worker's HTTP API: a plain ASGI app over one :class:`RolloutWorker`.
 
-==========================  ===============================================================
-``POST /groups``            a :class:`GroupRequest` in, its :class:`GroupResult` out (200);
-                            with ``Accept: application/x-ndjson``: one line per finished
-                            rollout (``{"type": "rollout", ...}``) as it finishes, then the
-                            result (``{"type": "result", ...}``)
-``GET /health``             200 ``{"status": "serving"}``; 503 while draining or closed
-``GET /statistics``         limiters, sandboxes, groups and rollouts in flight
-``POST /drain``             202: accept nothing new, finish what runs
-==========================  ===============================================================
-
-A request the worker cannot take gets a 4xx (or 503) ``{"error": ..., "status": ...}`` and
-the worker goes on serving; every body is read under ``max_body_bytes``. A client that
-disconnects cancels its group.
+``POST /groups`` (optionally NDJSON, a line per rollout), ``GET /health``,
+``GET /statistics``, ``POST /drain``. A refused request gets a 4xx or 503 and the worker
+goes on; bodies are bounded; a client that disconnects cancels its group.
 """
 
 from __future__ import annotations
@@ -45,10 +35,9 @@ _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def worker_app(worker: RolloutWorker, *, on_drain: Callable[[], object] | None = None) -> ASGIApp:
-    """The ASGI app of ``worker`` (see the module docstring).
+    """The ASGI app of ``worker``.
 
     Args:
-        worker: The worker.
         on_drain: Called once after ``POST /drain`` (e.g. to stop serving when drained).
     """
 

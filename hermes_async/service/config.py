@@ -35,14 +35,9 @@ class WorkerConfig:
 
     Attributes:
         environments: Environment specs (``[ALIAS=]module:NAME`` or ``file.py:NAME``).
-        servers: Model-server base URLs (one pool over all of them).
-        api: Their protocol: ``vllm``, ``sglang``, ``atropos`` (token servers) or ``chat``.
-        tokenizer: For token servers: an HF name or directory, or ``None`` for the built-in
-            offline Qwen tokenizer. Tasks that carry their own keep theirs.
-        model: ``model`` of chat requests.
-        options: The worker's options.
-        api_key_env: The variable the servers' API key is read from (never the key itself:
-            a config travels to other processes and into logs).
+        api: ``vllm``, ``sglang``, ``atropos`` (token servers) or ``chat``.
+        tokenizer: For token servers: an HF name or directory; ``None``: the built-in Qwen.
+        api_key_env: The variable holding the API key; never the key, which would travel.
     """
 
     environments: tuple[str, ...]

@@ -1,16 +1,8 @@
 """The driver's side: spread groups over workers, and answer every group by its deadline.
 
-:class:`GroupDispatcher` sends each :class:`GroupRequest` to the least-loaded live worker
-whose groups in flight are under ``max_per_worker`` (waiting for a slot within the deadline),
-over any transport that implements :class:`WorkerHandle` (:class:`HTTPWorker` here, the Ray
-actor in :mod:`hermes_async.service.ray`).
-
-What it guarantees, whatever the workers do: every request gets exactly one
-:class:`GroupResult` by its deadline (plus ``answer_grace_seconds``). A worker that dies,
-cannot be reached or refuses (draining) loses the group: it goes to another worker while the
-deadline allows and the options say so, else it comes back ``failed`` (``infra``) with the
-reason. A worker that does not answer in time is not waited for: the group comes back
-``failed`` (``agent_timeout``) and the call is cancelled, which cancels the group there.
+Invariant: every request gets exactly one :class:`GroupResult` by its deadline plus
+``answer_grace_seconds``. A lost group goes to another worker while time allows, else it
+is ``failed`` (``infra``); a late one is ``failed`` (``agent_timeout``) and cancelled.
 """
 
 from __future__ import annotations
@@ -54,7 +46,6 @@ class WorkerLostError(WorkerError):
     """A worker could not take or finish a group: it died, is unreachable, or refused it.
 
     Attributes:
-        worker: The worker's name.
         dead: True if the worker itself is gone (it is avoided for a while).
     """
 
@@ -85,9 +76,9 @@ def result_of(status: int, body: bytes, request: GroupRequest, worker: str) -> G
     """A worker's answer (HTTP status and body, the same for every transport) as a result.
 
     Raises:
-        WorkerLostError: 503 (draining or closed), 404 (environment not served there), 409
-            (the id is running there).
-        RequestError: Another 4xx: the request is bad.
+        WorkerLostError: 503 (draining or closed), 404 (environment not served), 409 (the id
+            is running there).
+        RequestError: Another 4xx.
         WorkerError: A 5xx, or a result that does not parse or is for another group.
     """
     if status == 200:
@@ -120,8 +111,7 @@ class HTTPWorker:
     """A worker service reached over HTTP (``hermes-async worker``).
 
     Args:
-        base_url: The worker's base URL.
-        client: The HTTP client (shared by the handles of one driver).
+        client: The HTTP client, shared by the handles of one driver.
         name: Its name in results and logs (default: the URL).
     """
 
@@ -166,14 +156,10 @@ class DispatchOptions:
     """How a dispatcher spreads groups and what it does when a worker is lost.
 
     Attributes:
-        max_per_worker: Groups in flight per worker (the cap; more wait for a slot).
-        retry_elsewhere: A group whose worker was lost goes to another worker, while its
-            deadline leaves ``min_retry_seconds``.
-        max_attempts: Workers one group is sent to at most.
-        min_retry_seconds: Time a retry needs before the deadline to be worth sending.
-        answer_grace_seconds: How long past a request's deadline the driver waits for the
-            worker's own answer (transport, clocks) before failing the group itself.
-        revive_after_seconds: A dead worker is tried again after this long.
+        retry_elsewhere: Send a lost group to another worker while its deadline leaves
+            ``min_retry_seconds``.
+        answer_grace_seconds: How long past the deadline the driver waits for the worker's
+            own answer before failing the group itself.
     """
 
     max_per_worker: int = 16
@@ -214,8 +200,10 @@ class _Slot:
 def pick_worker(
     loads: Sequence[tuple[int, bool]], cap: int, avoid: frozenset[int], start: int
 ) -> int | None:
-    """The least-loaded worker under ``cap`` (``loads``: (in flight, alive) per worker), not in
-    ``avoid``; ties go to the first from ``start`` on (round robin). ``None``: none has room."""
+    """The least-loaded worker under ``cap`` not in ``avoid``, round robin from ``start``.
+
+    ``loads`` holds (in flight, alive) per worker. ``None``: none has room.
+    """
     best: int | None = None
     n = len(loads)
     for k in range(n):
@@ -229,12 +217,7 @@ def pick_worker(
 
 
 class GroupDispatcher:
-    """Spread groups over workers (see the module docstring).
-
-    Args:
-        workers: The workers' handles.
-        options: See :class:`DispatchOptions`.
-    """
+    """Spread groups over workers by load and answer each by its deadline."""
 
     def __init__(
         self, workers: Sequence[WorkerHandle], options: DispatchOptions | None = None
@@ -261,8 +244,7 @@ class GroupDispatcher:
         self._changed = anyio.Event()
 
     async def _acquire(self, avoid: frozenset[int], give_up_at: float) -> int | None:
-        """A worker slot (its index), waiting for one until ``give_up_at``; ``None`` if no
-        worker is alive (outside ``avoid``) or the time ran out."""
+        """A worker slot's index, waiting until ``give_up_at``; ``None`` if none is alive or time ran out."""
         while True:
             now = anyio.current_time()
             loads = [(s.in_flight, s.dead_until <= now) for s in self._slots]
@@ -285,8 +267,7 @@ class GroupDispatcher:
         self._notify()
 
     async def run_group(self, request: GroupRequest) -> GroupResult:
-        """Run ``request`` on a worker; its result by the deadline (never raises for a lost
-        or late group: that is a ``failed`` result).
+        """Run ``request`` on a worker; a lost or late group is a ``failed`` result, not an error.
 
         Raises:
             RequestError: The request is bad (every worker would refuse it).
@@ -363,11 +344,7 @@ class GroupDispatcher:
         *,
         on_result: Callable[[GroupResult], object] | None = None,
     ) -> list[GroupResult]:
-        """Run every request concurrently; their results in request order, each group once.
-
-        Args:
-            requests: Groups with distinct ids.
-            on_result: Called with each result as it comes (once per group).
+        """Run every request concurrently; results in request order, each group once.
 
         Raises:
             ValueError: Two requests share a group id.

@@ -1,15 +1,9 @@
 """The environments a worker serves, by name: how an item becomes a ready-to-run task.
 
-Two kinds, both ending in a :class:`~hermes_async.agent.RolloutTask`:
-
-* a plain function ``item -> RolloutTask`` (or an ``async`` one): no atroposlib, runs on
-  asyncio and trio;
-* a :class:`~hermes_async.envs.HermesAgentBaseEnv` subclass: built from its ``config_init``
-  with the worker's model server, ``setup()`` awaited once, then
-  ``env.rollout_task(item, ...)`` per group. Needs the ``atropos`` extra; asyncio only.
-
-A spec names one: ``module:NAME`` or ``path/to/file.py:NAME``, optionally ``ALIAS=`` before it
-(the name requests use; default ``NAME``).
+An environment is a function ``item -> RolloutTask`` (sync or async; asyncio and trio) or a
+:class:`~hermes_async.envs.HermesAgentBaseEnv` subclass, built from its ``config_init`` on
+the worker's server with ``setup()`` awaited once (the ``atropos`` extra; asyncio only).
+A spec names one: ``[ALIAS=]module:NAME`` or ``[ALIAS=]path/to/file.py:NAME``.
 """
 
 from __future__ import annotations
@@ -195,13 +189,10 @@ async def _open_atropos(cls: Any, base_url: str, api: str) -> _AtroposEnvironmen
 async def open_environments(
     sources: Mapping[str, Any] | Sequence[str], *, base_url: str = "", api: str = "vllm"
 ) -> AsyncIterator[dict[str, Environment]]:
-    """The environments of ``sources`` (specs, or name -> function / environment / class).
-
-    Environment classes are built and ``setup()`` once here, with ``base_url`` and ``api``
-    as their server.
+    """The environments of ``sources``; environment classes are built and set up here once.
 
     Raises:
-        ConfigError: A bad spec or source (see :func:`load_environment`), or two with one name.
+        ConfigError: A bad spec or source, or two with one name.
 
     **Cancellation**: what was built is dropped.
     """

@@ -1,18 +1,8 @@
-"""The same worker as async Ray actors, and the driver's pool of them.
+"""The rollout worker as async Ray actors, and the driver's pool of them.
 
-:class:`RolloutWorkerActor` is the body of an async Ray actor (``ray.remote`` is applied by
-:func:`actor_class`): its ``serve`` call opens a :class:`~hermes_async.service.worker.
-RolloutWorker` from a :class:`~hermes_async.service.config.WorkerConfig` on the actor's own
-event loop (Ray's asyncio loop; anyio on asyncio, no thread pool) and holds it until
-``close``; ``run_group`` calls run on that worker, exactly as the HTTP service's requests do.
-:class:`RayWorkerPool` starts N of them (spread over the nodes) and dispatches groups with
-:class:`~hermes_async.service.dispatch.GroupDispatcher`: least-loaded with a cap per actor,
-every group answered by its deadline, a dead actor's groups sent elsewhere or failed.
-
-``ray.cancel`` of a ``run_group`` call cancels the group through an anyio cancel scope in
-the worker's own task group, so its sandbox cleanup runs, shielded and bounded. Ray is the
-``ray`` extra; asyncio only (Ray owns the loop). No ``ray.util.queue`` or Ray Data here: one
-call per group, one object (the result's JSON bytes) back.
+Each actor holds a ``RolloutWorker`` on its own loop; :class:`RayWorkerPool` dispatches
+groups to them. ``ray.cancel`` cancels a group in its worker's task group, so cleanup
+runs. The ``ray`` extra; asyncio only.
 """
 
 from __future__ import annotations
@@ -69,11 +59,7 @@ def _ray() -> Any:
 
 
 class RolloutWorkerActor:
-    """The body of the rollout worker actor (see the module docstring).
-
-    Args:
-        config: What to open (its ``options.name`` names the actor's sandbox root).
-    """
+    """The body of the rollout worker actor; :func:`actor_class` applies ``ray.remote``."""
 
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
@@ -152,8 +138,8 @@ def actor_class(max_concurrency: int = 1000) -> Any:
     """:class:`RolloutWorkerActor` as a Ray actor class (``.options(...).remote(config)``).
 
     Args:
-        max_concurrency: Calls the actor runs at once (its groups are bounded by the worker's
-            ``max_groups`` and the pool's cap, not by this).
+        max_concurrency: Calls the actor runs at once; groups are bounded by the worker's
+            ``max_groups`` and the pool's cap, not by this.
     """
     return _ray().remote(max_concurrency=max_concurrency)(RolloutWorkerActor)
 
@@ -195,19 +181,11 @@ class RayWorker:
 
 
 class RayWorkerPool:
-    """N rollout worker actors and the dispatcher over them (asyncio only).
+    """N rollout worker actors and the dispatcher over them (asyncio only; ``ray.init`` is yours).
 
-    Use as ``async with RayWorkerPool(config, workers=4) as pool:``; then
-    ``await pool.run_groups(requests)``. ``ray.init`` is the caller's.
-
-    Args:
-        config: The workers' config; each actor's ``options.name`` is ``<name_prefix>-<i>``.
-        workers: How many actors.
-        dispatch: The dispatcher's options (cap per actor, retries elsewhere).
-        num_cpus: Ray CPUs per actor (placement only: a worker is one process, one loop).
-        name_prefix: Prefix of the actors' worker names (stable names let a restarted worker
-            find its predecessor's root).
-        actor_options: More ``.options(...)`` for every actor (default: spread over nodes).
+    Use as ``async with RayWorkerPool(config, workers=4) as pool:``. Actors are named
+    ``<name_prefix>-<i>``: stable names let a restarted worker find its predecessor's root.
+    ``num_cpus`` only places them; ``actor_options`` default to spreading over nodes.
     """
 
     def __init__(
@@ -240,8 +218,7 @@ class RayWorkerPool:
 
         Raises:
             AsyncBackendError: Not on asyncio.
-            WorkerError: An actor did not open its worker within
-                :data:`READY_TIMEOUT_SECONDS`.
+            WorkerError: An actor did not open within :data:`READY_TIMEOUT_SECONDS`.
 
         **Cancellation**: the actors started are killed.
         """

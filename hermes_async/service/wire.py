@@ -1,11 +1,9 @@
 """The worker's wire model: a group asked for, and the group (or its failure) answered.
 
-One versioned JSON shape (:data:`WIRE_VERSION`) for both transports: the HTTP service's
-bodies and the Ray actor's return values. :class:`GroupResult` is a
-:class:`~hermes_async.agent.ScoredGroup` as it crosses a process boundary: its training rows,
-rewards and failures, never its live objects, plus the outcome ``failed`` (no rollouts: the
-worker lost the group, missed its deadline or was cancelled; ``failure`` says which, in the
-core's categories). Messages travel only when asked for, redacted.
+One versioned JSON shape (:data:`WIRE_VERSION`) for the HTTP service and the Ray actor.
+:class:`GroupResult` is a :class:`~hermes_async.agent.ScoredGroup` across a process
+boundary: rows, rewards and failures, never live objects, plus the outcome ``failed``.
+Messages travel only when asked for, redacted.
 """
 
 from __future__ import annotations
@@ -54,7 +52,7 @@ def decode_json(data: bytes, what: str) -> JSON:
     """Parse ``data`` as JSON, nesting bounded.
 
     Raises:
-        RequestError: It is not JSON (400), or nests deeper than 64 levels (400).
+        RequestError: It is not JSON, or nests deeper than 64 levels (400).
     """
     try:
         text = data.decode("utf-8")
@@ -93,16 +91,8 @@ class GroupRequest:
     """One group asked of a worker.
 
     Attributes:
-        environment: A name the worker serves (its registry's keys).
-        item: The environment's item (JSON), handed to its task factory.
-        size: Rollouts in the group.
-        deadline: When the answer is due, as Unix time (``time.time()``). The worker answers
-            by then: the group, or a ``failed`` result saying why not.
-        group_id: The group's identity: a worker refuses a second request with an id it is
-            still running, and a driver reports each id once.
-        policy_version: The trainer's policy version the group is sampled for; echoed in
-            the result.
-        temperature: Overrides the environment's sampling temperature.
+        deadline: Unix time the answer is due: the group, or a ``failed`` result.
+        group_id: A worker refuses an id it is still running; a driver reports each id once.
         include_messages: Return each rollout's conversation (redacted) too.
     """
 
@@ -145,9 +135,8 @@ class GroupRequest:
         """Check a decoded request against ``bounds`` (``now``: Unix time, default the clock).
 
         Raises:
-            RequestError: A field missing, of the wrong type or out of bounds (400), another
-                wire version (422), an item over ``max_item_bytes`` (413), or a deadline that
-                has passed or lies more than ``max_deadline_seconds`` ahead (400).
+            RequestError: A bad field (400), another wire version (422), an item too large
+                (413), or a deadline passed or too far ahead (400).
         """
         if not isinstance(obj, dict):
             raise RequestError(f"a group request is a JSON object, got {type(obj).__name__}")
@@ -233,20 +222,9 @@ _REQUEST_FIELDS = frozenset(GroupRequest.__dataclass_fields__) | {"wire"}
 class RolloutRecord:
     """One rollout of a :class:`GroupResult`: its training rows, reward and failure.
 
-    Attributes:
-        task_id: The rollout's task id.
-        tokens: Token ids, aligned with ``masks`` and ``logprobs``.
-        masks: The id where the policy sampled it, ``-100`` elsewhere.
-        logprobs: The sampled logprob, ``1.0`` at masked positions.
-        reward: The score.
-        trainable: Exact (Phase 2) tokens.
-        failure: The rollout's failure, or ``None``.
-        attempt: Which attempt this is (1-based).
-        turns: Model turns used.
-        seconds: Wall time of the rollout.
-        policy_versions: The policy versions that sampled it.
-        stale_masked_tokens: Positions masked for age.
-        messages: The conversation, redacted (only when the request asked for it).
+    ``masks`` hold the id where the policy sampled it and ``-100`` elsewhere; ``logprobs``
+    hold ``1.0`` at masked positions; ``trainable`` means exact (Phase 2) tokens;
+    ``messages`` travel, redacted, only when asked for.
     """
 
     task_id: str
@@ -345,19 +323,9 @@ class GroupResult:
     """A group as a worker answers it: its rollouts, or why there are none.
 
     Attributes:
-        group_id: The request's id.
-        environment: The request's environment.
-        outcome: ``ok``, ``retried``, ``zeroed``, ``masked`` or ``stale`` as
-            :class:`~hermes_async.agent.ScoredGroup` has them, or ``failed``.
-        rollouts: One record per rollout (none when ``failed``).
-        failure: Why a ``failed`` group has no rollouts (``agent_timeout``: its deadline
-            passed; ``infra``: the worker died, refused or broke; ``cancelled``: the caller
-            cancelled it).
-        failure_counts: Failures per category over every attempt.
+        outcome: ``ok``, ``retried``, ``zeroed``, ``masked``, ``stale`` or ``failed``.
+        failure: Why a ``failed`` group has none: ``agent_timeout``, ``infra`` or ``cancelled``.
         worker: The worker that answered ("" when the driver made the result itself).
-        seconds: Wall time on the worker.
-        policy_version: The request's policy version.
-        attempts: Workers the group was sent to (> 1 after a driver's retry elsewhere).
     """
 
     group_id: str
@@ -447,8 +415,7 @@ class GroupResult:
         """Read a result.
 
         Raises:
-            WorkerError: Not a result of this wire version, or malformed (misaligned rows, an
-                unknown outcome or failure category).
+            WorkerError: Not a result of this wire version, or malformed.
         """
         try:
             if not isinstance(obj, dict):

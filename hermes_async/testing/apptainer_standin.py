@@ -1,37 +1,8 @@
-"""A stand-in ``apptainer`` executable: the CLI subset the singularity backend uses, on host
-processes.
+"""A stand-in ``apptainer`` executable: the CLI subset the singularity backend uses, on host processes.
 
-For testing :mod:`hermes_async.tools.sandbox.apptainer` where no Apptainer is installed.
-:func:`write_launcher` writes an executable named ``apptainer`` that runs this module::
-
-    launcher = write_launcher(tmp_path / "bin", state_dir=tmp_path / "instances")
-    backend = ApptainerBackend(ApptainerSandboxConfig(executable=str(launcher), ...))
-
-What it implements (the backend's whole use of the CLI):
-
-* ``--version``
-* ``[-q|--quiet] instance start [FLAGS...] IMAGE NAME``: records the instance under the state
-  directory and starts its "init" (a ``sleep`` in a session of its own carrying the instance's
-  marker). ``IMAGE`` must be an existing file or contain ``://`` (nothing is pulled).
-  ``--home SRC:DEST`` makes ``DEST`` the instance's ``$HOME`` (created). Its own flag
-  ``--standin-start-delay SECONDS`` makes the start take that long *after* the instance exists
-  (to test a cancelled start); ``--standin-fail`` makes it fail. Other flags are accepted and
-  ignored.
-* ``instance list [NAME]``: one line per running instance (``NAME PID IMAGE``).
-* ``[-q] exec [--cleanenv] instance://NAME PROGRAM ARGS...``: replaces itself with
-  ``PROGRAM`` (so killing the CLI's process kills the program, as with the real starter), in an
-  environment of ``PATH``, ``HOME`` and the ``APPTAINERENV_*`` variables (prefix removed), plus
-  the marker ``HERMES_ASYNC_SANDBOX=NAME``; exit 255 with ``FATAL`` for an unknown instance.
-* ``instance stop [--force|-F] NAME``: kills every process carrying the instance's marker
-  (SIGTERM, up to 5 s, SIGKILL; SIGKILL at once with ``--force``), found in ``/proc`` with the
-  local backend's process-isolation helpers, and forgets the instance.
-
-What it does not model: **isolation**. This is the local backend's process isolation (marker
-variable + ``/proc``), not namespaces: a command sees this host's filesystem, processes and
-network; there is no image filesystem (``IMAGE`` is only recorded), no ``--containall`` PID
-namespace (membership is the marker, which ``env -i`` escapes), no ``--writable-tmpfs``, no
-bind of ``--home``'s ``SRC``. Tests using it must point ``workdir`` and ``home`` at private
-host directories.
+:func:`write_launcher` writes it; pass its path as ``ApptainerSandboxConfig(executable=...)``.
+It models the CLI (``instance start/list/stop``, ``exec``), not isolation: commands see
+this host, so tests point ``workdir`` and ``home`` at private folders.
 """
 
 from __future__ import annotations
@@ -59,10 +30,8 @@ def write_launcher(directory: Path, *, state_dir: Path, name: str = "apptainer")
     """Write an executable ``directory/name`` that runs the stand-in with ``state_dir``.
 
     The backend gives the CLI an allowlisted environment, so the launcher carries the state
-    directory and this checkout's import path itself. It runs this file as a script (not
-    ``-m``): ``exec``, the call made for every command, then imports only the standard library
-    (0.1 s instead of 1 s for the package); ``instance stop`` imports the local backend's
-    process helpers.
+    directory and import path itself. It runs this file as a script: ``exec`` then imports
+    only the standard library (0.1 s instead of 1 s for the package).
     """
     directory.mkdir(parents=True, exist_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -1,28 +1,11 @@
-"""FakeSandbox: an in-memory sandbox with scripted commands, latency and fault injection.
-
-For deterministic tests of the agent loop, of tools and of your own environment's reward
-function, without processes or containers::
+"""FakeSandbox: an in-memory sandbox with scripted commands, latency and fault injection::
 
     fake = FakeSandbox(exec_script={"pytest -q": ExecResult("1 passed", "", 0)})
-    factory = FakeSandboxFactory(sandbox=fake)           # or FakeSandboxFactory(exec_script=...)
-    async with SandboxManager(factory) as manager:
+    async with SandboxManager(FakeSandboxFactory(sandbox=fake)) as manager:
         ...
 
-Latency is ``anyio.sleep``, so under trio's ``MockClock(autojump_threshold=0)`` a test with
-minutes of scripted latency runs instantly. Faults: creation fails (``fail_create``), creation
-hangs (``create_hangs``), exec raises (``exec_error``), exec hangs until cancelled
-(``exec_hangs``), exec returns an error (script a non-zero :class:`ExecResult`), the sandbox
-dies (:meth:`FakeSandbox.die`, or after some commands with ``dies_after_execs``: every later
-operation raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`, as a real
-backend's would after an OOM kill or a vanished container), closing is slow or hangs
-(``close_latency``; the manager's ``close_timeout`` bounds it).
-
-Files live in a dict keyed by normalized absolute path; archives are real tar data, so
-``put_archive``/``get_archive`` behave (and reject traversal) like a real backend. Background
-processes are records you finish from the test with :meth:`FakeSandbox.finish_background`.
-Every ``exec`` is recorded as the :class:`~hermes_async.tools.sandbox.base.ExecRequest` the
-backend received (:attr:`FakeSandbox.calls`); every close as its ``interrupted`` flag
-(:attr:`FakeSandbox.closes`).
+Latency is ``anyio.sleep``, free under trio's ``MockClock``. Every exec is recorded in
+:attr:`FakeSandbox.calls`.
 """
 
 from __future__ import annotations
@@ -72,17 +55,15 @@ class FakeSandbox(Sandbox):
     """An in-memory :class:`~hermes_async.tools.sandbox.base.Sandbox`.
 
     Args:
-        task_id: The rollout it belongs to.
         files: Initial files (path -> bytes or str; relative paths resolve against ``workdir``).
         exec_script: How commands are answered (see :data:`ExecScript`); unscripted commands
-            exit 127 with ``fake: command not scripted``.
+            exit 127.
         latency: Seconds every operation takes (a number, or ``command -> seconds`` for exec).
-        exec_error: Raised by every ``exec`` (e.g. ``SandboxError("connection lost")``).
+        exec_error: Raised by every ``exec``.
         exec_hangs: Every ``exec`` blocks until cancelled.
-        dies_after_execs: After this many commands, the sandbox is dead: every later
-            ``exec`` raises ``SandboxError("the sandbox died ...")`` (``None``: never).
+        dies_after_execs: After this many commands every later operation raises
+            ``SandboxUnavailableError`` (``None``: never).
         close_latency: Seconds ``aclose`` takes (``math.inf``: it hangs until cancelled).
-        workdir: The working directory.
     """
 
     #: Commands reach the script exactly as the tool wrote them: the terminal's working-directory
@@ -167,9 +148,8 @@ class FakeSandbox(Sandbox):
     async def exec_request(self, request: ExecRequest) -> ExecResult:
         """Answer the command from the script, after the scripted latency.
 
-        A scripted latency longer than ``timeout`` gives exit 124 and ``timed_out``; stdout
-        longer than ``output_limit`` bytes is cut to head + tail with the marker real backends
-        use.
+        Latency over ``timeout`` gives exit 124 and ``timed_out``; stdout over ``output_limit``
+        is cut to head + tail as real backends do.
 
         **Cancellation**: nothing to clean up.
         """
@@ -273,11 +253,9 @@ class FakeSandbox(Sandbox):
         return pack_files({"./" + p[len(prefix) :]: self.files[p] for p in found})
 
     async def aclose(self, interrupted: bool = False) -> None:
-        """Mark the sandbox closed (idempotent; ``close_count`` counts calls, ``closes`` keeps
-        their ``interrupted`` flags), after ``close_latency``.
+        """Mark the sandbox closed after ``close_latency``; idempotent, each call recorded in ``closes``.
 
-        **Cancellation**: the sandbox is marked closed anyway (a real backend's kill is not
-        undone by an abandoned wait).
+        **Cancellation**: the sandbox is marked closed anyway, as a real backend's kill would be.
         """
         self.close_count += 1
         self.closes.append(interrupted)
@@ -316,8 +294,7 @@ class FakeSandbox(Sandbox):
         self.append_background_output(session_id, output)
 
     def append_background_output(self, session_id: str, output: str) -> None:
-        """Add output to a background process (test hook); the log keeps its last
-        :data:`BACKGROUND_LOG_LIMIT_BYTES` characters."""
+        """Add output to a background process (test hook); the log keeps its tail."""
         log = self._outputs[session_id] + output
         excess = len(log) - BACKGROUND_LOG_LIMIT_BYTES
         if excess > 0:
@@ -378,13 +355,11 @@ class FakeSandboxFactory:
     """A ``SandboxManager`` factory producing :class:`FakeSandbox` es, with creation faults.
 
     Args:
-        sandbox: Return this one sandbox for every task (its ``task_id`` is updated);
-            otherwise a new ``FakeSandbox(task_id, **sandbox_kwargs)`` per call.
-        create_latency: Seconds each creation takes (``anyio.sleep``).
+        sandbox: Hand out this one sandbox for every task; otherwise a new
+            ``FakeSandbox(task_id, **sandbox_kwargs)`` per call.
         fail_create: Exception raised by creations (``None``: never fail).
         fail_times: With ``fail_create``: fail only the first ``n`` creations (``None``: all).
-        create_hangs: Creations block until cancelled (the manager's ``create_timeout`` fires).
-        **sandbox_kwargs: Passed to each new :class:`FakeSandbox`.
+        create_hangs: Creations block until cancelled.
     """
 
     def __init__(

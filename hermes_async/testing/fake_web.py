@@ -1,26 +1,9 @@
 """Fakes for testing code that uses the web tools without touching the network.
 
-* :class:`FakeResolver` answers host-name lookups from a table (no DNS query is ever sent).
-* :class:`LoopbackOnlyTransport` is an httpx transport that connects **only** to 127.0.0.0/8.
-  Requests to other addresses either follow a route you declare (a "public" IP mapped onto a
-  loopback test server, so a test can play the internet) or are refused and recorded as a
-  violation. Inject it as ``WebSettings.transport``: even if the SSRF guard were broken, no
-  traffic could leave the machine, and :meth:`LoopbackOnlyTransport.assert_no_violations`
-  fails the test.
-* :class:`FakeWebProvider` is an ASGI app that plays Firecrawl, Tavily or Exa: it records each
-  request (path, headers, JSON body) and answers with canned results, an HTTP error, or no
-  answer at all (to exercise timeouts). Serve it with
-  :func:`hermes_async.testing.http.open_loopback_server`.
-
-Example::
-
-    provider = FakeWebProvider("tavily")
-    async with open_loopback_server(provider) as base_url:
-        transport = LoopbackOnlyTransport()
-        settings = WebSettings(tavily_api_key="tvly-test", tavily_url=base_url,
-                               transport=transport)
-        ...
-        transport.assert_no_violations()
+:class:`FakeResolver` answers lookups from a table; :class:`LoopbackOnlyTransport`
+reaches only 127.0.0.0/8 and records any other attempt, so even a broken SSRF guard sends
+nothing out; :class:`FakeWebProvider` is an ASGI app playing Firecrawl, Tavily or Exa
+(serve it with :func:`hermes_async.testing.http.open_loopback_server`).
 """
 
 from __future__ import annotations
@@ -74,14 +57,11 @@ class LoopbackOnlyTransport(httpx.AsyncBaseTransport):
     """An httpx transport that can only reach loopback addresses.
 
     Args:
-        routes: ``"ip"`` or ``"ip:port"`` -> loopback base URL (``"http://127.0.0.1:8123"``).
-            A request to a routed address is sent to that server instead, keeping its path,
-            query and ``Host`` header.
+        routes: ``"ip"`` or ``"ip:port"`` -> loopback base URL; such a request goes there,
+            keeping its path, query and ``Host`` header.
 
-    Every other destination that is not an IP literal in 127.0.0.0/8 (including any host
-    *name*, which would need DNS) is refused with ``httpx.ConnectError`` and recorded in
-    :attr:`violations`. :attr:`requests` lists every URL asked for (before routing) and
-    :attr:`sni_hostnames` the TLS server name each request carried.
+    Any other destination outside 127.0.0.0/8, host names included, is refused with
+    ``httpx.ConnectError`` and recorded in :attr:`violations`.
     """
 
     def __init__(self, routes: Mapping[str, str] | None = None) -> None:
@@ -138,13 +118,10 @@ class FakeWebProvider:
     """An ASGI app playing one web provider (Firecrawl v2, Tavily or Exa).
 
     Attributes:
-        provider: Which API to play.
-        pages: URL -> ``(title, markdown)`` served by the extract endpoints; other URLs fail
-            per URL (the provider's own per-URL failure shape).
+        pages: URL -> ``(title, markdown)`` for the extract endpoints; other URLs fail per URL.
         results: Search hits as ``(title, url, description)``.
-        status: When set, every request is answered with this HTTP status and ``error_body``.
-        error_body: JSON body of those error answers.
-        hang: Never answer (the app waits until the client disconnects): a timeout test.
+        status: When set, every request gets this HTTP status and ``error_body``.
+        hang: Never answer (until the client disconnects): a timeout test.
         requests: Every request received, in order.
     """
 

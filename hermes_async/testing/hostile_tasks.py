@@ -1,21 +1,9 @@
-"""Hostile Harbor task folders (issue #38, rows T1-T8): one function per attack, for tests and
-environment authors to point their loaders and verifiers at.
+"""Hostile Harbor task folders (issue #38, rows T1-T8): one function per attack.
 
-Each function writes a task folder (or a rows file) under ``root`` and returns its path. What
-each must get from a loader that holds (this package's does, see ``docs/security.md``):
-
-* :func:`link_out` (T1) — ``instruction.md`` links to ``/proc/self/environ``: refused at load.
-* :func:`huge_file` (T3) — a sparse 3 GiB file in ``tests/``: refused at load by size.
-* :func:`huge_integer_reward` (T4) — ``reward.json`` holds a 400-digit integer: an error
-  reading for that task; the pass goes on.
-* :func:`out_of_range_reward` (T5) — ``reward.txt`` says ``1e308``: an error reading.
-* :func:`member_bomb` (T6) — a rows file whose ``tests_tar`` is a gzip of 800,000 empty
-  members: refused at the member cap while reading.
-* :func:`nan_reward` (T7) — ``{"reward": NaN, "tests_total": 5}``: an error reading, never 5.
-* :func:`unbounded_task` (T8) — timeouts of 1e308, 1e18 CPUs, a 10^20 GB memory and a
-  ``sleep infinity`` verifier: clamped to the operator's maxima and killed at the bound.
-* :func:`in_tree_link` — ``tests/dd/x -> ..``: a legitimate link, kept.
-* :func:`plain_task` — a well-behaved task with a given reward (the control).
+Each writes a task folder (or rows file) under ``root`` and returns its path, for tests
+and environment authors to point their loaders at. The function docstrings say the
+attack; docs/security.md says what a loader that holds must do with each. Two controls:
+:func:`in_tree_link` (a legitimate link, kept) and :func:`plain_task`.
 """
 
 from __future__ import annotations
@@ -76,7 +64,7 @@ def plain_task(root: Path, name: str = "plain", reward: float = 1.0) -> Path:
 
 
 def link_out(root: Path, name: str = "t1-link-out", target: str = "/proc/self/environ") -> Path:
-    """T1: ``instruction.md`` is a symbolic link out of the folder (to the host's environ)."""
+    """T1: ``instruction.md`` links to ``/proc/self/environ``; refused at load."""
     folder = plain_task(root, name)
     (folder / "instruction.md").unlink()
     os.symlink(target, folder / "instruction.md")
@@ -84,7 +72,7 @@ def link_out(root: Path, name: str = "t1-link-out", target: str = "/proc/self/en
 
 
 def huge_file(root: Path, name: str = "t3-huge-file", size: int = 3 << 30) -> Path:
-    """T3: a sparse file of ``size`` bytes in ``tests/`` (no disk used, ``st_size`` huge)."""
+    """T3: a sparse file of ``size`` bytes in ``tests/``; refused at load by size."""
     folder = plain_task(root, name)
     with (folder / "tests" / "big.bin").open("wb") as f:
         f.truncate(size)
@@ -92,19 +80,19 @@ def huge_file(root: Path, name: str = "t3-huge-file", size: int = 3 << 30) -> Pa
 
 
 def huge_integer_reward(root: Path, name: str = "t4-huge-integer") -> Path:
-    """T4: ``reward.json`` holds a 400-digit integer."""
+    """T4: ``reward.json`` holds a 400-digit integer; an error reading, the pass goes on."""
     return _task(
         root, name, test_sh=_writes("/logs/verifier/reward.json", '{"reward": ' + "9" * 400 + "}")
     )
 
 
 def out_of_range_reward(root: Path, name: str = "t5-out-of-range", value: str = "1e308") -> Path:
-    """T5: ``reward.txt`` holds a number outside Harbor's 0..1."""
+    """T5: ``reward.txt`` holds a number outside Harbor's 0..1; an error reading."""
     return _task(root, name, test_sh=_writes("/logs/verifier/reward.txt", value))
 
 
 def nan_reward(root: Path, name: str = "t7-nan") -> Path:
-    """T7: ``reward.json`` holds ``{"reward": NaN, "tests_total": 5}``."""
+    """T7: ``reward.json`` holds ``{"reward": NaN, "tests_total": 5}``; an error reading, never 5."""
     return _task(
         root,
         name,
@@ -113,7 +101,7 @@ def nan_reward(root: Path, name: str = "t7-nan") -> Path:
 
 
 def unbounded_task(root: Path, name: str = "t8-unbounded") -> Path:
-    """T8: absurd resources and timeouts, and a verifier that never ends."""
+    """T8: absurd resources and timeouts and a verifier that never ends; clamped, killed at the bound."""
     toml = (
         'version = "1.0"\n'
         "[verifier]\ntimeout_sec = 1e308\n"
@@ -133,8 +121,7 @@ def in_tree_link(root: Path, name: str = "in-tree-link") -> Path:
 
 
 def member_bomb(root: Path, name: str = "t6-member-bomb", members: int = 800_000) -> Path:
-    """T6: a Hermes rows file (``.jsonl``) whose ``tests_tar`` is a gzip of ``members`` empty
-    tar members (about 1.8 MB for 800,000). Returns the file."""
+    """T6: a rows file whose ``tests_tar`` gzips ``members`` empty members; refused at the cap."""
     raw = io.BytesIO()
     header = tarfile.TarInfo("e").tobuf(tarfile.GNU_FORMAT)
     with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:

@@ -1,22 +1,7 @@
 """Serve an ASGI app to httpx clients in tests: over real loopback HTTP, or in-process.
 
-Two helpers, both async context managers that own their tasks:
-
-* :func:`open_loopback_server` runs the app under `hypercorn <https://hypercorn.readthedocs.io>`_
-  on ``127.0.0.1`` with an ephemeral port, on the *current* async backend (asyncio or trio),
-  and yields its base URL. Use it when the test must exercise real sockets: connection pools,
-  a server that cuts the TCP connection, the server noticing a client disconnect.
-* :func:`open_asgi_transport` yields an ``httpx.AsyncBaseTransport`` that calls the app
-  in-process (no sockets) **and streams**: body chunks reach the client as the app sends them,
-  and closing the response early delivers ``http.disconnect`` to the app.
-
-Why not ``httpx.ASGITransport``? It runs the app to completion and buffers the whole body
-before returning the response (httpx 0.28). That is fine for request/response endpoints, but a
-streaming endpoint is then not streamed at all: a stalled stream blocks the request itself, a
-cancelled caller cancels the app's coroutine (it runs in the caller's task) instead of
-disconnecting, and no read timeout ever applies. :func:`open_asgi_transport` keeps the
-streaming semantics a real server has; the app runs in a task of the context manager's task
-group.
+:func:`open_asgi_transport` streams, unlike ``httpx.ASGITransport`` (0.28), which buffers
+the whole body: a stalled stream would block the request and no read timeout apply.
 """
 
 from __future__ import annotations
@@ -52,32 +37,14 @@ SERVER_SHUTDOWN_GRACE_SECONDS = 1.0
 async def open_loopback_server(
     app: ASGIApp, *, host: str = "127.0.0.1", startup_timeout: float = 10.0
 ) -> AsyncIterator[str]:
-    """Serve ``app`` over HTTP/1.1 on ``host`` with an ephemeral port; yield ``"http://host:port"``.
+    """Serve ``app`` over HTTP/1.1 on an ephemeral port; yield ``"http://host:port"``.
 
-    The socket is bound before the server starts, so the URL is valid (connections queue in the
-    backlog) as soon as it is yielded. The server runs under hypercorn's asyncio or trio worker,
-    whichever backend the caller is running on, in a task group owned by this context manager.
-    Needs the ``testing`` extra (``hypercorn``).
+    The socket is bound first, so the URL is valid once yielded. Needs the ``testing`` extra.
+    ``lifespan`` is answered here (hypercorn's trio worker fails on apps that ignore it), so
+    do start-up work before entering the block.
 
-    Example::
-
-        async with open_loopback_server(app) as base_url:
-            async with httpx.AsyncClient(base_url=base_url) as client:
-                response = await client.get("/health")
-
-    Args:
-        app: An ASGI 3 application. It only sees ``http`` (and ``websocket``) scopes: the
-            ``lifespan`` protocol is answered here (hypercorn's trio worker fails on apps that
-            ignore it), so do start-up work before entering the block.
-        host: Interface to bind; keep the loopback default in tests.
-        startup_timeout: Seconds to wait for the app's lifespan startup.
-
-    Yields:
-        The base URL, without a trailing slash.
-
-    **Cancellation**: leaving the block (normally, by error or by cancellation) triggers a
-    graceful shutdown bounded by :data:`SERVER_SHUTDOWN_GRACE_SECONDS` (in-flight requests are
-    then cancelled), run shielded so the socket is always closed.
+    **Cancellation**: leaving the block starts a shielded graceful shutdown bounded by
+    :data:`SERVER_SHUTDOWN_GRACE_SECONDS`; the socket is always closed.
     """
     sock = bind_socket(host, 0)
     port = sock.getsockname()[1]
@@ -156,20 +123,9 @@ async def answer_lifespan(
 async def open_asgi_transport(app: ASGIApp) -> AsyncIterator[httpx.AsyncBaseTransport]:
     """Yield an httpx transport that runs ``app`` in-process with real streaming semantics.
 
-    Each request starts the app as a task in this context manager's task group. Response body
-    chunks travel through a memory stream, so the client sees each one as soon as the app sends
-    it, and the client's read timeout applies as it would on a socket (``httpx.ReadTimeout``).
-    Closing the response before the body ended (an ``async with client.stream(...)``
-    left early, or a cancelled reader) makes the app's next ``receive()`` return
-    ``{"type": "http.disconnect"}`` and its next ``send()`` raise ``OSError``, as a real
-    server would. If the app fails before sending a response, the exception is raised to the
-    client as ``httpx.RemoteProtocolError``.
-
-    Example::
-
-        async with open_asgi_transport(app) as transport:
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
-                ...
+    Chunks reach the client as sent, so read timeouts apply; closing the response early
+    gives the app ``http.disconnect``. An app that fails before responding is
+    ``httpx.RemoteProtocolError``.
 
     **Cancellation**: leaving the block cancels every request still running in the app.
     """
@@ -337,11 +293,7 @@ async def open_app_endpoint(
     """Serve ``app`` one way or the other; yield ``(base_url, transport)`` for a client.
 
     With ``loopback`` the app runs under :func:`open_loopback_server` and ``transport`` is
-    ``None`` (use the network); otherwise it is an :func:`open_asgi_transport` and
-    ``base_url`` is ``"http://scripted.test"``. Handy to run one test both ways::
-
-        async with open_app_endpoint(server, loopback=True) as (base_url, transport):
-            async with VLLMGenerateClient(base_url, transport=transport) as client: ...
+    ``None``; otherwise it is an :func:`open_asgi_transport` at ``"http://scripted.test"``.
 
     **Cancellation**: as for the two helpers.
     """

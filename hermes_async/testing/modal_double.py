@@ -1,31 +1,8 @@
-"""A double of the part of modal 1.6's async API that the Modal backend uses, for offline tests.
+"""A double of the part of modal 1.6's async API the Modal backend uses, for offline tests.
 
-Modal cannot be reached from CI (no network, no credentials), so
-:class:`~hermes_async.tools.sandbox.modal.ModalBackend` takes a ``modal=`` object; pass a
-:class:`FakeModal`. It mirrors modal's shapes and names:
-
-* ``await modal.App.lookup.aio(name, create_if_missing=True)``
-* ``modal.Image.from_registry(tag)`` (lazy, no I/O)
-* ``sb = await modal.Sandbox.create.aio("sleep", "infinity", app=..., image=..., workdir=...,
-  timeout=..., cpu=..., memory=..., block_network=...)``
-* ``p = await sb.exec.aio(*argv, env=..., workdir=..., timeout=..., text=False)`` -> a process
-  whose ``stdout`` / ``stderr`` support ``async for chunk in ...`` and ``read.aio()``, with
-  ``wait.aio()``, ``poll.aio()`` and ``returncode`` (which, as in modal, raises before ``wait``)
-* ``sb.filesystem.read_bytes.aio(path)`` / ``write_bytes.aio(data, path)`` (absolute paths,
-  parents created, modal's ``SandboxFilesystem*Error`` class names)
-* ``await sb.terminate.aio()``; calling the blocking forms (``Sandbox.create(...)``) raises,
-  because async code must never use them.
-
-Commands really run, as local subprocesses of this host (so the backend's process-group
-wrapper, streaming and kill logic are exercised for real): give the sandboxes a temporary
-``workdir``. Every process carries a marker variable; ``terminate`` kills all of them, like
-Modal ending the container.
-
-Faults are injected per operation name (``"App.lookup"``, ``"Sandbox.create"``, ``"exec"``,
-``"filesystem.read_bytes"``, ``"filesystem.write_bytes"``, ``"terminate"``): ``hang={...}``
-makes a call wait forever (what an offline Modal call does for ~57 s), ``fail={op: exc}``
-raises ``exc``. Counters (:attr:`FakeModal.creates_in_flight`, ``max_creates_in_flight``,
-``create_start_times``) let tests check the backend's rate limiter.
+Pass a :class:`FakeModal` as ``ModalBackend(modal=...)``. Commands run as local
+subprocesses, so the backend's kill logic is exercised. Faults per operation name:
+``hang={...}`` (an offline Modal call waits ~57 s) and ``fail={op: exc}``.
 """
 
 from __future__ import annotations
@@ -172,12 +149,11 @@ class _ExceptionNamespace:
 
 
 class FakeModal:
-    """Stands in for the ``modal`` module (see the module docstring).
+    """Stands in for the ``modal`` module.
 
     Args:
         hang: Operation names whose calls never return.
         fail: Operation name -> exception its calls raise.
-        create_delay_seconds: How long each ``Sandbox.create`` takes.
         extra_env: Variables every command sees (besides PATH, HOME, LANG).
     """
 

@@ -1,20 +1,9 @@
 """A conformance suite every sandbox backend runs (local, Docker, Modal, yours).
 
-Each check is an ``async (sandbox) -> None`` that raises ``AssertionError`` on a violation; it
-gets a fresh, open sandbox and leaves closing it to the caller (``aclose`` is idempotent, so a
-check that closes the sandbox itself — ``interrupted_close_is_final`` — is fine). Run them from
-pytest::
-
-    from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS
-
-    @pytest.mark.parametrize("check", CONFORMANCE_CHECKS.values(), ids=CONFORMANCE_CHECKS.keys())
-    async def test_conformance(check):
-        # ``async with`` owns the close: shielded, bounded by the sandbox's close_timeout.
-        async with await my_factory("conformance") as sandbox:
-            await check(sandbox)
-
-or all at once with :func:`run_conformance`. The checks need ``sh``, ``bash``, ``tar``,
-``setsid``, ``mkfifo``, ``head`` and ``sleep`` in the sandbox (any Debian/Ubuntu image).
+Each check in :data:`CONFORMANCE_CHECKS` is an ``async (sandbox) -> None`` that raises
+``AssertionError``; give each a fresh sandbox and close it after, or call
+:func:`run_conformance`. The sandbox needs ``sh``, ``bash``, ``tar``, ``setsid``,
+``mkfifo``, ``head`` and ``sleep`` (any Debian/Ubuntu image).
 """
 
 from __future__ import annotations
@@ -250,8 +239,7 @@ async def check_archive_keeps_in_tree_links(sb: Sandbox) -> None:
 
 
 async def check_stream_file_and_archive(sb: Sandbox) -> None:
-    """``stream_file`` / ``stream_archive`` hand over the bytes in chunks and stop at
-    ``max_bytes`` with ``TransferLimitError``; missing paths raise ``FileNotFoundError``."""
+    """``stream_file`` / ``stream_archive`` deliver chunks, stop at ``max_bytes``, miss with ``FileNotFoundError``."""
     payload = bytes(range(256)) * 1024
     await sb.write_bytes("stream/blob.bin", payload)
     got = bytearray()
@@ -292,10 +280,11 @@ class _SinkStop(Exception):
 
 
 async def check_stream_sink_error_stops_the_transfer(sb: Sandbox) -> None:
-    """A sink that raises ends ``stream_file`` / ``stream_archive`` at once with its exception
-    (not an exception group), even while the command in the sandbox has far more to send than
-    any pipe holds; the sandbox stays usable. (A backend that stops reading the output but
-    waits for the command to end would wait for the transfer's deadline instead.)"""
+    """A raising sink ends the stream at once with its own exception; the sandbox stays usable.
+
+    Even while the command has more to send than a pipe holds: a backend that waited for the
+    command to end would wait for the transfer's deadline instead.
+    """
     r = await sb.exec("mkdir -p sinkstop && head -c 16000000 /dev/zero > sinkstop/big.bin")
     assert r.exit_code == 0, r
 
@@ -412,11 +401,9 @@ async def run_conformance(
 ) -> dict[str, str | None]:
     """Run checks (all by default), each on a fresh sandbox; return ``name -> failure or None``.
 
-    A close that fails raises (a backend whose ``aclose`` breaks does not conform); one that
-    overruns ``close_timeout`` is logged and abandoned.
+    A close that fails raises; one that overruns ``close_timeout`` is logged and abandoned.
 
-    **Cancellation**: the sandbox of the running check is closed (shielded, bounded by
-    ``close_timeout``; ``interrupted=True``).
+    **Cancellation**: the running check's sandbox is closed (shielded, bounded, interrupted).
     """
     results: dict[str, str | None] = {}
     for name in names or CONFORMANCE_CHECKS:

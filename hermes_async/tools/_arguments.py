@@ -1,12 +1,9 @@
 """Tool-call argument decoding, coercion and validation against a tool's JSON schema.
 
-Models often get argument *types* slightly wrong in harmless ways: ``"timeout": "30"``,
-``"background": "true"``, an array passed as a JSON-encoded string, or a single path where an
-array of paths was asked for. The reference coerced these before dispatch; so do we, then we
-validate with ``jsonschema`` and turn any remaining problem into one sentence that names the
-field, so the model can fix its next call.
-
-Everything here is pure (no I/O) and raises :class:`~hermes_async.errors.ToolArgumentsError`.
+Models get argument types slightly wrong in harmless ways (``"timeout": "30"``, an array as
+a JSON string, one path for a list). We coerce these as the reference did, then validate
+with ``jsonschema`` and turn any remaining problem into one sentence naming the field. Pure;
+raises :class:`~hermes_async.errors.ToolArgumentsError`.
 """
 
 from __future__ import annotations
@@ -30,20 +27,14 @@ _FALSE = {"false", "no", "0"}
 
 
 def decode_arguments(raw: str | bytes | Mapping[str, Any] | None) -> JSONObject:
-    """Turn a tool call's ``arguments`` (a JSON object string, or already a mapping) into a dict.
+    """Turn a tool call's ``arguments`` (a JSON object string or a mapping) into a dict.
 
-    An empty or missing string means "no arguments". A JSON string that itself contains a JSON
-    object string (double-encoded, as some models and servers produce) is decoded once more.
-
-    Model text is hostile input, so whatever it holds becomes either a dict that serializes
-    again (request bodies, JSONL) or a :class:`~hermes_async.errors.ToolArgumentsError` for the
-    model: nesting deeper than 64 levels is refused (plain ``json.loads`` raises
-    ``RecursionError`` at about 1,000), lone surrogates (``"\\ud800"``) and invalid UTF-8 in
-    ``bytes`` become U+FFFD. A mapping is held to the same rules.
+    Empty means no arguments; a double-encoded object is decoded once more. Model text is
+    hostile: nesting past 64 levels is refused (``json.loads`` would hit ``RecursionError``),
+    lone surrogates and invalid UTF-8 become U+FFFD, so the result always serializes again.
 
     Raises:
-        ToolArgumentsError: The text is not valid JSON, nests too deep, or the value is not an
-            object.
+        ToolArgumentsError: Not valid JSON, too deep, or not an object.
     """
     if raw is None:
         return {}
@@ -166,9 +157,8 @@ def _coerce_value(value: Any, schema: Mapping[str, Any]) -> Any:
 def coerce_arguments(schema: Mapping[str, Any], args: Mapping[str, Any]) -> JSONObject:
     """Apply the reference's lenient coercions to ``args`` as described by an object ``schema``.
 
-    Numeric and boolean strings become numbers and booleans, JSON-encoded arrays and objects are
-    decoded, and a bare scalar given for an array parameter becomes a one-element array.
-    Properties the schema does not describe are left as they are.
+    Numeric and boolean strings, JSON-encoded arrays and objects, and a scalar for an array
+    are converted; undescribed properties are left alone.
     """
     props = schema.get("properties")
     if not isinstance(props, Mapping):
@@ -193,15 +183,12 @@ _META_VALIDATOR = Draft202012Validator(Draft202012Validator.META_SCHEMA)
 def parameters_validator(tool_name: str, schema: object) -> Draft202012Validator:
     """The validator of a tool's ``parameters``, checked and built once per distinct schema.
 
-    The first time a schema is seen it is checked against the JSON Schema 2020-12 meta-schema
-    (~0.7 ms for a built-in tool's schema), and its root must describe an object (a call's
-    arguments are one); later calls with an equal schema cost one ``json.dumps``.
-    :meth:`ToolRegistry.register <hermes_async.tools.ToolRegistry.register>` calls this, so a
-    broken schema is refused when its tool is registered, not at the model's first call.
+    The first check against the 2020-12 meta-schema costs ~0.7 ms; ``ToolRegistry.register``
+    calls this, so a broken schema fails at registration, not at the model's first call.
 
     Raises:
-        ConfigError: ``schema`` is not a JSON object, not a valid JSON Schema, or its root
-            ``type`` excludes ``"object"``; the message names the tool and where the problem is.
+        ConfigError: ``schema`` is not a valid JSON Schema of an object; the message names
+            the tool and where.
     """
     where = f"tool {tool_name!r}: parameters"
     if not isinstance(schema, Mapping):

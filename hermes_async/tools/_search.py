@@ -1,21 +1,8 @@
 """``search_files``: the shell command run inside the sandbox and the shaping of its output (pure).
 
-The search runs where the files are, as one shell script per call: ripgrep when the sandbox has
-``rg`` (detected by the script itself, so no extra round trip), GNU ``grep -r`` otherwise, and
-``find`` for file-name search. Every user value reaches the shell through :func:`shlex.quote`.
-
-Output protocol of the script (marker lines come first, before any file data)::
-
-    @engine grep            which engine ran (rg or grep)
-    @total 312              content mode only: number of matching lines in total
-    <records>               engine output, capped with ``head``
-
-Content records use ``--null`` / ``-Z`` so a path is followed by a NUL byte (paths may contain
-``:`` and ``-``): ``path\\0<line>:<text>`` for a match, ``path\\0<line>-<text>`` for a context
-line, ``--`` between context groups.
-
-Differences between engines the model may notice: ripgrep skips hidden and git-ignored files
-and uses Rust regex syntax; grep searches everything except ``.git`` and uses POSIX ERE (``-E``).
+One script per call, where the files are: ripgrep if present, else ``grep -r``, and
+``find`` for names; user values pass through ``shlex.quote``. Content records are
+``path\\0<line>:<text>``: a NUL, since paths may hold ``:``.
 """
 
 from __future__ import annotations
@@ -42,10 +29,7 @@ _LINE_BYTES = MAX_MATCH_CHARS * 4 + 4
 
 
 def shell_path(path: str) -> str:
-    """``path`` as one shell word: quoted, with a leading ``~`` / ``~/`` meaning ``$HOME``.
-
-    ``~user`` forms are not expanded (taken literally).
-    """
+    """``path`` as one shell word, with a leading ``~`` / ``~/`` meaning ``$HOME`` (not ``~user``)."""
     if path == "~":
         return '"$HOME"'
     if path.startswith("~/"):
@@ -80,7 +64,12 @@ def _name_test(pattern: str) -> str:
 
 
 def build_search_script(req: SearchRequest) -> str:
-    """The shell script that performs ``req`` inside the sandbox (see the module docstring)."""
+    """The shell script that performs ``req`` inside the sandbox.
+
+    It prints ``@engine`` and (content mode) ``@total`` lines, then the engine's capped
+    records. ripgrep skips hidden and git-ignored files and uses Rust regexes; grep searches
+    all but ``.git`` with POSIX ERE.
+    """
     p = shell_path(req.path)
     missing = f'if [ ! -e {p} ]; then echo "@missing"; exit 0; fi\n'
     if req.target == "files":
@@ -177,9 +166,8 @@ def _files_page(req: SearchRequest, files: list[str]) -> JSONObject:
 def parse_search_output(req: SearchRequest, stdout: str) -> JSONObject:
     """Turn the script's output into the tool's result object (always JSON-serializable).
 
-    Shape: ``{"total_count", "matches": [{"path", "line", "content"}]?, "files"?, "counts"?,
-    "truncated"?, "hint"?, "error"?}``; the pagination hint is a key of the object (the
-    reference appended it after the JSON, which made the result invalid JSON).
+    The pagination hint is a key of the object; the reference appended it after the JSON,
+    which made the result invalid JSON.
     """
     lines = stdout.split("\n")
     if lines and lines[0] == "@missing":

@@ -1,37 +1,15 @@
-"""V4A patches: parse the text a model writes, apply its hunks to file contents (pure, no I/O).
-
-The format (used by Codex-style agents and by the reference's ``patch`` tool in ``patch`` mode)::
+"""V4A patches: parse the text a model writes, apply its hunks to file contents (pure, no I/O)::
 
     *** Begin Patch
     *** Update File: src/app.py
     @@ def main():
-         setup()
     -    run(debug=True)
     +    run(debug=False)
-    *** Add File: notes/todo.txt
-    +first line
-    +second line
     *** Delete File: old.txt
     *** End Patch
 
-Update sections hold hunks. A hunk starts at ``@@`` (optionally followed by a hint: a line of the
-file near the change, e.g. the enclosing ``def``); its lines start with ``' '`` (context), ``'-'``
-(removed) or ``'+'`` (added). ``*** Move to: <path>`` right after ``*** Update File:`` renames the
-file; ``*** End of File`` anchors the preceding hunk at the end of the file. The reference's
-``*** Move File: a -> b`` line is accepted too.
-
-Matching a hunk: its context and removed lines, in order, must appear as consecutive lines of the
-file. They are searched from where the previous hunk ended (from the hint's line when the hint is
-found), then from the top; first exactly, then ignoring trailing whitespace, then ignoring
-surrounding whitespace, then also folding typographic quotes and dashes to ASCII. A hunk that does
-not match is an error that names the file and the first line that could not be found, so the model
-can re-read the file and retry. Nothing is written unless every operation of the patch applies
-(the shell in :mod:`hermes_async.tools.files` writes only after :func:`apply_update` succeeded for
-every file), which the reference did not guarantee.
-
-Leniency kept from the reference: missing ``*** Begin Patch`` / ``*** End Patch`` markers, a
-context line whose leading space was dropped, blank context lines, ``\\ No newline at end of
-file`` markers (ignored).
+A hunk matches as consecutive lines, from the previous hunk or its ``@@`` hint, then
+from the top, ever more lenient about whitespace and quotes.
 """
 
 from __future__ import annotations
@@ -89,15 +67,7 @@ class Hunk:
 
 @dataclass(frozen=True, slots=True)
 class FileOp:
-    """One file operation of a patch.
-
-    Attributes:
-        kind: ``"add"``, ``"update"`` or ``"delete"``.
-        path: The file, as written in the patch.
-        hunks: For ``update``: the hunks, in order.
-        content: For ``add``: the new file's content.
-        move_to: For ``update``: the new path when the file is renamed.
-    """
+    """One file operation: ``hunks`` and ``move_to`` for an update, ``content`` for an add."""
 
     kind: Literal["add", "update", "delete"]
     path: str
@@ -169,9 +139,13 @@ class _Builder:
 def parse_patch(text: str) -> list[FileOp]:
     """Parse V4A patch text into file operations.
 
+    Also reads ``*** Add File:``, ``*** Move to:`` (a rename) and ``*** End of File`` (anchors
+    a hunk at the end). Missing Begin/End markers, context lines without their space and
+    ``\\ No newline at end of file`` are accepted, as the reference does.
+
     Raises:
-        PatchParseError: The text holds no operation, an operation has no path, an update has
-            no hunk, or an ``Add File`` line lacks its ``+`` prefix.
+        PatchParseError: No operation, an operation without path, an update without a hunk,
+            or an ``Add File`` line without ``+``.
     """
     lines = text.replace("\r\n", "\n").split("\n")
     start = 0
@@ -344,11 +318,10 @@ def _explain_miss(path: str, number: int, hunk: Hunk, lines: Sequence[str]) -> s
 def apply_update(path: str, content: str, hunks: Sequence[Hunk]) -> str:
     """Apply ``hunks`` to ``content`` (the file named ``path``) and return the new content.
 
-    Line endings: a file using ``\\r\\n`` keeps them. A missing final newline stays missing.
+    ``\\r\\n`` endings and a missing final newline are kept.
 
     Raises:
-        PatchApplyError: A hunk's context/removed lines are not found; the message names the
-            file, the hunk and the first line that is missing.
+        PatchApplyError: A hunk does not match; names the file, the hunk and the missing line.
     """
     crlf = "\r\n" in content
     text = content.replace("\r\n", "\n") if crlf else content

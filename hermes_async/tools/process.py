@@ -1,27 +1,8 @@
 """The ``process`` tool: manage background processes started with ``terminal(background=true)``.
 
-Processes belong to the rollout's sandbox, so a rollout only ever sees its own (the scoping the
-reference did by ``task_id``). Actions and results (the reference's shapes)::
-
-    list    {"processes": [{"session_id", "command", "cwd", "pid", "started_at",
-                            "uptime_seconds", "status": "running"|"exited",
-                            "output_preview", "exit_code"?}]}
-    poll    {"session_id", "command", "status", "pid", "uptime_seconds", "output_preview",
-             "exit_code"?}
-    log     {"session_id", "status", "output", "total_lines", "showing"}
-    wait    {"status": "exited"|"timeout", "exit_code"?, "output", "timeout_note"?}
-    kill    {"status": "killed"|"already_exited", "session_id", "exit_code"?}
-    write   {"status": "ok", "bytes_written": n}      (submit: the same, with a newline added)
-    close   {"status": "ok", "message": "stdin closed"}
-    unknown id  {"status": "not_found", "error": "No process with ID proc_..."}
-
-Background output is kept on disk in a bounded ring (the last
-:data:`~hermes_async.tools.sandbox.base.BACKGROUND_LOG_LIMIT_BYTES`); once the ring has dropped
-the beginning, outputs start with a ``[... N bytes of earlier output dropped ...]`` line and
-``poll``/``log``/``list`` rows carry ``output_dropped_bytes``.
-
-``wait`` polls with a growing interval (0.1 s doubling to 1 s) and is clamped to the terminal
-timeout (``TERMINAL_TIMEOUT``). Cancelling a ``wait`` stops waiting; the process keeps running.
+A rollout sees only its own sandbox's processes. Results keep the reference's shapes
+(docs/architecture.md, "The process tool's results"); cancelling ``wait`` leaves the
+process running.
 """
 
 from __future__ import annotations

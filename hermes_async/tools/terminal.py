@@ -1,50 +1,8 @@
 """The ``terminal`` tool: run a shell command in the rollout's sandbox.
 
-Foreground result (the reference's shape)::
-
-    {"output": "hello\\n", "exit_code": 0, "error": null}
-    {"output": "", "exit_code": 1, "error": null, "exit_code_meaning": "No matches found (not an error)"}
-    {"output": "partial...", "exit_code": 124, "error": "Command timed out after 5 seconds"}
-
-Background result (``background=true``)::
-
-    {"output": "Background process started", "session_id": "proc_1a2b3c4d5e6f", "pid": 4242,
-     "exit_code": 0, "error": null, "hint": "..."}
-
-Output is ANSI-stripped and, past :data:`MAX_OUTPUT_CHARS`, cut to 40 % head + 60 % tail with the
-reference's ``... [OUTPUT TRUNCATED - N chars omitted out of M total] ...`` marker.
-
-Timeouts: a call without ``timeout`` gets the rollout's default command timeout,
-:attr:`ToolRuntime.terminal_timeout <hermes_async.tools.registry.ToolRuntime.terminal_timeout>`
-(the environment's ``terminal_timeout``, the same on every backend); outside an environment
-the reference's ``TERMINAL_TIMEOUT`` variable, else 180 s. An explicit ``timeout`` wins, up to
-``TERMINAL_MAX_FOREGROUND_TIMEOUT`` (600 s) in the foreground; larger foreground timeouts are
-refused with a hint to use ``background=true`` (the reference's rule).
-
-Session state, as the reference keeps it: **the working directory carries over**. Each command
-runs in a fresh shell (local, Docker, Modal alike), started in the directory the previous
-command ended in; ``cd build`` in one call makes the next ``make`` run in ``build``. How, on every
-backend at once: the command runs under a small wrapper that first ``cd`` s to the recorded
-directory, ``eval`` s the command, then prints ``<marker><pwd>`` at the end of stdout, where
-``<marker>`` is a random per-call nonce the model cannot guess; the tool strips that line and
-records the directory for the sandbox (per task id: the sandbox of the rollout, so the reward's
-``ctx.terminal`` continues where the model stopped, as in the reference). A command that ends
-without reaching the trailer (``exit``, a timeout, ``exec``) leaves the recorded directory as it
-was; a recorded directory that no longer exists falls back to the sandbox's working directory,
-with a note on stderr. ``workdir`` runs that one command in the given directory and leaves the
-recorded one alone. Background processes start in the recorded directory.
-
-What does **not** carry over: environment variables (``export``), shell options, functions and
-aliases. Keeping them would need one long-lived shell per sandbox, fed through a PTY or pipes on
-every backend; that shell would then own every command's process group, its output framing and
-its timeouts, and one stuck command would wedge the session (the reference kept a persistent
-shell only for ssh). Directory tracking gives models what they rely on; put variables on the
-same line (``FOO=1 make``) or in a file you ``source``.
-
-Other differences from the reference, on purpose: a timeout keeps the partial output instead of
-returning ``""``; ``pty``, ``notify_on_complete`` and ``watch_patterns`` are accepted for schema
-compatibility but have no effect (there is no PTY and no notifier in an RL rollout); backend
-errors are not retried.
+Results keep the reference's shape. Each command runs in a fresh shell; the working
+directory carries over, environment variables do not (why, and the timeout rules:
+docs/decisions/003-terminal-session-state.md).
 """
 
 from __future__ import annotations
@@ -200,7 +158,7 @@ def truncate_output(text: str, max_chars: int = MAX_OUTPUT_CHARS) -> str:
 
 
 def exit_code_meaning(command: str, exit_code: int) -> str | None:
-    """A short explanation of a non-zero exit code that is often *not* an error.
+    """A short explanation of a non-zero exit code that is often not an error.
 
     Looks at the last command of a pipeline or list (``a | grep x`` -> ``grep``).
     """
@@ -237,16 +195,13 @@ def _env_number(name: str, default: int) -> int:
 def terminal_timeout() -> int:
     """The reference's default command timeout: ``TERMINAL_TIMEOUT`` or 180 seconds.
 
-    Only for code outside an environment: a rollout's default is its runtime's
-    ``terminal_timeout`` (see :func:`default_command_timeout`).
+    Only outside an environment; see :func:`default_command_timeout`.
     """
     return _env_number("TERMINAL_TIMEOUT", DEFAULT_TERMINAL_TIMEOUT_SECONDS)
 
 
 def default_command_timeout(runtime: ToolRuntime) -> float:
-    """The timeout of a command that gives none: the runtime's ``terminal_timeout``, else the
-    run's (:func:`~hermes_async.tools.registry.use_tool_defaults`), else
-    :func:`terminal_timeout` (``TERMINAL_TIMEOUT`` or 180 s)."""
+    """A command's default timeout: the runtime's, else the run's, else :func:`terminal_timeout`."""
     if runtime.terminal_timeout is not None:
         return float(runtime.terminal_timeout)
     ambient = current_tool_defaults().terminal_timeout
@@ -280,8 +235,6 @@ class _NoSandbox(Exception):
 
 async def get_sandbox(runtime: ToolRuntime) -> Sandbox:
     """The rollout's sandbox, or raise an internal error carrying the model-visible result.
-
-    Shared by ``terminal`` and ``process``.
 
     **Cancellation**: as ``SandboxManager.get``.
     """
@@ -329,13 +282,12 @@ def _tracks_cwd(sandbox: Sandbox) -> bool:
 
 
 def session_cwd(sandbox: Sandbox) -> str | None:
-    """The directory the sandbox's last foreground command ended in (``None``: not yet known,
-    commands start in the sandbox's working directory)."""
+    """The directory the sandbox's last command ended in (``None``: not known yet)."""
     return _SESSION_CWD.get(_session_key(sandbox))
 
 
 def _wrap(command: str, cwd: str | None, marker: str) -> str:
-    """The command under the session wrapper (see the module docstring)."""
+    """The command under the session wrapper (see docs/decisions/003-terminal-session-state.md)."""
     lines = []
     if cwd is not None:
         lines.append(
@@ -370,17 +322,15 @@ async def run_in_session(
     workdir: str | None = None,
     stdin: bytes | None = None,
 ) -> ExecResult:
-    """Run ``command`` as the terminal does: in the session's directory, which it then updates.
+    """Run ``command`` in the session's directory, which it then updates.
 
-    With ``workdir`` the command runs there and the session's directory is left alone.
-    ``stdin`` is fed to the command (``execute_code`` sends its program that way). Used by
-    ``terminal`` and ``execute_code``.
+    With ``workdir`` it runs there and the session's directory is left alone. ``stdin`` is
+    fed to the command (``execute_code`` sends its program that way).
 
     Raises:
         SandboxError: The sandbox cannot be reached.
 
-    **Cancellation**: the command's process group is killed (the backend's ``exec``); the
-    session's directory is unchanged.
+    **Cancellation**: the process group is killed; the session's directory is unchanged.
     """
     if workdir or not _tracks_cwd(sandbox):
         return await sandbox.exec(

@@ -1,13 +1,7 @@
 """The ``todo`` tool: a task list the model keeps for itself during one rollout.
 
-Each rollout has its own :class:`~hermes_async.tools._todo_store.TodoStore` on its
-:class:`~hermes_async.tools.registry.ToolRuntime`, so concurrent rollouts never see each other's
-lists. Calling without ``todos`` reads the list.
-
-Result (always)::
-
-    {"todos": [{"id": "1", "content": "write tests", "status": "in_progress"}],
-     "summary": {"total": 1, "pending": 0, "in_progress": 1, "completed": 0, "cancelled": 0}}
+Each rollout's ``ToolRuntime`` holds its own list. Calling without ``todos`` reads it.
+The result is always ``{"todos": [...], "summary": {"total", "pending", ...}}``.
 """
 
 from __future__ import annotations

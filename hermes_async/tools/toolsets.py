@@ -1,21 +1,8 @@
 """Toolsets and toolset distributions, with the reference's names and numbers.
 
-A *toolset* is a named group of tool names (``terminal`` = ``terminal`` + ``process``); a
-composite toolset includes others. A *distribution* gives each toolset an inclusion probability
-in percent; an environment samples one set of toolsets per group, so rollouts in a group see the
-same tools and groups differ.
-
-Toolsets whose tools this project does not implement (``vision``, ``image_gen``, ``moa``) are
-still *valid names* here, because the reference's distributions mention them; resolving them
-yields tool names that simply are not registered, and they drop out of the tool definitions.
-Toolsets whose tools cannot exist in an RL rollout (``memory``, ``session_search``,
-``delegation``) resolve the same way, and a call to one of their tools gets the reference's
-"... is not available in RL environments." error
-(:data:`~hermes_async.tools.registry.NOT_AVAILABLE_IN_RL`). ``skills`` (read-only skill
-documents) and ``code_execution`` (``execute_code``) are implemented.
-``browser`` is the reference's RL-era toolset: the ten ``browser_*`` tools
-(:mod:`hermes_async.tools.browser`) plus ``web_search``; its tools are offered when the browser
-engine is installed (the ``browser`` extra and a Chromium executable).
+A distribution gives each toolset an inclusion probability, sampled once per group.
+Toolsets we do not implement (``vision``) or that cannot exist in RL (``memory``) stay
+valid names because the reference's distributions mention them.
 """
 
 from __future__ import annotations
@@ -254,7 +241,7 @@ def resolve_toolsets(
 
     Args:
         enabled: Toolsets to include; ``None`` means every toolset.
-        disabled: Toolsets subtracted last (after expanding includes).
+        disabled: Toolsets subtracted last.
 
     Raises:
         ValueError: A name in either list is not a toolset.
@@ -274,10 +261,8 @@ def resolve_toolsets(
 def sample_toolsets_from_distribution(name: str, rng: random.Random | None = None) -> list[str]:
     """Sample a set of toolsets from the distribution called ``name``.
 
-    Each toolset is included independently with probability ``percent / 100``, in the
-    distribution's order, using ``rng`` (pass a seeded ``random.Random`` for reproducible
-    groups). If nothing is selected, the most likely toolset is returned alone, so a group never
-    ends up with no tools.
+    Each toolset is included independently with probability ``percent / 100``; seed ``rng``
+    for reproducible groups. If none is chosen, the most likely one is returned alone.
 
     Raises:
         ValueError: ``name`` is not a distribution; the message lists the valid ones.

@@ -1,11 +1,9 @@
 """Terminal-Bench 2 and Harbor tasks: the loader, the verifier contract, passes, job folders.
 
-:mod:`.task` / :mod:`.files` (task folders, bounded reads), :mod:`.rows` (Hermes dataset
-rows), :mod:`.dataset` (load, select, local registry), :mod:`.contract` (the runtime
-contract as pure decisions), :mod:`.trial` (one trial on a project sandbox), :mod:`.images`
-(image map, stand-ins), :mod:`.runner` (a pass), :mod:`.job` (Harbor's job layout),
-:mod:`.report` (metrics, table), :mod:`.env` (the atroposlib environment; loaded lazily).
-``tasks/`` holds the bundled task set, ``fixtures/`` negative fixtures for the harness.
+Task folders and rows load (:mod:`.task`, :mod:`.rows`, :mod:`.dataset`), trials follow
+:mod:`.contract` on a project sandbox (:mod:`.trial`), and passes (:mod:`.runner`) write
+Harbor job folders (:mod:`.job`). ``tasks/`` holds the bundled tasks, ``fixtures/`` the
+harness's negative fixtures.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The Harbor runtime contract as pure decisions: steps, reward files, statuses.
 
-Nothing here does I/O; :mod:`.trial` runs the steps on a project sandbox. One trial::
-
-    setup     mkdir /logs/{agent,verifier,artifacts} (0777)                      as root
-    agent     the model, the oracle (/solution/solve.sh) or nothing  as [agent].user
-    collect   [[verifier.collect]] hooks, best effort
-    prepare   stop the agent's processes; empty /tests and /logs/verifier          as root
-    verify    bash /tests/test.sh (cwd: workdir; TEST_DIR + [verifier.env])  as [verifier].user
-    score     reward.json or reward.txt, read back bounded
-
-A missing, unreadable, non-finite or out-of-range reward is a ``verifier`` failure with no
-reward, never 0 and never the test script's exit code. Design record with the reasons:
-``docs/decisions/`` (Terminal-Bench contract).
+:mod:`.trial` runs the steps on a sandbox: setup, agent, collect, prepare, verify, score.
+Invariant: a missing, unreadable, non-finite or out-of-range reward is a ``verifier``
+failure with no reward, never 0 and never ``test.sh``'s exit code.
+Reasons: ``docs/decisions/039-terminal-bench.md``.
 """
 
 from __future__ import annotations
@@ -135,7 +127,7 @@ def _step(
 
 
 def workdir_for(task: HarborTask, image_workdir: str | None) -> str:
-    """The agent's and verifier's working directory (see the module docs)."""
+    """The agent's and verifier's working directory: the task's, else the image's, else ``/``."""
     return task.environment.workdir or image_workdir or "/"
 
 
@@ -145,9 +137,11 @@ def _root(script: str, what: str) -> Step:
 
 
 def setup_spec() -> Step:
-    """Create the contract's log folders (0777: the agent and verifier may be non-root) and
-    print the container's process ids: what runs before the agent (an image's entrypoint
-    service) is kept by the hygiene before grading (:func:`parse_pids`)."""
+    """Create the log folders and print the container's process ids.
+
+    The folders are 0777: agent and verifier may be non-root. Processes running before the
+    agent (an entrypoint service) survive the hygiene before grading (:func:`parse_pids`).
+    """
     dirs = " ".join((AGENT_LOGS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR))
     return _root(
         f"mkdir -p {dirs} && chmod 0777 {LOGS_DIR} {dirs} && "
@@ -187,10 +181,7 @@ def read_spec(path: str, *, max_bytes: int, tail: bool) -> Step:
 
 
 def oracle_spec(task: HarborTask, *, workdir: str, timeout: float | None = None) -> Step:
-    """``bash /solution/solve.sh`` as the agent's user, with ``[solution.env]``.
-
-    Output goes to ``/logs/agent/oracle.txt`` (read back bounded, like the verifier's).
-    """
+    """``bash /solution/solve.sh`` as the agent's user, output to ``/logs/agent/oracle.txt``."""
     return _step(
         "solution/solve.sh",
         f"bash {SOLUTION_DIR}/solve.sh > {ORACLE_STDOUT} 2>&1",
@@ -254,13 +245,13 @@ def prepare_verifier_spec(
 ) -> Step:
     """Stop the agent's leftovers, then recreate ``/tests`` and ``/logs/verifier`` empty.
 
-    ``keep``: processes that ran before the agent (:func:`setup_spec`'s snapshot) survive.
-    ``rm -rf`` removes a symlink the agent may have put at ``/tests`` rather than its target.
+    ``keep``: processes from :func:`setup_spec`'s snapshot survive.
     """
     keep_line = "HERMES_KEEP_PIDS=" + shlex.quote(" ".join(map(str, sorted(keep))))
     steps = [keep_line, _STOP_STRAYS] if stop_agent_processes else []
     # A SIGKILLed writer can still be finishing a write on a loaded machine while rm runs
     # ("Directory not empty"): the removal is retried briefly (the last try's error stands).
+    # rm -rf removes a symlink the agent may have put at /tests, not its target.
     steps.append(
         f"for _ in 1 2 3 4; do rm -rf {TESTS_DIR} {VERIFIER_LOGS_DIR} 2>/dev/null && break; "
         "sleep 0.25; done\n"
@@ -290,10 +281,9 @@ class RewardReading:
     """What the reward files said.
 
     Attributes:
-        reward: The reward, or None when the verifier produced none that can be read.
+        reward: None when the verifier produced none that can be read.
         metrics: Every numeric field of ``reward.json`` (``{"reward": r}`` for reward.txt).
-        source: ``"reward.json"``, ``"reward.txt"`` or None.
-        error: Why there is no reward (None when there is one).
+        error: Why there is no reward.
     """
 
     reward: float | None
@@ -342,14 +332,12 @@ def _parse_txt(data: bytes) -> tuple[float | None, str | None]:
 
 
 def read_reward(reward_txt: bytes | None, reward_json: bytes | None) -> RewardReading:
-    """Score a trial from the contents of its reward files (None: the file does not exist).
+    """Score a trial from its reward files' contents (None: the file does not exist).
 
-    ``reward.json`` wins over ``reward.txt`` (Harbor's order); its finite numbers are the
-    metrics. The reward is its ``reward`` key; only when that key is absent, ``reward.txt``,
-    else the object's first number. A reward present but not a finite number in
-    :data:`REWARD_RANGE` is an error reading, never replaced by another number.
-
-    Never raises: an unreadable file is a :class:`RewardReading` with ``error`` set.
+    ``reward.json`` wins over ``reward.txt`` (Harbor's order); its ``reward`` key is the
+    reward, and only when that key is absent ``reward.txt``, else the first number. A reward
+    present but not finite or out of :data:`REWARD_RANGE` is an error, never replaced.
+    Never raises.
     """
     if reward_json is not None:
         return _read_json(reward_json, reward_txt)
@@ -414,8 +402,8 @@ def trial_status(
 ) -> tuple[TrialStatus, float | None, str | None]:
     """``(status, reward, error)`` of a graded trial.
 
-    The verifier decides the reward; the exit code of ``test.sh`` plays no part. A verifier
-    failure outranks an agent timeout in the status (there is no reward to qualify).
+    The verifier decides the reward; ``test.sh``'s exit code plays no part. A verifier
+    failure outranks an agent timeout.
     """
     if verifier_timed_out:
         return "verifier", None, f"tests/test.sh timed out after {verifier_timeout:g} s"

@@ -1,10 +1,9 @@
 """Load a Harbor dataset (folders or Hermes rows), select tasks by name, resolve names locally.
 
-:func:`load_dataset` takes one task folder, a directory of task folders, or a ``.jsonl`` /
-``.parquet`` file of Hermes rows; a bad *task* is reported in :attr:`LoadReport.invalid` and
-the rest load. :func:`resolve_dataset` turns ``terminal-bench@2.0`` into a local folder
-through a registry file (a name -> a folder, or a git checkout at a pinned commit), so
-Harbor's dataset names work offline. :func:`select` applies ``task_filter`` / ``skip_tasks``.
+:func:`load_dataset` takes a task folder, a folder of them, or a ``.jsonl`` / ``.parquet``
+file of rows; a bad task lands in :attr:`LoadReport.invalid` and the rest load.
+:func:`resolve_dataset` maps ``terminal-bench@2.0`` to a local folder through a registry
+file, so Harbor's dataset names work offline. :func:`select` applies the name filters.
 """
 
 from __future__ import annotations
@@ -44,13 +43,7 @@ __all__ = (
 
 @dataclass(frozen=True, slots=True)
 class LoadReport:
-    """What :func:`load_dataset` found.
-
-    Attributes:
-        tasks: The valid tasks, in dataset order (folders sorted by name, rows in file order).
-        invalid: ``(name, reason)`` for every task that was skipped.
-        source: The path that was loaded.
-    """
+    """What :func:`load_dataset` found: valid ``tasks`` in dataset order, and ``invalid`` ``(name, reason)`` pairs."""
 
     tasks: tuple[HarborTask, ...]
     invalid: tuple[tuple[str, str], ...]
@@ -89,14 +82,7 @@ def load_dataset(
     local_images: frozenset[str] = LOCAL_IMAGES,
     limits: TaskLimits | None = None,
 ) -> LoadReport:
-    """Load every task under ``path`` (see the module docs for what ``path`` may be).
-
-    Args:
-        path: A task folder, a directory of task folders, or a ``.jsonl`` / ``.parquet`` file.
-        cache_dir: Where rows are materialised (default: :func:`~.rows.default_cache_dir`
-            ``/ "terminalbench-rows"``).
-        local_images: Images that need no registry (for the network flags).
-        limits: The operator's maxima for every task (default :class:`~.task.TaskLimits`).
+    """Load every task under ``path``: a task folder, a folder of them, or a rows file.
 
     Raises:
         ConfigError: ``path`` does not exist or cannot be read as a dataset.
@@ -179,7 +165,6 @@ class Selection:
     """What :func:`select` chose.
 
     Attributes:
-        tasks: The selected tasks, in dataset order.
         unknown: Names in ``task_filter`` or ``skip_tasks`` that match no task.
     """
 
@@ -194,8 +179,7 @@ def select(
 ) -> Selection:
     """Keep exactly the tasks named in ``task_filter`` (all when empty), minus ``skip_tasks``.
 
-    Names match :attr:`HarborTask.name` exactly (no globs: a selection must be reproducible
-    from the command line that made it).
+    Names match exactly, no globs, so a selection is reproducible from its command line.
     """
     wanted = parse_names(task_filter)
     skipped = set(parse_names(skip_tasks))
@@ -219,20 +203,13 @@ def default_registry() -> Path:
 def resolve_dataset(spec: str | Path, *, registry: str | Path | None = None) -> Path:
     """The local path of a dataset: ``spec`` itself when it exists, else its registry entry.
 
-    The registry is a TOML file of entries keyed ``"name@version"``::
-
-        [datasets."terminal-bench@2.0"]
-        path = "/data/terminal-bench-2/tasks"          # a folder of task folders
-        [datasets."termigen@1"]
-        git = "/data/terminal-bench-env"              # a local git checkout ...
-        commit = "aaad6aeff9b58ab7504a7d239f01f8b11c7174ef"   # ... that must be at this commit
-        subdir = "environments_harbor"
-
-    A bare ``name`` matches when exactly one version of it is registered.
+    The registry is a TOML file of ``[datasets."name@version"]`` tables with ``path``, or
+    ``git`` + ``commit`` (a local checkout that must be at that commit) and ``subdir``. A bare
+    ``name`` matches when exactly one version is registered.
 
     Raises:
-        ConfigError: No such path or entry, an unreadable registry, or a checkout at another
-            commit than the entry pins.
+        ConfigError: No such path or entry, an unreadable registry, or a checkout at
+            another commit.
     """
     path = Path(spec).expanduser()
     if path.exists():

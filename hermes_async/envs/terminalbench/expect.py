@@ -1,11 +1,9 @@
 """What a harness check expects of a trial (pure): the oracle pass table's rules.
 
-* A real task: ``oracle`` scores 1.0 with status ``ok``; ``null`` scores its floor
-  (``[metadata].null_floor``, default 0.0) with status ``ok``.
-* A negative fixture (``tags`` holds ``"negative"``) says what its ``oracle`` run must end
-  as in ``[metadata]``: ``expect_status`` (default ``ok``), ``expect_reward`` (absent: the
-  reward must be null) and ``expect_error`` (a substring of the error). Fixtures are not
-  run with ``null`` and never count in a pass rate.
+A real task: ``oracle`` scores 1.0 and ``null`` its ``[metadata].null_floor`` (0.0), both
+``ok``. A negative fixture (tag ``"negative"``) states its oracle outcome in
+``[metadata]`` (``expect_status``, ``expect_reward``, ``expect_error``); fixtures never run
+with ``null`` nor count in a pass rate.
 """
 
 from __future__ import annotations
@@ -30,13 +28,7 @@ _STATUSES: dict[str, TrialStatus] = {status: status for status in get_args(Trial
 
 @dataclass(frozen=True, slots=True)
 class Expectation:
-    """The outcome a trial must have.
-
-    Attributes:
-        status: The status it must end with.
-        reward: The reward (None: it must be null).
-        error_contains: A substring its error must contain (None: not checked).
-    """
+    """The outcome a trial must have; a None ``reward`` must be null, a None ``error_contains`` is unchecked."""
 
     status: TrialStatus
     reward: float | None

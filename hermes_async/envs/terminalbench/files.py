@@ -1,11 +1,9 @@
 """Reading a task folder from outside: regular files only, links kept inside, every read bounded.
 
-A task folder comes from a dataset somebody else wrote (git keeps symlinks, so a clone can
-carry ``instruction.md -> /proc/self/environ``). Everything the loader reads goes through
-here: :func:`read_text` opens one regular file inside the folder, at most ``max_bytes``;
-:func:`scan_tree` walks a subfolder (``tests/``, ``solution/``, ``environment/``) without
-following links and refuses what could not be uploaded or built as it is. Bounds:
-:class:`FolderLimits`. A breach is a :class:`TaskError` for that task only.
+A clone can carry ``instruction.md -> /proc/self/environ``, so the loader reads only through
+:func:`read_text` (one regular file inside the folder, bounded) and :func:`scan_tree` (a
+subfolder walked without following links). Bounds: :class:`FolderLimits`. A breach is a
+:class:`TaskError` for that task only.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ class TaskError(ConfigError):
     """A task folder or row is invalid; the message names the task, the field and the fix.
 
     Attributes:
-        task: The task id (folder name or row ``task_name``).
         reason: What is wrong, without the task name (for a report line).
     """
 
@@ -37,13 +34,11 @@ class TaskError(ConfigError):
 
 @dataclass(frozen=True, slots=True)
 class FolderLimits:
-    """What one task folder may hold (far above any Terminal-Bench 2 task: its largest build
-    context with data files is a few MB; tests and solutions are KBs).
+    """What one task folder may hold; far above any Terminal-Bench 2 task (a few MB at most).
 
     Attributes:
         max_text_bytes: ``task.toml``, ``instruction.md``, a Dockerfile, ``test.sh``.
-        max_tree_bytes: Regular-file bytes in one subfolder (apparent sizes: a sparse file
-            counts at its full length).
+        max_tree_bytes: Regular-file bytes in one subfolder (apparent sizes).
         max_tree_entries: Files, folders and links in one subfolder.
     """
 
@@ -100,8 +95,7 @@ def read_text(task: str, folder: Path, relative: str, *, max_bytes: int) -> str 
 
 
 def scan_tree(task: str, root: Path, *, limits: FolderLimits, what: str) -> Tree:
-    """Check a subfolder without following links: regular files, folders and links whose
-    target stays inside ``root`` (``dd/x -> ..`` is fine); at most the limits.
+    """Check a subfolder without following links; links must stay inside ``root``.
 
     Raises:
         TaskError: A device, FIFO or socket; a link leaving ``root``; too many bytes or entries.

@@ -1,12 +1,9 @@
 """Which image a task runs on: the image map, stand-in images, and the task's SandboxSpec.
 
-Offline, a task's ``FROM python:3.12-slim`` can only build on an image the engine already
-has: the real one ``docker load``-ed, a mirror named by the image map
-(``--env.image_map python:3.12-slim=mirror/python:3.12-slim``), or a stand-in built from
-Debian packages by ``scripts/docker/standin_images.sh`` and tagged with the name tasks use.
-Stand-ins carry the label :data:`STANDIN_LABEL` (what they really are); a trial on one says
-so in its notes. :func:`offline_reasons` flags, before anything runs, what a task would
-reach the network for.
+Offline, ``FROM python:3.12-slim`` builds only on an image the engine has: loaded, mapped
+(``--env.image_map a=b``), or a stand-in from ``scripts/docker/standin_images.sh``.
+Stand-ins carry :data:`STANDIN_LABEL` and a trial on one says so. :func:`offline_reasons`
+flags what a task would fetch, before anything runs.
 """
 
 from __future__ import annotations
@@ -55,8 +52,7 @@ def _pairs(text: str, where: str) -> dict[str, str]:
 
 
 def parse_image_map(text: str | None = None, file: str | Path | None = None) -> dict[str, str]:
-    """The image map: ``file`` first (a JSON object, or lines ``a=b`` / ``a b`` with ``#``
-    comments), then ``text`` (``a=b,c=d``) on top.
+    """The image map: ``file`` (JSON, or ``a=b`` lines), then ``text`` (``a=b,c=d``) on top.
 
     Raises:
         ConfigError: An entry that is not ``name=image``, or an unreadable file.
@@ -103,10 +99,9 @@ def offline_reasons(
 ) -> tuple[str, ...]:
     """Why the task would need the network here (empty: it runs offline).
 
-    ``present`` maps each of :func:`task_images` to its labels (None: not on the engine). A
-    task whose ``docker_image`` the engine has needs no build, and with ``build_network``
-    (the builds' ``RUN`` steps reach a mirror) a build may fetch: their Dockerfile reasons
-    drop out. The verifier's (``tests/test.sh`` downloads) stay.
+    ``present`` maps each of :func:`task_images` to its labels (None: absent). A present
+    ``docker_image`` needs no build, and ``build_network`` lets builds fetch: their reasons
+    drop out; the verifier's stay.
     """
     env = task.environment
     prebuilt = env.docker_image is not None and (
@@ -148,14 +143,11 @@ def machine_cpus(task: HarborTask) -> float | None:
 def task_sandbox_spec(
     task: HarborTask, *, network: bool = False, image_map: Mapping[str, str] | None = None
 ) -> SandboxSpec:
-    """The task's :class:`SandboxSpec`: its build context (and ``docker_image``, used when the
-    engine has it), cpus, memory, storage, workdir, ``[environment.env]``, build deadline.
+    """The task's :class:`SandboxSpec`: build context or image, resources, workdir, env, deadline.
 
     Args:
-        task: The task.
-        network: Leave the network to the sandbox configuration (its ``network_mode``)
-            unless the task's ``[environment]`` says ``no-network``; default: none.
-        image_map: Image names replaced before use.
+        network: Leave the network to the sandbox configuration unless the task says
+            ``no-network``; default: none.
     """
     env = task.environment
     policy = task.network.get("environment")

@@ -1,17 +1,13 @@
-"""A Terminal-Bench run on disk, in Harbor's job layout, written as trials finish.
-
-::
+"""A Terminal-Bench run on disk, in Harbor's job layout, written as trials finish::
 
     <job>/config.json            the job's configuration (written once)
     <job>/results.jsonl          one row per finished trial, appended and flushed
-    <job>/result.json            the job's summary (rewritten at the end of each pass)
-    <job>/metrics.json           pass rates, pass@k, counts per status
-    <job>/<task>__<agent>-<n>/   one trial: config.json, result.json (Harbor's TrialResult
-                                 fields), agent/trajectory.json (ATIF), verifier/
+    <job>/result.json            the job's summary; metrics.json: pass rates, pass@k
+    <job>/<task>__<agent>-<n>/   one trial: config.json, result.json,
+                                 agent/trajectory.json (ATIF), verifier/
 
-A trial's folder is written first and its row last: the row is the commit. ``resume`` keeps
-every finished row byte for byte (:class:`~hermes_async.envs._resume.ResultsFile`) and the
-runner skips their keys. :class:`JobWriter` is the one seam between a pass and the disk.
+Invariant: a trial's folder is written first and its row last, so the row is the commit;
+``resume`` keeps every finished row byte for byte. :class:`JobWriter` is the one seam.
 """
 
 from __future__ import annotations
@@ -92,11 +88,10 @@ def trial_from_row(row: Mapping[str, Any]) -> TrialResult:
 
 
 class JobWriter:
-    """Writes one job folder (see the module docs). Synchronous, small files (KBs per trial).
+    """Writes one job folder; synchronous, small files (KBs per trial).
 
     Args:
-        root: The job folder.
-        config: The job's configuration (``config.json``; kept as it was on resume).
+        config: The job's configuration (kept as it was on resume).
         resume: Keep the finished rows and skip their trials; else start empty.
     """
 

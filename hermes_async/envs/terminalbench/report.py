@@ -1,9 +1,7 @@
 """What a Terminal-Bench pass reports: metrics (pass rate, pass@k), the table, ATIF trajectories.
 
-Pure builders. A trial *passes* when its status is ``ok`` and its reward 1.0; the mean reward
-is over every trial, one without a reward counting 0 — the table prints the same numbers as
-``metrics.json``. pass@k is the unbiased estimator over each task's attempts
-(1 - C(n-c, k) / C(n, k), averaged over tasks).
+Pure. A trial passes when its status is ``ok`` and its reward 1.0; the mean reward counts a
+missing reward as 0. pass@k is the unbiased estimator, averaged over tasks.
 """
 
 from __future__ import annotations
@@ -82,8 +80,10 @@ def pass_metrics(trials: Sequence[TrialResult]) -> dict[str, float]:
 def format_pass_table(
     results: Sequence[TrialResult], *, notes: Sequence[str | None] | None = None
 ) -> str:
-    """A plain-text table, one line per trial, then a pass line per agent kind (the numbers
-    :func:`pass_metrics` writes). ``notes`` (one per result) replaces the note column."""
+    """A plain-text table, a line per trial, then a pass line per agent kind.
+
+    ``notes`` (one per result) replaces the note column.
+    """
     header = ("task", "agent", "try", "status", "reward", "agent s", "verifier s", "note")
     rows = [
         (
@@ -128,11 +128,9 @@ def atif_trajectory(
     model_name: str | None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The conversation as an ATIF trajectory: one step per message.
+    """The conversation as an ATIF trajectory, redacted: one step per message.
 
-    An assistant message is an ``agent`` step with its ``tool_calls``; the ``tool`` messages
-    that answer them become that step's ``observation`` (matched by ``tool_call_id``).
-    Everything is redacted.
+    ``tool`` messages become the ``observation`` of the step whose call they answer.
     """
     steps: list[dict[str, Any]] = []
     by_call: dict[str, dict[str, Any]] = {}

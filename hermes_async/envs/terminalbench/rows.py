@@ -1,12 +1,8 @@
 """The Hermes dataset row format (``NousResearch/terminal-bench-2``), read from local files.
 
-One row per task (``task_name``, ``category``, ``instruction``, ``docker_image``,
-``environment_tar`` / ``tests_tar`` (base64 tar.gz), ``test_sh``; ``solution_tar`` is this
-project's extension), from JSONL or Parquet (extra ``terminalbench``). Each row is
-materialised once per content into an ordinary task folder under a cache directory (built
-in a temporary sibling, renamed into place), so everything downstream sees one format.
-Archives are extracted under :mod:`hermes_async.tools.sandbox.archive`'s rules, members read
-one at a time and capped while reading; a row that breaks a rule is invalid, nothing kept.
+Rows (JSONL or Parquet) are materialised once per content into ordinary task folders in a
+cache, so everything downstream sees one format. A row whose archive breaks
+:mod:`hermes_async.tools.sandbox.archive`'s rules is invalid; nothing of it is kept.
 """
 
 from __future__ import annotations
@@ -80,12 +76,8 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class RawRow:
-    """A row as read from the file, before validation.
-
-    Attributes:
-        label: What to call it in a report: its ``task_name``, else ``row <n>``.
-        data: The row's fields (None when the line was not a JSON object).
-        error: Why the line could not be read as a row.
+    """A row as read from the file: ``label`` is its ``task_name`` or ``row <n>``; ``data`` is None
+    when the line was not a JSON object.
     """
 
     label: str
@@ -95,17 +87,9 @@ class RawRow:
 
 @dataclass(frozen=True, slots=True)
 class HermesRow:
-    """A validated Hermes row (archives still base64 text).
+    """A validated Hermes row; archives are still base64 text of a tar.gz.
 
-    Attributes:
-        task_name: The task id (a folder name: letters, digits, ``.``, ``_``, ``-``).
-        category: The task's category.
-        instruction: The prompt.
-        docker_image: The prebuilt image, if any.
-        environment_tar: base64 of a tar.gz of the build context, if any.
-        tests_tar: base64 of a tar.gz of ``tests/``, if any.
-        test_sh: The verifier entry point, if given apart from ``tests_tar``.
-        solution_tar: base64 of a tar.gz of ``solution/`` (this project's extension).
+    ``task_name`` must be a folder name (letters, digits, ``.``, ``_``, ``-``).
     """
 
     task_name: str
@@ -136,12 +120,11 @@ def _label(data: Mapping[str, object], index: int) -> str:
 def read_rows(path: str | Path) -> Iterator[RawRow]:
     """The rows of a local ``.jsonl`` / ``.json`` (one object a line) or ``.parquet`` file.
 
-    A line that is not a JSON object is yielded as a :class:`RawRow` with ``error`` set (the
-    loader reports it); a file that cannot be read at all raises.
+    A line that is not a JSON object is a :class:`RawRow` with ``error`` set.
 
     Raises:
-        ConfigError: The file is missing, too large, of an unknown kind, or a Parquet file
-            without ``pyarrow`` installed (the message names the extra).
+        ConfigError: The file is missing, too large, of an unknown kind, or Parquet without
+            ``pyarrow`` (the message names the extra).
     """
     file = Path(path)
     if not file.is_file():
@@ -249,8 +232,7 @@ def _decode(task: str, field: str, text: str) -> bytes:
 
 
 def _unpack(row: HermesRow, field: str, text: str | None, dest: Path) -> Path:
-    """Create ``dest`` and extract the row's base64 tarball ``field`` into it (if any); the
-    archive's members may sit under a top folder named like ``dest``."""
+    """Create ``dest`` and extract the row's base64 tarball ``field`` into it, if any."""
     dest.mkdir()
     if text is not None:
         safe_extract(
@@ -273,19 +255,9 @@ def safe_extract(
 ) -> None:
     """Extract a tar (optionally gzipped) into ``dest`` under the archive rules.
 
-    Members are read one at a time and refused at :data:`MAX_ARCHIVE_MEMBERS` while reading
-    (a gzip of 800,000 empty members stops at the cap), and at :data:`MAX_ARCHIVE_BYTES` of
-    file data; every member passes :func:`~hermes_async.tools.sandbox.archive.check_member`
-    and the whole archive :func:`~hermes_async.tools.sandbox.archive.check_links` before
-    anything is written; extraction uses the ``data`` filter.
-
-    Args:
-        data: The archive bytes.
-        dest: The destination folder (created; should be fresh).
-        task: The task, for error messages.
-        what: The archive's field name, for error messages.
-        strip_root: A top-level folder name (``"tests"``) to strip when *every* member lies
-            under it (``tar czf x tests/`` and ``tar czf x -C tests .`` land the same way).
+    Members are read one at a time and refused at :data:`MAX_ARCHIVE_MEMBERS` or
+    :data:`MAX_ARCHIVE_BYTES`; all are checked before anything is written. ``strip_root``
+    (``"tests"``) is stripped when every member lies under it.
 
     Raises:
         TaskError: The archive is unreadable or breaks a rule (named in the message).
@@ -360,13 +332,10 @@ def _task_toml(row: HermesRow) -> str:
 
 
 def materialise_row(row: HermesRow, cache_dir: Path) -> Path:
-    """The row as a Harbor task folder under ``cache_dir`` (built once per row content).
-
-    Returns:
-        The folder (``<cache_dir>/<task_name>-<digest>``).
+    """The row as a task folder ``<cache_dir>/<task_name>-<digest>``, built once per content.
 
     Raises:
-        TaskError: An archive is invalid or breaks an extraction rule; nothing is kept.
+        TaskError: An archive is invalid; nothing is kept.
         OSError: The cache directory cannot be written.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -405,10 +374,7 @@ def materialise_row(row: HermesRow, cache_dir: Path) -> Path:
 
 
 def pack_dir(folder: Path) -> str:
-    """A folder as base64 of a reproducible tar.gz (sorted, mtime 0, owner root, no names).
-
-    Symlinks are stored as links; anything else but files and folders is skipped.
-    """
+    """A folder as base64 of a reproducible tar.gz; links stay links, other specials are skipped."""
     buf = io.BytesIO()
     with (
         gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz,
@@ -432,10 +398,7 @@ def pack_dir(folder: Path) -> str:
 
 
 def row_from_task_dir(folder: Path, *, category: str | None = None) -> dict[str, str | None]:
-    """A Hermes row (with ``solution_tar``) from a Harbor task folder, for fixtures and export.
-
-    ``tests/test.sh`` goes into ``test_sh`` and the rest of ``tests/`` into ``tests_tar``.
-    """
+    """A Hermes row (with ``solution_tar``) from a task folder, for fixtures and export."""
     import tomllib
 
     data = tomllib.loads((folder / "task.toml").read_text(encoding="utf-8"))
@@ -458,7 +421,7 @@ def row_from_task_dir(folder: Path, *, category: str | None = None) -> dict[str,
 
 
 def write_parquet(rows: list[dict[str, str | None]], path: Path) -> None:
-    """Write rows as a Parquet file with the Hermes columns (all strings; needs pyarrow).
+    """Write rows as a Parquet file with the Hermes columns.
 
     Raises:
         ConfigError: pyarrow is not installed (the message names the extra).

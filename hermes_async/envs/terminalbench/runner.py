@@ -1,12 +1,9 @@
 """A pass over Harbor tasks: every (task, attempt) a trial, contained, written as it finishes.
 
-:func:`run_pass` is the one loop the environment's ``evaluate``, ``check_tasks.py`` and the
-benchmark share. Per trial it decides first what needs no sandbox (an oracle run of a task
-without ``solve.sh`` is ``task_invalid``; a task that would reach for a network it does not
-have is ``needs_network`` unless the operator said run), then runs it; any failure of one
-trial is that trial's row, never the pass's end. Rows already in the job's
-``results.jsonl`` are not run again (resume). Cancellation (Ctrl-C) loses at most the trials
-in flight: every finished one is on disk.
+:func:`run_pass` is the one loop ``evaluate``, ``check_tasks.py`` and the benchmark share.
+What needs no sandbox is decided first (``task_invalid``, ``needs_network``). Invariant: a
+failing trial is that trial's row, never the pass's end; rows already in ``results.jsonl``
+are not run again; Ctrl-C loses at most the trials in flight.
 """
 
 from __future__ import annotations
@@ -62,14 +59,9 @@ class PassOptions:
     Attributes:
         agent: ``model``, ``oracle`` or ``null``.
         attempts: Trials per task (pass@k up to k = attempts).
-        concurrency: Trials at once.
-        timeout_multiplier: Scales every task's ``[agent].timeout_sec``.
-        network_tasks: ``skip``: a task that needs a network it does not have is a
-            ``needs_network`` row, not run; ``run``: it runs (its container on the sandbox
-            configuration's network) and its row says so.
-        image_map: Image names replaced before use (see :mod:`.images`).
-        build_network: Image builds reach a network (``build_network_mode``), so a
-            Dockerfile that installs packages is no reason to skip.
+        network_tasks: ``skip`` makes a task that needs a missing network a
+            ``needs_network`` row; ``run`` runs it on the configured network, and says so.
+        build_network: Image builds reach a network, so installing packages is no reason to skip.
     """
 
     agent: AgentKind = "oracle"
@@ -89,12 +81,8 @@ class PassOptions:
 
 @dataclass(frozen=True, slots=True)
 class TaskRun:
-    """One trial and what goes into its folder.
-
-    Attributes:
-        trial: The outcome.
-        messages: The conversation (model), or the oracle's prompt and output.
-        verifier_tar: ``/logs/verifier`` as a tar, when it could be copied.
+    """One trial and what goes into its folder: ``messages`` (the conversation, or the oracle's
+    prompt and output) and ``verifier_tar`` (``/logs/verifier``, when it could be copied).
     """
 
     trial: TrialResult
@@ -186,20 +174,14 @@ async def run_pass(
     """Run ``options.attempts`` trials of every task; write each as it finishes.
 
     Args:
-        tasks: The tasks.
         trial_fn: Runs one trial (``network``: the container may have the network).
-        options: How the pass runs.
-        writer: The job folder (None: nothing written).
-        probe: What images the engine has (None: not checked; build failures are ``infra``).
-        model_name: For the trajectories.
+        probe: What images the engine has (None: unchecked; build failures are ``infra``).
         invalid: ``(name, reason)`` of tasks the loader refused: each a ``task_invalid`` row.
 
     Returns:
-        Every trial of the pass, the resumed ones included, in task then attempt order, then
-        the refused tasks' rows.
+        Every trial, resumed ones included, in task then attempt order, then refused rows.
 
-    **Cancellation**: the running trials are cancelled (their sandboxes released); every
-    finished trial is already written.
+    **Cancellation**: running trials are cancelled; every finished one is already written.
     """
     present = await _probe(tasks, probe, options.image_map)
     done = {row["item_key"]: row for row in writer.rows} if writer is not None else {}

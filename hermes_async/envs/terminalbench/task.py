@@ -1,15 +1,9 @@
 """Harbor task folders: the task model and the ``task.toml`` parser (schemas 1.0 to 1.4).
 
-A task is a folder named by its id: ``task.toml``, ``instruction.md``, ``environment/``
-(Dockerfile), ``solution/solve.sh`` (the oracle, optional), ``tests/test.sh``. Deprecated
-spellings are normalised (``memory = "2G"``, ``allow_internet``); unknown keys are ignored;
-features this project cannot run (compose, separate verifiers, ``[[steps]]``) are refused by
-name. Every value a task asks for has an operator maximum (:class:`TaskLimits`): a larger one
-is clamped and the clamp recorded (:attr:`HarborTask.clamped`). Files are read through
-:mod:`.files` (regular files inside the folder, bounded). A bad task is a :class:`TaskError`
-for that task only. Design notes: ``docs/decisions/039-terminal-bench.md``.
-
-Why one module of this size: one concept, the task and its ``task.toml`` fields.
+Unknown keys are ignored and features we cannot run (compose, ``[[steps]]``) refused by
+name. Every requested value is clamped to an operator maximum (:class:`TaskLimits`) and
+the clamp recorded. A bad task is a :class:`TaskError` for that task only.
+Design notes: ``docs/decisions/039-terminal-bench.md``.
 """
 
 from __future__ import annotations
@@ -62,19 +56,8 @@ SUPPORTED_SCHEMA = ("1.0", "1.1", "1.2", "1.3", "1.4")
 class TaskLimits:
     """The operator's maxima for what a task may ask for; a larger value is clamped to them.
 
-    Defaults sit above every Terminal-Bench 2 task (its largest: 3600 s timeouts, 4 CPUs,
-    8 GB) and below what would let one task hold the machine for days.
-
-    Attributes:
-        agent_timeout_sec: ``[agent].timeout_sec``.
-        verifier_timeout_sec: ``[verifier].timeout_sec`` (a ``sleep infinity`` verifier is
-            killed here).
-        build_timeout_sec: ``[environment].build_timeout_sec``.
-        cpus: ``[environment].cpus``.
-        memory_mb: ``[environment].memory_mb`` / ``memory``.
-        storage_mb: ``[environment].storage_mb`` / ``storage``.
-        gpus: ``[environment].gpus``.
-        folder: Bounds on the folder's files (:class:`~.files.FolderLimits`).
+    Defaults sit above every Terminal-Bench 2 task (at most 3600 s, 4 CPUs, 8 GB) and below
+    what would let one task hold the machine for days.
     """
 
     agent_timeout_sec: float = 4 * 3600.0
@@ -108,14 +91,7 @@ class NetworkPolicy:
 
 @dataclass(frozen=True, slots=True)
 class CollectHook:
-    """A ``[[verifier.collect]]`` hook: run before grading, best effort.
-
-    Attributes:
-        command: A shell command run in the container.
-        user: Who runs it (None: the image's default user).
-        timeout_sec: Its deadline (None: the verifier's).
-        service: The compose service it runs in (None: the main container).
-    """
+    """A ``[[verifier.collect]]`` hook, run before grading, best effort; None means the default."""
 
     command: str
     user: str | None = None
@@ -125,21 +101,10 @@ class CollectHook:
 
 @dataclass(frozen=True, slots=True)
 class TaskEnvironment:
-    """How the task's container is built and sized (``[environment]``).
+    """How the task's container is built and sized (``[environment]``); None means unspecified.
 
-    Attributes:
-        build_context: The folder to build from (``<task>/environment``), or None when the
-            task names a prebuilt ``docker_image`` and has no Dockerfile.
-        dockerfile: ``build_context / "Dockerfile"``, or None.
-        docker_image: A prebuilt image to use instead of (or as well as) a build.
-        base_images: The images the Dockerfile's ``FROM`` lines name (build stages excluded).
-        cpus: CPU count (fractions allowed), None if unspecified.
-        memory_mb: Memory limit in MB, None if unspecified.
-        storage_mb: Disk size in MB, None if unspecified.
-        gpus: GPU count, None if unspecified.
-        workdir: The agent's and verifier's working directory, None: the image's WORKDIR.
-        env: ``[environment.env]``: the container's environment.
-        build_timeout_sec: Deadline for building the image.
+    ``build_context`` is None for a prebuilt ``docker_image`` alone; ``base_images`` are the
+    ``FROM`` images (build stages excluded); ``workdir`` None means the image's WORKDIR.
     """
 
     build_context: Path | None
@@ -160,31 +125,12 @@ class HarborTask:
     """One Harbor task, every schema version normalised to one shape.
 
     Attributes:
-        name: The task id: the folder name (or the Hermes row's ``task_name``); what
-            ``task_filter`` / ``skip_tasks`` match.
-        path: The task folder.
-        schema_version: The declared schema (``"1.0"`` ... ``"1.4"``).
-        instruction: ``instruction.md``, verbatim (the agent's prompt).
-        category: ``[metadata].category`` (``"uncategorized"`` if none).
-        difficulty: ``[metadata].difficulty``, if any.
+        name: The task id (folder name or row ``task_name``); what the name filters match.
         tags: ``[metadata].tags`` plus ``[task].keywords``.
-        description: ``[task].description``, if any.
-        environment: Build and resources.
-        network: Per-phase network policy: ``environment`` (setup), ``agent``, ``verifier``.
-        agent_timeout_sec: ``[agent].timeout_sec`` (None: no limit of the task's own).
-        agent_user: ``[agent].user`` (None: the image's default user).
-        verifier_timeout_sec: ``[verifier].timeout_sec``.
-        verifier_user: ``[verifier].user`` (None: the image's default user).
-        verifier_env: ``[verifier.env]``.
-        solution_env: ``[solution.env]``.
-        collect: ``[[verifier.collect]]`` hooks, in order.
-        solution_dir: ``<task>/solution`` if it exists.
-        tests_dir: ``<task>/tests``.
-        metadata: The raw ``[metadata]`` table (for fields this model does not name).
-        network_reasons: Why the task needs the network at build or verify time (empty: it
-            runs offline).
-        clamped: One note per value cut to an operator maximum (``"verifier.timeout_sec
-            1e+308 -> 7200"``).
+        network: Per-phase network policy: ``environment``, ``agent``, ``verifier``.
+        metadata: The raw ``[metadata]`` table, for fields this model does not name.
+        network_reasons: Why the task needs the network to build or verify (empty: offline).
+        clamped: One note per value cut to an operator maximum.
     """
 
     name: str
@@ -316,13 +262,12 @@ _SIZE_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024.0}
 
 
 def parse_size_mb(value: str | int) -> int:
-    """A size as Harbor's deprecated ``memory`` / ``storage`` spell it, in MB.
+    """A size as Harbor's deprecated ``memory`` / ``storage`` spell it, in MB (``"2G"`` -> 2048).
 
-    ``"2G"`` -> 2048, ``"512M"`` -> 512, ``"1.5g"`` -> 1536, ``"2Gi"`` / ``"2GB"`` -> 2048
-    (binary units, as Harbor reads them). A bare integer is MB already.
+    Units are binary, as Harbor reads them; a bare integer is MB already.
 
     Raises:
-        ValueError: Not a size (``"lots"``, ``"2X"``, ``"-1G"``, a unitless string).
+        ValueError: Not a size.
     """
     if isinstance(value, int) and not isinstance(value, bool):
         if value <= 0:
@@ -456,16 +401,8 @@ def parse_task_config(
     """Build a :class:`HarborTask` from a parsed ``task.toml`` (pure: no file access).
 
     Args:
-        name: The task id.
-        data: ``tomllib.loads(task.toml)``.
-        path: The task folder (paths of the build context, solution and tests derive from it;
-            whether they exist is :func:`load_task`'s concern).
-        instruction: The prompt.
-        dockerfile_text: The Dockerfile, if the task has one (for base images and network
-            flags); None: no Dockerfile.
-        test_sh_text: ``tests/test.sh`` (for network flags).
-        local_images: Images that need no registry.
-        limits: The operator's maxima (default :class:`TaskLimits`); values above are clamped.
+        dockerfile_text: The Dockerfile, for base images and network flags; None: none.
+        test_sh_text: ``tests/test.sh``, for network flags.
 
     Raises:
         TaskError: An invalid or unsupported field, naming it.
@@ -608,13 +545,7 @@ def load_task(
     local_images: frozenset[str] = LOCAL_IMAGES,
     limits: TaskLimits | None = None,
 ) -> HarborTask:
-    """Load one Harbor task folder (files read through :mod:`.files`, bounded).
-
-    Args:
-        path: The task folder (it holds ``task.toml``).
-        name: The task id (default: the folder's name).
-        local_images: Images that need no registry (for :attr:`HarborTask.network_reasons`).
-        limits: The operator's maxima (default :class:`TaskLimits`).
+    """Load one Harbor task folder, reading files through :mod:`.files` (bounded).
 
     Raises:
         TaskError: The folder is not a valid task; the message says which file or field.

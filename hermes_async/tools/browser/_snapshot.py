@@ -1,27 +1,7 @@
 """Accessibility snapshots for the model: stable ``@eN`` refs, a compact view, a length cap.
 
-Playwright's AI snapshot (``page.aria_snapshot(mode="ai")``) is the YAML outline agent-browser
-(the reference's engine) printed, with a ref per element::
-
-    - generic [active] [ref=f2e1]:
-      - heading "Welcome" [level=1] [ref=f2e2]
-      - link "About" [ref=f2e3] [cursor=pointer]:
-        - /url: /about
-      - textbox "Name" [ref=f2e4]
-
-Playwright's refs are stable for an element within one document, but carry a per-document
-prefix (``f2e3``) and use another prefix inside iframes. :class:`RefTable` renames them to the
-reference's ``e1, e2, ...`` (the model writes ``@e3``): an element keeps its number across
-snapshots of the same document, numbers restart when the main document changes, and a number
-resolves back to Playwright's ref for ``aria-ref=...`` locators.
-
-The compact view (``full=false``, the default) drops unnamed layout containers (``generic``,
-``group``, ``none``, ``presentation``, ``rowgroup`` without a name or text), pulling their
-children up a level, and the ``[cursor=pointer]`` hints; everything with a name, text or a role
-the model acts on stays. Snapshots longer than the cap are cut at a line end with the
-reference's marker.
-
-Everything here is pure (no I/O), so it is tested without a browser.
+:class:`RefTable` renames Playwright's per-document refs (``f2e3``) to the reference's
+``e1, e2, ...``, stable within a document. Pure, so tested without a browser.
 """
 
 from __future__ import annotations
@@ -77,8 +57,7 @@ class RefTable:
     def rewrite(self, snapshot: str) -> tuple[str, int]:
         """Rename the refs of ``snapshot``; return the new text and the number of elements.
 
-        The document is identified by the prefix of the first ref (the page's root element):
-        a new prefix means a new document, and the numbering starts over.
+        A new prefix on the first ref (the root element) means a new document: numbering restarts.
         """
         refs = _REF.findall(snapshot)
         document = None

@@ -1,21 +1,9 @@
 """What ``ToolContext.browser_navigate`` / ``browser_snapshot`` run: the rollout's own session.
 
-Reward code reaches the browser session the model used (same ``task_id``, same page, cookies
-and history), as the reference's ``ToolContext`` did::
-
-    async def compute_reward(self, item, result, ctx) -> float:
-        page = await ctx.browser_snapshot()
-        return 1.0 if "Thank you" in page["snapshot"] else 0.0
-
-These are plain functions so ``ToolContext`` can delegate to them with one line each; they take
-the manager explicitly (a standalone context passes its own
-:class:`~.standalone.StandaloneBrowser`) or use the current one
-(:func:`~.manager.use_browser_manager`).
-
-Returned vs raised, as the rest of ``ToolContext``: the tools' result dicts are returned
-(including ``{"success": false, ...}`` for a refused URL or a timeout); a missing manager (an
-operator mistake), a lost browser (:class:`~.errors.BrowserUnavailableError`), trio
-(:class:`~hermes_async.errors.AsyncBackendError`) and cancellation are raised.
+Reward code reaches the session the model used (same page, cookies, history), as in the
+reference. The functions take the manager explicitly or use the current one. The tools'
+result dicts are returned, ``{"success": false}`` included; a missing manager, a lost
+browser, trio and cancellation are raised.
 """
 
 from __future__ import annotations
@@ -48,7 +36,7 @@ def _manager(
 async def context_browser_navigate(
     task_id: str, url: str, *, manager: BrowserManager | StandaloneBrowser | None = None
 ) -> JSONObject:
-    """Navigate the rollout's page to ``url`` (the ``browser_navigate`` result dict).
+    """Navigate the rollout's page to ``url``; the ``browser_navigate`` result dict.
 
     Raises:
         SandboxError: No manager was given and none is current.
@@ -63,7 +51,7 @@ async def context_browser_navigate(
 async def context_browser_snapshot(
     task_id: str, full: bool = False, *, manager: BrowserManager | StandaloneBrowser | None = None
 ) -> JSONObject:
-    """The accessibility snapshot of the rollout's page (the ``browser_snapshot`` result dict).
+    """The rollout page's accessibility snapshot; the ``browser_snapshot`` result dict.
 
     Raises:
         SandboxError: No manager was given and none is current.

@@ -1,9 +1,7 @@
 """The browser tools' error: the rollout's browser is gone.
 
-It derives from :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` (and so
-from :class:`~hermes_async.errors.SandboxError`): code that handles "the rollout's sandbox is
-gone" handles a dead browser too, and a rollout core that classifies that error as an
-infrastructure failure classifies this one the same way.
+A ``SandboxUnavailableError``, so code that handles a lost sandbox, and the rollout
+core's infra classification, handle a dead browser too.
 """
 
 from __future__ import annotations
@@ -14,15 +12,11 @@ __all__ = ("BrowserUnavailableError", "target_closed")
 
 
 class BrowserUnavailableError(SandboxUnavailableError):
-    """The rollout's browser session cannot be used: the browser crashed, the page crashed,
-    the manager is closed, or a context could not be opened.
+    """The rollout's browser session cannot be used; its page, cookies and history are lost.
 
-    The session's state (page, cookies, history) is lost. The manager keeps answering this error
-    for the same ``task_id`` until the session is released, so a rollout never continues
-    silently on a blank page; the next session gets a fresh browser.
-
-    Constructed like a :class:`~hermes_async.errors.SandboxError` (``message``, ``task_id``);
-    its ``str()`` is that message, ``reason`` is ``"exited"``, ``backend`` ``"browser"``.
+    The manager answers this for the same ``task_id`` until the session is released, so a
+    rollout never goes on silently on a blank page. ``reason`` is ``"exited"``, ``backend``
+    ``"browser"``.
     """
 
     def __init__(self, message: str, *, task_id: str | None = None) -> None:

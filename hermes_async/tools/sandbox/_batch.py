@@ -1,21 +1,7 @@
 """Group concurrent requests into batches: what arrives while a batch runs shares the next one.
 
-The local backend's close does two things that cost the same however many sandboxes they serve:
-a ``/proc`` sweep, and starting an ``rm`` (a fork + exec on the event loop's thread, ~3 ms).
-:class:`Batcher` turns N concurrent requests into a handful of runs: a request is served by the
-first batch that *starts* after it; if none is running, the requester runs one after one scheduling round; if one
-is running, the requester joins the next (the first to join runs it once the current one is
-done). At most two batches exist at a time. No task is spawned: a requester does the work.
-
-Cancellation: if the requester running a batch is cancelled, the batch is abandoned and the
-requests waiting on it ask again (one of them runs a new batch). The work function must not
-raise ordinary exceptions (report failures through the items): a raise would reach only the
-runner.
-
-The work comes with each request, not with the batcher: an owner holding a batcher that held
-the owner's bound method would be a reference cycle (each owner, one per local sandbox factory
-and so one per standalone run, would wait for the cyclic collector), and holding the method
-weakly instead costs ~280 bytes per batcher in weak references, three batchers per factory.
+The local backend's close costs the same for any number of sandboxes (a ``/proc`` sweep,
+an ``rm`` fork). At most two batches exist and no task is spawned: a requester runs it.
 """
 
 from __future__ import annotations
@@ -41,7 +27,11 @@ class _Batch(Generic[T]):
 
 
 class Batcher(Generic[T]):
-    """Serve concurrent :meth:`submit` calls with as few runs of their work as possible."""
+    """Serve concurrent :meth:`submit` calls with as few runs of their work as possible.
+
+    The work comes with each request, not the batcher: holding the owner's method would make
+    a reference cycle per local sandbox factory.
+    """
 
     __slots__ = ("_next", "_running", "runs")
 
@@ -55,13 +45,11 @@ class Batcher(Generic[T]):
         """Return once a batch that started after this call has served ``item``.
 
         Args:
-            item: What to serve.
-            work: ``async (items) -> None``: serves a whole batch; must not raise (see the
-                module docstring). Every request to one batcher passes the same work (its
-                owner's method); the request that runs a batch runs its own.
+            work: ``async (items) -> None`` serving a whole batch; it must not raise (a raise
+                reaches only the runner). Every request to one batcher passes the same work.
 
-        **Cancellation**: a cancelled runner hands over (see the module docstring); a cancelled
-        waiter just stops waiting (its item may still be served).
+        **Cancellation**: a cancelled runner hands over; a cancelled waiter stops waiting (its
+        item may still be served).
         """
         while True:
             batch = self._next

@@ -20,14 +20,11 @@ logger = logging.getLogger("hermes_async.tools.sandbox")
 
 
 class StagedTransferSandbox(ContainerSandbox):
-    """A container sandbox whose archives travel as whole files staged in the sandbox (Modal,
-    E2B, Daytona: their file APIs move files, not streams).
+    """A container sandbox whose archives travel as whole files staged in the sandbox.
 
-    ``put_archive`` uploads the tar under :attr:`exec_dir` and extracts it with ``tar``;
-    ``get_archive`` builds one there with ``tar`` and downloads it. A backend implements
-    :meth:`_sh` (a short helper script) and :meth:`_read` (one whole-file download) besides
-    the :class:`ContainerSandbox` hooks. A staged archive is removed in a bounded cleanup
-    (:attr:`kill_timeout`, the bound of every helper command).
+    A backend implements :meth:`_sh` (a short helper script) and :meth:`_read` (one
+    whole-file download) besides the :class:`ContainerSandbox` hooks. A staged archive is
+    removed in a cleanup bounded by :attr:`kill_timeout`.
     """
 
     @abstractmethod
@@ -41,8 +38,7 @@ class StagedTransferSandbox(ContainerSandbox):
     async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
         """Validate, upload and extract a tar archive into ``dest_dir`` (created if missing).
 
-        **Cancellation**: the archive may be partly extracted; the staged tar is removed
-        (bounded), unless the extracting script already did.
+        **Cancellation**: the archive may be partly extracted; the staged tar is removed (bounded).
         """
         self._check_open()
         check_tar_members(tar_data)

@@ -1,39 +1,8 @@
 """Tar archives at the sandbox boundary: the one safety check, the one extractor, building.
 
-Every archive that crosses into or out of a sandbox (``put_archive``, ``upload_dir``,
-``download_dir``, a staged single file) is checked member by member by :func:`check_member`
-before anything is written anywhere. The rules:
-
-* the standard library's ``data`` extraction filter (:func:`tarfile.data_filter`, PEP 706):
-  nothing outside the destination, no device files or FIFOs, no links to absolute paths or
-  out of the destination;
-* stricter, ours: an absolute member name is refused (the stdlib filter would strip the
-  leading ``/`` and extract it anyway); a link (symbolic or hard) whose target is absolute is
-  refused; setuid and setgid files are refused (the filter would only clear the bits);
-* links are judged against the whole archive (:func:`check_links`): a symbolic link's target
-  is resolved through the archive's other symbolic links and must stay inside the tree, no
-  member may lie below a symbolic link, and a path may not be a link and something else.
-  So ``dd/x -> ..`` (a checkout's in-tree link) is kept, while the chain ``x -> .``,
-  ``esc -> x/..``, ``esc/file`` (lexically inside, really outside) is refused whatever its
-  order.
-
-Extraction on the host (``ToolContext.download_dir``, every backend): :func:`extract_tar_file`
-checks every member first (pass 1), extracts with ``filter="data"`` into a new directory next
-to the destination (pass 2), then moves the result into place (renamed whole when the
-destination is new, merged entry by entry otherwise). It runs in a child process
-(``python -I archive.py extract ...``; :func:`main`), fed the tar stream on stdin and spooling
-it to disk under its size cap, so the event loop never blocks on file I/O and host memory stays
-bounded however large the archive. This module imports only the standard library for that
-reason.
-
-Extraction inside a sandbox (``put_archive``, i.e. ``upload_dir`` / ``upload_file``) uses the
-sandbox's ``tar`` (its Python, if any, may lack the ``data`` filter) on an archive this module
-has checked; ``--no-same-owner`` keeps the files the sandbox user's.
-
-Building: :func:`pack_files` makes an archive of regular files from a mapping (names used
-verbatim, so tests can build hostile ones); :func:`single_file_tar` is its one-file case, used
-by the container backends to stage a file and by ``ToolContext.upload_file``;
-:func:`directory_tar` packs a host folder (a Docker build context, a task's ``tests/``).
+Invariant: every archive crossing a sandbox boundary is checked member by member before
+anything is written. Host extraction runs in a child process, so this module imports only
+the standard library. Rules and reasons: docs/security.md, "Archives at the sandbox boundary".
 """
 
 from __future__ import annotations
@@ -83,7 +52,7 @@ ExtractedFile = tuple[str, int]
 
 
 def check_member(member: tarfile.TarInfo) -> None:
-    """Refuse an unsafe member (see the module docstring for the rules).
+    """Refuse an unsafe member (rules: docs/security.md).
 
     Raises:
         ValueError: The member is unsafe; the message names it and the rule.
@@ -109,13 +78,10 @@ def check_member(member: tarfile.TarInfo) -> None:
 
 
 def check_tar_members(tar_data: bytes) -> list[tarfile.TarInfo]:
-    """Validate a whole tar archive held in memory; return its members (unchanged).
-
-    Applies :func:`check_member` to every member. An empty archive is fine.
+    """Validate a whole tar archive held in memory; return its members unchanged.
 
     Raises:
-        ValueError: The data is not a tar archive, or a member is unsafe (the message names the
-            member and what is wrong with it).
+        ValueError: Not a tar archive, or a member is unsafe (named in the message).
     """
     try:
         with tarfile.open(fileobj=io.BytesIO(tar_data), mode="r:*") as tf:
@@ -154,10 +120,7 @@ def _lexical(parts: list[str]) -> list[str] | None:
 def check_links(members: Iterable[tarfile.TarInfo]) -> None:
     """Refuse links that leave the tree once the archive's own links are followed.
 
-    Judged on the archive alone, whatever the member order: every symbolic link's target,
-    resolved through the archive's symbolic links, stays inside; no member lies below a
-    symbolic link (so the lexical paths of the others are their real ones); a path is not
-    both a link and something else; a hard link names a member path that stays inside.
+    Judged on the whole archive, in any member order.
 
     Raises:
         ValueError: A member breaks a rule; the message names it.
@@ -254,8 +217,7 @@ def _explain(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:
 def checked_members(
     tf: tarfile.TarFile, *, max_members: int | None = None
 ) -> list[tarfile.TarInfo]:
-    """Every member of ``tf``, read one at a time and checked (:func:`check_member`, then
-    :func:`check_links`); refused at ``max_members`` while reading, before the rest is read.
+    """Every member of ``tf``, read one at a time and checked; refused at ``max_members``.
 
     Raises:
         ValueError: Too many members, or an unsafe one.
@@ -278,19 +240,14 @@ def checked_members(
 def extract_tar_file(archive: str, dest: str, *, workdir: str | None = None) -> list[ExtractedFile]:
     """Check, then extract the tar file ``archive`` into directory ``dest`` (host side).
 
-    Pass 1 checks every member (:func:`check_member`) before anything is written. Pass 2
-    extracts with ``filter="data"`` into a fresh directory created next to ``dest`` (same
-    filesystem); the result is renamed to ``dest`` when ``dest`` does not exist, else merged
-    into it entry by entry (a file replaces a file or a link; a directory merges into a
-    directory; a file never replaces a directory). Nothing is written outside ``dest`` and the
-    fresh directory, which is removed afterwards whatever happens.
+    Extracts into a fresh sibling, then renames it to ``dest`` or merges entry by entry (a
+    file never replaces a directory). The sibling is always removed.
 
     Returns:
-        ``(path relative to dest, size)`` of every regular file extracted, in archive order.
+        ``(path relative to dest, size)`` of every regular file, in archive order.
 
     Raises:
-        ValueError: A member is unsafe, or the archive is not a tar archive (nothing written).
-        OSError: The destination cannot be written or merged into.
+        ValueError: A member is unsafe, or not a tar archive (nothing written).
     """
     dest = os.path.abspath(dest)
     parent = os.path.dirname(dest)
@@ -375,10 +332,8 @@ def single_file_tar(name: str, data: bytes, *, mode: int = 0o644) -> bytes:
 def directory_tar(source: Path, *, prefix: str = "") -> bytes:
     """The contents of the host folder ``source`` as an uncompressed tar.
 
-    Members are named ``prefix + relative path`` (``prefix="./"`` names them as
-    ``tar -C source -c .`` does); links are stored as links (never followed); owners are
-    normalised to root. Read synchronously: meant for small folders (a build context, a
-    task's tests).
+    Members are named ``prefix + relative path``; links stay links; owners become root.
+    Read synchronously: for small folders (a build context, a task's tests).
     """
 
     def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -412,12 +367,9 @@ def _spool(source: BinaryIO, path: str, max_bytes: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Extractor entry point: ``extract DEST MAX_BYTES WORKDIR`` with the tar on stdin.
 
-    ``WORKDIR`` (must not exist; next to DEST) holds the spooled archive (at most MAX_BYTES)
-    and the fresh extraction directory, and is removed at the end; a parent that kills the
-    extractor removes it. Prints one JSON line per regular file extracted
-    (``[relative path, size]``), then ``"ok"``. Exit codes: 0 done, :data:`EXIT_REFUSED` an
-    unsafe member or not a tar (nothing written), :data:`EXIT_TOO_LARGE` more than MAX_BYTES
-    came, 1 any other failure; the reason is on stderr.
+    ``WORKDIR`` (new, next to DEST) holds the spooled archive and the extraction and is
+    removed at the end. Prints ``[relative path, size]`` per file, then ``"ok"``. Exits 0,
+    :data:`EXIT_REFUSED`, :data:`EXIT_TOO_LARGE`, or 1; the reason is on stderr.
     """
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4 or args[0] != "extract":

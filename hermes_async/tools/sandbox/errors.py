@@ -1,18 +1,7 @@
 """The sandbox package's own errors: a sandbox that is gone, a transfer past its cap.
 
-Defined here (not in :mod:`hermes_async.errors`) while that module is edited elsewhere; both
-derive from the root tree (:class:`~hermes_async.errors.SandboxError`, ``OSError``), so moving
-them later changes no caller. Re-exported by :mod:`hermes_async.tools.sandbox`.
-
-Two outcomes a tool must keep apart:
-
-* **your command failed** — a non-zero exit, a timeout, "No space left on device", a process
-  the memory limit killed: an :class:`~hermes_async.tools.sandbox.base.ExecResult`, an
-  observation for the model; the sandbox is still there.
-* **the sandbox is gone** — its init or container died (out of memory, stopped by the disk-cap
-  watchdog, killed from outside, the backend lost it): :class:`SandboxUnavailableError`. Every
-  later operation on that sandbox raises it again; its processes and files are lost. It is an
-  *infrastructure* failure of the rollout (``category = "infra"``), not the model's.
+A failed command is an ``ExecResult`` for the model; a gone sandbox is
+:class:`SandboxUnavailableError`, an ``infra`` failure of the rollout.
 """
 
 from __future__ import annotations
@@ -44,22 +33,13 @@ UNAVAILABLE_REASONS: Final[dict[str, str]] = {
 class SandboxUnavailableError(SandboxError):
     """The sandbox itself is gone: nothing more can run in it, its files are lost.
 
-    Raised by every operation on a sandbox whose init process, container or remote machine
-    died; distinct from a command that failed (which is an ``ExecResult``). A
-    ``SandboxManager`` remembers the first one seen for a task
-    (:meth:`~hermes_async.tools.sandbox.manager.SandboxManager.sandbox_failure`) so the
-    rollout can record an infrastructure failure.
+    Every later operation raises it again; ``SandboxManager.sandbox_failure`` keeps the first
+    per task, so the rollout records an ``infra`` failure (:attr:`category`).
 
     Args:
         detail: What was observed (e.g. ``"its init (pid 4242) exited"``).
         reason: One of :data:`UNAVAILABLE_REASONS`.
         backend: The backend's name for messages (``"local"``, ``"Docker"``, ``"Modal"``).
-        task_id: The rollout the sandbox belonged to.
-
-    Attributes:
-        category: ``"infra"``: how a rollout's failure taxonomy should classify it.
-        reason: Why the sandbox is gone.
-        backend: The backend's name.
     """
 
     category: Final = "infra"
@@ -92,18 +72,8 @@ class SandboxUnavailableError(SandboxError):
 class TransferLimitError(OSError):
     """A file or archive leaving a sandbox is larger than the transfer cap.
 
-    Raised before anything is transferred when the size is known in advance, else as soon as
-    the stream passes the cap (the transfer is stopped, the partial result discarded).
-
-    Args:
-        what: What was being transferred (``"file 'out.bin'"``).
-        limit: The cap in bytes.
-        size: The size, when known (``None``: the stream passed the cap).
-
-    Attributes:
-        what: What was being transferred.
-        limit: The cap in bytes.
-        size: The size, when known.
+    Raised before the transfer when the size is known, else once the stream passes the cap.
+    ``size`` is ``None`` in that case.
     """
 
     def __init__(self, what: str, *, limit: int, size: int | None = None) -> None:

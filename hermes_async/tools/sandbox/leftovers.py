@@ -1,13 +1,7 @@
 """Local sandboxes a crashed owner left behind: owned roots, and the sweep that finds them.
 
-A long-lived owner of local sandboxes (a rollout worker) claims a directory of its own under
-a shared parent (:func:`claim_root`) and creates its sandboxes there. The root holds its
-owner's :func:`~hermes_async.tools.sandbox.processes.process_tag`, so a sweep
-(:func:`sweep_dead_roots`) tells a crashed owner's root from a live one and never touches
-the latter. Sweeping a root kills what its sandboxes still run (process mode: the processes
-carrying a sandbox's marker; a namespaced world dies with its owner already) and removes
-the directories. Every worker sweeps its parent when it starts, so a worker that restarts on
-the same machine reaps its predecessor's sandboxes.
+A worker claims its own root (:func:`claim_root`), tagged with its process; a sweep
+removes only roots whose owner is gone. Workers sweep at start, reaping a predecessor's.
 """
 
 from __future__ import annotations
@@ -52,9 +46,7 @@ class SweepReport:
     """What a sweep removed.
 
     Attributes:
-        roots: Roots of dead owners removed.
-        sandboxes: Sandbox directories in them.
-        processes: Processes killed (process mode; a namespaced world is gone with its owner).
+        processes: Processes killed (process mode; a namespaced world dies with its owner).
     """
 
     roots: int = 0
@@ -103,16 +95,11 @@ def _marker(sandbox_dir: str) -> str | None:
 async def claim_root(parent: str, name: str) -> str:
     """Make ``parent/name`` this process's own root, sweeping a dead owner's leftovers first.
 
-    Args:
-        parent: The shared parent (created if missing).
-        name: The owner's name (a worker's name: stable across its restarts).
-
-    Returns:
-        The root's path.
+    ``name`` is the owner's, stable across its restarts.
 
     Raises:
-        ConfigError: A live process (this one included) owns that root (two workers with one
-            name), or the directory cannot be made.
+        ConfigError: A live process owns that root (two workers with one name), or the
+            directory cannot be made.
 
     **Cancellation**: a sweep cut short leaves the rest to the next one.
     """
@@ -154,9 +141,7 @@ async def release_root(root: str) -> None:
 
 
 async def sweep_dead_roots(parent: str) -> SweepReport:
-    """Remove every root under ``parent`` whose owner is gone, with its sandboxes.
-
-    Roots with a live owner, and directories that are not owned roots, are left alone.
+    """Remove every root under ``parent`` whose owner is gone; other directories are left alone.
 
     **Cancellation**: a sweep cut short leaves the rest to the next one.
     """

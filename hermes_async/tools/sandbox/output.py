@@ -1,19 +1,9 @@
 """Head + tail capture of a command's output: the one bounded buffer every backend uses.
 
-A command may print without end (``yes``, a runaway build log). Each stream is captured into an
-:class:`OutputCapture`: the first ``limit // 2`` bytes and the last ``limit - limit // 2`` are
-kept, the middle is counted and replaced by a marker::
-
-    <head>
-
-    ... [123456 bytes of output omitted] ...
-
-    <tail>
-
-Why head *and* tail: the start says what ran (the command's own banner, the first error), the
-end is where a build or a test run reports its failure. Memory per stream is bounded by
-``limit`` however much is printed (the tail is a ``bytearray`` trimmed from the front, which
-CPython does in amortised constant time).
+Each stream keeps its first ``limit // 2`` bytes and its last ``limit - limit // 2``; the
+middle is counted and replaced by ``... [N bytes of output omitted] ...``. The start says
+what ran, the end is where a build or test run reports its failure. Memory per stream is
+bounded by ``limit`` however much is printed.
 """
 
 from __future__ import annotations
@@ -25,8 +15,7 @@ class OutputCapture:
     """Keep the first ``limit // 2`` and the last ``limit - limit // 2`` bytes of a stream.
 
     Args:
-        limit: Bytes kept; ``None`` keeps everything (for transfers whose size is bounded
-            elsewhere, e.g. ``read_bytes``).
+        limit: Bytes kept; ``None`` keeps everything (when the size is bounded elsewhere).
 
     Raises:
         ValueError: ``limit`` is negative.
@@ -75,10 +64,9 @@ class OutputCapture:
         return bytes(self._head) + self._marker() + bytes(self._tail)
 
     def text(self) -> str:
-        """The kept output as text (UTF-8, undecodable bytes replaced), with the marker.
+        """The kept output as UTF-8 text (undecodable bytes replaced), with the marker.
 
-        Head and tail are decoded separately, so a character cut in half by the truncation
-        becomes a replacement character instead of garbling its neighbour.
+        Head and tail are decoded apart, so a character cut in half garbles no neighbour.
         """
         if not self.dropped:
             return (self._head + self._tail).decode("utf-8", errors="replace")

@@ -1,34 +1,7 @@
 """Warm pools: sandboxes created before a rollout asks for one, handed out on demand.
 
-A cold start is most of a short rollout's sandbox cost (a container's create + start, a
-namespaced world's bubblewrap, a remote provider's boot: seconds at p99). Every rollout of a
-run asks for a sandbox of a spec the run has seen before, so a :class:`SandboxManager` with a
-pool keeps ``size`` of them ready per spec and ``get()`` takes one instead of creating it::
-
-    async with SandboxManager(factory, pool=PoolOptions(size=8)) as manager:
-        manager.prewarm(spec)          # a per-item spec the next groups will need
-        sandbox = await manager.get("rollout-1")   # ready at once when the pool has one
-
-Decisions:
-
-* **One task in the manager's task group** fills the pool: it creates (through the manager's
-  factory, behind the same ``limits.sandbox_create`` limiter and ``create_timeout`` as a cold
-  create, at most ``fill_concurrency`` at once) until every warm spec has ``size`` ready. Warm
-  specs are filled **in the order they were asked for**: the default (no spec) first when
-  ``warm_default``, then each :meth:`~SandboxManager.prewarm` spec in turn, so the spec the env
-  asked for first is ready first. At most ``max_specs`` specs are kept warm; asking for one more
-  drops the least recently asked one (its ready sandboxes are closed).
-* **Liveness before hand-out**: a ready sandbox whose :meth:`~Sandbox.alive` probe (by default
-  ``true`` must exit 0) fails or overruns ``check_timeout`` is closed and the next one tried;
-  an empty pool means a cold create, never a wait for the filler.
-* **Bounded age**: a sandbox waits at most ``max_age`` seconds in the pool (default 600 s: keep
-  it below the provider's idle expiry, e.g. a Modal sandbox's ``idle_timeout``); older ones are
-  closed and replaced, never handed out.
-* **Drained on close**: the manager's exit stops the filler (a creation in flight is cancelled
-  and cleaned up by its factory) and closes every ready sandbox, each bounded by the manager's
-  ``close_timeout``.
-* A handed-out sandbox is the taker's alone: its ``task_id`` becomes the taker's (it was
-  created under a ``pool-…`` id; the directory or container name keeps that one).
+Invariant: a handed-out sandbox passed its liveness check and is younger than ``max_age``;
+an empty pool means a cold create, never a wait. Decisions: docs/decisions/004-warm-pools.md.
 """
 
 from __future__ import annotations
@@ -61,13 +34,10 @@ class PoolOptions:
 
     Attributes:
         size: Ready sandboxes kept per warm spec (0: no pool).
-        max_age: Seconds a sandbox may wait in the pool before it is replaced; keep it below
-            the provider's idle expiry.
+        max_age: Seconds a sandbox may wait; keep it below the provider's idle expiry.
         warm_default: Keep the default sandbox (no spec) warm from the start.
         max_specs: Specs kept warm at once (the least recently asked for is dropped).
-        fill_concurrency: Creations the filler runs at once (they also hold the manager's
-            ``sandbox_create`` slots).
-        check_timeout: Deadline of the liveness check (``true``) before a hand-out.
+        fill_concurrency: Creations at once, each also holding a ``sandbox_create`` slot.
     """
 
     size: int = 4
@@ -86,18 +56,7 @@ class PoolOptions:
 
 @dataclass(frozen=True, slots=True)
 class PoolStatistics:
-    """A snapshot of a pool.
-
-    Attributes:
-        ready: Sandboxes waiting to be handed out (all specs).
-        filling: Creations in flight.
-        hits: ``get()`` calls served from the pool.
-        misses: ``get()`` calls that found no ready sandbox of their spec (cold creates).
-        created: Sandboxes the filler created.
-        expired: Sandboxes closed for their age.
-        failed_checks: Sandboxes closed because the liveness check failed.
-        fill_failures: Creations of the filler that failed.
-    """
+    """A snapshot of a pool: sandboxes ready, creations in flight, hits and misses, closes by cause."""
 
     ready: int
     filling: int
@@ -127,14 +86,10 @@ Create = Callable[[str, SandboxSpec | None], Awaitable[Sandbox]]
 
 
 class WarmPool:
-    """The pool a :class:`~hermes_async.tools.sandbox.manager.SandboxManager` owns (see the
-    module doc). Not used on its own: the manager runs :meth:`run` in its task group, calls
-    :meth:`take` from ``get()`` and :meth:`drain` at its exit.
+    """The pool a ``SandboxManager`` owns: it runs :meth:`run`, calls :meth:`take` and :meth:`drain`.
 
     Args:
-        options: Sizes and bounds.
         create: ``async (task_id, spec) -> Sandbox``: the manager's guarded creation.
-        close_timeout: Bound of closing one sandbox (the manager's).
     """
 
     def __init__(self, options: PoolOptions, create: Create, *, close_timeout: float) -> None:
@@ -185,8 +140,7 @@ class WarmPool:
     async def take(self, spec: SandboxSpec | None, task_id: str) -> Sandbox | None:
         """A ready, live sandbox of ``spec`` for ``task_id``, or ``None`` (create it cold).
 
-        Expired or dead sandboxes met on the way are closed in the filler's task group, not
-        by the caller, who goes on to the next one (or a cold create) at once.
+        Expired or dead sandboxes met on the way are closed in the filler's task group.
 
         **Cancellation**: a sandbox taken out of the pool is either returned or closed
         (shielded, bounded); none is lost.
@@ -297,8 +251,7 @@ class WarmPool:
             tg.start_soon(self._close, sandbox, why)
 
     async def _discard(self, sandbox: Sandbox, born: float, why: str) -> None:
-        """Close a sandbox take() will not hand out: in the filler's task group while it runs
-        (the taker goes on at once), else here (the manager is closing)."""
+        """Close a sandbox take() will not hand out: in the filler's task group if it runs, else here."""
         if self._tg is not None:
             self._close_later([(sandbox, born)], why)
         else:
