@@ -13,12 +13,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal
 
 from hermes_async.errors import ConfigError
-from hermes_async.integrations._rollouts import load_tasks
-from hermes_async.integrations.nemo_gym import (
+from hermes_async.integrations._gym_run import (
     GymAgent,
     UnsupportedRequestError,
     open_token_client,
 )
+from hermes_async.integrations._rollouts import load_tasks
 
 try:
     from fastapi import Body, FastAPI, HTTPException, Request
