@@ -62,9 +62,9 @@ def _settings(n: int) -> BrowserSettings:
         transport=_transport(),
         resolver=_resolve,
         max_sessions=max(1, n),
-        idle_timeout_seconds=None,
-        create_timeout_seconds=120.0,
-        close_timeout_seconds=60.0,
+        idle_timeout=None,
+        create_timeout=120.0,
+        close_timeout=60.0,
     )
 
 

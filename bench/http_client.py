@@ -114,7 +114,7 @@ async def _serve(events: int, gap: float) -> None:
 
 
 def _connection(url: str, kind: str, streams: int) -> ServerConnection:
-    options = HTTPOptions(max_connections=streams, read_timeout_seconds=60)
+    options = HTTPOptions(max_connections=streams, read_timeout=60)
     limiter = NamedLimiter("model_requests", streams)
     transport = (
         httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=streams))

@@ -5,7 +5,7 @@ Two parts, each running both sides in this one process, alternating, on the same
 * **wait**: ``--rollouts`` rollouts, ``--concurrency`` at once. Each measures the time from
   "the rollout wants a sandbox" (``manager.get``) to its first command having run
   (``exec("true")``), then works for ``--work`` seconds (two commands and a sleep) and releases
-  it. **cold**: a manager without a pool; **pool**: ``PoolOptions(size=concurrency)``, started
+  it. **cold**: a manager without a pool; **pool**: ``WarmPoolOptions(size=concurrency)``, started
   at steady state (the pool full before the first rollout). p50 / p99 of the wait per side and
   cold/pool ratios.
 * **agent** (``--agent``): the concurrency benchmark's workload with a sandbox: ``--groups``
@@ -41,7 +41,7 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.testing import PolicyRequest
 from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.manager import SandboxFactory, SandboxManager
-from hermes_async.tools.sandbox.pool import PoolOptions
+from hermes_async.tools.sandbox.warm_pool import WarmPoolOptions
 
 RUN_SCHEMA: JSONObject = {
     "type": "object",
@@ -68,7 +68,7 @@ def percentile(values: list[float], q: float) -> float:
 
 async def until_full(manager: SandboxManager, size: int, timeout: float = 300) -> None:
     with anyio.fail_after(timeout):
-        while (stats := manager.statistics().pool) is None or stats.ready < size:
+        while (stats := manager.statistics().warm_pool) is None or stats.ready < size:
             await anyio.sleep(0.02)
 
 
@@ -78,9 +78,13 @@ async def wait_round(
     """Seconds from ``get`` to the first command's end, per rollout; the pool's hit count."""
     waits: list[float] = []
     limits = Limits(sandbox_create=args.concurrency, sandbox_exec=4 * args.concurrency)
-    pool = PoolOptions(size=args.concurrency, fill_concurrency=args.concurrency) if pooled else None
+    pool = (
+        WarmPoolOptions(size=args.concurrency, fill_concurrency=args.concurrency)
+        if pooled
+        else None
+    )
     slots = anyio.CapacityLimiter(args.concurrency)
-    async with SandboxManager(factory_for(backend), limits=limits, pool=pool) as manager:
+    async with SandboxManager(factory_for(backend), limits=limits, warm_pool=pool) as manager:
         if pooled:
             await until_full(manager, args.concurrency)
 
@@ -99,7 +103,7 @@ async def wait_round(
         async with anyio.create_task_group() as tg:
             for n in range(args.rollouts):
                 tg.start_soon(rollout, n)
-        stats = manager.statistics().pool
+        stats = manager.statistics().warm_pool
         hits = f", {stats.hits}/{stats.hits + stats.misses} from the pool" if stats else ""
     return waits, hits
 
@@ -129,13 +133,13 @@ async def agent_round(
     at_once = args.groups * args.size
     limits = Limits(tool_calls=at_once, sandbox_create=at_once, sandbox_exec=4 * at_once)
     options = AgentOptions(max_turns=args.turns + 1, sampling=SamplingParams(max_tokens=128))
-    pool = PoolOptions(size=at_once, fill_concurrency=at_once) if pooled else None
+    pool = WarmPoolOptions(size=at_once, fill_concurrency=at_once) if pooled else None
     wall = 0.0
     clean = 0
 
     async with (
         VLLMGenerateClient(base_url, limiter=limits.model_requests) as client,
-        SandboxManager(factory_for(backend), limits=limits, pool=pool) as manager,
+        SandboxManager(factory_for(backend), limits=limits, warm_pool=pool) as manager,
     ):
         if pooled:
             await until_full(manager, at_once)
@@ -164,8 +168,8 @@ async def agent_round(
                     tg.start_soon(group, g, wave)
         stats = manager.statistics()
         waited = stats.create_wait_seconds - waited_before
-        if stats.pool is not None:
-            print(f"    pool: {stats.pool.hits} hits, {stats.pool.misses} misses")
+        if stats.warm_pool is not None:
+            print(f"    pool: {stats.warm_pool.hits} hits, {stats.warm_pool.misses} misses")
     return waited, wall, clean
 
 

@@ -91,9 +91,7 @@ async def run_ours(
     args: argparse.Namespace, tasks: list[HarborTask], name: str
 ) -> tuple[float, list[TrialResult]]:
     backend = DockerBackend(
-        DockerSandboxConfig(
-            default_exec_timeout_seconds=900.0, build_network_mode=args.build_network
-        )
+        DockerSandboxConfig(default_exec_timeout=900.0, build_network_mode=args.build_network)
     )
     options = PassOptions(
         agent=args.agent,

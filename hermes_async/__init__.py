@@ -41,7 +41,6 @@ if TYPE_CHECKING:
         HermesAsyncError as HermesAsyncError,
         InferenceError as InferenceError,
         LimitError as LimitError,
-        ParseError as ParseError,
         RequestError as RequestError,
         SandboxError as SandboxError,
         ToolArgumentsError as ToolArgumentsError,
@@ -119,7 +118,7 @@ if TYPE_CHECKING:
         sample_toolsets_from_distribution as sample_toolsets_from_distribution,
     )
 
-__version__ = "0.1.0"
+from hermes_async._version import __version__ as __version__
 
 
 def _install_log_redaction() -> None:
@@ -222,8 +221,7 @@ __all__ = (
     "use_sandbox_manager",
 )
 
-#: Where each public name lives (its public module). ``ParseError`` stays importable here for
-#: compatibility but is no longer exported (nothing raises it; see hermes_async.errors).
+#: Where each public name lives (its public module).
 _WHERE: dict[str, str] = {
     "AgentOptions": "hermes_async.agent",
     "AgentResult": "hermes_async.agent",
@@ -250,7 +248,6 @@ _WHERE: dict[str, str] = {
     "LocalSandbox": "hermes_async.tools.sandbox",
     "ModelServerError": "hermes_async.inference",
     "NamedLimiter": "hermes_async.limits",
-    "ParseError": "hermes_async.errors",
     "ParseResult": "hermes_async.parsers",
     "RetryPolicy": "hermes_async.inference",
     "Reward": "hermes_async.agent",

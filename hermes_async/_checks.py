@@ -1,6 +1,6 @@
 """One check of a config object's fields, for the ``__post_init__`` of the config dataclasses.
 
-``check_fields(self, ("cpus", "call_timeout_seconds"), POSITIVE_FINITE)`` raises
+``check_fields(self, ("cpus", "call_timeout"), POSITIVE_FINITE)`` raises
 ``ConfigError("ModalSandboxConfig.cpus must be > 0 and finite, got inf")`` for the first field
 that fails: the message names the class, the field, the requirement and the bad value, as
 every config error does (:func:`check_value` does the same for a function's keyword argument). A requirement is a small :class:`Requirement` (a predicate and its words); the

@@ -37,19 +37,14 @@ from typing import TypeVar
 
 import anyio
 
-__all__ = (
-    "CleanupOverrun",
-    "acquisition_scope",
-    "bounded_cleanup",
-    "cleanup_scope",
-)
+__all__ = ("acquisition_scope", "bounded_cleanup", "cleanup_scope")
 
 logger = logging.getLogger("hermes_async.cleanup")
 
 T = TypeVar("T")
 
 
-class CleanupOverrun:
+class _CleanupOverrun:
     """What :func:`cleanup_scope` yields: the step's scope and whether it ran out of time.
 
     Attributes:
@@ -95,7 +90,7 @@ def cleanup_scope(
     *,
     reason: str | None = None,
     log: logging.Logger | None = None,
-) -> Iterator[CleanupOverrun]:
+) -> Iterator[_CleanupOverrun]:
     """Run the body shielded from outer cancellation and bounded by ``timeout`` seconds.
 
     Args:
@@ -107,7 +102,7 @@ def cleanup_scope(
         log: Logger for the overrun warning (default ``hermes_async.cleanup``).
 
     Yields:
-        A :class:`CleanupOverrun`; ``.overran`` tells afterwards whether the deadline passed.
+        A :class:`_CleanupOverrun`; ``.overran`` tells afterwards whether the deadline passed.
 
     Raises:
         ValueError: ``timeout`` is negative or NaN.
@@ -119,7 +114,7 @@ def cleanup_scope(
     if not timeout >= 0:  # also rejects NaN
         raise ValueError(f"cleanup timeout must be >= 0 seconds, got {timeout!r} for {what}")
     with anyio.move_on_after(timeout, shield=True) as scope:
-        step = CleanupOverrun(what, timeout, scope)
+        step = _CleanupOverrun(what, timeout, scope)
         yield step
     if scope.cancelled_caught and not math.isinf(timeout):
         (log or logger).warning(

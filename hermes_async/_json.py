@@ -30,14 +30,7 @@ from itertools import accumulate
 
 from hermes_async.jsontypes import JSON
 
-__all__ = (
-    "MAX_JSON_DEPTH",
-    "JSONDepthError",
-    "exceeds_depth",
-    "loads",
-    "scrub_json",
-    "scrub_text",
-)
+__all__ = ("MAX_JSON_DEPTH", "JSONDepthError", "exceeds_depth", "loads", "scrub_text")
 
 #: Deepest nesting accepted in model-written JSON (a top-level object is depth 1). Far beyond
 #: any tool schema (the built-in tools nest three levels) and far below the interpreter's
@@ -94,7 +87,7 @@ def scrub_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def scrub_json(value: JSON) -> JSON:
+def _scrub_json(value: JSON) -> JSON:
     """A decoded JSON value with :func:`scrub_text` applied to every string and key.
 
     Recursive: call it only on values whose depth is bounded (everything :func:`loads`
@@ -103,9 +96,9 @@ def scrub_json(value: JSON) -> JSON:
     if isinstance(value, str):
         return scrub_text(value)
     if isinstance(value, list):
-        return [scrub_json(v) for v in value]
+        return [_scrub_json(v) for v in value]
     if isinstance(value, dict):
-        return {scrub_text(k): scrub_json(v) for k, v in value.items()}
+        return {scrub_text(k): _scrub_json(v) for k, v in value.items()}
     return value
 
 
@@ -131,5 +124,5 @@ def loads(text: str, *, depth_checked: bool = False) -> JSON:
     # escape (``\u`` escapes of ordinary characters are common, ``\ud800`` is not), or a
     # surrogate in the text itself.
     if _SURROGATE_ESCAPE.search(text) or (not text.isascii() and _SURROGATE.search(text)):
-        value = scrub_json(value)
+        value = _scrub_json(value)
     return value

@@ -30,9 +30,9 @@ except ImportError:  # pragma: no cover - exercised where opentelemetry-api is a
     _trace = None  # type: ignore[assignment]
     _context = None  # type: ignore[assignment]
 
-__all__ = ("AttributeValue", "Span", "request_attributes", "span", "tracer", "tracing")
+__all__ = ("Span", "request_attributes", "span", "tracing")
 
-AttributeValue: TypeAlias = str | bool | int | float | tuple[str, ...] | tuple[int, ...]
+_AttributeValue: TypeAlias = str | bool | int | float | tuple[str, ...] | tuple[int, ...]
 
 #: The instrumentation scope's name.
 SCOPE = "hermes_async"
@@ -48,7 +48,7 @@ def _set_provider(provider: Any, *, disabled: bool = False) -> None:
     _explicit, _disabled, _cache = provider, disabled, None
 
 
-def tracer() -> Any:
+def _tracer() -> Any:
     """The tracer of the configured (or global) provider, or ``None`` when tracing is off."""
     global _cache
     if _disabled or _trace is None:
@@ -61,7 +61,7 @@ def tracer() -> Any:
     cached = _cache
     if cached is not None and cached[0] is provider:
         return cached[1]
-    from hermes_async import __version__
+    from hermes_async._version import __version__
 
     tr = provider.get_tracer(SCOPE, __version__)
     _cache = (provider, tr)
@@ -70,7 +70,7 @@ def tracer() -> Any:
 
 def tracing() -> bool:
     """True when spans are recorded."""
-    return tracer() is not None
+    return _tracer() is not None
 
 
 class Span:
@@ -82,12 +82,12 @@ class Span:
         self._span = otel_span
         self._token: object = None
 
-    def set(self, key: str, value: AttributeValue | None) -> None:
+    def set(self, key: str, value: _AttributeValue | None) -> None:
         """Set an attribute (``None`` values are skipped)."""
         if value is not None:
             self._span.set_attribute(key, value)
 
-    def event(self, name: str, attributes: Mapping[str, AttributeValue] | None = None) -> None:
+    def event(self, name: str, attributes: Mapping[str, _AttributeValue] | None = None) -> None:
         """Add an event (a point in time) to the span."""
         self._span.add_event(name, attributes=dict(attributes) if attributes else None)
 
@@ -133,10 +133,10 @@ class _NoSpan:
 
     __slots__ = ()
 
-    def set(self, key: str, value: AttributeValue | None) -> None:
+    def set(self, key: str, value: _AttributeValue | None) -> None:
         pass
 
-    def event(self, name: str, attributes: Mapping[str, AttributeValue] | None = None) -> None:
+    def event(self, name: str, attributes: Mapping[str, _AttributeValue] | None = None) -> None:
         pass
 
     def error(self, description: str) -> None:
@@ -161,7 +161,7 @@ _DETACHED = object()  # the token of a span that is not made current
 
 def span(
     name: str,
-    attributes: Mapping[str, AttributeValue | None] | None = None,
+    attributes: Mapping[str, _AttributeValue | None] | None = None,
     *,
     kind: str = "",
     current: bool = True,
@@ -176,7 +176,7 @@ def span(
             held across a ``yield``, e.g. a generation stream, whose caller's work is not its
             child).
     """
-    tr = tracer()
+    tr = _tracer()
     if tr is None:
         return NO_SPAN
     attrs = {k: v for k, v in attributes.items() if v is not None} if attributes else None
@@ -189,7 +189,7 @@ def span(
 
 def request_attributes(
     operation: str, body: Mapping[str, Any], sampling: Mapping[str, Any] | None = None
-) -> dict[str, AttributeValue | None]:
+) -> dict[str, _AttributeValue | None]:
     """GenAI request attributes of a generation (``sampling``: where the parameters are)."""
     params = body if sampling is None else sampling
     model = body.get("model")

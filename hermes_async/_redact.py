@@ -22,7 +22,7 @@ Three nets, applied together by :func:`redact`:
   ``eos_token`` / ``pad_token``.
 * **Values of this process's secret variables**: every environment variable whose *name*
   contains ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD`` (case-insensitive) and whose value is
-  at least :data:`MIN_SECRET_VALUE_CHARS` long is replaced wherever it appears, whatever its
+  at least :data:`_MIN_SECRET_VALUE_CHARS` long is replaced wherever it appears, whatever its
   shape.
 
 Where it is applied: error messages and rollout failures (``RolloutFailure`` redacts when it is
@@ -43,7 +43,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = (
-    "MIN_SECRET_VALUE_CHARS",
     "REDACTED",
     "redact",
     "redact_messages",
@@ -51,7 +50,6 @@ __all__ = (
     "redact_url",
     "redact_urls",
     "secret_env_values",
-    "secret_name",
 )
 
 #: What a secret is replaced with.
@@ -59,7 +57,7 @@ REDACTED = "[REDACTED]"
 
 #: Shorter values of secret-named variables are not redacted (``TOKEN_LIMIT=8`` is not a secret,
 #: and replacing every "8" would destroy the text).
-MIN_SECRET_VALUE_CHARS = 6
+_MIN_SECRET_VALUE_CHARS = 6
 
 _SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.I)
 
@@ -107,7 +105,7 @@ _NOT_SECRET_TOKENS = frozenset({"eos", "bos", "pad", "unk", "sep", "cls", "mask"
 
 
 @functools.lru_cache(maxsize=4096)
-def secret_name(name: str) -> bool:
+def _secret_name(name: str) -> bool:
     """Whether an assignment's name looks like it holds a credential (see the module doc)."""
     words = [w.lower() for w in _WORDS.findall(name)]
     if not words:
@@ -136,7 +134,7 @@ def _scan_env(env: Mapping[str, str]) -> list[str]:
     values = {
         value
         for name, value in env.items()
-        if _secret_env_name(name) and len(value) >= MIN_SECRET_VALUE_CHARS
+        if _secret_env_name(name) and len(value) >= _MIN_SECRET_VALUE_CHARS
     }
     return sorted(values, key=lambda v: (-len(v), v))
 
@@ -181,14 +179,14 @@ def _assignment(match: re.Match[str]) -> str:
     value = match.group("value")
     if REDACTED in value:
         return match.group(0)
-    if secret_name(match.group("name")):
+    if _secret_name(match.group("name")):
         return match.group("key") + match.group("quote") + REDACTED
     # Not a secret name, but its value may hold one: ``RuntimeError: password=hunter22`` (an
     # exception's last traceback line) matches with the name ``RuntimeError``. The rest of the
     # value after a secret name inside it goes. One linear scan of the value (no re-search of
     # the text, which would be quadratic on ``a=b=c=...``).
     for inner in _INNER_ASSIGNMENT.finditer(value):
-        if secret_name(inner.group(1)):
+        if _secret_name(inner.group(1)):
             kept = match.group(0)[: match.start("value") - match.start()]
             return kept + value[: inner.end()] + REDACTED
     return match.group(0)
@@ -196,7 +194,7 @@ def _assignment(match: re.Match[str]) -> str:
 
 def _line_assignment(match: re.Match[str]) -> str:
     value = match.group("value")
-    if REDACTED in value or not secret_name(match.group("name")):
+    if REDACTED in value or not _secret_name(match.group("name")):
         return match.group(0)
     quote = value[0] if value[0] in "\"'" else ""
     return match.group("key") + quote + REDACTED + quote
@@ -217,7 +215,7 @@ def redact(
     """
     if not text:
         return text
-    literals = [v for v in extra_values if v and len(v) >= MIN_SECRET_VALUE_CHARS]
+    literals = [v for v in extra_values if v and len(v) >= _MIN_SECRET_VALUE_CHARS]
     for value in [*sorted(literals, key=len, reverse=True), *secret_env_values(environ)]:
         if value in text:
             text = text.replace(value, REDACTED)

@@ -7,13 +7,8 @@ the code lives in :mod:`hermes_async.agent.loop` and :mod:`hermes_async.agent.re
 
 from __future__ import annotations
 
-from hermes_async.agent.loop import (
-    DEFAULT_TOOL_TIMEOUT_SECONDS,
-    AgentOptions,
-    ChatServer,
-    HermesAgentLoop,
-    resize_tool_pool,
-)
+from hermes_async.agent.loop import ChatServer, HermesAgentLoop, resize_tool_pool
+from hermes_async.agent.options import DEFAULT_TOOL_TIMEOUT_SECONDS, AgentOptions
 from hermes_async.agent.result import (
     TOOL_ERROR_ARGUMENTS_MAX_CHARS,
     TOOL_ERROR_RESULT_MAX_CHARS,

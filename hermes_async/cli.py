@@ -460,7 +460,7 @@ def _worker(args: argparse.Namespace) -> int:
         options = WorkerOptions(
             max_groups=args.max_groups,
             max_group_size=args.max_group_size,
-            drain_timeout_seconds=args.drain_timeout,
+            drain_timeout=args.drain_timeout,
             sandbox_parent=args.sandbox_root or DEFAULT_SANDBOX_PARENT,
             isolation=args.isolation,
             **named,

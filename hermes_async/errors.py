@@ -24,10 +24,8 @@ Decisions (issue 13):
   spellings of the ``except`` keep working.
 * :class:`LimitError` is the category of limiter mistakes (a total that is not an integer
   >= 1, an unknown limiter name) and a :class:`ConfigError`.
-* ``ParseError`` is gone from the API: model output is never raised -- a malformed call is a
-  :class:`~hermes_async.parsers.ToolCallInvalid` event for the model -- and no parser call
-  takes a "strict" switch that would need one. The class stays importable from this module
-  (never raised, not in ``__all__``) for code written against 0.1, until 0.2.
+* Model output is never raised: a malformed call is a
+  :class:`~hermes_async.parsers.ToolCallInvalid` event for the model.
 """
 
 from __future__ import annotations
@@ -117,12 +115,6 @@ class UnknownParserError(ConfigError, KeyError):
         )
 
 
-class ParseError(HermesAsyncError):
-    """Deprecated, never raised: model output is never an exception (see the module notes)."""
-
-    phase = "parse"
-
-
 class SandboxError(HermesAsyncError):
     """A sandbox could not be created, reached, or cleaned up."""
 
@@ -190,18 +182,16 @@ class ToolTimeoutError(ToolExecutionError):
 
     Args:
         tool_name: The tool that timed out.
-        timeout_seconds: The deadline that passed.
+        timeout: The deadline that passed.
     """
 
-    def __init__(
-        self, tool_name: str, timeout_seconds: float, *, task_id: str | None = None
-    ) -> None:
+    def __init__(self, tool_name: str, timeout: float, *, task_id: str | None = None) -> None:
         super().__init__(
-            f"Tool '{tool_name}' timed out after {timeout_seconds:g} seconds and was cancelled",
+            f"Tool '{tool_name}' timed out after {timeout:g} seconds and was cancelled",
             task_id=task_id,
         )
         self.tool_name = tool_name
-        self.timeout_seconds = timeout_seconds
+        self.timeout = timeout
 
 
 class WorkerError(HermesAsyncError):

@@ -424,7 +424,7 @@ def _ensure_instruments() -> tuple[Any, Any, Any] | None:
         return None
     if _instruments is not None and _instruments[0] is provider:
         return _instruments
-    from hermes_async import __version__
+    from hermes_async._version import __version__
 
     meter = provider.get_meter(_otel.SCOPE, __version__)
     _limiter_instruments(meter)

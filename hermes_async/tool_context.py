@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
-from hermes_async.agent.context import DEFAULT_TOOL_TIMEOUT_SECONDS, ToolContext
+from hermes_async.agent.context import ToolContext
+from hermes_async.agent.options import DEFAULT_TOOL_TIMEOUT_SECONDS
 
 __all__ = ("DEFAULT_TOOL_TIMEOUT_SECONDS", "ToolContext")

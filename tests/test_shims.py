@@ -13,7 +13,6 @@ import hermes_async
 SHIMS = {
     "hermes_async.agent_loop": "hermes_async.agent",
     "hermes_async.tool_context": "hermes_async.agent.context",
-    "hermes_async.budget": "hermes_async.agent.budget",
 }
 
 #: ``hermes_async.__all__`` before the rollout core moved into ``hermes_async.agent``.
@@ -39,7 +38,6 @@ ROOT_NAMES_BEFORE = [
     "LocalSandbox",
     "ModelServerError",
     "NamedLimiter",
-    "ParseError",
     "ParseResult",
     "RetryPolicy",
     "SGLangGenerateClient",
@@ -101,13 +99,15 @@ def test_shim_has_no_code_only_re_exports(shim: str) -> None:
     for name in module.__all__:
         value = getattr(module, name)
         if inspect.isclass(value) or inspect.isfunction(value):
-            assert value.__module__.startswith("hermes_async.agent."), (name, value.__module__)
+            assert value.__module__.split(".")[:2] == ["hermes_async", "agent"], (
+                name,
+                value.__module__,
+            )
 
 
 def test_reference_names_are_the_agent_objects() -> None:
     from hermes_async import agent
     from hermes_async.agent_loop import AgentResult, HermesAgentLoop, ToolError
-    from hermes_async.budget import BudgetConfig
     from hermes_async.tool_context import ToolContext
 
     assert (HermesAgentLoop, AgentResult, ToolError) == (
@@ -115,15 +115,12 @@ def test_reference_names_are_the_agent_objects() -> None:
         agent.AgentResult,
         agent.ToolError,
     )
-    assert (ToolContext, BudgetConfig) == (agent.ToolContext, agent.BudgetConfig)
+    assert ToolContext is agent.ToolContext
 
 
 def test_every_root_name_of_before_is_still_exported() -> None:
-    # Every old name still imports; all but the deprecated ParseError (never raised, see
-    # hermes_async.errors) are still in __all__.
     assert [n for n in ROOT_NAMES_BEFORE if not hasattr(hermes_async, n)] == []
-    missing = [n for n in ROOT_NAMES_BEFORE if n not in hermes_async.__all__]
-    assert missing == ["ParseError"]
+    assert [n for n in ROOT_NAMES_BEFORE if n not in hermes_async.__all__] == []
     for name in ("run_group", "run_rollout", "ScoredGroup", "ScoredRollout", "AgentOptions"):
         assert name in hermes_async.__all__
 

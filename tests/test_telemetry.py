@@ -228,8 +228,8 @@ async def test_a_reference_style_loop_run_is_an_agent_invocation_cancelled_or_no
                 max_turns=4,
                 task_id=f"loop-{hangs}",
                 tokenizer=TOKENIZER,
-                sampling=SamplingParams(max_tokens=64),
                 sandboxes=manager,
+                options=AgentOptions(sampling=SamplingParams(max_tokens=64)),
             )
             if not hangs:
                 result = await loop.run([{"role": "user", "content": "go"}])

@@ -19,7 +19,7 @@ atroposlib anywhere (``hermes_async.envs`` is the Atropos adapter on top of this
   (``AgentOptions.version_source``), paused servers are waited for
   (``AgentOptions.pause_probe``), and :class:`Staleness` drops or masks groups that are too old.
 
-Layout: ``loop`` (orchestration, deadlines, cancellation), ``_chat_turn`` / ``_token_turn``
+Layout: ``options`` (every loop option), ``loop`` (orchestration, deadlines, cancellation), ``_chat_turn`` / ``_token_turn``
 (the two turn strategies), ``_tool_runner`` (one turn's calls), ``_transcript`` (pure message
 and token bookkeeping), ``result``, ``failures`` (the taxonomy, pure), ``_watch`` (noticing a
 lost sandbox), ``budget``, ``context``, ``rollout``, ``scoring`` (pure rows), ``versions`` (versions, pauses,
@@ -34,7 +34,8 @@ from hermes_async.agent._segments import TemplateCheck
 from hermes_async.agent.budget import BudgetConfig
 from hermes_async.agent.context import ToolContext
 from hermes_async.agent.failures import FAILURE_CATEGORIES, FailureCategory, RolloutFailure
-from hermes_async.agent.loop import AgentOptions, ChatServer, HermesAgentLoop, RunAbort
+from hermes_async.agent.loop import ChatServer, HermesAgentLoop, RunAbort
+from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import AgentResult, ToolError
 from hermes_async.agent.rollout import (
     DEFAULT_FAILURE_POLICY,

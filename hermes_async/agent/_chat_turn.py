@@ -15,23 +15,34 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
 from hermes_async._otel import span
-from hermes_async.agent._tool_runner import RunTools, ToolCall, record_cut_calls
+from hermes_async.agent._reasoning import reasoning_request_fields
+from hermes_async.agent._tool_runner import PendingCall, RunTools, record_cut_calls
 from hermes_async.agent._transcript import assistant_message
 from hermes_async.agent.failures import RolloutFailure, classify_exception
+from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import AgentResult
 from hermes_async.jsontypes import JSONObject
 from hermes_async.parsers import get_parser
-from hermes_async.parsers.types import ToolCallTruncated
+from hermes_async.parsers.types import FunctionCall, ToolCall, ToolCallTruncated
 
-__all__ = ("ChatTurns", "extract_reasoning", "normalize_tool_calls")
+__all__ = ("ChatServer", "ChatTurns")
 
 logger = logging.getLogger("hermes_async.agent.loop")
+
+
+@runtime_checkable
+class ChatServer(Protocol):
+    """A Phase 1 model server: OpenAI-style chat completions."""
+
+    async def chat_completion(self, **kwargs: Any) -> Any:
+        """Return an OpenAI ``ChatCompletion``-shaped object."""
+        ...
 
 
 def _get(obj: object, name: str) -> Any:
@@ -40,7 +51,7 @@ def _get(obj: object, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def extract_reasoning(message: object) -> str | None:
+def _extract_reasoning(message: object) -> str | None:
     """The reasoning text of a Phase 1 message, as the reference looked for it.
 
     First non-empty of ``reasoning_content``, ``reasoning``, then the ``text`` of the first
@@ -59,8 +70,8 @@ def extract_reasoning(message: object) -> str | None:
     return None
 
 
-def normalize_tool_calls(raw_calls: Sequence[object]) -> list[ToolCall]:
-    """Turn object- or dict-shaped tool calls into :class:`ToolCall` (arguments as a string)."""
+def _normalize_tool_calls(raw_calls: Sequence[object]) -> list[ToolCall]:
+    """Turn object- or dict-shaped tool calls into :class:`ToolCall` s (arguments as a string)."""
     calls: list[ToolCall] = []
     for raw in raw_calls:
         function = _get(raw, "function")
@@ -73,8 +84,17 @@ def normalize_tool_calls(raw_calls: Sequence[object]) -> list[ToolCall]:
         else:
             args_text = json.dumps(args, ensure_ascii=False)
         call_id = _get(raw, "id") or f"call_{uuid.uuid4().hex[:8]}"
-        calls.append(ToolCall(str(call_id), str(name or ""), args_text))
+        calls.append(ToolCall(str(call_id), FunctionCall(str(name or ""), args_text)))
     return calls
+
+
+def _base_url(server: object) -> str | None:
+    """The server's base URL, when it tells (our clients, atroposlib's server configs)."""
+    for candidate in (server, getattr(server, "connection", None), getattr(server, "config", None)):
+        url = getattr(candidate, "base_url", None)
+        if isinstance(url, str):
+            return url
+    return None
 
 
 def _fail(result: AgentResult, failure: RolloutFailure) -> None:
@@ -87,40 +107,33 @@ class ChatTurns:
     """The Phase 1 turn strategy: one chat completion per turn, then that turn's tools.
 
     Args:
-        complete: The server's ``chat_completion`` coroutine function.
+        server: A chat server (``async chat_completion(**kwargs)``).
         tool_schemas: Tools offered to the model.
-        max_turns: Maximum model calls.
-        temperature: Sampling temperature.
-        max_tokens: Per-turn completion cap (``None``: the server's default).
-        extra_body: Extra request fields.
-        turn_timeout: Deadline of one model call in seconds (``None``: none).
-        reasoning: Reasoning request fields (:mod:`hermes_async.agent._reasoning`), merged
-            over ``extra_body`` (they win on a clash, as in atroposlib).
+        options: The loop's options.
     """
 
     def __init__(
-        self,
-        complete: Callable[..., Awaitable[Any]],
-        *,
-        tool_schemas: Sequence[JSONObject],
-        max_turns: int,
-        temperature: float,
-        max_tokens: int | None,
-        extra_body: Mapping[str, Any] | None,
-        turn_timeout: float | None,
-        reasoning: Mapping[str, Any] | None = None,
+        self, server: ChatServer, tool_schemas: Sequence[JSONObject], options: AgentOptions
     ) -> None:
-        self._complete = complete
+        self._complete = server.chat_completion
         self._schemas = list(tool_schemas)
-        self._max_turns = max_turns
-        self._turn_timeout = turn_timeout
+        self._max_turns = options.max_turns
+        self._turn_timeout = options.turn_timeout
         # The request's fixed part, built once; each turn adds the (growing) message list.
+        temperature = options.temperature if options.temperature is not None else 1.0
         request: dict[str, Any] = {"n": 1, "temperature": temperature}
         if self._schemas:
             request["tools"] = self._schemas
-        if max_tokens is not None:
-            request["max_tokens"] = max_tokens
-        body = {**(extra_body or {}), **(reasoning or {})}
+        if options.max_tokens is not None:
+            request["max_tokens"] = options.max_tokens
+        reasoning = reasoning_request_fields(
+            options.thinking_mode,
+            options.reasoning_effort,
+            options.max_reasoning_tokens,
+            base_url=_base_url(server),
+        )
+        # Reasoning fields win over extra_body on a clash, as in atroposlib.
+        body = {**(options.extra_body or {}), **(reasoning or {})}
         if body:
             request["extra_body"] = body
         self._request = request
@@ -173,10 +186,10 @@ class ChatTurns:
                     )
                     return
                 message = _get(choices[0], "message")
-                reasoning = extract_reasoning(message)
+                reasoning = _extract_reasoning(message)
                 result.reasoning_per_turn.append(reasoning)
                 content = _get(message, "content")
-                calls = normalize_tool_calls(_get(message, "tool_calls") or [])
+                calls = _normalize_tool_calls(_get(message, "tool_calls") or [])
                 cut: tuple[ToolCallTruncated, ...] = ()
                 if not calls and self._schemas and isinstance(content, str):
                     content, calls, cut = self._fallback_parse(content, tools.task_id)
@@ -184,9 +197,10 @@ class ChatTurns:
                     messages.append(assistant_message(content, (), reasoning))
                     result.finished_naturally = True
                     return
-                assistant = assistant_message(content, calls, reasoning)
-                if calls:
-                    await tools.run_calls(result, turn + 1, calls, timing, assistant)
+                pending = [PendingCall(call) for call in calls]
+                assistant = assistant_message(content, pending, reasoning)
+                if pending:
+                    await tools.run_calls(result, turn + 1, pending, timing, assistant)
                 else:
                     messages.append(assistant)
                 # A call cut off by max_tokens: the next prompt says so (decision 001).
@@ -212,5 +226,5 @@ class ChatTurns:
             return content, [], cut
         if cut:  # the cut text follows the calls, as in Phase 2
             text = "\n".join(part for part in (parsed.content, *(c.raw for c in cut)) if part)
-            return text, normalize_tool_calls(parsed.tool_calls), cut
-        return parsed.content, normalize_tool_calls(parsed.tool_calls), ()
+            return text, list(parsed.tool_calls), cut
+        return parsed.content, list(parsed.tool_calls), ()

@@ -9,7 +9,7 @@ few as compact arrays and hands the same ids to every rollout whose prompt rende
 ``bench/prompt_ids.py`` measures it.
 
 What is cached: prompts of at least :data:`MIN_CHARS` characters (a short one encodes in
-microseconds) and at most :data:`MAX_CHARS`, for tokenizers that can be referenced weakly (the
+microseconds) and at most :data:`_MAX_CHARS`, for tokenizers that can be referenced weakly (the
 cache never keeps a tokenizer alive), keyed by the tokenizer object and the exact text; at most
 ``max_entries`` of them, least recently used dropped first. The caller gets an ``array('i')``
 it must not change: ``Trajectory`` keeps it as its prompt segment, so the rollouts of a group
@@ -30,12 +30,12 @@ from typing import Any
 from hermes_async.agent._reasoning import TemplateKwargsTokenizer
 from hermes_async.inference.tokenizer import Tokenizer
 
-__all__ = ("MAX_CHARS", "MIN_CHARS", "PROMPT_IDS", "PromptIds")
+__all__ = ("MIN_CHARS", "PROMPT_IDS", "PromptIds")
 
 #: Shorter prompts are encoded every time (microseconds; not worth an entry).
 MIN_CHARS = 2_000
 #: Longer prompts are encoded every time too (an entry must stay small).
-MAX_CHARS = 200_000  # 32 entries: at most ~13 MB (text + ids)
+_MAX_CHARS = 200_000  # 32 entries: at most ~13 MB (text + ids)
 
 
 class PromptIds:
@@ -68,7 +68,7 @@ class PromptIds:
         """``(text, ids)``: the text as the cache first saw it (an equal string, so that
         equal prompts are held once) and :meth:`encode`'s ids; ``text`` itself when not
         cached."""
-        if self.max_entries <= 0 or not MIN_CHARS <= len(text) <= MAX_CHARS:
+        if self.max_entries <= 0 or not MIN_CHARS <= len(text) <= _MAX_CHARS:
             return text, tokenizer.encode(text)
         # The loop's wrapper for chat-template switches encodes with the tokenizer it wraps.
         owner: Any = (

@@ -32,16 +32,14 @@ from hermes_async.inference.tokenizer import IncrementalDecoder, Tokenizer
 from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = (
-    "REASONING_EFFORTS",
     "TemplateKwargsTokenizer",
     "check_reasoning",
-    "reasoning_active",
     "reasoning_request_fields",
     "thinking_template_kwargs",
 )
 
 #: The effort levels atroposlib accepts.
-REASONING_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh")
+_REASONING_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
 def check_reasoning(effort: str | None, max_tokens: int | None) -> None:
@@ -50,15 +48,15 @@ def check_reasoning(effort: str | None, max_tokens: int | None) -> None:
     Raises:
         ValueError: An unknown effort, or a budget that is not a positive integer.
     """
-    if effort is not None and effort not in REASONING_EFFORTS:
+    if effort is not None and effort not in _REASONING_EFFORTS:
         raise ValueError(
-            f"reasoning_effort {effort!r} is not one of {', '.join(REASONING_EFFORTS)}"
+            f"reasoning_effort {effort!r} is not one of {', '.join(_REASONING_EFFORTS)}"
         )
     if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
         raise ValueError(f"max_reasoning_tokens must be a positive integer, got {max_tokens!r}")
 
 
-def reasoning_active(thinking_mode: bool, effort: str | None, max_tokens: int | None) -> bool:
+def _reasoning_active(thinking_mode: bool, effort: str | None, max_tokens: int | None) -> bool:
     """Whether reasoning is configured at all (atroposlib's rule)."""
     return bool(thinking_mode) or effort is not None or max_tokens is not None
 
@@ -71,7 +69,7 @@ def reasoning_request_fields(
     base_url: str | None = None,
 ) -> dict[str, Any] | None:
     """The Phase 1 ``extra_body`` fields for the options, or ``None`` when not active."""
-    if not reasoning_active(thinking_mode, effort, max_tokens):
+    if not _reasoning_active(thinking_mode, effort, max_tokens):
         return None
     if base_url and "api.openai.com" in base_url:
         return {"reasoning_effort": effort or "medium"}
@@ -87,7 +85,7 @@ def thinking_template_kwargs(
     thinking_mode: bool, effort: str | None, max_tokens: int | None
 ) -> dict[str, JSON]:
     """The Phase 2 chat-template variables for the options (empty when not configured)."""
-    if not reasoning_active(thinking_mode, effort, max_tokens):
+    if not _reasoning_active(thinking_mode, effort, max_tokens):
         return {}
     return {"enable_thinking": effort != "none"}
 

@@ -42,16 +42,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = (
-    "EXCERPT_CHARS",
-    "TemplateCheck",
-    "TurnPlacement",
-    "common_prefix_length",
-    "place_turn",
-)
+__all__ = ("TemplateCheck", "place_turn")
 
 #: Characters of text kept on each side of a divergence in a :class:`TemplateCheck`.
-EXCERPT_CHARS = 80
+_EXCERPT_CHARS = 80
 # How far back a divergence is moved to the start of a marker it falls inside.
 _MARKER_CHARS = 16
 
@@ -72,8 +66,8 @@ class TemplateCheck:
         counted: Whether it counts in ``AgentResult.template_mismatches`` (all but
             ``length``).
         position: Character offset in the template's rendering where the texts part.
-        expected: The template's text from there (up to :data:`EXCERPT_CHARS` characters).
-        actual: The trajectory's text from there (up to :data:`EXCERPT_CHARS` characters).
+        expected: The template's text from there (up to :data:`_EXCERPT_CHARS` characters).
+        actual: The trajectory's text from there (up to :data:`_EXCERPT_CHARS` characters).
     """
 
     turn: int
@@ -92,7 +86,7 @@ class TemplateCheck:
 
 
 @dataclass(frozen=True, slots=True)
-class TurnPlacement:
+class _TurnPlacement:
     """Where one turn's completion sits in the template's rendering.
 
     Attributes:
@@ -105,7 +99,7 @@ class TurnPlacement:
     checks: tuple[TemplateCheck, ...]
 
 
-def common_prefix_length(a: str, b: str) -> int:
+def _common_prefix_length(a: str, b: str) -> int:
     """Length of the longest common prefix of ``a`` and ``b`` (binary search on slices)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
@@ -135,8 +129,8 @@ def _check(
         reason=reason,
         counted=reason != "length",
         position=position,
-        expected=expected[:EXCERPT_CHARS],
-        actual=actual[:EXCERPT_CHARS],
+        expected=expected[:_EXCERPT_CHARS],
+        actual=actual[:_EXCERPT_CHARS],
     )
 
 
@@ -151,7 +145,7 @@ def _splice(before: str, full: str, stop_texts: Sequence[str], *, ended_on_stop:
     model never sampled it).
     """
     if not full.startswith(before):
-        before = before[: common_prefix_length(before, full)]
+        before = before[: _common_prefix_length(before, full)]
     tail = full[len(before) :]
     texts = [t for t in stop_texts if t]
     for text in texts:
@@ -174,7 +168,7 @@ def place_turn(
     ended_on_stop: bool,
     final: bool,
     before: Callable[[], str],
-) -> TurnPlacement:
+) -> _TurnPlacement:
     """Check one turn against the template and find its suffix (see the module docstring).
 
     Args:
@@ -199,7 +193,7 @@ def place_turn(
     checks: list[TemplateCheck] = []
     start = len(prompt)
     if not full.startswith(prompt):
-        split = common_prefix_length(full, prompt)
+        split = _common_prefix_length(full, prompt)
         shown = _marker_start(full, split)
         checks.append(_check(turn, "history", shown, full[shown:], prompt[shown:]))
         # Find the completion again after the rewritten part (the sampled text itself is
@@ -222,31 +216,31 @@ def place_turn(
             and full.startswith(trimmed, start)
             and not full[start + len(trimmed) :].strip()
         ):
-            return TurnPlacement("", tuple(checks))
+            return _TurnPlacement("", tuple(checks))
     if start >= 0 and full.startswith(completion, start):
         rest = full[start + len(completion) :]
         if not final:
-            return TurnPlacement(rest, tuple(checks))
+            return _TurnPlacement(rest, tuple(checks))
         if not rest.strip():
-            return TurnPlacement("", tuple(checks))
+            return _TurnPlacement("", tuple(checks))
         if not ended_on_stop and any(
             text and rest.startswith(text) and not rest[len(text) :].strip() for text in stop_texts
         ):
             end = start + len(completion)
             checks.append(_check(turn, "length", end, rest, ""))
-            return TurnPlacement("", tuple(checks))
+            return _TurnPlacement("", tuple(checks))
         end = start + len(completion)
         checks.append(_check(turn, "completion", end, rest, ""))
-        return TurnPlacement("", tuple(checks))
+        return _TurnPlacement("", tuple(checks))
     if start >= 0:
         split = max(
-            start, _marker_start(full, start + common_prefix_length(full[start:], completion))
+            start, _marker_start(full, start + _common_prefix_length(full[start:], completion))
         )
         checks.append(_check(turn, "completion", split, full[split:], completion[split - start :]))
     elif not any(c.reason == "completion" for c in checks):
         checks.append(_check(turn, "completion", len(full), "", completion))
     if final:
-        return TurnPlacement("", tuple(checks))
-    return TurnPlacement(
+        return _TurnPlacement("", tuple(checks))
+    return _TurnPlacement(
         _splice(before(), full, stop_texts, ended_on_stop=ended_on_stop), tuple(checks)
     )

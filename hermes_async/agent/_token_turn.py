@@ -28,7 +28,7 @@ contiguous sequence. Each request reads the policy version once, at dispatch; th
 completion is split into segments where the version changed. At most ``max_resumes`` resumes
 per turn, each bounded by the rollout's deadline (and a paused server by ``pause_timeout``).
 
-:class:`Phase2Turn` holds the state of one streamed completion, and nothing else: the ids and
+:class:`_Phase2Turn` holds the state of one streamed completion, and nothing else: the ids and
 logprobs exactly as sampled, a UTF-8-safe incremental decoder, and a fresh streaming parser. Every
 tool call the parser *seals* is handed to the turn's
 :class:`~hermes_async.agent._tool_runner.TurnToolRunner` at once (early dispatch) — so a tool
@@ -49,15 +49,15 @@ import anyio
 from hermes_async._json import loads
 from hermes_async._otel import span
 from hermes_async.agent._prompt_ids import PROMPT_IDS
-from hermes_async.agent._sampling import SamplingHook, turn_sampling
+from hermes_async.agent._reasoning import TemplateKwargsTokenizer, thinking_template_kwargs
+from hermes_async.agent._sampling import end_of_turn_ids, resolve_sampling, turn_sampling
 from hermes_async.agent._segments import place_turn
-from hermes_async.agent._tool_runner import RunTools, ToolCall, TurnToolRunner, record_cut_calls
+from hermes_async.agent._tool_runner import PendingCall, RunTools, TurnToolRunner, record_cut_calls
 from hermes_async.agent._transcript import assistant_message
 from hermes_async.agent.failures import RolloutFailure, classify_exception
+from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import AgentResult
 from hermes_async.agent.versions import (
-    PauseProbe,
-    VersionSource,
     probe_paused,
     read_version,
     wait_while_paused,
@@ -81,20 +81,22 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.parsers import get_parser, list_parsers
 from hermes_async.parsers.types import (
     ArgumentsDelta,
+    FunctionCall,
     ParserEvent,
+    ToolCall,
     ToolCallInvalid,
     ToolCallSealed,
     ToolCallTruncated,
 )
 
-__all__ = ("Phase2Turn", "TokenTurns", "split_think")
+__all__ = ("TokenTurns",)
 
 logger = logging.getLogger("hermes_async.agent.loop")
 
 _THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.S)
 
 
-def split_think(content: str) -> tuple[str, str | None]:
+def _split_think(content: str) -> tuple[str, str | None]:
     """Split a leading ``<think>...</think>`` block off ``content``.
 
     Returns:
@@ -110,29 +112,28 @@ def split_think(content: str) -> tuple[str, str | None]:
     return content, None
 
 
-class Phase2Turn:
+class _Phase2Turn:
     """State of one streamed completion.
 
     Args:
         tokenizer: Decodes the stream.
-        parser_name: Tool-call parser for this turn.
         tool_schemas: Offered tools (parsers type parameters from them).
-        early_dispatch: Submit calls as soon as they are sealed; else at :meth:`finish`.
+        options: The loop's options (the parser, early dispatch).
         stop_ids: End-of-turn ids: sampled (and trained on) but not text for the parser.
     """
 
     def __init__(
         self,
-        *,
         tokenizer: Tokenizer,
-        parser_name: str,
         tool_schemas: Sequence[JSONObject],
-        early_dispatch: bool,
+        options: AgentOptions,
         stop_ids: Sequence[int] = (),
     ) -> None:
-        self.parser = get_parser(parser_name, tools=list(tool_schemas) or None, tokenizer=tokenizer)
+        self.parser = get_parser(
+            options.tool_call_parser, tools=list(tool_schemas) or None, tokenizer=tokenizer
+        )
         self.decoder = tokenizer.incremental_decoder()
-        self.early_dispatch = early_dispatch
+        self.early_dispatch = options.early_dispatch
         # Compact arrays (4 and 8 bytes per token, not a Python object each): the turn is held
         # while its tools run, by thousands of rollouts at once.
         self.token_ids: array[int] = array("i")
@@ -259,21 +260,12 @@ class Phase2Turn:
             raw_arguments = self._raw_arguments(event)
             shown = raw_arguments if raw_arguments is not None else event.arguments
             raw = event.raw if event.raw and event.raw != shown else None
-            runner.submit(
-                ToolCall(
-                    event.id,
-                    event.name,
-                    event.arguments,
-                    raw_arguments,
-                    raw,
-                    native_id=event.native_id,
-                )
-            )
+            runner.submit(PendingCall(event.call, raw_arguments, raw))
         else:
             # Malformed: kept in order, never executed; the model is told why.
             self._fragments.pop(event.index, None)
-            raw = event.raw.strip() or None
-            runner.reject(ToolCall(event.id, event.name or "", event.raw, raw=raw), event.message)
+            call = ToolCall(event.id, FunctionCall(event.name or "", event.raw), index=event.index)
+            runner.reject(PendingCall(call, raw=event.raw.strip() or None), event.message)
 
     def assistant_content(self, has_calls: bool) -> str:
         """The turn's content: the parser's, or, when a call was cut off and there is no other
@@ -294,69 +286,50 @@ class TokenTurns:
         server: The token server.
         tokenizer: Renders prompts and decodes the stream.
         tool_schemas: Tools offered to the model.
-        max_turns: Maximum generations.
-        parser_name: The tool-call parser.
-        early_dispatch: Start each call the moment it is sealed (else at the end of the turn).
-        split_reasoning: Move a leading ``<think>`` block into ``reasoning_content``.
-        sampling: Sampling parameters of every generation (stop ids already set).
-        turn_timeout: Deadline of one generation in seconds (``None``: none).
-        end_of_turn: The ids that end a model turn.
-        sampling_hook: Called before each generation; may return that turn's parameters.
-        check_sampling: Raises for parameters the server cannot take (applied to the hook's).
-        max_resumes: Resumes of an aborted generation allowed per turn.
-        version_source: The trainer's policy version, read once per request.
-        pause_probe: Whether the server is paused (``None``: aborts resume at once, a broken
-            stream is a failure).
-        pause_timeout: Longest wait for a paused server, per wait (``None``: the rollout's
-            deadline only).
-        incremental_rendering: Render each turn's messages only (a window, where the template
-            is known to allow it; :mod:`hermes_async.inference.rendering`); ``False``: render the
-            whole conversation every turn. Both give the same text, hence the same tokens.
+        options: The loop's options.
+
+    Raises:
+        ValueError: Sampling options that contradict each other, or extras the server does not
+            take.
+        UnknownParserError: ``options.tool_call_parser`` is not registered.
     """
 
     def __init__(
         self,
         server: TokenClient,
-        *,
         tokenizer: Tokenizer,
         tool_schemas: Sequence[JSONObject],
-        max_turns: int,
-        parser_name: str,
-        early_dispatch: bool,
-        split_reasoning: bool,
-        sampling: SamplingParams,
-        turn_timeout: float | None,
-        end_of_turn: Sequence[int] = (),
-        sampling_hook: SamplingHook | None = None,
-        check_sampling: Callable[[SamplingParams], None] | None = None,
-        max_resumes: int = 8,
-        version_source: VersionSource | None = None,
-        pause_probe: PauseProbe | None = None,
-        pause_timeout: float | None = None,
-        incremental_rendering: bool = True,
+        options: AgentOptions,
     ) -> None:
         self._server = server
         # This library's clients only read the prompt: they get the compact array (see
         # _prompt_ids); any other TokenClient the list of ints it has always been given.
         self._array_prompts = isinstance(server, GenerateClient)
+        switch = thinking_template_kwargs(
+            options.thinking_mode, options.reasoning_effort, options.max_reasoning_tokens
+        )
+        if switch:
+            tokenizer = TemplateKwargsTokenizer(tokenizer, switch)
         self._tokenizer = tokenizer
         self._schemas = list(tool_schemas)
-        self._max_turns = max_turns
-        if parser_name not in list_parsers():  # every turn would fail: refuse it when built
-            get_parser(parser_name)  # raises UnknownParserError, naming the registered ones
-        self._parser_name = parser_name
-        self._early_dispatch = early_dispatch
-        self._split_reasoning = split_reasoning
-        self._sampling = sampling
-        self._turn_timeout = turn_timeout
-        self._end_of_turn = tuple(end_of_turn) or (tokenizer.eos_token_id,)
-        self._hook = sampling_hook
-        self._check_sampling = check_sampling
-        self._max_resumes = max_resumes
-        self._versions = version_source
-        self._pause_probe = pause_probe
-        self._pause_timeout = pause_timeout
-        self._incremental = incremental_rendering
+        parser = options.tool_call_parser
+        if parser not in list_parsers():  # every turn would fail: refuse it when built
+            get_parser(parser)  # raises UnknownParserError, naming the registered ones
+        self._end_of_turn = end_of_turn_ids(tokenizer, options.end_of_turn)
+        self._sampling = resolve_sampling(
+            options.sampling,
+            temperature=options.temperature,
+            max_tokens=options.max_tokens,
+            extra_body=options.extra_body,
+            stop_ids=self._end_of_turn,
+        )
+        check = getattr(server, "check_sampling", None)
+        self._check_sampling: Callable[[SamplingParams], None] | None = (
+            check if callable(check) else None
+        )
+        if self._check_sampling is not None:
+            self._check_sampling(self._sampling)  # a key the server refuses fails here
+        self._options = options
 
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run the rollout's turns; ``managed_state`` is set on every exit path.
@@ -369,7 +342,9 @@ class TokenTurns:
         **Cancellation**: the generation stream is closed and running tools are cancelled;
         ``managed_state`` still holds the aligned trajectory so far.
         """
-        renderer = ChatRenderer(self._tokenizer, self._schemas, incremental=self._incremental)
+        renderer = ChatRenderer(
+            self._tokenizer, self._schemas, incremental=self._options.incremental_rendering
+        )
         prompt, trajectory = _first_prompt(self._tokenizer, renderer, result.messages)
         try:
             await self._turns(result, tools, trajectory, renderer, prompt, seed)
@@ -389,22 +364,27 @@ class TokenTurns:
     ) -> None:
         tokenizer = self._tokenizer
         messages = result.messages
-        deadline = self._turn_timeout if self._turn_timeout is not None else math.inf
-        for turn in range(1, self._max_turns + 1):
+        deadline = (
+            self._options.turn_timeout if self._options.turn_timeout is not None else math.inf
+        )
+        for turn in range(1, self._options.max_turns + 1):
             with span("turn", {"hermes_async.task_id": tools.task_id, "hermes_async.turn": turn}):
                 timing: dict[str, float] = {"turn": float(turn)}
                 result.timings.append(timing)
                 result.turns_used = turn
                 sampling = turn_sampling(
-                    self._sampling, turn=turn, messages=messages, hook=self._hook, seed=seed
+                    self._sampling,
+                    turn=turn,
+                    messages=messages,
+                    hook=self._options.sampling_hook,
+                    seed=seed,
                 )
                 if sampling is not self._sampling and self._check_sampling is not None:
                     self._check_sampling(sampling)
-                step = Phase2Turn(
-                    tokenizer=tokenizer,
-                    parser_name=self._parser_name,
-                    tool_schemas=self._schemas,
-                    early_dispatch=self._early_dispatch,
+                step = _Phase2Turn(
+                    tokenizer,
+                    self._schemas,
+                    self._options,
                     stop_ids=(*self._end_of_turn, *sampling.stop_token_ids),
                 )
                 start = anyio.current_time()
@@ -451,8 +431,8 @@ class TokenTurns:
                         version=version,
                     )
                 content, reasoning = step.assistant_content(bool(runner.calls)), None
-                if self._split_reasoning:
-                    content, reasoning = split_think(content)
+                if self._options.split_reasoning:
+                    content, reasoning = _split_think(content)
                 result.reasoning_per_turn.append(reasoning)
                 assistant = assistant_message(content, runner.calls, reasoning)
                 tools.begin_turn(assistant, runner.calls)
@@ -502,14 +482,14 @@ class TokenTurns:
             return await generation
         return RolloutFailure.of(
             "agent_timeout",
-            f"generation timed out after {self._turn_timeout:g} s",
+            f"generation timed out after {self._options.turn_timeout:g} s",
             source="deadline",
             deadline="turn_timeout",
         )
 
     async def _generate(
         self,
-        step: Phase2Turn,
+        step: _Phase2Turn,
         runner: TurnToolRunner,
         prompt: Sequence[int],
         sampling: SamplingParams,
@@ -523,20 +503,26 @@ class TokenTurns:
         """
         budget = sampling.max_tokens
         while True:
-            if self._pause_probe is not None:
+            if self._options.pause_probe is not None:
                 # Not dispatched into a pause: a request the server holds through a weight
                 # update would be sampled by the new weights but labelled with the old version.
                 try:
-                    await wait_while_paused(self._pause_probe, timeout=self._pause_timeout)
+                    await wait_while_paused(
+                        self._options.pause_probe, timeout=self._options.pause_timeout
+                    )
                 except TimeoutError:
                     return _server_failure(
                         step,
-                        f"the model server stayed paused for more than {self._pause_timeout:g} s "
+                        f"the model server stayed paused for more than {self._options.pause_timeout:g} s "
                         "(pause_timeout)",
                     )
             # Read once, at dispatch: these tokens are labelled with this value, whatever the
             # source says later (AReaL #1569: reading it twice mislabelled tokens).
-            version = await read_version(self._versions) if self._versions is not None else None
+            version = (
+                await read_version(self._options.version_source)
+                if self._options.version_source is not None
+                else None
+            )
             sent = len(step.token_ids)
             params = (
                 sampling if not sent else dataclasses.replace(sampling, max_tokens=budget - sent)
@@ -551,7 +537,9 @@ class TokenTurns:
                         step.feed(delta, runner, elapsed)
             except (StreamInterruptedError, ServerTimeoutError, ServerConnectError) as exc:
                 # A stream cut by a pausing server is an abort; any other break is a failure.
-                if self._pause_probe is None or not await probe_paused(self._pause_probe):
+                if self._options.pause_probe is None or not await probe_paused(
+                    self._options.pause_probe
+                ):
                     raise
                 broken = exc
             if len(step.token_ids) > budget:
@@ -566,11 +554,11 @@ class TokenTurns:
                 # Aborted on its last token: nothing is left to sample.
                 step.finish_reason = "stop" if step.ended_on_stop else "length"
                 return None
-            if step.resumes >= self._max_resumes:
+            if step.resumes >= self._options.max_resumes:
                 return _server_failure(
                     step,
                     f"generation aborted by the server {step.resumes + 1} times "
-                    f"(max_resumes={self._max_resumes}); {len(step.token_ids)} tokens kept",
+                    f"(max_resumes={self._options.max_resumes}); {len(step.token_ids)} tokens kept",
                     aborted=True,  # trainers report it as their own "aborted" status
                 )
             logger.debug(
@@ -586,7 +574,7 @@ class TokenTurns:
         trajectory: Trajectory,
         renderer: ChatRenderer,
         turn: int,
-        step: Phase2Turn,
+        step: _Phase2Turn,
         prompt: str,
         at: int,
         *,
@@ -640,7 +628,7 @@ def _first_prompt(
     return prompt, Trajectory(ids)
 
 
-def _server_failure(step: Phase2Turn, message: str, *, aborted: bool = False) -> RolloutFailure:
+def _server_failure(step: _Phase2Turn, message: str, *, aborted: bool = False) -> RolloutFailure:
     """An ``infra`` failure at the model server during ``step``'s generation, with the count of
     completion tokens it had sampled (a server that sampled none counts as down:
     :func:`~hermes_async.agent.rollout.run_group`); ``aborted``: the server kept aborting it."""

@@ -29,10 +29,16 @@ from anyio.abc import TaskGroup
 
 from hermes_async._otel import span
 from hermes_async.agent._transcript import interrupted_turn, tool_message
-from hermes_async.agent.budget import BudgetConfig, enforce_turn_budget, maybe_persist_tool_result
+from hermes_async.agent.budget import (
+    DEFAULT_BUDGET,
+    BudgetConfig,
+    enforce_turn_budget,
+    maybe_persist_tool_result,
+)
+from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
 from hermes_async.jsontypes import JSONObject
-from hermes_async.parsers.types import ToolCallTruncated
+from hermes_async.parsers.types import ToolCall, ToolCallTruncated
 from hermes_async.tools.registry import (
     ToolOutcome,
     ToolRegistry,
@@ -42,50 +48,36 @@ from hermes_async.tools.registry import (
 )
 from hermes_async.tools.sandbox.base import Sandbox
 
-__all__ = ("RunTools", "ToolCall", "ToolSettings", "TurnToolRunner", "record_cut_calls")
+__all__ = ("PendingCall", "RunTools", "ToolSettings", "TurnToolRunner", "record_cut_calls")
 
 logger = logging.getLogger("hermes_async.agent.loop")
 
 
 @dataclass(slots=True, eq=False)
-class ToolCall:
-    """One tool call of a turn: what the model wrote and, once run, its outcome.
+class PendingCall:
+    """A tool call of the turn in flight: the call the model made and, once run, its outcome.
 
-    The one tool-call value inside the agent: Phase 1 builds it from the server's structured
-    ``tool_calls``, Phase 2 from the parser's sealed calls; the runner fills in the rest.
+    Phase 1 makes it from the server's structured ``tool_calls``, Phase 2 from the parser's
+    sealed calls; the runner fills in the rest.
 
     Attributes:
-        call_id: The call's id (the model's, or one made up for it).
-        name: The tool name as the model spelled it.
-        arguments: The argument string the tool receives (Phase 2: the parser's validated,
-            canonical JSON; for a malformed call, its text).
+        call: The call (for a malformed one, ``function.arguments`` is its text).
         raw_arguments: Phase 2: the arguments exactly as the model wrote them, when they
-            differ from :attr:`arguments` (the message shows these).
+            differ from ``call.arguments`` (the message shows these).
         raw: Phase 2: the call's JSON as the model wrote it, when the format writes the whole
             call as one JSON object (hermes, llama3_json) or the call is malformed; chat
             templates that know it render the model's own text.
-        native_id: Phase 2: the model's own id for the call, when the format has one (Kimi K2's
-            ``functions.name:0``); chat templates re-render it.
         index: Position in the turn (set on submission).
-        submitted_at: Clock time of submission.
-        started_at: Clock time the tool started (after the previous call, in sequential mode).
         outcome: What the model is shown, once the call finished.
-
-    Whether the call has finished is a flag; the event a waiter needs (the next call of a
-    sequential turn) is made only when someone waits before it finished: an ``anyio.Event``
-    is ~1 KB, and thousands of parked rollouts each hold a running call.
     """
 
-    call_id: str
-    name: str
-    arguments: str
+    call: ToolCall
     raw_arguments: str | None = None
     raw: str | None = None
-    native_id: str | None = None
     index: int = -1
-    submitted_at: float = 0.0
-    started_at: float | None = None
     outcome: ToolOutcome | None = None
+    # Made only when someone waits before the call finished: an anyio.Event is ~1 KB, and
+    # thousands of parked rollouts each hold a running call.
     _finished: bool = field(default=False, init=False, repr=False)
     _waiter: anyio.Event | None = field(default=None, init=False, repr=False)
 
@@ -140,16 +132,17 @@ class ToolSettings:
     Attributes:
         registry: Where tools come from (``None``: the built-in tools).
         valid_names: Names the model was offered.
-        timeout: Per-call deadline in seconds (``None``: none).
-        parallel: Run one turn's calls concurrently.
-        budget: The tool-result budget.
+        options: The loop's options (timeout, parallelism, budget).
     """
 
     registry: ToolRegistry | None
     valid_names: frozenset[str]
-    timeout: float | None
-    parallel: bool
-    budget: BudgetConfig
+    options: AgentOptions
+
+    @property
+    def budget(self) -> BudgetConfig:
+        """The tool-result budget in effect."""
+        return self.options.budget or DEFAULT_BUDGET
 
 
 class TurnToolRunner:
@@ -165,26 +158,27 @@ class TurnToolRunner:
         self._tg = tg
         self._runtime = runtime
         self._settings = settings
-        self.calls: list[ToolCall] = []
+        self.calls: list[PendingCall] = []
 
-    def submit(self, call: ToolCall) -> ToolCall:
+    def submit(self, call: PendingCall) -> PendingCall:
         """Start ``call`` (or queue it behind the previous call of the turn); return it."""
-        previous = self.calls[-1] if self.calls and not self._settings.parallel else None
+        previous = (
+            self.calls[-1]
+            if self.calls and not self._settings.options.parallel_tool_calls
+            else None
+        )
         call.index = len(self.calls)
-        call.submitted_at = anyio.current_time()
         self.calls.append(call)
-        self._tg.start_soon(self._run, call, previous, name=f"tool {call.name} #{call.index}")
+        self._tg.start_soon(self._run, call, previous, name=f"tool {call.call.name} #{call.index}")
         return call
 
-    def reject(self, call: ToolCall, error: str) -> ToolCall:
+    def reject(self, call: PendingCall, error: str) -> PendingCall:
         """Record a call that must not run (malformed, or cut off by ``max_tokens``).
 
         It keeps its place in the turn's order, and the model is shown ``{"error": error}`` as
         its result, like any other failed call.
         """
-        now = anyio.current_time()
         call.index = len(self.calls)
-        call.submitted_at = call.started_at = now
         call.outcome = ToolOutcome(
             json.dumps({"error": error}, ensure_ascii=False), error, malformed=True
         )
@@ -192,33 +186,33 @@ class TurnToolRunner:
         self.calls.append(call)
         return call
 
-    async def _run(self, call: ToolCall, previous: ToolCall | None) -> None:
+    async def _run(self, call: PendingCall, previous: PendingCall | None) -> None:
         if previous is not None:
             await previous.wait_finished()
-        call.started_at = anyio.current_time()
         settings = self._settings
+        name = call.call.name
         attributes = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
-            "gen_ai.tool.call.id": call.call_id,
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call.call.id,
             "hermes_async.task_id": self._runtime.task_id,
         }
         try:
-            with span(f"execute_tool {call.name}", attributes) as traced:
+            with span(f"execute_tool {name}", attributes) as traced:
                 call.outcome = await dispatch(
-                    call.name,
-                    call.arguments,
+                    name,
+                    call.call.arguments,
                     self._runtime,
                     registry=settings.registry,
                     valid_names=settings.valid_names,
-                    timeout=settings.timeout,
+                    timeout=settings.options.tool_timeout,
                 )
                 if call.outcome.error is not None:
                     traced.error(call.outcome.error)
         finally:
             call.mark_finished()
 
-    async def wait(self) -> list[ToolCall]:
+    async def wait(self) -> list[PendingCall]:
         """Wait until every submitted call has finished; return them in submission order.
 
         **Cancellation**: the calls run in the caller's task group; cancelling it cancels them.
@@ -243,7 +237,7 @@ class RunTools:
         self.runtime = runtime
         # The turn whose tools are running: its assistant message and call records, so a
         # deadline or cancellation can still close it consistently.
-        self._inflight: tuple[JSONObject, list[ToolCall]] | None = None
+        self._inflight: tuple[JSONObject, list[PendingCall]] | None = None
 
     @property
     def task_id(self) -> str:
@@ -254,7 +248,7 @@ class RunTools:
         """A runner for one turn whose calls run in ``tg``."""
         return TurnToolRunner(tg, self.runtime, self.settings)
 
-    def begin_turn(self, assistant: JSONObject, calls: list[ToolCall]) -> None:
+    def begin_turn(self, assistant: JSONObject, calls: list[PendingCall]) -> None:
         """Mark the turn ``(assistant, calls)`` as in flight (closed by :meth:`close_inflight`)."""
         self._inflight = (assistant, calls)
 
@@ -273,7 +267,7 @@ class RunTools:
         self,
         result: AgentResult,
         turn: int,
-        calls: Sequence[ToolCall],
+        calls: Sequence[PendingCall],
         timing: dict[str, float],
         assistant: JSONObject,
     ) -> None:
@@ -295,7 +289,7 @@ class RunTools:
         self,
         result: AgentResult,
         turn: int,
-        calls: Sequence[ToolCall],
+        calls: Sequence[PendingCall],
         timing: dict[str, float],
         assistant: JSONObject,
     ) -> None:
@@ -317,7 +311,7 @@ class RunTools:
 
         # Only fetch (and so maybe create) the sandbox when something will be persisted: a
         # result over its threshold, or a turn over its budget. Most turns need neither.
-        sizes = [(c.name, len(c.outcome.content)) for c in calls if c.outcome is not None]
+        sizes = [(c.call.name, len(c.outcome.content)) for c in calls if c.outcome is not None]
         needs_sandbox = any(n > threshold(name) for name, n in sizes) or (
             sum(n for _, n in sizes) > budget.turn_budget
         )
@@ -332,29 +326,30 @@ class RunTools:
         for call in calls:
             outcome = call.outcome
             assert outcome is not None  # every call finished before the task group exited
-            timing[f"tool:{call.index}:{call.name}"] = outcome.duration_seconds
+            name = call.call.name
+            timing[f"tool:{call.index}:{name}"] = outcome.duration_seconds
             if outcome.error is not None:
                 result.tool_errors.append(
                     ToolError(
                         turn=turn,
-                        tool_name=call.name,
-                        arguments=call.arguments,
+                        tool_name=name,
+                        arguments=call.call.arguments,
                         error=outcome.error,
                         tool_result=outcome.content[:TOOL_ERROR_RESULT_MAX_CHARS],
                         category="model" if outcome.malformed else "tool",
                     )
                 )
-            tool = registry.get(call.name)
+            tool = registry.get(name)
             content = await maybe_persist_tool_result(
                 outcome.content,
-                call.name,
-                call.call_id,
+                name,
+                call.call.id,
                 sandbox,
                 budget,
                 tool_threshold=tool.max_result_size_chars if tool is not None else None,
             )
-            turn_messages.append(tool_message(call.call_id, content))
-            names.append(call.name)
+            turn_messages.append(tool_message(call.call.id, content))
+            names.append(name)
         await enforce_turn_budget(turn_messages, sandbox, budget, tool_names=names)
         # From here on synchronous: the turn is appended whole or (cancelled above) not at all.
         self._inflight = None

@@ -17,32 +17,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from hermes_async.jsontypes import JSONObject
+from hermes_async.parsers.types import ToolCall
 from hermes_async.tools.registry import ToolOutcome
 
-__all__ = (
-    "USER_TASK_MAX_CHARS",
-    "CallRecord",
-    "assistant_message",
-    "first_user_content",
-    "interrupted_turn",
-    "tool_message",
-)
+__all__ = ("assistant_message", "first_user_content", "interrupted_turn", "tool_message")
 
 #: The first user message is passed to tools as task context, capped like the reference.
-USER_TASK_MAX_CHARS = 500
+_USER_TASK_MAX_CHARS = 500
 
 
-class CallRecord(Protocol):
-    """What the transcript needs of a tool call (the agent's ``ToolCall`` has it)."""
-
-    @property
-    def call_id(self) -> str: ...
+class _CallRecord(Protocol):
+    """What the transcript needs of a call in flight (the agent's ``PendingCall`` has it)."""
 
     @property
-    def name(self) -> str: ...
-
-    @property
-    def arguments(self) -> str: ...
+    def call(self) -> ToolCall: ...
 
     @property
     def raw_arguments(self) -> str | None: ...
@@ -51,14 +39,11 @@ class CallRecord(Protocol):
     def raw(self) -> str | None: ...
 
     @property
-    def native_id(self) -> str | None: ...
-
-    @property
     def outcome(self) -> ToolOutcome | None: ...
 
 
 def assistant_message(
-    content: str | None, calls: Sequence[CallRecord], reasoning: str | None
+    content: str | None, calls: Sequence[_CallRecord], reasoning: str | None
 ) -> JSONObject:
     """The assistant message of one turn: content, ``tool_calls`` if any, reasoning if any.
 
@@ -71,16 +56,13 @@ def assistant_message(
     if calls:
         entries: list[JSONObject] = []
         for c in calls:
-            arguments = c.raw_arguments if c.raw_arguments is not None else c.arguments
-            entry: JSONObject = {
-                "id": c.call_id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": arguments},
-            }
+            entry = c.call.to_dict()
+            if c.raw_arguments is not None:
+                entry["function"] = {"name": c.call.name, "arguments": c.raw_arguments}
             if c.raw is not None:
                 entry["raw"] = c.raw
-            if c.native_id is not None:
-                entry["native_id"] = c.native_id
+            if c.call.native_id is not None:
+                entry["native_id"] = c.call.native_id
             entries.append(entry)
         message["tool_calls"] = entries
     if reasoning:
@@ -94,7 +76,7 @@ def tool_message(call_id: str, content: str) -> JSONObject:
 
 
 def interrupted_turn(
-    assistant: JSONObject, calls: Sequence[CallRecord], reason: str
+    assistant: JSONObject, calls: Sequence[_CallRecord], reason: str
 ) -> list[JSONObject]:
     """The messages that close a turn cut short: the assistant message, one result per call.
 
@@ -108,7 +90,7 @@ def interrupted_turn(
             if call.outcome is not None
             else json.dumps({"error": f"Tool call not completed: {reason}"})
         )
-        closed.append(tool_message(call.call_id, content))
+        closed.append(tool_message(call.call.id, content))
     return closed
 
 
@@ -116,5 +98,5 @@ def first_user_content(messages: Sequence[Mapping[str, Any]]) -> str | None:
     """The first user message's text, stripped and capped (tools get it as task context)."""
     for message in messages:
         if message.get("role") == "user" and isinstance(message.get("content"), str):
-            return str(message["content"]).strip()[:USER_TASK_MAX_CHARS]
+            return str(message["content"]).strip()[:_USER_TASK_MAX_CHARS]
     return None

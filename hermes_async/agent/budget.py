@@ -46,7 +46,6 @@ __all__ = (
     "DEFAULT_RESULT_SIZE_CHARS",
     "DEFAULT_TURN_BUDGET_CHARS",
     "PERSISTED_OUTPUT_TAG",
-    "PERSIST_TIMEOUT_SECONDS",
     "PINNED_THRESHOLDS",
     "BudgetConfig",
     "content_for_file",
@@ -72,7 +71,7 @@ PINNED_THRESHOLDS: Mapping[str, float] = MappingProxyType({"read_file": math.inf
 #: The tag that marks a persisted result (a result already carrying it is never persisted again).
 PERSISTED_OUTPUT_TAG = "<persisted-output>"
 #: Deadline for writing one result into the sandbox.
-PERSIST_TIMEOUT_SECONDS = 30.0
+_PERSIST_TIMEOUT_SECONDS = 30.0
 #: ``read_file`` shows at most this many characters of a line; longer lines need another way.
 _READ_FILE_LINE_CHARS = 2_000
 
@@ -235,7 +234,7 @@ async def _save(sandbox: Sandbox, name: str, text: str) -> str:
         f'cat > "$d/{name}" && printf "%s" "$d/{name}"'
     )
     result = await sandbox.exec(
-        script, stdin=text.encode("utf-8", "surrogatepass"), timeout=PERSIST_TIMEOUT_SECONDS
+        script, stdin=text.encode("utf-8", "surrogatepass"), timeout=_PERSIST_TIMEOUT_SECONDS
     )
     path = result.stdout.strip()
     if result.exit_code != 0 or not path:

@@ -81,6 +81,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from hermes_async._resource import AsyncResource
+from hermes_async.agent.options import DEFAULT_TOOL_TIMEOUT_SECONDS
 from hermes_async.errors import SandboxError
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
@@ -101,11 +102,7 @@ from hermes_async.tools.sandbox.transfer import DEFAULT_TRANSFER_LIMIT_BYTES
 from hermes_async.tools.standalone import StandaloneSandboxes, standalone_factory
 from hermes_async.tools.terminal import default_command_timeout
 
-__all__ = ("DEFAULT_TOOL_TIMEOUT_SECONDS", "TerminalResult", "ToolContext")
-
-#: Deadline for one tool call through the context (the reference's ``future.result(timeout=300)``).
-#: ``terminal`` gets its own command timeout plus :data:`_TERMINAL_SLACK_SECONDS` instead.
-DEFAULT_TOOL_TIMEOUT_SECONDS = 300.0
+__all__ = ("TerminalResult", "ToolContext")
 
 #: Extra time a terminal call gets over its command timeout, so the tool reports the timeout
 #: itself (exit 124) rather than being cancelled from outside.
@@ -236,8 +233,8 @@ class ToolContext(AsyncResource):
         browsers: The browser manager for ``browser_*`` methods (default: the runtime's, else
             the current one, see ``use_browser_manager``; a standalone context with neither
             opens a browser of its own, closed with its sandbox).
-        terminal_timeout: Default command timeout of ``terminal`` (seconds); ``None``:
-            ``TERMINAL_TIMEOUT``, else 180 s. An environment sets it from its config.
+        terminal_timeout: ``AgentOptions.terminal_timeout``, for this context's terminal
+            calls.
         backend: Standalone only: the sandbox backend (default ``TERMINAL_ENV``, else
             ``local``).
         sandbox_options: Standalone only: the backend's options (default: the image from

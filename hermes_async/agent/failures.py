@@ -53,7 +53,6 @@ __all__ = (
     "FailureDetail",
     "RolloutFailure",
     "classify_exception",
-    "context_length_exceeded",
     "worst_failure",
 )
 
@@ -145,7 +144,7 @@ def worst_failure(failures: Iterable[RolloutFailure | None]) -> RolloutFailure |
     return worst
 
 
-def context_length_exceeded(text: str) -> bool:
+def _context_length_exceeded(text: str) -> bool:
     """Whether a server's error text says the prompt does not fit the model's context."""
     return bool(_CONTEXT_LENGTH.search(text))
 
@@ -185,7 +184,7 @@ def classify_exception(exc: BaseException, *, source: str) -> RolloutFailure:
     if source == "model_server":
         status = getattr(exc, "status", None)
         if (status in (400, 413, 422) or not isinstance(exc, InferenceError)) and (
-            context_length_exceeded(str(exc))
+            _context_length_exceeded(str(exc))
         ):
             return RolloutFailure.of("model", f"context length exceeded: {text}", **detail)
         return RolloutFailure.of("infra", f"model call failed: {text}", **detail)

@@ -64,7 +64,8 @@ from hermes_async.agent.failures import (
     classify_exception,
     worst_failure,
 )
-from hermes_async.agent.loop import AgentOptions, HermesAgentLoop, RunAbort
+from hermes_async.agent.loop import HermesAgentLoop, RunAbort
+from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import AgentResult
 from hermes_async.agent.scoring import (
     Rows,
@@ -440,16 +441,12 @@ async def _builtin_encoder() -> Encode:
     return _BUILTIN_TOKENIZER.encode
 
 
-async def _placeholder_encoder(
-    loop: HermesAgentLoop, tokenizer: Tokenizer | None, given: Encode | None
-) -> Encode:
+async def _placeholder_encoder(tokenizer: Tokenizer | None, given: Encode | None) -> Encode:
     if given is not None:
         return given
     if tokenizer is not None:
         return tokenizer.encode
-    if loop.tokenizer is None:  # Phase 1 with nothing to tokenize placeholders with
-        return await _builtin_encoder()
-    return loop.tokenizer.encode
+    return await _builtin_encoder()  # Phase 1 with nothing to tokenize placeholders with
 
 
 @asynccontextmanager
@@ -624,17 +621,13 @@ async def _release(manager: SandboxManager, task_id: str, *, interrupted: bool) 
 
 @dataclass(slots=True)
 class _Batch:
-    """What the rollouts of one call share: the loop, the manager, the reward, the encoder."""
+    """What the rollouts of one call share: the loop (with the options), the manager, the
+    setup and the placeholder encoder."""
 
     loop: HermesAgentLoop
     manager: SandboxManager
-    options: AgentOptions
-    reward: Reward | None
-    registry: ToolRegistry | None
+    setup: RolloutSetup
     encode: Encode
-    policy: FailurePolicy
-    spec: SandboxSpec | None = None
-    sandbox_setup: SandboxSetup | None = None
     rng: random.Random = field(default_factory=random.Random)
 
     async def attempt(
@@ -643,12 +636,13 @@ class _Batch:
         """One attempt of rollout ``index``: loop, reward, release, rows; never raises but
         cancellation (every other failure is the rollout's :class:`RolloutFailure`)."""
         start = anyio.current_time()
-        timeout = self.options.rollout_timeout
+        timeout = self.loop.options.rollout_timeout
         deadline = start + timeout if timeout is not None else math.inf
         abort = RunAbort()
         conversation = [dict(m) for m in messages]
-        if self.spec is not None:  # this attempt's sandbox is created from the item's spec
-            self.manager.assign_spec(task_id, self.spec)
+        spec = self.setup.sandbox_spec
+        if spec is not None:  # this attempt's sandbox is created from the item's spec
+            self.manager.assign_spec(task_id, spec)
         # The agent's own invoke_agent span is the loop's (a child of this one).
         with span("rollout", {"hermes_async.task_id": task_id}) as traced, in_flight("rollout"):
             return await self._attempt(
@@ -673,21 +667,22 @@ class _Batch:
         try:
             # The task group hosts the sandbox's creation (see WatchedSandboxes), so a tool
             # timeout never cuts it; it is cancelled once the rollout is done.
-            if self.sandbox_setup is not None:
-                await _set_up(self.sandbox_setup, self.manager, task_id, deadline)
+            setup = self.setup
+            if setup.sandbox_setup is not None:
+                await _set_up(setup.sandbox_setup, self.manager, task_id, deadline)
             async with anyio.create_task_group() as tg:
                 watched = WatchedSandboxes(self.manager, abort.abort, tg)
                 result = await self.loop.run(
                     conversation,
                     task_id=task_id,
-                    seed=_seed(self.options, index),
+                    seed=_seed(self.loop.options, index),
                     deadline=deadline,
                     sandboxes=watched,
                     abort=abort,
                 )
                 if _rewardable(result):
-                    ctx = ToolContext(task_id, manager=self.manager, registry=self.registry)
-                    value, reward_failure = await _score(self.reward, result, ctx, deadline)
+                    ctx = ToolContext(task_id, manager=self.manager, registry=setup.registry)
+                    value, reward_failure = await _score(setup.reward, result, ctx, deadline)
                 tg.cancel_scope.cancel(reason="the rollout is done")
         except anyio.get_cancelled_exc_class():
             interrupted = True
@@ -765,10 +760,11 @@ class _Batch:
         attempt_id = task_id
         while True:
             scored = await self.attempt(messages, attempt_id, index, number)
-            if not self.policy.retries(scored.failure, number) or give_up():
+            policy = self.setup.failure_policy
+            if not policy.retries(scored.failure, number) or give_up():
                 return scored
             assert scored.failure is not None
-            pause = self.policy.backoff(number, self.rng)
+            pause = policy.backoff(number, self.rng)
             logger.info(
                 "task %s: attempt %d failed (%s); retrying on a fresh sandbox in %.1f s",
                 attempt_id,
@@ -794,28 +790,18 @@ async def _open_batch(
             _sandbox_manager(setup.sandboxes, setup.limits) as manager,
             _model_client(server) as model,
         ):
-            loop = HermesAgentLoop.from_options(
+            loop = HermesAgentLoop(
                 model,
                 schemas,
                 names,
-                options,
+                options=options,
                 tokenizer=setup.tokenizer,
                 limits=setup.limits if setup.limits is not None else manager.limits,
                 sandboxes=manager,
                 registry=setup.registry,
             )
-            encode = await _placeholder_encoder(loop, setup.tokenizer, setup.placeholder_encode)
-            yield _Batch(
-                loop,
-                manager,
-                options,
-                setup.reward,
-                setup.registry,
-                encode,
-                setup.failure_policy,
-                setup.sandbox_spec,
-                setup.sandbox_setup,
-            )
+            encode = await _placeholder_encoder(setup.tokenizer, setup.placeholder_encode)
+            yield _Batch(loop, manager, setup, encode)
 
 
 def _outcome(
@@ -1007,7 +993,9 @@ async def run_group(
                 batch.manager, setup.sandbox_spec, sandbox_setup, task_id=ids[0]
             )
             if group_snapshot is not None:  # the rollouts start from the prepared state
-                batch.spec, batch.sandbox_setup = group_snapshot.spec, None
+                batch.setup = dataclasses.replace(
+                    setup, sandbox_spec=group_snapshot.spec, sandbox_setup=None
+                )
 
         async def one(index: int) -> None:
             nonlocal lost

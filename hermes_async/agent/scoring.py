@@ -56,13 +56,11 @@ __all__ = (
     "Rows",
     "ScoredRows",
     "exact_rows",
-    "failure_override",
     "model_answered",
     "placeholder_rows",
     "rollout_rows",
     "scored_data_group",
     "scored_data_item",
-    "version_override",
 )
 
 
@@ -153,12 +151,12 @@ def model_answered(result: AgentResult) -> bool:
     )
 
 
-def failure_override(rollout: ScoredRows) -> dict[str, Any]:
+def _failure_override(rollout: ScoredRows) -> dict[str, Any]:
     """The rollout's ``overrides`` entry: ``{"failure": ...}`` and its policy versions (see
     the module docstring), or ``{}`` with neither."""
     failure = rollout.failure
     out: dict[str, Any] = {"failure": failure.to_json()} if failure is not None else {}
-    out.update(version_override(rollout))
+    out.update(_version_override(rollout))
     return out
 
 
@@ -167,7 +165,7 @@ def _spans(rollout: object) -> list[tuple[int, int, int | None]]:
     return list(spans) if spans else []
 
 
-def version_override(rollout: object) -> dict[str, Any]:
+def _version_override(rollout: object) -> dict[str, Any]:
     """``{"policy_versions": [[start, end, version], ...], "policy_version_min", ...max}`` of a
     rollout whose segments carry versions, else ``{}``."""
     spans = [(a, b, v) for a, b, v in _spans(rollout) if v is not None]
@@ -194,7 +192,7 @@ def scored_data_item(rollout: ScoredRows) -> dict[str, Any]:
         "inference_logprobs": rollout.logprobs,
         "messages": redact_messages(rollout.messages),
     }
-    override = failure_override(rollout)
+    override = _failure_override(rollout)
     if override:
         item["overrides"] = override
     return item
@@ -230,6 +228,6 @@ def scored_data_group(
         "ref_logprobs": None,
         "generation_params": dict(generation_params) if generation_params is not None else None,
         "group_overrides": group,
-        "overrides": [failure_override(r) for r in rollouts] if failed else None,
+        "overrides": [_failure_override(r) for r in rollouts] if failed else None,
         "images": None,
     }

@@ -49,8 +49,6 @@ from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import InferenceError
 
 __all__ = (
-    "PAUSE_POLL_SECONDS",
-    "VERSION_READ_TIMEOUT_SECONDS",
     "PauseProbe",
     "PolledPause",
     "PolledVersion",
@@ -73,10 +71,10 @@ PauseProbe: TypeAlias = Callable[[], bool | Awaitable[bool]]
 
 #: Bound on one read of a version source or pause probe: a trainer that does not answer in
 #: 10 s is broken, and a rollout must not hang on it.
-VERSION_READ_TIMEOUT_SECONDS = 10.0
+_VERSION_READ_TIMEOUT_SECONDS = 10.0
 #: How often a paused server is polled: a weight update takes seconds, so 0.1 s costs nothing
 #: and resumes within a tenth of a second of the server.
-PAUSE_POLL_SECONDS = 0.1
+_PAUSE_POLL_SECONDS = 0.1
 
 
 class VersionReadError(InferenceError):
@@ -88,13 +86,13 @@ class VersionReadError(InferenceError):
 
 async def _call(source: Callable[[], Any], what: str) -> object:
     try:
-        with anyio.fail_after(VERSION_READ_TIMEOUT_SECONDS):
+        with anyio.fail_after(_VERSION_READ_TIMEOUT_SECONDS):
             value = source()
             if inspect.isawaitable(value):
                 value = await value
     except TimeoutError:
         raise VersionReadError(
-            f"the {what} did not answer within {VERSION_READ_TIMEOUT_SECONDS:g} s"
+            f"the {what} did not answer within {_VERSION_READ_TIMEOUT_SECONDS:g} s"
         ) from None
     except InferenceError:
         raise
@@ -104,7 +102,7 @@ async def _call(source: Callable[[], Any], what: str) -> object:
 
 
 async def read_version(source: VersionSource) -> int:
-    """Read the policy version once (bounded by :data:`VERSION_READ_TIMEOUT_SECONDS`).
+    """Read the policy version once (bounded by :data:`_VERSION_READ_TIMEOUT_SECONDS`).
 
     Raises:
         VersionReadError: The source raised, timed out, or returned anything but an ``int``
@@ -135,7 +133,7 @@ async def probe_paused(probe: PauseProbe) -> bool:
 
 
 async def wait_while_paused(
-    probe: PauseProbe, *, timeout: float | None, poll_seconds: float = PAUSE_POLL_SECONDS
+    probe: PauseProbe, *, timeout: float | None, poll_seconds: float = _PAUSE_POLL_SECONDS
 ) -> float:
     """Wait until ``probe`` says the server is not paused; return the seconds waited.
 
@@ -331,8 +329,8 @@ class Staleness:
         action: ``drop`` (the whole group: outcome ``"stale"``, no training data), ``mask``
             (stale segments get mask ``-100`` and logprob 1.0; the rest is trained) or
             ``keep`` (nothing changes; the ages are reported).
-        version_source: Where the current version is read; ``None``: the options'
-            ``version_source``.
+        version_source: Where the current version is read; ``None``:
+            ``AgentOptions.version_source``.
 
     Raises:
         ValueError: A negative ``max_staleness`` or an unknown ``action``.

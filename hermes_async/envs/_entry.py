@@ -54,22 +54,14 @@ from hermes_async.envs._watchdog import Watchdog
 from hermes_async.telemetry import serve_metrics
 from hermes_async.tools.sandbox.host import pidfd_child_watcher
 
-__all__ = (
-    "CLIENT_CLOSE_TIMEOUT_SECONDS",
-    "STRAY_TASK_TIMEOUT_SECONDS",
-    "SpawnedTasks",
-    "as_child",
-    "close_openai_clients",
-    "run_entry",
-    "stop_stray_tasks",
-)
+__all__ = ("STRAY_TASK_TIMEOUT_SECONDS", "SpawnedTasks", "as_child", "run_entry")
 
 logger = logging.getLogger("hermes_async.envs.base")
 
 T = TypeVar("T")
 
 #: Deadline for closing atroposlib's OpenAI SDK clients at the end of a run (all of them).
-CLIENT_CLOSE_TIMEOUT_SECONDS = 5.0
+_CLIENT_CLOSE_TIMEOUT_SECONDS = 5.0
 
 #: Deadline for atroposlib's own tasks to finish once cancelled at the end of a run (all of
 #: them; their rollouts' sandbox releases have their own, shorter bounds).
@@ -141,10 +133,10 @@ async def run_entry(
                 try:
                     await run()
                 finally:
-                    await stop_stray_tasks(stray_tasks(), what)
+                    await _stop_stray_tasks(stray_tasks(), what)
                 tg.cancel_scope.cancel(reason=f"{what} finished")
     finally:
-        await close_openai_clients(servers)
+        await _close_openai_clients(servers)
     if terminated:
         raise SystemExit(128 + signal.SIGTERM)
 
@@ -205,7 +197,7 @@ async def as_child(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     return result[0]
 
 
-async def stop_stray_tasks(tasks: Iterable[object], what: str) -> None:
+async def _stop_stray_tasks(tasks: Iterable[object], what: str) -> None:
     """Cancel the unfinished asyncio tasks among ``tasks`` and wait for them; never raises.
 
     Their results and errors are dropped (atroposlib logs its workers' own errors); a task
@@ -225,12 +217,12 @@ async def stop_stray_tasks(tasks: Iterable[object], what: str) -> None:
             task.exception()  # retrieved: asyncio would log it as never retrieved
 
 
-async def close_openai_clients(servers: Iterable[object]) -> None:
+async def _close_openai_clients(servers: Iterable[object]) -> None:
     """Close the OpenAI SDK clients of atroposlib's ``servers`` (it never does); never raises.
 
-    **Cancellation**: shielded, bounded by :data:`CLIENT_CLOSE_TIMEOUT_SECONDS` in total.
+    **Cancellation**: shielded, bounded by :data:`_CLIENT_CLOSE_TIMEOUT_SECONDS` in total.
     """
-    with cleanup_scope("close atroposlib's OpenAI clients", CLIENT_CLOSE_TIMEOUT_SECONDS):
+    with cleanup_scope("close atroposlib's OpenAI clients", _CLIENT_CLOSE_TIMEOUT_SECONDS):
         for server in servers:
             close = getattr(getattr(server, "openai", None), "close", None)
             if close is None:

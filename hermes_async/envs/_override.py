@@ -7,7 +7,7 @@ In the reference, atroposlib's ``collect_trajectories`` ran ``collect_trajectory
 point still works, ``collect_trajectories`` checks once per call whether the subclass overrides
 ``collect_trajectory`` (:func:`overrides`, one attribute comparison: the default path pays
 nothing measurable) and, if it does, runs the override ``group_size`` times concurrently and
-builds the group from what it returns (:func:`group_from_items`).
+builds the group from what it returns (:func:`_group_from_items`).
 
 Building the group follows atroposlib's default collector: ``tokens``, ``masks`` and ``scores``
 from every item; ``advantages``, ``ref_logprobs``, ``messages``, ``overrides`` and ``images``
@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-__all__ = ("collect_with_override", "group_from_items", "overrides")
+__all__ = ("collect_with_override", "overrides")
 
 _OPTIONAL_PER_ITEM = ("advantages", "ref_logprobs", "messages", "overrides", "images")
 
@@ -35,7 +35,7 @@ def overrides(instance: object, base: type, name: str) -> bool:
     return getattr(type(instance), name, None) is not getattr(base, name, None)
 
 
-def group_from_items(
+def _group_from_items(
     items: Sequence[Mapping[str, Any] | None],
     *,
     generation_params: Mapping[str, Any] | None = None,
@@ -113,4 +113,4 @@ async def collect_with_override(
         scored, more = result if result is not None else (None, [])
         items.append(scored)
         backlog.extend(more or [])
-    return group_from_items(items, generation_params=generation_params), backlog
+    return _group_from_items(items, generation_params=generation_params), backlog

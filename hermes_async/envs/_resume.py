@@ -36,15 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = (
-    "ERRORED_CATEGORIES",
-    "ITEM_KEY",
-    "ResultsFile",
-    "default_item_key",
-    "errored",
-    "item_keys",
-    "missing",
-)
+__all__ = ("ITEM_KEY", "ResultsFile", "default_item_key", "errored", "item_keys", "missing")
 
 logger = logging.getLogger("hermes_async.envs.base")
 
@@ -52,7 +44,7 @@ logger = logging.getLogger("hermes_async.envs.base")
 ITEM_KEY = "item_key"
 
 #: Failure categories that make an eval result worth re-running.
-ERRORED_CATEGORIES = frozenset({"infra", "verifier", "cancelled"})
+_ERRORED_CATEGORIES = frozenset({"infra", "verifier", "cancelled"})
 
 _ID_FIELDS = ("task_id", "id", "name", "task")
 
@@ -91,7 +83,7 @@ def errored(record: Mapping[str, Any]) -> bool:
     """Whether a results line must be re-run: its failure is infra, verifier or cancelled."""
     failure = record.get("failure")
     category = failure.get("category") if isinstance(failure, Mapping) else failure
-    return category in ERRORED_CATEGORIES
+    return category in _ERRORED_CATEGORIES
 
 
 class ResultsFile:
@@ -166,10 +158,6 @@ class ResultsFile:
             len(self.done),
             dropped,
         )
-
-    def next_key(self, base: str) -> str:
-        """The run-unique key for the next item whose base key is ``base``."""
-        return self._next(base)
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Write one result line (``record`` must carry ``item_key``) and flush it.

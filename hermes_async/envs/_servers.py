@@ -56,16 +56,11 @@ from hermes_async.inference.pool import PoolAPI, PoolOptions, ServerPool
 from hermes_async.limits import Limits, NamedLimiter
 
 __all__ = (
-    "PROBE_INTERVAL_SECONDS",
-    "TOKEN_ENDPOINTS",
     "ModelClient",
     "ServerSpec",
     "ServerUnreachableError",
     "check_reachable",
-    "endpoint_kind",
     "open_model_clients",
-    "poolable",
-    "resolve_endpoint_kind",
     "server_specs",
 )
 
@@ -73,10 +68,10 @@ logger = logging.getLogger("hermes_async.envs.base")
 
 TokenEndpoint = Literal["auto", "vllm", "completions", "atropos", "sglang"]
 #: Values ``token_endpoint`` accepts.
-TOKEN_ENDPOINTS: tuple[str, ...] = ("auto", "vllm", "completions", "atropos", "sglang")
+_TOKEN_ENDPOINTS: tuple[str, ...] = ("auto", "vllm", "completions", "atropos", "sglang")
 
 #: Pause between reachability probes of a server that is still starting.
-PROBE_INTERVAL_SECONDS = 0.25
+_PROBE_INTERVAL_SECONDS = 0.25
 #: Longest single probe (a server that accepts but never answers is retried after it).
 _PROBE_TIMEOUT_SECONDS = 10.0
 
@@ -172,7 +167,7 @@ def server_specs(server_configs: Any) -> list[ServerSpec]:
     return specs
 
 
-def endpoint_kind(server_type: str, token_endpoint: str) -> str:
+def _endpoint_kind(server_type: str, token_endpoint: str) -> str:
     """The token protocol to speak: ``vllm``, ``completions``, ``atropos`` or ``sglang``.
 
     Without a probe, ``auto`` means ``sglang`` for SGLang servers and ``vllm`` otherwise;
@@ -180,18 +175,18 @@ def endpoint_kind(server_type: str, token_endpoint: str) -> str:
     (:func:`~hermes_async.inference.completions.detect_token_endpoint`).
 
     Raises:
-        ConfigError: ``token_endpoint`` is not one of :data:`TOKEN_ENDPOINTS`.
+        ConfigError: ``token_endpoint`` is not one of :data:`_TOKEN_ENDPOINTS`.
     """
-    if token_endpoint not in TOKEN_ENDPOINTS:
+    if token_endpoint not in _TOKEN_ENDPOINTS:
         raise ConfigError(
-            f"unknown token_endpoint {token_endpoint!r}; valid: {', '.join(TOKEN_ENDPOINTS)}"
+            f"unknown token_endpoint {token_endpoint!r}; valid: {', '.join(_TOKEN_ENDPOINTS)}"
         )
     if token_endpoint != "auto":
         return token_endpoint
     return "sglang" if server_type == "sglang" else "vllm"
 
 
-async def resolve_endpoint_kind(
+async def _resolve_endpoint_kind(
     spec: ServerSpec,
     token_endpoint: str,
     *,
@@ -199,7 +194,7 @@ async def resolve_endpoint_kind(
     transport: httpx.AsyncBaseTransport | None = None,
     timeout: float = _PROBE_TIMEOUT_SECONDS,
 ) -> str:
-    """:func:`endpoint_kind`, with ``auto`` on a vLLM server decided by one probe.
+    """:func:`_endpoint_kind`, with ``auto`` on a vLLM server decided by one probe.
 
     The probe asks whether ``/inference/v1/generate`` exists (a vLLM started without
     ``--enable-scale-out`` answers 403); if not, the stock ``/v1/completions`` route is used.
@@ -211,7 +206,7 @@ async def resolve_endpoint_kind(
 
     **Cancellation**: the probe's connection is closed.
     """
-    kind = endpoint_kind(spec.server_type, token_endpoint)
+    kind = _endpoint_kind(spec.server_type, token_endpoint)
     if token_endpoint != "auto" or spec.server_type != "vllm" or spec.phase != 2:
         return kind
     if cache is not None and spec.root_url in cache:
@@ -231,7 +226,7 @@ def _make_client(
     transport: httpx.AsyncBaseTransport | None,
     vocab_size: int | None = None,
 ) -> ModelClient:
-    options = HTTPOptions(request_timeout_seconds=max(spec.timeout, 1.0))
+    options = HTTPOptions(request_timeout=max(spec.timeout, 1.0))
     if spec.phase == 1:
         return ChatClient(
             spec.base_url,
@@ -257,7 +252,7 @@ def _make_client(
     return VLLMGenerateClient(spec.root_url, **common)
 
 
-def poolable(specs: Sequence[ServerSpec]) -> bool:
+def _poolable(specs: Sequence[ServerSpec]) -> bool:
     """True if ``specs`` can share one :class:`ServerPool`: several, one API key."""
     return len(specs) > 1 and len({s.api_key for s in specs}) == 1
 
@@ -285,12 +280,12 @@ async def open_model_clients(
 ) -> AsyncIterator[list[ModelClient]]:
     """Open the clients of ``specs``; close them (and their pool) on exit.
 
-    With ``pool`` and several servers that can share one (:func:`poolable`), the list holds
+    With ``pool`` and several servers that can share one (:func:`_poolable`), the list holds
     one client on a :class:`ServerPool` of them all; else one client per server.
 
     Args:
         specs: The servers.
-        token_endpoint: The token protocol (see :func:`endpoint_kind`).
+        token_endpoint: The token protocol (see :func:`_endpoint_kind`).
         limiter: The one-server clients' request limiter; with a pool, its total is each
             server's highest concurrency (unless ``pool_options`` is given).
         transport: An httpx transport for every client (tests).
@@ -300,7 +295,7 @@ async def open_model_clients(
             deadline from the specs' ``timeout``).
 
     With ``token_endpoint="auto"`` a vLLM server's route is probed (once per server when an
-    ``endpoint_cache`` is passed; see :func:`resolve_endpoint_kind`).
+    ``endpoint_cache`` is passed; see :func:`_resolve_endpoint_kind`).
 
     ``vocab_size`` (the tokenizer's ``len()``) makes token clients reject ids outside the
     vocabulary (:class:`~hermes_async.inference.InvalidTokenDataError`).
@@ -313,16 +308,16 @@ async def open_model_clients(
         first_kind = (
             "chat"
             if first is None or first.phase != 2
-            else await resolve_endpoint_kind(
+            else await _resolve_endpoint_kind(
                 first, token_endpoint, cache=endpoint_cache, transport=transport
             )
         )
         # A pool speaks the generate routes and chat; stock-vLLM completions servers get one
         # client each.
-        if pool and poolable(specs) and first is not None and first_kind in _POOL_APIS:
+        if pool and _poolable(specs) and first is not None and first_kind in _POOL_APIS:
             options = pool_options or PoolOptions(
                 max_limit=limiter.total if limiter is not None else PoolOptions().max_limit,
-                http=HTTPOptions(request_timeout_seconds=max(max(s.timeout for s in specs), 1.0)),
+                http=HTTPOptions(request_timeout=max(max(s.timeout for s in specs), 1.0)),
             )
             server_pool = await stack.enter_async_context(
                 ServerPool(
@@ -340,7 +335,7 @@ async def open_model_clients(
             return
         for spec in specs:
             kind = (
-                await resolve_endpoint_kind(
+                await _resolve_endpoint_kind(
                     spec, token_endpoint, cache=endpoint_cache, transport=transport
                 )
                 if spec.phase == 2
@@ -361,7 +356,7 @@ async def check_reachable(
 
     Each probe is a ``GET {root_url}/health`` through the clients' own transport choice
     (:func:`hermes_async.inference.probe_server`). A server that is still starting gets
-    retries every :data:`PROBE_INTERVAL_SECONDS`, and one warning says at once what is waited
+    retries every :data:`_PROBE_INTERVAL_SECONDS`, and one warning says at once what is waited
     for and how long; one that never answers ends in a :class:`ServerUnreachableError` naming
     the URL (credentials redacted) and what to do.
 
@@ -389,7 +384,7 @@ async def check_reachable(
                         exc.message,
                     )
                 last = exc
-            await anyio.sleep(PROBE_INTERVAL_SECONDS)
+            await anyio.sleep(_PROBE_INTERVAL_SECONDS)
     reason = f"{type(last).__name__}: {last.message}" if last is not None else "no answer"
     raise ServerUnreachableError(
         f"the model server at {redact_url(spec.base_url)} (server_type={spec.server_type}) did "

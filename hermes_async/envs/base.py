@@ -503,7 +503,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         # Commands sent without a timeout (tools other than terminal) get terminal_timeout too.
         key = "default_timeout" if self.config.terminal_backend == "local" else None
         if self.config.terminal_backend in ("docker", "modal", "ssh", "singularity"):
-            key = "default_exec_timeout_seconds"
+            key = "default_exec_timeout"
         if key is not None:
             options.setdefault(key, float(self.config.terminal_timeout))
         return options
@@ -531,7 +531,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                 limits=self.limits,
                 idle_timeout=float(self.config.terminal_lifetime),
                 close_timeout=self.config.sandbox_release_timeout,
-                pool=self.config.build_pool(),
+                warm_pool=self.config.build_warm_pool(),
             ) as manager:
                 with use_sandbox_manager(manager):
                     yield manager
@@ -651,7 +651,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             sandboxes: The sandbox manager its rollouts use (``None``: the current one).
             tools: The tools offered (``None``: resolved from the config, a fresh sample of
                 the toolset distribution if there is one).
-            temperature: Overrides the config's temperature.
+            temperature: Replaces ``AgentOptions.temperature`` (the config's).
         """
         seed = self._rng.randrange(2**31) if token_server and self.config.seed is not None else None
 

@@ -21,7 +21,7 @@ from hermes_async.inference.generate import SamplingParams
 from hermes_async.inference.tokenizer import QWEN_OFFLINE_NAME, Tokenizer, load_tokenizer
 from hermes_async.limits import Limits
 from hermes_async.tools.sandbox.backends import check_backend_name
-from hermes_async.tools.sandbox.pool import PoolOptions
+from hermes_async.tools.sandbox.warm_pool import WarmPoolOptions
 
 __all__ = ("HermesAgentEnvConfig", "builtin_tokenizer", "loop_tokenizer", "resolve_tokenizer")
 
@@ -161,7 +161,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
         default=0,
         ge=0,
         description="Ready sandboxes kept warm per sandbox spec (0: none; each rollout's "
-        "sandbox is created when it asks). See hermes_async.tools.sandbox.pool.",
+        "sandbox is created when it asks). See hermes_async.tools.sandbox.warm_pool.",
     )
     group_snapshot: bool = Field(
         default=True,
@@ -235,11 +235,11 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
             tool_calls=self.tool_pool_size,
         )
 
-    def build_pool(self) -> PoolOptions | None:
+    def build_warm_pool(self) -> WarmPoolOptions | None:
         """The warm pool of the run's sandbox manager (``None`` when ``sandbox_pool_size=0``)."""
         if self.sandbox_pool_size == 0:
             return None
-        return PoolOptions(size=self.sandbox_pool_size, max_age=self.sandbox_pool_max_age)
+        return WarmPoolOptions(size=self.sandbox_pool_size, max_age=self.sandbox_pool_max_age)
 
     def build_agent_options(
         self,

@@ -3,7 +3,7 @@ server is out. :mod:`~hermes_async.inference.pool` is the async shell around the
 
 Placement — **bounded-load consistent hashing** (Mirrokni, Thorup, Zadimoghaddam, 2018):
 
-* every server owns :data:`RING_REPLICAS` points on a 64-bit hash ring (BLAKE2b of
+* every server owns :data:`_RING_REPLICAS` points on a 64-bit hash ring (BLAKE2b of
   ``"url#i"``); a session's placement key hashes to a point, and the servers are tried in ring
   order from there;
 * the first *eligible* server (up, not cooling down after a 429) whose load stays within its
@@ -45,20 +45,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = (
-    "RING_REPLICAS",
-    "AdaptiveLimit",
-    "HashRing",
-    "Health",
-    "MemberState",
-    "Route",
-    "choose_member",
-    "route",
-)
+__all__ = ("AdaptiveLimit", "HashRing", "Health", "MemberState", "Route", "choose_member", "route")
 
 #: Points per server on the hash ring: with 64, the share of keys per server of a 4-server
 #: pool stays within a few percent of 1/4 (more points: smoother, a longer ring to bisect).
-RING_REPLICAS = 64
+_RING_REPLICAS = 64
 
 #: Successful requests after a readmission that clear a server's ejection history.
 _HEALTHY_STREAK = 20
@@ -79,7 +70,7 @@ class HashRing:
         ValueError: No names, a duplicate name, or ``replicas`` < 1.
     """
 
-    def __init__(self, names: Sequence[str], replicas: int = RING_REPLICAS) -> None:
+    def __init__(self, names: Sequence[str], replicas: int = _RING_REPLICAS) -> None:
         if not names:
             raise ValueError("a hash ring needs at least one server")
         if len(set(names)) != len(names):

@@ -32,7 +32,7 @@ from hermes_async.inference._errors import (
 )
 from hermes_async.inference._transport import Response, TransportError, TransportTimeout
 
-__all__ = ("BIG_LINE_BYTES", "BodyContext", "LineReader", "read_body", "receive_part")
+__all__ = ("BIG_LINE_BYTES", "BodyContext", "LineReader", "read_body")
 
 #: Lines longer than this yield to the event loop between copying steps (see the module doc).
 BIG_LINE_BYTES = 2**20
@@ -58,7 +58,7 @@ class BodyContext:
     read_timeout: float
 
 
-async def receive_part(response: Response, context: BodyContext) -> bytes | None:
+async def _receive_part(response: Response, context: BodyContext) -> bytes | None:
     """The next piece of a response body (``None`` at its end), within the read timeout and
     the request deadline, with transport errors translated.
 
@@ -98,19 +98,19 @@ async def receive_part(response: Response, context: BodyContext) -> bytes | None
     raise ServerTimeoutError(
         message,
         kind=kind,
-        timeout_seconds=seconds,
+        timeout=seconds,
         endpoint=context.endpoint,
         attempt=context.attempt,
     ) from cause
 
 
 async def read_body(response: Response, context: BodyContext) -> bytes:
-    """The whole body, each wait bounded as in :func:`receive_part`.
+    """The whole body, each wait bounded as in :func:`_receive_part`.
 
     **Cancellation**: safe; the response must still be closed.
     """
     parts: list[bytes] = []
-    while (part := await receive_part(response, context)) is not None:
+    while (part := await _receive_part(response, context)) is not None:
         parts.append(part)
     return b"".join(parts)
 
@@ -170,7 +170,7 @@ class LineReader:
                     return None
                 pieces, self._pending, self._pending_size = self._pending, [], 0
                 return await _assemble(pieces)
-            chunk = await receive_part(self.response, self._context)
+            chunk = await _receive_part(self.response, self._context)
             if chunk is None:
                 self._eof = True
             elif chunk:

@@ -124,7 +124,7 @@ class ServerTimeoutError(ModelServerError):
     Attributes:
         kind: ``"connect"``, ``"read"`` (silence between bytes longer than the read timeout),
             ``"pool"`` (no free connection) or ``"request"`` (the overall request deadline).
-        timeout_seconds: The deadline that passed.
+        timeout: The deadline that passed.
     """
 
     def __init__(
@@ -132,7 +132,7 @@ class ServerTimeoutError(ModelServerError):
         message: str,
         *,
         kind: str,
-        timeout_seconds: float,
+        timeout: float,
         endpoint: str,
         attempt: int = 1,
         token_ids: Sequence[int] = (),
@@ -142,7 +142,7 @@ class ServerTimeoutError(ModelServerError):
             message, endpoint=endpoint, attempt=attempt, token_ids=token_ids, logprobs=logprobs
         )
         self.kind = kind
-        self.timeout_seconds = timeout_seconds
+        self.timeout = timeout
 
 
 class StreamInterruptedError(ModelServerError):

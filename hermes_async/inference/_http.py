@@ -118,11 +118,11 @@ class HTTPOptions:
     """Connection, deadline and retry settings for one model server.
 
     Attributes:
-        connect_timeout_seconds: TCP (+TLS) connect deadline per attempt.
-        read_timeout_seconds: Longest silence allowed between two chunks of a response, and
+        connect_timeout: TCP (+TLS) connect deadline per attempt.
+        read_timeout: Longest silence allowed between two chunks of a response, and
             before the response headers. 300 s: a loaded vLLM can queue a request for minutes
             before its first token.
-        request_timeout_seconds: Overall deadline per request, retries and streaming included.
+        request_timeout: Overall deadline per request, retries and streaming included.
             1200 s is atroposlib's ``ServerBaseline.timeout``.
         max_connections: Pool size; raised to the limiter's total if that is larger.
         retry: The retry policy.
@@ -135,9 +135,9 @@ class HTTPOptions:
             It bounds the memory one response can take. Default 16 MiB.
     """
 
-    connect_timeout_seconds: float = 10.0
-    read_timeout_seconds: float = 300.0
-    request_timeout_seconds: float = 1200.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 300.0
+    request_timeout: float = 1200.0
     max_connections: int = DEFAULT_LIMITS["model_requests"]
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -149,15 +149,15 @@ class HTTPOptions:
         """One connection, one attempt, every deadline ``timeout``: what a reachability probe
         uses."""
         return cls(
-            connect_timeout_seconds=timeout,
-            read_timeout_seconds=timeout,
-            request_timeout_seconds=timeout,
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            request_timeout=timeout,
             max_connections=1,
             retry=RetryPolicy(max_attempts=1),
         )
 
     def __post_init__(self) -> None:
-        for name in ("connect_timeout_seconds", "read_timeout_seconds", "request_timeout_seconds"):
+        for name in ("connect_timeout", "read_timeout", "request_timeout"):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"HTTPOptions.{name} must be > 0 seconds, got {value!r}")
@@ -216,12 +216,12 @@ class Attempts:
         policy: RetryPolicy,
         *,
         deadline: float,
-        request_timeout_seconds: float,
+        request_timeout: float,
         rng: random.Random,
     ) -> None:
         self._policy = policy
         self._deadline = deadline
-        self._request_timeout = request_timeout_seconds
+        self._request_timeout = request_timeout
         self._rng = rng
         self.number = 0
         self.stale_retries = 0
@@ -255,7 +255,7 @@ class Attempts:
             stale_retries=self.stale_retries,
             policy=self._policy,
             remaining_seconds=self._deadline - anyio.current_time(),
-            request_timeout_seconds=self._request_timeout,
+            request_timeout=self._request_timeout,
             rng=self._rng,
         )
         if isinstance(decision, GiveUp):
@@ -479,8 +479,8 @@ class ServerConnection(AsyncResource):
         if injected is None and not _proxy_applies(url):
             return _wire.WirePool(
                 url,
-                connect_timeout=options.connect_timeout_seconds,
-                read_timeout=options.read_timeout_seconds,
+                connect_timeout=options.connect_timeout,
+                read_timeout=options.read_timeout,
                 keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
                 max_idle=self.pool_size,
                 headers=headers,
@@ -488,9 +488,9 @@ class ServerConnection(AsyncResource):
             )
         return HttpxTransport(
             url,
-            connect_timeout=options.connect_timeout_seconds,
-            read_timeout=options.read_timeout_seconds,
-            pool_timeout=options.request_timeout_seconds,
+            connect_timeout=options.connect_timeout,
+            read_timeout=options.read_timeout,
+            pool_timeout=options.request_timeout,
             max_connections=self.pool_size,
             keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
             headers=headers,
@@ -557,7 +557,7 @@ class ServerConnection(AsyncResource):
         slot is released.
         """
         endpoint = self.endpoint(path)
-        deadline = anyio.current_time() + self.options.request_timeout_seconds
+        deadline = anyio.current_time() + self.options.request_timeout
         async with self.limiter:
             response, attempt = await self._send(path, body, endpoint, deadline)
             try:
@@ -578,7 +578,7 @@ class ServerConnection(AsyncResource):
         bounded.
         """
         endpoint = self.endpoint(path)
-        deadline = anyio.current_time() + self.options.request_timeout_seconds
+        deadline = anyio.current_time() + self.options.request_timeout
         async with self.limiter:
             response, attempt = await self._send(path, body, endpoint, deadline)
             reader = LineReader(
@@ -605,7 +605,7 @@ class ServerConnection(AsyncResource):
         self._require_open()
         endpoint = self.endpoint(path, "GET")
         try:
-            with anyio.fail_after(self.options.request_timeout_seconds):
+            with anyio.fail_after(self.options.request_timeout):
                 response = await self.transport.send("GET", path)
         except TimeoutError:
             raise self.request_deadline_error(endpoint, 1) from None
@@ -618,7 +618,7 @@ class ServerConnection(AsyncResource):
 
     def body_context(self, endpoint: str, attempt: int, deadline: float) -> BodyContext:
         """How a response body of this connection is read (deadlines, for error messages)."""
-        return BodyContext(endpoint, attempt, deadline, self.options.read_timeout_seconds)
+        return BodyContext(endpoint, attempt, deadline, self.options.read_timeout)
 
     async def _send(
         self, path: str, body: JSONObject | bytes, endpoint: str, deadline: float
@@ -630,7 +630,7 @@ class ServerConnection(AsyncResource):
         attempts = Attempts(
             options.retry,
             deadline=deadline,
-            request_timeout_seconds=options.request_timeout_seconds,
+            request_timeout=options.request_timeout,
             rng=self._rng,
         )
         while True:
@@ -697,12 +697,12 @@ class ServerConnection(AsyncResource):
 
     def request_deadline_error(self, endpoint: str, attempt: int) -> ServerTimeoutError:
         """The error for a request whose overall deadline passed."""
-        seconds = self.options.request_timeout_seconds
+        seconds = self.options.request_timeout
         return ServerTimeoutError(
             f"no complete response within the request deadline of {seconds:g} s; raise "
-            "HTTPOptions.request_timeout_seconds or check the server's load",
+            "HTTPOptions.request_timeout or check the server's load",
             kind="request",
-            timeout_seconds=seconds,
+            timeout=seconds,
             endpoint=endpoint,
             attempt=attempt,
         )
@@ -730,7 +730,7 @@ def request_error(
         return ServerTimeoutError(
             f"{outcome.kind} timeout after {outcome.seconds:g} s{note}",
             kind=outcome.kind,
-            timeout_seconds=outcome.seconds,
+            timeout=outcome.seconds,
             endpoint=endpoint,
             attempt=attempt,
         )

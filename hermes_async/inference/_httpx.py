@@ -28,7 +28,7 @@ from hermes_async.inference._transport import (
     TransportTimeout,
 )
 
-__all__ = ("HttpxResponse", "HttpxTransport", "translate")
+__all__ = ("HttpxTransport", "translate")
 
 
 def translate(
@@ -49,7 +49,7 @@ def translate(
     return TransportError(what)
 
 
-class HttpxResponse:
+class _HttpxResponse:
     """An httpx streamed response behind the :class:`~._transport.Response` protocol.
 
     :meth:`aclose` drains the body iterator chain after closing
@@ -172,7 +172,7 @@ class HttpxTransport:
             verify=ssl_context,
         )
 
-    async def send(self, method: str, path: str, body: bytes = b"") -> HttpxResponse:
+    async def send(self, method: str, path: str, body: bytes = b"") -> _HttpxResponse:
         """Send ``method path`` through httpx and wait for the response head.
 
         Raises:
@@ -189,7 +189,7 @@ class HttpxTransport:
             raise translate(
                 exc, connect_timeout=connect, read_timeout=read, pool_timeout=pool
             ) from exc
-        return HttpxResponse(response, self._read_timeout)
+        return _HttpxResponse(response, self._read_timeout)
 
     async def aclose(self) -> None:
         """Close the client and its pool.

@@ -194,7 +194,7 @@ def decide_retry(
     stale_retries: int,
     policy: RetryPolicy,
     remaining_seconds: float,
-    request_timeout_seconds: float,
+    request_timeout: float,
     rng: random.Random,
 ) -> Retry | GiveUp:
     """Whether, and when, to retry after ``outcome`` ended attempt number ``attempt``.
@@ -205,7 +205,7 @@ def decide_retry(
         stale_retries: Immediate stale-connection retries made so far for this request.
         policy: The retry policy.
         remaining_seconds: Time left before the request deadline.
-        request_timeout_seconds: The whole request deadline (for the message).
+        request_timeout: The whole request deadline (for the message).
         rng: Random source of the back-off jitter.
     """
     if not _retryable(outcome):
@@ -228,6 +228,6 @@ def decide_retry(
     if delay >= remaining_seconds:
         return GiveUp(
             f" (next retry in {delay:.2g} s would pass the request deadline of "
-            f"{request_timeout_seconds:g} s)"
+            f"{request_timeout:g} s)"
         )
     return Retry(delay)

@@ -7,7 +7,7 @@ integers, one logprob per id, a logprob entry that names its id names the id bes
 cumulative chunks extend what came before. A violation is a :class:`ChunkError` (an error frame
 from the server says ``server_error=True``); the stream above turns it into the client error.
 
-The values are checked too (:func:`check_token_values`), before anything keeps them: an id
+The values are checked too (:func:`_check_token_values`), before anything keeps them: an id
 must be in ``[0, vocab_size)`` when the vocabulary is known, and in any case fit the 32-bit
 arrays a trajectory keeps its ids in (``[0, 2**31)``); a logprob must be a finite number
 ``<= 0`` (:data:`MAX_LOGPROB` allows for float rounding). A server that sends anything else —
@@ -33,7 +33,6 @@ __all__ = (
     "SGLangDecoder",
     "TokenChunk",
     "VLLMDecoder",
-    "check_token_values",
     "first_choice",
 )
 
@@ -64,7 +63,7 @@ class ChunkError(Exception):
         self.invalid_tokens = invalid_tokens
 
 
-def check_token_values(
+def _check_token_values(
     ids: Sequence[int], logprobs: Sequence[float], vocab_size: int | None
 ) -> None:
     """Raise :class:`ChunkError` (``invalid_tokens``) for an id outside ``[0, vocab_size)``
@@ -151,7 +150,7 @@ class ChunkDecoder(ABC):
 
     def _checked(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
         _check_lengths(ids, logprobs)
-        check_token_values(ids, logprobs, self.vocab_size)
+        _check_token_values(ids, logprobs, self.vocab_size)
 
 
 def first_choice(payload: JSON) -> JSONObject | None:
@@ -238,7 +237,7 @@ class SGLangDecoder(ChunkDecoder):
                 )
             ids, logprobs = ids[seen:], logprobs[seen:]
         # Only the new ids: a cumulative chunk repeats the ones already checked.
-        check_token_values(ids, logprobs, self.vocab_size)
+        _check_token_values(ids, logprobs, self.vocab_size)
         if not self._incremental:
             self._seen.extend(ids)
         if not ids and finish is None:

@@ -16,11 +16,11 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 from hermes_async.jsontypes import JSON, JSONObject
 
-__all__ = ("IncrementalDecoder", "Messages", "Tokenizer", "TokenizerBase", "ToolSpecs")
+__all__ = ("IncrementalDecoder", "Messages", "Tokenizer", "TokenizerBase")
 
 #: Chat messages (OpenAI shape) and tool definitions, as the chat template takes them.
 Messages: TypeAlias = Sequence[JSONObject]
-ToolSpecs: TypeAlias = Sequence[JSONObject] | None
+_ToolSpecs: TypeAlias = Sequence[JSONObject] | None
 
 
 @runtime_checkable
@@ -78,7 +78,7 @@ class Tokenizer(Protocol):
     def apply_chat_template(
         self,
         messages: Messages,
-        tools: ToolSpecs = None,
+        tools: _ToolSpecs = None,
         *,
         add_generation_prompt: bool = True,
         chat_template_kwargs: Mapping[str, JSON] | None = None,
@@ -141,7 +141,7 @@ class TokenizerBase(ABC):
     def apply_chat_template(
         self,
         messages: Messages,
-        tools: ToolSpecs = None,
+        tools: _ToolSpecs = None,
         *,
         add_generation_prompt: bool = True,
         chat_template_kwargs: Mapping[str, JSON] | None = None,

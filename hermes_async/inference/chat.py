@@ -56,6 +56,7 @@ from hermes_async.inference._http import (
 )
 from hermes_async.inference._sse import SSEJSONReader
 from hermes_async.jsontypes import JSON, JSONObject
+from hermes_async.parsers.types import FunctionCall as FunctionCall, ToolCall as ToolCall
 
 __all__ = (
     "ChatClient",
@@ -68,23 +69,6 @@ __all__ = (
     "ToolCall",
     "Usage",
 )
-
-
-@dataclass(slots=True)
-class FunctionCall:
-    """The function part of a tool call: its name and JSON-encoded arguments (a string)."""
-
-    name: str
-    arguments: str
-
-
-@dataclass(slots=True)
-class ToolCall:
-    """One tool call, as the OpenAI SDK's ``ChatCompletionMessageToolCall``."""
-
-    id: str
-    function: FunctionCall
-    type: str = "function"
 
 
 @dataclass(slots=True)
@@ -133,7 +117,12 @@ class ChatCompletion:
 
     def model_dump(self) -> JSONObject:
         """A plain-dict copy (the OpenAI SDK's pydantic method of the same name)."""
-        return asdict(self)
+        dumped = asdict(self)
+        for choice, raw in zip(self.choices, dumped["choices"], strict=True):
+            calls = choice.message.tool_calls
+            if calls is not None:  # the SDK's shape: id, type, function
+                raw["message"]["tool_calls"] = [call.to_dict() for call in calls]
+        return dumped
 
     @classmethod
     def from_dict(cls, data: JSON) -> ChatCompletion:

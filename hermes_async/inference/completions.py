@@ -58,17 +58,11 @@ from hermes_async.inference._token_chunks import (
 from hermes_async.inference.generate import GenerateClient, SamplingParams
 from hermes_async.jsontypes import JSON, JSONObject
 
-__all__ = (
-    "COMPLETIONS_PATH",
-    "GENERATE_PATH",
-    "CompletionsDecoder",
-    "VLLMCompletionsClient",
-    "detect_token_endpoint",
-)
+__all__ = ("CompletionsDecoder", "VLLMCompletionsClient", "detect_token_endpoint")
 
 #: vLLM's scale-out token route and the OpenAI completions route.
-GENERATE_PATH = "/inference/v1/generate"
-COMPLETIONS_PATH = "/v1/completions"
+_GENERATE_PATH = "/inference/v1/generate"
+_COMPLETIONS_PATH = "/v1/completions"
 _TOKEN_ID_PREFIX = "token_id:"
 #: Statuses that mean "no generate route here": disabled (403), unknown (404), GET-only (405).
 _ABSENT_STATUSES = frozenset({403, 404, 405})
@@ -134,7 +128,7 @@ class VLLMCompletionsClient(GenerateClient):
         **connection: As for :class:`~hermes_async.inference.generate.GenerateClient`.
     """
 
-    path = COMPLETIONS_PATH
+    path = _COMPLETIONS_PATH
     extras_kind = "completions"
 
     def __init__(
@@ -202,7 +196,7 @@ async def detect_token_endpoint(
         root, options=options, transport=transport, api_key=api_key
     ) as connection:
         try:
-            await connection.post_json(GENERATE_PATH, {})
+            await connection.post_json(_GENERATE_PATH, {})
         except ServerStatusError as exc:
             if exc.status in _ABSENT_STATUSES:
                 return "completions"

@@ -97,7 +97,6 @@ if TYPE_CHECKING:
     from hermes_async.inference.generate import GenerateClient
 
 __all__ = (
-    "POOL_APIS",
     "PoolAPI",
     "PoolOptions",
     "PoolSession",
@@ -113,7 +112,7 @@ logger = logging.getLogger("hermes_async.inference.pool")
 #: What a pool's :meth:`ServerPool.client` speaks.
 PoolAPI = Literal["vllm", "atropos", "sglang", "chat"]
 #: The values ``ServerPool(api=...)`` accepts.
-POOL_APIS: tuple[str, ...] = ("vllm", "atropos", "sglang", "chat")
+_POOL_APIS: tuple[str, ...] = ("vllm", "atropos", "sglang", "chat")
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,7 +233,7 @@ class PoolOptions:
         eject_max_seconds: Cap on an ejection's length.
         probe_path: Health-check path, relative to the server's root (a trailing ``/v1`` of the
             base URL is dropped, as for ``check_reachable``).
-        probe_timeout_seconds: Deadline of one health check.
+        probe_timeout: Deadline of one health check.
         ring_replicas: Points per server on the hash ring.
         http: Deadlines, retry policy (its ``max_attempts`` counts attempts across servers) and
             TLS of every member connection; its ``max_connections`` is raised to ``max_limit``.
@@ -253,7 +252,7 @@ class PoolOptions:
     eject_base_seconds: float = 1.0
     eject_max_seconds: float = 30.0
     probe_path: str = "/health"
-    probe_timeout_seconds: float = 2.0
+    probe_timeout: float = 2.0
     ring_replicas: int = 64
     http: HTTPOptions = field(default_factory=HTTPOptions)
 
@@ -285,7 +284,7 @@ class PoolOptions:
                 "decrease_interval_seconds",
                 "eject_base_seconds",
                 "eject_max_seconds",
-                "probe_timeout_seconds",
+                "probe_timeout",
             ),
             POSITIVE_SECONDS,
             error=ValueError,
@@ -450,8 +449,8 @@ class ServerPool(AsyncResource):
         urls = [str(u).rstrip("/") for u in base_urls]
         if not urls:
             raise ValueError("a ServerPool needs at least one base URL")
-        if api not in POOL_APIS:
-            raise ValueError(f"unknown ServerPool api {api!r}; valid: {', '.join(POOL_APIS)}")
+        if api not in _POOL_APIS:
+            raise ValueError(f"unknown ServerPool api {api!r}; valid: {', '.join(_POOL_APIS)}")
         self.api: PoolAPI = api
         self.model = model
         self.options = options or PoolOptions()
@@ -732,7 +731,7 @@ class ServerPool(AsyncResource):
             status = await probe_server(
                 url,
                 self.options.probe_path,
-                timeout=self.options.probe_timeout_seconds,
+                timeout=self.options.probe_timeout,
                 transport=self._transport,
                 api_key=self._api_key,
             )
@@ -867,13 +866,13 @@ class _PooledConnection:
         pool._require_open()
         payload = encode_body(body)
         policy = self.options.retry
-        deadline = anyio.current_time() + self.options.request_timeout_seconds
+        deadline = anyio.current_time() + self.options.request_timeout
         session = _SESSION.get()
         avoid: set[int] = set()
         attempts = Attempts(
             policy,
             deadline=deadline,
-            request_timeout_seconds=self.options.request_timeout_seconds,
+            request_timeout=self.options.request_timeout,
             rng=pool._rng,
         )
         while True:
@@ -957,12 +956,12 @@ class _PooledConnection:
             await anyio.sleep(retry.delay)
 
     def _deadline_error(self, path: str, attempt: int, why: str) -> ServerTimeoutError:
-        seconds = self.options.request_timeout_seconds
+        seconds = self.options.request_timeout
         return ServerTimeoutError(
             f"{why} within the request deadline of {seconds:g} s; raise "
-            "HTTPOptions.request_timeout_seconds, add servers or lower the load",
+            "HTTPOptions.request_timeout, add servers or lower the load",
             kind="pool",
-            timeout_seconds=seconds,
+            timeout=seconds,
             endpoint=self.endpoint(path),
             attempt=max(attempt, 1),
         )

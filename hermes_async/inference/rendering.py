@@ -23,7 +23,7 @@ everything from the last non-``tool`` message the previous rendering already hel
 Two renderings of one or two turns' messages instead of one of all of them: O(new messages).
 The window's start (``j``) may stay where it was for a few turns: then the previous call's
 ``new`` is this call's ``old``, and a turn costs one rendering of at most
-:data:`WINDOW_MESSAGES` messages.
+:data:`_WINDOW_MESSAGES` messages.
 
 When. The window property is a fact about a template, not a guess: it is proven by the tests
 (``tests/inference/test_rendering.py``: randomized multi-turn conversations with tool calls,
@@ -64,7 +64,6 @@ from hermes_async.inference.families import FAMILIES
 from hermes_async.jsontypes import JSON, JSONObject
 
 __all__ = (
-    "WINDOW_MESSAGES",
     "ChatRenderer",
     "RendererStatistics",
     "WindowRule",
@@ -76,7 +75,7 @@ __all__ = (
 
 #: Messages a window may hold before its start moves up to the latest anchor. Larger: fewer
 #: turns that render the window twice; smaller: shorter renderings. 8 is about four tool turns.
-WINDOW_MESSAGES = 8
+_WINDOW_MESSAGES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +297,7 @@ class ChatRenderer:
         # window holds WINDOW_MESSAGES messages: then it moves up to the latest anchor.
         old = self._window_text
         start = self._window_start
-        if old is None or len(messages) - start > WINDOW_MESSAGES:
+        if old is None or len(messages) - start > _WINDOW_MESSAGES:
             start = anchor
             old = render(
                 [*head, *messages[start:k]],

@@ -26,7 +26,7 @@ from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.parsers._scan import PARTIAL, JsonScanner, Markers
 from hermes_async.parsers._values import ToolSchemas, decode_arguments
 
-__all__ = [
+__all__ = (
     "JUNK",
     "NAME_MAX_CHARS",
     "Body",
@@ -36,9 +36,8 @@ __all__ = [
     "MistralSpec",
     "NamedJsonSpec",
     "marker_set",
-    "name_problem",
     "skip_ws",
-]
+)
 
 #: A tool name longer than this (with no terminator in sight) means the model is not writing a
 #: call header; the attempt is reported invalid instead of buffering without bound.
@@ -105,7 +104,7 @@ def _roles(role: str, spellings: tuple[str, ...]) -> tuple[tuple[str, str], ...]
     return tuple((s, role) for s in spellings)
 
 
-def name_problem(name: str) -> str | None:
+def _name_problem(name: str) -> str | None:
     if not name:
         return "the tool name is empty"
     if len(name) > NAME_MAX_CHARS or any(c in _BAD_NAME_CHARS for c in name):
@@ -215,7 +214,7 @@ class Body:
 
     def _accept_name(self, name: str, raw: str | None = None, native_id: str | None = None) -> bool:
         """Announce ``name`` (``ToolCallStart``), or junk the attempt if it is no tool name."""
-        problem = name_problem(name)
+        problem = _name_problem(name)
         if problem is not None:
             self._junk(problem, name if raw is None else raw)
             return False
@@ -431,7 +430,7 @@ class JsonCallBody(_JsonBody):
             not self.started
             and scanner.name is not None
             and (self.committed or scanner.args_seen)
-            and name_problem(scanner.name) is None
+            and _name_problem(scanner.name) is None
         ):
             if not self.committed:
                 self.committed = True
@@ -474,7 +473,7 @@ class JsonCallBody(_JsonBody):
             if not (
                 isinstance(obj, dict)
                 and isinstance(obj.get("name"), str)
-                and name_problem(obj["name"]) is None
+                and _name_problem(obj["name"]) is None
                 and any(k in obj for k in spec.args_keys)
             ):
                 self._reject(text, relex=False)
@@ -488,7 +487,7 @@ class JsonCallBody(_JsonBody):
         if not isinstance(name, str):
             self._fail("the tool call has no string 'name'", text)
             return
-        problem = name_problem(name)
+        problem = _name_problem(name)
         if problem is not None:
             self._fail(problem, text)
             return

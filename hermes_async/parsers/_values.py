@@ -13,19 +13,12 @@ from collections.abc import Mapping, Sequence
 from hermes_async._json import loads
 from hermes_async.jsontypes import JSON, JSONObject
 
-__all__ = [
-    "LITERAL_EVAL_MAX_CHARS",
-    "ToolSchemas",
-    "convert_value",
-    "decode_arguments",
-    "new_call_id",
-    "new_mistral_id",
-]
+__all__ = ("ToolSchemas", "convert_value", "decode_arguments", "new_call_id", "new_mistral_id")
 
 #: ``ast.literal_eval`` (the reference's fallback for untyped values) is only tried on values
 #: up to this size: its cost and recursion depth grow with the input, and a value that long is
 #: file content, which should stay a string anyway.
-LITERAL_EVAL_MAX_CHARS = 10_000
+_LITERAL_EVAL_MAX_CHARS = 10_000
 
 _ALNUM = string.ascii_letters + string.digits
 
@@ -136,7 +129,7 @@ def _untyped(raw: str) -> JSON:
         return loads(text)
     except ValueError:
         pass
-    if len(text) <= LITERAL_EVAL_MAX_CHARS:
+    if len(text) <= _LITERAL_EVAL_MAX_CHARS:
         try:
             literal = ast.literal_eval(text)
             # Through JSON text: tuples become lists, the depth is checked, surrogates

@@ -27,13 +27,10 @@ from __future__ import annotations
 from hermes_async.parsers._bodies import NamedJsonSpec
 from hermes_async.parsers._engine import Format
 
-__all__ = (
-    "KIMI_K2",
-    "kimi_name",
-)
+__all__ = ("KIMI_K2",)
 
 
-def kimi_name(ident: str) -> tuple[str, str | None]:
+def _kimi_name(ident: str) -> tuple[str, str | None]:
     """``functions.get_weather:0`` -> ``("get_weather", "functions.get_weather:0")``."""
     ident = ident.strip()
     name = ident.removeprefix("functions.")
@@ -51,6 +48,6 @@ KIMI_K2 = Format(
     body=NamedJsonSpec(
         name_end=("<|tool_call_argument_begin|>",),
         close=("<|tool_call_end|>",),
-        name_from_id=kimi_name,
+        name_from_id=_kimi_name,
     ),
 )

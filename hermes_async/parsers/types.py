@@ -42,7 +42,8 @@ class FunctionCall:
 
     Attributes:
         name: The tool name as the model wrote it.
-        arguments: A JSON object, serialized (``json.dumps(..., ensure_ascii=False)``).
+        arguments: The arguments as a string: from a parser, a JSON object serialized with
+            ``ensure_ascii=False``; from a chat server, as it sent them.
     """
 
     name: str
@@ -51,14 +52,15 @@ class FunctionCall:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One parsed tool call, shaped like OpenAI's ``ChatCompletionMessageToolCall``.
+    """One tool call, shaped like OpenAI's ``ChatCompletionMessageToolCall``.
 
-    Attribute access matches the OpenAI client types (``call.function.name``), and
-    :meth:`to_dict` gives the message form.
+    The one tool-call type of the package: parsers make it, the chat client reads it from
+    responses, the agent loop runs it. Attribute access matches the OpenAI client types
+    (``call.function.name``), and :meth:`to_dict` gives the message form.
 
     Attributes:
-        id: A fresh id, unique per call (``call_<24 hex>``; 9 alphanumerics for ``mistral``,
-            whose chat templates require that shape).
+        id: The call's id: a chat server's, or from a parser a fresh one (``call_<24 hex>``;
+            9 alphanumerics for ``mistral``, whose chat templates require that shape).
         function: Name and JSON-object argument string.
         type: Always ``"function"``.
         index: Position among the call attempts of this output (0-based).

@@ -3,7 +3,7 @@
 :func:`serve_worker` serves one :class:`RolloutWorker`'s app until told to stop.
 :func:`run_worker` is ``hermes-async worker``: it opens the configured worker, serves it,
 and on SIGTERM or SIGINT drains it (new groups get 503, running ones get
-``drain_timeout_seconds`` to finish, then are answered ``failed``) before it exits.
+``drain_timeout`` to finish, then are answered ``failed``) before it exits.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ async def _run(config: WorkerConfig, host: str, port: int, task_status: TaskStat
                             "worker %s: %s: draining (up to %g s)",
                             worker.name,
                             signal.Signals(signum).name,
-                            config.options.drain_timeout_seconds,
+                            config.options.drain_timeout,
                         )
                         break
                 cancelled = await worker.drain()

@@ -86,7 +86,7 @@ class WorkerOptions:
         max_deadline_seconds: Furthest deadline accepted.
         reply_reserve_seconds: Time kept before a group's deadline to release its sandboxes
             and send the answer: the rollouts are bounded to end that much earlier.
-        drain_timeout_seconds: How long a drain (or SIGTERM) waits for running groups before
+        drain_timeout: How long a drain (or SIGTERM) waits for running groups before
             cancelling them (they are answered ``failed``, ``infra``).
         sandbox_parent: Where the worker's sandbox root goes (shared by the workers of a
             machine: each sweeps dead workers' roots when it starts).
@@ -100,7 +100,7 @@ class WorkerOptions:
     max_body_bytes: int = 1024 * 1024
     max_deadline_seconds: float = 86_400.0
     reply_reserve_seconds: float = 1.0
-    drain_timeout_seconds: float = 60.0
+    drain_timeout: float = 60.0
     sandbox_parent: str = DEFAULT_SANDBOX_PARENT
     isolation: Isolation = "auto"
 
@@ -112,7 +112,7 @@ class WorkerOptions:
         )
         check_fields(
             self,
-            ("max_deadline_seconds", "reply_reserve_seconds", "drain_timeout_seconds"),
+            ("max_deadline_seconds", "reply_reserve_seconds", "drain_timeout"),
             POSITIVE_FINITE,
         )
 
@@ -508,7 +508,7 @@ class RolloutWorker:
         """Refuse new groups, wait for the running ones, cancel what is left at ``timeout``.
 
         Args:
-            timeout: Seconds to wait (default ``drain_timeout_seconds``).
+            timeout: Seconds to wait (default ``drain_timeout``).
 
         Returns:
             How many groups were cancelled (each answered ``failed``, ``infra``).
@@ -516,7 +516,7 @@ class RolloutWorker:
         **Cancellation**: the running groups are left to their callers.
         """
         self.refuse_new()
-        timeout = self.options.drain_timeout_seconds if timeout is None else timeout
+        timeout = self.options.drain_timeout if timeout is None else timeout
         with anyio.move_on_after(timeout):
             await self._idle.wait()
         left = list(self._running.values())

@@ -31,7 +31,7 @@ from hermes_async.tools.sandbox.processes import (
     terminate_members,
 )
 
-__all__ = ("ControlPlane", "CreateDelay", "Faults", "LocalMachine", "RunOutcome", "delay")
+__all__ = ("ControlPlane", "Faults", "LocalMachine", "delay")
 
 _R = TypeVar("_R")
 _Rec = TypeVar("_Rec", bound="SandboxRecord")
@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 _DESTROY_SECONDS = 10.0
 
 #: Seconds each create takes: a number, or a function called per create (random latency).
-CreateDelay = float | Callable[[], float]
+_CreateDelay = float | Callable[[], float]
 
 
 class Faults:
@@ -69,7 +69,7 @@ class Faults:
 
 
 @dataclass(frozen=True, slots=True)
-class RunOutcome:
+class _RunOutcome:
     """What one command did: exit code (``None``: killed by the timeout) and its output."""
 
     exit_code: int | None
@@ -112,7 +112,7 @@ class LocalMachine:
         env: Mapping[str, str] | None,
         timeout: float | None,
         merge_stderr: bool = False,
-    ) -> RunOutcome:
+    ) -> _RunOutcome:
         """Run ``argv`` to completion (``timeout``: kill it, ``exit_code=None``).
 
         **Cancellation**: the process keeps running, as a provider's would when its client
@@ -144,7 +144,7 @@ class LocalMachine:
         if code is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-        return RunOutcome(code, bytes(out), bytes(err))
+        return _RunOutcome(code, bytes(out), bytes(err))
 
     def live_processes(self) -> list[int]:
         """Pids of live processes started in this machine."""
@@ -187,7 +187,7 @@ async def kill_sandbox_processes(
             await process.aclose()
 
 
-async def delay(value: CreateDelay) -> None:
+async def delay(value: _CreateDelay) -> None:
     """Sleep for a create's latency."""
     seconds = value() if callable(value) else value
     if seconds > 0:
@@ -230,7 +230,7 @@ class ControlPlane(Generic[_Rec]):
         *,
         hang: Collection[str] = (),
         fail: Mapping[str, BaseException] | None = None,
-        create_delay_seconds: CreateDelay = 0.0,
+        create_delay_seconds: _CreateDelay = 0.0,
         extra_env: Mapping[str, str] | None = None,
         workdir: str = "/tmp",
     ) -> None:

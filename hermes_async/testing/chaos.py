@@ -411,7 +411,7 @@ async def _open_client(
     config: ChaosConfig, world: _World, server: ScriptedModelServer
 ) -> AsyncIterator[Any]:
     options = HTTPOptions(
-        read_timeout_seconds=config.read_timeout,
+        read_timeout=config.read_timeout,
         retry=RetryPolicy(initial_backoff_seconds=0.01, max_backoff_seconds=0.05),
     )
     async with AsyncExitStack() as stack:

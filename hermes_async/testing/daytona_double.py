@@ -341,12 +341,6 @@ class FakeDaytona(ControlPlane[_Record]):
         self.create_params: list[_Params] = []
         self.deletes: list[str] = []
 
-    def live_with(self, labels: Mapping[str, str]) -> list[str]:
-        """Ids of live sandboxes whose labels include ``labels``."""
-        return [
-            r.sandbox_id for r in self.live if all(r.labels.get(k) == v for k, v in labels.items())
-        ]
-
     def inject_orphan(self, labels: Mapping[str, str]) -> str:
         """Register a running sandbox nobody holds (a previous crash's leftover); its id."""
         return self._register(CreateSandboxFromImageParams(image="orphan", labels=dict(labels)))

@@ -381,14 +381,6 @@ class FakeE2B(ControlPlane[_Record]):
         self.create_kwargs: list[dict[str, object]] = []
         self.kills: list[str] = []
 
-    def live_with(self, metadata: Mapping[str, str]) -> list[str]:
-        """Ids of live sandboxes whose metadata includes ``metadata``."""
-        return [
-            r.sandbox_id
-            for r in self.live
-            if all(r.metadata.get(k) == v for k, v in metadata.items())
-        ]
-
     def inject_orphan(self, metadata: Mapping[str, str]) -> str:
         """Register a running sandbox nobody holds (a previous crash's leftover); its id."""
         record = self._register("base", None, dict(metadata), {}, None)

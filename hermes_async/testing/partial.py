@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from hermes_async.agent.loop import AgentOptions, HermesAgentLoop
+from hermes_async.agent import AgentOptions, HermesAgentLoop
 from hermes_async.agent.result import AgentResult
 from hermes_async.inference.generate import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.tokenizer import Tokenizer
@@ -255,8 +255,13 @@ async def _run_all(
         open_asgi_transport(server) as transport,
         VLLMGenerateClient("http://scripted.test", transport=transport) as client,
     ):
-        loop = HermesAgentLoop.from_options(
-            client, defs.schemas, defs.valid_names, options, registry=registry, tokenizer=tokenizer
+        loop = HermesAgentLoop(
+            client,
+            defs.schemas,
+            defs.valid_names,
+            options=options,
+            registry=registry,
+            tokenizer=tokenizer,
         )
         limiter = anyio.CapacityLimiter(config.concurrency)
 

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from hermes_async.agent.context import ToolContext
-from hermes_async.agent.loop import AgentOptions
+from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import AgentResult
 from hermes_async.agent.rollout import RolloutSetup, RolloutTask
 from hermes_async.inference.generate import SamplingParams

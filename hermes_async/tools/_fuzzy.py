@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from hermes_async.tools._v4a import _PUNCT
 
-__all__ = ["ReplaceError", "ReplaceResult", "fuzzy_replace"]
+__all__ = ("ReplaceError", "fuzzy_replace")
 
 #: Similarity the middle of a block must reach for the ``block_anchor`` strategy.
 BLOCK_ANCHOR_MIN_SIMILARITY = 0.7
@@ -36,7 +36,7 @@ class ReplaceError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class ReplaceResult:
+class _ReplaceResult:
     """The new content, how many places were replaced, and the strategy that matched."""
 
     content: str
@@ -162,7 +162,7 @@ def _too_many(count: int, strategy: str) -> ReplaceError:
     )
 
 
-def fuzzy_replace(content: str, old: str, new: str, *, replace_all: bool = False) -> ReplaceResult:
+def fuzzy_replace(content: str, old: str, new: str, *, replace_all: bool = False) -> _ReplaceResult:
     """Replace ``old`` by ``new`` in ``content`` with the first strategy that finds a match.
 
     Raises:
@@ -182,8 +182,8 @@ def fuzzy_replace(content: str, old: str, new: str, *, replace_all: bool = False
         if count > 1 and not replace_all:
             raise _too_many(count, "exact")
         if replace_all:
-            return ReplaceResult(content.replace(old, new), count, "exact")
-        return ReplaceResult(content.replace(old, new, 1), 1, "exact")
+            return _ReplaceResult(content.replace(old, new), count, "exact")
+        return _ReplaceResult(content.replace(old, new, 1), 1, "exact")
 
     file_lines = _split_lines(content)
     attempts: list[tuple[str, str, str]] = [("", old, new)]
@@ -195,7 +195,7 @@ def fuzzy_replace(content: str, old: str, new: str, *, replace_all: bool = False
             n = content.count(old_try)
             if n > 1 and not replace_all:
                 raise _too_many(n, prefix)
-            return ReplaceResult(
+            return _ReplaceResult(
                 content.replace(old_try, new_try, -1 if replace_all else 1),
                 n if replace_all else 1,
                 prefix,
@@ -219,7 +219,7 @@ def fuzzy_replace(content: str, old: str, new: str, *, replace_all: bool = False
                 raise _too_many(len(ranges), label)
             chosen = ranges if replace_all else ranges[:1]
             new_content = _replace_line_ranges(content, file_lines, chosen, old_lines, new_try)
-            return ReplaceResult(new_content, len(chosen), label)
+            return _ReplaceResult(new_content, len(chosen), label)
     raise ReplaceError(
         "Could not find old_string in the file (tried exact, whitespace-, indentation- and "
         "punctuation-insensitive matching)."

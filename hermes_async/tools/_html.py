@@ -24,22 +24,12 @@ from typing import Literal
 
 from hermes_async.errors import ConfigError
 
-__all__ = [
-    "HTML_MEDIA_TYPES",
-    "TEXT_MEDIA_TYPES",
-    "basic_html_to_text",
-    "cut_head_tail",
-    "html_title",
-    "html_to_text",
-    "is_html",
-    "is_text",
-    "trafilatura_available",
-]
+__all__ = ("basic_html_to_text", "cut_head_tail", "html_to_text", "is_html", "is_text")
 
 #: Media types converted from HTML.
-HTML_MEDIA_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_HTML_MEDIA_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 #: Non-``text/*`` media types that are returned as text unchanged.
-TEXT_MEDIA_TYPES = frozenset(
+_TEXT_MEDIA_TYPES = frozenset(
     {"application/json", "application/xml", "application/javascript", "application/ld+json"}
 )
 
@@ -73,15 +63,15 @@ _TITLE_RE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTAL
 
 def is_html(media_type: str) -> bool:
     """Whether ``media_type`` (lower case, no parameters) is HTML."""
-    return media_type in HTML_MEDIA_TYPES
+    return media_type in _HTML_MEDIA_TYPES
 
 
 def is_text(media_type: str) -> bool:
     """Whether ``media_type`` is a text format returned as is."""
-    return media_type.startswith("text/") or media_type in TEXT_MEDIA_TYPES
+    return media_type.startswith("text/") or media_type in _TEXT_MEDIA_TYPES
 
 
-def html_title(html: str) -> str | None:
+def _html_title(html: str) -> str | None:
     """The document's ``<title>``, unescaped and whitespace-collapsed, or ``None``."""
     match = _TITLE_RE.search(html, 0, 200_000)
     if match is None:
@@ -166,7 +156,7 @@ def basic_html_to_text(html: str) -> str:
     return parser.result()
 
 
-def trafilatura_available() -> bool:
+def _trafilatura_available() -> bool:
     """Whether the optional trafilatura converter can be imported."""
     try:
         import trafilatura  # noqa: F401
@@ -211,9 +201,9 @@ def html_to_text(
     Raises:
         ConfigError: ``extractor="trafilatura"`` but the ``web`` extra is not installed.
     """
-    title = html_title(html)
+    title = _html_title(html)
     text: str | None = None
-    if extractor == "trafilatura" or (extractor == "auto" and trafilatura_available()):
+    if extractor == "trafilatura" or (extractor == "auto" and _trafilatura_available()):
         try:
             text = _trafilatura_extract(html, url)
         except ConfigError:

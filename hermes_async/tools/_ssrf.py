@@ -36,27 +36,23 @@ import httpx
 from hermes_async.errors import ToolExecutionError
 from hermes_async.tools._web_settings import Resolver
 
-__all__ = [
-    "ALLOWED_SCHEMES",
-    "DNS_TIMEOUT_SECONDS",
+__all__ = (
     "Allowlist",
-    "Target",
     "URLRefusedError",
     "WebFetchError",
     "address_problem",
-    "default_resolver",
     "parse_url",
     "vet_url",
-]
+)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 #: URL schemes a fetch may use.
-ALLOWED_SCHEMES = ("http", "https")
+_ALLOWED_SCHEMES = ("http", "https")
 
 #: Deadline of one host-name resolution (a resolver that hangs must not hold a tool call).
-DNS_TIMEOUT_SECONDS = 10.0
+_DNS_TIMEOUT_SECONDS = 10.0
 
 # Ranges Python's ``is_global`` misses on some versions (3.11 treats 192.0.0.0/24 as global).
 _EXTRA_BLOCKED: tuple[IPNetwork, ...] = (
@@ -195,7 +191,7 @@ class Allowlist:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class _Target:
     """A vetted URL and the address to connect to.
 
     Attributes:
@@ -245,7 +241,7 @@ def parse_url(raw: str) -> httpx.URL:
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
         raise URLRefusedError(raw, f"it is not a valid URL ({exc})") from None
     scheme = url.scheme.lower()
-    if scheme not in ALLOWED_SCHEMES:
+    if scheme not in _ALLOWED_SCHEMES:
         shown = scheme or "(none)"
         raise URLRefusedError(raw, f"scheme {shown!r} is not allowed, only http and https")
     if not url.host:
@@ -253,7 +249,7 @@ def parse_url(raw: str) -> httpx.URL:
     return url
 
 
-async def default_resolver(host: str, port: int) -> list[str]:
+async def _default_resolver(host: str, port: int) -> list[str]:
     """Resolve ``host`` with :func:`anyio.getaddrinfo` (TCP); return the distinct addresses.
 
     **Cancellation**: safe to cancel; nothing to clean up.
@@ -270,7 +266,7 @@ async def vet_url(
     *,
     allow: Allowlist,
     resolver: Resolver | None = None,
-) -> Target:
+) -> _Target:
     """Check that ``url`` may be fetched and pick the address to connect to.
 
     The host is taken as an IP literal or resolved; *every* resolved address must pass (a name
@@ -280,10 +276,10 @@ async def vet_url(
     Args:
         url: A URL from :func:`parse_url` (scheme and host already checked).
         allow: Hosts and networks let through on purpose.
-        resolver: ``async (host, port) -> [ip, ...]``; default :func:`default_resolver`.
+        resolver: ``async (host, port) -> [ip, ...]``; default :func:`_default_resolver`.
 
     Returns:
-        The vetted :class:`Target`.
+        The vetted :class:`_Target`.
 
     Raises:
         URLRefusedError: The URL's address is not allowed.
@@ -298,14 +294,14 @@ async def vet_url(
     if literal is not None:
         candidates: Sequence[str] = [str(literal)]
     else:
-        resolve = resolver or default_resolver
+        resolve = resolver or _default_resolver
         try:
-            with anyio.fail_after(DNS_TIMEOUT_SECONDS):
+            with anyio.fail_after(_DNS_TIMEOUT_SECONDS):
                 candidates = list(await resolve(host, port))
         except TimeoutError:
             raise WebFetchError(
                 f"could not resolve host {host!r} of {raw!r}: no answer within "
-                f"{DNS_TIMEOUT_SECONDS:g} seconds",
+                f"{_DNS_TIMEOUT_SECONDS:g} seconds",
                 url=raw,
             ) from None
         except OSError as exc:
@@ -329,4 +325,4 @@ async def vet_url(
                 where = f"host {host!r} resolves to {ip}: " if literal is None else ""
                 raise URLRefusedError(raw, f"{where}{problem}")
         addresses.append(ip)
-    return Target(url=url, ip=str(addresses[0]))
+    return _Target(url=url, ip=str(addresses[0]))

@@ -3,13 +3,13 @@
 Two users share this module: ``web_extract``'s direct page reads (:func:`fetch_page`) and the
 browser tools, which answer every request a page makes through it (``tools/browser``).
 
-One *hop* (:func:`fetch_hop`) is one HTTP exchange: vet the URL (:func:`~._ssrf.vet_url`), send
+One *hop* (:func:`_fetch_hop`) is one HTTP exchange: vet the URL (:func:`~._ssrf.vet_url`), send
 the request to the vetted IP with the original ``Host`` header and TLS server name (so
 certificate checks still name the host), and stream the body up to ``max_body_bytes``.
 :func:`fetch` follows redirects by hand, at most ``max_redirects`` of them, each target vetted
 again (301/302/303 turn a non-``HEAD`` request into a body-less ``GET``, as browsers do; 307/308
 keep the method and body). :func:`fetch_page` is ``fetch("GET", ...)`` under one deadline
-(``fetch_timeout_seconds``, all hops and the body included) that also refuses HTTP errors.
+(``fetch_timeout``, all hops and the body included) that also refuses HTTP errors.
 
 Each hop uses its own short-lived client: connections are pooled per *address*, and a pooled
 TLS connection verified for one host name must not carry a request for another.
@@ -33,23 +33,14 @@ from hermes_async._net import CLOSE_GRACE_SECONDS, aclose_httpx_stream, default_
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
 from hermes_async.tools._web_settings import WebSettings
 
-__all__ = (
-    "REDIRECT_STATUSES",
-    "FetchedPage",
-    "HopResponse",
-    "NonClosingTransport",
-    "aclose_client",
-    "fetch",
-    "fetch_hop",
-    "fetch_page",
-)
+__all__ = ("HopResponse", "NonClosingTransport", "aclose_client", "fetch", "fetch_page")
 
 #: Statuses that redirect (with a ``Location`` header).
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
 @dataclass(frozen=True, slots=True)
-class FetchedPage:
+class _FetchedPage:
     """A fetched body.
 
     Attributes:
@@ -100,7 +91,7 @@ class HopResponse:
     @property
     def location(self) -> str | None:
         """The ``Location`` of a redirect response, else ``None``."""
-        return self.header("location") if self.status in REDIRECT_STATUSES else None
+        return self.header("location") if self.status in _REDIRECT_STATUSES else None
 
 
 class NonClosingTransport(httpx.AsyncBaseTransport):
@@ -125,7 +116,7 @@ def _hop_client(settings: WebSettings) -> httpx.AsyncClient:
         transport = httpx.AsyncHTTPTransport(verify=default_ssl_context(), retries=0)
     return httpx.AsyncClient(
         transport=transport,
-        timeout=httpx.Timeout(settings.fetch_timeout_seconds),
+        timeout=httpx.Timeout(settings.fetch_timeout),
         follow_redirects=False,
         trust_env=False,  # a proxy would resolve the name again and defeat the pinning
     )
@@ -139,7 +130,7 @@ async def aclose_client(client: httpx.AsyncClient, what: str = "close a web clie
     await bounded_cleanup(what, client.aclose, timeout=CLOSE_GRACE_SECONDS)
 
 
-async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> FetchedPage:
+async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> _FetchedPage:
     """Fetch ``url`` directly, behind the SSRF guard.
 
     Args:
@@ -157,7 +148,7 @@ async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> Fe
     **Cancellation**: the open response and client are closed (shielded, each bounded by
     :data:`hermes_async._net.CLOSE_GRACE_SECONDS`) and the cancellation propagates.
     """
-    timeout = settings.fetch_timeout_seconds
+    timeout = settings.fetch_timeout
     headers = {
         "User-Agent": settings.user_agent,
         "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
@@ -169,7 +160,7 @@ async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> Fe
             )
     except TimeoutError:
         raise WebFetchError(
-            f"fetching {url!r} took longer than {timeout:g} seconds (fetch_timeout_seconds)",
+            f"fetching {url!r} took longer than {timeout:g} seconds (fetch_timeout)",
             url=url,
         ) from None
     if response.status >= 400:
@@ -179,7 +170,7 @@ async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> Fe
             f"{response.url!r} answered HTTP {status} {reason}".rstrip(), url=response.url
         )
     content_type = response.header("content-type") or ""
-    return FetchedPage(
+    return _FetchedPage(
         url=response.url,
         status=response.status,
         media_type=content_type.split(";", 1)[0].strip().lower(),
@@ -210,7 +201,7 @@ async def fetch(
     """Send a request behind the SSRF guard, following redirects by hand when asked.
 
     Every hop is vetted (a redirect to a refused address raises, naming the redirect). The
-    caller bounds the whole exchange (each hop's client also has ``fetch_timeout_seconds``).
+    caller bounds the whole exchange (each hop's client also has ``fetch_timeout``).
 
     Args:
         method: The HTTP method.
@@ -238,7 +229,7 @@ async def fetch(
     previous: httpx.URL | None = None
     for hop in range(settings.max_redirects + 1):
         try:
-            response = await fetch_hop(
+            response = await _fetch_hop(
                 method,
                 current,
                 headers=headers,
@@ -279,7 +270,7 @@ async def fetch(
     )
 
 
-async def fetch_hop(
+async def _fetch_hop(
     method: str,
     url: httpx.URL,
     *,
@@ -324,7 +315,7 @@ async def fetch_hop(
             header_items = tuple(
                 (k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
             )
-            redirect = response.status_code in REDIRECT_STATUSES and response.headers.get(
+            redirect = response.status_code in _REDIRECT_STATUSES and response.headers.get(
                 "location"
             )
             if redirect or (response.status_code >= 400 and not error_bodies):

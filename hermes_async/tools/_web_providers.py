@@ -41,18 +41,10 @@ from hermes_async.errors import ToolExecutionError
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.tools._web_settings import PROVIDER_KEY_ENV, Provider, WebSettings
 
-__all__ = (
-    "EXA_SEARCH_TEXT_CHARS",
-    "PageResult",
-    "ProviderError",
-    "extract_batch",
-    "redact",
-    "scrape_one",
-    "search",
-)
+__all__ = ("PageResult", "ProviderError", "extract_batch", "redact", "scrape_one", "search")
 
 #: Characters of page text Exa is asked for per search hit (it becomes the description).
-EXA_SEARCH_TEXT_CHARS = 500
+_EXA_SEARCH_TEXT_CHARS = 500
 #: Characters of a provider's error body quoted in an error message.
 _ERROR_DETAIL_CHARS = 300
 _REDACTED = "[REDACTED]"
@@ -133,7 +125,7 @@ async def _post(
     secrets = settings.secrets()
     url = settings.base_url(provider) + path
     shown = redact_url(url)
-    timeout = settings.request_timeout_seconds
+    timeout = settings.request_timeout
     try:
         with anyio.fail_after(timeout):
             response = await client.post(url, json=payload, headers=_headers(provider, settings))
@@ -220,7 +212,7 @@ async def search(
                 "query": query,
                 "numResults": limit,
                 "type": "auto",
-                "contents": {"text": {"maxCharacters": EXA_SEARCH_TEXT_CHARS}},
+                "contents": {"text": {"maxCharacters": _EXA_SEARCH_TEXT_CHARS}},
             },
         )
         items = _dicts(data.get("results"))

@@ -40,11 +40,9 @@ import httpx
 from hermes_async._checks import INTEGER_AT_LEAST_ONE, POSITIVE, check_fields
 from hermes_async.errors import ConfigError
 
-__all__ = [
-    "DEFAULT_PROVIDER_URLS",
+__all__ = (
     "PROVIDER_KEY_ENV",
     "PROVIDER_ORDER",
-    "ExtractBackend",
     "Provider",
     "Resolver",
     "SummarizerSettings",
@@ -53,13 +51,13 @@ __all__ = [
     "check_allow_entry",
     "env_reader",
     "model_endpoint_from_env",
-]
+)
 
 #: A web provider this package can talk to.
 Provider = Literal["firecrawl", "tavily", "exa"]
 
 #: Where ``web_extract`` gets pages: ``auto`` = the provider if one is configured, else direct.
-ExtractBackend = Literal["auto", "provider", "direct"]
+_ExtractBackend = Literal["auto", "provider", "direct"]
 
 #: The reference's preference order when no backend is chosen explicitly (its "parallel"
 #: provider is not implemented here).
@@ -73,7 +71,7 @@ PROVIDER_KEY_ENV: Mapping[Provider, str] = {
 }
 
 #: Public base URL of each provider's HTTP API.
-DEFAULT_PROVIDER_URLS: Mapping[Provider, str] = {
+_DEFAULT_PROVIDER_URLS: Mapping[Provider, str] = {
     "firecrawl": "https://api.firecrawl.dev",
     "tavily": "https://api.tavily.com",
     "exa": "https://api.exa.ai",
@@ -104,7 +102,7 @@ class SummarizerSettings:
             ``{base_url}/chat/completions``.
         model: Model name sent in the request.
         api_key: Optional bearer key (hidden from ``repr``).
-        timeout_seconds: Deadline of one summary request.
+        timeout: Deadline of one summary request.
         min_chars: Pages at least this long are summarized (the reference's 5 000).
         max_input_chars: Longer pages are cut (head + tail) before being sent.
         max_output_chars: The summary is capped at this length (the reference's ~5 000).
@@ -113,7 +111,7 @@ class SummarizerSettings:
     base_url: str
     model: str
     api_key: str | None = field(default=None, repr=False)
-    timeout_seconds: float = 60.0
+    timeout: float = 60.0
     min_chars: int = 5_000
     max_input_chars: int = 100_000
     max_output_chars: int = 5_000
@@ -145,8 +143,8 @@ class WebSettings:
         search_limit: Results per search (the reference always used 5).
         max_concurrent_fetches: Local concurrency cap for one extract call when
             ``runtime.limits`` has no ``web`` limiter.
-        request_timeout_seconds: Deadline of one provider request (connect + response).
-        fetch_timeout_seconds: Deadline of one direct fetch, all redirect hops and the body
+        request_timeout: Deadline of one provider request (connect + response).
+        fetch_timeout: Deadline of one direct fetch, all redirect hops and the body
             included.
         max_redirects: Redirect hops followed by a direct fetch (each hop re-vetted).
         max_body_bytes: Bytes of a directly fetched body kept (decoded, after decompression);
@@ -169,16 +167,16 @@ class WebSettings:
     firecrawl_api_key: str | None = field(default=None, repr=False)
     tavily_api_key: str | None = field(default=None, repr=False)
     exa_api_key: str | None = field(default=None, repr=False)
-    firecrawl_url: str = DEFAULT_PROVIDER_URLS["firecrawl"]
-    tavily_url: str = DEFAULT_PROVIDER_URLS["tavily"]
-    exa_url: str = DEFAULT_PROVIDER_URLS["exa"]
-    extract_backend: ExtractBackend = "auto"
+    firecrawl_url: str = _DEFAULT_PROVIDER_URLS["firecrawl"]
+    tavily_url: str = _DEFAULT_PROVIDER_URLS["tavily"]
+    exa_url: str = _DEFAULT_PROVIDER_URLS["exa"]
+    extract_backend: _ExtractBackend = "auto"
     direct_extract: bool = False
     allow: tuple[str, ...] = ()
     search_limit: int = 5
     max_concurrent_fetches: int = 5
-    request_timeout_seconds: float = 30.0
-    fetch_timeout_seconds: float = 20.0
+    request_timeout: float = 30.0
+    fetch_timeout: float = 20.0
     max_redirects: int = 5
     max_body_bytes: int = 2_000_000
     max_content_chars: int = 20_000
@@ -212,7 +210,7 @@ class WebSettings:
             )
         if self.max_redirects < 0:
             raise ConfigError(f"WebSettings.max_redirects must be >= 0, got {self.max_redirects!r}")
-        check_fields(self, ("request_timeout_seconds", "fetch_timeout_seconds"), POSITIVE)
+        check_fields(self, ("request_timeout", "fetch_timeout"), POSITIVE)
         for entry in self.allow:
             check_allow_entry(entry)
 
@@ -237,7 +235,7 @@ class WebSettings:
         """Whether ``provider`` can be used: it has a key (or is a self-hosted Firecrawl)."""
         if self.api_key(provider):
             return True
-        return provider == "firecrawl" and self.base_url("firecrawl") != DEFAULT_PROVIDER_URLS[
+        return provider == "firecrawl" and self.base_url("firecrawl") != _DEFAULT_PROVIDER_URLS[
             "firecrawl"
         ].rstrip("/")
 
@@ -314,10 +312,10 @@ class WebSettings:
             firecrawl_api_key=get(PROVIDER_KEY_ENV["firecrawl"]),
             tavily_api_key=get(PROVIDER_KEY_ENV["tavily"]),
             exa_api_key=get(PROVIDER_KEY_ENV["exa"]),
-            firecrawl_url=get(_URL_ENV["firecrawl"]) or DEFAULT_PROVIDER_URLS["firecrawl"],
-            tavily_url=get(_URL_ENV["tavily"]) or DEFAULT_PROVIDER_URLS["tavily"],
-            exa_url=get(_URL_ENV["exa"]) or DEFAULT_PROVIDER_URLS["exa"],
-            extract_backend=cast(ExtractBackend, extract_backend),
+            firecrawl_url=get(_URL_ENV["firecrawl"]) or _DEFAULT_PROVIDER_URLS["firecrawl"],
+            tavily_url=get(_URL_ENV["tavily"]) or _DEFAULT_PROVIDER_URLS["tavily"],
+            exa_url=get(_URL_ENV["exa"]) or _DEFAULT_PROVIDER_URLS["exa"],
+            extract_backend=cast(_ExtractBackend, extract_backend),
             direct_extract=(get("HERMES_WEB_DIRECT_EXTRACT") or "").lower() in _TRUE,
             allow=allow_list_from_env(get, "HERMES_WEB_ALLOW"),
             summarizer=summarizer,

@@ -41,10 +41,10 @@ from hermes_async.tools.terminal import (
     truncate_output,
 )
 
-__all__ = ("EXECUTE_CODE_TOOL", "PYTHON_LAUNCHER", "TOOLS")
+__all__ = ("EXECUTE_CODE_TOOL", "TOOLS")
 
 #: The command that runs the program read from standard input.
-PYTHON_LAUNCHER = (
+_PYTHON_LAUNCHER = (
     '__py=$(command -v python3 || command -v python) || { echo "execute_code: this sandbox '
     'has no python3 or python" >&2; exit 127; }\n"$__py" -'
 )
@@ -87,7 +87,7 @@ async def _execute_code(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
     try:
         res = await run_in_session(
             sandbox,
-            PYTHON_LAUNCHER,
+            _PYTHON_LAUNCHER,
             timeout=timeout,
             output_limit=_EXEC_OUTPUT_LIMIT_BYTES,
             stdin=code.encode(),

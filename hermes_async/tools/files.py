@@ -47,7 +47,7 @@ namespaced backend hides the host's processes from the shell itself.
 Memory: ``read_file`` never loads a whole file. The script streams ``tail -n +OFFSET | head -n
 LIMIT`` and cuts each line to a few KB inside the sandbox, so a multi-GB file or a single
 1 GB line costs the host no more than one page (the exec output cap bounds it in any case).
-``patch`` must see the whole file and refuses files over :data:`MAX_PATCH_FILE_BYTES`.
+``patch`` must see the whole file and refuses files over :data:`_MAX_PATCH_FILE_BYTES`.
 """
 
 from __future__ import annotations
@@ -82,30 +82,24 @@ from hermes_async.tools.sandbox.base import ExecResult, Sandbox
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 
 __all__ = (
-    "MAX_LINE_CHARS",
-    "MAX_PATCH_FILE_BYTES",
     "MAX_READ_CHARS",
-    "MAX_READ_LINES",
     "PATCH_TOOL",
     "READ_FILE_TOOL",
     "SEARCH_FILES_TOOL",
     "TOOLS",
     "WRITE_FILE_TOOL",
-    "format_numbered",
-    "looks_binary",
-    "shape_read",
 )
 
 #: Most lines one read_file call returns (the schema's maximum).
-MAX_READ_LINES = 2_000
+_MAX_READ_LINES = 2_000
 #: Default page size.
 DEFAULT_READ_LINES = 500
 #: A page whose numbered text is longer than this is refused with a hint to read fewer lines.
 MAX_READ_CHARS = 100_000
 #: Characters of one line shown; the rest is replaced by ``... [truncated]``.
-MAX_LINE_CHARS = 2_000
+_MAX_LINE_CHARS = 2_000
 #: Largest file ``patch`` edits (it must read, rewrite and diff the whole file).
-MAX_PATCH_FILE_BYTES = 10 * 1024 * 1024
+_MAX_PATCH_FILE_BYTES = 10 * 1024 * 1024
 #: Deadline of each sandbox command a file tool runs.
 FILE_OP_TIMEOUT_SECONDS = 60.0
 #: Bytes sampled from the start of a file to decide whether it is binary.
@@ -122,7 +116,7 @@ _IMAGE_EXTS = ".png .jpg .jpeg .gif .webp .bmp .ico .tiff .tif"
 BINARY_EXTENSIONS = frozenset(_BINARY_EXTS.split())
 IMAGE_EXTENSIONS = frozenset(_IMAGE_EXTS.split())
 
-_LINE_BYTES = MAX_LINE_CHARS * 4 + 4
+_LINE_BYTES = _MAX_LINE_CHARS * 4 + 4
 _BLOCKED_PREFIXES = ("/dev/", "/proc/", "/sys/")
 
 
@@ -130,7 +124,7 @@ _BLOCKED_PREFIXES = ("/dev/", "/proc/", "/sys/")
 # Pure helpers
 
 
-def looks_binary(path: str, sample_len: int, nul_count: int, control_count: int) -> bool:
+def _looks_binary(path: str, sample_len: int, nul_count: int, control_count: int) -> bool:
     """Whether a file is binary: a binary extension, a NUL byte, or > 30 % control characters."""
     if posixpath.splitext(path)[1].lower() in BINARY_EXTENSIONS:
         return True
@@ -140,15 +134,15 @@ def looks_binary(path: str, sample_len: int, nul_count: int, control_count: int)
 
 
 def _cut_line(line: str) -> str:
-    if len(line) > MAX_LINE_CHARS or len(line.encode("utf-8", "replace")) >= _LINE_BYTES:
-        return line[:MAX_LINE_CHARS] + "... [truncated]"
+    if len(line) > _MAX_LINE_CHARS or len(line.encode("utf-8", "replace")) >= _LINE_BYTES:
+        return line[:_MAX_LINE_CHARS] + "... [truncated]"
     return line
 
 
-def format_numbered(lines: Sequence[str], first_line: int) -> str:
+def _format_numbered(lines: Sequence[str], first_line: int) -> str:
     """``lines`` as ``N|line`` (number right-aligned to 6, as the reference).
 
-    Lines longer than :data:`MAX_LINE_CHARS` are cut; a CRLF file's ``\\r`` is not shown.
+    Lines longer than :data:`_MAX_LINE_CHARS` are cut; a CRLF file's ``\\r`` is not shown.
     """
     return "\n".join(
         f"{n:6d}|{_cut_line(line.removesuffix(chr(13)))}"
@@ -290,7 +284,7 @@ READ_FILE_PARAMETERS: JSONObject = {
             "type": "integer",
             "description": "How many lines to return (default: 500, max: 2000)",
             "default": DEFAULT_READ_LINES,
-            "maximum": MAX_READ_LINES,
+            "maximum": _MAX_READ_LINES,
         },
     },
     "required": ["path"],
@@ -338,7 +332,9 @@ def _parse_meta(line: str) -> _Meta | None:
         return None
 
 
-def shape_read(path: str, offset: int, limit: int, stdout: str, exec_truncated: bool) -> JSONObject:
+def _shape_read(
+    path: str, offset: int, limit: int, stdout: str, exec_truncated: bool
+) -> JSONObject:
     """The read_file result for the read script's output (pure; exposed for tests)."""
     head, body = _first_line(stdout)
     if head == "@dir":
@@ -367,7 +363,7 @@ def shape_read(path: str, offset: int, limit: int, stdout: str, exec_truncated: 
             "error": "Image file: it cannot be displayed as text, and no image tool is "
             "available here.",
         }
-    if meta.lines < 0 or looks_binary(path, meta.sample, meta.nul, meta.ctl):
+    if meta.lines < 0 or _looks_binary(path, meta.sample, meta.nul, meta.ctl):
         return {
             "is_binary": True,
             "file_size": meta.size,
@@ -379,7 +375,7 @@ def shape_read(path: str, offset: int, limit: int, stdout: str, exec_truncated: 
     if lines and lines[-1] == "":
         lines.pop()
     lines = lines[:limit]
-    content = format_numbered(lines, offset)
+    content = _format_numbered(lines, offset)
     if exec_truncated or len(content) > MAX_READ_CHARS:
         fits, used = 0, 0
         for line in lines:
@@ -416,7 +412,7 @@ async def _read_file(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
     if not path:
         return _err("path is required: the file to read.")
     offset = max(1, int(args.get("offset") or 1))
-    limit = min(max(1, int(args.get("limit") or DEFAULT_READ_LINES)), MAX_READ_LINES)
+    limit = min(max(1, int(args.get("limit") or DEFAULT_READ_LINES)), _MAX_READ_LINES)
     if _blocked(path):
         return _err(f"Cannot read {path}: device and kernel paths (/dev, /proc, /sys) are blocked.")
     want = posixpath.splitext(path)[1].lower() not in BINARY_EXTENSIONS
@@ -432,7 +428,7 @@ async def _read_file(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
     blocked = _blocked_error(path, res.stdout, "read")
     if blocked is not None:
         return _err(blocked)
-    return shape_read(path, offset, limit, res.stdout, res.truncated)
+    return _shape_read(path, offset, limit, res.stdout, res.truncated)
 
 
 # --------------------------------------------------------------------------------------------
@@ -557,12 +553,12 @@ async def _read_exact(sandbox: Sandbox, path: str) -> str | None:
         + f"""if [ ! -e "$f" ]; then echo '@missing'; exit 0; fi
 if [ ! -f "$f" ]; then echo '@special'; exit 0; fi
 size=$(wc -c < "$f")
-if [ "$size" -gt {MAX_PATCH_FILE_BYTES} ]; then echo "@toolarge $size"; exit 0; fi
+if [ "$size" -gt {_MAX_PATCH_FILE_BYTES} ]; then echo "@toolarge $size"; exit 0; fi
 echo "@ok $size"
 base64 < "$f"
 """
     )
-    res = await _run(sandbox, script, output_limit=MAX_PATCH_FILE_BYTES * 2)
+    res = await _run(sandbox, script, output_limit=_MAX_PATCH_FILE_BYTES * 2)
     blocked = _blocked_error(path, res.stdout, "patch")
     if blocked is not None:
         raise _PatchFailure(blocked)
@@ -574,7 +570,7 @@ base64 < "$f"
     if head.startswith("@toolarge"):
         raise _PatchFailure(
             f"{path} is too large to patch ({head.split()[-1]} bytes; the limit is "
-            f"{MAX_PATCH_FILE_BYTES:,}). Edit it with the terminal instead."
+            f"{_MAX_PATCH_FILE_BYTES:,}). Edit it with the terminal instead."
         )
     if not head.startswith("@ok") or res.exit_code != 0 or res.truncated:
         detail = res.stderr.strip()[:500] or f"exit code {res.exit_code}"

@@ -34,16 +34,11 @@ from hermes_async.tools.sandbox.manager import (
 )
 from hermes_async.tools.standalone import standalone_factory
 
-__all__ = (
-    "AGENT_LOOP_TOOLS",
-    "ToolDefinitions",
-    "get_tool_definitions",
-    "handle_function_call",
-)
+__all__ = ("ToolDefinitions", "get_tool_definitions", "handle_function_call")
 
 #: Tools only the agent loop can run (they need the rollout's own state); the reference's
 #: ``handle_function_call`` refused them the same way.
-AGENT_LOOP_TOOLS: frozenset[str] = frozenset({"todo"})
+_AGENT_LOOP_TOOLS: frozenset[str] = frozenset({"todo"})
 
 
 async def handle_function_call(
@@ -75,7 +70,7 @@ async def handle_function_call(
     **Cancellation**: the tool is cancelled (its process group killed); a private sandbox is
     released, shielded and bounded.
     """
-    if function_name in AGENT_LOOP_TOOLS:
+    if function_name in _AGENT_LOOP_TOOLS:
         return json.dumps({"error": f"{function_name} must be handled by the agent loop"})
     key = task_id or "default"
 

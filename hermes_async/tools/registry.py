@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     from hermes_async.tools.browser.manager import BrowserManager
 
 __all__ = (
-    "BUILTIN_TOOL_MODULES",
     "NOT_AVAILABLE_IN_RL",
     "Tool",
     "ToolDefaults",
@@ -68,7 +67,6 @@ __all__ = (
     "current_tool_defaults",
     "dispatch",
     "get_tool_definitions",
-    "result_error",
     "use_tool_defaults",
 )
 
@@ -92,8 +90,8 @@ class ToolDefaults:
     :func:`use_tool_defaults`).
 
     Attributes:
-        terminal_timeout: Default command timeout of ``terminal`` / ``execute_code`` (seconds).
-        skills_dir: Directory the ``skills`` tools read.
+        terminal_timeout, skills_dir: What the ``AgentOptions`` fields of those names fall back
+            to (``terminal_timeout`` also serves ``execute_code``).
     """
 
     terminal_timeout: float | None = None
@@ -142,13 +140,8 @@ class ToolRuntime:
             environment".
         browsers: Where the browser tools get the rollout's browser session
             (``BrowserManager``); ``None`` means the current one (``use_browser_manager``).
-        terminal_timeout: Default command timeout in seconds of ``terminal`` (and
-            ``execute_code``) calls that give none: the environment's ``terminal_timeout``.
-            ``None`` falls back to :func:`current_tool_defaults`, then ``TERMINAL_TIMEOUT``,
-            then 180 s (the reference's defaults for code outside an environment). An explicit
-            ``timeout`` argument wins.
-        skills_dir: Directory the ``skills`` tools read (``None``: the current defaults', else
-            ``~/.hermes/skills`` when it exists, else the built-in example skills).
+        terminal_timeout, skills_dir: The rollout's ``AgentOptions`` fields of those names
+            (``None``: :func:`current_tool_defaults`, then the reference's defaults).
         on_sandbox_lost: Called by :func:`dispatch` with the
             :class:`~hermes_async.errors.SandboxError` a tool raised (its sandbox or browser
             session is gone) after the model was told; the rollout core passes its watcher,
@@ -321,7 +314,7 @@ class ToolRegistry:
 
 #: Modules that define built-in tools (each exposes ``TOOLS: tuple[Tool, ...]``). Modules that
 #: are not importable yet (a later layer) are skipped, never stubbed.
-BUILTIN_TOOL_MODULES: tuple[str, ...] = (
+_BUILTIN_TOOL_MODULES: tuple[str, ...] = (
     "hermes_async.tools.terminal",
     "hermes_async.tools.process",
     "hermes_async.tools.files",
@@ -340,7 +333,7 @@ def builtin_registry() -> ToolRegistry:
     global _BUILTIN
     if _BUILTIN is None:
         registry = ToolRegistry()
-        for module_name in BUILTIN_TOOL_MODULES:
+        for module_name in _BUILTIN_TOOL_MODULES:
             try:
                 module = importlib.import_module(module_name)
             except ModuleNotFoundError as exc:
@@ -414,7 +407,7 @@ def _serialize(result: str | JSONObject) -> str:
     return json.dumps(result, ensure_ascii=False)
 
 
-def result_error(content: str) -> str | None:
+def _result_error(content: str) -> str | None:
     """The error a tool result reports, if it is a JSON object with a truthy ``error``.
 
     The reference counted only errors with a negative ``exit_code`` and so missed timeouts
@@ -525,4 +518,4 @@ async def dispatch(
         msg = f"Tool execution failed: {type(exc).__name__}: {exc}"[:2000]
         return done(_error_json(msg), msg, waited)
     content = _serialize(result)
-    return done(content, result_error(content), waited)
+    return done(content, _result_error(content), waited)

@@ -24,7 +24,7 @@ the small built-in example directory shipped with this package (one skill), so t
 has something to show. The directory is on the **host** and read-only: the tools never write, and
 a ``name`` or ``file_path`` that leaves the directory (absolute, ``..``, a symlink pointing out) is
 refused. The files are small Markdown documents read with plain synchronous I/O, each capped at
-:data:`MAX_SKILL_FILE_CHARS` characters and at most :data:`MAX_SKILLS` skills per directory.
+:data:`_MAX_SKILL_FILE_CHARS` characters and at most :data:`_MAX_SKILLS` skills per directory.
 
 Results (the reference's shapes)::
 
@@ -47,25 +47,22 @@ from hermes_async.tools.registry import Tool, ToolRuntime, current_tool_defaults
 
 __all__ = (
     "BUILTIN_SKILLS_DIR",
-    "MAX_SKILLS",
-    "MAX_SKILL_FILE_CHARS",
     "SKILLS_LIST_TOOL",
     "SKILL_VIEW_TOOL",
     "TOOLS",
     "Skill",
     "find_skills",
     "parse_front_matter",
-    "skills_directory",
 )
 
 #: The example skills shipped with the package (used when no directory is configured).
 BUILTIN_SKILLS_DIR = Path(__file__).with_name("example_skills")
 
 #: Skills listed from one directory, at most (a bound on a mistaken ``skills_dir=/``).
-MAX_SKILLS = 1000
+_MAX_SKILLS = 1000
 
 #: Characters of one skill file returned, at most.
-MAX_SKILL_FILE_CHARS = 200_000
+_MAX_SKILL_FILE_CHARS = 200_000
 
 #: Reference limits on the metadata shown by ``skills_list``.
 MAX_NAME_CHARS = 64
@@ -94,7 +91,7 @@ class Skill:
     path: Path
 
 
-def skills_directory(runtime: ToolRuntime | None = None) -> Path:
+def _skills_directory(runtime: ToolRuntime | None = None) -> Path:
     """The directory the tools read (see the module docstring for the order)."""
     configured = runtime.skills_dir if runtime is not None else None
     configured = configured or current_tool_defaults().skills_dir
@@ -137,7 +134,7 @@ def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
 
 def _read_text(path: Path) -> str:
     with path.open("r", encoding="utf-8", errors="replace") as f:
-        return f.read(MAX_SKILL_FILE_CHARS)
+        return f.read(_MAX_SKILL_FILE_CHARS)
 
 
 def _describe(path: Path, root: Path) -> Skill:
@@ -167,7 +164,7 @@ def find_skills(root: Path) -> list[Skill]:
         if "SKILL.md" in files and here != root:
             found.append(_describe(here, root))
             dirs[:] = []  # a skill's own sub-directories are its linked files
-            if len(found) >= MAX_SKILLS:
+            if len(found) >= _MAX_SKILLS:
                 break
     return sorted(found, key=lambda s: (s.category or "", s.name))
 
@@ -185,7 +182,7 @@ def _inside(root: Path, candidate: Path) -> bool:
 
 
 async def _skills_list(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
-    root = skills_directory(runtime)
+    root = _skills_directory(runtime)
     skills = find_skills(root)
     category = args.get("category")
     if isinstance(category, str) and category:
@@ -228,7 +225,7 @@ async def _skill_view(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
     name = str(args["name"]).strip()
     if not name or name.startswith("/") or ".." in Path(name).parts:
         return _error("Skill name must be a relative name inside the skills directory.")
-    root = skills_directory(runtime)
+    root = _skills_directory(runtime)
     skills = find_skills(root)
     match = next((s for s in skills if name in (s.name, s.path.name)), None)
     if match is None:

@@ -7,7 +7,7 @@ sandbox. Reference code also builds ``ToolContext(task_id)`` and ``HermesAgentLo
 notebooks and verification scripts, where no manager exists. This module gives them a private
 owner instead of an error:
 
-* :func:`standalone_backend` -- which backend: explicit arguments, else the reference's
+* :func:`_standalone_backend` -- which backend: explicit arguments, else the reference's
   ``TERMINAL_ENV`` (``local``, ``docker``, ``modal``) with ``TERMINAL_DOCKER_IMAGE`` /
   ``TERMINAL_MODAL_IMAGE``; ``local`` when nothing is set.
 * :class:`StandaloneSandboxes` -- the private owner of one context's sandboxes. It is a
@@ -53,12 +53,7 @@ from hermes_async.tools.sandbox.backends import make_backend_factory
 from hermes_async.tools.sandbox.base import DEFAULT_CLOSE_TIMEOUT_SECONDS, Sandbox
 from hermes_async.tools.sandbox.manager import DEFAULT_CREATE_TIMEOUT_SECONDS, SandboxFactory
 
-__all__ = (
-    "StandaloneSandboxes",
-    "close_local_now",
-    "standalone_backend",
-    "standalone_factory",
-)
+__all__ = ("StandaloneSandboxes", "close_local_now", "standalone_factory")
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +61,7 @@ logger = logging.getLogger(__name__)
 _IMAGE_VARIABLES = {"docker": "TERMINAL_DOCKER_IMAGE", "modal": "TERMINAL_MODAL_IMAGE"}
 
 
-def standalone_backend(
+def _standalone_backend(
     backend: str | None = None, options: Mapping[str, Any] | None = None
 ) -> tuple[str, dict[str, Any]]:
     """``(backend, options)`` for a sandbox created outside an environment.
@@ -85,13 +80,13 @@ def standalone_backend(
 def standalone_factory(
     backend: str | None = None, options: Mapping[str, Any] | None = None
 ) -> tuple[str, SandboxFactory]:
-    """The backend name and sandbox factory of :func:`standalone_backend`.
+    """The backend name and sandbox factory of :func:`_standalone_backend`.
 
     Raises:
         ConfigError: An unknown backend (named as ``TERMINAL_ENV`` when it came from there) or
             option.
     """
-    kind, opts = standalone_backend(backend, options)
+    kind, opts = _standalone_backend(backend, options)
     try:
         return kind, make_backend_factory(kind, **opts)
     except ConfigError as exc:

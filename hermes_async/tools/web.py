@@ -70,7 +70,6 @@ from hermes_async.tools._web_settings import (
 from hermes_async.tools.registry import Tool, ToolRuntime
 
 __all__ = (
-    "MAX_EXTRACT_URLS",
     "TOOLS",
     "WEB_EXTRACT_TOOL",
     "WEB_LIMITER_NAME",
@@ -84,7 +83,7 @@ __all__ = (
 logger = logging.getLogger(__name__)
 
 #: URLs read per ``web_extract`` call (the reference's schema ``maxItems`` and handler slice).
-MAX_EXTRACT_URLS = 5
+_MAX_EXTRACT_URLS = 5
 #: Name of the shared limiter the tools use when ``runtime.limits`` defines it.
 WEB_LIMITER_NAME = "web"
 #: HTML longer than this is converted in a worker thread instead of on the event loop (measured
@@ -111,9 +110,9 @@ WEB_EXTRACT_PARAMETERS: JSONObject = {
         "urls": {
             "type": "array",
             "items": {"type": "string"},
-            "description": f"List of URLs to extract content from (max {MAX_EXTRACT_URLS} URLs "
+            "description": f"List of URLs to extract content from (max {_MAX_EXTRACT_URLS} URLs "
             "per call)",
-            "maxItems": MAX_EXTRACT_URLS,
+            "maxItems": _MAX_EXTRACT_URLS,
         }
     },
     "required": ["urls"],
@@ -136,7 +135,7 @@ async def _client(settings: WebSettings) -> AsyncIterator[httpx.AsyncClient]:
     injected = settings.transport is not None
     client = httpx.AsyncClient(
         transport=NonClosingTransport(settings.transport) if settings.transport else None,
-        timeout=httpx.Timeout(settings.request_timeout_seconds),
+        timeout=httpx.Timeout(settings.request_timeout),
         trust_env=settings.trust_env and not injected,
         verify=default_ssl_context(),
     )
@@ -264,7 +263,7 @@ async def _summarize(
         f"URL: {page.url}\nTitle: {page.title or '(none)'}\n\n{text}"
     )
     headers = {"Authorization": f"Bearer {summarizer.api_key}"} if summarizer.api_key else {}
-    with anyio.fail_after(summarizer.timeout_seconds):
+    with anyio.fail_after(summarizer.timeout):
         response = await client.post(
             summarizer.base_url.rstrip("/") + "/chat/completions",
             json={
@@ -329,7 +328,7 @@ async def web_extract(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         raw_urls = [raw_urls]
     if not isinstance(raw_urls, list) or not raw_urls:
         return {"error": "Error extracting content: 'urls' must be a non-empty list of URLs"}
-    urls = [str(u).strip() for u in raw_urls[:MAX_EXTRACT_URLS]]
+    urls = [str(u).strip() for u in raw_urls[:_MAX_EXTRACT_URLS]]
     provider = settings.extract_provider()
     if provider is not None and not settings.is_configured(provider):
         return {
@@ -440,7 +439,7 @@ WEB_SEARCH_TOOL = Tool(
 WEB_EXTRACT_TOOL = Tool(
     name="web_extract",
     description=(
-        f"Extract the readable content (Markdown) of up to {MAX_EXTRACT_URLS} web pages, fetched "
+        f"Extract the readable content (Markdown) of up to {_MAX_EXTRACT_URLS} web pages, fetched "
         "in parallel. Long pages are shortened. Returns one result per URL with its title, "
         "content, and an error if the page could not be read."
     ),

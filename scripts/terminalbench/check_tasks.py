@@ -73,9 +73,7 @@ async def _run(
     tasks: list[HarborTask], agents: tuple[str, ...], args: argparse.Namespace
 ) -> list[TrialResult]:
     backend = DockerBackend(
-        DockerSandboxConfig(
-            default_exec_timeout_seconds=600.0, build_network_mode=args.build_network
-        )
+        DockerSandboxConfig(default_exec_timeout=600.0, build_network_mode=args.build_network)
     )
     results: list[TrialResult] = []
     async with SandboxManager(backend) as manager:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from hermes_async.agent.budget import (
 )
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools.registry import ToolRuntime, dispatch
-from hermes_async.tools.sandbox.base import DEFAULT_OUTPUT_LIMIT_BYTES, ExecResult, Sandbox
+from hermes_async.tools.sandbox.base import ExecRequest, ExecResult, Sandbox
 from hermes_async.tools.sandbox.local import LocalSandbox
 
 pytestmark = pytest.mark.anyio
@@ -192,16 +192,7 @@ class _BrokenSandbox(Sandbox):
     task_id = "broken"
     workdir = "/nowhere"
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
-    ) -> ExecResult:
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
         return ExecResult("", "disk full", 1)
 
     async def read_bytes(self, path: str) -> bytes:

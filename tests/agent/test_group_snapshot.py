@@ -22,8 +22,7 @@ from hermes_async.testing import PolicyRequest
 from hermes_async.testing.fake_sandbox import FakeSandbox
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.manager import SandboxManager
-from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
-from hermes_async.tools.sandbox.spec import SandboxSpec
+from hermes_async.tools.sandbox.spec import SandboxSnapshot, SandboxSpec
 from tests.agent.test_rollout import TOKENIZER, token_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.virtual_clock]

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from hermes_async.agent import AgentResult, HermesAgentLoop
+from hermes_async.agent import AgentOptions, AgentResult, HermesAgentLoop
 from hermes_async.inference.families import FamilyTokenizer, load_family_tokenizer
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.tokenizer import load_tokenizer
@@ -163,8 +163,7 @@ async def rollout(
             defs.valid_names,
             registry=reg,
             tokenizer=tok,
-            tool_call_parser=tok.parser,
-            **loop_kwargs,
+            options=AgentOptions(tool_call_parser=tok.parser, **loop_kwargs),
         )
         convo = messages or [
             {"role": "system", "content": "You are terse."},
@@ -293,7 +292,7 @@ async def test_the_end_of_turn_tokens_come_from_the_family_and_can_be_overridden
     assert {tuple(r.body["sampling_params"]["stop_token_ids"]) for r in server.requests} == {
         (eot, eom)
     }
-    result, server, _rec = await rollout(tok, SCRIPTS["llama3"], end_of_turn=["<|eot_id|>"])
+    result, server, _rec = await rollout(tok, SCRIPTS["llama3"], end_of_turn=("<|eot_id|>",))
     assert {tuple(r.body["sampling_params"]["stop_token_ids"]) for r in server.requests} == {(eot,)}
     assert result.finished_naturally and result.template_mismatches == 0
     assert_exact(result, server, tok)
@@ -306,5 +305,9 @@ def test_an_end_of_turn_text_that_is_not_one_token_is_an_error(llama3: FamilyTok
     client = VLLMGenerateClient("http://127.0.0.1:9")
     with pytest.raises(ValueError, match="'end of turn' is not a single token"):
         HermesAgentLoop(
-            client, defs.schemas, defs.valid_names, tokenizer=tok, end_of_turn=["end of turn"]
+            client,
+            defs.schemas,
+            defs.valid_names,
+            tokenizer=tok,
+            options=AgentOptions(end_of_turn=("end of turn",)),
         )

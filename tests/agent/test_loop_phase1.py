@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hermes_async.agent import AgentResult, HermesAgentLoop
+from hermes_async.agent import AgentOptions, AgentResult, HermesAgentLoop
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime, get_tool_definitions
 
@@ -63,7 +63,9 @@ def _registry() -> ToolRegistry:
 def _loop(server: ScriptServer, **kw: Any) -> HermesAgentLoop:
     reg = _registry()
     defs = reg.definitions(["terminal", "todo"])
-    return HermesAgentLoop(server, defs.schemas, defs.valid_names, registry=reg, **kw)
+    return HermesAgentLoop(
+        server, defs.schemas, defs.valid_names, registry=reg, options=AgentOptions(**kw)
+    )
 
 
 async def test_plain_answer_finishes_naturally() -> None:

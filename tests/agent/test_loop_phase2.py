@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hermes_async.agent import HermesAgentLoop
+from hermes_async.agent import AgentOptions, HermesAgentLoop
 from hermes_async.inference.generate import (
     Completion,
     SamplingParams,
@@ -79,7 +79,12 @@ def make_loop(client: VLLMGenerateClient, rec: Recorder, **kw: Any) -> HermesAge
     reg = registry(rec)
     defs = reg.definitions(["terminal", "todo"])
     return HermesAgentLoop(
-        client, defs.schemas, defs.valid_names, registry=reg, tokenizer=TOKENIZER, **kw
+        client,
+        defs.schemas,
+        defs.valid_names,
+        registry=reg,
+        tokenizer=TOKENIZER,
+        options=AgentOptions(**kw),
     )
 
 

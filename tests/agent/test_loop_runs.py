@@ -11,6 +11,7 @@ import pytest
 from hermes_async.agent import AgentOptions, HermesAgentLoop
 from hermes_async.inference.chat import ChatClient
 from hermes_async.inference.generate import VLLMGenerateClient
+from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime
@@ -50,9 +51,18 @@ def policy(request: PolicyRequest) -> str:
     return "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
 
 
-def make_loop(client: Any, reg: ToolRegistry, **kw: Any) -> HermesAgentLoop:
+def make_loop(
+    client: Any, reg: ToolRegistry, tokenizer: Tokenizer | None = None, **kw: Any
+) -> HermesAgentLoop:
     defs = reg.definitions(["terminal"])
-    return HermesAgentLoop(client, defs.schemas, defs.valid_names, registry=reg, **kw)
+    return HermesAgentLoop(
+        client,
+        defs.schemas,
+        defs.valid_names,
+        registry=reg,
+        tokenizer=tokenizer,
+        options=AgentOptions(**kw),
+    )
 
 
 @pytest.mark.parametrize("phase", [1, 2])
@@ -110,8 +120,8 @@ async def test_partial_is_the_latest_run_and_the_options_are_fixed() -> None:
         open_app_endpoint(server, loopback=False) as (base_url, transport),
         ChatClient(base_url, transport=transport) as client,
     ):
-        loop = HermesAgentLoop.from_options(
-            client, [], [], AgentOptions(max_turns=3, temperature=0.5), task_id="t"
+        loop = HermesAgentLoop(
+            client, [], [], task_id="t", options=AgentOptions(max_turns=3, temperature=0.5)
         )
         assert (loop.max_turns, loop.temperature, loop.task_id) == (3, 0.5, "t")
         first = await loop.run([{"role": "user", "content": "one"}])

@@ -50,8 +50,8 @@ async def run(
     reg = registry(rec or Recorder())
     defs = reg.definitions(["terminal"])
     opts = AgentOptions(sampling=SamplingParams(max_tokens=BUDGET, seed=7), **options)
-    loop = HermesAgentLoop.from_options(
-        client, defs.schemas, defs.valid_names, opts, registry=reg, tokenizer=TOKENIZER
+    loop = HermesAgentLoop(
+        client, defs.schemas, defs.valid_names, options=opts, registry=reg, tokenizer=TOKENIZER
     )
     return await loop.run([dict(m) for m in USER])
 

@@ -422,20 +422,20 @@ async def test_sandbox_pool_size_keeps_the_runs_sandboxes_warm(tmp_path: Path) -
             TerminalTestEnv, env_config(tmp_path, sandbox_pool_size=3), url, factory
         )
         async with env.open_sandboxes() as manager:
-            assert manager.pool is not None and manager.pool.options.size == 3
+            assert manager.warm_pool is not None and manager.warm_pool.options.size == 3
             with anyio.fail_after(30):
-                while (stats := manager.statistics().pool) is None or stats.ready < 3:
+                while (stats := manager.statistics().warm_pool) is None or stats.ready < 3:
                     await anyio.sleep(0.02)
             group, _ = await env.collect_trajectories(GREETING)
-            stats = manager.statistics().pool
+            stats = manager.statistics().warm_pool
             assert stats is not None and stats.hits == 3 and stats.misses == 0
     assert group is not None and group["scores"] == [1.0, 1.0, 1.0]
     assert factory.leftovers() == []  # the used ones released, the refilled ones drained
 
 
 def test_sandbox_pool_size_zero_is_no_pool(tmp_path: Path) -> None:
-    assert env_config(tmp_path).build_pool() is None
-    options = env_config(tmp_path, sandbox_pool_size=2, sandbox_pool_max_age=60).build_pool()
+    assert env_config(tmp_path).build_warm_pool() is None
+    options = env_config(tmp_path, sandbox_pool_size=2, sandbox_pool_max_age=60).build_warm_pool()
     assert options is not None and (options.size, options.max_age) == (2, 60)
 
 

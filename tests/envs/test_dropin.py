@@ -201,6 +201,8 @@ async def test_reference_style_env_runs_unchanged(
         server_configs[0].server_type = server_type
         env = MyEnv(env_config, server_configs)
         with_factory(env, factory)
+        # The reference's phase check, which its Terminal-Bench env called itself.
+        assert env._use_managed_server() is (server_type == "vllm")
         env.process_mode = True
         env.n_groups_to_process = 2
         env.group_size_to_process = 2

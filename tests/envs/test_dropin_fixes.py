@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hermes_async.agent import HermesAgentLoop
+from hermes_async.agent import AgentOptions, HermesAgentLoop
 from hermes_async.agent_loop import AgentResult
 from hermes_async.envs.base import HermesAgentEnvConfig
 from hermes_async.envs.terminal_test import (
@@ -260,7 +260,9 @@ async def test_phase2_template_switch(options: dict[str, Any], marker: str | Non
         open_app_endpoint(server, loopback=False) as (base_url, transport),
         VLLMGenerateClient(base_url, transport=transport) as client,
     ):
-        loop = HermesAgentLoop(client, [], [], tokenizer=tokenizer, max_tokens=16, **options)
+        loop = HermesAgentLoop(
+            client, [], [], tokenizer=tokenizer, options=AgentOptions(max_tokens=16, **options)
+        )
         await loop.run([{"role": "user", "content": "hi"}])
     prompt = tokenizer.decode(server.requests[0].prompt_ids)
     if marker is None:

@@ -180,7 +180,7 @@ async def test_docker_preflight_names_docker_host(tmp_path: Path) -> None:
     start = anyio.current_time()
     with pytest.raises(SandboxError, match=r"terminal_backend='docker'.*DOCKER_HOST"):
         await preflight_backend(
-            "docker", docker_host=stale_socket(tmp_path / "d.sock"), api_timeout_seconds=5.0
+            "docker", docker_host=stale_socket(tmp_path / "d.sock"), api_timeout=5.0
         )
     assert anyio.current_time() - start < 12
 
@@ -260,7 +260,7 @@ def test_terminal_timeout_is_every_backends_default_exec_timeout(
 ) -> None:
     config = env_config(tmp_path, terminal_backend=backend, terminal_timeout=77)
     env = TerminalTestEnv(config, [server_config("x")])
-    assert env._sandbox_options()["default_exec_timeout_seconds"] == 77.0
+    assert env._sandbox_options()["default_exec_timeout"] == 77.0
 
 
 def test_an_enabled_toolset_that_would_shrink_fails_at_start_up(

@@ -306,7 +306,7 @@ async def test_chat_stream_stall_times_out_and_disconnects() -> None:
         ["a long enough answer to stall in"], faults={1: Fault.stall(after_tokens=2)}
     )
     async with open_app_endpoint(server, loopback=True) as (base_url, transport):
-        options = HTTPOptions(read_timeout_seconds=0.3)
+        options = HTTPOptions(read_timeout=0.3)
         async with ChatClient(base_url + "/v1", transport=transport, options=options) as client:
             with pytest.raises(ServerTimeoutError, match=r"no data for 0\.3 s"):
                 await client.chat_completion(messages=MESSAGES, stream=True)

@@ -308,7 +308,7 @@ async def test_fault_malformed_atropos_body() -> None:
 @pytest.mark.parametrize("kind", list(CLIENTS))
 async def test_fault_stall_hits_the_read_timeout(kind: str, loopback: bool) -> None:
     server = make_server(faults={1: Fault.stall(after_tokens=3)})
-    options = HTTPOptions(read_timeout_seconds=0.3)
+    options = HTTPOptions(read_timeout=0.3)
     start = anyio.current_time()
     async with (
         open_app_endpoint(server, loopback=loopback) as (base_url, transport),
@@ -329,7 +329,7 @@ async def test_fault_stall_hits_the_read_timeout(kind: str, loopback: bool) -> N
 @pytest.mark.parametrize("kind", STREAMING)
 async def test_request_deadline_bounds_a_slow_stream(kind: str) -> None:
     server = make_server(chunk_delay_seconds=0.1)
-    options = HTTPOptions(request_timeout_seconds=0.35)
+    options = HTTPOptions(request_timeout=0.35)
     async with (
         open_app_endpoint(server, loopback=False) as (base_url, transport),
         make_client(kind, base_url, transport, options=options) as client,

@@ -80,8 +80,8 @@ def test_parse_retry_after_forms() -> None:
 
 
 def test_invalid_options_are_rejected_with_the_value() -> None:
-    with pytest.raises(ValueError, match=r"read_timeout_seconds must be > 0 seconds, got 0"):
-        HTTPOptions(read_timeout_seconds=0)
+    with pytest.raises(ValueError, match=r"read_timeout must be > 0 seconds, got 0"):
+        HTTPOptions(read_timeout=0)
     with pytest.raises(ValueError, match=r"max_attempts must be >= 1, got 0"):
         RetryPolicy(max_attempts=0)
     with pytest.raises(ValueError, match=r"jitter must be within \[0, 1\], got 2"):
@@ -225,7 +225,7 @@ async def test_retry_that_would_pass_the_deadline_is_not_attempted() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return _json_response(429, {}, {"Retry-After": "5"})
 
-    options = HTTPOptions(request_timeout_seconds=1.0)
+    options = HTTPOptions(request_timeout=1.0)
     async with ServerConnection(
         "http://m", options=options, transport=httpx.MockTransport(handler)
     ) as conn:
@@ -286,7 +286,7 @@ async def test_request_deadline_covers_a_slow_response() -> None:
         await anyio.sleep(10)
         return _json_response(200, {})
 
-    options = HTTPOptions(request_timeout_seconds=0.2)
+    options = HTTPOptions(request_timeout=0.2)
     start = anyio.current_time()
     async with ServerConnection(
         "http://m", options=options, transport=httpx.MockTransport(handler)
@@ -365,7 +365,7 @@ def _decide(
         stale_retries=stale,
         policy=RetryPolicy(max_attempts=3, initial_backoff_seconds=0.5, jitter=0.0),
         remaining_seconds=remaining,
-        request_timeout_seconds=100.0,
+        request_timeout=100.0,
         rng=random.Random(0),
     )
 
@@ -410,7 +410,7 @@ async def test_attempts_count_retries_but_not_stale_connections() -> None:
     attempts = Attempts(
         RetryPolicy(max_attempts=2, initial_backoff_seconds=0.5, jitter=0.0),
         deadline=anyio.current_time() + 100.0,
-        request_timeout_seconds=100.0,
+        request_timeout=100.0,
         rng=random.Random(0),
     )
     assert attempts.next() == 1
@@ -461,12 +461,12 @@ def test_httpx_errors_are_translated_once_into_typed_outcomes(
 
 def test_with_partial_returns_a_copy_and_leaves_the_original_alone() -> None:
     original = ServerTimeoutError(
-        "read timeout", kind="read", timeout_seconds=5.0, endpoint="POST http://m/x", attempt=2
+        "read timeout", kind="read", timeout=5.0, endpoint="POST http://m/x", attempt=2
     )
     copy = original.with_partial([1, 2], [-0.5, -0.25])
     assert copy is not original
     assert type(copy) is ServerTimeoutError
-    assert (copy.kind, copy.timeout_seconds, copy.attempt) == ("read", 5.0, 2)
+    assert (copy.kind, copy.timeout, copy.attempt) == ("read", 5.0, 2)
     assert copy.token_ids == (1, 2) and copy.logprobs == (-0.5, -0.25)
     assert original.token_ids == () and original.logprobs == ()
     assert "after 2 completion tokens" in str(copy)
@@ -568,5 +568,5 @@ def test_http_options_repr_never_shows_a_header_value() -> None:
     options = HTTPOptions(headers={"Authorization": "Bearer sk-live-123", "X-Team": "rl"})
     for text in (repr(options), str(options), repr([options])):
         assert "sk-live-123" not in text and "'rl'" not in text
-        assert "'Authorization': '<redacted>'" in text and "read_timeout_seconds=300.0" in text
+        assert "'Authorization': '<redacted>'" in text and "read_timeout=300.0" in text
     assert options.headers["Authorization"] == "Bearer sk-live-123"  # still sent as given

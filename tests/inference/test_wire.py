@@ -624,14 +624,14 @@ async def test_response_head_never_sent_is_a_read_timeout() -> None:
         await peer.read_request()
         await peer.wait_client_close()
 
-    options = HTTPOptions(read_timeout_seconds=0.3, retry=RETRY_ONCE)
+    options = HTTPOptions(read_timeout=0.3, retry=RETRY_ONCE)
     async with serving(handler) as server, connection(server.url(), options=options) as conn:
         start = anyio.current_time()
         with pytest.raises(ServerTimeoutError, match=r"read timeout after 0\.3 s") as info:
             await conn.post_json("a", {})
         elapsed = anyio.current_time() - start
         assert info.value.kind == "read"
-        assert info.value.timeout_seconds == 0.3
+        assert info.value.timeout == 0.3
         assert 0.3 <= elapsed < 0.3 + SOON
         assert server.accepts == 1  # timeouts are not retried
         with anyio.fail_after(SOON):
@@ -644,7 +644,7 @@ async def test_stall_mid_stream_is_a_read_timeout() -> None:
         await peer.send(CHUNKED_HEAD + chunk(b"first\n"))
         await peer.wait_client_close()
 
-    options = HTTPOptions(read_timeout_seconds=0.3, retry=RETRY_ONCE)
+    options = HTTPOptions(read_timeout=0.3, retry=RETRY_ONCE)
     async with serving(handler) as server, connection(server.url(), options=options) as conn:
         async with conn.open_lines("stream", {}) as reader:
             assert await reader.readline() == "first"
@@ -664,11 +664,11 @@ async def test_stall_in_a_post_json_body_is_a_read_timeout() -> None:
         await peer.send(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{")
         await peer.wait_client_close()
 
-    options = HTTPOptions(read_timeout_seconds=0.2, request_timeout_seconds=1.0, retry=RETRY_ONCE)
+    options = HTTPOptions(read_timeout=0.2, request_timeout=1.0, retry=RETRY_ONCE)
     async with serving(handler) as server, connection(server.url(), options=options) as conn:
         with pytest.raises(ServerTimeoutError) as info:
             await conn.post_json("a", {})
-    # HTTPOptions.read_timeout_seconds: "longest silence allowed between two chunks".
+    # HTTPOptions.read_timeout: "longest silence allowed between two chunks".
     assert info.value.kind == "read", info.value
 
 
@@ -683,7 +683,7 @@ async def test_request_deadline_while_streaming() -> None:
             if peer.client_closed.is_set():
                 return
 
-    options = HTTPOptions(read_timeout_seconds=5, request_timeout_seconds=0.3, retry=RETRY_ONCE)
+    options = HTTPOptions(read_timeout=5, request_timeout=0.3, retry=RETRY_ONCE)
     async with serving(handler) as server, connection(server.url(), options=options) as conn:
         with pytest.raises(ServerTimeoutError, match="request deadline") as info:
             async with conn.open_lines("stream", {}) as reader:

@@ -24,9 +24,7 @@ from tests.integration.test_vllm_wire import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm]
 
-OPTIONS = HTTPOptions(
-    connect_timeout_seconds=5, read_timeout_seconds=60, request_timeout_seconds=120
-)
+OPTIONS = HTTPOptions(connect_timeout=5, read_timeout=60, request_timeout=120)
 
 
 def _forced_tool_call(seed: int) -> SamplingParams:

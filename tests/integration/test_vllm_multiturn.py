@@ -23,7 +23,7 @@ import anyio
 import httpx
 import pytest
 
-from hermes_async.agent import AgentResult, HermesAgentLoop
+from hermes_async.agent import AgentOptions, AgentResult, HermesAgentLoop
 from hermes_async.inference._http import HTTPOptions
 from hermes_async.inference.completions import VLLMCompletionsClient, detect_token_endpoint
 from hermes_async.inference.generate import GenerateClient, SamplingParams, VLLMGenerateClient
@@ -42,9 +42,7 @@ ANSWER_REGEX = r"[a-z]{1,12}"
 COMPACT_CALL_REGEX = (
     r'<tool_call>\n\{"name":"terminal","arguments":\{"command":"[a-z]{1,12}"\}\}\n</tool_call>'
 )
-OPTIONS = HTTPOptions(
-    connect_timeout_seconds=5, read_timeout_seconds=120, request_timeout_seconds=300
-)
+OPTIONS = HTTPOptions(connect_timeout=5, read_timeout=120, request_timeout=300)
 TERMINAL_SCHEMA = {
     "type": "object",
     "properties": {"command": {"type": "string"}},
@@ -190,7 +188,7 @@ async def test_concurrent_three_turn_rollouts_keep_every_sampled_token(
             registry=registry,
             tokenizer=served_tokenizer,
             extra_body={"structured_outputs": {"regex": TOOL_CALL_REGEX}},
-            sampling_hook=_per_turn,
+            options=AgentOptions(sampling_hook=_per_turn),
         )
 
         async def one(i: int) -> None:
@@ -253,7 +251,7 @@ async def test_a_max_tokens_cut_inside_a_call_is_content_and_an_error(
             registry=registry,
             tokenizer=served_tokenizer,
             extra_body={"structured_outputs": {"regex": TOOL_CALL_REGEX}},
-            sampling_hook=hook,
+            options=AgentOptions(sampling_hook=hook),
         )
         messages = [{"role": "user", "content": "List the files."}]
         result = await loop.run(messages, seed=7)

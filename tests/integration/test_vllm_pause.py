@@ -210,11 +210,11 @@ async def _rollouts(
     # parser (seen: event-loop steps of 1.1 s on a loaded machine), while vLLM streams on.
     async with _client(route, url, RecordingTransport()) as client:
         warm = AgentOptions(max_turns=1, max_tokens=2)
-        await HermesAgentLoop.from_options(client, [], set(), warm, tokenizer=tokenizer).run(
+        await HermesAgentLoop(client, [], set(), options=warm, tokenizer=tokenizer).run(
             task(-1), seed=1
         )
     async with _client(route, url, transport) as client:
-        loop = HermesAgentLoop.from_options(client, [], set(), options, tokenizer=tokenizer)
+        loop = HermesAgentLoop(client, [], set(), options=options, tokenizer=tokenizer)
 
         async def one(i: int) -> None:
             results[i] = await loop.run(task(i), task_id=f"r{i}", seed=300 + i)

@@ -7,7 +7,6 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -17,7 +16,7 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.tools._search import SearchRequest, build_search_script
 from hermes_async.tools.files import MAX_READ_CHARS, TOOLS
 from hermes_async.tools.registry import ToolRegistry, ToolRuntime, builtin_registry, dispatch
-from hermes_async.tools.sandbox.base import ExecResult, Sandbox
+from hermes_async.tools.sandbox.base import ExecRequest, ExecResult, Sandbox
 from hermes_async.tools.sandbox.local import LocalSandbox
 
 pytestmark = pytest.mark.anyio
@@ -570,7 +569,7 @@ class _ScriptedSandbox(Sandbox):
         self.mode = mode
         self.entered = anyio.Event()
 
-    async def exec(self, command: str, **kwargs: object) -> ExecResult:
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
         self.entered.set()
         if self.mode == "raise":
             raise SandboxError("container vanished")
@@ -637,8 +636,8 @@ class _Recording(Sandbox):
         self.task_id, self.workdir = inner.task_id, inner.workdir
         self.output_sizes: list[int] = []
 
-    async def exec(self, command: str, **kwargs: Any) -> ExecResult:
-        result = await self.inner.exec(command, **kwargs)
+    async def exec_request(self, request: ExecRequest) -> ExecResult:
+        result = await self.inner.exec_request(request)
         self.output_sizes.append(len(result.stdout) + len(result.stderr))
         return result
 

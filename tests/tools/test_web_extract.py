@@ -122,7 +122,7 @@ def settings(transport: LoopbackOnlyTransport, **overrides: Any) -> WebSettings:
         "allow": ("127.0.0.1",),
         "transport": transport,
         "resolver": FakeResolver(),
-        "fetch_timeout_seconds": 10.0,
+        "fetch_timeout": 10.0,
     }
     values.update(overrides)
     return WebSettings(**values)
@@ -248,7 +248,7 @@ async def test_slow_body_times_out_with_clear_error() -> None:
     async with serve(site) as (base, transport):
         start = anyio.current_time()
         slow, ok = await extract(
-            [f"{base}/slow", f"{base}/ok"], settings(transport, fetch_timeout_seconds=0.5)
+            [f"{base}/slow", f"{base}/ok"], settings(transport, fetch_timeout=0.5)
         )
         elapsed = anyio.current_time() - start
     assert slow["content"] is None
@@ -397,7 +397,7 @@ async def test_charset_from_meta_tag() -> None:
 async def test_cancellation_during_slow_fetch_propagates_and_leaks_nothing() -> None:
     site = Site(slow={"/slow"})
     async with serve(site) as (base, transport):
-        web = settings(transport, fetch_timeout_seconds=30)
+        web = settings(transport, fetch_timeout=30)
         with anyio.move_on_after(0.5) as scope:
             await extract([f"{base}/slow"], web)
         assert scope.cancelled_caught

@@ -158,7 +158,7 @@ async def test_5xx_is_an_error_result(provider: str) -> None:
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_timeout_is_an_error_result(provider: str) -> None:
     async with fake(provider, hang=True) as (app, base, transport):
-        web = settings_for(provider, base, transport, request_timeout_seconds=0.3)
+        web = settings_for(provider, base, transport, request_timeout=0.3)
         result = await web_search({"query": "q"}, runtime(web))
     assert result["error"].startswith(f"Error searching web: {provider} did not answer")
     assert "within 0.3 seconds" in result["error"]

@@ -147,7 +147,7 @@ def test_settings_repr_hides_every_key() -> None:
     [
         ("backend", "bing", "unknown web backend 'bing'; available: firecrawl, tavily, exa"),
         ("max_body_bytes", 0, r"WebSettings\.max_body_bytes must be an integer >= 1, got 0"),
-        ("fetch_timeout_seconds", 0, r"WebSettings\.fetch_timeout_seconds must be > 0"),
+        ("fetch_timeout", 0, r"WebSettings\.fetch_timeout must be > 0"),
         ("html_extractor", "regex", "unknown html_extractor 'regex'"),
     ],
 )

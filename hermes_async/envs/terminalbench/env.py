@@ -263,7 +263,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         from hermes_async.tools.sandbox.docker import DockerBackend, DockerSandboxConfig
 
         options = dict(self.config.sandbox_options or {})
-        options.setdefault("default_exec_timeout_seconds", float(self.config.terminal_timeout))
+        options.setdefault("default_exec_timeout", float(self.config.terminal_timeout))
         try:
             config = DockerSandboxConfig(**options)
         except TypeError as exc:

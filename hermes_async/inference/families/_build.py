@@ -22,10 +22,10 @@ from typing import Any
 
 from hermes_async.errors import ConfigError
 
-__all__ = ("BPE_VOCAB_SIZE", "build_backend")
+__all__ = ("build_backend",)
 
 #: Size of the small trained BPE (bytes + merges), special tokens come on top.
-BPE_VOCAB_SIZE = 1024
+_BPE_VOCAB_SIZE = 1024
 
 # A fixed corpus: the merges only shorten sequences; nothing depends on which ones exist.
 _CORPUS = (
@@ -47,7 +47,7 @@ def _bpe(specials: Sequence[str]) -> Any:
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB_SIZE,
+        vocab_size=_BPE_VOCAB_SIZE,
         min_frequency=2,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,

@@ -245,7 +245,7 @@ async def serve_request(
         await route.abort("blockedbyclient")
         return outcome
     except TimeoutError:
-        detail = f"{url!r} took longer than {timeout:g} seconds (fetch_timeout_seconds)"
+        detail = f"{url!r} took longer than {timeout:g} seconds (fetch_timeout)"
         outcome = done(RequestOutcome(url, "failed", navigation, detail))
         await route.abort("timedout")
         return outcome

@@ -71,11 +71,11 @@ async def analyze_screenshot(settings: VisionSettings, question: str, png: bytes
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     client = httpx.AsyncClient(
         transport=NonClosingTransport(settings.transport) if settings.transport else None,
-        timeout=httpx.Timeout(settings.timeout_seconds),
+        timeout=httpx.Timeout(settings.timeout),
         verify=default_ssl_context(),
     )
     try:
-        with anyio.fail_after(settings.timeout_seconds):
+        with anyio.fail_after(settings.timeout):
             response = await client.post(
                 settings.base_url.rstrip("/") + "/chat/completions", json=body, headers=headers
             )
@@ -84,7 +84,7 @@ async def analyze_screenshot(settings: VisionSettings, question: str, png: bytes
         answer = data["choices"][0]["message"]["content"]
     except TimeoutError:
         raise VisionError(
-            f"the vision model did not answer within {settings.timeout_seconds:g} seconds"
+            f"the vision model did not answer within {settings.timeout:g} seconds"
         ) from None
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
         detail = redact_urls(_redact(f"{type(exc).__name__}: {exc}", settings.api_key))

@@ -1,8 +1,8 @@
 """BrowserManager: one Chromium per manager, one browser context per rollout.
 
-Why one module of this size: one concept, the lifetime of the browser process and of every
-session in it (start, limiter slot, release, idle reaping, crash and driver recovery all move the
-same per-session state).
+Why one module of this size: one concept, a browser session's lifetime. The table, busy
+counts, the idle reaper and queued releases are :mod:`hermes_async.tools._lifetimes`'s, as for
+sandboxes; this module keeps what a session is, what idle means for it and how it closes.
 
 ::
 
@@ -32,9 +32,8 @@ Decisions:
 * **Release**: :meth:`release` (the rollout pipeline calls it with the sandbox release) asks the
   host to close and waits for it, shielded and bounded (:attr:`release_timeout`);
   :meth:`request_release` is the synchronous form; the **idle reaper** (a task in the manager's
-  task group) requests the release of sessions unused for ``idle_timeout_seconds``; closing the
-  manager releases everything and then closes the browser and the Playwright driver, each
-  bounded.
+  task group) releases open sessions unused for ``idle_timeout``; closing the manager
+  releases everything and then closes the browser and the Playwright driver, each bounded.
 * **Crash**: when the browser process goes away (killed, OOM), every session on it is marked
   unavailable: its rollout's later browser calls raise
   :class:`~hermes_async.tools.browser.errors.BrowserUnavailableError` until the session is
@@ -61,7 +60,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 import anyio.lowlevel
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 
 from hermes_async._asynclib import require_asyncio
 from hermes_async._cleanup import bounded_cleanup, cleanup_scope
@@ -69,6 +68,7 @@ from hermes_async._current import Current
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError
 from hermes_async.limits import Limits, NamedLimiter
+from hermes_async.tools._lifetimes import Lifetime, Lifetimes
 from hermes_async.tools.browser._network import ROUTE_ABORT_GRACE_SECONDS
 from hermes_async.tools.browser.errors import BrowserUnavailableError, target_closed
 from hermes_async.tools.browser.settings import (
@@ -147,15 +147,14 @@ class BrowserManagerStatistics:
     websockets_refused: int
 
 
-class _Entry:
-    """One ``task_id``'s session as the manager tracks it (phases: waiting, creating, open,
+class _Host:
+    """One ``task_id``'s session as its host task runs it (phases: waiting, creating, open,
     closing, closed)."""
 
     __slots__ = (
         "closed",
         "closing",
         "crashed",
-        "died_at",
         "error",
         "generation",
         "phase",
@@ -175,7 +174,6 @@ class _Entry:
         self.session: BrowserSession | None = None
         self.error: BrowserUnavailableError | None = None
         self.crashed = False
-        self.died_at = 0.0
         self.scope: anyio.CancelScope | None = None
         self.generation = 0
         self.reason: str | None = None
@@ -215,13 +213,21 @@ class BrowserManager(AsyncResource):
         self.executable: str | None = None
         self._state = "unopened"
         self._tg: TaskGroup | None = None
-        self._entries: dict[str, _Entry] = {}
+        idle = self.settings.idle_timeout
+        self._lifetimes: Lifetimes[_Host] = Lifetimes(
+            "browser session",
+            self._close_host,
+            logger,
+            idle_timeout=math.inf if idle is None else idle,
+            reap_interval=self.settings.reap_interval,
+            reapable=self._reapable,
+        )
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._generation = 0
         self._launch_lock = anyio.Lock()
         self._counters: SessionCounters | None = None
-        self._created = self._closed = self._reaped = self._create_failures = 0
+        self._created = self._closed = self._create_failures = 0
         self._launches = self._crashes = self._driver_restarts = 0
 
     def __repr__(self) -> str:
@@ -237,7 +243,7 @@ class BrowserManager(AsyncResource):
         (``create_timeout``), its requests aborted, then its context closed
         (``close_timeout``)."""
         s = self.settings
-        return s.create_timeout_seconds + ROUTE_ABORT_GRACE_SECONDS + s.close_timeout_seconds + 1
+        return s.create_timeout + ROUTE_ABORT_GRACE_SECONDS + s.close_timeout + 1
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -263,7 +269,7 @@ class BrowserManager(AsyncResource):
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
-            with anyio.fail_after(self.settings.launch_timeout_seconds):
+            with anyio.fail_after(self.settings.launch_timeout):
                 self._playwright = await async_playwright().start()
             try:
                 await self._launch()
@@ -272,8 +278,7 @@ class BrowserManager(AsyncResource):
                     f"could not start the browser {self.executable!r}: {_describe(exc)}; "
                     f"{INSTALL_HINT}"
                 ) from exc
-            if self.settings.idle_timeout_seconds is not None:
-                await self._tg.start(self._reaper)
+            await self._lifetimes.start(self._tg)
         except BaseException:
             self._state = "closing"
             self._tg.cancel_scope.cancel("browser manager failed to start")
@@ -289,11 +294,12 @@ class BrowserManager(AsyncResource):
         Idempotent. Must run in the task that entered the manager.
 
         **Cancellation**: every step is shielded and bounded (each session by
-        :attr:`release_timeout`, the browser and the driver by ``close_timeout_seconds``).
+        :attr:`release_timeout`, the browser and the driver by ``close_timeout``).
         """
         if self._state in ("unopened", "closing", "closed"):
             return
         self._state = "closing"
+        self._lifetimes.stop()
         assert self._tg is not None
         try:
             await self.release_all(reason="the browser manager is closing")
@@ -309,7 +315,7 @@ class BrowserManager(AsyncResource):
     async def _shutdown(self, reason: str) -> None:
         browser, self._browser = self._browser, None
         playwright, self._playwright = self._playwright, None
-        await stop_browser(browser, playwright, self.settings.close_timeout_seconds, reason)
+        await stop_browser(browser, playwright, self.settings.close_timeout, reason)
 
     async def _launch(self) -> None:
         assert self._playwright is not None and self.executable is not None
@@ -326,9 +332,13 @@ class BrowserManager(AsyncResource):
         self._browser = None
         self._crashes += 1
         lost = 0
-        for entry in self._entries.values():
-            if entry.generation != generation or entry.phase not in ("creating", "open"):
+        for lifetime in self._lifetimes.entries.values():
+            entry = lifetime.value
+            if entry is None or entry.generation != generation:
                 continue
+            if entry.phase not in ("creating", "open"):
+                continue
+            lifetime.last_used = anyio.current_time()  # a lost session is forgotten from now
             error = BrowserUnavailableError(
                 "the browser (or its Playwright driver) crashed or was killed, and this "
                 "rollout's browser session (page, cookies, history) was lost; the next rollout "
@@ -387,12 +397,12 @@ class BrowserManager(AsyncResource):
             await bounded_cleanup(
                 "stop the failed Playwright driver",
                 old.stop,
-                timeout=self.settings.close_timeout_seconds,
+                timeout=self.settings.close_timeout,
                 reason="the driver went away",
                 log=logger,
             )
         logger.warning("restarting the Playwright driver")
-        with anyio.fail_after(self.settings.launch_timeout_seconds):
+        with anyio.fail_after(self.settings.launch_timeout):
             self._playwright = await async_playwright().start()
         self._driver_restarts += 1
 
@@ -414,7 +424,7 @@ class BrowserManager(AsyncResource):
         """The browser session of ``task_id``, opened on first use.
 
         Waits for a ``browser_sessions`` slot (in order) and for the context to open (bounded
-        by ``create_timeout_seconds``).
+        by ``create_timeout``).
 
         Raises:
             ValueError: ``task_id`` is not a non-empty string.
@@ -428,15 +438,18 @@ class BrowserManager(AsyncResource):
             raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
         require_asyncio(_COMPONENT, "playwright", remedy=_REMEDY)
         self._check_open(task_id)
-        entry = self._entries.get(task_id)
-        if entry is None:
-            entry = _Entry(task_id)
-            self._entries[task_id] = entry
+        lifetime, new = self._lifetimes.claim(task_id)
+        if new:
+            # The session lives in a task of the manager (its requests' task group with it):
+            # the caller only waits for it.
+            self._lifetimes.settle(lifetime, _Host(task_id))
             assert self._tg is not None
-            self._tg.start_soon(self._host, entry, name=f"browser session {task_id!r}")
+            self._tg.start_soon(self._host, lifetime, name=f"browser session {task_id!r}")
+        entry = lifetime.value
+        assert entry is not None
         await entry.ready.wait()
         if entry.phase == "open" and entry.error is None and entry.session is not None:
-            entry.session.last_used = anyio.current_time()
+            lifetime.last_used = anyio.current_time()
             return entry.session
         if entry.error is not None:
             raise BrowserUnavailableError(entry.error.message, task_id=task_id) from entry.error
@@ -444,8 +457,10 @@ class BrowserManager(AsyncResource):
             "the browser session was released while it was being opened", task_id=task_id
         )
 
-    async def _host(self, entry: _Entry) -> None:
+    async def _host(self, lifetime: Lifetime[_Host]) -> None:
         """The life of one session, in the manager's task group (never raises but cancels)."""
+        entry = lifetime.value
+        assert entry is not None
         try:
             with anyio.CancelScope() as scope:
                 entry.scope = scope
@@ -455,7 +470,7 @@ class BrowserManager(AsyncResource):
                     if entry.closing.is_set():
                         return
                     entry.phase = "creating"
-                    await self._run_session(entry)
+                    await self._run_session(lifetime, entry)
         except Exception as exc:  # a bug or an unexpected Playwright error: contained here
             logger.warning("browser session of %r failed", entry.task_id, exc_info=True)
             if entry.error is None:
@@ -464,23 +479,22 @@ class BrowserManager(AsyncResource):
                 )
         finally:
             entry.phase = "closed"
-            entry.died_at = anyio.current_time()
             entry.ready.set()
             entry.closed.set()
             # A crashed session stays as a tombstone until released; anything else that ends
             # without a release (a failed open, the manager closing) is forgotten, so the next
             # get() starts over.
-            if not entry.crashed and self._entries.get(entry.task_id) is entry:
-                del self._entries[entry.task_id]
+            if not entry.crashed:
+                self._lifetimes.forget(lifetime)
 
-    async def _run_session(self, entry: _Entry) -> None:
+    async def _run_session(self, lifetime: Lifetime[_Host], entry: _Host) -> None:
         from playwright.async_api import Error as PlaywrightError
 
         from hermes_async.tools.browser.session import BrowserSession
 
         settings = self.settings
         try:
-            with anyio.fail_after(settings.create_timeout_seconds):
+            with anyio.fail_after(settings.create_timeout):
                 browser, generation = await self._ensure_browser()
                 try:
                     context = await browser.new_context(**context_options(settings))
@@ -503,11 +517,16 @@ class BrowserManager(AsyncResource):
         try:
             async with anyio.create_task_group() as requests:
                 session = BrowserSession(
-                    entry.task_id, context, requests, settings=settings, counters=self._counters
+                    entry.task_id,
+                    context,
+                    requests,
+                    settings=settings,
+                    counters=self._counters,
+                    usage=lifetime,
                 )
                 entry.session = session
                 try:
-                    with anyio.fail_after(settings.create_timeout_seconds):
+                    with anyio.fail_after(settings.create_timeout):
                         await session._setup()
                 except (TimeoutError, PlaywrightError) as exc:
                     self._create_failures += 1
@@ -531,7 +550,7 @@ class BrowserManager(AsyncResource):
         finally:
             with cleanup_scope(
                 f"close the browser context of {entry.task_id!r}",
-                settings.close_timeout_seconds,
+                settings.close_timeout,
                 reason=entry.reason,
                 log=logger,
             ):
@@ -541,7 +560,7 @@ class BrowserManager(AsyncResource):
                     logger.debug("closing the context of %r failed", entry.task_id, exc_info=True)
             self._closed += 1
 
-    def _begin_close(self, entry: _Entry, reason: str) -> None:
+    def _begin_close(self, entry: _Host, reason: str) -> None:
         entry.reason = entry.reason or reason
         entry.closing.set()
         if entry.phase == "waiting" and entry.scope is not None:
@@ -556,12 +575,16 @@ class BrowserManager(AsyncResource):
         **Cancellation**: runs shielded, bounded by :attr:`release_timeout`; the context is
         closed (or the overrun logged) before cancellation propagates.
         """
-        entry = self._entries.pop(task_id, None)
+        await self._lifetimes.release(task_id, reason=reason)
+
+    async def _close_host(self, lifetime: Lifetime[_Host], interrupted: bool, reason: str) -> None:
+        """How a session closes: its host task is told, and waited for (bounded)."""
+        entry = lifetime.value
         if entry is None:
             return
         self._begin_close(entry, reason)
         with cleanup_scope(
-            f"release the browser session of {task_id!r}",
+            f"release the browser session of {lifetime.key!r}",
             self.release_timeout,
             reason=reason,
             log=logger,
@@ -569,25 +592,18 @@ class BrowserManager(AsyncResource):
             await entry.closed.wait()
 
     def request_release(self, task_id: str, *, reason: str = "release requested") -> None:
-        """Start closing ``task_id``'s session without waiting (synchronous; idempotent).
+        """Queue a release of ``task_id`` to the manager's own task (synchronous; idempotent).
 
-        The manager's own task closes it (bounded); the manager's exit waits for it.
+        The manager's exit waits for it.
         """
-        entry = self._entries.pop(task_id, None)
-        if entry is not None:
-            self._begin_close(entry, reason)
+        self._lifetimes.request_release(task_id, reason=reason)
 
     async def release_all(self, *, reason: str = "release all") -> None:
         """Release every session, concurrently.
 
         **Cancellation**: each release is shielded and bounded.
         """
-        async with anyio.create_task_group() as tg:
-            for task_id in list(self._entries):
-                tg.start_soon(self._release_for, task_id, reason)
-
-    async def _release_for(self, task_id: str, reason: str) -> None:
-        await self.release(task_id, reason=reason)
+        await self._lifetimes.release_all(reason=reason)
 
     @contextlib.asynccontextmanager
     async def session(self, task_id: str) -> AsyncIterator[BrowserSession]:
@@ -600,51 +616,40 @@ class BrowserManager(AsyncResource):
         finally:
             await self.release(task_id, reason="session block exited")
 
-    async def _reaper(self, *, task_status: TaskStatus[None]) -> None:
-        task_status.started()
-        while True:
-            await anyio.sleep(self.settings.reap_interval)
-            await self.reap_idle()
-
     async def reap_idle(self) -> int:
-        """Release sessions unused for ``idle_timeout_seconds``; return how many (a reaper
+        """Release sessions unused for ``idle_timeout``; return how many (a reaper
         pass). Sessions with an operation in flight are not idle; sessions lost in a crash are
         forgotten after the same time.
 
-        **Cancellation**: safe; releases already requested complete in the manager's task.
+        **Cancellation**: releases already started complete (shielded, bounded).
         """
-        idle = self.settings.idle_timeout_seconds
-        if idle is None or not math.isfinite(idle):
-            return 0
-        now = anyio.current_time()
-        reaped = 0
-        for task_id, entry in list(self._entries.items()):
-            session = entry.session
-            if entry.phase == "open" and session is not None:
-                if session.busy == 0 and now - session.last_used >= idle:
-                    logger.info("reaping idle browser session of %r", task_id)
-                    self.request_release(task_id, reason="idle")
-                    reaped += 1
-            elif entry.crashed and entry.phase == "closed" and now - entry.died_at >= idle:
-                self._entries.pop(task_id, None)
-        self._reaped += reaped
-        await anyio.lowlevel.checkpoint()
-        return reaped
+        return await self._lifetimes.reap_idle()
+
+    async def _reapable(self, lifetime: Lifetime[_Host]) -> bool:
+        """Idle means open (not still waiting for a slot), or lost in a crash."""
+        entry = lifetime.value
+        assert entry is not None
+        return entry.phase == "open" or (entry.crashed and entry.phase == "closed")
 
     # ----------------------------------------------------------------------------------------
     # introspection
 
+    def _hosts(self) -> list[_Host]:
+        return [h for h in (e.value for e in self._lifetimes.entries.values()) if h is not None]
+
     def __contains__(self, task_id: object) -> bool:
-        entry = self._entries.get(task_id) if isinstance(task_id, str) else None
-        return entry is not None and entry.phase == "open"
+        lifetime = self._lifetimes.entries.get(task_id) if isinstance(task_id, str) else None
+        return (
+            lifetime is not None and lifetime.value is not None and lifetime.value.phase == "open"
+        )
 
     def task_ids(self) -> list[str]:
         """Task ids with an open session."""
-        return [t for t, e in self._entries.items() if e.phase == "open"]
+        return [h.task_id for h in self._hosts() if h.phase == "open"]
 
     def statistics(self) -> BrowserManagerStatistics:
         """A snapshot of counts."""
-        entries = list(self._entries.values())
+        entries = self._hosts()
         counters = self._counters
         browser = self._browser
         return BrowserManagerStatistics(
@@ -653,7 +658,7 @@ class BrowserManager(AsyncResource):
             unavailable=sum(e.crashed for e in entries),
             created=self._created,
             closed=self._closed,
-            reaped=self._reaped,
+            reaped=self._lifetimes.reaped,
             create_failures=self._create_failures,
             browser_launches=self._launches,
             browser_crashes=self._crashes,
@@ -706,7 +711,7 @@ async def launch_browser(
 
     **Cancellation**: Playwright abandons the launch (its process is killed with the driver).
     """
-    timeout = settings.launch_timeout_seconds
+    timeout = settings.launch_timeout
     with anyio.fail_after(timeout + 5):
         return await playwright.chromium.launch(
             executable_path=executable,

@@ -14,9 +14,9 @@ opened and closed by a task in the manager's task group). The session:
   downloads;
 * keeps bounded buffers of console messages, page errors and refused requests;
 * runs one operation at a time (a lock: a page has one input pipeline), each bounded by
-  Playwright's own timeout plus :data:`OPERATION_SLACK_SECONDS` of anyio deadline;
+  Playwright's own timeout plus :data:`_OPERATION_SLACK_SECONDS` of anyio deadline;
 * follows the newest open page (a link with ``target=_blank`` moves the session to the new
-  tab), keeping at most :data:`MAX_PAGES` pages.
+  tab), keeping at most :data:`_MAX_PAGES` pages.
 
 What is returned and what is raised: every failure the *model* causes (an unknown ref, a click
 that times out, a refused URL, an unknown key) is a result ``{"success": false, "error": ...}``,
@@ -49,6 +49,7 @@ from playwright.async_api import (
 )
 
 from hermes_async.jsontypes import JSONObject
+from hermes_async.tools._lifetimes import Lifetime
 from hermes_async.tools._ssrf import Allowlist, URLRefusedError, WebFetchError, parse_url, vet_url
 from hermes_async.tools.browser._network import RequestOutcome, abort_quietly, serve_request
 from hermes_async.tools.browser._snapshot import RefTable, compact_snapshot, cut_snapshot
@@ -57,19 +58,14 @@ from hermes_async.tools.browser.errors import BrowserUnavailableError, target_cl
 if TYPE_CHECKING:
     from hermes_async.tools.browser.settings import BrowserSettings
 
-__all__ = (
-    "MAX_PAGES",
-    "OPERATION_SLACK_SECONDS",
-    "BrowserSession",
-    "SessionCounters",
-)
+__all__ = ("BrowserSession", "SessionCounters")
 
 logger = logging.getLogger(__name__)
 
 #: Pages (tabs) one session keeps; the oldest extra ones are closed before the next operation.
-MAX_PAGES = 4
+_MAX_PAGES = 4
 #: anyio deadline over Playwright's own timeout, so Playwright reports the timeout itself.
-OPERATION_SLACK_SECONDS = 5.0
+_OPERATION_SLACK_SECONDS = 5.0
 #: Characters of one console message or page error kept.
 MAX_MESSAGE_CHARS = 2_000
 #: Characters of console output one ``browser_console`` result carries at most (the newest
@@ -166,8 +162,6 @@ class BrowserSession:
 
     Attributes:
         task_id: The rollout this session belongs to.
-        busy: Operations in flight (the idle reaper leaves busy sessions alone).
-        last_used: ``anyio.current_time()`` of the last operation's end.
         dead: Set when the browser (or this session's page) crashed; every later operation
             raises it.
     """
@@ -180,10 +174,11 @@ class BrowserSession:
         *,
         settings: BrowserSettings,
         counters: SessionCounters,
+        usage: Lifetime[Any] | None = None,
     ) -> None:
         self.task_id = task_id
-        self.busy = 0
-        self.last_used = anyio.current_time()
+        # The manager's record of this rollout: its busy count and last use are the reaper's.
+        self._usage: Lifetime[Any] = usage if usage is not None else Lifetime(task_id)
         self.dead: BrowserUnavailableError | None = None
         self._context = context
         self._requests = requests
@@ -212,6 +207,16 @@ class BrowserSession:
         self._navigations: collections.Counter[int] = collections.Counter()
         self._loads: collections.Counter[int] = collections.Counter()
         self._activity = anyio.Event()
+
+    @property
+    def busy(self) -> int:
+        """Operations in flight (the idle reaper leaves busy sessions alone)."""
+        return self._usage.busy
+
+    @property
+    def last_used(self) -> float:
+        """``anyio.current_time()`` of the last operation's end."""
+        return self._usage.last_used
 
     def __repr__(self) -> str:
         state = "dead" if self.dead else "open"
@@ -308,7 +313,7 @@ class BrowserSession:
                     request,
                     settings=self._fetch,
                     allow=self._allow,
-                    timeout=self._settings.fetch_timeout_seconds,
+                    timeout=self._settings.fetch_timeout,
                     record=lambda outcome: self._record(outcome, page_key),
                 )
                 handled = True
@@ -382,11 +387,11 @@ class BrowserSession:
         return None
 
     async def _page(self) -> Page:
-        """The newest open page; extra pages beyond :data:`MAX_PAGES` are closed first."""
+        """The newest open page; extra pages beyond :data:`_MAX_PAGES` are closed first."""
         self._pages = [p for p in self._pages if not p.is_closed()]
-        while len(self._pages) > MAX_PAGES:
+        while len(self._pages) > _MAX_PAGES:
             old = self._pages.pop(0)
-            with anyio.move_on_after(self._settings.close_timeout_seconds):
+            with anyio.move_on_after(self._settings.close_timeout):
                 try:
                     await old.close()
                 except PlaywrightError:
@@ -406,7 +411,7 @@ class BrowserSession:
         with self._in_use():
             async with self._lock:
                 self._check_alive()
-                with anyio.fail_after(timeout + OPERATION_SLACK_SECONDS):
+                with anyio.fail_after(timeout + _OPERATION_SLACK_SECONDS):
                     try:
                         yield await self._page()
                     except PlaywrightError as exc:
@@ -420,12 +425,8 @@ class BrowserSession:
         """Mark the session busy (the idle reaper skips it) for the block; its end counts as
         the last use. Raises :class:`BrowserUnavailableError` first if the session is dead."""
         self._check_alive()
-        self.busy += 1
-        try:
+        with self._usage.in_use():
             yield
-        finally:
-            self.busy -= 1
-            self.last_used = anyio.current_time()
 
     def _model_error(self, what: str, exc: PlaywrightError) -> JSONObject:
         gone = self._unavailable(exc)
@@ -538,7 +539,7 @@ class BrowserSession:
             )
         except WebFetchError as exc:
             return _failure(f"Navigation failed: {exc.message}")
-        timeout = self._settings.navigation_timeout_seconds
+        timeout = self._settings.navigation_timeout
         async with self._operation(timeout) as page:
             mark = self._seq
             for attempt in range(_NAVIGATION_ATTEMPTS):
@@ -601,7 +602,7 @@ class BrowserSession:
 
         **Cancellation**: nothing to clean up.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             try:
                 raw = await page.aria_snapshot(mode="ai", timeout=timeout * 1000)
@@ -642,7 +643,7 @@ class BrowserSession:
         **Cancellation**: the click may or may not have happened.
         """
         ref = self._normal_ref(ref)
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(
             timeout + NAVIGATION_START_WINDOW_SECONDS + 2 * SETTLE_TIMEOUT_SECONDS
         ) as page:
@@ -669,7 +670,7 @@ class BrowserSession:
         **Cancellation**: the field may hold part of the text.
         """
         ref = self._normal_ref(ref)
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             locator = self._locator(page, ref)
             if locator is None:
@@ -694,7 +695,7 @@ class BrowserSession:
         if direction not in ("up", "down"):
             return _failure(f"Invalid direction '{direction}'. Use 'up' or 'down'.")
         step = int(self._settings.viewport_height * 0.9) * (1 if direction == "down" else -1)
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             try:
                 await page.evaluate("(dy) => window.scrollBy(0, dy)", step)
@@ -713,7 +714,7 @@ class BrowserSession:
 
         **Cancellation**: the page may still be going back.
         """
-        timeout = self._settings.navigation_timeout_seconds
+        timeout = self._settings.navigation_timeout
         async with self._operation(timeout) as page:
             try:
                 await page.go_back(wait_until="load", timeout=timeout * 1000)
@@ -732,7 +733,7 @@ class BrowserSession:
 
         **Cancellation**: the key may or may not have been pressed.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(
             timeout + NAVIGATION_START_WINDOW_SECONDS + 2 * SETTLE_TIMEOUT_SECONDS
         ) as page:
@@ -756,7 +757,7 @@ class BrowserSession:
 
         **Cancellation**: nothing to clean up.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             try:
                 images = await page.evaluate(_IMAGES_JS)
@@ -791,7 +792,7 @@ class BrowserSession:
         if clear:
             self._console.clear()
             self._errors.clear()
-        self.last_used = anyio.current_time()
+        self._usage.last_used = anyio.current_time()
         result: JSONObject = {
             "success": True,
             "console_messages": messages,
@@ -812,6 +813,6 @@ class BrowserSession:
 
         **Cancellation**: nothing to clean up.
         """
-        timeout = self._settings.action_timeout_seconds
+        timeout = self._settings.action_timeout
         async with self._operation(timeout) as page:
             return await page.screenshot(type="png", timeout=timeout * 1000)

@@ -66,11 +66,9 @@ from hermes_async.tools._web_settings import (
 )
 
 __all__ = (
-    "CHROMIUM_CANDIDATES",
     "DEFAULT_IDLE_TIMEOUT_SECONDS",
     "DEFAULT_MAX_SESSIONS",
     "DEFAULT_SNAPSHOT_MAX_CHARS",
-    "EXECUTABLE_ENV",
     "INSTALL_HINT",
     "BrowserSettings",
     "VisionSettings",
@@ -80,12 +78,12 @@ __all__ = (
 )
 
 #: Environment variable naming the Chromium executable.
-EXECUTABLE_ENV = "HERMES_BROWSER_EXECUTABLE"
+_EXECUTABLE_ENV = "HERMES_BROWSER_EXECUTABLE"
 
 #: Where Chromium is looked for, in order (absolute paths first, then names on ``PATH``).
 #: Debian's ``/usr/bin/chromium`` is a shell launcher that sources ``/etc/chromium.d`` (extra
 #: extensions, API keys); the binary behind it is started directly.
-CHROMIUM_CANDIDATES: tuple[str, ...] = (
+_CHROMIUM_CANDIDATES: tuple[str, ...] = (
     "/usr/lib/chromium/chromium",
     "chromium",
     "chromium-browser",
@@ -96,7 +94,7 @@ CHROMIUM_CANDIDATES: tuple[str, ...] = (
 #: What to tell an operator whose machine has no Chromium.
 INSTALL_HINT = (
     "install Debian's package with `apt-get install chromium` (scripts/browser/install.sh), or "
-    f"point {EXECUTABLE_ENV} (BrowserSettings.executable_path) at a Chromium or Chrome "
+    f"point {_EXECUTABLE_ENV} (BrowserSettings.executable_path) at a Chromium or Chrome "
     "executable; the project never downloads a browser"
 )
 
@@ -136,7 +134,7 @@ class VisionSettings:
             ``{base_url}/chat/completions``. Operator-configured, so not SSRF-vetted.
         model: Model name sent in the request.
         api_key: Optional bearer key (hidden from ``repr``, redacted from errors).
-        timeout_seconds: Deadline of one analysis request.
+        timeout: Deadline of one analysis request.
         max_tokens: ``max_tokens`` of the request (the reference's 2 000).
         transport: httpx transport for the request (tests inject one); never closed here.
     """
@@ -144,7 +142,7 @@ class VisionSettings:
     base_url: str
     model: str
     api_key: str | None = field(default=None, repr=False)
-    timeout_seconds: float = 60.0
+    timeout: float = 60.0
     max_tokens: int = 2_000
     transport: httpx.AsyncBaseTransport | None = field(default=None, repr=False, compare=False)
 
@@ -155,24 +153,24 @@ class BrowserSettings:
 
     Attributes:
         executable_path: The Chromium executable; ``None`` means ``HERMES_BROWSER_EXECUTABLE``
-            or the first of :data:`CHROMIUM_CANDIDATES` found.
+            or the first of :data:`_CHROMIUM_CANDIDATES` found.
         allow: Hosts (exact, or ``.suffix``) and IP networks the SSRF guard lets the page reach
             although they are not public. Empty by default: loopback, private, link-local and
             metadata addresses are refused for navigation, redirects and every subresource.
         max_sessions: Default size of the ``browser_sessions`` limiter (contexts open at once)
             when the manager is not given one.
-        idle_timeout_seconds: A session unused this long is closed by the reaper; ``None``
+        idle_timeout: A session unused this long is closed by the reaper; ``None``
             disables the reaper.
         reap_interval_seconds: Seconds between reaper passes (default ``idle / 4``, 1-30 s; the
             reference checked every 30 s).
-        launch_timeout_seconds: Deadline of starting the Playwright driver and Chromium.
-        create_timeout_seconds: Deadline of opening one context and its page.
-        close_timeout_seconds: Deadline of closing one context (and of closing the browser).
-        action_timeout_seconds: Deadline of one click, fill, key press, snapshot (the
+        launch_timeout: Deadline of starting the Playwright driver and Chromium.
+        create_timeout: Deadline of opening one context and its page.
+        close_timeout: Deadline of closing one context (and of closing the browser).
+        action_timeout: Deadline of one click, fill, key press, snapshot (the
             reference's 30 s command timeout).
-        navigation_timeout_seconds: Deadline of one navigation until ``load`` (the reference's
+        navigation_timeout: Deadline of one navigation until ``load`` (the reference's
             60 s ``open`` timeout).
-        fetch_timeout_seconds: Deadline of one request the page makes (all redirect hops and
+        fetch_timeout: Deadline of one request the page makes (all redirect hops and
             the body included).
         max_body_bytes: Bytes of one response body kept; a longer document is cut there, a
             longer subresource is refused.
@@ -194,14 +192,14 @@ class BrowserSettings:
     executable_path: str | None = None
     allow: tuple[str, ...] = ()
     max_sessions: int = DEFAULT_MAX_SESSIONS
-    idle_timeout_seconds: float | None = DEFAULT_IDLE_TIMEOUT_SECONDS
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_SECONDS
     reap_interval_seconds: float | None = None
-    launch_timeout_seconds: float = 60.0
-    create_timeout_seconds: float = 30.0
-    close_timeout_seconds: float = 10.0
-    action_timeout_seconds: float = 30.0
-    navigation_timeout_seconds: float = 60.0
-    fetch_timeout_seconds: float = 20.0
+    launch_timeout: float = 60.0
+    create_timeout: float = 30.0
+    close_timeout: float = 10.0
+    action_timeout: float = 30.0
+    navigation_timeout: float = 60.0
+    fetch_timeout: float = 20.0
     max_body_bytes: int = 10_000_000
     max_redirects: int = 10
     max_requests_per_session: int = 6
@@ -239,18 +237,16 @@ class BrowserSettings:
         check_fields(
             self,
             (
-                "launch_timeout_seconds",
-                "create_timeout_seconds",
-                "close_timeout_seconds",
-                "action_timeout_seconds",
-                "navigation_timeout_seconds",
-                "fetch_timeout_seconds",
+                "launch_timeout",
+                "create_timeout",
+                "close_timeout",
+                "action_timeout",
+                "navigation_timeout",
+                "fetch_timeout",
             ),
             POSITIVE_SECONDS,
         )
-        check_fields(
-            self, ("idle_timeout_seconds", "reap_interval_seconds"), POSITIVE_SECONDS.or_none()
-        )
+        check_fields(self, ("idle_timeout", "reap_interval_seconds"), POSITIVE_SECONDS.or_none())
         for entry in self.allow:
             check_allow_entry(entry, "BrowserSettings")
 
@@ -259,14 +255,14 @@ class BrowserSettings:
         """Seconds between reaper passes (see ``reap_interval_seconds``)."""
         if self.reap_interval_seconds is not None:
             return self.reap_interval_seconds
-        idle = self.idle_timeout_seconds or DEFAULT_IDLE_TIMEOUT_SECONDS
+        idle = self.idle_timeout or DEFAULT_IDLE_TIMEOUT_SECONDS
         return min(30.0, max(1.0, idle / 4))
 
     def fetch_settings(self) -> WebSettings:
         """The fetcher configuration the page's requests go through (caps, guard, transport)."""
         return WebSettings(
             allow=self.allow,
-            fetch_timeout_seconds=self.fetch_timeout_seconds,
+            fetch_timeout=self.fetch_timeout,
             max_redirects=self.max_redirects,
             max_body_bytes=self.max_body_bytes,
             transport=self.transport,
@@ -310,9 +306,9 @@ class BrowserSettings:
                 ) from None
         idle = number("BROWSER_INACTIVITY_TIMEOUT")
         if idle is not None:
-            kwargs["idle_timeout_seconds"] = idle
+            kwargs["idle_timeout"] = idle
         return cls(
-            executable_path=get(EXECUTABLE_ENV),
+            executable_path=get(_EXECUTABLE_ENV),
             allow=allow_list_from_env(get, "HERMES_BROWSER_ALLOW"),
             vision=vision,
             **kwargs,  # type: ignore[arg-type]
@@ -327,7 +323,7 @@ def find_chromium(
     configured: str | None = None,
     environ: Mapping[str, str] | None = None,
     *,
-    candidates: tuple[str, ...] = CHROMIUM_CANDIDATES,
+    candidates: tuple[str, ...] = _CHROMIUM_CANDIDATES,
 ) -> str:
     """The Chromium executable to start: the configured one, or the first one found.
 
@@ -345,13 +341,13 @@ def find_chromium(
             the message says how to install one.
     """
     env = os.environ if environ is None else environ
-    chosen = configured or env_reader(env)(EXECUTABLE_ENV)
+    chosen = configured or env_reader(env)(_EXECUTABLE_ENV)
     if chosen is not None:
         path = chosen if os.sep in chosen else (shutil.which(chosen) or chosen)
         if not _executable(path):
             raise ConfigError(
                 f"the browser executable {chosen!r} (from "
-                f"{'BrowserSettings.executable_path' if configured else EXECUTABLE_ENV}) is not "
+                f"{'BrowserSettings.executable_path' if configured else _EXECUTABLE_ENV}) is not "
                 f"an executable file; {INSTALL_HINT}"
             )
         return os.path.abspath(path)

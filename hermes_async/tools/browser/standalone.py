@@ -6,7 +6,7 @@ its first browser call and closed with its sandbox (``await ctx.cleanup()``, ``a
 Like :class:`~hermes_async.tools.standalone.StandaloneSandboxes` it holds no task and no cancel
 scope, so it may outlive the call that made it: Playwright's driver and the browser run on their
 own, and a page's requests are served in the Playwright task that delivered each one (bounded
-by ``fetch_timeout_seconds``; see :mod:`~hermes_async.tools.browser.session`). It has one
+by ``fetch_timeout``; see :mod:`~hermes_async.tools.browser.session`). It has one
 Chromium and one browser context per task id, and no idle reaper or crash recovery: that is
 :class:`~hermes_async.tools.browser.manager.BrowserManager`'s job in a run.
 
@@ -94,7 +94,7 @@ class StandaloneBrowser:
         executable = find_chromium(self.settings.executable_path)
         async_playwright = import_playwright()
         try:
-            with anyio.fail_after(self.settings.launch_timeout_seconds):
+            with anyio.fail_after(self.settings.launch_timeout):
                 self._playwright = await async_playwright().start()
             self._browser = await launch_browser(self._playwright, self.settings, executable)
         except BaseException as exc:
@@ -112,7 +112,7 @@ class StandaloneBrowser:
         settings = self.settings
         context: BrowserContext | None = None
         try:
-            with anyio.fail_after(settings.create_timeout_seconds):
+            with anyio.fail_after(settings.create_timeout):
                 context = await browser.new_context(**context_options(settings))
                 session = BrowserSession(
                     task_id, context, None, settings=settings, counters=SessionCounters()
@@ -123,7 +123,7 @@ class StandaloneBrowser:
                 await bounded_cleanup(
                     f"close the browser context of {task_id!r}",
                     context.close,
-                    timeout=settings.close_timeout_seconds,
+                    timeout=settings.close_timeout,
                     log=logger,
                 )
             if isinstance(exc, Exception):
@@ -137,7 +137,7 @@ class StandaloneBrowser:
     async def release(self, task_id: str) -> None:
         """Close ``task_id``'s page and context; idempotent, never raises.
 
-        **Cancellation**: shielded, bounded by ``close_timeout_seconds``.
+        **Cancellation**: shielded, bounded by ``close_timeout``.
         """
         entry = self._sessions.pop(task_id, None)
         if entry is None:
@@ -150,7 +150,7 @@ class StandaloneBrowser:
         await bounded_cleanup(
             f"close the browser context of {task_id!r}",
             context.close,
-            timeout=self.settings.close_timeout_seconds,
+            timeout=self.settings.close_timeout,
             log=logger,
         )
 
@@ -178,4 +178,4 @@ class StandaloneBrowser:
     async def _shutdown(self, reason: str) -> None:
         browser, self._browser = self._browser, None
         playwright, self._playwright = self._playwright, None
-        await stop_browser(browser, playwright, self.settings.close_timeout_seconds, reason)
+        await stop_browser(browser, playwright, self.settings.close_timeout, reason)

@@ -54,13 +54,7 @@ from hermes_async.tools.toolsets import TOOLSETS
 if TYPE_CHECKING:
     from hermes_async.tools.browser.session import BrowserSession
 
-__all__ = (
-    "BROWSER_TOOL_NAMES",
-    "NO_MANAGER_MESSAGE",
-    "TOOLS",
-    "browser_available",
-    "runtime_browser_manager",
-)
+__all__ = ("BROWSER_TOOL_NAMES", "TOOLS", "browser_available")
 
 #: The toolset's tools, in the reference's order (the ``browser`` toolset's own tools; it
 #: adds ``web_search``).
@@ -69,7 +63,7 @@ BROWSER_TOOL_NAMES: tuple[str, ...] = tuple(
 )
 
 #: What the model sees when the rollout has no browser manager.
-NO_MANAGER_MESSAGE = (
+_NO_MANAGER_MESSAGE = (
     "Browser tools are not available in this rollout: no BrowserManager is configured (the "
     "environment opens one with `open_browser_manager()` or passes ToolRuntime(browsers=...))"
 )
@@ -89,7 +83,7 @@ def browser_available() -> bool:
     return True
 
 
-def runtime_browser_manager(runtime: ToolRuntime) -> BrowserManager | None:
+def _runtime_browser_manager(runtime: ToolRuntime) -> BrowserManager | None:
     """The manager the rollout's browser tools use: ``runtime.browsers``, else the current."""
     manager = getattr(runtime, "browsers", None)
     return manager if isinstance(manager, BrowserManager) else current_browser_manager()
@@ -103,7 +97,7 @@ async def _session(runtime: ToolRuntime) -> BrowserSession | None:
     require_asyncio(
         "the browser tools", "playwright", remedy="leave the 'browser' toolset out of trio runs"
     )
-    manager = runtime_browser_manager(runtime)
+    manager = _runtime_browser_manager(runtime)
     if manager is None:
         return None
     return await manager.get(runtime.task_id)
@@ -115,7 +109,7 @@ def _handler(
     async def handle(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         session = await _session(runtime)
         if session is None:
-            return _failure(NO_MANAGER_MESSAGE)
+            return _failure(_NO_MANAGER_MESSAGE)
         return await operation(session, args)
 
     return handle
@@ -161,9 +155,9 @@ async def _vision(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
     require_asyncio(
         "the browser tools", "playwright", remedy="leave the 'browser' toolset out of trio runs"
     )
-    manager = runtime_browser_manager(runtime)
+    manager = _runtime_browser_manager(runtime)
     if manager is None:
-        return _failure(NO_MANAGER_MESSAGE)
+        return _failure(_NO_MANAGER_MESSAGE)
     vision = manager.settings.vision
     if vision is None:
         return _failure(VISION_UNAVAILABLE)

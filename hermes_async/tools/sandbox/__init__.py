@@ -49,9 +49,9 @@ from hermes_async.tools.sandbox.manager import (
 )
 from hermes_async.tools.sandbox.namespaces import NamespaceOptions
 from hermes_async.tools.sandbox.output import OutputCapture
-from hermes_async.tools.sandbox.pool import PoolOptions, PoolStatistics
 from hermes_async.tools.sandbox.processes import ProcessSweeper
 from hermes_async.tools.sandbox.transfer import DEFAULT_TRANSFER_LIMIT_BYTES
+from hermes_async.tools.sandbox.warm_pool import WarmPoolOptions, WarmPoolStatistics
 from hermes_async.tools.sandbox.wrapper import SandboxWrapper
 
 __all__ = (
@@ -70,8 +70,6 @@ __all__ = (
     "ManagedSandbox",
     "NamespaceOptions",
     "OutputCapture",
-    "PoolOptions",
-    "PoolStatistics",
     "ProcessSweeper",
     "Sandbox",
     "SandboxFactory",
@@ -81,6 +79,8 @@ __all__ = (
     "SandboxUnavailableError",
     "SandboxWrapper",
     "TransferLimitError",
+    "WarmPoolOptions",
+    "WarmPoolStatistics",
     "available_backends",
     "check_tar_members",
     "current_sandbox_manager",

@@ -73,8 +73,6 @@ __all__ = (
     "MISSING_EXIT",
     "ContainerExec",
     "ContainerSandbox",
-    "exec_argv",
-    "kill_argv",
     "pump_output",
     "read_until_exit",
 )
@@ -148,7 +146,7 @@ exit 0
 """
 
 
-def exec_argv(
+def _exec_argv(
     exec_id: str, cwd: str, stdin_path: str, command: str, exec_dir: str = EXEC_DIR
 ) -> list[str]:
     """The argv that runs ``command`` through :data:`EXEC_WRAPPER` (bookkeeping in
@@ -157,7 +155,7 @@ def exec_argv(
     return argv if exec_dir == EXEC_DIR else [*argv, exec_dir]
 
 
-def kill_argv(exec_id: str, exec_dir: str = EXEC_DIR) -> list[str]:
+def _kill_argv(exec_id: str, exec_dir: str = EXEC_DIR) -> list[str]:
     """The argv that kills the process group of the command started as ``exec_id``."""
     argv = ["/bin/sh", "-c", KILL_SCRIPT, "hermes-kill", exec_id]
     return argv if exec_dir == EXEC_DIR else [*argv, exec_dir]
@@ -444,7 +442,7 @@ class ContainerSandbox(Sandbox):
         if request.stdin is not None:
             stdin_path = f"{self.exec_dir}/{exec_id}.in"
             await self._stage_file(stdin_path, request.stdin)
-        argv = exec_argv(exec_id, workdir, stdin_path, request.command, self.exec_dir)
+        argv = _exec_argv(exec_id, workdir, stdin_path, request.command, self.exec_dir)
         exit_code = TIMEOUT_EXIT_CODE
         try:
             with anyio.move_on_after(limit) as scope:
@@ -538,7 +536,7 @@ class ContainerSandbox(Sandbox):
         ):
             sink = OutputCapture(_HELPER_OUTPUT_BYTES)
             try:
-                argv = kill_argv(exec_id, self.exec_dir)
+                argv = _kill_argv(exec_id, self.exec_dir)
                 await self._run_argv(
                     ContainerExec(argv, None, sink, sink, self.kill_timeout, user=user)
                 )

@@ -34,7 +34,7 @@ lifetime, 2,310 of them, because an interrupt landed before the create call retu
 is ruled out in two layers:
 
 1. The create call runs **shielded** from the caller's cancellation and bounded by
-   ``create_timeout_seconds``. A cancellation that arrives meanwhile is delivered right after
+   ``create_timeout``. A cancellation that arrives meanwhile is delivered right after
    the id is known, and the fresh sandbox is deleted first (shielded, bounded).
 2. Every sandbox carries labels: the fixed ``hermes-async=1``, this factory's run id
    (``hermes-async-run``) and the task id. A create that *times out* (the server may have made
@@ -110,11 +110,9 @@ __all__ = (
     "HERMES_LABEL",
     "RUN_LABEL",
     "TASK_LABEL",
-    "ReapReport",
     "RemoteBackend",
     "RemoteClient",
     "RemoteDriver",
-    "RemoteSandbox",
     "RemoteSandboxConfig",
     "SdkErrors",
     "remote_config_for",
@@ -176,7 +174,7 @@ class RemoteDriver(Protocol):
     Every method raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`
     when the SDK says the sandbox is gone, :class:`~hermes_async.errors.SandboxError` for any
     other SDK failure (``FileNotFoundError`` from :meth:`read` for a missing file). Deadlines
-    are the caller's (:class:`RemoteSandbox` bounds each call); ``timeout`` is passed to the SDK
+    are the caller's (:class:`_RemoteSandbox` bounds each call); ``timeout`` is passed to the SDK
     as its own backstop.
     """
 
@@ -235,13 +233,13 @@ class RemoteSandboxConfig:
         env: Variables set in the sandbox at creation (nothing from the host is forwarded).
         sandbox_lifetime_seconds: The provider's hard lifetime of a sandbox: the last bound on
             a leak nothing else caught.
-        create_timeout_seconds: Deadline of one creation (shielded: a cancellation waits at
+        create_timeout: Deadline of one creation (shielded: a cancellation waits at
             most this long for the id, then the sandbox is deleted).
-        call_timeout_seconds: Deadline of every other API call (file transfer, kill).
-        delete_timeout_seconds: Deadline of one delete, and the bound of a release that
+        call_timeout: Deadline of every other API call (file transfer, kill).
+        delete_timeout: Deadline of one delete, and the bound of a release that
             ``async with sandbox:`` owns.
-        reap_timeout_seconds: Deadline of one reaper sweep (list + deletes).
-        default_exec_timeout_seconds: Command timeout when ``exec`` gets none.
+        reap_timeout: Deadline of one reaper sweep (list + deletes).
+        default_exec_timeout: Command timeout when ``exec`` gets none.
         max_creates_per_second: Creations started per second, at most.
         max_concurrent_creates: Creations in flight, at most.
         reap_on_start: Sweep this run's leftovers at the factory's first use.
@@ -254,11 +252,11 @@ class RemoteSandboxConfig:
     block_network: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     sandbox_lifetime_seconds: int = 3600
-    create_timeout_seconds: float = 120.0
-    call_timeout_seconds: float = 60.0
-    delete_timeout_seconds: float = 30.0
-    reap_timeout_seconds: float = 60.0
-    default_exec_timeout_seconds: float = 180.0
+    create_timeout: float = 120.0
+    call_timeout: float = 60.0
+    delete_timeout: float = 30.0
+    reap_timeout: float = 60.0
+    default_exec_timeout: float = 180.0
     max_creates_per_second: float = 4.0
     max_concurrent_creates: int = 16
     reap_on_start: bool = True
@@ -270,13 +268,13 @@ class RemoteSandboxConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
-        _check_cloud_fields(self, "delete_timeout_seconds", "reap_timeout_seconds")
+        _check_cloud_fields(self, "delete_timeout", "reap_timeout")
         check_fields(self, ("memory_mb",), AT_LEAST_ONE)
         check_fields(self, (self.image_field,), NON_EMPTY_STRING)
 
 
 @dataclass(frozen=True, slots=True)
-class ReapReport:
+class _ReapReport:
     """What one reaper sweep did.
 
     Attributes:
@@ -435,7 +433,7 @@ def parse_result(stdout: str) -> tuple[int, int, int, bytes, bytes] | None:
     return rc, n_out, n_err, _decode(lines[start + 1 : sep]), _decode(lines[sep + 1 : end])
 
 
-class RemoteSandbox(StagedTransferSandbox):
+class _RemoteSandbox(StagedTransferSandbox):
     """One remote sandbox (E2B, Daytona) over a :class:`RemoteDriver`; see the module docstring.
 
     Created by a :class:`RemoteBackend`; closed with :meth:`aclose` (deletes it).
@@ -456,9 +454,9 @@ class RemoteSandbox(StagedTransferSandbox):
             task_id,
             config.workdir,
             home=config.home,
-            default_exec_timeout=config.default_exec_timeout_seconds,
-            kill_timeout=config.call_timeout_seconds,
-            close_timeout=config.delete_timeout_seconds,
+            default_exec_timeout=config.default_exec_timeout,
+            kill_timeout=config.call_timeout,
+            close_timeout=config.delete_timeout,
         )
         self.kind = kind
         self.config = config
@@ -480,7 +478,7 @@ class RemoteSandbox(StagedTransferSandbox):
             return await _bounded(
                 f"{self.kind} ({what} in sandbox {self.sandbox_id})",
                 awaitable,
-                self.config.call_timeout_seconds,
+                self.config.call_timeout,
                 self.task_id,
             )
         except SandboxUnavailableError as exc:
@@ -589,7 +587,7 @@ class RemoteSandbox(StagedTransferSandbox):
             SandboxError: The provider is unreachable, or the command's result was garbled.
 
         **Cancellation**: the command's process group is killed (shielded, bounded by
-        ``call_timeout_seconds``) before the cancellation propagates.
+        ``call_timeout``) before the cancellation propagates.
         """
         self._check_open()
         limit = self.default_exec_timeout if request.timeout is None else request.timeout
@@ -641,9 +639,7 @@ class RemoteSandbox(StagedTransferSandbox):
     async def _sh(self, script: str, *args: str) -> tuple[int, str, str]:
         out, err = OutputCapture(1 << 16), OutputCapture(1 << 16)
         argv = ["/bin/sh", "-c", script, "sh", *args]
-        code = await self._run_argv(
-            ContainerExec(argv, None, out, err, self.config.call_timeout_seconds)
-        )
+        code = await self._run_argv(ContainerExec(argv, None, out, err, self.config.call_timeout))
         return code, out.text().strip(), err.text().strip()
 
     async def _read(self, path: str) -> bytes:
@@ -690,16 +686,12 @@ class RemoteSandbox(StagedTransferSandbox):
 
     # ----------------------------------------------------------------- close
 
-    def mark_gone(self, detail: str) -> SandboxUnavailableError:
-        """Record that the provider lost this sandbox (for drivers and tests)."""
-        return self._mark_gone(detail, reason="unreachable")
-
     async def aclose(self, interrupted: bool = False) -> None:
         """Delete the sandbox. Idempotent.
 
         ``interrupted`` changes nothing: a delete is already immediate.
 
-        **Cancellation**: one API call bounded by ``delete_timeout_seconds``; run ``aclose``
+        **Cancellation**: one API call bounded by ``delete_timeout``; run ``aclose``
         under the release's cleanup scope (``SandboxManager.release`` does). A sandbox that
         could not be deleted is logged and left to the factory's reaper and its lifetime.
         """
@@ -710,7 +702,7 @@ class RemoteSandbox(StagedTransferSandbox):
             await _bounded(
                 f"{self.kind} (delete of sandbox {self.sandbox_id})",
                 self._driver.delete(),
-                self.config.delete_timeout_seconds,
+                self.config.delete_timeout,
                 self.task_id,
             )
         except Exception as exc:
@@ -726,7 +718,7 @@ class RemoteSandbox(StagedTransferSandbox):
 
 
 class RemoteBackend(Generic[_C]):
-    """A factory of :class:`RemoteSandbox` es for one run: labels, rate limit, the reaper.
+    """A factory of :class:`_RemoteSandbox` es for one run: labels, rate limit, the reaper.
 
     A backend sets the class attributes below and implements :meth:`_import_sdk` and
     :meth:`_make_client`. The factory is the ``factory(task_id, spec=None)`` a
@@ -762,7 +754,7 @@ class RemoteBackend(Generic[_C]):
             config.max_creates_per_second, config.max_concurrent_creates
         )
         self.live: set[str] = set()
-        self.reaps: list[ReapReport] = []
+        self.reaps: list[_ReapReport] = []
         self._sdk = sdk
         self._client: RemoteClient | None = None
         self._started = False
@@ -806,18 +798,18 @@ class RemoteBackend(Generic[_C]):
 
     # ----------------------------------------------------------------- create
 
-    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> RemoteSandbox:
+    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> _RemoteSandbox:
         """Create the sandbox for ``task_id`` (rate limited, shielded until its id is known).
 
         Raises:
             ConfigError: The SDK is missing, or it cannot run on this async library.
             SandboxError: The provider refused, failed, or creation exceeded
-                ``create_timeout_seconds`` (a sandbox it may have made is swept by label).
+                ``create_timeout`` (a sandbox it may have made is swept by label).
 
         **Cancellation**: a cancellation before the rate limiter admits the call creates
         nothing; one during the create call is held until the id arrives (at most
-        ``create_timeout_seconds``), then the sandbox is deleted (shielded, bounded by
-        ``delete_timeout_seconds``) and the cancellation propagates.
+        ``create_timeout``), then the sandbox is deleted (shielded, bounded by
+        ``delete_timeout``) and the cancellation propagates.
         """
         self._check_runtime()
         config = self._config_for(spec)
@@ -828,17 +820,17 @@ class RemoteBackend(Generic[_C]):
             try:
                 # Shielded: a cancellation must not cut the call between "the provider made
                 # it" and "we know its id" (verifiers #411). Bounded by the create deadline.
-                with acquisition_scope(config.create_timeout_seconds):
+                with acquisition_scope(config.create_timeout):
                     driver = await client.create(labels)
             except TimeoutError as exc:
                 await self._sweep_task(client, task_id, "its create timed out")
                 raise SandboxError(
                     f"creating a {self.kind} sandbox did not finish within "
-                    f"{config.create_timeout_seconds:g} s; {self.credentials_hint}",
+                    f"{config.create_timeout:g} s; {self.credentials_hint}",
                     task_id=task_id,
                 ) from exc
         self.live.add(driver.sandbox_id)
-        sandbox = RemoteSandbox(task_id, driver, config, kind=self.kind, on_close=self)
+        sandbox = _RemoteSandbox(task_id, driver, config, kind=self.kind, on_close=self)
         try:
             # Deliver a cancellation that arrived during the shielded create, now that the
             # sandbox can be deleted.
@@ -846,7 +838,7 @@ class RemoteBackend(Generic[_C]):
         except BaseException:
             with cleanup_scope(
                 f"delete {self.kind} sandbox {driver.sandbox_id} created for a cancelled caller",
-                config.delete_timeout_seconds,
+                config.delete_timeout,
                 reason="the caller was cancelled while the sandbox was being created",
                 log=logger,
             ):
@@ -870,7 +862,7 @@ class RemoteBackend(Generic[_C]):
     async def _sweep_task(self, client: RemoteClient, task_id: str, reason: str) -> None:
         with cleanup_scope(
             f"sweep {self.kind} sandboxes of task {task_id!r} (run {self.run_id})",
-            self.config.reap_timeout_seconds,
+            self.config.reap_timeout,
             reason=reason,
             log=logger,
         ):
@@ -878,7 +870,7 @@ class RemoteBackend(Generic[_C]):
 
     async def _sweep(
         self, client: RemoteClient, labels: Mapping[str, str], reason: str
-    ) -> ReapReport:
+    ) -> _ReapReport:
         found: list[str] = []
         deleted: list[str] = []
         failed: list[str] = []
@@ -895,7 +887,7 @@ class RemoteBackend(Generic[_C]):
                 skipped.append(sandbox_id)
                 continue
             try:
-                with anyio.fail_after(self.config.delete_timeout_seconds):
+                with anyio.fail_after(self.config.delete_timeout):
                     await client.delete_id(sandbox_id)
             except Exception as exc:
                 failed.append(sandbox_id)
@@ -905,7 +897,7 @@ class RemoteBackend(Generic[_C]):
             else:
                 deleted.append(sandbox_id)
                 self.live.discard(sandbox_id)
-        report = ReapReport(tuple(found), tuple(deleted), tuple(failed), tuple(skipped))
+        report = _ReapReport(tuple(found), tuple(deleted), tuple(failed), tuple(skipped))
         self.reaps.append(report)
         if deleted:
             logger.info(
@@ -917,20 +909,20 @@ class RemoteBackend(Generic[_C]):
             )
         return report
 
-    async def reap(self, *, reason: str = "asked") -> ReapReport:
+    async def reap(self, *, reason: str = "asked") -> _ReapReport:
         """Delete every sandbox carrying this run's labels (never another run's).
 
         Returns:
             What the sweep found and did (also appended to :attr:`reaps`).
 
-        **Cancellation**: shielded, bounded by ``reap_timeout_seconds``; whatever was not
+        **Cancellation**: shielded, bounded by ``reap_timeout``; whatever was not
         deleted is left to the next sweep and the provider's lifetime.
         """
         client = self._client_for()
-        report = ReapReport()
+        report = _ReapReport()
         with cleanup_scope(
             f"reap {self.kind} sandboxes of run {self.run_id}",
-            self.config.reap_timeout_seconds,
+            self.config.reap_timeout,
             reason=reason,
             log=logger,
         ):
@@ -940,8 +932,8 @@ class RemoteBackend(Generic[_C]):
     async def aclose(self) -> None:
         """Sweep this run's leftovers, then close the client. Idempotent.
 
-        **Cancellation**: both steps are shielded and bounded (``reap_timeout_seconds``, then
-        ``call_timeout_seconds``).
+        **Cancellation**: both steps are shielded and bounded (``reap_timeout``, then
+        ``call_timeout``).
         """
         if self._client is None:
             return
@@ -952,6 +944,6 @@ class RemoteBackend(Generic[_C]):
         await bounded_cleanup(
             f"close the {self.kind} client",
             client.aclose,
-            timeout=self.config.call_timeout_seconds,
+            timeout=self.config.call_timeout,
             log=logger,
         )

@@ -7,7 +7,7 @@ runs on asyncio and trio alike.
 * **Create**: a private scratch directory on this host (``scratch_dir``, default the temp dir;
   its ``home/`` is bound as the container's home), then
   ``apptainer instance start --containall --cleanenv --writable-tmpfs --home SCRATCH/home:HOME
-  [start_args] IMAGE NAME`` within ``start_timeout_seconds``. ``IMAGE`` is a local ``.sif`` or
+  [start_args] IMAGE NAME`` within ``start_timeout``. ``IMAGE`` is a local ``.sif`` or
   any URI the CLI knows (``docker://...``, the reference's default
   ``docker://nikolaik/python-nodejs:python3.11-nodejs20``). A creation that fails, times out or
   is cancelled runs ``instance stop --force NAME`` (shielded, bounded) and removes the scratch
@@ -24,7 +24,7 @@ runs on asyncio and trio alike.
 * **Files**: ``cat`` / ``tar`` inside the instance through the same ``exec`` (stdin for uploads,
   stdout streamed for downloads); archives are checked (``check_tar_members``) before upload.
 * **Close**: ``instance stop NAME`` (``--force`` when the release is ``interrupted``), bounded by
-  ``stop_timeout_seconds``, then the scratch directory is removed; the instance's PID namespace
+  ``stop_timeout``, then the scratch directory is removed; the instance's PID namespace
   (``--containall``) takes every process of the sandbox with it.
 
 Not yet run against a real Apptainer: the tests drive this backend through the conformance
@@ -60,12 +60,10 @@ from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
     "DEFAULT_SINGULARITY_IMAGE",
-    "EXECUTABLES",
     "ApptainerBackend",
     "ApptainerSandbox",
     "ApptainerSandboxConfig",
     "apptainer_preflight",
-    "find_executable",
 )
 
 logger = logging.getLogger(__name__)
@@ -74,7 +72,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_SINGULARITY_IMAGE = "docker://nikolaik/python-nodejs:python3.11-nodejs20"
 
 #: Executables tried, in order, when none is configured.
-EXECUTABLES: tuple[str, ...] = ("apptainer", "singularity")
+_EXECUTABLES: tuple[str, ...] = ("apptainer", "singularity")
 
 #: Host variables the CLI itself inherits (it needs PATH and HOME for its own config).
 _HOST_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG")
@@ -100,12 +98,12 @@ class ApptainerSandboxConfig:
         start_args: More ``instance start`` flags (``--net --network none``, ``--fakeroot``,
             ``--overlay ...``).
         env: Variables set in every command.
-        start_timeout_seconds: Deadline of ``instance start`` (an image pull and conversion of
+        start_timeout: Deadline of ``instance start`` (an image pull and conversion of
             a ``docker://`` image on first use included).
-        stop_timeout_seconds: Deadline of ``instance stop``, and of a release owned by
+        stop_timeout: Deadline of ``instance stop``, and of a release owned by
             ``async with sandbox:``.
-        kill_timeout_seconds: Deadline of killing a command's process group.
-        default_exec_timeout_seconds: Command timeout when ``exec`` gets none.
+        kill_timeout: Deadline of killing a command's process group.
+        default_exec_timeout: Command timeout when ``exec`` gets none.
     """
 
     image: str | None = None
@@ -115,20 +113,20 @@ class ApptainerSandboxConfig:
     scratch_dir: str | None = None
     start_args: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)
-    start_timeout_seconds: float = 600.0
-    stop_timeout_seconds: float = 30.0
-    kill_timeout_seconds: float = 30.0
-    default_exec_timeout_seconds: float = 180.0
+    start_timeout: float = 600.0
+    stop_timeout: float = 30.0
+    kill_timeout: float = 30.0
+    default_exec_timeout: float = 180.0
 
     def __post_init__(self) -> None:
         check_fields(self, ("workdir", "home"), ABSOLUTE_PATH)
         check_fields(
             self,
             (
-                "start_timeout_seconds",
-                "stop_timeout_seconds",
-                "kill_timeout_seconds",
-                "default_exec_timeout_seconds",
+                "start_timeout",
+                "stop_timeout",
+                "kill_timeout",
+                "default_exec_timeout",
             ),
             POSITIVE_FINITE,
         )
@@ -143,13 +141,13 @@ class ApptainerSandboxConfig:
         )
 
 
-def find_executable(configured: str | None) -> str:
+def _find_executable(configured: str | None) -> str:
     """The CLI's path.
 
     Raises:
         ConfigError: It is not installed (the message names the ``executable`` setting).
     """
-    names = (configured,) if configured else EXECUTABLES
+    names = (configured,) if configured else _EXECUTABLES
     for name in names:
         path = shutil.which(name)
         if path is not None:
@@ -189,7 +187,7 @@ class ApptainerBackend:
 
     def __init__(self, config: ApptainerSandboxConfig | None = None) -> None:
         self.config = config or ApptainerSandboxConfig()
-        self.executable = find_executable(self.config.executable)
+        self.executable = _find_executable(self.config.executable)
         self.remover = DirectoryRemover()
 
     def __repr__(self) -> str:
@@ -201,10 +199,10 @@ class ApptainerBackend:
         A spec's ``image``, ``env``, ``workdir`` and ``exec_timeout`` apply.
 
         Raises:
-            SandboxError: ``instance start`` failed or exceeded ``start_timeout_seconds``.
+            SandboxError: ``instance start`` failed or exceeded ``start_timeout``.
 
         **Cancellation**: ``instance stop --force`` runs (shielded, bounded by
-        ``stop_timeout_seconds``) and the scratch directory is removed before the
+        ``stop_timeout``) and the scratch directory is removed before the
         cancellation propagates, so an instance that was starting does not outlive it.
         """
         cfg = self.config
@@ -231,14 +229,14 @@ class ApptainerBackend:
             raw = await run_bounded(
                 argv,
                 env=_cli_env(self.executable, {}),
-                timeout=cfg.start_timeout_seconds,
+                timeout=cfg.start_timeout,
                 output_limit=1 << 16,
             )
             if raw.timed_out:
                 raise SandboxError(
                     f"apptainer instance start of {image!r} did not finish within "
-                    f"{cfg.start_timeout_seconds:g} s (a docker:// image is pulled and converted "
-                    "on first use); raise start_timeout_seconds or use a local .sif",
+                    f"{cfg.start_timeout:g} s (a docker:// image is pulled and converted "
+                    "on first use); raise start_timeout or use a local .sif",
                     task_id=task_id,
                 )
             if raw.exit_code != 0:
@@ -258,7 +256,7 @@ class ApptainerBackend:
                 default_exec_timeout=(
                     spec.exec_timeout
                     if spec is not None and spec.exec_timeout
-                    else cfg.default_exec_timeout_seconds
+                    else cfg.default_exec_timeout
                 ),
             )
             if workdir != cfg.workdir:
@@ -274,7 +272,7 @@ class ApptainerBackend:
         except BaseException:
             with cleanup_scope(
                 f"stop instance {name} after a failed or cancelled start",
-                cfg.stop_timeout_seconds,
+                cfg.stop_timeout,
                 reason="sandbox creation did not complete",
                 log=logger,
             ):
@@ -293,7 +291,7 @@ class ApptainerBackend:
             raw = await run_bounded(
                 argv,
                 env=_cli_env(self.executable, {}),
-                timeout=self.config.stop_timeout_seconds,
+                timeout=self.config.stop_timeout,
                 output_limit=1 << 16,
             )
         except OSError as exc:
@@ -334,8 +332,8 @@ class ApptainerSandbox(ContainerSandbox):
             workdir,
             home=config.home,
             default_exec_timeout=default_exec_timeout,
-            kill_timeout=config.kill_timeout_seconds,
-            close_timeout=config.stop_timeout_seconds,
+            kill_timeout=config.kill_timeout,
+            close_timeout=config.stop_timeout,
         )
         self.name = name
         self.scratch = scratch
@@ -387,7 +385,7 @@ class ApptainerSandbox(ContainerSandbox):
         raw = await run_bounded(
             argv,
             env=_cli_env(executable, {"HOME": self.home}),
-            timeout=self.config.stop_timeout_seconds + self.kill_timeout,
+            timeout=self.config.stop_timeout + self.kill_timeout,
             stdin=data,
             output_limit=1 << 16,
         )
@@ -414,7 +412,7 @@ class ApptainerSandbox(ContainerSandbox):
         """Stop the instance (``--force`` when ``interrupted``) and remove the scratch
         directory. Idempotent.
 
-        **Cancellation**: each step is bounded (``stop_timeout_seconds``; the removal by the
+        **Cancellation**: each step is bounded (``stop_timeout``; the removal by the
         remover's own deadline); the owner of the release shields them.
         """
         if self._closed:
@@ -435,7 +433,7 @@ async def apptainer_preflight(**options: object) -> None:
         SandboxError: It does not run.
     """
     config = ApptainerSandboxConfig(**options)  # type: ignore[arg-type]
-    executable = find_executable(config.executable)
+    executable = _find_executable(config.executable)
     with anyio.fail_after(35):
         raw = await run_bounded(
             [executable, "--version"], env=_cli_env(executable, {}), timeout=30, output_limit=4096

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from hermes_async.errors import ConfigError, SandboxError
-from hermes_async.tools.sandbox.manager import SandboxFactory
+from hermes_async.tools.sandbox.base import SandboxFactory
 
 __all__ = (
     "BACKEND_KINDS",
@@ -162,7 +162,8 @@ def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
     Args:
         kind: A registered name: ``"local"``, ``"docker"``, ``"modal"`` or one of yours.
         **options: For ``local``, the keyword arguments of
-            :func:`~hermes_async.tools.sandbox.local.local_factory`; for ``docker``, fields of
+            :func:`~hermes_async.tools.sandbox.local.local_factory` (the ``NamespaceOptions``
+            fields may be given flat); for ``docker``, fields of
             :class:`~hermes_async.tools.sandbox.docker.DockerSandboxConfig`; for ``modal``,
             fields of :class:`~hermes_async.tools.sandbox.modal.ModalSandboxConfig` plus
             ``modal=`` (a double for tests); for ``e2b`` / ``daytona``, fields of
@@ -219,16 +220,27 @@ def _config(cls: type[_C], kind: str, options: dict[str, Any]) -> _C:
     return cls(**options)
 
 
+def _local_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``local_factory``'s arguments from a config's options (namespace fields given flat)."""
+    from hermes_async.tools.sandbox.namespaces import NamespaceOptions
+
+    flat = {f.name for f in dataclasses.fields(NamespaceOptions)} & set(options)
+    if not flat:
+        return options
+    rest = {name: value for name, value in options.items() if name not in flat}
+    return {**rest, "namespace": NamespaceOptions(**{name: options[name] for name in flat})}
+
+
 def _local(**options: Any) -> SandboxFactory:
     from hermes_async.tools.sandbox.local import local_factory
 
-    return local_factory(**options)
+    return local_factory(**_local_options(options))
 
 
 async def _local_preflight(**options: Any) -> None:
     from hermes_async.tools.sandbox.local import local_preflight
 
-    await local_preflight(**options)
+    await local_preflight(**_local_options(options))
 
 
 def _docker(**options: Any) -> SandboxFactory:

@@ -34,8 +34,6 @@ Everything else has a working default built on them:
   not call ``super().__init__``).
 * ``async with sandbox:`` closes it, the block owning the release (shielded, bounded by
   :attr:`Sandbox.close_timeout`, ``interrupted`` when the block raised).
-* A subclass written before :meth:`Sandbox.exec_request` existed, which overrides ``exec``
-  itself, keeps working: its ``exec`` becomes the hook's implementation.
 
 * **Background logs are bounded on disk**: the wrapper pipes the command's output through a
   small ring (``dd`` segments, rotated): the log keeps the last :data:`BACKGROUND_LOG_LIMIT_BYTES`
@@ -80,35 +78,32 @@ from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from hermes_async._cleanup import cleanup_scope
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.archive import check_tar_members, directory_tar
-
-if TYPE_CHECKING:
-    from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
 from hermes_async.tools.sandbox.errors import (
     SandboxUnavailableError,
     TransferLimitError,
 )
+from hermes_async.tools.sandbox.spec import SandboxSnapshot
 
 __all__ = (
     "BACKGROUND_LOG_LIMIT_BYTES",
     "BACKGROUND_OUTPUT_CHARS",
     "DEFAULT_CLOSE_TIMEOUT_SECONDS",
     "DEFAULT_OUTPUT_LIMIT_BYTES",
-    "MAX_BACKGROUND_PROCESSES",
     "MAX_READ_BYTES",
     "TIMEOUT_EXIT_CODE",
-    "TRANSFER_CHUNK_BYTES",
     "BackgroundProcess",
     "BackgroundStatus",
     "ByteSink",
     "ExecRequest",
     "ExecResult",
     "Sandbox",
+    "SandboxFactory",
     "SandboxProvider",
     "SandboxUnavailableError",
     "TransferLimitError",
@@ -138,13 +133,13 @@ BACKGROUND_LOG_LIMIT_BYTES = 8 << 20
 MAX_READ_BYTES = 100 << 20
 
 #: Chunk size of streamed transfers (:meth:`Sandbox.stream_file`, :meth:`Sandbox.stream_archive`).
-TRANSFER_CHUNK_BYTES = 1 << 16
+_TRANSFER_CHUNK_BYTES = 1 << 16
 
 #: ``async (chunk) -> None``: where a streamed transfer's bytes go; raising stops the transfer.
 ByteSink = Callable[[bytes], Awaitable[None]]
 
 #: Background processes tracked per sandbox (the reference's cap); exited ones are forgotten first.
-MAX_BACKGROUND_PROCESSES = 64
+_MAX_BACKGROUND_PROCESSES = 64
 
 #: Seconds a background process group gets between SIGTERM and SIGKILL.
 BACKGROUND_KILL_GRACE_SECONDS = 2.0
@@ -359,29 +354,6 @@ class Sandbox(AsyncResource):
     workdir: str
     background_state_dir: str = "/tmp/.hermes_async/bg"
     close_timeout: float | None = DEFAULT_CLOSE_TIMEOUT_SECONDS
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # Compatibility: a subclass written before ``exec_request`` existed overrides ``exec``
-        # itself. Its ``exec`` stays the implementation; the hook forwards to it, so the class
-        # is still concrete and code that calls the hook (``ManagedSandbox``) reaches it.
-        legacy = cls.__dict__.get("exec")
-        if legacy is None or getattr(cls.exec_request, "__isabstractmethod__", False) is False:
-            return
-
-        async def exec_request(self: Sandbox, request: ExecRequest) -> ExecResult:
-            result: ExecResult = await legacy(
-                self,
-                request.command,
-                cwd=request.cwd,
-                env=request.env,
-                timeout=request.timeout,
-                stdin=request.stdin,
-                output_limit=request.output_limit,
-            )
-            return result
-
-        cls.exec_request = exec_request  # type: ignore[method-assign]
 
     async def exec(
         self,
@@ -654,22 +626,22 @@ class Sandbox(AsyncResource):
 
         Raises:
             SandboxError: The wrapper could not be started (e.g. the image lacks ``sh``), or
-                :data:`MAX_BACKGROUND_PROCESSES` are still running.
+                :data:`_MAX_BACKGROUND_PROCESSES` are still running.
 
         **Cancellation**: if cancelled after the process started, it keeps running and is
         tracked only if the start completed; ``aclose`` kills it either way.
         """
         table = self._background_table()
-        if len(table) >= MAX_BACKGROUND_PROCESSES:
+        if len(table) >= _MAX_BACKGROUND_PROCESSES:
             for old in self.background_processes():
                 if old.exited:
                     table.pop(old.session_id, None)
-                if len(table) < MAX_BACKGROUND_PROCESSES:
+                if len(table) < _MAX_BACKGROUND_PROCESSES:
                     break
             else:
                 raise SandboxError(
                     f"too many background processes ({len(table)} running, limit "
-                    f"{MAX_BACKGROUND_PROCESSES}); kill some with process(action='kill')",
+                    f"{_MAX_BACKGROUND_PROCESSES}); kill some with process(action='kill')",
                     task_id=getattr(self, "task_id", None),
                 )
         session_id = f"proc_{secrets.token_hex(6)}"
@@ -908,7 +880,7 @@ exit 0
 
 
 async def _deliver_whole(data: bytes, sink: ByteSink, what: str, max_bytes: int | None) -> int:
-    """Hand ``data`` (a transfer read whole) to ``sink`` in :data:`TRANSFER_CHUNK_BYTES` chunks
+    """Hand ``data`` (a transfer read whole) to ``sink`` in :data:`_TRANSFER_CHUNK_BYTES` chunks
     after checking it against ``max_bytes``; its size.
 
     Raises:
@@ -917,8 +889,8 @@ async def _deliver_whole(data: bytes, sink: ByteSink, what: str, max_bytes: int 
     if max_bytes is not None and len(data) > max_bytes:
         raise TransferLimitError(what, limit=max_bytes, size=len(data))
     view = memoryview(data)
-    for i in range(0, len(data), TRANSFER_CHUNK_BYTES):
-        await sink(bytes(view[i : i + TRANSFER_CHUNK_BYTES]))
+    for i in range(0, len(data), _TRANSFER_CHUNK_BYTES):
+        await sink(bytes(view[i : i + _TRANSFER_CHUNK_BYTES]))
     return len(data)
 
 
@@ -940,6 +912,10 @@ async def _enter_spec_workdir(sandbox: Sandbox, workdir: str) -> None:
             task_id=sandbox.task_id,
         )
     sandbox.workdir = inside
+
+
+#: ``async (task_id) -> Sandbox``: how a manager creates sandboxes (a backend's factory).
+SandboxFactory = Callable[[str], Awaitable[Sandbox]]
 
 
 class SandboxProvider(Protocol):

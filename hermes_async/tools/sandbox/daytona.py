@@ -70,16 +70,14 @@ from hermes_async.tools.sandbox.docker import DEFAULT_DOCKER_IMAGE
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
-    "DAYTONA_API_KEY_ENV",
     "DEFAULT_DAYTONA_IMAGE",
     "DaytonaBackend",
     "DaytonaSandboxConfig",
-    "daytona_config_for",
     "daytona_credentials",
 )
 
 #: Where the SDK (and the preflight) look for the API key.
-DAYTONA_API_KEY_ENV = "DAYTONA_API_KEY"
+_DAYTONA_API_KEY_ENV = "DAYTONA_API_KEY"
 
 #: The reference's default image (``TERMINAL_DAYTONA_IMAGE``).
 DEFAULT_DAYTONA_IMAGE = DEFAULT_DOCKER_IMAGE
@@ -155,11 +153,11 @@ class _Driver:
         return str(response.result or "")
 
     async def read(self, path: str) -> bytes:
-        timeout = _whole(self._config.call_timeout_seconds)
+        timeout = _whole(self._config.call_timeout)
         return await _ERRORS.read(path, self._sb.fs.download_file(path, timeout), self.sandbox_id)
 
     async def write(self, path: str, data: bytes) -> None:
-        timeout = _whole(self._config.call_timeout_seconds)
+        timeout = _whole(self._config.call_timeout)
         await _ERRORS.call(
             f"a write of {path}", self._sb.fs.upload_file(data, path, timeout), self.sandbox_id
         )
@@ -167,7 +165,7 @@ class _Driver:
     async def delete(self) -> None:
         await _ERRORS.delete(
             f"the delete of {self.sandbox_id}",
-            self._client.delete(self._sb, timeout=self._config.delete_timeout_seconds),
+            self._client.delete(self._sb, timeout=self._config.delete_timeout),
         )
 
 
@@ -200,14 +198,14 @@ class _Client:
         client = self._api()
         sandbox = await _ERRORS.create(
             f"creating a sandbox from {cfg.image!r}",
-            client.create(params, timeout=cfg.create_timeout_seconds),
+            client.create(params, timeout=cfg.create_timeout),
         )
         return _Driver(client, sandbox, cfg)
 
     async def list_ids(self, labels: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
         async def listing() -> list[tuple[str, dict[str, str]]]:
             query = self._daytona.ListSandboxesQuery(labels=dict(labels))
-            timeout = self._config.call_timeout_seconds
+            timeout = self._config.call_timeout
             return [
                 (str(sandbox.id), dict(sandbox.labels or {}))
                 async for sandbox in self._api().list(query, request_timeout=timeout)
@@ -219,9 +217,9 @@ class _Client:
         client = self._api()
 
         async def get_and_delete() -> None:
-            timeout = self._config.call_timeout_seconds
+            timeout = self._config.call_timeout
             sandbox = await client.get(sandbox_id, request_timeout=timeout)
-            await client.delete(sandbox, timeout=self._config.delete_timeout_seconds)
+            await client.delete(sandbox, timeout=self._config.delete_timeout)
 
         await _ERRORS.delete(f"the delete of {sandbox_id}", get_and_delete())
 
@@ -231,7 +229,7 @@ class _Client:
             await client.close()
 
 
-def daytona_config_for(
+def _daytona_config_for(
     config: DaytonaSandboxConfig, spec: SandboxSpec | None
 ) -> DaytonaSandboxConfig:
     """``config`` with a per-item spec applied (image, cpus, memory, network, workdir,
@@ -279,8 +277,8 @@ class DaytonaBackend(RemoteBackend[DaytonaSandboxConfig]):
 
 def daytona_credentials() -> str | None:
     """Where Daytona credentials come from, or ``None`` when there are none."""
-    if os.environ.get(DAYTONA_API_KEY_ENV):
-        return DAYTONA_API_KEY_ENV
+    if os.environ.get(_DAYTONA_API_KEY_ENV):
+        return _DAYTONA_API_KEY_ENV
     if os.environ.get("DAYTONA_JWT_TOKEN") and os.environ.get("DAYTONA_ORGANIZATION_ID"):
         return "DAYTONA_JWT_TOKEN/DAYTONA_ORGANIZATION_ID"
     return None

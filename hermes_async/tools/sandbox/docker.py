@@ -14,13 +14,13 @@ Why these defaults (all in :class:`DockerSandboxConfig`):
 
 * **image** ``nikolaik/python-nodejs:python3.11-nodejs20``: the reference's default, so task
   datasets written for it find Python and Node. A missing image is pulled once (bounded by
-  ``pull_timeout_seconds``); without a registry, build one locally (``scripts/docker/engine.sh``
+  ``pull_timeout``); without a registry, build one locally (``scripts/docker/engine.sh``
   builds ``hermes-async-busybox:local``).
 * **network** ``"none"``: a rollout runs model-written commands on the operator's machine;
   the default keeps them off the operator's network. The reference defaulted to network on:
   set ``network_mode="bridge"`` for tasks that install packages.
 * **hardening**: every capability dropped except the few a root shell needs to manage its own
-  files and processes (:data:`DEFAULT_CAPABILITIES`), ``no-new-privileges``, limits on pids
+  files and processes (:data:`_DEFAULT_CAPABILITIES`), ``no-new-privileges``, limits on pids
   (512), memory (5 GiB, the reference's) and CPU (1).
 * **disk cap** (``disk_limit_mb``, 2 GiB): where the storage driver allows it (overlay2 on xfs
   with ``pquota``, btrfs, zfs) the engine's own ``StorageOpt size``; it is tried on the first
@@ -41,10 +41,10 @@ Why these defaults (all in :class:`DockerSandboxConfig`):
   The first creation of a :class:`DockerBackend` removes labelled containers whose owner
   process is gone (a crashed run's leftovers); containers of other hosts are left alone.
 
-Timeouts: every engine call has a deadline (``api_timeout_seconds``); a command's timeout
+Timeouts: every engine call has a deadline (``api_timeout``); a command's timeout
 kills its whole process group inside the container (see ``_container.EXEC_WRAPPER``) and is
 reported as exit code 124; removing the container is one engine call bounded by
-``remove_timeout_seconds``, run under the release's cleanup scope (the manager's
+``remove_timeout``, run under the release's cleanup scope (the manager's
 ``close_timeout`` is the one bound of a release; ``aclose`` does not shield by itself).
 
 As in the local backend, whatever a command leaves running in its process group (``cmd &``)
@@ -96,8 +96,7 @@ from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members, checked_members, single_file_tar
 from hermes_async.tools.sandbox.docker_images import ImageBuilder
 from hermes_async.tools.sandbox.errors import UnavailableReason
-from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
-from hermes_async.tools.sandbox.spec import SandboxSpec
+from hermes_async.tools.sandbox.spec import SandboxSnapshot, SandboxSpec
 from hermes_async.tools.sandbox.transfer import pack_host_tree
 
 if TYPE_CHECKING:
@@ -105,16 +104,11 @@ if TYPE_CHECKING:
     import aiodocker.containers
 
 __all__ = (
-    "DEFAULT_CAPABILITIES",
     "DEFAULT_DOCKER_IMAGE",
     "LABEL",
     "DockerBackend",
     "DockerSandbox",
     "DockerSandboxConfig",
-    "container_config",
-    "container_name",
-    "docker_config_for",
-    "owner_is_alive",
     "reap_orphan_containers",
     "resolve_docker_host",
 )
@@ -129,7 +123,7 @@ DEFAULT_DOCKER_IMAGE = "nikolaik/python-nodejs:python3.11-nodejs20"
 #: Capabilities kept after dropping ALL: enough for root to own, chmod and kill its own files
 #: and processes and for package managers to switch users; nothing that reaches the host
 #: (no NET_ADMIN, SYS_ADMIN, SYS_PTRACE, MKNOD, NET_RAW).
-DEFAULT_CAPABILITIES: tuple[str, ...] = (
+_DEFAULT_CAPABILITIES: tuple[str, ...] = (
     "CHOWN",
     "DAC_OVERRIDE",
     "FOWNER",
@@ -184,16 +178,16 @@ class DockerSandboxConfig:
         env: Container environment (an allowlist: nothing of the host's leaks in).
         labels: Extra labels.
         docker_host: Engine URL; default ``$DOCKER_HOST``, else ``unix:///var/run/docker.sock``.
-        api_timeout_seconds: Deadline of each engine call (ping, inspect, archive, exec setup).
-        create_timeout_seconds: Deadline of creating and starting one container.
+        api_timeout: Deadline of each engine call (ping, inspect, archive, exec setup).
+        create_timeout: Deadline of creating and starting one container.
         pull_missing: Pull the image when the engine does not have it.
-        pull_timeout_seconds: Deadline of that pull.
-        default_exec_timeout_seconds: Command timeout when ``exec`` gets none (the
+        pull_timeout: Deadline of that pull.
+        default_exec_timeout: Command timeout when ``exec`` gets none (the
             reference's ``TERMINAL_TIMEOUT``).
-        remove_timeout_seconds: Deadline of removing a container: the engine call's, and the
+        remove_timeout: Deadline of removing a container: the engine call's, and the
             bound of a release that ``async with sandbox:`` owns (through a manager, its
             ``close_timeout`` is the release's bound).
-        kill_timeout_seconds: Deadline of killing a timed-out command's process group.
+        kill_timeout: Deadline of killing a timed-out command's process group.
         reap_orphans: Remove dead owners' containers on the backend's first creation.
         user: The container's user (``None``: the image's).
         disk_limit_mb: Cap of the container's writable layer (``None``: none); see the module
@@ -210,7 +204,7 @@ class DockerSandboxConfig:
     cpus: float = 1.0
     memory_mb: int = 5120
     pids_limit: int = 512
-    capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
+    capabilities: tuple[str, ...] = _DEFAULT_CAPABILITIES
     env: Mapping[str, str] = field(
         default_factory=lambda: {
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -220,13 +214,13 @@ class DockerSandboxConfig:
     )
     labels: Mapping[str, str] = field(default_factory=dict)
     docker_host: str | None = None
-    api_timeout_seconds: float = 60.0
-    create_timeout_seconds: float = 120.0
+    api_timeout: float = 60.0
+    create_timeout: float = 120.0
     pull_missing: bool = True
-    pull_timeout_seconds: float = 900.0
-    default_exec_timeout_seconds: float = 180.0
-    remove_timeout_seconds: float = 30.0
-    kill_timeout_seconds: float = 10.0
+    pull_timeout: float = 900.0
+    default_exec_timeout: float = 180.0
+    remove_timeout: float = 30.0
+    kill_timeout: float = 10.0
     reap_orphans: bool = True
     user: str | None = None
     disk_limit_mb: int | None = 2048
@@ -240,12 +234,12 @@ class DockerSandboxConfig:
             self,
             (
                 "cpus",
-                "api_timeout_seconds",
-                "create_timeout_seconds",
-                "pull_timeout_seconds",
-                "default_exec_timeout_seconds",
-                "remove_timeout_seconds",
-                "kill_timeout_seconds",
+                "api_timeout",
+                "create_timeout",
+                "pull_timeout",
+                "default_exec_timeout",
+                "remove_timeout",
+                "kill_timeout",
                 "disk_check_interval_seconds",
             ),
             POSITIVE,
@@ -298,7 +292,7 @@ def _start_ticks(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
-def owner_is_alive(owner: str) -> bool:
+def _owner_is_alive(owner: str) -> bool:
     """Whether the process named by an owner id still runs (True when it cannot be known)."""
     parts = owner.split("/")
     if len(parts) != 3 or parts[0] != socket.gethostname():
@@ -321,13 +315,13 @@ def owner_is_alive(owner: str) -> bool:
     return True
 
 
-def container_name(task_id: str) -> str:
+def _container_name(task_id: str) -> str:
     """A valid, unique container name mentioning the task id."""
     slug = re.sub(r"[^a-zA-Z0-9_.-]+", "-", task_id).strip("-.")[:40] or "task"
     return f"hermes-async-{slug}-{secrets.token_hex(4)}"
 
 
-def container_config(
+def _container_config(
     config: DockerSandboxConfig, task_id: str, *, storage_opt: bool = False
 ) -> dict[str, Any]:
     """The engine's create body for one task's container.
@@ -387,7 +381,7 @@ class _Engine(AsyncResource):
     def open(cls, config: DockerSandboxConfig) -> _Engine:
         aiodocker_mod = _import_aiodocker()
         url = resolve_docker_host(config.docker_host)
-        return cls(aiodocker_mod.Docker(url=url), url, config.api_timeout_seconds)
+        return cls(aiodocker_mod.Docker(url=url), url, config.api_timeout)
 
     async def call(self, what: str, awaitable: Awaitable[_T], timeout: float | None = None) -> _T:
         """Await an engine call with a deadline; translate transport failures."""
@@ -446,9 +440,7 @@ class _Engine(AsyncResource):
         )
 
 
-async def reap_orphan_containers(
-    docker_host: str | None = None, *, timeout_seconds: float = 60.0
-) -> int:
+async def reap_orphan_containers(docker_host: str | None = None, *, timeout: float = 60.0) -> int:
     """Remove labelled containers whose owner process is gone, then the group-snapshot images
     such a process left; return how many were removed.
 
@@ -460,25 +452,25 @@ async def reap_orphan_containers(
     require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
     engine = _Engine.open(DockerSandboxConfig(docker_host=docker_host, reap_orphans=False))
     try:
-        return await _reap(engine, timeout_seconds)
+        return await _reap(engine, timeout)
     finally:
         await engine.aclose()
 
 
-async def _reap(engine: _Engine, timeout_seconds: float) -> int:
+async def _reap(engine: _Engine, timeout: float) -> int:
     listing = await engine.call(
         "a container listing",
         engine.client.containers.list(all=True, filters={"label": [_OWNER_LABEL]}),
     )
     removed = 0
-    with anyio.move_on_after(timeout_seconds):
+    with anyio.move_on_after(timeout):
         for container in listing:
             try:
                 labels = container["Labels"] or {}
             except KeyError:
                 labels = {}
             owner = labels.get(_OWNER_LABEL, "")
-            if owner_is_alive(owner):
+            if _owner_is_alive(owner):
                 continue
             logger.info("removing orphan container %s (owner %s is gone)", container.id[:12], owner)
             try:
@@ -495,7 +487,7 @@ async def _reap(engine: _Engine, timeout_seconds: float) -> int:
         for image in images:
             labels = image.get("Labels") or {}
             owner = labels.get(_OWNER_LABEL, "")
-            if owner_is_alive(owner):
+            if _owner_is_alive(owner):
                 continue
             for ref in image.get("RepoTags") or [image["Id"]]:
                 logger.info("removing orphan snapshot image %s (owner %s is gone)", ref, owner)
@@ -508,7 +500,7 @@ async def _reap(engine: _Engine, timeout_seconds: float) -> int:
     return removed
 
 
-def docker_config_for(
+def _docker_config_for(
     config: DockerSandboxConfig,
     spec: SandboxSpec | None,
     *,
@@ -548,9 +540,9 @@ def docker_config_for(
     if spec.labels:
         changes["labels"] = {**config.labels, **spec.labels}
     if spec.create_timeout is not None:
-        changes["create_timeout_seconds"] = spec.create_timeout
+        changes["create_timeout"] = spec.create_timeout
     if spec.exec_timeout is not None:
-        changes["default_exec_timeout_seconds"] = spec.exec_timeout
+        changes["default_exec_timeout"] = spec.exec_timeout
     return dataclasses.replace(config, **changes)
 
 
@@ -560,7 +552,7 @@ class DockerBackend:
     The first creation reaps orphans (when ``config.reap_orphans``). Creation itself is not
     rate limited here: the manager runs it behind the ``sandbox_create`` limiter. A per-item
     :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` (``spec=``) overrides the image,
-    limits, network, workdir, env and user (:func:`docker_config_for`); a spec's
+    limits, network, workdir, env and user (:func:`_docker_config_for`); a spec's
     ``build_context`` is built by :attr:`images` (once per content digest, behind its own
     limiter).
 
@@ -585,15 +577,15 @@ class DockerBackend:
         Raises:
             ConfigError: Not running under asyncio, or aiodocker is not installed.
             SandboxError: The engine is unreachable, the image is missing and cannot be
-                pulled, or creation exceeded ``create_timeout_seconds``.
+                pulled, or creation exceeded ``create_timeout``.
 
         **Cancellation**: a container created before the cancellation is removed (shielded,
-        bounded by ``remove_timeout_seconds``), the client closed; then the cancellation
+        bounded by ``remove_timeout``), the client closed; then the cancellation
         propagates.
         """
         require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
         engine = _Engine.open(self.config)
-        name = container_name(task_id)
+        name = _container_name(task_id)
         container: aiodocker.containers.DockerContainer | None = None
         config = self.config
         try:
@@ -606,15 +598,15 @@ class DockerBackend:
         try:
             if not self._reaped:
                 self._reaped = True
-                await _reap(engine, self.config.api_timeout_seconds)
+                await _reap(engine, self.config.api_timeout)
             try:
-                with anyio.fail_after(config.create_timeout_seconds):
+                with anyio.fail_after(config.create_timeout):
                     container = await self._create(engine, name, task_id, config)
                     await engine.call("a container start", container.start())
             except TimeoutError as exc:
                 raise SandboxError(
                     f"creating container {name} from {config.image!r} did not finish within "
-                    f"{config.create_timeout_seconds:g} s",
+                    f"{config.create_timeout:g} s",
                     task_id=task_id,
                 ) from exc
         except BaseException:
@@ -623,7 +615,7 @@ class DockerBackend:
             # shielded and bounded, looking again briefly when it is not there yet.
             with cleanup_scope(
                 f"remove container {name} after a failed or cancelled creation",
-                self.config.remove_timeout_seconds,
+                self.config.remove_timeout,
                 reason="sandbox creation did not complete",
                 log=logger,
             ):
@@ -668,19 +660,19 @@ class DockerBackend:
                 built = await self.images.ensure(
                     engine, spec.build_context, timeout=spec.build_timeout, image_map=spec.image_map
                 )
-                return docker_config_for(
+                return _docker_config_for(
                     self.config, spec, image=built.tag, image_workdir=built.workdir
                 )
         workdir = None
         if image is not None and spec.workdir is None:
             workdir = await self.images.workdir_of(engine, image)
-        return docker_config_for(self.config, spec, image=image, image_workdir=workdir)
+        return _docker_config_for(self.config, spec, image=image, image_workdir=workdir)
 
     async def _create(
         self, engine: _Engine, name: str, task_id: str, config: DockerSandboxConfig
     ) -> aiodocker.containers.DockerContainer:
         if self._storage_opt is not False and config.disk_limit_mb is not None:
-            body = container_config(config, task_id, storage_opt=True)
+            body = _container_config(config, task_id, storage_opt=True)
             try:
                 created = await engine.call(
                     "a container create", engine.client.containers.create(body, name=name)
@@ -706,7 +698,7 @@ class DockerBackend:
     async def _create_plain(
         self, engine: _Engine, name: str, task_id: str, config: DockerSandboxConfig
     ) -> aiodocker.containers.DockerContainer:
-        body = container_config(config, task_id)
+        body = _container_config(config, task_id)
         try:
             return await engine.call(
                 "a container create", engine.client.containers.create(body, name=name)
@@ -721,7 +713,7 @@ class DockerBackend:
             await engine.call(
                 f"a pull of {config.image}",
                 engine.client.images.pull(config.image),
-                timeout=config.pull_timeout_seconds,
+                timeout=config.pull_timeout,
             )
             return await engine.call(
                 "a container create", engine.client.containers.create(body, name=name)
@@ -782,9 +774,9 @@ class DockerSandbox(ContainerSandbox):
             task_id,
             config.workdir,
             home=config.env.get("HOME", "/root"),
-            default_exec_timeout=config.default_exec_timeout_seconds,
-            kill_timeout=config.kill_timeout_seconds,
-            close_timeout=config.remove_timeout_seconds,
+            default_exec_timeout=config.default_exec_timeout,
+            kill_timeout=config.kill_timeout,
+            close_timeout=config.remove_timeout,
         )
         self.config = config
         self._engine = engine
@@ -842,7 +834,7 @@ class DockerSandbox(ContainerSandbox):
         container while it copies the writable layer (``docker commit``'s default).
 
         **Cancellation**: the commit is not cut in half (its image id is in the reply only):
-        shielded, bounded by ``create_timeout_seconds``; an image made before a cancellation
+        shielded, bounded by ``create_timeout``; an image made before a cancellation
         is removed.
         """
         self._check_open()
@@ -850,18 +842,18 @@ class DockerSandbox(ContainerSandbox):
         ref = f"{SNAPSHOT_REPOSITORY}:{tag}"
         changes = [f"LABEL {SNAPSHOT_LABEL}=1", f"LABEL {_OWNER_LABEL}={owner_id()}"]
         try:
-            with acquisition_scope(self.config.create_timeout_seconds):
+            with acquisition_scope(self.config.create_timeout):
                 await self._engine.call(
                     "a container commit",
                     self._container.commit(
                         repository=SNAPSHOT_REPOSITORY, tag=tag, changes=changes
                     ),
-                    timeout=self.config.create_timeout_seconds,
+                    timeout=self.config.create_timeout,
                 )
         except TimeoutError as exc:
             raise SandboxError(
                 f"committing container {self.label} did not finish within "
-                f"{self.config.create_timeout_seconds:g} s",
+                f"{self.config.create_timeout:g} s",
                 task_id=self.task_id,
             ) from exc
         except Exception as exc:
@@ -881,7 +873,7 @@ class DockerSandbox(ContainerSandbox):
                 await engine.aclose()
 
         spec = SandboxSpec(image=ref, workdir=self.workdir)
-        return SandboxSnapshot(spec, ref, delete, delete_timeout=config.remove_timeout_seconds)
+        return SandboxSnapshot(spec, ref, delete, delete_timeout=config.remove_timeout)
 
     async def alive(self) -> bool:
         """Open and its container running (one inspect, no ``exec``: a warm pool asks this
@@ -1012,7 +1004,7 @@ class DockerSandbox(ContainerSandbox):
             raise
 
     async def _mkdir(self, path: str) -> None:
-        code, err = await self._helper(["mkdir", "-p", "--", path], self.config.api_timeout_seconds)
+        code, err = await self._helper(["mkdir", "-p", "--", path], self.config.api_timeout)
         if code != 0:
             raise OSError(f"cannot create directory {path} in the sandbox: {err.strip()}")
 
@@ -1113,7 +1105,7 @@ class DockerSandbox(ContainerSandbox):
 
         ``interrupted`` changes nothing here: removal is already a forced kill.
 
-        **Cancellation**: the removal is one engine call bounded by ``remove_timeout_seconds``;
+        **Cancellation**: the removal is one engine call bounded by ``remove_timeout``;
         run ``aclose`` under the release's cleanup scope (``SandboxManager.release`` does). A
         container that could not be removed is logged and left to the orphan reaper; the
         client is closed either way (its own shielded, bounded step).
@@ -1125,7 +1117,7 @@ class DockerSandbox(ContainerSandbox):
             await self._engine.call(
                 "a container removal",
                 self._container.delete(force=True),
-                timeout=self.config.remove_timeout_seconds,
+                timeout=self.config.remove_timeout,
             )
         except Exception as exc:
             if not self._engine.is_docker_error(exc, 404, 409):

@@ -15,18 +15,15 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import anyio
 
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.errors import TransferLimitError
 from hermes_async.tools.sandbox.transfer import pack_host_tree
-
-if TYPE_CHECKING:
-    from hermes_async.tools.sandbox.docker import _Engine
 
 __all__ = (
     "DEFAULT_BUILD_REPOSITORY",
@@ -44,6 +41,23 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUILD_REPOSITORY = "hermes-async-build"
 #: Largest build context streamed to the engine (compressed).
 MAX_BUILD_CONTEXT_BYTES = 1 << 30
+
+_T = TypeVar("_T")
+
+
+class _Engine(Protocol):
+    """What the builder needs of the Docker backend's engine (``docker._Engine``)."""
+
+    client: Any
+
+    async def call(self, what: str, awaitable: Awaitable[_T], timeout: float | None = None) -> _T:
+        """Await an engine call within its deadline."""
+        ...
+
+    def is_docker_error(self, exc: BaseException, *statuses: int) -> bool:
+        """Whether ``exc`` is aiodocker's error (with one of ``statuses``)."""
+        ...
+
 
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
 
@@ -139,7 +153,7 @@ async def _build_on_network(
         data=images._stream(body),
         timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
     )
-    return await images._handle_list(response)  # type: ignore[no-untyped-call]
+    return await images._handle_list(response)
 
 
 def _write_dockerfile(tmp: str, text: str) -> str:

@@ -65,16 +65,10 @@ from hermes_async.tools.sandbox._remote import (
 from hermes_async.tools.sandbox._sdk import error_named, import_sdk
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
-__all__ = (
-    "E2B_API_KEY_ENV",
-    "E2BBackend",
-    "E2BSandboxConfig",
-    "e2b_config_for",
-    "e2b_credentials",
-)
+__all__ = ("E2BBackend", "E2BSandboxConfig", "e2b_credentials")
 
 #: Where the SDK (and the preflight) look for the API key.
-E2B_API_KEY_ENV = "E2B_API_KEY"
+_E2B_API_KEY_ENV = "E2B_API_KEY"
 
 _HINT = (
     "check E2B_API_KEY (and E2B_DOMAIN for a self-hosted E2B-compatible service) and network "
@@ -132,7 +126,7 @@ class _Driver:
                 command,
                 envs=dict(env) if env else None,
                 timeout=timeout,
-                request_timeout=self._config.call_timeout_seconds,
+                request_timeout=self._config.call_timeout,
             )
         except Exception as exc:
             if error_named(exc, "CommandExitException"):
@@ -141,7 +135,7 @@ class _Driver:
         return str(result.stdout or "")
 
     async def read(self, path: str) -> bytes:
-        timeout = self._config.call_timeout_seconds
+        timeout = self._config.call_timeout
         return await _ERRORS.read(
             path,
             self._sb.files.read(path, format="bytes", request_timeout=timeout),
@@ -149,7 +143,7 @@ class _Driver:
         )
 
     async def write(self, path: str, data: bytes) -> None:
-        timeout = self._config.call_timeout_seconds
+        timeout = self._config.call_timeout
         await _ERRORS.call(
             f"a write of {path}",
             self._sb.files.write(path, data, request_timeout=timeout),
@@ -159,7 +153,7 @@ class _Driver:
     async def delete(self) -> None:
         await _ERRORS.delete(
             f"the kill of {self.sandbox_id}",
-            self._sb.kill(request_timeout=self._config.delete_timeout_seconds),
+            self._sb.kill(request_timeout=self._config.delete_timeout),
         )
 
 
@@ -180,7 +174,7 @@ class _Client:
                 metadata=dict(labels),
                 envs=dict(cfg.env) or None,
                 allow_internet_access=not cfg.block_network,
-                request_timeout=cfg.create_timeout_seconds,
+                request_timeout=cfg.create_timeout,
             ),
         )
         return _Driver(sandbox, cfg)
@@ -189,7 +183,7 @@ class _Client:
         async def listing() -> list[tuple[str, dict[str, str]]]:
             paginator = self._e2b.AsyncSandbox.list(
                 query=self._e2b.SandboxQuery(metadata=dict(labels)),
-                request_timeout=self._config.call_timeout_seconds,
+                request_timeout=self._config.call_timeout,
             )
             found: list[tuple[str, dict[str, str]]] = []
             while paginator.has_next:
@@ -202,16 +196,14 @@ class _Client:
     async def delete_id(self, sandbox_id: str) -> None:
         await _ERRORS.delete(
             f"the kill of {sandbox_id}",
-            self._e2b.AsyncSandbox.kill(
-                sandbox_id, request_timeout=self._config.delete_timeout_seconds
-            ),
+            self._e2b.AsyncSandbox.kill(sandbox_id, request_timeout=self._config.delete_timeout),
         )
 
     async def aclose(self) -> None:
         """Nothing to close: the SDK's control-plane calls are per request."""
 
 
-def e2b_config_for(config: E2BSandboxConfig, spec: SandboxSpec | None) -> E2BSandboxConfig:
+def _e2b_config_for(config: E2BSandboxConfig, spec: SandboxSpec | None) -> E2BSandboxConfig:
     """``config`` with a per-item spec applied (:func:`~hermes_async.tools.sandbox._remote.
     remote_config_for`; ``image`` names the template). E2B takes CPUs and memory from the
     template: the spec's values are recorded in the config but E2B's create call has no
@@ -257,4 +249,4 @@ class E2BBackend(RemoteBackend[E2BSandboxConfig]):
 
 def e2b_credentials() -> str | None:
     """Where E2B credentials come from, or ``None`` when there are none."""
-    return E2B_API_KEY_ENV if os.environ.get(E2B_API_KEY_ENV) else None
+    return _E2B_API_KEY_ENV if os.environ.get(_E2B_API_KEY_ENV) else None

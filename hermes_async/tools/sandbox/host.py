@@ -45,8 +45,6 @@ from hermes_async.tools.sandbox.processes import group_alive, signal_group
 
 __all__ = (
     "KILL_WAIT_SECONDS",
-    "PIPE_DRAIN_GRACE_SECONDS",
-    "PROCESS_START_TIMEOUT_SECONDS",
     "TERMINATE_GRACE_SECONDS",
     "TRANSFER_TIMEOUT_SECONDS",
     "DirectoryRemover",
@@ -66,11 +64,11 @@ TERMINATE_GRACE_SECONDS = 2.0
 KILL_WAIT_SECONDS = 5.0
 
 #: Deadline of starting one local process (fork + exec; milliseconds in practice), shielded.
-PROCESS_START_TIMEOUT_SECONDS = 30.0
+_PROCESS_START_TIMEOUT_SECONDS = 30.0
 
 #: After the shell exited and its group was killed, how long to keep reading pipes that a
 #: process outside the group (e.g. ``setsid x &`` without redirection) may still hold open.
-PIPE_DRAIN_GRACE_SECONDS = 2.0
+_PIPE_DRAIN_GRACE_SECONDS = 2.0
 
 #: Deadline for file transfers (``cat``/``tar`` subprocesses).
 TRANSFER_TIMEOUT_SECONDS = 300.0
@@ -342,7 +340,7 @@ def _start_pidfd(argv: Sequence[str], **kwargs: Any) -> Process:
 
 
 async def start_process(
-    argv: Sequence[str], *, timeout: float = PROCESS_START_TIMEOUT_SECONDS, **kwargs: Any
+    argv: Sequence[str], *, timeout: float = _PROCESS_START_TIMEOUT_SECONDS, **kwargs: Any
 ) -> Process:
     """Start a host process as one step: shielded from cancellation, bounded by ``timeout``.
 
@@ -457,7 +455,7 @@ async def run_bounded(
                 ending = "exited"
                 # Kill what the shell left behind in its group (`cmd &`) so pipes reach EOF.
                 signal_group(pgid, signal.SIGKILL)
-            with anyio.move_on_after(PIPE_DRAIN_GRACE_SECONDS):
+            with anyio.move_on_after(_PIPE_DRAIN_GRACE_SECONDS):
                 await drained.wait()
             tg.cancel_scope.cancel("the command ended and its output is drained")
         if failure:

@@ -105,16 +105,9 @@ from hermes_async.tools.sandbox.host import (
     run_bounded,
 )
 from hermes_async.tools.sandbox.namespaces import (
-    DEFAULT_DISK_LIMIT_MB,
-    DEFAULT_MEMORY_LIMIT_MB,
-    DEFAULT_PIDS_LIMIT,
-    DEFAULT_RO_PATHS,
-    DEFAULT_SANDBOX_UID,
     INSIDE_ROOT,
-    DiskBackend,
     Namespace,
     NamespaceOptions,
-    Network,
     namespace_support,
     probe_namespaces,
     processes_in_pid_namespace,
@@ -849,22 +842,14 @@ def local_factory(
     default_timeout: float = DEFAULT_EXEC_TIMEOUT_SECONDS,
     terminate_grace: float = TERMINATE_GRACE_SECONDS,
     isolation: Isolation = "auto",
-    network: Network = "none",
-    memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB,
-    pids_limit: int | None = DEFAULT_PIDS_LIMIT,
-    disk_limit_mb: int | None = DEFAULT_DISK_LIMIT_MB,
-    disk_backend: DiskBackend = "auto",
-    uid: int = DEFAULT_SANDBOX_UID,
-    gid: int = DEFAULT_SANDBOX_UID,
-    ro_paths: Iterable[str] = DEFAULT_RO_PATHS,
-    ro_binds: Iterable[str] = (),
+    namespace: NamespaceOptions | None = None,
 ) -> Callable[..., Awaitable[Sandbox]]:
     """A ``SandboxManager`` factory that creates :class:`LocalSandbox` es.
 
     These are also the options of ``terminal_backend="local"`` (``sandbox_options`` in the
-    environment config). Its sandboxes share one
-    :class:`~hermes_async.tools.sandbox.processes.ProcessSweeper` (process mode: closes at the
-    same moment share one ``/proc`` sweep) and one :class:`DirectoryRemover`.
+    environment config, where the :class:`NamespaceOptions` fields may be given flat). Its
+    sandboxes share one :class:`~hermes_async.tools.sandbox.processes.ProcessSweeper` and one
+    :class:`DirectoryRemover`.
 
     It takes a :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` (``spec=``): its ``env``
     is added, its ``workdir`` becomes a folder of that path inside the sandbox's work dir, its
@@ -879,15 +864,8 @@ def local_factory(
         terminate_grace: SIGTERM -> SIGKILL grace.
         isolation: ``"auto"`` (``$HERMES_SANDBOX_ISOLATION`` if set, else namespaces),
             ``"namespaces"`` or ``"process"`` (no isolation: the caller's explicit choice).
-        network: Namespaces mode: ``"none"`` (a loopback of its own) or ``"host"``.
-        memory_limit_mb: Namespaces mode: memory limit per sandbox (``None``: unlimited).
-        pids_limit: Namespaces mode: processes and threads per sandbox (``None``: unlimited).
-        disk_limit_mb: Namespaces mode: size of the writable disk (``None``: no cap).
-        disk_backend: Namespaces mode: ``"auto"``, ``"loop"`` (ext4 image) or ``"tmpfs"``.
-        uid: Namespaces mode: the sandbox user's uid (not 0).
-        gid: Namespaces mode: its gid (not 0).
-        ro_paths: Namespaces mode: host paths visible read-only (default: the system ones).
-        ro_binds: Namespaces mode: more host paths to show read-only.
+        namespace: Network, limits, disk and user of namespaced sandboxes (default:
+            ``NamespaceOptions()``).
 
     Raises:
         ConfigError: An invalid option, or namespaces where bubblewrap, nsenter or root is
@@ -899,17 +877,9 @@ def local_factory(
     check_value("local_factory env_allowlist", env_allowlist, _NAMES)
     _check_environment("local_factory extra_env", extra_env)
     isolation = _chosen_isolation(isolation)
-    options = NamespaceOptions(
-        network=network,
-        memory_limit_mb=memory_limit_mb,
-        pids_limit=pids_limit,
-        disk_limit_mb=disk_limit_mb,
-        disk_backend=disk_backend,
-        uid=uid,
-        gid=gid,
-        ro_paths=tuple(ro_paths),
-        ro_binds=tuple(ro_binds),
-    )
+    options = namespace if namespace is not None else NamespaceOptions()
+    if not isinstance(options, NamespaceOptions):
+        raise ConfigError(f"namespace must be a NamespaceOptions, got {type(options).__name__}")
     if isolation != "process" and (reason := namespace_support()) is not None:
         raise _isolation_unavailable(reason)
     sweeper = ProcessSweeper()

@@ -1,8 +1,9 @@
 """SandboxManager: one sandbox per rollout, created lazily, gated, reaped, always released.
 
-Why one module of this size: one concept, the lifetime of every rollout's sandbox (create once,
-hand out, watch, reap, release); :class:`ManagedSandbox` is the handle to one entry and shares
-its bookkeeping.
+Why one module of this size: one concept, a sandbox's lifetime. The table, the hand-over,
+busy counts, the idle reaper and queued releases are :mod:`hermes_async.tools._lifetimes`'s,
+as for browser sessions; this module keeps how a sandbox is made, what idle means for it and
+how it closes. :class:`ManagedSandbox` is the handle to one entry.
 
 ::
 
@@ -75,7 +76,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Self
 
@@ -89,15 +90,17 @@ from hermes_async._otel import span
 from hermes_async._resource import AsyncResource
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.limits import Limits
+from hermes_async.tools._lifetimes import Lifetime, Lifetimes
 from hermes_async.tools.sandbox.base import (
     DEFAULT_CLOSE_TIMEOUT_SECONDS,
     ExecRequest,
     ExecResult,
     Sandbox,
+    SandboxFactory,
 )
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
-from hermes_async.tools.sandbox.pool import PoolOptions, PoolStatistics, WarmPool
 from hermes_async.tools.sandbox.spec import SandboxSpec, accepts_spec
+from hermes_async.tools.sandbox.warm_pool import WarmPool, WarmPoolOptions, WarmPoolStatistics
 from hermes_async.tools.sandbox.wrapper import SandboxWrapper
 
 __all__ = (
@@ -114,9 +117,6 @@ __all__ = (
 )
 
 logger = logging.getLogger(__name__)
-
-#: ``async (task_id) -> Sandbox``: how a manager creates sandboxes (local, Docker, Modal, fake).
-SandboxFactory = Callable[[str], Awaitable[Sandbox]]
 
 #: Seconds a sandbox may take to be created (container pulls and Modal cold starts included).
 DEFAULT_CREATE_TIMEOUT_SECONDS = 300.0
@@ -142,7 +142,7 @@ class SandboxManagerStatistics:
         create_failures: Creations that raised.
         create_wait_seconds: Seconds ``get()`` callers spent waiting for their sandbox to be
             created or taken from the pool (summed over creations).
-        pool: The warm pool's counts (``None``: no pool).
+        warm_pool: The warm pool's counts (``None``: no warm pool).
     """
 
     active: int
@@ -153,41 +153,18 @@ class SandboxManagerStatistics:
     reaped: int
     create_failures: int
     create_wait_seconds: float = 0.0
-    pool: PoolStatistics | None = None
+    warm_pool: WarmPoolStatistics | None = None
 
 
 class _ClosedBeforeCreate(SandboxError):
     """A creation that got its slot after the manager began to close (not a backend failure)."""
 
 
-class _Entry:
-    __slots__ = (
-        "busy",
-        "done",
-        "error",
-        "last_used",
-        "released",
-        "sandbox",
-        "task_id",
-        "watch_scope",
-    )
-
-    def __init__(self, task_id: str) -> None:
-        self.task_id = task_id
-        self.sandbox: Sandbox | None = None
-        self.error: BaseException | None = None
-        self.done = anyio.Event()
-        self.busy = 0
-        self.last_used = anyio.current_time()
-        self.released = False
-        self.watch_scope: anyio.CancelScope | None = None
-
-
 class SandboxManager(AsyncResource):
     """Own the sandboxes of many rollouts: one per ``task_id``.
 
     Args:
-        factory: ``async (task_id) -> Sandbox`` (default: :func:`local_factory` with its
+        factory: ``async (task_id) -> Sandbox`` (default: the ``local`` backend with its
             defaults).
         limits: The limiters (``sandbox_create``, ``sandbox_exec``) shared with the rest of the
             environment (default: a fresh :class:`~hermes_async.limits.Limits`).
@@ -197,8 +174,9 @@ class SandboxManager(AsyncResource):
         close_timeout: Deadline for one release.
         reap_interval: Seconds between reaper passes (default: ``idle_timeout / 4``, between 1
             and 60 s).
-        pool: Keep sandboxes warm (:class:`~hermes_async.tools.sandbox.pool.PoolOptions`;
-            ``None`` or ``size=0``: every sandbox is created when asked for).
+        warm_pool: Keep sandboxes warm
+            (:class:`~hermes_async.tools.sandbox.warm_pool.WarmPoolOptions`; ``None`` or
+            ``size=0``: every sandbox is created when asked for).
     """
 
     def __init__(
@@ -210,12 +188,13 @@ class SandboxManager(AsyncResource):
         create_timeout: float = DEFAULT_CREATE_TIMEOUT_SECONDS,
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT_SECONDS,
         reap_interval: float | None = None,
-        pool: PoolOptions | None = None,
+        warm_pool: WarmPoolOptions | None = None,
     ) -> None:
         if factory is None:
-            from hermes_async.tools.sandbox.local import local_factory
+            # By name: the manager knows no backend.
+            from hermes_async.tools.sandbox.backends import make_backend_factory
 
-            factory = local_factory()
+            factory = make_backend_factory("local")
         # Finite: a creation is a wait on something external and a close is cleanup, and
         # both must end. No idle expiry is None (infinity means the same).
         check_value("SandboxManager.create_timeout", create_timeout, POSITIVE_FINITE)
@@ -224,33 +203,43 @@ class SandboxManager(AsyncResource):
         check_value("SandboxManager.reap_interval", reap_interval, POSITIVE_FINITE.or_none())
         self.factory = factory
         self.limits = limits or Limits()
-        self.idle_timeout = math.inf if idle_timeout is None else idle_timeout
         self.create_timeout = create_timeout
         self.close_timeout = close_timeout
+        idle = math.inf if idle_timeout is None else idle_timeout
         if reap_interval is None:
-            reap_interval = min(60.0, max(1.0, self.idle_timeout / 4))
-        self.reap_interval = reap_interval
-        self._entries: dict[str, _Entry] = {}
-        self._closing: dict[str, anyio.Event] = {}
-        self._creating: set[anyio.Event] = set()
+            reap_interval = min(60.0, max(1.0, idle / 4))
+        self._lifetimes: Lifetimes[Sandbox] = Lifetimes(
+            "sandbox",
+            self._close_entry,
+            logger,
+            idle_timeout=idle,
+            reap_interval=reap_interval,
+            reapable=self._reapable,
+        )
+        self._watches: dict[Lifetime[Sandbox], anyio.CancelScope] = {}
         self._specs: dict[str, SandboxSpec] = {}
         self._tg: TaskGroup | None = None
         self._state = "unopened"
-        self._pending: list[tuple[str, _Entry]] = []
-        # The janitor (and its wake-up event) start with the first queued release: most
-        # managers never get one, and a private manager per standalone run would otherwise keep
-        # an idle task (a few KB) for each of thousands of parked rollouts.
-        self._wake: anyio.Event | None = None
-        self._created = self._released = self._reaped = self._create_failures = 0
+        self._created = self._released = self._create_failures = 0
         self._failures: dict[str, SandboxUnavailableError] = {}
         self._create_wait = 0.0
-        self.pool: WarmPool | None = None
+        self.warm_pool: WarmPool | None = None
         self._pool_scope: anyio.CancelScope | None = None
         self._pool_done: anyio.Event | None = None
-        if pool is not None and pool.size > 0:
-            self.pool = WarmPool(pool, self._new_sandbox, close_timeout=close_timeout)
+        if warm_pool is not None and warm_pool.size > 0:
+            self.warm_pool = WarmPool(warm_pool, self._new_sandbox, close_timeout=close_timeout)
             self._pool_scope = anyio.CancelScope()
             self._pool_done = anyio.Event()
+
+    @property
+    def idle_timeout(self) -> float:
+        """Seconds unused before the reaper closes a sandbox (``math.inf``: never)."""
+        return self._lifetimes.idle_timeout
+
+    @property
+    def reap_interval(self) -> float:
+        """Seconds between reaper passes."""
+        return self._lifetimes.reap_interval
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -262,10 +251,9 @@ class SandboxManager(AsyncResource):
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
-            if self.pool is not None:
+            if self.warm_pool is not None:
                 await self._tg.start(self._run_pool)
-            if math.isfinite(self.idle_timeout):
-                await self._tg.start(self._reaper)
+            await self._lifetimes.start(self._tg)
         except BaseException:
             self._tg.cancel_scope.cancel("SandboxManager failed to start its tasks")
             await self._tg.__aexit__(None, None, None)
@@ -302,6 +290,7 @@ class SandboxManager(AsyncResource):
         if self._state != "open":
             return
         self._state = "closing"
+        self._lifetimes.stop()
         assert self._tg is not None
         reason = (
             "the manager's block raised or was cancelled" if interrupted else "the manager closed"
@@ -312,14 +301,14 @@ class SandboxManager(AsyncResource):
             # Shield only: every release inside is bounded by close_timeout.
             with cleanup_scope("release every sandbox", math.inf, reason=reason, log=logger):
                 await self.release_all(interrupted=interrupted)
-            await self._wait_in_flight(reason)
-            if self.pool is not None:
+            await self._lifetimes.wait_in_flight(self.create_timeout + self.close_timeout, reason)
+            if self.warm_pool is not None:
                 assert self._pool_done is not None
                 # Shield only: the filler's creations clean up after themselves when cancelled
                 # (bounded by their factory), and each pooled close is bounded by close_timeout.
                 with cleanup_scope("drain the warm pool", math.inf, reason=reason, log=logger):
                     await self._pool_done.wait()
-                    await self.pool.drain()
+                    await self.warm_pool.drain()
             factory_close = getattr(self.factory, "aclose", None)
             if callable(factory_close):
                 await bounded_cleanup(
@@ -335,11 +324,11 @@ class SandboxManager(AsyncResource):
             await self._tg.__aexit__(None, None, None)
 
     async def _run_pool(self, *, task_status: TaskStatus[None]) -> None:
-        assert self.pool is not None
+        assert self.warm_pool is not None
         assert self._pool_scope is not None and self._pool_done is not None
         try:
             with self._pool_scope:
-                await self.pool.run(task_status=task_status)
+                await self.warm_pool.run(task_status=task_status)
         finally:
             self._pool_done.set()
 
@@ -366,7 +355,7 @@ class SandboxManager(AsyncResource):
         """Keep sandboxes of ``spec`` warm for the rollouts to come (no-op without a pool).
 
         Specs are filled in the order they are asked for; see
-        :mod:`~hermes_async.tools.sandbox.pool`.
+        :mod:`~hermes_async.tools.sandbox.warm_pool`.
 
         Raises:
             ConfigError: ``spec`` is given but the factory takes no ``spec`` keyword.
@@ -376,25 +365,8 @@ class SandboxManager(AsyncResource):
                 f"this SandboxManager's factory {self.factory!r} takes no spec= keyword, so it "
                 "cannot prewarm per-item sandboxes"
             )
-        if self.pool is not None and self._state == "open":
-            self.pool.prewarm(spec)
-
-    async def _wait_in_flight(self, reason: str) -> None:
-        """Wait for the creations and closes other tasks are still running (bounded).
-
-        A creation that finishes now finds the manager closing and closes its sandbox itself
-        (:meth:`_create`), which this waits for too.
-        """
-        if not (self._creating or self._closing):
-            return
-        with cleanup_scope(
-            "wait for the sandboxes still being created or closed",
-            self.create_timeout + self.close_timeout,
-            reason=reason,
-            log=logger,
-        ):
-            while pending := [*self._creating, *self._closing.values()]:
-                await pending[0].wait()
+        if self.warm_pool is not None and self._state == "open":
+            self.warm_pool.prewarm(spec)
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -421,30 +393,21 @@ class SandboxManager(AsyncResource):
         """
         if not isinstance(task_id, str) or not task_id:
             raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
-        while True:
-            self._check_open()
-            entry = self._entries.get(task_id)
-            if entry is None:
-                entry = _Entry(task_id)
-                self._entries[task_id] = entry
-                await self._create(entry)
-            else:
-                await entry.done.wait()
-            if entry.sandbox is not None and not entry.released:
-                entry.last_used = anyio.current_time()
-                return ManagedSandbox(self, entry)
-            if isinstance(entry.error, anyio.get_cancelled_exc_class()):
-                continue  # the creating caller was cancelled: start over
-            if entry.error is None:
-                raise SandboxError(
-                    "the sandbox was released while it was being created", task_id=task_id
-                )
+        self._check_open()
+        entry = await self._lifetimes.get(task_id, self._create)
+        if entry.live:
+            entry.last_used = anyio.current_time()
+            return ManagedSandbox(self, entry)
+        if entry.error is None:
             raise SandboxError(
-                entry.error.message
-                if isinstance(entry.error, SandboxError)
-                else f"could not create the sandbox: {entry.error!r}",
-                task_id=task_id,
-            ) from entry.error
+                "the sandbox was released while it was being created", task_id=task_id
+            )
+        raise SandboxError(
+            entry.error.message
+            if isinstance(entry.error, SandboxError)
+            else f"could not create the sandbox: {entry.error!r}",
+            task_id=task_id,
+        ) from entry.error
 
     def assign_spec(self, task_id: str, spec: SandboxSpec | None) -> None:
         """Create ``task_id``'s sandbox from ``spec`` (``None``: forget a recorded spec).
@@ -469,59 +432,38 @@ class SandboxManager(AsyncResource):
         """The spec recorded for ``task_id`` (see :meth:`assign_spec`), if any."""
         return self._specs.get(task_id)
 
-    async def _create(self, entry: _Entry) -> None:
-        spec = self._specs.get(entry.task_id)
-        creating = anyio.Event()
-        self._creating.add(creating)
+    async def _create(self, entry: Lifetime[Sandbox]) -> Sandbox:
+        """Make ``entry``'s sandbox: from the warm pool, else the factory; start its watch."""
+        task_id = entry.key
+        spec = self._specs.get(task_id)
         start = anyio.current_time()
         try:
-            await self._create_in_flight(entry, spec)
+            with span("sandbox create", {"hermes_async.task_id": task_id}) as s:
+                warm = None
+                if self.warm_pool is not None:
+                    warm = await self.warm_pool.take(spec, task_id)
+                    s.set("hermes_async.sandbox.pooled", warm is not None)
+                sandbox = warm if warm is not None else await self._new_sandbox(task_id, spec)
+        except TimeoutError as exc:
+            self._create_failures += 1
+            raise SandboxError(
+                f"sandbox creation timed out after {self._create_timeout(spec):g} s; raise "
+                "create_timeout or check the backend",
+                task_id=task_id,
+            ) from exc
+        except _ClosedBeforeCreate:
+            raise
+        except Exception as exc:
+            self._create_failures += 1
+            raise SandboxError(
+                f"could not create the sandbox: {type(exc).__name__}: {exc}", task_id=task_id
+            ) from exc
         finally:
             self._create_wait += anyio.current_time() - start
-            self._creating.discard(creating)
-            creating.set()
-
-    async def _create_in_flight(self, entry: _Entry, spec: SandboxSpec | None) -> None:
-        try:
-            with span("sandbox create", {"hermes_async.task_id": entry.task_id}) as s:
-                warm = None
-                if self.pool is not None:
-                    warm = await self.pool.take(spec, entry.task_id)
-                    s.set("hermes_async.sandbox.pooled", warm is not None)
-                sandbox = warm if warm is not None else await self._new_sandbox(entry.task_id, spec)
-        except BaseException as exc:
-            error: BaseException = exc
-            if isinstance(exc, TimeoutError):
-                error = SandboxError(
-                    f"sandbox creation timed out after {self._create_timeout(spec):g} s; raise "
-                    "create_timeout or check the backend",
-                    task_id=entry.task_id,
-                )
-            elif isinstance(exc, Exception) and not isinstance(exc, _ClosedBeforeCreate):
-                error = SandboxError(
-                    f"could not create the sandbox: {type(exc).__name__}: {exc}",
-                    task_id=entry.task_id,
-                )
-            entry.error = error
-            if self._entries.get(entry.task_id) is entry:
-                del self._entries[entry.task_id]
-            if error is not exc:
-                self._create_failures += 1
-            entry.done.set()
-            if error is exc:
-                raise
-            raise error from exc
         self._created += 1
-        self._failures.pop(entry.task_id, None)
-        entry.sandbox = sandbox
-        entry.last_used = anyio.current_time()
+        self._failures.pop(task_id, None)
         self._start_watch(entry, sandbox)
-        entry.done.set()
-        if entry.released or self._state != "open":
-            # Released (or the manager closed) while we were creating it.
-            await self._close(
-                entry.task_id, sandbox, interrupted=False, reason="released during its creation"
-            )
+        return sandbox
 
     async def release(self, task_id: str, *, interrupted: bool = False) -> None:
         """Close ``task_id``'s sandbox: kill its processes and remove it. Idempotent.
@@ -538,57 +480,44 @@ class SandboxManager(AsyncResource):
         **Cancellation**: runs shielded, bounded by ``close_timeout``; the sandbox is closed
         (or the overrun logged) before cancellation propagates.
         """
-        entry = self._entries.pop(task_id, None)
         self._specs.pop(task_id, None)
-        if entry is None:
-            closing = self._closing.get(task_id)
-            if closing is not None:
-                # Shield only: the close being waited for is bounded by close_timeout.
-                with cleanup_scope(f"wait for the close of {task_id!r}", math.inf, log=logger):
-                    await closing.wait()
-            return
-        entry.released = True
-        if entry.watch_scope is not None:
-            entry.watch_scope.cancel("the sandbox is being released")
-        if entry.sandbox is None:
-            return  # still being created: the creator closes it when it is done
-        self._note_gone(task_id, entry.sandbox)
         reason = "the rollout was interrupted" if interrupted else "released"
-        await self._close(task_id, entry.sandbox, interrupted=interrupted, reason=reason)
+        await self._lifetimes.release(task_id, interrupted=interrupted, reason=reason)
 
-    async def _close(
-        self, task_id: str, sandbox: Sandbox, *, interrupted: bool, reason: str
-    ) -> None:
-        event = self._closing[task_id] = anyio.Event()
-        try:
-            with span(
-                "sandbox close",
-                {"hermes_async.task_id": task_id, "hermes_async.interrupted": interrupted},
-            ):
-                await bounded_cleanup(
-                    f"close the sandbox of {task_id!r}",
-                    lambda: sandbox.aclose(interrupted=interrupted),
-                    timeout=self.close_timeout,
-                    reason=reason,
-                    log=logger,
-                )
-            self._released += 1
-        finally:
-            event.set()
-            if self._closing.get(task_id) is event:
-                del self._closing[task_id]
+    async def _close_entry(self, entry: Lifetime[Sandbox], interrupted: bool, reason: str) -> None:
+        """How a sandbox closes: its watch stopped, its death noted, ``aclose`` bounded."""
+        self._specs.pop(entry.key, None)
+        watch = self._watches.pop(entry, None)
+        if watch is not None:
+            watch.cancel("the sandbox is being released")
+        sandbox = entry.value
+        if sandbox is None:
+            return  # still being created: the creator closes it when it is done
+        self._note_gone(entry.key, sandbox)
+        with span(
+            "sandbox close",
+            {"hermes_async.task_id": entry.key, "hermes_async.interrupted": interrupted},
+        ):
+            await bounded_cleanup(
+                f"close the sandbox of {entry.key!r}",
+                lambda: sandbox.aclose(interrupted=interrupted),
+                timeout=self.close_timeout,
+                reason=reason,
+                log=logger,
+            )
+        self._released += 1
 
-    def _start_watch(self, entry: _Entry, sandbox: Sandbox) -> None:
+    def _start_watch(self, entry: Lifetime[Sandbox], sandbox: Sandbox) -> None:
         if self._tg is None or type(sandbox).watch is Sandbox.watch:
             return  # the default hook does nothing: no task for it
-        scope = entry.watch_scope = anyio.CancelScope()
+        scope = self._watches[entry] = anyio.CancelScope()
 
         async def watch() -> None:
             with scope:
                 try:
                     await sandbox.watch()
                 except Exception:  # a watchdog's failure must not take the manager down
-                    logger.warning("the watch of %r's sandbox failed", entry.task_id, exc_info=True)
+                    logger.warning("the watch of %r's sandbox failed", entry.key, exc_info=True)
 
         self._tg.start_soon(watch)
 
@@ -612,9 +541,9 @@ class SandboxManager(AsyncResource):
         ``"exited"``, ``"unreachable"``), not the model's. ``None`` while the sandbox is fine
         (or was never created). Forgotten when a new sandbox is created for ``task_id``.
         """
-        entry = self._entries.get(task_id)
-        if entry is not None and entry.sandbox is not None:
-            self._note_gone(task_id, entry.sandbox)
+        entry = self._lifetimes.entries.get(task_id)
+        if entry is not None and entry.value is not None:
+            self._note_gone(task_id, entry.value)
         return self._failures.get(task_id)
 
     async def release_all(self, *, interrupted: bool = False) -> None:
@@ -623,7 +552,7 @@ class SandboxManager(AsyncResource):
         **Cancellation**: each release is shielded and bounded.
         """
         async with anyio.create_task_group() as tg:
-            for task_id in list(self._entries):
+            for task_id in list(self._lifetimes.entries):
                 tg.start_soon(functools.partial(self.release, task_id, interrupted=interrupted))
 
     def request_release(self, task_id: str) -> None:
@@ -631,35 +560,9 @@ class SandboxManager(AsyncResource):
 
         For callers that cannot await (``ToolContext.cleanup()`` called without ``await``).
         The release happens on the janitor's next wake-up, or at the latest when the manager
-        exits. No-op if the manager is not open.
+        exits; a newer sandbox of the same id is left alone. No-op if the manager is not open.
         """
-        entry = self._entries.get(task_id)
-        if self._state != "open" or entry is None:
-            return
-        # Queue the entry, not just the id: if the sandbox is released and a new one created
-        # for the same id before the janitor runs, the new one is left alone.
-        self._pending.append((task_id, entry))
-        if self._wake is None:  # the first queued release starts the janitor
-            assert self._tg is not None
-            self._wake = anyio.Event()
-            self._tg.start_soon(self._janitor, name="SandboxManager janitor")
-        self._wake.set()
-
-    async def _janitor(self) -> None:
-        while True:
-            assert self._wake is not None
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            pending, self._pending = self._pending, []
-            for task_id, entry in pending:
-                if self._entries.get(task_id) is entry:
-                    await self.release(task_id)
-
-    async def _reaper(self, *, task_status: TaskStatus[None]) -> None:
-        task_status.started()
-        while True:
-            await anyio.sleep(self.reap_interval)
-            await self.reap_idle()
+        self._lifetimes.request_release(task_id)
 
     async def reap_idle(self) -> int:
         """Release sandboxes idle for ``idle_timeout``; return how many (the reaper's pass).
@@ -668,57 +571,51 @@ class SandboxManager(AsyncResource):
 
         **Cancellation**: releases already started complete (shielded, bounded).
         """
-        now = anyio.current_time()
-        reaped = 0
-        for task_id, entry in list(self._entries.items()):
-            sandbox = entry.sandbox
-            if sandbox is None or entry.busy or now - entry.last_used < self.idle_timeout:
-                continue
-            if any(not p.exited for p in sandbox.background_processes()):
-                with anyio.move_on_after(self.close_timeout):
-                    still = False
-                    for p in sandbox.background_processes():
-                        if not p.exited:
-                            try:
-                                status = await sandbox.background_status(p.session_id, tail_chars=0)
-                            except Exception:  # an unreachable sandbox is reaped, not kept
-                                logger.debug("probe of %s failed", p.session_id, exc_info=True)
-                                continue
-                            still = still or status.running
-                    if still:
-                        entry.last_used = anyio.current_time()
-                        continue
-            if self._entries.get(task_id) is entry and not entry.busy:
-                logger.info("reaping idle sandbox of %r", task_id)
-                await self.release(task_id)
-                self._reaped += 1
-                reaped += 1
-        return reaped
+        return await self._lifetimes.reap_idle()
+
+    async def _reapable(self, entry: Lifetime[Sandbox]) -> bool:
+        """Idle means no running background process either (probed, bounded)."""
+        sandbox = entry.value
+        assert sandbox is not None
+        if all(p.exited for p in sandbox.background_processes()):
+            return True
+        with anyio.move_on_after(self.close_timeout):
+            for p in sandbox.background_processes():
+                if p.exited:
+                    continue
+                try:
+                    status = await sandbox.background_status(p.session_id, tail_chars=0)
+                except Exception:  # an unreachable sandbox is reaped, not kept
+                    logger.debug("probe of %s failed", p.session_id, exc_info=True)
+                    continue
+                if status.running:
+                    return False
+        return True
 
     # ----------------------------------------------------------------------------------------
     # introspection
 
     def __contains__(self, task_id: object) -> bool:
-        entry = self._entries.get(task_id) if isinstance(task_id, str) else None
-        return entry is not None and entry.sandbox is not None
+        entry = self._lifetimes.entries.get(task_id) if isinstance(task_id, str) else None
+        return entry is not None and entry.value is not None
 
     def task_ids(self) -> list[str]:
         """Task ids with a live sandbox."""
-        return [t for t, e in self._entries.items() if e.sandbox is not None]
+        return [t for t, e in self._lifetimes.entries.items() if e.value is not None]
 
     def statistics(self) -> SandboxManagerStatistics:
         """A snapshot of counts."""
-        entries = list(self._entries.values())
+        entries = list(self._lifetimes.entries.values())
         return SandboxManagerStatistics(
-            active=sum(e.sandbox is not None for e in entries),
-            creating=sum(e.sandbox is None for e in entries),
+            active=sum(e.value is not None for e in entries),
+            creating=sum(e.value is None for e in entries),
             busy=sum(e.busy > 0 for e in entries),
             created=self._created,
             released=self._released,
-            reaped=self._reaped,
+            reaped=self._lifetimes.reaped,
             create_failures=self._create_failures,
             create_wait_seconds=self._create_wait,
-            pool=self.pool.statistics() if self.pool is not None else None,
+            warm_pool=self.warm_pool.statistics() if self.warm_pool is not None else None,
         )
 
     def __repr__(self) -> str:
@@ -741,9 +638,9 @@ class ManagedSandbox(SandboxWrapper):
     semantics; the slot is returned on the way out.
     """
 
-    def __init__(self, manager: SandboxManager, entry: _Entry) -> None:
-        assert entry.sandbox is not None
-        super().__init__(entry.sandbox)
+    def __init__(self, manager: SandboxManager, entry: Lifetime[Sandbox]) -> None:
+        assert entry.value is not None
+        super().__init__(entry.value)
         self._manager = manager
         self._entry = entry
 
@@ -758,16 +655,13 @@ class ManagedSandbox(SandboxWrapper):
                 "this sandbox was released; call manager.get(task_id) again for a new one",
                 task_id=self.task_id,
             )
-        self._entry.busy += 1
-        try:
-            async with self._manager.limits.sandbox_exec:
-                yield self.inner
-        except SandboxUnavailableError as exc:
-            self._manager.record_failure(self.task_id, exc)
-            raise
-        finally:
-            self._entry.busy -= 1
-            self._entry.last_used = anyio.current_time()
+        with self._entry.in_use():
+            try:
+                async with self._manager.limits.sandbox_exec:
+                    yield self.inner
+            except SandboxUnavailableError as exc:
+                self._manager.record_failure(self.task_id, exc)
+                raise
 
     async def exec_request(self, request: ExecRequest) -> ExecResult:
         """Run a command (see :meth:`Sandbox.exec`) holding a ``sandbox_exec`` slot, traced.

@@ -11,7 +11,7 @@ Why the deadlines and the rate limit:
 
 * **Every call has a deadline.** Without network or with bad credentials a Modal call does not
   fail fast: it retries internally for ~57 s before raising. Creation is bounded by
-  ``create_timeout_seconds``, each other call by ``call_timeout_seconds``; a deadline that
+  ``create_timeout``, each other call by ``call_timeout``; a deadline that
   passes is a :class:`~hermes_async.errors.SandboxError` naming the call and what to check.
 * **Creation is rate limited** on top of the manager's ``sandbox_create`` concurrency limit:
   at most ``max_creates_per_second`` creations start per second and at most
@@ -110,12 +110,12 @@ class ModalSandboxConfig:
         block_network: Cut the sandbox off the network (Modal's default is network on, and
             tasks that install packages need it; the sandbox runs on Modal, not on this host).
         sandbox_lifetime_seconds: Modal's hard lifetime of a sandbox (a bound on leaks).
-        create_timeout_seconds: Deadline of one creation (app lookup + create).
-        call_timeout_seconds: Deadline of every other Modal call (exec start, file transfer,
+        create_timeout: Deadline of one creation (app lookup + create).
+        call_timeout: Deadline of every other Modal call (exec start, file transfer,
             wait after a kill).
-        terminate_timeout_seconds: Deadline of ``terminate``, and the bound of a release that
+        terminate_timeout: Deadline of ``terminate``, and the bound of a release that
             ``async with sandbox:`` owns.
-        default_exec_timeout_seconds: Command timeout when ``exec`` gets none.
+        default_exec_timeout: Command timeout when ``exec`` gets none.
         max_creates_per_second: Creations started per second, at most.
         max_concurrent_creates: Creations in flight, at most.
     """
@@ -127,17 +127,17 @@ class ModalSandboxConfig:
     memory_mb: int = 5120
     block_network: bool = False
     sandbox_lifetime_seconds: int = 3600
-    create_timeout_seconds: float = 180.0
-    call_timeout_seconds: float = 60.0
-    terminate_timeout_seconds: float = 30.0
-    default_exec_timeout_seconds: float = 180.0
+    create_timeout: float = 180.0
+    call_timeout: float = 60.0
+    terminate_timeout: float = 30.0
+    default_exec_timeout: float = 180.0
     max_creates_per_second: float = 4.0
     max_concurrent_creates: int = 16
 
     def __post_init__(self) -> None:
         check_fields(self, ("workdir",), ABSOLUTE_PATH)
         check_fields(self, ("image",), NON_EMPTY_STRING)
-        _check_cloud_fields(self, "terminate_timeout_seconds")
+        _check_cloud_fields(self, "terminate_timeout")
 
 
 def _check_cloud_fields(config: object, *timeouts: str) -> None:
@@ -152,10 +152,10 @@ def _check_cloud_fields(config: object, *timeouts: str) -> None:
         config,
         (
             "cpus",
-            "create_timeout_seconds",
-            "call_timeout_seconds",
+            "create_timeout",
+            "call_timeout",
             *timeouts,
-            "default_exec_timeout_seconds",
+            "default_exec_timeout",
             "max_creates_per_second",
         ),
         POSITIVE_FINITE,
@@ -288,8 +288,8 @@ def _cloud_config_for(
         ("memory_mb", spec.memory_mb),
         ("block_network", None if spec.network_mode is None else spec.network_mode == "none"),
         ("workdir", spec.workdir),
-        ("create_timeout_seconds", spec.create_timeout),
-        ("default_exec_timeout_seconds", spec.exec_timeout),
+        ("create_timeout", spec.create_timeout),
+        ("default_exec_timeout", spec.exec_timeout),
     ):
         if value is not None:
             changes[field_name] = value
@@ -325,7 +325,7 @@ class ModalBackend:
         Raises:
             ConfigError: Not running under asyncio, or modal is not installed.
             SandboxError: Modal is unreachable, refuses, or creation exceeded
-                ``create_timeout_seconds``.
+                ``create_timeout``.
 
         **Cancellation**: nothing is awaited once the handle is returned, so a cancellation
         either comes before (no sandbox) or during the create call; a sandbox whose creation was
@@ -341,7 +341,7 @@ class ModalBackend:
         cfg = modal_config_for(self.config, spec)
         async with self.rate_limiter:
             try:
-                with anyio.fail_after(cfg.create_timeout_seconds):
+                with anyio.fail_after(cfg.create_timeout):
                     if self._app is None:
                         self._app = await modal.App.lookup.aio(cfg.app_name, create_if_missing=True)
                     image = modal.Image.from_registry(cfg.image)
@@ -359,7 +359,7 @@ class ModalBackend:
             except TimeoutError as exc:
                 raise SandboxError(
                     f"creating a Modal sandbox from {cfg.image!r} did not finish within "
-                    f"{cfg.create_timeout_seconds:g} s (offline or with bad credentials a Modal "
+                    f"{cfg.create_timeout:g} s (offline or with bad credentials a Modal "
                     f"call hangs ~57 s before failing); {_CREDENTIALS_HINT}",
                     task_id=task_id,
                 ) from exc
@@ -394,9 +394,9 @@ class ModalSandbox(StagedTransferSandbox):
         super().__init__(
             task_id,
             config.workdir,
-            default_exec_timeout=config.default_exec_timeout_seconds,
-            kill_timeout=config.call_timeout_seconds,
-            close_timeout=config.terminate_timeout_seconds,
+            default_exec_timeout=config.default_exec_timeout,
+            kill_timeout=config.call_timeout,
+            close_timeout=config.terminate_timeout,
         )
         self.config = config
         self._sb = handle
@@ -413,7 +413,7 @@ class ModalSandbox(StagedTransferSandbox):
 
     async def _call(self, what: str, awaitable: Awaitable[_T]) -> _T:
         try:
-            return await _call(what, awaitable, self.config.call_timeout_seconds, self.task_id)
+            return await _call(what, awaitable, self.config.call_timeout, self.task_id)
         except Exception as exc:
             cause = exc.__cause__
             if error_named(exc, "SandboxTerminatedError") or (
@@ -464,7 +464,7 @@ class ModalSandbox(StagedTransferSandbox):
 
     async def _sh(self, script: str, *args: str) -> tuple[int, str, str]:
         code, out, err = await self._helper_output(
-            ["/bin/sh", "-c", script, "sh", *args], self.config.call_timeout_seconds
+            ["/bin/sh", "-c", script, "sh", *args], self.config.call_timeout
         )
         return code, out.strip(), err.strip()
 
@@ -512,7 +512,7 @@ class ModalSandbox(StagedTransferSandbox):
 
         ``interrupted`` changes nothing here: ``terminate`` is already immediate.
 
-        **Cancellation**: one Modal call bounded by ``terminate_timeout_seconds``; run ``aclose``
+        **Cancellation**: one Modal call bounded by ``terminate_timeout``; run ``aclose``
         under the release's cleanup scope (``SandboxManager.release`` does). A sandbox that
         could not be terminated is logged; it ends with its Modal lifetime.
         """
@@ -523,7 +523,7 @@ class ModalSandbox(StagedTransferSandbox):
             await _call(
                 f"terminate of {self.object_id}",
                 self._sb.terminate.aio(),
-                self.config.terminate_timeout_seconds,
+                self.config.terminate_timeout,
                 self.task_id,
             )
         except Exception as exc:

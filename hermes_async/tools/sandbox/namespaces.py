@@ -185,6 +185,8 @@ class NamespaceOptions:
     ro_binds: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
+        for name in ("ro_paths", "ro_binds"):  # a config gives lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.network not in ("none", "host"):
             raise ConfigError(f"network must be 'none' or 'host', got {self.network!r}")
         if self.disk_backend not in ("auto", "loop", "tmpfs"):

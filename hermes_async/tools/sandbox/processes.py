@@ -21,7 +21,7 @@ stalls of ~50 ms each. Two changes make it cheap:
   once cost a handful of sweeps, not 1,500.
 * **The sweep does the work, in slices.** It reads ``/proc``, indexes the snapshot by marker
   and session once, then finds and signals every request's processes itself, yielding to the
-  event loop every :data:`SWEEP_SLICE_SECONDS` of work (plain ``await`` checkpoints, no
+  event loop every :data:`_SWEEP_SLICE_SECONDS` of work (plain ``await`` checkpoints, no
   thread). The requesters, all woken at once when it ends, only pick up their answer: no
   thundering herd of per-sandbox work in one loop iteration.
 
@@ -49,7 +49,6 @@ from hermes_async.tools.sandbox._batch import Batcher
 
 __all__ = (
     "SANDBOX_MARKER_ENV",
-    "SWEEP_SLICE_SECONDS",
     "ProcessEntry",
     "ProcessSweeper",
     "ProcessTable",
@@ -70,7 +69,7 @@ SANDBOX_MARKER_ENV = "HERMES_ASYNC_SANDBOX"
 
 #: Longest stretch of ``/proc`` reading between two yields to the event loop (2 ms: a tenth of
 #: the 20 ms lag budget, and ~90 processes read per slice).
-SWEEP_SLICE_SECONDS = 0.002
+_SWEEP_SLICE_SECONDS = 0.002
 
 #: Pause between kill rounds (a SIGKILL takes a moment to land on a busy machine).
 _ROUND_PAUSE_SECONDS = 0.02
@@ -210,7 +209,7 @@ def read_process_table() -> ProcessTable:
     return ProcessTable(tuple(e for e in map(_read_entry, _proc_names()) if e is not None))
 
 
-async def sweep_process_table(slice_seconds: float = SWEEP_SLICE_SECONDS) -> ProcessTable:
+async def sweep_process_table(slice_seconds: float = _SWEEP_SLICE_SECONDS) -> ProcessTable:
     """A snapshot of ``/proc`` that yields to the event loop every ``slice_seconds`` of work.
 
     **Cancellation**: abandoned at the next yield; nothing to clean up.
@@ -272,7 +271,7 @@ class ProcessSweeper:
         slice_seconds: Work between yields to the event loop during a sweep.
     """
 
-    def __init__(self, *, slice_seconds: float = SWEEP_SLICE_SECONDS) -> None:
+    def __init__(self, *, slice_seconds: float = _SWEEP_SLICE_SECONDS) -> None:
         if not slice_seconds > 0:
             raise ValueError(f"slice_seconds must be > 0, got {slice_seconds!r}")
         self.slice_seconds = slice_seconds

@@ -27,58 +27,18 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from hermes_async._cleanup import bounded_cleanup
-from hermes_async.tools.sandbox.spec import SandboxSpec
+from hermes_async.tools.sandbox.spec import SandboxSnapshot, SandboxSpec
 
 if TYPE_CHECKING:
     from hermes_async.tools.sandbox.base import Sandbox
     from hermes_async.tools.sandbox.manager import SandboxManager
 
-__all__ = (
-    "DEFAULT_SNAPSHOT_DELETE_SECONDS",
-    "SandboxSetup",
-    "SandboxSnapshot",
-    "prepare_group",
-)
+__all__ = ("SandboxSetup", "prepare_group")
 
 logger = logging.getLogger(__name__)
 
 #: ``async (sandbox) -> None``: what makes a fresh sandbox the state a rollout starts from.
 SandboxSetup = Callable[["Sandbox"], Awaitable[None]]
-
-#: Bound of deleting one snapshot (a Docker image removal).
-DEFAULT_SNAPSHOT_DELETE_SECONDS = 60.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SandboxSnapshot:
-    """A sandbox's state, frozen: ``spec`` creates new sandboxes from it.
-
-    Attributes:
-        spec: The spec of a sandbox started from the snapshot (for Docker: the committed image
-            and the template's workdir, with the template spec's other fields).
-        ref: What the backend calls it (a Docker image tag), for logs.
-        delete: Removes it (the backend's; bounded by the caller).
-        delete_timeout: That bound.
-    """
-
-    spec: SandboxSpec
-    ref: str
-    delete: Callable[[], Awaitable[None]]
-    delete_timeout: float = DEFAULT_SNAPSHOT_DELETE_SECONDS
-
-    async def aclose(self) -> None:
-        """Delete the snapshot; never raises (logged).
-
-        **Cancellation**: shielded, bounded by ``delete_timeout``.
-        """
-        await bounded_cleanup(
-            f"delete the snapshot {self.ref}",
-            self.delete,
-            timeout=self.delete_timeout,
-            reason="its group ended",
-            log=logger,
-        )
 
 
 async def prepare_group(

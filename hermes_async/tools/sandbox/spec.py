@@ -38,14 +38,18 @@ naming it, never a silently ignored spec.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_async._checks import ABSOLUTE_PATH, POSITIVE, check_fields
+from hermes_async._cleanup import bounded_cleanup
 from hermes_async.errors import ConfigError
 
-__all__ = ("SandboxSpec", "accepts_spec")
+__all__ = ("DEFAULT_SNAPSHOT_DELETE_SECONDS", "SandboxSnapshot", "SandboxSpec", "accepts_spec")
+
+logger = logging.getLogger("hermes_async.tools.sandbox.snapshot")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,3 +118,38 @@ def accepts_spec(factory: object) -> bool:
     except (TypeError, ValueError):
         return False
     return "spec" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+#: Bound of deleting one snapshot (a Docker image removal).
+DEFAULT_SNAPSHOT_DELETE_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSnapshot:
+    """A sandbox's state, frozen: ``spec`` creates new sandboxes from it.
+
+    Attributes:
+        spec: The spec of a sandbox started from the snapshot (for Docker: the committed image
+            and the template's workdir, with the template spec's other fields).
+        ref: What the backend calls it (a Docker image tag), for logs.
+        delete: Removes it (the backend's; bounded by the caller).
+        delete_timeout: That bound.
+    """
+
+    spec: SandboxSpec
+    ref: str
+    delete: Callable[[], Awaitable[None]]
+    delete_timeout: float = DEFAULT_SNAPSHOT_DELETE_SECONDS
+
+    async def aclose(self) -> None:
+        """Delete the snapshot; never raises (logged).
+
+        **Cancellation**: shielded, bounded by ``delete_timeout``.
+        """
+        await bounded_cleanup(
+            f"delete the snapshot {self.ref}",
+            self.delete,
+            timeout=self.delete_timeout,
+            reason="its group ended",
+            log=logger,
+        )

@@ -19,7 +19,7 @@ Shape:
   Commands past the cap wait for a channel; that wait counts toward their timeout. Raise
   ``MaxSessions`` on the server and ``max_sessions`` here together. A channel the server
   refuses anyway ("open failed": a session of a closed channel is freed only once its command
-  exited) is retried within ``call_timeout_seconds``. A channel closed before its command
+  exited) is retried within ``call_timeout``. A channel closed before its command
   ended (a timeout, a cancellation: the kill follows) or whose close overran its bound keeps
   its slot until it has closed, since the server still counts it.
 * **A sandbox is a directory** ``{remote_root}/hermes-sbx-<task>-<hex>.XXXXXX`` made by
@@ -27,7 +27,7 @@ Shape:
   ``tmp/`` (``$TMPDIR``), ``.exec/`` (the exec wrapper's pid files) and ``.state/bg``
   (background processes). A creation that fails or is cancelled removes what it made: the
   remote step that makes the directory is shielded (milliseconds, bounded by
-  ``call_timeout_seconds``), because a closed channel does not stop a remote script, which
+  ``call_timeout``), because a closed channel does not stop a remote script, which
   could otherwise make the directory after the cleanup ran; a cancellation lands once the path
   is known. A step that overran its deadline is stopped by its marker and its directory found
   by the ``<hex>`` prefix chosen here.
@@ -62,9 +62,9 @@ Shape:
   ``interrupted``.
 
 Every network wait has a deadline: connecting (``connect_timeout``), opening a channel and each
-short remote step (``call_timeout_seconds``), file transfers (``transfer_timeout_seconds``), a
-command (its timeout; then the kill, ``kill_timeout_seconds``), the close script
-(``close_timeout_seconds``), and closing the connection (a few seconds).
+short remote step (``call_timeout``), file transfers (``transfer_timeout``), a
+command (its timeout; then the kill, ``kill_timeout``), the close script
+(``close_timeout``), and closing the connection (a few seconds).
 
 The remote side needs a POSIX login shell (sh, bash, dash, zsh), ``setsid``, ``mktemp``,
 ``tar``, ``env`` and an SFTP subsystem; any Linux server with OpenSSH has them.
@@ -118,19 +118,12 @@ from hermes_async.tools.sandbox.output import OutputCapture
 from hermes_async.tools.sandbox.processes import SANDBOX_MARKER_ENV
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
-__all__ = (
-    "DEFAULT_REMOTE_PATH",
-    "SSH_ENV_NAMES",
-    "SshBackend",
-    "SshSandbox",
-    "SshSandboxConfig",
-    "ssh_preflight",
-)
+__all__ = ("SshBackend", "SshSandbox", "SshSandboxConfig", "ssh_preflight")
 
 logger = logging.getLogger(__name__)
 
 #: The reference's environment variables, by the config field each one fills when unset.
-SSH_ENV_NAMES: Mapping[str, str] = {
+_SSH_ENV_NAMES: Mapping[str, str] = {
     "host": "TERMINAL_SSH_HOST",
     "user": "TERMINAL_SSH_USER",
     "port": "TERMINAL_SSH_PORT",
@@ -138,7 +131,7 @@ SSH_ENV_NAMES: Mapping[str, str] = {
 }
 
 #: ``PATH`` of a command on the remote host (this host's ``PATH`` names this host's directories).
-DEFAULT_REMOTE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_DEFAULT_REMOTE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 #: Bound of closing the connection (a disconnect message; nothing to wait for remotely).
 _CONNECTION_CLOSE_SECONDS = 5.0
@@ -244,12 +237,12 @@ class SshSandboxConfig:
             (``~`` and relative paths are the remote home's). ``/tmp`` by default: every login
             can write it, and ``mktemp -d`` makes each sandbox 0700.
         connect_timeout: Deadline of connecting and logging in, in seconds.
-        call_timeout_seconds: Deadline of opening a channel and of each short remote step
+        call_timeout: Deadline of opening a channel and of each short remote step
             (creating the directory, extracting an archive).
-        transfer_timeout_seconds: Deadline of one SFTP read or write.
-        default_exec_timeout_seconds: Command timeout when ``exec`` gets none.
-        kill_timeout_seconds: Deadline of killing a command's process group.
-        close_timeout_seconds: Deadline of the close script (kill everything, remove the
+        transfer_timeout: Deadline of one SFTP read or write.
+        default_exec_timeout: Command timeout when ``exec`` gets none.
+        kill_timeout: Deadline of killing a command's process group.
+        close_timeout: Deadline of the close script (kill everything, remove the
             directory), and the bound of a release that ``async with sandbox:`` owns.
         keepalive_interval_seconds: SSH keepalive period; three unanswered ones drop the
             connection (so a silent network failure surfaces in ~45 s). ``0`` disables them.
@@ -268,24 +261,24 @@ class SshSandboxConfig:
     check_host_key: bool = True
     remote_root: str = "/tmp"
     connect_timeout: float = 30.0
-    call_timeout_seconds: float = 60.0
-    transfer_timeout_seconds: float = 600.0
-    default_exec_timeout_seconds: float = 180.0
-    kill_timeout_seconds: float = 30.0
-    close_timeout_seconds: float = 60.0
+    call_timeout: float = 60.0
+    transfer_timeout: float = 600.0
+    default_exec_timeout: float = 180.0
+    kill_timeout: float = 30.0
+    close_timeout: float = 60.0
     keepalive_interval_seconds: float = 15.0
     max_sessions: int = 10
-    path: str = DEFAULT_REMOTE_PATH
+    path: str = _DEFAULT_REMOTE_PATH
     env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in (
             "connect_timeout",
-            "call_timeout_seconds",
-            "transfer_timeout_seconds",
-            "default_exec_timeout_seconds",
-            "kill_timeout_seconds",
-            "close_timeout_seconds",
+            "call_timeout",
+            "transfer_timeout",
+            "default_exec_timeout",
+            "kill_timeout",
+            "close_timeout",
         ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
@@ -315,7 +308,7 @@ class SshSandboxConfig:
         """
         environ = os.environ if environ is None else environ
         changes: dict[str, Any] = {}
-        for name, variable in SSH_ENV_NAMES.items():
+        for name, variable in _SSH_ENV_NAMES.items():
             value = environ.get(variable)
             if getattr(self, name) is None and value:
                 if name == "port":
@@ -448,7 +441,7 @@ class _Link:
         async with self._sftp_lock:
             if self._sftp is None:
                 self._sftp = await _open_session(
-                    self, self.conn.start_sftp_client, self.config.call_timeout_seconds
+                    self, self.conn.start_sftp_client, self.config.call_timeout
                 )
             return self._sftp
 
@@ -750,7 +743,7 @@ class SshBackend(AsyncResource):
             SandboxError: The host is unreachable or refuses, or the directory cannot be made.
 
         **Cancellation**: the step that makes the directory is not cut in half (shielded,
-        bounded by ``call_timeout_seconds``: milliseconds in practice); then whatever was made
+        bounded by ``call_timeout``: milliseconds in practice); then whatever was made
         remotely is removed (shielded, bounded) and the connection reference returned before
         the cancellation propagates.
         """
@@ -765,13 +758,13 @@ class SshBackend(AsyncResource):
             # a channel closed by a cancellation does not stop the remote script, which could
             # then make the directory after any cleanup ran. Shielded, so a cancellation lands
             # once its path is known (the script takes milliseconds; bounded by the deadline).
-            with acquisition_scope(cfg.call_timeout_seconds):
+            with acquisition_scope(cfg.call_timeout):
                 code, out, err = await _remote_sh(
                     link,
                     _CREATE,
                     cfg.remote_root,
                     prefix,
-                    timeout=cfg.call_timeout_seconds,
+                    timeout=cfg.call_timeout,
                     marker=(_CREATE_MARKER_ENV, prefix),
                 )
             root = out.strip().splitlines()[-1] if out.strip() else ""
@@ -795,7 +788,7 @@ class SshBackend(AsyncResource):
                 default_exec_timeout=(
                     spec.exec_timeout
                     if spec is not None and spec.exec_timeout
-                    else cfg.default_exec_timeout_seconds
+                    else cfg.default_exec_timeout
                 ),
             )
             await sandbox._write_env_file()
@@ -804,7 +797,7 @@ class SshBackend(AsyncResource):
         except BaseException:
             with cleanup_scope(
                 f"remove the half-made ssh sandbox {prefix} on {cfg.target}",
-                cfg.call_timeout_seconds,
+                cfg.call_timeout,
                 reason="sandbox creation failed or was cancelled",
                 log=logger,
             ):
@@ -814,16 +807,14 @@ class SshBackend(AsyncResource):
                             "ssh: %s may be left on %s (connection lost)", prefix, cfg.target
                         )
                     elif posixpath.isabs(root):
-                        await _remote_sh(
-                            link, 'rm -rf -- "$1"', root, timeout=cfg.call_timeout_seconds
-                        )
+                        await _remote_sh(link, 'rm -rf -- "$1"', root, timeout=cfg.call_timeout)
                     else:  # the script failed or overran: stop it, remove what it made
                         await _remote_sh(
                             link,
                             _REMOVE_PREFIX,
                             cfg.remote_root,
                             prefix,
-                            timeout=cfg.call_timeout_seconds,
+                            timeout=cfg.call_timeout,
                         )
                 except Exception as exc:  # cleanup: the creation's own error is what counts
                     logger.warning("could not remove %s on %s: %s", prefix, cfg.target, exc)
@@ -864,8 +855,8 @@ class SshSandbox(ContainerSandbox):
             f"{root}/work",
             home=f"{root}/home",
             default_exec_timeout=default_exec_timeout,
-            kill_timeout=config.kill_timeout_seconds,
-            close_timeout=config.close_timeout_seconds,
+            kill_timeout=config.kill_timeout,
+            close_timeout=config.close_timeout,
         )
         self.root = root
         self.env_file = f"{root}/.env.sh"
@@ -968,7 +959,7 @@ class SshSandbox(ContainerSandbox):
                 command,
                 deliver,
                 run.err,
-                call_timeout=self.config.call_timeout_seconds,
+                call_timeout=self.config.call_timeout,
                 on_open=self._channels.add,
                 on_close=self._channels.discard,
             )
@@ -1001,7 +992,7 @@ class SshSandbox(ContainerSandbox):
         asyncssh = _import_asyncssh()
         sftp = await self._sftp()
         try:
-            with anyio.fail_after(self.config.transfer_timeout_seconds):
+            with anyio.fail_after(self.config.transfer_timeout):
                 if make_parents:
                     await sftp.makedirs(posixpath.dirname(path), exist_ok=True)
                 handle = await sftp.open(path, "wb")
@@ -1031,7 +1022,7 @@ class SshSandbox(ContainerSandbox):
         target = self._resolve(path)
         sftp = await self._sftp()
         try:
-            with anyio.fail_after(self.config.transfer_timeout_seconds):
+            with anyio.fail_after(self.config.transfer_timeout):
                 attrs = await sftp.stat(target)
                 if attrs.permissions is None or not stat.S_ISREG(attrs.permissions):
                     raise NotARegularFileError(f"not a regular file in the sandbox: {path!r}")
@@ -1088,7 +1079,7 @@ class SshSandbox(ContainerSandbox):
                 dest,
                 staged,
             ],
-            self.config.call_timeout_seconds,
+            self.config.call_timeout,
         )
         if code != 0:
             raise OSError(f"cannot extract archive into {dest_dir!r}: {err.strip()[:300]}")
@@ -1104,7 +1095,7 @@ class SshSandbox(ContainerSandbox):
         logged with where it was left.
 
         **Cancellation**: not shielded by itself (the release's owner shields and bounds it);
-        the script is bounded by ``close_timeout_seconds``, the connection's close by a few
+        the script is bounded by ``close_timeout``, the connection's close by a few
         seconds.
         """
         if self._closed:
@@ -1130,7 +1121,7 @@ class SshSandbox(ContainerSandbox):
                 self.root,
                 self.sandbox_id,
                 grace,
-                timeout=self.config.close_timeout_seconds,
+                timeout=self.config.close_timeout,
             )
             if code != 0:
                 logger.warning("ssh sandbox %s: close incomplete: %s", self.label, err.strip())
@@ -1183,12 +1174,12 @@ async def ssh_preflight(**options: Any) -> None:
             link,
             'for t in setsid mktemp tar env; do command -v "$t" >/dev/null 2>&1 || '
             '{ echo "missing: $t" >&2; exit 3; }; done',
-            timeout=config.call_timeout_seconds,
+            timeout=config.call_timeout,
         )
     except TimeoutError as exc:
         raise SandboxError(
             f"terminal_backend='ssh': {config.target} accepted the login but did not run a "
-            f"command within {config.call_timeout_seconds:g} s"
+            f"command within {config.call_timeout:g} s"
         ) from exc
     finally:
         await link.close()

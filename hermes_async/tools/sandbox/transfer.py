@@ -48,7 +48,6 @@ from hermes_async.tools.sandbox.output import OutputCapture
 
 __all__ = (
     "DEFAULT_TRANSFER_LIMIT_BYTES",
-    "HOST_TRANSFER_TIMEOUT_SECONDS",
     "DownloadedFile",
     "download_dir",
     "download_file",
@@ -64,7 +63,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_TRANSFER_LIMIT_BYTES = 1 << 30
 
 #: Deadline of the host-side process of one transfer (``cat``, ``tar``, the extractor).
-HOST_TRANSFER_TIMEOUT_SECONDS = 600.0
+_HOST_TRANSFER_TIMEOUT_SECONDS = 600.0
 
 #: Bound of killing and reaping a host-side writer that is abandoned.
 _ABORT_SECONDS = 10.0
@@ -125,7 +124,7 @@ class _HostWriter:
     async def _collect(self) -> int:
         """Close stdin, read both outputs to the end, return the exit code (bounded)."""
         assert self.proc.stdin is not None
-        with anyio.fail_after(HOST_TRANSFER_TIMEOUT_SECONDS):
+        with anyio.fail_after(_HOST_TRANSFER_TIMEOUT_SECONDS):
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await self.proc.stdin.aclose()
             async with anyio.create_task_group() as tg:
@@ -161,7 +160,7 @@ async def _read_all(stream: anyio.abc.ByteReceiveStream | None, sink: OutputCapt
 async def _host_sh(script: str, *args: str) -> tuple[int, str]:
     raw = await run_bounded(
         ["/bin/sh", "-c", script, "sh", *args],
-        timeout=HOST_TRANSFER_TIMEOUT_SECONDS,
+        timeout=_HOST_TRANSFER_TIMEOUT_SECONDS,
         output_limit=1 << 16,
     )
     return raw.exit_code, raw.stderr.decode("utf-8", "replace").strip()
@@ -351,7 +350,9 @@ async def pack_host_tree(
         args += list(replace_file)
     else:
         script += " ."
-    raw = await run_bounded(["/bin/sh", "-c", script, *args], timeout=HOST_TRANSFER_TIMEOUT_SECONDS)
+    raw = await run_bounded(
+        ["/bin/sh", "-c", script, *args], timeout=_HOST_TRANSFER_TIMEOUT_SECONDS
+    )
     if raw.exit_code == 66:
         raise FileNotFoundError(f"Local directory not found: {source}")
     if raw.exit_code != 0:
@@ -370,7 +371,7 @@ async def _read_host(script: str, path: str, max_bytes: int, kind: str, verb: st
     stdout, at most ``max_bytes``."""
     raw = await run_bounded(
         ["/bin/sh", "-c", script, "sh", path],
-        timeout=HOST_TRANSFER_TIMEOUT_SECONDS,
+        timeout=_HOST_TRANSFER_TIMEOUT_SECONDS,
         output_limit=max_bytes + 1,
     )
     if raw.exit_code == 66:

@@ -30,7 +30,7 @@ from hermes_async.tools.sandbox.base import (
     ExecResult,
     Sandbox,
 )
-from hermes_async.tools.sandbox.snapshot import SandboxSnapshot
+from hermes_async.tools.sandbox.spec import SandboxSnapshot
 
 __all__ = ("SandboxWrapper",)
 

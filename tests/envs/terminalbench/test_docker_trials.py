@@ -31,7 +31,7 @@ def anyio_backend() -> tuple[str, dict[str, object]]:
 
 
 async def _pass(tasks: list[HarborTask], options: PassOptions) -> list:  # type: ignore[type-arg]
-    backend = DockerBackend(DockerSandboxConfig(default_exec_timeout_seconds=120.0))
+    backend = DockerBackend(DockerSandboxConfig(default_exec_timeout=120.0))
     async with SandboxManager(backend) as manager:
 
         async def trial_fn(task: HarborTask, attempt: int, network: bool) -> TaskRun:

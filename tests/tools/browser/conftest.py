@@ -89,11 +89,11 @@ def settings_for_tests(**overrides: object) -> BrowserSettings:
     ``allow=()``)."""
     values: dict[str, object] = {
         "allow": ("127.0.0.1",),
-        "launch_timeout_seconds": 60.0,
-        "action_timeout_seconds": 10.0,
-        "navigation_timeout_seconds": 20.0,
-        "fetch_timeout_seconds": 10.0,
-        "idle_timeout_seconds": None,
+        "launch_timeout": 60.0,
+        "action_timeout": 10.0,
+        "navigation_timeout": 20.0,
+        "fetch_timeout": 10.0,
+        "idle_timeout": None,
     }
     values.update(overrides)
     return BrowserSettings(**values)  # type: ignore[arg-type]

@@ -79,7 +79,7 @@ async def _serve(
 ) -> tuple[FakeRoute, RequestOutcome, list[str]]:
     log: list[str] = []
     route = FakeRoute(log)
-    values: dict[str, object] = {"resolver": RESOLVER, "fetch_timeout_seconds": 5.0, **settings}
+    values: dict[str, object] = {"resolver": RESOLVER, "fetch_timeout": 5.0, **settings}
     web = WebSettings(**values)  # type: ignore[arg-type]
 
     def record(outcome: RequestOutcome) -> None:
@@ -90,7 +90,7 @@ async def _serve(
         request,
         settings=web,
         allow=Allowlist.from_entries(allow),
-        timeout=web.fetch_timeout_seconds,
+        timeout=web.fetch_timeout,
         record=record,
     )
     return route, outcome, log
@@ -245,7 +245,7 @@ async def test_size_caps_and_timeouts(site: Site) -> None:
     route, outcome, _ = await _serve(doc, max_body_bytes=1000)
     assert route.fulfilled is not None and route.fulfilled["body"] == b"x" * 1000
     route, outcome, _ = await _serve(
-        FakeRequest(f"http://shop.test:{site.port}/slow"), fetch_timeout_seconds=0.5
+        FakeRequest(f"http://shop.test:{site.port}/slow"), fetch_timeout=0.5
     )
     assert route.aborted == "timedout" and "longer than 0.5 seconds" in (outcome.detail or "")
 

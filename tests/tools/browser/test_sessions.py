@@ -169,7 +169,7 @@ async def test_a_cancelled_get_while_waiting_for_a_slot_leaks_nothing(
 
 async def test_idle_sessions_are_reaped_busy_ones_are_not(browser_engine: str, site: Site) -> None:
     site.pages = {"/": Page(PAGE), "/slow": Page(PAGE, delay=2.0)}
-    settings = settings_for_tests(idle_timeout_seconds=0.6, reap_interval_seconds=0.1)
+    settings = settings_for_tests(idle_timeout=0.6, reap_interval_seconds=0.1)
     async with BrowserManager(settings) as manager:
         idle = await manager.get("idle")
         await idle.navigate(site.url("/"))

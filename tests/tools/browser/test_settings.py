@@ -63,12 +63,12 @@ def test_from_env_reads_the_documented_variables() -> None:
     )
     assert settings.executable_path == "/opt/chrome"
     assert settings.allow == ("intranet.example", "10.0.0.0/8")
-    assert settings.max_sessions == 4 and settings.idle_timeout_seconds == 120.0
+    assert settings.max_sessions == 4 and settings.idle_timeout == 120.0
     assert settings.vision is not None and settings.vision.model == "qwen-vl"
     assert "sk-secret" not in repr(settings)
     defaults = BrowserSettings.from_env({})
     assert defaults == BrowserSettings()
-    assert defaults.idle_timeout_seconds == 300.0 and defaults.reap_interval == 30.0
+    assert defaults.idle_timeout == 300.0 and defaults.reap_interval == 30.0
     assert defaults.snapshot_max_chars == 8_000
 
 

@@ -47,7 +47,7 @@ class World:
             "workdir": str(self.work),
             "home": str(self.home),
             "scratch_dir": str(self.scratch),
-            "default_exec_timeout_seconds": 60.0,
+            "default_exec_timeout": 60.0,
         }
         settings.update(overrides)
         return ApptainerSandboxConfig(**settings)  # type: ignore[arg-type]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 import anyio
 import pytest
@@ -13,7 +12,6 @@ from hermes_async.testing.fake_sandbox import FakeSandbox, FakeSandboxFactory
 from hermes_async.tools.sandbox.base import (
     DEFAULT_OUTPUT_LIMIT_BYTES,
     ExecRequest,
-    ExecResult,
     Sandbox,
     resolve_path,
 )
@@ -72,58 +70,6 @@ async def test_exec_builds_one_request_for_the_hook() -> None:
     with pytest.raises(ValueError, match="invalid environment variable"):
         await fake.exec("run", env={"A=B": "x"})
     assert len(fake.calls) == 1  # validation happens before the backend sees anything
-
-
-class _LegacySandbox(Sandbox):
-    """Written against the old interface: overrides exec() itself, no exec_request."""
-
-    task_id = "legacy"
-    workdir = "/w"
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str | None, Mapping[str, str] | None]] = []
-
-    async def exec(  # type: ignore[override]
-        self,
-        command: str,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT_BYTES,
-    ) -> ExecResult:
-        self.seen.append((command, cwd, env))
-        return ExecResult(f"legacy {command}", "", 0)
-
-    async def read_bytes(self, path: str) -> bytes:
-        raise FileNotFoundError(path)
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        return None
-
-    async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        return None
-
-    async def get_archive(self, path: str) -> bytes:
-        raise FileNotFoundError(path)
-
-    async def aclose(self, interrupted: bool = False) -> None:
-        return None
-
-
-async def test_subclass_overriding_exec_still_works_through_the_manager() -> None:
-    legacy = _LegacySandbox()
-    assert (await legacy.exec("a")).stdout == "legacy a"
-
-    async def factory(task_id: str) -> Sandbox:
-        return legacy
-
-    async with SandboxManager(factory) as manager:
-        managed = await manager.get("t")
-        result = await managed.exec("b", cwd="d", env={"X": "1"})
-    assert result.stdout == "legacy b"
-    assert legacy.seen == [("a", None, None), ("b", "d", {"X": "1"})]
 
 
 def test_a_backend_without_the_hook_is_abstract() -> None:

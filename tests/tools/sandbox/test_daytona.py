@@ -88,7 +88,7 @@ async def test_secrets_reach_neither_the_sandbox_nor_the_logs(
 ) -> None:
     monkeypatch.setenv("DAYTONA_API_KEY", "dtn_sekrit_123")
     caplog.set_level(logging.DEBUG)
-    factory = backend(fake, tmp_path, delete_timeout_seconds=0.2)
+    factory = backend(fake, tmp_path, delete_timeout=0.2)
     sb = await factory("t")
     try:
         assert "dtn_sekrit_123" not in (await sb.exec("env")).stdout

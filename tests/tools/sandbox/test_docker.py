@@ -150,7 +150,7 @@ def make_config(**overrides: object) -> DockerSandboxConfig:
         "memory_mb": 256,
         "pids_limit": 128,
         "pull_missing": False,
-        "default_exec_timeout_seconds": 60.0,
+        "default_exec_timeout": 60.0,
     }
     settings.update(overrides)
     return DockerSandboxConfig(**settings)  # type: ignore[arg-type]
@@ -611,22 +611,22 @@ async def test_container_sees_no_host_process_secret_or_network(
 
 @docker
 async def test_a_warm_pool_of_containers_hands_out_live_ones(docker_engine: str) -> None:
-    from hermes_async.tools.sandbox.pool import PoolOptions
+    from hermes_async.tools.sandbox.warm_pool import WarmPoolOptions
 
-    pool = PoolOptions(size=2, fill_concurrency=2)
-    async with SandboxManager(DockerBackend(make_config()), pool=pool) as manager:
+    pool = WarmPoolOptions(size=2, fill_concurrency=2)
+    async with SandboxManager(DockerBackend(make_config()), warm_pool=pool) as manager:
         with anyio.fail_after(120):
-            while (stats := manager.statistics().pool) is None or stats.ready < 2:
+            while (stats := manager.statistics().warm_pool) is None or stats.ready < 2:
                 await anyio.sleep(0.05)
-        assert manager.pool is not None
-        first, second = (s for s, _ in manager.pool._warm[""].ready)
+        assert manager.warm_pool is not None
+        first, second = (s for s, _ in manager.warm_pool._warm[""].ready)
         assert isinstance(first, DockerSandbox) and await first.alive()
         await first._container.kill()  # dies while it waits in the pool
         assert not await first.alive()
         handed = await manager.get("rollout")
         assert handed.inner is second  # the dead one was skipped (and closed)
         assert (await handed.exec("echo hi")).stdout == "hi\n"
-        stats = manager.statistics().pool
+        stats = manager.statistics().warm_pool
         assert stats is not None and stats.failed_checks == 1
     assert _our_containers(docker_engine) == []
 

@@ -74,7 +74,7 @@ async def test_secrets_reach_neither_the_sandbox_nor_the_logs(
 ) -> None:
     monkeypatch.setenv("E2B_API_KEY", "e2b_sekrit_123")
     caplog.set_level(logging.DEBUG)
-    factory = backend(fake, tmp_path, delete_timeout_seconds=0.2)
+    factory = backend(fake, tmp_path, delete_timeout=0.2)
     sb = await factory("t")
     try:
         assert "e2b_sekrit_123" not in (await sb.exec("env")).stdout

@@ -21,6 +21,7 @@ from hermes_async.tools.sandbox.local import (
     local_factory,
     run_bounded,
 )
+from hermes_async.tools.sandbox.namespaces import NamespaceOptions
 
 pytestmark = pytest.mark.anyio
 
@@ -332,7 +333,9 @@ async def test_isolation_is_explicit(
     with pytest.raises(ConfigError, match=r"unknown option\(s\)|invalid option"):
         make_backend_factory("local", isolaton="namespaces")
     with pytest.raises(ConfigError, match="must not be root"):
-        local_factory(uid=0)
+        local_factory(namespace=NamespaceOptions(uid=0))
+    with pytest.raises(ConfigError, match="must not be root"):  # a config gives them flat
+        make_backend_factory("local", isolation="process", uid=0)
     # Where bubblewrap is missing, the default and "namespaces" are one ConfigError: what is
     # missing, the install script, the explicit opt-out. Nothing falls back on its own.
     why = "bwrap not found on PATH (Debian packages: bubblewrap, util-linux)"

@@ -221,14 +221,14 @@ async def test_hung_create_hits_the_deadline(tmp_path: pathlib.Path) -> None:
     fake = FakeModal(hang={"Sandbox.create"})
     start = anyio.current_time()
     with pytest.raises(SandboxError, match=r"did not finish within 0\.3 s.*modal token"):
-        await create(fake, str(tmp_path), create_timeout_seconds=0.3)
+        await create(fake, str(tmp_path), create_timeout=0.3)
     assert anyio.current_time() - start < 5
     assert fake.creates_in_flight == 0
 
 
 async def test_hung_calls_hit_their_deadline(tmp_path: pathlib.Path) -> None:
     fake = FakeModal()
-    async with await create(fake, str(tmp_path), call_timeout_seconds=0.3) as sb:
+    async with await create(fake, str(tmp_path), call_timeout=0.3) as sb:
         fake.faults.hang.add("filesystem.read_bytes")
         with pytest.raises(SandboxError, match=r"did not answer a read of .* within 0\.3 s"):
             await sb.read_bytes("x")
@@ -239,7 +239,7 @@ async def test_hung_calls_hit_their_deadline(tmp_path: pathlib.Path) -> None:
 
 async def test_hung_terminate_is_bounded(tmp_path: pathlib.Path) -> None:
     fake = FakeModal(hang={"terminate"})
-    sb = await create(fake, str(tmp_path), terminate_timeout_seconds=0.2)
+    sb = await create(fake, str(tmp_path), terminate_timeout=0.2)
     start = anyio.current_time()
     await sb.aclose()
     assert anyio.current_time() - start < 5
@@ -290,8 +290,8 @@ def test_backend_selector_rejects_unknown_kinds_and_options() -> None:
         match=r"unknown option\(s\) colour for terminal_backend='docker'; valid: .*image",
     ):
         make_backend_factory("docker", colour="red")
-    with pytest.raises(ConfigError, match=r"ModalSandboxConfig.call_timeout_seconds must be > 0"):
-        make_backend_factory("modal", call_timeout_seconds=0)
+    with pytest.raises(ConfigError, match=r"ModalSandboxConfig.call_timeout must be > 0"):
+        make_backend_factory("modal", call_timeout=0)
 
 
 @pytest.mark.parametrize("name", sorted(CONFORMANCE_CHECKS))

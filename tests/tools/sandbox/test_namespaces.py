@@ -11,6 +11,7 @@ import os
 import pathlib
 import signal
 import sys
+from typing import Any
 
 import anyio
 import pytest
@@ -23,6 +24,7 @@ from hermes_async.tools.sandbox.local import LocalSandbox, local_factory
 from hermes_async.tools.sandbox.manager import SandboxManager
 from hermes_async.tools.sandbox.namespaces import (
     INSIDE_ROOT,
+    NamespaceOptions,
     processes_in_pid_namespace,
 )
 from tests.support import scaled
@@ -30,12 +32,13 @@ from tests.support import scaled
 pytestmark = [pytest.mark.anyio, pytest.mark.namespaces]
 
 
-async def _world(root: pathlib.Path, **options: object) -> LocalSandbox:
+async def _world(root: pathlib.Path, **options: Any) -> LocalSandbox:
     sandbox = await local_factory(
-        str(root), isolation="namespaces", terminate_grace=0.5, **options
-    )(  # type: ignore[arg-type]
-        "ns-test"
-    )
+        str(root),
+        isolation="namespaces",
+        terminate_grace=0.5,
+        namespace=NamespaceOptions(**options),
+    )("ns-test")
     assert isinstance(sandbox, LocalSandbox) and sandbox.isolation == "namespaces"
     return sandbox
 
@@ -179,7 +182,9 @@ async def test_many_sandboxes_of_escapes_leave_nothing(tmp_path: pathlib.Path, n
     background sleeper; after release, 0 of their processes are alive (counted from the host).
     (20 in every run, 50 in CI; the 500 take ~1-3 min on the shared 2-core box: a soak.)"""
     marker = "8888123"
-    factory = local_factory(str(tmp_path), isolation="namespaces", disk_limit_mb=64)
+    factory = local_factory(
+        str(tmp_path), isolation="namespaces", namespace=NamespaceOptions(disk_limit_mb=64)
+    )
     inodes: list[int] = []
     start = anyio.current_time()
     async with SandboxManager(factory, limits=Limits(sandbox_create=32), idle_timeout=None) as m:
@@ -403,7 +408,9 @@ async def test_cancelled_starts_leave_nothing(tmp_path: pathlib.Path) -> None:
     and no directory (the cancellation matrix's 'during sandbox start' on the real kernel)."""
     from hermes_async.tools.sandbox.namespaces import _host
 
-    factory = local_factory(str(tmp_path), isolation="namespaces", disk_limit_mb=64)
+    factory = local_factory(
+        str(tmp_path), isolation="namespaces", namespace=NamespaceOptions(disk_limit_mb=64)
+    )
     await (await factory("warm-up")).aclose()  # probe + disk template outside the matrix
     outcomes = []
     for delay in (0.0, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3):

@@ -120,7 +120,7 @@ async def test_create_timeout_is_an_error_and_sweeps_the_leftover(
     tmp_path: pathlib.Path, kind: str
 ) -> None:
     provider = make_provider(kind, tmp_path, hang={"create"})
-    factory = provider.build(create_timeout_seconds=0.3)
+    factory = provider.build(create_timeout=0.3)
     start = anyio.current_time()
     with pytest.raises(SandboxError, match=rf"did not finish within 0\.3 s.*{provider.key_env}"):
         await factory("t")
@@ -134,7 +134,7 @@ async def test_create_timeout_is_an_error_and_sweeps_the_leftover(
 async def test_the_sdks_own_create_timeout_is_an_error(tmp_path: pathlib.Path, kind: str) -> None:
     # The SDK's own create deadline (we pass ours) fires first and leaves the sandbox made.
     provider = make_provider(kind, tmp_path, create_delay_seconds=5)
-    factory = provider.build(create_timeout_seconds=0.2)
+    factory = provider.build(create_timeout=0.2)
     with pytest.raises(SandboxError, match="did not finish within"):
         await factory("t")
     assert len(provider.fake.sandboxes) == 1
@@ -189,7 +189,7 @@ async def test_a_timeout_keeps_the_partial_output(provider: Provider) -> None:
 
 async def test_hung_calls_hit_their_deadlines(provider: Provider) -> None:
     fake = provider.fake
-    factory = provider.build(call_timeout_seconds=0.3, delete_timeout_seconds=0.3)
+    factory = provider.build(call_timeout=0.3, delete_timeout=0.3)
     sb = await factory("t")
     fake.faults.hang.add(provider.write_op)
     with pytest.raises(SandboxError, match=r"write .* did not answer within 0\.3 s"):
@@ -284,7 +284,7 @@ async def run_randomized(provider: Provider, count: int, seed: int) -> Tally:
     factory = provider.build(
         max_creates_per_second=10_000.0,
         max_concurrent_creates=64,
-        create_timeout_seconds=0.05,  # some creates (delay up to 0.06 s) time out
+        create_timeout=0.05,  # some creates (delay up to 0.06 s) time out
         reap_on_start=False,  # the books must be clean without the reaper's help
     )
     tally = Tally(Counter(), Counter())

@@ -59,7 +59,7 @@ def make_config(server: SshServer, **overrides: object) -> SshSandboxConfig:
         "user": server.user,
         "key_path": server.key_path,
         "known_hosts": server.known_hosts,
-        "default_exec_timeout_seconds": 60.0,
+        "default_exec_timeout": 60.0,
         "connect_timeout": 10.0,
     }
     settings.update(overrides)
@@ -213,7 +213,7 @@ async def test_a_channel_refused_past_the_call_timeout_names_max_sessions(
     ssh_server: SshServer, remote_root: pathlib.Path
 ) -> None:
     config = make_config(
-        ssh_server, remote_root=str(remote_root), max_sessions=14, call_timeout_seconds=1.5
+        ssh_server, remote_root=str(remote_root), max_sessions=14, call_timeout=1.5
     )
     backend = SshBackend(config)
     outcomes: list[object] = []

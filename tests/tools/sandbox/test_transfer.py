@@ -23,7 +23,7 @@ from hermes_async.tools.sandbox.base import ByteSink
 from hermes_async.tools.sandbox.errors import TransferLimitError
 from hermes_async.tools.sandbox.local import local_factory
 from hermes_async.tools.sandbox.manager import SandboxManager
-from hermes_async.tools.sandbox.namespaces import namespace_support
+from hermes_async.tools.sandbox.namespaces import NamespaceOptions, namespace_support
 from hermes_async.tools.sandbox.transfer import (
     DEFAULT_TRANSFER_LIMIT_BYTES,
     download_dir,
@@ -69,7 +69,9 @@ class RssSampler:
 async def manager(tmp_path: pathlib.Path) -> AsyncIterator[SandboxManager]:
     root = tmp_path / "sandboxes"
     root.mkdir()
-    factory = local_factory(str(root), isolation=ISOLATION, disk_limit_mb=256)
+    factory = local_factory(
+        str(root), isolation=ISOLATION, namespace=NamespaceOptions(disk_limit_mb=256)
+    )
     async with SandboxManager(factory, idle_timeout=None) as m:
         yield m
     assert list(root.iterdir()) == []

@@ -20,7 +20,7 @@ from hermes_async._cleanup import bounded_cleanup
 from hermes_async.tools.sandbox.base import Sandbox
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
-__all__ = ("PoolOptions", "PoolStatistics", "WarmPool", "spec_key")
+__all__ = ("WarmPool", "WarmPoolOptions", "WarmPoolStatistics")
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ _AGE_CHECK_MAX_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class PoolOptions:
+class WarmPoolOptions:
     """How a :class:`SandboxManager` keeps sandboxes warm.
 
     Attributes:
@@ -49,13 +49,13 @@ class PoolOptions:
 
     def __post_init__(self) -> None:
         if self.size < 0:
-            raise ValueError(f"PoolOptions.size must be >= 0, got {self.size!r}")
+            raise ValueError(f"WarmPoolOptions.size must be >= 0, got {self.size!r}")
         check_fields(self, ("max_specs", "fill_concurrency"), AT_LEAST_ONE, error=ValueError)
         check_fields(self, ("max_age", "check_timeout"), POSITIVE, error=ValueError)
 
 
 @dataclass(frozen=True, slots=True)
-class PoolStatistics:
+class WarmPoolStatistics:
     """A snapshot of a pool: sandboxes ready, creations in flight, hits and misses, closes by cause."""
 
     ready: int
@@ -68,7 +68,7 @@ class PoolStatistics:
     fill_failures: int
 
 
-def spec_key(spec: SandboxSpec | None) -> str:
+def _spec_key(spec: SandboxSpec | None) -> str:
     """A stable key of ``spec`` (``""`` for the default sandbox): equal specs share a pool."""
     return "" if spec is None else repr(spec)
 
@@ -92,7 +92,7 @@ class WarmPool:
         create: ``async (task_id, spec) -> Sandbox``: the manager's guarded creation.
     """
 
-    def __init__(self, options: PoolOptions, create: Create, *, close_timeout: float) -> None:
+    def __init__(self, options: WarmPoolOptions, create: Create, *, close_timeout: float) -> None:
         self.options = options
         self._create = create
         self._close_timeout = close_timeout
@@ -112,7 +112,7 @@ class WarmPool:
         """Keep ``spec``'s sandboxes warm (after the specs asked for before it)."""
         if self._closing or self.options.size == 0:
             return
-        key = spec_key(spec)
+        key = _spec_key(spec)
         if key in self._warm:
             self._warm.move_to_end(key)  # asked again: the last to be dropped
             return
@@ -122,9 +122,9 @@ class WarmPool:
             self._close_later(dropped.ready, "its spec is no longer kept warm")
         self._wake.set()
 
-    def statistics(self) -> PoolStatistics:
+    def statistics(self) -> WarmPoolStatistics:
         """A snapshot of counts."""
-        return PoolStatistics(
+        return WarmPoolStatistics(
             ready=sum(len(w.ready) for w in self._warm.values()),
             filling=sum(w.filling for w in self._warm.values()),
             hits=self._hits,
@@ -145,7 +145,7 @@ class WarmPool:
         **Cancellation**: a sandbox taken out of the pool is either returned or closed
         (shielded, bounded); none is lost.
         """
-        warm = self._warm.get(spec_key(spec))
+        warm = self._warm.get(_spec_key(spec))
         while warm is not None and warm.ready:
             sandbox, born = warm.ready.popleft()
             self._wake.set()  # one fewer ready: the filler tops it up
