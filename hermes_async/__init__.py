@@ -1,12 +1,8 @@
 """hermes_async: a natively async (anyio) rollout layer for agentic RL.
 
-The public API is re-exported here; everything else lives in its own module
-(``hermes_async.agent``, ``hermes_async.tools.registry``, ...) or in ``_private`` modules that are
-not API. ``hermes_async.agent`` is the rollout core (the loop, ``ToolContext``, ``run_group``);
-``hermes_async.envs`` the atroposlib adapter on top of it.
-
-Names are imported on first use (PEP 562), so ``import hermes_async`` is cheap and importing one
-subpackage (``hermes_async.parsers``) does not load the others (the HTTP stack, sandboxes).
+The public API, re-exported lazily (PEP 562): ``import hermes_async`` loads no subpackage until
+a name is used. ``hermes_async.agent`` is the rollout core; ``hermes_async.envs`` the atroposlib
+adapter.
 """
 
 from __future__ import annotations
@@ -122,9 +118,7 @@ from hermes_async._version import __version__ as __version__
 
 
 def _install_log_redaction() -> None:
-    """Every record of a ``hermes_async`` logger is redacted of credentials when it is created
-    (``hermes_async._redact.redact_record``, imported on the first such record, so importing
-    the package loads none of its modules)."""
+    """Redact credentials from every ``hermes_async`` log record (loaded on first use)."""
     previous = logging.getLogRecordFactory()
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:

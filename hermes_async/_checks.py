@@ -1,11 +1,8 @@
 """One check of a config object's fields, for the ``__post_init__`` of the config dataclasses.
 
-``check_fields(self, ("cpus", "call_timeout"), POSITIVE_FINITE)`` raises
-``ConfigError("ModalSandboxConfig.cpus must be > 0 and finite, got inf")`` for the first field
-that fails: the message names the class, the field, the requirement and the bad value, as
-every config error does (:func:`check_value` does the same for a function's keyword argument). A requirement is a small :class:`Requirement` (a predicate and its words); the
-common ones are below. :func:`check_names` refuses a name that is not a field, naming the
-closest one.
+``check_fields(self, ("cpus",), POSITIVE_FINITE)`` raises
+``ConfigError("ModalSandboxConfig.cpus must be > 0 and finite, got inf")``: class, field,
+requirement and bad value, as every config error does.
 """
 
 from __future__ import annotations
@@ -112,15 +109,10 @@ def check_fields(
     *,
     error: Callable[[str], Exception] = ConfigError,
 ) -> None:
-    """Raise ``error("Owner.name must be <words>, got value")`` for the first field of ``names``
-    that fails ``requirement`` (``Owner`` is ``owner``'s class name).
+    """Raise ``error("Owner.name must be <words>, got value")`` for the first failing field.
 
     Args:
-        owner: The config object.
-        names: Its fields to check, in order.
-        requirement: What each must be.
-        error: The exception type (``ConfigError`` for user configuration; ``ValueError``
-            for programmers' options).
+        error: ``ConfigError`` for user configuration; ``ValueError`` for programmers' options.
     """
     for name in names:
         check_value(
@@ -135,9 +127,7 @@ def check_value(
     *,
     error: Callable[[str], Exception] = ConfigError,
 ) -> None:
-    """Raise ``error("<where> must be <words>, got value")`` unless ``value`` meets
-    ``requirement`` (for a function's keyword arguments, where :func:`check_fields` has no
-    object to read)."""
+    """Raise ``error("<where> must be <words>, got value")`` unless ``value`` passes."""
     if not requirement.test(value):
         raise error(f"{where} must be {requirement.words}, got {value!r}")
 
@@ -147,14 +137,11 @@ def check_names(
 ) -> None:
     """Raise a ``ConfigError`` for the first of ``given`` that is not in ``valid``.
 
-    The message names the closest valid name (``"unknown flag: '--env.max_agent_turn'; did you
-    mean '--env.max_agent_turns'?"``); with none close, ``otherwise`` (default: the valid names).
+    The message names the closest valid name (``did you mean '--env.max_agent_turns'?``), else
+    ``otherwise`` (default: the valid names).
 
     Args:
-        given: The names a caller used.
-        valid: The names that exist.
         kind: What a name is, for the message (``"flag"``, ``"MyEnvConfig field"``).
-        otherwise: The fix when no valid name is close.
     """
     names = list(valid)
     known = set(names)

@@ -1,30 +1,8 @@
 """Bounded cleanup: the one place that shields, bounds and reports a cleanup step.
 
-Cleanup in an async library has two failure modes, and this helper exists to rule out both:
-
-* **skipped** — a cancellation reaches the cleanup's first ``await`` and the resource leaks
-  (the reference skipped sandbox release on cancellation);
-* **hung** — a shielded wait on something external (a container engine, a remote API, a
-  socket) never returns, so the cancellation that started the cleanup never completes.
-
-So every cleanup step in ``hermes_async`` runs inside :func:`cleanup_scope`: shielded from the
-caller's cancellation *and* bounded by its own deadline, with an overrun logged (what was
-abandoned, after how long, and why the cleanup ran). A bare ``CancelScope(shield=True)`` around
-an await the library does not control is a bug; so is a second bound around a step that is
-already bounded (the inner deadline is the real one, the outer only hides it).
-
-Who bounds: the function that *owns* the resource. ``SandboxManager.release`` bounds a
-sandbox's close; its callers (the loop, the rollout pipeline, ``ToolContext``) call it without a
-bound of their own. The shield is entered before the first ``await`` of the step, so a caller
-that is already cancelled still gets the whole step.
-
-Why a deadline per step rather than one per teardown: a stuck close of one sandbox must not eat
-the budget of the next one's; the caller's total is the sum of its steps' bounds, which each
-owner documents next to its default.
-
-Cancellation reasons: library code that cancels a scope says why
-(``scope.cancel(reason)``), so a traceback or a log line names the cause (a deadline, a sibling's
-failure, a closing manager) instead of a bare ``Cancelled``.
+Every cleanup step runs in :func:`cleanup_scope`: shielded from the caller's cancellation and
+bounded by its own deadline, an overrun logged. The owner of a resource bounds it; nobody adds
+a second bound. Why: docs/architecture.md, "Cleanup: shielded and bounded".
 """
 
 from __future__ import annotations
@@ -45,13 +23,7 @@ T = TypeVar("T")
 
 
 class _CleanupOverrun:
-    """What :func:`cleanup_scope` yields: the step's scope and whether it ran out of time.
-
-    Attributes:
-        what: The step's description (``"release sandbox task-1"``).
-        timeout: Its deadline in seconds.
-        scope: The underlying shielded, bounded :class:`anyio.CancelScope`.
-    """
+    """What :func:`cleanup_scope` yields: the step's shielded scope and ``overran``."""
 
     __slots__ = ("scope", "timeout", "what")
 
@@ -70,12 +42,8 @@ class _CleanupOverrun:
 def acquisition_scope(timeout: float) -> Iterator[anyio.CancelScope]:
     """A step that must not be cut in half: shielded, failing with ``TimeoutError`` at ``timeout``.
 
-    Not a cleanup but an acquisition whose result the caller must own once it exists: starting
-    a host process (asyncio leaks a half-built subprocess transport), a remote create whose id
-    only the reply carries, a remote ``mktemp`` a closed channel would not stop. The caller's
-    cancellation is delivered at its next checkpoint after the block, when it can release what
-    it acquired. The one place such a shield is written (``tests/test_cleanup.py`` checks no
-    other module writes ``shield=True``).
+    For an acquisition the caller must own once it exists (a host process, a remote create). The
+    caller's cancellation arrives at its next checkpoint. The one other place that shields.
     """
     if not timeout > 0:
         raise ValueError(f"acquisition timeout must be > 0 seconds, got {timeout!r}")
@@ -93,23 +61,13 @@ def cleanup_scope(
 ) -> Iterator[_CleanupOverrun]:
     """Run the body shielded from outer cancellation and bounded by ``timeout`` seconds.
 
-    Args:
-        what: The step, for the overrun log line (``"close sandbox task-1"``).
-        timeout: The step's deadline in seconds (``math.inf``: shielded, unbounded — only for
-            steps that cannot block on anything external, such as in-memory bookkeeping).
-        reason: Why the cleanup runs (``"rollout cancelled"``, ``"manager closing"``), for the
-            log line.
-        log: Logger for the overrun warning (default ``hermes_async.cleanup``).
-
-    Yields:
-        A :class:`_CleanupOverrun`; ``.overran`` tells afterwards whether the deadline passed.
+    ``what`` and ``reason`` name the step and its cause in the overrun warning; ``timeout`` may
+    be ``math.inf`` only for in-memory steps. Yields a :class:`_CleanupOverrun`.
 
     Raises:
         ValueError: ``timeout`` is negative or NaN.
 
-    **Cancellation**: the body is not interrupted by the caller's cancellation; it is
-    interrupted at ``timeout``, logged, and the caller's cancellation (if any) is then delivered
-    at its next checkpoint as usual.
+    **Cancellation**: the body runs until ``timeout``; the caller's cancellation comes after.
     """
     if not timeout >= 0:  # also rejects NaN
         raise ValueError(f"cleanup timeout must be >= 0 seconds, got {timeout!r} for {what}")
@@ -133,17 +91,12 @@ async def bounded_cleanup(
     reason: str | None = None,
     log: logging.Logger | None = None,
 ) -> T | None:
-    """Await ``step()`` inside :func:`cleanup_scope`; log and swallow what it raises.
+    """Await ``step()`` in :func:`cleanup_scope`; log (WARNING) and drop what it raises.
 
-    For cleanup whose failure must not mask the outcome it follows (a release after a rollout,
-    closing a pool after a request): the exception is logged at WARNING with ``what`` and
-    dropped. Use :func:`cleanup_scope` directly where the caller must see the exception.
+    For cleanup whose failure must not mask the outcome before it. Returns ``step()``'s result,
+    or ``None`` if it raised or overran.
 
-    Returns:
-        ``step()``'s result, or ``None`` if it raised or overran.
-
-    **Cancellation**: as :func:`cleanup_scope`; the caller's own cancellation is delivered
-    afterwards. Cancellation is never swallowed: only ``Exception`` subclasses are.
+    **Cancellation**: as :func:`cleanup_scope`; cancellation is never swallowed.
     """
     with cleanup_scope(what, timeout, reason=reason, log=log):
         try:

@@ -1,25 +1,8 @@
 """Decoding JSON the model wrote: bounded nesting, no ``NaN``, no lone surrogates.
 
-Model text is hostile input (issue 16): whatever it holds must turn into a value or a
-``ValueError`` the caller reports to the model, never another exception, and whatever is
-decoded must be serializable again later (request bodies, JSONL, HTML). Three things in plain
-``json.loads`` break that:
-
-* **Nesting.** CPython's decoder recurses once per level: about 1,000 levels of ``[`` raise
-  ``RecursionError``, and a value a little shallower than that decodes but breaks the next
-  recursive consumer (``json.dumps``, a schema validator, a pretty-printer). Values nested
-  deeper than :data:`MAX_JSON_DEPTH` are refused with :class:`JSONDepthError` (a
-  ``ValueError``) *before* decoding.
-* **Lone surrogates.** ``"\\ud800"`` decodes to a string no UTF-8 encoder accepts. Every
-  surrogate code point in a decoded string (keys included) is replaced by U+FFFD. (A Python
-  ``str`` never holds a valid surrogate *pair*: ``"\\ud83d\\ude00"`` decodes to one astral
-  character, so any surrogate left in a string is unencodable.)
-* **``NaN`` / ``Infinity``.** Python's extension, rejected by every other JSON consumer; a
-  number too large for a float (``1e999``) is refused too, since it would be written back as
-  ``Infinity``.
-
-Used by the parsers (call bodies, XML parameter values) and by tool-argument decoding, so both
-follow one rule. Standard library only.
+Model text is hostile: it becomes a value or a ``ValueError``, and what decodes must encode
+again. Used by the parsers and tool-argument decoding. Why each rule: docs/architecture.md,
+"Model-written JSON".
 """
 
 from __future__ import annotations
@@ -67,13 +50,7 @@ def _finite_float(text: str) -> float:
 
 
 def exceeds_depth(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether the brackets of JSON ``text`` nest deeper than ``limit`` (strings skipped).
-
-    Linear and cheap: a text with at most ``limit`` brackets is answered by two counts; else
-    the string literals are cut out and the depth is a running sum over what is left (C-level
-    loops throughout). Malformed text (an unterminated string) may be over-counted; it would not
-    decode anyway.
-    """
+    """Whether the brackets of JSON ``text`` nest deeper than ``limit`` (linear)."""
     if text.count("[") + text.count("{") <= limit:
         return False
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
@@ -88,11 +65,7 @@ def scrub_text(text: str) -> str:
 
 
 def _scrub_json(value: JSON) -> JSON:
-    """A decoded JSON value with :func:`scrub_text` applied to every string and key.
-
-    Recursive: call it only on values whose depth is bounded (everything :func:`loads`
-    returns).
-    """
+    """``value`` with :func:`scrub_text` on every string and key (recursive)."""
     if isinstance(value, str):
         return scrub_text(value)
     if isinstance(value, list):
@@ -105,14 +78,11 @@ def _scrub_json(value: JSON) -> JSON:
 def loads(text: str, *, depth_checked: bool = False) -> JSON:
     """Decode model-written JSON text: bounded depth, no ``NaN``, strings made encodable.
 
-    Args:
-        text: The JSON text.
-        depth_checked: The caller already knows the nesting is within :data:`MAX_JSON_DEPTH`
-            (the parsers' scanner counts it while streaming), so the pre-check is skipped.
+    ``depth_checked``: the caller already counted the nesting (the parsers' scanner does).
 
     Raises:
         JSONDepthError: Nested deeper than :data:`MAX_JSON_DEPTH` (a ``ValueError``).
-        ValueError: Not valid JSON (``json.JSONDecodeError``), or ``NaN`` / ``Infinity``.
+        ValueError: Not valid JSON, or ``NaN`` / ``Infinity``.
     """
     if not depth_checked and exceeds_depth(text):
         raise JSONDepthError

@@ -1,21 +1,8 @@
 """Spans for the core, through opentelemetry-api when it is importable and a provider is set.
 
-The one mechanism every package uses to trace (the public switches are in
-:mod:`hermes_async.telemetry`)::
-
-    with span("execute_tool todo", {"gen_ai.tool.name": "todo"}) as s:
-        ...
-        s.set("gen_ai.usage.output_tokens", 12)   # a no-op when tracing is off
-
-**Zero cost when off.** Without opentelemetry-api, or with no tracer provider configured (the
-API's proxy/no-op provider), :func:`span` returns one shared do-nothing object: no span, no
-context variable, no attribute dictionary kept. ``bench/telemetry.py`` measures the rest.
-
-**Every span ends**, however its block exits: an exception is recorded (status ERROR), a
-cancellation (anyio's, asyncio's or trio's, all ``BaseException``) marks the span
-``hermes_async.cancelled=true`` with status ERROR ``cancelled``, and the span is ended in a
-``finally``. The span is the current one inside the block, so spans opened in tasks started
-there (anyio copies the context into them) are its children.
+``with span("execute_tool todo", attrs) as s: s.set(key, value)``. Off, it costs one shared
+no-op object; on, every span ends however its block exits, a cancellation marked. See
+docs/architecture.md, "Tracing".
 """
 
 from __future__ import annotations
@@ -166,15 +153,10 @@ def span(
     kind: str = "",
     current: bool = True,
 ) -> Span | _NoSpan:
-    """A span called ``name``, started now, current and ended by its ``with`` block.
+    """A span called ``name`` (``"{operation} {target}"``), current and ended by its ``with`` block.
 
-    Args:
-        name: The span's name (GenAI conventions: ``"{operation} {target}"``).
-        attributes: Initial attributes (``None`` values are skipped).
-        kind: ``"client"`` for a request to another service, else internal.
-        current: Make it the parent of spans opened inside the block (``False`` for a span
-            held across a ``yield``, e.g. a generation stream, whose caller's work is not its
-            child).
+    ``None`` attributes are skipped; ``kind="client"`` marks a request to another service;
+    ``current=False`` for a span held across a ``yield`` (a generation stream).
     """
     tr = _tracer()
     if tr is None:

@@ -11,17 +11,20 @@ Three nets, applied together by :func:`redact`:
 * **Credentials by where they sit**: the userinfo and secret query parameters of every URL
   (``postgres://app:pw@db/x`` becomes ``postgres://[REDACTED]@db/x``, so ``DATABASE_URL=...``
   and any ``*_URL`` are covered), and the value of every assignment whose *name* looks secret:
-  ``key=value``, ``key: value``, ``"key": "value"`` anywhere, and ini / env-file lines
-  (``aws_secret_access_key = ...``, ``export GITHUB_TOKEN=...``: the whole rest of the line).
-  A name looks secret when it contains ``secret``, ``password``, ``passwd``, ``credential`` or
-  ``private_key``, or its last word is ``token``, ``apikey``, ``pass``, ``pwd``, ``auth``,
+  ``key=value``, ``key: value``, ``"key": "value"`` anywhere, ini / env-file lines
+  (``aws_secret_access_key = ...``, ``export GITHUB_TOKEN=...``: the whole rest of the line),
+  and the ``NAME=value`` entries of an environment dump (``/proc/<pid>/environ``: entries end
+  at NUL, not at a line break; the whole value goes, spaces and commas included).
+  A name looks secret when it contains ``secret``, ``password``, ``passwd``, ``passphrase``,
+  ``credential`` or ``private_key``, or its last word is ``token``, ``apikey``, ``pass``, ``pwd``, ``auth``,
   ``cookie`` or a qualified ``key`` (``api_key``, ``OPENAI_API_KEY``, ``secretKey``; a bare
   ``key`` is not: ``{"key": "Enter"}``; nor are the shell's ``PWD`` / ``OLDPWD``, which hold
   directories). Words split at ``_``, ``-``, ``.`` and camelCase, so
   ``max_tokens`` and ``TOKEN_LIMIT`` are not secret names, nor are a tokenizer's
   ``eos_token`` / ``pad_token``.
 * **Values of this process's secret variables**: every environment variable whose *name*
-  contains ``KEY``, ``TOKEN``, ``SECRET`` or ``PASSWORD`` (case-insensitive) and whose value is
+  contains ``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``, ``PASSWD`` or ``PASSPHRASE``
+  (case-insensitive) and whose value is
   at least :data:`_MIN_SECRET_VALUE_CHARS` long is replaced wherever it appears, whatever its
   shape.
 
@@ -59,7 +62,7 @@ REDACTED = "[REDACTED]"
 #: and replacing every "8" would destroy the text).
 _MIN_SECRET_VALUE_CHARS = 6
 
-_SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.I)
+_SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE", re.I)
 
 _TOKEN_SHAPES = (
     r"\bsk-(?:ant-|or-|proj-)?[A-Za-z0-9_\-]{16,}",
@@ -98,8 +101,11 @@ _LINE_ASSIGNMENT = re.compile(
     re.M,
 )
 
+#: One ``NAME=value`` entry of a NUL-separated environment dump (the value runs to the NUL).
+_ENVIRON_ENTRY = re.compile(r"(?:^|(?<=\x00))(?P<key>(?P<name>[A-Za-z_][A-Za-z0-9_]*)=)[^\x00]+")
+
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
-_STRONG = ("secret", "password", "passwd", "credential", "privatekey")
+_STRONG = ("secret", "password", "passwd", "passphrase", "credential", "privatekey")
 _LAST_WORDS = frozenset({"token", "apikey", "pass", "pwd", "auth", "cookie", "secret"})
 _NOT_SECRET_TOKENS = frozenset({"eos", "bos", "pad", "unk", "sep", "cls", "mask", "max", "num"})
 
@@ -219,6 +225,11 @@ def redact(
     for value in [*sorted(literals, key=len, reverse=True), *secret_env_values(environ)]:
         if value in text:
             text = text.replace(value, REDACTED)
+    if "\x00" in text:  # an environment dump: each entry is a line of its own
+        text = _ENVIRON_ENTRY.sub(
+            lambda m: m.group("key") + REDACTED if _secret_name(m.group("name")) else m.group(0),
+            text,
+        )
     if "-----BEGIN " in text:
         text = _PEM.sub(
             lambda m: f"-----BEGIN {m.group(1)}-----{REDACTED}-----END {m.group(1)}-----", text

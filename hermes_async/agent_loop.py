@@ -1,9 +1,4 @@
-"""The reference's import path of the agent loop: re-exports from :mod:`hermes_async.agent`.
-
-``from hermes_async.agent_loop import HermesAgentLoop, AgentResult, ToolError`` (and
-``resize_tool_pool``) keeps working;
-the code lives in :mod:`hermes_async.agent.loop` and :mod:`hermes_async.agent.result`.
-"""
+"""The reference's import path of the agent loop: re-exports from :mod:`hermes_async.agent`."""
 
 from __future__ import annotations
 

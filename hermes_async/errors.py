@@ -1,31 +1,8 @@
 """The exception tree of hermes_async.
 
-Every exception the library raises for an *operator* problem (a server that does not answer, a
-sandbox that cannot start, a limiter misconfigured) derives from :class:`HermesAsyncError`, with
-one base class per phase so callers can catch "anything the model server did" without listing
-transport details. Programmer mistakes (a bad argument to a public function) are plain
-``TypeError`` / ``ValueError`` subclasses instead: they are bugs to fix, not conditions to handle.
-
-Failures the *model* causes (unknown tool, invalid JSON arguments, a command that exits non-zero,
-a tool that times out) are never raised from the agent loop: they become a model-visible message
-and a :class:`~hermes_async.agent.ToolError` record. The classes below that describe such
-failures (:class:`ToolArgumentsError`, :class:`ToolTimeoutError`) exist so tool handlers can
-signal them precisely; the dispatcher turns them into observations.
-
-Each exception carries structured fields and builds ``str()`` from them, so a log line and a
-``pytest.raises(match=...)`` see the same text.
-
-Decisions (issue 13):
-
-* Operator mistakes in configuration raise :class:`ConfigError` (a ``ValueError``). Where the
-  mistake is a lookup that reference code catches as ``KeyError`` -- an unknown tool-call
-  parser (``get_parser("hermez")``), an unknown limiter (``limits["nope"]``) -- the error is
-  *also* a ``KeyError`` (:class:`UnknownParserError`, :class:`UnknownLimiterError`), so both
-  spellings of the ``except`` keep working.
-* :class:`LimitError` is the category of limiter mistakes (a total that is not an integer
-  >= 1, an unknown limiter name) and a :class:`ConfigError`.
-* Model output is never raised: a malformed call is a
-  :class:`~hermes_async.parsers.ToolCallInvalid` event for the model.
+An operator problem raises a :class:`HermesAsyncError`, one base per phase; a bad argument is
+a plain ``TypeError`` / ``ValueError``; what the model causes is never raised from the loop but
+shown to it. Each ``str()`` is built from the fields. The rules: docs/architecture.md, "Errors".
 """
 
 from __future__ import annotations
@@ -96,10 +73,7 @@ class InferenceError(HermesAsyncError):
 
 
 class UnknownParserError(ConfigError, KeyError):
-    """:func:`~hermes_async.parsers.get_parser` was given a name nobody registered.
-
-    A :class:`ConfigError` that is also a ``KeyError`` (what the reference raised, and what
-    code written for it catches).
+    """:func:`~hermes_async.parsers.get_parser` got an unregistered name; also a ``KeyError``.
 
     Attributes:
         name: The name asked for.
@@ -122,7 +96,7 @@ class SandboxError(HermesAsyncError):
 
 
 class LimitError(ConfigError):
-    """A capacity limiter was configured incorrectly (a bad total, an unknown name).
+    """A capacity limiter was configured incorrectly.
 
     Attributes:
         limiter: The limiter's name.
@@ -138,7 +112,7 @@ class LimitError(ConfigError):
 
 
 class UnknownLimiterError(LimitError, KeyError):
-    """``limits[name]`` named no limiter (a :class:`LimitError` that is also a ``KeyError``).
+    """``limits[name]`` named no limiter; also a ``KeyError``.
 
     Attributes:
         available: The limiters that exist, sorted.
@@ -155,11 +129,7 @@ class UnknownLimiterError(LimitError, KeyError):
 
 
 class ToolExecutionError(HermesAsyncError):
-    """A tool failed in a way the model should be told about.
-
-    The dispatcher converts it into ``{"error": str(exc)}`` for the model and a ``ToolError``
-    record; it never escapes the agent loop.
-    """
+    """A tool failed in a way the model should be told about (the dispatcher shows it)."""
 
     phase = "tool"
 
@@ -178,12 +148,7 @@ class ToolArgumentsError(ToolExecutionError, ValueError):
 
 
 class ToolTimeoutError(ToolExecutionError):
-    """A tool call exceeded its deadline and was cancelled.
-
-    Args:
-        tool_name: The tool that timed out.
-        timeout: The deadline that passed.
-    """
+    """A tool call exceeded its deadline and was cancelled."""
 
     def __init__(self, tool_name: str, timeout: float, *, task_id: str | None = None) -> None:
         super().__init__(

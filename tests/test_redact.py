@@ -114,3 +114,30 @@ def test_log_records_of_hermes_async_loggers_are_redacted(
         other.warning("password=otherlib1")  # not ours: untouched
     assert "logpass123" not in caplog.text and "tracepass99" not in caplog.text
     assert "otherlib1" in caplog.text
+
+
+def test_an_environment_dump_is_redacted_entry_by_entry() -> None:
+    # /proc/<pid>/environ: NAME=value entries separated by NUL. A value with a space or a
+    # comma was redacted only up to it (the rest of the secret stayed); passphrases were
+    # not secret names at all.
+    dump = (
+        "HOME=/root\x00OPENAI_API_KEY=abcd,1234 efgh5678\x00SSH_KEY_PASSPHRASE=correct horse"
+        "\x00GPG_PASSPHRASE=battery staple\x00PWD=/work\x00TOKEN_LIMIT=8\x00PATH=/bin"
+    )
+    assert redact(dump, environ={}) == (
+        "HOME=/root\x00OPENAI_API_KEY=[REDACTED]\x00SSH_KEY_PASSPHRASE=[REDACTED]"
+        "\x00GPG_PASSPHRASE=[REDACTED]\x00PWD=/work\x00TOKEN_LIMIT=8\x00PATH=/bin"
+    )
+
+
+def test_passphrases_are_secret_names_and_secret_variables() -> None:
+    assert redact('{"db_passphrase": "correcthorse"}', environ={}) == (
+        '{"db_passphrase": "[REDACTED]"}'
+    )
+    assert redact("export GPG_PASSPHRASE=correcthorse", environ={}) == (
+        "export GPG_PASSPHRASE=[REDACTED]"
+    )
+    env = {"GPG_PASSPHRASE": "s3cret-value-here"}
+    assert redact("the value s3cret-value-here leaked", environ=env) == (
+        "the value [REDACTED] leaked"
+    )

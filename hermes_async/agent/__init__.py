@@ -1,29 +1,9 @@
 """The rollout core: the agent loop, reward access to its sandbox, and scored rollouts.
 
 Everything a trainer needs to turn prompts into training rows, on asyncio or trio, with no
-atroposlib anywhere (``hermes_async.envs`` is the Atropos adapter on top of this):
-
-* :func:`run_group` / :func:`run_rollout` — loop -> ``reward(result, ctx)`` on the rollout's own
-  sandbox -> bounded release -> a :class:`ScoredRollout` (messages, tokens, masks, logprobs,
-  reward, timings, errors); :meth:`ScoredGroup.to_scored_data_group` gives Atropos' dict shape.
-* :class:`HermesAgentLoop` — the multi-turn tool-calling loop itself (Phase 1 chat servers,
-  Phase 2 token servers with early tool dispatch); :class:`AgentOptions` its knobs.
-* :class:`ToolContext` — reward functions run commands and read files in the rollout's sandbox.
-* :class:`BudgetConfig` — oversized tool results are saved into the sandbox, the model sees a
-  preview.
-* :class:`RolloutFailure` — every rollout's categorized failure (``model``, ``tool``,
-  ``agent_timeout``, ``infra``, ``verifier``, ``cancelled``); :class:`FailurePolicy` — what a
-  group does with them (retry on a fresh sandbox, mask, zero).
-* Asynchronous RL (:mod:`hermes_async.agent.versions`): aborted generations resume exactly
-  (``AgentOptions.max_resumes``), every segment carries the policy version that sampled it
-  (``AgentOptions.version_source``), paused servers are waited for
-  (``AgentOptions.pause_probe``), and :class:`Staleness` drops or masks groups that are too old.
-
-Layout: ``options`` (every loop option), ``loop`` (orchestration, deadlines, cancellation), ``_chat_turn`` / ``_token_turn``
-(the two turn strategies), ``_tool_runner`` (one turn's calls), ``_transcript`` (pure message
-and token bookkeeping), ``result``, ``failures`` (the taxonomy, pure), ``_watch`` (noticing a
-lost sandbox), ``budget``, ``context``, ``rollout``, ``scoring`` (pure rows), ``versions`` (versions, pauses,
-staleness).
+atroposlib (``hermes_async.envs`` is the Atropos adapter on top). Start at :func:`run_group`;
+:class:`HermesAgentLoop` is the loop, :class:`AgentOptions` its options. Layout:
+docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """Reasoning options: how ``thinking_mode`` / ``reasoning_effort`` / ``max_reasoning_tokens``
 reach the model.
 
-atroposlib's ``BaseEnvConfig`` carries the three fields; its ``ReasoningConfig`` turns them into
-request fields for chat servers. The same mapping here, as pure functions:
-
-* **Phase 1** (chat completions): reasoning is *active* when ``thinking_mode`` is on or an effort
-  or a token budget is given. Then the request gets ``extra_body={"reasoning": {"enabled": true,
-  "effort": ...}}`` (OpenRouter and the OpenAI-compatible providers), or ``{"max_tokens": n}``
-  instead of the effort when only a budget is given (OpenRouter accepts one of the two; the
-  effort wins, as in atroposlib). OpenAI's own API (``api.openai.com``) takes a top-level
-  ``reasoning_effort`` instead (``"medium"`` when only ``thinking_mode`` is set).
-* **Phase 2** (token servers): the chat template decides whether the model thinks. Templates
-  with a switch (Qwen3's ``enable_thinking``) get it as a template variable: ``True`` when
-  reasoning is active, ``False`` for ``reasoning_effort="none"``; nothing when reasoning is not
-  configured (the template's own default). Templates without a switch ignore it (the built-in
-  ChatML template has none: whether the model thinks is then up to the model). A reasoning
-  token budget has no sampling parameter on vLLM's token endpoint and is not sent.
-
-Whether a ``<think>`` block stays in the assistant message's ``content`` or moves to
-``reasoning_content`` is the loop's ``split_reasoning`` (the environment's
-``preserve_think_blocks``); the trained tokens are the exact sampled ids either way.
+Pure functions, atroposlib's mapping: Phase 1 sends request fields, Phase 2 sets the chat
+template's switch (``enable_thinking``). Details: docs/architecture.md, "Reasoning options".
 """
 
 from __future__ import annotations
@@ -93,8 +76,7 @@ def thinking_template_kwargs(
 class TemplateKwargsTokenizer:
     """A tokenizer whose chat template always gets ``kwargs`` (e.g. ``enable_thinking``).
 
-    Everything else is the wrapped tokenizer's; the loop wraps it once, at construction, so the
-    prompt, every suffix and the template check render with the same switch.
+    The loop wraps once, so the prompt, every suffix and the template check use the same switch.
     """
 
     __slots__ = ("_inner", "_kwargs")
@@ -105,42 +87,34 @@ class TemplateKwargsTokenizer:
 
     @property
     def inner(self) -> Tokenizer:
-        """The wrapped tokenizer."""
         return self._inner
 
     @property
     def chat_template_source(self) -> str | None:
-        """The wrapped tokenizer's template source, if it says (see ``inference.rendering``)."""
         return chat_template_source(self._inner)
 
     @property
     def name(self) -> str:
-        """The wrapped tokenizer's name."""
         return self._inner.name
 
     @property
     def eos_token_id(self) -> int:
-        """The wrapped tokenizer's end-of-turn id."""
         return self._inner.eos_token_id
 
     @property
     def special_tokens(self) -> dict[str, int]:
-        """The wrapped tokenizer's special tokens."""
         return self._inner.special_tokens
 
     def __len__(self) -> int:
         return len(self._inner)
 
     def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
-        """The wrapped tokenizer's ``encode``."""
         return self._inner.encode(text, allow_special=allow_special)
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        """The wrapped tokenizer's ``decode``."""
         return self._inner.decode(token_ids)
 
     def incremental_decoder(self) -> IncrementalDecoder:
-        """The wrapped tokenizer's incremental decoder."""
         return self._inner.incremental_decoder()
 
     def apply_chat_template(

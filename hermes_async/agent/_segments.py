@@ -1,39 +1,9 @@
 """Phase 2 segments against the chat template: where each turn's text sits, and the check.
 
-Pure text arithmetic, free of I/O: the token turn calls :func:`place_turn` once per turn and
-appends what it returns.
-
-A rollout's trajectory is prompt + (completion + suffix) per turn. The *suffix* of a turn is
-what the chat template renders between that turn's sampled completion and the next generation
-(an end-of-turn the model did not sample, the tool results, the next generation prompt). It is
-cut out of the template's own rendering, so the next prompt is exactly what the template would
-render, whatever the family's layout:
-
-* ChatML: the completion ends with the sampled ``<|im_end|>``; the suffix starts with the
-  ``\\n`` after it.
-* GLM-4.5: the model stops by sampling the *next* role token (``<|observation|>``); the template
-  renders it at the start of the tool turn, and the suffix starts right after it.
-* A completion cut by ``max_tokens``: the suffix starts with the end-of-turn text the model never
-  sampled (masked, like every suffix token).
-
-The check. The decoded trajectory should be the template's rendering of the final messages;
-instead of comparing the whole text after every turn (which counts one divergence again on
-every later turn), each turn checks only what it adds, once:
-
-* ``history``: the template's rendering of everything before this turn's completion still equals
-  what the previous generation was prompted with (``render(messages, gen)`` of the previous
-  turn is a prefix of this turn's rendering). A template that drops earlier reasoning, or the
-  empty ``<think></think>`` a non-thinking generation prompt carries, fails here: the sampled
-  tokens are kept as they were, the break is recorded at the turn where it appears.
-* ``completion``: the rendering of this turn's assistant message starts with the text the model
-  sampled (its words, end-of-turn token included). A message that re-serializes what the model
-  wrote fails here.
-* ``length``: the final completion was cut by ``max_tokens``: the rendering has the end-of-turn
-  the model never sampled. Recorded, not counted as a mismatch (nothing was trained on text
-  the template disagrees with).
-
-Each divergence is a :class:`TemplateCheck` on ``AgentResult.template_checks``;
-``AgentResult.template_mismatches`` counts the ``history`` and ``completion`` ones.
+Pure text arithmetic: the token turn calls :func:`place_turn` once per turn. A turn's suffix
+is cut out of the template's own rendering, so the next prompt is exactly what the template
+would render. Each turn checks only what it adds, once. Design:
+docs/decisions/036-template-check.md.
 """
 
 from __future__ import annotations
@@ -58,13 +28,8 @@ class TemplateCheck:
 
     Attributes:
         turn: The 1-based turn at which it appeared.
-        reason: ``"history"`` (the template re-rendered text before this turn's completion
-            differently from what the model was prompted with), ``"completion"`` (the
-            assistant message does not render as the model's sampled text), or ``"length"``
-            (the final completion was cut by ``max_tokens``; only the end-of-turn the model
-            never sampled differs).
-        counted: Whether it counts in ``AgentResult.template_mismatches`` (all but
-            ``length``).
+        reason: ``"history"``, ``"completion"`` or ``"length"`` (see the decision record).
+        counted: Whether it counts in ``AgentResult.template_mismatches`` (all but ``length``).
         position: Character offset in the template's rendering where the texts part.
         expected: The template's text from there (up to :data:`_EXCERPT_CHARS` characters).
         actual: The trajectory's text from there (up to :data:`_EXCERPT_CHARS` characters).
@@ -87,13 +52,7 @@ class TemplateCheck:
 
 @dataclass(frozen=True, slots=True)
 class _TurnPlacement:
-    """Where one turn's completion sits in the template's rendering.
-
-    Attributes:
-        suffix: The text to tokenize and append after the completion (``""`` after the final
-            turn).
-        checks: The divergences this turn introduced.
-    """
+    """Where one turn's completion sits: its suffix (``""`` after the final turn) and checks."""
 
     suffix: str
     checks: tuple[TemplateCheck, ...]
@@ -115,8 +74,7 @@ def _common_prefix_length(a: str, b: str) -> int:
 
 
 def _marker_start(text: str, split: int) -> int:
-    """``split`` moved back to the ``<`` of a marker it falls inside (``<t|hink>``), so an
-    excerpt starts with a whole marker; otherwise ``split``."""
+    """``split`` moved back to the ``<`` of a marker it falls inside, so an excerpt starts whole."""
     opening = text.rfind("<", max(0, split - _MARKER_CHARS), split)
     return opening if opening >= 0 and ">" not in text[opening:split] else split
 
@@ -137,12 +95,8 @@ def _check(
 def _splice(before: str, full: str, stop_texts: Sequence[str], *, ended_on_stop: bool) -> str:
     """The suffix when the completion could not be found in ``full`` as sampled.
 
-    ``before`` renders the messages up to and including this turn's assistant message, without
-    a generation prompt; what ``full`` renders beyond it follows the assistant turn. The
-    end-of-turn text decides the cut: if ``full`` continues with it, it opens what follows
-    (GLM's role tokens) and was sampled, or must be added; otherwise it closed the assistant
-    turn inside ``before`` (ChatML), and the suffix starts right after it (or at it, when the
-    model never sampled it).
+    The end-of-turn text decides the cut: if ``full`` continues with it, it opens what follows
+    (GLM's role tokens); otherwise it closed the assistant turn inside ``before`` (ChatML).
     """
     if not full.startswith(before):
         before = before[: _common_prefix_length(before, full)]
@@ -169,23 +123,18 @@ def place_turn(
     final: bool,
     before: Callable[[], str],
 ) -> _TurnPlacement:
-    """Check one turn against the template and find its suffix (see the module docstring).
+    """Check one turn against the template and find its suffix.
 
     Args:
-        turn: The 1-based turn.
-        prompt: The template's rendering that prompted this turn's generation (the previous
-            turn's ``full``; for the first turn, the rendered prompt).
-        full: The template's rendering of the messages after this turn: with a generation
-            prompt, or without one after the final turn.
-        completion: The decoded sampled ids of this turn (end-of-turn text included when it was
-            sampled).
-        stop_texts: End-of-turn texts: the sampled stop token's (``ended_on_stop``), or
-            (cut by length) those of every end-of-turn token the template may close the turn
-            with.
+        prompt: The rendering that prompted this turn (the previous turn's ``full``).
+        full: The rendering after this turn: with a generation prompt, or without one if final.
+        completion: The decoded sampled ids of this turn.
+        stop_texts: The sampled stop token's text, or (cut by length) every end-of-turn text
+            the template may close the turn with.
         ended_on_stop: The completion ends with a sampled stop token (``stop_texts[0]``).
         final: No generation follows.
-        before: Renders the messages up to this turn's assistant message (no generation
-            prompt); called only when the completion cannot be found as sampled.
+        before: Renders up to this turn's assistant message; called only when the completion
+            cannot be found as sampled.
 
     Returns:
         The suffix text and the divergences this turn introduced.

@@ -64,6 +64,7 @@ from hermes_async.agent.versions import (
 )
 from hermes_async.errors import InferenceError
 from hermes_async.inference import (
+    InvalidTokenDataError,
     ServerConnectError,
     ServerTimeoutError,
     StreamInterruptedError,
@@ -311,6 +312,7 @@ class TokenTurns:
         if switch:
             tokenizer = TemplateKwargsTokenizer(tokenizer, switch)
         self._tokenizer = tokenizer
+        self._vocab_size = len(tokenizer)
         self._schemas = list(tool_schemas)
         parser = options.tool_call_parser
         if parser not in list_parsers():  # every turn would fail: refuse it when built
@@ -532,6 +534,11 @@ class TokenTurns:
             try:
                 async with self._server.stream(_joined(prompt, step.token_ids), params) as deltas:
                     async for delta in deltas:
+                        ids = delta.token_ids
+                        # Whatever client this is: an id the tokenizer cannot have made never
+                        # reaches the trajectory (a client built without vocab_size lets it by).
+                        if ids and not 0 <= min(ids) <= max(ids) < self._vocab_size:
+                            raise _outside_vocabulary(ids, self._vocab_size, step, deltas)
                         # The clock only until the first token (time to first token).
                         elapsed = anyio.current_time() - start if step.ttft is None else 0.0
                         step.feed(delta, runner, elapsed)
@@ -636,6 +643,19 @@ def _server_failure(step: _Phase2Turn, message: str, *, aborted: bool = False) -
     if aborted:
         detail["aborted"] = True
     return RolloutFailure.of("infra", message, source="model_server", **detail)
+
+
+def _outside_vocabulary(
+    ids: Sequence[int], vocab_size: int, step: _Phase2Turn, stream: object
+) -> InvalidTokenDataError:
+    bad = next(i for i in ids if not 0 <= i < vocab_size)
+    return InvalidTokenDataError(
+        f"token id {bad} is outside the tokenizer's vocabulary [0, {vocab_size}): the server "
+        "samples from another vocabulary than the tokenizer's (wrong model or tokenizer?)",
+        endpoint=str(getattr(stream, "endpoint", "the model server")),
+        token_ids=step.token_ids,
+        logprobs=step.logprobs,
+    )
 
 
 def _joined(prompt: Sequence[int], sent: array[int]) -> Sequence[int]:

@@ -158,10 +158,22 @@ class TurnToolRunner:
         self._tg = tg
         self._runtime = runtime
         self._settings = settings
+        self._started = 0  # calls submitted to run (not the rejected ones)
         self.calls: list[PendingCall] = []
 
     def submit(self, call: PendingCall) -> PendingCall:
-        """Start ``call`` (or queue it behind the previous call of the turn); return it."""
+        """Start ``call`` (or queue it behind the previous call of the turn); return it.
+
+        Past ``max_tool_calls_per_turn`` the call does not run: it is answered with an error.
+        """
+        limit = self._settings.options.max_tool_calls_per_turn
+        if self._started >= limit:
+            return self.reject(
+                call,
+                f"not run: this turn already has {limit} tool calls, the most one turn may run "
+                "(AgentOptions.max_tool_calls_per_turn); make fewer calls per turn",
+            )
+        self._started += 1
         previous = (
             self.calls[-1]
             if self.calls and not self._settings.options.parallel_tool_calls

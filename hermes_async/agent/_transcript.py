@@ -1,13 +1,7 @@
 """The transcript, as pure functions: the turn's messages and the interrupted turn.
 
-Everything the loop decides about *what the conversation looks like* lives here, free of I/O,
-so both turn strategies share it and tests can call it directly:
-
-* :func:`assistant_message` / :func:`tool_message` — the OpenAI-format messages of one turn;
-* :func:`interrupted_turn` — how a turn cut short by a deadline or a cancellation is closed
-  (the assistant message plus one result per call, so no call is left without a result).
-
-Phase 2's suffixes and the template check are in :mod:`hermes_async.agent._segments`.
+Both turn strategies share it; an interrupted turn still gives every call a result. Phase 2's
+suffixes are in :mod:`hermes_async.agent._segments`.
 """
 
 from __future__ import annotations
@@ -47,10 +41,8 @@ def assistant_message(
 ) -> JSONObject:
     """The assistant message of one turn: content, ``tool_calls`` if any, reasoning if any.
 
-    Each call's ``function.arguments`` is the argument text as the model wrote it when that is
-    known (Phase 2), else the canonical string; ``raw`` (an extension key on the tool call,
-    present only when it says more than the arguments) is the call's JSON as written, and
-    ``native_id`` the model's own id for the call (Kimi K2), for templates that render them.
+    Arguments are the model's text when known, else canonical; ``raw`` and ``native_id`` are kept
+    for templates that render them.
     """
     message: JSONObject = {"role": "assistant", "content": content or ""}
     if calls:
@@ -78,11 +70,7 @@ def tool_message(call_id: str, content: str) -> JSONObject:
 def interrupted_turn(
     assistant: JSONObject, calls: Sequence[_CallRecord], reason: str
 ) -> list[JSONObject]:
-    """The messages that close a turn cut short: the assistant message, one result per call.
-
-    Calls that finished keep their results; the others get ``{"error": ...}`` naming why they
-    were cut short (``reason``), so every ``tool_calls`` entry has its ``tool`` message.
-    """
+    """Close a cut-short turn: the assistant message, one result per call."""
     closed: list[JSONObject] = [assistant]
     for call in calls:
         content = (

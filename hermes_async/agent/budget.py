@@ -1,26 +1,8 @@
 """The tool-result budget: oversized tool results are saved into the sandbox, the model sees a preview.
 
-Three layers keep tool output from flooding the context window:
-
-1. Each tool caps its own output (``terminal`` keeps head and tail, ``read_file`` refuses pages
-   over 100,000 characters, ``search_files`` paginates).
-2. :func:`maybe_persist_tool_result` — a single result longer than its tool's threshold
-   (default 100,000 characters) is written into the rollout's sandbox and replaced by a
-   ``<persisted-output>`` preview naming the file and how to read it.
-3. :func:`enforce_turn_budget` — when all tool results of one assistant turn together exceed
-   the turn budget (default 200,000), the largest ones are persisted the same way, largest
-   first, until the turn fits.
-
-``read_file`` is exempt (its threshold is infinite): persisting a file read and telling the model
-to read the saved copy would loop. Decisions are pure functions (:func:`resolve_threshold`,
-:func:`next_to_persist`, :func:`render_preview`); the two coroutines are thin shells around one
-sandbox write each.
-
-Where results go: ``${TMPDIR:-/tmp}/hermes-results/<call id>-<random>.txt`` *inside the sandbox*
-(the reference used ``<call id>.txt``; parsers whose call ids repeat across turns, such as
-kimi_k2's ``functions.x:0``, made later results overwrite earlier ones — the random suffix makes
-every name unique). A JSON result with very long lines is saved pretty-printed, so the model can
-page through it with ``read_file`` (which cuts lines at 2,000 characters).
+A result over its tool's threshold, and the largest results of a turn over the turn budget,
+are written to the sandbox and replaced by a ``<persisted-output>`` preview. ``read_file`` is
+exempt: persisting a read would loop. Layers and reasons: docs/decisions/026-tool-result-budget.md.
 """
 
 from __future__ import annotations
@@ -78,15 +60,9 @@ _READ_FILE_LINE_CHARS = 2_000
 
 @dataclass(frozen=True, slots=True)
 class BudgetConfig:
-    """Thresholds of the tool-result budget (all in characters).
+    """Thresholds of the tool-result budget, in characters.
 
-    Attributes:
-        default_result_size: A result longer than this is persisted (per tool, unless
-            overridden or pinned).
-        turn_budget: The sum of one turn's tool results may not exceed this.
-        preview_size: Characters of a persisted result shown in its preview.
-        tool_overrides: Per-tool thresholds; ``math.inf`` exempts a tool. ``read_file`` is
-            pinned to infinity and cannot be overridden.
+    ``tool_overrides`` sets per-tool thresholds (``math.inf`` exempts; ``read_file`` is pinned).
     """
 
     default_result_size: int = DEFAULT_RESULT_SIZE_CHARS
@@ -123,12 +99,7 @@ DEFAULT_BUDGET = BudgetConfig()
 def resolve_threshold(
     config: BudgetConfig, tool_name: str, tool_threshold: int | None = None
 ) -> float:
-    """The threshold above which a result of ``tool_name`` is persisted.
-
-    Order: pinned (``read_file`` = infinity) -> ``config.tool_overrides`` -> the tool's own
-    ``max_result_size_chars`` (``None`` = exempt), capped at ``config.default_result_size`` so
-    lowering the default lowers every tool -> ``config.default_result_size``.
-    """
+    """The threshold above which a result of ``tool_name`` is persisted (order: decision 026)."""
     if tool_name in PINNED_THRESHOLDS:
         return PINNED_THRESHOLDS[tool_name]
     if tool_name in config.tool_overrides:
@@ -172,15 +143,7 @@ def content_for_file(content: str) -> str:
 def render_preview(
     content: str, path: str | None, preview_size: int, saved: str | None = None
 ) -> str:
-    """The text that replaces an oversized result.
-
-    Args:
-        content: The original result.
-        path: Where the full result was saved in the sandbox; ``None`` if it could not be
-            saved (the preview then says so).
-        preview_size: Characters of ``content`` to show.
-        saved: The text actually saved (see :func:`content_for_file`), to count its lines.
-    """
+    """The text that replaces an oversized result saved at ``path`` (``None``: not saved)."""
     preview, more = _preview(content, preview_size)
     if path is None:
         return (
@@ -213,11 +176,7 @@ def render_preview(
 def next_to_persist(
     lengths: Sequence[int], eligible: Sequence[bool], turn_budget: int
 ) -> int | None:
-    """Index of the result to persist next to bring a turn under budget, or ``None``.
-
-    The largest eligible result goes first (earliest on ties); ``None`` when the turn already
-    fits or nothing eligible is left.
-    """
+    """Index of the largest eligible result (earliest on ties), or ``None`` when the turn fits."""
     if sum(lengths) <= turn_budget:
         return None
     best: int | None = None
@@ -273,23 +232,10 @@ async def maybe_persist_tool_result(
 ) -> str:
     """Return ``content``, or a ``<persisted-output>`` preview if it is over its threshold.
 
-    Args:
-        content: The tool's result as the model would see it.
-        tool_name: The tool that produced it (selects the threshold).
-        tool_use_id: The tool call's id (names the saved file, with a random suffix).
-        sandbox: The rollout's sandbox; ``None`` means "cannot save" (the preview says the
-            result was truncated).
-        config: Thresholds.
-        threshold: Use this threshold instead of resolving one.
-        tool_threshold: The tool's own ``max_result_size_chars`` (``None``: use the default).
+    ``tool_use_id`` names the saved file; ``sandbox=None`` means it cannot be saved (the preview
+    says so); ``threshold`` skips resolving one.
 
-    Returns:
-        The content unchanged, or the preview. Failing to save is not an error: the preview
-        then says the full output could not be saved.
-
-    **Cancellation**: the sandbox write is cancelled with the caller (a partial file may remain
-    in the sandbox's results directory; it is removed with the sandbox) and cancellation
-    propagates.
+    **Cancellation**: the sandbox write is cancelled (a partial file goes with the sandbox).
     """
     limit = (
         threshold if threshold is not None else resolve_threshold(config, tool_name, tool_threshold)
@@ -308,16 +254,10 @@ async def enforce_turn_budget(
 ) -> list[int]:
     """Persist the turn's largest tool results until their total fits ``config.turn_budget``.
 
-    ``tool_messages`` are OpenAI ``tool`` messages (``{"role": "tool", "tool_call_id",
-    "content", "name"?}``); oversized ones get their ``content`` replaced in place. Results
-    already persisted and pinned tools (``read_file``) are left alone; the tool name is taken
-    from ``tool_names`` (parallel to the messages) or the message's ``"name"``.
+    ``tool_messages`` are OpenAI ``tool`` messages, replaced in place. Returns the indices
+    replaced, in order.
 
-    Returns:
-        Indices of the messages that were replaced, in the order they were persisted.
-
-    **Cancellation**: a write in progress is cancelled and cancellation propagates; messages
-    replaced before that keep their previews.
+    **Cancellation**: a write in progress is cancelled; earlier replacements stay.
     """
 
     def eligible(i: int, msg: JSONObject) -> bool:

@@ -1,75 +1,8 @@
 """ToolContext: reward functions and verifiers reach the rollout's own sandbox.
 
-Why one module of this size: one concept, :class:`ToolContext` — the reference's reward-side API
-over the rollout's sandbox; its methods share one lazily acquired sandbox handle, one runtime
-and one cleanup handle.
-
-``ToolContext(task_id)`` gives ``compute_reward`` the same sandbox the model used: run tests in it,
-read the files the model wrote, upload fixtures, download artifacts. It is the reference's API
-with one change: every method is a coroutine, so it never blocks the event loop::
-
-    async def compute_reward(self, item, result, ctx: ToolContext) -> float:
-        out = await ctx.terminal("pytest -q", timeout=180)
-        return 1.0 if out["exit_code"] == 0 else 0.0
-
-Which sandbox: the one the ``manager`` passed explicitly holds for ``task_id``, else the one of
-the current :class:`~hermes_async.tools.sandbox.manager.SandboxManager` (set by the environment
-with ``use_sandbox_manager``). With neither -- a notebook, a verification script, the reference's
-``ctx = ToolContext(task_id)`` outside any environment -- the context is **standalone**: it owns
-a private sandbox on the configured backend (``backend=`` / ``sandbox_options=``, else the
-reference's ``TERMINAL_ENV`` and ``TERMINAL_DOCKER_IMAGE`` / ``TERMINAL_MODAL_IMAGE``; ``local``
-by default), and for its ``browser_*`` methods a browser of its own
-(:class:`~hermes_async.tools.browser.standalone.StandaloneBrowser`), for its own lifetime, and
-releases them on exit.
-
-How a standalone context stays structured. Its private owner
-(:class:`~hermes_async.tools.standalone.StandaloneSandboxes`) has no task and holds no cancel
-scope, so it is created lazily inside the first awaited method (constructing a context does
-nothing) and may outlive that call. Its lifetime ends in one of three ways, none of which
-schedules anything:
-
-* ``async with ToolContext(task_id) as ctx:`` -- the block is the scope: on exit the sandbox is
-  released, shielded and bounded.
-* ``await ctx.cleanup()`` or ``await ctx.aclose()`` -- the same release, now.
-* ``ctx.cleanup()`` without ``await`` (the reference's ``finally: ctx.cleanup()``) -- nothing
-  can be awaited there, so the release is done synchronously where it can be: a process-mode
-  local sandbox is gone when the call returns (every process carrying its marker gets SIGKILL,
-  its directory is removed). A namespaced local sandbox, a Docker or a Modal sandbox cannot be
-  removed without awaiting; awaiting the handle ``cleanup()`` returns removes it, and a handle
-  dropped without ``await`` emits a ``RuntimeWarning`` naming the fix (what is left goes with
-  the backend's own safety net: a namespaced world dies with this process, Docker reaps
-  orphans by owner process, Modal ends a sandbox at its lifetime).
-
-Returned vs raised: like the reference, methods return result dicts for everything the sandbox or
-a tool reports (non-zero exits, missing files, rejected archives); only an unusable backend (an
-operator mistake) and cancellation are raised.
-
-``terminal(command)`` without a timeout uses the rollout's ``terminal_timeout`` (the
-``terminal_timeout`` argument here, which the environment sets from its config), else
-``TERMINAL_TIMEOUT``, else 180 s -- the same rule as the model's ``terminal`` calls.
-
-Two guards for code written against the synchronous reference:
-
-* **A result used without ``await``** (``ctx.terminal("ls")["exit_code"]``) raises ``TypeError:
-  ... write `await ctx.terminal(...)` ...`` instead of failing obscurely later. A call whose result
-  is dropped without ``await`` does nothing and emits a ``RuntimeWarning``, like a coroutine.
-* **``ctx.cleanup()`` without ``await``** inside an environment still releases the sandbox:
-  calling ``cleanup()`` immediately queues the release to the manager's own janitor task
-  (``SandboxManager.request_release``; no task is spawned here), which releases it at its next
-  scheduling point, shielded and bounded; the manager's exit releases anything left. Awaiting
-  the handle instead releases at once and returns when the sandbox is gone. The environment also
-  releases the sandbox in its own ``finally``, so a rollout never leaks one either way.
-
-Transfers (:mod:`hermes_async.tools.sandbox.transfer`) are binary-safe and bounded: downloads
-*stream* from the sandbox to disk (host memory holds one 64 KiB chunk), each capped at
-``max_bytes`` (default :data:`~hermes_async.tools.sandbox.transfer.DEFAULT_TRANSFER_LIMIT_BYTES`,
-1 GiB; a file known to be larger is refused before a byte moves) with a clear error past it;
-nothing partial is left behind. Directory downloads are checked member by member and extracted
-with the ``data`` filter into a fresh directory by the one extractor of
-:mod:`hermes_async.tools.sandbox.archive` (absolute names, ``..``, links with ``..`` or absolute
-targets, setuid/setgid files and devices are refused before anything is written); uploads are
-checked by the same rules. Host-side files are read and written by subprocesses, so nothing
-blocks the event loop.
+The reference's reward-side API, every method a coroutine. Without a manager it is standalone
+and owns a private sandbox until released. Results are dicts; only an unusable backend and
+cancellation raise. Design: docs/decisions/021-tool-context.md.
 """
 
 from __future__ import annotations
@@ -162,11 +95,8 @@ class _Pending(Generic[T]):
 class TerminalResult(dict[str, Any]):
     """The terminal tool's result dict, as :meth:`ToolContext.terminal` returns it.
 
-    A plain ``dict`` (``{"output", "exit_code", "error", ...}``: equal to, and serialized as, the
-    tool's JSON), which also answers the spellings reward code written for other shapes uses:
-    ``result["stdout"]`` is ``result["output"]`` (stdout and stderr, merged as the reference's
-    terminal merged them) and ``result["returncode"]`` is ``result["exit_code"]``. The aliases
-    are never stored, so iterating, comparing or dumping the dict shows the tool's keys only.
+    Also answers ``["stdout"]`` (= ``["output"]``) and ``["returncode"]`` (= ``["exit_code"]``);
+    the aliases are never stored, so the dict shows and serialises the tool's keys only.
     """
 
     _ALIASES: ClassVar[dict[str, str]] = {"stdout": "output", "returncode": "exit_code"}
@@ -186,11 +116,9 @@ class TerminalResult(dict[str, Any]):
 
 
 class _CleanupHandle:
-    """Returned by :meth:`ToolContext.cleanup`; what could be released synchronously already is.
+    """What :meth:`ToolContext.cleanup` returns; awaiting it releases the rest.
 
-    Awaiting it releases the rest and returns when everything is gone. A standalone context's
-    namespaced or container sandbox can only be released by awaiting: dropping the handle
-    without ``await`` then warns.
+    Dropping it unawaited warns when only an await can release the sandbox.
     """
 
     __slots__ = ("_awaited", "_ctx", "_left")
@@ -224,21 +152,12 @@ class ToolContext(AsyncResource):
     """Tool access for reward functions, on the rollout's own sandbox.
 
     Args:
-        task_id: The rollout whose sandbox to use.
-        manager: The sandbox manager (default: the current one, see ``use_sandbox_manager``;
-            with none, the context is standalone and owns a private sandbox).
-        runtime: A ``ToolRuntime`` to dispatch tools with (default: one built for ``task_id``
-            on the manager, with the manager's limits).
-        registry: Where tools come from (default: the built-in tools).
-        browsers: The browser manager for ``browser_*`` methods (default: the runtime's, else
-            the current one, see ``use_browser_manager``; a standalone context with neither
-            opens a browser of its own, closed with its sandbox).
-        terminal_timeout: ``AgentOptions.terminal_timeout``, for this context's terminal
-            calls.
-        backend: Standalone only: the sandbox backend (default ``TERMINAL_ENV``, else
-            ``local``).
-        sandbox_options: Standalone only: the backend's options (default: the image from
-            ``TERMINAL_DOCKER_IMAGE`` / ``TERMINAL_MODAL_IMAGE``).
+        manager: The sandbox manager (default: the current one; with none, standalone).
+        runtime: A ``ToolRuntime`` (default: one built for ``task_id`` on the manager).
+        browsers: The browser manager (default: the runtime's, else the current one).
+        terminal_timeout: ``AgentOptions.terminal_timeout``, for terminal calls.
+        backend: Standalone only: the backend (default ``TERMINAL_ENV``, else ``local``).
+        sandbox_options: Standalone only: the backend's options.
     """
 
     def __init__(
@@ -276,8 +195,7 @@ class ToolContext(AsyncResource):
         """The sandbox manager this context uses.
 
         Raises:
-            SandboxError: The context is standalone (its sandbox has a private owner, no
-                manager).
+            SandboxError: The context is standalone.
         """
         if self._manager is None:
             self._manager = current_sandbox_manager()
@@ -362,13 +280,10 @@ class ToolContext(AsyncResource):
     # tools
 
     def terminal(self, command: str, timeout: int | None = None) -> _Pending[TerminalResult]:
-        """Run ``command`` in the sandbox; return the terminal tool's result dict.
+        """Run ``command`` in the sandbox; return the terminal tool's :class:`TerminalResult`.
 
-        ``{"output", "exit_code", "error", ...}`` (a :class:`TerminalResult`: ``["stdout"]`` and
-        ``["returncode"]`` also work); a result that is not JSON comes back as
-        ``{"exit_code": -1, "output": raw}``. Without ``timeout``, the rollout's
-        ``terminal_timeout`` applies (see the module docstring); the command starts where the
-        rollout's last command ended (the terminal's session directory).
+        A non-JSON result comes back as ``{"exit_code": -1, "output": raw}``. The command starts in
+        the terminal session's directory; without ``timeout``, ``terminal_timeout`` applies.
 
         **Cancellation**: the command's process group is killed.
         """
@@ -387,7 +302,7 @@ class ToolContext(AsyncResource):
         return _Pending("terminal", run)
 
     def read_file(self, path: str) -> _Pending[JSONObject]:
-        """Read ``path`` with the ``read_file`` tool (``{"content": "1|...", ...}``).
+        """Read ``path`` with the ``read_file`` tool.
 
         **Cancellation**: nothing to clean up.
         """
@@ -432,7 +347,7 @@ class ToolContext(AsyncResource):
         *,
         timeout: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
     ) -> _Pending[str]:
-        """Call any tool by name; return its raw result string (JSON), as the model sees it.
+        """Call any tool by name; return its raw result string, as the model sees it.
 
         **Cancellation**: the tool is cancelled (its own cleanup runs).
         """
@@ -451,11 +366,7 @@ class ToolContext(AsyncResource):
     def upload_file(
         self, local_path: str, remote_path: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
     ) -> _Pending[JSONObject]:
-        """Copy a host file into the sandbox at ``remote_path`` (binary-safe, parents created).
-
-        Returns ``{"exit_code": 0, "output": "", "bytes": n}``, or ``exit_code: -1`` with the
-        reason in ``output`` (e.g. ``"Local file not found: ..."``, or a file larger than
-        ``max_bytes``).
+        """Copy a host file to ``remote_path``: ``{"exit_code": 0, "bytes": n}`` or ``-1`` and why.
 
         **Cancellation**: the remote file may be missing or partial.
         """
@@ -484,12 +395,9 @@ class ToolContext(AsyncResource):
     def upload_dir(
         self, local_dir: str, remote_dir: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
     ) -> _Pending[list[JSONObject]]:
-        """Copy a host directory tree into ``remote_dir`` (one archive, binary-safe).
+        """Copy a host folder into ``remote_dir`` as one checked archive; one result dict per file.
 
-        Setuid/setgid bits are stripped; links to absolute paths or with ``..`` are refused
-        (the archive rules of :mod:`hermes_async.tools.sandbox.archive`). Returns one
-        ``{"exit_code": 0, "output": "", "path": remote_file}`` per file, or a one-element list
-        with ``exit_code: -1`` and the reason.
+        Setuid/setgid bits are stripped; links out or with ``..`` are refused.
 
         **Cancellation**: the remote tree may be partial.
         """
@@ -522,12 +430,9 @@ class ToolContext(AsyncResource):
     def download_file(
         self, remote_path: str, local_path: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
     ) -> _Pending[JSONObject]:
-        """Stream a sandbox file to ``local_path`` on the host (parents created, binary-safe).
+        """Stream a sandbox file to ``local_path``: ``{"success": True, "bytes": n}`` or an error.
 
-        Returns ``{"success": True, "bytes": n}`` or ``{"success": False, "error": ...}``; an
-        empty file is a success with ``bytes: 0``. A file larger than ``max_bytes`` (default
-        1 GiB) is refused with an error naming the sizes; ``local_path`` is only written once
-        the whole file arrived.
+        A file over ``max_bytes`` (default 1 GiB) is refused; ``local_path`` is written only whole.
 
         **Cancellation**: the transfer stops; no partial file is left.
         """
@@ -553,13 +458,9 @@ class ToolContext(AsyncResource):
     def download_dir(
         self, remote_dir: str, local_dir: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
     ) -> _Pending[list[JSONObject]]:
-        """Stream a sandbox directory tree to ``local_dir`` on the host (one archive).
+        """Stream a sandbox folder to ``local_dir``, checked; one result dict per file.
 
-        Returns one ``{"success": True, "bytes": n, "path": local_file}`` per file, or a
-        one-element list ``[{"success": False, "error": ...}]``. Unsafe archives (absolute or
-        ``..`` members, links out or with ``..``, setuid/setgid files, devices) are refused
-        before anything is written; an archive larger than ``max_bytes`` (default 1 GiB)
-        stops with an error and writes nothing.
+        An unsafe or oversized archive writes nothing and returns ``[{"success": False, ...}]``.
 
         **Cancellation**: the transfer stops; ``local_dir`` is left as it was.
         """
@@ -584,9 +485,7 @@ class ToolContext(AsyncResource):
     # browser
 
     def browser_navigate(self, url: str) -> _Pending[JSONObject]:
-        """Navigate the rollout's browser page to ``url`` (the ``browser_navigate`` result dict).
-
-        The page is the same session the model's ``browser_*`` tools used.
+        """Navigate the rollout's browser page (the model's session) to ``url``.
 
         **Cancellation**: the navigation is abandoned; the session stays usable.
         """
@@ -596,7 +495,7 @@ class ToolContext(AsyncResource):
         )
 
     def browser_snapshot(self, full: bool = False) -> _Pending[JSONObject]:
-        """The rollout's page as an accessibility snapshot (the ``browser_snapshot`` result).
+        """The rollout's page as an accessibility snapshot.
 
         **Cancellation**: nothing to clean up.
         """
@@ -609,16 +508,12 @@ class ToolContext(AsyncResource):
     # lifecycle
 
     def cleanup(self) -> _CleanupHandle:
-        """Release the rollout's sandbox (kill its processes, remove it). Never raises.
+        """Release the rollout's sandbox. Never raises.
 
-        With a manager, the release is queued to the manager's janitor the moment this is
-        called, so ``ctx.cleanup()`` without ``await`` (reference style) still releases the
-        sandbox; ``await ctx.cleanup()`` releases it now and returns when it is gone. A
-        standalone context releases a process-mode local sandbox synchronously, here; see the
-        module docstring for the others.
+        With a manager the release is queued at once, so an unawaited call still releases;
+        awaiting returns when it is gone.
 
-        **Cancellation**: the release is shielded and bounded by the owner's
-        ``close_timeout``.
+        **Cancellation**: the release is shielded and bounded by the owner's ``close_timeout``.
         """
         left: list[str] = []
         if self._standalone is not None:
@@ -649,10 +544,9 @@ class ToolContext(AsyncResource):
             await browsers.release(self.task_id)
 
     async def aclose(self) -> None:
-        """Release the rollout's sandbox now (``async with ToolContext(...)`` calls it on exit).
+        """Release the rollout's sandbox now (``async with`` calls it on exit).
 
-        **Cancellation**: the release is shielded and bounded by the owner's
-        ``close_timeout``.
+        **Cancellation**: the release is shielded and bounded by the owner's ``close_timeout``.
         """
         await self._release_now()
 

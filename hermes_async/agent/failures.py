@@ -1,38 +1,9 @@
 """Why a rollout failed: the failure taxonomy, as a category on every result.
 
-Every rollout result carries at most one :class:`RolloutFailure` — the most severe thing that
-went wrong — with a :data:`FailureCategory`:
-
-=================  =========================================================  ===============
-category           what happened                                              the rollout
-=================  =========================================================  ===============
-``model``          the model wrote a malformed tool call (bad JSON, unknown    continues
-                   tool, wrong arguments, cut off), or its context is full    (context: ends)
-``tool``           a tool call failed (non-zero exit, timeout, missing file)  continues
-``agent_timeout``  the rollout's deadline (``rollout_timeout``) or a turn's   ends, reward 0
-                   deadline (``turn_timeout``) passed
-``infra``          the sandbox could not be created or died, the model        ends, reward 0
-                   server failed after its retries (5xx, disconnect, stall),
-                   sent invalid token data, or the harness itself raised
-``verifier``       the reward function raised or produced no reward            reward 0
-                   (``None``, NaN, infinite), or ran past the deadline
-``cancelled``      the rollout was cancelled from outside (a serve-mode       none emitted
-                   worker timeout, SIGTERM, a cancelled eval)
-=================  =========================================================  ===============
-
-``model`` and ``tool`` are *observations*: the policy caused them and the reward judges the
-result, so they are counted but change nothing. ``infra`` and ``verifier`` say nothing about
-the policy: they are what a group's failure policy (retry / mask / zero, see
-:class:`~hermes_async.agent.rollout.FailurePolicy`) acts on. ``agent_timeout`` is the policy's
-slowness or the environment's; it has a policy of its own.
-
-Severity (when several apply, the first of this order wins): ``cancelled``, ``infra``,
-``verifier``, ``agent_timeout``, ``model``, ``tool`` — a rollout whose sandbox died is an infra
-failure even if a tool call failed before.
-
-The classification of exceptions is pure (:func:`classify_exception`), so it is tested without
-I/O, and every message is redacted (:func:`~hermes_async._redact.redact`) when the failure is
-built: a failure may go to logs, JSONL, wandb and eval samples as it is.
+Each result carries at most one :class:`RolloutFailure`, the most severe. ``model`` and
+``tool`` are observations of the policy; ``infra`` and ``verifier`` are what a group's
+failure policy acts on. Classification is pure, and messages are redacted when built. The
+categories and their severity: docs/architecture.md, "Failure categories".
 """
 
 from __future__ import annotations
@@ -56,7 +27,7 @@ __all__ = (
     "worst_failure",
 )
 
-#: The failure categories (see the module docstring).
+#: The failure categories (docs/architecture.md, "Failure categories").
 FailureCategory: TypeAlias = Literal[
     "cancelled", "infra", "verifier", "agent_timeout", "model", "tool"
 ]
@@ -97,12 +68,10 @@ class RolloutFailure:
     Build it with :meth:`of` (which redacts) or :func:`classify_exception`.
 
     Attributes:
-        category: The :data:`FailureCategory`.
-        message: What happened, redacted of credentials (at most 2,000 characters).
+        message: What happened, redacted (at most 2,000 characters).
         detail: Structured fields: ``source`` (``"model_server"``, ``"sandbox"``, ``"reward"``,
-            ``"deadline"``, ``"tools"``, ``"harness"``), ``exception`` (the type name),
-            ``endpoint`` (redacted), ``status``, ``completion_tokens`` (received before a
-            model-server failure), ``count``, ...
+            ``"deadline"``, ``"tools"``, ``"harness"``), ``exception``, ``endpoint``,
+            ``status``, ``completion_tokens``, ``count``, ...
     """
 
     category: FailureCategory
@@ -152,16 +121,9 @@ def _context_length_exceeded(text: str) -> bool:
 def classify_exception(exc: BaseException, *, source: str) -> RolloutFailure:
     """The failure an exception means, raised while the rollout did ``source``.
 
-    * from the model server (``source="model_server"``): an HTTP 400/413/422 whose text says
-      the context is full is ``model`` (the policy's trajectory outgrew the model); anything
-      else — 5xx, 429 after the retries, a disconnect, a stall past the read timeout, a
-      malformed or invalid chunk, a 4xx for a wrong route or key — is ``infra``;
-    * a :class:`~hermes_async.errors.SandboxError` is ``infra`` wherever it comes from;
-    * from the reward (``source="reward"``): ``verifier``;
-    * anything else (a bug in the harness, a parser that raised) is ``infra``: it says nothing
-      about the policy.
-
-    Exception groups are unwrapped to their lone exception first.
+    From the model server, a 400/413/422 saying the context is full is ``model``; anything else
+    is ``infra``. A ``SandboxError`` is ``infra`` anywhere; from the reward, ``verifier``;
+    anything else (a harness bug) is ``infra``. Exception groups are unwrapped first.
     """
     if isinstance(exc, BaseExceptionGroup):
         exc = unwrap_group(exc)

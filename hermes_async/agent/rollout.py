@@ -1,39 +1,9 @@
 """Scored rollouts for any trainer: :func:`run_rollout` and :func:`run_group`.
 
-Why one module of this size: one concept, the pipeline of one rollout and of a group of them —
-attempt, score, release, rows, and the group's failure policy (retry, mask, zero) — which share
-one attempt loop and its bookkeeping.
-
-The rollout pipeline, with no atroposlib in it::
-
-    loop.run(messages) -> reward(result, ToolContext on the same sandbox) -> release -> rows
-
-* **Loop**: :class:`~hermes_async.agent.loop.HermesAgentLoop` (Phase 1 with a chat server,
-  Phase 2 with a token server and a tokenizer), bounded by ``options.rollout_timeout``; a lost
-  sandbox (or browser) ends it as ``infra`` (:class:`~hermes_async.agent._watch.
-  WatchedSandboxes`).
-* **Reward**: an ``async (result, ctx) -> float`` (:data:`Reward`) with a
-  :class:`~hermes_async.agent.context.ToolContext` on the rollout's own sandbox, called only if
-  the model answered at all. A reward that raises is a ``verifier`` failure (reward 0.0,
-  ``reward_error`` set, the reference's rule).
-* **Release**: the rollout's sandbox is released through the manager whatever happened (reward
-  raised, group cancelled). The manager's ``release`` is the one bound (``close_timeout``) and
-  shields itself; nothing here adds a second one.
-* **Rows**: :mod:`~hermes_async.agent.scoring` turns the result into aligned ``tokens`` /
-  ``masks`` / ``logprobs`` (exact in Phase 2, placeholders in Phase 1).
-* **Containment**: a failing rollout never cancels its siblings; the group's
-  :class:`FailurePolicy` decides what ``infra`` / ``verifier`` / ``agent_timeout`` failures do
-  (retry on a fresh sandbox, mask the group, or keep them at reward 0), and
-  :class:`ScoredGroup` says how the group ended (see :mod:`~hermes_async.agent.failures`).
-
-Sandboxes come from the ``sandboxes`` manager given, else the current one
-(``use_sandbox_manager``), else a private local :class:`SandboxManager` opened for the call's
-lifetime, so a trainer needs no setup::
-
-    setup = RolloutSetup(reward=check, tokenizer=tokenizer)
-    group = await run_group(client, [{"role": "user", "content": task}], tools,
-                            size=8, setup=setup)
-    batch = group.to_scored_data_group()
+One rollout is ``loop.run -> reward (ToolContext on the same sandbox) -> release -> rows``.
+A failing rollout never cancels its siblings; the group's :class:`FailurePolicy` decides
+what ``infra`` / ``verifier`` / ``agent_timeout`` failures do. The sandbox is always
+released through the manager. See docs/architecture.md, "The flow of one rollout".
 """
 
 from __future__ import annotations
@@ -130,7 +100,7 @@ DEFAULT_OPTIONS = AgentOptions()
 
 Encode: TypeAlias = Callable[[str], Sequence[int]]
 
-#: What a group does with ``infra`` / ``verifier`` failures (see the module docstring).
+#: What a group does with ``infra`` / ``verifier`` failures.
 FailureAction: TypeAlias = Literal["retry", "mask", "zero"]
 #: What a group does with ``agent_timeout`` failures.
 TimeoutAction: TypeAlias = Literal["zero", "mask"]
@@ -144,24 +114,16 @@ GroupOutcome: TypeAlias = Literal["ok", "retried", "zeroed", "masked", "stale"]
 class FailurePolicy:
     """What a group does with rollouts whose failure says nothing about the policy.
 
-    The defaults and why: see the module docstring (retry, then mask; timeouts kept at 0).
-
     Attributes:
         on_failure: ``retry``, ``mask`` or ``zero`` for ``infra`` and ``verifier`` failures.
         on_timeout: ``zero`` (keep, reward 0) or ``mask`` for ``agent_timeout``.
-        max_attempts: Attempts per rollout with ``retry``, the first included (3: two
-            retries; a failure that survives two fresh sandboxes is rarely transient).
-        backoff_seconds: Pause before the first retry; doubled per retry, with jitter
-            (each pause is 50-100 % of its nominal value), so a struggling backend is not
-            hit by a whole group at once.
-        max_backoff_seconds: Cap on one pause.
-
-    Raises:
-        ValueError: ``max_attempts`` < 1, a negative backoff, or an unknown action.
+        max_attempts: Attempts per rollout with ``retry``, the first included.
+        backoff_seconds: Pause before the first retry; doubled per retry, jittered to 50-100 %.
     """
 
     on_failure: FailureAction = "retry"
     on_timeout: TimeoutAction = "zero"
+    # Two retries: a failure that survives two fresh sandboxes is rarely transient.
     max_attempts: int = 3
     backoff_seconds: float = 1.0
     max_backoff_seconds: float = 30.0
@@ -213,23 +175,12 @@ class RolloutSetup:
     """What rollouts need besides their options; one value serves a whole batch.
 
     Attributes:
-        reward: ``async (result, ctx) -> float``, called with a ToolContext on the rollout's
-            own sandbox; ``None`` scores 0.0. One that raises is a ``verifier`` failure.
+        reward: ``async (result, ctx) -> float`` on the rollout's own sandbox; ``None`` scores
+            0.0. One that raises is a ``verifier`` failure.
         tokenizer: Phase 2: the model's tokenizer. Phase 1: tokenizes the placeholder rows.
-        registry: Tool implementations (default: the built-in tools).
-        sandboxes: The sandbox manager (default: the current one, else a private local one
-            opened for the call and shared by its rollouts).
-        limits: Shared limiters (default: the manager's).
-        failure_policy: What ``infra`` / ``verifier`` / ``agent_timeout`` failures do:
-            ``retry`` (default), ``mask`` or ``zero``. One rollout has no group to mask or
-            zero: its failure is returned as it is.
-        sandbox_spec: How each rollout's sandbox is created (image, limits, workdir, env);
-            ``None``: the manager's factory defaults.
+        sandboxes: The sandbox manager (default: the current one, else a private local one).
         sandbox_setup: ``async (sandbox) -> None`` run before the first turn, within
-            ``rollout_timeout``. If it raises, the attempt is an ``infra`` failure. In a group
-            on a backend that snapshots (Docker) it runs once, in a template sandbox.
-        placeholder_encode: Phase 1: ``text -> ids`` for the placeholder rows (default: the
-            tokenizer's, else the built-in offline tokenizer's).
+            ``rollout_timeout``; if it raises, the attempt is an ``infra`` failure.
     """
 
     reward: Reward | None = None
@@ -266,12 +217,10 @@ DEFAULT_SETUP = RolloutSetup()
 
 @dataclass(frozen=True, slots=True)
 class RolloutTask:
-    """One item made ready to run: its prompt, its tools, its setup and its options.
+    """One item made ready to run: its prompt, tools, setup and options.
 
-    What an environment hands a trainer adapter or a worker: the adapter runs it with
-    ``run_group(server, task.messages, task.tools, size=n, setup=task.setup,
-    options=task.options)`` and needs to know nothing else about the environment.
-    ``HermesAgentBaseEnv.rollout_task(item)`` makes one.
+    Made by ``HermesAgentBaseEnv.rollout_task(item)``; a trainer adapter runs it with
+    :func:`run_group` and needs to know nothing else about the environment.
     """
 
     messages: Sequence[Mapping[str, Any]]
@@ -292,23 +241,12 @@ class ScoredRollout:
 
     Attributes:
         task_id: The rollout's task id (its sandbox's key; a retry has its own).
-        result: The loop's :class:`~hermes_async.agent.result.AgentResult` (messages, turns,
-            tool errors, timings, ``managed_state``).
-        reward: The score (0.0 when the reward was not run or failed).
-        tokens: Token ids, aligned one to one with ``masks`` and ``logprobs``.
         masks: The id where the policy sampled it, ``-100`` elsewhere.
         logprobs: The sampled logprob, ``1.0`` at masked positions.
         trainable: True for exact Phase 2 tokens; False for Phase 1 placeholders.
-        seconds: Wall time of the rollout: loop, reward and release.
-        error: Why the rollout ended early, else why the reward failed (redacted), else
-            ``None``.
-        reward_error: Why the reward failed (redacted), if it did.
-        failure: The most severe :class:`~hermes_async.agent.failures.RolloutFailure`
-            (``tool`` / ``model`` also for a rollout that finished but had failed or malformed
-            tool calls), or ``None``.
-        attempt: Which attempt this is (1-based; > 1 after a retry).
-        stale_masked_tokens: Sampled positions masked because their policy version was too
-            old (``run_group(staleness=Staleness(..., action="mask"))``).
+        error: Why the rollout ended early, else why the reward failed (redacted).
+        failure: The most severe :class:`~hermes_async.agent.failures.RolloutFailure`, or ``None``.
+        stale_masked_tokens: Sampled positions masked because their policy version was too old.
     """
 
     task_id: str
@@ -327,8 +265,7 @@ class ScoredRollout:
 
     @property
     def version_spans(self) -> list[tuple[int, int, int | None]]:
-        """The completion segments as ``(start, end, policy version)`` token offsets into
-        :attr:`tokens` (``version`` ``None`` without a version source)."""
+        """The completion segments as ``(start, end, version)`` offsets into :attr:`tokens`."""
         return version_spans(self.result.managed_state)
 
     @property
@@ -338,24 +275,21 @@ class ScoredRollout:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The rollout's full conversation (``result.messages``)."""
         return self.result.messages
 
     @property
     def category(self) -> FailureCategory | None:
-        """The failure's category, or ``None``."""
         return self.failure.category if self.failure is not None else None
 
 
 @dataclass(frozen=True, slots=True)
 class ScoredGroup:
-    """The rollouts of one :func:`run_group`, in rollout order, and how the group ended.
+    """The rollouts of one :func:`run_group`, in order, and how the group ended.
 
     Attributes:
         rollouts: One :class:`ScoredRollout` per rollout (the last attempt of each).
-        outcome: ``ok``, ``retried``, ``zeroed``, ``masked`` or ``stale`` (see
-            :data:`GroupOutcome`).
-        retried: The attempts that were replaced by a retry (their failures count too).
+        outcome: ``ok``, ``retried``, ``zeroed``, ``masked`` or ``stale``.
+        retried: The attempts replaced by a retry.
         staleness: The ages of the group's tokens, when ``run_group`` checked them.
     """
 
@@ -366,7 +300,6 @@ class ScoredGroup:
 
     @property
     def rewards(self) -> list[float]:
-        """The rollouts' rewards, in order."""
         return [r.reward for r in self.rollouts]
 
     @property
@@ -393,11 +326,7 @@ class ScoredGroup:
     ) -> dict[str, Any]:
         """The Atropos-shaped ``ScoredDataGroup`` dict (no atroposlib import).
 
-        ``tokens``, ``masks``, ``scores``, ``inference_logprobs``, ``messages`` (redacted) and
-        ``overrides`` (each failed rollout's failure, each rollout's policy versions) per
-        rollout, aligned; ``group_overrides`` with the group's versions and, after a staleness
-        check, ``policy_version_current`` and ``max_staleness``; see
-        :func:`~hermes_async.agent.scoring.scored_data_group`.
+        See :func:`~hermes_async.agent.scoring.scored_data_group` for the fields.
 
         Raises:
             ValueError: The group is masked or stale (check :attr:`masked` first).
@@ -484,14 +413,7 @@ def _split_tools(tools: Tools) -> tuple[Sequence[JSONObject], Collection[str]]:
 
 
 def _check_call(messages: object, options: object, setup: object) -> None:
-    """The mistakes every rollout of a batch would make, refused before any starts (each
-    rollout would otherwise fail alone, be retried and be masked).
-
-    Raises:
-        TypeError: ``options`` is not an :class:`AgentOptions`, ``setup`` not a
-            :class:`RolloutSetup`, or ``messages`` is not a list of message mappings.
-        ValueError: ``messages`` is empty, or one has no string ``role``.
-    """
+    """Refuse the mistakes every rollout of a batch would make, before any starts."""
     if not isinstance(options, AgentOptions):
         raise TypeError(f"options must be an AgentOptions, got {type(options).__name__}")
     if not isinstance(setup, RolloutSetup):
@@ -519,11 +441,7 @@ def _seed(options: AgentOptions, index: int) -> int | None:
 
 
 def _rewardable(result: AgentResult) -> bool:
-    """Whether the reward runs: the model answered, and the rollout was not lost.
-
-    A rollout whose sandbox or model server failed (``infra``) has nothing trustworthy to
-    verify; one whose loop used up the deadline (``agent_timeout``) has no time left for it.
-    """
+    """Whether the reward runs: the model answered, and the rollout was not lost or timed out."""
     if not model_answered(result):
         return False  # nothing to verify if the model never answered (reference)
     failure = result.failure
@@ -533,8 +451,7 @@ def _rewardable(result: AgentResult) -> bool:
 async def _score(
     reward: Reward | None, result: AgentResult, ctx: ToolContext, deadline: float
 ) -> tuple[float, RolloutFailure | None]:
-    """``(reward, failure)``: a reward that raises, runs past ``deadline`` or returns no number
-    scores 0.0 with a ``verifier`` failure (a ``SandboxError`` in it: ``infra``)."""
+    """``(reward, failure)``: a reward that raises, overruns or gives no number: ``verifier``."""
     if reward is None:
         return 0.0, None
     with (
@@ -621,8 +538,7 @@ async def _release(manager: SandboxManager, task_id: str, *, interrupted: bool) 
 
 @dataclass(slots=True)
 class _Batch:
-    """What the rollouts of one call share: the loop (with the options), the manager, the
-    setup and the placeholder encoder."""
+    """What the rollouts of one call share: loop, manager, setup and placeholder encoder."""
 
     loop: HermesAgentLoop
     manager: SandboxManager
@@ -633,8 +549,7 @@ class _Batch:
     async def attempt(
         self, messages: Sequence[Mapping[str, Any]], task_id: str, index: int, number: int
     ) -> ScoredRollout:
-        """One attempt of rollout ``index``: loop, reward, release, rows; never raises but
-        cancellation (every other failure is the rollout's :class:`RolloutFailure`)."""
+        """One attempt of rollout ``index``; raises only cancellation."""
         start = anyio.current_time()
         timeout = self.loop.options.rollout_timeout
         deadline = start + timeout if timeout is not None else math.inf
@@ -751,11 +666,7 @@ class _Batch:
         give_up: Callable[[], bool] = lambda: False,
         replaced: list[ScoredRollout] | None = None,
     ) -> ScoredRollout:
-        """Rollout ``index`` with the policy's retries (each on a fresh task id and sandbox).
-
-        ``give_up()`` stops further retries (the group is lost anyway); each replaced attempt
-        is appended to ``replaced``.
-        """
+        """Rollout ``index`` with the policy's retries, each on a fresh task id and sandbox."""
         number = 1
         attempt_id = task_id
         while True:
@@ -807,8 +718,7 @@ async def _open_batch(
 def _outcome(
     rollouts: Sequence[ScoredRollout], replaced: Sequence[ScoredRollout], policy: FailurePolicy
 ) -> GroupOutcome:
-    """How a group ends under ``policy`` (pure): never a mix of failed and trained rollouts
-    unless the policy says ``zero``."""
+    """How a group ends under ``policy``: failed and trained rollouts mix only under ``zero``."""
     failing = [r.failure for r in rollouts if policy.group_failing(r.failure)]
     if not failing:
         return "retried" if replaced else "ok"
@@ -822,8 +732,7 @@ def _outcome(
 def _dead_server(attempts: Sequence[ScoredRollout]) -> bool:
     """Every attempt lost to the model server before the model answered at all.
 
-    An attempt whose stream broke after some completion tokens does not count as "dead": the
-    server sampled, so it is up and flaky (a group of those is masked, not raised).
+    A stream that broke after some tokens does not count: that server is up and flaky.
     """
     return all(
         r.failure is not None
@@ -856,33 +765,21 @@ async def run_rollout(
 
     Args:
         server: A chat server (Phase 1), a token client (Phase 2, needs ``tokenizer``), or a
-            :class:`~hermes_async.inference.pool.ServerPool` (a client of its ``api`` is opened
-            for the call; the rollout's turns stay on one server while it is healthy).
-        messages: The prompt; copied, so the caller's list is never changed.
+            :class:`~hermes_async.inference.pool.ServerPool`.
         tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
-        setup: The reward, tokenizer, tools, sandboxes and failure policy
-            (:class:`RolloutSetup`). With ``failure_policy.on_failure="retry"``, an ``infra``
-            / ``verifier`` failure is re-run on a fresh sandbox (up to ``max_attempts``).
-        options: The loop's options (turns, sampling, deadlines, parser, budget);
-            ``rollout_timeout`` bounds the whole attempt.
-        task_id: The rollout's id (its sandbox's key); a fresh uuid4 if ``None``. A retry runs
-            as ``<task_id>-attempt<n>``.
+        task_id: The rollout's id (default: a uuid4). A retry runs as ``<task_id>-attempt<n>``.
 
     Returns:
-        The :class:`ScoredRollout` of the last attempt. Nothing the rollout does is raised:
-        every failure is its ``failure`` (and ``error``).
+        The :class:`ScoredRollout` of the last attempt; its failures are not raised.
 
     Raises:
-        ValueError: Bad options, an empty prompt or a message without a role, or a token
-            server without a tokenizer.
-        TypeError: ``server`` is neither kind of server, ``tools`` is not a pair, ``options``
-            is not an ``AgentOptions``, ``setup`` is not a ``RolloutSetup``, or ``messages``
-            is not a list of mappings.
+        ValueError: Bad options, an empty prompt, a message without a role, or a token server
+            without a tokenizer.
+        TypeError: A wrong type for ``server``, ``tools``, ``options``, ``setup`` or ``messages``.
         UnknownParserError: ``options.tool_call_parser`` is not registered.
 
-    **Cancellation**: the model request and running tools are cancelled, the sandbox is
-    released (shielded and bounded by the manager), and the cancellation propagates. A private
-    manager is closed on the way out, releasing everything it holds.
+    **Cancellation**: the request and tools are cancelled, the sandbox is released (shielded,
+    bounded), a private manager is closed, and the cancellation propagates.
     """
     _check_call(messages, options, setup)
     async with _open_batch(server, tools, setup, options) as batch:
@@ -902,62 +799,30 @@ async def run_group(
     staleness: Staleness | None = None,
     snapshot: bool = True,
 ) -> ScoredGroup:
-    """Run ``size`` rollouts of the same prompt concurrently; reward and score each one.
+    """Run ``size`` rollouts of one prompt concurrently; reward and score each.
 
-    Every rollout gets its own copy of ``messages``, its own sandbox and (with a configured
-    ``options.sampling.seed`` s) its own seed, s + its index, so a seeded group still samples
-    ``size`` different completions. One :class:`HermesAgentLoop` serves the whole group (a loop
-    keeps per-run state apart). A rollout's failure never reaches its siblings; the group's
-    ``failure_policy`` decides what the failures mean for the group as a whole (see the module
-    docstring): its :attr:`ScoredGroup.outcome`. The arguments are :func:`run_rollout`'s,
-    plus:
+    Each rollout gets its own copy of ``messages``, its own sandbox and, with a seed s, the seed
+    s + index. The other arguments, and their errors, are :func:`run_rollout`'s.
 
     Args:
-        server: A chat server, a token client or a
-            :class:`~hermes_async.inference.pool.ServerPool` (see :func:`run_rollout`); on a
-            pool the group is placed on one server while it has room.
-        messages: The prompt shared by the group; copied per rollout.
-        tools: ``get_tool_definitions(...)`` or a ``(schemas, valid_names)`` pair.
-        size: Number of rollouts (>= 1).
-        setup: See :func:`run_rollout`; a private sandbox manager is shared by the group, and
-            ``failure_policy`` decides the group's outcome. ``sandbox_setup`` runs once in a
-            template sandbox that is snapshotted where the backend can (``snapshot``).
-        options: See :func:`run_rollout`.
-        task_ids: One id per rollout (default: fresh uuid4s).
-        on_rollout: Called with each rollout's final :class:`ScoredRollout` as it finishes
-            (progress displays). It is the caller's code, not the rollout's: what it raises
-            cancels the group and propagates.
-        staleness: Asynchronous RL: once the group is done, the current policy version is
-            read (once) and every completion segment's age (current - its version) compared
-            with ``max_staleness``; ``drop`` returns the group with outcome ``"stale"`` (no
-            training data), ``mask`` masks the stale segments (``stale_masked_tokens`` on the
-            rollout), ``keep`` only reports. :attr:`ScoredGroup.staleness` has the ages (its
-            ``metrics()`` are counters to log). Needs a version source
-            (``staleness.version_source`` or ``options.version_source``).
-        snapshot: Run ``setup.sandbox_setup`` once and start every rollout from a snapshot
-            of it (:mod:`hermes_async.tools.sandbox.snapshot`) where the backend can (Docker).
+        on_rollout: Called with each final :class:`ScoredRollout`; what it raises cancels the
+            group and propagates, unwrapped.
+        staleness: After the group, ``drop`` it or ``mask`` the segments whose policy is too
+            old, or ``keep`` them; needs a version source.
+        snapshot: Run ``setup.sandbox_setup`` once and start every rollout from a snapshot of
+            it where the backend can.
 
     Returns:
-        The :class:`ScoredGroup`, rollouts in index order, with its ``outcome``. A masked
-        group is *returned* (its rollouts and failures stay inspectable), never half
-        emitted: :meth:`ScoredGroup.to_scored_data_group` refuses it.
+        The :class:`ScoredGroup`; a masked group is returned, never half emitted.
 
     Raises:
-        ValueError: ``size`` < 1, ``task_ids`` of another length or with a repeat, bad
-            options, an empty prompt or a message without a role, a token server without a
-            tokenizer, or ``staleness`` without a version source.
-        TypeError: ``size`` is not an int, or as for :func:`run_rollout`.
-        UnknownParserError: ``options.tool_call_parser`` is not registered.
-        VersionReadError: The version source failed when the group's ages were measured.
-        InferenceError: Every rollout, after its retries, failed at the model server before
-            the model answered at all: the server is down, which is the operator's problem,
-            not a group to skip (``process`` mode would otherwise spin through the dataset).
-        Exception: What ``on_rollout`` raised, as itself (not wrapped in an
-            ``ExceptionGroup``; several at once stay a group).
+        ValueError: Bad ``size`` or ``task_ids``, or ``staleness`` without a version source.
+        VersionReadError: The version source failed when the ages were measured.
+        InferenceError: Every rollout failed at the model server before it answered: the
+            server is down, and ``process`` mode would otherwise spin through the dataset.
 
-    **Cancellation**: reaches every rollout (generation streams closed, tools killed); every
-    sandbox is released, shielded and bounded by the manager; a private manager is closed.
-    Retries not yet started are not started.
+    **Cancellation**: reaches every rollout; every sandbox is released (shielded, bounded), a
+    private manager is closed, and retries not yet started never start.
     """
     if isinstance(size, bool) or not isinstance(size, int):
         raise TypeError(f"run_group size must be an int >= 1, got {size!r}")

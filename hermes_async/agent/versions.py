@@ -1,36 +1,9 @@
 """Policy versions, pauses and staleness: what asynchronous RL needs from the rollout core.
 
-An asynchronous trainer updates the weights while rollouts are still generating. Around each
-update it typically *pauses* the inference server (in-flight requests are aborted with
-``finish_reason="abort"``, or held), loads the new weights, bumps its **policy version** and
-resumes. The rollout core then:
-
-* keeps the exact prefix an aborted request sampled and resumes it (``agent/_token_turn.py``;
-  ``AgentOptions.max_resumes``),
-* labels every sampled token with the version of the request that sampled it: the
-  :data:`VersionSource` is read **once per request, at dispatch** (:func:`read_version`), never
-  again for the same tokens (reading it twice, once at dispatch and once at the end, is how
-  AReaL #1569 mislabelled tokens),
-* waits while the server is paused, when it can tell (:data:`PauseProbe`,
-  :func:`wait_while_paused`), bounded by ``AgentOptions.pause_timeout`` and the rollout's
-  deadline,
-* and lets :func:`~hermes_async.agent.rollout.run_group` drop or mask groups whose tokens are
-  too old (:class:`Staleness`; the pure decision is :func:`staleness_of`).
-
-Both seams are plain callables, sync or async, so any trainer can supply them: an attribute
-read (``lambda: trainer.version``), a coroutine that asks a parameter server, or
-:class:`PolledVersion` for an HTTP endpoint.
-
-With a pause probe, no request is dispatched while the server is paused (the version is read
-after the wait), so a request the server would hold through the update is not labelled with the
-version before it; a pause that begins between the probe and the dispatch can still slip
-through (the window is one HTTP round trip). Without a probe, a request sent into a pause is
-held by the server and labelled with the version read before it.
-
-One limit is the server's, not ours: with a ``keep``-mode pause (in-flight requests wait
-through the weight update and go on with the new weights), the tokens after the update are
-labelled with the version read at dispatch -- the older one. That errs on the safe side for
-staleness (they look older than they are); use ``abort`` mode where exact labels matter.
+The :data:`VersionSource` is read once per request, at dispatch, and labels every token that
+request sampled. A :data:`PauseProbe` holds dispatch while the server is paused.
+:class:`Staleness` lets ``run_group`` drop or mask groups whose tokens are too old. Design and
+limits: docs/decisions/034-policy-versions.md.
 """
 
 from __future__ import annotations
@@ -78,10 +51,7 @@ _PAUSE_POLL_SECONDS = 0.1
 
 
 class VersionReadError(InferenceError):
-    """The version source or pause probe failed, timed out, or returned a bad value.
-
-    An ``infra`` failure of the rollout (nothing the policy did); ``str()`` names the value.
-    """
+    """The version source or pause probe failed, timed out, or returned a bad value (``infra``)."""
 
 
 async def _call(source: Callable[[], Any], what: str) -> object:
@@ -102,11 +72,11 @@ async def _call(source: Callable[[], Any], what: str) -> object:
 
 
 async def read_version(source: VersionSource) -> int:
-    """Read the policy version once (bounded by :data:`_VERSION_READ_TIMEOUT_SECONDS`).
+    """Read the policy version once (bounded).
 
     Raises:
         VersionReadError: The source raised, timed out, or returned anything but an ``int``
-            >= 0 (``bool`` included: ``True`` is no version).
+            >= 0 (``True`` is no version).
 
     **Cancellation**: an async source is cancelled with the caller.
     """
@@ -138,10 +108,10 @@ async def wait_while_paused(
     """Wait until ``probe`` says the server is not paused; return the seconds waited.
 
     Raises:
-        TimeoutError: Still paused after ``timeout`` seconds (the pause watchdog).
+        TimeoutError: Still paused after ``timeout`` seconds.
         VersionReadError: The probe failed.
 
-    **Cancellation**: the wait ends at once (the rollout's deadline cancels it).
+    **Cancellation**: the wait ends at once.
     """
     start = anyio.current_time()
     with anyio.fail_after(timeout if timeout is not None else math.inf):
@@ -154,7 +124,7 @@ async def wait_while_paused(
 
 
 class _HTTPPoll:
-    """One HTTP client GETting one JSON endpoint, bounded (the shared half of the pollers)."""
+    """One HTTP client GETting one JSON endpoint, bounded."""
 
     def __init__(
         self, url: str, *, timeout: float, transport: httpx.AsyncBaseTransport | None
@@ -204,22 +174,11 @@ class _HTTPPoll:
 class PolledVersion(_HTTPPoll):
     """A :data:`VersionSource` reading an HTTP endpoint, at most once per ``interval``.
 
-    ``GET url`` must answer JSON: an integer, or an object with the integer under ``key``
-    (``{"version": 12}``). Between polls the last value is returned, so thousands of
-    requests cost one GET per interval; a poll that fails raises (the request's rollout ends
-    as ``infra``) rather than handing out a stale version silently.
-
-    Use as an async context manager (it owns an HTTP client)::
+    ``GET url`` answers an integer, or an object with it under ``key``. A failed poll raises.
+    Use as an async context manager::
 
         async with PolledVersion("http://trainer:9000/version") as versions:
             options = AgentOptions(version_source=versions)
-
-    Args:
-        url: The endpoint.
-        key: The field of a JSON object holding the version.
-        interval: Seconds a value stays fresh (1 s: weight updates are seconds apart).
-        timeout: Deadline of one GET.
-        transport: An httpx transport instead of the network (tests).
     """
 
     def __init__(
@@ -240,7 +199,7 @@ class PolledVersion(_HTTPPoll):
         self._lock = anyio.Lock()
 
     async def __call__(self) -> int:
-        """The version: cached while fresh, else one GET (concurrent callers share it).
+        """The version: cached while fresh, else one GET shared by concurrent callers.
 
         Raises:
             VersionReadError: The GET failed or the answer holds no integer version.
@@ -262,22 +221,13 @@ class PolledVersion(_HTTPPoll):
 
 
 class PolledPause(_HTTPPoll):
-    """A :data:`PauseProbe` asking an inference server's ``GET /is_paused``.
+    """A :data:`PauseProbe` asking an inference server's ``GET /is_paused`` (not cached).
 
-    The answer must be JSON ``{"is_paused": bool}`` (vLLM's shape; ``key`` for another) or a
-    bare bool. Not cached: the loop polls it only around pauses and before dispatching.
-    vLLM serves ``/pause``, ``/resume`` and ``/is_paused`` only with ``VLLM_SERVER_DEV_MODE=1``.
-
-    Use as an async context manager (it owns an HTTP client, closed on exit)::
+    The answer is ``{"is_paused": bool}`` (vLLM's shape; ``key`` for another) or a bare bool.
+    Use as an async context manager::
 
         async with PolledPause("http://127.0.0.1:8000/is_paused") as paused:
             options = AgentOptions(pause_probe=paused, ...)
-
-    Args:
-        url: The endpoint (e.g. ``http://127.0.0.1:8000/is_paused``).
-        key: The field holding the flag.
-        timeout: Deadline of one GET.
-        transport: An httpx transport instead of the network (tests).
     """
 
     def __init__(
@@ -320,20 +270,14 @@ StalenessAction: TypeAlias = Literal["drop", "mask", "keep"]
 class Staleness:
     """How old a group's tokens may be, in policy versions.
 
-    A segment's **age** is the current version (read once, when the group is done) minus the
-    version that sampled it; it is *stale* when its age exceeds ``max_staleness``.
+    A segment's age is the current version, read once when the group is done, minus the version
+    that sampled it.
 
     Attributes:
-        max_staleness: Largest age that is still trained on (``0``: only the current
-            version; ``1``: also the previous one, the usual one-step off-policy setting).
-        action: ``drop`` (the whole group: outcome ``"stale"``, no training data), ``mask``
-            (stale segments get mask ``-100`` and logprob 1.0; the rest is trained) or
-            ``keep`` (nothing changes; the ages are reported).
-        version_source: Where the current version is read; ``None``:
-            ``AgentOptions.version_source``.
-
-    Raises:
-        ValueError: A negative ``max_staleness`` or an unknown ``action``.
+        max_staleness: Largest age still trained on (``1``: the usual one-step off-policy).
+        action: ``drop`` the group (outcome ``"stale"``), ``mask`` the stale segments, or
+            ``keep`` and only report.
+        version_source: Source of the current version (``None``: ``AgentOptions.version_source``).
     """
 
     max_staleness: int
@@ -349,20 +293,12 @@ class Staleness:
 
 @dataclass(frozen=True, slots=True)
 class StalenessReport:
-    """The ages of one group's tokens, for logging (counters the environment can sum).
+    """The ages of one group's tokens, for logging.
 
     Attributes:
-        current_version: The version the ages are measured from.
-        max_staleness: The limit applied.
-        action: What was done.
         segment_ages: Completion segments per age.
         token_ages: Sampled tokens per age.
-        stale_segments: Segments older than ``max_staleness``.
-        stale_tokens: Their tokens.
         stale_rollouts: Indices of rollouts holding at least one stale segment.
-        dropped: The group was dropped (``action="drop"`` and something was stale).
-        masked_tokens: Tokens whose mask was zeroed (``action="mask"``).
-        unversioned_segments: Segments without a version (no version source at sampling).
     """
 
     current_version: int
@@ -383,7 +319,7 @@ class StalenessReport:
         return self.stale_segments > 0
 
     def metrics(self, prefix: str = "staleness/") -> dict[str, float]:
-        """Flat counters for wandb / Prometheus: ages as ``{prefix}tokens_age_<n>``, etc."""
+        """Flat counters for wandb / Prometheus, such as ``{prefix}tokens_age_<n>``."""
         out: dict[str, float] = {
             f"{prefix}stale_segments": float(self.stale_segments),
             f"{prefix}stale_tokens": float(self.stale_tokens),
@@ -419,14 +355,8 @@ def staleness_of(
 ) -> tuple[StalenessReport, list[list[tuple[int, int]]]]:
     """Decide a group's staleness (pure).
 
-    Args:
-        spans: Per rollout, its completion segments (:func:`version_spans`).
-        current_version: The version now.
-        policy: The limit and the action.
-
     Returns:
-        The report, and per rollout the ``(start, end)`` token ranges to mask (empty unless
-        ``policy.action == "mask"``).
+        The report, and per rollout the ``(start, end)`` token ranges to mask.
     """
     segment_ages: Counter[int] = Counter()
     token_ages: Counter[int] = Counter()

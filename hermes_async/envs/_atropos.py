@@ -21,7 +21,7 @@ logging.getLogger("transformers").addFilter(_no_torch_notice)
 
 try:
     import wandb
-    from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
+    from atroposlib.envs.base import BaseEnv, BaseEnvConfig, EvalHandlingEnum, ScoredDataGroup
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ServerBaseline
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
@@ -33,6 +33,7 @@ __all__ = (
     "APIServerConfig",
     "BaseEnv",
     "BaseEnvConfig",
+    "EvalHandlingEnum",
     "ScoredDataGroup",
     "ServerBaseline",
     "atropos_safe",

@@ -1,33 +1,8 @@
 """The wrapper around atroposlib's entry points (``serve``, ``process``, ``evaluate``).
 
-Each run of an entry point gets, around atroposlib's own loop:
-
-* **one sandbox manager** for the run (every group and eval rollout shares it; its exit
-  releases whatever is left);
-* **SIGTERM as a cancellation**: orchestrators stop a process with SIGTERM, whose default
-  action kills it on the spot and skips every ``finally`` — sandboxes (containers, Modal
-  sandboxes) would leak. The run is cancelled instead, everything is released, and the process
-  exits with status 143 (128 + SIGTERM) as the signal's default would. SIGINT already cancels
-  through ``asyncio.run``. Only the main thread can receive signals, so elsewhere (a test
-  running an env in a thread) the handler is skipped;
-* **garbage-collector tuning** for many concurrent rollouts (config ``tune_gc``), restored
-  afterwards, and on Python 3.11 asyncio's pidfd child watcher instead of a thread per child
-  process (:func:`~hermes_async.tools.sandbox.host.pidfd_child_watcher`);
-* **stopping the tasks atroposlib spawned** (its rollout workers, a running eval): it starts
-  them with ``asyncio.create_task`` and never awaits them, so the run's cancellation does not
-  reach them. They are cancelled and awaited (bounded by :data:`STRAY_TASK_TIMEOUT_SECONDS`)
-  while the run's sandbox manager is still open, so each rollout releases its own sandbox;
-  left running, a worker could create a sandbox after the manager closed (a leak) or keep
-  ``asyncio.run`` waiting for it at exit (SIGTERM would end in SIGKILL). Every worker counts,
-  including those atroposlib itself cancelled and dropped from its set when the trainer's queue
-  was full (:class:`SpawnedTasks` remembers them all);
-* **a worker's body as a child task** (:func:`as_child`): atroposlib stops workers with
-  ``Task.cancel()``, which anyio's shielded scopes do not stop, so a release caught by it was cut
-  in half (a sandbox directory left behind). In a child task of a task group, that cancel
-  arrives as an anyio cancellation, which the shielded, bounded cleanup survives;
-* **closing atroposlib's OpenAI clients**, which atroposlib never closes itself (bounded);
-* **a watchdog** (:class:`~hermes_async.envs._watchdog.Watchdog`, config ``watchdog_seconds``)
-  that logs what the run waits on when nothing finished for a while.
+Each run gets one sandbox manager, SIGTERM as a cancellation (exit 143), GC tuning, its
+spawned tasks stopped while the manager is open, and atroposlib's clients closed. Why:
+docs/architecture.md, "Running atroposlib's entry points".
 """
 
 from __future__ import annotations
@@ -82,24 +57,15 @@ async def run_entry(
     """Run ``run()`` inside a run-level sandbox manager, SIGTERM handling and GC tuning.
 
     Args:
-        what: The entry point's name, for log lines.
-        run: atroposlib's entry point.
         sandboxes: Opens the run's sandbox manager (and makes it current).
-        gc_tuning: The garbage-collector tuning for the run
-            (:func:`~hermes_async.gc_tuning.gc_tuned_for_rollouts`), or ``None``.
         servers: atroposlib's servers, whose OpenAI clients are closed at the end.
-        watchdog: Runs for the whole run, logging stalls (``None``: none).
-        stray_tasks: The tasks ``run()`` spawned and does not await (asyncio tasks; anything
-            else, ``None`` included, is skipped), read when ``run()`` ends.
-        metrics_port: Serve :func:`~hermes_async.telemetry.serve_metrics` on 127.0.0.1 at this
-            port for the run (``None``: not served).
+        stray_tasks: The asyncio tasks ``run()`` spawned and does not await.
+        metrics_port: Serve metrics on 127.0.0.1 at this port (``None``: not served).
 
     Raises:
         SystemExit: 143, after a SIGTERM was handled and everything released.
 
-    **Cancellation**: the stray tasks are cancelled and awaited (shielded, bounded), then every
-    sandbox is released (shielded, bounded by the manager) on the way out; the OpenAI clients
-    are closed (bounded).
+    **Cancellation**: stray tasks, sandboxes and clients are cleaned up, shielded and bounded.
     """
     terminated = False
     tuned: AbstractContextManager[object] = gc_tuning() if gc_tuning is not None else nullcontext()
@@ -144,9 +110,7 @@ async def run_entry(
 class SpawnedTasks:
     """The asyncio tasks that entered :meth:`track` and have not finished.
 
-    atroposlib keeps its workers in a set it prunes itself (a worker it cancels to shrink the
-    pool leaves the set while it is still releasing its sandboxes); this one forgets a task
-    only when the task is done with the tracked block.
+    Unlike atroposlib's set, it forgets a task only when it left the block, not when cancelled.
     """
 
     __slots__ = ("_tasks",)
@@ -180,11 +144,8 @@ class SpawnedTasks:
 async def as_child(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``await fn(*args)`` in a child task, so ``Task.cancel()`` of the caller respects shields.
 
-    anyio's shielded scopes hold against anyio's cancellation, not against a bare
-    ``Task.cancel()`` (what atroposlib does to its workers): that one lands inside whatever
-    shielded cleanup the task is in. A task group's host that gets it cancels its children
-    through their cancel scope instead, and waits for them, so their shielded cleanup runs to its
-    own deadline; the caller then sees its ``CancelledError``.
+    A bare ``Task.cancel()`` lands inside shielded cleanup; a task group's host turns it into an
+    anyio cancellation of its children, whose cleanup runs to its own deadline.
     """
     result: list[T] = []
 
@@ -198,10 +159,7 @@ async def as_child(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
 
 
 async def _stop_stray_tasks(tasks: Iterable[object], what: str) -> None:
-    """Cancel the unfinished asyncio tasks among ``tasks`` and wait for them; never raises.
-
-    Their results and errors are dropped (atroposlib logs its workers' own errors); a task
-    still running at the deadline is logged and left to ``asyncio.run``'s final cancel.
+    """Cancel the unfinished tasks among ``tasks`` and wait for them; never raises.
 
     **Cancellation**: shielded, bounded by :data:`STRAY_TASK_TIMEOUT_SECONDS` in total.
     """
@@ -218,7 +176,7 @@ async def _stop_stray_tasks(tasks: Iterable[object], what: str) -> None:
 
 
 async def _close_openai_clients(servers: Iterable[object]) -> None:
-    """Close the OpenAI SDK clients of atroposlib's ``servers`` (it never does); never raises.
+    """Close the OpenAI clients of atroposlib's ``servers`` (it never does); never raises.
 
     **Cancellation**: shielded, bounded by :data:`_CLIENT_CLOSE_TIMEOUT_SECONDS` in total.
     """

@@ -1,21 +1,8 @@
 """The reference's single-rollout extension point: a subclass that overrides ``collect_trajectory``.
 
-In the reference, atroposlib's ``collect_trajectories`` ran ``collect_trajectory(item)``
-``group_size`` times and built the group; a subclass customised one rollout by overriding it.
-:class:`~hermes_async.envs.base.HermesAgentBaseEnv` runs whole groups through the rollout core
-(``run_group``) instead, which is faster and keeps ``inference_logprobs``. So that the extension
-point still works, ``collect_trajectories`` checks once per call whether the subclass overrides
-``collect_trajectory`` (:func:`overrides`, one attribute comparison: the default path pays
-nothing measurable) and, if it does, runs the override ``group_size`` times concurrently and
-builds the group from what it returns (:func:`_group_from_items`).
-
-Building the group follows atroposlib's default collector: ``tokens``, ``masks`` and ``scores``
-from every item; ``advantages``, ``ref_logprobs``, ``messages``, ``overrides`` and ``images``
-from the items that have them; ``group_overrides`` merged. Two differences, on purpose:
-``inference_logprobs`` is kept (when every item carries it; atroposlib drops it and trainers
-then crash on ``None``), and an item that is ``None`` (a rollout the override decided to skip) is
-left out instead of failing the whole group with a ``ValueError``; a group with no item left is
-``None`` (atroposlib retries the item). The backlogs are concatenated.
+When a subclass overrides it, ``collect_trajectories`` runs it ``group_size`` times
+concurrently and builds the group as atroposlib does, keeping ``inference_logprobs`` and
+leaving out ``None`` items. See docs/architecture.md, "Single-rollout overrides".
 """
 
 from __future__ import annotations
@@ -40,11 +27,10 @@ def _group_from_items(
     *,
     generation_params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """The ``ScoredDataGroup`` of per-rollout items (see the module docstring), or ``None``.
+    """The ``ScoredDataGroup`` of per-rollout items, or ``None`` when none is left.
 
     Raises:
-        TypeError: An item is neither a mapping nor ``None`` (the override returned something
-            else as the first element of its pair).
+        TypeError: An item is neither a mapping nor ``None``.
     """
     kept: list[Mapping[str, Any]] = []
     for item in items:
@@ -92,10 +78,7 @@ async def collect_with_override(
     *,
     generation_params: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, list[Any]]:
-    """Run ``collect(item)`` ``size`` times concurrently; build the group from the results.
-
-    A rollout that raises cancels its siblings (the task group); the caller unwraps a lone
-    exception.
+    """Run ``collect(item)`` ``size`` times concurrently; build the group. One failure cancels all.
 
     **Cancellation**: reaches every rollout.
     """

@@ -1,28 +1,8 @@
 """Results written as they come, one line per item, and runs that resume where they stopped.
 
-``process`` writes one JSONL line per scored group, ``evaluate`` one line per eval item; each
-line carries a stable ``item_key``. A run killed at any point (``SIGKILL`` included) leaves a
-file of complete lines — each is flushed to the operating system as soon as it is written, and
-a line cut in half by the kill is dropped on resume — and ``--env.resume true`` starts a new run
-that keeps every finished line **byte for byte** and runs only the items that are missing or
-errored. The result is exactly one line per item.
-
-Item keys (:func:`item_keys`): the environment's ``item_key(item)`` hook — by default the
-item's ``task_id`` / ``id`` / ``name`` field, else a hash of its canonical JSON — plus ``#n``
-for its n-th occurrence (n >= 2) in the run: process mode cycles through a dataset, and an eval
-list may repeat an item. So keys are stable across runs as long as the items come in the same
-order (a deterministic ``get_next_item``; a random one cannot be resumed exactly).
-
-Errored: an eval line whose failure is ``infra``, ``verifier`` or ``cancelled`` (its result says
-nothing about the model) is re-run; a ``process`` group that was masked was never written, so
-it is simply missing. A line without an ``item_key`` (a file from before this format) is kept
-as it is and never matched.
-
-Files: ``process`` appends to ``data_path_to_save_groups`` (atroposlib would otherwise move an
-existing file aside as ``<stem>_1.jsonl``); ``evaluate`` writes ``samples.jsonl`` in
-``data_dir_to_save_evals`` (atroposlib's name) line by line instead of once at the end.
-Dropping lines (a cut tail, errored items) rewrites the file through a temporary file and an
-atomic rename, copying the kept lines verbatim.
+Each JSONL line carries a stable ``item_key`` and is flushed as written; ``--env.resume true``
+keeps finished lines byte for byte and runs only missing or errored items. Keys, files and
+what counts as errored: docs/decisions/029-resumable-results.md.
 """
 
 from __future__ import annotations
@@ -91,9 +71,8 @@ class ResultsFile:
 
     Args:
         path: The file.
-        resume: Keep what is there (see :meth:`open`); else start a new, empty file.
-        keep: Which existing lines count as finished (default: all with a key); the others
-            are dropped on resume and their items re-run.
+        resume: Keep what is there; else start a new, empty file.
+        keep: Which existing lines count as finished (default: all with a key).
     """
 
     def __init__(
@@ -160,11 +139,7 @@ class ResultsFile:
         )
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Write one result line (``record`` must carry ``item_key``) and flush it.
-
-        Flushed to the operating system, which keeps it through a ``SIGKILL`` of the process
-        (not through a machine crash: no ``fsync`` per line).
-        """
+        """Write one result line (``record`` carries ``item_key``) and flush it."""
         if self._file is None:
             raise RuntimeError(f"results file {self.path} is not open")
         if not isinstance(record.get(ITEM_KEY), str):
@@ -173,9 +148,7 @@ class ResultsFile:
         self._file.flush()
 
     def write(self, record: Mapping[str, Any]) -> None:
-        """jsonlines' ``Writer.write`` (atroposlib calls it for each group): like
-        :meth:`append`, but a record without ``item_key`` (a subclass's own group) is written
-        too, as a line no resume will match."""
+        """jsonlines' ``Writer.write``: :meth:`append`, keyless records included."""
         if self._file is None:
             raise RuntimeError(f"results file {self.path} is not open")
         self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -198,12 +171,7 @@ def missing(keys: Iterable[str], done: Mapping[str, object]) -> list[int]:
 
 
 def hide_groups_file_from_atroposlib(config: Any) -> str | None:
-    """On ``resume``, take ``data_path_to_save_groups`` away before ``BaseEnv.__init__``.
-
-    atroposlib moves an existing output file aside (``<stem>_1.jsonl``) and opens a new one;
-    a resumed run must append to the old one instead. Returns the path to restore (``None``
-    when not resuming or there is nothing to resume).
-    """
+    """On ``resume``, hide ``data_path_to_save_groups`` from ``BaseEnv.__init__``."""
     path = getattr(config, "data_path_to_save_groups", None)
     if not (getattr(config, "resume", False) and path and os.path.exists(path)):
         return None
@@ -212,11 +180,7 @@ def hide_groups_file_from_atroposlib(config: Any) -> str | None:
 
 
 def open_groups_file(env: Any, resumed: str | None) -> ResultsFile | None:
-    """Replace atroposlib's JSONL writer with a :class:`ResultsFile` (flushed per group).
-
-    ``resumed`` is what :func:`hide_groups_file_from_atroposlib` returned (restored into the
-    config here). Without an output path (``serve`` without one) nothing changes.
-    """
+    """Replace atroposlib's JSONL writer with a :class:`ResultsFile`, restoring ``resumed``."""
     config = env.config
     if resumed is not None:
         config.data_path_to_save_groups = resumed
@@ -234,10 +198,7 @@ def open_groups_file(env: Any, resumed: str | None) -> ResultsFile | None:
 class ProcessItems:
     """Wraps ``get_next_item`` for ``process`` mode: keys each item, skips finished ones.
 
-    Installed as an instance attribute for the run (atroposlib's ``process_manager`` calls
-    ``self.get_next_item()``), removed afterwards. Each item's run-unique key is kept in
-    :attr:`current_key` for ``collect_trajectories``; ``n_groups_to_process`` is lowered by the
-    groups already in the file, so the run still ends with ``total_steps`` groups.
+    The current item's key is :attr:`current_key`.
     """
 
     def __init__(self, env: Any, results: ResultsFile | None) -> None:

@@ -1,33 +1,7 @@
 """Which model client an environment uses, built from atroposlib's server configs.
 
-atroposlib describes servers with ``APIServerConfig`` (``server_type``, ``base_url``,
-``model_name``, ``api_key``, ``timeout``). The environment talks to them with its own anyio
-clients, never through atroposlib's ``ServerManager``/``ManagedServer``:
-
-=================  ======================================  =====================================
-``server_type``    client                                   phase
-=================  ======================================  =====================================
-``vllm``           token client; ``token_endpoint``:        Phase 2 (exact tokens and logprobs)
-                   ``auto`` (default: the generate route
-                   if the server has it, else the stock
-                   ``/v1/completions``; probed once),
-                   ``vllm`` (``/inference/v1/generate``),
-                   ``completions`` (``/v1/completions``)
-                   or ``atropos`` (``/generate``)
-``sglang``         :class:`SGLangGenerateClient`            Phase 2
-``openai``         :class:`ChatClient`                      Phase 1 (placeholder tokens)
-=================  ======================================  =====================================
-
-Several servers of one kind (atroposlib's list of server configs, or a ``ServerBaseline``'s
-four) become one :class:`~hermes_async.inference.pool.ServerPool` behind one client: a
-rollout's turns stay on one server while it is healthy (its prefix cache), new sessions go to
-the least-loaded server, per-server concurrency adapts to 429s and failures, a failing server
-is ejected and probed back in. The per-server limiters (``model_requests@host:port``) join the
-environment's ``limits``, each up to ``model_request_limit``. Servers with different API keys
-cannot share a pool; they are used in turn, group by group, as with ``server_pool=False``.
-
-Before the first request, :func:`check_reachable` proves the server answers HTTP at all,
-within a bounded time (atroposlib's own health check waits forever on a dead server).
+Our own anyio clients, never atroposlib's ``ServerManager``; servers of one kind share a
+``ServerPool``. See docs/decisions/025-model-servers.md.
 """
 
 from __future__ import annotations
@@ -89,12 +63,8 @@ class ServerUnreachableError(InferenceError):
 class ServerSpec:
     """One model server, as the environment uses it.
 
-    Attributes:
-        base_url: The configured base URL (usually ending in ``/v1``; shown redacted).
-        server_type: ``openai``, ``vllm`` or ``sglang``.
-        model_name: ``model`` for chat requests.
-        api_key: Bearer token, if any (never logged).
-        timeout: Overall per-request deadline in seconds.
+    ``base_url`` is shown redacted and ``api_key`` never logged; ``timeout`` is the per-request
+    deadline in seconds.
     """
 
     base_url: str
@@ -123,10 +93,7 @@ class ServerSpec:
 
 
 def server_specs(server_configs: Any) -> list[ServerSpec]:
-    """Turn atroposlib server configs into :class:`ServerSpec` s.
-
-    Accepts a list of ``APIServerConfig``, a single one, or a ``ServerBaseline`` (which atroposlib
-    expands to four servers at ``localhost:9004-9007``; the same here).
+    """Turn atroposlib server configs (list, one, ``ServerBaseline``) into specs.
 
     Raises:
         ConfigError: An unsupported ``server_type`` (``trl``) or a missing ``base_url``.
@@ -168,11 +135,7 @@ def server_specs(server_configs: Any) -> list[ServerSpec]:
 
 
 def _endpoint_kind(server_type: str, token_endpoint: str) -> str:
-    """The token protocol to speak: ``vllm``, ``completions``, ``atropos`` or ``sglang``.
-
-    Without a probe, ``auto`` means ``sglang`` for SGLang servers and ``vllm`` otherwise;
-    :func:`open_model_clients` probes a vLLM server once instead
-    (:func:`~hermes_async.inference.completions.detect_token_endpoint`).
+    """The token protocol to speak, without a probe (``auto``: ``sglang`` or ``vllm``).
 
     Raises:
         ConfigError: ``token_endpoint`` is not one of :data:`_TOKEN_ENDPOINTS`.
@@ -194,11 +157,7 @@ async def _resolve_endpoint_kind(
     transport: httpx.AsyncBaseTransport | None = None,
     timeout: float = _PROBE_TIMEOUT_SECONDS,
 ) -> str:
-    """:func:`_endpoint_kind`, with ``auto`` on a vLLM server decided by one probe.
-
-    The probe asks whether ``/inference/v1/generate`` exists (a vLLM started without
-    ``--enable-scale-out`` answers 403); if not, the stock ``/v1/completions`` route is used.
-    The answer is kept in ``cache`` (by root URL), so an environment probes each server once.
+    """:func:`_endpoint_kind`, with ``auto`` on a vLLM server decided by one probe, cached by URL.
 
     Raises:
         ConfigError: An unknown ``token_endpoint``.
@@ -280,25 +239,9 @@ async def open_model_clients(
 ) -> AsyncIterator[list[ModelClient]]:
     """Open the clients of ``specs``; close them (and their pool) on exit.
 
-    With ``pool`` and several servers that can share one (:func:`_poolable`), the list holds
-    one client on a :class:`ServerPool` of them all; else one client per server.
-
-    Args:
-        specs: The servers.
-        token_endpoint: The token protocol (see :func:`_endpoint_kind`).
-        limiter: The one-server clients' request limiter; with a pool, its total is each
-            server's highest concurrency (unless ``pool_options`` is given).
-        transport: An httpx transport for every client (tests).
-        pool: Put several servers behind one :class:`ServerPool`.
-        limits: Where the pool's per-server limiters are added.
-        pool_options: The pool's options (default: ``max_limit`` from ``limiter``, the request
-            deadline from the specs' ``timeout``).
-
-    With ``token_endpoint="auto"`` a vLLM server's route is probed (once per server when an
-    ``endpoint_cache`` is passed; see :func:`_resolve_endpoint_kind`).
-
-    ``vocab_size`` (the tokenizer's ``len()``) makes token clients reject ids outside the
-    vocabulary (:class:`~hermes_async.inference.InvalidTokenDataError`).
+    With ``pool``, several poolable servers share one :class:`ServerPool` (its per-server
+    limiters go into ``limits``); ``limiter`` bounds the requests. ``vocab_size`` makes token
+    clients reject ids outside the vocabulary.
 
     **Cancellation**: the pools are closed, shielded and bounded, however the block exits.
     """
@@ -354,11 +297,7 @@ async def check_reachable(
 ) -> None:
     """Wait until ``spec``'s server answers HTTP (any status), for at most ``timeout`` seconds.
 
-    Each probe is a ``GET {root_url}/health`` through the clients' own transport choice
-    (:func:`hermes_async.inference.probe_server`). A server that is still starting gets
-    retries every :data:`_PROBE_INTERVAL_SECONDS`, and one warning says at once what is waited
-    for and how long; one that never answers ends in a :class:`ServerUnreachableError` naming
-    the URL (credentials redacted) and what to do.
+    Raises :class:`ServerUnreachableError` naming the URL (redacted) and what to do.
 
     **Cancellation**: the probe's connection is closed; nothing else is held.
     """

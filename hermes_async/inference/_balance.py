@@ -29,7 +29,8 @@ the old limit, and their 429s must not halve it again. No increase during the ho
 Bounded by ``[minimum, maximum]``.
 
 Health — **ejection** (:class:`Health`): ``eject_after`` consecutive failures (connection
-failures, 5xx, timeouts, cut streams; *not* 429, which says "busy", not "broken") eject a server
+failures, 5xx, 404, timeouts, cut streams, responses that break the protocol; *not* 429,
+which says "busy", not "broken", nor another 4xx, the request's own fault) eject a server
 for ``base * 2**(n-1)`` seconds (``n``: ejections in a row, capped at ``maximum``); then it is
 probed (``GET /health``) and readmitted half-open: one more failure ejects it again, with the
 doubled backoff. The pool never ejects its last eligible server.

@@ -32,7 +32,7 @@ from hermes_async.inference._errors import (
 )
 from hermes_async.inference._transport import Response, TransportError, TransportTimeout
 
-__all__ = ("BIG_LINE_BYTES", "BodyContext", "LineReader", "read_body")
+__all__ = ("BIG_LINE_BYTES", "BodyContext", "LineReader", "read_body", "read_excerpt")
 
 #: Lines longer than this yield to the event loop between copying steps (see the module doc).
 BIG_LINE_BYTES = 2**20
@@ -50,12 +50,15 @@ class BodyContext:
         attempt: The attempt that got this response.
         deadline: The request deadline (``anyio.current_time()`` clock).
         read_timeout: Longest silence allowed between two pieces of the body.
+        max_body_bytes: Longest body :func:`read_body` holds
+            (:attr:`HTTPOptions.max_body_bytes <hermes_async.inference.HTTPOptions.max_body_bytes>`).
     """
 
     endpoint: str
     attempt: int
     deadline: float
     read_timeout: float
+    max_body_bytes: int
 
 
 async def _receive_part(response: Response, context: BodyContext) -> bytes | None:
@@ -105,14 +108,56 @@ async def _receive_part(response: Response, context: BodyContext) -> bytes | Non
 
 
 async def read_body(response: Response, context: BodyContext) -> bytes:
-    """The whole body, each wait bounded as in :func:`_receive_part`.
+    """The whole body, each wait bounded as in :func:`_receive_part`, its size by
+    ``context.max_body_bytes``.
+
+    Raises:
+        ServerProtocolError: The body (or its ``Content-Length``) is longer than the bound;
+            a declared length is refused before any body byte is read.
+        ServerTimeoutError, StreamInterruptedError: As for :func:`_receive_part`.
 
     **Cancellation**: safe; the response must still be closed.
     """
-    parts: list[bytes] = []
+    limit = context.max_body_bytes
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _body_too_large(response, context, f"a Content-Length of {int(declared)} bytes")
+    body = bytearray()  # one buffer (a list of parts and their join would hold it twice)
     while (part := await _receive_part(response, context)) is not None:
-        parts.append(part)
-    return b"".join(parts)
+        body += part
+        if len(body) > limit:
+            raise _body_too_large(response, context, f"{len(body)}+ bytes")
+    return bytes(body)
+
+
+async def read_excerpt(response: Response, context: BodyContext, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes from the start of the body, and whether that was all of it.
+
+    For an error response, whose body only goes into a message: the rest is never read (close
+    the response, which drops the connection unless the body ended).
+
+    **Cancellation**: safe; the response must still be closed.
+    """
+    body = bytearray()
+    while len(body) < limit:
+        part = await _receive_part(response, context)
+        if part is None:
+            return bytes(body), True
+        body += part
+    return bytes(body[:limit]), False
+
+
+def _body_too_large(response: Response, context: BodyContext, size: str) -> ServerProtocolError:
+    cap = context.max_body_bytes
+    return ServerProtocolError(
+        f"the response body is longer than HTTPOptions.max_body_bytes={cap} bytes "
+        f"({cap / 2**20:.3g} MiB): the server sent {size}. Raise HTTPOptions.max_body_bytes "
+        "if the server really sends bodies this long, or check that base_url points at a "
+        "model server",
+        endpoint=context.endpoint,
+        attempt=context.attempt,
+        status=response.status_code,
+    )
 
 
 class LineReader:
@@ -132,6 +177,7 @@ class LineReader:
         response: The response being read.
         endpoint: ``METHOD URL`` of the request.
         attempt: The attempt that got this response.
+        line_bytes: Size in bytes of the last line returned (before decoding).
     """
 
     def __init__(self, response: Response, context: BodyContext, *, max_line_bytes: int) -> None:
@@ -147,6 +193,7 @@ class LineReader:
         self._pending_size = 0
         # A line completed from pending pieces, returned before the lines in ``_lines``.
         self._joined: list[bytes] | None = None
+        self.line_bytes = 0
 
     async def readline(self) -> str | None:
         """Return the next line (terminator stripped), or ``None`` at the end of the body.
@@ -161,14 +208,17 @@ class LineReader:
         while True:
             if self._joined is not None:
                 pieces, self._joined = self._joined, None
+                self.line_bytes = sum(map(len, pieces))
                 return await _assemble(pieces)
             if self._lines:
                 raw = self._lines.popleft()
+                self.line_bytes = len(raw)
                 return _decode(raw) if len(raw) <= BIG_LINE_BYTES else await _assemble([raw])
             if self._eof:
                 if not self._pending:
                     return None
-                pieces, self._pending, self._pending_size = self._pending, [], 0
+                pieces, self._pending = self._pending, []
+                self.line_bytes, self._pending_size = self._pending_size, 0
                 return await _assemble(pieces)
             chunk = await _receive_part(self.response, self._context)
             if chunk is None:

@@ -28,6 +28,7 @@ from typing import Self
 from hermes_async.errors import InferenceError
 
 __all__ = (
+    "DECODE_FAILURES",
     "ModelServerError",
     "ServerConnectError",
     "ServerProtocolError",
@@ -37,6 +38,12 @@ __all__ = (
 )
 
 _LINE_EXCERPT_CHARS = 200
+
+#: What reading a server's decoded JSON into our types can raise on hostile values: a wrong
+#: type or a missing key, ``int(1e999)`` (``OverflowError``), a value nested so deep that its
+#: ``repr`` or ``json.dumps`` recurses past the interpreter's limit. Each is the server's
+#: protocol failure, never a crash of the caller.
+DECODE_FAILURES = (ValueError, TypeError, LookupError, ArithmeticError, RecursionError)
 
 
 class ModelServerError(InferenceError):

@@ -40,16 +40,18 @@ import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, Self, TypedDict, runtime_checkable
+from typing import Protocol, Self, TypedDict, TypeVar, overload, runtime_checkable
 
 import anyio
 import httpx
 
+from hermes_async._checks import INTEGER_AT_LEAST_ONE, check_fields
 from hermes_async._net import default_ssl_context, redact_url, redact_urls
 from hermes_async._resource import AsyncResource
 from hermes_async.inference import _wire, _wirejson as wirejson
-from hermes_async.inference._body import BodyContext, LineReader, read_body
+from hermes_async.inference._body import BodyContext, LineReader, read_body, read_excerpt
 from hermes_async.inference._errors import (
+    DECODE_FAILURES,
     ModelServerError,
     ServerConnectError,
     ServerProtocolError,
@@ -70,6 +72,7 @@ from hermes_async.inference._transport import (
     ClosedBeforeResponse,
     ConnectFailed,
     Response,
+    ResponseTooLarge,
     Transport,
     TransportError,
     TransportTimeout,
@@ -89,6 +92,7 @@ __all__ = (
     "RetryPolicy",
     "ServerClient",
     "ServerConnection",
+    "as_json",
     "connect",
     "decode_json_body",
     "encode_body",
@@ -109,8 +113,24 @@ KEEPALIVE_EXPIRY_SECONDS = 2.0
 #: chunk is a few hundred KB; 16 MiB only stops a server that is not sending lines at all.
 DEFAULT_MAX_LINE_BYTES = 16 * 2**20
 
+#: Bytes of an error response's body read for its excerpt (500 characters of UTF-8 at most
+#: take 2,000); the rest is not read and the connection is dropped.
+_ERROR_BODY_BYTES = 4 * _BODY_EXCERPT_CHARS
+
 #: Sent with every request: every body the clients send is JSON (encoded once per transport).
 _JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
+
+
+#: The fields of :class:`HTTPOptions` that bound what a response may hold.
+_BOUNDS = (
+    "max_line_bytes",
+    "max_head_bytes",
+    "max_header_lines",
+    "max_body_bytes",
+    "max_event_bytes",
+    "max_completion_chars",
+    "max_chars_per_token",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +150,29 @@ class HTTPOptions:
         ssl_context: TLS settings for ``https`` servers (e.g. a private CA:
             ``ssl.create_default_context(cafile=...)``). Default: the system's trust store
             plus certifi's bundle, one context per process.
-        max_line_bytes: Longest line accepted in a streamed (SSE) response, in bytes; a longer
-            one is a :class:`~hermes_async.inference.ServerProtocolError` naming this option.
-            It bounds the memory one response can take. Default 16 MiB.
+        max_line_bytes: Longest line accepted in a streamed (SSE) response, in bytes. 16 MiB:
+            a long completion in one chunk is a few hundred KB.
+        max_head_bytes: Longest response head (status line and headers), in bytes. 64 KiB:
+            vLLM (uvicorn) sends ~150 bytes; h11 and Node.js stop at 16 KiB.
+        max_header_lines: Most header lines in a response head. 128: vLLM sends 4 or 5;
+            hyper stops at 100.
+        max_body_bytes: Longest whole (non-streamed) body, in bytes; a larger
+            ``Content-Length`` is refused before any body byte is read. 64 MiB: an Atropos
+            ``/generate`` body of a 128k-token completion is ~6 MB; a chat completion with
+            ``top_logprobs=20`` takes ~1.5 KB a token (40k tokens: ~60 MB). Raise it for more.
+        max_event_bytes: Longest Server-Sent Event (its ``data`` lines together), in bytes.
+            16 MiB, as a line: an event is one line from every server we know.
+        max_completion_chars: Longest streamed chat completion assembled, per choice: content,
+            reasoning, tool names and arguments together, in characters. 16 Mi: a 1M-token
+            context filled at ~4 characters a token is 4 Mi.
+        max_chars_per_token: With a request's ``max_tokens``, a streamed chat completion may
+            hold at most ``max_tokens`` x this many characters per choice. 1024: the longest
+            token of Qwen2.5's vocabulary decodes to 128 characters, and a server that
+            re-encodes tool arguments as JSON may write 6 for one (``\\u001b``).
+
+    Every ``max_*`` is a bound on what a server can make the client hold; crossing one is a
+    :class:`~hermes_async.inference.ServerProtocolError` that names the option, at once (never
+    memory growth until a timeout). ``docs/security.md`` lists every bound.
     """
 
     connect_timeout: float = 10.0
@@ -143,6 +183,12 @@ class HTTPOptions:
     headers: Mapping[str, str] = field(default_factory=dict)
     ssl_context: ssl.SSLContext | None = None
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_head_bytes: int = 64 * 2**10
+    max_header_lines: int = 128
+    max_body_bytes: int = 64 * 2**20
+    max_event_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_completion_chars: int = 16 * 2**20
+    max_chars_per_token: int = 1024
 
     @classmethod
     def for_probe(cls, timeout: float) -> HTTPOptions:
@@ -165,10 +211,7 @@ class HTTPOptions:
             raise ValueError(
                 f"HTTPOptions.max_connections must be >= 1, got {self.max_connections!r}"
             )
-        if self.max_line_bytes < 1:
-            raise ValueError(
-                f"HTTPOptions.max_line_bytes must be >= 1 byte, got {self.max_line_bytes!r}"
-            )
+        check_fields(self, _BOUNDS, INTEGER_AT_LEAST_ONE, error=ValueError)
 
     def __repr__(self) -> str:  # header values are often credentials: never in a log line
         shown = {
@@ -291,22 +334,44 @@ def encode_body(body: JSONObject | bytes) -> bytes:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode()
 
 
-def decode_json_body(content: bytes, endpoint: str, attempt: int, status: int) -> JSON:
-    """A whole response body decoded as JSON.
+_T = TypeVar("_T")
+
+
+def as_json(value: JSON) -> JSON:
+    """The decoded body as it is (what :meth:`Connection.post_json` returns by default)."""
+    return value
+
+
+def decode_json_body(
+    content: bytes, endpoint: str, attempt: int, status: int, decode: Callable[[JSON], _T]
+) -> _T:
+    """A whole response body decoded as JSON, then by ``decode``.
 
     Raises:
-        ServerProtocolError: It is not JSON (the usual sign of a wrong ``base_url``).
+        ServerProtocolError: It is not JSON (the usual sign of a wrong ``base_url``), or
+            ``decode`` failed on it (one of :data:`DECODE_FAILURES`; a
+            :class:`ModelServerError` from ``decode`` is raised as it is).
     """
     text = content.decode("utf-8", errors="replace")
     try:
-        return wirejson.loads(text)
+        value = wirejson.loads(text)
     except ValueError:
         raise ServerProtocolError(
             "response body is not valid JSON; is base_url pointing at the right server?",
             endpoint=endpoint,
             attempt=attempt,
             status=status,
-            line=text,
+            line=text[:_BODY_EXCERPT_CHARS],
+        ) from None
+    try:
+        return decode(value)
+    except DECODE_FAILURES as exc:
+        raise ServerProtocolError(
+            f"unexpected response body: {exc}",
+            endpoint=endpoint,
+            attempt=attempt,
+            status=status,
+            line=text[:_BODY_EXCERPT_CHARS],
         ) from None
 
 
@@ -316,15 +381,38 @@ class Connection(Protocol):
 
     :class:`ServerConnection` is one server; :class:`~hermes_async.inference.pool.ServerPool`
     hands out connections that route each request to one of several.
+
+    Attributes:
+        options: The HTTP options its requests follow (deadlines, retries, the bounds on what
+            a response may hold).
     """
+
+    options: HTTPOptions
 
     def endpoint(self, path: str, method: str = "POST") -> str:
         """``METHOD URL`` of ``path``, credentials redacted (the label of errors and logs)."""
         ...
 
-    async def post_json(self, path: str, body: JSONObject | bytes) -> JSON:
-        """POST ``body`` as JSON (or as already encoded ``bytes``) and return the decoded JSON
-        response (with retries).
+    @overload
+    async def post_json(self, path: str, body: JSONObject | bytes) -> JSON: ...
+
+    @overload
+    async def post_json(
+        self, path: str, body: JSONObject | bytes, decode: Callable[[JSON], _T]
+    ) -> _T: ...
+
+    async def post_json(
+        self,
+        path: str,
+        body: JSONObject | bytes,
+        decode: Callable[[JSON], object] = as_json,
+    ) -> object:
+        """POST ``body`` as JSON (or as already encoded ``bytes``) and return the JSON
+        response, decoded by ``decode`` (with retries).
+
+        ``decode`` runs as part of the request: what it raises on the server's value (see
+        :func:`decode_json_body`) is that server's protocol failure, which a pool counts
+        against it.
 
         **Cancellation**: the request is abandoned and its connection closed.
         """
@@ -483,6 +571,8 @@ class ServerConnection(AsyncResource):
                 read_timeout=options.read_timeout,
                 keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
                 max_idle=self.pool_size,
+                max_head_bytes=options.max_head_bytes,
+                max_header_lines=options.max_header_lines,
                 headers=headers,
                 ssl_context=self._ssl_context_factory(),
             )
@@ -547,8 +637,22 @@ class ServerConnection(AsyncResource):
 
     # ---------------------------------------------------------------- public requests
 
-    async def post_json(self, path: str, body: JSONObject | bytes) -> JSON:
-        """POST ``body`` as JSON and return the decoded JSON response (with retries).
+    @overload
+    async def post_json(self, path: str, body: JSONObject | bytes) -> JSON: ...
+
+    @overload
+    async def post_json(
+        self, path: str, body: JSONObject | bytes, decode: Callable[[JSON], _T]
+    ) -> _T: ...
+
+    async def post_json(
+        self,
+        path: str,
+        body: JSONObject | bytes,
+        decode: Callable[[JSON], object] = as_json,
+    ) -> object:
+        """POST ``body`` as JSON and return the JSON response decoded by ``decode`` (with
+        retries).
 
         Raises:
             ModelServerError: A subclass describing the failure.
@@ -564,7 +668,7 @@ class ServerConnection(AsyncResource):
                 content = await read_body(response, self.body_context(endpoint, attempt, deadline))
             finally:
                 await response.aclose()
-        return decode_json_body(content, endpoint, attempt, response.status_code)
+        return decode_json_body(content, endpoint, attempt, response.status_code, decode)
 
     @asynccontextmanager
     async def open_lines(self, path: str, body: JSONObject | bytes) -> AsyncIterator[LineReader]:
@@ -618,7 +722,10 @@ class ServerConnection(AsyncResource):
 
     def body_context(self, endpoint: str, attempt: int, deadline: float) -> BodyContext:
         """How a response body of this connection is read (deadlines, for error messages)."""
-        return BodyContext(endpoint, attempt, deadline, self.options.read_timeout)
+        options = self.options
+        return BodyContext(
+            endpoint, attempt, deadline, options.read_timeout, options.max_body_bytes
+        )
 
     async def _send(
         self, path: str, body: JSONObject | bytes, endpoint: str, deadline: float
@@ -683,11 +790,12 @@ class ServerConnection(AsyncResource):
     async def _status_outcome(
         self, response: Response, endpoint: str, attempt: int, deadline: float
     ) -> HTTPStatus:
-        """Read an error response's body (bounded) and close it."""
+        """Read the start of an error response's body (its excerpt) and close it."""
+        context = self.body_context(endpoint, attempt, deadline)
         try:
-            content = await read_body(response, self.body_context(endpoint, attempt, deadline))
+            content, _ = await read_excerpt(response, context, _ERROR_BODY_BYTES)
         finally:
-            await response.aclose()
+            await response.aclose()  # drops the connection if the body did not end
         status = response.status_code
         retry_after = None
         if status in (429, 503):
@@ -726,6 +834,8 @@ def request_error(
             line=outcome.body or None,
         )
     detail = redact_urls(str(outcome))
+    if isinstance(outcome, ResponseTooLarge):
+        return ServerProtocolError(detail + note, endpoint=endpoint, attempt=attempt)
     if isinstance(outcome, TransportTimeout):
         return ServerTimeoutError(
             f"{outcome.kind} timeout after {outcome.seconds:g} s{note}",

@@ -1,12 +1,8 @@
 """The httpx implementation of the transport seam: proxies, injected transports, the drain.
 
-:class:`~hermes_async.inference._http.ServerConnection` uses it instead of the lean client
-(:mod:`~hermes_async.inference._wire`) in two cases only: an ``httpx`` transport was injected
-(``httpx.MockTransport``, :func:`hermes_async.testing.http.open_asgi_transport`), or an HTTP
-proxy from the environment applies to the server's host (httpx's ``trust_env`` rules).
-
-httpx's exceptions are translated here, once, into the typed outcomes of
-:mod:`~hermes_async.inference._transport`; nothing above this module sees an httpx exception.
+Used instead of the lean client (:mod:`~hermes_async.inference._wire`) only with an injected
+``httpx`` transport or an environment proxy for the server's host. httpx's exceptions are
+translated here, once, into the typed outcomes of :mod:`~hermes_async.inference._transport`.
 """
 
 from __future__ import annotations
@@ -50,11 +46,7 @@ def translate(
 
 
 class _HttpxResponse:
-    """An httpx streamed response behind the :class:`~._transport.Response` protocol.
-
-    :meth:`aclose` drains the body iterator chain after closing
-    (:func:`hermes_async._net.aclose_httpx_stream` says why).
-    """
+    """An httpx streamed response; :meth:`aclose` drains the body iterator chain."""
 
     __slots__ = ("_chunks", "_eof", "_read_timeout", "_response", "_started")
 
@@ -123,15 +115,9 @@ class HttpxTransport:
     """Requests to one server through an ``httpx.AsyncClient``.
 
     Args:
-        base_url: The server's base URL (no credentials in it: the connection sends them as a
-            header).
-        connect_timeout: Seconds allowed for TCP (and TLS) set-up.
+        base_url: The server's base URL, without credentials (they travel as a header).
         read_timeout: Longest silence before the head and between body bytes.
-        pool_timeout: Longest wait for a free pooled connection.
-        max_connections: Pool size.
         keepalive_expiry: Idle connections older than this are not reused.
-        headers: Sent with every request.
-        ssl_context: TLS context for ``https``.
         transport: An httpx transport to use instead of the network.
     """
 
@@ -176,7 +162,7 @@ class HttpxTransport:
         """Send ``method path`` through httpx and wait for the response head.
 
         Raises:
-            TransportError: A typed outcome (httpx's error translated).
+            TransportError: httpx's error, translated.
 
         **Cancellation**: httpx closes the connection in use.
         """

@@ -23,6 +23,7 @@ through it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import anyio
@@ -34,12 +35,22 @@ from hermes_async.inference._body import BIG_LINE_BYTES, LineReader
 from hermes_async.inference._errors import ModelServerError, ServerProtocolError
 from hermes_async.jsontypes import JSON
 
-__all__ = ("DRAIN_SECONDS", "SSEDecoder", "SSEEvent", "SSEFormatError", "SSEJSONReader")
+__all__ = (
+    "DRAIN_SECONDS",
+    "SSEDecoder",
+    "SSEEvent",
+    "SSEEventTooLarge",
+    "SSEFormatError",
+    "SSEJSONReader",
+)
 
 #: Budget for reading the rest of a body after ``[DONE]`` (so its connection can be reused).
 DRAIN_SECONDS = CLOSE_GRACE_SECONDS
 
 _FIELDS = frozenset({"data", "event", "id", "retry"})
+
+#: Characters of an offending line kept on the error (its ``str()`` shows 200 of them).
+_EXCERPT_CHARS = 1000
 
 
 class SSEFormatError(ValueError):
@@ -71,24 +82,45 @@ class SSEEvent:
     last_line: str
 
 
-class SSEDecoder:
-    """Turn SSE lines into :class:`SSEEvent` objects."""
+class SSEEventTooLarge(SSEFormatError):
+    """An event's ``data`` lines together are longer than the decoder's bound."""
 
-    def __init__(self) -> None:
+
+class SSEDecoder:
+    """Turn SSE lines into :class:`SSEEvent` objects.
+
+    Args:
+        max_event_bytes: Longest event accepted: the sizes of its ``data`` lines added up
+            (``None``: no bound). A server whose ``data:`` lines never end with a blank line
+            would otherwise grow one event without end, each line within its own bound.
+    """
+
+    def __init__(self, *, max_event_bytes: int | None = None) -> None:
         self._data: list[str] = []
         self._event: str | None = None
         self._id: str | None = None
         self._last_line = ""
+        # No bound: a count no event reaches (one comparison per line either way).
+        self._max_event_bytes: float = math.inf if max_event_bytes is None else max_event_bytes
+        self._event_bytes = 0
 
-    def feed_line(self, line: str) -> SSEEvent | None:
+    def feed_line(self, line: str, size: int | None = None) -> SSEEvent | None:
         """Feed one line (terminator stripped); return an event when ``line`` is blank.
+
+        Args:
+            line: The line.
+            size: Its size in bytes as received (default: its length).
 
         Raises:
             SSEFormatError: The line is not a comment or a known field.
+            SSEEventTooLarge: The event is past ``max_event_bytes``.
         """
         if not line:
             return self._dispatch()
         if line.startswith("data: "):  # the common case, with one copy of a long line
+            self._event_bytes += len(line) if size is None else size
+            if self._event_bytes > self._max_event_bytes:
+                raise self._too_large(line)
             self._data.append(line[6:])
             self._last_line = line
             return None
@@ -104,6 +136,9 @@ class SSEDecoder:
         if value.startswith(" "):
             value = value[1:]
         if name == "data":
+            self._event_bytes += len(line) if size is None else size
+            if self._event_bytes > self._max_event_bytes:
+                raise self._too_large(line)
             self._data.append(value)
             self._last_line = line
         elif name == "event":
@@ -112,11 +147,21 @@ class SSEDecoder:
             self._id = value
         return None
 
+    def _too_large(self, line: str) -> SSEEventTooLarge:
+        limit = self._max_event_bytes
+        return SSEEventTooLarge(
+            f"an event is longer than HTTPOptions.max_event_bytes={limit} bytes "
+            f"({limit / 2**20:.3g} MiB): {len(self._data) + 1} data lines without the "
+            "blank line that ends an event",
+            line,
+        )
+
     def flush(self) -> SSEEvent | None:
         """End of stream: dispatch a final event that was not followed by a blank line."""
         return self._dispatch()
 
     def _dispatch(self) -> SSEEvent | None:
+        self._event_bytes = 0
         if not self._data:
             self._event = None
             return None
@@ -131,14 +176,16 @@ class SSEJSONReader:
 
     Args:
         reader: The body's lines.
+        max_event_bytes: Longest event accepted, in bytes
+            (:attr:`HTTPOptions.max_event_bytes <hermes_async.inference.HTTPOptions.max_event_bytes>`).
 
     Attributes:
         saw_done: The stream ended with ``data: [DONE]`` (not merely with the body).
     """
 
-    def __init__(self, reader: LineReader) -> None:
+    def __init__(self, reader: LineReader, *, max_event_bytes: int) -> None:
         self._reader = reader
-        self._sse = SSEDecoder()
+        self._sse = SSEDecoder(max_event_bytes=max_event_bytes)
         self._ended = False
         self.saw_done = False
 
@@ -159,7 +206,14 @@ class SSEJSONReader:
         while True:
             line = await self._reader.readline()
             try:
-                event = self._sse.flush() if line is None else self._sse.feed_line(line)
+                event = (
+                    self._sse.flush()
+                    if line is None
+                    else self._sse.feed_line(line, self._reader.line_bytes)
+                )
+            except SSEEventTooLarge as exc:
+                self._ended = True
+                raise self.protocol_error(str(exc), exc.line[:_EXCERPT_CHARS]) from None
             except SSEFormatError as exc:
                 self._ended = True
                 raise self.protocol_error(
@@ -178,10 +232,10 @@ class SSEJSONReader:
                 await anyio.lowlevel.checkpoint()  # a turn for the loop before a long decode
             try:
                 return wirejson.loads(event.data), event.last_line
-            except ValueError:
+            except ValueError as exc:
                 self._ended = True
                 raise self.protocol_error(
-                    "stream chunk is not valid JSON", event.last_line
+                    f"stream chunk is not valid JSON ({exc})", event.last_line
                 ) from None
 
     def protocol_error(self, message: str, line: str) -> ServerProtocolError:

@@ -1,18 +1,8 @@
 """Token-server chunk decoders, sans I/O: one decoded JSON chunk in, checked tokens out.
 
-One decoder per wire format (vLLM ``/inference/v1/generate``, SGLang ``/generate``, the Atropos
-reference server's ``/generate``; the formats are documented on their clients in
-:mod:`hermes_async.inference.generate`). Each checks everything a trainer relies on: ids are
-integers, one logprob per id, a logprob entry that names its id names the id beside it, SGLang's
-cumulative chunks extend what came before. A violation is a :class:`ChunkError` (an error frame
-from the server says ``server_error=True``); the stream above turns it into the client error.
-
-The values are checked too (:func:`_check_token_values`), before anything keeps them: an id
-must be in ``[0, vocab_size)`` when the vocabulary is known, and in any case fit the 32-bit
-arrays a trajectory keeps its ids in (``[0, 2**31)``); a logprob must be a finite number
-``<= 0`` (:data:`MAX_LOGPROB` allows for float rounding). A server that sends anything else —
-the wrong model behind the URL, a tokenizer mismatch, a numerics bug — is a typed error
-(``invalid_tokens=True``), never training data.
+One decoder per wire format (vLLM, SGLang, the Atropos reference server). Each checks what a
+trainer relies on: integer ids in ``[0, vocab_size)`` (else ``[0, 2**31)``), one finite
+logprob ``<= 0`` per id. A violation is a :class:`ChunkError`, never training data.
 """
 
 from __future__ import annotations
@@ -52,8 +42,7 @@ class TokenChunk(NamedTuple):
 
 
 class ChunkError(Exception):
-    """A chunk is malformed (``server_error`` False), is an error frame (True), or carries ids
-    or logprobs no trainer may use (``invalid_tokens`` True)."""
+    """A malformed chunk, an error frame (``server_error``) or bad values (``invalid_tokens``)."""
 
     def __init__(
         self, message: str, *, server_error: bool = False, invalid_tokens: bool = False
@@ -66,8 +55,7 @@ class ChunkError(Exception):
 def _check_token_values(
     ids: Sequence[int], logprobs: Sequence[float], vocab_size: int | None
 ) -> None:
-    """Raise :class:`ChunkError` (``invalid_tokens``) for an id outside ``[0, vocab_size)``
-    (or ``[0, 2**31)`` without a vocabulary) or a logprob that is not finite and ``<= 0``."""
+    """Raise :class:`ChunkError` (``invalid_tokens``) for a bad id or logprob."""
     limit = TOKEN_ID_LIMIT if vocab_size is None else min(vocab_size, TOKEN_ID_LIMIT)
     for position, token_id in enumerate(ids):
         if not 0 <= token_id < limit:
@@ -154,7 +142,7 @@ class ChunkDecoder(ABC):
 
 
 def first_choice(payload: JSON) -> JSONObject | None:
-    """``choices[0]`` of an OpenAI-style chunk; ``None`` for the usage chunk (no choices).
+    """``choices[0]`` of an OpenAI-style chunk; ``None`` for the usage chunk.
 
     Raises:
         ChunkError: An error frame, or ``choices`` that is not a list of objects.

@@ -1,10 +1,7 @@
 """The tokenizer protocols and the base the built-in tokenizers share.
 
-Kept apart from the implementations so that they import it and nothing imports them back:
-``_qwen.py`` and ``hf.py`` build on this module, and the public
-:mod:`hermes_async.inference.tokenizer` imports all three (it re-exports the protocols and
-:class:`~hermes_async.inference.tokenizer.QwenTokenizer`, and holds ``load_tokenizer``). No
-import circle, no import inside a function to hide one.
+Apart from the implementations so that ``_qwen.py`` and ``hf.py`` import it and nothing
+imports them back; :mod:`hermes_async.inference.tokenizer` re-exports it.
 """
 
 from __future__ import annotations
@@ -25,11 +22,7 @@ _ToolSpecs: TypeAlias = Sequence[JSONObject] | None
 
 @runtime_checkable
 class IncrementalDecoder(Protocol):
-    """Decodes a token stream piece by piece, UTF-8 safe.
-
-    A character whose bytes are split across tokens is emitted once, whole, when its last byte
-    arrives; ``flush`` emits what is left (undecodable bytes replaced) at end of stream.
-    """
+    """Decodes a token stream piece by piece, UTF-8 safe: a split character comes out whole."""
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Feed more ids; return the text that is now complete."""
@@ -85,9 +78,8 @@ class Tokenizer(Protocol):
     ) -> str:
         """Render ``messages`` (and tool schemas) to the model's prompt text.
 
-        ``chat_template_kwargs`` are extra template variables (Qwen3's ``enable_thinking``);
-        templates that do not use them ignore them. The loop passes them only when reasoning
-        options are configured, so a tokenizer written before they existed keeps working.
+        ``chat_template_kwargs`` (Qwen3's ``enable_thinking``) are passed only when reasoning
+        options are set, so an older tokenizer keeps working.
         """
         ...
 
@@ -106,12 +98,7 @@ class RenderRequest:
 class TokenizerBase(ABC):
     """What the built-in tokenizers share: name, end-of-turn id, ``repr``, the template call.
 
-    Subclasses set the name and id in ``__init__`` and implement the rest of
-    :class:`Tokenizer`; :meth:`apply_chat_template` hands the rendering to :meth:`_render`.
-
-    Args:
-        name: What :attr:`name` reports.
-        eos_token_id: What :attr:`eos_token_id` reports.
+    Subclasses implement the rest of :class:`Tokenizer`; rendering goes to :meth:`_render`.
     """
 
     # __weakref__: caches keyed by a tokenizer never keep it alive (agent/_prompt_ids.py).
@@ -148,12 +135,8 @@ class TokenizerBase(ABC):
     ) -> str:
         """Render the conversation with this tokenizer's chat template (text, not ids).
 
-        ``chat_template_kwargs`` become template variables (``enable_thinking``); a template
-        without such a switch ignores them.
-
         Raises:
-            ValueError: A malformed message list (a ``ConfigError`` when the tokenizer has no
-                template at all).
+            ValueError: A malformed message list (a ``ConfigError`` when there is no template).
         """
         return self._render(
             RenderRequest(

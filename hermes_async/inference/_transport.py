@@ -23,6 +23,7 @@ error                          meaning                                          
 :class:`ClosedBeforeResponse`  closed or reset before any response byte              yes [1]_
 :class:`TransportTimeout`      connect, or waiting for the head, took too long       no
 :class:`BodyCut`               the response started but was cut / is not HTTP        no
+:class:`ResponseTooLarge`      the response head broke its size bound                no
 :class:`TransportError`        anything else (a proxy refused, a local error)        no
 =============================  ====================================================  ========
 
@@ -45,6 +46,7 @@ __all__ = (
     "ClosedBeforeResponse",
     "ConnectFailed",
     "Response",
+    "ResponseTooLarge",
     "Transport",
     "TransportError",
     "TransportTimeout",
@@ -79,6 +81,11 @@ class ClosedBeforeResponse(TransportError):
 
 class BodyCut(TransportError):
     """The response started but was cut (connection closed or reset) or is not valid HTTP."""
+
+
+class ResponseTooLarge(TransportError):
+    """The response head is longer than its bound (bytes or header lines): a server that
+    never ends its head. Never retried; the connection is dropped."""
 
 
 class TransportTimeout(TransportError):

@@ -1,31 +1,13 @@
 """A lean HTTP/1.1 client for the model-server hot path: httptools over anyio byte streams.
 
-Why not httpx here: a rollout makes one short streamed POST per turn, and at thousands of
-concurrent rollouts the client's CPU per request is what keeps the event loop responsive.
-Measured through httpx (500 rollouts, 3 turns each, profiled): request building, cookie
-handling, the pool's bookkeeping and the layered async iterators cost ~2 ms of CPU per
-request, two thirds of all client CPU. This module keeps only what a model server needs:
-
-* one :class:`WirePool` per server (scheme, host, port and path prefix fixed at creation): a
-  LIFO stack of idle keep-alive connections, no limit of its own (the request limiter above it
-  bounds concurrency), idle connections dropped after ``keepalive_expiry`` seconds or as soon
-  as the server has closed them;
-* httptools (llhttp, the parser Node.js uses, in C) for the response framing (Content-Length,
-  chunked, keep-alive rules); the request is a few bytes written out here. This replaced h11
-  (pure Python): parsing one streamed response of five chunks cost ~142 us of CPU with h11 and
-  ~8 us with httptools, and a rollout makes a request per turn with one chunk per streamed
-  event (``bench/http_client.py`` compares this pool with httpx; the parser itself,
-  ``bench/http_client.py --parsers``);
-* the typed outcomes of :mod:`~hermes_async.inference._transport`, decided where they happen:
-  :class:`ConnectFailed` and :class:`ClosedBeforeResponse` (nothing was received: a retry is
-  safe; ``reused`` says whether the connection was a kept-alive one), :class:`BodyCut` (the
-  response was cut or is not HTTP: never retried), :class:`TransportTimeout` (connect or head).
-
-It implements the :class:`~hermes_async.inference._transport.Transport` protocol. Deadlines other
-than connect and "silence before the response head" are the caller's (``ServerConnection`` wraps
-every call in its read and request deadlines). No proxies, no compression, no redirects, no
-cookies: model servers need none, and ``ServerConnection`` uses the httpx transport when an HTTP
-proxy applies to the server's host.
+One :class:`WirePool` per server keeps a LIFO stack of idle keep-alive connections (the request
+limiter above it bounds concurrency); httptools frames the responses. Failures are the typed
+outcomes of :mod:`~hermes_async.inference._transport`, decided where they happen: only
+:class:`ConnectFailed` and :class:`ClosedBeforeResponse` are safe to retry, and a head past
+``max_head_bytes`` or ``max_header_lines`` is :class:`ResponseTooLarge`. Deadlines other than
+connect and the head are the caller's. No proxies, compression, redirects or cookies
+(``ServerConnection`` uses httpx when a proxy applies). Why not httpx or h11, measured:
+docs/decisions/038-model-server-client.md.
 """
 
 from __future__ import annotations
@@ -52,6 +34,7 @@ from hermes_async.inference._transport import (
     BodyCut,
     ClosedBeforeResponse,
     ConnectFailed,
+    ResponseTooLarge,
     TransportTimeout,
 )
 
@@ -163,6 +146,7 @@ class _Exchange:
         "body",
         "complete",
         "head",
+        "header_lines",
         "headers",
         "keep_alive",
         "no_body",
@@ -181,6 +165,7 @@ class _Exchange:
         self.status = 0
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
+        self.header_lines = 0  # every header line, 1xx heads' included
         self.body: list[bytes] = []
 
     # httptools calls these (by name) from ``feed_data``.
@@ -195,6 +180,7 @@ class _Exchange:
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_lines += 1
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -277,8 +263,7 @@ class _Connection:
             return True
 
     async def aclose(self) -> None:
-        # Never blocks for long (no TLS close_notify exchange), but bounded all the same: this
-        # is the one bound on closing a connection (callers add none).
+        # Bounded though it never waits long (no TLS close_notify): callers add no bound.
         with (
             cleanup_scope("close a model-server connection", CLOSE_GRACE_SECONDS),
             contextlib.suppress(*_STREAM_ERRORS),
@@ -408,6 +393,8 @@ class WirePool:
         read_timeout: Seconds allowed between sending a request and the response head.
         keepalive_expiry: Idle connections older than this are not reused.
         max_idle: Idle connections kept at most (older ones are closed first).
+        max_head_bytes: Longest response head accepted, in bytes (1xx heads included).
+        max_header_lines: Most header lines accepted in a response head.
         headers: Sent with every request (after the defaults, so they can override them).
         ssl_context: Factory of the TLS context for ``https`` (called once, on first connect).
     """
@@ -422,10 +409,14 @@ class WirePool:
         read_timeout: float,
         keepalive_expiry: float,
         max_idle: int,
+        max_head_bytes: int,
+        max_header_lines: int,
         headers: Mapping[str, str] | None = None,
         ssl_context: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         self._origin = _parse_origin(base_url)
+        self._max_head_bytes = max_head_bytes
+        self._max_header_lines = max_header_lines
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._keepalive_expiry = keepalive_expiry
@@ -465,6 +456,7 @@ class WirePool:
             ConnectFailed: No connection could be made.
             ClosedBeforeResponse: The connection closed before a response byte (retry-safe).
             BodyCut: The response head was invalid or cut.
+            ResponseTooLarge: The head went past ``max_head_bytes`` or ``max_header_lines``.
             TransportTimeout: Connecting or waiting for the head took too long.
 
         **Cancellation**: the connection in use is closed (never returned to the pool).
@@ -504,24 +496,41 @@ class WirePool:
                 await conn.aclose()
 
     async def _receive_head(self, conn: _Connection, exchange: _Exchange, *, reused: bool) -> None:
-        received = False
+        received = 0
         with anyio.move_on_after(self._read_timeout):  # not fail_after: see receive_some
             while not exchange.head:
-                data = await _receive(conn, started=received, reused=reused)
+                data = await _receive(conn, started=received > 0, reused=reused)
                 if not data:
                     if not received:
                         raise ClosedBeforeResponse(
                             "the connection closed before a response", reused=reused
                         )
                     raise BodyCut("the connection ended before the response head")
-                received = True
+                received += len(data)
                 exchange.feed(data)
+                # Checked per read (at most _READ_SIZE bytes past the bound), not per byte.
+                if exchange.header_lines > self._max_header_lines or (
+                    not exchange.head and received > self._max_head_bytes
+                ):
+                    raise self._head_too_large(received, exchange.header_lines)
             return
         # Only the scope's deadline gets here: every way out of the loop returns or raises.
         raise TransportTimeout(
             f"no response head within {self._read_timeout:g} s",
             kind="read",
             seconds=self._read_timeout,
+        )
+
+    def _head_too_large(self, received: int, lines: int) -> ResponseTooLarge:
+        what = (
+            f"{lines} header lines, more than HTTPOptions.max_header_lines={self._max_header_lines}"
+            if lines > self._max_header_lines
+            else f"{received} bytes without its end, more than HTTPOptions.max_head_bytes="
+            f"{self._max_head_bytes}"
+        )
+        return ResponseTooLarge(
+            f"the response head has {what}; a model server sends a few hundred bytes "
+            "(check that base_url points at one, or raise the option)"
         )
 
     async def _checkout(self) -> _Connection | None:

@@ -79,11 +79,16 @@ def loads(text: str) -> JSON:
     """Decode JSON exactly as ``json.loads`` does, faster.
 
     Raises:
-        ValueError: Not JSON (``json.JSONDecodeError``).
+        ValueError: Not JSON (``json.JSONDecodeError``), or nested past what the standard
+            library's decoder can recurse into.
     """
-    if len(text) >= 19 and _LONG_INTEGER in " " + text.translate(_SHAPE):
-        return json.loads(text)
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
+        if len(text) >= 19 and _LONG_INTEGER in " " + text.translate(_SHAPE):
+            return json.loads(text)
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return json.loads(text)
+    except RecursionError:
+        # orjson refuses past 1,024 levels; the standard library then recurses once a level.
+        raise ValueError("JSON nested too deeply to decode") from None

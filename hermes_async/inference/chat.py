@@ -1,36 +1,13 @@
 """Phase 1 client: OpenAI-compatible ``POST {base_url}/chat/completions``.
 
 :class:`ChatClient` exposes ``async chat_completion(**kwargs)`` and returns a
-:class:`ChatCompletion` shaped like the OpenAI SDK's (attribute access:
-``resp.choices[0].message.tool_calls[0].function.arguments``), so the agent loop accepts it,
-an atroposlib ``ServerManager``, or anything else with that method interchangeably.
-
-As in the OpenAI SDK, ``base_url`` includes the API version prefix
-(``http://127.0.0.1:8000/v1``, ``https://openrouter.ai/api/v1``), and ``extra_body`` is merged
-into the request body at the top level (after every other key, so it wins).
-
-Streaming (``stream=True``) is assembled into the same :class:`ChatCompletion`:
-``content``, ``reasoning_content`` / ``reasoning`` deltas are concatenated; tool-call deltas are
-keyed by ``index`` (``id`` and ``name`` arrive once, ``arguments`` in fragments)::
-
-    data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1",
-           "type": "function", "function": {"name": "terminal", "arguments": ""}}]}}]}
-    data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
-           "function": {"arguments": "{\\"command\\": "}}]}}]}
-    data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
-    data: [DONE]
-
-The assembly itself is :class:`ChatStreamAssembler` (no I/O), usable on any chunk source.
-
-**Every text that comes out is encodable as UTF-8.** A server's JSON may hold a lone surrogate
-escape (``"\\ud800"``: the model sampled half of a UTF-16 pair, or a detokenizer cut one);
-``json.loads`` turns it into a ``str`` that no UTF-8 encoder accepts, so the message, echoed
-back in the next request (by the model's own turn or by a tool that repeated its arguments),
-made that request fail with ``UnicodeEncodeError`` — reported as a model-server failure. Content,
-reasoning, tool-call names and arguments are therefore made encodable where the completion is
-built: a pair split across stream chunks is joined, any surrogate left alone becomes U+FFFD.
-Failures raise :class:`~hermes_async.inference.ModelServerError` subclasses, after the shared
-retry policy (connect errors, 429, 5xx; never other 4xx, never once a stream started).
+:class:`ChatCompletion` shaped like the OpenAI SDK's, so the agent loop takes it, an atroposlib
+``ServerManager`` or anything else with that method. ``base_url`` includes the API version
+prefix (``http://127.0.0.1:8000/v1``); ``extra_body`` is merged into the request body last.
+:class:`ChatStreamAssembler` (no I/O) folds a stream into the same completion, tool-call deltas
+keyed by ``index``, within ``HTTPOptions.max_completion_chars`` and ``max_chars_per_token``.
+Every text that comes out is encodable as UTF-8 (a lone surrogate becomes U+FFFD). Failures are
+:class:`~hermes_async.inference.ModelServerError` subclasses, after the shared retry policy.
 """
 
 from __future__ import annotations
@@ -44,12 +21,13 @@ from typing import Self, Unpack
 
 from hermes_async._otel import request_attributes, span
 from hermes_async.inference._errors import (
-    ServerProtocolError,
+    DECODE_FAILURES,
     StreamInterruptedError,
 )
 from hermes_async.inference._http import (
     ConnectionKwargs,
     ConnectionSource,
+    HTTPOptions,
     LineReader,
     ServerClient,
     connect,
@@ -236,21 +214,45 @@ class _ChoiceParts:
     token_ids: list[int] | None = None
 
 
+class _TooLong(ValueError):
+    """A streamed completion went past its bound (see :class:`ChatStreamAssembler`)."""
+
+
 class ChatStreamAssembler:
     """Fold ``chat.completion.chunk`` objects into one :class:`ChatCompletion`.
 
     Tool-call deltas are keyed by their ``index``: the first delta of an index sets ``id``,
     ``type`` and ``name``; every delta appends its ``arguments`` fragment. Calls come out
     sorted by index. Work is linear in the size of the stream.
+
+    Args:
+        max_chars: Most characters assembled over all choices (content, reasoning, tool
+            names and arguments together); ``None``: no bound.
+        max_tokens: The request's ``max_tokens``: a choice may carry no more token ids
+            (vLLM's ``return_token_ids``) than this; ``None``: no bound.
+        max_choices: Most choices (the request's ``n``); ``None``: no bound.
+
+    A chunk past a bound raises ``ValueError``: a server that never ends a stream must not grow
+    the completion without end.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        max_chars: int | None = None,
+        max_tokens: int | None = None,
+        max_choices: int | None = None,
+    ) -> None:
         self.id = ""
         self.model = ""
         self.created = 0
         self.usage: Usage | None = None
         self.prompt_token_ids: list[int] | None = None
         self._choices: dict[int, _ChoiceParts] = {}
+        self._max_chars = max_chars
+        self._max_tokens = max_tokens
+        self._max_choices = max_choices
+        self._chars = 0  # content, reasoning, tool names and arguments so far
 
     @property
     def finished(self) -> bool:
@@ -287,7 +289,13 @@ class ChatStreamAssembler:
     def _feed_choice(self, raw: JSON) -> None:
         if not isinstance(raw, dict):
             raise ValueError("each choice must be an object")
-        parts = self._choices.setdefault(int(raw.get("index", 0)), _ChoiceParts())
+        index = int(raw.get("index", 0))
+        parts = self._choices.get(index)
+        if parts is None:
+            limit = self._max_choices
+            if limit is not None and len(self._choices) >= limit:
+                raise _TooLong(f"more than the {limit} choices asked for (n)")
+            parts = self._choices[index] = _ChoiceParts()
         delta = raw.get("delta") or {}
         if not isinstance(delta, dict):
             raise ValueError("choices[].delta must be an object")
@@ -297,14 +305,34 @@ class ChatStreamAssembler:
             value = delta.get(key)
             if value:
                 if not isinstance(value, str):
-                    raise ValueError(f"delta.{key} must be a string, got {value!r}")
+                    raise ValueError(f"delta.{key} must be a string, got {type(value).__name__}")
+                self._count(len(value))
                 getattr(parts, key).append(value)
         for call in delta.get("tool_calls") or []:
             self._feed_tool_call(parts, call)
-        if raw.get("token_ids"):
-            parts.token_ids = (parts.token_ids or []) + list(raw["token_ids"])
+        token_ids = raw.get("token_ids")
+        if token_ids:
+            if not isinstance(token_ids, list):
+                raise ValueError("choices[].token_ids must be a list")
+            if parts.token_ids is None:
+                parts.token_ids = []
+            parts.token_ids.extend(token_ids)  # not list + list: quadratic over a stream
+            limit = self._max_tokens
+            if limit is not None and len(parts.token_ids) > limit:
+                raise _TooLong(
+                    f"the server sent {len(parts.token_ids)} token ids for max_tokens={limit}"
+                )
         if raw.get("finish_reason") is not None:
             parts.finish_reason = str(raw["finish_reason"])
+
+    def _count(self, chars: int) -> None:
+        self._chars += chars
+        limit = self._max_chars
+        if limit is not None and self._chars > limit:
+            raise _TooLong(
+                f"the streamed completion has {self._chars}+ characters, more than its bound "
+                f"of {limit}"
+            )
 
     def _feed_tool_call(self, parts: _ChoiceParts, call: JSON) -> None:
         if not isinstance(call, dict):
@@ -317,7 +345,11 @@ class ChatStreamAssembler:
                 index = len(parts.tool_calls)
             else:
                 index = max(parts.tool_calls)
-        acc = parts.tool_calls.setdefault(index, _ToolCallParts())
+        acc = parts.tool_calls.get(index)
+        if acc is None:
+            if len(parts.tool_calls) >= _MAX_CALL_INDEXES:
+                raise ValueError(f"more than {_MAX_CALL_INDEXES} tool-call indexes in one choice")
+            acc = parts.tool_calls[index] = _ToolCallParts()
         if call.get("id") and not acc.id:
             acc.id = str(call["id"])
         if call.get("type"):
@@ -327,10 +359,14 @@ class ChatStreamAssembler:
             raise ValueError("tool_calls[].function must be an object")
         name = fn.get("name")
         if name and name != acc.name:
-            acc.name += str(name)
+            name = str(name)
+            self._count(len(name))
+            acc.name += name
         arguments = fn.get("arguments")
         if arguments:
-            acc.arguments.append(arguments if isinstance(arguments, str) else json.dumps(arguments))
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            self._count(len(text))
+            acc.arguments.append(text)
 
     def result(self) -> ChatCompletion:
         """The assembled completion (whatever has arrived so far)."""
@@ -375,17 +411,44 @@ class _ServerErrorFrame(ValueError):
     pass
 
 
+#: Most distinct tool-call indexes one streamed choice may open (each is a call to assemble,
+#: even with nothing in it).
+_MAX_CALL_INDEXES = 1024
+
+
 class ChatStream:
     """An async iterator over the decoded chunks of a streaming chat completion.
 
     Each chunk is folded into :attr:`assembler` before it is returned; after the iteration
     :meth:`completion` gives the whole :class:`ChatCompletion`.
+
+    Args:
+        reader: The streamed body's lines.
+        options: The bounds on the events and the assembled completion.
+        max_tokens: The request's ``max_tokens`` (``None``: not given).
+        n: The choices asked for.
+
+    The completion is bounded per choice by ``options.max_completion_chars`` characters and,
+    with ``max_tokens``, by ``max_tokens x options.max_chars_per_token``; past the bound the
+    stream is a :class:`~hermes_async.inference.ServerProtocolError` naming the options.
     """
 
-    def __init__(self, reader: LineReader) -> None:
-        self._chunks = SSEJSONReader(reader)
+    def __init__(
+        self, reader: LineReader, options: HTTPOptions, *, max_tokens: int | None, n: int = 1
+    ) -> None:
+        self._chunks = SSEJSONReader(reader, max_event_bytes=options.max_event_bytes)
         self._done = False
-        self.assembler = ChatStreamAssembler()
+        per_choice = options.max_completion_chars
+        if max_tokens is not None:
+            per_choice = min(per_choice, max_tokens * options.max_chars_per_token)
+        self.assembler = ChatStreamAssembler(
+            max_chars=per_choice * n, max_tokens=max_tokens, max_choices=n
+        )
+        self._bounds = (
+            f"HTTPOptions.max_completion_chars={options.max_completion_chars}, or "
+            f"max_tokens={max_tokens} x HTTPOptions.max_chars_per_token="
+            f"{options.max_chars_per_token}, per choice"
+        )
         self.endpoint = reader.endpoint
 
     def __aiter__(self) -> Self:
@@ -421,7 +484,14 @@ class ChatStream:
         except _ServerErrorFrame as exc:
             self._done = True
             raise StreamInterruptedError(str(exc), endpoint=self.endpoint, line=line) from None
-        except (ValueError, TypeError) as exc:
+        except _TooLong as exc:
+            self._done = True
+            raise self._chunks.protocol_error(
+                f"{exc} ({self._bounds}); a server that never ends its stream is refused. "
+                "Raise the option if real completions are this long",
+                line,
+            ) from None
+        except DECODE_FAILURES as exc:
             self._done = True
             raise self._chunks.protocol_error(f"unexpected chunk shape: {exc}", line) from None
         return chunk  # type: ignore[no-any-return]
@@ -519,15 +589,9 @@ class ChatClient(ServerClient):
 
     async def _complete(self, body: JSONObject) -> ChatCompletion:
         if not body["stream"]:
-            data = await self.connection.post_json(self.path, body)
-            try:
-                return ChatCompletion.from_dict(data)
-            except (ValueError, TypeError) as exc:
-                raise ServerProtocolError(
-                    f"not a chat completion: {exc}",
-                    endpoint=self.endpoint,
-                    line=json.dumps(data)[:500],
-                ) from None
+            # Decoded within the request: a body that is no chat completion counts against
+            # its server in a pool.
+            return await self.connection.post_json(self.path, body, ChatCompletion.from_dict)
         async with self._open_stream(body) as chunks:
             async for _ in chunks:
                 pass
@@ -548,5 +612,17 @@ class ChatClient(ServerClient):
 
     @asynccontextmanager
     async def _open_stream(self, body: JSONObject) -> AsyncIterator[ChatStream]:
+        max_tokens = _positive_int(body.get("max_completion_tokens", body.get("max_tokens")))
         async with self.connection.open_lines(self.path, body) as reader:
-            yield ChatStream(reader)
+            yield ChatStream(
+                reader,
+                self.connection.options,
+                max_tokens=max_tokens,
+                n=_positive_int(body.get("n")) or 1,
+            )
+
+
+def _positive_int(value: JSON) -> int | None:
+    """``value`` if it is an int >= 1 (a request field the server reads as one), else
+    ``None``."""
+    return value if type(value) is int and value >= 1 else None

@@ -1,36 +1,9 @@
 """Exact tokens from a stock vLLM: the OpenAI completions route with token-id prompts.
 
-``POST /inference/v1/generate`` exists only when vLLM runs with ``--enable-scale-out`` (403
-otherwise; older versions have no such route: 404). Every vLLM serves ``POST /v1/completions``,
-and it takes the prompt as a list of token ids and, asked to, returns the sampled ids and their
-logprobs. :class:`VLLMCompletionsClient` speaks it behind the same
-:class:`~hermes_async.inference.generate.TokenClient` interface, so the Phase 2 loop works
-against the server most users already run.
-
-Wire format (streamed as SSE)::
-
-    > {"prompt": [151644, 872, ...], "max_tokens": 256, "temperature": 1.0, "top_p": 1.0,
-    >  "logprobs": 0, "return_token_ids": true, "return_tokens_as_token_ids": true,
-    >  "stop_token_ids": [151645], "skip_special_tokens": false, "stream": true, ...}
-    < data: {"choices": [{"index": 0, "text": "Hi", "token_ids": [13048],
-    <        "logprobs": {"tokens": ["token_id:13048"], "token_logprobs": [-0.31], ...},
-    <        "finish_reason": null}]}
-    < data: [DONE]
-
-Where the ids come from: ``choices[0].token_ids`` (the delta ids of the chunk; vLLM >= 0.10.2,
-the ``return_token_ids`` option), cross-checked against ``logprobs.tokens``, which
-``return_tokens_as_token_ids`` (vLLM >= 0.6) spells ``token_id:<id>``. With only the latter
-(an older server) the ids are read from it. A chunk whose ids and logprobs differ in number, or
-whose two id sources disagree, is a :class:`~hermes_async.inference.ServerProtocolError`.
-Minimum: vLLM 0.6 (``return_tokens_as_token_ids``); tested against vLLM 0.32 (CPU build).
-The sampled end-of-turn id is part of ``token_ids`` (as on the generate route), although the
-``text`` omits it.
-
-Request extras (``SamplingParams.extra``) go at the top level of the body, checked against
-the completions route's parameters (:mod:`~hermes_async.inference.request_extras`).
-
-:func:`detect_token_endpoint` decides, with one request at start-up, which of the two routes a
-vLLM server offers.
+:class:`VLLMCompletionsClient` speaks ``POST /v1/completions`` behind the ``TokenClient``
+interface, so Phase 2 works against the server most users already run. Ids and logprobs of
+every chunk are checked. :func:`detect_token_endpoint` picks the route. Wire format and
+version notes: docs/architecture.md, "Exact tokens from a stock vLLM".
 """
 
 from __future__ import annotations
@@ -118,13 +91,11 @@ def _token_id(token: JSON) -> int | None:
 
 
 class VLLMCompletionsClient(GenerateClient):
-    """A stock vLLM's ``POST /v1/completions`` as a token client (see the module docstring).
+    """A stock vLLM's ``POST /v1/completions`` as a token client.
 
     Args:
-        base_url: The server's URL; a trailing ``/v1`` is stripped (atroposlib configs carry
-            one).
-        model: ``model`` of the requests (the served model name); ``None`` omits it, which
-            vLLM answers with its (only) served model.
+        base_url: The server's URL; a trailing ``/v1`` is stripped.
+        model: The served model name; ``None`` omits it (vLLM uses its only model).
         **connection: As for :class:`~hermes_async.inference.generate.GenerateClient`.
     """
 
@@ -174,19 +145,11 @@ async def detect_token_endpoint(
 ) -> Literal["vllm", "completions"]:
     """Which token route a vLLM server offers: ``"vllm"`` (generate) or ``"completions"``.
 
-    One ``POST /inference/v1/generate`` with an empty body: a server with the route answers
-    400/422 (the body is invalid; nothing is generated); 403 (scale-out disabled), 404 (no such
-    route) or 405 mean the route is absent, so the stock completions route is used.
-
-    Args:
-        base_url: The server's root URL (a trailing ``/v1`` is stripped).
-        timeout: Deadline of the probe in seconds.
-        transport: An httpx transport to use instead of the network (tests).
-        api_key: Sent as a bearer token.
+    One empty-body ``POST /inference/v1/generate``: 400/422 means the route exists; 403, 404
+    or 405 mean it does not.
 
     Raises:
-        ModelServerError: The server could not be reached, or answered something else (401: a
-            wrong key; 5xx) — the message says what.
+        ModelServerError: Unreachable, or another answer (401: a wrong key; 5xx).
 
     **Cancellation**: the probe's connection is closed; nothing else is held.
     """

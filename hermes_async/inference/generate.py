@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, Self, TypeGuard, Unpack, runtime_checkable
@@ -54,6 +54,7 @@ import anyio
 from hermes_async._checks import Requirement, check_value
 from hermes_async._otel import request_attributes, span
 from hermes_async.inference._errors import (
+    DECODE_FAILURES,
     ModelServerError,
     ServerProtocolError,
     StreamInterruptedError,
@@ -72,6 +73,7 @@ from hermes_async.inference._token_chunks import (
     ChunkDecoder,
     ChunkError,
     SGLangDecoder,
+    TokenChunk,
     VLLMDecoder,
 )
 from hermes_async.inference.request_extras import split_extras
@@ -242,13 +244,12 @@ class TokenClient(Protocol):
 
 
 # --------------------------------------------------------------------------------------------
-# Sources: where the JSON chunks come from (an SSE body: SSEJSONReader; one JSON body: below)
+# Sources: where the chunks come from. An SSE body (SSEJSONReader, read by the stream itself:
+# the path of every streamed chunk), or one JSON body (below).
 
-
-class _Source(Protocol):
-    async def next(self) -> tuple[JSON, str] | None:
-        """The next chunk and the line it came from; ``None`` at the end."""
-        ...
+#: Decodes one JSON chunk (and the line it came from) into its tokens, or ``None`` for a chunk
+#: without any (usage, keep-alive); raises the client error of a bad chunk.
+_Decode = Callable[[JSON, str | None], TokenChunk | None]
 
 
 class _JSONSource:
@@ -258,18 +259,40 @@ class _JSONSource:
         self._body = body
         self._done = False
 
-    async def next(self) -> tuple[JSON, str] | None:
+    async def next(self, decode: _Decode) -> TokenChunk | None:
+        """The body's chunk, decoded; ``None`` after it."""
         if self._done:
             return None
         self._done = True
-        payload = await self._connection.post_json(self._path, self._body)
-        return payload, json.dumps(payload)
+        # Decoded within the request: a body the decoder refuses counts against its server.
+        return await self._connection.post_json(
+            self._path, self._body, lambda payload: decode(payload, None)
+        )
+
+
+def _shown(payload: JSON) -> str:
+    """``payload`` as JSON text for an error message (a value too deep to encode: a note)."""
+    try:
+        return json.dumps(payload)[:_SHOWN_CHARS]
+    except DECODE_FAILURES:
+        return "<a JSON value nested too deeply to show>"
+
+
+_SHOWN_CHARS = 1000
 
 
 class TokenStream:
     """An async iterator of :class:`TokenDelta`; also keeps everything received so far.
 
     Obtained from :meth:`TokenClient.stream`; iterate it inside that ``async with`` block.
+
+    Args:
+        source: Where the chunks come from.
+        decoder: The server's chunk decoder.
+        endpoint: ``METHOD URL`` of the request, for errors.
+        max_tokens: The request's ``max_tokens``: a server that sends more is refused (a
+            :class:`~hermes_async.inference.ServerProtocolError`), so the tokens kept are never
+            more than were asked for.
 
     Attributes:
         endpoint: ``METHOD URL`` of the request.
@@ -280,10 +303,19 @@ class TokenStream:
         first_token_at: Clock time (``anyio.current_time()``) of the first token, if any.
     """
 
-    def __init__(self, source: _Source, decoder: ChunkDecoder, endpoint: str) -> None:
-        self._source = source
+    def __init__(
+        self,
+        source: SSEJSONReader | _JSONSource,
+        decoder: ChunkDecoder,
+        endpoint: str,
+        *,
+        max_tokens: int,
+    ) -> None:
+        self._sse = source if isinstance(source, SSEJSONReader) else None
+        self._json = source if isinstance(source, _JSONSource) else None
         self._decoder = decoder
         self.endpoint = endpoint
+        self._max_tokens = max_tokens
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
         self.finish_reason: str | None = None
@@ -306,58 +338,83 @@ class TokenStream:
         """
         if self._ended:
             raise StopAsyncIteration
-        while True:
-            try:
-                item = await self._source.next()
-            except ModelServerError as exc:
-                self._ended = True
-                raise exc.with_partial(self.token_ids, self.logprobs) from exc.__cause__
-            if item is None:
-                self._ended = True
-                if self.finish_reason is None:
-                    raise StreamInterruptedError(
-                        "the stream ended without a finish_reason; the server stopped early "
-                        "or a proxy cut the response",
-                        endpoint=self.endpoint,
-                        token_ids=self.token_ids,
-                        logprobs=self.logprobs,
-                    )
-                raise StopAsyncIteration
-            payload, line = item
-            try:
-                chunk = self._decoder.feed(payload)
-                if chunk is not None and chunk.token_ids and self.finish_reason is not None:
-                    raise ChunkError(
-                        f"chunk carries {len(chunk.token_ids)} tokens after finish_reason "
-                        f"{self.finish_reason!r}"
-                    )
-            except ChunkError as exc:
-                self._ended = True
-                cls: type[ModelServerError]
-                if exc.invalid_tokens:
-                    cls = InvalidTokenDataError
-                elif exc.server_error:
-                    cls = StreamInterruptedError
+        try:
+            if self._sse is not None:  # inline: one coroutine frame less per chunk
+                while (item := await self._sse.next()) is not None:
+                    if (chunk := self._decode(item[0], item[1])) is not None:
+                        break
                 else:
-                    cls = ServerProtocolError
-                raise cls(
-                    str(exc),
+                    chunk = None
+            else:
+                assert self._json is not None
+                chunk = await self._json.next(self._decode)
+        except ModelServerError as exc:
+            self._ended = True
+            raise exc.with_partial(self.token_ids, self.logprobs) from exc.__cause__
+        if chunk is None:
+            self._ended = True
+            if self.finish_reason is None:
+                raise StreamInterruptedError(
+                    "the stream ended without a finish_reason; the server stopped early "
+                    "or a proxy cut the response",
                     endpoint=self.endpoint,
-                    line=line,
                     token_ids=self.token_ids,
                     logprobs=self.logprobs,
-                ) from None
-            if chunk is None:
-                continue
-            delta = TokenDelta(*chunk)
-            if self.first_token_at is None and delta.token_ids:
-                self.first_token_at = anyio.current_time()
-            self.token_ids.extend(delta.token_ids)
-            self.logprobs.extend(delta.logprobs)
-            if delta.finish_reason is not None:
-                self.finish_reason = delta.finish_reason
-            self.chunks += 1
-            return delta
+                )
+            raise StopAsyncIteration
+        delta = TokenDelta(*chunk)
+        if self.first_token_at is None and delta.token_ids:
+            self.first_token_at = anyio.current_time()
+        self.token_ids.extend(delta.token_ids)
+        self.logprobs.extend(delta.logprobs)
+        if delta.finish_reason is not None:
+            self.finish_reason = delta.finish_reason
+        self.chunks += 1
+        return delta
+
+    def _decode(self, payload: JSON, line: str | None) -> TokenChunk | None:
+        """One chunk's tokens, checked against the stream so far.
+
+        Raises:
+            ModelServerError: The chunk is refused (:class:`InvalidTokenDataError` for ids or
+                logprobs no trainer may use, :class:`StreamInterruptedError` for an error
+                frame, :class:`ServerProtocolError` for anything else).
+        """
+        try:
+            chunk = self._decoder.feed(payload)
+            if chunk is None or not chunk.token_ids:
+                return chunk
+            if self.finish_reason is not None:
+                raise ChunkError(
+                    f"chunk carries {len(chunk.token_ids)} tokens after finish_reason "
+                    f"{self.finish_reason!r}"
+                )
+            if len(self.token_ids) + len(chunk.token_ids) > self._max_tokens:
+                raise ChunkError(
+                    f"the server sent {len(self.token_ids) + len(chunk.token_ids)} tokens for "
+                    f"max_tokens={self._max_tokens}; the tokens past it are refused (the "
+                    f"{len(self.token_ids)} before this chunk are kept on this error)"
+                )
+            return chunk
+        except ChunkError as exc:
+            cls: type[ModelServerError]
+            if exc.invalid_tokens:
+                cls = InvalidTokenDataError
+            elif exc.server_error:
+                cls = StreamInterruptedError
+            else:
+                cls = ServerProtocolError
+            message = str(exc)
+        except DECODE_FAILURES as exc:  # a hostile value the decoder did not foresee
+            cls, message = ServerProtocolError, f"undecodable chunk: {exc}"
+        self._ended = True
+        raise cls(
+            message,
+            endpoint=self.endpoint,
+            line=_shown(payload) if line is None else line,
+            token_ids=self.token_ids,
+            logprobs=self.logprobs,
+        ) from None
 
     def completion(self) -> Completion:
         """The completion so far (call after iteration ended)."""
@@ -458,7 +515,9 @@ class GenerateClient(ServerClient, ABC):
         response, so the server sees the disconnect and stops generating; the close is
         shielded and bounded.
         """
-        body = self.request_body(prompt_ids, params or SamplingParams())
+        params = params or SamplingParams()
+        max_tokens = params.max_tokens
+        body = self.request_body(prompt_ids, params)
         sampling = body.get("sampling_params")
         attributes = request_attributes(
             "text_completion", body, sampling if isinstance(sampling, dict) else None
@@ -481,11 +540,17 @@ class GenerateClient(ServerClient, ABC):
                         _JSONSource(self.connection, self.path, payload),
                         self._decoder(),
                         self.endpoint,
+                        max_tokens=max_tokens,
                     )
                     yield stream
                     return
                 async with self.connection.open_lines(self.path, payload) as reader:
-                    stream = TokenStream(SSEJSONReader(reader), self._decoder(), self.endpoint)
+                    chunks = SSEJSONReader(
+                        reader, max_event_bytes=self.connection.options.max_event_bytes
+                    )
+                    stream = TokenStream(
+                        chunks, self._decoder(), self.endpoint, max_tokens=max_tokens
+                    )
                     yield stream
             finally:
                 if stream is not None:

@@ -29,13 +29,15 @@ What the pool does per request (the decisions are the pure functions of
   ``max(decrease_interval, Retry-After)``), within ``[min_limit, max_limit]``. ``Retry-After``
   is honoured pool-wide: nothing is sent to that server before it passes.
 * **Failover.** A request that fails where retrying is safe (connection refused or reset before
-  any response, a connect timeout, 429, 5xx) is retried at once on another server, within the
+  any response, a connect timeout, 429, 5xx, a 404 while another server can take it) is
+  retried at once on another server, within the
   member ``RetryPolicy``'s ``max_attempts``; only when no other server can take it does it wait
   the policy's back-off (or the ``Retry-After``) and try the same one again. As everywhere in
   the clients, nothing is retried once a response body started. The session stays homed where it
   was unless that server is ejected.
-* **Ejection.** ``eject_after_failures`` consecutive failures (not 429s) eject a server for
-  1 s, 2 s, 4 s ... (≤ ``eject_max_seconds``); a task of the pool then probes it
+* **Ejection.** ``eject_after_failures`` consecutive failures (not 429s nor the request's own
+  4xx; a 404, a response that is not what the protocol promises, a cut stream do count) eject
+  a server for 1 s, 2 s, 4 s ... (≤ ``eject_max_seconds``); a task of the pool then probes it
   (``GET /health``, any status < 500 is up) and readmits it half-open. Sessions homed on an
   ejected server move on their next turn. The last eligible server is never ejected.
 
@@ -53,7 +55,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal, Self
+from typing import TYPE_CHECKING, Literal, Self, TypeVar, overload
 
 import anyio
 import httpx
@@ -77,6 +79,7 @@ from hermes_async.inference._http import (
     Attempts,
     HTTPOptions,
     ServerConnection,
+    as_json,
     decode_json_body,
     encode_body,
     probe_server,
@@ -108,6 +111,8 @@ __all__ = (
 )
 
 logger = logging.getLogger("hermes_async.inference.pool")
+
+_T = TypeVar("_T")
 
 #: What a pool's :meth:`ServerPool.client` speaks.
 PoolAPI = Literal["vllm", "atropos", "sglang", "chat"]
@@ -391,7 +396,9 @@ def _congestion(outcome: Outcome | BaseException) -> tuple[bool, bool]:
             return True, False
         if outcome.status >= 500:
             return True, True
-        return False, False  # the request's fault, not the server's
+        # No such route: this server is not the model server the pool was given (the same
+        # request is fine elsewhere). Any other 4xx is the request's fault, not the server's.
+        return False, outcome.status == 404
     if isinstance(outcome, ClosedBeforeResponse) and outcome.reused:
         return False, False  # a stale kept-alive connection says nothing about the server
     if isinstance(outcome, TransportTimeout | ServerTimeoutError):
@@ -826,8 +833,25 @@ class _PooledConnection:
         for member in self._members:
             await member.aclose()
 
-    async def post_json(self, path: str, body: JSONObject | bytes) -> JSON:
-        """POST ``body`` to one server of the pool (with failover) and decode the JSON reply.
+    @overload
+    async def post_json(self, path: str, body: JSONObject | bytes) -> JSON: ...
+
+    @overload
+    async def post_json(
+        self, path: str, body: JSONObject | bytes, decode: Callable[[JSON], _T]
+    ) -> _T: ...
+
+    async def post_json(
+        self,
+        path: str,
+        body: JSONObject | bytes,
+        decode: Callable[[JSON], object] = as_json,
+    ) -> object:
+        """POST ``body`` to one server of the pool (with failover) and decode the JSON reply
+        with ``decode``.
+
+        A reply that is not JSON, or that ``decode`` refuses, counts against the server that
+        sent it (toward its ejection), as a failed stream does.
 
         Raises:
             ModelServerError: The request failed on every server it was tried on.
@@ -836,9 +860,9 @@ class _PooledConnection:
         """
         async with self._exchange(path, body) as exchange:
             content = await read_body(exchange.response, exchange.context)
-        return decode_json_body(
-            content, exchange.endpoint, exchange.attempt, exchange.response.status_code
-        )
+            return decode_json_body(
+                content, exchange.endpoint, exchange.attempt, exchange.response.status_code, decode
+            )
 
     @asynccontextmanager
     async def open_lines(self, path: str, body: JSONObject | bytes) -> AsyncIterator[LineReader]:
@@ -922,16 +946,19 @@ class _PooledConnection:
                 await limiter.__aexit__(None, None, None)
             outcome = result.outcome
             pool._record_failure(index, outcome)
+            # A timeout to connect, or a 404 while another server can take the request: nothing
+            # was processed, so the request moves on as after a refused connection.
+            moves = (isinstance(outcome, TransportTimeout) and _movable(outcome)) or (
+                isinstance(outcome, HTTPStatus)
+                and outcome.status == 404
+                and pool._route(session, avoid | {index}, commit=False)[0] not in (None, index)
+            )
             retry = attempts.after(
-                result,
-                endpoint,
-                judged_as=ConnectFailed(str(outcome))
-                if isinstance(outcome, TransportTimeout) and _movable(outcome)
-                else None,
+                result, endpoint, judged_as=ConnectFailed(str(outcome)) if moves else None
             )
             if not retry.uses_attempt:
                 continue
-            if _movable(outcome):
+            if moves or _movable(outcome):
                 avoid.add(index)
             nxt, _ = pool._route(session, avoid, commit=False)
             if nxt is not None and nxt not in avoid:

@@ -1,55 +1,9 @@
 """Incremental chat-template rendering: a growing conversation rendered turn by turn.
 
-A Phase 2 rollout renders its conversation after every turn (the next prompt, and the template
-check). Rendering the whole conversation each time costs O(messages) per turn, so a rollout
-costs O(turns²): with the Jinja templates ~0.3-0.5 ms per turn at 10 turns and ~0.5-0.8 ms at
-20 (built-in template), ~1.0 / ~1.7 ms through transformers (``bench/template_turn.py``).
-:class:`ChatRenderer` renders only what a turn adds, so the turn's template check (the completion's
-ids decoded and compared with the rendering's new text) costs O(new tokens).
-
-How. A chat template is a loop over the messages. For the templates this project ships, the
-text a message renders depends only on the message itself, the first message (``has_system``,
-the system block), its neighbours (consecutive ``tool`` messages share one turn), whether it is
-the last message; the tool list is rendered in the header only. So the text the new messages
-add is the same in the whole conversation and in a short *window* of it: the first message plus
-everything from the last non-``tool`` message the previous rendering already held (its
-*anchor*)::
-
-    previous = render(messages[:k], generation=True)            # kept from the last call
-    old      = render(messages[:1] + messages[j:k], generation=True)
-    new      = render(messages[:1] + messages[j:m], generation=g)
-    render(messages[:m], generation=g) == previous + new[len(old):]   # when new.startswith(old)
-
-Two renderings of one or two turns' messages instead of one of all of them: O(new messages).
-The window's start (``j``) may stay where it was for a few turns: then the previous call's
-``new`` is this call's ``old``, and a turn costs one rendering of at most
-:data:`_WINDOW_MESSAGES` messages.
-
-When. The window property is a fact about a template, not a guess: it is proven by the tests
-(``tests/inference/test_rendering.py``: randomized multi-turn conversations with tool calls,
-tool results, reasoning and system prompts, every shipped template and variable setting,
-through the built-in renderer and through transformers) for the exact template sources listed in
-:func:`windowed_templates`; any other template (a hub model's own, a modified copy) is rendered
-in full every turn, as before. Rendering falls back to the full conversation, for one call,
-whenever the window cannot decide the text exactly:
-
-* the window's new rendering does not extend its old one (``new`` does not start with
-  ``old``): the template re-renders earlier text (Qwen3's empty think block with
-  ``enable_thinking=False``; DeepSeek-V3.1 thinking). The full rendering then shows the
-  break where it really is, and the template check reports it with the same position as ever;
-* the conversation changed other than by appending (a message replaced, removed, or the
-  list shorter than before) — checked by identity of the message objects;
-* the previous rendering had no generation prompt, or nothing was rendered yet;
-* Kimi K2: a new tool call without the model's own id (``native_id``): its rendered id counts
-  every earlier call, which the window does not see;
-* Qwen3: a new ``user`` message (the loop's notice after a cut call): the template drops the
-  reasoning of every assistant turn before the last user message, far outside the window.
-
-What it assumes: messages already rendered are not edited in place (the agent loop only appends;
-it never mutates a message once it is part of the conversation).
-
-The renderer holds the previous rendering (one string) and the message objects it was rendered
-from; one renderer per rollout. It does no I/O and is not thread-safe (nothing here needs it).
+:class:`ChatRenderer` returns exactly the full rendering's text, but renders only a window
+around the new messages where the template is proven to allow it (:func:`windowed_templates`);
+it falls back to a full rendering whenever the window cannot decide the text. Design,
+measurements and fallbacks: docs/decisions/035-incremental-rendering.md.
 """
 
 from __future__ import annotations
@@ -80,18 +34,14 @@ _WINDOW_MESSAGES = 8
 
 @dataclass(frozen=True, slots=True)
 class WindowRule:
-    """What a template needs for window rendering (see the module docstring).
+    """What a template needs for window rendering.
 
     Attributes:
-        name: Which template (for statistics and logs).
-        call_ids_count_calls: A tool call without ``native_id`` renders an id that counts every
-            earlier call (Kimi K2): such a call in the new messages needs a full rendering.
-        user_rewrites_history: A new ``user`` message changes how every assistant turn since
-            the previous one renders (Qwen3 drops their reasoning): it needs a full rendering.
-        tools_in_header: The tool list is rendered in the header only (before the messages,
-            whatever they are): windows are rendered without it. Both windows share the
-            header, so it cancels out; leaving the tools out saves serializing every schema
-            twice a turn (the largest part of a window's cost with a real tool set).
+        call_ids_count_calls: A call without ``native_id`` renders an id counting every earlier
+            call (Kimi K2): it needs a full rendering.
+        user_rewrites_history: A new ``user`` message changes earlier assistant turns (Qwen3):
+            it needs a full rendering.
+        tools_in_header: The tool list is rendered in the header only, so windows leave it out.
     """
 
     name: str
@@ -122,12 +72,7 @@ def windowed_templates() -> Mapping[str, WindowRule]:
 
 
 def chat_template_source(tokenizer: Tokenizer) -> str | None:
-    """The Jinja source ``tokenizer`` renders with, if it says (``chat_template_source``).
-
-    The built-in tokenizers and the loop's wrappers expose it; a tokenizer written against the
-    :class:`~hermes_async.inference.tokenizer.Tokenizer` protocol alone does not (``None``: its
-    template is rendered in full).
-    """
+    """The Jinja source ``tokenizer`` renders with, if it says (``None``: render in full)."""
     source = getattr(tokenizer, "chat_template_source", None)
     return source if isinstance(source, str) else None
 
@@ -143,11 +88,8 @@ class RendererStatistics:
     """How a :class:`ChatRenderer`'s renderings were made.
 
     Attributes:
-        windowed: Renderings made from a window (O(new messages)).
-        full: Renderings of the whole conversation (the first one, fallbacks, or every one when
-            the template has no window rule).
-        fallbacks: Full renderings made because a window could not decide the text (a subset of
-            ``full``).
+        full: Renderings of the whole conversation (the first, fallbacks, unruled templates).
+        fallbacks: Full renderings made because a window could not decide the text.
     """
 
     windowed: int
@@ -158,15 +100,9 @@ class RendererStatistics:
 class ChatRenderer:
     """Render one growing conversation with ``tokenizer``'s chat template, turn by turn.
 
-    :meth:`render` returns exactly ``tokenizer.apply_chat_template(messages, tools,
-    add_generation_prompt=...)``; when the conversation grew since the previous call, it renders
-    only a window around the new messages where the template allows (see the module docstring).
-
     Args:
-        tokenizer: Renders (its ``apply_chat_template``).
         tools: The tool schemas, the same on every call.
-        incremental: Render by window where the template allows; ``False``: every rendering is
-            of the whole conversation (the previous behaviour, kept for comparison).
+        incremental: ``False`` renders the whole conversation every time (for comparison).
     """
 
     __slots__ = (
@@ -211,12 +147,10 @@ class ChatRenderer:
         return self._rule
 
     def statistics(self) -> RendererStatistics:
-        """How the renderings so far were made."""
         return RendererStatistics(self._windowed, self._full, self._fallbacks)
 
     def share(self, text: str) -> None:
-        """Hold ``text`` instead of the last rendering when the two are equal: the rollouts of a
-        group, each with its own renderer, then keep one string of their common prompt."""
+        """Hold ``text`` for the last rendering when equal: a group keeps one prompt string."""
         if text == self._text:
             self._text = text
 
@@ -230,9 +164,8 @@ class ChatRenderer:
         """The template's rendering of ``messages`` (exactly the full rendering's text).
 
         Args:
-            messages: The conversation: the previous call's messages plus new ones at the end
-                (anything else is rendered in full).
-            add_generation_prompt: Open the assistant's turn.
+            messages: The previous call's messages plus new ones at the end (anything else is
+                rendered in full).
             chat_template_kwargs: Extra template variables, the same on every call.
 
         Raises:
@@ -261,10 +194,7 @@ class ChatRenderer:
         return text
 
     def _remember(self, messages: Sequence[JSONObject], start: int) -> None:
-        """Keep the messages and their anchor: the last message that is not a ``tool`` result
-        (results are grouped with their neighbours, so a window must not start inside such a
-        group), never the first message (it heads every window anyway). ``messages[:start]``
-        are the previous call's, whose anchor is known."""
+        """Keep the messages and their anchor: the last non-``tool`` message after the first."""
         anchor = self._anchor if start else 0
         for index in range(max(start, 1), len(messages)):
             if messages[index].get("role") != "tool":

@@ -24,11 +24,7 @@ _ALNUM = string.ascii_letters + string.digits
 
 
 def new_call_id() -> str:
-    """A fresh call id, ``call_`` + 24 hex digits.
-
-    The reference used 8 hex digits (32 bits): over a long training run ids collide, and a
-    collision mixes up two calls' results (and their persisted outputs).
-    """
+    """A fresh call id, ``call_`` + 24 hex digits (8 collided over long runs)."""
     return "call_" + uuid.uuid4().hex[:24]
 
 
@@ -38,14 +34,9 @@ def new_mistral_id() -> str:
 
 
 def decode_arguments(value: JSON) -> tuple[JSONObject | None, str | None]:
-    """Normalize a call's ``arguments`` value to a JSON object.
+    """Normalize a call's ``arguments`` to a JSON object: ``(object, None)`` or ``(None, reason)``.
 
-    A missing/None value is ``{}``. A JSON-encoded *string* holding an object (some models
-    write ``"arguments": "{\\"x\\": 1}"``) is decoded once — the reference re-encoded it, so
-    the tool received a string and failed. Anything else is an error.
-
-    Returns:
-        ``(object, None)`` or ``(None, reason)``.
+    ``None`` is ``{}``; a JSON string holding an object is decoded once.
     """
     if value is None:
         return {}, None
@@ -68,11 +59,7 @@ def decode_arguments(value: JSON) -> tuple[JSONObject | None, str | None]:
 
 
 class ToolSchemas:
-    """Parameter schemas by tool and parameter name, from OpenAI-style tool definitions.
-
-    Accepts ``{"type": "function", "function": {"name", "parameters"}}`` entries and bare
-    ``{"name", "parameters"}`` ones; anything else is ignored.
-    """
+    """Parameter schemas by tool and parameter name, from OpenAI-style or bare tool definitions."""
 
     __slots__ = ("_params",)
 
@@ -179,13 +166,7 @@ def _as_type(raw: str, kind: str) -> tuple[bool, JSON]:
 
 
 def convert_value(raw: str, schema: JSONObject | None) -> JSON:
-    """Type one XML parameter value.
-
-    With a schema, the declared type decides (``"3"`` stays a string for a ``string``
-    parameter, becomes ``3`` for an ``integer`` one); a value that fits none of the declared
-    types is passed as the raw string, for the tool's own validation to report. Without a
-    schema, the reference's rule applies: JSON, else a Python literal, else the raw string.
-    """
+    """Type one XML parameter value: by its schema, else JSON, a literal or raw."""
     if schema is None:
         return _untyped(raw)
     types = _schema_types(schema)

@@ -1,25 +1,9 @@
 """``kimi_k2``: calls in a special-token section, each with the model's own id.
 
-Wire format::
-
-    <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city":"NYC"}<|tool_call_end|><|tool_call_begin|>functions.ping:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>
-
--> ``get_weather({"city": "NYC"})`` and ``ping({})``. The singular section spelling
-(``<|tool_call_section_begin|>``) is accepted too, and ``ping:0`` without the
-``functions.`` prefix.
-
-Better than the reference:
-
-* Ids are unique per call (the reference used ``functions.get_weather:0`` itself, which
-  repeats every turn); the model's id is kept in ``native_id`` for the chat template.
-* The name is the id without its ``functions.`` prefix and ``:N`` suffix, so dotted tool
-  names survive (the reference cut at the last dot).
-* Arguments are validated; a malformed call is reported invalid and the others are kept.
-* A call is sealed at ``<|tool_call_end|>`` (or when its JSON closes): a missing
-  ``<|tool_calls_section_end|>`` at ``max_tokens`` loses nothing (the bug "copied into vLLM
-  and SGLang"), and markers arriving bundled in one chunk (speculative decoding) are fine.
-* Text before and after the section is kept; no size cap on a section; marker text never
-  leaks into content.
+``<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{...}<|tool_call_end|>``
+inside ``<|tool_calls_section_begin|>...<|tool_calls_section_end|>``. Ids are unique per call
+(the model's is kept in ``native_id``); a call is sealed at its end marker, so a missing
+section end loses nothing. Against the reference: docs/architecture.md.
 """
 
 from __future__ import annotations

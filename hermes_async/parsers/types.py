@@ -1,17 +1,9 @@
 """Result and event types shared by every tool-call parser.
 
-A parser turns model output into two things:
-
-* **events**, produced while the text streams in (:meth:`ToolCallParser.feed`):
-  :class:`ContentDelta`, :class:`ToolCallStart`, :class:`ArgumentsDelta`,
-  :class:`ToolCallSealed`, :class:`ToolCallInvalid`, :class:`ToolCallTruncated`;
-* a :class:`ParseResult` once the stream has ended (:meth:`ToolCallParser.finish`), which is
-  also what the whole-text :meth:`ToolCallParser.parse` returns.
-
-Every call attempt gets exactly one terminal event: sealed (complete, validated, ready to
-execute), invalid (malformed; the model should be told) or truncated (still open when the stream
-ended; never executed). Call indices count call attempts in the order they appear, so a sealed
-call and an invalid one share one index space.
+While text streams in, :meth:`ToolCallParser.feed` yields events; at the end
+:meth:`ToolCallParser.finish` gives a :class:`ParseResult`. Every call attempt gets exactly one
+terminal event: sealed (run it), invalid (tell the model) or truncated (never run). Sealed and
+invalid calls share one index space.
 """
 
 from __future__ import annotations
@@ -41,9 +33,8 @@ class FunctionCall:
     """The ``function`` member of an OpenAI tool call.
 
     Attributes:
-        name: The tool name as the model wrote it.
-        arguments: The arguments as a string: from a parser, a JSON object serialized with
-            ``ensure_ascii=False``; from a chat server, as it sent them.
+        arguments: From a parser, a JSON object (``ensure_ascii=False``); from a chat server,
+            as it sent them.
     """
 
     name: str
@@ -52,21 +43,13 @@ class FunctionCall:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One tool call, shaped like OpenAI's ``ChatCompletionMessageToolCall``.
-
-    The one tool-call type of the package: parsers make it, the chat client reads it from
-    responses, the agent loop runs it. Attribute access matches the OpenAI client types
-    (``call.function.name``), and :meth:`to_dict` gives the message form.
+    """One tool call, shaped like OpenAI's ``ChatCompletionMessageToolCall``; the package's only one.
 
     Attributes:
-        id: The call's id: a chat server's, or from a parser a fresh one (``call_<24 hex>``;
-            9 alphanumerics for ``mistral``, whose chat templates require that shape).
-        function: Name and JSON-object argument string.
-        type: Always ``"function"``.
-        index: Position among the call attempts of this output (0-based).
-        native_id: The id the model itself wrote, when the format has one (``kimi_k2``:
-            ``functions.get_weather:0``; ``mistral`` v13 ``[CALL_ID]``). Chat templates that
-            re-render the assistant turn need it; the model never sees :attr:`id` twice.
+        id: A chat server's id, or a fresh ``call_<24 hex>`` (9 alphanumerics for ``mistral``,
+            whose templates require that shape).
+        native_id: The id the model itself wrote, when the format has one (``kimi_k2``,
+            ``mistral`` v13); templates that re-render the turn need it.
     """
 
     id: str
@@ -77,12 +60,10 @@ class ToolCall:
 
     @property
     def name(self) -> str:
-        """Shortcut for ``function.name``."""
         return self.function.name
 
     @property
     def arguments(self) -> str:
-        """Shortcut for ``function.arguments``."""
         return self.function.arguments
 
     def to_dict(self) -> JSONObject:
@@ -99,9 +80,7 @@ class ContentDelta:
     """Text outside tool calls, as it arrives (markers removed).
 
     Attributes:
-        text: The new text (never empty).
-        reasoning: True inside a ``<think>...</think>`` block (the tags are included in the
-            text). Reasoning is passed through verbatim and never scanned for calls.
+        reasoning: True inside ``<think>...</think>`` (tags included); never scanned for calls.
     """
 
     text: str
@@ -110,13 +89,7 @@ class ContentDelta:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallStart:
-    """A tool call has begun and its name is known.
-
-    Attributes:
-        index: The call's position among this output's call attempts.
-        id: The id the sealed call will carry.
-        name: The tool name (whole, never a prefix).
-    """
+    """A tool call has begun and its whole name is known."""
 
     index: int
     id: str
@@ -125,16 +98,9 @@ class ToolCallStart:
 
 @dataclass(frozen=True, slots=True)
 class ArgumentsDelta:
-    """A preview fragment of a call's arguments, for display.
+    """A preview fragment of a call's arguments, for display only.
 
-    For JSON formats the fragments are the argument text as the model writes it; for the XML
-    formats (``qwen3_coder``, ``glm45``/``glm47``) one JSON fragment per finished parameter.
-    Fragments may be coalesced differently for different chunkings. The authoritative value is
-    :attr:`ToolCallSealed.arguments`.
-
-    Attributes:
-        index: The call the fragment belongs to.
-        fragment: The new text (never empty).
+    Chunking may change the fragments; :attr:`ToolCallSealed.arguments` is the real value.
     """
 
     index: int
@@ -146,18 +112,9 @@ class ToolCallSealed:
     """A complete, validated tool call: dispatch it now.
 
     Attributes:
-        index: The call's position among this output's call attempts.
-        id: Unique call id (use it for the ``tool`` result message).
-        name: The tool name.
-        arguments: The arguments, a JSON object serialized with ``ensure_ascii=False``.
-        native_id: The model's own id for the call, if the format has one (see
-            :attr:`ToolCall.native_id`).
-        raw: The call's JSON exactly as the model wrote it (whitespace and key order kept):
-            for formats that write a call as one JSON object (``hermes``, ``llama3_json``,
-            Mistral's object form) the whole object, for formats that write a name and then a
-            JSON object (Mistral v11, DeepSeek, Kimi K2) that arguments object; ``""`` for the
-            XML formats and calls without arguments. A chat template that renders it gives
-            back the model's own text (the agent loop keeps it in the message).
+        arguments: A JSON object serialized with ``ensure_ascii=False``.
+        raw: The call's JSON exactly as the model wrote it (the object, or the arguments object
+            for name-then-JSON formats); ``""`` for XML formats and calls without arguments.
     """
 
     index: int
@@ -169,7 +126,6 @@ class ToolCallSealed:
 
     @property
     def call(self) -> ToolCall:
-        """The same call as a :class:`ToolCall`."""
         return ToolCall(
             id=self.id,
             function=FunctionCall(self.name, self.arguments),
@@ -182,11 +138,7 @@ class ToolCallSealed:
 class ToolCallInvalid:
     """A call the model attempted but wrote malformed; it is not executed.
 
-    The agent loop should tell the model (see :attr:`message`) rather than drop it silently.
-
     Attributes:
-        index: The call's position among this output's call attempts.
-        id: Unique id (usable for a ``tool`` message carrying the error).
         name: The tool name if it could be read, else None.
         raw: The call's text as the model wrote it (markers removed).
         reason: What is wrong, for the model and for logs.
@@ -207,14 +159,7 @@ class ToolCallInvalid:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallTruncated:
-    """A call still open when the stream ended (``max_tokens``); it is not executed.
-
-    Attributes:
-        index: The call's position among this output's call attempts.
-        id: Unique id.
-        name: The tool name if it was complete, else None.
-        raw: The call's text so far (markers removed).
-    """
+    """A call still open when the stream ended (``max_tokens``); it is not executed."""
 
     index: int
     id: str
@@ -244,20 +189,13 @@ ParserEvent: TypeAlias = (
 
 @dataclass(frozen=True, slots=True)
 class ParseResult:
-    """What a whole output parsed to.
-
-    Keeps the reference's contract: ``content, tool_calls = result`` unpacks, plain text gives
-    ``(text, None)``, and ``tool_calls`` is None (not empty) when there are no valid calls.
+    """What a whole output parsed to; unpacks as the reference's ``content, tool_calls``.
 
     Attributes:
-        content: With no call attempts, the text unchanged. Otherwise the text outside the
-            calls — before, between and after them — each piece stripped, joined with
-            newlines; None when nothing is left.
-        tool_calls: The sealed calls in order, or None.
-        invalid_calls: Malformed call attempts (tell the model).
-        truncated_calls: Calls cut off by the end of the stream (tell the model).
-        final_events: Events produced by :meth:`ToolCallParser.finish` itself (flushed
-            content, truncated calls); not part of equality.
+        content: With no call attempts, the text unchanged. Otherwise the stripped text pieces
+            outside the calls, joined with newlines; None when nothing is left.
+        tool_calls: The sealed calls in order, or None (not empty) when there are none.
+        final_events: Events :meth:`ToolCallParser.finish` produced; not part of equality.
     """
 
     content: str | None

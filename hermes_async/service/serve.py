@@ -39,10 +39,9 @@ async def serve_worker(
     on_drain: Callable[[], object] | None = None,
     task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``worker`` on ``host:port`` until ``stop`` is set (or cancelled).
+    """Serve ``worker`` on ``host:port`` until ``stop`` is set.
 
-    Start it with ``url = await tg.start(serve_worker, worker)``: ``task_status`` gets the
-    base URL (``port`` 0: any free port).
+    ``url = await tg.start(serve_worker, worker)`` gets the base URL (``port`` 0: any free port).
 
     **Cancellation**: the server closes at once; groups still running are cancelled by
     their disconnected clients.
@@ -74,10 +73,10 @@ async def run_worker(
     """Run a worker process until SIGTERM / SIGINT: open, serve, drain, close.
 
     Returns:
-        The number of groups the drain had to cancel (0: every running group finished).
+        The number of groups the drain had to cancel.
 
     Raises:
-        ConfigError: A bad environment, server or tokenizer (a lone error comes out as itself).
+        ConfigError: A bad environment, server or tokenizer.
 
     **Cancellation**: as :func:`serve_worker`; the worker's sandboxes are released.
     """

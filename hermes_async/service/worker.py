@@ -1,13 +1,8 @@
 """The rollout worker: one process, one event loop, its own sandboxes, limiters and servers.
 
-:class:`RolloutWorker` answers every group it admits by the group's deadline: the group, or a
-``failed`` result in the core's failure categories, never silence; draining, it admits none.
-The HTTP service and the Ray actor are thin shells over it. Groups run in the worker's own
-task group, so a caller that goes away (a disconnect, ``ray.cancel``) cancels its group
-through an anyio cancel scope, and the sandbox cleanup runs shielded and bounded.
-
-Why one module of this size: one concept, the worker's admission, the run of one group under
-its deadline, and the drain; they share the running groups' table and its cancel scopes.
+:class:`RolloutWorker` answers every admitted group by its deadline: the group, or ``failed``,
+never silence. A caller that goes away cancels its group; cleanup stays shielded and bounded.
+The HTTP service and the Ray actor are thin shells over it.
 """
 
 from __future__ import annotations
@@ -76,20 +71,12 @@ class WorkerOptions:
     """How a worker runs; every bound of what it accepts.
 
     Attributes:
-        name: The worker's name: its sandbox root's name, stable across restarts (default
-            ``<host>-<pid>``).
-        max_groups: Groups run at once; more wait for a slot within their deadline (64:
-            with groups of 8, ~512 rollouts, what one loop sustains on a few cores).
-        max_group_size: Largest group accepted.
-        max_item_bytes: Largest item accepted (its JSON).
-        max_body_bytes: Largest request body accepted (HTTP).
-        max_deadline_seconds: Furthest deadline accepted.
-        reply_reserve_seconds: Time kept before a group's deadline to release its sandboxes
-            and send the answer: the rollouts are bounded to end that much earlier.
-        drain_timeout: How long a drain (or SIGTERM) waits for running groups before
-            cancelling them (they are answered ``failed``, ``infra``).
-        sandbox_parent: Where the worker's sandbox root goes (shared by the workers of a
-            machine: each sweeps dead workers' roots when it starts).
+        name: Its sandbox root's name, stable across restarts (default ``<host>-<pid>``).
+        max_groups: Groups run at once; more wait within their deadline (64: with groups of 8,
+            ~512 rollouts, what one loop sustains on a few cores).
+        reply_reserve_seconds: Time kept before a deadline to release sandboxes and answer.
+        drain_timeout: How long a drain waits before cancelling groups (answered ``infra``).
+        sandbox_parent: Where the sandbox root goes; each worker sweeps dead workers' roots.
         isolation: The local sandboxes' isolation (see ``local_factory``).
     """
 
@@ -127,17 +114,10 @@ class WorkerStatistics:
     """A snapshot of a worker (``GET /statistics``).
 
     Attributes:
-        name: The worker's name.
         state: ``serving``, ``draining`` or ``closed``.
-        groups_running: Groups admitted and not yet answered (running or waiting for a slot).
-        rollouts_running: Rollouts of those groups not finished yet.
-        accepted: Groups admitted since start.
+        groups_running: Groups admitted and not yet answered.
         answered: Groups answered, by outcome.
-        refused: Requests refused (unknown environment, draining, duplicate id, ...).
-        limiters: Every limiter (groups, model requests, sandboxes, tool calls).
-        sandboxes: The sandbox manager's counts.
-        servers: Model servers up / total (a pool), or ``None``.
-        uptime_seconds: Since the worker opened.
+        servers: Model servers up / total, or ``None``.
     """
 
     name: str
@@ -194,16 +174,10 @@ class _Running:
 
 
 class RolloutWorker:
-    """Runs groups for its callers (see the module docstring). Made by :func:`open_worker`.
+    """Runs groups for its callers. Made by :func:`open_worker`.
 
-    Args:
-        environments: Name -> environment (``open_environments``).
-        server: What ``run_group`` takes: a :class:`ServerPool` or a model client.
-        manager: The sandbox manager its rollouts use.
-        limits: Its limiters (the groups limiter is added).
-        task_group: Where its groups run (the worker's own).
-        options: Its options.
-        tokenizer: Set on tasks without one when the server is a token server.
+    ``server`` is what ``run_group`` takes; ``tokenizer`` is set on tasks without one when the
+    server is a token server.
     """
 
     def __init__(
@@ -266,11 +240,10 @@ class RolloutWorker:
     # ------------------------------------------------------------------ admission
 
     def admit(self, request: GroupRequest) -> None:
-        """Take ``request`` or refuse it at once (before anything is sent back).
+        """Take ``request`` or refuse it at once.
 
         Raises:
-            RequestError: The worker is draining (503), the environment is unknown (404),
-                or a group with this id is running (409).
+            RequestError: Draining (503), unknown environment (404), or this id is running (409).
         """
         try:
             if self._state != "serving":
@@ -305,18 +278,13 @@ class RolloutWorker:
         *,
         on_rollout: Callable[[ScoredRollout], object] | None = None,
     ) -> GroupResult:
-        """Admit ``request`` and answer it by its deadline.
-
-        Returns:
-            The :class:`GroupResult`: the group, or ``failed`` with the reason (deadline
-            passed, model server down, environment failed, worker shutting down).
+        """Admit ``request`` and answer it by its deadline: the group, or ``failed`` and why.
 
         Raises:
-            RequestError: Refused (see :meth:`admit`), or the environment refused the item
-                (422).
+            RequestError: Refused (see :meth:`admit`), or the environment refused the item (422).
 
-        **Cancellation**: the group is cancelled (its rollouts' sandboxes released, shielded
-        and bounded) and the cancellation propagates: a caller that went away gets no answer.
+        **Cancellation**: the group is cancelled (sandboxes released, shielded and bounded) and the
+        cancellation propagates.
         """
         self.admit(request)
         return await self.answer(request, on_rollout=on_rollout)
@@ -325,8 +293,7 @@ class RolloutWorker:
         """A request's JSON body, checked against this worker's bounds.
 
         Raises:
-            RequestError: Not JSON, or a field missing or out of bounds (see
-                :meth:`GroupRequest.from_json`).
+            RequestError: Not JSON, or a field missing or out of bounds.
         """
         try:
             return GroupRequest.from_json(decode_json(body, "the body"), self.options.bounds)
@@ -339,8 +306,7 @@ class RolloutWorker:
         self._refused += 1
 
     async def handle(self, body: bytes) -> tuple[int, bytes]:
-        """A request's JSON body in, ``(status, JSON body)`` out: the group (200) or the refusal
-        (4xx / 503 ``{"error", "status"}``). What every transport without HTTP uses.
+        """JSON body in, ``(status, JSON body)`` out: for every transport without HTTP.
 
         **Cancellation**: as :meth:`run_group`.
         """
@@ -507,11 +473,7 @@ class RolloutWorker:
     async def drain(self, timeout: float | None = None) -> int:
         """Refuse new groups, wait for the running ones, cancel what is left at ``timeout``.
 
-        Args:
-            timeout: Seconds to wait (default ``drain_timeout``).
-
-        Returns:
-            How many groups were cancelled (each answered ``failed``, ``infra``).
+        Returns how many groups were cancelled (each answered ``failed``, ``infra``).
 
         **Cancellation**: the running groups are left to their callers.
         """
@@ -562,23 +524,12 @@ async def open_worker(
     sandbox_factory: SandboxFactory | None = None,
     tokenizer: Tokenizer | None = None,
 ) -> AsyncIterator[RolloutWorker]:
-    """Open a worker: its sandbox root (a dead predecessor's leftovers reaped), its sandbox
-    manager and its task group.
-
-    Args:
-        environments: Name -> environment (``open_environments``).
-        server: A :class:`ServerPool` (entered) or a model client.
-        options: See :class:`WorkerOptions`.
-        limits: Its limiters (default: fresh ones).
-        sandbox_factory: Default: local sandboxes under the worker's own root.
-        tokenizer: For token servers, set on tasks that carry none.
+    """Open a worker: its sandbox root (a dead predecessor's reaped), sandbox manager, task group.
 
     Raises:
-        ConfigError: Another live worker has this name, or an asyncio-only environment under
-            trio.
+        ConfigError: A live worker has this name, or an asyncio-only environment under trio.
 
-    **Cancellation**: on exit, however it exits, running groups are cancelled and every
-    sandbox is released (shielded, bounded); the sandbox root is removed.
+    **Cancellation**: groups are cancelled, sandboxes released and the root removed.
     """
     options = options or WorkerOptions()
     if current_async_library() != "asyncio":

@@ -10,6 +10,9 @@ deterministic ``pytest`` + anyio tests of their own environments:
   (:func:`open_loopback_server`, needs the ``testing`` extra).
 * :class:`FaultyServer` — ASGI middleware that makes a whole server fail, rate limit (429 with
   ``Retry-After``), slow down or go down while a test runs (server pools, failover).
+* :func:`open_hostile_server` — a loopback server that attacks the client's bounds (endless
+  heads, bodies, events, completions, token streams; JSON too deep to decode), one
+  :data:`HostileCase` per server; :data:`POPUP_FLOOD_PAGE` attacks the browser's.
 * :class:`FakeSandbox` — an in-memory sandbox with scripted commands, latency and faults;
   :func:`run_conformance` / :data:`CONFORMANCE_CHECKS` — the checks every sandbox backend passes.
 * :class:`FakeModal` — a double of modal 1.6's async API; :class:`FakeE2B` and
@@ -24,6 +27,13 @@ from __future__ import annotations
 from hermes_async.testing.daytona_double import FakeDaytona
 from hermes_async.testing.e2b_double import FakeE2B
 from hermes_async.testing.fake_sandbox import ExecCall, ExecScript, FakeSandbox, FakeSandboxFactory
+from hermes_async.testing.hostile import (
+    HOSTILE_CASES,
+    POPUP_FLOOD_PAGE,
+    HostileCase,
+    HostileServer,
+    open_hostile_server,
+)
 from hermes_async.testing.http import open_app_endpoint, open_asgi_transport, open_loopback_server
 from hermes_async.testing.modal_double import FakeModal
 from hermes_async.testing.sandbox_conformance import (
@@ -45,6 +55,8 @@ from hermes_async.testing.server_faults import FaultyServer
 
 __all__ = (
     "CONFORMANCE_CHECKS",
+    "HOSTILE_CASES",
+    "POPUP_FLOOD_PAGE",
     "ConformanceCheck",
     "ExecCall",
     "ExecScript",
@@ -56,6 +68,8 @@ __all__ = (
     "Fault",
     "FaultyServer",
     "FixedScript",
+    "HostileCase",
+    "HostileServer",
     "PolicyRequest",
     "ScriptExhaustedError",
     "ScriptedModelServer",
@@ -63,6 +77,7 @@ __all__ = (
     "ServedRequest",
     "open_app_endpoint",
     "open_asgi_transport",
+    "open_hostile_server",
     "open_loopback_server",
     "parse_chatml",
     "run_conformance",

@@ -1,10 +1,7 @@
 """The compute behind one sandbox of the E2B and Daytona doubles: local processes, host files.
 
-Each double sandbox is a :class:`LocalMachine`: its commands run as subprocesses of this host
-(process isolation only: the host filesystem, a minimal environment), every one carrying a
-marker variable so :meth:`LocalMachine.destroy` kills all of them, the detached ones included,
-like a provider ending the VM. So the backends' process-group wrapper, timeouts, kills and
-background processes are exercised for real. Give the sandboxes a temporary ``workdir``.
+Commands run as host subprocesses carrying a marker variable, so :meth:`LocalMachine.destroy`
+kills all of them, like a provider ending the VM. Give the sandboxes a temporary ``workdir``.
 """
 
 from __future__ import annotations
@@ -47,12 +44,7 @@ _CreateDelay = float | Callable[[], float]
 
 
 class Faults:
-    """Faults injected per operation name: ``hang`` waits forever, ``fail`` raises.
-
-    Args:
-        hang: Operation names whose calls never return.
-        fail: Operation name -> exception its calls raise.
-    """
+    """Faults injected per operation name: ``hang`` waits forever, ``fail`` raises."""
 
     def __init__(
         self, hang: Collection[str] = (), fail: Mapping[str, BaseException] | None = None
@@ -79,7 +71,7 @@ class _RunOutcome:
 
 @dataclass
 class LocalMachine:
-    """One double sandbox's processes (see the module docstring)."""
+    """One double sandbox's processes."""
 
     sandbox_id: str
     workdir: str
@@ -147,7 +139,6 @@ class LocalMachine:
         return _RunOutcome(code, bytes(out), bytes(err))
 
     def live_processes(self) -> list[int]:
-        """Pids of live processes started in this machine."""
         return find_sandbox_processes(self.marker)
 
     async def destroy(self) -> None:
@@ -175,8 +166,7 @@ async def kill_sandbox_processes(
     reason: str,
     seconds: float = _DESTROY_SECONDS,
 ) -> None:
-    """Kill every process carrying ``marker`` at once (no grace) and reap ``processes``:
-    shielded and bounded by ``seconds``; survivors are logged under ``name``."""
+    """Kill every process carrying ``marker`` at once and reap ``processes`` (shielded, bounded)."""
     with cleanup_scope(f"kill the processes of {name}", seconds, reason=reason):
         survivors = await terminate_members(
             sweeper, marker, (), grace=0.0, kill_wait=seconds / 2, graceful=False
@@ -188,7 +178,6 @@ async def kill_sandbox_processes(
 
 
 async def delay(value: _CreateDelay) -> None:
-    """Sleep for a create's latency."""
     seconds = value() if callable(value) else value
     if seconds > 0:
         await anyio.sleep(seconds)
@@ -208,9 +197,9 @@ class SandboxRecord(Protocol):
 
 
 class ControlPlane(Generic[_Rec]):
-    """What both doubles' providers share: faults, create latency, counters, machines, the
-    books of sandboxes (``sandboxes``: id -> record). A double sets up its own books in
-    :meth:`_open`, called at the end of ``__init__``.
+    """What both doubles' providers share: faults, create latency, counters, machines, books.
+
+    A double sets up its books (``sandboxes``: id -> record) in :meth:`_open`.
 
     Args:
         hang: Operation names whose calls never return.
@@ -220,8 +209,7 @@ class ControlPlane(Generic[_Rec]):
         workdir: Where commands start when no ``cwd`` is given.
 
     Attributes:
-        creates_in_flight: Create calls under way now.
-        max_creates_in_flight: The most seen at once (for the backends' rate limiter).
+        max_creates_in_flight: The most create calls seen at once.
         create_start_times: ``anyio.current_time()`` at each create call's start.
     """
 
@@ -262,9 +250,10 @@ class ControlPlane(Generic[_Rec]):
         timeout: float | None,
         timed_out: Callable[[], Exception],
     ) -> _R:
-        """One create call: the provider makes the sandbox (``register``) at once, the id
-        reaches the client after the latency; past ``timeout`` the SDK gives up with
-        ``timed_out()`` and the sandbox stays. A ``fail`` fault registers nothing."""
+        """One create: the sandbox exists at once and its id comes after the latency.
+
+        Past ``timeout`` the SDK gives up and the sandbox stays; a ``fail`` registers nothing.
+        """
         self.creates_in_flight += 1
         self.max_creates_in_flight = max(self.max_creates_in_flight, self.creates_in_flight)
         self.create_start_times.append(anyio.current_time())

@@ -1,37 +1,10 @@
 """A double of the part of the ``daytona`` SDK's async API that the Daytona backend uses.
 
-Daytona cannot be reached from CI (no network, no ``DAYTONA_API_KEY``), so
-:class:`~hermes_async.tools.sandbox.daytona.DaytonaBackend` takes a ``daytona=`` object; pass
-a :class:`FakeDaytona`. It mirrors the SDK's names, signatures and exception classes:
-
-* ``client = daytona.AsyncDaytona(daytona.DaytonaConfig(api_key=...))``; ``await
-  client.close()``
-* ``sb = await client.create(daytona.CreateSandboxFromImageParams(image=..., labels=...,
-  env_vars=..., resources=daytona.Resources(cpu=..., memory=...), network_block_all=...,
-  auto_stop_interval=..., ttl_minutes=...), timeout=60)``; ``sb.id``, ``sb.labels``,
-  ``sb.state``
-* ``await sb.process.exec(command, cwd=None, env=None, timeout=None)`` ->
-  ``ExecuteResponse(exit_code, result, artifacts)``: ``result`` is the command's output with
-  stderr merged in (the toolbox returns one stream); a command past ``timeout`` raises
-  ``DaytonaTimeoutError``
-* ``await sb.fs.upload_file(file, remote_path, timeout=1800)`` (parents created),
-  ``await sb.fs.download_file(remote_path, timeout=1800)`` -> bytes (a missing file:
-  ``DaytonaFileNotFoundError``)
-* ``await client.delete(sb, timeout=60)`` / ``await sb.delete()``; ``await client.get(id)``;
-  ``async for sb in client.list(daytona.ListSandboxesQuery(labels={...}))``
-
-Commands run for real as local processes (``sh -c``; the SDK says the first of zsh, bash or sh
-runs them), see :mod:`hermes_async.testing._remote_machine`. Any call on a sandbox that is gone
-raises ``DaytonaNotFoundError``, as the API's 404 does.
-
-Faults (as in :mod:`hermes_async.testing.e2b_double`): ``create_delay_seconds`` (a number or a
-function per create) with the sandbox in the books **from the start of the call**; a delay
-past the create's ``timeout`` raises ``DaytonaTimeoutError`` after that long (the sandbox stays,
-as the SDK's own timeout leaves it); ``hang={op}`` / ``fail={op: exc}`` per operation:
-``"create"``, ``"process.exec"``, ``"fs.upload_file"``, ``"fs.download_file"``, ``"delete"``,
-``"get"``, ``"list"``; :meth:`FakeDaytona.die` ends a sandbox from outside.
-
-The books: :attr:`FakeDaytona.sandboxes` and :attr:`FakeDaytona.live`.
+Pass a :class:`FakeDaytona` as ``DaytonaBackend(daytona=...)``. It mirrors the SDK's names,
+signatures and exceptions; commands run as local processes (:mod:`._remote_machine`); a call
+on a gone sandbox raises ``DaytonaNotFoundError``. Faults: create latency, ``hang`` / ``fail``
+per operation, :meth:`FakeDaytona.die`. Books: :attr:`FakeDaytona.sandboxes` and ``live``.
+The surface modelled: docs/decisions/037-e2b-daytona-apptainer.md.
 """
 
 from __future__ import annotations
@@ -270,7 +243,7 @@ class FakeAsyncDaytona:
     async def create(
         self, params: CreateSandboxFromImageParams | None = None, *, timeout: float = 60
     ) -> FakeDaytonaSandbox:
-        """``AsyncDaytona.create``: see the module docstring for the latency model."""
+        """``AsyncDaytona.create``, with the latency model of :class:`ControlPlane`."""
         return await self._provider._create(params, timeout)
 
     async def get(
@@ -312,7 +285,7 @@ class FakeAsyncDaytona:
 
 
 class FakeDaytona(ControlPlane[_Record]):
-    """Stands in for the ``daytona`` module and Daytona's API (see the module docstring).
+    """Stands in for the ``daytona`` module and Daytona's API.
 
     Args:
         hang: Operation names whose calls never return.

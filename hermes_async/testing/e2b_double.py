@@ -1,45 +1,8 @@
 """A double of the part of the ``e2b`` SDK's async API (2.x) that the E2B backend uses.
 
-E2B cannot be reached from CI (no network, no ``E2B_API_KEY``), so
-:class:`~hermes_async.tools.sandbox.e2b.E2BBackend` takes an ``e2b=`` object; pass a
-:class:`FakeE2B`. It mirrors the SDK's names, signatures and exception classes:
-
-* ``sb = await e2b.AsyncSandbox.create(template=None, timeout=None, metadata=None, envs=None,
-  allow_internet_access=None, request_timeout=None, ...)``; ``sb.sandbox_id``
-* ``await sb.commands.run(cmd, background=None, envs=None, user=None, cwd=None,
-  on_stdout=None, on_stderr=None, stdin=None, timeout=60, request_timeout=None)`` -> a
-  ``CommandResult(stdout, stderr, exit_code, error)``; a non-zero exit raises
-  ``CommandExitException`` (carrying the same fields), a command past ``timeout`` raises
-  ``TimeoutException`` (as the SDK's stream deadline does). ``background=True`` is not modelled
-  (the backend never uses it).
-* ``await sb.files.read(path, format="text"|"bytes")`` (a missing file:
-  ``FileNotFoundException``), ``await sb.files.write(path, data)`` (parents created)
-* ``await sb.kill()`` and ``await e2b.AsyncSandbox.kill(sandbox_id)`` (the SDK's
-  class-or-instance method; ``False`` when no such sandbox)
-* ``e2b.AsyncSandbox.list(query=e2b.SandboxQuery(metadata={...}), limit=None)`` -> a paginator
-  (``has_next``, ``await next_items()``) of ``SandboxInfo(sandbox_id, metadata, ...)``
-* ``await e2b.AsyncSandbox.connect(sandbox_id)`` (``SandboxNotFoundException`` when gone)
-
-Commands run for real as local processes (``bash -c``, like envd's ``/bin/bash -l -c``
-without the login profile), see :mod:`hermes_async.testing._remote_machine`. A command in a
-sandbox that is gone raises ``SandboxNotRunningException``, as the SDK does when the proxy
-reports the sandbox killed.
-
-Faults, for the leaks and failures the backend must survive:
-
-* ``create_delay_seconds`` (a number, or a function called per create for random latency):
-  the sandbox exists **in the books from the start of the call** and the id is returned only
-  after the delay: a client that gives up meanwhile leaks it (verifiers #411).
-* A create whose delay exceeds its ``request_timeout`` raises ``TimeoutException`` after that
-  long, leaving the sandbox alive (what a real slow control plane does).
-* ``hang={op}`` / ``fail={op: exc}`` per operation: ``"create"`` (a hung create has already
-  registered its sandbox), ``"commands.run"``, ``"files.read"``, ``"files.write"``,
-  ``"kill"``, ``"list"``, ``"connect"``. A failed create registers nothing.
-* :meth:`FakeE2B.die` ends a sandbox from outside mid-rollout (its processes killed).
-
-The books: :attr:`FakeE2B.sandboxes` (every sandbox ever created, with its metadata and
-whether it is alive) and :attr:`FakeE2B.live` (the ones still running) are what tests assert
-leaks against.
+Pass a :class:`FakeE2B` as ``E2BBackend(e2b=...)``. It mirrors the SDK's names, signatures and
+exception classes, runs commands as local processes, and injects faults (create latency, hangs,
+failures, a sandbox dying). What it models: docs/decisions/027-e2b-double.md.
 """
 
 from __future__ import annotations
@@ -353,14 +316,13 @@ class FakeAsyncSandbox:
 
 
 class FakeE2B(ControlPlane[_Record]):
-    """Stands in for the ``e2b`` module and E2B's control plane (see the module docstring).
+    """Stands in for the ``e2b`` module and E2B's control plane.
 
     Args:
         hang: Operation names whose calls never return.
         fail: Operation name -> exception its calls raise.
         create_delay_seconds: Each create's latency (a number or a function per create).
-        extra_env: Variables every command sees (besides PATH, HOME, LANG).
-        workdir: Where commands start when no ``cwd`` is given (the sandbox user's home).
+        workdir: Where commands start without ``cwd`` (the sandbox user's home).
     """
 
     SandboxException = SandboxException

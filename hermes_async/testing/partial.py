@@ -1,25 +1,10 @@
 """Partial-rollout acceptance harness: aborts at random token positions, checked exactly.
 
-:func:`run_partial_acceptance` runs ``rollouts`` Phase 2 rollouts twice against the scripted
-model server -- once clean (the reference), once with the server aborting requests
-(``finish_reason="abort"``) at random token positions, including inside a tool call's arguments
-and exactly on a chunk boundary -- while a simulated trainer bumps the policy version at every
-abort. Then, rollout by rollout, it checks what issue #20 promises:
-
-* **0 lost tokens**: every token the server sent is in a kept trajectory;
-* **token identity**: tokens, masks and logprobs equal the unaborted run's, and the template
-  check holds (no counted mismatch);
-* **the same tool calls**: names, arguments and results equal the unaborted run's (early
-  dispatch ran each call exactly once);
-* **the budget**: every resumed request asked for the remaining budget only, and no turn
-  sampled more than ``max_tokens``;
-* **versions**: every completion segment carries a version, and segments split exactly at the
-  requests whose version changed.
-
-The policy is an oracle keyed by the task and the turn, with multi-byte text and ``todo`` tool
-calls, so every rollout is different and deterministic. Used by
-``tests/agent/test_partial_acceptance.py`` (100 rollouts) and
-``bench/partial_rollouts.py --acceptance`` (1,000).
+:func:`run_partial_acceptance` runs Phase 2 rollouts twice against the scripted server, clean
+and with random aborts (inside tool-call arguments and on chunk boundaries too) while the
+policy version bumps at every abort. It checks issue #20's promises: no lost token, tokens,
+masks, logprobs and tool calls equal to the clean run's, the per-turn budget, and version
+segments split exactly at version changes.
 """
 
 from __future__ import annotations
@@ -86,8 +71,7 @@ def _task_index(request: PolicyRequest) -> int:
 
 
 def oracle_policy(seed: int, *, turns: int = 3) -> Any:
-    """A deterministic policy: ``(seed, task, turn)`` -> text; the last turn answers, the
-    others write some words and one or two ``todo`` calls with multi-byte arguments."""
+    """A deterministic policy ``(seed, task, turn) -> text`` with multi-byte ``todo`` calls."""
 
     def policy(request: PolicyRequest) -> str:
         task = _task_index(request)
@@ -123,12 +107,9 @@ class PartialConfig:
 
     Attributes:
         rollouts: How many rollouts (each run twice: clean and aborted).
-        concurrency: Rollouts at once.
-        seed: Seeds the policy and the abort positions.
         abort_rate: Probability that a request is aborted.
         max_tokens: Per-turn budget (some turns are longer: their calls are cut off).
         max_chunk_tokens: The server's chunk size bound (1..this).
-        max_resumes: Resumes allowed per turn.
     """
 
     rollouts: int = 100
@@ -302,10 +283,9 @@ def _check_versions(
 async def run_partial_acceptance(
     config: PartialConfig = PartialConfig(), *, tokenizer: Tokenizer | None = None
 ) -> PartialStatistics:
-    """Run the acceptance (see the module docstring) and return its statistics.
+    """Run the acceptance and return its statistics.
 
-    ``tokenizer`` defaults to the built-in offline one, loaded on first use (blocking,
-    ~0.4 s: pass one loaded at setup time inside a test).
+    ``tokenizer`` defaults to the built-in one, loaded on first use (blocking, ~0.4 s).
 
     **Cancellation**: the rollouts and the in-process server are cancelled; nothing leaks.
     """

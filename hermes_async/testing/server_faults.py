@@ -11,6 +11,8 @@ generation requests (every ``POST``) itself while a mode is on; ``GET`` routes (
         server.rate_limit(retry_after=0.5)          # every POST: 429, Retry-After: 0.5
         server.rate_limit(retry_after=0.5, above=4) # only beyond 4 concurrent requests
         server.fail(500)                            # every POST: HTTP 500 (health stays ok)
+        server.fail(200, body=b"{}")                # every POST: a fast, wrong 200
+        server.fail(404)                            # every POST: no such route
         server.down()                               # every route: 503 (health fails too)
         server.slow(0.2)                            # 0.2 s more before each response
         server.pause()                              # hold every POST until resume()
@@ -57,6 +59,8 @@ class FaultyServer:
         self.name = name
         self.mode = "ok"
         self._status = 500
+        self._body: bytes | None = None
+        self._content_type = b"application/json"
         self._retry_after: float | None = None
         self._above: int | None = None
         self.delay_seconds = 0.0
@@ -73,9 +77,23 @@ class FaultyServer:
         """Serve normally again (a ``slow`` delay is kept; ``slow(0)`` removes it)."""
         self.mode = "ok"
 
-    def fail(self, status: int = 500) -> None:
-        """Answer every generation request with ``status``; health checks still pass."""
+    def fail(
+        self,
+        status: int = 500,
+        *,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> None:
+        """Answer every generation request with ``status``; health checks still pass.
+
+        Args:
+            status: The status (200 too: a server that answers fast and wrong).
+            body: The body (default: a JSON error object naming the status), e.g. ``b"{}"``
+                or an HTML page.
+            content_type: Its ``Content-Type``.
+        """
         self.mode, self._status = "fail", status
+        self._body, self._content_type = body, content_type.encode("latin-1")
 
     def down(self) -> None:
         """Answer every request, health checks included, with 503."""
@@ -130,7 +148,10 @@ class FaultyServer:
         try:
             if self.mode == "fail":
                 await _drain(receive)
-                await _answer(send, self._status, f"injected HTTP {self._status}", None)
+                if self._body is None:
+                    await _answer(send, self._status, f"injected HTTP {self._status}", None)
+                else:
+                    await _send_body(send, self._status, self._body, self._content_type)
                 self._count(self._status)
                 return
             if self.mode == "rate_limit" and (
@@ -165,11 +186,23 @@ async def _drain(receive: _Receive) -> None:
 
 async def _answer(send: _Send, status: int, message: str, retry_after: float | None) -> None:
     data = json.dumps({"error": {"message": message, "code": status}}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(data)).encode()),
-    ]
+    headers = []
     if retry_after is not None:
         headers.append((b"retry-after", f"{retry_after:g}".encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await _send_body(send, status, data, b"application/json", headers)
+
+
+async def _send_body(
+    send: _Send,
+    status: int,
+    data: bytes,
+    content_type: bytes,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    all_headers = [
+        (b"content-type", content_type),
+        (b"content-length", str(len(data)).encode()),
+        *(headers or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": all_headers})
     await send({"type": "http.response.body", "body": data, "more_body": False})

@@ -1,11 +1,8 @@
 """A scripted workload for rollout workers: a task factory and the oracle that solves it.
 
-Serve :func:`echo_policy` with a :class:`~hermes_async.testing.ScriptedModelServer` and start a
-worker with the environment ``hermes_async.testing.worker_tasks:echo_task``: every item
-``{"label": "x", "turns": 2, "sleep": 0}`` becomes a task whose model runs ``turns`` terminal
-commands (``sleep`` seconds each, then ``echo x > answer.txt``) in a real sandbox and answers;
-the reward reads ``answer.txt`` back through the rollout's sandbox (1.0 when it holds the
-label). Importable on any machine of a cluster, so Ray actors and worker processes run it too.
+Serve :func:`echo_policy` with a ``ScriptedModelServer`` and start a worker with
+``hermes_async.testing.worker_tasks:echo_task``: the model runs terminal commands in a real
+sandbox and writes the item's label to ``answer.txt``; the reward reads it back.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Find-and-replace for the ``patch`` tool's replace mode, tolerant of harmless differences (pure).
 
-Models copy ``old_string`` from an earlier ``read_file`` and get small things wrong: trailing
-spaces, indentation (a block quoted without its leading indent), tabs vs spaces inside a line,
-typographic quotes, or a whole string JSON-escaped once too often (``\\n`` instead of newlines).
-The strategies below are tried from strictest to loosest; the first that finds any match decides.
-A match must be unique unless ``replace_all`` is set: two candidates at the same strictness are an
-error asking for more context, never a guess.
-
-Line-based strategies match whole lines and replace the whole matched lines; when the file's
-indentation differs from ``old_string``'s, ``new_string`` is re-indented by the same amount.
-
-Strategies, in order: ``exact``, ``trailing_whitespace``, ``indentation``,
-``whitespace_normalized``, ``unicode_normalized``, ``escape_normalized`` (``old_string`` with
-literal ``\\n``/``\\t`` escapes and no real newline), ``block_anchor`` (three or more lines: first
-and last line match, the middle is at least 70 % similar).
+Strategies run from strictest to loosest; the first that finds a match decides, and a match
+must be unique unless ``replace_all``. The strategies and why: docs/architecture.md, "Fuzzy
+replace".
 """
 
 from __future__ import annotations
@@ -166,8 +155,8 @@ def fuzzy_replace(content: str, old: str, new: str, *, replace_all: bool = False
     """Replace ``old`` by ``new`` in ``content`` with the first strategy that finds a match.
 
     Raises:
-        ReplaceError: ``old`` is empty or equal to ``new``; no strategy found it; or it was
-            found several times and ``replace_all`` is false ("found N matches ...").
+        ReplaceError: ``old`` is empty or equal to ``new``, not found, or found several times
+            without ``replace_all``.
     """
     if old == "":
         raise ReplaceError(

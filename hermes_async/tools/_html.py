@@ -1,17 +1,8 @@
 """Turn fetched bodies into text for the model: HTML to Markdown-ish text, and head/tail cuts.
 
-Two HTML converters:
-
-* **trafilatura** (the ``web`` extra: ``pip install 'hermes-async[web]'``): main-content
-  extraction that drops navigation, footers and boilerplate, output as Markdown. Imported lazily.
-* **basic** (always available, standard library only): drops scripts, styles and other non-content
-  elements, keeps headings, list items, paragraphs and preformatted blocks as Markdown-like lines.
-  It keeps boilerplate, but it never fails and costs no dependency.
-
-``auto`` uses trafilatura when importable and falls back to the basic converter when trafilatura
-is missing or finds no main content (short pages).
-
-Everything here is synchronous, pure and bounded by the input size (the fetcher caps bodies).
+``trafilatura`` (the ``web`` extra, imported lazily) extracts the main content; ``basic``
+(standard library) keeps boilerplate but never fails. ``auto`` falls back to ``basic`` when
+trafilatura is missing or finds nothing. Pure, synchronous, bounded by the input size.
 """
 
 from __future__ import annotations
@@ -194,9 +185,8 @@ def html_to_text(
     """Convert an HTML page to ``(title, text)``.
 
     Args:
-        html: The decoded page.
         url: The page's URL (helps trafilatura resolve relative metadata).
-        extractor: ``auto``, ``trafilatura`` or ``basic`` (see the module docstring).
+        extractor: ``auto``, ``trafilatura`` or ``basic``.
 
     Raises:
         ConfigError: ``extractor="trafilatura"`` but the ``web`` extra is not installed.
@@ -221,11 +211,7 @@ def html_to_text(
 
 
 def cut_head_tail(text: str, max_chars: int) -> tuple[str, bool]:
-    """Keep the first ~70 % and last ~30 % of ``max_chars`` of ``text``, with a note between.
-
-    Returns:
-        ``(text, cut)``: the possibly shortened text, and whether anything was dropped.
-    """
+    """Keep the first ~70 % and last ~30 % of ``max_chars``; return the text and if it was cut."""
     if len(text) <= max_chars:
         return text, False
     head_len = max_chars * 7 // 10

@@ -1,10 +1,8 @@
 """Keyed lifetimes: one resource per key, made once, counted while used, reaped, released.
 
-The skeleton :class:`~hermes_async.tools.sandbox.manager.SandboxManager` and
-:class:`~hermes_async.tools.browser.manager.BrowserManager` share. The owner says what it
-creates, what idle means and how it closes; :class:`Lifetimes` keeps the table, hands a
-creation over to a waiter when its creator is cancelled, makes a second release of a key wait
-for the first, and runs the idle reaper and queued releases in the owner's task group.
+The skeleton ``SandboxManager`` and ``BrowserManager`` share: the owner says how to create,
+what idle means and how to close; :class:`Lifetimes` keeps the table, hands a cancelled
+creation over to a waiter, and runs the reaper and queued releases in the owner's task group.
 """
 
 from __future__ import annotations
@@ -49,12 +47,9 @@ class Lifetime(Generic[T]):
     """One key's resource as its owner tracks it.
 
     Attributes:
-        key: The key (a rollout's task id).
-        value: The resource, once made.
-        error: Why making it failed (a cancellation: its creator was cancelled).
+        error: Why making it failed.
         ready: Set once ``value`` or ``error`` is.
         busy: Operations in flight (never idle while > 0).
-        last_used: ``anyio.current_time()`` of the last operation's end.
         released: Set when a release took it out of the table.
     """
 
@@ -94,14 +89,8 @@ Reapable = Callable[[Lifetime[T]], Awaitable[bool]]
 class Lifetimes(Generic[T]):
     """The table of an owner's keyed resources.
 
-    Args:
-        what: The resource, for log lines (``"sandbox"``).
-        close: How the owner closes one (called on every release, made or not yet made).
-        logger: Where overruns and reaps are logged.
-        idle_timeout: Seconds unused before the reaper releases one (``math.inf``: never).
-        reap_interval: Seconds between reaper passes.
-        reapable: The owner's last word on an unused resource (e.g. a background process
-            still running).
+    ``close`` is called on every release, made or not; ``reapable`` is the owner's last word on
+    an unused one; ``idle_timeout`` may be ``math.inf``.
     """
 
     def __init__(
@@ -160,14 +149,11 @@ class Lifetimes(Generic[T]):
         return entry, True
 
     async def get(self, key: str, create: Callable[[Lifetime[T]], Awaitable[T]]) -> Lifetime[T]:
-        """``key``'s lifetime, its resource made by ``create`` in the first caller's task.
+        """``key``'s lifetime, made by ``create`` in the first caller's task; later callers wait.
 
-        Later callers wait for it. Returns with ``value`` set, or with ``error`` set (a failed
-        creation, or one released before it ended) for a waiter; the creator gets its own
-        exception raised.
+        A waiter may get it with ``error`` set; the creator gets its own exception.
 
-        **Cancellation**: a cancelled creator abandons the creation (``create`` cleans up what
-        it started) and a waiter, if any, starts over.
+        **Cancellation**: a cancelled creator abandons the creation and a waiter starts over.
         """
         while True:
             entry, new = self.claim(key)
@@ -220,8 +206,7 @@ class Lifetimes(Generic[T]):
     async def release(
         self, key: str, *, interrupted: bool = False, reason: str = "released"
     ) -> Lifetime[T] | None:
-        """Take ``key`` out of the table and close it; return what was released. Idempotent:
-        a second release of a key being closed waits for that close.
+        """Take ``key`` out and close it; idempotent (a second release waits for the first).
 
         **Cancellation**: shielded; the owner's close is its own bound.
         """
@@ -248,11 +233,7 @@ class Lifetimes(Generic[T]):
                 del self._closing[entry.key]
 
     def request_release(self, key: str, *, reason: str = "release requested") -> None:
-        """Queue a release of ``key`` to the janitor (synchronous; no-op when not open).
-
-        The janitor, a task of the owner's task group, releases it on its next wake-up; a
-        newer lifetime of the same key is left alone.
-        """
+        """Queue a release of ``key`` to the janitor; a newer lifetime of the key is left alone."""
         entry = self.entries.get(key)
         if not self._accepting or entry is None:
             return
@@ -312,7 +293,7 @@ class Lifetimes(Generic[T]):
             await self.reap_idle()
 
     async def reap_idle(self) -> int:
-        """Release what has been unused for ``idle_timeout``; return how many (a reaper pass).
+        """Release what has been unused for ``idle_timeout``; return how many.
 
         **Cancellation**: releases already started complete (shielded, bounded).
         """

@@ -1,26 +1,9 @@
 """The SSRF guard of the web tools: which URLs may be fetched, and at which address.
 
-A model controls the URLs given to ``web_extract``. Without a guard it could make the host (or a
-self-hosted Firecrawl) fetch ``http://169.254.169.254/`` (cloud metadata and its credentials),
-``http://localhost:8080/admin``, or anything on the private network. The rules:
-
-* Only ``http`` and ``https`` URLs with a host are fetched (no ``file:``, ``gopher:``, ...).
-* The host is resolved (through an injectable async resolver) and **every** address it resolves
-  to must be publicly routable: loopback, private (RFC 1918, ULA), link-local, multicast,
-  reserved, unspecified, shared (CGNAT), documentation and benchmarking ranges are refused. IPv6
-  forms that carry an IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible, 6to4
-  ``2002::/16``, Teredo ``2001::/32``, NAT64 ``64:ff9b::/96``) are judged by that IPv4 address.
-* Every redirect hop is vetted again (the fetcher follows redirects itself).
-* The connection goes to the vetted address itself (the URL's host is replaced by the IP, the
-  ``Host`` header and the TLS server name keep the original name), so a DNS answer that changes
-  between the check and the connection (DNS rebinding) cannot redirect it.
-* An explicit allowlist (host names, ``.suffix`` domains, IP networks) lets tests and operators
-  reach an internal host on purpose.
-
-Residual risks, stated precisely: a configured HTTP proxy is never used for direct fetches (it
-would resolve the name again); provider-backed extraction vets the URL's addresses here, but the
-provider resolves the name again on its side, so a rebinding host could still make a
-*self-hosted* provider fetch an internal address.
+Only http(s) URLs whose every resolved address is public pass, unless allowlisted; each
+redirect hop is vetted again, and the connection goes to the vetted address so DNS rebinding
+cannot move it. Rules and residual risks: docs/architecture.md, "The SSRF guard of the web
+tools".
 """
 
 from __future__ import annotations
@@ -68,12 +51,7 @@ _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
 class WebFetchError(ToolExecutionError):
-    """A page could not be fetched (network failure, timeout, HTTP error, unreadable body).
-
-    Args:
-        message: What went wrong, naming the URL.
-        url: The URL concerned.
-    """
+    """A page could not be fetched (network failure, timeout, HTTP error, unreadable body)."""
 
     def __init__(self, message: str, *, url: str) -> None:
         super().__init__(message)
@@ -81,12 +59,7 @@ class WebFetchError(ToolExecutionError):
 
 
 class URLRefusedError(WebFetchError):
-    """The SSRF guard refused a URL (scheme, or an address that is not public).
-
-    Args:
-        url: The refused URL.
-        reason: Why, e.g. ``"127.0.0.1 is a loopback address"``.
-    """
+    """The SSRF guard refused a URL (scheme, or an address that is not public)."""
 
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(
@@ -114,11 +87,7 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 
 
 def address_problem(ip: IPAddress) -> str | None:
-    """Why ``ip`` must not be fetched, or ``None`` when it is a public unicast address.
-
-    Pure policy, no I/O. The reason names the address and its category, e.g.
-    ``"10.0.0.1 is a private address"``.
-    """
+    """Why ``ip`` must not be fetched (``"10.0.0.1 is a private address"``), or ``None``."""
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.scope_id:
             ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
@@ -151,8 +120,7 @@ def address_problem(ip: IPAddress) -> str | None:
 class Allowlist:
     """Hosts and networks the guard lets through although they are not public.
 
-    Entries: an exact host name (``intranet.local``), a domain suffix with a leading dot
-    (``.corp.example`` matches ``a.corp.example``), an IP address or a CIDR network.
+    Entries: a host name, a ``.suffix`` domain, an IP address or a CIDR network.
     """
 
     hosts: frozenset[str] = frozenset()
@@ -161,7 +129,6 @@ class Allowlist:
 
     @classmethod
     def from_entries(cls, entries: Iterable[str]) -> Allowlist:
-        """Parse allowlist entries (see the class docstring)."""
         hosts: set[str] = set()
         suffixes: list[str] = []
         networks: list[IPNetwork] = []
@@ -192,12 +159,7 @@ class Allowlist:
 
 @dataclass(frozen=True, slots=True)
 class _Target:
-    """A vetted URL and the address to connect to.
-
-    Attributes:
-        url: The URL as requested (its host is a name or an IP literal).
-        ip: The vetted address the connection must go to.
-    """
+    """A vetted URL and the address the connection must go to."""
 
     url: httpx.URL
     ip: str
@@ -214,7 +176,7 @@ class _Target:
 
     @property
     def sni_hostname(self) -> str | None:
-        """The TLS server name to send and verify (``None`` for IP-literal or plain http URLs)."""
+        """The TLS server name to send and verify (``None`` for IP literals and plain http)."""
         host = self.url.raw_host.decode("ascii")
         if self.url.scheme != "https" or _ip_literal(host) is not None:
             return None
@@ -269,17 +231,10 @@ async def vet_url(
 ) -> _Target:
     """Check that ``url`` may be fetched and pick the address to connect to.
 
-    The host is taken as an IP literal or resolved; *every* resolved address must pass (a name
-    with one private record among public ones is refused), unless the name or the address is
-    allowlisted.
+    Every resolved address must pass, unless the name or the address is allowlisted.
 
     Args:
-        url: A URL from :func:`parse_url` (scheme and host already checked).
-        allow: Hosts and networks let through on purpose.
         resolver: ``async (host, port) -> [ip, ...]``; default :func:`_default_resolver`.
-
-    Returns:
-        The vetted :class:`_Target`.
 
     Raises:
         URLRefusedError: The URL's address is not allowed.

@@ -1,22 +1,8 @@
 """Direct fetches behind the SSRF guard: vetted, address-pinned, capped in size and time.
 
-Two users share this module: ``web_extract``'s direct page reads (:func:`fetch_page`) and the
-browser tools, which answer every request a page makes through it (``tools/browser``).
-
-One *hop* (:func:`_fetch_hop`) is one HTTP exchange: vet the URL (:func:`~._ssrf.vet_url`), send
-the request to the vetted IP with the original ``Host`` header and TLS server name (so
-certificate checks still name the host), and stream the body up to ``max_body_bytes``.
-:func:`fetch` follows redirects by hand, at most ``max_redirects`` of them, each target vetted
-again (301/302/303 turn a non-``HEAD`` request into a body-less ``GET``, as browsers do; 307/308
-keep the method and body). :func:`fetch_page` is ``fetch("GET", ...)`` under one deadline
-(``fetch_timeout``, all hops and the body included) that also refuses HTTP errors.
-
-Each hop uses its own short-lived client: connections are pooled per *address*, and a pooled
-TLS connection verified for one host name must not carry a request for another.
-
-What is raised: :class:`~._ssrf.URLRefusedError` when the guard refuses a hop,
-:class:`~._ssrf.WebFetchError` for every other failure (timeout, network error, too many
-redirects, and in :func:`fetch_page` an HTTP status >= 400). All name the URL.
+For ``web_extract`` and the browser's requests. Each hop vets the URL, connects to the vetted
+IP with the original ``Host`` and TLS name, and has its own client (a TLS connection verified
+for one host must not carry another's). Redirects are followed by hand, each target vetted.
 """
 
 from __future__ import annotations
@@ -41,16 +27,7 @@ _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 @dataclass(frozen=True, slots=True)
 class _FetchedPage:
-    """A fetched body.
-
-    Attributes:
-        url: The final URL (after redirects).
-        status: Its HTTP status.
-        media_type: Lower-case media type without parameters (``text/html``).
-        charset: The declared charset, if any.
-        body: The body bytes (decoded from any content coding), at most ``max_body_bytes``.
-        truncated: The body was longer than ``max_body_bytes``; the rest was not downloaded.
-    """
+    """A fetched body: final URL, status, media type, charset, body, ``truncated``."""
 
     url: str
     status: int
@@ -65,14 +42,11 @@ class HopResponse:
     """The response to one request (one hop, or the last hop of :func:`fetch`).
 
     Attributes:
-        url: The URL this response answers (after redirects, for :func:`fetch`).
-        status: The HTTP status, whatever it is (errors are responses here).
-        reason: The reason phrase (may be empty).
-        headers: Every response header, in order, repeated names kept (``set-cookie``).
-        body: The body (decoded from any content coding), at most ``max_body_bytes``; empty
-            for a redirect.
-        truncated: The body was longer than ``max_body_bytes``; the rest was not downloaded.
-        redirects: How many redirects :func:`fetch` followed to get here.
+        status: The HTTP status (errors are responses here).
+        headers: Every response header, in order, repeated names kept.
+        body: The decoded body, at most ``max_body_bytes``; empty for a redirect.
+        truncated: The rest of the body was not downloaded.
+        redirects: How many redirects :func:`fetch` followed.
     """
 
     url: str
@@ -123,30 +97,21 @@ def _hop_client(settings: WebSettings) -> httpx.AsyncClient:
 
 
 async def aclose_client(client: httpx.AsyncClient, what: str = "close a web client") -> None:
-    """Close a web-tool client: shielded, bounded by the shared close grace, failures logged.
+    """Close a web-tool client: shielded, bounded, failures logged.
 
-    **Cancellation**: the close still runs (bounded); the caller's cancellation follows.
+    **Cancellation**: the close still runs (bounded); the cancellation follows.
     """
     await bounded_cleanup(what, client.aclose, timeout=CLOSE_GRACE_SECONDS)
 
 
 async def fetch_page(url: str, settings: WebSettings, *, allow: Allowlist) -> _FetchedPage:
-    """Fetch ``url`` directly, behind the SSRF guard.
-
-    Args:
-        url: The URL the model gave.
-        settings: Caps, deadline, transport and resolver.
-        allow: Hosts and networks let through on purpose.
-
-    Returns:
-        The final page (status < 400).
+    """``fetch("GET", url)`` under one ``fetch_timeout`` deadline, refusing HTTP errors.
 
     Raises:
         URLRefusedError: The URL, or a redirect target, is not allowed.
         WebFetchError: Timeout, network failure, HTTP error status, too many redirects.
 
-    **Cancellation**: the open response and client are closed (shielded, each bounded by
-    :data:`hermes_async._net.CLOSE_GRACE_SECONDS`) and the cancellation propagates.
+    **Cancellation**: the response and client are closed (shielded, bounded).
     """
     timeout = settings.fetch_timeout
     headers = {
@@ -200,30 +165,14 @@ async def fetch(
 ) -> HopResponse:
     """Send a request behind the SSRF guard, following redirects by hand when asked.
 
-    Every hop is vetted (a redirect to a refused address raises, naming the redirect). The
-    caller bounds the whole exchange (each hop's client also has ``fetch_timeout``).
-
-    Args:
-        method: The HTTP method.
-        url: The first URL.
-        headers: Request headers (``Host`` and ``Accept-Encoding`` are set here).
-        settings: Caps, transport and resolver.
-        allow: Hosts and networks let through on purpose.
-        content: The request body.
-        follow_redirects: Follow up to ``max_redirects`` redirects; ``False`` returns a
-            redirect response as it is.
-        error_bodies: Read the body of an HTTP error response (status >= 400); ``False``
-            leaves it empty and does not download it.
-
-    Returns:
-        The last response, whatever its status.
+    301/302/303 turn a non-``HEAD`` request into a body-less ``GET``; 307/308 keep it. The
+    caller bounds the exchange. Returns the last response, whatever its status.
 
     Raises:
         URLRefusedError: The URL, or a redirect target, is not allowed.
         WebFetchError: Network failure or too many redirects.
 
-    **Cancellation**: the open response and client are closed (shielded, bounded) and the
-    cancellation propagates.
+    **Cancellation**: the response and client are closed (shielded, bounded).
     """
     current = parse_url(url)
     previous: httpx.URL | None = None
@@ -282,17 +231,7 @@ async def _fetch_hop(
 ) -> HopResponse:
     """One request to the vetted address of ``url``; redirects are returned, not followed.
 
-    The body is read up to ``settings.max_body_bytes`` (the rest is not downloaded and
-    ``truncated`` says so); a redirect's body is not read, nor an error's unless
-    ``error_bodies``. ``Accept-Encoding: identity`` is sent, so the cap counts what was sent
-    and a compressed bomb cannot inflate inside one read.
-
-    Raises:
-        URLRefusedError: The guard refuses ``url``.
-        WebFetchError: The request failed on the network or its body could not be read.
-
-    **Cancellation**: the open response and client are closed (shielded, bounded) and the
-    cancellation propagates.
+    ``Accept-Encoding: identity`` makes the cap count what was sent: no compressed bomb.
     """
     target = await vet_url(url, allow=allow, resolver=settings.resolver)
     sent = {k: v for k, v in headers.items() if k.lower() not in ("host", "accept-encoding")}

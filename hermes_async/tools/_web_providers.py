@@ -1,30 +1,8 @@
 """HTTP adapters for the search/extract providers: Firecrawl, Tavily and Exa.
 
-Each adapter turns one provider's request and response shapes into the tools' shapes; nothing
-here decides policy (which provider, caps, summaries). Wire facts (public API documentation):
-
-Firecrawl (``Authorization: Bearer <key>``; no header for a keyless self-hosted instance)
-    ``POST /v2/search {"query", "limit"}`` -> ``{"success", "data": {"web": [{"url", "title",
-    "description", "position"}]}}`` (v1 answered ``"data": [...]``; both are read).
-    ``POST /v2/scrape {"url", "formats": ["markdown"], "onlyMainContent": true}`` ->
-    ``{"success", "data": {"markdown", "metadata": {"title", "sourceURL", "statusCode",
-    "error"?}}}``.
-Tavily (``Authorization: Bearer <key>``)
-    ``POST /search {"query", "max_results", "search_depth"}`` -> ``{"results": [{"title",
-    "url", "content", "score"}]}``.
-    ``POST /extract {"urls", "extract_depth", "format"}`` -> ``{"results": [{"url",
-    "raw_content"}], "failed_results": [{"url", "error"}]}``.
-Exa (``x-api-key: <key>``)
-    ``POST /search {"query", "numResults", "type": "auto", "contents": {"text":
-    {"maxCharacters"}}}`` -> ``{"results": [{"title", "url", "text"?, "highlights"?,
-    "summary"?}]}``.
-    ``POST /contents {"urls", "text": true}`` -> ``{"results": [{"id", "url", "title",
-    "text"}], "statuses": [{"id", "status": "success"|"error", "error": {"tag",
-    "httpStatusCode"}}]}``.
-
-What is raised: :class:`ProviderError` for a provider-wide failure (unreachable, timeout, HTTP
-4xx/5xx, unreadable body), with every configured secret redacted from its message. Per-URL
-failures inside a successful answer are returned as :class:`PageResult` errors.
+Each turns one provider's shapes into the tools' shapes and decides no policy. A provider-wide
+failure raises :class:`ProviderError`, secrets redacted; a per-URL failure is a
+:class:`PageResult` error. Wire shapes: docs/architecture.md, "Web providers' wire shapes".
 """
 
 from __future__ import annotations
@@ -177,7 +155,7 @@ async def search(
     query: str,
     limit: int,
 ) -> list[JSONObject]:
-    """Search with ``provider`` and return ``[{"title", "url", "description", "position"}]``.
+    """Search with ``provider``: ``[{"title", "url", "description", "position"}]``.
 
     Raises:
         ProviderError: The provider failed as a whole.
@@ -238,7 +216,7 @@ async def search(
 
 
 async def scrape_one(client: httpx.AsyncClient, settings: WebSettings, url: str) -> PageResult:
-    """Extract one page through Firecrawl's scrape endpoint (Markdown).
+    """Extract one page as Markdown through Firecrawl's scrape endpoint.
 
     Raises:
         ProviderError: Firecrawl failed as a whole for this request.

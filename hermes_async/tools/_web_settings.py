@@ -1,30 +1,8 @@
 """Configuration of the web tools: providers, keys, fetch guard, caps and the optional summarizer.
 
-One :class:`WebSettings` travels on a rollout's ``ToolRuntime.web``; when it is ``None`` the tools
-read :meth:`WebSettings.from_env` on every call (as the reference read its keys from the
-environment). API keys live only here: ``repr()`` never shows them, and the tools redact them from
-every error they report.
-
-Environment variables read by :meth:`WebSettings.from_env`:
-
-=================================  =============================================================
-``FIRECRAWL_API_KEY``               Firecrawl key (``Authorization: Bearer``).
-``FIRECRAWL_API_URL``               Firecrawl base URL (self-hosted Firecrawl works without a key).
-``TAVILY_API_KEY``                  Tavily key.
-``TAVILY_BASE_URL``                 Tavily base URL (default ``https://api.tavily.com``).
-``EXA_API_KEY``                     Exa key (``x-api-key``).
-``EXA_BASE_URL``                    Exa base URL (default ``https://api.exa.ai``).
-``HERMES_WEB_BACKEND``              ``firecrawl`` | ``tavily`` | ``exa`` (default: the first
-                                    configured one, in that order, as in the reference).
-``HERMES_WEB_EXTRACT_BACKEND``      ``auto`` (default) | ``provider`` | ``direct``.
-``HERMES_WEB_DIRECT_EXTRACT``       ``1`` offers ``web_extract`` without any provider key (pages
-                                    are fetched directly, behind the SSRF guard).
-``HERMES_WEB_ALLOW``                Comma-separated hosts and/or CIDRs the SSRF guard lets through.
-``HERMES_WEB_SUMMARIZER_URL``       OpenAI-compatible base URL (``.../v1``) used to summarize long
-                                    pages; unset means long pages are cut (head + tail).
-``HERMES_WEB_SUMMARIZER_MODEL``     Model name sent to that server (required with the URL).
-``HERMES_WEB_SUMMARIZER_API_KEY``   Optional bearer key for that server.
-=================================  =============================================================
+One :class:`WebSettings` travels on ``ToolRuntime.web``; when it is ``None`` the tools read
+:meth:`WebSettings.from_env` on every call. API keys live only here: ``repr()`` never shows
+them, and the tools redact them from every error.
 """
 
 from __future__ import annotations
@@ -94,18 +72,11 @@ _TRUE = {"1", "true", "yes", "on"}
 class SummarizerSettings:
     """An OpenAI-compatible chat server that summarizes pages longer than ``min_chars``.
 
-    Nothing is hard-coded: no summarizer is used unless one is configured here. When the server
-    fails, the page is cut (head + tail) instead and the failure is logged (never the key).
+    When it fails, the page is cut (head + tail) instead.
 
     Attributes:
-        base_url: The server's OpenAI base URL, ending in ``/v1``; requests go to
-            ``{base_url}/chat/completions``.
-        model: Model name sent in the request.
-        api_key: Optional bearer key (hidden from ``repr``).
-        timeout: Deadline of one summary request.
-        min_chars: Pages at least this long are summarized (the reference's 5 000).
+        base_url: The server's OpenAI base URL, ending in ``/v1``.
         max_input_chars: Longer pages are cut (head + tail) before being sent.
-        max_output_chars: The summary is capped at this length (the reference's ~5 000).
     """
 
     base_url: str
@@ -121,46 +92,17 @@ class SummarizerSettings:
 class WebSettings:
     """How the web tools search and fetch.
 
-    Provider selection: ``backend`` if set, else the first provider in :data:`PROVIDER_ORDER`
-    that is configured (has a key, or for Firecrawl a non-default ``firecrawl_url``).
-    ``web_search`` needs a provider. ``web_extract`` uses the provider too, unless
-    ``extract_backend="direct"`` (or ``"auto"`` with no provider), in which case pages are fetched
-    with httpx behind the SSRF guard. The tools are *offered* to the model only when a provider is
-    configured, as in the reference, or (``web_extract`` alone) when ``direct_extract`` is true.
+    ``backend`` picks the provider, else the first configured in :data:`PROVIDER_ORDER`.
+    ``extract_backend="direct"`` (or ``"auto"`` with no provider) fetches pages directly.
 
     Attributes:
-        backend: Force a provider; ``None`` picks the first configured one.
-        firecrawl_api_key: Firecrawl key (hidden from ``repr``).
-        tavily_api_key: Tavily key (hidden from ``repr``).
-        exa_api_key: Exa key (hidden from ``repr``).
-        firecrawl_url: Firecrawl API base URL.
-        tavily_url: Tavily API base URL.
-        exa_url: Exa API base URL.
-        extract_backend: ``auto`` | ``provider`` | ``direct`` (see above).
-        direct_extract: Offer ``web_extract`` even with no provider (direct fetches only).
-        allow: Hosts (exact, or ``.suffix``) and IP networks (``10.1.2.0/24``, ``127.0.0.1``)
-            the SSRF guard lets through although they are not public. Empty by default.
-        search_limit: Results per search (the reference always used 5).
-        max_concurrent_fetches: Local concurrency cap for one extract call when
-            ``runtime.limits`` has no ``web`` limiter.
-        request_timeout: Deadline of one provider request (connect + response).
-        fetch_timeout: Deadline of one direct fetch, all redirect hops and the body
-            included.
-        max_redirects: Redirect hops followed by a direct fetch (each hop re-vetted).
-        max_body_bytes: Bytes of a directly fetched body kept (decoded, after decompression);
-            the rest is not downloaded and the content says so.
-        max_content_chars: Page content longer than this is cut to head + tail with a note
-            (when no summarizer is configured, or it failed).
-        html_extractor: ``auto`` uses trafilatura when the ``web`` extra is installed, else the
-            built-in converter; ``trafilatura`` requires it; ``basic`` never uses it.
-        user_agent: ``User-Agent`` of direct fetches.
-        summarizer: Optional chat server that summarizes long pages.
-        trust_env: Let provider and summarizer requests use proxy settings from the
-            environment. Direct fetches never do (a proxy would resolve the host itself and
-            defeat the address pinning).
-        transport: httpx transport for every outgoing request (tests inject one that refuses
-            any non-loopback destination). The tools never close it: its owner does.
-        resolver: Host-name resolver for the SSRF guard (default :func:`anyio.getaddrinfo`).
+        allow: Hosts (exact, or ``.suffix``) and IP networks the SSRF guard lets through.
+        max_concurrent_fetches: Concurrency cap of one extract call without a ``web`` limiter.
+        max_body_bytes: Bytes of a directly fetched body kept, after decompression.
+        html_extractor: ``auto`` (trafilatura if installed), ``trafilatura`` or ``basic``.
+        trust_env: Use the environment's proxies for provider and summarizer requests. Never
+            for direct fetches: a proxy would resolve the host itself and defeat the pinning.
+        transport: httpx transport for every outgoing request; its owner closes it.
     """
 
     backend: Provider | None = None
@@ -240,7 +182,7 @@ class WebSettings:
         ].rstrip("/")
 
     def provider(self) -> Provider | None:
-        """The provider to use: ``backend`` if set (configured or not), else the first configured."""
+        """The provider to use: ``backend`` if set, else the first configured."""
         if self.backend is not None:
             return self.backend
         for name in PROVIDER_ORDER:
@@ -268,7 +210,6 @@ class WebSettings:
         return self.provider() if self.search_available() else None
 
     def secrets(self) -> tuple[str, ...]:
-        """Every configured secret, for redaction."""
         values = [self.firecrawl_api_key, self.tavily_api_key, self.exa_api_key]
         if self.summarizer is not None:
             values.append(self.summarizer.api_key)
@@ -279,14 +220,16 @@ class WebSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WebSettings:
-        """Build settings from environment variables (see the module docstring for the names).
+        """Build settings from environment variables.
 
-        Args:
-            environ: The mapping to read (default ``os.environ``).
+        Reads ``FIRECRAWL_API_KEY`` / ``_URL``, ``TAVILY_API_KEY``, ``TAVILY_BASE_URL``,
+        ``EXA_API_KEY``, ``EXA_BASE_URL``, ``HERMES_WEB_BACKEND`` (firecrawl, tavily or exa),
+        ``HERMES_WEB_EXTRACT_BACKEND`` (auto, provider or direct), ``HERMES_WEB_DIRECT_EXTRACT=1``,
+        ``HERMES_WEB_ALLOW`` (comma-separated hosts and CIDRs) and
+        ``HERMES_WEB_SUMMARIZER_URL`` / ``_MODEL`` / ``_API_KEY``.
 
         Raises:
-            ConfigError: A variable has an invalid value (an unknown backend, a bad allow entry,
-                a summarizer URL without a model).
+            ConfigError: An invalid value (unknown backend, bad allow entry, URL without a model).
         """
         get = env_reader(environ)
         backend = get("HERMES_WEB_BACKEND")
@@ -323,10 +266,7 @@ class WebSettings:
 
 
 def check_allow_entry(entry: str, owner: str = "WebSettings") -> None:
-    """Raise :class:`ConfigError` unless ``entry`` is a host name or a CIDR network.
-
-    ``owner`` names the settings class in the message (the browser's settings share the rule).
-    """
+    """Raise :class:`ConfigError` unless ``entry`` is a host name or a CIDR network."""
     if not isinstance(entry, str) or not entry.strip():
         raise ConfigError(f"{owner}.allow entries must be non-empty strings, got {entry!r}")
     if "/" in entry:
@@ -340,8 +280,7 @@ def check_allow_entry(entry: str, owner: str = "WebSettings") -> None:
 
 
 def env_reader(environ: Mapping[str, str] | None = None) -> Callable[[str], str | None]:
-    """A lookup in ``environ`` (default ``os.environ``): the stripped value, ``None`` when the
-    variable is unset or blank."""
+    """A lookup in ``environ``: the stripped value, ``None`` when unset or blank."""
     env = os.environ if environ is None else environ
 
     def get(name: str) -> str | None:
@@ -358,8 +297,7 @@ def allow_list_from_env(get: Callable[[str], str | None], name: str) -> tuple[st
 def model_endpoint_from_env(
     get: Callable[[str], str | None], prefix: str, what: str
 ) -> tuple[str, str, str | None] | None:
-    """``(base_url, model, api_key)`` of an OpenAI-compatible model a tool calls, from
-    ``{prefix}_URL``, ``{prefix}_MODEL`` and ``{prefix}_API_KEY``; ``None`` without a URL.
+    """``(base_url, model, api_key)`` from ``{prefix}_URL`` / ``_MODEL`` / ``_API_KEY``, or None.
 
     Raises:
         ConfigError: A URL without a model.

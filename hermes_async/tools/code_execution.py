@@ -1,24 +1,8 @@
 """The ``code_execution`` toolset: ``execute_code`` runs a Python program in the rollout's sandbox.
 
-The program is the tool's ``code`` argument, fed to ``python3 -`` (``python`` when the image has
-no ``python3``) on standard input, so nothing is written to disk and no quoting can break it. It
-runs exactly as a ``terminal`` command does, with the terminal's limits: in the session's working
-directory, with the rollout's default command timeout (``terminal_timeout``; an explicit
-``timeout`` up to the foreground maximum of 600 s), its output ANSI-stripped and cut to the same
-head + tail size, its process group killed on timeout or cancellation.
-
-Result::
-
-    {"status": "success", "output": "42\\n", "exit_code": 0, "error": null,
-     "duration_seconds": 0.03, "tool_calls_made": 0}
-    {"status": "error", "output": "Traceback ...", "exit_code": 1, "error": "Python exited with
-     status 1", ...}
-    {"status": "timeout", "output": "...", "exit_code": 124, "error": "Code timed out after 5
-     seconds", ...}
-
-The reference's ``execute_code`` also let the program call the agent's tools through an RPC
-module; an RL sandbox has no such channel, so ``tool_calls_made`` is always 0 (the key is kept so
-result parsers written for the reference keep working).
+The code goes to ``python3 -`` on stdin and runs as a ``terminal`` command does, with its
+limits. ``tool_calls_made`` is always 0 (no RPC channel in an RL sandbox). Result shapes:
+docs/architecture.md, "``execute_code``".
 """
 
 from __future__ import annotations

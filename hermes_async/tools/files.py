@@ -1,53 +1,8 @@
 """File tools (toolset ``file``): ``read_file``, ``write_file``, ``patch``, ``search_files``.
 
-Why one module of this size: one concept, the four file tools over ``Sandbox.exec``; they share
-the path guard, the scripts run in the sandbox and the reference's result shapes.
-
-All four run inside the rollout's sandbox, through :meth:`Sandbox.exec
-<hermes_async.tools.sandbox.base.Sandbox.exec>` only: each call is one short shell script (two
-or three for a multi-file patch), so they behave the same on every backend and never touch the
-host filesystem. Paths are relative to the sandbox's working directory; ``~/x`` means the
-sandbox's ``$HOME``. Every user value reaches the shell through :func:`shlex.quote`; file
-contents travel on stdin (writes) or base64 (exact reads), never inside the command line.
-
-Results follow the reference's JSON shapes (``reference/hermes_environments_spec.md`` §8.4)::
-
-    read_file    {"content": "     1|line\\n     2|line", "total_lines", "file_size",
-                  "truncated", "hint"?}            | {"error", "is_binary"?, "similar_files"?}
-    write_file   {"bytes_written", "dirs_created"} | {"error"}
-    patch        {"success": true, "diff", "files_modified"?, "files_created"?,
-                  "files_deleted"?}                | {"success": false, "error", "_hint"?}
-    search_files {"total_count", "matches"?, "files"?, "counts"?, "truncated"?, "hint"?}
-                                                    | {"total_count": 0, "error"}
-
-Every failure the model can cause (missing file, binary file, no match, bad regex, ...) and
-every sandbox failure is *returned* as a JSON error; only cancellation propagates.
-
-Paths and what the tools can reach. A path is resolved *inside the sandbox* before anything is
-done with it: made absolute against the working directory, normalised, symlinks followed
-where they exist (``realpath -m``, else ``readlink -f``, else ``cd -P``), and the result is
-checked against the block list (``/dev``, ``/proc``, ``/sys``): ``//proc/self/environ``,
-``../../proc/1/environ`` and a symlink ``x -> /proc`` are all refused (``@blocked``). The tools
-then act on the resolved path. Beyond that the tools reach exactly what the sandbox's own
-shell reaches, no more:
-
-* local, ``namespaces`` isolation: the sandbox's world. ``/sandbox`` (work, home, tmp) is
-  writable; the host's system directories (``/usr``, ``/etc``, ...) are readable as the
-  unprivileged sandbox user; the rest of the host (``/root``, ``/home``, other sandboxes,
-  this process's ``/proc``) does not exist there.
-* local, ``process`` isolation: the host filesystem, with the permissions of this process
-  (root here): everything outside the block list, ``/etc/shadow`` and other worktrees
-  included. Only the block list stands between the tools and the kernel's files.
-* Docker / Modal: the container's filesystem, as the container's user.
-
-The block list keeps the file tools off device and kernel files (a read of ``/dev/zero`` never
-ends; ``/proc/<pid>/environ`` holds secrets); ``terminal`` is not filtered, which is why the
-namespaced backend hides the host's processes from the shell itself.
-
-Memory: ``read_file`` never loads a whole file. The script streams ``tail -n +OFFSET | head -n
-LIMIT`` and cuts each line to a few KB inside the sandbox, so a multi-GB file or a single
-1 GB line costs the host no more than one page (the exec output cap bounds it in any case).
-``patch`` must see the whole file and refuses files over :data:`_MAX_PATCH_FILE_BYTES`.
+Each call is a short shell script through ``Sandbox.exec``; paths resolve inside the sandbox
+and ``/dev``, ``/proc``, ``/sys`` are refused; failures are returned as the reference's JSON.
+Shapes and reach: docs/architecture.md, "The file tools".
 """
 
 from __future__ import annotations
@@ -140,10 +95,7 @@ def _cut_line(line: str) -> str:
 
 
 def _format_numbered(lines: Sequence[str], first_line: int) -> str:
-    """``lines`` as ``N|line`` (number right-aligned to 6, as the reference).
-
-    Lines longer than :data:`_MAX_LINE_CHARS` are cut; a CRLF file's ``\\r`` is not shown.
-    """
+    r"""``lines`` as ``N|line`` (6 wide); long lines cut, CRLF's ``\r`` hidden."""
     return "\n".join(
         f"{n:6d}|{_cut_line(line.removesuffix(chr(13)))}"
         for n, line in enumerate(lines, first_line)

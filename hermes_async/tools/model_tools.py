@@ -1,18 +1,8 @@
-"""The reference's ``model_tools`` entry points: ``get_tool_definitions``,
-``handle_function_call`` and ``resize_tool_pool``, with the reference's call spelling.
+"""The reference's ``model_tools`` entry points, with the reference's call spelling.
 
-* :func:`~hermes_async.tools.registry.get_tool_definitions` ``(enabled, disabled,
-  quiet_mode=...)`` -- re-exported from the registry; it returns ``(schemas, valid_names)``
-  (``.schemas`` is the reference's list).
-* :func:`handle_function_call` ``(name, args, task_id=..., user_task=...)`` -- **async** here
-  (``await`` it); returns the JSON string the model would see, like the reference. It runs on the
-  sandbox of ``task_id`` in the current :class:`~hermes_async.tools.sandbox.manager.SandboxManager`
-  (inside an environment's run, or a ``use_sandbox_manager`` block). Outside one, the call owns a
-  private sandbox on the configured backend (``TERMINAL_ENV``, default ``local``) that is released
-  when it returns -- open a manager to keep state between calls.
-
-The reference's ``agent_loop.resize_tool_pool`` is
-:func:`hermes_async.agent.loop.resize_tool_pool` (also ``hermes_async.agent_loop``).
+``get_tool_definitions`` is the registry's; :func:`handle_function_call` is async here and runs
+on ``task_id``'s sandbox in the current ``SandboxManager``, else on a private sandbox released
+when it returns. ``resize_tool_pool`` is in :mod:`hermes_async.agent.loop`.
 """
 
 from __future__ import annotations
@@ -52,23 +42,13 @@ async def handle_function_call(
 ) -> str:
     """Run one tool call by name; return the result JSON string the model would see.
 
-    Args:
-        function_name: The tool's name.
-        function_args: Its arguments (a mapping or JSON text).
-        task_id: Whose sandbox (default ``"default"``, the reference's key).
-        user_task: The task text, for tools that use it.
-        registry: Where tools come from (default: the built-in tools).
-        timeout: Seconds before the call is cancelled and reported as timed out.
-
-    Returns:
-        A JSON string. Every failure of the call itself is inside it (``{"error": ...}``), as in
-        the reference.
+    ``function_args`` is a mapping or JSON text; ``task_id`` defaults to the reference's
+    ``"default"``; past ``timeout`` the call is cancelled and reported as timed out.
 
     Raises:
         ConfigError: Outside a run, and ``TERMINAL_ENV`` names an unknown backend.
 
-    **Cancellation**: the tool is cancelled (its process group killed); a private sandbox is
-    released, shielded and bounded.
+    **Cancellation**: the tool is cancelled; a private sandbox is released, shielded and bounded.
     """
     if function_name in _AGENT_LOOP_TOOLS:
         return json.dumps({"error": f"{function_name} must be handled by the agent loop"})

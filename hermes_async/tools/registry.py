@@ -1,15 +1,9 @@
 """Tools: schema + async handler, the registry that holds them, and the dispatcher.
 
-A :class:`Tool` is a name, an OpenAI function schema, an async handler, a result-size threshold
-and the toolset it belongs to. Handlers receive the decoded, coerced and validated arguments and a
-:class:`ToolRuntime` (the rollout's task id, limiters, per-rollout state). They return a ``str``
-or a JSON object; the dispatcher serializes objects.
-
 :func:`dispatch` is the one path every tool call takes, from the agent loop and from
-``ToolContext.call_tool`` alike. Its contract: *what the model did wrong is returned, never
-raised*. An unknown tool, undecodable or invalid arguments, a handler that raises, a timeout —
-each becomes ``{"error": ...}`` text for the model and a short ``error`` on the
-:class:`ToolOutcome`, from which the loop records a ``ToolError``. Only cancellation propagates.
+``ToolContext.call_tool``. Its contract: what the model did wrong is returned, never raised.
+Each failure becomes ``{"error": ...}`` text for the model and a short ``error`` on the
+:class:`ToolOutcome`. Only cancellation propagates.
 """
 
 from __future__ import annotations
@@ -86,13 +80,7 @@ NOT_AVAILABLE_IN_RL: Mapping[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class ToolDefaults:
-    """Defaults for tool settings a runtime leaves unset, for a whole run (see
-    :func:`use_tool_defaults`).
-
-    Attributes:
-        terminal_timeout, skills_dir: What the ``AgentOptions`` fields of those names fall back
-            to (``terminal_timeout`` also serves ``execute_code``).
-    """
+    """Run-wide defaults for tool settings a runtime leaves unset (:func:`use_tool_defaults`)."""
 
     terminal_timeout: float | None = None
     skills_dir: str | None = None
@@ -113,9 +101,8 @@ def use_tool_defaults(
 ) -> Iterator[ToolDefaults]:
     """Make these the defaults of every tool runtime in this context (and tasks started in it).
 
-    An environment sets them from its config for the run (``terminal_timeout``, ``skills_dir``),
-    so a loop or a ``ToolContext`` that reference-style code builds itself inside the run gets
-    the configured values too. A runtime's own setting wins.
+    An environment sets them from its config, so a ``ToolContext`` that reference-style code builds
+    inside the run gets the configured values too. A runtime's own setting wins.
     """
     defaults = ToolDefaults(terminal_timeout=terminal_timeout, skills_dir=skills_dir)
     with _DEFAULTS.use(defaults):
@@ -126,27 +113,15 @@ def use_tool_defaults(
 class ToolRuntime:
     """What a tool handler can reach: the rollout's identity, limiters and per-rollout state.
 
-    One runtime per rollout (per ``task_id``). Later layers add their state here (sandbox
-    manager, process table, web configuration) rather than in module globals.
+    One runtime per rollout. Later layers add their state here rather than in module globals.
 
     Attributes:
         task_id: The rollout's id; tools that touch a sandbox use the sandbox of this id.
-        limits: Shared limiters (``tool_calls`` gates every dispatch).
-        todo: The rollout's todo list.
-        user_task: The first user message (capped), for tools that want task context.
-        sandboxes: Where sandbox-backed tools get the rollout's sandbox (``SandboxManager``);
-            ``None`` when the rollout has no sandbox (those tools then report an error).
-        web: Web-tool configuration (providers, keys, fetch guard); ``None`` means "from the
-            environment".
-        browsers: Where the browser tools get the rollout's browser session
-            (``BrowserManager``); ``None`` means the current one (``use_browser_manager``).
-        terminal_timeout, skills_dir: The rollout's ``AgentOptions`` fields of those names
-            (``None``: :func:`current_tool_defaults`, then the reference's defaults).
-        on_sandbox_lost: Called by :func:`dispatch` with the
-            :class:`~hermes_async.errors.SandboxError` a tool raised (its sandbox or browser
-            session is gone) after the model was told; the rollout core passes its watcher,
-            which records an ``infra`` failure and ends the run (``None``: only the model is
-            told).
+        sandboxes: The ``SandboxManager``; ``None``: sandbox tools report an error.
+        terminal_timeout, skills_dir: The rollout's ``AgentOptions`` fields (``None``:
+            :func:`current_tool_defaults`, then the reference's defaults).
+        on_sandbox_lost: Called by :func:`dispatch` with the ``SandboxError`` a tool raised,
+            after the model was told; the rollout core records an ``infra`` failure.
     """
 
     task_id: str
@@ -170,21 +145,13 @@ class Tool:
     """One tool the model can call.
 
     Attributes:
-        name: The function name the model uses.
-        description: Shown to the model.
-        parameters: JSON schema of the arguments object.
         handler: ``async (args, runtime) -> str | dict``.
-        toolset: The toolset the tool belongs to.
-        max_result_size_chars: Results longer than this are persisted into the sandbox and
-            replaced by a preview; ``None`` exempts the tool (``read_file``).
-        available: Optional check (e.g. "an API key is configured"); an unavailable tool is
-            left out of the definitions offered to the model.
+        max_result_size_chars: Longer results are persisted into the sandbox and replaced by a
+            preview; ``None`` exempts the tool.
+        available: Optional check; an unavailable tool is not offered to the model.
 
     Raises:
-        ConfigError: A field is malformed: an empty name or one with surrounding whitespace or
-            unprintable characters, an empty toolset, a handler that is not callable, a
-            negative ``max_result_size_chars``. The ``parameters`` schema is checked when the
-            tool is registered (:meth:`ToolRegistry.register`).
+        ConfigError: A malformed field. ``parameters`` is checked by :meth:`ToolRegistry.register`.
     """
 
     name: str
@@ -256,10 +223,8 @@ class ToolRegistry:
         """Add ``tool``.
 
         Raises:
-            ConfigError: A tool of that name is already registered, or the tool's
-                ``parameters`` is not a valid JSON Schema of an object (checked once per
-                distinct schema; the message names the tool and where the problem is).
-                ``ConfigError`` is a ``ValueError``.
+            ConfigError: The name is taken, or ``parameters`` is not a valid JSON Schema of an
+                object (the message names the tool and where).
         """
         if tool.name in self._tools:
             raise ConfigError(f"tool {tool.name!r} is already registered")
@@ -267,7 +232,6 @@ class ToolRegistry:
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
-        """The tool called ``name``, or ``None``."""
         return self._tools.get(name)
 
     def __contains__(self, name: object) -> bool:
@@ -277,7 +241,6 @@ class ToolRegistry:
         return iter(self._tools.values())
 
     def names(self) -> list[str]:
-        """Registered tool names, sorted."""
         return sorted(self._tools)
 
     def definitions(
@@ -288,7 +251,7 @@ class ToolRegistry:
         """Resolve toolsets to the registered, available tools' schemas and names.
 
         Raises:
-            ValueError: An unknown toolset name (the message lists the valid ones).
+            ValueError: An unknown toolset name.
         """
         # Toolsets are the reference's static ones plus any a registered tool declares, so a
         # custom tool in toolset "terminal" (or "my_tools") is offered with it.
@@ -329,7 +292,7 @@ _BUILTIN: ToolRegistry | None = None
 
 
 def builtin_registry() -> ToolRegistry:
-    """The registry of every built-in tool (built once, then shared; it is immutable in use)."""
+    """The registry of every built-in tool (built once, then shared)."""
     global _BUILTIN
     if _BUILTIN is None:
         registry = ToolRegistry()
@@ -355,19 +318,12 @@ def get_tool_definitions(
 ) -> ToolDefinitions:
     """Return ``(schemas, valid_names)`` for the given toolsets.
 
-    The reference's call spelling works unchanged
-    (``get_tool_definitions(enabled_toolsets=[...], disabled_toolsets=None, quiet_mode=True)``).
-    One difference: the reference returned the list of schemas alone; this returns the pair
-    (``.schemas`` is that list), because every caller needs the names too.
-
-    Args:
-        enabled_toolsets: Toolsets to offer; ``None`` means all of them.
-        disabled_toolsets: Toolsets removed after expansion.
-        quiet_mode: Accepted for the reference's signature; nothing is printed either way.
-        registry: Where the tools come from (default: the built-in tools).
+    Takes the reference's arguments (``quiet_mode`` prints nothing either way). The reference
+    returned the schemas alone; this returns the pair (``.schemas`` is that list), because every
+    caller needs the names too.
 
     Raises:
-        ValueError: An unknown toolset name (the message lists the valid ones).
+        ValueError: An unknown toolset name.
     """
     return (registry or builtin_registry()).definitions(enabled_toolsets, disabled_toolsets)
 
@@ -382,12 +338,8 @@ class ToolOutcome:
 
     Attributes:
         content: Exactly what the model is shown.
-        error: A short description when the call failed (becomes ``ToolError.error``), else
-            ``None``.
-        duration_seconds: Time spent, including the wait for a ``tool_calls`` slot.
-        wait_seconds: Time spent waiting for that slot.
-        malformed: The call itself was wrong (unknown or unavailable tool, arguments that do
-            not decode or validate): the model's mistake, not the tool's failure.
+        duration_seconds: Time spent, including ``wait_seconds`` for a ``tool_calls`` slot.
+        malformed: The call itself was wrong: the model's mistake, not the tool's failure.
     """
 
     content: str
@@ -410,8 +362,7 @@ def _serialize(result: str | JSONObject) -> str:
 def _result_error(content: str) -> str | None:
     """The error a tool result reports, if it is a JSON object with a truthy ``error``.
 
-    The reference counted only errors with a negative ``exit_code`` and so missed timeouts
-    (exit 124) and every tool error without an exit code; here any reported error counts.
+    The reference counted only a negative ``exit_code`` and missed timeouts (exit 124).
     """
     stripped = content.lstrip()
     if not stripped.startswith("{"):
@@ -437,22 +388,14 @@ async def dispatch(
     """Run one tool call and return what the model should see.
 
     Args:
-        name: Tool name as the model wrote it.
         arguments: The raw arguments (JSON object text, or a mapping).
-        runtime: The rollout's runtime.
-        registry: Where tools come from (default: built-in tools).
         valid_names: Names the model was offered; others are "unknown" even if registered.
-        timeout: Seconds before the call is cancelled and reported as timed out.
 
     Returns:
-        A :class:`ToolOutcome`; every failure the model caused is inside it.
+        A :class:`ToolOutcome`. A ``SandboxError`` also goes to ``runtime.on_sandbox_lost``.
 
-    A :class:`~hermes_async.errors.SandboxError` from the handler (a lost browser session, a
-    sandbox that died) is reported to the model like any failure, and to
-    ``runtime.on_sandbox_lost``.
-
-    **Cancellation**: cancelling the caller cancels the handler (its own cleanup runs, e.g. the
-    process group is killed) and propagates; no outcome is produced.
+    **Cancellation**: the handler is cancelled (its own cleanup runs) and the cancellation
+    propagates; no outcome is produced.
     """
     registry = registry or builtin_registry()
     start = anyio.current_time()

@@ -1,39 +1,8 @@
-"""The ``skills`` toolset: read-only ``skills_list`` / ``skill_view`` over a directory of skills.
+"""The ``skills`` toolset: read-only ``skills_list`` / ``skill_view`` over a folder of skills.
 
-A skill is a directory holding a ``SKILL.md`` (Markdown with a YAML front matter) and, optionally,
-supporting files -- the reference's layout (and the agentskills.io one)::
-
-    skills/
-        software-development/          <- a category (optional)
-            run-python-tests/
-                SKILL.md
-                references/pytest.md   <- linked files: references/, templates/, scripts/, assets/
-        another-skill/
-            SKILL.md
-
-    ---
-    name: run-python-tests
-    description: How to run a Python project's tests and read the failures.
-    ---
-    # Running Python tests
-    ...
-
-Which directory: the rollout's ``skills_dir`` (the environment's ``skills_dir`` config), else
-``$HERMES_HOME/skills`` / ``~/.hermes/skills`` when it exists (the reference's location), else
-the small built-in example directory shipped with this package (one skill), so the toolset always
-has something to show. The directory is on the **host** and read-only: the tools never write, and
-a ``name`` or ``file_path`` that leaves the directory (absolute, ``..``, a symlink pointing out) is
-refused. The files are small Markdown documents read with plain synchronous I/O, each capped at
-:data:`_MAX_SKILL_FILE_CHARS` characters and at most :data:`_MAX_SKILLS` skills per directory.
-
-Results (the reference's shapes)::
-
-    skills_list -> {"success": true, "skills": [{"name", "description", "category"}],
-                    "categories": [...], "count": 1, "hint": "..."}
-    skill_view  -> {"success": true, "name", "description", "category", "content",
-                    "linked_files": {"references": ["references/pytest.md"], ...}}
-    skill_view(name, file_path) -> {"success": true, "name", "file_path", "content"}
-    errors      -> {"success": false, "error": "..."}
+A skill is a folder with a ``SKILL.md`` (front matter ``name``, ``description``) and linked
+files. The folder is on the host, read-only, and nothing outside it is served. Layout, which
+folder, and result shapes: docs/architecture.md, "The skills toolset".
 """
 
 from __future__ import annotations
@@ -76,13 +45,8 @@ _MAX_DEPTH = 4
 
 @dataclass(frozen=True, slots=True)
 class Skill:
-    """One skill found in a directory.
-
-    Attributes:
-        name: The front matter's ``name`` (else the directory's name).
-        description: The front matter's ``description`` (else the first text line).
-        category: The directory above the skill's, relative to the root (``None`` at the top).
-        path: The skill's directory.
+    """One skill found in a folder: ``name`` and ``description`` from its front matter (else the
+    folder's name and the first text line), ``category`` the folder above it (``None`` at the top).
     """
 
     name: str
@@ -110,12 +74,7 @@ def _unquote(value: str) -> str:
 
 
 def parse_front_matter(text: str) -> tuple[dict[str, str], str]:
-    """``(top-level keys, body)`` of a ``SKILL.md``.
-
-    Only the ``key: value`` lines of the front matter's top level are read (quotes removed;
-    nested maps and lists are skipped): ``name`` and ``description`` are what the tools need,
-    and a small parser keeps PyYAML out of the core dependencies.
-    """
+    """``(top-level keys, body)`` of a ``SKILL.md`` (top-level ``key: value`` lines only)."""
     if not text.startswith("---"):
         return {}, text
     end = text.find("\n---", 3)

@@ -1,36 +1,10 @@
 """Sandboxes for code that runs outside an environment: a reference-style ``ToolContext``, loop
 or ``handle_function_call``.
 
-Inside an environment (``serve`` / ``process`` / ``evaluate``, or any ``use_sandbox_manager``
-block) the current :class:`~hermes_async.tools.sandbox.manager.SandboxManager` owns every
-sandbox. Reference code also builds ``ToolContext(task_id)`` and ``HermesAgentLoop(...)`` in
-notebooks and verification scripts, where no manager exists. This module gives them a private
-owner instead of an error:
-
-* :func:`_standalone_backend` -- which backend: explicit arguments, else the reference's
-  ``TERMINAL_ENV`` (``local``, ``docker``, ``modal``) with ``TERMINAL_DOCKER_IMAGE`` /
-  ``TERMINAL_MODAL_IMAGE``; ``local`` when nothing is set.
-* :class:`StandaloneSandboxes` -- the private owner of one context's sandboxes. It is a
-  :class:`~hermes_async.tools.sandbox.base.SandboxProvider` *without tasks*: no reaper, no
-  janitor, no task group (one context has one sandbox, and its owner releases it), so it can be
-  created inside the first awaited call of a context and outlive that call without leaving a
-  cancel scope or a task behind. Creation is gated by ``limits.sandbox_create`` and bounded by
-  ``create_timeout``; every release is shielded and bounded by ``close_timeout``
-  (:func:`~hermes_async._cleanup.bounded_cleanup`).
-* :meth:`StandaloneSandboxes.close_now` -- the synchronous release behind a reference-style
-  ``ctx.cleanup()`` that nobody awaits. It schedules nothing: a local sandbox in process mode is
-  released on the spot (SIGKILL to every process carrying its marker, then its directory
-  removed -- a few system calls); a namespaced world or a container cannot be removed without
-  awaiting, so it is left for ``await ctx.cleanup()`` and, if that never comes, reported (a
-  ``RuntimeWarning`` naming the fix; a world dies with this process in any case). See
-  :mod:`hermes_async.agent.context`.
-
-The local backend's isolation is the same as everywhere else: namespaces, or a
-``ConfigError`` with the fix and the opt-out (``isolation="process"``).
-
-Who owns what outside an environment: a ``ToolContext`` owns its private sandbox until its
-cleanup; a ``HermesAgentLoop.run`` owns a private manager for the run (its sandbox is released
-when ``run`` returns); a ``handle_function_call`` owns one for the call.
+Outside an environment no ``SandboxManager`` exists, so such code gets a private, task-free
+owner (:class:`StandaloneSandboxes`) instead of an error. The backend comes from the arguments,
+else ``TERMINAL_ENV``; ``local`` isolation is namespaces as everywhere. A ``ToolContext`` owns
+its sandbox until its cleanup; a loop's ``run`` and a ``handle_function_call`` own one for the call.
 """
 
 from __future__ import annotations
@@ -64,11 +38,7 @@ _IMAGE_VARIABLES = {"docker": "TERMINAL_DOCKER_IMAGE", "modal": "TERMINAL_MODAL_
 def _standalone_backend(
     backend: str | None = None, options: Mapping[str, Any] | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """``(backend, options)`` for a sandbox created outside an environment.
-
-    Explicit arguments win; else ``TERMINAL_ENV`` (default ``local``) and, for ``docker`` and
-    ``modal``, ``TERMINAL_DOCKER_IMAGE`` / ``TERMINAL_MODAL_IMAGE`` as the image.
-    """
+    """``(backend, options)``: explicit arguments, else ``TERMINAL_ENV`` and its image variable."""
     kind = backend or os.environ.get("TERMINAL_ENV", "").strip() or "local"
     opts = dict(options or {})
     variable = _IMAGE_VARIABLES.get(kind)
@@ -83,8 +53,7 @@ def standalone_factory(
     """The backend name and sandbox factory of :func:`_standalone_backend`.
 
     Raises:
-        ConfigError: An unknown backend (named as ``TERMINAL_ENV`` when it came from there) or
-            option.
+        ConfigError: An unknown backend (named as ``TERMINAL_ENV`` if it came from there) or option.
     """
     kind, opts = _standalone_backend(backend, options)
     try:
@@ -112,12 +81,7 @@ def _remove_tree(path: str) -> None:
 
 
 def close_local_now(sandbox: Sandbox) -> bool:
-    """Release a process-mode local sandbox synchronously: SIGKILL its processes, remove its
-    directory.
-
-    Returns ``False`` (doing nothing) for any other sandbox: a namespaced world's teardown
-    (cgroups, its disk) has to be awaited. Never raises.
-    """
+    """Release a process-mode local sandbox synchronously; ``False`` for any other. Never raises."""
     from hermes_async.tools.sandbox.local import LocalSandbox
     from hermes_async.tools.sandbox.processes import find_sandbox_processes
 
@@ -135,14 +99,11 @@ def close_local_now(sandbox: Sandbox) -> bool:
 
 
 class StandaloneSandboxes:
-    """The private, task-free owner of a standalone context's sandboxes (module docstring).
+    """The private owner of a standalone context's sandboxes.
 
-    Args:
-        factory: Creates a sandbox for a task id.
-        backend: The backend's name (for messages).
-        limits: Limiters (``sandbox_create`` gates creation).
-        create_timeout: Deadline of one creation.
-        close_timeout: Deadline of one release.
+    It has no task group, reaper or janitor, so it can be created inside a context's first awaited
+    call and outlive it without leaving a cancel scope behind. Creation is gated by
+    ``limits.sandbox_create``; every release is shielded and bounded.
     """
 
     def __init__(
@@ -168,7 +129,6 @@ class StandaloneSandboxes:
 
     @property
     def task_ids(self) -> list[str]:
-        """Task ids with a live sandbox."""
         return list(self._boxes)
 
     async def get(self, task_id: str) -> Sandbox:
@@ -235,8 +195,8 @@ class StandaloneSandboxes:
     def close_now(self) -> list[str]:
         """Release synchronously what can be (local sandboxes); return the task ids left.
 
-        Schedules nothing. Later ``get`` calls fail; the sandboxes left (containers) still go
-        with :meth:`aclose`.
+        Behind a reference-style ``ctx.cleanup()`` nobody awaits. Schedules nothing: a namespaced
+        world or a container is left for :meth:`aclose`.
         """
         self._closed = True
         left = []

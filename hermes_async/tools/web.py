@@ -1,36 +1,9 @@
 """The web tools: ``web_search`` and ``web_extract`` (toolset ``web``), natively async over httpx.
 
-``web_search(query)`` asks the configured provider (Firecrawl, Tavily or Exa; see
-:class:`~hermes_async.tools._web_settings.WebSettings`) for 5 results::
-
-    {"success": true, "data": {"web": [{"title": "...", "url": "...", "description": "...",
-                                         "position": 1}]}}
-
-``web_extract(urls)`` reads up to 5 pages concurrently, through the provider or directly::
-
-    {"results": [{"url": "...", "title": "...", "content": "...", "error": null}]}
-
-A failure of the whole call is ``{"error": "Error searching web: ..."}`` /
-``{"error": "Error extracting content: ..."}``; a failure of one page is that page's ``error``.
-
-Configuration comes from ``runtime.web``, or :meth:`WebSettings.from_env` when it is ``None``.
-Whether the tools are *offered* is decided from the environment (the registry's availability
-check takes no runtime): ``web_search`` needs a provider key (``FIRECRAWL_API_KEY``,
-``FIRECRAWL_API_URL``, ``TAVILY_API_KEY`` or ``EXA_API_KEY``), as the reference's ``check_fn``;
-``web_extract`` is also offered with no key when ``HERMES_WEB_DIRECT_EXTRACT=1`` (or
-``HERMES_WEB_EXTRACT_BACKEND=direct``), fetching pages directly behind the SSRF guard
-(:mod:`hermes_async.tools._ssrf`).
-
-Concurrency: the pages of one call are fetched in one task group, each page holding a slot of
-``runtime.limits["web"]`` when the environment defines that limiter (shared by all rollouts), else
-of a per-call limiter of ``max_concurrent_fetches`` slots. Every request has a deadline. Pages
-longer than ``max_content_chars`` are cut (head + tail, with a note), or summarized when a
-summarizer chat server is configured. Large HTML pages (over 256 000 characters) are converted
-in a worker thread (``anyio.to_thread``, while the page's slot is held) so the event loop does not
-stall; smaller ones inline.
-
-Secrets: provider and summarizer keys are sent only in request headers, are hidden from the
-settings' ``repr``, and are redacted from every error message and log line.
+Settings come from ``runtime.web``, else :meth:`WebSettings.from_env`. Direct fetches pass the
+SSRF guard (:mod:`hermes_async.tools._ssrf`). A call's pages share a task group and the
+``web`` limiter; every request has a deadline. Keys go only in request headers and are
+redacted from every error and log line.
 """
 
 from __future__ import annotations
@@ -130,8 +103,7 @@ def _no_provider_message() -> str:
 
 @asynccontextmanager
 async def _client(settings: WebSettings) -> AsyncIterator[httpx.AsyncClient]:
-    """One client per tool call for provider and summarizer requests, closed shielded and
-    bounded."""
+    """One client per tool call for providers and the summarizer, closed shielded and bounded."""
     injected = settings.transport is not None
     client = httpx.AsyncClient(
         transport=NonClosingTransport(settings.transport) if settings.transport else None,
@@ -153,10 +125,9 @@ def _limiter(runtime: ToolRuntime, settings: WebSettings) -> NamedLimiter | anyi
 
 
 def _convert_limiter(runtime: ToolRuntime) -> anyio.CapacityLimiter:
-    """Worker threads for converting large HTML pages (CPU-bound, would stall the loop).
+    """Worker threads for converting large HTML pages (over 256 000 characters): CPU-bound.
 
-    The environment's ``html_convert`` limiter when it defines one (shared by every rollout),
-    else one added to its ``Limits`` with :data:`DEFAULT_CONVERT_THREADS` slots.
+    The environment's ``html_convert`` limiter, else one with :data:`DEFAULT_CONVERT_THREADS`.
     """
     try:
         return runtime.limits[CONVERT_LIMITER_NAME].capacity_limiter
@@ -172,7 +143,8 @@ async def web_search(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
     """Search the web with the configured provider (the ``web_search`` handler).
 
     Returns:
-        ``{"success": true, "data": {"web": [...]}}`` or ``{"error": "Error searching web: ..."}``.
+        ``{"success": true, "data": {"web": [{"title", "url", "description", "position"}]}}``,
+        or ``{"error": "Error searching web: ..."}``.
 
     **Cancellation**: the provider request is abandoned, the client closed (shielded, bounded),
     and the cancellation propagates.
@@ -309,15 +281,16 @@ def _error(url: str, exc: Exception, settings: WebSettings) -> PageResult:
 
 
 async def web_extract(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
-    """Read up to 5 pages concurrently (the ``web_extract`` handler).
+    """Read up to 5 pages concurrently, through the provider or directly (``web_extract``).
+
+    Long content is cut (head + tail) or summarized.
 
     Returns:
         ``{"results": [{"url", "title", "content", "error"}, ...]}`` in the order of ``urls``;
         ``{"error": "Error extracting content: ..."}`` when nothing can be attempted.
 
-    **Cancellation**: every page task is cancelled, open responses and clients are closed
-    (shielded, bounded), and the cancellation propagates. A large page already being converted
-    in a worker thread finishes its conversion first (bounded by the body cap: ~0.2 s).
+    **Cancellation**: every page task is cancelled, responses and clients closed (shielded,
+    bounded). A page already in a worker thread finishes converting first (~0.2 s at most).
     """
     try:
         settings = _settings(runtime)

@@ -318,3 +318,31 @@ async def test_a_call_cut_by_max_tokens_on_a_chat_server_is_an_error_the_next_pr
     assert second.body["messages"][-1] == error
     assert messages[-1] == {"role": "assistant", "content": "Done."}
     assert result.finished_naturally and result.turns_used == 2
+
+
+async def test_calls_past_the_per_turn_cap_are_answered_with_an_error_not_run() -> None:
+    calls = [_call("todo", json.dumps({"todos": []}), f"c{i}") for i in range(4)]
+    server = ScriptServer([_reply("", calls), _reply("done")])
+    reg = _registry()
+    defs = reg.definitions(["terminal", "todo"])
+    loop = HermesAgentLoop(
+        server,
+        defs.schemas,
+        defs.valid_names,
+        registry=reg,
+        options=AgentOptions(max_tool_calls_per_turn=3),
+    )
+    result = await loop.run([{"role": "user", "content": "hi"}])
+    tool_messages = [m for m in result.messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == ["c0", "c1", "c2", "c3"]
+    assert "max_tool_calls_per_turn" not in tool_messages[2]["content"]
+    assert "not run: this turn already has 3 tool calls" in tool_messages[3]["content"]
+    assert len(result.tool_errors) == 1 and result.tool_errors[0].category == "model"
+
+
+def test_max_tool_calls_per_turn_is_checked() -> None:
+    with pytest.raises(ValueError, match="max_tool_calls_per_turn must be >= 1, got 0"):
+        AgentOptions(max_tool_calls_per_turn=0)
+    with pytest.raises(TypeError, match=r"max_tool_calls_per_turn must be an int, got 2\.5"):
+        AgentOptions(max_tool_calls_per_turn=2.5)  # type: ignore[arg-type]
+    assert AgentOptions().max_tool_calls_per_turn == 64

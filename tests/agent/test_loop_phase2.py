@@ -317,3 +317,33 @@ def test_token_server_needs_a_tokenizer() -> None:
     client = VLLMGenerateClient("http://127.0.0.1:9")
     with pytest.raises(ValueError, match="needs a tokenizer"):
         HermesAgentLoop(client, [], set())
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["in-order", "parallel"])
+async def test_calls_past_the_per_turn_cap_are_answered_with_an_error_not_run(
+    parallel: bool,
+) -> None:
+    # Issue 38, A1: every call of a turn ran, one after another (2,000 terminal calls: 22 s).
+    texts = ["\n".join(call_text("record", {"tag": str(i)}) for i in range(7)), "done"]
+    rec = Recorder()
+    async with token_server(texts) as (_, client):
+        loop = HermesAgentLoop(
+            client,
+            *_record_tools(rec),
+            registry=registry(rec),
+            tokenizer=TOKENIZER,
+            options=AgentOptions(max_tool_calls_per_turn=5, parallel_tool_calls=parallel),
+        )
+        result = await loop.run([{"role": "user", "content": "go"}])
+    assert result.finished_naturally, result.error
+    assert sorted(a["tag"] for a in rec.args) == ["0", "1", "2", "3", "4"]
+    tool_messages = [m for m in result.messages if m["role"] == "tool"]
+    assert len(tool_messages) == 7  # every call answered, in order
+    for message in tool_messages[5:]:
+        assert "AgentOptions.max_tool_calls_per_turn" in message["content"]
+    assert [e.category for e in result.tool_errors] == ["model", "model"]
+
+
+def _record_tools(rec: Recorder) -> tuple[Any, Any]:
+    defs = registry(rec).definitions(["terminal", "todo"])
+    return defs.schemas, defs.valid_names

@@ -25,6 +25,10 @@ OTHER_CONCEPTS = {
     # One generation's sampling parameters (what the options resolve into per request).
     ("SamplingParams", "temperature"),
     ("SamplingParams", "max_tokens"),
+    # A streamed response's bound: the max_tokens its request asked for (issue 38).
+    ("ChatStreamAssembler", "max_tokens"),
+    ("ChatStream", "max_tokens"),
+    ("TokenStream", "max_tokens"),
     # The vision model's own request.
     ("VisionSettings", "max_tokens"),
     # A model family's end-of-turn tokens (the tokenizer's, the options' default).

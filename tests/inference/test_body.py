@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from hermes_async.inference import HTTPOptions, ServerProtocolError, StreamInterruptedError
-from hermes_async.inference._body import BodyContext, LineReader
+from hermes_async.inference._body import BodyContext, LineReader, read_body, read_excerpt
 from hermes_async.inference._transport import BodyCut
 
 pytestmark = pytest.mark.anyio
@@ -45,7 +45,7 @@ class ChunkedResponse:
 def reader(
     response: ChunkedResponse, max_line_bytes: int = HTTPOptions().max_line_bytes
 ) -> LineReader:
-    context = BodyContext("POST http://m/x", 1, anyio.current_time() + 60, 30.0)
+    context = BodyContext("POST http://m/x", 1, anyio.current_time() + 60, 30.0, 2**20)
     return LineReader(response, context, max_line_bytes=max_line_bytes)
 
 
@@ -130,6 +130,53 @@ async def test_a_cut_body_is_stream_interrupted_after_the_complete_lines() -> No
 
 
 def test_max_line_bytes_is_validated() -> None:
-    with pytest.raises(ValueError, match=r"max_line_bytes must be >= 1 byte, got 0"):
+    with pytest.raises(ValueError, match=r"max_line_bytes must be an integer >= 1, got 0"):
         HTTPOptions(max_line_bytes=0)
     assert HTTPOptions().max_line_bytes == 16 * 2**20
+
+
+class EndlessResponse(ChunkedResponse):
+    """A body that never ends (``piece`` forever), with the headers given."""
+
+    def __init__(self, piece: bytes, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(iter(lambda: piece, None))
+        self.headers = headers or {}
+
+
+def context(max_body_bytes: int) -> BodyContext:
+    return BodyContext("POST http://m/x", 1, anyio.current_time() + 60, 30.0, max_body_bytes)
+
+
+async def test_read_body_refuses_a_declared_length_past_the_bound_before_reading() -> None:
+    response = EndlessResponse(b"x" * 1024, {"content-length": str(10**11)})
+    with pytest.raises(
+        ServerProtocolError,
+        match=r"longer than HTTPOptions\.max_body_bytes=4096 bytes .* a Content-Length of "
+        r"100000000000 bytes",
+    ):
+        await read_body(response, context(4096))
+    assert response.reads == 0
+
+
+async def test_read_body_stops_an_endless_body_at_the_bound() -> None:
+    response = EndlessResponse(b"x" * 1000)
+    with pytest.raises(ServerProtocolError, match=r"max_body_bytes=4096 .* sent 5000\+ bytes"):
+        await read_body(response, context(4096))
+    assert response.reads == 5
+    assert await read_body(ChunkedResponse([b"a" * 4096]), context(4096)) == b"a" * 4096
+
+
+async def test_read_excerpt_reads_no_further_than_it_needs() -> None:
+    endless = EndlessResponse(b"e" * 300)
+    assert await read_excerpt(endless, context(2**20), 1000) == (b"e" * 1000, False)
+    assert endless.reads == 4
+    short = ChunkedResponse([b'{"error": "busy"}'])
+    assert await read_excerpt(short, context(2**20), 1000) == (b'{"error": "busy"}', True)
+
+
+async def test_line_bytes_is_the_size_of_the_last_line_as_received() -> None:
+    lines = reader(ChunkedResponse(["é\nab".encode(), b"c\r\n", b"tail"]))
+    sizes = []
+    while (line := await lines.readline()) is not None:
+        sizes.append((line, lines.line_bytes))
+    assert sizes == [("é", 2), ("abc", 4), ("tail", 4)]

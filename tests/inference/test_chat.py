@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import anyio
 import httpx
@@ -337,7 +338,7 @@ async def test_non_chat_json_is_a_protocol_error() -> None:
     async with ChatClient("http://m/v1", transport=httpx.MockTransport(handler)) as client:
         with pytest.raises(
             ServerProtocolError,
-            match=r"/v1/chat/completions: not a chat completion: response has no 'choices'",
+            match=r"/v1/chat/completions: unexpected response body: response has no .choices.",
         ):
             await client.chat_completion(messages=MESSAGES)
 
@@ -403,3 +404,80 @@ def test_a_request_body_is_always_encodable() -> None:
     assert _encode_body({"a": "é"}) == '{"a":"é"}'.encode()  # the common case: UTF-8, compact
     encoded = _encode_body(body)
     assert _encode_body(encoded) is encoded  # already encoded: sent as it is
+
+
+def test_assembler_bounds_what_a_stream_may_grow() -> None:
+    def content(text: str, index: int = 0) -> dict[str, object]:
+        return {"choices": [{"index": index, "delta": {"content": text}}]}
+
+    asm = ChatStreamAssembler(max_chars=10, max_tokens=3, max_choices=1)
+    asm.feed(content("0123456789"))
+    with pytest.raises(ValueError, match="11\\+ characters, more than its bound of 10"):
+        asm.feed(content("x"))
+    asm = ChatStreamAssembler(max_chars=10)  # tool names and arguments count too
+    call = {"index": 0, "function": {"name": "terminal", "arguments": '{"a":1}'}}
+    with pytest.raises(ValueError, match=r"15\+ characters, more than its bound of 10"):
+        asm.feed({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    asm = ChatStreamAssembler(max_tokens=3)
+    asm.feed({"choices": [{"index": 0, "token_ids": [1, 2], "delta": {}}]})
+    with pytest.raises(ValueError, match="4 token ids for max_tokens=3"):
+        asm.feed({"choices": [{"index": 0, "token_ids": [3, 4], "delta": {}}]})
+    asm = ChatStreamAssembler(max_choices=2)
+    asm.feed(content("a", 0))
+    asm.feed(content("b", 5))
+    with pytest.raises(ValueError, match="more than the 2 choices asked for"):
+        asm.feed(content("c", 1))
+    asm = ChatStreamAssembler()  # empty calls under new indexes cost memory too
+    with pytest.raises(ValueError, match="more than 1024 tool-call indexes"):
+        for i in range(1025):
+            asm.feed({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i}]}}]})
+
+
+def test_assembler_keeps_token_ids_in_linear_time() -> None:
+    asm = ChatStreamAssembler()
+    chunk = {"choices": [{"index": 0, "token_ids": [7], "delta": {}}]}
+    start = time.perf_counter()
+    for _ in range(20_000):  # list + list per chunk copied 200 M ids (seconds); extend: ms
+        asm.feed(chunk)
+    assert time.perf_counter() - start < 2.0
+    assert asm.result().choices[0].token_ids == [7] * 20_000
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        '{"created": 1e999, "choices": []}',  # int(inf): OverflowError
+        '{"choices": [{"index": 1e999, "delta": {}}]}',
+        '{"choices": [], "usage": {"prompt_tokens": 1e999}}',
+        '{"error": ' + "[" * 900 + "]" * 900 + "}",  # its repr recurses past the limit
+        '{"choices": [{"index": 0, "delta": {"content": ' + "[" * 900 + "]" * 900 + "}}]}",
+    ],
+)
+async def test_any_undecodable_chunk_is_a_protocol_error(chunk: str) -> None:
+    body = f"data: {chunk}\n\ndata: [DONE]\n\n".encode()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    async with ChatClient("http://m/v1", transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises((ServerProtocolError, StreamInterruptedError)):
+            await client.chat_completion(messages=MESSAGES, stream=True)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{"choices": [{"index": 1e999, "message": {}}]}',
+        '{"choices": [{"message": {"tool_calls": [{"function": {"name": "t", "arguments": '
+        + "[" * 990
+        + "]" * 990
+        + "}}]}}]}",
+    ],
+)
+async def test_any_undecodable_whole_response_is_a_protocol_error(payload: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=payload.encode())
+
+    async with ChatClient("http://m/v1", transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(ServerProtocolError, match="unexpected response body"):
+            await client.chat_completion(messages=MESSAGES)

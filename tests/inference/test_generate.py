@@ -120,9 +120,9 @@ async def test_a_request_waiting_for_a_slot_holds_its_body_encoded(kind: str) ->
         for name in ("open_lines", "post_json"):
             method = getattr(connection, name)
 
-            def recording(path: str, body: object, _method: Any = method) -> Any:
+            def recording(path: str, body: object, *rest: Any, _method: Any = method) -> Any:
                 bodies.append(body)
-                return _method(path, body)
+                return _method(path, body, *rest)
 
             setattr(connection, name, recording)
         completion = await client.generate(PROMPT_IDS, SamplingParams(max_tokens=512))

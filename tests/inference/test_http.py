@@ -37,7 +37,7 @@ from hermes_async.inference._retry import (
     Retry,
     decide_retry,
 )
-from hermes_async.inference._sse import SSEDecoder, SSEFormatError
+from hermes_async.inference._sse import SSEDecoder, SSEEventTooLarge, SSEFormatError
 from hermes_async.inference._transport import (
     BodyCut,
     ClosedBeforeResponse,
@@ -570,3 +570,15 @@ def test_http_options_repr_never_shows_a_header_value() -> None:
         assert "sk-live-123" not in text and "'rl'" not in text
         assert "'Authorization': '<redacted>'" in text and "read_timeout=300.0" in text
     assert options.headers["Authorization"] == "Bearer sk-live-123"  # still sent as given
+
+
+def test_sse_decoder_bounds_the_bytes_of_one_event_not_only_each_line() -> None:
+    decoder = SSEDecoder(max_event_bytes=100)
+    for _ in range(3):  # three lines of 30 bytes: 90, within the bound
+        assert decoder.feed_line("data: " + "x" * 24) is None
+    event = decoder.feed_line("")
+    assert event is not None and len(event.data) == 3 * 24 + 2
+    for _ in range(3):  # the count starts again with each event
+        decoder.feed_line("data: " + "x" * 24)
+    with pytest.raises(SSEEventTooLarge, match=r"max_event_bytes=100 bytes .*4 data lines"):
+        decoder.feed_line("data: x", size=30)  # the size as received, not the characters

@@ -10,7 +10,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import anyio
 import pytest
 
-from hermes_async.inference import ChatClient, ServerStatusError
+from hermes_async.inference import ChatClient, ModelServerError, ServerStatusError
 from hermes_async.inference._http import HTTPOptions
 from hermes_async.inference._retry import RetryPolicy
 from hermes_async.inference.generate import SamplingParams, VLLMGenerateClient
@@ -240,3 +240,37 @@ async def test_the_pool_refuses_misuse_clearly() -> None:
     with pytest.raises(ValueError, match="load_factor must be >= 1"):
         PoolOptions(load_factor=0.5)
     assert not math.isnan(PoolOptions().decrease_factor)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status"),
+    [
+        (b"{}", "application/json", 200),
+        (b"<html><body>Welcome to nginx!</body></html>", "text/html", 200),
+        (None, "application/json", 404),
+    ],
+    ids=["200-empty-object", "200-html", "404"],
+)
+async def test_a_server_that_answers_fast_and_wrong_is_ejected_and_the_other_carries_the_load(
+    body: bytes | None, content_type: str, status: int
+) -> None:
+    # Issue 38, P1: such a server used to take 70 of 100 requests, failing each (only a 5xx
+    # counted toward ejection; a reply that was no chat completion was decoded after the pool
+    # had recorded a success).
+    async with open_servers(2) as (servers, urls):
+        servers[1].fail(status, body=body, content_type=content_type)
+        pool = ServerPool([u + "/v1" for u in urls], options=PoolOptions(eject_base_seconds=5))
+        failed = 0
+        async with pool, ChatClient(pool, model="m") as client:
+            for i in range(100):
+                with pool_session(f"task-{i}"):
+                    try:
+                        await client.chat_completion(messages=[{"role": "user", "content": "hi"}])
+                    except ModelServerError:
+                        failed += 1
+            stats = pool.statistics()
+    assert stats.servers[1].ejections >= 1
+    assert stats.servers[1].failures == servers[1].statuses[status] <= 4
+    # A 404 says the route is not there: the request moves to the other server at once.
+    assert failed == (0 if status == 404 else stats.servers[1].failures)
+    assert servers[0].statuses[200] == 100 - failed

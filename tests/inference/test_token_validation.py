@@ -145,15 +145,19 @@ def test_vocab_size_must_be_positive() -> None:
         VLLMGenerateClient("http://m", vocab_size=0)
 
 
+@pytest.mark.parametrize("client_vocab", [len(TOKENIZER), None], ids=["client-knows", "not"])
 @pytest.mark.parametrize(
     ("ids", "lps"),
     [([10**6], [-0.1]), ([2**31], [-0.1]), ([-5], [-0.1]), ([9707], [math.nan]), ([9707], [0.5])],
     ids=["beyond-vocab", "2**31", "negative", "nan", "positive"],
 )
-async def test_a_rollout_never_trains_on_invalid_tokens(ids: list[int], lps: list[float]) -> None:
+async def test_a_rollout_never_trains_on_invalid_tokens(
+    ids: list[int], lps: list[float], client_vocab: int | None
+) -> None:
     # 2**31 used to crash the rollout with OverflowError in the trajectory's array; -5 and
-    # 10**6 went silently into the training rows.
-    async with _client("vllm", ids, lps, vocab_size=len(TOKENIZER)) as client:
+    # 10**6 went silently into the training rows, and 10**6 still did from a client built
+    # without vocab_size (a pool's): the turn checks against the tokenizer too.
+    async with _client("vllm", ids, lps, vocab_size=client_vocab) as client:
         rollout = await run_rollout(
             client,
             [{"role": "user", "content": "hi"}],

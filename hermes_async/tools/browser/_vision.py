@@ -1,10 +1,7 @@
 """``browser_vision``'s model call: a screenshot and a question to a vision-capable chat model.
 
-The request is the OpenAI chat shape with an ``image_url`` part holding the PNG as a ``data:``
-URL, the reference's prompt, ``temperature`` 0.1 and ``max_tokens`` from
-:class:`~.settings.VisionSettings`. The endpoint is configured by the operator (never by the
-model), so it is not SSRF-vetted; its key travels only in the ``Authorization`` header and is
-redacted from every error.
+The PNG goes as a ``data:`` URL ``image_url`` part. The operator configures the endpoint, so it
+is not SSRF-vetted; its key is only in the ``Authorization`` header and redacted from errors.
 """
 
 from __future__ import annotations

@@ -1,52 +1,8 @@
 """BrowserManager: one Chromium per manager, one browser context per rollout.
 
-Why one module of this size: one concept, a browser session's lifetime. The table, busy
-counts, the idle reaper and queued releases are :mod:`hermes_async.tools._lifetimes`'s, as for
-sandboxes; this module keeps what a session is, what idle means for it and how it closes.
-
-::
-
-    async with BrowserManager(BrowserSettings.from_env(), limits=limits) as browsers:
-        with use_browser_manager(browsers):        # the browser tools find it here
-            session = await browsers.get("task-1")  # context opened on first use
-            await session.navigate("https://example.com")
-            await browsers.release("task-1")       # idempotent, shielded, bounded
-
-Decisions:
-
-* **One browser process** per manager, started when the manager opens (a missing or broken
-  Chromium is a start-up :class:`~hermes_async.errors.ConfigError` naming the fix, not a tool
-  error later). Each rollout (``task_id``) gets its own *context* (cookies, storage, cache and
-  history of its own) with one page, opened lazily by the first browser tool call.
-* **A named limiter** (``browser_sessions``, default :data:`~.settings.DEFAULT_MAX_SESSIONS`)
-  bounds the contexts open at once: a renderer per context is the expensive part (memory), so
-  the slot is held for the session's whole life, not just its creation. A rollout that finds no
-  slot waits in order; its tool call's own deadline bounds the wait. Pass the environment's
-  ``limits`` (the limiter is added to it under that name) or any ``CapacityLimiter`` /
-  ``NamedLimiter``.
-* **Each session lives in a task of the manager's task group** (:meth:`_host`): it waits for a
-  slot, opens the context, serves the page's requests in a task group of its own, and closes
-  the context when released. The caller of :meth:`get` only waits for it to be ready, so a
-  rollout cancelled while its context is being created never leaks one: the host task finishes
-  the creation and then closes it. No threads, no fire-and-forget tasks.
-* **Release**: :meth:`release` (the rollout pipeline calls it with the sandbox release) asks the
-  host to close and waits for it, shielded and bounded (:attr:`release_timeout`);
-  :meth:`request_release` is the synchronous form; the **idle reaper** (a task in the manager's
-  task group) releases open sessions unused for ``idle_timeout``; closing the manager
-  releases everything and then closes the browser and the Playwright driver, each bounded.
-* **Crash**: when the browser process goes away (killed, OOM), every session on it is marked
-  unavailable: its rollout's later browser calls raise
-  :class:`~hermes_async.tools.browser.errors.BrowserUnavailableError` until the session is
-  released (the rollout's page state is gone; continuing on a blank page would mislead the
-  model and the reward). The next new session starts a fresh browser.
-
-The browser tools reach the manager through ``ToolRuntime.browsers`` or, when that is ``None``,
-the *current* manager of this context (:func:`use_browser_manager`, :func:`open_browser_manager`),
-as the sandbox tools reach the current ``SandboxManager``.
-
-Playwright's async API runs on asyncio only: under trio, entering a manager raises
-:class:`~hermes_async.errors.AsyncBackendError`. The manager must be closed by the task that
-entered it (its task group lives in that task).
+Each session lives in a task of the manager's task group and holds a ``browser_sessions``
+slot for its whole life; releases are shielded and bounded; a browser crash marks its sessions
+unavailable. Asyncio only (Playwright). Design: docs/decisions/022-browser-sessions.md.
 """
 
 from __future__ import annotations
@@ -111,23 +67,13 @@ class BrowserManagerStatistics:
     """A snapshot of a manager.
 
     Attributes:
-        sessions: Sessions open now.
-        pending: Sessions waiting for a ``browser_sessions`` slot or being opened.
+        pending: Sessions waiting for a slot or being opened.
         unavailable: Sessions lost in a crash and not released yet.
-        created: Browser contexts created since the manager opened (a session released while
-            it was being opened included).
-        closed: Browser contexts closed (released, reaped, failed, lost); equals ``created``
-            once every session is released.
-        reaped: Sessions released by the idle reaper.
-        create_failures: Sessions that could not be opened (no context, or no page).
+        closed: Browser contexts closed; equals ``created`` once every session is released.
         browser_launches: Browser processes started (1 + restarts after crashes).
-        browser_crashes: Times the browser went away while the manager was open.
-        driver_restarts: Times the Playwright driver was restarted after it went away.
-        open_contexts: Contexts the browser itself reports open (0 without a browser).
+        open_contexts: Contexts the browser reports open.
         requests_fulfilled: Page requests answered through the guard.
         requests_blocked: Page requests the SSRF guard refused.
-        requests_failed: Page requests that failed (network, timeout, too large).
-        websockets_refused: WebSocket connections refused.
     """
 
     sessions: int
@@ -182,15 +128,8 @@ class _Host:
 class BrowserManager(AsyncResource):
     """Own one browser process and the browser sessions of many rollouts.
 
-    Args:
-        settings: Executable, guard, timeouts, caps (default :meth:`BrowserSettings.from_env`).
-        limits: The environment's limiters; the ``browser_sessions`` limiter is taken from it,
-            or added to it with ``settings.max_sessions`` slots.
-        limiter: A limiter to use instead (takes precedence over ``limits``).
-
-    Raises:
-        ConfigError: (when entered) No Chromium executable, Playwright not installed, or the
-            browser does not start; :class:`~hermes_async.errors.AsyncBackendError` under trio.
+    ``settings`` default to :meth:`BrowserSettings.from_env`. The ``browser_sessions`` limiter is
+    ``limiter``, else taken from ``limits`` or added to it with ``settings.max_sessions`` slots.
     """
 
     def __init__(
@@ -239,9 +178,7 @@ class BrowserManager(AsyncResource):
 
     @property
     def release_timeout(self) -> float:
-        """The bound of one :meth:`release`: a session being created is first finished
-        (``create_timeout``), its requests aborted, then its context closed
-        (``close_timeout``)."""
+        """The bound of one :meth:`release`: finish a creation, then close."""
         s = self.settings
         return s.create_timeout + ROUTE_ABORT_GRACE_SECONDS + s.close_timeout + 1
 
@@ -249,10 +186,10 @@ class BrowserManager(AsyncResource):
     # lifecycle
 
     async def __aenter__(self) -> Self:
-        """Start the Playwright driver and the browser, then the idle reaper.
+        """Start the Playwright driver, the browser and the idle reaper.
 
         Raises:
-            AsyncBackendError: Not running under asyncio.
+            AsyncBackendError: Not under asyncio.
             ConfigError: Playwright is missing, no Chromium is found, or it does not start.
 
         **Cancellation**: whatever was started is stopped (shielded, bounded).
@@ -289,12 +226,11 @@ class BrowserManager(AsyncResource):
         return self
 
     async def aclose(self) -> None:
-        """Release every session, stop the reaper, close the browser and the driver.
+        """Release every session, stop the reaper, close the browser and driver. Idempotent.
 
-        Idempotent. Must run in the task that entered the manager.
+        Must run in the task that entered the manager.
 
-        **Cancellation**: every step is shielded and bounded (each session by
-        :attr:`release_timeout`, the browser and the driver by ``close_timeout``).
+        **Cancellation**: every step is shielded and bounded.
         """
         if self._state in ("unopened", "closing", "closed"):
             return
@@ -360,12 +296,9 @@ class BrowserManager(AsyncResource):
         )
 
     async def _ensure_browser(self, failed: int | None = None) -> tuple[Browser, int]:
-        """The browser to open a context in, launched (or relaunched) when needed.
+        """The browser to open a context in, (re)launched when needed.
 
-        Args:
-            failed: The launch (generation) a context could not be opened on because the
-                browser or the Playwright driver behind it is gone: its sessions are failed,
-                and the driver is restarted before a new browser is launched.
+        ``failed``: the launch a context could not open on (its sessions fail, the driver restarts).
         """
         from playwright.async_api import Error as PlaywrightError
 
@@ -421,18 +354,13 @@ class BrowserManager(AsyncResource):
     # sessions
 
     async def get(self, task_id: str) -> BrowserSession:
-        """The browser session of ``task_id``, opened on first use.
-
-        Waits for a ``browser_sessions`` slot (in order) and for the context to open (bounded
-        by ``create_timeout``).
+        """The browser session of ``task_id``, opened on first use (bounded by ``create_timeout``).
 
         Raises:
             ValueError: ``task_id`` is not a non-empty string.
-            BrowserUnavailableError: The manager is not open, the context could not be opened,
-                or this rollout's session was lost in a crash (until it is released).
+            BrowserUnavailableError: Not open, the context failed, or lost in a crash.
 
-        **Cancellation**: only the wait is abandoned; a session being opened is finished by
-        the manager and kept for ``task_id`` (release it, or the reaper will).
+        **Cancellation**: only the wait is abandoned; the session is kept for ``task_id``.
         """
         if not isinstance(task_id, str) or not task_id:
             raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
@@ -567,13 +495,11 @@ class BrowserManager(AsyncResource):
             entry.scope.cancel(reason)
 
     async def release(self, task_id: str, *, reason: str = "released") -> None:
-        """Close ``task_id``'s session (its context, page, requests). Idempotent.
+        """Close ``task_id``'s session. Idempotent; never raises (logged).
 
-        Never raises for a browser failure (logged): cleanup must not mask the rollout's own
-        outcome. Also forgets a session lost in a crash, so the ``task_id`` can start over.
+        Also forgets a session lost in a crash, so the ``task_id`` can start over.
 
-        **Cancellation**: runs shielded, bounded by :attr:`release_timeout`; the context is
-        closed (or the overrun logged) before cancellation propagates.
+        **Cancellation**: runs shielded, bounded by :attr:`release_timeout`.
         """
         await self._lifetimes.release(task_id, reason=reason)
 
@@ -592,10 +518,7 @@ class BrowserManager(AsyncResource):
             await entry.closed.wait()
 
     def request_release(self, task_id: str, *, reason: str = "release requested") -> None:
-        """Queue a release of ``task_id`` to the manager's own task (synchronous; idempotent).
-
-        The manager's exit waits for it.
-        """
+        """Queue a release of ``task_id`` (synchronous); the exit waits for it."""
         self._lifetimes.request_release(task_id, reason=reason)
 
     async def release_all(self, *, reason: str = "release all") -> None:
@@ -607,7 +530,7 @@ class BrowserManager(AsyncResource):
 
     @contextlib.asynccontextmanager
     async def session(self, task_id: str) -> AsyncIterator[BrowserSession]:
-        """``get(task_id)`` for the block, released when it exits (however it exits).
+        """``get(task_id)`` for the block, released when it exits.
 
         **Cancellation**: the release is shielded and bounded, as :meth:`release`.
         """
@@ -617,9 +540,7 @@ class BrowserManager(AsyncResource):
             await self.release(task_id, reason="session block exited")
 
     async def reap_idle(self) -> int:
-        """Release sessions unused for ``idle_timeout``; return how many (a reaper
-        pass). Sessions with an operation in flight are not idle; sessions lost in a crash are
-        forgotten after the same time.
+        """Release sessions unused for ``idle_timeout`` (busy ones are not idle); return how many.
 
         **Cancellation**: releases already started complete (shielded, bounded).
         """
@@ -707,9 +628,9 @@ async def stop_browser(
 async def launch_browser(
     playwright: Playwright, settings: BrowserSettings, executable: str
 ) -> Browser:
-    """Launch the headless Chromium at ``executable`` with ``settings`` (bounded).
+    """Launch the headless Chromium at ``executable`` (bounded).
 
-    **Cancellation**: Playwright abandons the launch (its process is killed with the driver).
+    **Cancellation**: Playwright abandons the launch.
     """
     timeout = settings.launch_timeout
     with anyio.fail_after(timeout + 5):
@@ -769,8 +690,8 @@ async def open_browser_manager(
 ) -> AsyncIterator[BrowserManager]:
     """Open a :class:`BrowserManager` and make it current for the block.
 
-    **Cancellation**: on exit, however it exits, every session is released and the browser
-    closed (shielded, bounded).
+    **Cancellation**: on exit every session is released and the browser closed (shielded,
+    bounded).
     """
     async with BrowserManager(settings, limits=limits, limiter=limiter) as manager:
         with use_browser_manager(manager):

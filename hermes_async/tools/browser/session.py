@@ -16,7 +16,11 @@ opened and closed by a task in the manager's task group). The session:
 * runs one operation at a time (a lock: a page has one input pipeline), each bounded by
   Playwright's own timeout plus :data:`_OPERATION_SLACK_SECONDS` of anyio deadline;
 * follows the newest open page (a link with ``target=_blank`` moves the session to the new
-  tab), keeping at most :data:`_MAX_PAGES` pages.
+  tab), keeping at most ``max_pages`` pages: a page opened beyond it is closed at once (a
+  standalone session: before its next operation) unless the model's click or key opened it;
+* in a manager, measures the memory its pages' scripts hold every ``memory_check_seconds``
+  and, past ``max_session_heap_mb``, closes them and starts again on a blank page: one hostile
+  page degrades its own session, never the shared browser.
 
 What is returned and what is raised: every failure the *model* causes (an unknown ref, a click
 that times out, a refused URL, an unknown key) is a result ``{"success": false, "error": ...}``,
@@ -30,6 +34,7 @@ Requires the ``browser`` extra (Playwright); only the manager imports this modul
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -40,6 +45,7 @@ import anyio
 from anyio.abc import TaskGroup
 from playwright.async_api import (
     BrowserContext,
+    CDPSession,
     ConsoleMessage,
     Error as PlaywrightError,
     Page,
@@ -62,8 +68,9 @@ __all__ = ("BrowserSession", "SessionCounters")
 
 logger = logging.getLogger(__name__)
 
-#: Pages (tabs) one session keeps; the oldest extra ones are closed before the next operation.
-_MAX_PAGES = 4
+#: What ``Runtime.getHeapUsage`` reports that a page's scripts hold (typed arrays live in the
+#: backing stores, outside V8's heap).
+_HEAP_PARTS = ("usedSize", "embedderHeapUsedSize", "backingStorageSize")
 #: anyio deadline over Playwright's own timeout, so Playwright reports the timeout itself.
 _OPERATION_SLACK_SECONDS = 5.0
 #: Characters of one console message or page error kept.
@@ -111,13 +118,22 @@ _IMAGES_JS = f"""() => [...document.images]
 class SessionCounters:
     """Request counters shared by the sessions of one manager."""
 
-    __slots__ = ("blocked", "failed", "fulfilled", "websockets_refused")
+    __slots__ = (
+        "blocked",
+        "failed",
+        "fulfilled",
+        "heap_resets",
+        "pages_refused",
+        "websockets_refused",
+    )
 
     def __init__(self) -> None:
         self.fulfilled = 0
         self.blocked = 0
         self.failed = 0
         self.websockets_refused = 0
+        self.pages_refused = 0
+        self.heap_resets = 0
 
 
 def _short(exc: BaseException) -> str:
@@ -189,6 +205,10 @@ class BrowserSession:
         self._request_slots = anyio.CapacityLimiter(settings.max_requests_per_session)
         self._lock = anyio.Lock()
         self._pages: list[Page] = []
+        # A click or key press of the model may open one page past max_pages (a new tab).
+        self._may_open_page = False
+        self._heap_probes: dict[int, CDPSession] = {}  # id(page) -> its CDP session
+        self._refused_pages: list[Page] = []  # standalone: closed before the next operation
         self._refs = RefTable()
         keep = settings.console_max_messages
         self._console: collections.deque[JSONObject] = collections.deque(maxlen=keep)
@@ -234,8 +254,25 @@ class BrowserSession:
         await self._context.route("**/*", self._on_route)
         await self._context.route_web_socket("**/*", self._on_websocket)
         await self._context.new_page()  # _on_page records it
+        if self._requests is not None:  # standalone: no task to watch with (see _page)
+            self._requests.start_soon(self._watch_heap, name=f"heap of {self.task_id!r}")
 
     def _on_page(self, page: Page) -> None:
+        self._pages = [p for p in self._pages if not p.is_closed()]
+        if len(self._pages) >= self._settings.max_pages and not self._may_open_page:
+            # Runs in Playwright's dispatch: the close is handed to the session's task group.
+            self._counters.pages_refused += 1
+            self._console.append(
+                {
+                    "type": "error",
+                    "text": f"Blocked: a popup was closed: this session keeps at most "
+                    f"{self._settings.max_pages} pages open",
+                    "source": "browser",
+                }
+            )
+            self._close_soon(page)
+            return
+        self._may_open_page = False
         self._pages.append(page)
         page.on("console", self._on_console)
         page.on("pageerror", self._on_page_error)
@@ -368,6 +405,87 @@ class BrowserSession:
         await websocket.close(code=1008, reason="WebSockets are disabled")
 
     # ----------------------------------------------------------------------------------------
+    # bounds: pages and heap
+
+    @contextmanager
+    def _may_open(self) -> Iterator[None]:
+        """During the block, one new page may pass ``max_pages`` (the model's new tab)."""
+        self._may_open_page = True
+        try:
+            yield
+        finally:
+            self._may_open_page = False
+
+    def _close_soon(self, page: Page) -> None:
+        if self._requests is None:
+            self._refused_pages.append(page)
+            return
+        # A closing session takes no new work (RuntimeError): its context closes the page.
+        with contextlib.suppress(RuntimeError):
+            self._requests.start_soon(self._close_page, page)
+
+    async def _close_page(self, page: Page) -> None:
+        with anyio.move_on_after(self._settings.close_timeout):
+            try:
+                await page.close()
+            except PlaywrightError:
+                logger.debug("closing a page of %r failed", self.task_id, exc_info=True)
+
+    async def _watch_heap(self) -> None:
+        """Measure the pages' heap every ``memory_check_seconds``; reset them past the bound.
+
+        **Cancellation**: the session's close cancels it (it runs in the request task group).
+        """
+        limit = self._settings.max_session_heap_mb * 2**20
+        while self.dead is None:
+            await anyio.sleep(self._settings.memory_check_seconds)
+            used = await self._heap_bytes()
+            if used > limit:
+                await self._reset_pages(used)
+
+    async def _heap_bytes(self) -> int:
+        """The memory the session's open pages' scripts hold: V8's heap, the DOM's and the
+        array buffers (CDP ``Runtime.getHeapUsage``; a page that does not answer within a
+        second counts as 0)."""
+        total = 0
+        pages = [p for p in self._pages if not p.is_closed()]
+        for key in set(self._heap_probes) - {id(p) for p in pages}:
+            del self._heap_probes[key]
+        for page in pages:
+            with anyio.move_on_after(1.0):
+                try:
+                    probe = self._heap_probes.get(id(page))
+                    if probe is None:
+                        probe = await self._context.new_cdp_session(page)
+                        self._heap_probes[id(page)] = probe
+                    usage = await probe.send("Runtime.getHeapUsage")
+                    total += sum(int(usage.get(key, 0)) for key in _HEAP_PARTS)
+                except PlaywrightError:  # the page went away meanwhile
+                    self._heap_probes.pop(id(page), None)
+        return total
+
+    async def _reset_pages(self, used: int) -> None:
+        """Close every page and open a blank one (between operations: under the lock)."""
+        limit = self._settings.max_session_heap_mb
+        async with self._lock:
+            pages, self._pages = self._pages, []
+            self._heap_probes.clear()
+            for page in pages:
+                await self._close_page(page)
+            self._counters.heap_resets += 1
+            message = (
+                f"The page used {used / 2**20:.0f} MB of JavaScript memory, more than this "
+                f"session's {limit} MB: its pages were closed and the browser is on a blank page"
+            )
+            self._errors.append({"message": message, "source": "browser"})
+            logger.warning("browser session %r: %s", self.task_id, message)
+            with anyio.move_on_after(self._settings.create_timeout):
+                try:
+                    await self._context.new_page()
+                except PlaywrightError:  # the next operation opens one (see _page)
+                    logger.debug("opening a page for %r failed", self.task_id, exc_info=True)
+
+    # ----------------------------------------------------------------------------------------
     # operation plumbing
 
     def _check_alive(self) -> None:
@@ -387,9 +505,12 @@ class BrowserSession:
         return None
 
     async def _page(self) -> Page:
-        """The newest open page; extra pages beyond :data:`_MAX_PAGES` are closed first."""
+        """The newest open page; refused and extra pages beyond ``max_pages`` are closed first."""
+        refused, self._refused_pages = self._refused_pages, []
+        for page in refused:
+            await self._close_page(page)
         self._pages = [p for p in self._pages if not p.is_closed()]
-        while len(self._pages) > _MAX_PAGES:
+        while len(self._pages) > self._settings.max_pages:
             old = self._pages.pop(0)
             with anyio.move_on_after(self._settings.close_timeout):
                 try:
@@ -651,11 +772,12 @@ class BrowserSession:
             if locator is None:
                 return self._unknown_ref(ref)
             before = self._progress(page)
-            try:
-                await locator.click(timeout=timeout * 1000)
-            except PlaywrightError as exc:
-                return self._model_error(f"Failed to click {ref}", exc)
-            await self._settle(page, before)
+            with self._may_open():
+                try:
+                    await locator.click(timeout=timeout * 1000)
+                except PlaywrightError as exc:
+                    return self._model_error(f"Failed to click {ref}", exc)
+                await self._settle(page, before)
         return {"success": True, "clicked": ref}
 
     async def type(self, ref: str, text: str) -> JSONObject:
@@ -738,11 +860,12 @@ class BrowserSession:
             timeout + NAVIGATION_START_WINDOW_SECONDS + 2 * SETTLE_TIMEOUT_SECONDS
         ) as page:
             before = self._progress(page)
-            try:
-                await page.keyboard.press(key)
-            except PlaywrightError as exc:
-                return self._model_error(f"Failed to press {key}", exc)
-            await self._settle(page, before)
+            with self._may_open():
+                try:
+                    await page.keyboard.press(key)
+                except PlaywrightError as exc:
+                    return self._model_error(f"Failed to press {key}", exc)
+                await self._settle(page, before)
         return {"success": True, "pressed": key}
 
     async def images(self) -> JSONObject:

@@ -178,6 +178,16 @@ class BrowserSettings:
         max_requests_per_session: Requests of one page fetched concurrently (the others wait).
         snapshot_max_chars: Snapshots longer than this are cut with a marker.
         console_max_messages: Console messages and page errors kept per session (each list).
+        max_pages: Pages (tabs) one session keeps open. A page opened beyond it is closed at
+            once (a popup refused), except the one a click or key press of the model opens,
+            which replaces the oldest. 4: a link or two followed in new tabs; a page that
+            opens popups without end holds four.
+        max_session_heap_mb: Memory one session's pages' scripts may hold together (V8's
+            heap, the DOM's, array buffers), in MB; past it their pages are closed and the
+            session starts again on a blank page (the model is told in the console). 512:
+            heavy web apps hold 100-300 MB.
+        memory_check_seconds: How often each session's heap is measured (between operations
+            too: a page grows while the model thinks).
         viewport_width: Viewport width in CSS pixels.
         viewport_height: Viewport height in CSS pixels.
         chromium_sandbox: Run Chromium's own sandbox (needs a non-root user).
@@ -205,6 +215,9 @@ class BrowserSettings:
     max_requests_per_session: int = 6
     snapshot_max_chars: int = DEFAULT_SNAPSHOT_MAX_CHARS
     console_max_messages: int = 200
+    max_pages: int = 4
+    max_session_heap_mb: int = 512
+    memory_check_seconds: float = 2.0
     viewport_width: int = 1280
     viewport_height: int = 720
     chromium_sandbox: bool = False
@@ -221,6 +234,8 @@ class BrowserSettings:
                 "max_body_bytes",
                 "max_requests_per_session",
                 "console_max_messages",
+                "max_pages",
+                "max_session_heap_mb",
                 "viewport_width",
                 "viewport_height",
             ),
@@ -243,6 +258,7 @@ class BrowserSettings:
                 "action_timeout",
                 "navigation_timeout",
                 "fetch_timeout",
+                "memory_check_seconds",
             ),
             POSITIVE_SECONDS,
         )

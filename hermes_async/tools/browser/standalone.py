@@ -1,17 +1,8 @@
 """The browser of a standalone ``ToolContext``: what ``StandaloneSandboxes`` is to its sandbox.
 
-Reference reward code builds ``ToolContext(task_id)`` with no manager and calls
-``await ctx.browser_navigate(url)``. The context then owns a :class:`StandaloneBrowser`, made at
-its first browser call and closed with its sandbox (``await ctx.cleanup()``, ``async with``).
-Like :class:`~hermes_async.tools.standalone.StandaloneSandboxes` it holds no task and no cancel
-scope, so it may outlive the call that made it: Playwright's driver and the browser run on their
-own, and a page's requests are served in the Playwright task that delivered each one (bounded
-by ``fetch_timeout``; see :mod:`~hermes_async.tools.browser.session`). It has one
-Chromium and one browser context per task id, and no idle reaper or crash recovery: that is
-:class:`~hermes_async.tools.browser.manager.BrowserManager`'s job in a run.
-
-A reference-style ``ctx.cleanup()`` without ``await`` cannot close a browser; the context warns,
-and the driver and its browser end with this process.
+Made at the context's first browser call, closed with its sandbox; it holds no task, so it may
+outlive that call. One Chromium, one context per task id, no reaper or crash recovery. An
+unawaited ``ctx.cleanup()`` cannot close it: it warns, and the browser ends with this process.
 """
 
 from __future__ import annotations
@@ -45,11 +36,7 @@ logger = logging.getLogger(__name__)
 
 
 class StandaloneBrowser:
-    """The private, task-free owner of a standalone context's browser sessions.
-
-    Args:
-        settings: Executable, guard, timeouts (default :meth:`BrowserSettings.from_env`).
-    """
+    """The private, task-free owner of a standalone context's browser sessions."""
 
     def __init__(self, settings: BrowserSettings | None = None) -> None:
         self.settings = settings if settings is not None else BrowserSettings.from_env()
@@ -68,9 +55,8 @@ class StandaloneBrowser:
 
         Raises:
             ConfigError: Playwright or Chromium is missing, or the browser does not start.
-            SandboxError: The owner was closed (its context was cleaned up).
+            SandboxError: The owner was closed.
             BrowserUnavailableError: The page could not be opened.
-            AsyncBackendError: Not running under asyncio.
 
         **Cancellation**: whatever was started for this call is closed (shielded, bounded).
         """
@@ -155,9 +141,9 @@ class StandaloneBrowser:
         )
 
     async def aclose(self) -> None:
-        """Close every session, the browser and the driver; later ``get`` calls fail.
+        """Close every session, the browser and the driver; later ``get`` calls fail. Idempotent.
 
-        Idempotent. **Cancellation**: each step is shielded and bounded.
+        **Cancellation**: each step is shielded and bounded.
         """
         self._closed = True
         for task_id in list(self._sessions):

@@ -1,38 +1,10 @@
 """The browser tools (toolset ``browser``): the reference's names, schemas and result shapes.
 
-============================  ==================================================================
-``browser_navigate(url)``     ``{"success": true, "url", "title"}``
-``browser_snapshot(full)``    ``{"success": true, "snapshot", "element_count"}``: the
-                              accessibility tree with ``[ref=eN]`` refs, cut at 8 000 chars
-``browser_click(ref)``        ``{"success": true, "clicked": "@eN"}``
-``browser_type(ref, text)``   ``{"success": true, "typed", "element"}`` (clears the field first)
-``browser_scroll(direction)`` ``{"success": true, "scrolled": "up" | "down"}``
-``browser_back()``            ``{"success": true, "url"}``
-``browser_press(key)``        ``{"success": true, "pressed"}``
-``browser_get_images()``      ``{"success": true, "images": [{"src", "alt", "width",
-                              "height"}], "count"}``
-``browser_console(clear)``    ``{"success": true, "console_messages", "js_errors",
-                              "total_messages", "total_errors"}``
-``browser_vision(question)``  ``{"success": true, "analysis"}``, or the reference's
-                              "Browser vision unavailable" error without a vision model
-============================  ==================================================================
-
-A failure the model caused is ``{"success": false, "error": ...}``. The rollout's session comes
-from ``runtime.browsers`` or the current :class:`~.manager.BrowserManager`
-(:func:`~.manager.use_browser_manager`); a lost browser raises
-:class:`~.errors.BrowserUnavailableError`, which the dispatcher reports to the model and records
-as the call's error; in a rollout of the rollout core (``run_rollout`` / ``run_group`` / the
-environments) it also ends the run as an ``infra`` failure, as a lost sandbox does (the retry
-policy then starts over on a fresh browser).
-
-The tools are *offered* only when the engine is there: the ``browser`` extra (Playwright) is
-installed and a Chromium executable is configured or found (:func:`browser_available`). Under
-trio they raise :class:`~hermes_async.errors.AsyncBackendError` (Playwright is asyncio-only).
-
-Differences from the reference: snapshots over the cap are always cut (the reference could
-summarize them with an auxiliary LLM); ``browser_vision`` does not write the screenshot to the
-host's disk (no ``screenshot_path``); ``browser_console`` also lists requests the SSRF guard
-refused (type ``error``, source ``network``).
+A lost browser raises ``BrowserUnavailableError``: the model is told, and a rollout of the
+rollout core ends as ``infra``, as with a lost sandbox. The tools are offered only with
+Playwright and a Chromium (:func:`browser_available`); under trio they raise
+``AsyncBackendError``. Results and differences from the reference: docs/architecture.md,
+"The browser tools' results".
 """
 
 from __future__ import annotations

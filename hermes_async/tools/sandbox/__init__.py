@@ -1,18 +1,9 @@
 """Sandboxes: the interface (``base``), the local backend, the per-rollout manager.
 
-Layout: ``base`` (the :class:`Sandbox` ABC, :class:`ExecRequest`, results), ``errors`` (a
-sandbox that is gone, a transfer past its cap), ``manager`` (one sandbox per rollout, the one
-bound of every release), ``backends`` (the registry ``terminal_backend`` selects from),
-``local`` (two isolation levels) with ``namespaces`` (its bubblewrap worlds, cgroups, disk
-caps), ``processes`` (process mode's shared ``/proc`` sweeper) and ``host`` (bounded host
-subprocesses, batched removal), ``docker`` / ``modal`` / ``ssh`` / ``e2b`` / ``daytona`` (load
-lazily; their extras are optional; import them from their modules; the last two share
-``_remote``: one-call exec, shielded creation, run labels and the reaper), ``apptainer`` (the
-``singularity`` backend: its CLI through ``host``), ``wrapper`` (a sandbox forwarding every
-operation to another: the manager's and the rollout's views), and the helpers every backend
-uses: ``output``
-(head + tail capture), ``archive`` (the one tar check and the one extractor) and ``transfer``
-(downloads streamed to disk under a cap, uploads).
+``manager`` gives one sandbox per rollout and bounds every release; ``backends`` is the
+registry ``terminal_backend`` selects from. The other backends (``docker``, ``modal``, ``ssh``,
+``e2b``, ``daytona``, ``apptainer``) load lazily from their own modules. Layout:
+docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,39 +1,9 @@
 """What the exec-API backends (Docker, Modal, ssh, singularity) share: the exec protocol.
 
-* :data:`EXEC_WRAPPER` / :data:`KILL_SCRIPT`: how a command gets its own process group inside a
-  container and how that group is killed from outside (timeout, cancellation).
-* :class:`ContainerSandbox`: ``exec`` written once on top of two small hooks a backend
-  implements (run an argv and stream its output; stage a file), with the shared timeout,
-  kill-on-cancel and head + tail output semantics.
-* :func:`read_until_exit`: reading output until the streams end *or* the command has exited.
-* File transfers: ``read_bytes`` / ``get_archive`` through the streamed transfers below,
-  ``write_bytes`` through the backend's ``_stage_file`` (archives staged in the sandbox, for
-  backends whose file API moves whole files: :mod:`._staged`).
-* Streamed transfers (``stream_file`` / ``stream_archive``): ``cat`` / ``tar`` run through the
-  same wrapper with their stdout handed to a sink chunk by chunk
-  (:attr:`ContainerExec.out_sink`), never held whole.
-* A dead container: once a backend learns its container or remote sandbox is gone it records a
-  :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` (:meth:`ContainerSandbox._mark_gone`)
-  that every later operation raises.
-
-The process-group protocol, step by step (POSIX ``sh``; busybox, dash and bash all qualify):
-
-1. The backend runs ``sh -c EXEC_WRAPPER hermes-exec ID CWD STDIN_FILE COMMAND``.
-2. The wrapper ``cd``\\ s, then starts ``setsid bash -c COMMAND`` (``sh`` when the image has no
-   bash) in the background: the child is not a group leader, so ``setsid`` makes it the leader
-   of a new session and process group whose id is its pid. Everything the command starts
-   inherits that group.
-3. The wrapper writes the pid to ``/tmp/.hermes-exec/ID.pid`` (the sandbox's
-   :attr:`ContainerSandbox.exec_dir`; the ssh backend keeps one per sandbox), then checks for
-   a cancel marker (the backend may have given up before the wrapper started), waits, kills
-   what the command left running in its group (as the local backend does), and exits with the
-   command's status.
-4. To kill, the backend runs ``KILL_SCRIPT ID``: it first creates the cancel marker, then
-   kills the group named in the pid file. Whichever of the two scripts runs second sees the
-   other's file, so a kill is never lost.
-
-A process that calls ``setsid`` itself (a daemon) leaves the group and survives; the container
-itself is removed when the sandbox closes.
+:data:`EXEC_WRAPPER` gives each command its own process group inside the container;
+:data:`KILL_SCRIPT` kills that group from outside, and a kill is never lost.
+:class:`ContainerSandbox` writes ``exec`` and the file transfers once, on two hooks a backend
+implements. Protocol step by step: docs/decisions/033-container-exec-protocol.md.
 """
 
 from __future__ import annotations
@@ -149,14 +119,11 @@ exit 0
 def _exec_argv(
     exec_id: str, cwd: str, stdin_path: str, command: str, exec_dir: str = EXEC_DIR
 ) -> list[str]:
-    """The argv that runs ``command`` through :data:`EXEC_WRAPPER` (bookkeeping in
-    ``exec_dir``)."""
     argv = ["/bin/sh", "-c", EXEC_WRAPPER, "hermes-exec", exec_id, cwd, stdin_path, command]
     return argv if exec_dir == EXEC_DIR else [*argv, exec_dir]
 
 
 def _kill_argv(exec_id: str, exec_dir: str = EXEC_DIR) -> list[str]:
-    """The argv that kills the process group of the command started as ``exec_id``."""
     argv = ["/bin/sh", "-c", KILL_SCRIPT, "hermes-kill", exec_id]
     return argv if exec_dir == EXEC_DIR else [*argv, exec_dir]
 
@@ -171,20 +138,10 @@ async def read_until_exit(
 ) -> int | None:
     """Read a command's output until its streams end or the command has exited.
 
-    The streams normally end when the command exits. They stay open while a background
-    child (``server &``) still holds them, though, so a poller asks the engine whether the
-    command itself has exited (first after ``first_poll_seconds``, then backing off); once it
-    has, reading continues for ``drain_grace_seconds`` and then stops.
+    A background child can hold the streams open, so a poller asks whether the command exited.
+    Returns the exit code if the poller learnt it, else ``None``.
 
-    Returns:
-        The exit code if the poller learnt it, else ``None`` (the caller asks the engine).
-
-    Raises:
-        Exception: Whatever ``read_streams`` raised, unwrapped (a failing poll only stops
-            polling).
-
-    **Cancellation**: both the reader and the poller are cancelled; nothing is left running
-    on the host side.
+    **Cancellation**: the reader and the poller are cancelled; nothing is left running.
     """
     exit_code: int | None = None
     error: Exception | None = None
@@ -226,17 +183,11 @@ async def pump_output(
     *,
     read_failed: Callable[[Exception], Exception] | None = None,
 ) -> None:
-    """Deliver a command's standard output chunk by chunk to ``write_out`` and keep its
-    standard error in ``err``, until both streams end (the ``read_streams`` of
-    :func:`read_until_exit` for an SDK that hands over two chunk streams).
+    """Send stdout to ``write_out`` chunk by chunk and keep stderr in ``err``, until both end.
 
     Raises:
-        Exception: What ``write_out`` raised (a streamed transfer's size cap, the caller's own
-            sink), unwrapped and at once: both reads stop then, so a command still writing
-            into an output nobody reads cannot hold the caller until its deadline (the caller
-            kills it). Else the first error reading a stream raised (through ``read_failed``
-            when given: the backend's own error for a lost stream), once both reads have
-            ended; never an exception group.
+        Exception: What ``write_out`` raised, at once (both reads stop); else the first read
+            error, once both reads ended. Never an exception group.
     """
     sink_errors: list[Exception] = []
     read_errors: list[Exception] = []
@@ -275,14 +226,8 @@ class ContainerExec:
     """One argv to run in a container, where its output goes, and its timeout.
 
     Attributes:
-        argv: Program and arguments (the wrapper, a kill script, a helper).
-        env: Extra environment variables, or ``None``.
-        out: Where standard output goes (unless ``out_sink``).
-        err: Where standard error goes (may be ``out``).
-        limit: The command's own timeout in seconds (a backend may pass a backstop to its API;
-            the caller enforces it).
-        out_sink: Hand standard output to this coroutine function instead of ``out`` (a
-            streamed transfer); an exception it raises stops the command.
+        limit: The command's timeout in seconds; the caller enforces it.
+        out_sink: Hand stdout to this instead of ``out``; what it raises stops the command.
         user: Who runs it (``None``: the container's user).
     """
 
@@ -305,26 +250,8 @@ class ContainerExec:
 class ContainerSandbox(Sandbox):
     """A sandbox whose commands run inside a container through an exec API (Docker, Modal).
 
-    ``exec`` is implemented here once: the command runs through :data:`EXEC_WRAPPER` in its own
-    process group; ``stdin`` is staged as a file first; each stream is kept head + tail; on
-    timeout the group is killed and the result is exit 124 with ``timed_out``; on cancellation
-    or error the group is killed (shielded, bounded by :attr:`kill_timeout`) before the
-    exception propagates. A backend implements the hooks :meth:`_run_argv` and
-    :meth:`_stage_file` and passes the attributes below to ``__init__``.
-
-    Args:
-        task_id: The rollout it belongs to.
-        workdir: Working directory of every command and the base of relative paths.
-        home: ``~`` inside the container.
-        default_exec_timeout: Command timeout when ``exec`` gets none.
-        kill_timeout: Deadline of killing a command's process group.
-        close_timeout: Bound of a release owned by ``async with``.
-
-    Attributes:
-        kind: The backend's name for messages (``"Docker"``, ``"Modal"``).
-        home: ``~`` inside the container.
-        default_exec_timeout: Command timeout when ``exec`` gets none.
-        kill_timeout: Deadline of killing a command's process group.
+    ``exec`` is written here once; a backend implements :meth:`_run_argv` and
+    :meth:`_stage_file`. ``close_timeout`` bounds a release owned by ``async with``.
     """
 
     kind: str = "container"
@@ -357,8 +284,7 @@ class ContainerSandbox(Sandbox):
 
     @abstractmethod
     async def _run_argv(self, run: ContainerExec) -> int:
-        """Run ``run.argv`` in the container, stream its output into ``run.out``/``run.err``;
-        return its exit code."""
+        """Run ``run.argv`` in the container, streaming its output; return its exit code."""
 
     @abstractmethod
     async def _stage_file(self, path: str, data: bytes) -> None:
@@ -379,11 +305,7 @@ class ContainerSandbox(Sandbox):
     def _mark_gone(
         self, detail: str, *, reason: UnavailableReason, backend: str | None = None
     ) -> SandboxUnavailableError:
-        """Record that the container is gone (the first reason wins); return the error.
-
-        The error names ``backend`` (default: :attr:`kind`) and this sandbox's task id; every
-        later operation raises it (:meth:`_check_open`).
-        """
+        """Record that the container is gone (the first reason wins); return the error."""
         if self._gone is None:
             self._gone = SandboxUnavailableError(
                 detail, reason=reason, backend=backend or self.kind, task_id=self.task_id
@@ -397,11 +319,6 @@ class ContainerSandbox(Sandbox):
 
     async def exec_request(self, request: ExecRequest) -> ExecResult:
         """Run the command with ``sh -c`` in the container, in its own process group.
-
-        A timeout or a cancellation kills the command's whole process group inside the
-        container (a second exec that waits until the group is gone); a timeout is reported as
-        exit code 124 with ``timed_out=True``. Output is kept head + tail up to
-        ``output_limit`` bytes per stream.
 
         Raises:
             SandboxUnavailableError: The container is gone (before or while the command ran).
@@ -496,17 +413,14 @@ class ContainerSandbox(Sandbox):
         return counted[0]
 
     async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
-        """Stream ``path`` from a ``cat`` in the container (see :meth:`Sandbox.stream_file`).
-
-        The size is checked in the container first (``stat``, else ``wc -c``).
+        """Stream ``path`` from a ``cat`` in the container, size checked first.
 
         **Cancellation**: the ``cat``'s process group is killed.
         """
         return await self._stream(_STREAM_FILE, path, sink, f"file {path!r}", max_bytes)
 
     async def _read_capped(self, stream: Callable[..., Awaitable[int]], path: str) -> bytes:
-        """What ``stream`` (:meth:`stream_file` or :meth:`stream_archive`) sends for ``path``,
-        collected, at most :data:`MAX_READ_BYTES`."""
+        """What ``stream`` sends for ``path``, collected, at most :data:`MAX_READ_BYTES`."""
         data = bytearray()
 
         async def collect(chunk: bytes) -> None:
@@ -518,16 +432,14 @@ class ContainerSandbox(Sandbox):
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
     ) -> int:
-        """Stream a tar of ``path`` from a ``tar`` in the container (members ``./x``, or the
-        file's base name; see :meth:`Sandbox.stream_archive`).
+        """Stream a tar of ``path`` from a ``tar`` in the container.
 
         **Cancellation**: the ``tar``'s process group is killed.
         """
         return await self._stream(_STREAM_ARCHIVE, path, sink, f"archive of {path!r}", max_bytes)
 
     async def _kill_group(self, exec_id: str, reason: str, user: str | None = None) -> None:
-        """Kill the process group of exec ``exec_id`` (as the ``user`` it ran as): shielded,
-        bounded, never raising."""
+        """Kill the process group of exec ``exec_id``: shielded, bounded, never raising."""
         with cleanup_scope(
             f"kill exec {exec_id[:12]} in {self.kind} container {self.label}",
             self.kill_timeout,
@@ -544,11 +456,7 @@ class ContainerSandbox(Sandbox):
                 logger.warning("could not kill exec %s in %s: %s", exec_id, self.label, exc)
 
     async def _helper(self, argv: list[str], timeout: float) -> tuple[int, str]:
-        """Run a short helper command to completion within ``timeout``; (exit code, stderr).
-
-        Raises:
-            TimeoutError: It did not finish within ``timeout``.
-        """
+        """Run a short helper command within ``timeout``: (exit code, stderr)."""
         code, _, err = await self._helper_output(argv, timeout)
         return code, err
 
@@ -562,8 +470,7 @@ class ContainerSandbox(Sandbox):
     # ----------------------------------------------------------------- files (defaults)
 
     async def read_bytes(self, path: str) -> bytes:
-        """Return the contents of ``path`` (a ``cat`` in the container through
-        :meth:`stream_file`, at most :data:`MAX_READ_BYTES`).
+        """Return the contents of ``path``, at most :data:`MAX_READ_BYTES`.
 
         Raises:
             FileNotFoundError: ``path`` does not exist or is not a regular file.
@@ -574,7 +481,7 @@ class ContainerSandbox(Sandbox):
         return await self._read_capped(self.stream_file, path)
 
     async def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (parents created) through :meth:`_stage_file`.
+        """Write ``data`` to ``path`` (parents created).
 
         **Cancellation**: the file may be partly written.
         """
@@ -582,8 +489,7 @@ class ContainerSandbox(Sandbox):
         await self._stage_file(self._resolve(path), data)
 
     async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (directory members ``./x``; a file by its
-        basename) through :meth:`stream_archive`, at most :data:`MAX_READ_BYTES`.
+        """Return a tar archive of ``path``, at most :data:`MAX_READ_BYTES`.
 
         Raises:
             FileNotFoundError: ``path`` does not exist.

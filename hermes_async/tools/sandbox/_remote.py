@@ -1,62 +1,9 @@
 """What the remote-API backends (E2B, Daytona) share: a driver seam, exec, creation, the reaper.
 
-Why one module of this size: one concept, a sandbox behind a remote API (E2B, Daytona) —
-its exec protocol, its creation shield, its rate limiter and the label reaper — written once
-for every such backend; the drivers are the only per-service code.
-
-A remote sandbox is a machine behind an HTTP API that offers three primitives: run a shell
-command and get its text output back when it ends, write a file, read a file. Each backend
-wraps its SDK in a small :class:`RemoteDriver` (per sandbox) and a :class:`RemoteClient` (per
-factory: create, list by label, delete by id); everything else is written once here.
-
-Exec, in one API round trip
----------------------------
-
-A command runs through the Docker/Modal wrapper (``_container.EXEC_WRAPPER``: its own process
-group, killed as a group) with its stdout and stderr redirected to files in the sandbox. When
-it ends, the same remote call caps each file head + tail to ``output_limit`` (inside the
-sandbox: a runaway ``yes`` never crosses the network whole), base64-encodes both, prints them
-after a marker line, and removes the files. The SDKs' command output is text (decoded by the
-SDK), so base64 keeps arbitrary bytes exact; the host rebuilds the streams with the shared
-:class:`~hermes_async.tools.sandbox.output.OutputCapture` (so the truncation marker is the one
-every backend shows). ``stdin`` is staged as a file first (one more call).
-
-On timeout the host kills the command's group (``KILL_SCRIPT``, a second call) and keeps
-waiting, bounded by ``kill_timeout``, for the first call to report what the command printed
-before it died: exit 124, ``timed_out``, with the partial output. On cancellation the group is
-killed (shielded, bounded) before the cancellation propagates.
-
-Creation: rate limited, shielded until the id is captured
-----------------------------------------------------------
-
-The leak the verifiers project shipped (#411, PR #2406: sandboxes running for their 24 h
-lifetime, 2,310 of them, because an interrupt landed before the create call returned the id)
-is ruled out in two layers:
-
-1. The create call runs **shielded** from the caller's cancellation and bounded by
-   ``create_timeout``. A cancellation that arrives meanwhile is delivered right after
-   the id is known, and the fresh sandbox is deleted first (shielded, bounded).
-2. Every sandbox carries labels: the fixed ``hermes-async=1``, this factory's run id
-   (``hermes-async-run``) and the task id. A create that *times out* (the server may have made
-   the sandbox but the id never arrived) is followed by a bounded sweep of this run's sandboxes
-   with that task's label. The **reaper** deletes everything labelled with this run's id at
-   the factory's first use (a previous incarnation's leftovers can't be this run's, but a
-   sweep is cheap and proves the listing works) and when the factory closes
-   (:meth:`RemoteBackend.aclose`, which ``SandboxManager`` calls on shutdown). It never
-   touches another run's sandboxes: the list query filters by this run's id, and each hit is
-   checked again before it is deleted.
-
-Creations pass a :class:`~hermes_async.tools.sandbox.modal.CreationRateLimiter` (at most
-``max_concurrent_creates`` in flight, starts ``1 / max_creates_per_second`` apart) on top of the
-manager's ``sandbox_create`` limiter.
-
-A sandbox that dies mid-rollout (deleted from outside, its lifetime ended, the provider lost
-it) raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` from every later
-operation; the driver decides which SDK errors mean "gone".
-
-Secrets: the API key is handed to the SDK client only. Sandboxes get exactly the configured
-``env`` (empty by default) at creation and each command's explicit ``env``; no host variable
-is forwarded, and log lines name sandbox ids and task ids only.
+Each backend wraps its SDK in a :class:`RemoteDriver` and a :class:`RemoteClient`; the rest is
+here. A create call is shielded until the sandbox's id is known, and every sandbox carries
+this run's labels so the reaper can delete leftovers. Design:
+docs/decisions/032-remote-api-sandboxes.md.
 """
 
 from __future__ import annotations
@@ -171,17 +118,12 @@ _CHECK_FILE = (
 class RemoteDriver(Protocol):
     """One remote sandbox as the SDK exposes it: run, read, write, delete.
 
-    Every method raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`
-    when the SDK says the sandbox is gone, :class:`~hermes_async.errors.SandboxError` for any
-    other SDK failure (``FileNotFoundError`` from :meth:`read` for a missing file). Deadlines
-    are the caller's (:class:`_RemoteSandbox` bounds each call); ``timeout`` is passed to the SDK
-    as its own backstop.
+    Methods raise ``SandboxUnavailableError`` when the sandbox is gone, ``SandboxError`` for other
+    SDK failures. The caller bounds each call; ``timeout`` is the SDK's own backstop.
     """
 
     @property
-    def sandbox_id(self) -> str:
-        """The provider's id of the sandbox."""
-        ...
+    def sandbox_id(self) -> str: ...
 
     async def run(self, command: str, *, env: Mapping[str, str] | None, timeout: float) -> str:
         """Run ``command`` through the sandbox's shell; return its standard output as text."""
@@ -215,9 +157,7 @@ class RemoteClient(Protocol):
         """Delete sandbox ``sandbox_id`` (already gone is not an error)."""
         ...
 
-    async def aclose(self) -> None:
-        """Close the client's connections."""
-        ...
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,23 +165,11 @@ class RemoteSandboxConfig:
     """The settings every remote backend shares (each backend's config adds its own).
 
     Attributes:
-        workdir: Working directory of every command and the base of relative paths.
-        home: ``~`` inside the sandbox.
-        cpus: CPU request.
-        memory_mb: Memory request in MiB.
-        block_network: Cut the sandbox off the internet.
         env: Variables set in the sandbox at creation (nothing from the host is forwarded).
-        sandbox_lifetime_seconds: The provider's hard lifetime of a sandbox: the last bound on
-            a leak nothing else caught.
-        create_timeout: Deadline of one creation (shielded: a cancellation waits at
-            most this long for the id, then the sandbox is deleted).
+        sandbox_lifetime_seconds: The provider's hard lifetime of a sandbox.
+        create_timeout: Deadline of one creation (a cancellation waits at most this long).
         call_timeout: Deadline of every other API call (file transfer, kill).
-        delete_timeout: Deadline of one delete, and the bound of a release that
-            ``async with sandbox:`` owns.
         reap_timeout: Deadline of one reaper sweep (list + deletes).
-        default_exec_timeout: Command timeout when ``exec`` gets none.
-        max_creates_per_second: Creations started per second, at most.
-        max_concurrent_creates: Creations in flight, at most.
         reap_on_start: Sweep this run's leftovers at the factory's first use.
     """
 
@@ -275,14 +203,7 @@ class RemoteSandboxConfig:
 
 @dataclass(frozen=True, slots=True)
 class _ReapReport:
-    """What one reaper sweep did.
-
-    Attributes:
-        found: Ids listed with this run's label.
-        deleted: Ids deleted.
-        failed: Ids whose delete failed (logged).
-        skipped: Ids whose labels were not this run's on a second look (never deleted).
-    """
+    """What one reaper sweep did: ids found, deleted, failed, and skipped (not this run's)."""
 
     found: tuple[str, ...] = ()
     deleted: tuple[str, ...] = ()
@@ -292,18 +213,7 @@ class _ReapReport:
 
 @dataclass(frozen=True, slots=True)
 class SdkErrors:
-    """How one provider's SDK names its failures (by class name, see :func:`error_named`).
-
-    Attributes:
-        kind: The provider's name in messages (``"E2B"``).
-        gone: The errors that mean the sandbox no longer exists.
-        gone_words: How the message says so (``"not found"``).
-        auth: The error of refused credentials.
-        rate_limit: The error of a rate-limited call.
-        file_missing: The error of reading a file that does not exist.
-        timeout: The error of a create that ran out of time.
-        hint: What to check when the provider refuses (credentials, network).
-    """
+    """How one provider's SDK names its failures (by class name, see :func:`error_named`)."""
 
     kind: str
     gone: tuple[str, ...]
@@ -315,11 +225,7 @@ class SdkErrors:
     hint: str
 
     def translate(self, what: str, exc: Exception, sandbox_id: str | None) -> Exception:
-        """An SDK failure as this package's error tree (``raise ... from exc`` at the call).
-
-        A "gone" error becomes :class:`SandboxUnavailableError` only with a ``sandbox_id``
-        (a control-plane call about no particular sandbox is a plain failure).
-        """
+        """An SDK failure as this package's error; "gone" needs a ``sandbox_id``."""
         if error_named(exc, *self.gone) and sandbox_id is not None:
             return SandboxUnavailableError(
                 f"{self.kind} reports sandbox {sandbox_id} {self.gone_words} during {what}",
@@ -344,8 +250,7 @@ class SdkErrors:
             raise self.translate(what, exc, sandbox_id) from exc
 
     async def create(self, what: str, awaitable: Awaitable[_T]) -> _T:
-        """Await a create call: the SDK's timeout as ``TimeoutError`` (the backend then sweeps
-        by label), other failures translated."""
+        """Await a create call: the SDK's timeout as ``TimeoutError``, other failures translated."""
         try:
             return await awaitable
         except Exception as exc:
@@ -374,12 +279,10 @@ class SdkErrors:
 
 
 def remote_config_for(config: _C, spec: SandboxSpec | None, *, name: str) -> _C:
-    """``config`` with a per-item spec applied: ``image`` to the config's ``image_field``, cpus,
-    memory, network, workdir, timeouts. A ``build_context`` without an image is refused (remote
-    providers build from a registry image or a template).
+    """``config`` with a per-item spec applied.
 
     Raises:
-        ConfigError: The spec asks for a local build.
+        ConfigError: The spec asks for a local build (``build_context`` without an image).
     """
     return _cloud_config_for(
         config,
@@ -434,10 +337,7 @@ def parse_result(stdout: str) -> tuple[int, int, int, bytes, bytes] | None:
 
 
 class _RemoteSandbox(StagedTransferSandbox):
-    """One remote sandbox (E2B, Daytona) over a :class:`RemoteDriver`; see the module docstring.
-
-    Created by a :class:`RemoteBackend`; closed with :meth:`aclose` (deletes it).
-    """
+    """One remote sandbox over a :class:`RemoteDriver`; created by a :class:`RemoteBackend`."""
 
     kind = "remote"
 
@@ -465,12 +365,10 @@ class _RemoteSandbox(StagedTransferSandbox):
 
     @property
     def sandbox_id(self) -> str:
-        """The provider's id of the sandbox."""
         return self._driver.sandbox_id
 
     @property
     def label(self) -> str:
-        """The provider's id of the sandbox."""
         return self.sandbox_id
 
     async def _call(self, what: str, awaitable: Awaitable[_T]) -> _T:
@@ -485,7 +383,6 @@ class _RemoteSandbox(StagedTransferSandbox):
             raise self._gone_from(exc) from exc
 
     def _gone_from(self, exc: SandboxUnavailableError) -> SandboxUnavailableError:
-        """Record a driver's "gone" (which knows no task) with this sandbox's task id."""
         return self._mark_gone(exc.detail, reason=exc.reason, backend=exc.backend)
 
     # ----------------------------------------------------------------- exec
@@ -524,13 +421,7 @@ class _RemoteSandbox(StagedTransferSandbox):
         cwd: str = "/",
         stdin: str = "",
     ) -> tuple[tuple[int, int, int, bytes, bytes] | None, bool]:
-        """Run ``command`` through the wrapper; (its result block, whether it timed out).
-
-        A command with an ``exec_id`` (a user's command) has its group killed when it times
-        out, then gets ``kill_timeout`` more to report; a helper (no ``exec_id``: the kill
-        itself, mkdir, tar) is only abandoned, so a kill never starts another kill. The
-        result is ``None`` when nothing was reported.
-        """
+        """Run ``command`` through the wrapper: (result block or ``None``, whether it timed out)."""
         kill_on_timeout = exec_id is not None
         exec_id = exec_id or uuid.uuid4().hex
         line = self._run_command(exec_id, command, cwd, stdin, limit_bytes)
@@ -580,7 +471,7 @@ class _RemoteSandbox(StagedTransferSandbox):
         return parse_result(reply[0]), timed_out
 
     async def exec_request(self, request: ExecRequest) -> ExecResult:
-        """Run the command in the sandbox, in its own process group (see the module docstring).
+        """Run the command in the sandbox, in its own process group.
 
         Raises:
             SandboxUnavailableError: The sandbox is gone (before or while the command ran).
@@ -646,8 +537,7 @@ class _RemoteSandbox(StagedTransferSandbox):
         return await self._call(f"a read of {path}", self._driver.read(path))
 
     async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
-        """Check ``path`` in the sandbox (kind, size against ``max_bytes``), then download it
-        and hand it to ``sink`` in chunks (see :meth:`Sandbox.stream_file`).
+        """Check ``path`` in the sandbox, then download it to ``sink`` in chunks.
 
         **Cancellation**: nothing is left running in the sandbox.
         """
@@ -687,13 +577,10 @@ class _RemoteSandbox(StagedTransferSandbox):
     # ----------------------------------------------------------------- close
 
     async def aclose(self, interrupted: bool = False) -> None:
-        """Delete the sandbox. Idempotent.
+        """Delete the sandbox. Idempotent; ``interrupted`` changes nothing.
 
-        ``interrupted`` changes nothing: a delete is already immediate.
-
-        **Cancellation**: one API call bounded by ``delete_timeout``; run ``aclose``
-        under the release's cleanup scope (``SandboxManager.release`` does). A sandbox that
-        could not be deleted is logged and left to the factory's reaper and its lifetime.
+        **Cancellation**: one call bounded by ``delete_timeout``; a sandbox not deleted is left to
+        the reaper and its lifetime.
         """
         if self._closed:
             return
@@ -718,24 +605,14 @@ class _RemoteSandbox(StagedTransferSandbox):
 
 
 class RemoteBackend(Generic[_C]):
-    """A factory of :class:`_RemoteSandbox` es for one run: labels, rate limit, the reaper.
+    """A factory of remote sandboxes for one run: labels, rate limit, the reaper.
 
-    A backend sets the class attributes below and implements :meth:`_import_sdk` and
-    :meth:`_make_client`. The factory is the ``factory(task_id, spec=None)`` a
-    ``SandboxManager`` calls; :meth:`aclose` (called by the manager on shutdown) sweeps this
-    run's leftovers and closes the client.
+    A backend sets the class attributes and implements :meth:`_import_sdk` and
+    :meth:`_make_client`.
 
     Args:
-        config: How sandboxes are created.
         sdk: The SDK module, or a double with the same async surface; default: import it.
         run_id: This run's id (default: random); its sandboxes carry it as a label.
-
-    Attributes:
-        config: How sandboxes are created.
-        run_id: This factory's run id (the ``hermes-async-run`` label of its sandboxes).
-        rate_limiter: The creation limiter.
-        live: Ids of sandboxes created and not yet deleted by this factory.
-        reaps: Every sweep's report, in order.
     """
 
     #: The backend's name in messages (``"E2B"``).
@@ -803,13 +680,10 @@ class RemoteBackend(Generic[_C]):
 
         Raises:
             ConfigError: The SDK is missing, or it cannot run on this async library.
-            SandboxError: The provider refused, failed, or creation exceeded
-                ``create_timeout`` (a sandbox it may have made is swept by label).
+            SandboxError: The provider refused or failed, or creation exceeded ``create_timeout``.
 
-        **Cancellation**: a cancellation before the rate limiter admits the call creates
-        nothing; one during the create call is held until the id arrives (at most
-        ``create_timeout``), then the sandbox is deleted (shielded, bounded by
-        ``delete_timeout``) and the cancellation propagates.
+        **Cancellation**: waits for the id (at most ``create_timeout``), deletes the sandbox
+        (shielded, bounded), then propagates.
         """
         self._check_runtime()
         config = self._config_for(spec)
@@ -912,11 +786,8 @@ class RemoteBackend(Generic[_C]):
     async def reap(self, *, reason: str = "asked") -> _ReapReport:
         """Delete every sandbox carrying this run's labels (never another run's).
 
-        Returns:
-            What the sweep found and did (also appended to :attr:`reaps`).
-
-        **Cancellation**: shielded, bounded by ``reap_timeout``; whatever was not
-        deleted is left to the next sweep and the provider's lifetime.
+        **Cancellation**: shielded, bounded by ``reap_timeout``; what was not deleted is left to
+        the next sweep.
         """
         client = self._client_for()
         report = _ReapReport()
@@ -932,8 +803,7 @@ class RemoteBackend(Generic[_C]):
     async def aclose(self) -> None:
         """Sweep this run's leftovers, then close the client. Idempotent.
 
-        **Cancellation**: both steps are shielded and bounded (``reap_timeout``, then
-        ``call_timeout``).
+        **Cancellation**: both steps are shielded and bounded.
         """
         if self._client is None:
             return

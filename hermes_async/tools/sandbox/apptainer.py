@@ -1,36 +1,9 @@
 """The singularity backend: one Apptainer (or SingularityCE) instance per rollout, via its CLI.
 
-No extra and no SDK: every step is a host process of the ``apptainer`` (or ``singularity``)
-executable, started and bounded by :func:`~hermes_async.tools.sandbox.host.run_bounded`, so it
-runs on asyncio and trio alike.
-
-* **Create**: a private scratch directory on this host (``scratch_dir``, default the temp dir;
-  its ``home/`` is bound as the container's home), then
-  ``apptainer instance start --containall --cleanenv --writable-tmpfs --home SCRATCH/home:HOME
-  [start_args] IMAGE NAME`` within ``start_timeout``. ``IMAGE`` is a local ``.sif`` or
-  any URI the CLI knows (``docker://...``, the reference's default
-  ``docker://nikolaik/python-nodejs:python3.11-nodejs20``). A creation that fails, times out or
-  is cancelled runs ``instance stop --force NAME`` (shielded, bounded) and removes the scratch
-  directory, so an instance whose start was under way when the cancellation came is stopped too.
-* **Commands**: ``apptainer --quiet exec --cleanenv instance://NAME /bin/sh -c WRAPPER ...``:
-  the Docker and Modal backends' wrapper (``_container.EXEC_WRAPPER``) runs the command under
-  ``setsid`` in its own process group inside the instance; a timeout (exit 124, ``timed_out``)
-  or a cancellation kills the host-side ``apptainer exec`` process group *and* the group inside
-  (``KILL_SCRIPT`` through a second ``exec``) before returning. Output is kept head + tail per
-  stream. The command's environment is ``--cleanenv`` plus what the backend passes as
-  ``APPTAINERENV_*`` (``SINGULARITYENV_*`` for a ``singularity`` executable) in the CLI's own
-  environment, which is an allowlist of this host's (``PATH``, ``HOME``, ``USER``, ``LANG``):
-  values never appear on a command line.
-* **Files**: ``cat`` / ``tar`` inside the instance through the same ``exec`` (stdin for uploads,
-  stdout streamed for downloads); archives are checked (``check_tar_members``) before upload.
-* **Close**: ``instance stop NAME`` (``--force`` when the release is ``interrupted``), bounded by
-  ``stop_timeout``, then the scratch directory is removed; the instance's PID namespace
-  (``--containall``) takes every process of the sandbox with it.
-
-Not yet run against a real Apptainer: the tests drive this backend through the conformance
-suite against :mod:`hermes_async.testing.apptainer_standin`, a stand-in executable implementing
-the CLI subset above on top of host processes (see its docstring for what it does and does not
-model).
+No extra and no SDK: every step is a bounded host process of the ``apptainer`` (or
+``singularity``) executable, so it runs on asyncio and trio. A creation that fails or is
+cancelled stops the instance; close stops it and its PID namespace takes every process.
+Not yet run against a real Apptainer. The exact argv: docs/decisions/037-e2b-daytona-apptainer.md.
 """
 
 from __future__ import annotations
@@ -90,20 +63,10 @@ class ApptainerSandboxConfig:
     Attributes:
         image: A local ``.sif`` path or an image URI (``docker://...``); unset:
             ``TERMINAL_SINGULARITY_IMAGE`` or :data:`DEFAULT_SINGULARITY_IMAGE`.
-        executable: The CLI: a name on ``PATH`` or a path; unset: ``apptainer``, else
-            ``singularity``.
-        workdir: Working directory inside the instance (and base of relative paths).
+        executable: The CLI, on ``PATH`` or a path; unset: ``apptainer``, else ``singularity``.
         home: ``$HOME`` inside the instance (bound from the scratch directory's ``home/``).
-        scratch_dir: Host directory for each sandbox's scratch directory (default temp dir).
-        start_args: More ``instance start`` flags (``--net --network none``, ``--fakeroot``,
-            ``--overlay ...``).
-        env: Variables set in every command.
-        start_timeout: Deadline of ``instance start`` (an image pull and conversion of
-            a ``docker://`` image on first use included).
-        stop_timeout: Deadline of ``instance stop``, and of a release owned by
-            ``async with sandbox:``.
-        kill_timeout: Deadline of killing a command's process group.
-        default_exec_timeout: Command timeout when ``exec`` gets none.
+        start_args: More ``instance start`` flags (``--net --network none``, ``--fakeroot``).
+        start_timeout: Deadline of ``instance start``, a first ``docker://`` pull included.
     """
 
     image: str | None = None
@@ -177,12 +140,8 @@ def _text(data: bytes) -> str:
 class ApptainerBackend:
     """Starts :class:`ApptainerSandbox` es: the ``factory(task_id)`` a ``SandboxManager`` takes.
 
-    Args:
-        config: How instances are started.
-
     Raises:
-        ConfigError: The executable is not installed (checked here, so a bad setting fails
-            before the first rollout).
+        ConfigError: The executable is not installed (checked here, before the first rollout).
     """
 
     def __init__(self, config: ApptainerSandboxConfig | None = None) -> None:
@@ -194,16 +153,13 @@ class ApptainerBackend:
         return f"ApptainerBackend({self.executable}, image={self.config.resolved_image!r})"
 
     async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> ApptainerSandbox:
-        """Start the instance for ``task_id``.
-
-        A spec's ``image``, ``env``, ``workdir`` and ``exec_timeout`` apply.
+        """Start the instance for ``task_id``; a spec's image, env, workdir and timeout apply.
 
         Raises:
             SandboxError: ``instance start`` failed or exceeded ``start_timeout``.
 
-        **Cancellation**: ``instance stop --force`` runs (shielded, bounded by
-        ``stop_timeout``) and the scratch directory is removed before the
-        cancellation propagates, so an instance that was starting does not outlive it.
+        **Cancellation**: ``instance stop --force`` runs and the scratch directory is removed
+        (shielded, bounded) before the cancellation propagates.
         """
         cfg = self.config
         image = spec.image if spec is not None and spec.image else cfg.resolved_image
@@ -304,9 +260,6 @@ class ApptainerBackend:
 
 class ApptainerSandbox(ContainerSandbox):
     """One rollout's Apptainer instance. Start it with :class:`ApptainerBackend`.
-
-    ``exec`` is :class:`~hermes_async.tools.sandbox._container.ContainerSandbox`'s; files go
-    through ``cat`` / ``tar`` inside the instance.
 
     Attributes:
         name: The instance's name (``instance://NAME``).
@@ -409,11 +362,9 @@ class ApptainerSandbox(ContainerSandbox):
         )
 
     async def aclose(self, interrupted: bool = False) -> None:
-        """Stop the instance (``--force`` when ``interrupted``) and remove the scratch
-        directory. Idempotent.
+        """Stop the instance (``--force`` when ``interrupted``) and remove the scratch. Idempotent.
 
-        **Cancellation**: each step is bounded (``stop_timeout``; the removal by the
-        remover's own deadline); the owner of the release shields them.
+        **Cancellation**: each step is bounded; the owner of the release shields them.
         """
         if self._closed:
             return

@@ -1,40 +1,8 @@
-"""Sandbox backends by name: a small registry (what ``terminal_backend`` in the config selects).
+"""Sandbox backends by name: the registry ``terminal_backend`` selects from.
 
-::
-
-    factory = make_backend_factory("docker", image="python:3.11-slim", network_mode="bridge")
-    async with SandboxManager(factory, limits=limits) as manager:
-        ...
-
-A backend is registered as ``name -> builder``: the builder takes the backend's options as
-keyword arguments and returns the ``factory(task_id) -> Sandbox`` a ``SandboxManager`` calls.
-Everything else a backend does happens through the :class:`~hermes_async.tools.sandbox.base.
-Sandbox` lifecycle: the factory creates (under the manager's ``sandbox_create`` limiter and
-deadline), ``exec_request`` runs commands, ``aclose(interrupted=...)`` releases. So adding a
-backend is ``register_backend("mine", build_mine)``; nothing here branches on names.
-
-Built in: ``"local"`` needs nothing extra and runs on asyncio and trio; ``"docker"`` needs the
-``[docker]`` extra, ``"modal"`` the ``[modal]`` extra, ``"ssh"`` the ``[ssh]`` extra,
-``"e2b"`` the ``[e2b]`` extra and ``"daytona"`` the ``[daytona]`` extra, and they run only under
-asyncio (the
-check happens when the first sandbox is created, so building the factory never fails for that
-reason). Their builders import the backend module lazily, so a missing extra costs nothing
-until it is used. Options are the fields of the backend's config class; an unknown option is a
-:class:`~hermes_async.errors.ConfigError` naming the valid ones.
-
-**Preflight.** A backend may register a ``preflight`` hook: ``async (**options) -> None`` that
-proves, before the first rollout, that sandboxes can be created at all, and raises a
-:class:`~hermes_async.errors.SandboxError` (or ``ConfigError``) naming the setting and the fix
-otherwise. :func:`preflight_backend` runs it (environments do at start-up, so a run against a
-stopped engine fails in seconds instead of scoring every rollout 0). Built in: ``docker`` pings
-the engine (bounded, ~10 s at most); ``modal`` checks the extra and that credentials are
-configured (``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` or a ``~/.modal.toml``; skipped when a
-``modal=`` double is passed); ``ssh`` connects and logs in (bounded by ``connect_timeout``) and
-checks the remote host has ``setsid``, ``mktemp``, ``tar`` and ``env``; ``singularity`` (an
-Apptainer/SingularityCE instance per sandbox, no extra: its CLI; asyncio and trio) checks the
-executable answers ``--version``; ``e2b`` and ``daytona`` check the extra and ``E2B_API_KEY`` /
-``DAYTONA_API_KEY`` (skipped when an ``e2b=`` / ``daytona=`` double is passed); ``local``
-starts one throw-away bubblewrap world, unless ``isolation="process"`` was chosen.
+``name -> builder(**options) -> factory(task_id)``, builders importing lazily, plus an
+optional preflight run at start-up. The built-ins: docs/architecture.md, "Sandbox backends
+by name".
 """
 
 from __future__ import annotations
@@ -114,13 +82,8 @@ def register_backend(
 ) -> None:
     """Make backend ``name`` available to :func:`make_backend_factory`.
 
-    Args:
-        name: What ``terminal_backend`` names it (non-empty).
-        builder: ``(**options) -> factory``; raise ``TypeError`` or
-            :class:`~hermes_async.errors.ConfigError` for bad options.
-        replace: Allow replacing an existing registration (e.g. a test double).
-        preflight: ``async (**options) -> None`` run by :func:`preflight_backend` (see the
-            module docstring); ``None``: nothing to check.
+    ``builder`` is ``(**options) -> factory`` and raises ``TypeError`` or ``ConfigError`` for bad
+    options; ``preflight`` is run by :func:`preflight_backend`.
 
     Raises:
         ValueError: ``name`` is empty, or already registered and ``replace`` is false.
@@ -144,12 +107,11 @@ def available_backends() -> tuple[str, ...]:
 
 
 def check_backend_name(kind: str) -> str:
-    """Return ``kind`` if it is a registered backend (what ``terminal_backend`` is checked
-    against: the registry at that moment, so a backend registered by another module counts).
+    """Return ``kind`` if it is registered now.
 
     Raises:
-        ConfigError: It is not (the message lists the registered ones, and for the
-            reference's names this project lacks, what to do instead).
+        ConfigError: It is not (listing the registered ones, and for the reference's names we
+            lack, what to do instead).
     """
     if kind not in _REGISTRY:
         raise _unknown_backend(kind)
@@ -159,21 +121,12 @@ def check_backend_name(kind: str) -> str:
 def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
     """Return the ``factory(task_id) -> Sandbox`` for backend ``kind``.
 
-    Args:
-        kind: A registered name: ``"local"``, ``"docker"``, ``"modal"`` or one of yours.
-        **options: For ``local``, the keyword arguments of
-            :func:`~hermes_async.tools.sandbox.local.local_factory` (the ``NamespaceOptions``
-            fields may be given flat); for ``docker``, fields of
-            :class:`~hermes_async.tools.sandbox.docker.DockerSandboxConfig`; for ``modal``,
-            fields of :class:`~hermes_async.tools.sandbox.modal.ModalSandboxConfig` plus
-            ``modal=`` (a double for tests); for ``e2b`` / ``daytona``, fields of
-            :class:`~hermes_async.tools.sandbox.e2b.E2BSandboxConfig` /
-            :class:`~hermes_async.tools.sandbox.daytona.DaytonaSandboxConfig` plus ``e2b=`` /
-            ``daytona=`` and ``run_id=`` (the label the reaper sweeps by; give a resumed run
-            its previous id and the start-up sweep removes a crashed incarnation's leftovers).
+    ``options`` are the fields of the backend's config class (``local_factory``'s keywords for
+    ``local``), a test double (``modal=``, ``e2b=``, ``daytona=``), and for remote backends
+    ``run_id=``: give a resumed run its previous id so the start-up sweep finds its leftovers.
 
     Raises:
-        ConfigError: Unknown ``kind`` (the message lists the available ones) or option.
+        ConfigError: Unknown ``kind`` or option.
     """
     builder = _REGISTRY.get(kind)
     if builder is None:
@@ -187,14 +140,9 @@ def make_backend_factory(kind: str, **options: object) -> SandboxFactory:
 async def preflight_backend(kind: str, **options: object) -> None:
     """Check, before the first rollout, that backend ``kind`` can create sandboxes.
 
-    Args:
-        kind: A registered backend name.
-        **options: The options :func:`make_backend_factory` gets.
-
     Raises:
         ConfigError: Unknown ``kind`` or option, or a missing extra.
-        SandboxError: The backend is unreachable or unauthenticated; the message names
-            ``terminal_backend`` and what to do.
+        SandboxError: The backend is unreachable or unauthenticated.
 
     **Cancellation**: whatever the check opened is closed.
     """
@@ -316,9 +264,7 @@ def _cloud_preflight(
     credentials: Callable[[], str | None],
     how: str,
 ) -> None:
-    """The preflight of a cloud backend: the options make a config, the SDK imports and some
-    credentials are configured (``how``: where to put them). An injected client (a test
-    double) brings its own credentials: only the options are checked."""
+    """A cloud backend's preflight: config, SDK and credentials (``how``: where to put them)."""
     _config(config_type, name, options)
     if injected is not None:
         return

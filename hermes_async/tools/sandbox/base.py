@@ -1,68 +1,8 @@
-"""The sandbox interface every backend (local, Docker, Modal, the in-memory fake) implements.
+"""The sandbox interface every backend implements.
 
-Why one module of this size: one concept, the sandbox interface; the background-process protocol
-(start, status, kill, stdin) is written once here on top of ``exec`` so every backend shares it.
-
-A sandbox is one rollout's private machine: a working directory, an environment built from an
-allowlist, and the processes it started. Tools are written once against :class:`Sandbox`; no tool
-touches the host filesystem directly.
-
-What is *returned* and what is *raised*: a command that exits non-zero, prints too much or times
-out is an observation (an :class:`ExecResult`); a sandbox that cannot be reached or created is an
-operator problem (:class:`~hermes_async.errors.SandboxError`). File reads of a missing path raise
-``FileNotFoundError`` so tools can turn them into model-visible errors.
-
-Contract for backends
----------------------
-
-A backend implements six abstract coroutines: :meth:`Sandbox.exec_request` (the hook behind the
-public :meth:`Sandbox.exec`, which validates and normalises its arguments into one frozen
-:class:`ExecRequest`), :meth:`Sandbox.read_bytes`, :meth:`Sandbox.write_bytes`,
-:meth:`Sandbox.put_archive`, :meth:`Sandbox.get_archive` and :meth:`Sandbox.aclose`.
-Everything else has a working default built on them:
-
-* **Background processes** (``terminal(background=true)`` and the ``process`` tool) are started
-  *detached inside the sandbox* by a small POSIX ``sh`` wrapper, in their own session
-  (``setsid``), writing ``pid``, ``log`` and ``exit`` files under
-  ``{background_state_dir}/{session_id}/`` and reading standard input from a FIFO there (kept
-  open by a ``sleep`` "keeper" process until ``close``). Status, logs, kill and stdin writes are
-  short ``exec`` calls. So an exec-only backend (Docker, Modal) supports them with zero extra
-  code; it only needs ``sh``, ``setsid`` (or job control), ``mkfifo``, ``kill``, ``tail`` and
-  ``/proc`` or ``kill -0`` in its image. A backend may override the ``*_background`` methods
-  with real process handles; the tools only use the public methods below.
-* The per-sandbox background table lives on the instance (created lazily, so subclasses need
-  not call ``super().__init__``).
-* ``async with sandbox:`` closes it, the block owning the release (shielded, bounded by
-  :attr:`Sandbox.close_timeout`, ``interrupted`` when the block raised).
-
-* **Background logs are bounded on disk**: the wrapper pipes the command's output through a
-  small ring (``dd`` segments, rotated): the log keeps the last :data:`BACKGROUND_LOG_LIMIT_BYTES`
-  at most, counts what it dropped, and :meth:`Sandbox.background_status` puts a marker
-  (``[... N bytes of earlier output dropped ...]``) in front of the output the model sees. A
-  ``yes`` left running costs a few MiB, not the disk.
-* **Streamed transfers**: :meth:`Sandbox.stream_file` and :meth:`Sandbox.stream_archive` hand
-  a file (or a tar of a path) to an async sink chunk by chunk, with a size cap
-  (:class:`~hermes_async.tools.sandbox.errors.TransferLimitError`); ``ToolContext`` downloads
-  go through them to disk, so host memory stays flat whatever the sandbox holds. The default
-  implementations read the whole file once (``read_bytes`` / ``get_archive``); the local,
-  Docker and Modal backends stream for real.
-* **Lifecycle hook** :meth:`Sandbox.watch`: a ``SandboxManager`` runs it in its own task group
-  for the sandbox's lifetime (the Docker backend's disk-cap watchdog); the default does nothing.
-
-A sandbox whose machine died (its init, container or remote sandbox is gone) raises
-:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` from every operation:
-"the sandbox is gone", never to be confused with "your command failed".
-
-Backends must bound every wait (a sandbox that does not answer raises ``SandboxError`` within a
-deadline) and make :meth:`Sandbox.aclose` idempotent. Closing is *owned* by whoever releases the
-sandbox: ``SandboxManager.release`` (or an ``async with`` block) runs ``aclose`` under its one
-shielded, bounded cleanup scope, so ``aclose`` itself does not shield (a shield inside would make that bound powerless);
-it gives each external call its own deadline. ``aclose(interrupted=True)`` says the release
-happens because the rollout was cancelled or timed out: a backend may then skip graceful steps
-(the local backend sends SIGKILL at once instead of SIGTERM and a grace period).
-
-The reusable conformance suite in :mod:`hermes_async.testing.sandbox_conformance` checks all of
-this against any backend.
+A sandbox is one rollout's private machine: a working directory, an allowlisted environment,
+its processes. A failed command is an :class:`ExecResult`; an unreachable sandbox raises
+:class:`~hermes_async.errors.SandboxError`. Contract: docs/architecture.md, "The sandbox contract".
 """
 
 from __future__ import annotations
@@ -153,15 +93,12 @@ BACKGROUND_EXEC_TIMEOUT_SECONDS = 30.0
 
 @dataclass(frozen=True, slots=True)
 class ExecResult:
-    """The outcome of one command.
+    """The outcome of one command; output decoded as UTF-8, bad bytes replaced.
 
     Attributes:
-        stdout: Standard output, decoded as UTF-8 with undecodable bytes replaced.
-        stderr: Standard error, decoded the same way.
         exit_code: The exit status; ``124`` when killed by the timeout.
         timed_out: The command hit its timeout and its process group was killed.
-        truncated: A stream exceeded the output limit; the middle was dropped (head + tail kept).
-        duration_seconds: Wall time from start to exit.
+        truncated: A stream passed the output limit; head and tail were kept.
     """
 
     stdout: str
@@ -186,12 +123,9 @@ class BackgroundProcess:
 
     Attributes:
         session_id: ``proc_<hex>``, the id the model uses with the ``process`` tool.
-        command: The command line.
-        cwd: Its working directory inside the sandbox.
-        pid: Process (and process-group / session) id inside the sandbox, if known.
-        started_at: Wall-clock start time (``time.time()``).
-        exit_code: Set once the process is known to have exited (``-1``: killed or lost).
-        state_dir: Where the default implementation keeps its ``pid``/``log``/``exit`` files.
+        pid: Process (= group = session) id inside the sandbox, if known.
+        exit_code: Set once it is known to have exited (``-1``: killed or lost).
+        state_dir: Where its ``pid``, ``log`` and ``exit`` files are.
     """
 
     session_id: str
@@ -213,11 +147,9 @@ class BackgroundStatus:
     """A snapshot of a background process.
 
     Attributes:
-        process: The process record (with ``exit_code`` once it exited).
-        running: Whether it is still running.
-        output: The last ``tail_chars`` characters of its combined stdout/stderr, preceded by
-            :func:`dropped_marker` when its log dropped earlier output.
-        dropped_bytes: Bytes of output its bounded log has dropped so far.
+        output: The last ``tail_chars`` characters of its output, after a
+            :func:`dropped_marker` when its log dropped some.
+        dropped_bytes: Bytes its bounded log has dropped so far.
     """
 
     process: BackgroundProcess
@@ -233,28 +165,14 @@ class BackgroundStatus:
 
 @dataclass(frozen=True, slots=True)
 class ExecRequest:
-    """One command for a sandbox, validated and normalised: what :meth:`Sandbox.exec` builds.
+    """One validated, normalised command: what :meth:`Sandbox.exec` hands to the backend.
 
-    Backends receive it in :meth:`Sandbox.exec_request`; constructing one checks every field,
-    so a backend never sees a malformed request.
-
-    Attributes:
-        command: A shell command line.
-        cwd: Working directory as the caller gave it (relative to ``workdir``, ``~`` allowed);
-            ``None`` (also for ``""``): the sandbox's ``workdir``.
-        env: Extra environment variables (read-only), or ``None`` for none.
-        timeout: Seconds before the command's process group is killed; ``None``: the backend's
-            default. A negative budget (one already spent) is ``0``: time out at once.
-        stdin: Bytes for standard input, or ``None`` for no input (``/dev/null``).
-        output_limit: Bytes kept per stream (head + tail).
-        user: Who runs it (a name or a uid); ``None``: the sandbox's user. Only backends whose
-            :attr:`Sandbox.switches_users` is true accept one.
+    Fields as :meth:`Sandbox.exec`'s arguments; ``cwd=""`` becomes ``None``, a negative
+    ``timeout`` ``0``, ``env`` read-only.
 
     Raises:
         TypeError: ``command`` is not a string.
-        ValueError: A NUL byte in ``command`` or ``cwd``; an environment variable name that is
-            empty or contains ``=`` or NUL, or a value with NUL; a NaN ``timeout``; a negative
-            ``output_limit``.
+        ValueError: A NUL byte, bad variable name or user, NaN timeout, negative limit.
     """
 
     command: str
@@ -303,8 +221,7 @@ _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 def _is_variable_name(name: object) -> bool:
-    """What ``execve`` accepts as an environment variable name: a non-empty string without
-    ``=`` or NUL (also the local factory's check of its options)."""
+    """What ``execve`` accepts as a variable name (also the local factory's check)."""
     return isinstance(name, str) and bool(name) and "=" not in name and "\0" not in name
 
 
@@ -334,20 +251,9 @@ def resolve_path(workdir: str, path: str, home: str) -> str:
 class Sandbox(AsyncResource):
     """One rollout's isolated execution environment.
 
-    Subclasses implement the abstract coroutines; every method must bound its waits (a sandbox
-    that does not answer raises :class:`~hermes_async.errors.SandboxError` within a deadline).
-
-    ``async with sandbox:`` makes the block the owner of the release: on exit, ``aclose`` runs
-    shielded and bounded by :attr:`close_timeout`, with ``interrupted=True`` when the block
-    raised or was cancelled.
-
-    Attributes:
-        task_id: The rollout this sandbox belongs to.
-        workdir: Absolute path inside the sandbox where commands start and relative paths resolve.
-        background_state_dir: Directory inside the sandbox where the default background-process
-            implementation keeps one sub-directory per process.
-        close_timeout: Bound of the release when ``async with`` owns it (``None``: ``aclose`` is
-            bounded by its own owner already, as a ``ManagedSandbox``'s is by its manager).
+    ``async with sandbox:`` owns the release: on exit ``aclose`` runs shielded, bounded by
+    :attr:`close_timeout` (``None``: an owner bounds it), ``interrupted`` if the block raised.
+    :attr:`workdir` is where commands start and relative paths resolve.
     """
 
     task_id: str
@@ -368,23 +274,17 @@ class Sandbox(AsyncResource):
     ) -> ExecResult:
         """Run ``command`` through the sandbox's shell and wait for it.
 
-        Validates and normalises the arguments into an :class:`ExecRequest` and hands it to
-        the backend's :meth:`exec_request`.
-
         Args:
-            command: A shell command line.
-            cwd: Working directory (default :attr:`workdir`; relative paths resolve against it).
-            env: Extra environment variables on top of the sandbox's allowlisted environment.
-            timeout: Seconds before the command's whole process group is killed (exit 124);
-                ``None``: the backend's default.
-            stdin: Bytes written to the command's standard input, then closed.
+            cwd: Working directory (default :attr:`workdir`).
+            env: Extra variables on top of the allowlisted environment.
+            timeout: Seconds before the whole process group is killed (exit 124).
+            stdin: Bytes written to standard input, then closed.
             output_limit: Bytes kept per stream; beyond it, head and tail are kept.
-            user: Run as this user (see :attr:`switches_users`); ``None``: the sandbox's.
+            user: Run as this user (see :attr:`switches_users`).
 
         Raises:
             ValueError: An invalid argument (see :class:`ExecRequest`).
-            SandboxError: The sandbox is closed or cannot be reached, or ``user`` was given
-                to a backend that cannot switch users.
+            SandboxError: The sandbox is closed or unreachable, or it cannot switch users.
 
         **Cancellation**: the command's process group is killed before this returns.
         """
@@ -412,18 +312,14 @@ class Sandbox(AsyncResource):
 
     @abstractmethod
     async def exec_request(self, request: ExecRequest) -> ExecResult:
-        """Run one validated command: the hook a backend implements behind :meth:`exec`.
-
-        Semantics are :meth:`exec`'s: a non-zero exit, a timeout (exit 124, ``timed_out``) and
-        truncated output are results; an unreachable sandbox is a
-        :class:`~hermes_async.errors.SandboxError`.
+        """Run one validated command: the backend's hook behind :meth:`exec`, same semantics.
 
         **Cancellation**: the command's process group must be killed before this returns.
         """
 
     @abstractmethod
     async def read_bytes(self, path: str) -> bytes:
-        """Return the contents of ``path`` (relative paths resolve against :attr:`workdir`).
+        """Return the contents of ``path``.
 
         Raises:
             FileNotFoundError: ``path`` does not exist or is not a regular file.
@@ -434,29 +330,21 @@ class Sandbox(AsyncResource):
         """Write ``data`` to ``path``, creating parent directories.
 
         Raises:
-            OSError: The path cannot be written (the message carries the sandbox's reason).
+            OSError: The path cannot be written.
         """
 
     @abstractmethod
     async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """Extract a tar archive into ``dest_dir`` (created if missing).
-
-        Implementations call :func:`check_tar_members` first.
+        """Extract a tar archive into ``dest_dir``, after :func:`check_tar_members`.
 
         Raises:
-            ValueError: A member is absolute, escapes ``dest_dir`` (``..``), or is a device or a
-                link pointing outside.
+            ValueError: A member is absolute, escapes ``dest_dir``, or is a device or outside link.
         """
 
     async def put_tree(self, dest_dir: str, source: Path) -> None:
-        """Copy the contents of host folder ``source`` into ``dest_dir`` (created if missing).
+        """Copy host folder ``source`` into ``dest_dir``; links stay links.
 
-        Links are kept as links and the archive is checked as :meth:`put_archive` checks one.
-        This default packs the folder in memory (:func:`directory_tar`, for small trees); the
-        Docker backend streams it from a temporary file.
-
-        Raises:
-            ValueError: An unsafe member (see :func:`check_tar_members`).
+        This default packs the folder in memory; the Docker backend streams it.
 
         **Cancellation**: the copy may be partial.
         """
@@ -464,26 +352,16 @@ class Sandbox(AsyncResource):
 
     @abstractmethod
     async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (a file or a directory), members relative to it.
-
-        A directory's members are named ``./x/y``; a single file is one member named by its
-        basename.
+        """Return a tar of ``path``: a folder's members as ``./x/y``, a file as its basename.
 
         Raises:
             FileNotFoundError: ``path`` does not exist.
         """
 
     async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
-        """Hand the contents of regular file ``path`` to ``sink`` in chunks; return the size.
+        """Hand regular file ``path`` to ``sink`` in chunks; return its size.
 
-        The size is checked before anything is sent when the backend can learn it, and the
-        stream is counted as it goes either way: past ``max_bytes`` the transfer stops with
-        :class:`~hermes_async.tools.sandbox.errors.TransferLimitError` (the sink may have
-        received a part; the caller discards it). An exception raised by ``sink`` stops the
-        transfer and propagates.
-
-        This default reads the whole file once (:meth:`read_bytes`); backends that can stream
-        (local, Docker, Modal) override it so memory stays bounded by one chunk.
+        Past ``max_bytes`` it stops (the sink may hold a part). This default reads the file whole.
 
         Raises:
             FileNotFoundError: ``path`` does not exist or is not a regular file.
@@ -496,15 +374,7 @@ class Sandbox(AsyncResource):
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
     ) -> int:
-        """Hand a tar archive of ``path`` (as :meth:`get_archive` builds it) to ``sink``.
-
-        Counted as it goes: past ``max_bytes`` bytes of archive the transfer stops with
-        :class:`~hermes_async.tools.sandbox.errors.TransferLimitError`. The default builds the
-        whole archive once (:meth:`get_archive`); streaming backends override it.
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-            TransferLimitError: The archive is larger than ``max_bytes``.
+        """Hand a tar of ``path`` (as :meth:`get_archive`) to ``sink``; stops past ``max_bytes``.
 
         **Cancellation**: the transfer stops; whatever the sandbox ran for it is killed.
         """
@@ -517,14 +387,10 @@ class Sandbox(AsyncResource):
         return type(self).snapshot is not Sandbox.snapshot
 
     async def snapshot(self) -> SandboxSnapshot:
-        """Freeze the sandbox's files into a snapshot new sandboxes start from.
-
-        For per-group snapshots (:mod:`hermes_async.tools.sandbox.snapshot`): Docker commits
-        the container. Processes are not part of it.
+        """Freeze the sandbox's files into a snapshot new sandboxes start from (not its processes).
 
         Raises:
-            SandboxError: The backend has no snapshots (see :meth:`can_snapshot`), or taking
-                it failed.
+            SandboxError: The backend has no snapshots, or taking one failed.
         """
         raise SandboxError(
             f"the {type(self).__name__} backend cannot snapshot a sandbox",
@@ -532,11 +398,9 @@ class Sandbox(AsyncResource):
         )
 
     async def alive(self) -> bool:
-        """Whether the sandbox can run commands now (a warm pool asks before a hand-out).
+        """Whether the sandbox can run commands now; the caller bounds it.
 
-        The default runs ``true`` and wants exit status 0; backends with a cheaper probe (the
-        local backend looks at its world's PID 1) override it. The caller bounds it; a probe
-        that raises counts as dead.
+        The default wants ``true`` to exit 0; a raise counts as dead.
         """
         if getattr(self, "gone", None) is not None:
             return False
@@ -544,12 +408,9 @@ class Sandbox(AsyncResource):
         return result.exit_code == 0
 
     async def watch(self) -> None:
-        """Lifecycle hook: watch the sandbox while it lives (return when there is nothing to do).
+        """Watch the sandbox while it lives; the manager runs it in its task group.
 
-        A ``SandboxManager`` runs it in its own task group right after creating the sandbox
-        and cancels it when the sandbox is released. The Docker backend's disk-cap watchdog
-        lives here; the default returns at once. It must not raise for a sandbox problem:
-        record it so the next operation raises
+        It must not raise for a sandbox problem: record it so the next operation raises
         :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`.
 
         **Cancellation**: cancelled at the release; nothing to clean up.
@@ -560,25 +421,16 @@ class Sandbox(AsyncResource):
         """Kill every process the sandbox started and remove it. Idempotent.
 
         Args:
-            interrupted: The release happens because the rollout was cancelled or timed out;
-                graceful steps may be skipped (e.g. SIGKILL at once instead of SIGTERM and a
-                grace period). ``aclose()`` with no argument is the graceful close.
+            interrupted: The rollout was cancelled or timed out; graceful steps may be skipped.
 
-        **Cancellation**: not shielded by itself: the owner of the release runs it under one
-        shielded, bounded cleanup scope (``SandboxManager.release`` does; standalone, use
-        :func:`hermes_async._cleanup.bounded_cleanup`). Every external wait inside has its own
-        deadline.
+        **Cancellation**: not shielded here: the release's owner runs it under one shielded, bounded
+        scope (:func:`hermes_async._cleanup.bounded_cleanup` when standalone).
         """
 
     async def _close_on_exit(self, exc: BaseException | None) -> None:
-        """Close the sandbox; the block owns the release (see the class docstring).
+        """Close the sandbox under a shielded, bounded scope: the block owns the release.
 
-        Extends :class:`~hermes_async._resource.AsyncResource`'s exit, which only awaits
-        ``aclose()``: ``aclose`` does not shield itself (so that a manager's bound can stop it),
-        hence the block, as the release's owner, shields and bounds it here.
-
-        **Cancellation**: the close completes (or is abandoned at :attr:`close_timeout`, logged)
-        before the block's exception propagates.
+        **Cancellation**: the close completes, or is abandoned at :attr:`close_timeout`.
         """
         if self.close_timeout is None:
             await self.aclose(interrupted=exc is not None)
@@ -625,11 +477,9 @@ class Sandbox(AsyncResource):
         """Start ``command`` detached, in its own session; return at once.
 
         Raises:
-            SandboxError: The wrapper could not be started (e.g. the image lacks ``sh``), or
-                :data:`_MAX_BACKGROUND_PROCESSES` are still running.
+            SandboxError: The wrapper could not start, or too many processes are running.
 
-        **Cancellation**: if cancelled after the process started, it keeps running and is
-        tracked only if the start completed; ``aclose`` kills it either way.
+        **Cancellation**: a started process keeps running; ``aclose`` kills it.
         """
         table = self._background_table()
         if len(table) >= _MAX_BACKGROUND_PROCESSES:
@@ -683,7 +533,7 @@ class Sandbox(AsyncResource):
     async def background_status(
         self, session_id: str, *, tail_chars: int = BACKGROUND_OUTPUT_CHARS
     ) -> BackgroundStatus:
-        """Probe ``session_id``: running or exited (with its exit code), and its output tail.
+        """Probe ``session_id``: running or exited, and its output tail.
 
         Raises:
             KeyError: No such tracked process.
@@ -732,10 +582,7 @@ class Sandbox(AsyncResource):
         return BackgroundStatus(proc, running, output, dropped)
 
     async def kill_background(self, session_id: str) -> bool:
-        """Kill ``session_id``'s whole process group (TERM, grace, KILL).
-
-        Returns:
-            ``True`` if it was running, ``False`` if it had already exited.
+        """Kill ``session_id``'s process group (TERM, grace, KILL); ``False`` if it had exited.
 
         Raises:
             KeyError: No such tracked process.
@@ -790,7 +637,7 @@ class Sandbox(AsyncResource):
         return len(data)
 
     async def close_background_stdin(self, session_id: str) -> None:
-        """Close the process's standard input (it reads end-of-file). Idempotent.
+        """Close the process's standard input. Idempotent.
 
         Raises:
             KeyError: No such tracked process.
@@ -880,12 +727,7 @@ exit 0
 
 
 async def _deliver_whole(data: bytes, sink: ByteSink, what: str, max_bytes: int | None) -> int:
-    """Hand ``data`` (a transfer read whole) to ``sink`` in :data:`_TRANSFER_CHUNK_BYTES` chunks
-    after checking it against ``max_bytes``; its size.
-
-    Raises:
-        TransferLimitError: ``data`` is larger than ``max_bytes`` (``what`` names it).
-    """
+    """Check ``data`` against ``max_bytes``, hand it to ``sink`` in chunks; its size."""
     if max_bytes is not None and len(data) > max_bytes:
         raise TransferLimitError(what, limit=max_bytes, size=len(data))
     view = memoryview(data)
@@ -895,10 +737,7 @@ async def _deliver_whole(data: bytes, sink: ByteSink, what: str, max_bytes: int 
 
 
 async def _enter_spec_workdir(sandbox: Sandbox, workdir: str) -> None:
-    """Make a spec's ``workdir`` a folder of ``sandbox``'s work dir, and work there.
-
-    The folder is made by a command in the sandbox, not on the host: a namespaced local
-    sandbox's paths and an ssh sandbox's are not the host's.
+    """Make and enter a spec's ``workdir`` by a command (sandbox paths aren't the host's).
 
     Raises:
         SandboxError: The folder cannot be made.
@@ -926,8 +765,5 @@ class SandboxProvider(Protocol):
         ...
 
     async def release(self, task_id: str, *, interrupted: bool = False) -> None:
-        """Close ``task_id``'s sandbox (idempotent; shielded and bounded by the provider).
-
-        ``interrupted``: the rollout was cancelled or timed out (see :meth:`Sandbox.aclose`).
-        """
+        """Close ``task_id``'s sandbox; idempotent, shielded and bounded by the provider."""
         ...

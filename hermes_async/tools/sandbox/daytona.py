@@ -1,52 +1,9 @@
 """The Daytona sandbox backend: one Daytona sandbox per rollout (extra ``[daytona]``).
 
-Uses the ``daytona`` SDK's async client only: ``AsyncDaytona(DaytonaConfig(...))``,
-``client.create(CreateSandboxFromImageParams(image, labels, env_vars, resources,
-network_block_all, auto_stop_interval, ttl_minutes), timeout=...)``, ``sb.process.exec(command,
-env=..., timeout=...)``, ``sb.fs.upload_file`` / ``sb.fs.download_file``, ``client.delete(sb)``,
-and ``client.list(ListSandboxesQuery(labels=...))`` + ``client.get(id)`` for the reaper;
-``client.close()`` when the factory closes. No blocking call, no worker thread.
-
-The SDK is asyncio-only (its HTTP client is aiohttp, its waits ``asyncio.sleep``), so under
-trio creating a sandbox raises :class:`~hermes_async.errors.AsyncBackendError` at once (the
-double is held to the same rule).
-
-Exec, creation (rate limited, shielded until the id is known), labels, the reaper and "the
-sandbox is gone" are :mod:`hermes_async.tools.sandbox._remote`'s; this module is the SDK
-driver. ``process.exec`` returns one text stream (stderr merged); the shared exec protocol
-keeps stdout and stderr apart in files inside the sandbox and prints only its own base64
-result block, so nothing is lost or mixed. Daytona reports a deleted or lost sandbox as 404
-(``DaytonaNotFoundError``): it becomes
-:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`.
-
-Leak bounds besides the reaper: ``ttl_minutes`` (the sandbox's hard lifetime,
-``sandbox_lifetime_seconds`` rounded up) and ``auto_stop_interval``.
-
-Credentials: ``DAYTONA_API_KEY`` (and ``DAYTONA_API_URL``) in the environment, read by the SDK
-itself; they never reach a sandbox (it gets only :attr:`DaytonaSandboxConfig.env`) or a log
-line.
-
-Manual check with real credentials (not run in CI; needs ``DAYTONA_API_KEY`` and network)::
-
-    python - <<'EOF'
-    import anyio
-    from hermes_async.tools.sandbox.daytona import DaytonaBackend, DaytonaSandboxConfig
-
-    async def main():
-        backend = DaytonaBackend(DaytonaSandboxConfig(image="python:3.11-slim"))
-        try:
-            async with await backend("manual-check") as sb:
-                print(await sb.exec("python3 -c 'print(6 * 7)'; echo err >&2; exit 3"))
-                r = await sb.exec("sleep 60", timeout=2)
-                assert r.exit_code == 124 and r.timed_out, r
-        finally:
-            await backend.aclose()   # reaps this run's leftovers, closes the client
-
-    anyio.run(main)  # asyncio: both SDKs are asyncio-only
-    EOF
-
-Expected: ``stdout='42\\n'``, ``stderr='err\\n'``, ``exit_code=3``; the sandbox is gone from the
-Daytona dashboard afterwards.
+The SDK driver for :mod:`hermes_async.tools.sandbox._remote`, on the ``daytona`` async client
+only (asyncio-only: under trio creation raises ``AsyncBackendError``). API keys stay with the
+SDK. The SDK calls used and a manual check with real credentials:
+docs/decisions/037-e2b-daytona-apptainer.md.
 """
 
 from __future__ import annotations
@@ -93,7 +50,6 @@ class DaytonaSandboxConfig(RemoteSandboxConfig):
     """How Daytona sandboxes are created (the shared fields: :class:`RemoteSandboxConfig`).
 
     Attributes:
-        image: Registry image the sandbox is built from.
         auto_stop_minutes: Daytona stops a sandbox idle this long (0: never).
         target: Daytona region (``None``: the account's default).
     """
@@ -232,8 +188,7 @@ class _Client:
 def _daytona_config_for(
     config: DaytonaSandboxConfig, spec: SandboxSpec | None
 ) -> DaytonaSandboxConfig:
-    """``config`` with a per-item spec applied (image, cpus, memory, network, workdir,
-    timeouts: :func:`~hermes_async.tools.sandbox._remote.remote_config_for`).
+    """``config`` with a per-item spec applied.
 
     Raises:
         ConfigError: The spec asks for a local build.
@@ -242,15 +197,11 @@ def _daytona_config_for(
 
 
 class DaytonaBackend(RemoteBackend[DaytonaSandboxConfig]):
-    """Creates Daytona sandboxes: the ``factory(task_id, spec=None)`` a ``SandboxManager``
-    takes (creation, labels, the reaper:
-    :class:`~hermes_async.tools.sandbox._remote.RemoteBackend`).
+    """Creates Daytona sandboxes: a ``SandboxManager`` factory over :class:`RemoteBackend`.
 
     Args:
-        config: How sandboxes are created.
-        daytona: The ``daytona`` module, or a double with the same async surface
-            (:class:`hermes_async.testing.daytona_double.FakeDaytona`); default:
-            ``import daytona``.
+        daytona: The ``daytona`` module, or a double
+            (:class:`hermes_async.testing.daytona_double.FakeDaytona`).
         run_id: This run's id (default: random); its sandboxes carry it as a label.
     """
 

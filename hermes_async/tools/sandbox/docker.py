@@ -1,57 +1,8 @@
 """The Docker sandbox backend: one long-lived, hardened container per rollout (extra ``[docker]``).
 
-Why one module of this size: one concept, the Docker backend — its config, its engine
-connection, the orphan reaper and the container sandbox share the owner labels and the engine's
-error handling.
-
-Each task gets its own container running ``sleep infinity`` (with Docker's init as PID 1 so
-orphans are reaped); commands run through ``docker exec``, files move through the archive API.
-The client is aiodocker (aiohttp), so this backend runs **only under asyncio**: creating a
-sandbox under trio raises :class:`~hermes_async.errors.AsyncBackendError` (a
-:class:`~hermes_async.errors.ConfigError`) at once.
-
-Why these defaults (all in :class:`DockerSandboxConfig`):
-
-* **image** ``nikolaik/python-nodejs:python3.11-nodejs20``: the reference's default, so task
-  datasets written for it find Python and Node. A missing image is pulled once (bounded by
-  ``pull_timeout``); without a registry, build one locally (``scripts/docker/engine.sh``
-  builds ``hermes-async-busybox:local``).
-* **network** ``"none"``: a rollout runs model-written commands on the operator's machine;
-  the default keeps them off the operator's network. The reference defaulted to network on:
-  set ``network_mode="bridge"`` for tasks that install packages.
-* **hardening**: every capability dropped except the few a root shell needs to manage its own
-  files and processes (:data:`_DEFAULT_CAPABILITIES`), ``no-new-privileges``, limits on pids
-  (512), memory (5 GiB, the reference's) and CPU (1).
-* **disk cap** (``disk_limit_mb``, 2 GiB): where the storage driver allows it (overlay2 on xfs
-  with ``pquota``, btrfs, zfs) the engine's own ``StorageOpt size``; it is tried on the first
-  creation and remembered. Elsewhere (overlay2 on ext4, the usual case and this project's CI)
-  two mechanisms instead: an ``fsize`` ulimit of the same size, so the kernel stops any single
-  file at the cap (``yes > f`` and ``head -c 10G /dev/zero > f`` end with "File size limit
-  exceeded"), and a **watchdog** (:meth:`DockerSandbox.watch`, run by the ``SandboxManager``)
-  that reads the container's writable-layer size every ``disk_check_interval_seconds`` and
-  kills the container once the total passes the cap; the sandbox is then gone
-  (:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`, reason ``"disk"``).
-  Between two checks many files together may exceed the cap by what they write in that time.
-* **a dead container** (OOM-killed init, killed by the watchdog or from outside, removed):
-  every operation raises :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`
-  with the reason the engine reports (``OOMKilled`` -> ``"oom"``). No tmpfs on ``/tmp`` (the reference had
-  one): the engine's archive API does not see tmpfs mounts, so files written through it would
-  land *under* the mount, invisible to commands.
-* **labels**: ``hermes-async=1``, the task id and an owner id (host/pid/process start time).
-  The first creation of a :class:`DockerBackend` removes labelled containers whose owner
-  process is gone (a crashed run's leftovers); containers of other hosts are left alone.
-
-Timeouts: every engine call has a deadline (``api_timeout``); a command's timeout
-kills its whole process group inside the container (see ``_container.EXEC_WRAPPER``) and is
-reported as exit code 124; removing the container is one engine call bounded by
-``remove_timeout``, run under the release's cleanup scope (the manager's
-``close_timeout`` is the one bound of a release; ``aclose`` does not shield by itself).
-
-As in the local backend, whatever a command leaves running in its process group (``cmd &``)
-is killed when it exits; long-running work belongs in ``terminal(background=true)``. A process
-that escapes the group (``setsid``) and keeps the output open does not make ``exec`` wait for
-it: once the command itself has exited, output is read for a short grace period and the
-result returned; the container's removal ends such processes.
+Commands run through ``docker exec`` in their own process group; files move through the
+archive API. asyncio only (aiodocker). Defaults and reasons:
+docs/decisions/020-docker-sandbox-defaults.md.
 """
 
 from __future__ import annotations
@@ -165,37 +116,20 @@ _HOW_TO_SET = (
 
 @dataclass(frozen=True, slots=True)
 class DockerSandboxConfig:
-    """How Docker sandboxes are created (see the module docstring for why the defaults).
+    """How Docker sandboxes are created (docs/decisions/020-docker-sandbox-defaults.md).
 
     Attributes:
-        image: Image to run; pulled once when missing locally (``pull_missing``).
-        workdir: Working directory of every command and the base of relative paths.
-        network_mode: Docker network mode: ``"none"`` (default), ``"bridge"``, a network name.
-        cpus: CPU quota (``NanoCpus``).
-        memory_mb: Memory limit in MiB (0 disables).
-        pids_limit: Maximum number of processes in the container.
+        network_mode: ``"none"`` (default), ``"bridge"`` or a network name.
         capabilities: Capabilities added back after dropping ALL.
         env: Container environment (an allowlist: nothing of the host's leaks in).
-        labels: Extra labels.
         docker_host: Engine URL; default ``$DOCKER_HOST``, else ``unix:///var/run/docker.sock``.
-        api_timeout: Deadline of each engine call (ping, inspect, archive, exec setup).
-        create_timeout: Deadline of creating and starting one container.
-        pull_missing: Pull the image when the engine does not have it.
-        pull_timeout: Deadline of that pull.
-        default_exec_timeout: Command timeout when ``exec`` gets none (the
-            reference's ``TERMINAL_TIMEOUT``).
-        remove_timeout: Deadline of removing a container: the engine call's, and the
-            bound of a release that ``async with sandbox:`` owns (through a manager, its
-            ``close_timeout`` is the release's bound).
-        kill_timeout: Deadline of killing a timed-out command's process group.
+        api_timeout: Deadline of each engine call.
+        default_exec_timeout: Command timeout when ``exec`` gets none (``TERMINAL_TIMEOUT``).
+        remove_timeout: Deadline of removing a container; bounds an ``async with`` release.
         reap_orphans: Remove dead owners' containers on the backend's first creation.
         user: The container's user (``None``: the image's).
-        disk_limit_mb: Cap of the container's writable layer (``None``: none); see the module
-            docstring for how it is enforced.
-        disk_check_interval_seconds: How often the watchdog reads the writable layer's size
-            (when the storage driver cannot enforce the cap itself).
-        build_network_mode: The network of image builds' ``RUN`` steps (``None``: the
-            engine's default; ``"host"``: what the host reaches, e.g. a package mirror).
+        disk_limit_mb: Cap of the writable layer (``None``: none).
+        build_network_mode: Network of image builds' ``RUN`` steps (``"host"``: e.g. a mirror).
     """
 
     image: str = DEFAULT_DOCKER_IMAGE
@@ -256,9 +190,7 @@ class DockerSandboxConfig:
 
 
 def resolve_docker_host(explicit: str | None = None) -> str:
-    """Return the engine URL to use, checking that a unix socket exists.
-
-    Order: ``explicit``, ``$DOCKER_HOST``, ``unix:///var/run/docker.sock``.
+    """The engine URL: ``explicit``, else ``$DOCKER_HOST``, else the default socket.
 
     Raises:
         SandboxError: The URL names a unix socket that does not exist.
@@ -324,11 +256,7 @@ def _container_name(task_id: str) -> str:
 def _container_config(
     config: DockerSandboxConfig, task_id: str, *, storage_opt: bool = False
 ) -> dict[str, Any]:
-    """The engine's create body for one task's container.
-
-    ``storage_opt``: ask the storage driver to cap the writable layer (``StorageOpt size``);
-    else the cap is an ``fsize`` ulimit plus the watchdog.
-    """
+    """The engine's create body; ``storage_opt`` asks the driver to cap the layer."""
     host: dict[str, Any] = {
         "CapDrop": ["ALL"],
         "CapAdd": list(config.capabilities),
@@ -419,11 +347,9 @@ class _Engine(AsyncResource):
         )
 
     async def aclose(self) -> None:
-        """Close the client: shielded, bounded, never raising (its own cleanup step).
+        """Close the client: shielded, bounded, never raising.
 
-        Shielded even inside a release's scope: the client is a separate resource whose close
-        must run after the container's removal even when that removal used up the release's
-        deadline (an unclosed aiohttp session would leak its sockets).
+        It shields even inside a release's scope: an unclosed aiohttp session leaks its sockets.
 
         **Cancellation**: completes (bounded by ``_CLIENT_CLOSE_SECONDS``) before returning.
         """
@@ -441,11 +367,9 @@ class _Engine(AsyncResource):
 
 
 async def reap_orphan_containers(docker_host: str | None = None, *, timeout: float = 60.0) -> int:
-    """Remove labelled containers whose owner process is gone, then the group-snapshot images
-    such a process left; return how many were removed.
+    """Remove this host's labelled containers and snapshot images whose owner process is gone.
 
-    Only containers and images created on this host are judged (the owner id names the host); a process
-    whose pid was reused is recognised by its start time.
+    Returns how many were removed.
 
     **Cancellation**: containers already removed stay removed; the client is closed.
     """
@@ -507,12 +431,10 @@ def _docker_config_for(
     image: str | None = None,
     image_workdir: str | None = None,
 ) -> DockerSandboxConfig:
-    """``config`` with a per-item spec applied (pure).
+    """``config`` with a spec applied (pure).
 
-    ``image`` (the built image's tag) wins over ``spec.image``; the workdir is the spec's,
-    else the image's ``WORKDIR`` (``image_workdir``) when the spec names an image, else the
-    config's. With an image of the spec's, the config's ``PATH`` and ``HOME`` are left to the
-    image (its ``ENV``; the engine sets ``HOME`` from the user's passwd entry).
+    ``image`` (a built tag) wins over ``spec.image``. The workdir is the spec's, else the image's
+    ``WORKDIR``, else the config's. A spec's image keeps its own ``PATH`` and ``HOME``.
     """
     if spec is None:
         return config
@@ -547,18 +469,10 @@ def _docker_config_for(
 
 
 class DockerBackend:
-    """Creates :class:`DockerSandbox` es: the ``factory(task_id)`` a ``SandboxManager`` takes.
+    """The ``factory(task_id)`` a ``SandboxManager`` takes: creates :class:`DockerSandbox` es.
 
-    The first creation reaps orphans (when ``config.reap_orphans``). Creation itself is not
-    rate limited here: the manager runs it behind the ``sandbox_create`` limiter. A per-item
-    :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` (``spec=``) overrides the image,
-    limits, network, workdir, env and user (:func:`_docker_config_for`); a spec's
-    ``build_context`` is built by :attr:`images` (once per content digest, behind its own
-    limiter).
-
-    Args:
-        config: How containers are created.
-        images: The image builder (default: one build at a time).
+    The first creation reaps orphans. A ``spec=`` overrides image, limits, network, workdir, env
+    and user; its ``build_context`` is built by ``images`` (default: one build at a time).
     """
 
     def __init__(
@@ -575,13 +489,10 @@ class DockerBackend:
         """Create and start the container for ``task_id`` (from ``spec``, if given).
 
         Raises:
-            ConfigError: Not running under asyncio, or aiodocker is not installed.
-            SandboxError: The engine is unreachable, the image is missing and cannot be
-                pulled, or creation exceeded ``create_timeout``.
+            ConfigError: Not under asyncio, or aiodocker is not installed.
+            SandboxError: The engine is unreachable, the image cannot be pulled, or it timed out.
 
-        **Cancellation**: a container created before the cancellation is removed (shielded,
-        bounded by ``remove_timeout``), the client closed; then the cancellation
-        propagates.
+        **Cancellation**: a created container is removed (shielded, bounded by ``remove_timeout``).
         """
         require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
         engine = _Engine.open(self.config)
@@ -635,7 +546,7 @@ class DockerBackend:
         )
 
     async def image_labels(self, images: Sequence[str]) -> dict[str, dict[str, str] | None]:
-        """Each image's labels (``{}``: none), None for one the engine does not have.
+        """Each image's labels, ``None`` for one the engine lacks.
 
         Raises:
             SandboxError: The engine is unreachable.
@@ -753,11 +664,7 @@ async def _remove_by_name(engine: _Engine, name: str) -> bool:
 
 
 class DockerSandbox(ContainerSandbox):
-    """One task's container. Create it with :class:`DockerBackend`; close with :meth:`aclose`.
-
-    ``exec`` is :class:`~hermes_async.tools.sandbox._container.ContainerSandbox`'s: each command
-    in its own process group, killed as a group on timeout or cancellation.
-    """
+    """One task's container, made by :class:`DockerBackend`."""
 
     kind = "Docker"
 
@@ -827,15 +734,10 @@ class DockerSandbox(ContainerSandbox):
         return self._mark_gone(detail, reason=reason)
 
     async def snapshot(self) -> SandboxSnapshot:
-        """Commit the container into an image (``hermes-async-snapshot:<hex>``) new sandboxes
-        start from; deleting the snapshot removes the image.
+        """Commit the container into an image ``hermes-async-snapshot:<hex>`` (paused meanwhile).
 
-        The image keeps our labels plus ``hermes-async.snapshot=1``; the commit pauses the
-        container while it copies the writable layer (``docker commit``'s default).
-
-        **Cancellation**: the commit is not cut in half (its image id is in the reply only):
-        shielded, bounded by ``create_timeout``; an image made before a cancellation
-        is removed.
+        **Cancellation**: the commit is shielded (its id is only in the reply), bounded by
+        ``create_timeout``; an image made before a cancellation is removed.
         """
         self._check_open()
         tag = f"snap-{secrets.token_hex(6)}"
@@ -885,10 +787,7 @@ class DockerSandbox(ContainerSandbox):
         return bool(state.get("Running")) and not state.get("OOMKilled")
 
     async def watch(self) -> None:
-        """The disk-cap watchdog: every ``disk_check_interval_seconds`` read the writable
-        layer's size (the engine's ``SizeRw``); past ``disk_limit_mb`` kill the container and
-        record it as gone (reason ``"disk"``). Returns at once when the storage driver caps
-        the disk itself or there is no cap; ends when the container is gone.
+        """The disk-cap watchdog: past ``disk_limit_mb`` of ``SizeRw``, kill the container.
 
         **Cancellation**: cancelled at the release; nothing to clean up.
         """
@@ -1013,11 +912,10 @@ class DockerSandbox(ContainerSandbox):
         await self._put_tar_into(parent, single_file_tar(name, data, mode=mode))
 
     async def _put_tar_into(self, dest_dir: str, payload: bytes) -> None:
-        """Upload ``payload`` into ``dest_dir``, creating the directory if needed.
+        """Upload ``payload`` into ``dest_dir``, creating it if needed.
 
-        A small upload is tried first (one round trip when the directory exists). A large one
-        creates the directory first: the engine answers 404 for a missing directory before
-        reading the body, and the unsent rest would keep the connection "closing" forever.
+        A large upload makes the folder first: the engine answers 404 before reading the body, and
+        the unsent rest would leave the connection "closing" forever.
         """
         if len(payload) > _TRY_FIRST_BYTES:
             await self._mkdir(dest_dir)
@@ -1038,11 +936,7 @@ class DockerSandbox(ContainerSandbox):
         await self._put_file(self._resolve(path), data)
 
     async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """Extract a tar archive into ``dest_dir`` (created if missing).
-
-        Raises:
-            ValueError: A member is absolute, escapes ``dest_dir``, is a device/FIFO, or is a
-                link pointing outside.
+        """Extract a tar archive into ``dest_dir``.
 
         **Cancellation**: the archive may be partly extracted.
         """
@@ -1051,13 +945,7 @@ class DockerSandbox(ContainerSandbox):
         await self._put_tar_into(self._resolve(dest_dir), tar_data)
 
     async def put_tree(self, dest_dir: str, source: Path) -> None:
-        """Copy host folder ``source`` into ``dest_dir``: a ``tar`` process writes the archive
-        to a temporary file, its members are checked, then the file is streamed to the engine
-        (never held in memory).
-
-        Raises:
-            ValueError: An unsafe member.
-            OSError: The folder cannot be archived or the engine refused the upload.
+        """Copy host folder ``source`` into ``dest_dir`` via a checked temporary tar.
 
         **Cancellation**: the ``tar`` is killed; the upload may be partial.
         """
@@ -1083,13 +971,7 @@ class DockerSandbox(ContainerSandbox):
                     raise
 
     async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path``.
-
-        A directory's members are named ``.``, ``./x``, ``./x/y`` (as ``tar -C DIR -c .``
-        names them); a file is one member named by its base name.
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
+        """Return a tar of ``path`` (members ``.``, ``./x``; a file as its base name).
 
         **Cancellation**: nothing to clean up.
         """
@@ -1101,14 +983,10 @@ class DockerSandbox(ContainerSandbox):
     # ----------------------------------------------------------------- close
 
     async def aclose(self, interrupted: bool = False) -> None:
-        """Remove the container (killing everything in it) and close the client. Idempotent.
+        """Remove the container and close the client. Idempotent; ``interrupted`` changes nothing.
 
-        ``interrupted`` changes nothing here: removal is already a forced kill.
-
-        **Cancellation**: the removal is one engine call bounded by ``remove_timeout``;
-        run ``aclose`` under the release's cleanup scope (``SandboxManager.release`` does). A
-        container that could not be removed is logged and left to the orphan reaper; the
-        client is closed either way (its own shielded, bounded step).
+        **Cancellation**: removal is one call bounded by ``remove_timeout``, under the release's
+        scope. A container left behind is logged for the reaper; the client is closed either way.
         """
         if self._closed:
             return

@@ -1,10 +1,8 @@
 """Images for per-item Docker sandboxes: built from a context once per content, behind a limiter.
 
-The tag is ``<repository>:<digest>`` (:func:`context_digest`: every file of the context, the
-ids of its ``FROM`` images and any image map), so an unchanged context on an unchanged base
-is never rebuilt; concurrent requests for one tag wait for one build. The context is packed
-by a ``tar`` process into a temporary file and streamed to the engine (never held in
-memory); an image map rewrites the ``FROM`` lines first. aiodocker: asyncio only.
+The tag is ``<repository>:<digest>`` of the context's files, its ``FROM`` image ids and any
+image map, so an unchanged context is never rebuilt; concurrent requests share one build. The
+context is streamed from a temporary tar, never held in memory. asyncio only (aiodocker).
 """
 
 from __future__ import annotations
@@ -179,18 +177,10 @@ class BuiltImage:
 
 
 class ImageBuilder:
-    """Builds context folders into images, once per content digest, behind a limiter.
+    """Builds context folders into images, once per content digest, behind :attr:`limiter`.
 
-    Args:
-        build_concurrency: Builds at once (the limiter's size; resizable through
-            ``limiter.total_tokens``).
-        repository: Repository of the tags.
-        build_network: The network of a build's ``RUN`` steps (the engine's default when
-            None; ``"host"`` lets them reach what the host reaches, e.g. a package mirror).
-
-    Attributes:
-        builds: Images this builder built (not found cached).
-        limiter: The build limiter.
+    ``build_concurrency`` sizes the limiter; ``build_network`` is the network of ``RUN`` steps.
+    :attr:`builds` counts images built, not found cached.
     """
 
     def __init__(
@@ -218,7 +208,7 @@ class ImageBuilder:
         return info
 
     async def labels_of(self, engine: _Engine, image: str) -> dict[str, str] | None:
-        """The image's labels (``{}``: none), None when the engine does not have it.
+        """The image's labels, ``None`` when the engine lacks it.
 
         **Cancellation**: nothing to clean up.
         """
@@ -235,7 +225,7 @@ class ImageBuilder:
         return await self._image(engine, image) is not None
 
     async def workdir_of(self, engine: _Engine, image: str) -> str | None:
-        """The image's ``WORKDIR`` (None when it sets none or the engine lacks the image).
+        """The image's ``WORKDIR``, or ``None``.
 
         **Cancellation**: nothing to clean up.
         """
@@ -252,15 +242,12 @@ class ImageBuilder:
         timeout: float,
         image_map: Mapping[str, str] | None = None,
     ) -> BuiltImage:
-        """The image of ``context``: the cached tag, or built now (at most one build per tag).
-
-        ``image_map`` replaces ``FROM`` images before the build (and enters the digest).
+        """The image of ``context``: cached or built now (``image_map`` rewrites ``FROM``).
 
         Raises:
-            SandboxError: The build failed (the engine's message), or ran past ``timeout``.
+            SandboxError: The build failed, or ran past ``timeout``.
 
-        **Cancellation**: the wait or the build request is abandoned; the engine may finish
-        the build and tag it (the next request then finds it cached).
+        **Cancellation**: the wait is abandoned; the engine may still finish and tag the build.
         """
         original = (context / "Dockerfile").read_text(encoding="utf-8", errors="replace")
         dockerfile = map_base_images(original, image_map or {})

@@ -1,50 +1,9 @@
 """The E2B sandbox backend: one E2B sandbox per rollout (extra ``[e2b]``).
 
-Any E2B-compatible control plane works (``E2B_DOMAIN`` selects it; the SDK reads it). Uses the
-``e2b`` SDK's async API only: ``AsyncSandbox.create(template, timeout, metadata, envs,
-allow_internet_access, request_timeout)``, ``sb.commands.run(cmd, envs, timeout,
-request_timeout)``, ``sb.files.read(path, format="bytes")`` / ``sb.files.write(path, data)``,
-``sb.kill()``, ``AsyncSandbox.list(query=SandboxQuery(metadata=...))`` and
-``AsyncSandbox.kill(sandbox_id)`` for the reaper. No blocking call, no worker thread.
-
-The SDK is asyncio-only: its command handle runs the output stream in an
-``asyncio.create_task`` (and its stdin handle uses ``asyncio.Queue``), so under trio creating a
-sandbox raises :class:`~hermes_async.errors.AsyncBackendError` at once (the double is held to
-the same rule, as the Modal double is).
-
-Exec, creation (rate limited, shielded until the id is known), labels (E2B's ``metadata``), the
-reaper and "the sandbox is gone" are :mod:`hermes_async.tools.sandbox._remote`'s; this module
-is the SDK driver. E2B reports a sandbox killed or past its lifetime as
-``SandboxNotRunningException`` (a command or file call) or ``SandboxNotFoundException`` (the
-control plane): both become
-:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`.
-
-Credentials: ``E2B_API_KEY`` in the environment, read by the SDK itself; it never reaches a
-sandbox (the sandbox gets only :attr:`E2BSandboxConfig.env`) or a log line.
-
-Manual check with real credentials (not run in CI; needs ``E2B_API_KEY`` and network)::
-
-    python - <<'EOF'
-    import anyio
-    from hermes_async.tools.sandbox.e2b import E2BBackend, E2BSandboxConfig
-
-    async def main():
-        backend = E2BBackend(E2BSandboxConfig())
-        try:
-            async with await backend("manual-check") as sb:
-                print(await sb.exec("python3 -c 'print(6 * 7)'; echo err >&2; exit 3"))
-                r = await sb.exec("sleep 60", timeout=2)
-                assert r.exit_code == 124 and r.timed_out, r
-                await sb.write_bytes("x/y.bin", bytes(range(256)) * 4096)
-                assert await sb.read_bytes("x/y.bin") == bytes(range(256)) * 4096
-        finally:
-            await backend.aclose()   # reaps this run's leftovers
-
-    anyio.run(main)  # asyncio: both SDKs are asyncio-only
-    EOF
-
-Expected: ``stdout='42\\n'``, ``stderr='err\\n'``, ``exit_code=3``; no assertion error; the
-sandbox is gone from ``e2b sandbox list`` afterwards.
+The SDK driver for :mod:`hermes_async.tools.sandbox._remote`, on the ``e2b`` async API only
+(asyncio-only: under trio creation raises ``AsyncBackendError``). ``E2B_API_KEY`` stays with
+the SDK. The SDK calls used and a manual check with real credentials:
+docs/decisions/037-e2b-daytona-apptainer.md.
 """
 
 from __future__ import annotations
@@ -81,8 +40,7 @@ class E2BSandboxConfig(RemoteSandboxConfig):
     """How E2B sandboxes are created (the shared fields: :class:`RemoteSandboxConfig`).
 
     Attributes:
-        template: E2B template name or id (``base``: E2B's default Debian image with
-            ``sh``, ``bash``, ``tar``, ``base64``).
+        template: E2B template name or id (``base``: E2B's default Debian image).
     """
 
     template: str = "base"
@@ -204,10 +162,9 @@ class _Client:
 
 
 def _e2b_config_for(config: E2BSandboxConfig, spec: SandboxSpec | None) -> E2BSandboxConfig:
-    """``config`` with a per-item spec applied (:func:`~hermes_async.tools.sandbox._remote.
-    remote_config_for`; ``image`` names the template). E2B takes CPUs and memory from the
-    template: the spec's values are recorded in the config but E2B's create call has no
-    parameter for them.
+    """``config`` with a per-item spec applied; ``image`` names the template.
+
+    E2B takes CPUs and memory from the template: its create call has no parameter for them.
 
     Raises:
         ConfigError: The spec asks for a local build.
@@ -216,13 +173,10 @@ def _e2b_config_for(config: E2BSandboxConfig, spec: SandboxSpec | None) -> E2BSa
 
 
 class E2BBackend(RemoteBackend[E2BSandboxConfig]):
-    """Creates E2B sandboxes: the ``factory(task_id, spec=None)`` a ``SandboxManager`` takes
-    (creation, labels, the reaper: :class:`~hermes_async.tools.sandbox._remote.RemoteBackend`).
+    """Creates E2B sandboxes: a ``SandboxManager`` factory over :class:`RemoteBackend`.
 
     Args:
-        config: How sandboxes are created.
-        e2b: The ``e2b`` module, or a double with the same async surface
-            (:class:`hermes_async.testing.e2b_double.FakeE2B`); default: ``import e2b``.
+        e2b: The ``e2b`` module, or a double (:class:`hermes_async.testing.e2b_double.FakeE2B`).
         run_id: This run's id (default: random); its sandboxes carry it as a label.
     """
 

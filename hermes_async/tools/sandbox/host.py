@@ -1,23 +1,8 @@
 """Host processes: run one bounded subprocess, remove directories in batches.
 
-:func:`run_bounded` is the building block of the local backend (every command, in both
-isolation modes, is one) and of the host-side steps of transfers (``ToolContext``, the archive
-extractor): a new session, output drained concurrently into bounded head + tail buffers (or
-streamed to a sink), a timeout that kills the whole process group (TERM, grace, KILL), and a
-shielded, bounded cleanup on cancellation. :class:`DirectoryRemover` removes sandbox
-directories, one ``rm`` for all the removals that arrive together.
-
-**How a command's process is driven.** On Linux (``os.pidfd_open``, kernel >= 5.3)
-:func:`run_bounded` starts the process with :class:`subprocess.Popen` and waits on raw file
-descriptors: its pipes (non-blocking) and a pidfd, through :func:`anyio.wait_readable`, which
-both asyncio and trio support. That is the same fork + exec asyncio's subprocess support does,
-without its transports, protocols and child watcher: ~0.5-0.8 ms of the event loop's time
-per command instead of ~1.1 ms (``bench/sandboxes.py --spawn`` compares the two), and no thread
-per child on Python 3.11. Most of that time the loop waits rather than works: ``Popen`` forks
-with vfork, which holds the parent until the child has exec'd (~0.15 ms of it is CPU).
-Elsewhere it uses :func:`anyio.open_process`. (asyncio's deprecated ``FastChildWatcher``
-reaps every child of the process, so it would take these children's exit statuses; the default
-watchers, and trio, wait only for their own.)
+:func:`run_bounded` runs every local-backend command and host-side transfer step: a new
+session, bounded output, a timeout that kills the group, shielded cleanup on cancellation.
+On Linux it waits on a pidfd (docs/decisions/024-local-host-processes.md).
 """
 
 from __future__ import annotations
@@ -84,16 +69,10 @@ _READ_CHUNK = 65536
 
 @contextmanager
 def pidfd_child_watcher() -> Iterator[bool]:
-    """On asyncio before Python 3.12, wait for child processes through pidfds for the block.
+    """On asyncio before 3.12, wait for child processes through pidfds for the block.
 
-    Python 3.11's default child watcher starts **one thread per child process** to wait for
-    it; with hundreds of sandbox commands at once those threads and their start-up were ~27% of
-    the process's CPU (py-spy, ``bench/sandboxes.py`` at 256 rollouts). ``PidfdChildWatcher``
-    (Linux >= 5.3) registers each child's pidfd with the event loop instead, as Python 3.12
-    does by default. The entry points (:func:`hermes_async.envs._entry.run_entry`) use it for
-    the run; the previous watcher is restored after. Call it inside the running asyncio loop
-    the block runs on. Yields whether it was installed (not under trio, not on 3.12+, not
-    without ``os.pidfd_open``, not when someone installed their own watcher).
+    Python 3.11's default watcher starts a thread per child (decision 024). Call it inside the
+    running loop; the previous watcher is restored after. Yields whether it was installed.
     """
     try:
         loop = asyncio.get_running_loop()
@@ -126,10 +105,7 @@ class RawResult:
 
     Attributes:
         exit_code: Exit status (``128 + n`` when killed by signal ``n``; 124 on timeout).
-        stdout: Captured stdout (head + tail if truncated, with a marker in between).
-        stderr: Captured stderr, likewise.
-        timed_out: The timeout fired and the process group was killed.
-        truncated: Some output was dropped.
+        stdout: Captured stdout (head + tail if truncated, a marker in between).
         pgid: The process group (= session) id the command ran in.
     """
 
@@ -236,11 +212,7 @@ class _FdSendStream(ByteSendStream):
 
 
 class _PidfdProcess(Process):
-    """A :class:`subprocess.Popen` child awaited through its pidfd (see the module docstring).
-
-    ``wait`` needs no child watcher and no thread: the pidfd becomes readable when the child
-    exits, then ``Popen.poll`` reaps it. Waiters take turns (one pidfd, one waiter at a time).
-    """
+    """A ``Popen`` child awaited through its pidfd; waiters take turns."""
 
     def __init__(self, popen: subprocess.Popen[bytes], pidfd: int) -> None:
         self._popen = popen
@@ -320,11 +292,9 @@ _use_pidfd = _pidfds_work()
 
 
 def _start_pidfd(argv: Sequence[str], **kwargs: Any) -> Process:
-    """Start ``argv`` with ``Popen`` and open its pidfd.
+    """Start ``argv`` with ``Popen`` and open its pidfd, synchronously (no checkpoint to cut it).
 
-    Synchronous (no checkpoint, so no cancellation can cut it in half), like the fork + exec
-    inside :func:`anyio.open_process`. If the pidfd cannot be opened after all (the process is
-    out of descriptors), the child is killed and reaped (bounded) and the error raised.
+    If the pidfd cannot be opened, the child is killed and reaped (bounded) and the error raised.
     """
     popen = subprocess.Popen(argv, bufsize=0, **kwargs)
     try:
@@ -342,13 +312,9 @@ def _start_pidfd(argv: Sequence[str], **kwargs: Any) -> Process:
 async def start_process(
     argv: Sequence[str], *, timeout: float = _PROCESS_START_TIMEOUT_SECONDS, **kwargs: Any
 ) -> Process:
-    """Start a host process as one step: shielded from cancellation, bounded by ``timeout``.
+    """Start a host process shielded and bounded by ``timeout``; ``kwargs`` go to ``open_process``.
 
-    Not a cleanup but an acquisition that must not be cut in half: asyncio leaks the half-built
-    subprocess transport (its pipes and the child) when a cancellation lands inside subprocess
-    creation. A fork + exec takes milliseconds; a caller's cancellation is delivered at its
-    next checkpoint, after which it owns (and must clean up) the returned process.
-    ``kwargs`` go to :func:`anyio.open_process`.
+    asyncio leaks a half-built subprocess transport when a cancellation lands inside creation.
 
     Raises:
         TimeoutError: The start took longer than ``timeout`` (a machine out of processes).
@@ -372,25 +338,11 @@ async def run_bounded(
 ) -> RawResult:
     """Run ``argv`` in a new session, drain its output into bounded buffers, enforce ``timeout``.
 
-    The building block of :class:`LocalSandbox` (and of host-side ``tar`` in ``ToolContext``).
+    ``env=None`` inherits; ``stdin=None`` is ``/dev/null``; ``output_limit=None`` keeps
+    everything. ``on_start`` and ``on_exit`` get the group id after the start and after the
+    reap. ``stdout_sink`` takes stdout chunk by chunk; its exception kills the group.
 
-    Args:
-        argv: Program and arguments (no shell unless you pass one).
-        cwd: Working directory.
-        env: The complete environment (``None``: inherit; sandboxes always pass one).
-        timeout: Seconds before the process group is terminated (exit 124, ``timed_out``).
-        stdin: Bytes fed to standard input, then closed (``None``: ``/dev/null``).
-        output_limit: Bytes kept per stream (head + tail); ``None`` keeps everything.
-        terminate_grace: SIGTERM -> SIGKILL grace.
-        on_start: Called with the process group id right after the start.
-        on_exit: Called with the process group id once the group was killed and reaped.
-        stdout_sink: Hand standard output to this coroutine function chunk by chunk instead
-            of keeping it (``RawResult.stdout`` is then empty). An exception it raises stops
-            the command (its group is killed) and propagates.
-
-    **Cancellation**: the whole process group is terminated (TERM, grace, KILL) in a shielded
-    scope bounded by ``terminate_grace + KILL_WAIT_SECONDS + 1`` before the cancellation
-    propagates.
+    **Cancellation**: the process group is terminated (TERM, grace, KILL), shielded and bounded.
     """
     # Shielded (and bounded): asyncio leaks the half-built subprocess transport (its pipes
     # and the child) when a cancellation lands inside subprocess creation. Starting a local
@@ -507,11 +459,7 @@ async def _run_sh(script: str, paths: Sequence[str], what: str) -> RawResult | N
 class DirectoryRemover:
     """Remove sandbox directories, one ``rm`` for all the removals that arrive together.
 
-    Starting a subprocess costs the event loop ~3 ms (fork + exec on its thread, plus
-    asyncio's child watcher); 500 sandboxes closing at once would start 500 ``rm``. Removals
-    requested while one ``rm`` runs are done by the next one, together (a
-    :class:`~hermes_async.tools.sandbox._batch.Batcher`). ``chmod`` first: a model that did
-    ``chmod 000 dir`` must not make cleanup fail. Failures are logged, never raised.
+    ``chmod`` first, so ``chmod 000 dir`` cannot make cleanup fail. Failures are logged.
     """
 
     def __init__(self) -> None:
@@ -524,11 +472,7 @@ class DirectoryRemover:
         return self._batches.runs
 
     async def remove_cgroups(self, paths: Sequence[str]) -> None:
-        """Remove empty cgroup directories (``rmdir``, retried while tasks are still leaving).
-
-        A child process does it: removing a cgroup v1 ``memory`` group can take tens of ms in
-        the kernel, which on the event loop's thread stalled it for seconds when hundreds of
-        sandboxes closed at once.
+        """Remove empty cgroup directories in a child process (``rmdir`` can stall the loop).
 
         **Cancellation**: as :meth:`remove`.
         """
@@ -558,10 +502,10 @@ class DirectoryRemover:
                 logger.warning("cgroups still busy, left behind: %s", _decode(raw.stderr).split())
 
     async def remove(self, path: str) -> None:
-        """Remove ``path`` and everything under it (in a batch that starts after this call).
+        """Remove ``path`` and everything under it, in a batch that starts after this call.
 
-        **Cancellation**: bounded by ``TRANSFER_TIMEOUT_SECONDS``; a cancelled caller that was
-        running the batch kills its ``rm`` and the others start a new one.
+        **Cancellation**: bounded by ``TRANSFER_TIMEOUT_SECONDS``; a cancelled caller running the
+        batch kills its ``rm`` and the others start a new one.
         """
         await self._batches.submit(path, self._remove_all)
 

@@ -1,65 +1,9 @@
 """The local backend: each sandbox is a private directory on this host and the processes it runs.
 
-Why one module of this size: one concept, :class:`LocalSandbox`; its two isolation levels share
-the same exec, transfer and close paths and differ only in how a command is entered and how the
-processes are found.
-
-Two isolation levels (``isolation=``; the default ``"auto"`` is namespaces unless the operator
-chose otherwise with ``$HERMES_SANDBOX_ISOLATION``):
-
-* ``"namespaces"`` — each sandbox is its own Linux world (bubblewrap): a PID namespace with a
-  private ``/proc`` (the host's processes and their environments are invisible), a mount
-  namespace where the host is read-only or absent and the sandbox's capped disk is the only
-  writable place, its own network namespace (loopback only unless ``network="host"``), cgroup
-  memory and pids limits, an unprivileged user. Every command joins the world through
-  ``nsenter``; closing kills the world's PID 1 and with it everything inside, with no ``/proc``
-  scan. How it works, what it costs and what it needs: :mod:`hermes_async.tools.sandbox.namespaces`.
-* ``"process"`` — only when the caller asks for it: a directory and process groups. The
-  environment is an allowlist, but a command sees the host's filesystem (and may write to it),
-  its network, and its processes with their environments (``/proc/<pid>/environ`` of this
-  process holds the host's secrets).
-
-Where namespaces cannot be made (no bubblewrap, not root), creating a sandbox is a
-:class:`~hermes_async.errors.ConfigError` naming what is missing, how to install it and the
-opt-out; nothing falls back to ``"process"`` on its own.
-
-Layout of one sandbox (under ``root_dir``, default the system temp dir)::
-
-    hermes-sbx-<task>-<hex>/           process mode           namespaces mode
-        work/    working directory     (workdir)               disk.img (the capped disk)
-        home/    ``$HOME``                                      fs/ (its mount point; inside:
-        tmp/     ``$TMPDIR``                                         /sandbox/{work,home,tmp})
-        .state/  background bookkeeping (see ``base.py``)
-
-In namespaces mode paths are the world's: ``workdir`` is ``/sandbox/work``, ``$HOME``
-``/sandbox/home``, ``/tmp`` the sandbox's own.
-
-Processes (both modes): every ``exec`` runs ``bash -c`` (through
-:func:`~hermes_async.tools.sandbox.host.run_bounded`: ``Popen`` and a pidfd) in a new session (``start_new_session=True``), so the shell and everything it forks share one
-process group whose id is the shell's pid (in namespaces mode the group's host-side leader is
-the ``nsenter`` that entered the world). On timeout the group gets SIGTERM, a grace period,
-then SIGKILL (exit 124); when the shell exits normally, whatever it left running in its group
-(``cmd &``) is killed too, so a foreground command can never leak a process. Long-running work
-belongs in ``terminal(background=true)``, which starts a detached session that lives until
-``process kill`` or close.
-
-Close, process mode: ``aclose`` kills every process carrying this sandbox's marker variable
-(``HERMES_ASYNC_SANDBOX``) or belonging to one of its sessions, found in ``/proc``, so
-``setsid``/``nohup`` escapes die too (SIGTERM, grace, SIGKILL; SIGKILL at once when the release
-is ``interrupted``); an ``env -i`` escape that also left the sessions is not found (the reason
-namespaces exist). The ``/proc`` reading is shared: every sandbox of one :func:`local_factory`
-closing at the same moment is served by the same sweep, which yields to the event loop as it
-goes (see :mod:`hermes_async.tools.sandbox.processes`). Namespaces mode: ``kill -TERM -1``
-inside the world, the grace, then SIGKILL to its PID 1 (SIGKILL at once when interrupted).
-Then the directories are removed together by one ``rm`` (:class:`DirectoryRemover`).
-
-Output: stdout and stderr are drained concurrently (no full-pipe deadlock) into a bounded
-head+tail buffer, so ``yes | head -c 500M`` costs at most ``output_limit`` bytes per stream;
-``read_bytes`` refuses files over :data:`MAX_READ_BYTES`; ``stream_file`` / ``stream_archive``
-hand the bytes of a ``cat`` / ``tar`` to a sink chunk by chunk.
-
-No threads: file transfers are ``cat``/``tar`` subprocesses (inside the sandbox's world, so
-its symlinks resolve there), never blocking file I/O on the event loop.
+``isolation="namespaces"`` (the default) gives each sandbox its own Linux world (bubblewrap);
+``"process"`` is a directory and process groups, only on request. Nothing falls back to
+``"process"`` on its own. No command outlives its sandbox. Design:
+docs/decisions/031-local-sandboxes.md.
 """
 
 from __future__ import annotations
@@ -186,7 +130,7 @@ _SAFE_TASK_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def _isolation_unavailable(reason: str) -> ConfigError:
-    """The error for a sandbox that cannot be isolated here: what is missing, the fix, the opt-out."""
+    """The error for a sandbox that cannot be isolated here: what is missing, fix, opt-out."""
     return ConfigError(
         f"local sandboxes cannot be isolated on this machine: {reason}. Without isolation a "
         "model's commands see this host's files (writable), its network and its processes' "
@@ -208,9 +152,7 @@ def _not_found(path: str, code: int) -> FileNotFoundError:
 
 
 def _check_read(raw: RawResult, path: str, limit: int | None) -> None:
-    """Raise what a :func:`_size_checked` ``cat`` of ``path`` reported: ``path`` is missing or
-    not a regular file, larger than ``limit`` (``None``: no cap; output cut at the cap counts
-    as larger), or unreadable."""
+    """Raise what a :func:`_size_checked` ``cat`` of ``path`` reported."""
     if raw.exit_code in (_MISSING, _NOT_REGULAR):
         raise _not_found(path, raw.exit_code)
     if limit is not None and (raw.exit_code == _TOO_LARGE or raw.truncated):
@@ -223,9 +165,7 @@ def _check_read(raw: RawResult, path: str, limit: int | None) -> None:
 
 
 def _size_checked(script: str) -> str:
-    """A transfer script's prologue: exit 66 if ``$1`` does not exist, 68 if it is not a
-    regular file, 67 (size on stderr) if it is larger than ``$2`` bytes (``stat``, else
-    ``wc -c``; ``$2`` < 0: no cap)."""
+    """A transfer script's prologue: exit 66 missing, 68 not a file, 67 over ``$2`` bytes."""
     return (
         f'[ -e "$1" ] || exit {_MISSING}; [ -f "$1" ] || exit {_NOT_REGULAR}; '
         's=$(stat -c %s -- "$1" 2>/dev/null || wc -c < "$1"); s=$((s)); '
@@ -237,12 +177,8 @@ def _size_checked(script: str) -> str:
 async def resolve_isolation(isolation: Isolation) -> Literal["namespaces", "process"]:
     """What ``isolation`` means on this machine (probes bubblewrap once per process).
 
-    ``"process"`` is the caller's explicit choice; ``"auto"`` and ``"namespaces"`` need
-    namespaces that work here.
-
     Raises:
-        ConfigError: Namespaces were asked for and cannot be made here (the message says what
-            is missing, how to install it, and the opt-out).
+        ConfigError: Namespaces were asked for and cannot be made here.
 
     **Cancellation**: the probe is abandoned; the next call probes again.
     """
@@ -276,21 +212,9 @@ async def local_preflight(**options: object) -> None:
 
 
 class LocalSandbox(Sandbox):
-    """A sandbox on this host: namespaced (a world of its own) or a directory and process groups.
+    """A sandbox on this host: namespaced or a directory and process groups.
 
     Create it with :meth:`create` (or through :func:`local_factory` and a ``SandboxManager``).
-
-    Args:
-        task_id: The rollout it belongs to.
-        root: The sandbox's own host directory (already created).
-        env: The complete environment commands see.
-        default_timeout: Seconds for ``exec`` calls that give no timeout.
-        terminate_grace: SIGTERM -> SIGKILL grace on timeout, cancellation and close.
-        shell: The shell that runs commands.
-        sweeper: The ``/proc`` sweeper its close shares with other sandboxes (process mode;
-            default: a private one).
-        remover: The directory remover its close shares (default: a private one).
-        namespace: Its world, in namespaces mode (``None``: process mode).
     """
 
     def __init__(
@@ -343,26 +267,16 @@ class LocalSandbox(Sandbox):
         """Create a sandbox for ``task_id`` and return it.
 
         Args:
-            task_id: The rollout it belongs to (used in the directory name, sanitized).
-            root_dir: Parent directory of sandbox directories (default: the system temp dir).
             env_allowlist: Host variables copied into the sandbox when set.
-            extra_env: Variables set explicitly (on top of the allowlist; never host secrets
-                unless you put them here).
-            default_timeout: Seconds for commands that give no timeout.
-            terminate_grace: SIGTERM -> SIGKILL grace.
+            extra_env: Variables set explicitly (never host secrets unless you put them here).
             sweeper: The ``/proc`` sweeper to share with other sandboxes (default: private).
             remover: The directory remover to share (default: private).
-            isolation: ``"auto"`` or ``"namespaces"`` (default; the same here) or
-                ``"process"`` (see :func:`resolve_isolation`).
-            namespace_options: Network, limits, disk cap and user of a namespaced sandbox
-                (default: :class:`~hermes_async.tools.sandbox.namespaces.NamespaceOptions`).
 
         Raises:
             ConfigError: Namespaces were asked for and cannot be made on this machine.
             SandboxError: The directory could not be created, or the world did not start.
 
-        **Cancellation**: nothing is left behind (a world that started is killed, its
-        directory removed, shielded and bounded).
+        **Cancellation**: nothing is left behind (shielded, bounded cleanup).
         """
         mode = await resolve_isolation(isolation)
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
@@ -437,12 +351,10 @@ class LocalSandbox(Sandbox):
 
     @property
     def isolation(self) -> Literal["namespaces", "process"]:
-        """How this sandbox is isolated."""
         return "namespaces" if self.namespace is not None else "process"
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`aclose` ran."""
         return self._closed
 
     @property
@@ -454,8 +366,7 @@ class LocalSandbox(Sandbox):
         return ns.unavailable(self.task_id)
 
     async def alive(self) -> bool:
-        """Open and (namespaces mode) its world's PID 1 alive; no command is started (a
-        process-mode sandbox is a directory: nothing in it can die)."""
+        """Open and, in namespaces mode, its world's PID 1 alive; starts no command."""
         if self._closed:
             return False
         return self.namespace is None or self.namespace.alive()
@@ -519,9 +430,6 @@ class LocalSandbox(Sandbox):
 
     async def exec_request(self, request: ExecRequest) -> ExecResult:
         """Run the command with ``bash -c`` in a new session (see :meth:`Sandbox.exec`).
-
-        A ``cwd`` that does not exist gives exit 1 and a ``cd`` message, like a shell. In
-        namespaces mode, a command the memory limit killed gets a note on stderr saying so.
 
         Raises:
             SandboxUnavailableError: The sandbox's world is gone (namespaces mode).
@@ -600,7 +508,7 @@ class LocalSandbox(Sandbox):
         return raw.stdout
 
     async def write_bytes(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path``, creating parent directories (see :meth:`Sandbox.write_bytes`).
+        """Write ``data`` to ``path``, creating parent directories.
 
         **Cancellation**: the file may be partially written.
         """
@@ -612,7 +520,7 @@ class LocalSandbox(Sandbox):
             raise OSError(f"cannot write {path!r}: {_decode(raw.stderr).strip()}")
 
     async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """Validate then extract a tar archive into ``dest_dir`` (see :meth:`Sandbox.put_archive`).
+        """Validate then extract a tar archive into ``dest_dir``.
 
         **Cancellation**: extraction may be partial.
         """
@@ -633,7 +541,7 @@ class LocalSandbox(Sandbox):
     )
 
     async def get_archive(self, path: str) -> bytes:
-        """Return a tar archive of ``path`` (see :meth:`Sandbox.get_archive`).
+        """Return a tar archive of ``path``.
 
         **Cancellation**: the ``tar`` process is killed.
         """
@@ -646,9 +554,7 @@ class LocalSandbox(Sandbox):
         return raw.stdout
 
     async def stream_file(self, path: str, sink: ByteSink, *, max_bytes: int | None = None) -> int:
-        """Stream ``path``'s bytes from a ``cat`` in the sandbox (see :meth:`Sandbox.stream_file`).
-
-        The size is checked in the sandbox before ``cat`` starts.
+        """Stream ``path``'s bytes from a ``cat`` in the sandbox, size checked first.
 
         **Cancellation**: the ``cat`` process is killed.
         """
@@ -662,8 +568,7 @@ class LocalSandbox(Sandbox):
     async def stream_archive(
         self, path: str, sink: ByteSink, *, max_bytes: int | None = None
     ) -> int:
-        """Stream a tar of ``path`` from a ``tar`` in the sandbox (see
-        :meth:`Sandbox.stream_archive`).
+        """Stream a tar of ``path`` from a ``tar`` in the sandbox.
 
         **Cancellation**: the ``tar`` process is killed.
         """
@@ -680,13 +585,9 @@ class LocalSandbox(Sandbox):
             self._groups.add(process.pid)
 
     def live_processes(self) -> list[int]:
-        """Host pids of live processes that belong to this sandbox (a ``/proc`` scan).
+        """Host pids of live processes that belong to this sandbox, for tests and diagnostics.
 
-        For tests and diagnostics only: closing never scans. Process mode: the marker and
-        session rule of :mod:`~hermes_async.tools.sandbox.processes`. Namespaces mode: every
-        process in the world's PID namespace; while the sandbox is open the world's own two
-        (PID 1 and its keeper) are left out, once it is closed they count too, and so does its
-        bubblewrap (and supervisor) while it runs.
+        Namespaces mode: while the sandbox is open, the world's PID 1 and its keeper are left out.
         """
         ns = self.namespace
         if ns is None:
@@ -737,15 +638,9 @@ class LocalSandbox(Sandbox):
     async def aclose(self, interrupted: bool = False) -> None:
         """Kill every process the sandbox started, then remove its directory. Idempotent.
 
-        Namespaces mode: graceful, SIGTERM to every process inside (``kill -TERM -1`` as the
-        sandbox user), up to ``terminate_grace`` for them to go, then SIGKILL to the world's
-        PID 1, which takes everything inside with it; interrupted, SIGKILL at once. Process
-        mode: SIGTERM to every process of the sandbox (found through the shared ``/proc``
-        sweeper), the grace, SIGKILL to the rest (at once when interrupted). Then ``rm -rf``
-        of the root.
+        SIGTERM, ``terminate_grace``, SIGKILL (at once when interrupted); then ``rm -rf``.
 
-        **Cancellation**: every wait here is bounded; the owner of the release runs it under a
-        shielded cleanup scope (``SandboxManager.release`` does) so it is never skipped.
+        **Cancellation**: every wait is bounded; the release's owner shields it.
         """
         if self._closed:
             return
@@ -812,8 +707,7 @@ _NAMES = Requirement(
 
 
 def _check_environment(where: str, env: object) -> None:
-    """Variables to set: names as above, string values without NUL. The message names the
-    variable and its value's type, never the value (it may be a credential)."""
+    """Check variables to set; the message names the variable, never its value."""
     if env is None:
         return
     if not isinstance(env, Mapping):
@@ -846,31 +740,18 @@ def local_factory(
 ) -> Callable[..., Awaitable[Sandbox]]:
     """A ``SandboxManager`` factory that creates :class:`LocalSandbox` es.
 
-    These are also the options of ``terminal_backend="local"`` (``sandbox_options`` in the
-    environment config, where the :class:`NamespaceOptions` fields may be given flat). Its
-    sandboxes share one :class:`~hermes_async.tools.sandbox.processes.ProcessSweeper` and one
-    :class:`DirectoryRemover`.
-
-    It takes a :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` (``spec=``): its ``env``
-    is added, its ``workdir`` becomes a folder of that path inside the sandbox's work dir, its
-    ``exec_timeout`` the default command timeout; images and resource limits of a spec need a
-    container backend.
+    Also the options of ``terminal_backend="local"``. Its sandboxes share one ``/proc`` sweeper
+    and one directory remover. A spec's ``env``, ``workdir`` and ``exec_timeout`` apply.
 
     Args:
-        root_dir: Parent directory of the sandbox directories (default: system temp dir).
         env_allowlist: Host variables copied into each sandbox.
-        extra_env: Variables set explicitly in each sandbox.
-        default_timeout: Seconds for commands that give no timeout.
-        terminate_grace: SIGTERM -> SIGKILL grace.
-        isolation: ``"auto"`` (``$HERMES_SANDBOX_ISOLATION`` if set, else namespaces),
-            ``"namespaces"`` or ``"process"`` (no isolation: the caller's explicit choice).
-        namespace: Network, limits, disk and user of namespaced sandboxes (default:
-            ``NamespaceOptions()``).
+        isolation: ``"auto"`` (``$HERMES_SANDBOX_ISOLATION``, else namespaces),
+            ``"namespaces"`` or ``"process"``.
+        namespace: Network, limits, disk and user of namespaced sandboxes.
 
     Raises:
-        ConfigError: An invalid option, or namespaces where bubblewrap, nsenter or root is
-            missing (checked here; that bubblewrap really starts is checked, once, at the
-            first creation or by :func:`local_preflight`).
+        ConfigError: An invalid option, or bubblewrap, nsenter or root missing. That
+            bubblewrap starts is checked at the first creation or by :func:`local_preflight`.
     """
     check_value("local_factory default_timeout", default_timeout, POSITIVE_FINITE)
     check_value("local_factory terminate_grace", terminate_grace, NON_NEGATIVE_FINITE)

@@ -1,73 +1,7 @@
 """SandboxManager: one sandbox per rollout, created lazily, gated, reaped, always released.
 
-Why one module of this size: one concept, a sandbox's lifetime. The table, the hand-over,
-busy counts, the idle reaper and queued releases are :mod:`hermes_async.tools._lifetimes`'s,
-as for browser sessions; this module keeps how a sandbox is made, what idle means for it and
-how it closes. :class:`ManagedSandbox` is the handle to one entry.
-
-::
-
-    async with SandboxManager(factory=local_factory(), limits=limits) as manager:
-        sandbox = await manager.get("task-1")       # created on first use
-        result = await sandbox.exec("ls")           # behind limits.sandbox_exec
-        await manager.release("task-1")             # idempotent, shielded, bounded
-
-Decisions:
-
-* **Creation** runs behind ``limits.sandbox_create`` with a deadline (``create_timeout``).
-  Concurrent ``get()`` calls for one ``task_id`` create exactly one sandbox: the first caller
-  creates, the others wait for it. If the creator is cancelled, a waiter takes over; if creation
-  fails, every waiter gets the same :class:`~hermes_async.errors.SandboxError`.
-* **Commands** are gated where they run: ``get()`` returns a :class:`ManagedSandbox` wrapper
-  whose every operation holds a ``limits.sandbox_exec`` slot and marks the sandbox busy, so
-  tools need not know about limiters and the reaper never closes a sandbox mid-command.
-* **Release** pops the sandbox and closes it under one
-  :func:`~hermes_async._cleanup.cleanup_scope` bounded by ``close_timeout``: never skipped by
-  cancellation, never hangs; a close that overruns is logged with its reason. This is *the* bound
-  of a release: callers (the loop, the rollout pipeline, ``ToolContext``) add none of their own,
-  and backends' ``aclose`` does not shield (each external call in it has its own deadline).
-  ``release(task_id, interrupted=True)`` — the rollout was cancelled or timed out — lets the
-  backend skip graceful steps. Releasing an unknown or already released id is a no-op; a second
-  concurrent release waits for the first.
-* **Exit waits for everything in flight**: leaving the manager releases every sandbox, then
-  waits for the creations and closes other tasks still run (bounded by ``create_timeout +
-  close_timeout``), so a sandbox a straggler was creating or closing when the run ended is gone
-  when the exit returns; a creation that gets its ``sandbox_create`` slot after the exit began
-  fails at once instead of starting a sandbox. (Found in serve runs: atroposlib drops the workers
-  it cancels from its set, and a manager that returned while one of them was closing let
-  ``asyncio.run``'s final cancel cut that close in half, leaving its directory behind.)
-* **Per-item sandboxes**: :meth:`assign_spec` records a
-  :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` for a task id; that id's sandbox is then
-  created with ``factory(task_id, spec=spec)`` (its ``create_timeout`` replacing the manager's)
-  and the spec is forgotten when the sandbox is released. The rollout core assigns the spec an
-  environment's ``sandbox_spec(item)`` returns.
-* **Watch hook**: right after creating a sandbox the manager runs its
-  :meth:`~hermes_async.tools.sandbox.base.Sandbox.watch` in its own task group (the Docker
-  disk-cap watchdog), cancelled at the release.
-* **A dead sandbox** (:class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError`) is
-  remembered per task: :meth:`SandboxManager.sandbox_failure` answers it even after the
-  release, so the rollout core can record an infrastructure failure (``exc.category ==
-  "infra"``, ``exc.reason``); it is forgotten when a new sandbox is created for the task.
-* **Idle reaper**: a task in the manager's own task group closes sandboxes unused for
-  ``idle_timeout`` seconds (none with a command in flight or a running background process).
-* :meth:`request_release` is the synchronous form: it queues the release to the manager's own
-  janitor task (no fire-and-forget task; the queue is drained by a task the manager owns and
-  everything left is released when the manager exits). ``ToolContext.cleanup()`` called without
-  ``await`` relies on it.
-* The manager must be entered (``async with``) before use: its task group hosts the reaper and
-  the janitor, and its exit releases every sandbox, concurrently, each release bounded by
-  ``close_timeout`` (so exiting takes at most about ``close_timeout``; no second bound around
-  them), with ``interrupted=True`` when the block exits by an exception or a cancellation.
-* **Factory close hook**: a factory with an ``aclose()`` coroutine method (the remote
-  backends, E2B and Daytona, whose ``aclose`` reaps the run's leftovers by label) has it awaited
-  after the releases, shielded and bounded by ``close_timeout``; factories without one (local,
-  Docker, Modal) are untouched.
-
-A process-wide *current* manager lives in a :class:`contextvars.ContextVar`, so code that builds
-``ToolContext(task_id)`` with no other argument (reference-style reward functions) finds the
-rollout's sandbox. Set it with :func:`use_sandbox_manager` or :func:`open_sandbox_manager`; tasks
-started inside inherit it. There is deliberately no implicit default: a missing manager is an
-error that says how to set one, never a silently created sandbox nobody closes.
+One creation per task, every operation behind ``limits.sandbox_exec``, every release shielded
+and bounded by ``close_timeout``. Design: docs/architecture.md, "A sandbox's lifetime".
 """
 
 from __future__ import annotations
@@ -133,15 +67,9 @@ class SandboxManagerStatistics:
     """A snapshot of a manager.
 
     Attributes:
-        active: Sandboxes alive now.
-        creating: Creations in progress.
-        busy: Sandboxes with an operation in flight.
-        created: Sandboxes created since the manager opened.
         released: Sandboxes released (explicitly, by the reaper, or at exit).
         reaped: Of those, released by the idle reaper.
-        create_failures: Creations that raised.
-        create_wait_seconds: Seconds ``get()`` callers spent waiting for their sandbox to be
-            created or taken from the pool (summed over creations).
+        create_wait_seconds: Seconds ``get()`` callers waited for a sandbox, summed.
         warm_pool: The warm pool's counts (``None``: no warm pool).
     """
 
@@ -161,22 +89,14 @@ class _ClosedBeforeCreate(SandboxError):
 
 
 class SandboxManager(AsyncResource):
-    """Own the sandboxes of many rollouts: one per ``task_id``.
+    """Own the sandboxes of many rollouts: one per ``task_id``. Enter it before use.
 
     Args:
-        factory: ``async (task_id) -> Sandbox`` (default: the ``local`` backend with its
-            defaults).
-        limits: The limiters (``sandbox_create``, ``sandbox_exec``) shared with the rest of the
-            environment (default: a fresh :class:`~hermes_async.limits.Limits`).
-        idle_timeout: Seconds of inactivity before the reaper closes a sandbox; ``None`` or
-            ``math.inf`` disables the reaper.
-        create_timeout: Deadline for one creation.
-        close_timeout: Deadline for one release.
-        reap_interval: Seconds between reaper passes (default: ``idle_timeout / 4``, between 1
-            and 60 s).
-        warm_pool: Keep sandboxes warm
-            (:class:`~hermes_async.tools.sandbox.warm_pool.WarmPoolOptions`; ``None`` or
-            ``size=0``: every sandbox is created when asked for).
+        factory: ``async (task_id) -> Sandbox`` (default: the ``local`` backend).
+        limits: The shared limiters (default: a fresh :class:`~hermes_async.limits.Limits`).
+        idle_timeout: Seconds unused before the reaper closes a sandbox (``None``: never).
+        reap_interval: Seconds between reaper passes (default ``idle_timeout / 4``, 1 to 60 s).
+        warm_pool: Keep sandboxes warm (``None`` or ``size=0``: create each when asked).
     """
 
     def __init__(
@@ -262,23 +182,11 @@ class SandboxManager(AsyncResource):
         return self
 
     async def _close_on_exit(self, exc: BaseException | None) -> None:
-        """Release every sandbox, stop the reaper and the janitor (see :meth:`aclose`).
-
-        A block that raised (or was cancelled) releases with ``interrupted=True``. The block's
-        exception propagates as itself: the manager's task group never sees it (it would wrap
-        it in an ``ExceptionGroup``); only a failure of the manager's own tasks comes out as a
-        group.
-        """
+        """Release everything (``interrupted`` if the block raised); its exception stays itself."""
         await self._shutdown(interrupted=exc is not None)
 
     async def aclose(self, *, interrupted: bool = False) -> None:
-        """Release every sandbox, stop the reaper and the janitor. Idempotent.
-
-        What ``async with`` does on exit: the releases run concurrently, each bounded by
-        ``close_timeout`` (the one bound; nothing wraps them in a second).
-
-        Args:
-            interrupted: Release with ``interrupted=True`` (the run was cancelled).
+        """Release every sandbox concurrently, stop the reaper and the janitor. Idempotent.
 
         **Cancellation**: the releases run shielded, each bounded by ``close_timeout``.
         """
@@ -354,9 +262,6 @@ class SandboxManager(AsyncResource):
     def prewarm(self, spec: SandboxSpec | None) -> None:
         """Keep sandboxes of ``spec`` warm for the rollouts to come (no-op without a pool).
 
-        Specs are filled in the order they are asked for; see
-        :mod:`~hermes_async.tools.sandbox.warm_pool`.
-
         Raises:
             ConfigError: ``spec`` is given but the factory takes no ``spec`` keyword.
         """
@@ -381,15 +286,12 @@ class SandboxManager(AsyncResource):
     # get / release
 
     async def get(self, task_id: str) -> ManagedSandbox:
-        """The sandbox of ``task_id``, created on first use (behind ``limits.sandbox_create``).
+        """The sandbox of ``task_id``, created on first use.
 
         Raises:
-            SandboxError: The manager is not open, or creation failed or timed out (the
-                original error is the ``__cause__``).
+            SandboxError: The manager is not open, or creation failed or timed out.
 
-        **Cancellation**: if the caller that is creating the sandbox is cancelled, creation is
-        abandoned (the factory cleans up what it started) and a concurrent waiter, if any,
-        starts over.
+        **Cancellation**: a cancelled creator abandons the creation; a waiter starts over.
         """
         if not isinstance(task_id, str) or not task_id:
             raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
@@ -410,12 +312,10 @@ class SandboxManager(AsyncResource):
         ) from entry.error
 
     def assign_spec(self, task_id: str, spec: SandboxSpec | None) -> None:
-        """Create ``task_id``'s sandbox from ``spec`` (``None``: forget a recorded spec).
-
-        Takes effect at the sandbox's next creation; released with the sandbox.
+        """Create ``task_id``'s next sandbox from ``spec`` (``None``: forget it); released with it.
 
         Raises:
-            ConfigError: The manager's factory takes no ``spec`` keyword.
+            ConfigError: The factory takes no ``spec`` keyword.
         """
         if spec is None:
             self._specs.pop(task_id, None)
@@ -468,17 +368,10 @@ class SandboxManager(AsyncResource):
     async def release(self, task_id: str, *, interrupted: bool = False) -> None:
         """Close ``task_id``'s sandbox: kill its processes and remove it. Idempotent.
 
-        Never raises for a backend failure (it is logged): cleanup must not mask the
-        rollout's own outcome. This is the one bound of a release: do not wrap it in another.
+        Never raises for a backend failure (logged): cleanup must not mask the rollout's outcome.
+        ``interrupted``: the rollout was cancelled or timed out; graceful steps may be skipped.
 
-        Args:
-            task_id: The rollout whose sandbox to close.
-            interrupted: The rollout was cancelled or timed out: the backend may skip graceful
-                steps (the local backend sends SIGKILL at once). The loop and the rollout
-                pipeline pass it; the default is the graceful close.
-
-        **Cancellation**: runs shielded, bounded by ``close_timeout``; the sandbox is closed
-        (or the overrun logged) before cancellation propagates.
+        **Cancellation**: runs shielded, bounded by ``close_timeout``, the one bound of a release.
         """
         self._specs.pop(task_id, None)
         reason = "the rollout was interrupted" if interrupted else "released"
@@ -534,13 +427,7 @@ class SandboxManager(AsyncResource):
             self.record_failure(task_id, gone)
 
     def sandbox_failure(self, task_id: str) -> SandboxUnavailableError | None:
-        """Why ``task_id``'s sandbox is gone, if it died (kept after its release).
-
-        For the rollout core: a rollout whose sandbox died is an infrastructure failure
-        (``error.category == "infra"``; ``error.reason`` says why: ``"oom"``, ``"disk"``,
-        ``"exited"``, ``"unreachable"``), not the model's. ``None`` while the sandbox is fine
-        (or was never created). Forgotten when a new sandbox is created for ``task_id``.
-        """
+        """Why ``task_id``'s sandbox died (kept after the release); ``None`` while it is fine."""
         entry = self._lifetimes.entries.get(task_id)
         if entry is not None and entry.value is not None:
             self._note_gone(task_id, entry.value)
@@ -556,18 +443,14 @@ class SandboxManager(AsyncResource):
                 tg.start_soon(functools.partial(self.release, task_id, interrupted=interrupted))
 
     def request_release(self, task_id: str) -> None:
-        """Queue a release of ``task_id`` to the manager's janitor task (synchronous).
+        """Queue a release of ``task_id`` to the janitor task, for callers that cannot await.
 
-        For callers that cannot await (``ToolContext.cleanup()`` called without ``await``).
-        The release happens on the janitor's next wake-up, or at the latest when the manager
-        exits; a newer sandbox of the same id is left alone. No-op if the manager is not open.
+        A newer sandbox of the same id is left alone. No-op if the manager is not open.
         """
         self._lifetimes.request_release(task_id)
 
     async def reap_idle(self) -> int:
-        """Release sandboxes idle for ``idle_timeout``; return how many (the reaper's pass).
-
-        A sandbox with an operation in flight or a running background process is not idle.
+        """Release sandboxes idle for ``idle_timeout``; return how many.
 
         **Cancellation**: releases already started complete (shielded, bounded).
         """
@@ -627,15 +510,11 @@ class SandboxManager(AsyncResource):
 
 
 class ManagedSandbox(SandboxWrapper):
-    """The sandbox a :class:`SandboxManager` hands out: every operation is gated and tracked.
+    """The sandbox a :class:`SandboxManager` hands out: every operation gated and tracked.
 
-    Each call holds a ``limits.sandbox_exec`` slot for its duration and marks the sandbox busy
-    (the idle reaper skips busy sandboxes); a :class:`SandboxUnavailableError` it raises is
-    recorded as the sandbox's failure. ``aclose()`` (and ``async with``) release the sandbox
-    through the manager, whose ``close_timeout`` is the release's one bound. The underlying
-    backend object is :attr:`inner`. Every operation is the backend's own (forwarded by
-    :class:`~hermes_async.tools.sandbox.wrapper.SandboxWrapper`), with its cancellation
-    semantics; the slot is returned on the way out.
+    Each call holds a ``limits.sandbox_exec`` slot and marks the sandbox busy; a
+    :class:`SandboxUnavailableError` is recorded as its failure. ``aclose()`` releases through
+    the manager. The backend object is :attr:`inner`.
     """
 
     def __init__(self, manager: SandboxManager, entry: Lifetime[Sandbox]) -> None:
@@ -664,7 +543,7 @@ class ManagedSandbox(SandboxWrapper):
                 raise
 
     async def exec_request(self, request: ExecRequest) -> ExecResult:
-        """Run a command (see :meth:`Sandbox.exec`) holding a ``sandbox_exec`` slot, traced.
+        """Run a command holding a ``sandbox_exec`` slot, traced.
 
         **Cancellation**: as the backend's; the slot is returned.
         """
@@ -704,14 +583,7 @@ def current_sandbox_manager() -> SandboxManager | None:
 def use_sandbox_manager(
     manager: SandboxManager,
 ) -> contextlib.AbstractContextManager[SandboxManager]:
-    """Make ``manager`` the current one for this context (and tasks started inside it).
-
-    ``ToolContext(task_id)`` without a ``manager=`` argument uses it::
-
-        async with SandboxManager(local_factory()) as manager:
-            with use_sandbox_manager(manager):
-                ...
-    """
+    """Make ``manager`` current here and in tasks started inside (``ToolContext`` uses it)."""
     return _CURRENT.use(manager)  # type: ignore[return-value]  # gives the manager, never None
 
 
@@ -726,7 +598,7 @@ async def open_sandbox_manager(
 ) -> AsyncIterator[SandboxManager]:
     """Open a :class:`SandboxManager` and make it current for the block.
 
-    **Cancellation**: on exit, however it exits, every sandbox is released (shielded, bounded).
+    **Cancellation**: on exit every sandbox is released (shielded, bounded).
     """
     async with SandboxManager(
         factory,

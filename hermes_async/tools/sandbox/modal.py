@@ -1,52 +1,8 @@
 """The Modal sandbox backend: one Modal Sandbox per rollout (extra ``[modal]``).
 
-Uses Modal 1.6's async API only: ``App.lookup.aio``, ``Sandbox.create.aio("sleep", "infinity",
-...)``, ``sb.exec.aio(...)`` with streamed ``stdout``/``stderr``, ``sb.filesystem.read_bytes.aio``
-/ ``write_bytes.aio``, ``sb.terminate.aio()``. No blocking call, no worker thread. Modal's
-client is asyncio-only (synchronicity): under trio, creating a sandbox raises
-:class:`~hermes_async.errors.AsyncBackendError` (a :class:`~hermes_async.errors.ConfigError`)
-at once.
-
-Why the deadlines and the rate limit:
-
-* **Every call has a deadline.** Without network or with bad credentials a Modal call does not
-  fail fast: it retries internally for ~57 s before raising. Creation is bounded by
-  ``create_timeout``, each other call by ``call_timeout``; a deadline that
-  passes is a :class:`~hermes_async.errors.SandboxError` naming the call and what to check.
-* **Creation is rate limited** on top of the manager's ``sandbox_create`` concurrency limit:
-  at most ``max_creates_per_second`` creations start per second and at most
-  ``max_concurrent_creates`` are in flight. The reference deadlocked at ~86 simultaneous
-  creations; a steady trickle reaches the same number of sandboxes without the burst.
-
-Commands run through the same wrapper as the Docker backend (``_container.EXEC_WRAPPER``): each
-in its own process group, killed as a group on timeout (exit 124) or cancellation. Archives
-are built by ``tar`` inside the sandbox and moved through ``sb.filesystem``.
-
-A sandbox whose creation is cancelled mid-call cannot be terminated (its id was never
-returned); Modal ends it after ``sandbox_lifetime_seconds``.
-
-Manual check with real credentials (not run in CI; needs ``modal token new`` or
-``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` and network)::
-
-    python - <<'EOF'
-    import anyio
-    from hermes_async.tools.sandbox.modal import ModalBackend, ModalSandboxConfig
-
-    async def main():
-        backend = ModalBackend(ModalSandboxConfig(image="python:3.11-slim"))
-        async with await backend("manual-check") as sb:
-            print(await sb.exec("python -c 'print(6 * 7)'; echo err >&2; exit 3"))
-            r = await sb.exec("sleep 60", timeout=2)
-            assert r.exit_code == 124 and r.timed_out, r
-            await sb.write_bytes("x/y.bin", bytes(range(256)) * 4096)
-            assert await sb.read_bytes("/root/x/y.bin") == bytes(range(256)) * 4096
-            print(len(await sb.get_archive("x")), "bytes of tar")
-
-    anyio.run(main)
-    EOF
-
-Expected: ``stdout='42\\n'``, ``stderr='err\\n'``, ``exit_code=3``; no assertion error; the
-sandbox disappears from ``modal sandbox list`` when the block exits.
+Modal's async API only; asyncio only. Every call has a deadline and creation is rate
+limited. Reasons and the manual check with real credentials:
+docs/decisions/023-modal-sandbox.md.
 """
 
 from __future__ import annotations
@@ -103,21 +59,12 @@ class ModalSandboxConfig:
 
     Attributes:
         image: Registry image (``Image.from_registry``).
-        app_name: Modal app the sandboxes belong to (looked up, created if missing).
-        workdir: Working directory of every command and the base of relative paths.
-        cpus: CPU request.
-        memory_mb: Memory request in MiB.
-        block_network: Cut the sandbox off the network (Modal's default is network on, and
-            tasks that install packages need it; the sandbox runs on Modal, not on this host).
+        app_name: Modal app of the sandboxes (created if missing).
+        block_network: Cut the sandbox off the network (Modal's default is on).
         sandbox_lifetime_seconds: Modal's hard lifetime of a sandbox (a bound on leaks).
         create_timeout: Deadline of one creation (app lookup + create).
-        call_timeout: Deadline of every other Modal call (exec start, file transfer,
-            wait after a kill).
-        terminate_timeout: Deadline of ``terminate``, and the bound of a release that
-            ``async with sandbox:`` owns.
-        default_exec_timeout: Command timeout when ``exec`` gets none.
-        max_creates_per_second: Creations started per second, at most.
-        max_concurrent_creates: Creations in flight, at most.
+        call_timeout: Deadline of every other Modal call.
+        terminate_timeout: Deadline of ``terminate``; bounds an ``async with`` release.
     """
 
     image: str = DEFAULT_MODAL_IMAGE
@@ -141,9 +88,7 @@ class ModalSandboxConfig:
 
 
 def _check_cloud_fields(config: object, *timeouts: str) -> None:
-    """Check what every cloud sandbox config has: ``cpus``, the create/call/exec deadlines and
-    ``timeouts``, the creation rate (finite, > 0), ``max_concurrent_creates`` and
-    ``sandbox_lifetime_seconds`` (>= 1).
+    """Check the fields every cloud sandbox config has (deadlines, rate, lifetime).
 
     Raises:
         ConfigError: Naming the config class, the field and the bad value.
@@ -164,15 +109,9 @@ def _check_cloud_fields(config: object, *timeouts: str) -> None:
 
 
 class CreationRateLimiter:
-    """At most ``rate`` starts per second, at most ``concurrency`` in flight.
+    """At most ``rate`` starts per second, ``concurrency`` in flight; starts spaced ``1 / rate``.
 
-    Starts are spaced evenly (``1 / rate`` apart): each caller reserves the next free start
-    time, then sleeps until it. A caller cancelled while sleeping gives up its turn (the slot
-    stays used, which only makes the limiter more conservative).
-
-    Args:
-        rate: Starts per second (> 0).
-        concurrency: Holders at once (>= 1).
+    A caller cancelled while sleeping gives up its turn.
     """
 
     def __init__(self, rate: float, concurrency: int) -> None:
@@ -245,8 +184,7 @@ async def _call(
 
 
 def modal_config_for(config: ModalSandboxConfig, spec: SandboxSpec | None) -> ModalSandboxConfig:
-    """``config`` with a per-item spec's fields applied (image, cpus, memory, network,
-    workdir, timeouts); a ``build_context`` is refused (Modal builds from a registry image).
+    """``config`` with a per-item spec applied.
 
     Raises:
         ConfigError: The spec asks for a local build.
@@ -266,13 +204,10 @@ _Config = TypeVar("_Config")
 def _cloud_config_for(
     config: _Config, spec: SandboxSpec | None, *, image_field: str, name: str, publish: str
 ) -> _Config:
-    """``config`` (a cloud sandbox config dataclass) with a per-item spec applied: ``image`` to
-    ``image_field``, cpus, memory, network, workdir, timeouts. A ``build_context`` without an
-    image is refused: cloud providers build from a registry image (or a template), and
-    ``publish`` says how to make one.
+    """A cloud config with a spec applied (``image`` to ``image_field``).
 
     Raises:
-        ConfigError: The spec asks for a local build.
+        ConfigError: A ``build_context`` without an image (clouds build from a registry).
     """
     if spec is None:
         return config
@@ -297,12 +232,11 @@ def _cloud_config_for(
 
 
 class ModalBackend:
-    """Creates :class:`ModalSandbox` es: the ``factory(task_id)`` a ``SandboxManager`` takes.
+    """The ``factory(task_id)`` a ``SandboxManager`` takes: creates :class:`ModalSandbox` es.
 
     Args:
         config: How sandboxes are created.
-        modal: The ``modal`` module, or a double with the same async surface
-            (:class:`hermes_async.testing.modal_double.FakeModal`); default: ``import modal``.
+        modal: The ``modal`` module or a double (``FakeModal``); default ``import modal``.
     """
 
     def __init__(
@@ -316,21 +250,13 @@ class ModalBackend:
         self._app: object | None = None
 
     async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> ModalSandbox:
-        """Create the Modal sandbox for ``task_id`` (rate limited, bounded).
-
-        ``spec`` (a per-item :class:`~hermes_async.tools.sandbox.spec.SandboxSpec`) overrides
-        the config's image, resources, network, workdir and timeouts
-        (:func:`modal_config_for`).
+        """Create the Modal sandbox for ``task_id`` (rate limited, bounded) from ``spec``.
 
         Raises:
-            ConfigError: Not running under asyncio, or modal is not installed.
-            SandboxError: Modal is unreachable, refuses, or creation exceeded
-                ``create_timeout``.
+            ConfigError: Not under asyncio, or modal is not installed.
+            SandboxError: Modal is unreachable, refuses, or creation passed ``create_timeout``.
 
-        **Cancellation**: nothing is awaited once the handle is returned, so a cancellation
-        either comes before (no sandbox) or during the create call; a sandbox whose creation was
-        cancelled mid-call cannot be terminated (its id never arrived) and ends with its Modal
-        lifetime.
+        **Cancellation**: a sandbox cancelled mid-create ends with its Modal lifetime.
         """
         require_asyncio(
             "the modal sandbox backend",
@@ -381,12 +307,7 @@ class ModalBackend:
 
 
 class ModalSandbox(StagedTransferSandbox):
-    """One task's Modal sandbox. Create it with :class:`ModalBackend`; close with :meth:`aclose`.
-
-    ``exec`` is :class:`~hermes_async.tools.sandbox._container.ContainerSandbox`'s, as for
-    Docker: each command in its own process group, killed as a group on timeout (exit 124) or
-    cancellation; head + tail output caps per stream; separate stdout/stderr.
-    """
+    """One task's Modal sandbox, made by :class:`ModalBackend`."""
 
     kind = "Modal"
 
@@ -495,7 +416,7 @@ class ModalSandbox(StagedTransferSandbox):
         return bytes(data)
 
     async def read_bytes(self, path: str) -> bytes:
-        """Return the contents of ``path`` (through ``sb.filesystem``).
+        """Return the contents of ``path``.
 
         Raises:
             FileNotFoundError: ``path`` does not exist or is not a regular file.
@@ -508,13 +429,10 @@ class ModalSandbox(StagedTransferSandbox):
     # ----------------------------------------------------------------- close
 
     async def aclose(self, interrupted: bool = False) -> None:
-        """Terminate the sandbox. Idempotent.
+        """Terminate the sandbox. Idempotent; ``interrupted`` changes nothing.
 
-        ``interrupted`` changes nothing here: ``terminate`` is already immediate.
-
-        **Cancellation**: one Modal call bounded by ``terminate_timeout``; run ``aclose``
-        under the release's cleanup scope (``SandboxManager.release`` does). A sandbox that
-        could not be terminated is logged; it ends with its Modal lifetime.
+        **Cancellation**: one call bounded by ``terminate_timeout``, under the release's scope. A
+        failure is logged; the sandbox ends with its Modal lifetime.
         """
         if self._closed:
             return

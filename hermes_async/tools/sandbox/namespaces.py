@@ -424,13 +424,32 @@ _ENTER = (
 )
 
 
-def _ro_args(paths: Sequence[str]) -> list[str]:
+def _ro_args(paths: Sequence[str], *, shown: Sequence[str] = ()) -> list[str]:
+    """bwrap arguments showing ``paths`` read-only; ``shown``: paths an earlier list shows.
+
+    A path's parents that nothing shows are made 0755 (bwrap makes them 0700, root's: the
+    sandbox user could not reach ``/opt/tool`` behind its new ``/opt``).
+    """
     args: list[str] = []
+    made = [p.rstrip("/") for p in shown]
     for path in paths:
+        if not (os.path.islink(path) or os.path.exists(path)):
+            continue
+        parents = []
+        parent = os.path.dirname(path.rstrip("/"))
+        while parent not in ("/", "") and not any(
+            parent == m or parent.startswith(m + "/") for m in made
+        ):
+            parents.append(parent)
+            parent = os.path.dirname(parent)
+        for directory in reversed(parents):
+            args += ["--perms", "0755", "--dir", directory]
+            made.append(directory)
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
-        elif os.path.exists(path):
+        else:
             args += ["--ro-bind", path, path]
+        made.append(path.rstrip("/"))
     return args
 
 
@@ -575,7 +594,7 @@ class Namespace:
             "--hostname",
             hostname,
             *_ro_args(options.ro_paths),
-            *_ro_args(options.ro_binds),
+            *_ro_args(options.ro_binds, shown=options.ro_paths),
             "--proc",
             "/proc",
             "--dev",

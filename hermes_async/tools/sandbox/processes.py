@@ -1,36 +1,8 @@
 """Host processes of local sandboxes: who belongs to which sandbox, and killing them all.
 
-The local backend (process isolation) cannot ask the kernel "everything in this sandbox": a
-command may ``setsid`` out of its process group and session. So membership is read from
-``/proc``: a process belongs to a sandbox if its environment carries the sandbox's marker
-variable (:data:`SANDBOX_MARKER_ENV`), or if it sits in one of the sandbox's tracked sessions
-*and* that session still holds a marked process (a session id reused by an unrelated process
-after a long run is never mistaken for ours). :class:`ProcessTable` is one snapshot of
-``/proc``; :meth:`ProcessTable.members` applies the rule to it (pure, no I/O).
-
-Cost, and why a sweep is shared. Reading ``/proc/<pid>/stat`` and ``/proc/<pid>/environ`` costs
-about 23 µs per host process, so a snapshot of a host running 2,000 processes is ~50 ms of CPU.
-The close of one sandbox needs a few snapshots (find, signal, confirm). Done per sandbox and
-synchronously, closing 500 sandboxes at once blocked the event loop for over a minute, in
-stalls of ~50 ms each. Two changes make it cheap:
-
-* **One sweep serves every closer** (:class:`ProcessSweeper`): a sandbox asks for a kill round
-  — "find my processes in a snapshot taken entirely *after* this request (so it sees the
-  effect of the signals I sent before), and send them this signal" — and every request that
-  arrives while a sweep runs is served by the next sweep, together. 500 sandboxes closing at
-  once cost a handful of sweeps, not 1,500.
-* **The sweep does the work, in slices.** It reads ``/proc``, indexes the snapshot by marker
-  and session once, then finds and signals every request's processes itself, yielding to the
-  event loop every :data:`_SWEEP_SLICE_SECONDS` of work (plain ``await`` checkpoints, no
-  thread). The requesters, all woken at once when it ends, only pick up their answer: no
-  thundering herd of per-sandbox work in one loop iteration.
-
-Signals are sent only to processes found in the snapshot, after re-reading the process's
-``stat`` and checking that its start time (and group) are still the ones seen: a pid that died
-and was reused by an unrelated process between the sweep and the signal is left alone.
-
-The namespaced local backend (issue #15) puts each sandbox in its own PID namespace and will not
-need any of this; the process mode keeps it.
+Membership is read from ``/proc``: the sandbox's marker variable, or a tracked session that
+still holds a marked process. One sweep serves every concurrent closer, in slices (costs:
+docs/decisions/024-local-host-processes.md).
 """
 
 from __future__ import annotations
@@ -83,12 +55,8 @@ class ProcessEntry:
     """One live host process as a sweep saw it.
 
     Attributes:
-        pid: Process id.
-        state: Kernel state letter (``R``, ``S``, ``Z``, ...).
-        pgrp: Process group id.
-        session: Session id.
         start_ticks: Start time in clock ticks since boot (tells a reused pid apart).
-        markers: Values of :data:`SANDBOX_MARKER_ENV` in its environment (usually 0 or 1).
+        markers: Values of :data:`SANDBOX_MARKER_ENV` in its environment.
     """
 
     pid: int
@@ -100,11 +68,7 @@ class ProcessEntry:
 
 
 class ProcessTable:
-    """A snapshot of the host's live (non-zombie) processes, this process excluded.
-
-    Indexed by marker value and by session on first use, so :meth:`members` costs the size of
-    the sandbox's answer, not of the table (one sweep answers hundreds of sandboxes).
-    """
+    """A snapshot of the host's live processes (no zombies, not this one), indexed on first use."""
 
     __slots__ = ("_by_marker", "_by_session", "entries")
 
@@ -129,11 +93,11 @@ class ProcessTable:
         *,
         marker_prefix: bool = False,
     ) -> list[ProcessEntry]:
-        """The entries that belong to a sandbox (see the module docstring for the rule).
+        """The entries that belong to a sandbox.
 
         Args:
             marker: The sandbox's marker value; ``None``: only ``sessions`` count.
-            sessions: Session ids the sandbox started (exec shells, background wrappers).
+            sessions: Session ids the sandbox started.
             marker_prefix: Match marker values that start with ``marker``.
         """
         by_marker = self._index()
@@ -229,11 +193,7 @@ async def sweep_process_table(slice_seconds: float = _SWEEP_SLICE_SECONDS) -> Pr
 def find_sandbox_processes(
     marker: str | None = None, sessions: Iterable[int] = (), *, marker_prefix: bool = False
 ) -> list[int]:
-    """Pids of live processes that belong to a sandbox (synchronous, one full read of ``/proc``).
-
-    See :meth:`ProcessTable.members` for the rule. For tests and diagnostics; closing sandboxes
-    goes through a :class:`ProcessSweeper`.
-    """
+    """Pids of a sandbox's live processes, in one synchronous ``/proc`` read (tests)."""
     table = read_process_table()
     return [e.pid for e in table.members(marker, sessions, marker_prefix=marker_prefix)]
 
@@ -259,16 +219,8 @@ class _Request:
 class ProcessSweeper:
     """Serve many concurrent kill rounds with as few ``/proc`` sweeps as possible.
 
-    A request is served by the first sweep that *starts* after it (a
-    :class:`~hermes_async.tools.sandbox._batch.Batcher` of requests): everything that arrives
-    during a sweep shares the next one. The sweep finds and signals the processes of every
-    request it serves, in slices (see the module docstring).
-
-    One sweeper per ``local_factory`` (so one per ``SandboxManager``); a sandbox created on its
-    own gets a private one.
-
-    Args:
-        slice_seconds: Work between yields to the event loop during a sweep.
+    A request is served by the first sweep that starts after it. One per ``local_factory``; a
+    sandbox made on its own gets a private one.
     """
 
     def __init__(self, *, slice_seconds: float = _SWEEP_SLICE_SECONDS) -> None:
@@ -287,17 +239,10 @@ class ProcessSweeper:
     ) -> list[int]:
         """Find a sandbox's live processes in a sweep that starts after this call; signal them.
 
-        Args:
-            marker: The sandbox's marker value.
-            sessions: Its tracked session ids.
-            sig: The signal sent to each process found (and to its process group, when the
-                process still belongs to the group the sweep saw); ``None``: only look.
+        ``sig`` goes to each process found (and its group, if unchanged); ``None``: only look.
+        Returns the pids found.
 
-        Returns:
-            The pids found (and signalled).
-
-        **Cancellation**: a cancelled requester that was running a sweep hands over: the
-        requests waiting on it start a new one.
+        **Cancellation**: a cancelled requester running a sweep hands over to the waiters.
         """
         self._requests += 1
         request = _Request(marker, frozenset(sessions), sig)
@@ -349,10 +294,8 @@ async def terminate_members(
 ) -> list[int]:
     """Kill every process of a sandbox; return the pids still alive at the end (normally none).
 
-    Graceful: SIGTERM every member, up to ``grace`` seconds for them to go, then SIGKILL the
-    rest, up to ``kill_wait``; not graceful (an interrupted release): SIGKILL at once. Each
-    round is a fresh sweep that signals what it finds, so a process that forks while it is
-    being killed does not slip through.
+    Graceful: SIGTERM, up to ``grace``, then SIGKILL, up to ``kill_wait``; else SIGKILL at once.
+    Each round is a fresh sweep, so a process forking while killed does not slip through.
 
     **Cancellation**: stops between rounds; run it under the release's cleanup scope.
     """
@@ -371,12 +314,7 @@ async def terminate_members(
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` has a member that is not a zombie.
-
-    One ``killpg(pgid, 0)`` answers the common case (the group is gone); only when members
-    remain is ``/proc`` read (``stat`` only), because SIGKILLed processes stay visible (and
-    signalable) as zombies until reaped, and a SIGKILL takes a moment to land on a busy machine.
-    """
+    """Whether process group ``pgid`` has a member that is not a zombie."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -399,11 +337,7 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def process_tag(pid: int | None = None) -> str:
-    """``"<pid>-<start time>"``: names one process for good (a reused pid has another start).
-
-    Owners of leftovers (cgroups, sandbox roots) are tagged with it, so a sweep can tell a
-    crashed owner from a live one (:func:`tag_alive`).
-    """
+    """``"<pid>-<start time>"``: names one process for good (tags leftovers' owners)."""
     pid = os.getpid() if pid is None else pid
     return f"{pid}-{_start_ticks(pid) or 0}"
 

@@ -1,23 +1,9 @@
 """Per-group snapshots: set up one sandbox, snapshot it, start the group's rollouts from it.
 
-Every rollout of a group starts from the same prepared state (task files written, setup
-commands run). Built from scratch, that setup runs ``group_size`` times at once; with a
-snapshot it runs once::
-
-    setup = RolloutSetup(sandboxes=manager, sandbox_setup=prepare)  # async (sandbox) -> None
-    group = await run_group(client, messages, tools, size=8, setup=setup)
-
-:func:`prepare_group` creates the first rollout's sandbox (from the group's spec), runs the
-setup in it and asks it for a :class:`SandboxSnapshot` (:meth:`Sandbox.snapshot`); that
-sandbox is the first rollout's, and the group's other rollouts are created from the
-snapshot's spec, each its own isolated sandbox. The snapshot is deleted when the group ends
-(shielded, bounded).
-
-Backends: Docker commits the container (an image labelled as ours, removed after the group);
-a backend without snapshots (``Sandbox.snapshot`` returns ``None``: local, Modal, E2B,
-Daytona, ssh, Apptainer here) gets the setup run in each rollout's sandbox instead, the same
-state by another road. A setup that fails in the template falls back the same way, so each
-rollout meets (and is retried for) its own failure.
+The setup then runs once instead of ``group_size`` times. Docker commits the container; a
+backend without snapshots (``Sandbox.snapshot`` returns ``None``) runs the setup in each
+rollout's sandbox instead, as does a setup that fails in the template, so each rollout meets
+its own failure. The snapshot is deleted when the group ends (shielded, bounded).
 """
 
 from __future__ import annotations
@@ -50,14 +36,11 @@ async def prepare_group(
 ) -> SandboxSnapshot | None:
     """Set up the sandbox of ``task_id`` (the group's first rollout) and snapshot it.
 
-    That sandbox stays created for its rollout: it is in the prepared state already, so the
-    group needs one creation fewer; the other rollouts start from the snapshot. ``None`` when
-    the backend cannot snapshot (the sandbox stays too, not set up: its rollout runs the setup
-    like the others) or when the setup or the snapshot failed (the sandbox is released: the
-    rollouts run the setup themselves, each meeting its own failure).
+    That sandbox stays for its rollout. ``None`` when the backend cannot snapshot, or when the
+    setup or snapshot failed (the sandbox is then released).
 
-    **Cancellation**: the sandbox is released (shielded, bounded by the manager); a snapshot
-    taken before the cancellation is deleted (shielded, bounded).
+    **Cancellation**: the sandbox is released and a snapshot already taken is deleted
+    (shielded, bounded).
     """
     if spec is not None:
         manager.assign_spec(task_id, spec)

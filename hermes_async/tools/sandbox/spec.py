@@ -1,38 +1,9 @@
 """Per-item sandboxes: a :class:`SandboxSpec` says how ONE rollout's sandbox is made.
 
-An environment whose items need different machines (a Terminal-Bench task brings its own
-image, CPU and memory limits, working directory and timeouts) returns a spec per item from
-``HermesAgentBaseEnv.sandbox_spec(item)``; the rollout core registers it with the
-:class:`~hermes_async.tools.sandbox.manager.SandboxManager` under the rollout's task id
-(:meth:`~hermes_async.tools.sandbox.manager.SandboxManager.assign_spec`), and the manager
-passes it to the backend factory when it creates that sandbox::
-
-    spec = SandboxSpec(build_context=Path("task/environment"), cpus=1, memory_mb=2048)
-    manager.assign_spec("task-1", spec)
-    sandbox = await manager.get("task-1")      # factory("task-1", spec=spec)
-
-What each built-in backend applies (a field it cannot apply is ignored, and says so here):
-
-======================  =========  ========================================  ===============
-field                   local      docker                                    modal
-======================  =========  ========================================  ===============
-image / build_context   ignored    image if the engine has it, else built    image (registry)
-                                   once per content digest (else pulled)
-image_map               ignored    applied to image and the FROM lines       ignored
-cpus, memory_mb         ignored    ``NanoCpus``, ``Memory`` (= swap limit)   ``cpu``, ``memory``
-storage_mb              ignored    ignored (overlay2 needs xfs quotas)       ignored
-network_mode            ignored    ``NetworkMode``                           ``block_network``
-workdir                 a folder   ``WorkingDir`` (default: image's WORKDIR)  ``workdir``
-                        in the
-                        sandbox
-env                     added      added to the container's                  ignored
-user                    ignored    ``User``                                  ignored
-create / exec timeouts  exec only  both                                      both
-======================  =========  ========================================  ===============
-
-A factory takes a spec when its ``__call__`` accepts a ``spec`` keyword (the built-in ones
-do); giving a spec to a factory that does not is a :class:`~hermes_async.errors.ConfigError`
-naming it, never a silently ignored spec.
+``HermesAgentBaseEnv.sandbox_spec(item)`` returns one; the manager passes it to the factory
+(``factory(task_id, spec=spec)``). A spec given to a factory without a ``spec`` keyword is a
+``ConfigError``, never silently ignored. What each backend applies: docs/architecture.md,
+"What each backend applies of a SandboxSpec".
 """
 
 from __future__ import annotations
@@ -57,24 +28,15 @@ class SandboxSpec:
     """How one rollout's sandbox is created (``None`` fields: the backend's configuration).
 
     Attributes:
-        image: The image to run (pulled when missing, if the backend may pull). With a
-            ``build_context`` too, the image is used when the engine has it (Harbor's rule)
-            and the context is built otherwise.
-        build_context: A folder with a ``Dockerfile`` to build the image from; built once per
-            content digest, behind the backend's build limiter.
-        image_map: Image names replaced before use: ``image`` and the Dockerfile's ``FROM``
-            lines (a mirror or a local stand-in for a registry image).
-        build_timeout: Deadline of that build, in seconds.
-        cpus: CPU limit (fractions allowed).
-        memory_mb: Memory limit in MiB.
+        image: The image to run. With a ``build_context`` too, it is used when the engine has
+            it (Harbor's rule) and the context is built otherwise.
+        build_context: A folder with a ``Dockerfile``; built once per content digest.
+        image_map: Image names replaced in ``image`` and the Dockerfile's ``FROM`` lines.
         storage_mb: Disk size in MiB (recorded; no built-in backend enforces it).
-        network_mode: ``"none"``, ``"bridge"`` or a network name (Docker's vocabulary;
-            Modal blocks the network for ``"none"``).
+        network_mode: ``"none"``, ``"bridge"`` or a network name (Docker's vocabulary).
         workdir: The working directory of every command (absolute).
-        env: Variables added to the sandbox's environment.
         user: The user commands run as (Docker).
         create_timeout: Deadline of creating this sandbox (the manager's, when None).
-        exec_timeout: Default command timeout in this sandbox.
         labels: Extra container labels (Docker).
     """
 
@@ -129,11 +91,8 @@ class SandboxSnapshot:
     """A sandbox's state, frozen: ``spec`` creates new sandboxes from it.
 
     Attributes:
-        spec: The spec of a sandbox started from the snapshot (for Docker: the committed image
-            and the template's workdir, with the template spec's other fields).
         ref: What the backend calls it (a Docker image tag), for logs.
-        delete: Removes it (the backend's; bounded by the caller).
-        delete_timeout: That bound.
+        delete: Removes it (bounded by ``delete_timeout``).
     """
 
     spec: SandboxSpec

@@ -1,77 +1,8 @@
 """The ssh sandbox backend: per-rollout directories on a remote host over one SSH connection.
 
-Why one module of this size: one concept, sandboxes on one remote host over one shared SSH
-connection; the connection's lifetime, its channel cap, the exec wrapper, SFTP transfers and the
-process sweep on close all share that connection's state.
-
-Extra ``[ssh]`` (asyncssh). asyncssh is asyncio-only: creating a sandbox (or the preflight)
-under trio raises :class:`~hermes_async.errors.AsyncBackendError` at once.
-
-Shape:
-
-* **One connection per backend**, opened at the first creation, shared by every sandbox it
-  creates (each command, transfer and kill is its own channel on it; one SFTP session carries
-  file reads and writes), and closed when the last sandbox closes (or when an
-  ``async with SshBackend(...)`` block that keeps it open ends). A backend whose connection
-  died opens a new one for the next creation.
-* **Channels per connection are capped** (``max_sessions - 2`` commands at once, the SFTP
-  session and a spare): OpenSSH refuses more than ``MaxSessions`` (default 10) sessions on one connection.
-  Commands past the cap wait for a channel; that wait counts toward their timeout. Raise
-  ``MaxSessions`` on the server and ``max_sessions`` here together. A channel the server
-  refuses anyway ("open failed": a session of a closed channel is freed only once its command
-  exited) is retried within ``call_timeout``. A channel closed before its command
-  ended (a timeout, a cancellation: the kill follows) or whose close overran its bound keeps
-  its slot until it has closed, since the server still counts it.
-* **A sandbox is a directory** ``{remote_root}/hermes-sbx-<task>-<hex>.XXXXXX`` made by
-  ``mktemp -d`` (mode 0700), with ``work/`` (the working directory), ``home/`` (``$HOME``),
-  ``tmp/`` (``$TMPDIR``), ``.exec/`` (the exec wrapper's pid files) and ``.state/bg``
-  (background processes). A creation that fails or is cancelled removes what it made: the
-  remote step that makes the directory is shielded (milliseconds, bounded by
-  ``call_timeout``), because a closed channel does not stop a remote script, which
-  could otherwise make the directory after the cleanup ran; a cancellation lands once the path
-  is known. A step that overran its deadline is stopped by its marker and its directory found
-  by the ``<hex>`` prefix chosen here.
-* **Commands** run as the Docker and Modal backends' do (``_container.EXEC_WRAPPER``): under
-  ``setsid`` in their own process group, whose pid is written to ``.exec/``; a timeout (exit
-  124, ``timed_out``) or a cancellation kills the group through a second channel
-  (``KILL_SCRIPT``) before returning; output is kept head + tail per stream. The environment is
-  built from nothing (``env -i``): ``PATH``, ``HOME``, ``TMPDIR``, ``USER``/``LOGNAME``, the
-  config's and the spec's ``env``, and the marker ``HERMES_ASYNC_SANDBOX=<sandbox id>``;
-  nothing of this host's environment and nothing of the remote login's reaches a command. The
-  sandbox's variables live in its env file (``.env.sh``, written over SFTP at creation) and
-  never on a command line, which asyncssh logs at INFO and the remote ``ps`` shows; only a
-  call's own ``env=`` travels on the command line.
-* **Close** kills every process of the sandbox: those in the sessions recorded under
-  ``.exec/`` and ``.state/bg`` and those carrying its marker variable, found in the remote
-  ``/proc`` (SIGTERM, a grace, SIGKILL; SIGKILL at once when ``interrupted``), then removes the
-  directory, in one bounded remote script. Like the local backend's process mode, membership is
-  by session and marker, not by the kernel: a process that both leaves its session
-  (``setsid``) and clears its environment (``env -i``) is not found. A remote host without a
-  Linux ``/proc`` finds only the recorded sessions.
-* **Isolation is the remote login's, not a container's**: every sandbox on a host runs as the
-  same remote user, so one sandbox's commands can read and write another's directory (0700
-  keeps out other users, not this one) and see the host's processes. Use a throw-away host or
-  user per run; for isolated sandboxes on a remote machine, run Docker there.
-* **Host keys are checked** against ``known_hosts`` (asyncssh's default, ``~/.ssh/known_hosts``,
-  when unset); ``check_host_key=False`` is the explicit opt-out (logged).
-* **A dropped connection** (the host went away, sshd was restarted, keepalives unanswered) is
-  :class:`~hermes_async.tools.sandbox.errors.SandboxUnavailableError` (``reason="unreachable"``)
-  from the operation that saw it and every later one on that sandbox, so failure containment
-  files the rollout under ``infra``. Closing such a sandbox reconnects (bounded by
-  ``connect_timeout``) to kill its processes and remove its directory, unless the release is
-  ``interrupted``.
-
-Every network wait has a deadline: connecting (``connect_timeout``), opening a channel and each
-short remote step (``call_timeout``), file transfers (``transfer_timeout``), a
-command (its timeout; then the kill, ``kill_timeout``), the close script
-(``close_timeout``), and closing the connection (a few seconds).
-
-The remote side needs a POSIX login shell (sh, bash, dash, zsh), ``setsid``, ``mktemp``,
-``tar``, ``env`` and an SFTP subsystem; any Linux server with OpenSSH has them.
-
-Settings: the fields of :class:`SshSandboxConfig`; ``host``, ``user``, ``port`` and
-``key_path`` fall back to the reference's ``TERMINAL_SSH_HOST`` / ``TERMINAL_SSH_USER`` /
-``TERMINAL_SSH_PORT`` / ``TERMINAL_SSH_KEY``.
+Extra ``[ssh]`` (asyncssh, asyncio-only: under trio creation raises ``AsyncBackendError``).
+Every network wait has a deadline, and close kills every process of the sandbox. Isolation is
+the remote login's, not a container's. Design and limits: docs/decisions/030-ssh-sandboxes.md.
 """
 
 from __future__ import annotations
@@ -228,29 +159,15 @@ class SshSandboxConfig:
         host: The remote host (``TERMINAL_SSH_HOST`` when unset; required).
         port: Its SSH port (``TERMINAL_SSH_PORT``, else 22).
         user: The login (``TERMINAL_SSH_USER``, else this process's user name).
-        key_path: Private key file (``TERMINAL_SSH_KEY``; unset: asyncssh's defaults, the
-            ``~/.ssh/id_*`` keys and an agent). With a key given, only that key is offered.
-        known_hosts: known_hosts file to check the host key against (unset:
-            ``~/.ssh/known_hosts``).
+        key_path: Private key file (``TERMINAL_SSH_KEY``; unset: asyncssh's defaults). With a
+            key given, only that key is offered.
         check_host_key: ``False`` accepts any host key: the explicit, logged opt-out.
-        remote_root: Directory on the remote host under which each sandbox gets its own
-            (``~`` and relative paths are the remote home's). ``/tmp`` by default: every login
-            can write it, and ``mktemp -d`` makes each sandbox 0700.
-        connect_timeout: Deadline of connecting and logging in, in seconds.
-        call_timeout: Deadline of opening a channel and of each short remote step
-            (creating the directory, extracting an archive).
-        transfer_timeout: Deadline of one SFTP read or write.
-        default_exec_timeout: Command timeout when ``exec`` gets none.
-        kill_timeout: Deadline of killing a command's process group.
-        close_timeout: Deadline of the close script (kill everything, remove the
-            directory), and the bound of a release that ``async with sandbox:`` owns.
-        keepalive_interval_seconds: SSH keepalive period; three unanswered ones drop the
-            connection (so a silent network failure surfaces in ~45 s). ``0`` disables them.
-        max_sessions: The server's ``MaxSessions`` (OpenSSH's default 10): one goes to SFTP,
-            one is kept spare, the rest carry commands.
-        path: ``PATH`` of commands on the remote host.
-        env: Variables set in every sandbox (on top of ``PATH``, ``HOME``, ``TMPDIR``,
-            ``USER``, ``LOGNAME``).
+        remote_root: Remote directory under which each sandbox gets its own (``/tmp``).
+        call_timeout: Deadline of opening a channel and of each short remote step.
+        close_timeout: Deadline of the close script (kill everything, remove the directory).
+        keepalive_interval_seconds: Three unanswered keepalives drop the connection; ``0``: none.
+        max_sessions: The server's ``MaxSessions``: one goes to SFTP, one is spare, the rest
+            carry commands.
     """
 
     host: str | None = None
@@ -299,9 +216,7 @@ class SshSandboxConfig:
             raise ConfigError(f"SshSandboxConfig.remote_root is invalid: {self.remote_root!r}")
 
     def resolved(self, environ: Mapping[str, str] | None = None) -> SshSandboxConfig:
-        """This config with ``host``/``user``/``port``/``key_path`` taken from the
-        ``TERMINAL_SSH_*`` variables where unset, the port defaulted to 22 and the user to this
-        process's user name.
+        """This config with unset fields from ``TERMINAL_SSH_*``, port 22 and this user by default.
 
         Raises:
             ConfigError: No host anywhere, or ``TERMINAL_SSH_PORT`` is not a port number.
@@ -361,12 +276,7 @@ def _connect_options(config: SshSandboxConfig) -> dict[str, Any]:
 
 
 async def _connect(config: SshSandboxConfig, task_id: str | None = None) -> Any:
-    """Open and authenticate a connection within ``connect_timeout``.
-
-    Raises:
-        SandboxError: Unreachable, refused, unverified host key, or past the deadline; the
-            message names the setting to check.
-    """
+    """Open and authenticate a connection within ``connect_timeout``."""
     asyncssh = _import_asyncssh()
     if not config.check_host_key:
         logger.warning(
@@ -507,18 +417,12 @@ async def _run_channel(
     on_open: Callable[[Any], None] | None = None,
     on_close: Callable[[Any], None] | None = None,
 ) -> int | None:
-    """Run ``command`` on its own channel; stream stdout to ``write_out``, keep stderr in
-    ``err``; return the exit code (``128 + n`` for signal ``n``), ``None`` if none came.
+    """Run ``command`` on its own channel and return its exit code (``None`` if none came).
 
-    Raises:
-        Exception: What ``write_out`` raised (unwrapped), or asyncssh's error for a failed
-            channel or a lost connection.
+    stdout goes to ``write_out``, stderr to ``err``; signal ``n`` is ``128 + n``.
 
-    **Cancellation**: the channel is closed without waiting and the cancellation propagates;
-    the remote command may keep running (the caller kills its group). OpenSSH keeps a
-    channel's session until its command exits, so waiting for the close here would wait for
-    the kill that only comes after it: instead the channel keeps its slot on the connection
-    until it has closed.
+    **Cancellation**: the channel is closed without waiting and keeps its slot until it has
+    closed; the caller kills the remote group; the cancellation propagates.
     """
     await link.reclaim()
     async with link.channels:
@@ -589,16 +493,7 @@ async def _open_channel(link: _Link, command: str, call_timeout: float) -> Any:
 async def _open_session(
     link: _Link, open_session: Callable[[], Awaitable[Any]], call_timeout: float
 ) -> Any:
-    """``open_session()``, retried (within ``call_timeout``) while the server refuses the
-    channel for lack of session slots.
-
-    Why a retry on top of the channel cap: OpenSSH frees a session only once its channel is
-    gone *and* its child was reaped, a moment after our side saw the channel close, so a new
-    channel opened at once can find the old one still counted against ``MaxSessions``.
-
-    Raises:
-        TimeoutError: Past ``call_timeout`` (naming the refusals, if there were any).
-    """
+    """``open_session()``, retried within ``call_timeout`` while the server has no session slot."""
     delay = 0.02
     refused = 0
     try:
@@ -644,15 +539,7 @@ async def _remote_sh(
     output_limit: int = _HELPER_OUTPUT_BYTES,
     marker: tuple[str, str] | None = None,
 ) -> tuple[int | None, str, str]:
-    """Run a short ``sh`` script of ours (no sandbox environment) within ``timeout``;
-    ``marker`` (name, value) is added to its environment.
-
-    Returns:
-        (exit code or ``None``, stdout, stderr).
-
-    Raises:
-        TimeoutError: Past ``timeout``.
-    """
+    """Run a short ``sh`` script of ours within ``timeout``: (exit code, stdout, stderr)."""
     out, err = OutputCapture(output_limit), OutputCapture(output_limit)
 
     async def collect(chunk: bytes) -> None:
@@ -670,11 +557,7 @@ async def _remote_sh(
 class SshBackend(AsyncResource):
     """Creates :class:`SshSandbox` es over one shared connection: a ``SandboxManager`` factory.
 
-    ``async with SshBackend(config) as backend:`` keeps the connection open for the whole block
-    (otherwise it closes with the last sandbox and the next creation reconnects).
-
-    Args:
-        config: Where and how (``TERMINAL_SSH_*`` fill what it leaves unset).
+    ``async with SshBackend(config) as backend:`` keeps the connection open for the block.
 
     Raises:
         ConfigError: No host is configured, or an invalid option.
@@ -700,8 +583,6 @@ class SshBackend(AsyncResource):
         return self
 
     async def aclose(self) -> None:
-        """Stop keeping the connection open (it closes now unless a sandbox still uses it);
-        idempotent."""
         held, self._held = self._held, None
         if held is not None:
             await self.release(held)
@@ -733,19 +614,15 @@ class SshBackend(AsyncResource):
     async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> SshSandbox:
         """Make the sandbox directory for ``task_id`` on the remote host.
 
-        A spec's ``env`` is added, its ``workdir`` becomes a folder of that path inside the
-        sandbox's work dir, its ``exec_timeout`` the default command timeout; images and
-        resource limits need a container backend and are ignored here, as on ``local``.
+        A spec's ``env``, ``workdir`` and ``exec_timeout`` apply; images and limits are ignored.
 
         Raises:
             AsyncBackendError: Not running under asyncio.
             ConfigError: asyncssh is not installed.
             SandboxError: The host is unreachable or refuses, or the directory cannot be made.
 
-        **Cancellation**: the step that makes the directory is not cut in half (shielded,
-        bounded by ``call_timeout``: milliseconds in practice); then whatever was made
-        remotely is removed (shielded, bounded) and the connection reference returned before
-        the cancellation propagates.
+        **Cancellation**: the directory step finishes, what was made is removed (both shielded,
+        bounded), then the cancellation propagates.
         """
         require_asyncio(*_ASYNCIO_ONLY, remedy=_REMEDY)
         cfg = self.config
@@ -826,14 +703,9 @@ class SshBackend(AsyncResource):
 class SshSandbox(ContainerSandbox):
     """One rollout's directory on the remote host. Create it with :class:`SshBackend`.
 
-    ``exec`` is :class:`~hermes_async.tools.sandbox._container.ContainerSandbox`'s (own process
-    group, group killed on timeout or cancellation, head + tail output); files move over the
-    connection's SFTP session; ``stream_file`` / ``stream_archive`` stream a remote ``cat`` /
-    ``tar`` over a channel.
-
     Attributes:
         root: The sandbox's directory on the remote host.
-        sandbox_id: Its name, also the value of ``HERMES_ASYNC_SANDBOX`` in its processes.
+        sandbox_id: Its name, also ``HERMES_ASYNC_SANDBOX`` in its processes.
         env: The environment every command starts with.
     """
 
@@ -878,8 +750,6 @@ class SshSandbox(ContainerSandbox):
         self._channels: set[Any] = set()
 
     async def _write_env_file(self) -> None:
-        """Write the environment every command starts from (``export`` lines; the directory
-        is 0700)."""
         lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items())
         await self._sftp_write(self.env_file, lines.encode(), make_parents=False)
 
@@ -1059,10 +929,9 @@ class SshSandbox(ContainerSandbox):
         await self._sftp_write(self._resolve(path), data, make_parents=True)
 
     async def put_archive(self, dest_dir: str, tar_data: bytes) -> None:
-        """Validate, upload (SFTP) and extract a tar archive into ``dest_dir`` (created).
+        """Validate, upload and extract a tar archive into ``dest_dir`` (created).
 
-        **Cancellation**: the archive may be partly extracted; the staged copy is removed with
-        the sandbox.
+        **Cancellation**: the archive may be partly extracted; the staged copy goes with the sandbox.
         """
         self._check_open()
         check_tar_members(tar_data)
@@ -1089,14 +958,10 @@ class SshSandbox(ContainerSandbox):
     async def aclose(self, interrupted: bool = False) -> None:
         """Kill every process of the sandbox and remove its directory; idempotent.
 
-        Graceful: SIGTERM, up to :data:`~hermes_async.tools.sandbox.host.TERMINATE_GRACE_SECONDS`
-        for them to go, SIGKILL; ``interrupted``: SIGKILL at once. A sandbox whose connection
-        died is cleaned through a new one (unless ``interrupted``); what cannot be cleaned is
-        logged with where it was left.
+        SIGTERM, a grace, SIGKILL (at once if ``interrupted``). A dead connection is replaced for
+        the cleanup unless ``interrupted``; what cannot be cleaned is logged.
 
-        **Cancellation**: not shielded by itself (the release's owner shields and bounds it);
-        the script is bounded by ``close_timeout``, the connection's close by a few
-        seconds.
+        **Cancellation**: not shielded here (the release's owner does it); each step is bounded.
         """
         if self._closed:
             return
@@ -1149,8 +1014,7 @@ async def ssh_preflight(**options: Any) -> None:
     Raises:
         AsyncBackendError: Not running under asyncio.
         ConfigError: No host, an invalid option, or asyncssh is missing.
-        SandboxError: Unreachable, refused, an unverified host key, or missing tools; the
-            message names ``terminal_backend='ssh'`` and the setting to check.
+        SandboxError: Unreachable, refused, an unverified host key, or missing tools.
 
     **Cancellation**: the connection is closed.
     """

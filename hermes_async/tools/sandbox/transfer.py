@@ -1,27 +1,9 @@
 """Files between a sandbox and the host: streamed to disk, capped, extracted safely.
 
-What ``ToolContext.download_file`` / ``download_dir`` / ``upload_*`` run, on every backend:
-
-* **Downloads stream.** The sandbox side is :meth:`Sandbox.stream_file
-  <hermes_async.tools.sandbox.base.Sandbox.stream_file>` / :meth:`stream_archive
-  <hermes_async.tools.sandbox.base.Sandbox.stream_archive>`; each chunk (64 KiB) goes straight
-  into the stdin of a host process that writes it to disk (``cat`` for a file, the archive
-  extractor for a tree). Host memory holds one chunk at a time, whatever the size.
-* **A cap** (:data:`DEFAULT_TRANSFER_LIMIT_BYTES`, 1 GiB; ``max_bytes=`` per call): a file
-  larger than the cap is refused before a byte moves when its size is known (``stat`` in the
-  sandbox); any stream is counted and stopped at the cap. The error is a
-  :class:`~hermes_async.tools.sandbox.errors.TransferLimitError`; nothing partial is left (a
-  file is written to ``<dest>.hermes-part-<hex>`` and renamed into place only when complete;
-  a tree is extracted into a fresh directory first).
-* **Trees** go through :mod:`hermes_async.tools.sandbox.archive`'s extractor in a child
-  process: every member checked before anything is written, extraction with the ``data``
-  filter into a fresh directory, then moved into place.
-* **Uploads** are read from the host with ``cat`` / ``tar`` (setuid/setgid bits stripped) and
-  checked with the same member rules before the sandbox extracts them; they are held in memory
-  once, up to the same cap.
-
-No threads and no blocking file I/O on the event loop: every host-side read or write is a
-subprocess.
+Downloads stream chunk by chunk into a host process that writes them, so host memory holds one
+chunk. A cap (:data:`DEFAULT_TRANSFER_LIMIT_BYTES`, 1 GiB) refuses or stops a transfer and
+leaves nothing partial. Trees are checked member by member before anything is written.
+Every host-side read or write is a subprocess: no threads, no blocking file I/O on the loop.
 """
 
 from __future__ import annotations
@@ -74,23 +56,14 @@ _REPORT_LIMIT_BYTES = 64 << 20
 
 @dataclass(frozen=True, slots=True)
 class DownloadedFile:
-    """One regular file a download wrote on the host.
-
-    Attributes:
-        path: Its host path.
-        size: Its size in bytes.
-    """
+    """One regular file a download wrote on the host."""
 
     path: str
     size: int
 
 
 class _HostWriter:
-    """A host process fed a stream on stdin (the far end of a download).
-
-    ``send`` forwards one chunk (waiting while the pipe is full: back-pressure reaches the
-    sandbox); ``finish`` closes stdin and waits for a clean exit; ``abort`` kills it.
-    """
+    """A host process fed a stream on stdin; ``send`` waits on a full pipe (back-pressure)."""
 
     def __init__(self, proc: Process, what: str) -> None:
         self.proc = proc
@@ -175,14 +148,12 @@ async def download_file(
 ) -> int:
     """Stream sandbox file ``remote_path`` to host file ``local_path``; return its size.
 
-    Parents of ``local_path`` are created. The bytes go to ``<local_path>.hermes-part-<hex>``
-    and are renamed into place once complete; on any failure the partial file is removed and
-    ``local_path`` is untouched.
+    The bytes go to ``<local_path>.hermes-part-<hex>`` and are renamed into place when complete.
 
     Raises:
         FileNotFoundError: ``remote_path`` is not a regular file in the sandbox.
         TransferLimitError: It is larger than ``max_bytes``.
-        OSError: The host file cannot be written (the message has the reason).
+        OSError: The host file cannot be written.
         SandboxError: The sandbox failed.
 
     **Cancellation**: the sandbox's ``cat`` and the host writer are killed, the partial file
@@ -220,20 +191,16 @@ async def download_dir(
 ) -> list[DownloadedFile]:
     """Stream a tar of ``remote_dir`` into the archive extractor; return the files written.
 
-    The extractor (:func:`hermes_async.tools.sandbox.archive.main`, a child process of this
-    Python) spools the stream under ``max_bytes``, checks every member, extracts with the
-    ``data`` filter into a fresh directory next to ``local_dir`` and moves it into place.
+    The extractor checks every member and extracts with the ``data`` filter into a fresh
+    directory, then moves it into place.
 
     Raises:
         FileNotFoundError: ``remote_dir`` does not exist in the sandbox.
         TransferLimitError: The archive is larger than ``max_bytes``.
         ValueError: The archive has an unsafe member (nothing was written).
-        OSError: The host side failed.
-        SandboxError: The sandbox failed.
 
-    **Cancellation**: the sandbox's ``tar`` and the extractor are killed (the extractor's
-    fresh directories are left only if it is killed mid-extraction; they are hidden
-    ``.hermes-*`` directories next to ``local_dir``).
+    **Cancellation**: the ``tar`` and the extractor are killed; a kill mid-extraction can leave
+    a hidden ``.hermes-*`` directory next to ``local_dir``.
     """
     workdir = posixpath.join(
         posixpath.dirname(posixpath.abspath(local_dir)), f".hermes-download-{secrets.token_hex(6)}"
@@ -287,11 +254,6 @@ async def download_dir(
 async def read_host_file(path: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES) -> bytes:
     """The bytes of host file ``path`` (through ``cat``), at most ``max_bytes``.
 
-    Raises:
-        FileNotFoundError: It is not a regular file.
-        TransferLimitError: It is larger than ``max_bytes``.
-        OSError: It cannot be read.
-
     **Cancellation**: the ``cat`` is killed.
     """
     return await _read_host(
@@ -303,11 +265,6 @@ async def read_host_dir_archive(
     path: str, *, max_bytes: int = DEFAULT_TRANSFER_LIMIT_BYTES
 ) -> bytes:
     """A tar of host directory ``path`` (members ``./x``), setuid/setgid bits stripped.
-
-    Raises:
-        FileNotFoundError: It is not a directory.
-        TransferLimitError: The archive is larger than ``max_bytes``.
-        OSError: ``tar`` failed.
 
     **Cancellation**: the ``tar`` is killed.
     """
@@ -328,12 +285,10 @@ async def pack_host_tree(
     gzip: bool = False,
     replace_file: tuple[str, str] | None = None,
 ) -> int:
-    """Write a tar of host directory ``source`` (members ``./x``, links kept as links,
-    setuid/setgid bits stripped) to host file ``dest``; return its size.
+    """Write a tar of host directory ``source`` to host file ``dest``; return its size.
 
-    ``replace_file`` = ``(name, folder)``: the top-level file ``name`` comes from ``folder``
-    instead (a rewritten Dockerfile). The archive is written by a ``tar`` process, never held
-    in memory.
+    Links stay links, setuid/setgid bits are stripped. ``replace_file`` = ``(name, folder)``
+    takes the top-level file ``name`` from ``folder`` (a rewritten Dockerfile).
 
     Raises:
         FileNotFoundError: ``source`` is not a directory.
@@ -367,8 +322,7 @@ async def pack_host_tree(
 
 
 async def _read_host(script: str, path: str, max_bytes: int, kind: str, verb: str) -> bytes:
-    """Run ``script`` (``$1`` = ``path``; exit 66: not a ``kind``) on the host and return its
-    stdout, at most ``max_bytes``."""
+    """Run ``script`` on the host and return its stdout, at most ``max_bytes``."""
     raw = await run_bounded(
         ["/bin/sh", "-c", script, "sh", path],
         timeout=_HOST_TRANSFER_TIMEOUT_SECONDS,

@@ -35,7 +35,6 @@ class WarmPoolOptions:
     Attributes:
         size: Ready sandboxes kept per warm spec (0: no pool).
         max_age: Seconds a sandbox may wait; keep it below the provider's idle expiry.
-        warm_default: Keep the default sandbox (no spec) warm from the start.
         max_specs: Specs kept warm at once (the least recently asked for is dropped).
         fill_concurrency: Creations at once, each also holding a ``sandbox_create`` slot.
     """
@@ -86,11 +85,7 @@ Create = Callable[[str, SandboxSpec | None], Awaitable[Sandbox]]
 
 
 class WarmPool:
-    """The pool a ``SandboxManager`` owns: it runs :meth:`run`, calls :meth:`take` and :meth:`drain`.
-
-    Args:
-        create: ``async (task_id, spec) -> Sandbox``: the manager's guarded creation.
-    """
+    """The pool a ``SandboxManager`` owns; ``create`` is the manager's guarded creation."""
 
     def __init__(self, options: WarmPoolOptions, create: Create, *, close_timeout: float) -> None:
         self.options = options
@@ -140,10 +135,7 @@ class WarmPool:
     async def take(self, spec: SandboxSpec | None, task_id: str) -> Sandbox | None:
         """A ready, live sandbox of ``spec`` for ``task_id``, or ``None`` (create it cold).
 
-        Expired or dead sandboxes met on the way are closed in the filler's task group.
-
-        **Cancellation**: a sandbox taken out of the pool is either returned or closed
-        (shielded, bounded); none is lost.
+        **Cancellation**: a sandbox taken out is either returned or closed (shielded, bounded).
         """
         warm = self._warm.get(_spec_key(spec))
         while warm is not None and warm.ready:
@@ -267,7 +259,7 @@ class WarmPool:
         )
 
     async def drain(self) -> None:
-        """Close every ready sandbox (each shielded, bounded); the filler must be stopped.
+        """Close every ready sandbox once the filler is stopped.
 
         **Cancellation**: shielded; each close is bounded by the manager's ``close_timeout``.
         """

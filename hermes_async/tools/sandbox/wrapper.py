@@ -1,17 +1,9 @@
 """A sandbox that forwards every operation to another one, around a hook of its own.
 
-The sandbox a :class:`~hermes_async.tools.sandbox.manager.SandboxManager` hands out holds a
-command slot and marks itself busy around each call; the one a rollout gives its tools reports
-the first lost sandbox. Both are the same thing: every operation of the
-:class:`~hermes_async.tools.sandbox.base.Sandbox` interface forwarded to an inner sandbox
-inside a context manager. :class:`SandboxWrapper` writes the forwarding once, for every
-operation, so a wrapper never falls back to a base-class default where the inner sandbox has a
-better one (a streamed download read whole into memory, a snapshot refused, a liveness probe
-run as a command).
-
-What is not forwarded, on purpose: :meth:`~hermes_async.tools.sandbox.base.Sandbox.watch`
-(the manager runs the lifecycle hook on the backend's own sandbox, once) and ``async with``'s
-bound (:attr:`close_timeout` is ``None``: whoever hands the wrapper out bounds its release).
+The manager's sandbox holds a command slot around each call; the rollout's reports the first
+lost sandbox. :class:`SandboxWrapper` writes the forwarding once, so no wrapper falls back to
+a weaker base-class default. Not forwarded: ``watch`` (the manager runs it once, on the
+backend's sandbox) and ``async with``'s bound (whoever hands the wrapper out bounds it).
 """
 
 from __future__ import annotations
@@ -38,12 +30,7 @@ __all__ = ("SandboxWrapper",)
 class SandboxWrapper(Sandbox):
     """Forwards every operation to :attr:`inner` inside :meth:`around`.
 
-    A subclass overrides :meth:`around` (what holds or watches each call) and whatever it does
-    differently (``aclose``, ``alive``); everything else reaches the inner sandbox as is, with
-    the inner sandbox's own cancellation semantics (``around``'s exit runs on the way out).
-
-    Args:
-        inner: The sandbox operations go to.
+    A subclass overrides :meth:`around` and whatever it does differently (``aclose``, ``alive``).
     """
 
     close_timeout = None  # the provider that hands the wrapper out bounds its release
@@ -56,13 +43,11 @@ class SandboxWrapper(Sandbox):
 
     @asynccontextmanager
     async def around(self) -> AsyncIterator[Sandbox]:
-        """Hold whatever one operation needs; yield the sandbox to call (default: nothing held,
-        :attr:`inner` yielded)."""
+        """Hold what one operation needs; yield the sandbox to call (default: :attr:`inner`)."""
         yield self.inner
 
     @property
     def gone(self) -> Any:
-        """The inner sandbox's ``gone`` (why it died), or ``None``."""
         return getattr(self.inner, "gone", None)
 
     # ------------------------------------------------------------------------- commands, files

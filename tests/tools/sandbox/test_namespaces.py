@@ -387,6 +387,34 @@ async def test_file_tools_resolve_paths_before_the_block_list(tmp_path: pathlib.
         await sb.aclose()
 
 
+async def test_a_read_only_bind_is_reachable_through_parents_nothing_shows() -> None:
+    # A tool installed under a path whose parents the world does not show (/var/...): bwrap
+    # made those parents 0700 and root's, so the sandbox user could not reach the tool.
+    import shutil
+    import tempfile
+
+    host = tempfile.mkdtemp(prefix="hermes-ro-bind-", dir="/var/tmp")
+    try:
+        os.chmod(host, 0o755)
+        tool = os.path.join(host, "tool")
+        os.mkdir(tool)
+        with open(os.path.join(tool, "hello"), "w") as f:
+            f.write("hi\n")
+        root = tempfile.mkdtemp(prefix="hermes-ro-bind-root-")
+        sb = await _world(pathlib.Path(root), ro_binds=[tool])
+        try:
+            r = await sb.exec(f"cat {tool}/hello; stat -c %a /var {host}; touch {tool}/x")
+            assert r.stdout.split() == ["hi", "755", "755"], r
+            assert "Read-only file system" in r.stderr, r
+            r = await sb.exec("ls /var")
+            assert r.stdout.split() == ["tmp"], r  # only the path to the bind, nothing else
+        finally:
+            await sb.aclose()
+            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        shutil.rmtree(host, ignore_errors=True)
+
+
 def _processes_mentioning(text: str) -> list[int]:
     """Host pids whose command line contains ``text`` (the launcher, supervisor and bubblewrap
     of a world all name its directory)."""

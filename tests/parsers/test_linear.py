@@ -1,0 +1,58 @@
+"""Work is linear in the length of the stream, for every parser name and any chunking.
+
+Cost is measured as this thread's CPU time (``time.thread_time``), the best of three runs: on
+a shared machine wall time swings several-fold with other processes' load, CPU time does not.
+The inputs are made of the formats' own markers (and, for the name case, long call headers),
+the text that drives a parser through the most states per character.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from hermes_async.parsers import get_parser, list_parsers
+from tests.parsers.helpers import ATOMS
+
+#: 4x the input may cost at most this many times as much (linear: ~4).
+MAX_RATIO = 6.0
+
+
+def _cost(name: str, text: str, chunk: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        parser = get_parser(name)
+        start = time.thread_time()
+        for i in range(0, len(text), chunk):
+            parser.feed(text[i : i + chunk])
+        parser.finish()
+        best = min(best, time.thread_time() - start)
+    return best
+
+
+def _atoms(name: str, count: int, seed: int) -> str:
+    rng = random.Random(seed)
+    atoms = ATOMS[name]
+    return "".join(rng.choice(atoms) for _ in range(count))
+
+
+@pytest.mark.parametrize("chunk", [1, 10**9], ids=["one-char", "whole"])
+@pytest.mark.parametrize("name", [n for n in list_parsers() if n in ATOMS])
+def test_all_marker_input_costs_linear_time(name: str, chunk: int) -> None:
+    # Random markers cut into names that never end: before names were counted as they grew,
+    # deepseek_v4 took 8.2x the time for 4x this input (a name's parts summed per chunk).
+    text = _atoms(name, 2000 if chunk == 1 else 20_000, seed=3)
+    small, large = _cost(name, text[: len(text) // 4], chunk), _cost(name, text, chunk)
+    assert large < MAX_RATIO * small, (name, chunk, small, large)
+
+
+def test_a_long_call_header_costs_no_more_per_character_than_a_short_one() -> None:
+    def headers(length: int) -> str:
+        unit = "<｜DSML｜tool_call_begin｜>" + "a" * length + "\n{}\n< | DSML | tool_call_end >"
+        return unit * (60_000 // len(unit))
+
+    short, long = _cost("deepseek_v4", headers(20), 1), _cost("deepseek_v4", headers(500), 1)
+    # Before: 2.7x as much per character at 400 characters as at 10 (quadratic per name).
+    assert long < 1.6 * short, (short, long)
