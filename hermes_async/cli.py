@@ -11,6 +11,8 @@
   HTTP (``hermes_async.service``; ``docs/scale-out.md``).
 * ``hermes-async status [URL]`` prints the live status line of a running process from its
   metrics endpoint (default ``http://127.0.0.1:9464``); ``--watch SECONDS`` repeats it.
+* ``hermes-async serve-gym --tasks MODULE:ATTR --model-url URL`` serves a NeMo Gym agent
+  (``POST /run``) over a task source and a token server (``docs/trainers/nemo_gym.md``).
 """
 
 from __future__ import annotations
@@ -418,6 +420,62 @@ async def _serve_viewer(run_dir: Path, port: int) -> int:
     return 0
 
 
+def _add_serve_gym_parser(sub: Any) -> None:
+    gym = sub.add_parser(
+        "serve-gym",
+        help="a NeMo Gym agent server (POST /run) over a task source and a token server",
+        description="Serve hermes_async rollouts as a NeMo Gym agent: POST /run takes a "
+        "BaseRunRequest and answers a BaseVerifyResponse whose output items carry each turn's "
+        "exact token ids and logprobs (docs/trainers/nemo_gym.md).",
+    )
+    gym.add_argument(
+        "--tasks",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the task source: body -> RolloutTask, or an environment",
+    )
+    gym.add_argument(
+        "--model-url", required=True, help="the model server (vLLM as NeMo RL exposes it)"
+    )
+    gym.add_argument(
+        "--token-endpoint",
+        choices=("vllm", "completions", "sglang"),
+        default="vllm",
+        help="vllm: /inference/v1/generate; completions: /v1/completions with ids; "
+        "sglang: /generate (default: vllm)",
+    )
+    gym.add_argument("--vocab-size", type=int, help="the tokenizer's size (checks the ids)")
+    gym.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
+    gym.add_argument("--port", type=int, default=8000, help="default: 8000")
+
+
+def _serve_gym(args: argparse.Namespace) -> int:
+    from hermes_async.errors import ConfigError
+    from hermes_async.integrations.nemo_gym import create_app
+
+    try:
+        import uvicorn
+    except ImportError:
+        print(
+            "hermes-async serve-gym needs uvicorn: pip install 'hermes-async[nemo-gym]'",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        app = create_app(
+            args.tasks,
+            model_url=args.model_url,
+            token_endpoint=args.token_endpoint,
+            vocab_size=args.vocab_size,
+        )
+    except (ConfigError, ImportError) as exc:
+        print(f"hermes-async serve-gym: {exc}", file=sys.stderr)
+        return 2
+    # uvicorn owns the event loop of this process (a command, not library code).
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
+
+
 #: Where ``hermes-async status`` looks by default (``serve_metrics``' conventional port).
 DEFAULT_STATUS_URL = "http://127.0.0.1:9464"
 
@@ -585,11 +643,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _add_run_parser(sub, mode)
     _add_view_parser(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
+    _add_serve_gym_parser(sub)
     args, rest = parser.parse_known_args(argv)
+    if args.command in ("worker", "serve-gym") and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "worker":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
         return _worker(args)
+    if args.command == "serve-gym":
+        return _serve_gym(args)
     if args.command == "demo":
         return _run_demo(args, rest)
     if args.command in ("eval", "process"):

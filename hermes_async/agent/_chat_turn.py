@@ -4,8 +4,9 @@
 chat_completion(**kwargs)`` returning an OpenAI-shaped response (our
 :class:`~hermes_async.inference.chat.ChatClient`, an atroposlib ``ServerManager``, ...).
 Structured ``tool_calls`` are used; when there are none but the content holds ``<tool_call>``
-text, the hermes parser recovers the calls (the reference's fallback). Responses may be objects
-or dicts: servers differ, so fields are read either way.
+text, the hermes parser recovers the calls (the reference's fallback); a call cut off by the
+end of the reply is an error the next prompt carries, as in Phase 2 (decision 001). Responses
+may be objects or dicts: servers differ, so fields are read either way.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ import anyio
 
 from hermes_async._otel import span
 from hermes_async.agent._reasoning import reasoning_request_fields
-from hermes_async.agent._tool_runner import PendingCall, RunTools
+from hermes_async.agent._tool_runner import PendingCall, RunTools, record_cut_calls
 from hermes_async.agent._transcript import assistant_message
 from hermes_async.agent.failures import RolloutFailure, classify_exception
 from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import AgentResult
 from hermes_async.jsontypes import JSONObject
 from hermes_async.parsers import get_parser
-from hermes_async.parsers.types import FunctionCall, ToolCall
+from hermes_async.parsers.types import FunctionCall, ToolCall, ToolCallTruncated
 
 __all__ = ("ChatServer", "ChatTurns")
 
@@ -189,25 +190,41 @@ class ChatTurns:
                 result.reasoning_per_turn.append(reasoning)
                 content = _get(message, "content")
                 calls = _normalize_tool_calls(_get(message, "tool_calls") or [])
+                cut: tuple[ToolCallTruncated, ...] = ()
                 if not calls and self._schemas and isinstance(content, str):
-                    content, calls = self._fallback_parse(content, tools.task_id)
-                if not calls:
+                    content, calls, cut = self._fallback_parse(content, tools.task_id)
+                if not calls and not cut:
                     messages.append(assistant_message(content, (), reasoning))
                     result.finished_naturally = True
                     return
                 pending = [PendingCall(call) for call in calls]
                 assistant = assistant_message(content, pending, reasoning)
-                await tools.run_calls(result, turn + 1, pending, timing, assistant)
+                if pending:
+                    await tools.run_calls(result, turn + 1, pending, timing, assistant)
+                else:
+                    messages.append(assistant)
+                # A call cut off by max_tokens: the next prompt says so (decision 001).
+                record_cut_calls(result, turn + 1, cut)
 
-    def _fallback_parse(self, content: str, task_id: str) -> tuple[str | None, list[ToolCall]]:
-        """Recover ``<tool_call>`` blocks from Phase 1 content (the reference's fallback)."""
+    def _fallback_parse(
+        self, content: str, task_id: str
+    ) -> tuple[str | None, list[ToolCall], tuple[ToolCallTruncated, ...]]:
+        """Recover ``<tool_call>`` blocks from Phase 1 content (the reference's fallback).
+
+        Returns the content, the calls, and the calls cut off by the end of the reply. With a
+        cut call and no other, the content is the reply unchanged (what was sampled).
+        """
         if "<tool_call>" not in content:
-            return content, []
+            return content, [], ()
         try:
             parsed = get_parser("hermes", tools=self._schemas).parse(content)
         except Exception:  # a parser bug must not end the rollout; the text stays content
             logger.warning("task %s: fallback tool-call parse failed", task_id, exc_info=True)
-            return content, []
+            return content, [], ()
+        cut = parsed.truncated_calls
         if not parsed.tool_calls:
-            return content, []
-        return parsed.content, list(parsed.tool_calls)
+            return content, [], cut
+        if cut:  # the cut text follows the calls, as in Phase 2
+            text = "\n".join(part for part in (parsed.content, *(c.raw for c in cut)) if part)
+            return text, list(parsed.tool_calls), cut
+        return parsed.content, list(parsed.tool_calls), ()

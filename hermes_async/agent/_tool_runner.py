@@ -38,7 +38,7 @@ from hermes_async.agent.budget import (
 from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
 from hermes_async.jsontypes import JSONObject
-from hermes_async.parsers.types import ToolCall
+from hermes_async.parsers.types import ToolCall, ToolCallTruncated
 from hermes_async.tools.registry import (
     ToolOutcome,
     ToolRegistry,
@@ -48,7 +48,7 @@ from hermes_async.tools.registry import (
 )
 from hermes_async.tools.sandbox.base import Sandbox
 
-__all__ = ("PendingCall", "RunTools", "ToolSettings", "TurnToolRunner")
+__all__ = ("PendingCall", "RunTools", "ToolSettings", "TurnToolRunner", "record_cut_calls")
 
 logger = logging.getLogger("hermes_async.agent.loop")
 
@@ -103,6 +103,26 @@ class PendingCall:
         if self._waiter is None:
             self._waiter = anyio.Event()
         await self._waiter.wait()
+
+
+def record_cut_calls(result: AgentResult, turn: int, cut: Sequence[ToolCallTruncated]) -> None:
+    """Calls cut off by ``max_tokens`` (decision 001): a ``ToolError`` each and one ``user``
+    message saying so, so the next prompt tells the model why nothing ran."""
+    if not cut:
+        return
+    for event in cut:
+        result.tool_errors.append(
+            ToolError(
+                turn=turn,
+                tool_name=event.name or "",
+                arguments=event.raw,
+                error=event.message,
+                tool_result=event.message[:TOOL_ERROR_RESULT_MAX_CHARS],
+                category="model",  # the model's call, cut off: never run
+            )
+        )
+    text = "\n".join(dict.fromkeys(event.message for event in cut))
+    result.messages.append({"role": "user", "content": text})
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,8 @@
 
 One module per trainer, each behind its own extra; importing this package imports none:
 
-* :mod:`~hermes_async.integrations.nemo_gym` — a NeMo Gym agent server (``POST /run``),
-  ``hermes-async serve-gym`` (extra ``nemo-gym``);
+* :mod:`~hermes_async.integrations.nemo_gym` — a NeMo Gym agent server (``POST /run``):
+  ``hermes-async serve-gym``, or ``HermesGymAgent`` in Gym's own launcher (extra ``nemo-gym``);
 * :mod:`~hermes_async.integrations.verl` — a registered verl ``AgentLoopBase`` (``verl``);
 * :mod:`~hermes_async.integrations.skyrl` — a SkyRL ``GeneratorInterface`` (``skyrl``);
 * :mod:`~hermes_async.integrations.slime` — a slime custom generate function (no package);

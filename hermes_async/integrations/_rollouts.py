@@ -9,6 +9,7 @@ rollout (a response budget), the cut is at the end and the status says ``truncat
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ __all__ = (
     "TaskSource",
     "TurnTokens",
     "flatten",
+    "load_tasks",
     "make_task",
     "rollout_status",
     "status_counts",
@@ -39,6 +41,21 @@ __all__ = (
 #: call cut by ``max_tokens``), ``aborted`` (cancelled, or the server kept aborting it) and
 #: ``failed`` (the model server, the sandbox or the reward failed: not the policy's doing).
 RolloutStatus: TypeAlias = Literal["completed", "truncated", "aborted", "failed"]
+
+
+def load_tasks(path: str) -> Any:
+    """The task source named ``"package.module:attribute"``.
+
+    Raises:
+        ConfigError: The path is malformed or does not import.
+    """
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"tasks must be 'package.module:attribute', got {path!r}")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load the task source {path!r}: {exc}") from exc
 
 
 async def make_task(source: object, item: Any) -> RolloutTask:

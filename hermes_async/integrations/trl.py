@@ -33,6 +33,7 @@ from hermes_async.integrations._rollouts import (
     rollout_status,
     with_sampling,
 )
+from hermes_async.tools.sandbox.manager import SandboxFactory, open_sandbox_manager
 
 __all__ = ("RolloutFunc", "hermes_reward", "messages_of", "rollout_fields")
 
@@ -92,8 +93,24 @@ def hermes_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: 
 
 
 def _trainer_sampling(trainer: Any) -> dict[str, Any]:
-    """The trainer's sampling settings (``GRPOConfig``) as ``SamplingParams`` fields."""
+    """The trainer's sampling settings (``GRPOConfig``) as ``SamplingParams`` fields.
+
+    Raises:
+        ConfigError: A setting the rollouts cannot honour (``generation_kwargs``, a
+            structured-outputs regex): refused, never dropped.
+    """
     args = getattr(trainer, "args", None)
+    if generation_kwargs := getattr(args, "generation_kwargs", None):
+        raise ConfigError(
+            f"GRPOConfig.generation_kwargs={generation_kwargs!r} cannot be honoured by the "
+            "hermes_async rollout function (it applies temperature, top_p, top_k, min_p and "
+            "repetition_penalty); set those instead, or leave generation_kwargs empty"
+        )
+    if getattr(args, "vllm_structured_outputs_regex", None):
+        raise ConfigError(
+            "GRPOConfig.vllm_structured_outputs_regex cannot be honoured: one regex for every "
+            "turn would forbid the tool calls; constrain turns with AgentOptions.sampling_hook"
+        )
     out: dict[str, Any] = {}
     for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k")):
         value = getattr(args, theirs, None)
@@ -123,6 +140,9 @@ class RolloutFunc:
             .vllm_client.base_url``).
         client: ``base_url -> TokenClient`` (default: vLLM's ``/v1/completions`` with ids, what
             ``trl vllm-serve`` serves).
+        sandbox_factory: The sandboxes of a task whose setup names no manager (default: local).
+            Each call opens one manager over it and releases every sandbox before returning
+            (a call is one event loop: a manager cannot outlive it).
         backend: The portal's event loop: ``"asyncio"`` or ``"trio"``.
 
     The trainer's ``temperature``, ``top_p``, ``top_k``, ``min_p`` and ``repetition_penalty``
@@ -138,6 +158,7 @@ class RolloutFunc:
         options: AgentOptions | None = None,
         base_url: str | None = None,
         client: Callable[[str], Any] | None = None,
+        sandbox_factory: SandboxFactory | None = None,
         backend: str = "asyncio",
     ) -> None:
         if tasks is None:
@@ -152,6 +173,7 @@ class RolloutFunc:
         self.tasks = tasks
         self.base_url = base_url
         self.client = client or (lambda url: VLLMCompletionsClient(url))
+        self.sandbox_factory = sandbox_factory
         self.backend = backend
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -178,7 +200,7 @@ class RolloutFunc:
             trainer_sampling["max_tokens"] = budget
         results: list[ScoredRollout | None] = [None] * len(prompts)
         max_turns = 0
-        async with self.client(url) as server:
+        async with open_sandbox_manager(self.sandbox_factory), self.client(url) as server:
 
             async def one(indexes: list[int]) -> None:
                 nonlocal max_turns

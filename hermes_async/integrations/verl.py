@@ -15,7 +15,6 @@ is lost: ``docs/trainers/verl.md``.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -24,8 +23,15 @@ from typing import Any
 from hermes_async._asynclib import require_asyncio
 from hermes_async.agent import run_rollout
 from hermes_async.errors import ConfigError
+from hermes_async.inference import ModelServerError
 from hermes_async.inference.generate import Completion, SamplingParams, TokenDelta
-from hermes_async.integrations._rollouts import flatten, make_task, rollout_status, with_sampling
+from hermes_async.integrations._rollouts import (
+    flatten,
+    load_tasks,
+    make_task,
+    rollout_status,
+    with_sampling,
+)
 
 try:
     from verl.experimental.agent_loop.agent_loop import (
@@ -39,7 +45,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         f"the verl agent loop needs verl: pip install 'hermes-async[verl]' ({exc})"
     ) from exc
 
-__all__ = ("HermesAgentLoop", "ServerManagerClient", "load_tasks", "sampling_from_verl")
+__all__ = ("HermesAgentLoop", "ServerManagerClient", "sampling_from_verl")
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +115,7 @@ class ServerManagerClient:
 
         Raises:
             InvalidTokenOutputError: The output has no logprobs, or not one per id.
+            ModelServerError: ``server_manager.generate`` raised (a dead replica, ...).
 
         **Cancellation**: the awaited Ray call is abandoned (verl cancels it with the task).
         """
@@ -131,9 +138,15 @@ class ServerManagerClient:
         return Completion(delta.token_ids, delta.logprobs, delta.finish_reason, 1)
 
     async def _delta(self, prompt_ids: Sequence[int], params: SamplingParams) -> TokenDelta:
-        output = await self.server_manager.generate(
-            self.request_id, prompt_ids=list(prompt_ids), sampling_params=self._params(params)
-        )
+        try:
+            output = await self.server_manager.generate(
+                self.request_id, prompt_ids=list(prompt_ids), sampling_params=self._params(params)
+            )
+        except Exception as exc:  # a dead replica, a Ray error: the rollout's model failure
+            raise ModelServerError(
+                f"verl's server_manager.generate failed: {type(exc).__name__}: {exc}",
+                endpoint="verl server_manager.generate",
+            ) from exc
         ids = [int(i) for i in output.token_ids]
         logprobs = output.log_probs
         if logprobs is None or len(logprobs) != len(ids):
@@ -150,21 +163,6 @@ class ServerManagerClient:
 
 class InvalidTokenOutputError(ConfigError):
     """verl's server gave a ``TokenOutput`` a trainer cannot use (no or misaligned logprobs)."""
-
-
-def load_tasks(path: str) -> Any:
-    """The task source named ``"package.module:attribute"``.
-
-    Raises:
-        ConfigError: The path is malformed or does not import.
-    """
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"tasks must be 'package.module:attribute', got {path!r}")
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load the task source {path!r}: {exc}") from exc
 
 
 @register("hermes_async")

@@ -28,7 +28,8 @@ How a reply is made:
 3. Token routes encode the text, stop at the first of the request's ``stop_token_ids`` the
    text contains (it is sent, finish ``"stop"``), else append the end-of-turn id (finish
    ``"stop"``), and cut at ``max_tokens`` (finish ``"length"``), draw a logprob per token from a seeded RNG and stream
-   the ids in seeded random chunk sizes. The chat route turns ``<think>`` into
+   the ids in seeded random chunk sizes. The chat route cuts the reply at ``max_tokens`` ids
+   too (finish ``"length"``), turns ``<think>`` into
    ``reasoning_content`` and ``<tool_call>`` blocks into structured ``tool_calls`` (when the
    request has tools), streaming content in random character chunks and each call's
    arguments in fragments.
@@ -927,11 +928,18 @@ class ScriptedModelServer:
                 protocol="chat",
             )
         )
+        completion_ids = [*self.tokenizer.encode(text), self.tokenizer.eos_token_id]
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+            raise _BadRequest(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
+        cut = max_tokens is not None and len(completion_ids) > max_tokens
+        if cut:  # the reply is what the first max_tokens ids decode to, parsed as such
+            completion_ids = completion_ids[:max_tokens]
+            text = self.tokenizer.decode(completion_ids)
         record.text = text
         rng = self._rng(record, prompt_text)
         reasoning, content, calls = _split_reply(text, parse_tools=bool(tools))
-        finish = "tool_calls" if calls else "stop"
-        completion_ids = [*self.tokenizer.encode(text), self.tokenizer.eos_token_id]
+        finish = "length" if cut else "tool_calls" if calls else "stop"
         record.completion_ids = completion_ids
         record.finish_reason = finish
         usage = {
