@@ -53,6 +53,7 @@ __all__ = (
     "redact_url",
     "redact_urls",
     "secret_env_values",
+    "secret_name",
 )
 
 #: What a secret is replaced with.
@@ -111,7 +112,7 @@ _NOT_SECRET_TOKENS = frozenset({"eos", "bos", "pad", "unk", "sep", "cls", "mask"
 
 
 @functools.lru_cache(maxsize=4096)
-def _secret_name(name: str) -> bool:
+def secret_name(name: str) -> bool:
     """Whether an assignment's name looks like it holds a credential (see the module doc)."""
     words = [w.lower() for w in _WORDS.findall(name)]
     if not words:
@@ -185,14 +186,14 @@ def _assignment(match: re.Match[str]) -> str:
     value = match.group("value")
     if REDACTED in value:
         return match.group(0)
-    if _secret_name(match.group("name")):
+    if secret_name(match.group("name")):
         return match.group("key") + match.group("quote") + REDACTED
     # Not a secret name, but its value may hold one: ``RuntimeError: password=hunter22`` (an
     # exception's last traceback line) matches with the name ``RuntimeError``. The rest of the
     # value after a secret name inside it goes. One linear scan of the value (no re-search of
     # the text, which would be quadratic on ``a=b=c=...``).
     for inner in _INNER_ASSIGNMENT.finditer(value):
-        if _secret_name(inner.group(1)):
+        if secret_name(inner.group(1)):
             kept = match.group(0)[: match.start("value") - match.start()]
             return kept + value[: inner.end()] + REDACTED
     return match.group(0)
@@ -200,7 +201,7 @@ def _assignment(match: re.Match[str]) -> str:
 
 def _line_assignment(match: re.Match[str]) -> str:
     value = match.group("value")
-    if REDACTED in value or not _secret_name(match.group("name")):
+    if REDACTED in value or not secret_name(match.group("name")):
         return match.group(0)
     quote = value[0] if value[0] in "\"'" else ""
     return match.group("key") + quote + REDACTED + quote
@@ -227,7 +228,7 @@ def redact(
             text = text.replace(value, REDACTED)
     if "\x00" in text:  # an environment dump: each entry is a line of its own
         text = _ENVIRON_ENTRY.sub(
-            lambda m: m.group("key") + REDACTED if _secret_name(m.group("name")) else m.group(0),
+            lambda m: m.group("key") + REDACTED if secret_name(m.group("name")) else m.group(0),
             text,
         )
     if "-----BEGIN " in text:

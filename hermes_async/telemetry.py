@@ -74,9 +74,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import anyio
-from anyio.abc import SocketStream, TaskStatus
+from anyio.abc import TaskStatus
 
 from hermes_async import _otel
+from hermes_async._http_serve import serve_get
 
 __all__ = (
     "TELEMETRY_AVAILABLE",
@@ -503,9 +504,6 @@ def _pool_instruments(meter: Any) -> None:
 # --------------------------------------------------------------------------------------------
 # Prometheus text exposition
 
-#: Longest wait for a scraper's request line (a silent client is dropped after it).
-SCRAPE_READ_TIMEOUT_SECONDS = 5.0
-
 
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
@@ -568,33 +566,10 @@ async def serve_metrics(
 
     **Cancellation**: the listener and every open scrape connection are closed.
     """
-    async with await anyio.create_tcp_listener(local_host=host, local_port=port) as listener:
-        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
-        task_status.started(bound)
-        await listener.serve(_answer_scrape)
+    await serve_get(_answer_scrape, port, host, task_status=task_status)
 
 
-async def _answer_scrape(stream: SocketStream) -> None:
-    async with stream:
-        request = b""
-        with anyio.move_on_after(SCRAPE_READ_TIMEOUT_SECONDS):
-            while b"\r\n\r\n" not in request and len(request) < 8192:
-                try:
-                    request += await stream.receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError):
-                    return
-        first = request.split(b"\r\n", 1)[0].split()
-        if len(first) >= 2 and first[0] == b"GET" and first[1].split(b"?")[0] == b"/metrics":
-            status, body = "200 OK", prometheus_text().encode()
-            kind = "text/plain; version=0.0.4; charset=utf-8"
-        else:
-            status, body, kind = "404 Not Found", b"try GET /metrics\n", "text/plain"
-        head = (
-            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        try:
-            with anyio.move_on_after(SCRAPE_READ_TIMEOUT_SECONDS):
-                await stream.send(head.encode() + body)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the scraper went away
+def _answer_scrape(path: str) -> tuple[str, str, bytes]:
+    if path == "/metrics":
+        return "200 OK", "text/plain; version=0.0.4; charset=utf-8", prometheus_text().encode()
+    return "404 Not Found", "text/plain", b"try GET /metrics\n"

@@ -55,7 +55,12 @@ from hermes_async.inference.pool import pool_session
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
-from hermes_async.tools.registry import ToolRegistry, ToolRuntime
+from hermes_async.tools.registry import (
+    NOT_AVAILABLE_IN_RL,
+    ToolRegistry,
+    ToolRuntime,
+    builtin_registry,
+)
 from hermes_async.tools.sandbox.base import SandboxProvider
 from hermes_async.tools.sandbox.manager import (
     SandboxManager,
@@ -141,6 +146,8 @@ class HermesAgentLoop:
 
     Raises:
         ValueError: Bad options, or a token server without a tokenizer.
+        ConfigError: A name in ``valid_tool_names`` is not a tool of ``registry`` (the
+            built-in tools when ``None``): a custom registry not passed along.
         TypeError: ``server`` is neither kind of server, or ``options`` is not an
             ``AgentOptions``.
     """
@@ -182,6 +189,7 @@ class HermesAgentLoop:
         self.server = server
         self.tool_schemas: list[JSONObject] = list(tool_schemas)
         self.valid_tool_names: set[str] = set(valid_tool_names)
+        _check_offered_tools(self.valid_tool_names, registry)
         self.task_id = task_id or str(uuid.uuid4())
         self.limits = limits or Limits()
         self.sandboxes = sandboxes
@@ -420,3 +428,26 @@ def resize_tool_pool(max_workers: int, *, limits: Limits | None = None) -> Limit
         target = manager.limits
     target.tool_calls.set_total(max_workers)
     return target
+
+
+def _check_offered_tools(names: Collection[str], registry: ToolRegistry | None) -> None:
+    """Refuse to offer the model a tool the loop cannot run.
+
+    The usual cause: a custom tool registered in a ``ToolRegistry`` of your own, its schemas
+    offered (``get_tool_definitions(..., registry=mine)``), but the registry not passed to the
+    loop, which then runs tools from the built-in one. Every call of the model would fail as an
+    "Unknown tool", blamed on the model.
+
+    Raises:
+        ConfigError: Names the missing tools and the fix.
+    """
+    known = registry if registry is not None else builtin_registry()
+    missing = sorted(n for n in names if n not in known and n not in NOT_AVAILABLE_IN_RL)
+    if missing:
+        where = "the built-in tools" if registry is None else "the registry passed as registry="
+        raise ConfigError(
+            f"tools offered to the model are not in {where}: {missing}; a tool registered in a "
+            "ToolRegistry of your own needs that registry passed too: registry=my_registry "
+            "(HermesAgentLoop, RolloutSetup for run_group / run_rollout; environments: the "
+            "tool_registry class attribute), else every call to it fails as an unknown tool"
+        )

@@ -1,4 +1,4 @@
-"""What the bundled example environments share: defaults, item cycling, oracle tool calls.
+"""What the bundled example environments share: defaults, item cycling.
 
 ``TerminalTestEnv`` and ``CodingEnv`` differ only in their tasks and rewards; their common shape
 lives here so each example file shows just what is specific to it.
@@ -6,13 +6,12 @@ lives here so each example file shows just what is specific to it.
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 
 from hermes_async.envs._atropos import APIServerConfig
 from hermes_async.envs.config import HermesAgentEnvConfig
 
-__all__ = ("CyclingItems", "example_configs", "oracle_tool_call")
+__all__ = ("CyclingItems", "example_configs")
 
 C = TypeVar("C", bound=HermesAgentEnvConfig)
 
@@ -52,9 +51,3 @@ class CyclingItems:
         item = self.train_items[self._index % len(self.train_items)]
         self._index += 1
         return item
-
-
-def oracle_tool_call(name: str, arguments: dict[str, Any]) -> str:
-    """A hermes ``<tool_call>`` block, as the scripted oracle policies write them."""
-    call = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-    return f"<tool_call>\n{call}\n</tool_call>"

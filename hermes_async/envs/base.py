@@ -80,10 +80,11 @@ from hermes_async.envs._cli import chosen_use_wandb, run_cli
 from hermes_async.envs._entry import SpawnedTasks, as_child, run_entry
 from hermes_async.envs._eval import (
     eval_report,
-    eval_sample,
     failed_sample,
     roll_back_buffers,
+    rollout_sample,
     run_items,
+    select_eval_items,
     summary_from_sample,
     train_buffer_lengths,
 )
@@ -226,6 +227,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         #: The scored-group lines (``data_path_to_save_groups``), keyed and resumable.
         self.groups_file: ResultsFile | None = open_groups_file(self, resumed)
         self._process_items: ProcessItems | None = None
+        self._samples_file: ResultsFile | None = None  # process: data_path_to_save_samples
         self._entry: str | None = None  # "serve", "process" or "evaluate" while one runs
         #: Failure counts (``train/failures/<category>``) and group outcomes.
         self.failure_tally = FailureTally()
@@ -432,12 +434,27 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         async def keyed() -> None:
             with ProcessItems(self, self.groups_file) as items:
                 self._process_items = items
+                self._samples_file = self._open_process_samples()
                 try:
                     await run()
                 finally:
                     self._process_items = None
+                    if self._samples_file is not None:
+                        self._samples_file.close()
+                        self._samples_file = None
 
         await self._run_entry("process", keyed)
+
+    def _open_process_samples(self) -> ResultsFile | None:
+        """``data_path_to_save_samples`` for a ``process`` run: on resume, the lines of the
+        groups already written are kept and the others dropped (their groups run again)."""
+        path = self.config.data_path_to_save_samples
+        if path is None:
+            return None
+        done = self.groups_file.done if self.groups_file is not None else {}
+        return ResultsFile(
+            path, resume=self.config.resume, keep=lambda r: r.get("group_key") in done
+        ).open()
 
     async def _run_evaluate(self) -> None:
         """``evaluate``: ``setup()`` then ``evaluate()``, inside one sandbox manager.
@@ -781,6 +798,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         """
         _require_asyncio("collect_trajectories")
         key = self._process_items.take_key() if self._process_items is not None else None
+        group_key = key if key is not None else self.item_key(item)
         tools = self._resolve_tools_for_group()
         self._current_group_tools = tools
         custom = overrides(self, HermesAgentBaseEnv, "collect_trajectory")
@@ -793,7 +811,12 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         def record(scored: ScoredRollout) -> None:
             nonlocal finished
             finished += 1
-            self._record(item, scored, evaluating=False)
+            summary = self._record(item, scored, evaluating=False)
+            if self._samples_file is not None:
+                sample = rollout_sample(
+                    summary.label, prompt, scored, f"{group_key}/{finished}", mode="process"
+                )
+                self._samples_file.append({**sample, "group_key": group_key})
 
         waiting = self._waiting(
             f"a group of {self.config.group_size} rollouts of {self.item_label(item)!r}"
@@ -818,6 +841,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                         sandboxes=manager,
                         tools=tools,
                     )
+                    prompt = str(task.messages[-1].get("content") or "")  # the user message
                     group = await run_group(
                         client,
                         task.messages,
@@ -840,7 +864,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         scored: ScoredDataGroup = group.to_scored_data_group(
             generation_params=self._generation_params()
         )
-        scored[ITEM_KEY] = key if key is not None else self.item_key(item)
+        scored[ITEM_KEY] = group_key
         return scored, []
 
     def _generation_params(self) -> dict[str, Any]:
@@ -862,8 +886,9 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     ) -> EvalReport:
         """Evaluate ``items`` with the full agent loop and tools; report via ``evaluate_log``.
 
-        The first ``eval_size`` items are run (``None`` or ``0``: all). Each runs one rollout
-        (``eval_temperature``, default 0.0) and is scored by
+        The first ``eval_size`` items run (all when it is ``None`` or 0), each
+        ``eval_group_size`` times (default once; a repeat's key gets ``#2``, ``#3``...).
+        Each rollout (``eval_temperature``, default 0.0) is scored by
         ``compute_reward`` through a ``ToolContext`` on its own sandbox; at most
         ``concurrency`` (default ``eval_concurrency``) run at once. An ``infra`` / ``verifier``
         failure is retried on a fresh sandbox (``failure_policy=retry``); an item that still
@@ -893,9 +918,8 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         samples already written stay (a resumed run starts from them); nothing is logged.
         """
         _require_asyncio("run_agent_eval")
-        if self.config.eval_size:
-            items = items[: self.config.eval_size]
         start = time.time()
+        items = select_eval_items(items, self.config.eval_size, self.config.eval_group_size)
         tools = self._resolve_tools_for_group()
         temp = self.config.eval_temperature if temperature is None else temperature
         before = train_buffer_lengths(self, self.train_buffers)
@@ -922,7 +946,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                             evaluating=True,
                             temperature=temp,
                         )
-                        sample = eval_sample(
+                        sample = rollout_sample(
                             labels[index], rollout.prompt, rollout.scored, keys[index]
                         )
                         samples[index], summaries[index] = sample, rollout.summary

@@ -23,11 +23,12 @@ from pydantic import Field
 
 from hermes_async.agent import AgentResult, ToolContext
 from hermes_async.envs._atropos import APIServerConfig
-from hermes_async.envs._examples import CyclingItems, example_configs, oracle_tool_call
+from hermes_async.envs._examples import CyclingItems, example_configs
 from hermes_async.envs.base import HermesAgentBaseEnv
 from hermes_async.envs.config import HermesAgentEnvConfig
 from hermes_async.envs.results import EvalReport
 from hermes_async.errors import ConfigError
+from hermes_async.testing.scripted_server import hermes_tool_call
 
 __all__ = ("BUILTIN_TASKS", "CodingEnv", "CodingEnvConfig", "coding_oracle")
 
@@ -184,12 +185,12 @@ def coding_oracle() -> Callable[[Any], str]:
             return "I cannot solve this one."
         steps = sum(1 for m in messages[users[-1] :] if m.get("role") == "tool")
         if steps == 0:
-            return oracle_tool_call(
+            return hermes_tool_call(
                 "write_file", {"path": "solution.py", "content": task["solution"]}
             )
         if steps == 1:
             command = "python3 -c " + json.dumps(task["test"])
-            return oracle_tool_call("terminal", {"command": command})
+            return hermes_tool_call("terminal", {"command": command})
         return "solution.py is written and its tests pass."
 
     return policy

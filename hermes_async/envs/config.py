@@ -46,12 +46,12 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
       ``thinking_mode``, the reference's v2 rule) keeps ``<think>`` blocks in the assistant
       messages instead of moving them to ``reasoning_content``.
     * ``terminal_backend`` is checked when the config is built, against the backends registered
-      at that moment (``hermes_async.tools.sandbox.backends.available_backends()``; the
-      reference's ``daytona`` only once something registers it): an unknown name fails at
-      start-up with the registered ones listed, not at the first rollout.
+      at that moment (``hermes_async.tools.sandbox.backends.available_backends()``: the
+      built-in ones, ``daytona`` included, and any added with ``register_backend``): an
+      unknown name fails at start-up with the registered ones listed, not at the first rollout.
     * ``eval_size`` exists on the base config (the reference's guide reads
-      ``self.config.eval_size`` in ``evaluate``) and :meth:`~HermesAgentBaseEnv.run_agent_eval`
-      applies it; ``None`` or ``0`` means every eval item.
+      ``self.config.eval_size`` in ``evaluate``) and ``run_agent_eval`` applies it: the first
+      ``eval_size`` items (``None`` or 0: every one); ``eval_group_size`` rollouts of each.
     * A keyword that is not a field (``max_agent_turn=5``) is a ``ConfigError`` naming the
       closest field; pydantic would drop it silently. A subclass's own fields are fields.
     """
@@ -184,8 +184,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     eval_size: int | None = Field(
         default=None,
         ge=0,
-        description="Eval items run_agent_eval runs: the first eval_size of those it is given "
-        "(None or 0: all).",
+        description="Eval items run_agent_eval runs: the first eval_size of the items it is "
+        "given (None or 0: all; the guide's self.config.eval_size).",
     )
     preserve_think_blocks: bool | None = Field(
         default=None,
@@ -326,6 +326,20 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
                 "env.policy_version_source = <() -> int> before the run"
             )
         return Staleness(self.max_staleness, self.staleness_policy, version_source=source)
+
+    # ---- issue #34: what `hermes-async eval` / `process` set (the run folder)
+    eval_group_size: int = Field(
+        default=1,
+        ge=1,
+        description="Rollouts per eval item in run_agent_eval (each its own samples.jsonl "
+        "line; the pass rate counts them all).",
+    )
+    data_path_to_save_samples: str | None = Field(
+        default=None,
+        description="process: one JSON line per finished rollout (conversation, reward, "
+        "failure, tokens, timing), as evaluate's samples.jsonl; what `hermes-async view` shows. "
+        "Resumed with resume (the lines of finished groups are kept).",
+    )
 
     # ---- issue #16: failure containment, resumable runs, the watchdog. Keep this block last
     # in the class (other issues add their fields above it), so merges stay line-local.

@@ -1,4 +1,4 @@
-"""Text renderings for dashboards and terminals: trajectories, progress, the summary table.
+"""Text renderings for dashboards and terminals: trajectories, progress, tables.
 
 Everything here is pure (strings in, strings out) except :class:`ProgressBar`, which writes to
 a stream. Trajectories are redacted (:func:`~hermes_async._redact.redact`) because they go
@@ -155,7 +155,7 @@ class ProgressBar:
     """A one-line progress bar (redrawn in place on a terminal, one line per step otherwise).
 
     Args:
-        total: Steps expected.
+        total: Steps expected (``None``: unknown; the count is shown without a bar).
         label: Shown before the bar.
         stream: Where to draw (default ``sys.stderr``).
         width: Bar width in characters.
@@ -165,14 +165,14 @@ class ProgressBar:
 
     def __init__(
         self,
-        total: int,
+        total: int | None,
         label: str = "",
         *,
         stream: TextIO | None = None,
         width: int = 30,
         status: Callable[[], str] | None = None,
     ) -> None:
-        self.total = max(total, 1)
+        self.total = None if total is None else max(total, 1)
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.width = width
@@ -182,9 +182,12 @@ class ProgressBar:
 
     def render(self, note: str = "") -> str:
         """The bar's text for the current count."""
-        filled = min(self.width, self.width * self.done // self.total)
-        bar = "#" * filled + "." * (self.width - filled)
-        text = f"{self.label} [{bar}] {self.done}/{self.total} {note}".rstrip()
+        if self.total is None:
+            text = f"{self.label} {self.done} done {note}".rstrip()
+        else:
+            filled = min(self.width, self.width * self.done // self.total)
+            bar = "#" * filled + "." * (self.width - filled)
+            text = f"{self.label} [{bar}] {self.done}/{self.total} {note}".rstrip()
         if self.status is not None:
             text += " | " + self.status()
         return text
@@ -195,7 +198,7 @@ class ProgressBar:
         text = self.render(note)
         if self._tty:
             self.stream.write("\r\x1b[2K" + text)
-            if self.done >= self.total:
+            if self.total is not None and self.done >= self.total:
                 self.stream.write("\n")
         else:
             self.stream.write(text + "\n")
@@ -203,6 +206,6 @@ class ProgressBar:
 
     def close(self) -> None:
         """End the line if the bar was left unfinished on a terminal."""
-        if self._tty and self.done < self.total:
+        if self._tty and (self.total is None or self.done < self.total):
             self.stream.write("\n")
             self.stream.flush()

@@ -22,10 +22,11 @@ from typing import Any
 
 from hermes_async.agent import AgentResult, ToolContext
 from hermes_async.envs._atropos import APIServerConfig
-from hermes_async.envs._examples import CyclingItems, example_configs, oracle_tool_call
+from hermes_async.envs._examples import CyclingItems, example_configs
 from hermes_async.envs.base import HermesAgentBaseEnv
 from hermes_async.envs.config import HermesAgentEnvConfig
 from hermes_async.envs.results import EvalReport
+from hermes_async.testing.scripted_server import hermes_tool_call
 
 __all__ = (
     "EVAL_TASKS",
@@ -196,11 +197,11 @@ def terminal_test_oracle() -> Callable[[Any], str]:
             return "I do not know this task."
         steps = sum(1 for m in messages[users[-1] :] if m.get("role") == "tool")
         if steps == 0:
-            return "I'll write the file.\n" + oracle_tool_call(
+            return "I'll write the file.\n" + hermes_tool_call(
                 "terminal", {"command": ORACLE_COMMANDS[task["name"]]}
             )
         if steps == 1:
-            return oracle_tool_call("read_file", {"path": task["verify_path"]})
+            return hermes_tool_call("read_file", {"path": task["verify_path"]})
         return f"Done: {task['verify_path']} is written and checked."
 
     return policy

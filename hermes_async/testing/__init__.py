@@ -7,7 +7,8 @@ deterministic ``pytest`` + anyio tests of their own environments:
   and SGLang ``/generate`` and OpenAI chat from a :class:`ScriptedPolicy` (a :class:`FixedScript`
   or any ``PolicyRequest -> str`` oracle), with seeded chunking, latency and :class:`Fault` s.
   Serve it in-process (:func:`open_asgi_transport`) or over loopback
-  (:func:`open_loopback_server`, needs the ``testing`` extra).
+  (:func:`open_loopback_server`, needs the ``testing`` extra); :func:`open_scripted_endpoint`
+  does both in one step. :func:`hermes_tool_call` writes a tool call into a policy's reply.
 * :class:`FaultyServer` — ASGI middleware that makes a whole server fail, rate limit (429 with
   ``Retry-After``), slow down or go down while a test runs (server pools, failover).
 * :func:`open_hostile_server` — a loopback server that attacks the client's bounds (endless
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 from hermes_async.testing.daytona_double import FakeDaytona
 from hermes_async.testing.e2b_double import FakeE2B
+from hermes_async.testing.endpoint import ScriptedEndpoint, open_scripted_endpoint
 from hermes_async.testing.fake_sandbox import ExecCall, ExecScript, FakeSandbox, FakeSandboxFactory
 from hermes_async.testing.hostile import (
     HOSTILE_CASES,
@@ -49,6 +51,7 @@ from hermes_async.testing.scripted_server import (
     ScriptedPolicy,
     ScriptExhaustedError,
     ServedRequest,
+    hermes_tool_call,
     parse_chatml,
 )
 from hermes_async.testing.server_faults import FaultyServer
@@ -72,13 +75,16 @@ __all__ = (
     "HostileServer",
     "PolicyRequest",
     "ScriptExhaustedError",
+    "ScriptedEndpoint",
     "ScriptedModelServer",
     "ScriptedPolicy",
     "ServedRequest",
+    "hermes_tool_call",
     "open_app_endpoint",
     "open_asgi_transport",
     "open_hostile_server",
     "open_loopback_server",
+    "open_scripted_endpoint",
     "parse_chatml",
     "run_conformance",
 )

@@ -76,7 +76,12 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
 from hermes_async.testing.fake_sandbox import FakeSandbox
 from hermes_async.testing.http import open_app_endpoint
-from hermes_async.testing.scripted_server import Fault, PolicyRequest, ScriptedModelServer
+from hermes_async.testing.scripted_server import (
+    Fault,
+    PolicyRequest,
+    ScriptedModelServer,
+    hermes_tool_call,
+)
 from hermes_async.tools.registry import get_tool_definitions
 from hermes_async.tools.sandbox.base import ExecResult, Sandbox
 from hermes_async.tools.sandbox.manager import SandboxManager
@@ -326,12 +331,14 @@ class _World:
             return rng.choice(HOSTILE_TEXTS)
         done = sum(1 for m in request.messages if m.get("role") == "tool")
         if done == 0:
-            return _call("terminal", {"command": "echo step one"})
+            return hermes_tool_call("terminal", {"command": "echo step one"})
         if done == 1:
             local_hang = self.config.sandbox == "local" and self.decide(
                 f"command:{request.request_number}", ("exec_hang",)
             )
-            return _call("terminal", {"command": "sleep 30" if local_hang else "echo step two"})
+            return hermes_tool_call(
+                "terminal", {"command": "sleep 30" if local_hang else "echo step two"}
+            )
         return "Done: both steps ran."
 
     # ---- the sandboxes
@@ -393,10 +400,6 @@ async def _hanging_step_two(command: str) -> ExecResult:
     if "echo step two" in command:
         await anyio.sleep_forever()
     return ExecResult("ok\n", "", 0)
-
-
-def _call(name: str, arguments: dict[str, Any]) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def _open_fds() -> int:

@@ -39,16 +39,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from hermes_async.testing.endpoint import ScriptedEndpoint, open_scripted_endpoint
+
 if TYPE_CHECKING:
     from hermes_async.envs.results import EvalReport
-    from hermes_async.testing.scripted_server import PolicyRequest, ScriptedModelServer
+    from hermes_async.testing.scripted_server import PolicyRequest
     from hermes_async.tools.sandbox.manager import SandboxManager
 
 __all__ = (
@@ -66,63 +67,6 @@ __all__ = (
 )
 
 Mode = Literal["collect", "evaluate"]
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedEndpoint:
-    """A running scripted model server.
-
-    Attributes:
-        base_url: Its root URL (token clients use it; chat clients add ``/v1``).
-        server: The :class:`~hermes_async.testing.ScriptedModelServer` (``.requests`` records
-            every request).
-        transport: The in-process transport, or ``None`` on loopback (use the network).
-    """
-
-    base_url: str
-    server: ScriptedModelServer
-    transport: Any = None
-
-    @property
-    def openai_url(self) -> str:
-        """The URL an OpenAI-style client (and atroposlib's ``base_url``) wants."""
-        return self.base_url + "/v1"
-
-    def server_config(self, server_type: str = "vllm") -> Any:
-        """An atroposlib ``APIServerConfig`` for this server (needs the ``atropos`` extra)."""
-        try:
-            from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ImportError(
-                f"server_config() needs atroposlib: pip install 'hermes-async[atropos]' ({exc})"
-            ) from exc
-
-        return APIServerConfig(
-            base_url=self.openai_url,
-            server_type=server_type,
-            model_name="scripted",
-            api_key="x",
-            health_check=False,
-        )
-
-
-@asynccontextmanager
-async def open_scripted_endpoint(
-    policy: Callable[[PolicyRequest], str],
-    *,
-    seed: int = 0,
-    loopback: bool = True,
-) -> AsyncIterator[ScriptedEndpoint]:
-    """Serve a scripted model following ``policy`` (randomness keyed by the prompt).
-
-    **Cancellation**: the server is shut down.
-    """
-    from hermes_async.testing.http import open_app_endpoint
-    from hermes_async.testing.scripted_server import ScriptedModelServer
-
-    server = ScriptedModelServer(policy, seed=seed, rng_key="prompt")
-    async with open_app_endpoint(server, loopback=loopback) as (base_url, transport):
-        yield ScriptedEndpoint(base_url, server, transport)
 
 
 def normalize_call_ids(messages: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:

@@ -81,6 +81,7 @@ __all__ = (
     "ScriptedModelServer",
     "ScriptedPolicy",
     "ServedRequest",
+    "hermes_tool_call",
     "parse_chatml",
 )
 
@@ -119,6 +120,21 @@ class PolicyRequest:
                 return str(message.get("content") or "")
         return ""
 
+    @property
+    def tool_results(self) -> tuple[str, ...]:
+        """Contents of the ``tool`` messages after the last ``user`` message, in order.
+
+        An oracle's progress on the task: ``()`` on the first turn, one entry per tool call
+        answered since.
+        """
+        start = 0
+        for index, message in enumerate(self.messages):
+            if message.get("role") == "user":
+                start = index + 1
+        return tuple(
+            str(m.get("content") or "") for m in self.messages[start:] if m.get("role") == "tool"
+        )
+
 
 @runtime_checkable
 class ScriptedPolicy(Protocol):
@@ -127,6 +143,20 @@ class ScriptedPolicy(Protocol):
     def __call__(self, request: PolicyRequest) -> str:
         """Return the assistant's next message text (may contain ``<tool_call>`` blocks)."""
         ...
+
+
+def hermes_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
+    """A tool call in the hermes format, for a policy's reply::
+
+        <tool_call>
+        {"name": "terminal", "arguments": {"command": "ls"}}
+        </tool_call>
+
+    The token routes send the text as it is (the environment's ``hermes`` parser reads it); the
+    chat route turns it into a structured ``tool_calls`` entry.
+    """
+    call = json.dumps({"name": name, "arguments": dict(arguments)}, ensure_ascii=False)
+    return f"<tool_call>\n{call}\n</tool_call>"
 
 
 class ScriptExhaustedError(RuntimeError):
