@@ -48,6 +48,10 @@ _BUNDLED = {
     "terminal_test": "hermes_async.envs.terminal_test:TerminalTestEnv",
     "coding": "hermes_async.envs.coding:CodingEnv",
     "terminalbench2": "hermes_async.envs.terminalbench:TerminalBench2EvalEnv",
+    "swe": "hermes_async.envs.swe:HermesSweEnv",
+    "tblite": "hermes_async.envs.tblite:TBLiteEvalEnv",
+    "yc_bench": "hermes_async.envs.yc_bench:YCBenchEvalEnv",
+    "web_research": "hermes_async.envs.web_research:WebResearchEnv",
 }
 
 Provider = Literal["vllm", "sglang", "openai"]

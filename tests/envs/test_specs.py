@@ -42,6 +42,14 @@ def test_resolve_env_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert resolve_env(MY_ENV).__name__ == "MyEnv"
     assert resolve_env(f"{MY_ENV}:MyEnv") is resolve_env(MY_ENV)  # one module per file
     assert resolve_env("terminal_test") is TerminalTestEnv
+    # The reference's benchmark environments by short name (issue #40).
+    bundled = {
+        "swe": "HermesSweEnv",
+        "tblite": "TBLiteEvalEnv",
+        "yc_bench": "YCBenchEvalEnv",
+        "web_research": "WebResearchEnv",
+    }
+    assert {name: resolve_env(name).__name__ for name in bundled} == bundled
     assert resolve_env("hermes_async.envs.terminal_test:TerminalTestEnv") is TerminalTestEnv
     two = tmp_path / "two_envs.py"
     two.write_text(
