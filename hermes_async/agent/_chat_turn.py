@@ -37,8 +37,7 @@ logger = logging.getLogger("hermes_async.agent.loop")
 class ChatServer(Protocol):
     """A Phase 1 model server: OpenAI-style chat completions."""
 
-    async def chat_completion(self, **kwargs: Any) -> Any:
-        ...
+    async def chat_completion(self, **kwargs: Any) -> Any: ...
 
 
 def _get(obj: object, name: str) -> Any:

@@ -157,7 +157,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     :meth:`run_agent_eval` cuts back after an evaluation.
 
     Attributes:
-        limits: The shared limiters (model requests, sandbox creation and exec, tool calls).
         rollout_summaries: :class:`RolloutSummary` of every finished rollout (bounded).
         on_rollout: Called with each :class:`RolloutSummary` as it finishes.
         model_transport: An httpx transport for the model clients (tests; ``None``: network).
@@ -249,10 +248,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         )
 
     def sandbox_spec(self, item: Any) -> SandboxSpec | None:
-        """How ``item``'s rollouts get their sandboxes.
-
-        ``None`` (the default): the ``terminal_backend`` factory's configuration.
-        """
+        """How ``item``'s rollouts get their sandboxes (``None``: the backend's configuration)."""
         del item
         return None
 
@@ -272,8 +268,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     def item_key(self, item: Any) -> str:
         """The stable identity of ``item`` across runs (what ``--env.resume true`` matches).
 
-        Default: its ``task_id`` / ``id`` / ``name`` / ``task`` field, else a hash of its canonical
-        JSON. Repeated items get ``#2``, ``#3``... in order.
+        Default: its ``task_id`` / ``id`` / ``name`` / ``task`` field, else a hash of its JSON.
         """
         return default_item_key(item)
 
@@ -308,7 +303,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         return self.watchdog.waiting(what) if self.watchdog is not None else nullcontext()
 
     def _watchdog_state(self) -> str:
-        """Limiters and sandboxes, for the watchdog's stall report."""
         parts = [
             f"{s.name} {s.in_use}/{s.total} held, {s.waiting} waiting"
             for s in self.limits.statistics().values()
@@ -439,7 +433,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             ConfigError: A bad setting.
             SandboxError: The sandbox backend is unusable.
             ServerUnreachableError: A model server did not answer in time.
-
         **Cancellation**: whatever a check opened is closed.
         """
         custom_factory = "make_sandbox_factory" in vars(self) or overrides(
@@ -501,7 +494,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
     @asynccontextmanager
     async def _open_run_resources(self) -> AsyncIterator[SandboxManager]:
-        """The run's sandbox manager and model clients (a pool's state lives for the run)."""
         async with self.open_sandboxes() as manager, self._open_clients() as clients:
             self._run_clients = clients
             try:
@@ -527,7 +519,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
         Raises:
             ServerUnreachableError: A server did not answer within ``server_connect_timeout``.
-
         **Cancellation**: connection pools opened here are closed, shielded and bounded.
         """
         await self._ensure_reachable()
@@ -597,7 +588,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         """What the rollout core needs to run ``item``: the seam trainer adapters use.
 
         Args:
-            item: An item of this environment.
             token_server: Phase 2 (a token endpoint) or Phase 1 (a chat server).
             sandboxes: The sandbox manager (``None``: the current one).
             tools: The tools offered (``None``: resolved from the config).
@@ -645,7 +635,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         return list(range(min(len(text) // 4, 128)))
 
     def _record(self, item: Any, scored: ScoredRollout, *, evaluating: bool) -> RolloutSummary:
-        """Keep a finished rollout's summary and (training only) its tool errors for wandb."""
         summary = summarize(self.item_label(item), scored, evaluating=evaluating)
         if not evaluating:
             self._tool_error_buffer.extend(tool_error_entry(e) for e in scored.result.tool_errors)
@@ -706,14 +695,11 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         """Run ``group_size`` rollouts of ``item`` concurrently and build the scored group.
 
         A rollout's failure never fails the group; ``failure_policy`` decides for the group.
-
-        Returns:
-            ``(group, [])``, or ``(None, [])`` for a masked group (atroposlib's "no group").
+        Returns ``(group, [])``, or ``(None, [])`` for a masked group.
 
         Raises:
             InferenceError: Every rollout failed at the model server before the model answered.
             Exception: What ``format_prompt`` or an ``on_rollout`` callback raised.
-
         **Cancellation**: reaches every rollout; every sandbox is released, shielded and bounded;
         the rollouts cut off count as ``cancelled``.
         """
@@ -809,15 +795,11 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
         Runs the first ``eval_size`` items, ``eval_group_size`` times each, at most ``concurrency``
         at once. Failed items are recorded and left out of the reward means. Samples are appended
-        to ``samples.jsonl`` as they finish, so ``--env.resume true`` can skip them. Eval rewards
-        stay out of the training metrics (``is_evaluating``, ``train_buffers``).
-
-        Returns:
-            The :class:`EvalReport`: metrics, samples and summaries in item order.
+        to ``samples.jsonl`` as they finish, for ``--env.resume true``. Returns the
+        :class:`EvalReport`: metrics, samples and summaries in item order.
 
         Raises:
             ConfigError: ``train_buffers`` names something that is not a list attribute.
-
         **Cancellation**: every eval rollout is cancelled and its sandbox released; the samples
         already written stay; nothing is logged.
         """

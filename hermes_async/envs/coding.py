@@ -72,7 +72,6 @@ SYSTEM_PROMPT = (
 
 
 class CodingEnvConfig(HermesAgentEnvConfig):
-
     test_timeout: int = Field(default=60, description="Seconds the tests may run.")
     eval_fraction: float = Field(default=0.25, description="Share of items held out for eval.")
 

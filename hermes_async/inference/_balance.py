@@ -74,7 +74,7 @@ def choose_member(
     eligible: Sequence[bool],
     load_factor: float,
 ) -> int | None:
-    """The first eligible server in ``order`` whose load stays within its bound.
+    """The first eligible server in ``order`` whose load stays within its bound, or ``None``.
 
     Args:
         order: Server indices in preference order.
@@ -82,9 +82,6 @@ def choose_member(
         weights: Each server's share weight (its current concurrency limit).
         eligible: Which servers may take the session.
         load_factor: How far over its fair share a server may go (>= 1).
-
-    Returns:
-        The index, or ``None`` if no server is eligible.
     """
     candidates = [i for i in order if eligible[i]]
     if not candidates:
@@ -131,12 +128,8 @@ class AdaptiveLimit:
     def decrease(self, now: float, hold: float = 0.0) -> bool:
         """A congestion signal: multiplicative decrease, unless one happened within the hold.
 
-        Args:
-            now: The clock.
-            hold: Extra hold (the server's ``Retry-After``), if longer than the interval.
-
-        Returns:
-            Whether :attr:`current` changed.
+        ``hold`` is the server's ``Retry-After``, if longer than the interval. Returns whether
+        :attr:`current` changed.
         """
         if now < self.hold_until:
             return False
@@ -236,7 +229,6 @@ class MemberState:
         return self.health.state == "up" and now >= self.cool_until
 
     def state(self, now: float) -> str:
-        """``up``, ``cooling``, ``ejected`` or ``probing``."""
         if self.health.state != "up":
             return self.health.state
         return "cooling" if now < self.cool_until else "up"
@@ -270,13 +262,9 @@ def route(
     """Pick the server for a session's next attempt.
 
     Args:
-        members: The pool's servers.
-        ring: Their hash ring.
-        now: The clock.
         key: The session's placement key (``None``: the least-loaded server).
         home: The session's current home, if it has one.
         avoid: Servers that already failed this request (used only if nothing else is eligible).
-        load_factor: See :func:`choose_member`.
         in_flight: Requests in flight per server (added to the load of sessionless requests).
     """
     if home is not None and home not in avoid and members[home].eligible(now):

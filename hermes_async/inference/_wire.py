@@ -200,11 +200,7 @@ class _Exchange:
             self.keep_alive = self.parser.should_keep_alive()
 
     def feed(self, data: bytes) -> None:
-        """Parse ``data``.
-
-        Raises:
-            BodyCut: The bytes are not an HTTP/1.1 response.
-        """
+        """Parse ``data``; :class:`BodyCut` if it is not an HTTP/1.1 response."""
         if self.parser is None:
             raise BodyCut("the response was closed")
         try:
@@ -233,7 +229,6 @@ class _Exchange:
 
 
 class _Connection:
-
     __slots__ = ("idle_since", "sock", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream, sock: socket.socket | None) -> None:
@@ -266,10 +261,7 @@ class WireResponse:
     """A response whose head has arrived; read the body with :meth:`receive_some`.
 
     Always :meth:`aclose` it: a fully read body hands the connection back to the pool, anything
-    else closes the connection.
-
-    Attributes:
-        headers: Header names (lower case) to values; a repeated header keeps its last value.
+    else closes the connection. A repeated header keeps its last value in ``headers``.
     """
 
     __slots__ = ("_conn", "_done", "_exchange", "_pool", "headers", "reason_phrase", "status_code")
@@ -289,14 +281,11 @@ class WireResponse:
     async def receive_some(self, timeout: float = math.inf) -> bytes | None:
         """Return the next piece of the body, or ``None`` once it is complete.
 
-        Args:
-            timeout: Longest wait for the socket, in seconds. Body bytes already parsed come back at
-                once, without a cancel scope.
+        Body bytes already parsed come back at once, without a cancel scope.
 
         Raises:
-            TimeoutError: Nothing arrived within ``timeout``.
+            TimeoutError: Nothing arrived within ``timeout`` seconds.
             BodyCut: The connection broke before the body ended, or the bytes are not HTTP/1.1.
-
         **Cancellation**: safe; the response must still be closed (which drops the connection).
         """
         if self._done:
@@ -374,8 +363,6 @@ class WirePool:
         base_url: ``http://host:port[/prefix]`` or ``https://...``.
         read_timeout: Seconds allowed between sending a request and the response head.
         keepalive_expiry: Idle connections older than this are not reused.
-        max_head_bytes: Longest response head accepted (1xx heads included).
-        headers: Sent with every request, after the defaults.
         ssl_context: Factory of the TLS context for ``https`` (called once, on first connect).
     """
 
@@ -435,7 +422,6 @@ class WirePool:
             BodyCut: The response head was invalid or cut.
             ResponseTooLarge: The head went past ``max_head_bytes`` or ``max_header_lines``.
             TransportTimeout: Connecting or waiting for the head took too long.
-
         **Cancellation**: the connection in use is closed (never returned to the pool).
         """
         if self._closed:

@@ -94,11 +94,9 @@ class _Home:
 
 
 class PoolSession:
-    """The server affinity of one rollout.
+    """The server affinity of one rollout, keyed by its task id.
 
-    Attributes:
-        key: The session's key (the rollout's task id).
-        placement_key: Where it hashes on the ring: the outermost enclosing session's key.
+    ``placement_key`` is where it hashes on the ring: the outermost enclosing session's key.
     """
 
     __slots__ = ("_homes", "closed", "key", "placement_key")
@@ -128,9 +126,6 @@ def pool_session(key: str) -> _SessionScope:
     """Mark the model requests of the block (and of tasks it starts) as one session.
 
     A session opened inside another is placed by the outer one's key and pinned on its own.
-
-    Returns:
-        A context manager giving the :class:`PoolSession`.
     """
     return _SessionScope(key)
 
@@ -240,7 +235,6 @@ class PoolOptions:
 
     @property
     def start_limit(self) -> int:
-        """The concurrency each server starts with."""
         return self.max_limit if self.initial_limit is None else self.initial_limit
 
 
@@ -354,16 +348,11 @@ class ServerPool(AsyncResource):
 
     Args:
         base_urls: The servers' base URLs (``user:password@`` in one: Basic authentication).
-        options: Placement, limits, ejection and the member connections' HTTP settings.
         limits: Where the per-server limiters are added, as ``model_requests@host:port``.
-            Default: private ones.
         transport: An httpx transport for every member (tests, ASGI apps).
-        api_key: Sent as a bearer token to every member.
         rng: Random source of retry jitter.
-        limiter_name: Prefix of the per-server limiter names.
         api: The protocol :meth:`client` speaks: ``vllm`` (default), ``atropos``, ``sglang`` or
             ``chat``.
-        model: ``model`` of chat requests.
 
     Raises:
         ValueError: No URLs, one given twice, or an unknown ``api``.
@@ -479,11 +468,7 @@ class ServerPool(AsyncResource):
             )
 
     def connection(self, transform: Callable[[str], str] | None = None) -> _PooledConnection:
-        """A connection for one client.
-
-        Args:
-            transform: Maps each base URL the way the client would (e.g. strip ``/v1``).
-        """
+        """A connection for one client; ``transform`` maps each base URL as the client would."""
         return _PooledConnection(self, transform)
 
     def client(self) -> GenerateClient | ChatClient:
@@ -734,7 +719,6 @@ class _PooledConnection:
         self._label = "pool[" + ", ".join(pool.server_urls) + "]"
 
     def endpoint(self, path: str, method: str = "POST") -> str:
-        """``METHOD pool[url, ...]/path``."""
         return f"{method} {self._label}/{path.lstrip('/')}"
 
     async def __aenter__(self) -> Self:
@@ -775,7 +759,6 @@ class _PooledConnection:
 
         Raises:
             ModelServerError: The request failed on every server it was tried on.
-
         **Cancellation**: the request is abandoned, its connection closed, its slot freed.
         """
         async with self._exchange(path, body) as exchange:
@@ -789,7 +772,6 @@ class _PooledConnection:
         """POST ``body`` to one server of the pool; yield a :class:`LineReader` over the reply.
 
         Failover happens before the headers arrive; once this yields, nothing is retried.
-
         **Cancellation**: leaving the block closes the response; shielded and bounded.
         """
         async with self._exchange(path, body) as exchange:

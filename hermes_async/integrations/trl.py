@@ -127,10 +127,7 @@ class RolloutFunc:
 
     Args:
         tasks: ``prompt -> RolloutTask`` (sync or async) or an environment; ``None``: the prompt
-            as messages with ``tools``, ``setup`` and ``options``.
-        tools: The tools offered when ``tasks`` is ``None``.
-        setup: The reward, tokenizer, ... when ``tasks`` is ``None``.
-        options: The options when ``tasks`` is ``None``.
+            as messages with ``tools``, ``setup`` (reward, tokenizer, ...) and ``options``.
         base_url: The vLLM server; ``None``: the trainer's.
         client: ``base_url -> TokenClient`` (default: vLLM's ``/v1/completions`` with ids).
         sandbox_factory: The sandboxes of a task whose setup names no manager (default: local).

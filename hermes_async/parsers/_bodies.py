@@ -178,11 +178,7 @@ class Body:
     def _collect(
         self, markers: Markers, s: str, i: int, eof: bool, *, keep: bool = True
     ) -> tuple[int, str | None, int]:
-        """Collect text into ``parts`` (or drop it) up to a marker.
-
-        Returns ``(start, role, end)`` of the marker; role None: no marker yet (``start`` is where
-        to go on from, -1 to wait).
-        """
+        """Collect (or drop) text up to a marker: ``(start, role, end)``; role None: none yet."""
         m = markers.search(s, i)
         if m is None:
             j = markers.free_end(s, i, eof)

@@ -163,7 +163,6 @@ async def open_hostile_server(case: HostileCase) -> AsyncIterator[HostileServer]
 
     Raises:
         ValueError: ``case`` is not one of :data:`HOSTILE_CASES`.
-
     **Cancellation**: every connection's play is cancelled and the listener closed.
     """
     if case not in get_args(HostileCase):
@@ -275,7 +274,6 @@ async def attack(case: HostileCase, url: str) -> None:
 
     Raises:
         ModelServerError: What the client makes of the attack (the bound it crossed).
-
     **Cancellation**: the request is abandoned and its connection closed.
     """
     from hermes_async.inference import ChatClient, SamplingParams, VLLMGenerateClient

@@ -68,13 +68,7 @@ def normalize_call_ids(messages: list[list[dict[str, Any]]]) -> list[list[dict[s
 
 @dataclass(slots=True)
 class EnvRun:
-    """What :func:`run_env_item` returns.
-
-    Attributes:
-        group: ``collect`` mode: the scored group (call ids normalized), or ``None``.
-        backlog: ``collect`` mode: the backlog the environment returned.
-        report: ``evaluate`` mode: the :class:`~hermes_async.envs.results.EvalReport`.
-    """
+    """What :func:`run_env_item` returns: ``group``, ``backlog`` (collect) or ``report``."""
 
     env: Any
     group: dict[str, Any] | None = None
@@ -118,7 +112,6 @@ async def run_env_item(
 
     Raises:
         AsyncBackendError: Under trio (environments are asyncio-only, as atroposlib is).
-
     **Cancellation**: the rollouts are cancelled and their sandboxes released.
     """
     from hermes_async._asynclib import require_asyncio
