@@ -72,6 +72,8 @@ SYSTEM_PROMPT = (
 
 
 class CodingEnvConfig(HermesAgentEnvConfig):
+    """CodingEnv's config."""
+
     test_timeout: int = Field(default=60, description="Seconds the tests may run.")
     eval_fraction: float = Field(default=0.25, description="Share of items held out for eval.")
 
