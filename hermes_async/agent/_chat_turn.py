@@ -1,12 +1,9 @@
 """Phase 1 turns: OpenAI-style chat completions, with the reference's ``<tool_call>`` fallback.
 
-:class:`ChatTurns` runs the turns of one rollout against anything with ``async
-chat_completion(**kwargs)`` returning an OpenAI-shaped response (our
-:class:`~hermes_async.inference.chat.ChatClient`, an atroposlib ``ServerManager``, ...).
-Structured ``tool_calls`` are used; when there are none but the content holds ``<tool_call>``
-text, the hermes parser recovers the calls (the reference's fallback); a call cut off by the
-end of the reply is an error the next prompt carries, as in Phase 2 (decision 001). Responses
-may be objects or dicts: servers differ, so fields are read either way.
+:class:`ChatTurns` runs one rollout's turns against anything with ``async
+chat_completion(**kwargs)`` (our ``ChatClient``, an atroposlib ``ServerManager``, ...).
+Without structured ``tool_calls``, the hermes parser recovers ``<tool_call>`` text; a cut call
+is an error the next prompt carries (decision 001). Responses may be objects or dicts.
 """
 
 from __future__ import annotations
@@ -40,9 +37,7 @@ logger = logging.getLogger("hermes_async.agent.loop")
 class ChatServer(Protocol):
     """A Phase 1 model server: OpenAI-style chat completions."""
 
-    async def chat_completion(self, **kwargs: Any) -> Any:
-        """Return an OpenAI ``ChatCompletion``-shaped object."""
-        ...
+    async def chat_completion(self, **kwargs: Any) -> Any: ...
 
 
 def _get(obj: object, name: str) -> Any:
@@ -52,11 +47,7 @@ def _get(obj: object, name: str) -> Any:
 
 
 def _extract_reasoning(message: object) -> str | None:
-    """The reasoning text of a Phase 1 message, as the reference looked for it.
-
-    First non-empty of ``reasoning_content``, ``reasoning``, then the ``text`` of the first
-    ``reasoning_details`` entry that has one.
-    """
+    """First non-empty of ``reasoning_content``, ``reasoning``, ``reasoning_details[].text``."""
     for attr in ("reasoning_content", "reasoning"):
         value = _get(message, attr)
         if isinstance(value, str) and value.strip():
@@ -98,19 +89,12 @@ def _base_url(server: object) -> str | None:
 
 
 def _fail(result: AgentResult, failure: RolloutFailure) -> None:
-    """End the rollout with ``failure`` (``error`` is its redacted message)."""
     result.failure = failure
     result.error = failure.message
 
 
 class ChatTurns:
-    """The Phase 1 turn strategy: one chat completion per turn, then that turn's tools.
-
-    Args:
-        server: A chat server (``async chat_completion(**kwargs)``).
-        tool_schemas: Tools offered to the model.
-        options: The loop's options.
-    """
+    """The Phase 1 turn strategy: one chat completion per turn, then that turn's tools."""
 
     def __init__(
         self, server: ChatServer, tool_schemas: Sequence[JSONObject], options: AgentOptions
@@ -140,8 +124,6 @@ class ChatTurns:
 
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run the rollout's turns; stop on an answer without calls, a failure or max_turns.
-
-        ``seed`` is not sent: chat requests never carried one (as in the reference).
 
         **Cancellation**: the model request is cancelled (its HTTP stream closed) and running
         tools are cancelled; the interrupted turn stays in flight on ``tools``.
@@ -209,10 +191,9 @@ class ChatTurns:
     def _fallback_parse(
         self, content: str, task_id: str
     ) -> tuple[str | None, list[ToolCall], tuple[ToolCallTruncated, ...]]:
-        """Recover ``<tool_call>`` blocks from Phase 1 content (the reference's fallback).
+        """``(content, calls, cut calls)`` from ``<tool_call>`` blocks in Phase 1 content.
 
-        Returns the content, the calls, and the calls cut off by the end of the reply. With a
-        cut call and no other, the content is the reply unchanged (what was sampled).
+        With a cut call and no other, the content is the reply unchanged (what was sampled).
         """
         if "<tool_call>" not in content:
             return content, [], ()

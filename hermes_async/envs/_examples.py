@@ -1,8 +1,4 @@
-"""What the bundled example environments share: defaults, item cycling.
-
-``TerminalTestEnv`` and ``CodingEnv`` differ only in their tasks and rewards; their common shape
-lives here so each example file shows just what is specific to it.
-"""
+"""What the bundled example environments (``TerminalTestEnv``, ``CodingEnv``) share."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ EXAMPLE_DEFAULTS: dict[str, Any] = {
 
 
 def example_configs(config_cls: type[C], **fields: Any) -> tuple[C, list[APIServerConfig]]:
-    """``(config, [server])`` for ``config_init``: the shared defaults overridden by ``fields``,
-    and a vLLM server on localhost (override with ``--openai.*``)."""
+    """``(config, [server])``: the shared defaults overridden by ``fields``, a local vLLM server."""
     server = APIServerConfig(
         base_url="http://127.0.0.1:8000/v1",
         model_name="default",

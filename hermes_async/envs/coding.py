@@ -1,14 +1,9 @@
 """CodingEnv: write a function, get rewarded by its tests run in the sandbox (HermesSweEnv-like).
 
-Each item asks for a Python function in ``solution.py`` (in the sandbox's working directory)
-and shows the tests it must pass. The reward writes the tests next to it with
-``ctx.write_file`` and runs them with ``ctx.terminal`` — in the rollout's own sandbox, on the
-files the model wrote: 1.0 if they pass, 0.1 if ``solution.py`` exists but fails, 0.0 otherwise
-(the reference's partial credit, made to work: its marker file was never created).
-
-Data: a small built-in set (no network), or any HF dataset shaped like HumanEval
-(``prompt``, ``test``, ``entry_point``) with ``--env.dataset_name openai/openai_humaneval``
-(needs ``datasets`` and network, or a local HF cache).
+The reward writes the item's tests next to the model's ``solution.py`` and runs them in the
+rollout's own sandbox: 1.0 if they pass, 0.1 if ``solution.py`` exists but fails, 0.0
+otherwise (the reference's partial credit, made to work). Data: a small built-in set, or a
+HumanEval-shaped HF dataset (``--env.dataset_name openai/openai_humaneval``).
 """
 
 from __future__ import annotations

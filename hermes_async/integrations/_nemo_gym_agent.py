@@ -1,10 +1,8 @@
 """The hermes_async agent as a NeMo Gym server class, for Gym's own launcher (``ng_run``).
 
-Imported through :mod:`hermes_async.integrations.nemo_gym` (``HermesGymAgent``) only when
-used: it subclasses nemo-gym's ``SimpleResponsesAPIAgent``, so it needs the ``nemo-gym`` extra.
-``/run`` is :class:`~hermes_async.integrations.nemo_gym.GymAgent`'s; the model is the vLLM
-server itself (token ids in and out), named directly or as the ``base_url`` of a Gym model
-server. Wiring: ``docs/trainers/nemo_gym.md``.
+It subclasses nemo-gym's ``SimpleResponsesAPIAgent``, so it needs the ``nemo-gym`` extra and
+is imported through :mod:`hermes_async.integrations.nemo_gym` only when used. ``/run`` is
+:class:`~hermes_async.integrations.nemo_gym.GymAgent`'s. Wiring: docs/trainers/nemo_gym.md.
 """
 
 # No postponed annotations here: FastAPI reads the route handlers' annotations at runtime.
@@ -44,13 +42,11 @@ class HermesGymAgentConfig(BaseResponsesAPIAgentConfig):  # type: ignore[misc]
     """The agent's entry in Gym's config (beside Gym's own server fields).
 
     Attributes:
-        tasks: The task source, ``"package.module:attribute"`` (``body -> RolloutTask`` or an
-            environment).
+        tasks: The task source, ``"package.module:attribute"``.
         model_url: The model server's base URL (vLLM as NeMo RL exposes it, or SGLang).
-        model_server: Instead of ``model_url``: a Gym model server whose ``base_url`` (the
-            first, if a list) is that server.
-        token_endpoint: ``vllm``, ``completions`` or ``sglang`` (see ``create_app``).
-        vocab_size: The tokenizer's size (ids outside it are refused as invalid data).
+        model_server: Instead of ``model_url``: a Gym model server whose ``base_url`` is used.
+        token_endpoint: ``vllm``, ``completions`` or ``sglang``.
+        vocab_size: The tokenizer's size (ids outside it are refused).
     """
 
     tasks: str
@@ -70,7 +66,7 @@ class HermesGymAgent(SimpleResponsesAPIAgent):  # type: ignore[misc]
     _hermes: GymAgent | None = PrivateAttr(default=None)
 
     def model_base_url(self) -> str:
-        """The model server's URL: ``model_url``, or the Gym model server's ``base_url``.
+        """``model_url``, or the Gym model server's ``base_url``.
 
         Raises:
             ConfigError: Neither is set, or the Gym model server has no ``base_url``.
