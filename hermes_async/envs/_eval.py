@@ -3,7 +3,7 @@
 :func:`run_items` runs one rollout per item, bounded, recording an item that raises.
 :func:`roll_back_buffers` keeps eval rewards out of the ``train_buffers`` an environment names.
 :func:`eval_report` derives the ``eval/*`` metrics from the samples; errored items are counted
-but not scored. Why: docs/decisions/063.
+but not scored. Why: docs/decisions/063-evaluation-mechanics.md.
 """
 
 from __future__ import annotations
@@ -187,9 +187,9 @@ def _category(sample: Mapping[str, Any]) -> str | None:
 def eval_metrics(
     samples: Sequence[Mapping[str, Any]], seconds: float, *, prefix: str = "eval"
 ) -> dict[str, float]:
-    """The ``eval/*`` metrics of ``samples`` (the names: docs/decisions/063).
+    """The ``eval/*`` metrics of ``samples``; ``prefix`` replaces ``eval``.
 
-    ``prefix`` replaces ``eval``.
+    The names: docs/decisions/063-evaluation-mechanics.md.
     """
     scored = [s for s in samples if not errored(s)]
     rewards = [float(s.get("reward") or 0.0) for s in scored]

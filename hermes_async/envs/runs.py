@@ -3,7 +3,8 @@
 ``samples.jsonl`` (one line per finished rollout) is the run's one record; ``metrics.json``,
 ``index.html`` and the summary derive from it, ``groups.jsonl`` holds process's training
 groups and ``run.json`` how the run was made. A resumed run keeps every finished line byte for
-byte. Reads are bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_ROWS`). See docs/decisions/009.
+byte. Reads are bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_ROWS`).
+See docs/decisions/009-run-folder-and-viewer.md.
 """
 
 from __future__ import annotations

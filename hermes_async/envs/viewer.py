@@ -3,7 +3,7 @@
 Every rollout per task with its whole conversation, filterable; the page loads nothing. Model
 text is hostile: every string is escaped and redacted here, and the page's one script reads
 data attributes only. At most :data:`MAX_ROLLOUTS` rollouts and :data:`MAX_TEXT_CHARS` per text.
-See docs/decisions/009.
+See docs/decisions/009-run-folder-and-viewer.md.
 """
 
 from __future__ import annotations

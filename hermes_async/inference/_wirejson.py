@@ -2,7 +2,7 @@
 
 The corners where orjson's rules differ (lone surrogates, NaN, integers past 64 bits...) go to
 the standard library, so what is sent and decoded is exactly what ``json`` gives.
-Measurements and the corners: docs/decisions/062.
+Measurements and the corners: docs/decisions/062-orjson-on-the-wire.md.
 """
 
 from __future__ import annotations

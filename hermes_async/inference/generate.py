@@ -3,7 +3,8 @@
 One protocol, :class:`TokenClient`, and three adapters: vLLM, Atropos and SGLang. Every chunk is
 checked (one logprob per id, ids in the vocabulary, finite logprobs <= 0); a failure raises a
 :class:`~hermes_async.inference.ModelServerError` that carries the tokens received before it.
-Nothing is retried after the first token. Wire formats and rules: docs/decisions/060.
+Nothing is retried after the first token.
+Wire formats and rules: docs/decisions/060-token-clients.md.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class SamplingParams:
     def check(name: str, value: object, *, owner: str = "SamplingParams") -> None:
         """Raise ``ConfigError`` unless ``value`` is valid for field ``name`` on any server.
 
-        ``owner`` names the holder in the message. The rules: docs/decisions/060.
+        ``owner`` names the holder. The rules: docs/decisions/060-token-clients.md.
         """
         check_value(f"{owner}.{name}", value, _SAMPLING_RULES[name])
 

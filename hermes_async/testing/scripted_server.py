@@ -3,7 +3,8 @@
 :class:`ScriptedModelServer` answers from a :class:`ScriptedPolicy` (conversation in, assistant
 text out) on the vLLM, completions, Atropos, SGLang and chat routes. Everything random derives
 from the seed, every response is recorded in :attr:`ScriptedModelServer.requests`, and faults,
-pauses and aborts are injected per request. Routes and rules: docs/decisions/061.
+pauses and aborts are injected per request.
+Routes and rules: docs/decisions/061-scripted-model-server.md.
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ def parse_chatml(text: str) -> list[JSONObject]:
 
 
 class ScriptedModelServer:
-    """An ASGI app simulating a model server from a policy: docs/decisions/061.
+    """An ASGI app simulating a model server from a policy.
 
     Args:
         tokenizer: Default: the built-in offline Qwen one (~0.4 s to load, blocking: build

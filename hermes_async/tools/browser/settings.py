@@ -3,7 +3,8 @@
 One :class:`BrowserSettings` configures one :class:`~hermes_async.tools.browser.BrowserManager`.
 The browser is never downloaded: it is Debian's ``chromium`` (``scripts/browser/install.sh``)
 or one the operator points to. Chromium resolves no name itself, so every request of the page
-goes through the SSRF guard (docs/decisions/028); the flags say why at :data:`_BASE_ARGS`.
+goes through the SSRF guard (docs/decisions/028-browser-network.md); :data:`_BASE_ARGS` says
+why each flag is there.
 """
 
 from __future__ import annotations
