@@ -72,10 +72,13 @@ class InvalidTokenDataError(ServerProtocolError):
 class SamplingParams:
     """Sampling parameters, translated by each adapter into its server's names.
 
-    ``top_k`` and ``seed`` of ``None`` leave the server's default. ``extra`` holds
-    server-specific keys (``min_p``, ``structured_outputs``...), placed per server by
-    :mod:`~hermes_async.inference.request_extras`; a key the server does not accept raises
-    ``UnsupportedExtraError``.
+    Attributes:
+        max_tokens: Completion length limit (SGLang: ``max_new_tokens``).
+        temperature: 1.0 samples from the model's distribution, what on-policy RL wants.
+        top_k, seed: ``None`` leaves the server's default.
+        extra: Server-specific keys (``min_p``, ``structured_outputs``...), placed per server
+            by :mod:`~hermes_async.inference.request_extras`; a key the server does not accept
+            raises ``UnsupportedExtraError``.
     """
 
     max_tokens: int = 256
