@@ -32,8 +32,7 @@ async def serve_get(
 ) -> None:
     """Answer GET requests with ``answer(path)`` until cancelled.
 
-    Start it with ``port = await tg.start(serve_get, answer, 0)``: ``task_status`` gets the
-    bound port. Other methods get 405.
+    Start it with ``port = await tg.start(serve_get, answer, 0)``. Other methods get 405.
 
     **Cancellation**: the listener and every open connection are closed.
     """

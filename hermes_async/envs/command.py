@@ -1,13 +1,9 @@
 """``hermes-async eval`` and ``hermes-async process``: any environment, one command.
 
-``ENV``, ``--model`` and ``--oracle`` are resolved by :mod:`hermes_async.envs.specs` (a file,
-a module or a registered name; ``PROVIDER/NAME@URL``; a scripted policy, served on 127.0.0.1 by
-the testing kit, so any environment runs offline). Each run writes a run folder (:mod:`hermes_async.envs.runs`): rows
-appended as rollouts finish, then metrics, the viewer and a summary table. ``--resume`` keeps
-every finished row and runs the rest. wandb stays off unless ``--wandb``.
-
-The environment's own ``config_init`` gives the defaults; the flags above set the fields they
-name, then ``--env.<field>`` / ``--openai.<field>`` override any field (CLI > defaults).
+``ENV``, ``--model`` and ``--oracle`` are resolved by :mod:`hermes_async.envs.specs`. Each run
+writes a run folder (:mod:`hermes_async.envs.runs`); ``--resume`` keeps every finished row and
+runs the rest. Precedence: ``--env.<field>`` / ``--openai.<field>``, then the flags, then the
+environment's ``config_init``. wandb stays off unless ``--wandb``.
 """
 
 from __future__ import annotations
@@ -34,22 +30,13 @@ __all__ = ("RunPlan", "RunRequest", "oracle_isolation", "plan_run", "run_request
 
 @dataclass(frozen=True, slots=True)
 class RunRequest:
-    """One ``hermes-async eval`` / ``process`` invocation, as parsed from the command line.
+    """One ``hermes-async eval`` / ``process`` invocation; each field is the flag of its name.
 
     Attributes:
         mode: ``"eval"`` (the environment's ``evaluate``) or ``"process"`` (scored groups).
-        env: ``ENV`` as given.
-        model: ``--model``, or ``None``.
-        oracle: ``--oracle``, or ``None``.
-        tokenizer: ``--tokenizer``: overrides the tokenizer inferred from the model.
-        limit: ``--limit``: eval items (``eval_size``) or groups (``total_steps``).
-        group_size: ``--group-size``: rollouts per eval item or per group.
-        out: ``--out``: the run folder (default ``runs/<env>-<timestamp>``).
-        resume: ``--resume``: continue the run in ``out`` (default: this env's latest).
-        wandb: ``--wandb``: log to wandb (off otherwise).
-        progress: Draw a progress line on stderr.
-        env_overrides: ``--env.<field> VALUE`` pairs.
-        openai_overrides: ``--openai.<field> VALUE`` pairs.
+        limit: Eval items (``eval_size``) or groups (``total_steps``).
+        out: The run folder (default ``runs/<env>-<timestamp>``).
+        resume: Continue the run in ``out`` (default: this env's latest).
         command: The command line, for ``run.json``.
     """
 
@@ -71,8 +58,7 @@ class RunRequest:
 
 @dataclass(slots=True)
 class RunPlan:
-    """What :func:`plan_run` decided: the environment class, its config and server, the oracle
-    (if any), the run folder and how the model is described in output."""
+    """What :func:`plan_run` decided."""
 
     request: RunRequest
     env_class: type[Any]
@@ -129,8 +115,7 @@ def plan_run(request: RunRequest) -> RunPlan:
     """Everything decided before anything starts: bad flags fail here, the output untouched.
 
     Raises:
-        ConfigError: A bad flag, value, environment, model or oracle; an ``--out`` holding an
-            earlier run without ``--resume``; nothing to resume.
+        ConfigError: A bad flag or value; an ``--out`` with an earlier run and no ``--resume``.
     """
     from hermes_async.envs._atropos import APIServerConfig
     from hermes_async.envs.runs import GROUPS_FILE, SAMPLES_FILE
@@ -221,8 +206,12 @@ def _validation_message(exc: ValueError) -> str:
 
 
 async def oracle_isolation(config: Any, prog: str) -> None:
-    """A scripted oracle runs only commands its author wrote: where namespaces cannot be made,
-    its run opts out of isolation explicitly and says so in one line (a model's never does)."""
+    """Where namespaces cannot be made, an oracle's run opts out of isolation and says so.
+
+    A scripted oracle runs only commands its author wrote; a model's run never opts out.
+
+    **Cancellation**: the namespace probe is abandoned; ``config`` is unchanged.
+    """
     from hermes_async.tools.sandbox.local import ISOLATION_ENV
     from hermes_async.tools.sandbox.namespaces import probe_namespaces
 
@@ -293,10 +282,8 @@ async def _execute(plan: RunPlan) -> float:
 def run_request(request: RunRequest, *, out: Any = None, verbose: bool = False) -> int:
     """Run one ``eval`` / ``process`` invocation; print the table and the files; the exit code.
 
-    0: the run finished and no rollout errored; 1: it finished with errored rollouts (infra,
-    verifier, cancelled) or recorded none; 2: a bad flag or config (nothing was started). A
-    start-up check that fails (a dead model server, a missing Docker engine, sandboxes that
-    cannot be isolated) prints one line and returns 1; ``verbose`` raises it instead.
+    0: no rollout errored; 1: errored rollouts, none recorded, or a failed start-up check
+    (``verbose`` raises it instead); 2: a bad flag or config.
 
     **Cancellation**: Ctrl-C cancels the run; every sandbox is released, rows stay written.
     """

@@ -57,10 +57,9 @@ def format_tool_errors(entries: Sequence[Mapping[str, Any]]) -> str:
 def wandb_rows(
     scored_data: Mapping[str, Any], keep: int, decode: Callable[[Sequence[int]], str]
 ) -> list[tuple[str, float]]:
-    """``(text, score)`` rows of a scored group for the wandb rollout table (redacted).
+    """``(text, score)`` rows of the first ``keep`` rollouts (``-1``: all), redacted.
 
-    The first ``keep`` rollouts (``-1``: all); a rollout's text is its formatted trajectory,
-    or its decoded tokens when the group carries no messages.
+    A rollout's text is its trajectory, or its decoded tokens when the group has no messages.
     """
     scores = list(scored_data.get("scores") or [])
     if keep == -1:
@@ -77,12 +76,7 @@ def wandb_rows(
 
 
 def format_trajectory_for_display(messages: Sequence[Mapping[str, Any]]) -> str:
-    """Render a rollout for the wandb rollout table: one section per message, tool calls shown.
-
-    Sections: ``[SYSTEM]``, ``[USER]``, ``[ASSISTANT thinking]`` (300 chars),
-    ``[ASSISTANT]``, ``[TOOL CALL] name(args)`` (200 chars of arguments), ``[TOOL RESULT]``
-    (500 chars). The text is redacted of secrets.
-    """
+    """Render a rollout for the wandb rollout table: one redacted section per message."""
     parts: list[str] = []
     for message in messages:
         role = str(message.get("role", ""))
@@ -156,11 +150,7 @@ class ProgressBar:
 
     Args:
         total: Steps expected (``None``: unknown; the count is shown without a bar).
-        label: Shown before the bar.
-        stream: Where to draw (default ``sys.stderr``).
-        width: Bar width in characters.
-        status: Called at each redraw for a status line shown after the bar (e.g.
-            ``lambda: format_status(run_status())``, :mod:`hermes_async.telemetry`).
+        status: Called at each redraw for a status line shown after the bar.
     """
 
     def __init__(
@@ -181,7 +171,6 @@ class ProgressBar:
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
     def render(self, note: str = "") -> str:
-        """The bar's text for the current count."""
         if self.total is None:
             text = f"{self.label} {self.done} done {note}".rstrip()
         else:
@@ -193,7 +182,6 @@ class ProgressBar:
         return text
 
     def advance(self, note: str = "") -> None:
-        """Count one step and redraw."""
         self.done += 1
         text = self.render(note)
         if self._tty:
