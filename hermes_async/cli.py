@@ -1,18 +1,10 @@
 """The ``hermes-async`` command.
 
-* ``hermes-async eval|process ENV`` runs any environment (a file, ``module:Class`` or a
-  registered name) against ``--model PROVIDER/NAME@URL`` or a scripted ``--oracle``, writes a
-  run folder and prints a summary table (:mod:`hermes_async.envs.command`).
-* ``hermes-async view RUN_DIR`` writes (or ``--serve`` s on 127.0.0.1) a run's HTML viewer.
-* ``hermes-async demo``: TerminalTestEnv's ``evaluate`` and ``process`` end to end against
-  the scripted oracle on 127.0.0.1 (or ``--openai.base_url URL``); ``--env.*`` /
-  ``--openai.*`` override ``config_init`` as atroposlib's CLI does.
-* ``hermes-async worker --env NAME=module:make_task --server URL`` serves rollout groups over
-  HTTP (``hermes_async.service``; ``docs/scale-out.md``).
-* ``hermes-async status [URL]`` prints the live status line of a running process from its
-  metrics endpoint (default ``http://127.0.0.1:9464``); ``--watch SECONDS`` repeats it.
-* ``hermes-async serve-gym --tasks MODULE:ATTR --model-url URL`` serves a NeMo Gym agent
-  (``POST /run``) over a task source and a token server (``docs/trainers/nemo_gym.md``).
+``eval`` and ``process`` run an environment against ``--model`` or an ``--oracle`` into a run
+folder (:mod:`hermes_async.envs.command`); ``view`` shows one; ``demo`` runs TerminalTestEnv end
+to end offline; ``worker`` serves rollout groups (docs/scale-out.md); ``status`` prints a
+running process's status line; ``serve-gym`` serves a NeMo Gym agent
+(docs/trainers/nemo_gym.md).
 """
 
 from __future__ import annotations
@@ -46,11 +38,7 @@ _DEMO_DESCRIPTION = (
 def _parse_overrides(
     rest: Sequence[str], prog: str = "hermes-async demo"
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """``--env.k v`` / ``--openai.k=v`` pairs -> two dicts of raw strings.
-
-    Raises:
-        SystemExit: A flag that is neither (argparse-style message, exit code 2).
-    """
+    """``--env.k v`` / ``--openai.k=v`` pairs -> two dicts; anything else exits with 2."""
     env: dict[str, str] = {}
     openai: dict[str, str] = {}
     items = list(rest)

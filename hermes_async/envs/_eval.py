@@ -1,23 +1,9 @@
 """The mechanics of ``HermesAgentBaseEnv.run_agent_eval``: bounded runs, buffers, metrics.
 
-* :func:`run_items` — one rollout per item, at most ``concurrency`` at once, in one task group;
-  an item that raises is recorded (redacted) and the evaluation goes on.
-* **Train buffers** — environments accumulate training metrics in list attributes and log them
-  in ``wandb_log``. An evaluation's rewards must not land there. The environment names those
-  lists explicitly in its ``train_buffers`` class attribute (e.g.
-  ``("reward_buffer", "partial_buffer")``); :func:`train_buffer_lengths` records their lengths
-  before the evaluation and :func:`roll_back_buffers` cuts back what grew during it. (The former
-  rule — every list attribute whose name ends in ``_buffer`` — also truncated lists that were no
-  metrics, and missed metric lists named otherwise.) A name that is not a list attribute is a
-  :class:`~hermes_async.errors.ConfigError`: a typo must not silently leave eval rewards in the
-  training metrics.
-* :func:`eval_report` (with :func:`eval_metrics` / :func:`rollout_sample`) — the ``eval/*``
-  metrics and one sample per item, as pure functions. The metrics are computed from the
-  samples, so a resumed evaluation (:mod:`hermes_async.envs._resume`) reports the items of the
-  earlier run and this one alike. An *errored* item (its failure is ``infra``, ``verifier`` or
-  ``cancelled``: the result says nothing about the model) is counted in
-  ``eval/failures/<category>`` and ``eval/num_errored`` but left out of the reward, accuracy and
-  turn means, as Inspect leaves errored samples unscored; ``--env.resume true`` re-runs it.
+:func:`run_items` runs one rollout per item, bounded, recording an item that raises.
+:func:`roll_back_buffers` keeps eval rewards out of the ``train_buffers`` an environment names.
+:func:`eval_report` derives the ``eval/*`` metrics from the samples; errored items are counted
+but not scored. Why: docs/decisions/063-evaluation-mechanics.md.
 """
 
 from __future__ import annotations
@@ -56,11 +42,7 @@ T = TypeVar("T")
 
 
 def train_buffer_lengths(env: object, names: Sequence[str]) -> dict[str, int]:
-    """The current length of each list attribute of ``env`` named in ``names``.
-
-    Raises:
-        ConfigError: A name is not an attribute of ``env`` holding a list.
-    """
+    """The length of each list attribute of ``env`` named in ``names``; else ``ConfigError``."""
     lengths: dict[str, int] = {}
     for name in names:
         value = getattr(env, name, None)
@@ -94,9 +76,7 @@ async def run_items(
 ) -> tuple[list[T | None], dict[int, str]]:
     """Run ``one(item)`` for every item, at most ``concurrency`` at once.
 
-    Returns:
-        ``(results, failures)``: one result per item (``None`` where it raised), and the
-        redacted error of each item that raised, by index.
+    Returns ``(results, failures)``: ``None`` where an item raised, its redacted error by index.
 
     **Cancellation**: every running item is cancelled; nothing is returned.
     """
@@ -207,12 +187,9 @@ def _category(sample: Mapping[str, Any]) -> str | None:
 def eval_metrics(
     samples: Sequence[Mapping[str, Any]], seconds: float, *, prefix: str = "eval"
 ) -> dict[str, float]:
-    """The ``eval/*`` metrics of ``samples`` (see the module docstring for errored items).
+    """The ``eval/*`` metrics of ``samples``; ``prefix`` replaces ``eval``.
 
-    ``eval/mean_reward``, ``eval/accuracy`` (share of reward >= 1) and ``eval/mean_turns`` over
-    the scored items; ``eval/num_samples`` (all), ``eval/num_errored``, ``eval/tool_errors``,
-    ``eval/failures/<category>`` for every category, ``eval/evaluation_time_seconds``.
-    ``prefix`` replaces ``eval`` (``hermes-async process`` reports ``process/*``).
+    The names: docs/decisions/063-evaluation-mechanics.md.
     """
     scored = [s for s in samples if not errored(s)]
     rewards = [float(s.get("reward") or 0.0) for s in scored]

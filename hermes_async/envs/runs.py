@@ -1,15 +1,10 @@
 """A run folder: what ``hermes-async eval`` and ``process`` write, read back for a report.
 
-Layout (``runs/<env>-<YYYYmmdd-HHMMSS>/`` by default)::
-
-    samples.jsonl   one line per finished rollout, appended and flushed as each finishes
-    groups.jsonl    process only: the scored groups (tokens, masks, logprobs) for training
-    metrics.json    the run's metrics over every line of samples.jsonl
-    index.html      the viewer (:mod:`hermes_async.envs.viewer`), self-contained
-    run.json        how the run was made: command, environment, model, times
-
-``samples.jsonl`` is the run's one record; the rest is derived from it. A resumed run keeps
-every finished line byte for byte. Reads are bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_ROWS`).
+``samples.jsonl`` (one line per finished rollout) is the run's one record; ``metrics.json``,
+``index.html`` and the summary derive from it, ``groups.jsonl`` holds process's training
+groups and ``run.json`` how the run was made. A resumed run keeps every finished line byte for
+byte. Reads are bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_ROWS`).
+See docs/decisions/009-run-folder-and-viewer.md.
 """
 
 from __future__ import annotations
@@ -88,14 +83,8 @@ def latest_run_dir(env_name: str, *, root: Path = RUNS_ROOT) -> Path | None:
 
 @dataclass(frozen=True, slots=True)
 class Samples:
-    """The lines of a ``samples.jsonl``, read back.
-
-    Attributes:
-        rows: The records, in file order.
-        skipped: Lines that were not records: cut short, not JSON, or over
-            :data:`MAX_LINE_BYTES`.
-        unread: Lines past :data:`MAX_ROWS`, not read.
-    """
+    """The lines of a ``samples.jsonl``; ``skipped`` lines were not records, ``unread`` ones
+    lay past :data:`MAX_ROWS`."""
 
     rows: list[JSONObject] = field(default_factory=list)
     skipped: int = 0
@@ -109,10 +98,7 @@ class Samples:
 def read_samples(
     path: Path, *, max_rows: int = MAX_ROWS, max_line_bytes: int = MAX_LINE_BYTES
 ) -> Samples:
-    """Read a ``samples.jsonl`` (any JSONL of objects) within the bounds above.
-
-    A missing file reads as empty.
-    """
+    """Read a JSONL of objects within the bounds above; a missing file reads as empty."""
     rows: list[JSONObject] = []
     skipped = unread = 0
     if not path.is_file():
@@ -159,14 +145,7 @@ def _record(line: bytes) -> JSONObject | None:
 class RunInfo:
     """How a run was made (``run.json``); shown at the top of the viewer.
 
-    Attributes:
-        command: The command line, redacted.
-        env: The environment as given (``my_env.py:MyEnv``, a module path or a short name).
-        env_name: The environment's ``name``.
-        mode: ``"eval"`` or ``"process"``.
-        model: The model it ran against (``vllm/NAME@URL``, ``oracle module:function``...).
-        started: Unix time the run started.
-        seconds: Wall time of the run (this invocation), once it ended.
+    ``command`` is redacted; ``env`` is as given; ``seconds`` is this invocation's wall time.
     """
 
     command: str

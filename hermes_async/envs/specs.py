@@ -1,13 +1,8 @@
 """What a command line names: the model (``--model``), the environment (``ENV``), the oracle.
 
-* :func:`parse_model`: ``PROVIDER/NAME[@URL]`` -> :class:`ModelSpec` (provider, name, base URL;
-  the API key comes from the provider's variable, never from the command line).
-* :func:`resolve_env`: a file (``my_env.py[:MyEnv]``), a module (``pkg.my_env:MyEnv``) or a
-  registered short name (:func:`registered_environments`) -> the environment class. A file is
-  imported once per process, with its folder on ``sys.path`` as ``python my_env.py`` has it.
-* :func:`resolve_oracle`: ``FILE.py:FUNCTION`` / ``MODULE:FUNCTION`` -> a scripted policy.
-
-Every mistake is a :class:`~hermes_async.errors.ConfigError` naming the value and the fix.
+:func:`parse_model`, :func:`resolve_env` and :func:`resolve_oracle` turn each into what it
+names. The API key comes from the provider's variable, never from the command line. Every
+mistake is a :class:`~hermes_async.errors.ConfigError` naming the value and the fix.
 """
 
 from __future__ import annotations
@@ -70,12 +65,9 @@ PROVIDERS: dict[str, tuple[str, str, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """A parsed ``--model PROVIDER/NAME[@URL]``.
+    """A parsed ``--model PROVIDER/NAME[@URL]``; ``base_url`` ends in ``/v1``.
 
-    Attributes:
-        provider: ``vllm`` / ``sglang`` (Phase 2: exact tokens) or ``openai`` (Phase 1, chat).
-        name: The model name the server serves (``Qwen/Qwen3-8B``).
-        base_url: The server's OpenAI-style base URL, ending in ``/v1``.
+    ``vllm`` and ``sglang`` give exact tokens; ``openai`` is the chat path.
     """
 
     provider: Provider
@@ -110,12 +102,7 @@ class ModelSpec:
 def parse_model(text: str) -> ModelSpec:
     """``vllm/Qwen/Qwen3-8B@http://host:8000`` -> :class:`ModelSpec`.
 
-    ``PROVIDER/NAME[@URL]``: the provider is the part before the first ``/``; the URL (after
-    the first ``@``) defaults to the provider's local port (``PROVIDERS``) and gets ``/v1``
-    unless it ends with it.
-
-    Raises:
-        ConfigError: Not of that shape, an unknown provider, or a URL that is not http(s).
+    The URL defaults to the provider's local port (``PROVIDERS``) and gets ``/v1`` appended.
     """
     shape = "PROVIDER/NAME[@URL], e.g. vllm/Qwen/Qwen3-8B@http://127.0.0.1:8000"
     provider, slash, rest = text.partition("/")
@@ -183,11 +170,8 @@ def _load_file(path: Path) -> ModuleType:
 def load_object(spec: str, *, what: str) -> tuple[ModuleType, Any]:
     """``path/to/file.py[:NAME]`` or ``module[:NAME]`` -> ``(module, the object or None)``.
 
-    A module name is imported with the working directory on ``sys.path`` (as ``python -m``
-    does).
-
-    Raises:
-        ConfigError: The file or module does not exist, or has no ``NAME``.
+    A file is imported once per process with its folder on ``sys.path``; a module with the
+    working directory there, as ``python -m`` does.
     """
     target, colon, name = spec.rpartition(":") if ":" in spec else (spec, "", "")
     if colon and (not name.isidentifier() or not target):
@@ -226,12 +210,7 @@ def did_you_mean(name: str, options: list[str]) -> str:
 
 
 def resolve_env(spec: str) -> type[Any]:
-    """The environment class ``ENV`` names (see the module docstring).
-
-    Raises:
-        ConfigError: Nothing by that name, no environment class in the file or module, several
-            (name one: ``file.py:MyEnv``), or an object that is not a ``HermesAgentBaseEnv``.
-    """
+    """The environment class of a file, a ``module:Class`` or a registered short name."""
     from hermes_async.envs.base import HermesAgentBaseEnv
 
     registered = registered_environments()
@@ -269,11 +248,9 @@ def resolve_env(spec: str) -> type[Any]:
 
 
 def resolve_oracle(spec: str) -> Callable[[Any], str]:
-    """The scripted policy ``--oracle`` names: a function ``(PolicyRequest) -> str``, or one
-    with no parameters that returns such a function (``terminal_test_oracle``).
+    """The scripted policy ``FILE.py:NAME`` or ``MODULE:NAME`` names.
 
-    Raises:
-        ConfigError: Not ``FILE.py:NAME`` / ``MODULE:NAME``, or not such a function.
+    A function ``(PolicyRequest) -> str``, or one without parameters that returns one.
     """
     if ":" not in spec:
         raise ConfigError(

@@ -1,13 +1,9 @@
 """The run viewer: one self-contained HTML page of a run folder's ``samples.jsonl``.
 
-Per task, every rollout: reward, failure, tokens, timing and the whole conversation (reasoning,
-tool calls with their arguments, tool results previewed and expandable). Filters by reward,
-failure and task. The page loads nothing (a strict Content-Security-Policy): it works offline.
-
-Model text is hostile: every string is HTML-escaped and redacted
-(:func:`~hermes_async._redact.redact`) here, whoever wrote the row, and the page's one script
-reads data attributes only (it never parses text as HTML). Sizes are bounded: at most
-:data:`MAX_ROLLOUTS` rollouts and :data:`MAX_TEXT_CHARS` per text go into the page.
+Every rollout per task with its whole conversation, filterable; the page loads nothing. Model
+text is hostile: every string is escaped and redacted here, and the page's one script reads
+data attributes only. At most :data:`MAX_ROLLOUTS` rollouts and :data:`MAX_TEXT_CHARS` per text.
+See docs/decisions/009-run-folder-and-viewer.md.
 """
 
 from __future__ import annotations
@@ -49,12 +45,7 @@ PREVIEW_CHARS = 1_000
 
 
 def write_viewer(run_dir: Path, *, samples: Samples | None = None) -> Path:
-    """Write ``run_dir/index.html`` from its ``samples.jsonl`` and ``run.json``; its path.
-
-    Args:
-        run_dir: The run folder.
-        samples: The rows, if already read (else read from ``run_dir/samples.jsonl``).
-    """
+    """Write ``run_dir/index.html`` from its ``samples.jsonl`` (or ``samples``); its path."""
     samples = samples if samples is not None else read_samples(run_dir / SAMPLES_FILE)
     info = RunInfo.read(run_dir)
     notes = []

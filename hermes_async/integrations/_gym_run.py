@@ -1,11 +1,10 @@
 """The NeMo Gym agent's ``/run``: one hermes_async rollout rendered as Gym's response.
 
-NeMo RL posts a ``BaseRunRequest`` to ``/run`` and trains on the ``BaseVerifyResponse``: each
-model turn is a Responses output item carrying ``prompt_token_ids``, ``generation_token_ids``
-and ``generation_log_probs``, each prompt extending the one before (NeMo RL asserts it).
-:class:`GymAgent` does this over the rollout core; the ids are the trajectory's own, never
-re-tokenized. Public through :mod:`hermes_async.integrations.nemo_gym`; apart from it so
-that ``HermesGymAgent`` (``_nemo_gym_agent``) imports this without an import circle.
+Each model turn is a Responses output item with its exact ``prompt_token_ids``,
+``generation_token_ids`` and ``generation_log_probs``, never re-tokenized; each prompt extends
+the one before (NeMo RL asserts it). Public through :mod:`hermes_async.integrations.nemo_gym`;
+a module of its own so that ``_nemo_gym_agent`` imports it without a circle.
+What maps to what: docs/trainers/nemo_gym.md.
 """
 
 from __future__ import annotations
@@ -111,12 +110,9 @@ def _text(content: object) -> str:
 
 
 def messages_from_params(params: Mapping[str, Any]) -> list[JSONObject]:
-    """The chat messages of ``responses_create_params``: ``instructions`` as the system
-    message, then ``input`` (a string, or message / function_call / function_call_output
-    items).
+    """The chat messages of ``responses_create_params``: ``instructions``, then ``input``.
 
-    Raises:
-        UnsupportedRequestError: An input item that is neither (images, MCP, ...).
+    An input item other than a message, function call or its output is refused.
     """
     messages: list[JSONObject] = []
     if params.get("instructions"):
@@ -174,12 +170,9 @@ _FAILURE_KINDS = {
 
 
 def failure_fields(failure: RolloutFailure | None) -> JSONObject:
-    """``mask_sample``, ``failure_kind`` and ``failure_reason`` for a BaseVerifyResponse.
-
-    ``infra`` / ``verifier`` / ``cancelled`` failures mask the sample (its reward measures
-    nothing about the policy); the policy's own failures (``model``, ``tool``,
-    ``agent_timeout``) keep it, named.
-    """
+    """``mask_sample``, ``failure_kind`` and ``failure_reason`` for a BaseVerifyResponse."""
+    # infra, verifier and cancelled failures mask the sample: their reward says nothing of the
+    # policy. The policy's own failures (model, tool, agent_timeout) keep it, named.
     if failure is None:
         return {"mask_sample": False}
     source = failure.detail.get("source")
@@ -244,10 +237,7 @@ def render_response(
     status: RolloutStatus,
     model: str = "hermes-async",
 ) -> JSONObject:
-    """The ``NeMoGymResponse`` of ``rollout``: what the model did after the prompt, each model
-    turn's last item carrying that turn's exact ids and logprobs (Gym's own convention), tool
-    results as ``function_call_output`` items, loop messages to the model as user messages.
-    """
+    """The ``NeMoGymResponse`` of ``rollout``; each turn's last item carries its ids."""
     turns = iter(turn_tokens(rollout))
     output: list[JSONObject] = []
     prompt_length = len(messages_from_params(params))
@@ -298,16 +288,11 @@ class GymAgent:
     """Answers ``/run`` requests with hermes_async rollouts.
 
     Args:
-        tasks: ``body -> RolloutTask`` (sync or async; the ``/run`` body as a dict, so
-            dataset fields beside ``responses_create_params`` reach it), or an environment
-            (its ``rollout_task(body, token_server=True)``). :func:`messages_from_params` turns
-            the request's ``input`` into messages for a source that wants them.
-        server: The token client or :class:`~hermes_async.inference.ServerPool` the rollouts
-            generate with (vLLM ``/inference/v1/generate``, SGLang, vLLM ``/v1/completions``
-            with ids).
+        tasks: ``body -> RolloutTask`` (sync or async; the whole ``/run`` body, so dataset
+            fields reach it), or an environment.
+        server: A token client or :class:`~hermes_async.inference.ServerPool`.
 
-    The request's ``temperature``, ``top_p`` and ``max_output_tokens`` override the task's
-    options; a field that cannot be honoured is an :class:`UnsupportedRequestError`.
+    The request's ``temperature``, ``top_p`` and ``max_output_tokens`` override the task's.
     """
 
     def __init__(self, tasks: TaskSource | object, server: Any) -> None:
@@ -317,13 +302,7 @@ class GymAgent:
     async def run(self, body: Mapping[str, Any]) -> JSONObject:
         """One ``/run``: the ``BaseVerifyResponse`` dict of one rollout of ``body``.
 
-        Nothing the rollout does is raised: a failed rollout is a response with reward 0 and
-        ``mask_sample`` / ``failure_kind`` / ``failure_reason`` set (:func:`failure_fields`).
-
-        Raises:
-            UnsupportedRequestError: ``body`` is not a run request, or asks for what cannot
-                be honoured.
-            ConfigError: The task source's task cannot train (no tokenizer), or is invalid.
+        A failed rollout is a response with reward 0 and its failure named, not an error.
 
         **Cancellation**: the rollout is cancelled and its sandbox released (bounded).
         """
@@ -360,25 +339,12 @@ def create_app(
     token_endpoint: str = "vllm",
     vocab_size: int | None = None,
 ) -> FastAPI:
-    """A FastAPI app serving ``POST /run`` (and ``GET /health``) with a :class:`GymAgent`.
+    """A FastAPI app serving ``POST /run`` and ``GET /health`` with a :class:`GymAgent`.
 
-    Args:
-        tasks: As for :class:`GymAgent`, or its ``"package.module:attribute"`` name.
-        server: A token client to use as it is; or, with ``model_url``, one is opened for the
-            app's lifetime.
-        model_url: The model server's base URL (vLLM as NeMo RL exposes it, or SGLang).
-        token_endpoint: ``vllm`` (``/inference/v1/generate``), ``completions`` (vLLM's
-            ``/v1/completions`` with ids) or ``sglang`` (``/generate``).
-        vocab_size: The tokenizer's size (ids outside it are refused as invalid data).
-
-    Answers: 200 with the ``BaseVerifyResponse`` (failed rollouts included, masked); 422 with
-    ``{"detail": ...}`` for a request that cannot be honoured (NeMo RL counts a 4xx as a data
-    failure of that prompt); 500 with ``{"detail": ...}``, no traceback, for a misconfigured
-    agent (no tokenizer, an invalid task).
-
-    Raises:
-        ConfigError: Neither ``server`` nor ``model_url``, an unknown ``token_endpoint``, or a
-            task source name that does not load.
+    ``tasks`` may be a ``"package.module:attribute"`` name. Without ``server``, a token client
+    of ``model_url`` is opened for the app's lifetime (see :func:`open_token_client`). A
+    request that cannot be honoured gets 422, a misconfigured agent 500, both without a
+    traceback.
     """
     try:
         from fastapi import FastAPI, Request
@@ -449,16 +415,10 @@ def _client_class(token_endpoint: str) -> Any:
 def open_token_client(
     model_url: str, token_endpoint: str = "vllm", *, vocab_size: int | None = None
 ) -> Any:
-    """The token client of ``model_url`` (not yet open: ``async with`` it).
+    """The token client of ``model_url``, not yet open; a trailing ``/v1`` is dropped.
 
-    Args:
-        model_url: The server's base URL (a trailing ``/v1`` is dropped).
-        token_endpoint: ``vllm`` (``/inference/v1/generate``), ``completions`` (vLLM's
-            ``/v1/completions`` with ids) or ``sglang`` (``/generate``).
-        vocab_size: The tokenizer's size (ids outside it are refused as invalid data).
-
-    Raises:
-        ConfigError: An unknown ``token_endpoint``.
+    ``token_endpoint``: ``vllm`` (``/inference/v1/generate``), ``completions`` (vLLM's
+    ``/v1/completions`` with ids) or ``sglang`` (``/generate``).
     """
     base = model_url.rstrip("/").removesuffix("/v1")
     return _client_class(token_endpoint)(base, vocab_size=vocab_size)

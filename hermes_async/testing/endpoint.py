@@ -1,10 +1,9 @@
 """A scripted model on loopback (or in-process), ready for a client or an environment.
 
-:func:`open_scripted_endpoint` serves a :class:`~hermes_async.testing.ScriptedModelServer`
-that follows a policy, and yields a :class:`ScriptedEndpoint`: its URL, the server (its
-``requests`` record) and an atroposlib server config pointing at it. The pytest plugin's
-``hermes_model_server`` fixture and ``hermes-async eval --oracle`` both use it. Importing this
-module is cheap; the server is imported when one is opened.
+:func:`open_scripted_endpoint` serves a :class:`~hermes_async.testing.ScriptedModelServer` and
+yields its URL, the server and an atroposlib server config pointing at it. The pytest plugin's
+``hermes_model_server`` fixture and ``hermes-async eval --oracle`` use it. Importing this is
+cheap; the server is imported when one is opened.
 """
 
 from __future__ import annotations
@@ -25,11 +24,7 @@ __all__ = ("ScriptedEndpoint", "open_scripted_endpoint")
 class ScriptedEndpoint:
     """A running scripted model server.
 
-    Attributes:
-        base_url: Its root URL (token clients use it; chat clients add ``/v1``).
-        server: The :class:`~hermes_async.testing.ScriptedModelServer` (``.requests`` records
-            every request).
-        transport: The in-process transport, or ``None`` on loopback (use the network).
+    Chat clients add ``/v1`` to ``base_url``; ``transport`` is ``None`` on loopback.
     """
 
     base_url: str
@@ -69,11 +64,8 @@ async def open_scripted_endpoint(
 ) -> AsyncIterator[ScriptedEndpoint]:
     """Serve a scripted model following ``policy`` (randomness keyed by the prompt).
 
-    Args:
-        policy: The model: ``PolicyRequest -> str``.
-        seed: Seeds logprobs and chunking.
-        loopback: Real HTTP on 127.0.0.1 (needs the ``testing`` extra); ``False``: in-process.
-        tokenizer: The server's tokenizer; it must be the client's (default: the built-in one).
+    ``loopback`` serves real HTTP on 127.0.0.1 (the ``testing`` extra); else in-process. The
+    ``tokenizer`` must be the client's (default: the built-in one).
 
     **Cancellation**: the server is shut down.
     """
