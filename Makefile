@@ -63,9 +63,6 @@ test: lint typecheck pytest
 test-vllm: venv
 	VENV=$(VENV) bash scripts/vllm/run_tests.sh
 
-# Opt-in, NOT part of `make test`: each trainer's own package (nemo-gym, verl, skyrl, trl) in
-# its own venv (.venv-<name>, built by scripts/trainers/setup_venv.sh; torch is the CPU 2.13.0
-# wheel), driving the adapters of hermes_async.integrations through the trainers' classes.
 # Opt-in, NOT part of `make test` (there its tests skip without the venv): YCBenchEvalEnv against
 # the yc-bench 0.1.0 simulator from PyPI, in its own Python 3.12 venv (.venv-yc-bench,
 # scripts/yc_bench/setup_venv.sh, 3-6 minutes of downloads the first time).
@@ -75,9 +72,14 @@ test-yc-bench: venv
 	YC_BENCH_VENV=$${YC_BENCH_VENV:-$$PWD/.venv-yc-bench} HERMES_ASYNC_REQUIRE_YC_BENCH=1 \
 		$(BIN)/python -m pytest -p no:xdist -m yc_bench tests/envs $(PYTEST_ARGS)
 
+# Opt-in, NOT part of `make test`: each trainer's own package (nemo-gym, verl, skyrl, trl) in
+# its own venv (.venv-<name>, built by scripts/trainers/setup_venv.sh), driving the adapters of
+# hermes_async.integrations through the trainers' classes, then the Gym and SkyRL adapters
+# against the real CPU vLLM. TRAINERS="trl vllm" runs some; docs/trainers/README.md. About 15
+# minutes on 2 busy cores once the venvs exist.
 .PHONY: test-trainers
 test-trainers: venv
-	bash scripts/trainers/run_tests.sh $(TRAINERS)
+	VENV=$(VENV) bash scripts/trainers/run_tests.sh $(TRAINERS)
 
 bench: venv
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

@@ -1,38 +1,9 @@
 """Secret redaction for everything the library logs, reports as an error, or shows on a dashboard.
 
-Three nets, applied together by :func:`redact`:
-
-* **Known token shapes**: OpenAI/Anthropic/OpenRouter ``sk-...`` keys, GitHub ``ghp_``/``gho_``/
-  ``github_pat_`` tokens, Slack ``xox?-`` tokens, Hugging Face ``hf_`` tokens, AWS access key
-  ids, Google ``AIza`` keys, JWTs (``eyJ...``), PEM blocks (``-----BEGIN ... PRIVATE KEY-----``,
-  up to their ``END`` line or the end of a truncated text), ``Bearer ...`` credentials, and the
-  credential of ``Authorization: <scheme> <credential>`` (the scheme is kept:
-  ``Authorization: Basic [REDACTED]``).
-* **Credentials by where they sit**: the userinfo and secret query parameters of every URL
-  (``postgres://app:pw@db/x`` becomes ``postgres://[REDACTED]@db/x``, so ``DATABASE_URL=...``
-  and any ``*_URL`` are covered), and the value of every assignment whose *name* looks secret:
-  ``key=value``, ``key: value``, ``"key": "value"`` anywhere, ini / env-file lines
-  (``aws_secret_access_key = ...``, ``export GITHUB_TOKEN=...``: the whole rest of the line),
-  and the ``NAME=value`` entries of an environment dump (``/proc/<pid>/environ``: entries end
-  at NUL, not at a line break; the whole value goes, spaces and commas included).
-  A name looks secret when it contains ``secret``, ``password``, ``passwd``, ``passphrase``,
-  ``credential`` or ``private_key``, or its last word is ``token``, ``apikey``, ``pass``, ``pwd``, ``auth``,
-  ``cookie`` or a qualified ``key`` (``api_key``, ``OPENAI_API_KEY``, ``secretKey``; a bare
-  ``key`` is not: ``{"key": "Enter"}``; nor are the shell's ``PWD`` / ``OLDPWD``, which hold
-  directories). Words split at ``_``, ``-``, ``.`` and camelCase, so
-  ``max_tokens`` and ``TOKEN_LIMIT`` are not secret names, nor are a tokenizer's
-  ``eos_token`` / ``pad_token``.
-* **Values of this process's secret variables**: every environment variable whose *name*
-  contains ``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``, ``PASSWD`` or ``PASSPHRASE``
-  (case-insensitive) and whose value is
-  at least :data:`_MIN_SECRET_VALUE_CHARS` long is replaced wherever it appears, whatever its
-  shape.
-
-Where it is applied: error messages and rollout failures (``RolloutFailure`` redacts when it is
-built), tool-error details, rollout tables and eval samples, the ``messages`` of the scored
-groups written to JSONL / HTML and sent to the trainer (:func:`redact_messages`; trainers train
-on ``tokens``, which stay exact), and every log record of a ``hermes_async`` logger
-(:func:`redact_record`, through the log-record factory ``import hermes_async`` wraps).
+:func:`redact` applies three nets: known token shapes, credentials by where they sit (URL
+userinfo, secret-named assignments, environment dumps) and the values of this process's
+secret-named variables. docs/decisions/042-secret-redaction.md has the rules and where they
+are applied.
 """
 
 from __future__ import annotations
@@ -53,6 +24,7 @@ __all__ = (
     "redact_url",
     "redact_urls",
     "secret_env_values",
+    "secret_name",
 )
 
 #: What a secret is replaced with.
@@ -111,8 +83,8 @@ _NOT_SECRET_TOKENS = frozenset({"eos", "bos", "pad", "unk", "sep", "cls", "mask"
 
 
 @functools.lru_cache(maxsize=4096)
-def _secret_name(name: str) -> bool:
-    """Whether an assignment's name looks like it holds a credential (see the module doc)."""
+def secret_name(name: str) -> bool:
+    """Whether an assignment's name looks like it holds a credential (docs/decisions/042)."""
     words = [w.lower() for w in _WORDS.findall(name)]
     if not words:
         return False
@@ -151,9 +123,8 @@ _ENV_CACHE: tuple[int, list[str]] | None = None
 def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of variables whose names say they are secrets, longest first.
 
-    For ``os.environ`` the scan is cached against a fingerprint of the environment (a hash of
-    its raw items, ~2 us instead of ~30 us for decoding and checking every variable), so a
-    variable set or changed at run time is still picked up by the next call.
+    For ``os.environ`` the scan is cached against a hash of the environment, so a variable
+    set at run time is still picked up.
     """
     global _ENV_CACHE
     if environ is not None:
@@ -185,14 +156,14 @@ def _assignment(match: re.Match[str]) -> str:
     value = match.group("value")
     if REDACTED in value:
         return match.group(0)
-    if _secret_name(match.group("name")):
+    if secret_name(match.group("name")):
         return match.group("key") + match.group("quote") + REDACTED
     # Not a secret name, but its value may hold one: ``RuntimeError: password=hunter22`` (an
     # exception's last traceback line) matches with the name ``RuntimeError``. The rest of the
     # value after a secret name inside it goes. One linear scan of the value (no re-search of
     # the text, which would be quadratic on ``a=b=c=...``).
     for inner in _INNER_ASSIGNMENT.finditer(value):
-        if _secret_name(inner.group(1)):
+        if secret_name(inner.group(1)):
             kept = match.group(0)[: match.start("value") - match.start()]
             return kept + value[: inner.end()] + REDACTED
     return match.group(0)
@@ -200,7 +171,7 @@ def _assignment(match: re.Match[str]) -> str:
 
 def _line_assignment(match: re.Match[str]) -> str:
     value = match.group("value")
-    if REDACTED in value or not _secret_name(match.group("name")):
+    if REDACTED in value or not secret_name(match.group("name")):
         return match.group(0)
     quote = value[0] if value[0] in "\"'" else ""
     return match.group("key") + quote + REDACTED + quote
@@ -215,7 +186,6 @@ def redact(
     """Return ``text`` with secrets replaced by :data:`REDACTED`.
 
     Args:
-        text: Anything about to be logged, raised, stored for display or sent to a dashboard.
         extra_values: Further literal secrets to remove (e.g. a configured API key).
         environ: The environment to take secret values from (default: ``os.environ``).
     """
@@ -227,7 +197,7 @@ def redact(
             text = text.replace(value, REDACTED)
     if "\x00" in text:  # an environment dump: each entry is a line of its own
         text = _ENVIRON_ENTRY.sub(
-            lambda m: m.group("key") + REDACTED if _secret_name(m.group("name")) else m.group(0),
+            lambda m: m.group("key") + REDACTED if secret_name(m.group("name")) else m.group(0),
             text,
         )
     if "-----BEGIN " in text:
@@ -243,8 +213,7 @@ def redact(
 
 
 def redact_messages(messages: Iterable[Any]) -> list[Any]:
-    """A copy of chat ``messages`` with every string in them redacted (content, tool-call
-    arguments, reasoning), for JSONL, HTML and dashboards; the originals are not changed."""
+    """A copy of chat ``messages`` with every string in them redacted."""
     cache: dict[str, str] = {}
     return [_redact_value(m, cache) for m in messages]
 
@@ -270,10 +239,7 @@ def redact_record(record: logging.LogRecord) -> None:
     """Redact a log record in place: its formatted message and its exception text.
 
     ``import hermes_async`` wraps the log-record factory so that every record of a
-    ``hermes_async`` logger passes through here when it is created. (A logger filter would miss
-    child loggers, and handlers belong to the application.) The wrapper lives in the package's
-    ``__init__`` and imports this module on the first record, so importing the package stays
-    free of it.
+    ``hermes_async`` logger passes through here.
     """
     try:
         message = record.getMessage()
@@ -327,10 +293,8 @@ def redact_url(url: str) -> str:
     """``url`` without credentials: userinfo and secret query values become ``[REDACTED]``.
 
     ``http://user:pw@host:8000/v1?api_key=sk-1&n=2`` becomes
-    ``http://[REDACTED]@host:8000/v1?api_key=[REDACTED]&n=2``. The whole userinfo goes (a
-    user name alone is often a token: ``https://<token>@host``). Everything else is kept as
-    written, so the result still says which server it was. Pure; never raises: a string that
-    is not a URL comes back unchanged.
+    ``http://[REDACTED]@host:8000/v1?api_key=[REDACTED]&n=2``. Never raises: a string that is
+    not a URL comes back unchanged.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:

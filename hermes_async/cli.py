@@ -1,24 +1,10 @@
 """The ``hermes-async`` command.
 
-``hermes-async demo`` is the project's main job: TerminalTestEnv's ``evaluate`` and ``process``
-run end to end — agent loop, tools in local sandboxes, rewards through ``ToolContext``, scored
-groups written as JSONL plus atroposlib's HTML view — against a model server:
-
-* by default, the scripted **oracle** model (it knows each task and emits the right tool calls,
-  then a final answer), started on 127.0.0.1 and spoken to over vLLM's token protocol
-  (Phase 2: exact tokens, masks and logprobs); nothing leaves the machine;
-* with ``--openai.base_url http://host:8000/v1 --openai.server_type vllm`` (or ``sglang``, or
-  ``openai`` for a chat endpoint), a real server.
-
-Any ``--env.<field> <value>`` / ``--openai.<field> <value>`` flag overrides TerminalTestEnv's
-``config_init`` the way atroposlib's CLI does (CLI > defaults).
-
-``hermes-async worker --env NAME=module:make_task --server URL`` serves rollout groups over
-HTTP (``hermes_async.service``; ``docs/scale-out.md``).
-
-``hermes-async status [URL]`` prints the live status line (rollouts in flight by phase, limiter
-saturation, servers up) of a running process from its metrics endpoint (an environment's
-``metrics_port``; default ``http://127.0.0.1:9464``); ``--watch SECONDS`` repeats it.
+``eval`` and ``process`` run an environment against ``--model`` or an ``--oracle`` into a run
+folder (:mod:`hermes_async.envs.command`); ``view`` shows one; ``demo`` runs TerminalTestEnv end
+to end offline; ``worker`` serves rollout groups (docs/scale-out.md); ``status`` prints a
+running process's status line; ``serve-gym`` serves a NeMo Gym agent
+(docs/trainers/nemo_gym.md).
 """
 
 from __future__ import annotations
@@ -49,12 +35,10 @@ _DEMO_DESCRIPTION = (
 )
 
 
-def _parse_overrides(rest: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """``--env.k v`` / ``--openai.k=v`` pairs -> two dicts of raw strings.
-
-    Raises:
-        SystemExit: A flag that is neither (argparse-style message, exit code 2).
-    """
+def _parse_overrides(
+    rest: Sequence[str], prog: str = "hermes-async demo"
+) -> tuple[dict[str, str], dict[str, str]]:
+    """``--env.k v`` / ``--openai.k=v`` pairs -> two dicts; anything else exits with 2."""
     env: dict[str, str] = {}
     openai: dict[str, str] = {}
     items = list(rest)
@@ -63,7 +47,7 @@ def _parse_overrides(rest: Sequence[str]) -> tuple[dict[str, str], dict[str, str
         flag = items[i]
         if not flag.startswith(("--env.", "--openai.")):
             raise SystemExit(
-                f"hermes-async demo: unrecognized argument {flag!r}; use --env.<field> VALUE or "
+                f"{prog}: unrecognized argument {flag!r}; use --env.<field> VALUE or "
                 "--openai.<field> VALUE (see --help)"
             )
         if "=" in flag:
@@ -71,7 +55,7 @@ def _parse_overrides(rest: Sequence[str]) -> tuple[dict[str, str], dict[str, str
             i += 1
         else:
             if i + 1 >= len(items):
-                raise SystemExit(f"hermes-async demo: {flag} needs a value")
+                raise SystemExit(f"{prog}: {flag} needs a value")
             key, value = flag[2:], items[i + 1]
             i += 2
         namespace, _, field = key.partition(".")
@@ -93,6 +77,7 @@ def _build_configs(
         include_messages=True,
         ensure_scores_are_not_same=False,
         data_path_to_save_groups=str(out / "terminal_test.jsonl"),
+        data_path_to_save_samples=str(out / "samples.jsonl"),
         data_dir_to_save_evals=str(out / "eval"),
     )
     values.update({k: (None if v == "None" else v) for k, v in env_over.items()})
@@ -111,29 +96,11 @@ def _build_configs(
     return TerminalTestEnvConfig(**values), APIServerConfig(**server_values)
 
 
-async def _oracle_isolation(config: Any) -> None:
-    """The oracle runs only commands written here: where namespaces cannot be made, the demo
-    opts out of isolation explicitly and says so in one line (a real model never does)."""
-    from hermes_async.tools.sandbox.local import ISOLATION_ENV
-    from hermes_async.tools.sandbox.namespaces import probe_namespaces
-
-    options = dict(config.sandbox_options or {})
-    if config.terminal_backend != "local" or "isolation" in options:
-        return
-    if os.environ.get(ISOLATION_ENV) or (reason := await probe_namespaces()) is None:
-        return
-    config.sandbox_options = {**options, "isolation": "process"}
-    print(
-        f"hermes-async demo: sandboxes are NOT isolated here ({reason}); the oracle's own "
-        "commands run with isolation='process' (scripts/sandbox/install.sh isolates them)",
-        flush=True,
-    )
-
-
 async def _demo(
     env_over: dict[str, str], openai_over: dict[str, str], out: Path, progress: bool
 ) -> _DemoRun:
     from hermes_async.envs.base import RolloutSummary
+    from hermes_async.envs.command import oracle_isolation
     from hermes_async.envs.display import ProgressBar
     from hermes_async.envs.terminal_test import (
         EVAL_TASKS,
@@ -146,7 +113,7 @@ async def _demo(
     config, server = _build_configs(env_over, openai_over, out)
     use_oracle = "base_url" not in openai_over
     if use_oracle:
-        await _oracle_isolation(config)
+        await oracle_isolation(config, "hermes-async demo")
     async with contextlib.AsyncExitStack() as stack:
         if use_oracle:
             from hermes_async.testing.http import open_loopback_server
@@ -205,7 +172,9 @@ class _DemoRun:
 
 def _summarize(run: _DemoRun) -> int:
     """Print the summary table and the files written; the demo's exit code."""
-    from hermes_async.envs.display import format_failures, format_table
+    from hermes_async.envs.results import format_summary
+    from hermes_async.envs.runs import SAMPLES_FILE, Samples, read_samples
+    from hermes_async.envs.viewer import write_viewer
 
     env, config, total, use_oracle, elapsed = (
         run.env,
@@ -214,57 +183,26 @@ def _summarize(run: _DemoRun) -> int:
         run.use_oracle,
         run.elapsed,
     )
-
-    rows: list[list[object]] = []
-    keys: list[tuple[str, str]] = []
-    for summary in env.rollout_summaries:
-        key = ("eval" if summary.evaluating else "process", summary.label)
-        if key not in keys:
-            keys.append(key)
-    for key in keys:
-        group = [
-            s
-            for s in env.rollout_summaries
-            if ("eval" if s.evaluating else "process", s.label) == key
-        ]
-        n = len(group)
-        rows.append(
-            [
-                key[0],
-                key[1],
-                n,
-                sum(s.reward for s in group) / n,
-                sum(s.turns for s in group) / n,
-                round(sum(s.tokens for s in group) / n),
-                sum(s.seconds for s in group) / n,
-                format_failures(s.category for s in group),
-            ]
-        )
     print()
-    print(
-        format_table(
-            ["mode", "task", "rollouts", "reward", "turns", "tokens", "time_s", "failures"],
-            rows,
-        )
-    )
+    print(format_summary(env.rollout_summaries, elapsed))
     report = getattr(env, "last_eval_report", None)
     if report is not None and report.samples and report.samples[0].get("trajectory"):
         print()
         print(f"the eval trajectory ({report.samples[0]['task']}):")
         for line in str(report.samples[0]["trajectory"]).splitlines():
             print("  " + (line if len(line) <= 110 else line[:107] + "..."))
-    rewards = [s.reward for s in env.rollout_summaries]
+    out = Path(config.data_path_to_save_samples).parent
+    evals = Path(config.data_dir_to_save_evals)
+    rows = read_samples(evals / SAMPLES_FILE).rows + read_samples(out / SAMPLES_FILE).rows
+    viewer = write_viewer(out, samples=Samples(rows))
     jsonl = Path(config.data_path_to_save_groups)
-    html = jsonl.with_suffix(".html")
+    rewards = [s.reward for s in env.rollout_summaries]
     print()
     print(f"scored groups (JSONL): {jsonl}{'' if jsonl.is_file() else '  [MISSING]'}")
-    print(f"HTML view:             {html}{'' if html.is_file() else '  [MISSING]'}")
-    print(f"eval results:          {Path(config.data_dir_to_save_evals) / 'metrics.json'}")
-    print(
-        f"{len(rewards)} rollouts, mean reward {sum(rewards) / max(len(rewards), 1):.2f}, "
-        f"{elapsed:.1f} s"
-    )
-    ok = jsonl.is_file() and html.is_file() and len(rewards) == total
+    print(f"rollouts (JSONL):      {evals / SAMPLES_FILE}, {out / SAMPLES_FILE}")
+    print(f"eval results:          {evals / 'metrics.json'}")
+    print(f"viewer (HTML):         {viewer}")
+    ok = jsonl.is_file() and len(rows) == total and len(rewards) == total
     if use_oracle:
         ok = ok and all(r == 1.0 for r in rewards)
     return 0 if ok else 1
@@ -309,6 +247,221 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
         print(failure_line("hermes-async demo", exc), file=sys.stderr)
         return 1
     return _summarize(run)
+
+
+_RUN_EPILOG = """\
+ENV: a file (my_env.py, my_env.py:MyEnv), a module (pkg.my_env:MyEnv) or a registered name
+(terminal_test, coding, terminalbench2, or one a package registers).
+MODEL: PROVIDER/NAME[@URL], PROVIDER vllm or sglang (exact tokens; the tokenizer is NAME unless
+--tokenizer) or openai (chat); the API key comes from VLLM_API_KEY / SGLANG_API_KEY /
+OPENAI_API_KEY. Any --env.<field> VALUE / --openai.<field> VALUE sets a config field.
+"""
+
+
+def _add_run_parser(sub: Any, mode: str) -> None:
+    what = (
+        "run an environment's evaluate() on its eval items"
+        if mode == "eval"
+        else "run an environment's process mode: scored groups (tokens, masks, logprobs)"
+    )
+    run = sub.add_parser(
+        mode,
+        help=what,
+        description=f"{what[0].upper()}{what[1:]}; write a run folder and print a summary.",
+        epilog=_RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("env", metavar="ENV", help="file.py[:Class], module:Class or a short name")
+    who = run.add_mutually_exclusive_group()
+    who.add_argument("--model", metavar="MODEL", help="e.g. vllm/Qwen/Qwen3-8B@http://host:8000")
+    who.add_argument(
+        "--oracle",
+        metavar="FILE.py:FUNCTION",
+        help="a scripted policy (PolicyRequest -> str) served on 127.0.0.1: runs offline",
+    )
+    run.add_argument("--tokenizer", help="the tokenizer (HF name or directory), if not MODEL's")
+    unit = "eval items" if mode == "eval" else "groups"
+    run.add_argument("--limit", type=int, metavar="N", help=f"at most N {unit}")
+    run.add_argument(
+        "--group-size",
+        type=int,
+        metavar="G",
+        help="rollouts per eval item" if mode == "eval" else "rollouts per group",
+    )
+    run.add_argument("--out", metavar="DIR", help="run folder (default runs/<env>-<timestamp>)")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out (default: this env's latest): finished rows are kept",
+    )
+    run.add_argument("--wandb", action="store_true", help="log to wandb (off by default)")
+    run.add_argument("--no-progress", action="store_true", help="no progress line")
+    run.add_argument("--verbose", action="store_true", help="tracebacks and INFO logs")
+
+
+def _run_env(args: argparse.Namespace, rest: Sequence[str], argv: Sequence[str]) -> int:
+    prog = f"hermes-async {args.command}"
+    env_over, openai_over = _parse_overrides(rest, prog)
+    print(f"{prog}: loading {args.env} ...", flush=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if not args.wandb:
+        os.environ.setdefault("WANDB_MODE", "disabled")
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO)
+    from hermes_async.envs.command import RunRequest, run_request
+    from hermes_async.errors import ConfigError
+
+    request = RunRequest(
+        mode=args.command,
+        env=args.env,
+        model=args.model,
+        oracle=args.oracle,
+        tokenizer=args.tokenizer,
+        limit=args.limit,
+        group_size=args.group_size,
+        out=args.out,
+        resume=args.resume,
+        wandb=args.wandb,
+        progress=not args.no_progress,
+        env_overrides=env_over,
+        openai_overrides=openai_over,
+        command=" ".join(["hermes-async", *_hide_secret_flags(argv)]),
+    )
+    try:
+        return run_request(request, verbose=args.verbose)
+    except (ConfigError, ImportError) as exc:
+        if args.verbose:
+            raise
+        print(failure_line(prog, exc), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # the run was cancelled: sandboxes released, rows kept
+        print(f"{prog}: interrupted; finished rows are kept (--resume continues)", file=sys.stderr)
+        return 130
+
+
+def _hide_secret_flags(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values of secret-named flags (``--openai.api_key``) replaced."""
+    from hermes_async._redact import REDACTED, secret_name
+
+    shown = list(argv)
+    for i, arg in enumerate(shown):
+        name, eq, _ = arg.partition("=")
+        if not (arg.startswith("--") and secret_name(name.rpartition(".")[2].lstrip("-"))):
+            continue
+        if eq:
+            shown[i] = f"{name}={REDACTED}"
+        elif i + 1 < len(shown):
+            shown[i + 1] = REDACTED
+    return shown
+
+
+def _add_view_parser(sub: Any) -> None:
+    view = sub.add_parser(
+        "view",
+        help="write (or serve on 127.0.0.1) the HTML viewer of a run folder",
+        description="Write RUN_DIR/index.html from RUN_DIR/samples.jsonl and print its path; "
+        "with --serve, serve it on 127.0.0.1 (re-read at each load) until Ctrl-C.",
+    )
+    view.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (or its samples.jsonl)")
+    view.add_argument("--serve", action="store_true", help="serve it on 127.0.0.1")
+    view.add_argument("--port", type=int, default=0, help="with --serve (default: any free port)")
+
+
+def _view(args: argparse.Namespace) -> int:
+    from hermes_async.envs.runs import SAMPLES_FILE
+    from hermes_async.envs.viewer import write_viewer
+
+    run_dir = Path(args.run_dir)
+    if run_dir.is_file():
+        run_dir = run_dir.parent
+    if not (run_dir / SAMPLES_FILE).is_file():
+        print(f"hermes-async view: {run_dir} has no {SAMPLES_FILE}", file=sys.stderr)
+        return 2
+    path = write_viewer(run_dir)
+    print(f"viewer: {path.resolve()}")
+    print(f"        {path.resolve().as_uri()}", flush=True)
+    if not args.serve:
+        return 0
+    try:
+        return anyio.run(_serve_viewer, run_dir, args.port)
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _serve_viewer(run_dir: Path, port: int) -> int:
+    from hermes_async._http_serve import serve_get
+    from hermes_async.envs.viewer import write_viewer
+
+    def answer(path: str) -> tuple[str, str, bytes]:
+        if path not in ("/", "/index.html"):
+            return "404 Not Found", "text/plain", b"try GET /\n"
+        page = write_viewer(run_dir).read_bytes()  # re-read: a running run's new rows show
+        return "200 OK", "text/html; charset=utf-8", page
+
+    async with anyio.create_task_group() as tg:
+        bound = await tg.start(serve_get, answer, port)
+        print(f"serving http://127.0.0.1:{bound}/ (Ctrl-C stops)", flush=True)
+    return 0
+
+
+def _add_serve_gym_parser(sub: Any) -> None:
+    gym = sub.add_parser(
+        "serve-gym",
+        help="a NeMo Gym agent server (POST /run) over a task source and a token server",
+        description="Serve hermes_async rollouts as a NeMo Gym agent: POST /run takes a "
+        "BaseRunRequest and answers a BaseVerifyResponse whose output items carry each turn's "
+        "exact token ids and logprobs (docs/trainers/nemo_gym.md).",
+    )
+    gym.add_argument(
+        "--tasks",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the task source: body -> RolloutTask, or an environment",
+    )
+    gym.add_argument(
+        "--model-url", required=True, help="the model server (vLLM as NeMo RL exposes it)"
+    )
+    gym.add_argument(
+        "--token-endpoint",
+        choices=("vllm", "completions", "sglang"),
+        default="vllm",
+        help="vllm: /inference/v1/generate; completions: /v1/completions with ids; "
+        "sglang: /generate (default: vllm)",
+    )
+    gym.add_argument("--vocab-size", type=int, help="the tokenizer's size (checks the ids)")
+    gym.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
+    gym.add_argument("--port", type=int, default=8000, help="default: 8000")
+
+
+def _serve_gym(args: argparse.Namespace) -> int:
+    from hermes_async.errors import ConfigError
+    from hermes_async.integrations.nemo_gym import create_app
+
+    try:
+        import uvicorn
+    except ImportError:
+        print(
+            "hermes-async serve-gym needs uvicorn: pip install 'hermes-async[nemo-gym]'",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        app = create_app(
+            args.tasks,
+            model_url=args.model_url,
+            token_endpoint=args.token_endpoint,
+            vocab_size=args.vocab_size,
+        )
+    except (ConfigError, ImportError) as exc:
+        print(f"hermes-async serve-gym: {exc}", file=sys.stderr)
+        return 2
+    # uvicorn owns the event loop of this process (a command, not library code).
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
 
 
 #: Where ``hermes-async status`` looks by default (``serve_metrics``' conventional port).
@@ -474,13 +627,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--watch", type=float, metavar="SECONDS", help="print it again every SECONDS (Ctrl-C ends)"
     )
     _add_worker_parser(sub)
+    for mode in ("eval", "process"):
+        _add_run_parser(sub, mode)
+    _add_view_parser(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _add_serve_gym_parser(sub)
     args, rest = parser.parse_known_args(argv)
+    if args.command in ("worker", "serve-gym") and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "worker":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
         return _worker(args)
+    if args.command == "serve-gym":
+        return _serve_gym(args)
     if args.command == "demo":
         return _run_demo(args, rest)
+    if args.command in ("eval", "process"):
+        return _run_env(args, rest, argv)
+    if args.command == "view":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        return _view(args)
     if args.command == "status":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -1,65 +1,9 @@
 """OpenTelemetry traces and metrics, when opentelemetry-api is installed and a provider is set.
 
-The core depends on nothing here: ``opentelemetry-api`` is optional (``pip install
-'hermes-async[otel]'`` brings the API, the SDK and the OTLP exporter). With the API but no SDK
-configured, nothing is recorded and nothing is paid (``bench/telemetry.py`` measures it).
-
-**Traces** (GenAI semantic conventions where they apply; every span ends, a cancelled one
-with ``hermes_async.cancelled=true``):
-
-==========================  =====================================================================
-span                        attributes
-==========================  =====================================================================
-``rollout``                 ``hermes_async.task_id``, ``.outcome``, ``.turns``, ``.reward``
-``invoke_agent {agent}``    a loop run: ``gen_ai.agent.name``, ``hermes_async.task_id``, ``.turns``
-``turn``                    ``hermes_async.task_id``, ``hermes_async.turn``
-``text_completion``         ``gen_ai.request.*`` (max_tokens, temperature, top_p, seed),
-                            ``gen_ai.usage.input_tokens`` / ``output_tokens``,
-                            ``gen_ai.response.finish_reasons``,
-                            ``hermes_async.time_to_first_token`` (s), ``hermes_async.endpoint``
-``chat {model}``            the same for chat completions (usage as the server reports it)
-``execute_tool {name}``     ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``hermes_async.task_id``
-``sandbox create``          ``hermes_async.task_id``
-``sandbox exec``            ``hermes_async.task_id``, ``hermes_async.exit_code``
-``sandbox close``           ``hermes_async.task_id``, ``hermes_async.interrupted``
-``reward``                  ``hermes_async.task_id``, ``hermes_async.reward``
-==========================  =====================================================================
-
-A hung tool is an ``execute_tool`` span started and never ended, with its task id: any span
-processor's ``on_start`` sees it (exporters only see ended spans).
-
-**Metrics** (observed when the reader collects, nothing is kept per request):
-
-* every named limiter of every live :class:`~hermes_async.limits.Limits`
-  (``hermes_async.limiter.limit``, ``.in_use``, ``.waiting`` gauges and the
-  ``.wait_time`` counter in seconds; attributes ``limiter`` and ``limits``, the set's number);
-* every open :class:`~hermes_async.inference.pool.ServerPool`'s servers
-  (``hermes_async.pool.server.limit``, ``.in_use``, ``.waiting``, ``.sessions``, ``.up`` gauges;
-  ``.requests``, ``.failures``, ``.rate_limited``, ``.ejections`` counters; attribute
-  ``server``, its redacted URL);
-* ``hermes_async.rollouts`` by ``outcome`` (ok, error, reward_error, cancelled) and
-  ``hermes_async.tokens`` by ``gen_ai.token.type`` (``input``: prompt and tool results,
-  ``output``: sampled).
-
-Use the global providers (``opentelemetry.trace.set_tracer_provider(...)``) or give this
-library its own with :func:`configure_telemetry`.
-
-**Prometheus** (no OpenTelemetry needed): :func:`serve_metrics` answers ``GET /metrics`` with
-the same limiter and pool gauges in the text exposition format, and the rollouts in flight by
-phase (``hermes_async_rollouts_in_flight{phase=...}``), read at each scrape (environments:
-the config option ``metrics_port``)::
-
-    async with anyio.create_task_group() as tg:
-        port = await tg.start(serve_metrics, 9464)       # http://127.0.0.1:9464/metrics
-
-**Live view**: :func:`run_status` snapshots this process (rollouts in flight by phase — in a
-rollout, waiting for or running a model request, running tools, scoring —, every limiter's
-saturation, servers up), :func:`format_status` renders the compact line the progress output
-shows; ``hermes-async status [URL]`` prints the same line for a running process from its metrics
-endpoint (:func:`read_status`)::
-
-    rollouts 812 (model 64, tools 401, reward 12) | model_requests 64/64 +210 waiting,
-    tool_calls 401/512, sandbox_create 3/16 | servers 3/4 up
+The core depends on nothing here; with no SDK configured nothing is recorded. Also a
+Prometheus ``/metrics`` endpoint (:func:`serve_metrics`) and the live status line
+(:func:`run_status`, :func:`format_status`, :func:`read_status`), which need no OpenTelemetry.
+docs/architecture.md ("Telemetry: spans and metrics") lists every span and metric.
 """
 
 from __future__ import annotations
@@ -74,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import anyio
-from anyio.abc import SocketStream, TaskStatus
+from anyio.abc import TaskStatus
 
 from hermes_async import _otel
+from hermes_async._http_serve import serve_get
 
 __all__ = (
     "TELEMETRY_AVAILABLE",
@@ -128,14 +73,10 @@ _in_flight: Counter[str] = Counter()
 def configure_telemetry(
     *, tracer_provider: Any = None, meter_provider: Any = None, enabled: bool = True
 ) -> None:
-    """Give hermes_async its own providers, or go back to the global ones.
+    """Give hermes_async its own providers (``None``: the global ones).
 
     Args:
-        tracer_provider: An SDK ``TracerProvider`` (``None``: the global one, recorded only
-            once an SDK provider is set globally).
-        meter_provider: An SDK ``MeterProvider`` (``None``: the global one).
-        enabled: ``False`` turns tracing off whatever the providers (the cost is then one
-            flag test per span site).
+        enabled: ``False`` turns tracing off whatever the providers.
 
     Raises:
         RuntimeError: opentelemetry-api is not installed (``pip install 'hermes-async[otel]'``).
@@ -157,8 +98,7 @@ def tracing_enabled() -> bool:
 
 
 def observe_limits(limits: _LimitsLike) -> None:
-    """Report ``limits``' limiters as metrics for as long as it lives (every ``Limits`` does
-    this itself when created)."""
+    """Report ``limits``' limiters as metrics while it lives (every ``Limits`` calls it)."""
     if limits not in _limits:
         _limits[limits] = next(_numbers)
     _ensure_instruments()
@@ -171,7 +111,7 @@ def observe_pool(pool: _PoolLike) -> None:
 
 
 def forget_pool(pool: _PoolLike) -> None:
-    """Stop reporting ``pool`` (it closed)."""
+    """Stop reporting ``pool``."""
     _pools.discard(pool)
 
 
@@ -199,10 +139,7 @@ Phase = Literal["rollout", "reward"]
 
 @contextmanager
 def in_flight(phase: Phase) -> Iterator[None]:
-    """Count the block as one ``phase`` in flight, for the status line and ``/metrics``.
-
-    Two integer updates: cheap enough for every rollout (no OpenTelemetry involved).
-    """
+    """Count the block as one ``phase`` in flight (two integer updates, no OpenTelemetry)."""
     _in_flight[phase] += 1
     try:
         yield
@@ -225,12 +162,8 @@ class RunStatus:
     """What a process is doing now (see :func:`run_status`).
 
     Attributes:
-        rollouts: Rollout attempts in flight.
-        model: Model requests in flight (the ``model_requests`` limiter's slots held).
-        tools: Tool calls in flight (the ``tool_calls`` limiter's slots held).
-        reward: Rewards being computed.
-        limiters: Every named limiter, in name order.
-        servers_up: Pool servers that are up.
+        model: The ``model_requests`` limiter's slots held.
+        tools: The ``tool_calls`` limiter's slots held.
         servers: Pool servers known (0 without a pool).
     """
 
@@ -294,8 +227,7 @@ _SHOWN = ("model_requests", "tool_calls", "sandbox_create", "sandbox_exec")
 def format_status(status: RunStatus) -> str:
     """The compact status line: ``rollouts 8 (model 2, tools 5, reward 1) | ... | servers 3/4 up``.
 
-    Limiters show ``in_use/limit`` and ``+N waiting`` when tasks wait; the four main ones always
-    (when present), any other only while it is full or waited on. Servers only with a pool.
+    The four main limiters always show; any other only while it is full or waited on.
     """
     head = (
         f"rollouts {status.rollouts} "
@@ -376,13 +308,13 @@ async def read_status(url: str, *, timeout: float = STATUS_READ_TIMEOUT_SECONDS)
     """Read a running process's status from its metrics endpoint (``serve_metrics``).
 
     Args:
-        url: The endpoint, ``http://host:port`` or ``.../metrics``.
-        timeout: The deadline for the whole read.
+        url: ``http://host:port`` or ``.../metrics``.
 
     Raises:
-        OSError: The endpoint cannot be reached or answered with an error (the message says
-            which URL and why).
+        OSError: The endpoint cannot be reached or answered with an error.
         ValueError: The endpoint is not a hermes_async one.
+
+    **Cancellation**: the connection is closed.
     """
     import httpx
 
@@ -503,9 +435,6 @@ def _pool_instruments(meter: Any) -> None:
 # --------------------------------------------------------------------------------------------
 # Prometheus text exposition
 
-#: Longest wait for a scraper's request line (a silent client is dropped after it).
-SCRAPE_READ_TIMEOUT_SECONDS = 5.0
-
 
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
@@ -563,38 +492,14 @@ async def serve_metrics(
 ) -> None:
     """Serve :func:`prometheus_text` at ``http://host:port/metrics`` until cancelled.
 
-    Start it with ``port = await tg.start(serve_metrics, 9464)``; ``task_status`` receives the
-    bound port (useful with ``port=0``).
+    Start it with ``port = await tg.start(serve_metrics, 9464)``: the bound port comes back.
 
     **Cancellation**: the listener and every open scrape connection are closed.
     """
-    async with await anyio.create_tcp_listener(local_host=host, local_port=port) as listener:
-        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
-        task_status.started(bound)
-        await listener.serve(_answer_scrape)
+    await serve_get(_answer_scrape, port, host, task_status=task_status)
 
 
-async def _answer_scrape(stream: SocketStream) -> None:
-    async with stream:
-        request = b""
-        with anyio.move_on_after(SCRAPE_READ_TIMEOUT_SECONDS):
-            while b"\r\n\r\n" not in request and len(request) < 8192:
-                try:
-                    request += await stream.receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError):
-                    return
-        first = request.split(b"\r\n", 1)[0].split()
-        if len(first) >= 2 and first[0] == b"GET" and first[1].split(b"?")[0] == b"/metrics":
-            status, body = "200 OK", prometheus_text().encode()
-            kind = "text/plain; version=0.0.4; charset=utf-8"
-        else:
-            status, body, kind = "404 Not Found", b"try GET /metrics\n", "text/plain"
-        head = (
-            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        try:
-            with anyio.move_on_after(SCRAPE_READ_TIMEOUT_SECONDS):
-                await stream.send(head.encode() + body)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the scraper went away
+def _answer_scrape(path: str) -> tuple[str, str, bytes]:
+    if path == "/metrics":
+        return "200 OK", "text/plain; version=0.0.4; charset=utf-8", prometheus_text().encode()
+    return "404 Not Found", "text/plain", b"try GET /metrics\n"

@@ -36,6 +36,11 @@ def test_demo_runs_offline_and_writes_everything(
             assert len(tokens) == len(masks) == len(logprobs)
             assert any(m != -100 for m in masks)
     assert (out / "terminal_test.html").is_file()
+    # The viewer: every rollout (1 eval + 9 process), each with its tool calls' arguments.
+    page = (out / "index.html").read_text()
+    assert page.count('<details class="rollout"') == 10
+    assert page.count('<div class="call-name">terminal</div>') == 10
+    assert "seq 1 5 &gt; ~/count.txt" in page
     assert (
         json.loads((out / "eval" / "metrics.json").read_text())["results"]["all"][
             "eval/mean_reward"
@@ -70,6 +75,34 @@ def test_demo_rejects_unknown_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "did you mean '--openai.server_type'?" in capsys.readouterr().err
     # Rejected before anything in the output directory was touched.
     assert (out / "terminal_test.jsonl").read_text() == "a previous run\n"
+
+
+def test_view_writes_the_page_and_prints_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    row = {
+        "item_key": "a",
+        "task": "a",
+        "reward": 1.0,
+        "messages": [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "1", "function": {"name": "terminal", "arguments": '{"command": "ls"}'}}
+                ],
+            },
+        ],
+    }
+    (tmp_path / "samples.jsonl").write_text(json.dumps(row) + "\n")
+    assert main(["view", str(tmp_path / "samples.jsonl")]) == 0
+    printed = capsys.readouterr().out
+    page = tmp_path / "index.html"
+    assert f"viewer: {page.resolve()}" in printed and page.resolve().as_uri() in printed
+    assert "&quot;command&quot;: &quot;ls&quot;" in page.read_text()
+    assert main(["view", str(tmp_path / "nothing-here")]) == 2
+    assert "has no samples.jsonl" in capsys.readouterr().err
 
 
 def test_worker_loop_flag_reaches_anyio(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hermes_async"
 
-# Ceilings: what the package reaches now, rounded up. The target is 15% and 12 lines; lower
-# these as the rest of the package gets there, never raise them.
-MAX_DOCSTRING_SHARE = 0.215
-MAX_MEDIAN_MODULE_DOCSTRING_LINES = 11
+# Issue #35's bounds (the package is at 13.8% and 7 lines): the reason for a decision sits at
+# its line or in docs/decisions/, not in a docstring.
+MAX_DOCSTRING_SHARE = 0.15
+MAX_MEDIAN_MODULE_DOCSTRING_LINES = 12
 
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 

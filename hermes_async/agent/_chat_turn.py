@@ -1,11 +1,9 @@
 """Phase 1 turns: OpenAI-style chat completions, with the reference's ``<tool_call>`` fallback.
 
-:class:`ChatTurns` runs the turns of one rollout against anything with ``async
-chat_completion(**kwargs)`` returning an OpenAI-shaped response (our
-:class:`~hermes_async.inference.chat.ChatClient`, an atroposlib ``ServerManager``, ...).
-Structured ``tool_calls`` are used; when there are none but the content holds ``<tool_call>``
-text, the hermes parser recovers the calls (the reference's fallback). Responses may be objects
-or dicts: servers differ, so fields are read either way.
+:class:`ChatTurns` runs one rollout's turns against anything with ``async
+chat_completion(**kwargs)`` (our ``ChatClient``, an atroposlib ``ServerManager``, ...).
+Without structured ``tool_calls``, the hermes parser recovers ``<tool_call>`` text; a cut call
+is an error the next prompt carries (decision 001). Responses may be objects or dicts.
 """
 
 from __future__ import annotations
@@ -21,14 +19,14 @@ import anyio
 
 from hermes_async._otel import span
 from hermes_async.agent._reasoning import reasoning_request_fields
-from hermes_async.agent._tool_runner import PendingCall, RunTools
+from hermes_async.agent._tool_runner import PendingCall, RunTools, record_cut_calls
 from hermes_async.agent._transcript import assistant_message
 from hermes_async.agent.failures import RolloutFailure, classify_exception
 from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import AgentResult
 from hermes_async.jsontypes import JSONObject
 from hermes_async.parsers import get_parser
-from hermes_async.parsers.types import FunctionCall, ToolCall
+from hermes_async.parsers.types import FunctionCall, ToolCall, ToolCallTruncated
 
 __all__ = ("ChatServer", "ChatTurns")
 
@@ -39,9 +37,7 @@ logger = logging.getLogger("hermes_async.agent.loop")
 class ChatServer(Protocol):
     """A Phase 1 model server: OpenAI-style chat completions."""
 
-    async def chat_completion(self, **kwargs: Any) -> Any:
-        """Return an OpenAI ``ChatCompletion``-shaped object."""
-        ...
+    async def chat_completion(self, **kwargs: Any) -> Any: ...
 
 
 def _get(obj: object, name: str) -> Any:
@@ -51,11 +47,7 @@ def _get(obj: object, name: str) -> Any:
 
 
 def _extract_reasoning(message: object) -> str | None:
-    """The reasoning text of a Phase 1 message, as the reference looked for it.
-
-    First non-empty of ``reasoning_content``, ``reasoning``, then the ``text`` of the first
-    ``reasoning_details`` entry that has one.
-    """
+    """First non-empty of ``reasoning_content``, ``reasoning``, ``reasoning_details[].text``."""
     for attr in ("reasoning_content", "reasoning"):
         value = _get(message, attr)
         if isinstance(value, str) and value.strip():
@@ -97,19 +89,12 @@ def _base_url(server: object) -> str | None:
 
 
 def _fail(result: AgentResult, failure: RolloutFailure) -> None:
-    """End the rollout with ``failure`` (``error`` is its redacted message)."""
     result.failure = failure
     result.error = failure.message
 
 
 class ChatTurns:
-    """The Phase 1 turn strategy: one chat completion per turn, then that turn's tools.
-
-    Args:
-        server: A chat server (``async chat_completion(**kwargs)``).
-        tool_schemas: Tools offered to the model.
-        options: The loop's options.
-    """
+    """The Phase 1 turn strategy: one chat completion per turn, then that turn's tools."""
 
     def __init__(
         self, server: ChatServer, tool_schemas: Sequence[JSONObject], options: AgentOptions
@@ -139,8 +124,6 @@ class ChatTurns:
 
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run the rollout's turns; stop on an answer without calls, a failure or max_turns.
-
-        ``seed`` is not sent: chat requests never carried one (as in the reference).
 
         **Cancellation**: the model request is cancelled (its HTTP stream closed) and running
         tools are cancelled; the interrupted turn stays in flight on ``tools``.
@@ -189,25 +172,40 @@ class ChatTurns:
                 result.reasoning_per_turn.append(reasoning)
                 content = _get(message, "content")
                 calls = _normalize_tool_calls(_get(message, "tool_calls") or [])
+                cut: tuple[ToolCallTruncated, ...] = ()
                 if not calls and self._schemas and isinstance(content, str):
-                    content, calls = self._fallback_parse(content, tools.task_id)
-                if not calls:
+                    content, calls, cut = self._fallback_parse(content, tools.task_id)
+                if not calls and not cut:
                     messages.append(assistant_message(content, (), reasoning))
                     result.finished_naturally = True
                     return
                 pending = [PendingCall(call) for call in calls]
                 assistant = assistant_message(content, pending, reasoning)
-                await tools.run_calls(result, turn + 1, pending, timing, assistant)
+                if pending:
+                    await tools.run_calls(result, turn + 1, pending, timing, assistant)
+                else:
+                    messages.append(assistant)
+                # A call cut off by max_tokens: the next prompt says so (decision 001).
+                record_cut_calls(result, turn + 1, cut)
 
-    def _fallback_parse(self, content: str, task_id: str) -> tuple[str | None, list[ToolCall]]:
-        """Recover ``<tool_call>`` blocks from Phase 1 content (the reference's fallback)."""
+    def _fallback_parse(
+        self, content: str, task_id: str
+    ) -> tuple[str | None, list[ToolCall], tuple[ToolCallTruncated, ...]]:
+        """``(content, calls, cut calls)`` from ``<tool_call>`` blocks in Phase 1 content.
+
+        With a cut call and no other, the content is the reply unchanged (what was sampled).
+        """
         if "<tool_call>" not in content:
-            return content, []
+            return content, [], ()
         try:
             parsed = get_parser("hermes", tools=self._schemas).parse(content)
         except Exception:  # a parser bug must not end the rollout; the text stays content
             logger.warning("task %s: fallback tool-call parse failed", task_id, exc_info=True)
-            return content, []
+            return content, [], ()
+        cut = parsed.truncated_calls
         if not parsed.tool_calls:
-            return content, []
-        return parsed.content, list(parsed.tool_calls)
+            return content, [], cut
+        if cut:  # the cut text follows the calls, as in Phase 2
+            text = "\n".join(part for part in (parsed.content, *(c.raw for c in cut)) if part)
+            return text, list(parsed.tool_calls), cut
+        return parsed.content, list(parsed.tool_calls), ()

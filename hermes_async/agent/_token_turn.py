@@ -52,11 +52,11 @@ from hermes_async.agent._prompt_ids import PROMPT_IDS, first_prompt_gate
 from hermes_async.agent._reasoning import TemplateKwargsTokenizer, thinking_template_kwargs
 from hermes_async.agent._sampling import end_of_turn_ids, resolve_sampling, turn_sampling
 from hermes_async.agent._segments import place_turn
-from hermes_async.agent._tool_runner import PendingCall, RunTools, TurnToolRunner
+from hermes_async.agent._tool_runner import PendingCall, RunTools, TurnToolRunner, record_cut_calls
 from hermes_async.agent._transcript import assistant_message
 from hermes_async.agent.failures import RolloutFailure, classify_exception
 from hermes_async.agent.options import AgentOptions
-from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
+from hermes_async.agent.result import AgentResult
 from hermes_async.agent.versions import (
     probe_paused,
     read_version,
@@ -441,7 +441,7 @@ class TokenTurns:
                 tools.begin_turn(assistant, runner.calls)
                 await tools.record_turn(result, turn, runner.calls, timing, assistant)
                 at = len(messages) - 1 - len(runner.calls)  # the assistant message just appended
-                self._record_cut(result, turn, step)
+                record_cut_calls(result, turn, step.cut)
                 final = not runner.calls and not step.cut
                 if final:
                     result.finished_naturally = True
@@ -575,24 +575,6 @@ class TokenTurns:
                 "stream cut while paused" if broken is not None else "finish_reason abort",
                 budget - len(step.token_ids),
             )
-
-    def _record_cut(self, result: AgentResult, turn: int, step: _Phase2Turn) -> None:
-        """A call cut off by ``max_tokens``: a ``ToolError`` and a ``user`` message saying so."""
-        if not step.cut:
-            return
-        for event in step.cut:
-            result.tool_errors.append(
-                ToolError(
-                    turn=turn,
-                    tool_name=event.name or "",
-                    arguments=event.raw,
-                    error=event.message,
-                    tool_result=event.message[:TOOL_ERROR_RESULT_MAX_CHARS],
-                    category="model",  # the model's call, cut off: never run
-                )
-            )
-        text = "\n".join(dict.fromkeys(event.message for event in step.cut))
-        result.messages.append({"role": "user", "content": text})
 
     def _place(
         self,

@@ -1,19 +1,9 @@
 """Running one turn's tool calls: in order by default, in parallel on request, started early.
 
-The agent loop submits each tool call the moment it is known (in Phase 2: the moment the parser
-seals it, while the model is still generating). :class:`TurnToolRunner` starts it at once — or,
-in sequential mode, as soon as the previous call of the same turn has finished — and keeps the
-outcomes in call order, so the tool messages appended afterwards are in the order the model wrote
-the calls, whatever order they finished in.
-
-All tasks live in the task group the caller passes in; the caller's scope owns them, so a
-deadline or a cancellation of the turn cancels running tools too (their handlers kill their
-process groups on the way out).
-
-:class:`RunTools` is the per-run half: one per :meth:`HermesAgentLoop.run
-<hermes_async.agent.loop.HermesAgentLoop.run>`, it holds the rollout's tool runtime and the turn
-whose tools are in flight, applies the result budget and appends a finished turn's messages.
-Keeping it per run (not on the loop) is what lets one loop instance run several rollouts at once.
+:class:`TurnToolRunner` starts each call as it is submitted (in Phase 2, when the parser seals
+it) and keeps outcomes in the order the model wrote the calls. Its tasks live in the caller's
+task group, so cancelling the turn cancels the tools. :class:`RunTools` is the per-run half
+(runtime, turn in flight, recording); being per run lets one loop run several rollouts at once.
 """
 
 from __future__ import annotations
@@ -38,7 +28,7 @@ from hermes_async.agent.budget import (
 from hermes_async.agent.options import AgentOptions
 from hermes_async.agent.result import TOOL_ERROR_RESULT_MAX_CHARS, AgentResult, ToolError
 from hermes_async.jsontypes import JSONObject
-from hermes_async.parsers.types import ToolCall
+from hermes_async.parsers.types import ToolCall, ToolCallTruncated
 from hermes_async.tools.registry import (
     ToolOutcome,
     ToolRegistry,
@@ -48,7 +38,7 @@ from hermes_async.tools.registry import (
 )
 from hermes_async.tools.sandbox.base import Sandbox
 
-__all__ = ("PendingCall", "RunTools", "ToolSettings", "TurnToolRunner")
+__all__ = ("PendingCall", "RunTools", "ToolSettings", "TurnToolRunner", "record_cut_calls")
 
 logger = logging.getLogger("hermes_async.agent.loop")
 
@@ -57,17 +47,12 @@ logger = logging.getLogger("hermes_async.agent.loop")
 class PendingCall:
     """A tool call of the turn in flight: the call the model made and, once run, its outcome.
 
-    Phase 1 makes it from the server's structured ``tool_calls``, Phase 2 from the parser's
-    sealed calls; the runner fills in the rest.
-
     Attributes:
         call: The call (for a malformed one, ``function.arguments`` is its text).
-        raw_arguments: Phase 2: the arguments exactly as the model wrote them, when they
-            differ from ``call.arguments`` (the message shows these).
-        raw: Phase 2: the call's JSON as the model wrote it, when the format writes the whole
-            call as one JSON object (hermes, llama3_json) or the call is malformed; chat
-            templates that know it render the model's own text.
-        index: Position in the turn (set on submission).
+        raw_arguments: Phase 2: the arguments as the model wrote them, when they differ from
+            ``call.arguments`` (the message shows these).
+        raw: Phase 2: the call's JSON as the model wrote it, for whole-JSON formats (hermes,
+            llama3_json) or a malformed call; templates that know it render the model's text.
         outcome: What the model is shown, once the call finished.
     """
 
@@ -83,11 +68,9 @@ class PendingCall:
 
     @property
     def finished(self) -> bool:
-        """Whether the call has finished (run, or rejected)."""
         return self._finished
 
     def mark_finished(self) -> None:
-        """Record that the call finished; wake whoever waits on it."""
         self._finished = True
         if self._waiter is not None:
             self._waiter.set()
@@ -95,7 +78,7 @@ class PendingCall:
     async def wait_finished(self) -> None:
         """Wait until the call has finished (a checkpoint even if it already has).
 
-        **Cancellation**: only the wait is cancelled; the call is not affected.
+        **Cancellation**: only the wait is cancelled.
         """
         if self._finished:
             await anyio.lowlevel.checkpoint()
@@ -105,6 +88,26 @@ class PendingCall:
         await self._waiter.wait()
 
 
+def record_cut_calls(result: AgentResult, turn: int, cut: Sequence[ToolCallTruncated]) -> None:
+    """Calls cut off by ``max_tokens`` (decision 001): a ``ToolError`` each and one ``user``
+    message telling the model why nothing ran."""
+    if not cut:
+        return
+    for event in cut:
+        result.tool_errors.append(
+            ToolError(
+                turn=turn,
+                tool_name=event.name or "",
+                arguments=event.raw,
+                error=event.message,
+                tool_result=event.message[:TOOL_ERROR_RESULT_MAX_CHARS],
+                category="model",  # the model's call, cut off: never run
+            )
+        )
+    text = "\n".join(dict.fromkeys(event.message for event in cut))
+    result.messages.append({"role": "user", "content": text})
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSettings:
     """How a loop runs tools (fixed at construction, shared by all its runs).
@@ -112,7 +115,6 @@ class ToolSettings:
     Attributes:
         registry: Where tools come from (``None``: the built-in tools).
         valid_names: Names the model was offered.
-        options: The loop's options (timeout, parallelism, budget).
     """
 
     registry: ToolRegistry | None
@@ -121,18 +123,11 @@ class ToolSettings:
 
     @property
     def budget(self) -> BudgetConfig:
-        """The tool-result budget in effect."""
         return self.options.budget or DEFAULT_BUDGET
 
 
 class TurnToolRunner:
-    """Start tool calls as they are submitted; collect outcomes in submission order.
-
-    Args:
-        tg: The task group the calls run in (owned by the caller's turn).
-        runtime: The rollout's tool runtime.
-        settings: The loop's tool settings.
-    """
+    """Start tool calls as they are submitted in ``tg``; collect outcomes in submission order."""
 
     def __init__(self, tg: TaskGroup, runtime: ToolRuntime, settings: ToolSettings) -> None:
         self._tg = tg
@@ -165,11 +160,7 @@ class TurnToolRunner:
         return call
 
     def reject(self, call: PendingCall, error: str) -> PendingCall:
-        """Record a call that must not run (malformed, or cut off by ``max_tokens``).
-
-        It keeps its place in the turn's order, and the model is shown ``{"error": error}`` as
-        its result, like any other failed call.
-        """
+        """Record a call that must not run; the model is shown ``{"error": error}`` in its place."""
         call.index = len(self.calls)
         call.outcome = ToolOutcome(
             json.dumps({"error": error}, ensure_ascii=False), error, malformed=True
@@ -215,12 +206,7 @@ class TurnToolRunner:
 
 
 class RunTools:
-    """The tool side of one run: its runtime, the turn in flight, and recording a finished turn.
-
-    Args:
-        settings: The loop's tool settings.
-        runtime: This rollout's tool runtime (task id, limits, sandboxes, todo list).
-    """
+    """The tool side of one run: its runtime, the turn in flight, and recording a finished turn."""
 
     __slots__ = ("_inflight", "runtime", "settings")
 
@@ -233,22 +219,18 @@ class RunTools:
 
     @property
     def task_id(self) -> str:
-        """The rollout's task id."""
         return self.runtime.task_id
 
     def runner(self, tg: TaskGroup) -> TurnToolRunner:
-        """A runner for one turn whose calls run in ``tg``."""
         return TurnToolRunner(tg, self.runtime, self.settings)
 
     def begin_turn(self, assistant: JSONObject, calls: list[PendingCall]) -> None:
         """Mark the turn ``(assistant, calls)`` as in flight (closed by :meth:`close_inflight`)."""
         self._inflight = (assistant, calls)
 
+    # Synchronous, so it runs even while cancellation propagates.
     def close_inflight(self, result: AgentResult, reason: str) -> None:
-        """Append the interrupted turn, if any: its assistant message and one result per call.
-
-        Synchronous, so it runs even while cancellation propagates.
-        """
+        """Append the interrupted turn, if any: its assistant message and one result per call."""
         if self._inflight is None:
             return
         assistant, calls = self._inflight
@@ -287,8 +269,7 @@ class RunTools:
     ) -> None:
         """Append the turn's assistant message and its tool messages (in call order) together.
 
-        Errors are recorded and the result budget applied first, so a cancellation in between
-        never leaves an assistant message whose calls have no results.
+        The budget is applied first, so a cancellation never leaves calls without results.
 
         **Cancellation**: nothing is appended; the turn stays in flight for
         :meth:`close_inflight`.

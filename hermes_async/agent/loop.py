@@ -1,31 +1,11 @@
 """HermesAgentLoop: the multi-turn tool-calling agent loop.
 
-One :meth:`HermesAgentLoop.run` runs one rollout: ask the model, run the tool calls it makes,
-append the results, repeat until the model answers without tools or ``max_turns`` is reached.
-
-Two kinds of model server, and so two turn strategies, picked once when the loop is built:
-
-* **Phase 1** — anything with ``async chat_completion(**kwargs)`` returning an OpenAI-shaped
-  response (:class:`ChatServer`: our :class:`~hermes_async.inference.chat.ChatClient`, an
-  atroposlib ``ServerManager``, ...). Structured ``tool_calls`` are used; when there are none but
-  the content holds ``<tool_call>`` text, the hermes parser recovers the calls (the reference's
-  fallback).
-* **Phase 2** — a token server (our ``hermes_async.inference.generate`` clients) plus a
-  tokenizer: the prompt is rendered with the chat template, completion tokens stream in, the
-  parser sees them as they arrive, and each tool call is **dispatched the moment it is sealed**,
-  while generation continues. The token sequence is kept exactly (prompt + sampled ids + rendered
-  suffixes; never re-tokenized) and handed out as ``managed_state``.
-
-The loop object holds only configuration; everything that belongs to one rollout (its result,
-tool runtime, the turn in flight) lives in per-run objects, so one loop may run several
-rollouts at once (``run(messages, task_id=...)`` for each); :attr:`HermesAgentLoop.partial` is
-the result of the latest run started.
-
-What is returned and what is raised: every failure the *model* causes (unknown tool, invalid
-JSON, bad argument types, a tool timeout, a call cut off by ``max_tokens``) is a model-visible
-message plus a :class:`~hermes_async.agent.result.ToolError`; a model-server failure (after the
-client's retries) ends the rollout with ``finished_naturally=False`` and ``error`` set. Only
-cancellation propagates.
+:meth:`HermesAgentLoop.run` runs one rollout: ask the model, run its tool calls, append the
+results, repeat. One turn strategy per server kind, picked once: chat servers (Phase 1) or
+token servers with streamed, early-dispatched tool calls (Phase 2). The loop holds only
+configuration, so it may run several rollouts at once. Model mistakes become tool errors,
+server failures end the run with ``error`` set; only cancellation propagates.
+See docs/architecture.md, "The flow of one rollout".
 """
 
 from __future__ import annotations
@@ -55,7 +35,12 @@ from hermes_async.inference.pool import pool_session
 from hermes_async.inference.tokenizer import Tokenizer
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
-from hermes_async.tools.registry import ToolRegistry, ToolRuntime
+from hermes_async.tools.registry import (
+    NOT_AVAILABLE_IN_RL,
+    ToolRegistry,
+    ToolRuntime,
+    builtin_registry,
+)
 from hermes_async.tools.sandbox.base import SandboxProvider
 from hermes_async.tools.sandbox.manager import (
     SandboxManager,
@@ -75,11 +60,9 @@ _AGENT_NAME = "hermes-agent"
 class RunAbort:
     """Ends one :meth:`HermesAgentLoop.run` early, from anywhere (a tool, another task).
 
-    Like the rollout deadline: the run stops where it is (the model request and running tools
-    are cancelled, the turn in flight is closed) and returns its partial result with
-    ``failure`` (and ``error``) set to what :meth:`abort` was given. The rollout core uses it to
-    end a rollout the moment its sandbox dies, so a retry can start at once. Aborting before
-    the run starts ends it at its first step; aborting twice keeps the first failure.
+    Like the rollout deadline, the run stops where it is and returns its partial result with
+    ``failure`` set. The rollout core uses it when a sandbox dies, so a retry starts at once.
+    Aborting twice keeps the first failure.
     """
 
     __slots__ = ("_scope", "failure")
@@ -109,40 +92,24 @@ class _TurnStrategy(Protocol):
 
 
 class HermesAgentLoop:
-    """Run multi-turn tool-calling rollouts (see the module docstring).
+    """Run multi-turn tool-calling rollouts.
 
-    The positional arguments are the reference's, so code written for it constructs the loop
-    unchanged. Everything else is keyword-only: the options whole, and the plumbing.
+    The positional arguments are the reference's; the rest is keyword-only.
 
     Args:
-        server: A Phase 1 chat server (``async chat_completion(**kw)``) or a Phase 2 token
-            client (``stream(prompt_ids, params)``; needs ``tokenizer``).
-        tool_schemas: OpenAI tool schemas offered to the model.
-        valid_tool_names: Names the loop will execute (others are "unknown tool").
-        max_turns, temperature, max_tokens, extra_body, budget_config: The reference's
-            arguments, the :class:`AgentOptions` fields of those names (``budget_config`` is
-            ``budget``; an object that is not a ``BudgetConfig`` means the default). A value
-            other than the default replaces that field of ``options``.
-        task_id: The rollout's id (its sandbox's key); a fresh uuid4 if ``None``. A run may
-            override it (``run(messages, task_id=...)``).
-        options: Every other option (default: ``AgentOptions()``).
-        tokenizer: Phase 2: renders prompts and decodes the stream (required with a token
-            server).
-        limits: Shared limiters (default: a private :class:`Limits`).
-        sandboxes: Where tools get the rollout's sandbox (default: the current
-            ``SandboxManager`` of the context). With none, each :meth:`run` opens a private
-            manager on the configured backend (``TERMINAL_ENV``, default ``local``) and
-            releases the sandbox when it returns. To verify in the same sandbox afterwards,
-            open a manager around both (``async with open_sandbox_manager(): ...``).
-        registry: Tool implementations (default: the built-in tools).
-        release_sandbox: Release the rollout's sandbox when :meth:`run` returns. Default
-            ``False``: a reward function usually inspects it afterwards. On an outer
-            cancellation it is released regardless.
+        server: A chat server (``async chat_completion(**kw)``) or a token client (needs
+            ``tokenizer``).
+        max_turns, temperature, max_tokens, extra_body, budget_config: The reference's names
+            for :class:`AgentOptions` fields (``budget_config`` is ``budget``); a value other
+            than the default replaces that field of ``options``.
+        task_id: The sandbox's key; a fresh uuid4 if ``None``.
+        sandboxes: Default: the context's current ``SandboxManager``, else a private one per
+            :meth:`run` that releases the sandbox when the run returns.
+        release_sandbox: Release the sandbox when :meth:`run` returns; off by default, since a
+            reward usually inspects it. An outer cancellation releases it regardless.
 
     Raises:
-        ValueError: Bad options, or a token server without a tokenizer.
-        TypeError: ``server`` is neither kind of server, or ``options`` is not an
-            ``AgentOptions``.
+        ConfigError: A name in ``valid_tool_names`` is not a tool of ``registry``.
     """
 
     def __init__(
@@ -182,6 +149,7 @@ class HermesAgentLoop:
         self.server = server
         self.tool_schemas: list[JSONObject] = list(tool_schemas)
         self.valid_tool_names: set[str] = set(valid_tool_names)
+        _check_offered_tools(self.valid_tool_names, registry)
         self.task_id = task_id or str(uuid.uuid4())
         self.limits = limits or Limits()
         self.sandboxes = sandboxes
@@ -249,33 +217,22 @@ class HermesAgentLoop:
         sandboxes: SandboxProvider | None = None,
         abort: RunAbort | None = None,
     ) -> AgentResult:
-        """Run one rollout on ``messages`` (mutated in place) and return the result.
+        """Run one rollout, appending to ``messages``, and return the result.
 
         Args:
-            messages: The conversation so far; the rollout appends to this very list.
-            task_id: This run's task id (its sandbox's key); default :attr:`task_id`. Runs
-                that overlap need different ids, or they share one sandbox.
-            seed: This run's Phase 2 sampling seed (default: ``sampling.seed``); ignored by
-                chat servers.
-            deadline: This run's deadline on the ``anyio.current_time()`` clock, instead of
-                ``rollout_timeout`` from now (the rollout core passes the rollout's whole
-                deadline, which also covers the reward and the release).
-            sandboxes: This run's sandbox provider (default: the loop's).
-            abort: Ends the run early from outside (see :class:`RunAbort`).
+            task_id: Default :attr:`task_id`; overlapping runs need different ids, or they
+                share one sandbox.
+            seed: The token path's sampling seed (default ``sampling.seed``).
+            deadline: On the ``anyio.current_time()`` clock, instead of ``rollout_timeout``
+                from now.
+            abort: Ends the run early from outside.
 
-        Returns:
-            The :class:`AgentResult`. A model-server failure, the rollout deadline or an abort
-            ends the loop early with ``finished_naturally=False`` and ``error`` / ``failure``
-            set; the messages so far are kept.
+        A server failure, the deadline or an abort ends the run with
+        ``finished_naturally=False`` and ``error`` set. Traced as one ``invoke_agent
+        hermes-agent`` span, also when cancelled.
 
-        Traced as one ``invoke_agent hermes-agent`` span (OpenTelemetry GenAI conventions),
-        also when cancelled.
-
-        **Cancellation**: an outer cancellation cancels the model request (closing its HTTP
-        stream) and any running tool (its process group is killed), releases the rollout's
-        sandbox (through the manager, which shields and bounds it) and propagates; the result
-        so far stays readable as :attr:`partial`, internally consistent (tokens, masks and
-        logprobs aligned; messages of a turn appended only once the turn finished, in Phase 2).
+        **Cancellation**: the model request and running tools are cancelled, the sandbox is
+        released and the cancellation propagates; :attr:`partial` stays consistent.
         """
         task_id = task_id or self.task_id
         attributes = {
@@ -374,11 +331,7 @@ class HermesAgentLoop:
 async def _release(
     sandboxes: SandboxProvider | None, task_id: str, *, interrupted: bool = False
 ) -> None:
-    """Release ``task_id``'s sandbox; never raises.
-
-    No bound here: the provider's ``release`` shields and bounds itself (``SandboxManager``:
-    ``close_timeout``), and a second bound around it would only hide the real one.
-    """
+    """Release ``task_id``'s sandbox; never raises. The provider bounds its own release."""
     if sandboxes is None:
         return
     try:
@@ -388,24 +341,11 @@ async def _release(
 
 
 def resize_tool_pool(max_workers: int, *, limits: Limits | None = None) -> Limits:
-    """Resize the ``tool_calls`` limiter (the reference resized its tool thread pool).
+    """Resize the ``tool_calls`` limiter; the reference resized its tool thread pool.
 
-    There is no thread pool: this resizes the limiter of tool calls running at once of the
-    **current run** -- the limits of the current ``SandboxManager``, which the environment's
-    rollouts, loops and ``ToolContext`` s share. Pass ``limits=`` to resize another
-    :class:`~hermes_async.limits.Limits`. Outside a run there is no shared pool (each standalone
-    loop has private limits), and that is a ``ConfigError`` saying so, not a silent no-op.
-
-    Args:
-        max_workers: Tool calls allowed to run at once (>= 1).
-        limits: The limits to resize (default: the current run's).
-
-    Returns:
-        The :class:`~hermes_async.limits.Limits` that was resized.
-
-    Raises:
-        ConfigError: No ``limits`` given and no run is current.
-        ValueError: ``max_workers`` < 1.
+    Resizes ``limits``, else the current ``SandboxManager``'s, which the run's rollouts, loops
+    and ``ToolContext`` s share. Outside a run there is none: a ``ConfigError``, not a no-op.
+    Returns the :class:`~hermes_async.limits.Limits` resized.
     """
     target = limits
     if target is None:
@@ -420,3 +360,17 @@ def resize_tool_pool(max_workers: int, *, limits: Limits | None = None) -> Limit
         target = manager.limits
     target.tool_calls.set_total(max_workers)
     return target
+
+
+def _check_offered_tools(names: Collection[str], registry: ToolRegistry | None) -> None:
+    """Refuse to offer a tool the loop cannot run (usually: a custom registry not passed)."""
+    known = registry if registry is not None else builtin_registry()
+    missing = sorted(n for n in names if n not in known and n not in NOT_AVAILABLE_IN_RL)
+    if missing:
+        where = "the built-in tools" if registry is None else "the registry passed as registry="
+        raise ConfigError(
+            f"tools offered to the model are not in {where}: {missing}; a tool registered in a "
+            "ToolRegistry of your own needs that registry passed too: registry=my_registry "
+            "(HermesAgentLoop, RolloutSetup for run_group / run_rollout; environments: the "
+            "tool_registry class attribute), else every call to it fails as an unknown tool"
+        )

@@ -33,69 +33,51 @@ def _check_timeout(name: str, value: float | None) -> None:
 class AgentOptions:
     """Everything the agent loop takes beyond the server, the tools and the plumbing.
 
-    Defaults are the reference's where it had the knob. Phase 2 sampling precedence: a value
-    given explicitly wins over a default (:mod:`hermes_async.agent._sampling`).
+    Defaults are the reference's where it had the knob. In Phase 2 a value given explicitly
+    wins over a default (:mod:`hermes_async.agent._sampling`).
 
     Attributes:
         max_turns: Maximum model calls per rollout.
-        temperature: Sampling temperature; ``None``: not given (Phase 1 sends 1.0; Phase 2
-            uses ``sampling.temperature``).
+        temperature: ``None``: not given (Phase 1 sends 1.0; Phase 2 uses
+            ``sampling.temperature``).
         max_tokens: Per-turn completion cap (``None``: the server's default).
-        extra_body: Extra request fields, merged into every chat request (Phase 1) or into the
-            token requests' extras (Phase 2, checked against the server when the loop is
-            built).
+        extra_body: Extra request fields for every chat request (Phase 1) or token request
+            (Phase 2, checked against the server when the loop is built).
         budget: Tool-result budget (``None``: 100,000 chars per result, 200,000 per turn).
-            Oversized results are saved into the sandbox and replaced by a preview.
-        tool_timeout: Per-tool-call deadline; a call past it is cancelled and reported to the
-            model as timed out.
+        tool_timeout: Per-tool-call deadline; the model is told the call timed out.
         turn_timeout: Deadline for one model call (Phase 1) or generation (Phase 2).
-        rollout_timeout: Deadline for the whole rollout; on expiry the partial result is
-            returned with ``error`` set.
-        parallel_tool_calls: Run one turn's calls concurrently (default: in order, like the
-            reference).
-        max_tool_calls_per_turn: Tool calls of one turn that run; each one past it is answered
-            with an error result (a ``ToolError`` of category ``model``). 64: models rarely
-            write ten calls in a turn; 2,000 ``terminal`` calls took 22 s, one after another.
+        rollout_timeout: Deadline for the whole rollout; the partial result has ``error`` set.
+        parallel_tool_calls: Run one turn's calls concurrently (default: in order).
+        max_tool_calls_per_turn: Tool calls of one turn that run; each one past it gets an
+            error result.
         tool_call_parser: Phase 2 parser name (the Phase 1 fallback always uses ``hermes``).
-        early_dispatch: Phase 2: start each call the moment it is sealed; ``False`` waits for
-            the end of the completion.
+        early_dispatch: Phase 2: start each call the moment it is sealed.
         sampling: Phase 2 sampling parameters.
-        split_reasoning: Phase 2: move a leading ``<think>`` block into ``reasoning_content``
-            (``False`` keeps it in ``content``: the environment's ``preserve_think_blocks``).
-        terminal_timeout: Default command timeout of the ``terminal`` tool (``None``: the run's
-            ``use_tool_defaults``, else ``TERMINAL_TIMEOUT``, else 180 s); an explicit
-            ``timeout`` wins.
+        split_reasoning: Phase 2: move a leading ``<think>`` block into ``reasoning_content``.
+        terminal_timeout: Default ``terminal`` command timeout (``None``: the run's
+            ``use_tool_defaults``, else ``TERMINAL_TIMEOUT``, else 180 s).
         skills_dir: Where the ``skills`` tools read (``None``: ``~/.hermes/skills``, else the
             built-in examples).
         thinking_mode: Ask the model to reason (atroposlib's ``thinking_mode``).
         reasoning_effort: ``none``, ``minimal``, ``low``, ``medium``, ``high`` or ``xhigh``.
-        max_reasoning_tokens: A reasoning token budget (Phase 1 only). How the three reach
-            each kind of server: :mod:`hermes_async.agent._reasoning`.
-        sampling_hook: Phase 2: ``hook(turn, messages, params) -> SamplingParams | None``,
-            called before each generation; a result replaces that turn's parameters.
+        max_reasoning_tokens: A reasoning token budget (Phase 1 only); how the three reach
+            each server: :mod:`hermes_async.agent._reasoning`.
+        sampling_hook: Phase 2: ``hook(turn, messages, params) -> SamplingParams | None``
+            before each generation; a result replaces that turn's parameters.
         end_of_turn: Phase 2: the tokens (ids or texts) that end a model turn; ``None``: the
-            tokenizer's ``end_of_turn_ids``, else its ``eos_token_id``. They are the default
-            stop ids and decide where the template's suffix starts.
-        max_resumes: Phase 2: resumes allowed per turn after the server aborted it
-            (``finish_reason="abort"``, or a stream cut while ``pause_probe`` says paused).
-            The prefix is kept and the resumed request asks for the remaining budget only.
-            ``0``: an abort fails the rollout (``infra``).
+            tokenizer's ``end_of_turn_ids``, else its ``eos_token_id``.
+        max_resumes: Phase 2: resumes per turn after the server aborted it; the resumed
+            request asks for the remaining budget. ``0``: an abort fails the rollout.
         version_source: Phase 2: the trainer's policy version (``() -> int``, sync or async),
-            read once per request; every completion segment carries it, and ``run_group``'s
-            ``staleness`` measures ages with it.
-        pause_probe: Phase 2: ``() -> bool`` (sync or async), is the server paused? With it a
-            resume waits until the server is back, and a stream that breaks while it is
-            paused is resumed instead of failing.
-        pause_timeout: Longest wait for a paused server, per pause (a weight update takes
-            seconds to minutes; ten minutes means stuck).
-        incremental_rendering: Phase 2: render only each turn's new messages where the chat
-            template allows it (:mod:`hermes_async.inference.rendering`). Same tokens; less
-            CPU.
+            read once per request and carried by every completion segment.
+        pause_probe: Phase 2: ``() -> bool`` (sync or async), is the server paused? A resume
+            then waits, and a stream cut during a pause is resumed instead of failing.
+        pause_timeout: Longest wait for a paused server, per pause.
+        incremental_rendering: Phase 2: render only each turn's new messages where the
+            template allows it (:mod:`hermes_async.inference.rendering`).
 
     Raises:
-        ValueError: ``max_turns`` or ``max_tool_calls_per_turn`` < 1, a timeout that is not
-            positive, an unknown ``reasoning_effort`` or a non-positive
-            ``max_reasoning_tokens``.
+        ValueError: A count < 1, a timeout that is not positive, or a bad reasoning option.
     """
 
     max_turns: int = 30
@@ -107,6 +89,7 @@ class AgentOptions:
     turn_timeout: float | None = None
     rollout_timeout: float | None = None
     parallel_tool_calls: bool = False
+    # Models rarely write ten calls in a turn; 2,000 terminal calls in order took 22 s.
     max_tool_calls_per_turn: int = 64
     tool_call_parser: str = "hermes"
     early_dispatch: bool = True
@@ -122,7 +105,7 @@ class AgentOptions:
     max_resumes: int = 8
     version_source: VersionSource | None = None
     pause_probe: PauseProbe | None = None
-    pause_timeout: float | None = 600.0
+    pause_timeout: float | None = 600.0  # a weight update takes seconds to minutes
     incremental_rendering: bool = True
 
     def __post_init__(self) -> None:

@@ -1,44 +1,10 @@
 """Training rows from finished rollouts, as pure functions (no I/O, no atroposlib).
 
-A scored rollout carries three aligned lists — ``tokens``, ``masks`` (``-100`` where the policy
-did not sample: prompt, tool responses, template suffixes) and ``logprobs`` (the sampled
-logprob, ``1.0`` at masked positions) — and whether they are fit to train on:
-
-* **Phase 2** (a token server): :func:`exact_rows` reads them from the loop's
-  ``managed_state``: exactly the ids the server sampled, never re-tokenized — trainable.
-* **Phase 1** (a chat server): there are no sampled ids, so :func:`placeholder_rows` does what
-  the reference did: the non-empty message contents joined by newlines and tokenized, the first
-  token masked, every logprob ``1.0``. **Not trainable** (good for SFT-style data and
-  evaluation); :attr:`Rows.trainable` says so.
-
-:func:`scored_data_group` builds the dict Atropos' ``ScoredDataGroup`` describes (``tokens``,
-``masks``, ``scores``, ``inference_logprobs``, ``messages`` aligned per rollout) without importing
-atroposlib; :func:`scored_data_item` the single-rollout form.
-
-Two fields carry more than atroposlib's own environments put there, both tolerated by every
-consumer of the dict:
-
-* ``messages`` are **redacted** copies (:func:`~hermes_async._redact.redact_messages`): they are
-  for display (atroposlib's HTML viewer, wandb tables, the JSONL a person reads). Trainers
-  train on ``tokens``, which stay exactly what the model saw and sampled.
-* ``overrides`` — atroposlib's per-rollout dicts (``List[Dict]``; the trainer API passes them
-  through, the example trainer reads only its own ``set_advantage_to_zero`` key from them) —
-  carry each failed rollout's failure as ``{"failure": {"category", "message", "detail"}}``
-  (``{}`` for a rollout without one). A group without failures keeps ``overrides=None``.
-
-Policy versions (asynchronous RL, issue #20), when the loop had a version source:
-
-* ``overrides[i]`` also carries ``"policy_versions": [[start, end, version], ...]`` -- the
-  rollout's completion segments as token offsets into ``tokens[i]`` with the version that
-  sampled each (a turn resumed under a new version is two segments) -- and
-  ``"policy_version_min"`` / ``"policy_version_max"``; with ``max_staleness`` and
-  ``mask``, ``"stale_masked_tokens"`` counts the positions that were masked for age.
-* ``group_overrides`` carries ``"policy_version_min"`` / ``"policy_version_max"`` over the
-  group and, when ``run_group`` checked staleness, ``"policy_version_current"`` (the version
-  ages were measured from) and ``"max_staleness"``.
-
-Both are plain JSON: trainers that do not know the keys ignore them (atroposlib passes
-``overrides`` and ``group_overrides`` through untouched).
+Phase 2 rows are the ids the server sampled (:func:`exact_rows`); Phase 1 rows are the
+reference's placeholders, not trainable (:func:`placeholder_rows`). :func:`scored_data_group`
+builds Atropos' ``ScoredDataGroup`` dict, with redacted ``messages`` and failures and policy
+versions in ``overrides``. The dict's fields: docs/architecture.md, "Training rows and the
+scored group".
 """
 
 from __future__ import annotations
@@ -69,7 +35,6 @@ class Rows:
     """One rollout's training rows, aligned one to one.
 
     Attributes:
-        tokens: Token ids.
         masks: The id where the policy sampled it, ``-100`` elsewhere.
         logprobs: The sampled logprob, ``1.0`` at masked positions.
         trainable: True for exact Phase 2 tokens; False for Phase 1 placeholders.
@@ -128,8 +93,8 @@ def placeholder_rows(
 ) -> Rows:
     """Phase 1 placeholder rows, as the reference built them (not trainable).
 
-    The non-empty string contents of ``messages`` joined by newlines, tokenized with
-    ``encode``; the first token masked, every logprob ``1.0``.
+    The non-empty string contents joined by newlines and encoded; the first token masked,
+    every logprob ``1.0``.
     """
     text = "\n".join(
         str(m["content"]) for m in messages if isinstance(m.get("content"), str) and m["content"]
@@ -153,8 +118,7 @@ def model_answered(result: AgentResult) -> bool:
 
 
 def _failure_override(rollout: ScoredRows) -> dict[str, Any]:
-    """The rollout's ``overrides`` entry: ``{"failure": ...}`` and its policy versions (see
-    the module docstring), or ``{}`` with neither."""
+    """The rollout's ``overrides`` entry (failure and policy versions), or ``{}``."""
     failure = rollout.failure
     out: dict[str, Any] = {"failure": failure.to_json()} if failure is not None else {}
     out.update(_version_override(rollout))
@@ -167,8 +131,7 @@ def _spans(rollout: object) -> list[tuple[int, int, int | None]]:
 
 
 def _version_override(rollout: object) -> dict[str, Any]:
-    """``{"policy_versions": [[start, end, version], ...], "policy_version_min", ...max}`` of a
-    rollout whose segments carry versions, else ``{}``."""
+    """The rollout's ``policy_versions`` and their min and max, or ``{}``."""
     spans = [(a, b, v) for a, b, v in _spans(rollout) if v is not None]
     if not spans:
         return {}
@@ -207,11 +170,8 @@ def scored_data_group(
 ) -> dict[str, Any]:
     """The Atropos-shaped group dict of ``rollouts`` (a ``ScoredDataGroup``), aligned.
 
-    ``tokens``, ``masks``, ``scores``, ``inference_logprobs``, ``messages`` (redacted) and
-    ``overrides`` (failures and policy versions; ``None`` if no rollout has either) hold one
-    entry per rollout, in order; ``advantages``, ``ref_logprobs`` and ``images`` are ``None``,
-    as atroposlib's own environments leave them; ``group_overrides`` holds the group's policy
-    versions (empty without) merged with ``group_overrides``.
+    ``overrides`` is ``None`` if no rollout has a failure or policy versions;
+    ``group_overrides`` is merged into the group's policy versions.
     """
     versions = [v for r in rollouts for _, _, v in _spans(r) if v is not None]
     group: dict[str, Any] = {}

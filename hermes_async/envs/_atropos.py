@@ -44,20 +44,18 @@ __all__ = (
 def atropos_safe(server_configs: Any) -> Any:
     """Server configs for atroposlib's ``ServerManager`` that cannot hang or go online.
 
-    ``self.server`` stays a working chat server for user code (an LLM judge), but: every
-    server is built as an ``openai`` server (a ``vllm``/``sglang`` server would load another HF
-    tokenizer at construction), ``health_check`` is off (its wait loops forever on a dead
-    server), and an empty ``api_key`` becomes ``"x"`` (the OpenAI SDK refuses an empty one).
+    ``self.server`` stays a working chat server for user code (an LLM judge).
     """
 
     def fix(config: Any) -> Any:
         if not isinstance(config, ServerBaseline):
             return config
+        # A vllm/sglang server would load another HF tokenizer at construction.
         update: dict[str, Any] = {"server_type": "openai"}
         if isinstance(config, APIServerConfig):
-            update["health_check"] = False
+            update["health_check"] = False  # its wait loops forever on a dead server
             if not config.api_key:
-                update["api_key"] = "x"
+                update["api_key"] = "x"  # the OpenAI SDK refuses an empty key
         return config.model_copy(update=update)
 
     if isinstance(server_configs, list):

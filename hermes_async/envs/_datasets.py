@@ -1,12 +1,9 @@
 """Dataset rows for the benchmark environments: a local file, the HF hub, or a built-in sample.
 
-``--env.dataset_path`` (a ``.jsonl``, ``.json``, ``.csv``, ``.tsv`` or ``.parquet`` file, or a
-``datasets.save_to_disk`` folder) always wins. Else ``dataset_name`` is loaded from the hub as
-the reference did (``datasets`` is an optional import). When the hub cannot be reached or
-``datasets`` is missing, the environment's built-in sample is used and the run says so (a
-warning, and :attr:`LoadedRows.source`); ``require_dataset`` makes that an error instead.
-Loads are blocking library calls: they run in a worker thread behind :func:`dataset_loads`,
-bounded by a deadline and, for files, by :data:`MAX_DATASET_FILE_BYTES`.
+``--env.dataset_path`` wins, then ``dataset_name`` from the hub, then the built-in sample, which
+the run announces (``require_dataset`` makes it an error). Loads block, so they run in a worker
+thread behind :func:`dataset_loads`, under a deadline and :data:`MAX_DATASET_FILE_BYTES`.
+Formats and order: docs/environments.md, "Data, offline".
 """
 
 from __future__ import annotations
@@ -49,24 +46,14 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class LoadedRows:
-    """Rows and where they came from.
-
-    Attributes:
-        rows: The rows, as plain dicts.
-        source: What was loaded, for logs and results (``file data.jsonl``,
-            ``hub bigcode/humanevalpack (python, test)``, ``built-in sample (...)``).
-    """
+    """Rows and where they came from (``source``: ``file data.jsonl``, ``hub ...``)."""
 
     rows: list[Row]
     source: str
 
 
 def read_rows_file(path: Path) -> list[Row]:
-    """Rows of a local file or ``save_to_disk`` folder (blocking).
-
-    Raises:
-        ConfigError: No such path, too large, an unknown suffix, a bad line or row.
-    """
+    """Rows of a local file or ``save_to_disk`` folder (blocking)."""
     if path.is_dir():
         try:
             datasets = importlib.import_module("datasets")
@@ -152,19 +139,8 @@ async def load_rows(
 ) -> LoadedRows:
     """Load ``path``, else hub ``name`` (``config``, ``split``), else the sample file.
 
-    Args:
-        path: A local dataset (wins).
-        name: An HF hub dataset; ``None`` or ``""``: the built-in sample.
-        split: The hub split.
-        sample: The environment's built-in sample (JSONL).
-        config: The hub configuration name, if the dataset has several.
-        require: Fail instead of falling back to the sample when the hub cannot be used.
-        timeout: Deadline of the load, in seconds.
-
-    Raises:
-        ConfigError: A bad ``path``; the hub failing for another reason than being unreachable
-            (an unknown dataset, config or split); any hub failure with ``require``.
-        TimeoutError: The load took longer than ``timeout``.
+    Only an unreachable hub (or no ``datasets``) falls back to the sample, and not with
+    ``require``; an unknown dataset, config or split is a ``ConfigError``.
 
     **Cancellation**: a file read or hub load already in its thread finishes there, unused.
     """

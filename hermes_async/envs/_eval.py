@@ -1,23 +1,9 @@
 """The mechanics of ``HermesAgentBaseEnv.run_agent_eval``: bounded runs, buffers, metrics.
 
-* :func:`run_items` — one rollout per item, at most ``concurrency`` at once, in one task group;
-  an item that raises is recorded (redacted) and the evaluation goes on.
-* **Train buffers** — environments accumulate training metrics in list attributes and log them
-  in ``wandb_log``. An evaluation's rewards must not land there. The environment names those
-  lists explicitly in its ``train_buffers`` class attribute (e.g.
-  ``("reward_buffer", "partial_buffer")``); :func:`train_buffer_lengths` records their lengths
-  before the evaluation and :func:`roll_back_buffers` cuts back what grew during it. (The former
-  rule — every list attribute whose name ends in ``_buffer`` — also truncated lists that were no
-  metrics, and missed metric lists named otherwise.) A name that is not a list attribute is a
-  :class:`~hermes_async.errors.ConfigError`: a typo must not silently leave eval rewards in the
-  training metrics.
-* :func:`eval_report` (with :func:`eval_metrics` / :func:`eval_sample`) — the ``eval/*``
-  metrics and one sample per item, as pure functions. The metrics are computed from the
-  samples, so a resumed evaluation (:mod:`hermes_async.envs._resume`) reports the items of the
-  earlier run and this one alike. An *errored* item (its failure is ``infra``, ``verifier`` or
-  ``cancelled``: the result says nothing about the model) is counted in
-  ``eval/failures/<category>`` and ``eval/num_errored`` but left out of the reward, accuracy and
-  turn means, as Inspect leaves errored samples unscored; ``--env.resume true`` re-runs it.
+:func:`run_items` runs one rollout per item, bounded, recording an item that raises.
+:func:`roll_back_buffers` keeps eval rewards out of the ``train_buffers`` an environment names.
+:func:`eval_report` derives the ``eval/*`` metrics from the samples; errored items are counted
+but not scored. Why: docs/decisions/063-evaluation-mechanics.md.
 """
 
 from __future__ import annotations
@@ -28,7 +14,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from hermes_async._redact import redact
+from hermes_async._redact import redact, redact_messages
 from hermes_async.agent import FAILURE_CATEGORIES, RolloutFailure, ScoredRollout
 from hermes_async.envs._resume import ITEM_KEY, errored
 from hermes_async.envs.display import format_trajectory_for_display
@@ -39,12 +25,14 @@ from hermes_async.jsontypes import JSONObject
 __all__ = (
     "eval_metrics",
     "eval_report",
-    "eval_sample",
     "failed_sample",
     "final_response",
     "roll_back_buffers",
+    "rollout_sample",
     "run_items",
+    "select_eval_items",
     "summary_from_sample",
+    "token_counts",
     "train_buffer_lengths",
 )
 
@@ -54,11 +42,7 @@ T = TypeVar("T")
 
 
 def train_buffer_lengths(env: object, names: Sequence[str]) -> dict[str, int]:
-    """The current length of each list attribute of ``env`` named in ``names``.
-
-    Raises:
-        ConfigError: A name is not an attribute of ``env`` holding a list.
-    """
+    """The length of each list attribute of ``env`` named in ``names``; else ``ConfigError``."""
     lengths: dict[str, int] = {}
     for name in names:
         value = getattr(env, name, None)
@@ -70,6 +54,12 @@ def train_buffer_lengths(env: object, names: Sequence[str]) -> dict[str, int]:
             )
         lengths[name] = len(value)
     return lengths
+
+
+def select_eval_items(items: Sequence[T], size: int | None, repeats: int) -> list[T]:
+    """The first ``size`` of ``items`` (all for ``None`` or 0), each ``repeats`` times in a row."""
+    chosen = list(items[:size] if size else items)
+    return [item for item in chosen for _ in range(repeats)]
 
 
 def roll_back_buffers(env: object, lengths: Mapping[str, int]) -> None:
@@ -86,9 +76,7 @@ async def run_items(
 ) -> tuple[list[T | None], dict[int, str]]:
     """Run ``one(item)`` for every item, at most ``concurrency`` at once.
 
-    Returns:
-        ``(results, failures)``: one result per item (``None`` where it raised), and the
-        redacted error of each item that raised, by index.
+    Returns ``(results, failures)``: ``None`` where an item raised, its redacted error by index.
 
     **Cancellation**: every running item is cancelled; nothing is returned.
     """
@@ -118,11 +106,39 @@ def final_response(messages: Sequence[Mapping[str, Any]]) -> str:
     return ""
 
 
-def eval_sample(label: str, prompt: str, scored: ScoredRollout, key: str) -> JSONObject:
-    """One item's sample for ``samples.jsonl`` (free text redacted), with its ``item_key``."""
-    result = scored.result
+def token_counts(managed_state: Mapping[str, Any] | None) -> JSONObject | None:
+    """``{"prompt", "completion", "per_turn"}`` token counts of a Phase 2 trajectory, from its
+    segments (``None`` without them: Phase 1 has no real tokens)."""
+    segments = (managed_state or {}).get("segments") or ()
+    if not segments:
+        return None
+    totals: dict[str, int] = {}
+    per_turn: dict[int, int] = {}
+    for seg in segments:
+        if not isinstance(seg, Mapping):
+            continue
+        size = int(seg.get("end", 0)) - int(seg.get("start", 0))
+        kind = str(seg.get("kind"))
+        totals[kind] = totals.get(kind, 0) + size
+        if kind == "completion":
+            turn = int(seg.get("turn") or 0)
+            per_turn[turn] = per_turn.get(turn, 0) + size
     return {
+        "prompt": totals.get("prompt", 0),
+        "completion": totals.get("completion", 0),
+        "per_turn": [per_turn[t] for t in sorted(per_turn)],
+    }
+
+
+def rollout_sample(
+    label: str, prompt: str, scored: ScoredRollout, key: str, *, mode: str = "eval"
+) -> JSONObject:
+    """One rollout's line of ``samples.jsonl``: its ``item_key``, scores, failure, timing and
+    the whole conversation (``messages``, redacted), which ``hermes-async view`` shows."""
+    result = scored.result
+    sample: JSONObject = {
         ITEM_KEY: key,
+        "mode": mode,
         "task": label,
         "task_id": scored.task_id,
         "prompt": redact(prompt),
@@ -139,7 +155,13 @@ def eval_sample(label: str, prompt: str, scored: ScoredRollout, key: str) -> JSO
         "failure": scored.failure.to_json() if scored.failure is not None else None,
         "attempt": scored.attempt,
         "trajectory": format_trajectory_for_display(result.messages),
+        "messages": redact_messages(result.messages),
+        "timings": [dict(t) for t in result.timings],
     }
+    counts = token_counts(result.managed_state)
+    if counts is not None:
+        sample["token_counts"] = counts
+    return sample
 
 
 def failed_sample(label: str, error: str, key: str) -> JSONObject:
@@ -147,6 +169,7 @@ def failed_sample(label: str, error: str, key: str) -> JSONObject:
     failure = RolloutFailure.of("infra", error, source="harness")
     return {
         ITEM_KEY: key,
+        "mode": "eval",
         "task": label,
         "reward": 0.0,
         "turns": 0,
@@ -161,33 +184,33 @@ def _category(sample: Mapping[str, Any]) -> str | None:
     return failure.get("category") if isinstance(failure, Mapping) else None
 
 
-def eval_metrics(samples: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, float]:
-    """The ``eval/*`` metrics of ``samples`` (see the module docstring for errored items).
+def eval_metrics(
+    samples: Sequence[Mapping[str, Any]], seconds: float, *, prefix: str = "eval"
+) -> dict[str, float]:
+    """The ``eval/*`` metrics of ``samples``; ``prefix`` replaces ``eval``.
 
-    ``eval/mean_reward``, ``eval/accuracy`` (share of reward >= 1) and ``eval/mean_turns`` over
-    the scored items; ``eval/num_samples`` (all), ``eval/num_errored``, ``eval/tool_errors``,
-    ``eval/failures/<category>`` for every category, ``eval/evaluation_time_seconds``.
+    The names: docs/decisions/063-evaluation-mechanics.md.
     """
     scored = [s for s in samples if not errored(s)]
     rewards = [float(s.get("reward") or 0.0) for s in scored]
     count = max(len(scored), 1)
     metrics = {
-        "eval/mean_reward": sum(rewards) / count,
-        "eval/accuracy": sum(1 for r in rewards if r >= 1.0) / count,
-        "eval/num_samples": float(len(samples)),
-        "eval/num_errored": float(len(samples) - len(scored)),
-        "eval/mean_turns": sum(int(s.get("turns") or 0) for s in scored) / count,
-        "eval/tool_errors": float(sum(len(s.get("tool_errors") or ()) for s in samples)),
-        "eval/evaluation_time_seconds": seconds,
+        "mean_reward": sum(rewards) / count,
+        "accuracy": sum(1 for r in rewards if r >= 1.0) / count,
+        "num_samples": float(len(samples)),
+        "num_errored": float(len(samples) - len(scored)),
+        "mean_turns": sum(int(s.get("turns") or 0) for s in scored) / count,
+        "tool_errors": float(sum(len(s.get("tool_errors") or ()) for s in samples)),
+        "evaluation_time_seconds": seconds,
     }
     categories = [_category(s) for s in samples]
     for category in FAILURE_CATEGORIES:
-        metrics[f"eval/failures/{category}"] = float(categories.count(category))
-    return metrics
+        metrics[f"failures/{category}"] = float(categories.count(category))
+    return {f"{prefix}/{name}": value for name, value in metrics.items()}
 
 
 def summary_from_sample(sample: Mapping[str, Any]) -> RolloutSummary:
-    """The :class:`RolloutSummary` of a sample read back from ``samples.jsonl`` (resume)."""
+    """The :class:`RolloutSummary` of a line of ``samples.jsonl`` (resume, run summaries)."""
     return RolloutSummary(
         label=str(sample.get("task", "")),
         task_id=str(sample.get("task_id", "")),
@@ -198,7 +221,7 @@ def summary_from_sample(sample: Mapping[str, Any]) -> RolloutSummary:
         finished_naturally=bool(sample.get("finished_naturally")),
         tool_errors=len(sample.get("tool_errors") or ()),
         error=sample.get("error"),
-        evaluating=True,
+        evaluating=sample.get("mode", "eval") == "eval",
         category=_category(sample),  # type: ignore[arg-type]
     )
 

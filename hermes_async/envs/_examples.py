@@ -1,18 +1,13 @@
-"""What the bundled example environments share: defaults, item cycling, oracle tool calls.
-
-``TerminalTestEnv`` and ``CodingEnv`` differ only in their tasks and rewards; their common shape
-lives here so each example file shows just what is specific to it.
-"""
+"""What the bundled example environments (``TerminalTestEnv``, ``CodingEnv``) share."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 
 from hermes_async.envs._atropos import APIServerConfig
 from hermes_async.envs.config import HermesAgentEnvConfig
 
-__all__ = ("CyclingItems", "example_configs", "oracle_tool_call")
+__all__ = ("CyclingItems", "example_configs")
 
 C = TypeVar("C", bound=HermesAgentEnvConfig)
 
@@ -26,8 +21,7 @@ EXAMPLE_DEFAULTS: dict[str, Any] = {
 
 
 def example_configs(config_cls: type[C], **fields: Any) -> tuple[C, list[APIServerConfig]]:
-    """``(config, [server])`` for ``config_init``: the shared defaults overridden by ``fields``,
-    and a vLLM server on localhost (override with ``--openai.*``)."""
+    """``(config, [server])``: the shared defaults overridden by ``fields``, a local vLLM server."""
     server = APIServerConfig(
         base_url="http://127.0.0.1:8000/v1",
         model_name="default",
@@ -52,9 +46,3 @@ class CyclingItems:
         item = self.train_items[self._index % len(self.train_items)]
         self._index += 1
         return item
-
-
-def oracle_tool_call(name: str, arguments: dict[str, Any]) -> str:
-    """A hermes ``<tool_call>`` block, as the scripted oracle policies write them."""
-    call = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-    return f"<tool_call>\n{call}\n</tool_call>"

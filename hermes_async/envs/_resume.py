@@ -16,7 +16,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ("ITEM_KEY", "ResultsFile", "default_item_key", "errored", "item_keys", "missing")
+__all__ = (
+    "ERRORED_CATEGORIES",
+    "ITEM_KEY",
+    "ResultsFile",
+    "default_item_key",
+    "errored",
+    "item_keys",
+    "missing",
+)
 
 logger = logging.getLogger("hermes_async.envs.base")
 
@@ -24,7 +32,7 @@ logger = logging.getLogger("hermes_async.envs.base")
 ITEM_KEY = "item_key"
 
 #: Failure categories that make an eval result worth re-running.
-_ERRORED_CATEGORIES = frozenset({"infra", "verifier", "cancelled"})
+ERRORED_CATEGORIES = frozenset({"infra", "verifier", "cancelled"})
 
 _ID_FIELDS = ("task_id", "id", "name", "task")
 
@@ -63,7 +71,7 @@ def errored(record: Mapping[str, Any]) -> bool:
     """Whether a results line must be re-run: its failure is infra, verifier or cancelled."""
     failure = record.get("failure")
     category = failure.get("category") if isinstance(failure, Mapping) else failure
-    return category in _ERRORED_CATEGORIES
+    return category in ERRORED_CATEGORIES
 
 
 class ResultsFile:

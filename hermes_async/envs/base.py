@@ -1,40 +1,10 @@
 """HermesAgentBaseEnv: an atroposlib ``BaseEnv`` whose rollouts are multi-turn tool-using agents.
 
-Why one module of this size: one concept, the atroposlib adapter — the reference's
-``HermesAgentBaseEnv`` surface (hooks, entry points, eval helpers, wandb) mapped onto the
-rollout core; no pipeline code lives here.
-
 A subclass implements only the task: ``config_init``, ``setup``, ``get_next_item``,
-``format_prompt``, ``async compute_reward(item, result, ctx)`` and ``evaluate`` (usually one
-call to :meth:`HermesAgentBaseEnv.run_agent_eval`). ``cli()`` is atroposlib's: ``serve``,
-``process`` and ``evaluate``, with its flags (``--env.*``, ``--openai.*``, ``--config``) and its
-priority (CLI > YAML > ``config_init``).
-
-This module is glue between atroposlib and the rollout core, :mod:`hermes_async.agent`, which
-does the work. Per group (``collect_trajectories``):
-
-1. Resolve the tools once (a toolset ``distribution`` is sampled with the env's seeded RNG).
-2. Open the model clients (our anyio clients, never atroposlib's ``ManagedServer``; a dead
-   server is reported within ``server_connect_timeout``) and take the run's
-   :class:`~hermes_async.tools.sandbox.manager.SandboxManager` (one per run, opened by the
-   ``serve``/``process``/``evaluate`` entry points; one per group when called directly).
-3. :func:`hermes_async.agent.run_group`: ``group_size`` rollouts of the item, each rewarded by
-   ``compute_reward`` through a :class:`ToolContext` on its own sandbox, each sandbox released
-   whatever happened; exact rows (Phase 2) or placeholders (Phase 1). Several servers share one
-   :class:`~hermes_async.inference.pool.ServerPool` (``server_pool``, default on; opened once
-   per run by the entry points, so its per-server limits and ejections persist): a group is
-   placed on one server while it has room, each rollout's turns stay on its server while it is
-   healthy. With ``server_pool=False`` servers take turns group by group.
-4. :meth:`~hermes_async.agent.ScoredGroup.to_scored_data_group` gives the ``ScoredDataGroup``
-   (atroposlib's default collector drops ``inference_logprobs``; this one keeps them).
-
-``server_type`` ``vllm``/``sglang`` gives Phase 2 (exact, trainable tokens); ``openai`` gives
-Phase 1 (the reference's placeholder tokens, **not trainable**: evaluation, SFT-style data); see
-:mod:`hermes_async.agent.scoring`.
-
-atroposlib is asyncio-only, so is this module: every async entry point checks the running
-library and raises :class:`~hermes_async.errors.AsyncBackendError` under trio (the rollout core
-runs under trio; use :mod:`hermes_async.agent` directly there).
+``format_prompt``, ``compute_reward`` and ``evaluate``. ``cli()`` is atroposlib's. The work is
+done by :mod:`hermes_async.agent`; this module is the glue. atroposlib is asyncio-only, so
+every async entry point raises :class:`~hermes_async.errors.AsyncBackendError` under trio.
+See docs/architecture.md, "The atroposlib adapter".
 """
 
 from __future__ import annotations
@@ -80,10 +50,11 @@ from hermes_async.envs._cli import chosen_use_wandb, run_cli
 from hermes_async.envs._entry import SpawnedTasks, as_child, run_entry
 from hermes_async.envs._eval import (
     eval_report,
-    eval_sample,
     failed_sample,
     roll_back_buffers,
+    rollout_sample,
     run_items,
+    select_eval_items,
     summary_from_sample,
     train_buffer_lengths,
 )
@@ -179,18 +150,15 @@ class _Rollout:
 
 
 class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
-    """Base class of tool-using agent environments (see the module docstring).
+    """Base class of tool-using agent environments.
 
-    Class attributes a subclass may set: ``name``, ``env_config_cls`` (a subclass of
-    :class:`HermesAgentEnvConfig`), ``tool_registry`` (default: the built-in tools) and
-    ``train_buffers``: the names of list attributes holding training metrics (rewards appended
-    in ``compute_reward`` and logged in ``wandb_log``); :meth:`run_agent_eval` cuts back what an
-    evaluation appended to them.
+    A subclass may set ``name``, ``env_config_cls``, ``tool_registry`` (default: the built-in
+    tools) and ``train_buffers``: the names of list attributes holding training metrics, which
+    :meth:`run_agent_eval` cuts back after an evaluation.
 
-    Attributes set here that subclasses and callers use:
-        limits: The shared limiters (model requests, sandbox creation and exec, tool calls).
+    Attributes:
         rollout_summaries: :class:`RolloutSummary` of every finished rollout (bounded).
-        on_rollout: Called with each :class:`RolloutSummary` as it finishes (progress bars).
+        on_rollout: Called with each :class:`RolloutSummary` as it finishes.
         model_transport: An httpx transport for the model clients (tests; ``None``: network).
     """
 
@@ -226,6 +194,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         #: The scored-group lines (``data_path_to_save_groups``), keyed and resumable.
         self.groups_file: ResultsFile | None = open_groups_file(self, resumed)
         self._process_items: ProcessItems | None = None
+        self._samples_file: ResultsFile | None = None  # process: data_path_to_save_samples
         self._entry: str | None = None  # "serve", "process" or "evaluate" while one runs
         #: Failure counts (``train/failures/<category>``) and group outcomes.
         self.failure_tally = FailureTally()
@@ -279,43 +248,27 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         )
 
     def sandbox_spec(self, item: Any) -> SandboxSpec | None:
-        """How ``item``'s rollouts get their sandboxes (image, limits, workdir, env, timeouts).
-
-        ``None`` (the default): the ``terminal_backend`` factory's configuration. The spec is
-        handed to the rollout core (``run_group(..., sandbox_spec=...)``), which has the
-        manager create each of the item's sandboxes from it (see
-        :class:`~hermes_async.tools.sandbox.spec.SandboxSpec` for what each backend applies).
-        """
+        """How ``item``'s rollouts get their sandboxes (``None``: the backend's configuration)."""
         del item
         return None
 
     async def setup_sandbox(self, item: Any, sandbox: Sandbox) -> None:
         """Prepare a rollout's sandbox before its first turn (task files, setup commands).
 
-        The default does nothing. An override runs once per group when ``group_snapshot`` is
-        on and the backend can snapshot (Docker): in the first rollout's sandbox, which is
-        then committed, the group's other sandboxes created from it
-        (:mod:`hermes_async.tools.sandbox.snapshot`); otherwise in every rollout's sandbox.
-        What it raises makes the rollout an ``infra`` failure, retried under
-        ``failure_policy``.
+        With ``group_snapshot`` on a backend that can snapshot, it runs once per group and the
+        other sandboxes start from the snapshot. What it raises is an ``infra`` failure.
         """
         del item, sandbox
 
     def rollout_options(self, item: Any, options: AgentOptions) -> AgentOptions:
-        """The agent options for ``item``'s rollouts (default: ``options`` unchanged).
-
-        Override to give an item its own deadline (``dataclasses.replace(options,
-        rollout_timeout=...)``), turn budget or sampling.
-        """
+        """The agent options for ``item``'s rollouts (default: ``options`` unchanged)."""
         del item
         return options
 
     def item_key(self, item: Any) -> str:
         """The stable identity of ``item`` across runs (what ``--env.resume true`` matches).
 
-        Default: its ``task_id`` / ``id`` / ``name`` / ``task`` field, else a hash of its
-        canonical JSON. Override when items have another identity. Repeated items get
-        ``#2``, ``#3``... in the order they come (see :mod:`hermes_async.envs._resume`).
+        Default: its ``task_id`` / ``id`` / ``name`` / ``task`` field, else a hash of its JSON.
         """
         return default_item_key(item)
 
@@ -350,7 +303,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         return self.watchdog.waiting(what) if self.watchdog is not None else nullcontext()
 
     def _watchdog_state(self) -> str:
-        """Limiters and sandboxes, for the watchdog's stall report."""
         parts = [
             f"{s.name} {s.in_use}/{s.total} held, {s.waiting} waiting"
             for s in self.limits.statistics().values()
@@ -364,7 +316,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         return "; ".join(parts)
 
     async def setup_wandb(self) -> None:
-        """atroposlib's (polls the trainer for the wandb project), watched.
+        """atroposlib's, watched.
 
         **Cancellation**: as atroposlib's.
         """
@@ -372,7 +324,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             await super().setup_wandb()
 
     async def register_env(self) -> None:
-        """atroposlib's (polls until the trainer has started and registers us), watched.
+        """atroposlib's, watched.
 
         **Cancellation**: as atroposlib's.
         """
@@ -381,7 +333,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             await super().register_env()
 
     async def get_server_info(self) -> None:
-        """atroposlib's (GET /info of the trainer), watched.
+        """atroposlib's, watched.
 
         **Cancellation**: as atroposlib's.
         """
@@ -390,12 +342,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
     @classmethod
     def cli(cls) -> None:
-        """atroposlib's ``serve`` / ``process`` / ``evaluate`` command line, checked first.
-
-        Unknown ``--env.*`` / ``--openai.*`` flags and YAML keys fail before anything starts,
-        naming the closest field; a failed start-up is one line (``--verbose``: the config
-        dump and the traceback). See :mod:`hermes_async.envs._cli`.
-        """
+        """atroposlib's command line; unknown flags and YAML keys fail before anything starts."""
         run_cli(cls, super().cli)
 
     def _use_managed_server(self) -> bool:
@@ -405,13 +352,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     # -------------------------------------------------------------- entry points
 
     async def handle_env(self, item_uuid: str) -> Any:
-        """atroposlib's worker (one group), as a child task the run waits for at its end.
-
-        atroposlib cancels workers with ``Task.cancel()`` (shrinking the pool when the trainer's
-        queue is full, ``eval_handling=STOP_TRAIN``) and forgets them at once; here the group's
-        rollouts still release their sandboxes (shielded, bounded) and the run's end waits for
-        them (see :mod:`hermes_async.envs._entry`).
-        """
+        """atroposlib's worker (one group), as a child task the run waits for at its end."""
         with self._spawned.track():
             return await as_child(super().handle_env, item_uuid)
 
@@ -432,12 +373,26 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         async def keyed() -> None:
             with ProcessItems(self, self.groups_file) as items:
                 self._process_items = items
+                self._samples_file = self._open_process_samples()
                 try:
                     await run()
                 finally:
                     self._process_items = None
+                    if self._samples_file is not None:
+                        self._samples_file.close()
+                        self._samples_file = None
 
         await self._run_entry("process", keyed)
+
+    def _open_process_samples(self) -> ResultsFile | None:
+        """``process``'s samples file; on resume only finished groups' lines are kept."""
+        path = self.config.data_path_to_save_samples
+        if path is None:
+            return None
+        done = self.groups_file.done if self.groups_file is not None else {}
+        return ResultsFile(
+            path, resume=self.config.resume, keep=lambda r: r.get("group_key") in done
+        ).open()
 
     async def _run_evaluate(self) -> None:
         """``evaluate``: ``setup()`` then ``evaluate()``, inside one sandbox manager.
@@ -472,17 +427,12 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     async def preflight(self) -> None:
         """Check the configuration and the infrastructure before the first rollout.
 
-        The entry points run it first: an unknown ``tool_call_parser``, toolset or
-        distribution, an unreachable sandbox backend (Docker engine down, Modal credentials
-        missing) or a model server that does not answer fails the run at once, with the
-        setting and the fix in the message (see :mod:`hermes_async.envs._preflight`). The
-        backend check is skipped when ``make_sandbox_factory`` is replaced (your own factory).
+        The backend check is skipped when ``make_sandbox_factory`` is replaced.
 
         Raises:
             ConfigError: A bad setting.
             SandboxError: The sandbox backend is unusable.
             ServerUnreachableError: A model server did not answer in time.
-
         **Cancellation**: whatever a check opened is closed.
         """
         custom_factory = "make_sandbox_factory" in vars(self) or overrides(
@@ -516,8 +466,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     async def open_sandboxes(self) -> AsyncIterator[SandboxManager]:
         """The current sandbox manager, or a new one (made current) for the block.
 
-        **Cancellation**: a manager opened here releases all its sandboxes on exit, shielded
-        and bounded.
+        **Cancellation**: a manager opened here releases its sandboxes, shielded and bounded.
         """
         # The run's tool defaults (terminal_timeout, skills_dir) reach every tool runtime built
         # inside, including loops and ToolContexts that subclass code builds itself.
@@ -545,7 +494,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
 
     @asynccontextmanager
     async def _open_run_resources(self) -> AsyncIterator[SandboxManager]:
-        """The run's sandbox manager and model clients (a pool's state lives for the run)."""
         async with self.open_sandboxes() as manager, self._open_clients() as clients:
             self._run_clients = clients
             try:
@@ -569,12 +517,8 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     async def open_model_clients(self) -> AsyncIterator[list[ModelClient]]:
         """Clients for the configured servers, checked reachable first (bounded).
 
-        The run's clients inside ``serve``/``process``/``evaluate``; else new ones for the
-        block.
-
         Raises:
             ServerUnreachableError: A server did not answer within ``server_connect_timeout``.
-
         **Cancellation**: connection pools opened here are closed, shielded and bounded.
         """
         await self._ensure_reachable()
@@ -585,8 +529,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             yield clients
 
     async def _ensure_reachable(self) -> None:
-        """Check each server answers, once per environment (bounded by
-        ``server_connect_timeout``)."""
+        """Check each server answers, once per environment."""
         for spec in self._specs:
             if spec.base_url not in self._reachable:
                 await check_reachable(
@@ -642,16 +585,13 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         tools: Tools | None = None,
         temperature: float | None = None,
     ) -> RolloutTask:
-        """What the rollout core needs to run ``item``: the seam trainer adapters and workers use.
+        """What the rollout core needs to run ``item``: the seam trainer adapters use.
 
         Args:
-            item: An item of this environment (what ``get_next_item`` returns).
-            token_server: Phase 2 (a token endpoint: exact tokens, the loop's tokenizer) or
-                Phase 1 (a chat server).
-            sandboxes: The sandbox manager its rollouts use (``None``: the current one).
-            tools: The tools offered (``None``: resolved from the config, a fresh sample of
-                the toolset distribution if there is one).
-            temperature: Replaces ``AgentOptions.temperature`` (the config's).
+            token_server: Phase 2 (a token endpoint) or Phase 1 (a chat server).
+            sandboxes: The sandbox manager (``None``: the current one).
+            tools: The tools offered (``None``: resolved from the config).
+            temperature: Replaces ``AgentOptions.temperature``.
         """
         seed = self._rng.randrange(2**31) if token_server and self.config.seed is not None else None
 
@@ -695,7 +635,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         return list(range(min(len(text) // 4, 128)))
 
     def _record(self, item: Any, scored: ScoredRollout, *, evaluating: bool) -> RolloutSummary:
-        """Keep a finished rollout's summary and (training only) its tool errors for wandb."""
         summary = summarize(self.item_label(item), scored, evaluating=evaluating)
         if not evaluating:
             self._tool_error_buffer.extend(tool_error_entry(e) for e in scored.result.tool_errors)
@@ -740,7 +679,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         return _Rollout(scored, self._record(item, scored, evaluating=evaluating), prompt)
 
     async def collect_trajectory(self, item: Any) -> tuple[dict[str, Any] | None, list[Any]]:
-        """One rollout, scored (reference API; :meth:`collect_trajectories` runs whole groups).
+        """One rollout, scored (reference API).
 
         **Cancellation**: the rollout's sandbox is released, shielded and bounded.
         """
@@ -755,32 +694,18 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         """Run ``group_size`` rollouts of ``item`` concurrently and build the scored group.
 
-        A subclass that overrides :meth:`collect_trajectory` (the reference's single-rollout
-        extension point) gets its override run ``group_size`` times instead, the group built
-        from its items (see :mod:`hermes_async.envs._override`).
-
-        A rollout's failure never fails the group: ``failure_policy`` (default ``retry``:
-        re-run ``infra`` / ``verifier`` failures on a fresh sandbox) decides for the group as a
-        whole; see :mod:`hermes_async.agent.rollout`. Failures are counted for
-        ``train/failures/<category>``.
-
-        Returns:
-            ``(group, [])``. The group has ``tokens``, ``masks``, ``scores``, ``messages``
-            (redacted), ``inference_logprobs`` and ``overrides`` (failures) per rollout,
-            aligned, and the item's ``item_key``. ``(None, [])`` for a **masked** group:
-            atroposlib's "no group" (``serve`` sends nothing, ``process`` takes the next item).
+        A rollout's failure never fails the group; ``failure_policy`` decides for the group.
+        Returns ``(group, [])``, or ``(None, [])`` for a masked group.
 
         Raises:
-            InferenceError: Every rollout failed at the model server before the model answered
-                (server down, unreachable within ``server_connect_timeout``, ...).
-            Exception: What ``format_prompt`` or an ``on_rollout`` callback raised, as itself.
-
-        **Cancellation**: reaches every rollout (generation streams closed, tools killed);
-        every sandbox is released, shielded and bounded; the rollouts cut off count as
-        ``cancelled``.
+            InferenceError: Every rollout failed at the model server before the model answered.
+            Exception: What ``format_prompt`` or an ``on_rollout`` callback raised.
+        **Cancellation**: reaches every rollout; every sandbox is released, shielded and bounded;
+        the rollouts cut off count as ``cancelled``.
         """
         _require_asyncio("collect_trajectories")
         key = self._process_items.take_key() if self._process_items is not None else None
+        group_key = key if key is not None else self.item_key(item)
         tools = self._resolve_tools_for_group()
         self._current_group_tools = tools
         custom = overrides(self, HermesAgentBaseEnv, "collect_trajectory")
@@ -793,7 +718,12 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         def record(scored: ScoredRollout) -> None:
             nonlocal finished
             finished += 1
-            self._record(item, scored, evaluating=False)
+            summary = self._record(item, scored, evaluating=False)
+            if self._samples_file is not None:
+                sample = rollout_sample(
+                    summary.label, prompt, scored, f"{group_key}/{finished}", mode="process"
+                )
+                self._samples_file.append({**sample, "group_key": group_key})
 
         waiting = self._waiting(
             f"a group of {self.config.group_size} rollouts of {self.item_label(item)!r}"
@@ -818,6 +748,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                         sandboxes=manager,
                         tools=tools,
                     )
+                    prompt = str(task.messages[-1].get("content") or "")  # the user message
                     group = await run_group(
                         client,
                         task.messages,
@@ -840,7 +771,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         scored: ScoredDataGroup = group.to_scored_data_group(
             generation_params=self._generation_params()
         )
-        scored[ITEM_KEY] = key if key is not None else self.item_key(item)
+        scored[ITEM_KEY] = group_key
         return scored, []
 
     def _generation_params(self) -> dict[str, Any]:
@@ -862,40 +793,19 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
     ) -> EvalReport:
         """Evaluate ``items`` with the full agent loop and tools; report via ``evaluate_log``.
 
-        The first ``eval_size`` items are run (``None`` or ``0``: all). Each runs one rollout
-        (``eval_temperature``, default 0.0) and is scored by
-        ``compute_reward`` through a ``ToolContext`` on its own sandbox; at most
-        ``concurrency`` (default ``eval_concurrency``) run at once. An ``infra`` / ``verifier``
-        failure is retried on a fresh sandbox (``failure_policy=retry``); an item that still
-        fails, or whose rollout could not start, is recorded with its failure and left out of
-        the reward means (``eval/num_errored``, ``eval/failures/<category>``); the evaluation
-        goes on.
-
-        With ``log`` and ``data_dir_to_save_evals``, each item's sample is appended to
-        ``samples.jsonl`` the moment it finishes, keyed by ``item_key``; the ``evaluate``
-        command with ``--env.resume true`` keeps the finished samples of an earlier run (byte
-        for byte) and runs only the missing and errored items (:mod:`~hermes_async.envs._resume`).
-
-        Eval rewards stay out of the training metrics: ``is_evaluating`` is True inside the
-        eval rollouts, and the lists named in ``train_buffers`` are cut back to their length
-        before the evaluation (when no training group ran meanwhile).
-
-        Returns:
-            The :class:`EvalReport` (``eval/mean_reward``, ``eval/accuracy`` = share of
-            reward >= 1, ``eval/num_samples``, ``eval/num_errored``, ``eval/mean_turns``,
-            ``eval/tool_errors``, ``eval/failures/<category>``,
-            ``eval/evaluation_time_seconds``), samples and summaries in item order.
+        Runs the first ``eval_size`` items, ``eval_group_size`` times each, at most ``concurrency``
+        at once. Failed items are recorded and left out of the reward means. Samples are appended
+        to ``samples.jsonl`` as they finish, for ``--env.resume true``. Returns the
+        :class:`EvalReport`: metrics, samples and summaries in item order.
 
         Raises:
             ConfigError: ``train_buffers`` names something that is not a list attribute.
-
-        **Cancellation**: every eval rollout is cancelled and its sandbox released; the
-        samples already written stay (a resumed run starts from them); nothing is logged.
+        **Cancellation**: every eval rollout is cancelled and its sandbox released; the samples
+        already written stay; nothing is logged.
         """
         _require_asyncio("run_agent_eval")
-        if self.config.eval_size:
-            items = items[: self.config.eval_size]
         start = time.time()
+        items = select_eval_items(items, self.config.eval_size, self.config.eval_group_size)
         tools = self._resolve_tools_for_group()
         temp = self.config.eval_temperature if temperature is None else temperature
         before = train_buffer_lengths(self, self.train_buffers)
@@ -922,7 +832,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
                             evaluating=True,
                             temperature=temp,
                         )
-                        sample = eval_sample(
+                        sample = rollout_sample(
                             labels[index], rollout.prompt, rollout.scored, keys[index]
                         )
                         samples[index], summaries[index] = sample, rollout.summary
@@ -969,8 +879,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
         return report
 
     def _open_samples_file(self) -> ResultsFile | None:
-        """``samples.jsonl`` of ``data_dir_to_save_evals``, resumed in the ``evaluate``
-        command with ``--env.resume true`` (never in ``serve``: each eval there is new)."""
+        """``samples.jsonl`` of ``data_dir_to_save_evals``, resumed under ``--env.resume``."""
         directory = self.config.data_dir_to_save_evals
         if directory is None:
             return None
@@ -993,8 +902,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]
             self.rollouts_for_wandb.pop(0)
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
-        """Add ``train/tool_errors_count``, ``train/tool_error_details`` (redacted),
-        ``train/failures/<category>`` and ``train/groups_{masked,retried,zeroed}``.
+        """Add the tool error, failure and group counters to atroposlib's metrics.
 
         **Cancellation**: nothing to clean up.
         """

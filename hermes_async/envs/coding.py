@@ -1,14 +1,9 @@
 """CodingEnv: write a function, get rewarded by its tests run in the sandbox (HermesSweEnv-like).
 
-Each item asks for a Python function in ``solution.py`` (in the sandbox's working directory)
-and shows the tests it must pass. The reward writes the tests next to it with
-``ctx.write_file`` and runs them with ``ctx.terminal`` — in the rollout's own sandbox, on the
-files the model wrote: 1.0 if they pass, 0.1 if ``solution.py`` exists but fails, 0.0 otherwise
-(the reference's partial credit, made to work: its marker file was never created).
-
-Data: a small built-in set (no network), or any HF dataset shaped like HumanEval
-(``prompt``, ``test``, ``entry_point``) with ``--env.dataset_name openai/openai_humaneval``
-(needs ``datasets`` and network, or a local HF cache).
+The reward writes the item's tests next to the model's ``solution.py`` and runs them in the
+rollout's own sandbox: 1.0 if they pass, 0.1 if ``solution.py`` exists but fails, 0.0
+otherwise (the reference's partial credit, made to work). Data: a small built-in set, or a
+HumanEval-shaped HF dataset (``--env.dataset_name openai/openai_humaneval``).
 """
 
 from __future__ import annotations
@@ -23,11 +18,12 @@ from pydantic import Field
 
 from hermes_async.agent import AgentResult, ToolContext
 from hermes_async.envs._atropos import APIServerConfig
-from hermes_async.envs._examples import CyclingItems, example_configs, oracle_tool_call
+from hermes_async.envs._examples import CyclingItems, example_configs
 from hermes_async.envs.base import HermesAgentBaseEnv
 from hermes_async.envs.config import HermesAgentEnvConfig
 from hermes_async.envs.results import EvalReport
 from hermes_async.errors import ConfigError
+from hermes_async.testing.scripted_server import hermes_tool_call
 
 __all__ = ("BUILTIN_TASKS", "CodingEnv", "CodingEnvConfig", "coding_oracle")
 
@@ -184,12 +180,12 @@ def coding_oracle() -> Callable[[Any], str]:
             return "I cannot solve this one."
         steps = sum(1 for m in messages[users[-1] :] if m.get("role") == "tool")
         if steps == 0:
-            return oracle_tool_call(
+            return hermes_tool_call(
                 "write_file", {"path": "solution.py", "content": task["solution"]}
             )
         if steps == 1:
             command = "python3 -c " + json.dumps(task["test"])
-            return oracle_tool_call("terminal", {"command": command})
+            return hermes_tool_call("terminal", {"command": command})
         return "solution.py is written and its tests pass."
 
     return policy

@@ -1,9 +1,8 @@
 """HermesAgentEnvConfig: the config of a :class:`~hermes_async.envs.base.HermesAgentBaseEnv`.
 
-The reference's fields with its names and defaults, plus the knobs of this implementation
-(deadlines, limiters, the token protocol). ``build_budget_config`` and ``build_agent_options``
-map the fields onto the rollout core's own option types, so the environment holds no policy of
-its own.
+The reference's fields with its names and defaults, plus this implementation's knobs. The
+``build_*`` methods map the fields onto the rollout core's own option types, so the
+environment holds no policy of its own. How it differs from the reference: docs/migration.md.
 """
 
 from __future__ import annotations
@@ -29,31 +28,12 @@ __all__ = ("HermesAgentEnvConfig", "builtin_tokenizer", "loop_tokenizer", "resol
 class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     """Config of a :class:`HermesAgentBaseEnv`: the reference's fields and defaults, plus new ones.
 
-    Reference fields keep their names and defaults (``max_agent_turns=30``,
-    ``terminal_backend="local"``, ``tool_call_parser="hermes"``, ...). Differences:
-
-    * ``tokenizer_name`` defaults to ``"qwen-offline"``: the built-in offline Qwen tokenizer,
-      written out once as an HF tokenizer directory (atroposlib loads it with
-      ``AutoTokenizer``). Any HF name or local directory still works.
-    * ``tool_pool_size`` (deprecated) no longer sizes a thread pool (there is none): it sets the
-      ``tool_calls`` limiter, the number of tool calls running at once across all rollouts.
-    * ``terminal_timeout`` is the default timeout of every ``terminal`` command (the model's
-      and ``ctx.terminal``'s) on every backend, carried by the rollout's tool runtime;
-      ``terminal_lifetime`` the idle time after which a sandbox is reaped. No process-wide
-      environment variables are set.
-    * atroposlib's ``thinking_mode`` / ``reasoning_effort`` / ``max_reasoning_tokens`` reach
-      the model (see :mod:`hermes_async.agent._reasoning`); ``preserve_think_blocks`` (default:
-      ``thinking_mode``, the reference's v2 rule) keeps ``<think>`` blocks in the assistant
-      messages instead of moving them to ``reasoning_content``.
-    * ``terminal_backend`` is checked when the config is built, against the backends registered
-      at that moment (``hermes_async.tools.sandbox.backends.available_backends()``; the
-      reference's ``daytona`` only once something registers it): an unknown name fails at
-      start-up with the registered ones listed, not at the first rollout.
-    * ``eval_size`` exists on the base config (the reference's guide reads
-      ``self.config.eval_size`` in ``evaluate``) and :meth:`~HermesAgentBaseEnv.run_agent_eval`
-      applies it; ``None`` or ``0`` means every eval item.
-    * A keyword that is not a field (``max_agent_turn=5``) is a ``ConfigError`` naming the
-      closest field; pydantic would drop it silently. A subclass's own fields are fields.
+    Beyond docs/migration.md: ``tokenizer_name`` defaults to ``"qwen-offline"``, the built-in
+    offline Qwen tokenizer written out as an HF directory (any HF name or directory works).
+    ``terminal_lifetime`` is the idle time after which a sandbox is reaped. ``terminal_backend``
+    is checked against the backends registered when the config is built, so an unknown name
+    fails at start-up. A keyword that is not a field is a ``ConfigError`` naming the closest
+    field (pydantic would drop it).
     """
 
     def __init__(self, **data: Any) -> None:
@@ -184,8 +164,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     eval_size: int | None = Field(
         default=None,
         ge=0,
-        description="Eval items run_agent_eval runs: the first eval_size of those it is given "
-        "(None or 0: all).",
+        description="Eval items run_agent_eval runs: the first eval_size of the items it is "
+        "given (None or 0: all; the guide's self.config.eval_size).",
     )
     preserve_think_blocks: bool | None = Field(
         default=None,
@@ -251,8 +231,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
         """The rollout core's :class:`~hermes_async.agent.AgentOptions` from these fields.
 
         Args:
-            temperature: Overrides ``agent_temperature`` (evaluation uses
-                ``eval_temperature``).
+            temperature: Overrides ``agent_temperature``.
             token_server: Phase 2: add sampling parameters (``max_token_length``, ``seed``).
             seed: The sampling seed (Phase 2).
         """
@@ -288,8 +267,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
 
     @property
     def keeps_think_blocks(self) -> bool:
-        """Whether ``<think>`` blocks stay in the messages: ``preserve_think_blocks``, else
-        ``thinking_mode`` (the reference's ``preserve_think_blocks=bool(thinking_mode)``)."""
+        """``preserve_think_blocks``, else ``thinking_mode`` (the reference's rule)."""
         if self.preserve_think_blocks is not None:
             return self.preserve_think_blocks
         return bool(self.thinking_mode)
@@ -326,6 +304,20 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
                 "env.policy_version_source = <() -> int> before the run"
             )
         return Staleness(self.max_staleness, self.staleness_policy, version_source=source)
+
+    # ---- issue #34: what `hermes-async eval` / `process` set (the run folder)
+    eval_group_size: int = Field(
+        default=1,
+        ge=1,
+        description="Rollouts per eval item in run_agent_eval (each its own samples.jsonl "
+        "line; the pass rate counts them all).",
+    )
+    data_path_to_save_samples: str | None = Field(
+        default=None,
+        description="process: one JSON line per finished rollout (conversation, reward, "
+        "failure, tokens, timing), as evaluate's samples.jsonl; what `hermes-async view` shows. "
+        "Resumed with resume (the lines of finished groups are kept).",
+    )
 
     # ---- issue #16: failure containment, resumable runs, the watchdog. Keep this block last
     # in the class (other issues add their fields above it), so merges stay line-local.
@@ -366,7 +358,6 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     )
 
     def build_failure_policy(self) -> FailurePolicy:
-        """The rollout core's :class:`~hermes_async.agent.FailurePolicy` from the fields."""
         return FailurePolicy(
             on_failure=self.failure_policy,
             on_timeout=self.timeout_policy,

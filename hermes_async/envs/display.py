@@ -1,4 +1,4 @@
-"""Text renderings for dashboards and terminals: trajectories, progress, the summary table.
+"""Text renderings for dashboards and terminals: trajectories, progress, tables.
 
 Everything here is pure (strings in, strings out) except :class:`ProgressBar`, which writes to
 a stream. Trajectories are redacted (:func:`~hermes_async._redact.redact`) because they go
@@ -57,10 +57,9 @@ def format_tool_errors(entries: Sequence[Mapping[str, Any]]) -> str:
 def wandb_rows(
     scored_data: Mapping[str, Any], keep: int, decode: Callable[[Sequence[int]], str]
 ) -> list[tuple[str, float]]:
-    """``(text, score)`` rows of a scored group for the wandb rollout table (redacted).
+    """``(text, score)`` rows of the first ``keep`` rollouts (``-1``: all), redacted.
 
-    The first ``keep`` rollouts (``-1``: all); a rollout's text is its formatted trajectory,
-    or its decoded tokens when the group carries no messages.
+    A rollout's text is its trajectory, or its decoded tokens when the group has no messages.
     """
     scores = list(scored_data.get("scores") or [])
     if keep == -1:
@@ -77,12 +76,7 @@ def wandb_rows(
 
 
 def format_trajectory_for_display(messages: Sequence[Mapping[str, Any]]) -> str:
-    """Render a rollout for the wandb rollout table: one section per message, tool calls shown.
-
-    Sections: ``[SYSTEM]``, ``[USER]``, ``[ASSISTANT thinking]`` (300 chars),
-    ``[ASSISTANT]``, ``[TOOL CALL] name(args)`` (200 chars of arguments), ``[TOOL RESULT]``
-    (500 chars). The text is redacted of secrets.
-    """
+    """Render a rollout for the wandb rollout table: one redacted section per message."""
     parts: list[str] = []
     for message in messages:
         role = str(message.get("role", ""))
@@ -155,24 +149,20 @@ class ProgressBar:
     """A one-line progress bar (redrawn in place on a terminal, one line per step otherwise).
 
     Args:
-        total: Steps expected.
-        label: Shown before the bar.
-        stream: Where to draw (default ``sys.stderr``).
-        width: Bar width in characters.
-        status: Called at each redraw for a status line shown after the bar (e.g.
-            ``lambda: format_status(run_status())``, :mod:`hermes_async.telemetry`).
+        total: Steps expected (``None``: unknown; the count is shown without a bar).
+        status: Called at each redraw for a status line shown after the bar.
     """
 
     def __init__(
         self,
-        total: int,
+        total: int | None,
         label: str = "",
         *,
         stream: TextIO | None = None,
         width: int = 30,
         status: Callable[[], str] | None = None,
     ) -> None:
-        self.total = max(total, 1)
+        self.total = None if total is None else max(total, 1)
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.width = width
@@ -181,21 +171,22 @@ class ProgressBar:
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
     def render(self, note: str = "") -> str:
-        """The bar's text for the current count."""
-        filled = min(self.width, self.width * self.done // self.total)
-        bar = "#" * filled + "." * (self.width - filled)
-        text = f"{self.label} [{bar}] {self.done}/{self.total} {note}".rstrip()
+        if self.total is None:
+            text = f"{self.label} {self.done} done {note}".rstrip()
+        else:
+            filled = min(self.width, self.width * self.done // self.total)
+            bar = "#" * filled + "." * (self.width - filled)
+            text = f"{self.label} [{bar}] {self.done}/{self.total} {note}".rstrip()
         if self.status is not None:
             text += " | " + self.status()
         return text
 
     def advance(self, note: str = "") -> None:
-        """Count one step and redraw."""
         self.done += 1
         text = self.render(note)
         if self._tty:
             self.stream.write("\r\x1b[2K" + text)
-            if self.done >= self.total:
+            if self.total is not None and self.done >= self.total:
                 self.stream.write("\n")
         else:
             self.stream.write(text + "\n")
@@ -203,6 +194,6 @@ class ProgressBar:
 
     def close(self) -> None:
         """End the line if the bar was left unfinished on a terminal."""
-        if self._tty and self.done < self.total:
+        if self._tty and (self.total is None or self.done < self.total):
             self.stream.write("\n")
             self.stream.flush()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hermes_async.agent import FailureCategory, ScoredGroup, ScoredRollout
-from hermes_async.envs.display import failure_metrics
+from hermes_async.envs._resume import ERRORED_CATEGORIES
+from hermes_async.envs.display import failure_metrics, format_failures, format_table
 from hermes_async.jsontypes import JSONObject
 
-__all__ = ("EvalReport", "FailureTally", "RolloutSummary", "summarize")
+__all__ = ("EvalReport", "FailureTally", "RolloutSummary", "format_summary", "summarize")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,3 +116,54 @@ class FailureTally:
         self.outcomes.clear()
         self.staleness.clear()
         return metrics
+
+
+def format_summary(summaries: Sequence[RolloutSummary], wall_seconds: float) -> str:
+    """The end-of-run table: per mode and task (sorted), then all rows, and a one-line total.
+
+    Columns: rollouts, mean reward and its (population) standard deviation, pass rate (share of
+    reward >= 1), mean turns, mean tokens, mean seconds, failures by category. Errored rollouts
+    (``infra``, ``verifier``, ``cancelled``) are counted under failures and left out of the
+    reward, pass and turn columns, as ``eval/*`` metrics leave them out.
+    """
+    keys: dict[tuple[str, str], list[RolloutSummary]] = {}
+    for summary in summaries:
+        mode = "eval" if summary.evaluating else "process"
+        keys.setdefault((mode, summary.label), []).append(summary)
+    ordered = sorted(keys.items(), key=lambda kv: (kv[0][0] != "eval", kv[0][1]))
+    rows = [_summary_row(mode, task, group) for (mode, task), group in ordered]
+    if len(keys) > 1:
+        rows.append(_summary_row("all", "", list(summaries)))
+    headers = ["mode", "task", "rollouts", "reward", "std", "pass", "turns", "tokens", "time_s"]
+    table = format_table([*headers, "failures"], rows)
+    scored = [s.reward for s in summaries if s.category not in ERRORED_CATEGORIES]
+    errored = len(summaries) - len(scored)
+    mean = sum(scored) / len(scored) if scored else 0.0
+    passed = sum(1 for r in scored if r >= 1.0) / len(scored) if scored else 0.0
+    total = (
+        f"{len(summaries)} rollout{'' if len(summaries) == 1 else 's'}"
+        f"{f' ({errored} errored)' if errored else ''}, "
+        f"mean reward {mean:.2f}, pass rate {passed:.0%}, {wall_seconds:.1f} s"
+    )
+    return table + "\n" + total
+
+
+def _summary_row(mode: str, task: str, group: Sequence[RolloutSummary]) -> list[object]:
+    scored = [s for s in group if s.category not in ERRORED_CATEGORIES]
+    rewards = [s.reward for s in scored]
+    count = max(len(rewards), 1)
+    mean = sum(rewards) / count
+    std = (sum((r - mean) ** 2 for r in rewards) / count) ** 0.5
+    n = max(len(group), 1)
+    return [
+        mode,
+        task,
+        len(group),
+        mean,
+        std,
+        sum(1 for r in rewards if r >= 1.0) / count,
+        sum(s.turns for s in scored) / count,
+        round(sum(s.tokens for s in group) / n),
+        sum(s.seconds for s in group) / n,
+        format_failures(s.category for s in group),
+    ]

@@ -1,14 +1,9 @@
 """HermesSweEnv: the reference's SWE-style training environment (HumanEval-shaped tasks).
 
-The model gets a coding task (the item's ``prompt`` and the tests it must pass) and terminal,
-file and web tools in a sandbox whose working directory is ``/workspace``. The reward writes
-the item's tests to a file next to the model's ``solution_file`` and runs it there: 1.0 if
-they pass, 0.1 if the model wrote any Python file, 0.0 otherwise. Reference bugs fixed
-(its ``python3 -c "<tests>"`` with unquoted test code and no solution, a workspace and a start
-marker that were never created, a stub ``evaluate``): docs/environments.md.
-
-    python -m hermes_async.envs.swe serve --openai.base_url http://localhost:8000/v1 \\
-        --openai.model_name YourModel --env.dataset_name bigcode/humanevalpack
+The model gets a coding task and terminal, file and web tools in a sandbox working in
+``/workspace``. The reward runs the item's tests on the model's ``solution_file``: 1.0 if they
+pass, 0.1 for any new Python file, else 0.0. Usage and the reference's bugs fixed:
+docs/environments.md.
 """
 
 from __future__ import annotations
@@ -68,9 +63,9 @@ def _tests(item: dict[str, Any]) -> str:
 def reward_program(item: dict[str, Any], solution_file: str) -> str:
     """The test file the reward runs: the model's solution loaded, then the item's tests.
 
-    The solution is run as a module (``if __name__ == "__main__"`` blocks stay off) and all its
-    names are visible to the tests, as HumanEval's harness has them. ``check(entry_point)`` is
-    appended when the tests define ``check`` without calling it (openai_humaneval's rows).
+    The solution's names are visible to the tests, as in HumanEval's harness; its
+    ``__main__`` block stays off. ``check(entry_point)`` is appended when the tests only
+    define ``check`` (openai_humaneval's rows).
     """
     test = _tests(item)
     entry = str(item.get("entry_point") or "")
@@ -90,10 +85,6 @@ class HermesSweEnv(CyclingItems, HermesAgentBaseEnv):
     """Coding tasks rewarded by their tests, run on the model's files in its sandbox.
 
     Subclass it per dataset and override :meth:`format_prompt` / :meth:`compute_reward`.
-    ``reward_buffer`` holds the training rewards (``train/avg_reward``, ``train/pass_rate``).
-
-    Attributes:
-        items: The loaded rows. ``data_source`` says where they came from.
     """
 
     name = "hermes-swe"
@@ -190,10 +181,7 @@ class HermesSweEnv(CyclingItems, HermesAgentBaseEnv):
     async def compute_reward(
         self, item: dict[str, Any], result: AgentResult, ctx: ToolContext
     ) -> float:
-        """1.0 if the item's tests pass on the solution, else 0.1 for any new Python file.
-
-        Runs in the sandbox's ``/workspace`` whatever directory the model left the terminal
-        in.
+        """1.0 if the item's tests pass in ``/workspace``, else 0.1 for any new Python file.
 
         **Cancellation**: the test process is killed; the sandbox is released by the caller.
         """
@@ -213,10 +201,7 @@ class HermesSweEnv(CyclingItems, HermesAgentBaseEnv):
         return reward
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """The full agent loop on the first ``eval_size`` items (all when unset).
-
-        The reference logged a placeholder metric. Metrics: ``eval/mean_reward``,
-        ``eval/accuracy`` (the pass rate) and the rest of :meth:`run_agent_eval`'s.
+        """The agent loop on the first ``eval_size`` items; :meth:`run_agent_eval`'s metrics.
 
         **Cancellation**: every eval rollout is cancelled and its sandbox released.
         """

@@ -1,11 +1,9 @@
 """TBLiteEvalEnv: OpenThoughts-TBLite, 100 calibrated terminal tasks, on the Terminal-Bench path.
 
-A thin :class:`~hermes_async.envs.terminalbench.env.TerminalBench2EvalEnv`: the tasks are the
-hub's ``NousResearch/openthoughts-tblite`` rows (the TB2 row format), materialised as Harbor
-task folders and run and verified exactly as Terminal-Bench tasks are. What it adds is the
-reference's data and defaults: the hub dataset (else ``--env.dataset_path``, else a built-in
-sample of three tasks), ``task_timeout`` 1200 s, and its other config fields. Differences
-from the reference: docs/environments.md.
+A thin :class:`~hermes_async.envs.terminalbench.env.TerminalBench2EvalEnv` over the hub's
+``NousResearch/openthoughts-tblite`` rows (else ``--env.dataset_path``, else a built-in
+sample of three tasks), with the reference's defaults (``task_timeout`` 1200 s).
+Differences from the reference: docs/environments.md.
 
     python -m hermes_async.envs.tblite evaluate --env.task_filter count-error-lines \\
         --openai.base_url http://localhost:8000/v1 --openai.model_name YourModel
@@ -58,7 +56,7 @@ class TBLiteEvalConfig(TerminalBench2EvalEnvConfig, DatasetOptions):
 
 
 class TBLiteEvalEnv(TerminalBench2EvalEnv):
-    """OpenThoughts-TBLite on the Terminal-Bench path (see the module docstring).
+    """OpenThoughts-TBLite on the Terminal-Bench path.
 
     Attributes:
         data_source: Where the tasks came from (a file, the hub, the built-in sample).
@@ -110,8 +108,7 @@ class TBLiteEvalEnv(TerminalBench2EvalEnv):
         return config
 
     async def setup(self) -> None:
-        """Find the rows (``dataset`` / ``dataset_path``, the hub, the sample), then
-        Terminal-Bench's setup: load them as task folders and select.
+        """Find the rows, then Terminal-Bench's setup: load them as task folders and select.
 
         **Cancellation**: a load already in its thread finishes there, unused.
         """

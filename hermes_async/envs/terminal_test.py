@@ -1,18 +1,13 @@
 """TerminalTestEnv: the smallest useful agent environment (copy it to start your own).
 
 The model gets a terminal and file tools and a task like "write 579 to ~/answer.txt"; the
-reward runs ``cat`` on that file *in the rollout's own sandbox* through ``ToolContext``:
-1.0 for an exact match, 0.5 if the expected text is contained, 0.0 otherwise (the reference's
-rule). ``evaluate`` runs the full agent loop with tools on the eval tasks (the reference ran
-one completion without tools, a pattern its own docs call a pitfall).
-
-Run it like any atroposlib environment::
+reward ``cat``s that file in the rollout's own sandbox: 1.0 for an exact match, 0.5 if the
+text is contained, 0.0 otherwise (the reference's rule). Run it like any atroposlib
+environment, or offline with ``hermes-async demo``::
 
     python -m hermes_async.envs.terminal_test process --env.total_steps 3 \\
         --openai.base_url http://127.0.0.1:8000/v1 --openai.server_type vllm
     python -m hermes_async.envs.terminal_test evaluate --env.data_dir_to_save_evals evals/
-
-or offline against the scripted oracle model with ``hermes-async demo``.
 """
 
 from __future__ import annotations
@@ -22,10 +17,11 @@ from typing import Any
 
 from hermes_async.agent import AgentResult, ToolContext
 from hermes_async.envs._atropos import APIServerConfig
-from hermes_async.envs._examples import CyclingItems, example_configs, oracle_tool_call
+from hermes_async.envs._examples import CyclingItems, example_configs
 from hermes_async.envs.base import HermesAgentBaseEnv
 from hermes_async.envs.config import HermesAgentEnvConfig
 from hermes_async.envs.results import EvalReport
+from hermes_async.testing.scripted_server import hermes_tool_call
 
 __all__ = (
     "EVAL_TASKS",
@@ -89,20 +85,16 @@ class TerminalTestEnvConfig(HermesAgentEnvConfig):
 
 
 class TerminalTestEnv(CyclingItems, HermesAgentBaseEnv):
-    """File-writing tasks verified in the sandbox; the minimal end-to-end environment.
-
-    ``reward_buffer`` / ``partial_buffer`` collect training rewards for ``wandb_log``; they are
-    listed in ``train_buffers``, so an evaluation never leaves its rewards there.
-    """
+    """File-writing tasks verified in the sandbox; the minimal end-to-end environment."""
 
     name = "terminal_test"
     env_config_cls = TerminalTestEnvConfig
+    # Training rewards for wandb_log; listed here so an evaluation never leaves its own there.
     train_buffers = ("reward_buffer", "partial_buffer")
 
     @classmethod
     def config_init(cls) -> tuple[TerminalTestEnvConfig, list[APIServerConfig]]:
-        """Defaults: terminal + file tools, 10 turns, groups of 3, local sandboxes, a vLLM
-        server on localhost (override with ``--openai.*``)."""
+        """Defaults: terminal + file tools, 10 turns, groups of 3, local sandboxes, local vLLM."""
         return example_configs(
             TerminalTestEnvConfig,
             max_agent_turns=10,
@@ -150,7 +142,7 @@ class TerminalTestEnv(CyclingItems, HermesAgentBaseEnv):
         return reward
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Full agent loop with tools on the eval tasks; results through ``evaluate_log``.
+        """Full agent loop with tools on the eval tasks (the reference ran one bare completion).
 
         **Cancellation**: every eval rollout is cancelled and its sandbox released.
         """
@@ -177,11 +169,9 @@ class TerminalTestEnv(CyclingItems, HermesAgentBaseEnv):
 
 
 def terminal_test_oracle() -> Callable[[Any], str]:
-    """A scripted policy that solves every TerminalTestEnv task (for the demo and tests).
+    """A scripted policy that solves every TerminalTestEnv task: run, read back, answer.
 
-    For :class:`~hermes_async.testing.scripted_server.ScriptedModelServer`: step 1 runs the
-    task's command in the terminal, step 2 reads the file back with ``read_file``, step 3
-    answers. It recognizes the task by the user prompt; an unknown prompt gets a plain reply.
+    It recognizes the task by the user prompt; an unknown prompt gets a plain reply.
     """
     by_prompt = {t["prompt"]: t for t in [*TRAIN_TASKS, *EVAL_TASKS]}
 
@@ -196,11 +186,11 @@ def terminal_test_oracle() -> Callable[[Any], str]:
             return "I do not know this task."
         steps = sum(1 for m in messages[users[-1] :] if m.get("role") == "tool")
         if steps == 0:
-            return "I'll write the file.\n" + oracle_tool_call(
+            return "I'll write the file.\n" + hermes_tool_call(
                 "terminal", {"command": ORACLE_COMMANDS[task["name"]]}
             )
         if steps == 1:
-            return oracle_tool_call("read_file", {"path": task["verify_path"]})
+            return hermes_tool_call("read_file", {"path": task["verify_path"]})
         return f"Done: {task['verify_path']} is written and checked."
 
     return policy

@@ -1,15 +1,9 @@
 """WebResearchEnv: multi-hop research questions (FRAMES) answered with the web tools.
 
-The model gets a question and the ``web`` and ``file`` toolsets; the reward mixes the judged
-correctness of its final answer (0.6), whether it used a web tool (0.2), how few tool calls it
-made (0.2) and a bonus for citing two or more domains (0.1), clamped to [0, 1]. The judge is a
-chat model of its own (``--env.judge_base_url``), never the policy; without one, correctness is
-the reference's word-overlap heuristic. Reference bugs fixed (self-grading judge, efficiency
-by turns, ``lstrip("www.")``, unseeded shuffles): docs/environments.md.
-
-    python -m hermes_async.envs.web_research evaluate --openai.base_url http://localhost:8000/v1 \\
-        --openai.model_name YourModel --env.judge_base_url https://api.openai.com/v1 \\
-        --env.judge_model_name gpt-4o-mini --env.judge_api_key_env OPENAI_API_KEY
+The reward mixes judged correctness, web-tool use, few tool calls and cited domains
+(:meth:`WebResearchEnv.compute_reward`). The judge is a chat model of its own, never the
+policy; without one, correctness is the reference's word-overlap heuristic. Usage and the
+reference's bugs fixed: docs/environments.md.
 """
 
 from __future__ import annotations
@@ -119,18 +113,7 @@ class WebResearchEnvConfig(HermesAgentEnvConfig, DatasetOptions):
 
 @dataclass(frozen=True, slots=True)
 class RewardParts:
-    """One rollout's reward and its parts.
-
-    Attributes:
-        reward: The clamped weighted sum.
-        correctness: Judged (or heuristic) correctness, 0 to 1.
-        tool_used: 1.0 if a web tool was called.
-        efficiency: 1.0 up to ``efficient_max_calls`` tool calls, then less (it counts
-            only when a web tool was used).
-        diversity: The bonus when the answer cites two or more domains, else 0.
-        tool_calls: Tool calls made.
-        judged: The judge scored it (False: the heuristic did).
-    """
+    """One rollout's reward and its parts; ``judged`` is False where the heuristic scored."""
 
     reward: float
     correctness: float
@@ -223,10 +206,7 @@ def _item(row: Mapping[str, Any]) -> dict[str, Any]:
 class WebResearchEnv(CyclingItems, HermesAgentBaseEnv):
     """Web research questions, rewarded by a judge and by how the tools were used.
 
-    Attributes:
-        train_items: The training questions; ``eval_items`` the held-out ones.
-        data_source: Where they came from.
-        parts: :class:`RewardParts` of each rollout by task id (bounded).
+    ``parts`` holds the :class:`RewardParts` of each rollout by task id (bounded).
     """
 
     name = "web-research"
@@ -328,10 +308,10 @@ class WebResearchEnv(CyclingItems, HermesAgentBaseEnv):
         )
 
     async def judge(self, question: str, reference: str, answer: str) -> tuple[float, bool]:
-        """``(correctness, judged)``: the judge model's score, else the heuristic's.
+        """``(correctness, judged)``: the judge's score, else the heuristic's.
 
-        An empty answer is 0.0. A judge that fails or answers unreadably falls back to the
-        heuristic (as in the reference); ``judge_failures`` counts it.
+        A failed or unreadable judgement falls back to the heuristic and counts in
+        ``judge_failures``.
 
         **Cancellation**: the judge's request is closed.
         """
@@ -369,10 +349,8 @@ class WebResearchEnv(CyclingItems, HermesAgentBaseEnv):
     async def compute_reward(
         self, item: dict[str, Any], result: AgentResult, ctx: ToolContext
     ) -> float:
-        """The weighted sum of judged correctness, web-tool use, efficiency and diversity.
-
-        Efficiency counts tool calls (the reference counted turns, though documented calls),
-        and only when a web tool was used.
+        """Correctness 0.6, web-tool use 0.2, efficiency 0.2, two or more cited domains 0.1,
+        clamped to [0, 1]. Efficiency counts tool calls, and only when a web tool was used.
 
         **Cancellation**: the judge's request is closed.
         """
@@ -414,10 +392,10 @@ class WebResearchEnv(CyclingItems, HermesAgentBaseEnv):
         return parts.reward
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """The full agent loop on the first ``eval_size`` held-out questions.
+        """The agent loop on the first ``eval_size`` held-out questions.
 
-        Metrics: :meth:`run_agent_eval`'s and the reference's ``eval/mean_correctness``,
-        ``eval/mean_tool_calls``, ``eval/tool_usage_rate``, ``eval/n_items``.
+        Adds the reference's ``eval/mean_correctness``, ``eval/mean_tool_calls``,
+        ``eval/tool_usage_rate`` and ``eval/n_items``.
 
         **Cancellation**: every eval rollout is cancelled and its sandbox released.
         """

@@ -1,13 +1,9 @@
 """YCBenchEvalEnv: Collinear's YC-Bench, a year-long startup simulation run through its CLI.
 
-Each item is a (preset, seed) run. Before the agent's first turn the rollout's sandbox gets a
-fresh SQLite world seeded from the preset; the agent then plays CEO with ``yc-bench`` shell
-commands (terminal tool only). When it stops, the simulation is advanced to its end (horizon
-or bankruptcy) and scored from the database: ``survival_weight x survived + funds_weight x
-min(log1p(funds / $250k) / log1p(100), 1)``. The simulator is the ``yc-bench`` package
-(Python >= 3.12, its own venv: ``scripts/yc_bench/setup_venv.sh``); its database and preset
-are per-run sandbox variables, so runs go concurrently. What differs from the reference and
-from yc-bench's git pin: docs/environments.md.
+Each item is a (preset, seed) run in its own sandbox and SQLite world; the agent plays CEO with
+``yc-bench`` commands, then the run is played to its end and scored (:func:`composite_score`).
+The simulator needs its own venv (``scripts/yc_bench/setup_venv.sh``). Differences from the
+reference: docs/environments.md.
 
     python -m hermes_async.envs.yc_bench evaluate --env.presets '["fast_test"]' \\
         --env.seeds '[1]' --env.yc_bench_command .venv-yc-bench/bin/yc-bench
@@ -232,9 +228,7 @@ class FinalState:
     """A run's end, read from its database.
 
     Attributes:
-        funds_cents: The company's funds.
         terminal_reason: ``bankruptcy``, ``horizon_end`` or ``unfinished``.
-        survived: The horizon was reached without bankruptcy.
     """
 
     funds_cents: int
@@ -432,14 +426,12 @@ class YCBenchEvalEnv(CyclingItems, HermesAgentBaseEnv):
         )
 
     def item_label(self, item: Any) -> str:
-        """``preset/seedN``."""
         if isinstance(item, dict) and "preset" in item:
             return f"{_preset_key(str(item['preset']))}/seed{item['seed']}"
         return super().item_label(item)
 
     def sandbox_spec(self, item: Any) -> SandboxSpec:
-        """The run's own database and preset as sandbox variables (the reference set them
-        process-wide, so its runs could not overlap), and the simulator on PATH."""
+        """The run's own database and preset as sandbox variables, so runs can overlap."""
         cfg = self.yc_config
         preset = str(item["preset"])
         run = uuid.uuid4().hex[:8]
@@ -491,10 +483,7 @@ class YCBenchEvalEnv(CyclingItems, HermesAgentBaseEnv):
     async def compute_reward(
         self, item: dict[str, Any], result: AgentResult, ctx: ToolContext
     ) -> float:
-        """Advance the simulation to its end, read the database, return the composite score.
-
-        A run the agent left mid-way is played on with no further decisions (``sim resume``
-        until the horizon or bankruptcy), so stopping early never counts as surviving.
+        """Play the run to its end (no more decisions), read the database, return the score.
 
         Raises:
             SandboxError: The simulator failed or the database could not be read.
@@ -546,10 +535,6 @@ class YCBenchEvalEnv(CyclingItems, HermesAgentBaseEnv):
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         """Every (preset, seed) run, concurrently (``eval_concurrency``), scored.
-
-        Metrics (the reference's): ``eval/survival_rate``, ``eval/avg_composite_score``,
-        ``eval/total_runs``, ``eval/survived_runs``, per preset ``eval/survival_rate_<p>`` and
-        ``eval/avg_score_<p>``, and :meth:`run_agent_eval`'s.
 
         **Cancellation**: every run is cancelled and its sandbox released.
         """

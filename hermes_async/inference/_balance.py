@@ -1,39 +1,9 @@
 """Server-pool decisions, free of I/O: where a session goes, how much a server may take, when a
-server is out. :mod:`~hermes_async.inference.pool` is the async shell around them.
+server is out.
 
-Placement — **bounded-load consistent hashing** (Mirrokni, Thorup, Zadimoghaddam, 2018):
-
-* every server owns :data:`_RING_REPLICAS` points on a 64-bit hash ring (BLAKE2b of
-  ``"url#i"``); a session's placement key hashes to a point, and the servers are tried in ring
-  order from there;
-* the first *eligible* server (up, not cooling down after a 429) whose load stays within its
-  bound takes the session. Load is the number of live sessions homed on the server; the bound is
-  ``ceil(load_factor * (total + 1) * share)``, ``share`` being the server's fraction of the
-  pool's current concurrency limits (so a server whose limit was halved by 429s gets half the
-  new sessions). The paper rounds the bound up, which guarantees some server is within it; at
-  small loads that lets a server hold twice its share (``ceil(1.25 * 5 / 3) = 3`` sessions of
-  5 on 3 servers), so the bound here is not rounded and, when no server is within it, the
-  least-loaded one takes the session;
-* why this combination: consistent hashing alone keeps key locality (the same key, e.g. a
-  group's, lands on the same server, so its prompt stays in that server's prefix cache, and
-  adding a server moves only ~1/n of the keys) but balances badly; least-loaded alone balances
-  but scatters keys. The bound gives both: ``load_factor`` 1.25 (the default) lets a server run
-  at most 25% over its fair share before its keys spill to the next server on the ring. A slow
-  server's sessions last longer, so it holds more live sessions and gets fewer new ones.
-
-Concurrency per server — **AIMD** (:class:`AdaptiveLimit`): +1 per ``limit`` successes
-(additive increase, TCP's congestion avoidance), ×``decrease_factor`` on a 429, a 5xx or a
-timeout (multiplicative decrease), at most once per ``hold`` (``max(decrease_interval,
-Retry-After)``): the requests already in flight when the first 429 came back were sent under
-the old limit, and their 429s must not halve it again. No increase during the hold either.
-Bounded by ``[minimum, maximum]``.
-
-Health — **ejection** (:class:`Health`): ``eject_after`` consecutive failures (connection
-failures, 5xx, 404, timeouts, cut streams, responses that break the protocol; *not* 429,
-which says "busy", not "broken", nor another 4xx, the request's own fault) eject a server
-for ``base * 2**(n-1)`` seconds (``n``: ejections in a row, capped at ``maximum``); then it is
-probed (``GET /health``) and readmitted half-open: one more failure ejects it again, with the
-doubled backoff. The pool never ejects its last eligible server.
+Placement is bounded-load consistent hashing, concurrency per server is AIMD, health is
+ejection with doubling backoff. :mod:`~hermes_async.inference.pool` is the async shell; the
+design and its numbers are docs/decisions/050-server-pool.md.
 """
 
 from __future__ import annotations
@@ -61,11 +31,7 @@ def _hash(text: str) -> int:
 
 
 class HashRing:
-    """The consistent-hash ring of a pool's servers (identified by name, e.g. the URL).
-
-    Args:
-        names: One name per server, in pool order (indices are the pool's).
-        replicas: Points per server.
+    """The consistent-hash ring of a pool's servers.
 
     Raises:
         ValueError: No names, a duplicate name, or ``replicas`` < 1.
@@ -108,17 +74,14 @@ def choose_member(
     eligible: Sequence[bool],
     load_factor: float,
 ) -> int | None:
-    """The first eligible server in ``order`` whose load stays within its bound.
+    """The first eligible server in ``order`` whose load stays within its bound, or ``None``.
 
     Args:
-        order: Server indices in preference order (the ring order of the key).
+        order: Server indices in preference order.
         loads: Live sessions per server.
         weights: Each server's share weight (its current concurrency limit).
         eligible: Which servers may take the session.
         load_factor: How far over its fair share a server may go (>= 1).
-
-    Returns:
-        The index, or ``None`` if no server is eligible.
     """
     candidates = [i for i in order if eligible[i]]
     if not candidates:
@@ -135,13 +98,10 @@ def choose_member(
 
 @dataclass(slots=True)
 class AdaptiveLimit:
-    """AIMD concurrency limit of one server (see the module docstring).
+    """AIMD concurrency limit of one server.
 
     Attributes:
-        minimum: Lowest limit.
-        maximum: Highest limit.
         value: The limit as a float (additive increase adds ``1/limit`` per success).
-        decrease_factor: Multiplier on congestion.
         decrease_interval: Shortest time between two decreases (seconds).
     """
 
@@ -158,7 +118,7 @@ class AdaptiveLimit:
         return max(self.minimum, min(self.maximum, int(self.value)))
 
     def increase(self, now: float) -> bool:
-        """One success: additive increase. Returns whether :attr:`current` changed."""
+        """One success. Returns whether :attr:`current` changed."""
         if self.value >= self.maximum or now < self.hold_until:
             return False
         before = self.current
@@ -168,12 +128,8 @@ class AdaptiveLimit:
     def decrease(self, now: float, hold: float = 0.0) -> bool:
         """A congestion signal: multiplicative decrease, unless one happened within the hold.
 
-        Args:
-            now: The clock.
-            hold: Extra hold (the server's ``Retry-After``), if longer than the interval.
-
-        Returns:
-            Whether :attr:`current` changed.
+        ``hold`` is the server's ``Retry-After``, if longer than the interval. Returns whether
+        :attr:`current` changed.
         """
         if now < self.hold_until:
             return False
@@ -188,18 +144,12 @@ HealthState = Literal["up", "ejected", "probing"]
 
 @dataclass(slots=True)
 class Health:
-    """Ejection state of one server (see the module docstring).
+    """Ejection state of one server.
 
     Attributes:
-        eject_after: Consecutive failures that eject the server.
-        base_seconds: First ejection's length.
-        max_seconds: Cap on an ejection's length.
-        state: ``up``, ``ejected`` (waiting out its time) or ``probing`` (health check running).
+        state: ``up``, ``ejected`` (waiting out its time) or ``probing``.
         failures: Consecutive failures so far.
         streak: Ejections in a row (sets the next ejection's length).
-        ejected_until: Clock time the current ejection ends.
-        ejections: Ejections since creation.
-        first_ejected_at: Clock time of the first ejection (``None``: never ejected).
     """
 
     eject_after: int = 3
@@ -214,7 +164,6 @@ class Health:
     first_ejected_at: float | None = None
 
     def record_success(self) -> None:
-        """A request to the server succeeded."""
         self.failures = 0
         self.successes += 1
         if self.successes >= _HEALTHY_STREAK:
@@ -230,7 +179,6 @@ class Health:
         return False
 
     def eject(self, now: float) -> None:
-        """Take the server out for its backoff time."""
         self.streak += 1
         self.ejections += 1
         if self.first_ejected_at is None:
@@ -260,13 +208,9 @@ class MemberState:
 
     Attributes:
         name: The server's (redacted) URL.
-        limit: Its AIMD limit.
-        health: Its ejection state.
         cool_until: No request is sent before this clock time (a 429's ``Retry-After``).
         sessions: Live sessions homed here.
-        requests: Attempts sent.
         failures: Attempts that failed (any reason but cancellation).
-        rate_limited: Attempts answered 429.
         limit_trace: ``(clock time, limit)`` at every change of the enforced limit (bounded).
     """
 
@@ -285,7 +229,6 @@ class MemberState:
         return self.health.state == "up" and now >= self.cool_until
 
     def state(self, now: float) -> str:
-        """``up``, ``cooling``, ``ejected`` or ``probing``."""
         if self.health.state != "up":
             return self.health.state
         return "cooling" if now < self.cool_until else "up"
@@ -297,8 +240,7 @@ class Route:
 
     Attributes:
         member: The server index, or ``None``: nobody can take it before ``wait_until``.
-        rehome: The session's home becomes ``member`` (a new session, or its home was ejected).
-        wait_until: With no member: the clock time the first server becomes eligible again.
+        rehome: The session's home becomes ``member``.
     """
 
     member: int | None
@@ -320,21 +262,10 @@ def route(
     """Pick the server for a session's next attempt.
 
     Args:
-        members: The pool's servers.
-        ring: Their hash ring.
-        now: The clock.
-        key: The session's placement key (``None``: a request outside any session, placed on
-            the least-loaded server).
+        key: The session's placement key (``None``: the least-loaded server).
         home: The session's current home, if it has one.
-        avoid: Servers that already failed this request (used only if nothing else is
-            eligible).
-        load_factor: See :func:`choose_member`.
+        avoid: Servers that already failed this request (used only if nothing else is eligible).
         in_flight: Requests in flight per server (added to the load of sessionless requests).
-
-    The home is kept while it is eligible and not in ``avoid``. A home that is only cooling
-    down (429) or failed this request is bypassed for this attempt (``rehome=False``), unless
-    every other eligible server failed it too; a home that was ejected is replaced
-    (``rehome=True``), as is a missing one.
     """
     if home is not None and home not in avoid and members[home].eligible(now):
         return Route(home)

@@ -1,20 +1,9 @@
 """Reading a response body under the read and request deadlines: whole, or line by line.
 
-Every wait for body bytes is bounded twice: by the read timeout (the longest silence between
-two pieces) and by what is left of the request deadline, whichever comes first. Transport
-failures while reading are translated here, once, into the client errors
-(:class:`~hermes_async.inference._errors.ServerTimeoutError`,
-:class:`~hermes_async.inference._errors.StreamInterruptedError`).
-
-:class:`LineReader` splits a streamed body into lines in linear time, however the bytes are cut:
-each byte is scanned for ``\\n`` once and copied at most twice (into the pending pieces of an
-unfinished line, then into the joined line). One line may not exceed ``max_line_bytes``
-(:attr:`HTTPOptions.max_line_bytes <hermes_async.inference.HTTPOptions.max_line_bytes>`, 16 MiB by
-default): past it the read stops with a :class:`~hermes_async.inference.ServerProtocolError`
-naming the cap, so memory stays bounded whatever the server sends. A line of more than
-:data:`BIG_LINE_BYTES` gives the event loop a turn between joining and decoding it (each step
-copies the whole line once), so one huge line does not stall every other rollout for the sum of
-them.
+Every wait for body bytes is bounded by the read timeout and by what is left of the request
+deadline. Transport failures while reading become the client errors here, once.
+:class:`LineReader` splits a stream into lines in linear time, however the bytes are cut, and
+refuses a line over ``HTTPOptions.max_line_bytes``, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -34,7 +23,8 @@ from hermes_async.inference._transport import Response, TransportError, Transpor
 
 __all__ = ("BIG_LINE_BYTES", "BodyContext", "LineReader", "read_body", "read_excerpt")
 
-#: Lines longer than this yield to the event loop between copying steps (see the module doc).
+#: Lines longer than this yield to the event loop between copying steps, so one huge line does
+#: not stall every other rollout (each step copies the whole line once).
 BIG_LINE_BYTES = 2**20
 
 #: Bytes of an over-long line quoted in the error.
@@ -45,13 +35,8 @@ _EXCERPT_BYTES = 200
 class BodyContext:
     """What reading one response body needs to bound its waits and name its errors.
 
-    Attributes:
-        endpoint: ``METHOD URL`` of the request (credentials redacted).
-        attempt: The attempt that got this response.
-        deadline: The request deadline (``anyio.current_time()`` clock).
-        read_timeout: Longest silence allowed between two pieces of the body.
-        max_body_bytes: Longest body :func:`read_body` holds
-            (:attr:`HTTPOptions.max_body_bytes <hermes_async.inference.HTTPOptions.max_body_bytes>`).
+    ``deadline`` is on the ``anyio.current_time()`` clock; ``read_timeout`` is the longest
+    silence between two pieces of the body.
     """
 
     endpoint: str
@@ -62,12 +47,7 @@ class BodyContext:
 
 
 async def _receive_part(response: Response, context: BodyContext) -> bytes | None:
-    """The next piece of a response body (``None`` at its end), within the read timeout and
-    the request deadline, with transport errors translated.
-
-    Raises:
-        ServerTimeoutError: ``kind="read"`` or ``"request"``.
-        StreamInterruptedError: The body was cut.
+    """The next piece of a body (``None`` at its end), within both deadlines.
 
     **Cancellation**: safe; the response must still be closed.
     """
@@ -108,13 +88,9 @@ async def _receive_part(response: Response, context: BodyContext) -> bytes | Non
 
 
 async def read_body(response: Response, context: BodyContext) -> bytes:
-    """The whole body, each wait bounded as in :func:`_receive_part`, its size by
-    ``context.max_body_bytes``.
+    """The whole body, at most ``context.max_body_bytes``.
 
-    Raises:
-        ServerProtocolError: The body (or its ``Content-Length``) is longer than the bound;
-            a declared length is refused before any body byte is read.
-        ServerTimeoutError, StreamInterruptedError: As for :func:`_receive_part`.
+    A longer ``Content-Length`` is refused before any body byte is read.
 
     **Cancellation**: safe; the response must still be closed.
     """
@@ -131,10 +107,7 @@ async def read_body(response: Response, context: BodyContext) -> bytes:
 
 
 async def read_excerpt(response: Response, context: BodyContext, limit: int) -> tuple[bytes, bool]:
-    """At most ``limit`` bytes from the start of the body, and whether that was all of it.
-
-    For an error response, whose body only goes into a message: the rest is never read (close
-    the response, which drops the connection unless the body ended).
+    """At most ``limit`` bytes from the start of an error body, and whether that was all.
 
     **Cancellation**: safe; the response must still be closed.
     """
@@ -163,21 +136,10 @@ def _body_too_large(response: Response, context: BodyContext, size: str) -> Serv
 class LineReader:
     """Lines of a streamed response body, each read under the read and request deadlines.
 
-    Lines are split on ``\\n`` only (a trailing ``\\r`` is stripped), never on the other Unicode
-    line separators that may legitimately appear inside JSON strings. Each line is decoded as
-    UTF-8 once it is complete (invalid bytes become U+FFFD); ``\\n`` never occurs inside a
-    multi-byte UTF-8 sequence, so splitting the bytes first is exact.
-
-    Args:
-        response: The response to read.
-        context: Deadlines and the endpoint for errors.
-        max_line_bytes: The longest line accepted, in bytes (terminator excluded).
-
-    Attributes:
-        response: The response being read.
-        endpoint: ``METHOD URL`` of the request.
-        attempt: The attempt that got this response.
-        line_bytes: Size in bytes of the last line returned (before decoding).
+    Lines end at ``\\n`` only (a trailing ``\\r`` is stripped), never at the Unicode separators
+    JSON strings may hold. Each byte is scanned once and copied at most twice; each line is
+    decoded as UTF-8 once complete (invalid bytes become U+FFFD). ``line_bytes`` is the size of
+    the last line returned.
     """
 
     def __init__(self, response: Response, context: BodyContext, *, max_line_bytes: int) -> None:
@@ -196,12 +158,7 @@ class LineReader:
         self.line_bytes = 0
 
     async def readline(self) -> str | None:
-        """Return the next line (terminator stripped), or ``None`` at the end of the body.
-
-        Raises:
-            ServerTimeoutError: The read or request deadline passed.
-            StreamInterruptedError: The connection was closed mid-body.
-            ServerProtocolError: A line is longer than ``max_line_bytes``.
+        """Return the next line without its terminator, or ``None`` at the end of the body.
 
         **Cancellation**: safe; the reader can still be closed afterwards.
         """
@@ -266,7 +223,7 @@ class LineReader:
         )
 
     async def aclose(self) -> None:
-        """Close the response (the connection is reused only if the body was read to its end).
+        """Close the response; the connection is reused only if the body was read to its end.
 
         **Cancellation**: shielded and bounded by the transport.
         """

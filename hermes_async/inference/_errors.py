@@ -10,13 +10,8 @@
          ├─ StreamInterruptedError       the response stopped before its end
          └─ ServerProtocolError          the response is not in the expected format
 
-Every error names the endpoint, and carries the completion tokens received before it happened
-(``token_ids`` / ``logprobs``; empty when none were), so a trainer can decide what to keep. The
-clients never retry once a token was handed out: a retry would sample a different continuation
-and the tokens already consumed would be silently duplicated or contradicted.
-
-:class:`ServerTimeoutError` is deliberately *not* a ``TimeoutError``: a caller's own
-``anyio.fail_after`` around a model call must stay distinguishable from the client's deadline.
+Every error carries the tokens received before it; nothing is retried once a token was handed
+out. Reasons: docs/architecture.md ("Model-server errors and SSE").
 """
 
 from __future__ import annotations
@@ -50,13 +45,10 @@ class ModelServerError(InferenceError):
     """A model-server request failed; base of every client error.
 
     Args:
-        message: What went wrong and what to do.
         endpoint: ``METHOD URL`` of the request.
-        attempt: Which attempt failed (1-based); retries happen before this error is raised.
-        status: The HTTP status, when a response arrived.
+        attempt: Which attempt failed (1-based).
         line: The offending response line or body excerpt, for format errors.
         token_ids: Completion ids received before the failure.
-        logprobs: Their logprobs, aligned with ``token_ids``.
     """
 
     def __init__(
@@ -79,12 +71,7 @@ class ModelServerError(InferenceError):
         self.logprobs: tuple[float, ...] = tuple(logprobs)
 
     def with_partial(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> Self:
-        """A copy of this error carrying the tokens received before the failure.
-
-        The stream layer that knows the tokens is above the layer that saw the failure; it
-        raises the copy (``raise exc.with_partial(...) from exc.__cause__``), so an error is
-        never changed after it was raised.
-        """
+        """A copy of this error carrying the tokens received before the failure."""
         clone = copy.copy(self)
         clone.token_ids = tuple(token_ids)
         clone.logprobs = tuple(logprobs)
@@ -118,20 +105,14 @@ class ServerConnectError(ModelServerError):
 
 
 class ServerStatusError(ModelServerError):
-    """The server answered with an HTTP error status.
-
-    429 and 5xx are retried before this is raised; other 4xx (a bad request, a wrong route or
-    key) are raised at once because repeating them cannot help.
-    """
+    """The server answered with an HTTP error status (429 and 5xx after the retries)."""
 
 
 class ServerTimeoutError(ModelServerError):
-    """A deadline passed.
+    """A deadline passed; not a ``TimeoutError``, so a caller's own deadline stays distinct.
 
     Attributes:
-        kind: ``"connect"``, ``"read"`` (silence between bytes longer than the read timeout),
-            ``"pool"`` (no free connection) or ``"request"`` (the overall request deadline).
-        timeout: The deadline that passed.
+        kind: ``"connect"``, ``"read"``, ``"pool"`` (no free connection) or ``"request"``.
     """
 
     def __init__(
@@ -153,10 +134,8 @@ class ServerTimeoutError(ModelServerError):
 
 
 class StreamInterruptedError(ModelServerError):
-    """The response stopped before its end: the connection was cut, or the server sent an
-    error frame mid-stream. ``token_ids`` holds what arrived before; nothing was retried."""
+    """The response stopped before its end (cut, or an error frame mid-stream)."""
 
 
 class ServerProtocolError(ModelServerError):
-    """The response is not what the protocol promises: a malformed SSE line, invalid JSON, a
-    missing field, or a chunk whose ids and logprobs differ in length. ``line`` shows it."""
+    """The response is not what the protocol promises; ``line`` shows it."""

@@ -1,30 +1,9 @@
 """The HTTP layer the model-server clients share: one transport, a limiter, deadlines, retries.
 
-Why one module of this size: one concept, one connection to one server (transport, limiter,
-deadlines, retries and the errors they produce); the retry loop, the body codecs and the probe
-share its options and its failure records.
-
-One :class:`ServerConnection` per server. Its job, and nothing else:
-
-* one transport (:mod:`~hermes_async.inference._transport`), chosen once at construction: the
-  lean HTTP/1.1 pool of :mod:`._wire` over the network, the httpx adapter of :mod:`._httpx`
-  for an injected httpx transport or behind an HTTP proxy from the environment. Nothing below
-  the constructor asks which one it is;
-* a pool at least as large as the request limiter, so a request that got a limiter slot never
-  waits for a connection;
-* requests gated by a :class:`~hermes_async.limits.NamedLimiter` (``Limits().model_requests``).
-  The slot is held for the whole request, retries and back-off included: when a server answers
-  429, fewer concurrent requests is exactly what it asked for;
-* three deadlines: connect, read (the longest silence between two chunks) and the overall
-  request deadline (retries and streaming included);
-* retries as :func:`~hermes_async.inference._retry.decide_retry` decides (a pure function over
-  the attempt's typed outcome); this module only sends, sleeps and raises;
-* translation of the transport's typed outcomes into the client errors of
-  :mod:`hermes_async.inference._errors`, once, where the request fails (body reads translate in
-  :mod:`._body`). Errors are built whole, never amended afterwards;
-* credentials: ``user:password@`` in ``base_url`` is sent as a Basic ``Authorization`` header
-  (as httpx would) and removed from the URL, and every URL in an error or log line is
-  redacted (:func:`hermes_async._net.redact_url`).
+One :class:`ServerConnection` per server. A request holds its limiter slot for all its retries;
+retries are decided by :func:`~hermes_async.inference._retry.decide_retry`, and transport
+outcomes become the errors of :mod:`._errors` once, where the request fails. No URL in an error
+or log line carries credentials. docs/decisions/040-model-server-connection.md has the design.
 """
 
 from __future__ import annotations
@@ -137,42 +116,22 @@ _BOUNDS = (
 class HTTPOptions:
     """Connection, deadline and retry settings for one model server.
 
-    Attributes:
-        connect_timeout: TCP (+TLS) connect deadline per attempt.
-        read_timeout: Longest silence allowed between two chunks of a response, and
-            before the response headers. 300 s: a loaded vLLM can queue a request for minutes
-            before its first token.
-        request_timeout: Overall deadline per request, retries and streaming included.
-            1200 s is atroposlib's ``ServerBaseline.timeout``.
-        max_connections: Pool size; raised to the limiter's total if that is larger.
-        retry: The retry policy.
-        headers: Extra headers sent with every request (never logged).
-        ssl_context: TLS settings for ``https`` servers (e.g. a private CA:
-            ``ssl.create_default_context(cafile=...)``). Default: the system's trust store
-            plus certifi's bundle, one context per process.
-        max_line_bytes: Longest line accepted in a streamed (SSE) response, in bytes. 16 MiB:
-            a long completion in one chunk is a few hundred KB.
-        max_head_bytes: Longest response head (status line and headers), in bytes. 64 KiB:
-            vLLM (uvicorn) sends ~150 bytes; h11 and Node.js stop at 16 KiB.
-        max_header_lines: Most header lines in a response head. 128: vLLM sends 4 or 5;
-            hyper stops at 100.
-        max_body_bytes: Longest whole (non-streamed) body, in bytes; a larger
-            ``Content-Length`` is refused before any body byte is read. 64 MiB: an Atropos
-            ``/generate`` body of a 128k-token completion is ~6 MB; a chat completion with
-            ``top_logprobs=20`` takes ~1.5 KB a token (40k tokens: ~60 MB). Raise it for more.
-        max_event_bytes: Longest Server-Sent Event (its ``data`` lines together), in bytes.
-            16 MiB, as a line: an event is one line from every server we know.
-        max_completion_chars: Longest streamed chat completion assembled, per choice: content,
-            reasoning, tool names and arguments together, in characters. 16 Mi: a 1M-token
-            context filled at ~4 characters a token is 4 Mi.
-        max_chars_per_token: With a request's ``max_tokens``, a streamed chat completion may
-            hold at most ``max_tokens`` x this many characters per choice. 1024: the longest
-            token of Qwen2.5's vocabulary decodes to 128 characters, and a server that
-            re-encodes tool arguments as JSON may write 6 for one (``\\u001b``).
+    Every ``max_*`` bounds what a server can make the client hold; crossing one is a
+    :class:`~hermes_async.inference.ServerProtocolError` naming the option. The defaults'
+    reasons are in docs/decisions/040; ``docs/security.md`` lists every bound.
 
-    Every ``max_*`` is a bound on what a server can make the client hold; crossing one is a
-    :class:`~hermes_async.inference.ServerProtocolError` that names the option, at once (never
-    memory growth until a timeout). ``docs/security.md`` lists every bound.
+    Attributes:
+        read_timeout: Longest silence between two chunks, and before the response head.
+        request_timeout: Overall deadline per request, retries and streaming included.
+        max_connections: Pool size; raised to the limiter's total if that is larger.
+        headers: Extra headers sent with every request (never logged).
+        ssl_context: TLS settings for ``https``. Default: the system's trust store plus
+            certifi's bundle.
+        max_body_bytes: Longest whole body; a larger ``Content-Length`` is refused unread.
+        max_event_bytes: Longest Server-Sent Event (its ``data`` lines together).
+        max_completion_chars: Longest streamed chat completion per choice, all fields.
+        max_chars_per_token: With ``max_tokens``, a streamed choice holds at most
+            ``max_tokens`` x this many characters.
     """
 
     connect_timeout: float = 10.0
@@ -192,8 +151,7 @@ class HTTPOptions:
 
     @classmethod
     def for_probe(cls, timeout: float) -> HTTPOptions:
-        """One connection, one attempt, every deadline ``timeout``: what a reachability probe
-        uses."""
+        """One connection, one attempt, every deadline ``timeout``: for a reachability probe."""
         return cls(
             connect_timeout=timeout,
             read_timeout=timeout,
@@ -235,22 +193,14 @@ class ConnectionKwargs(TypedDict, total=False):
 
 @dataclass(frozen=True, slots=True)
 class AttemptFailure:
-    """How one attempt failed short of a usable response (see :meth:`ServerConnection.send_once`).
-
-    Attributes:
-        outcome: The typed outcome :func:`~hermes_async.inference._retry.decide_retry` reads.
-        cause: The transport exception behind it (``None`` for an HTTP error status).
-    """
+    """How one attempt failed; ``cause`` is ``None`` for an HTTP error status."""
 
     outcome: Outcome
     cause: BaseException | None = None
 
 
 class Attempts:
-    """One request's attempts across retries: their count, and what to do after a failed one.
-
-    Stale kept-alive connections are retried at once and do not count as attempts.
-    """
+    """One request's attempts across retries (stale kept-alive connections do not count)."""
 
     __slots__ = ("_deadline", "_policy", "_request_timeout", "_rng", "number", "stale_retries")
 
@@ -270,24 +220,20 @@ class Attempts:
         self.stale_retries = 0
 
     def next(self) -> int:
-        """Count a new attempt; its number (1-based)."""
         self.number += 1
         return self.number
 
     def uncount(self) -> None:
-        """The attempt just counted was not made after all."""
         self.number -= 1
 
     def after(
         self, failure: AttemptFailure, endpoint: str, *, judged_as: Outcome | None = None
     ) -> Retry:
-        """The retry to make after ``failure`` ended the current attempt.
+        """The retry to make after ``failure``.
 
         Args:
-            failure: How the attempt failed.
-            endpoint: ``METHOD URL`` of the request, for the error.
-            judged_as: The outcome to decide on, when it differs from the one reported (a pool
-                retries a timeout elsewhere as it would a failed connect).
+            judged_as: The outcome to decide on instead (a pool retries a timeout elsewhere as
+                it would a failed connect).
 
         Raises:
             ModelServerError: No retry: the request's error for ``failure``.
@@ -312,16 +258,8 @@ class Attempts:
 
 
 def encode_body(body: JSONObject | bytes) -> bytes:
-    """A request body as sent: JSON, UTF-8, encoded once per request (not per attempt).
-
-    ``bytes`` are taken as already encoded (a client that encodes before it waits for a slot
-    holds the compact bytes, not the body's Python objects, while it waits).
-
-    Always encodable: a lone surrogate anywhere in it becomes U+FFFD. The clients make what
-    they decode encodable (model text, tool results), but a body also carries what the caller
-    put in the messages; one unencodable character there must not become a failure of the
-    model server. The common case pays for one encode.
-    """
+    """A request body as sent: JSON in UTF-8, ``bytes`` as they are; a lone surrogate becomes
+    U+FFFD (docs/decisions/040)."""
     if isinstance(body, bytes):
         return body
     data = wirejson.dumps(body)  # orjson where it gives the same JSON value (most bodies)
@@ -348,9 +286,7 @@ def decode_json_body(
     """A whole response body decoded as JSON, then by ``decode``.
 
     Raises:
-        ServerProtocolError: It is not JSON (the usual sign of a wrong ``base_url``), or
-            ``decode`` failed on it (one of :data:`DECODE_FAILURES`; a
-            :class:`ModelServerError` from ``decode`` is raised as it is).
+        ServerProtocolError: Not JSON (often a wrong ``base_url``), or ``decode`` failed on it.
     """
     text = content.decode("utf-8", errors="replace")
     try:
@@ -377,15 +313,7 @@ def decode_json_body(
 
 @runtime_checkable
 class Connection(Protocol):
-    """What a client needs from the connection under it: one server, or a pool of them.
-
-    :class:`ServerConnection` is one server; :class:`~hermes_async.inference.pool.ServerPool`
-    hands out connections that route each request to one of several.
-
-    Attributes:
-        options: The HTTP options its requests follow (deadlines, retries, the bounds on what
-            a response may hold).
-    """
+    """What a client needs from the connection under it: one server, or a pool of them."""
 
     options: HTTPOptions
 
@@ -407,12 +335,9 @@ class Connection(Protocol):
         body: JSONObject | bytes,
         decode: Callable[[JSON], object] = as_json,
     ) -> object:
-        """POST ``body`` as JSON (or as already encoded ``bytes``) and return the JSON
-        response, decoded by ``decode`` (with retries).
+        """POST ``body`` and return the JSON response decoded by ``decode`` (with retries).
 
-        ``decode`` runs as part of the request: what it raises on the server's value (see
-        :func:`decode_json_body`) is that server's protocol failure, which a pool counts
-        against it.
+        What ``decode`` raises is that server's protocol failure, which a pool counts.
 
         **Cancellation**: the request is abandoned and its connection closed.
         """
@@ -421,8 +346,7 @@ class Connection(Protocol):
     def open_lines(
         self, path: str, body: JSONObject | bytes
     ) -> AbstractAsyncContextManager[LineReader]:
-        """POST ``body`` (JSON, or already encoded ``bytes``) and yield a :class:`LineReader`
-        over the streamed response body."""
+        """POST ``body`` and yield a :class:`LineReader` over the streamed response body."""
         ...
 
     async def __aenter__(self) -> Self:
@@ -445,8 +369,7 @@ class ConnectionSource(Protocol):
     """Something a client can be built on instead of a base URL (a server pool)."""
 
     def connection(self, transform: Callable[[str], str] | None = None) -> Connection:
-        """A connection for one client; ``transform`` maps each base URL the way the client
-        would (e.g. strip a trailing ``/v1``)."""
+        """A connection for one client; ``transform`` maps each base URL as the client would."""
         ...
 
 
@@ -459,8 +382,7 @@ def connect(
     """The connection a client uses for ``target``: a base URL, or a pool.
 
     Raises:
-        TypeError: ``target`` is neither a URL string nor a pool, or connection options were
-            given together with a pool (the pool owns them).
+        TypeError: Neither a URL nor a pool, or connection options given with a pool.
     """
     if isinstance(target, str):
         return ServerConnection(transform(target) if transform else target, **connection)
@@ -502,27 +424,20 @@ def _split_credentials(base_url: str) -> tuple[str, str | None]:
 class ServerConnection(AsyncResource):
     """One model server: base URL, transport, limiter, deadlines and retries.
 
-    Over the network the connection uses the lean HTTP/1.1 client of
-    :mod:`hermes_async.inference._wire` (one keep-alive pool per server). With an injected
-    ``transport``, or when an HTTP proxy from the environment applies to the server's host, it
-    uses httpx instead. Either way the behaviour (deadlines, retries, errors) is the same.
-
-    Use as an async context manager; requests outside it raise ``RuntimeError``.
+    Uses the lean client of :mod:`._wire`, or httpx with an injected ``transport`` or behind
+    an HTTP proxy from the environment; the behaviour is the same. Use as an async context
+    manager.
 
     Args:
-        base_url: The server's base URL (``http://host:port``). ``user:password@`` in it is
-            sent as Basic authentication (``api_key`` wins) and never shown.
-        options: Deadlines, pool size and retry policy.
-        limiter: Gate for concurrent requests (e.g. ``limits.model_requests``). Default: a
-            private limiter sized like the pool.
-        transport: An httpx transport to use instead of the network (``httpx.MockTransport``,
-            :func:`hermes_async.testing.http.open_asgi_transport`).
-        api_key: Sent as ``Authorization: Bearer ...`` when given.
-        rng: Random source for back-off jitter (seed it in tests).
+        base_url: ``http://host:port``; ``user:password@`` in it is sent as Basic
+            authentication (``api_key`` wins) and never shown.
+        limiter: Gate for concurrent requests. Default: a private one sized like the pool.
+        transport: An httpx transport to use instead of the network.
+        api_key: Sent as ``Authorization: Bearer ...``.
+        rng: Random source for back-off jitter.
 
     Raises:
-        ValueError: ``base_url`` or a header cannot be used (the message names it, never a
-            header's value or a credential).
+        ValueError: ``base_url`` or a header cannot be used (never shows a value).
     """
 
     def __init__(
@@ -596,7 +511,7 @@ class ServerConnection(AsyncResource):
 
     @property
     def transport_kind(self) -> str:
-        """``"wire"`` (the lean client) or ``"httpx"``."""
+        """``"wire"`` or ``"httpx"``."""
         return self.transport.kind
 
     def url(self, path: str) -> str:
@@ -604,7 +519,7 @@ class ServerConnection(AsyncResource):
         return f"{self.base_url}/{path.lstrip('/')}"
 
     def endpoint(self, path: str, method: str = "POST") -> str:
-        """``METHOD URL`` of ``path``, credentials redacted: the label of errors and logs."""
+        """``METHOD URL`` of ``path``, credentials redacted."""
         return f"{method} {self._shown_url}/{path.lstrip('/')}"
 
     async def __aenter__(self) -> Self:
@@ -651,14 +566,9 @@ class ServerConnection(AsyncResource):
         body: JSONObject | bytes,
         decode: Callable[[JSON], object] = as_json,
     ) -> object:
-        """POST ``body`` as JSON and return the JSON response decoded by ``decode`` (with
-        retries).
+        """POST ``body`` and return the JSON response decoded by ``decode`` (with retries).
 
-        Raises:
-            ModelServerError: A subclass describing the failure.
-
-        **Cancellation**: the request is abandoned and its connection closed; the limiter
-        slot is released.
+        **Cancellation**: the request is abandoned, its connection closed, its slot released.
         """
         endpoint = self.endpoint(path)
         deadline = anyio.current_time() + self.options.request_timeout
@@ -674,12 +584,10 @@ class ServerConnection(AsyncResource):
     async def open_lines(self, path: str, body: JSONObject | bytes) -> AsyncIterator[LineReader]:
         """POST ``body`` and yield a :class:`LineReader` over the streamed response body.
 
-        Retries happen before the response headers arrive; once this yields, nothing is
-        retried. The limiter slot is held until the block exits.
+        Retries happen before the head arrives; the limiter slot is held until the block exits.
 
-        **Cancellation**: leaving the block early (cancelled, an error, a ``break``) closes the
-        HTTP response, so the server sees the client disconnect; the close is shielded and
-        bounded.
+        **Cancellation**: leaving the block early closes the response (shielded, bounded), so
+        the server sees the client disconnect.
         """
         endpoint = self.endpoint(path)
         deadline = anyio.current_time() + self.options.request_timeout
@@ -697,8 +605,6 @@ class ServerConnection(AsyncResource):
 
     async def get_status(self, path: str) -> int:
         """``GET path`` once (no retries, no limiter) and return the HTTP status, any status.
-
-        For reachability checks: a server that answers at all is reachable.
 
         Raises:
             ServerConnectError: No connection, or it closed before a response.
@@ -721,7 +627,6 @@ class ServerConnection(AsyncResource):
     # ---------------------------------------------------------------- internals
 
     def body_context(self, endpoint: str, attempt: int, deadline: float) -> BodyContext:
-        """How a response body of this connection is read (deadlines, for error messages)."""
         options = self.options
         return BodyContext(
             endpoint, attempt, deadline, options.read_timeout, options.max_body_bytes
@@ -762,11 +667,10 @@ class ServerConnection(AsyncResource):
     async def send_once(
         self, path: str, payload: bytes, endpoint: str, deadline: float, attempt: int
     ) -> Response | AttemptFailure:
-        """One attempt: the response (status < 400, body unread) or how the attempt failed.
+        """One attempt: the response (status < 400, body unread) or how it failed.
 
-        The building block of the retry loops (this connection's own, and a
-        :class:`~hermes_async.inference.pool.ServerPool`'s across servers). An error status's
-        body is read (bounded) and closed here.
+        Used by this connection's retry loop and a pool's. An error status's body is read
+        (bounded) and closed here.
 
         Raises:
             ServerTimeoutError: ``deadline`` (clock time) passed during the attempt.
@@ -804,7 +708,6 @@ class ServerConnection(AsyncResource):
         return HTTPStatus(status, response.reason_phrase, retry_after, text)
 
     def request_deadline_error(self, endpoint: str, attempt: int) -> ServerTimeoutError:
-        """The error for a request whose overall deadline passed."""
         seconds = self.options.request_timeout
         return ServerTimeoutError(
             f"no complete response within the request deadline of {seconds:g} s; raise "
@@ -866,16 +769,6 @@ async def probe_server(
 ) -> int:
     """``GET base_url + path`` once and return the HTTP status (any status means "reachable").
 
-    Uses the same transport choice as the clients (the lean client, or httpx behind a proxy
-    or with an injected transport).
-
-    Args:
-        base_url: The server's base URL.
-        path: What to ask for.
-        timeout: Seconds allowed for connect, the response head and the whole probe.
-        transport: An httpx transport to use instead of the network.
-        api_key: Sent as a bearer token when given.
-
     Raises:
         ServerConnectError: No connection, or it closed before a response.
         ServerTimeoutError: ``timeout`` passed.
@@ -890,11 +783,8 @@ async def probe_server(
 
 
 class ServerClient(AsyncResource):
-    """Base of the model-server clients: owns one :class:`ServerConnection` and its lifecycle.
-
-    Subclasses set :attr:`path` and build requests; opening, closing and the ``endpoint`` label
-    live here once.
-    """
+    """Base of the model-server clients: owns one :class:`ServerConnection`; subclasses set
+    :attr:`path`."""
 
     #: Path of the client's endpoint, relative to the base URL.
     path: str = ""

@@ -1,24 +1,9 @@
 """Server-Sent Events: line decoding (sans I/O), and the one SSE -> JSON loop of the clients.
 
-The model servers speak a small subset of SSE::
-
-    data: {"choices": [{"token_ids": [9707, 11], ...}]}
-    <blank line>
-    data: [DONE]
-    <blank line>
-
-Lines are fed one at a time (without their line terminator); a blank line dispatches the event
-collected so far. Multi-line ``data`` fields are joined with ``\\n`` as the spec says.
-
-Deliberately stricter than the SSE spec: a line that is neither a comment (``: ...``) nor one of
-the four known fields (``data``, ``event``, ``id``, ``retry``) raises :class:`SSEFormatError`
-instead of being ignored. Model servers never send such lines; when one appears it is a server
-speaking another format (raw JSON lines, an HTML error page), and silently ignoring it would
-turn a clear error into a confusing "stream ended without tokens" later.
-
-:class:`SSEJSONReader` drives the decoder over a streamed body and decodes each event's data
-as JSON, up to ``data: [DONE]``; the token clients and the chat client both read their streams
-through it.
+:class:`SSEDecoder` turns lines into events; an unknown field raises :class:`SSEFormatError`
+(stricter than the spec, on purpose). :class:`SSEJSONReader` decodes each event's data as JSON
+up to ``data: [DONE]``; every client reads its stream through it. Why stricter, and the bounds:
+docs/architecture.md ("Model-server errors and SSE").
 """
 
 from __future__ import annotations
@@ -54,11 +39,7 @@ _EXCERPT_CHARS = 1000
 
 
 class SSEFormatError(ValueError):
-    """A line that is not valid (for our servers) SSE.
-
-    Attributes:
-        line: The offending line.
-    """
+    """A line that is not valid (for our servers) SSE."""
 
     def __init__(self, message: str, line: str) -> None:
         super().__init__(message)
@@ -71,8 +52,6 @@ class SSEEvent:
 
     Attributes:
         data: The ``data`` lines joined with ``\\n``.
-        event: The ``event`` field, if any.
-        id: The ``id`` field, if any.
         last_line: The last ``data`` line as received (for error messages).
     """
 
@@ -90,9 +69,7 @@ class SSEDecoder:
     """Turn SSE lines into :class:`SSEEvent` objects.
 
     Args:
-        max_event_bytes: Longest event accepted: the sizes of its ``data`` lines added up
-            (``None``: no bound). A server whose ``data:`` lines never end with a blank line
-            would otherwise grow one event without end, each line within its own bound.
+        max_event_bytes: Longest event: its ``data`` lines' sizes added up (``None``: no bound).
     """
 
     def __init__(self, *, max_event_bytes: int | None = None) -> None:
@@ -108,12 +85,10 @@ class SSEDecoder:
         """Feed one line (terminator stripped); return an event when ``line`` is blank.
 
         Args:
-            line: The line.
             size: Its size in bytes as received (default: its length).
 
         Raises:
-            SSEFormatError: The line is not a comment or a known field.
-            SSEEventTooLarge: The event is past ``max_event_bytes``.
+            SSEFormatError: The line is not a comment or a known field, or the event is too long.
         """
         if not line:
             return self._dispatch()
@@ -174,11 +149,6 @@ class SSEDecoder:
 class SSEJSONReader:
     """The JSON payloads of a Server-Sent Events body, one per event, up to ``[DONE]``.
 
-    Args:
-        reader: The body's lines.
-        max_event_bytes: Longest event accepted, in bytes
-            (:attr:`HTTPOptions.max_event_bytes <hermes_async.inference.HTTPOptions.max_event_bytes>`).
-
     Attributes:
         saw_done: The stream ended with ``data: [DONE]`` (not merely with the body).
     """
@@ -192,12 +162,10 @@ class SSEJSONReader:
     async def next(self) -> tuple[JSON, str] | None:
         """The next payload and the ``data`` line it came from; ``None`` at the end.
 
-        After ``[DONE]`` the rest of the body is read (bounded by :data:`DRAIN_SECONDS`) so
-        the connection can be reused; a server that lingers only costs a new connection.
+        After ``[DONE]`` the rest of the body is drained (bounded) so the connection is reused.
 
         Raises:
             ServerProtocolError: A line that is not SSE, or data that is not JSON.
-            ModelServerError: A transport failure or deadline (from the line reader).
 
         **Cancellation**: safe; closing the response is the caller's.
         """
@@ -239,7 +207,6 @@ class SSEJSONReader:
                 ) from None
 
     def protocol_error(self, message: str, line: str) -> ServerProtocolError:
-        """A :class:`ServerProtocolError` about ``line`` of this stream."""
         return ServerProtocolError(
             message,
             endpoint=self._reader.endpoint,

@@ -1,13 +1,9 @@
 """A lean HTTP/1.1 client for the model-server hot path: httptools over anyio byte streams.
 
-One :class:`WirePool` per server keeps a LIFO stack of idle keep-alive connections (the request
-limiter above it bounds concurrency); httptools frames the responses. Failures are the typed
-outcomes of :mod:`~hermes_async.inference._transport`, decided where they happen: only
-:class:`ConnectFailed` and :class:`ClosedBeforeResponse` are safe to retry, and a head past
-``max_head_bytes`` or ``max_header_lines`` is :class:`ResponseTooLarge`. Deadlines other than
-connect and the head are the caller's. No proxies, compression, redirects or cookies
-(``ServerConnection`` uses httpx when a proxy applies). Why not httpx or h11, measured:
-docs/decisions/038-model-server-client.md.
+One :class:`WirePool` per server keeps a LIFO stack of idle keep-alive connections. Failures
+are the typed outcomes of :mod:`~hermes_async.inference._transport`; only
+:class:`ConnectFailed` and :class:`ClosedBeforeResponse` are safe to retry. No proxies,
+compression, redirects or cookies. Why not httpx or h11: docs/decisions/038-model-server-client.md.
 """
 
 from __future__ import annotations
@@ -123,7 +119,7 @@ def _header(name: str, value: str) -> tuple[bytes, bytes]:
 
 
 def check_base_url(base_url: str) -> None:
-    """Raise ``ValueError`` (saying why) unless the pool can talk to ``base_url``."""
+    """Raise ``ValueError`` unless the pool can talk to ``base_url``."""
     _parse_origin(base_url)
 
 
@@ -134,11 +130,10 @@ def check_headers(headers: Mapping[str, str]) -> None:
 
 
 class _Exchange:
-    """One response as httptools parses it: the parser's callbacks and what they found.
+    """One response as httptools parses it.
 
-    A new parser per request (a C object, cheap to make): a keep-alive connection carries one
-    exchange at a time, and bytes the server sends after the end of a response mark the
-    connection unusable instead of starting a "next response" nobody asked for.
+    A new parser per request: bytes after the end of a response mark the connection unusable
+    instead of starting a "next response" nobody asked for.
     """
 
     __slots__ = (
@@ -205,12 +200,7 @@ class _Exchange:
             self.keep_alive = self.parser.should_keep_alive()
 
     def feed(self, data: bytes) -> None:
-        """Parse ``data``.
-
-        Raises:
-            BodyCut: The bytes are not an HTTP/1.1 response (bytes after its end only mark
-                the connection unusable).
-        """
+        """Parse ``data``; :class:`BodyCut` if it is not an HTTP/1.1 response."""
         if self.parser is None:
             raise BodyCut("the response was closed")
         try:
@@ -223,8 +213,7 @@ class _Exchange:
             raise BodyCut(f"invalid HTTP {where} from the server: {exc}") from None
 
     def release(self) -> None:
-        """Drop the parser: it holds this object's methods, so the two form a reference cycle
-        that only the cyclic GC would free (thousands of rollouts make a request a turn)."""
+        """Drop the parser, breaking its reference cycle with this object (no GC needed)."""
         self.parser = None
 
     def ends_at_close(self) -> bool:
@@ -236,13 +225,10 @@ class _Exchange:
         return b"content-length" not in names and not encoding.rstrip().endswith(b"chunked")
 
     def reusable(self) -> bool:
-        """The response ended cleanly and the server keeps the connection open."""
         return self.complete and self.keep_alive and not self.after_end and not self.no_body
 
 
 class _Connection:
-    """One keep-alive connection: a byte stream and its raw socket."""
-
     __slots__ = ("idle_since", "sock", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream, sock: socket.socket | None) -> None:
@@ -275,12 +261,7 @@ class WireResponse:
     """A response whose head has arrived; read the body with :meth:`receive_some`.
 
     Always :meth:`aclose` it: a fully read body hands the connection back to the pool, anything
-    else closes the connection (so the server sees the client leave).
-
-    Attributes:
-        status_code: The HTTP status.
-        reason_phrase: The status line's reason text.
-        headers: Header names (lower case) to values; a repeated header keeps its last value.
+    else closes the connection. A repeated header keeps its last value in ``headers``.
     """
 
     __slots__ = ("_conn", "_done", "_exchange", "_pool", "headers", "reason_phrase", "status_code")
@@ -300,16 +281,11 @@ class WireResponse:
     async def receive_some(self, timeout: float = math.inf) -> bytes | None:
         """Return the next piece of the body, or ``None`` once it is complete.
 
-        Args:
-            timeout: Longest wait for the socket, in seconds. Body bytes already parsed are
-                returned without waiting (and without the cost of a cancel scope), all of
-                them at once.
+        Body bytes already parsed come back at once, without a cancel scope.
 
         Raises:
-            TimeoutError: Nothing arrived within ``timeout``.
-            BodyCut: The connection closed or broke before the body ended, or the server sent
-                something that is not HTTP/1.1.
-
+            TimeoutError: Nothing arrived within ``timeout`` seconds.
+            BodyCut: The connection broke before the body ended, or the bytes are not HTTP/1.1.
         **Cancellation**: safe; the response must still be closed (which drops the connection).
         """
         if self._done:
@@ -350,11 +326,9 @@ class WireResponse:
         return b"".join(parts)
 
     async def aclose(self) -> None:
-        """Release the connection: back to the pool if the exchange finished cleanly, else
-        closed. Idempotent.
+        """Release the connection: back to the pool if the exchange finished cleanly, else closed.
 
-        **Cancellation**: every connection close is shielded and bounded (a return to the pool
-        does not wait at all).
+        **Cancellation**: every connection close is shielded and bounded.
         """
         conn, self._conn = self._conn, None
         if conn is None:
@@ -367,7 +341,6 @@ class WireResponse:
 
 
 async def _receive(conn: _Connection, *, started: bool, reused: bool = False) -> bytes:
-    """One socket read; ``b""`` at end of stream."""
     try:
         return await conn.stream.receive(_READ_SIZE)
     except anyio.EndOfStream:
@@ -387,15 +360,9 @@ class WirePool:
     Implements :class:`~hermes_async.inference._transport.Transport`.
 
     Args:
-        base_url: ``http://host:port[/prefix]`` or ``https://...``; request targets are
-            appended to the prefix.
-        connect_timeout: Seconds allowed for TCP (and TLS) set-up.
+        base_url: ``http://host:port[/prefix]`` or ``https://...``.
         read_timeout: Seconds allowed between sending a request and the response head.
         keepalive_expiry: Idle connections older than this are not reused.
-        max_idle: Idle connections kept at most (older ones are closed first).
-        max_head_bytes: Longest response head accepted, in bytes (1xx heads included).
-        max_header_lines: Most header lines accepted in a response head.
-        headers: Sent with every request (after the defaults, so they can override them).
         ssl_context: Factory of the TLS context for ``https`` (called once, on first connect).
     """
 
@@ -438,7 +405,6 @@ class WirePool:
         self.connections_opened = 0
 
     def target(self, path: str) -> bytes:
-        """The request target of ``path`` on this server (percent-encoded where needed)."""
         target = self._targets.get(path)
         if target is None:
             quoted = urllib.parse.quote(path.lstrip("/"), safe="/:@!$&'()*+,;=-._~%?")
@@ -450,15 +416,12 @@ class WirePool:
     async def send(self, method: str, path: str, body: bytes = b"") -> WireResponse:
         """Send ``method path`` with ``body`` and the pool's headers; wait for the head.
 
-        A ``GET`` or ``HEAD`` without a body is sent without a ``Content-Length``.
-
         Raises:
             ConnectFailed: No connection could be made.
             ClosedBeforeResponse: The connection closed before a response byte (retry-safe).
             BodyCut: The response head was invalid or cut.
             ResponseTooLarge: The head went past ``max_head_bytes`` or ``max_header_lines``.
             TransportTimeout: Connecting or waiting for the head took too long.
-
         **Cancellation**: the connection in use is closed (never returned to the pool).
         """
         if self._closed:
@@ -587,7 +550,7 @@ class WirePool:
     async def aclose(self) -> None:
         """Close every idle connection; connections in use close when their response does.
 
-        **Cancellation**: each close is shielded and bounded (closing sockets does not block).
+        **Cancellation**: each close is shielded and bounded.
         """
         self._closed = True
         idle, self._idle = self._idle, collections.deque()

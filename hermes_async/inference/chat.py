@@ -1,13 +1,10 @@
-"""Phase 1 client: OpenAI-compatible ``POST {base_url}/chat/completions``.
+"""Chat client: OpenAI-compatible ``POST {base_url}/chat/completions``.
 
-:class:`ChatClient` exposes ``async chat_completion(**kwargs)`` and returns a
+:class:`ChatClient` has ``async chat_completion(**kwargs)`` and returns a
 :class:`ChatCompletion` shaped like the OpenAI SDK's, so the agent loop takes it, an atroposlib
-``ServerManager`` or anything else with that method. ``base_url`` includes the API version
-prefix (``http://127.0.0.1:8000/v1``); ``extra_body`` is merged into the request body last.
-:class:`ChatStreamAssembler` (no I/O) folds a stream into the same completion, tool-call deltas
-keyed by ``index``, within ``HTTPOptions.max_completion_chars`` and ``max_chars_per_token``.
-Every text that comes out is encodable as UTF-8 (a lone surrogate becomes U+FFFD). Failures are
-:class:`~hermes_async.inference.ModelServerError` subclasses, after the shared retry policy.
+``ServerManager`` or anything with that method. :class:`ChatStreamAssembler` (no I/O) folds a
+stream into the same completion, within bounds. Every text out is encodable as UTF-8 (a lone
+surrogate becomes U+FFFD).
 """
 
 from __future__ import annotations
@@ -51,8 +48,7 @@ __all__ = (
 
 @dataclass(slots=True)
 class ChatMessage:
-    """The assistant's message: content, tool calls and the reasoning text if the server
-    returned one (``reasoning_content`` for vLLM/DeepSeek, ``reasoning`` for OpenRouter)."""
+    """The assistant's message; ``reasoning_content`` (vLLM) or ``reasoning`` (OpenRouter)."""
 
     role: str = "assistant"
     content: str | None = None
@@ -104,11 +100,7 @@ class ChatCompletion:
 
     @classmethod
     def from_dict(cls, data: JSON) -> ChatCompletion:
-        """Build from a decoded non-streaming response body.
-
-        Raises:
-            ValueError: The body is not a chat completion.
-        """
+        """Build from a decoded response body; ``ValueError`` if it is not a chat completion."""
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
             raise ValueError("response has no 'choices' list")
         choices: list[Choice] = []
@@ -219,21 +211,11 @@ class _TooLong(ValueError):
 
 
 class ChatStreamAssembler:
-    """Fold ``chat.completion.chunk`` objects into one :class:`ChatCompletion`.
+    """Fold ``chat.completion.chunk`` objects into one :class:`ChatCompletion`, in linear time.
 
-    Tool-call deltas are keyed by their ``index``: the first delta of an index sets ``id``,
-    ``type`` and ``name``; every delta appends its ``arguments`` fragment. Calls come out
-    sorted by index. Work is linear in the size of the stream.
-
-    Args:
-        max_chars: Most characters assembled over all choices (content, reasoning, tool
-            names and arguments together); ``None``: no bound.
-        max_tokens: The request's ``max_tokens``: a choice may carry no more token ids
-            (vLLM's ``return_token_ids``) than this; ``None``: no bound.
-        max_choices: Most choices (the request's ``n``); ``None``: no bound.
-
-    A chunk past a bound raises ``ValueError``: a server that never ends a stream must not grow
-    the completion without end.
+    Tool-call deltas are keyed by ``index``: the first sets ``id``, ``type`` and ``name``, each
+    appends its ``arguments``. A chunk past ``max_chars`` (all text of all choices),
+    ``max_tokens`` (token ids per choice) or ``max_choices`` raises ``ValueError``.
     """
 
     def __init__(
@@ -262,11 +244,7 @@ class ChatStreamAssembler:
         )
 
     def feed(self, chunk: JSON) -> None:
-        """Fold one decoded chunk in.
-
-        Raises:
-            ValueError: The chunk is not a chat-completion chunk (or is an error frame).
-        """
+        """Fold one decoded chunk in; ``ValueError`` for an error frame or anything else."""
         if not isinstance(chunk, dict):
             raise ValueError(f"expected a JSON object, got {type(chunk).__name__}")
         if chunk.get("error") is not None or chunk.get("object") == "error":
@@ -419,18 +397,9 @@ _MAX_CALL_INDEXES = 1024
 class ChatStream:
     """An async iterator over the decoded chunks of a streaming chat completion.
 
-    Each chunk is folded into :attr:`assembler` before it is returned; after the iteration
-    :meth:`completion` gives the whole :class:`ChatCompletion`.
-
-    Args:
-        reader: The streamed body's lines.
-        options: The bounds on the events and the assembled completion.
-        max_tokens: The request's ``max_tokens`` (``None``: not given).
-        n: The choices asked for.
-
-    The completion is bounded per choice by ``options.max_completion_chars`` characters and,
-    with ``max_tokens``, by ``max_tokens x options.max_chars_per_token``; past the bound the
-    stream is a :class:`~hermes_async.inference.ServerProtocolError` naming the options.
+    Each chunk is folded into :attr:`assembler`; :meth:`completion` gives the whole. A choice
+    longer than ``options.max_completion_chars`` (or ``max_tokens x
+    options.max_chars_per_token``) is a ``ServerProtocolError`` naming the option.
     """
 
     def __init__(
@@ -455,11 +424,7 @@ class ChatStream:
         return self
 
     async def __anext__(self) -> JSONObject:
-        """Return the next chunk (a decoded JSON object).
-
-        Raises:
-            StopAsyncIteration: After ``[DONE]`` (or the end of the body once finished).
-            ModelServerError: A transport or format failure, or the stream ended unfinished.
+        """Return the next decoded chunk.
 
         **Cancellation**: leaving the ``stream_chat`` block closes the connection.
         """
@@ -511,16 +476,11 @@ class ChatClient(ServerClient):
     """An OpenAI-compatible chat-completions client on the shared HTTP layer.
 
     Args:
-        base_url: API root including the version prefix (``http://127.0.0.1:8000/v1``), or a
-            :class:`~hermes_async.inference.pool.ServerPool` of such roots.
-        model: Default ``model`` for requests that do not name one.
-        stream: Default for ``stream`` when a call does not say; streaming keeps the
-            connection's read timeout meaningful for long generations.
-        **connection: Passed to the connection: ``api_key`` (bearer token, never logged),
-            ``options`` (deadlines, pool size, retry policy, line cap: :class:`HTTPOptions`),
-            ``limiter`` (gate for concurrent requests: ``limits.model_requests``),
-            ``transport`` (an httpx transport instead of the network: tests, ASGI apps) and
-            ``rng`` (random source for retry jitter).
+        base_url: API root with its version prefix (``http://127.0.0.1:8000/v1``), or a
+            :class:`~hermes_async.inference.pool.ServerPool` of them.
+        stream: Default of ``stream``; streaming keeps the read timeout meaningful for long
+            generations.
+        **connection: For :class:`~hermes_async.inference._http.ServerConnection`.
     """
 
     path = "/chat/completions"
@@ -538,11 +498,7 @@ class ChatClient(ServerClient):
         self.connection = connect(base_url, connection)
 
     def request_body(self, **kwargs: JSON) -> JSONObject:
-        """The JSON body for ``kwargs`` (pure): ``extra_body`` merged last, at the top level.
-
-        Raises:
-            TypeError: An OpenAI-SDK transport option this client does not support.
-        """
+        """The JSON body for ``kwargs``, ``extra_body`` merged last at the top level."""
         for name in _UNSUPPORTED_KWARGS:
             if name in kwargs:
                 raise TypeError(
@@ -561,18 +517,9 @@ class ChatClient(ServerClient):
         return body
 
     async def chat_completion(self, **kwargs: JSON) -> ChatCompletion:
-        """Send a chat-completions request; return the (assembled) :class:`ChatCompletion`.
+        """Send the OpenAI request fields in ``kwargs``; return the :class:`ChatCompletion`.
 
-        Keyword arguments are the OpenAI request fields (``messages``, ``tools``,
-        ``tool_choice``, ``temperature``, ``max_tokens``, ``n``, ``stream``, ...), plus
-        ``extra_body`` whose keys are merged into the body at the top level.
-
-        Raises:
-            ModelServerError: The request failed after retries, the stream broke, or the
-                response is not a chat completion.
-
-        **Cancellation**: the HTTP request or stream is closed (the server sees the
-        disconnect); nothing is returned.
+        **Cancellation**: the request or stream is closed; the server sees the disconnect.
         """
         body = self.request_body(**kwargs)
         attributes = request_attributes("chat", body)
@@ -601,10 +548,7 @@ class ChatClient(ServerClient):
     async def stream_chat(self, **kwargs: JSON) -> AsyncIterator[ChatStream]:
         """Stream a chat completion; yield a :class:`ChatStream` of decoded chunks.
 
-        Same arguments as :meth:`chat_completion` (``stream`` is forced on).
-
-        **Cancellation**: leaving the block closes the stream; the server sees the
-        disconnect.
+        **Cancellation**: leaving the block closes the stream; the server sees the disconnect.
         """
         kwargs["stream"] = True
         async with self._open_stream(self.request_body(**kwargs)) as chunks:
@@ -623,6 +567,5 @@ class ChatClient(ServerClient):
 
 
 def _positive_int(value: JSON) -> int | None:
-    """``value`` if it is an int >= 1 (a request field the server reads as one), else
-    ``None``."""
+    """``value`` if it is an int >= 1, else ``None``."""
     return value if type(value) is int and value >= 1 else None

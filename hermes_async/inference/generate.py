@@ -1,42 +1,10 @@
-"""Phase 2 token clients: prompt ids in, a stream of exact completion ids and logprobs out.
+"""Token clients: prompt ids in, a stream of exact completion ids and logprobs out.
 
-Why one module of this size: one concept, the token client — its protocol, the values it takes
-and gives (:class:`SamplingParams` with the rules every server accepts, :class:`TokenDelta`,
-:class:`Completion`) and one base class whose three adapters differ only in their request body
-and chunk shapes.
-
-One interface, :class:`TokenClient`, three adapters for the token endpoints servers offer:
-
-* :class:`VLLMGenerateClient`: vLLM ``POST /inference/v1/generate``, SSE, each chunk
-  carries the new ids;
-* :class:`AtroposGenerateClient`: the Atropos reference server's ``POST /generate`` (base URL
-  minus ``/v1``), one JSON response;
-* :class:`SGLangGenerateClient`: SGLang ``POST /generate``, SSE, cumulative chunks (default)
-  or incremental ones.
-
-Usage::
-
-    async with VLLMGenerateClient("http://127.0.0.1:8000", limiter=limits.model_requests) as c:
-        async with c.stream(prompt_ids, SamplingParams(max_tokens=512)) as deltas:
-            async for delta in deltas:          # TokenDelta(token_ids, logprobs, finish_reason)
-                ...
-        completion = await c.generate(prompt_ids)   # the same, collected
-
-Guarantees, per chunk: ``len(token_ids) == len(logprobs)`` (a mismatch is a
-:class:`~hermes_async.inference.ServerProtocolError`, never padded); when the server names
-the id of each logprob entry, it must equal the id it sits beside; no tokens after a
-``finish_reason``; every id in ``[0, vocab_size)`` (pass the tokenizer's ``len()`` as
-``vocab_size``; without it, ids must still fit 32 bits, ``[0, 2**31)``) and every logprob a
-finite number ``<= 0`` — else :class:`InvalidTokenDataError`, naming the server (credentials
-redacted) and the offending value and line. Concatenating the deltas gives exactly the ids the server sent. A stream
-that ends without a ``finish_reason`` is an error (:class:`StreamInterruptedError`), not a
-short completion.
-
-What is returned and what is raised: a completed generation is returned whatever its
-``finish_reason`` (``"stop"``, ``"length"``, ``"abort"``...). Every transport or format failure
-raises a :class:`~hermes_async.inference.ModelServerError` that carries the tokens received
-before it (``exc.token_ids`` / ``exc.logprobs``). Retries (connect errors, 429, 5xx) happen
-before the first token; once a token was handed out nothing is retried.
+One protocol, :class:`TokenClient`, and three adapters: vLLM, Atropos and SGLang. Every chunk is
+checked (one logprob per id, ids in the vocabulary, finite logprobs <= 0); a failure raises a
+:class:`~hermes_async.inference.ModelServerError` that carries the tokens received before it.
+Nothing is retried after the first token.
+Wire formats and rules: docs/decisions/060-token-clients.md.
 """
 
 from __future__ import annotations
@@ -94,12 +62,9 @@ __all__ = (
 
 
 class InvalidTokenDataError(ServerProtocolError):
-    """The server sent token ids or logprobs no trainer may use.
+    """The server sent an id outside the vocabulary or a NaN, infinite or positive logprob.
 
-    An id outside ``[0, vocab_size)`` (or beyond 32 bits), a NaN, infinite or positive
-    logprob: the wrong model behind the URL, a tokenizer that does not match the model, a
-    numerics bug. Raised before the values reach any trajectory; the rollout ends as an
-    ``infra`` failure. ``str()`` names the endpoint, the value and the offending line.
+    Raised before the values reach any trajectory; the rollout ends as an ``infra`` failure.
     """
 
 
@@ -109,18 +74,11 @@ class SamplingParams:
 
     Attributes:
         max_tokens: Completion length limit (SGLang: ``max_new_tokens``).
-        temperature: Sampling temperature (1.0: sample from the model's distribution, what
-            on-policy RL wants).
-        top_p: Nucleus sampling mass.
-        top_k: Top-k cut-off; ``None`` leaves the server default.
-        seed: Per-request seed; ``None`` leaves the server default.
-        stop_token_ids: Ids that end the completion (typically the tokenizer's end of turn).
-        stop: Strings that end the completion.
-        extra: Server-specific request extras (e.g. vLLM ``{"structured_outputs": {"regex":
-            ...}}``, ``min_p``, ``repetition_penalty``), checked and placed per server by
-            :mod:`~hermes_async.inference.request_extras` (``structured_outputs`` is translated
-            for SGLang); a key the server does not accept raises ``UnsupportedExtraError``
-            instead of being dropped.
+        temperature: 1.0 samples from the model's distribution, what on-policy RL wants.
+        top_k, seed: ``None`` leaves the server's default.
+        extra: Server-specific keys (``min_p``, ``structured_outputs``...), placed per server
+            by :mod:`~hermes_async.inference.request_extras`; a key the server does not accept
+            raises ``UnsupportedExtraError``.
     """
 
     max_tokens: int = 256
@@ -138,16 +96,9 @@ class SamplingParams:
 
     @staticmethod
     def check(name: str, value: object, *, owner: str = "SamplingParams") -> None:
-        """Raise :class:`~hermes_async.errors.ConfigError` (a ``ValueError``) unless ``value``
-        is a valid ``name`` field; ``owner`` names the holder in the message
-        (``AgentOptions`` checks its ``temperature`` and ``max_tokens`` with the same rules).
+        """Raise ``ConfigError`` unless ``value`` is valid for field ``name`` on any server.
 
-        The rules are what every supported server accepts: ``max_tokens`` an int >= 1;
-        ``temperature`` a finite number >= 0; ``top_p`` in (0, 1]; ``top_k`` ``None`` or an int
-        >= -1 (-1 and 0: no cut-off); ``seed`` ``None`` or an int; ``stop_token_ids`` a sequence
-        of ints >= 0 and ``stop`` a sequence of strings (a bare string is refused: it would
-        stop on each of its characters). Without this a bad value reached the server, which
-        refused every request of every rollout with a 400.
+        ``owner`` names the holder. The rules: docs/decisions/060-token-clients.md.
         """
         check_value(f"{owner}.{name}", value, _SAMPLING_RULES[name])
 
@@ -186,13 +137,7 @@ _SAMPLING_RULES: dict[str, Requirement] = {
 
 @dataclass(frozen=True, slots=True)
 class TokenDelta:
-    """New completion tokens from one chunk of a stream.
-
-    Attributes:
-        token_ids: The ids, exactly as the server sampled them.
-        logprobs: The sampled tokens' logprobs, aligned one to one with ``token_ids``.
-        finish_reason: ``None`` until the last chunk, then ``"stop"``, ``"length"``, ...
-    """
+    """New completion tokens from one chunk; ``finish_reason`` is set on the last."""
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
@@ -208,14 +153,7 @@ class TokenDelta:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """A whole completion: the concatenated deltas of one stream.
-
-    Attributes:
-        token_ids: Every completion id, in order.
-        logprobs: Their logprobs.
-        finish_reason: Why generation stopped.
-        chunks: How many chunks carried tokens (1 for non-streaming servers).
-    """
+    """A whole completion; ``chunks`` counts the chunks that carried tokens."""
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
@@ -236,10 +174,7 @@ class TokenClient(Protocol):
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
     ) -> Completion:
-        """Run a generation to its end and return it whole.
-
-        **Cancellation**: the request is abandoned and its connection closed.
-        """
+        """Run a generation to its end. **Cancellation**: the connection is closed."""
         ...
 
 
@@ -260,7 +195,6 @@ class _JSONSource:
         self._done = False
 
     async def next(self, decode: _Decode) -> TokenChunk | None:
-        """The body's chunk, decoded; ``None`` after it."""
         if self._done:
             return None
         self._done = True
@@ -271,7 +205,6 @@ class _JSONSource:
 
 
 def _shown(payload: JSON) -> str:
-    """``payload`` as JSON text for an error message (a value too deep to encode: a note)."""
     try:
         return json.dumps(payload)[:_SHOWN_CHARS]
     except DECODE_FAILURES:
@@ -282,25 +215,10 @@ _SHOWN_CHARS = 1000
 
 
 class TokenStream:
-    """An async iterator of :class:`TokenDelta`; also keeps everything received so far.
+    """An async iterator of :class:`TokenDelta` that keeps everything received so far.
 
-    Obtained from :meth:`TokenClient.stream`; iterate it inside that ``async with`` block.
-
-    Args:
-        source: Where the chunks come from.
-        decoder: The server's chunk decoder.
-        endpoint: ``METHOD URL`` of the request, for errors.
-        max_tokens: The request's ``max_tokens``: a server that sends more is refused (a
-            :class:`~hermes_async.inference.ServerProtocolError`), so the tokens kept are never
-            more than were asked for.
-
-    Attributes:
-        endpoint: ``METHOD URL`` of the request.
-        token_ids: Every id yielded so far.
-        logprobs: Their logprobs.
-        finish_reason: Set once the server reported it.
-        chunks: How many deltas were yielded.
-        first_token_at: Clock time (``anyio.current_time()``) of the first token, if any.
+    Iterate it inside its :meth:`TokenClient.stream` block. A server that sends more than
+    ``max_tokens`` tokens is refused. ``first_token_at`` is ``anyio.current_time()`` then.
     """
 
     def __init__(
@@ -327,14 +245,9 @@ class TokenStream:
         return self
 
     async def __anext__(self) -> TokenDelta:
-        """Return the next delta.
+        """Return the next delta; a failure carries the ids yielded before it.
 
-        Raises:
-            StopAsyncIteration: After the last delta.
-            ModelServerError: A failure; ``exc.token_ids`` holds the ids yielded before it.
-
-        **Cancellation**: the stream is left where it was; leaving the ``stream()`` block
-        closes the connection.
+        **Cancellation**: the stream stays where it was; leaving ``stream()`` closes it.
         """
         if self._ended:
             raise StopAsyncIteration
@@ -373,13 +286,7 @@ class TokenStream:
         return delta
 
     def _decode(self, payload: JSON, line: str | None) -> TokenChunk | None:
-        """One chunk's tokens, checked against the stream so far.
-
-        Raises:
-            ModelServerError: The chunk is refused (:class:`InvalidTokenDataError` for ids or
-                logprobs no trainer may use, :class:`StreamInterruptedError` for an error
-                frame, :class:`ServerProtocolError` for anything else).
-        """
+        """One chunk's tokens, checked against the stream so far."""
         try:
             chunk = self._decoder.feed(payload)
             if chunk is None or not chunk.token_ids:
@@ -430,25 +337,14 @@ class TokenStream:
 
 
 class GenerateClient(ServerClient, ABC):
-    """Shared shape of the token clients: connection handling plus a protocol adapter.
+    """Connection handling plus a protocol adapter; the base of the token clients.
 
     Args:
-        base_url: The server's base URL (``user:password@`` in it: Basic authentication,
-            never shown in errors or logs), or a
-            :class:`~hermes_async.inference.pool.ServerPool` of several servers (which then
-            owns the connection options).
-        **connection: Passed to the :class:`~hermes_async.inference._http.ServerConnection`:
-            ``options`` (deadlines, pool size, retry policy, line cap: :class:`HTTPOptions`),
-            ``limiter`` (gate for concurrent requests, e.g. ``Limits().model_requests``; the
-            pool is sized to at least its total), ``transport`` (an httpx transport to use
-            instead of the network: tests, ASGI apps), ``api_key`` (sent as a bearer token)
-            and ``rng`` (random source for retry jitter).
-        vocab_size: The model's vocabulary size (``len(tokenizer)``): an id outside
-            ``[0, vocab_size)`` is an :class:`InvalidTokenDataError`. ``None``: ids are only
-            checked to be non-negative and to fit 32 bits.
-
-    Raises:
-        ValueError: ``vocab_size`` < 1.
+        base_url: The server's URL (``user:password@`` in it is Basic authentication, never
+            shown) or a :class:`~hermes_async.inference.pool.ServerPool`.
+        vocab_size: ``len(tokenizer)``; an id outside ``[0, vocab_size)`` is refused.
+            ``None``: ids need only fit 32 bits.
+        **connection: For :class:`~hermes_async.inference._http.ServerConnection`.
     """
 
     #: Path of the endpoint, relative to the base URL.
@@ -470,20 +366,14 @@ class GenerateClient(ServerClient, ABC):
         self.connection = connect(base_url, connection, transform=self._base_url)
 
     def check_sampling(self, params: SamplingParams) -> None:
-        """Raise if this server cannot take ``params`` (an extra key it does not accept).
-
-        Raises:
-            UnsupportedExtraError: Names the key and what to use instead (see
-                :func:`~hermes_async.inference.request_extras.split_extras`).
-        """
+        """Raise ``UnsupportedExtraError`` for an extra key this server does not accept."""
         split_extras(self.extras_kind, params.extra)
 
     def _base_url(self, base_url: str) -> str:
         return base_url
 
     def _flat_tail(self, body: JSONObject, params: SamplingParams) -> JSONObject:
-        """The sampling fields, ``seed`` and the extras at the top level of a flat body
-        (Atropos, completions)."""
+        """Sampling fields, ``seed`` and extras at the top level of a flat body."""
         body.update(_sampling_common(params))
         if params.seed is not None:
             body["seed"] = params.seed
@@ -504,16 +394,12 @@ class GenerateClient(ServerClient, ABC):
     async def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
     ) -> AsyncIterator[TokenStream]:
-        """Start a generation; yield a :class:`TokenStream` of :class:`TokenDelta`.
+        """Start a generation and yield its :class:`TokenStream`.
 
-        For a streaming server the request is sent (and retried) on entering the block.
+        A streaming server gets the request (and its retries) on entering the block.
 
-        Raises:
-            ModelServerError: On entry (the request failed) or while iterating.
-
-        **Cancellation**: leaving the block, by cancellation or otherwise, closes the HTTP
-        response, so the server sees the disconnect and stops generating; the close is
-        shielded and bounded.
+        **Cancellation**: leaving the block closes the response, so the server stops
+        generating; the close is shielded and bounded.
         """
         params = params or SamplingParams()
         max_tokens = params.max_tokens
@@ -523,9 +409,7 @@ class GenerateClient(ServerClient, ABC):
             "text_completion", body, sampling if isinstance(sampling, dict) else None
         )
         attributes["gen_ai.usage.input_tokens"] = len(prompt_ids)
-        # Encoded now, before the request waits for a slot: thousands of rollouts wait there at
-        # once, and the body's list of ids costs ~45 bytes a token as Python objects (its JSON
-        # ~7).
+        # Encoded before waiting for a slot: ids cost ~45 bytes each as objects, ~7 as JSON.
         payload = encode_body(body)
         del body, sampling
         attributes["hermes_async.endpoint"] = self.endpoint
@@ -565,13 +449,7 @@ class GenerateClient(ServerClient, ABC):
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
     ) -> Completion:
-        """Run a generation to its end and return the :class:`Completion`.
-
-        Raises:
-            ModelServerError: The generation failed (partial tokens on the error).
-
-        **Cancellation**: the connection is closed; nothing is returned.
-        """
+        """Run a generation to its end. **Cancellation**: the connection is closed."""
         async with self.stream(prompt_ids, params) as deltas:
             async for _ in deltas:
                 pass
@@ -590,17 +468,7 @@ def _sampling_common(params: SamplingParams) -> JSONObject:
 
 
 class VLLMGenerateClient(GenerateClient):
-    """vLLM's tokens-in/tokens-out endpoint, ``POST /inference/v1/generate``, streamed as SSE.
-
-    The server must run with ``--enable-scale-out`` (it answers 403 otherwise; not retried).
-    Wire format::
-
-        > {"token_ids": [151644, ...], "sampling_params": {"max_tokens": 256, "logprobs": 0,
-        >  ...}, "stream": true}
-        < data: {"choices": [{"token_ids": [9707, 11], "finish_reason": null,
-        <        "logprobs": {"content": [{"token_id": 9707, "logprob": -0.3}, ...]}}]}
-        < data: [DONE]
-    """
+    """vLLM's ``POST /inference/v1/generate`` (needs ``--enable-scale-out``), streamed."""
 
     path = "/inference/v1/generate"
 
@@ -619,15 +487,9 @@ class VLLMGenerateClient(GenerateClient):
 
 
 class AtroposGenerateClient(GenerateClient):
-    """The Atropos reference server's ``POST /generate`` (``example_trainer/vllm_api_server.py``).
+    """The Atropos reference server's ``POST /generate``: one delta, not streamed.
 
-    Non-streaming (its stream mode returns text only): the whole completion arrives as one
-    delta. ``base_url`` may end in ``/v1`` (as atroposlib configs do); it is stripped.
-    Wire format::
-
-        > {"prompt": {"prompt_token_ids": [...]}, "logprobs": 0, "n": 1, "max_tokens": 256, ...}
-        < {"token_ids": [[9707, 11]], "logprobs": [[{"9707": -0.3}, {"11": -1.2}]],
-        <  "finish_reasons": ["stop"], "text": [...], ...}
+    A ``base_url`` ending in ``/v1`` (as atroposlib configs write it) is stripped.
     """
 
     path = "/generate"
@@ -651,24 +513,10 @@ class AtroposGenerateClient(GenerateClient):
 
 
 class SGLangGenerateClient(GenerateClient):
-    """SGLang's native ``POST /generate`` with ``input_ids``, streamed as SSE.
+    """SGLang's ``POST /generate`` with ``input_ids``, streamed.
 
-    SGLang streams **cumulative** chunks by default (each carries all ids so far); a server
-    started with ``--incremental-streaming-output`` sends deltas: pass ``incremental=True``.
-    A cumulative chunk that does not extend the ids seen so far is a protocol error (the usual
-    sign of the wrong mode). Wire format::
-
-        > {"input_ids": [...], "sampling_params": {"max_new_tokens": 256, ...},
-        >  "return_logprob": true, "logprob_start_len": -1, "stream": true}
-        < data: {"output_ids": [9707, 11], "meta_info": {"finish_reason": null,
-        <        "output_token_logprobs": [[-0.3, 9707, null], [-1.2, 11, null]]}}
-        < data: [DONE]
-
-    Args:
-        base_url: The server's base URL.
-        incremental: The server sends deltas instead of cumulative chunks.
-        vocab_size: As for :class:`GenerateClient`.
-        **connection: As for :class:`GenerateClient`.
+    SGLang streams cumulative chunks; pass ``incremental=True`` for a server started with
+    ``--incremental-streaming-output``.
     """
 
     path = "/generate"

@@ -1,49 +1,10 @@
-"""ServerPool: several model servers behind one client — session-affine, load-aware, adaptive.
+"""ServerPool: several model servers behind one client, session-affine, load-aware, adaptive.
 
-Why one module of this size: one concept, the pool's routing state (homes, load, health,
-adaptive limits); sessions, statistics and the pooled connection all read and update it.
-
-Build any client on a pool instead of a base URL; the client's interface does not change::
-
-    async with ServerPool(["http://gpu0:8000", "http://gpu1:8000"], limits=limits) as pool:
-        async with VLLMGenerateClient(pool) as client:      # or ChatClient(pool), ...
-            with pool_session(task_id):                      # the agent loop does this per rollout
-                async with client.stream(prompt_ids) as deltas: ...
-
-What the pool does per request (the decisions are the pure functions of
-:mod:`~hermes_async.inference._balance`; this module sends, waits and records):
-
-* **Session affinity.** :func:`pool_session` marks the requests of one rollout (the agent loop
-  opens one per run, keyed by the task id). The session's first request places it; every later
-  turn goes to the same server while that server is up and not cooling down, so the server's
-  prefix cache holds the whole conversation. Sessions nest: an inner session is *placed* by its
-  outer session's key (a group's rollouts share a prompt, so they start on one server while it
-  has room) and *pinned* on its own.
-* **Placement.** A new session goes to the first server in ring order from its key whose load
-  (live sessions) stays within ``load_factor`` × its fair share, the share weighted by the
-  servers' current concurrency limits: bounded-load consistent hashing, i.e. least-loaded
-  within a 25% slack that buys key locality (see :mod:`~hermes_async.inference._balance`).
-* **Adaptive concurrency.** Each server has its own :class:`~hermes_async.limits.NamedLimiter`
-  (``model_requests@host:port``, added to ``limits`` when given) whose total follows AIMD: +1
-  per ``limit`` successes, halved on a 429, a 5xx or a timeout (once per
-  ``max(decrease_interval, Retry-After)``), within ``[min_limit, max_limit]``. ``Retry-After``
-  is honoured pool-wide: nothing is sent to that server before it passes.
-* **Failover.** A request that fails where retrying is safe (connection refused or reset before
-  any response, a connect timeout, 429, 5xx, a 404 while another server can take it) is
-  retried at once on another server, within the
-  member ``RetryPolicy``'s ``max_attempts``; only when no other server can take it does it wait
-  the policy's back-off (or the ``Retry-After``) and try the same one again. As everywhere in
-  the clients, nothing is retried once a response body started. The session stays homed where it
-  was unless that server is ejected.
-* **Ejection.** ``eject_after_failures`` consecutive failures (not 429s nor the request's own
-  4xx; a 404, a response that is not what the protocol promises, a cut stream do count) eject
-  a server for 1 s, 2 s, 4 s ... (≤ ``eject_max_seconds``); a task of the pool then probes it
-  (``GET /health``, any status < 500 is up) and readmits it half-open. Sessions homed on an
-  ejected server move on their next turn. The last eligible server is never ejected.
-
-One pool may back several clients (they share its servers' state). The pool's own concurrency
-limits replace the single ``model_requests`` limiter a one-server client uses: with several
-servers the total is the sum of the per-server limits.
+Build any client on a pool instead of a base URL (``VLLMGenerateClient(pool)``); its
+interface does not change. A rollout's turns stay on one server while it is healthy; each
+server has its own adaptive limit; failed servers are ejected and probed back. The decisions
+live in :mod:`~hermes_async.inference._balance`; this module sends, waits and records. The
+design is docs/decisions/050-server-pool.md.
 """
 
 from __future__ import annotations
@@ -133,11 +94,9 @@ class _Home:
 
 
 class PoolSession:
-    """The server affinity of one rollout (see :func:`pool_session`).
+    """The server affinity of one rollout, keyed by its task id.
 
-    Attributes:
-        key: The session's key (the rollout's task id).
-        placement_key: Where it hashes on the ring: the outermost enclosing session's key.
+    ``placement_key`` is where it hashes on the ring: the outermost enclosing session's key.
     """
 
     __slots__ = ("_homes", "closed", "key", "placement_key")
@@ -166,24 +125,13 @@ _SESSION: Current[PoolSession | None] = Current("hermes_async_pool_session", Non
 def pool_session(key: str) -> _SessionScope:
     """Mark the model requests of the block (and of tasks it starts) as one session.
 
-    Every :class:`ServerPool` routes a session's requests to one server while that server is
-    healthy; outside any session, each request goes to the least-loaded server. The agent loop
-    opens one per run, keyed by the task id. A session opened inside another is placed by the
-    outer one's key (one ring point per group) and pinned on its own.
-
-    Args:
-        key: The session's key (a task id, a group id).
-
-    Returns:
-        A context manager giving the :class:`PoolSession`; on exit its servers stop counting
-        it as load.
+    A session opened inside another is placed by the outer one's key and pinned on its own.
     """
     return _SessionScope(key)
 
 
 class _SessionScope:
-    """The context manager of :func:`pool_session` (a slotted object, not a generator: every
-    rollout holds one for its whole run)."""
+    """The context manager of :func:`pool_session` (slotted: every rollout holds one)."""
 
     __slots__ = ("_key", "_session", "_using")
 
@@ -220,31 +168,21 @@ def current_pool_session() -> PoolSession | None:
 
 @dataclass(frozen=True, slots=True)
 class PoolOptions:
-    """How a :class:`ServerPool` places, limits, ejects and probes (see the module docstring).
+    """How a :class:`ServerPool` places, limits, ejects and probes.
 
     Attributes:
-        max_limit: Highest concurrency per server (default 64, the one-server
-            ``model_requests`` default).
-        min_limit: Lowest concurrency per server under back-pressure.
-        initial_limit: Concurrency per server at start (``None``: ``max_limit``; a vLLM server
-            queues internally, so starting at the top costs nothing until it says 429).
+        initial_limit: Concurrency per server at start (``None``: ``max_limit``).
         decrease_factor: Multiplier on a 429 / 5xx / timeout.
-        decrease_interval_seconds: Shortest time between two decreases of one server (a
-            ``Retry-After`` longer than this holds the limit for that long instead).
-        load_factor: How far over its fair share of sessions a server may go before new
-            sessions spill to the next one on the ring (>= 1).
+        decrease_interval_seconds: Shortest time between two decreases of one server.
+        load_factor: How far over its fair share of sessions a server may go (>= 1).
         eject_after_failures: Consecutive failures (not 429s) that eject a server.
         eject_base_seconds: First ejection's length; doubles with each ejection in a row.
-        eject_max_seconds: Cap on an ejection's length.
-        probe_path: Health-check path, relative to the server's root (a trailing ``/v1`` of the
-            base URL is dropped, as for ``check_reachable``).
-        probe_timeout: Deadline of one health check.
-        ring_replicas: Points per server on the hash ring.
-        http: Deadlines, retry policy (its ``max_attempts`` counts attempts across servers) and
-            TLS of every member connection; its ``max_connections`` is raised to ``max_limit``.
+        probe_path: Health-check path, relative to the server's root.
+        http: Settings of every member connection; its ``max_attempts`` counts attempts across
+            servers.
 
     Raises:
-        ValueError: A bound out of order or out of range (the message names it).
+        ValueError: A bound out of order or out of range.
     """
 
     max_limit: int = DEFAULT_LIMITS["model_requests"]
@@ -297,7 +235,6 @@ class PoolOptions:
 
     @property
     def start_limit(self) -> int:
-        """The concurrency each server starts with."""
         return self.max_limit if self.initial_limit is None else self.initial_limit
 
 
@@ -306,17 +243,9 @@ class ServerStatistics:
     """A snapshot of one server of a pool.
 
     Attributes:
-        url: Its base URL (credentials redacted).
         state: ``up``, ``cooling`` (waiting out a ``Retry-After``), ``ejected`` or ``probing``.
-        limit: Its current concurrency limit.
-        in_use: Requests to it in flight.
-        waiting: Requests waiting for one of its slots.
-        sessions: Live sessions homed on it.
         requests: Attempts sent to it.
-        failures: Attempts that failed.
-        rate_limited: Attempts it answered with 429.
-        ejections: Times it was ejected.
-        first_ejected_at: Clock time (``anyio.current_time()``) of its first ejection, if any.
+        first_ejected_at: Clock time of its first ejection, if any.
         seconds_unavailable: Until it takes requests again (0 when up).
     """
 
@@ -344,14 +273,11 @@ class PoolStatistics:
     """A snapshot of a pool.
 
     Attributes:
-        servers: One :class:`ServerStatistics` per server, in pool order.
-        sessions: Live sessions placed on the pool.
         requests: Requests that got a response (a request may take several attempts).
         failovers: Attempts moved to another server after a failure.
-        session_requests: Requests made inside a session.
         on_first_server: Session requests served by the session's first server.
         first_server_elsewhere: Session requests served elsewhere although the first server
-            was up, not cooling down and had not failed that request (the affinity's misses).
+            could take them (the affinity's misses).
     """
 
     servers: tuple[ServerStatistics, ...]
@@ -369,8 +295,7 @@ class PoolStatistics:
 
     @property
     def affinity(self) -> float:
-        """Share of session requests served by the session's first server while it was
-        available (1.0 when there were none)."""
+        """Share of session requests served by their first server (1.0 when none)."""
         counted = self.on_first_server + self.first_server_elsewhere
         return self.on_first_server / counted if counted else 1.0
 
@@ -416,25 +341,18 @@ def _movable(outcome: Outcome) -> bool:
 
 
 class ServerPool(AsyncResource):
-    """Several model servers behind one client (see the module docstring).
+    """Several model servers behind one client.
 
-    Use as an async context manager (it owns the task that probes ejected servers); build
-    clients on it (``VLLMGenerateClient(pool)``, ``ChatClient(pool)``, ...) inside the block.
+    An async context manager (it owns the task that probes ejected servers); build clients on it
+    inside the block.
 
     Args:
-        base_urls: The servers' base URLs, as a one-server client would take them
-            (``user:password@`` in one: Basic authentication, never shown).
-        options: Placement, limits, ejection and the member connections' HTTP settings.
-        limits: Where the per-server limiters are added (as ``model_requests@host:port``), so
-            they show next to the others in statistics and metrics. Default: private ones.
+        base_urls: The servers' base URLs (``user:password@`` in one: Basic authentication).
+        limits: Where the per-server limiters are added, as ``model_requests@host:port``.
         transport: An httpx transport for every member (tests, ASGI apps).
-        api_key: Sent as a bearer token to every member.
         rng: Random source of retry jitter.
-        limiter_name: Prefix of the per-server limiter names.
-        api: The protocol :meth:`client` speaks (and so what ``run_group(pool, ...)`` uses):
-            ``vllm`` (default), ``atropos`` or ``sglang`` (token clients; a trailing ``/v1``
-            of the URLs is dropped, as atroposlib configs carry one) or ``chat``.
-        model: ``model`` of chat requests (``api="chat"``).
+        api: The protocol :meth:`client` speaks: ``vllm`` (default), ``atropos``, ``sglang`` or
+            ``chat``.
 
     Raises:
         ValueError: No URLs, one given twice, or an unknown ``api``.
@@ -529,7 +447,7 @@ class ServerPool(AsyncResource):
         return self
 
     async def aclose(self) -> None:
-        """Stop the probing task (idempotent). Clients on the pool close their own connections.
+        """Stop the probing task (idempotent).
 
         **Cancellation**: only in-memory work and cancelling the pool's own task.
         """
@@ -550,19 +468,11 @@ class ServerPool(AsyncResource):
             )
 
     def connection(self, transform: Callable[[str], str] | None = None) -> _PooledConnection:
-        """A connection for one client (what ``VLLMGenerateClient(pool)`` calls).
-
-        Args:
-            transform: Maps each base URL the way the client would (e.g. strip ``/v1``).
-        """
+        """A connection for one client; ``transform`` maps each base URL as the client would."""
         return _PooledConnection(self, transform)
 
     def client(self) -> GenerateClient | ChatClient:
-        """A new client of :attr:`api` on this pool (enter it inside the pool's block).
-
-        ``run_group(pool, ...)`` / ``run_rollout(pool, ...)`` call this for their own lifetime;
-        build one yourself to share it between calls.
-        """
+        """A new client of :attr:`api` on this pool (enter it inside the pool's block)."""
         from hermes_async.inference.chat import ChatClient
         from hermes_async.inference.generate import (
             AtroposGenerateClient,
@@ -615,7 +525,7 @@ class ServerPool(AsyncResource):
         )
 
     def limit_trace(self, index: int) -> list[tuple[float, int]]:
-        """``(clock time, limit)`` at each change of server ``index``'s limit (last 10,000)."""
+        """``(clock time, limit)`` at each change of server ``index``'s limit."""
         return list(self._members[index].limit_trace)
 
     # ---------------------------------------------------------------- decisions (sync)
@@ -623,8 +533,7 @@ class ServerPool(AsyncResource):
     def _route(
         self, session: PoolSession | None, avoid: set[int], *, commit: bool
     ) -> tuple[int | None, float]:
-        """``(member, wait_until)`` for the next attempt (member ``None``: wait until the
-        clock time); with ``commit``, the session is (re)homed as decided."""
+        """``(member, wait_until)`` for the next attempt; ``commit`` rehomes the session."""
         now = anyio.current_time()
         home = session._homes.get(self) if session is not None else None
         decision = route(
@@ -810,7 +719,6 @@ class _PooledConnection:
         self._label = "pool[" + ", ".join(pool.server_urls) + "]"
 
     def endpoint(self, path: str, method: str = "POST") -> str:
-        """``METHOD pool[url, ...]/path`` (a request's errors name the member that failed)."""
         return f"{method} {self._label}/{path.lstrip('/')}"
 
     async def __aenter__(self) -> Self:
@@ -847,15 +755,10 @@ class _PooledConnection:
         body: JSONObject | bytes,
         decode: Callable[[JSON], object] = as_json,
     ) -> object:
-        """POST ``body`` to one server of the pool (with failover) and decode the JSON reply
-        with ``decode``.
-
-        A reply that is not JSON, or that ``decode`` refuses, counts against the server that
-        sent it (toward its ejection), as a failed stream does.
+        """POST ``body`` to one server of the pool (with failover) and decode the JSON reply.
 
         Raises:
             ModelServerError: The request failed on every server it was tried on.
-
         **Cancellation**: the request is abandoned, its connection closed, its slot freed.
         """
         async with self._exchange(path, body) as exchange:
@@ -868,11 +771,8 @@ class _PooledConnection:
     async def open_lines(self, path: str, body: JSONObject | bytes) -> AsyncIterator[LineReader]:
         """POST ``body`` to one server of the pool; yield a :class:`LineReader` over the reply.
 
-        Failover happens before the response headers arrive; once this yields, nothing is
-        retried. The server's slot is held until the block exits.
-
-        **Cancellation**: leaving the block closes the response (the server sees the
-        disconnect); shielded and bounded.
+        Failover happens before the headers arrive; once this yields, nothing is retried.
+        **Cancellation**: leaving the block closes the response; shielded and bounded.
         """
         async with self._exchange(path, body) as exchange:
             reader = LineReader(

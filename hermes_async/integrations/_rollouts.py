@@ -1,14 +1,14 @@
 """What every trainer adapter reads off a scored rollout: its turns, its flat rows, its status.
 
-Pure functions over :class:`~hermes_async.agent.ScoredRollout` (no trainer import, no I/O).
-The invariant they keep: every id and logprob a trainer receives is one the rollout recorded,
-in the same order; nothing is re-tokenized. Where a trainer's shape cannot hold the whole
-rollout (a response budget), the cut is at the end and the status says ``truncated``.
+Pure functions over :class:`~hermes_async.agent.ScoredRollout`. Every id and logprob a
+trainer receives is one the rollout recorded, in order; nothing is re-tokenized. A cut to a
+trainer's budget is at the end, and the status says ``truncated``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +26,7 @@ __all__ = (
     "TaskSource",
     "TurnTokens",
     "flatten",
+    "load_tasks",
     "make_task",
     "rollout_status",
     "status_counts",
@@ -41,13 +42,27 @@ __all__ = (
 RolloutStatus: TypeAlias = Literal["completed", "truncated", "aborted", "failed"]
 
 
-async def make_task(source: object, item: Any) -> RolloutTask:
-    """The :class:`RolloutTask` of ``item``: ``source.rollout_task(item, token_server=True)``
-    for an environment, else ``source(item)`` (awaited if it returns an awaitable).
+def load_tasks(path: str) -> Any:
+    """The task source named ``"package.module:attribute"``.
 
     Raises:
-        ConfigError: The task has no tokenizer (trainers need exact tokens: Phase 2), or the
-            source returned something else than a ``RolloutTask``.
+        ConfigError: The path is malformed or does not import.
+    """
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"tasks must be 'package.module:attribute', got {path!r}")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load the task source {path!r}: {exc}") from exc
+
+
+async def make_task(source: object, item: Any) -> RolloutTask:
+    """The :class:`RolloutTask` of ``item``, from an environment or a task function.
+
+    Raises:
+        ConfigError: The task has no tokenizer (trainers need Phase 2), or the source returned
+            something else than a ``RolloutTask``.
     """
     rollout_task = getattr(source, "rollout_task", None)
     made: object = (
@@ -70,10 +85,9 @@ async def make_task(source: object, item: Any) -> RolloutTask:
 
 
 def with_sampling(options: AgentOptions, trainer: Mapping[str, Any]) -> AgentOptions:
-    """``options`` with the trainer's sampling fields (``SamplingParams`` names) applied.
+    """``options`` with the trainer's sampling fields applied.
 
-    The task's own ``temperature`` / ``max_tokens`` are folded into ``sampling`` first, so
-    the trainer's value wins where it gives one and the task's holds elsewhere.
+    The task's own ``temperature`` / ``max_tokens`` hold where the trainer gives none.
 
     Raises:
         ConfigError: A value no server takes (``temperature=-1``, ``top_p=0``, ...).
@@ -99,10 +113,8 @@ class TurnTokens:
     """One model turn as the server saw it.
 
     Attributes:
-        prompt_ids: Every id before this turn's completion (the request's prompt); each turn's
-            prompt starts with the previous turn's prompt and completion (append-only).
+        prompt_ids: Every id before this turn's completion (append-only across turns).
         completion_ids: The ids the server sampled on this turn, resumes included.
-        logprobs: Their logprobs.
         versions: The policy version of each request of the turn (``None``: unknown).
     """
 
@@ -148,8 +160,7 @@ class FlatRollout:
     """A rollout as one prompt and one response, the shape verl, SkyRL, slime and TRL train on.
 
     Attributes:
-        prompt_ids: The ids before the first sampled one.
-        response_ids: Everything after: completions, tool responses, template suffixes.
+        response_ids: Everything after the prompt: completions, tool responses, suffixes.
         response_mask: 1 where the policy sampled the id, 0 elsewhere.
         response_logprobs: The sampled logprob where the mask is 1, 0.0 elsewhere.
         truncated: The response was cut to the trainer's budget.
@@ -164,8 +175,6 @@ class FlatRollout:
 
 def flatten(rollout: ScoredRollout, max_response_tokens: int | None = None) -> FlatRollout:
     """The rollout as one prompt + one response, cut at ``max_response_tokens`` if given.
-
-    A rollout without a sampled token (the server failed before the first) is all prompt.
 
     Raises:
         ConfigError: The rollout has no exact tokens (a chat server: Phase 1).
@@ -210,7 +219,6 @@ def rollout_status(rollout: ScoredRollout, *, max_turns: int | None = None) -> R
 
 
 def status_counts(statuses: Sequence[RolloutStatus]) -> dict[str, int]:
-    """``{status: count}`` over ``statuses`` (for a trainer's metrics)."""
     out: dict[str, int] = {}
     for status in statuses:
         out[status] = out.get(status, 0) + 1

@@ -1,15 +1,10 @@
 """TRL rollout function: ``GRPOTrainer(rollout_func=...)`` over hermes_async rollouts.
 
-TRL calls ``rollout_func(prompts, trainer) -> dict`` synchronously with its per-process prompt
-slice (each prompt repeated ``num_generations`` times, one row per completion) and trains on
-``prompt_ids``, ``completion_ids``, ``logprobs`` and ``env_mask`` (1 where the model sampled,
-0 on tool output); every other key reaches the reward functions. :class:`RolloutFunc` runs
-each run of identical prompts as one :func:`~hermes_async.agent.run_group` in a blocking
-portal (an anyio event loop in a thread of its own, so it works where a loop already runs)
-and talks to the vLLM server TRL uses (``trl vllm-serve`` is vLLM's own server:
-``/v1/completions`` with ids), whose weights TRL keeps in sync.
-
-Wiring, and what is lost (TRL is synchronous and on-policy): ``docs/trainers/trl.md``.
+TRL calls ``rollout_func(prompts, trainer)`` synchronously and trains on ``prompt_ids``,
+``completion_ids``, ``logprobs`` and ``env_mask``. :class:`RolloutFunc` runs each run of
+identical prompts as one :func:`~hermes_async.agent.run_group` in a blocking portal (its own
+event loop in a thread) against the vLLM server TRL keeps in sync. Wiring, and what is lost:
+docs/trainers/trl.md.
 """
 
 from __future__ import annotations
@@ -33,6 +28,7 @@ from hermes_async.integrations._rollouts import (
     rollout_status,
     with_sampling,
 )
+from hermes_async.tools.sandbox.manager import SandboxFactory, open_sandbox_manager
 
 __all__ = ("RolloutFunc", "hermes_reward", "messages_of", "rollout_fields")
 
@@ -56,9 +52,8 @@ def rollout_fields(
 ) -> dict[str, list[Any]]:
     """The ``rollout_func`` result of ``rollouts`` (in order).
 
-    ``prompt_ids`` / ``completion_ids`` / ``logprobs`` / ``env_mask`` for TRL; ``hermes_reward``
-    and ``hermes_status`` for the reward functions (:func:`hermes_reward`). A failed rollout
-    keeps its ids with ``env_mask`` all 0 (nothing of it is trained on) and reward 0.0.
+    ``hermes_reward`` and ``hermes_status`` reach the reward functions. A failed rollout keeps
+    its ids with ``env_mask`` all 0 and reward 0.0.
     """
     out: dict[str, list[Any]] = {
         key: []
@@ -92,8 +87,23 @@ def hermes_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: 
 
 
 def _trainer_sampling(trainer: Any) -> dict[str, Any]:
-    """The trainer's sampling settings (``GRPOConfig``) as ``SamplingParams`` fields."""
+    """The trainer's sampling settings as ``SamplingParams`` fields.
+
+    Raises:
+        ConfigError: A setting the rollouts cannot honour: refused, never dropped.
+    """
     args = getattr(trainer, "args", None)
+    if generation_kwargs := getattr(args, "generation_kwargs", None):
+        raise ConfigError(
+            f"GRPOConfig.generation_kwargs={generation_kwargs!r} cannot be honoured by the "
+            "hermes_async rollout function (it applies temperature, top_p, top_k, min_p and "
+            "repetition_penalty); set those instead, or leave generation_kwargs empty"
+        )
+    if getattr(args, "vllm_structured_outputs_regex", None):
+        raise ConfigError(
+            "GRPOConfig.vllm_structured_outputs_regex cannot be honoured: one regex for every "
+            "turn would forbid the tool calls; constrain turns with AgentOptions.sampling_hook"
+        )
     out: dict[str, Any] = {}
     for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k")):
         value = getattr(args, theirs, None)
@@ -112,21 +122,17 @@ def _trainer_sampling(trainer: Any) -> dict[str, Any]:
 class RolloutFunc:
     """``rollout_func`` for TRL's ``GRPOTrainer``.
 
-    Args:
-        tasks: ``prompt -> RolloutTask`` (sync or async) or an environment (its
-            ``rollout_task(prompt, token_server=True)``); ``None``: the prompt as messages
-            with ``tools`` and ``setup``.
-        tools: The tools offered when ``tasks`` is ``None``.
-        setup: The reward, tokenizer, ... when ``tasks`` is ``None``.
-        options: The options when ``tasks`` is ``None``.
-        base_url: The vLLM server; ``None``: the trainer's (``trainer.vllm_generation
-            .vllm_client.base_url``).
-        client: ``base_url -> TokenClient`` (default: vLLM's ``/v1/completions`` with ids, what
-            ``trl vllm-serve`` serves).
-        backend: The portal's event loop: ``"asyncio"`` or ``"trio"``.
+    The trainer's sampling settings apply; ``max_completion_length`` is each turn's budget and
+    the completion's cut.
 
-    The trainer's ``temperature``, ``top_p``, ``top_k``, ``min_p`` and ``repetition_penalty``
-    apply; ``max_completion_length`` is each turn's budget and the completion's cut.
+    Args:
+        tasks: ``prompt -> RolloutTask`` (sync or async) or an environment; ``None``: the prompt
+            as messages with ``tools``, ``setup`` (reward, tokenizer, ...) and ``options``.
+        base_url: The vLLM server; ``None``: the trainer's.
+        client: ``base_url -> TokenClient`` (default: vLLM's ``/v1/completions`` with ids).
+        sandbox_factory: The sandboxes of a task whose setup names no manager (default: local).
+            Each call opens one manager and releases every sandbox before returning.
+        backend: The portal's event loop: ``"asyncio"`` or ``"trio"``.
     """
 
     def __init__(
@@ -138,6 +144,7 @@ class RolloutFunc:
         options: AgentOptions | None = None,
         base_url: str | None = None,
         client: Callable[[str], Any] | None = None,
+        sandbox_factory: SandboxFactory | None = None,
         backend: str = "asyncio",
     ) -> None:
         if tasks is None:
@@ -152,14 +159,15 @@ class RolloutFunc:
         self.tasks = tasks
         self.base_url = base_url
         self.client = client or (lambda url: VLLMCompletionsClient(url))
+        self.sandbox_factory = sandbox_factory
         self.backend = backend
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         """Run ``prompts`` (blocking); one row per prompt, in order.
 
         Raises:
-            ConfigError: No server URL, or the trainer's sampling cannot be honoured, or the
-                task cannot train (no tokenizer): the training step stops with the reason.
+            ConfigError: No server URL, sampling that cannot be honoured, or a task that cannot
+                train (no tokenizer).
         """
         url = self.base_url or _trainer_url(trainer)
         with anyio.from_thread.start_blocking_portal(self.backend) as portal:
@@ -178,7 +186,7 @@ class RolloutFunc:
             trainer_sampling["max_tokens"] = budget
         results: list[ScoredRollout | None] = [None] * len(prompts)
         max_turns = 0
-        async with self.client(url) as server:
+        async with open_sandbox_manager(self.sandbox_factory), self.client(url) as server:
 
             async def one(indexes: list[int]) -> None:
                 nonlocal max_turns

@@ -1,21 +1,14 @@
 """verl agent loop: a registered ``AgentLoopBase`` that runs a hermes_async rollout per sample.
 
-verl's ``AgentLoopWorker`` builds the agent loop named by a sample's ``agent_name`` and awaits
-``run(sampling_params, **dataset_fields) -> AgentLoopOutput``: one flat prompt + response whose
-``response_mask`` is 1 on ids the policy sampled. The model is verl's ``server_manager``: a
-Ray actor call, not HTTP, that returns a whole ``TokenOutput`` (no streaming), so
-:class:`ServerManagerClient` is a one-delta :class:`~hermes_async.inference.TokenClient` over
-it. Needs the ``verl`` extra; asyncio only (verl's workers are asyncio actors).
-
-Configure it with ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` (an entry naming
-``hermes_async.integrations.verl.HermesAgentLoop`` and its ``tasks``); the details, and what
-is lost: ``docs/trainers/verl.md``.
+The model is verl's ``server_manager``, a Ray actor call that returns a whole ``TokenOutput``,
+so :class:`ServerManagerClient` is a one-delta :class:`~hermes_async.inference.TokenClient`.
+Needs the ``verl`` extra; asyncio only (verl's workers are asyncio actors). Configuration and
+what is lost: docs/trainers/verl.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -24,8 +17,15 @@ from typing import Any
 from hermes_async._asynclib import require_asyncio
 from hermes_async.agent import run_rollout
 from hermes_async.errors import ConfigError
+from hermes_async.inference import ModelServerError
 from hermes_async.inference.generate import Completion, SamplingParams, TokenDelta
-from hermes_async.integrations._rollouts import flatten, make_task, rollout_status, with_sampling
+from hermes_async.integrations._rollouts import (
+    flatten,
+    load_tasks,
+    make_task,
+    rollout_status,
+    with_sampling,
+)
 
 try:
     from verl.experimental.agent_loop.agent_loop import (
@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         f"the verl agent loop needs verl: pip install 'hermes-async[verl]' ({exc})"
     ) from exc
 
-__all__ = ("HermesAgentLoop", "ServerManagerClient", "load_tasks", "sampling_from_verl")
+__all__ = ("HermesAgentLoop", "ServerManagerClient", "sampling_from_verl")
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +48,8 @@ _FINISH = {"aborted": "abort", "completed": "stop", None: "stop"}
 
 
 def sampling_from_verl(params: Mapping[str, Any]) -> dict[str, Any]:
-    """verl's ``temperature`` / ``top_p`` / ``top_k`` / ``max_tokens`` / ``seed`` as
-    :class:`~hermes_async.inference.SamplingParams` fields (``top_k`` 0 is -1, no cut-off).
-    The other keys (``repetition_penalty``, ``logprobs``) go to the server as verl gave them
-    (:class:`ServerManagerClient`)."""
+    """verl's sampling keys that :class:`~hermes_async.inference.SamplingParams` has."""
+    # The other keys (repetition_penalty, logprobs) reach the server as verl gave them.
     out = {
         name: params[name]
         for name in ("temperature", "top_p", "top_k", "max_tokens", "seed")
@@ -65,16 +63,9 @@ def sampling_from_verl(params: Mapping[str, Any]) -> dict[str, Any]:
 class ServerManagerClient:
     """A :class:`~hermes_async.inference.TokenClient` over verl's ``server_manager.generate``.
 
-    Args:
-        server_manager: verl's ``LLMServerClient`` (or anything with its ``generate``).
-        request_id: The sample's id: verl routes every turn of one id to one server (sticky
-            sessions, prefix cache).
-        sampling: verl's ``sampling_params`` dict; its keys the typed parameters do not cover
-            are sent as given.
-
-    One request gives one :class:`TokenDelta` (the whole completion): early tool dispatch is
-    lost over this seam. ``stop_reason="aborted"`` is the ``abort`` finish reason the loop
-    resumes from (``AgentOptions.max_resumes``).
+    One request gives one delta, so early tool dispatch is lost. ``request_id`` keeps every
+    turn of a sample on one server (its prefix cache). ``stop_reason="aborted"`` becomes the
+    ``abort`` finish reason the loop resumes from.
     """
 
     def __init__(
@@ -107,9 +98,6 @@ class ServerManagerClient:
     ) -> AsyncIterator[AsyncIterator[TokenDelta]]:
         """One generation as a stream of one delta.
 
-        Raises:
-            InvalidTokenOutputError: The output has no logprobs, or not one per id.
-
         **Cancellation**: the awaited Ray call is abandoned (verl cancels it with the task).
         """
         delta = await self._delta(prompt_ids, params or SamplingParams())
@@ -122,18 +110,21 @@ class ServerManagerClient:
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
     ) -> Completion:
-        """The whole completion.
-
-        **Cancellation**: as for :meth:`stream`.
-        """
+        """The whole completion. **Cancellation**: as for :meth:`stream`."""
         delta = await self._delta(prompt_ids, params or SamplingParams())
         assert delta.finish_reason is not None
         return Completion(delta.token_ids, delta.logprobs, delta.finish_reason, 1)
 
     async def _delta(self, prompt_ids: Sequence[int], params: SamplingParams) -> TokenDelta:
-        output = await self.server_manager.generate(
-            self.request_id, prompt_ids=list(prompt_ids), sampling_params=self._params(params)
-        )
+        try:
+            output = await self.server_manager.generate(
+                self.request_id, prompt_ids=list(prompt_ids), sampling_params=self._params(params)
+            )
+        except Exception as exc:  # a dead replica, a Ray error: the rollout's model failure
+            raise ModelServerError(
+                f"verl's server_manager.generate failed: {type(exc).__name__}: {exc}",
+                endpoint="verl server_manager.generate",
+            ) from exc
         ids = [int(i) for i in output.token_ids]
         logprobs = output.log_probs
         if logprobs is None or len(logprobs) != len(ids):
@@ -152,31 +143,12 @@ class InvalidTokenOutputError(ConfigError):
     """verl's server gave a ``TokenOutput`` a trainer cannot use (no or misaligned logprobs)."""
 
 
-def load_tasks(path: str) -> Any:
-    """The task source named ``"package.module:attribute"``.
-
-    Raises:
-        ConfigError: The path is malformed or does not import.
-    """
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"tasks must be 'package.module:attribute', got {path!r}")
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load the task source {path!r}: {exc}") from exc
-
-
 @register("hermes_async")
 class HermesAgentLoop(AgentLoopBase):  # type: ignore[misc]
     """verl's agent loop for hermes_async rollouts (registered as ``hermes_async``).
 
-    Args:
-        tasks: ``"package.module:attribute"`` (from the agent loop config entry) or the source
-            itself: ``item -> RolloutTask`` or an environment; the item is the sample's dataset
-            fields as a dict (``raw_prompt``, ``extra_info``, ...).
-        **kwargs: What verl passes every agent loop (``trainer_config``, ``server_manager``,
-            ``tokenizer``, ...).
+    ``tasks`` is ``"package.module:attribute"`` or the source itself: ``item ->
+    RolloutTask`` or an environment, the item being the sample's dataset fields.
     """
 
     def __init__(self, *args: Any, tasks: Any = None, **kwargs: Any) -> None:
@@ -189,14 +161,9 @@ class HermesAgentLoop(AgentLoopBase):  # type: ignore[misc]
         self.tasks = load_tasks(tasks) if isinstance(tasks, str) else tasks
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        """One sample: a rollout over ``server_manager``, flattened into an ``AgentLoopOutput``.
+        """One sample: a rollout flattened into an ``AgentLoopOutput``.
 
-        A rollout that failed (model server, sandbox, reward) comes back with
-        ``response_mask`` all 0 and ``reward_score`` 0.0 (nothing of it is trained on), and
-        ``extra_fields["hermes_status"]`` / ``["hermes_failure"]`` say why.
-
-        Raises:
-            ConfigError: The task source is unusable (e.g. its task has no tokenizer).
+        A failed rollout comes back fully masked with ``extra_fields["hermes_failure"]`` set.
 
         **Cancellation**: the rollout is cancelled and its sandbox released (bounded).
         """

@@ -1,17 +1,10 @@
 """Call-body grammars: small state machines the engine runs between a call's open and close.
 
-Why one module of this size: every body grammar follows the one ``consume`` contract below and
-shares its scanning helpers; reading them side by side is how a new format is written.
-
-A format names one body *spec* (a frozen, declarative description); the engine creates a fresh
-body from it for every call and feeds it text. Bodies report through a :class:`CallSink`
-(start, argument fragment, seal, invalid, truncated) and never see more than the current chunk
-plus a marker's length of held-back text, so their work is linear too.
-
-``consume(s, i, eof)`` contract: consume a prefix of ``s[i:]`` and return the index after it;
-return ``-1`` when nothing can be decided until more text arrives (the engine then holds
-``s[i:]``, which is always shorter than the longest marker). Returning ``i`` is allowed only
-after a state change. With ``eof`` set, never return ``-1``.
+The engine makes a fresh body from a format's frozen spec for every call and feeds it text;
+the body reports through a :class:`CallSink` and holds back at most a marker's length.
+``consume(s, i, eof)`` consumes a prefix of ``s[i:]`` and returns the index after it, or
+``-1`` when nothing can be decided until more text arrives (never with ``eof``). Returning
+``i`` is allowed only after a state change.
 """
 
 from __future__ import annotations
@@ -168,15 +161,13 @@ class Body:
     def wake_chars(self) -> tuple[str, str] | None:
         """Characters without which a chunk may be scanned later, or None (scan every chunk).
 
-        Only inside a started call's JSON: a chunk with neither a ``}`` nor the first
-        character of a closing marker can neither end the object nor start the marker, so
-        deferring its scan changes when events come, never which.
+        Inside a started call's JSON, a chunk with neither ``}`` nor a closing marker's first
+        character changes when events come, never which.
         """
         return None
 
     def close_at(self, s: str, j: int, eof: bool) -> int:
-        """The end of a closing marker at ``s[j]``; :data:`WAIT` if the text there may still
-        become one; :data:`NO_MARKER` if not (or the body has no closing marker)."""
+        """The end of a closing marker at ``s[j]``, :data:`WAIT`, or :data:`NO_MARKER`."""
         if self.close is None:
             return NO_MARKER
         hit = self.close.match_at(s, j, eof)
@@ -187,9 +178,7 @@ class Body:
     def _collect(
         self, markers: Markers, s: str, i: int, eof: bool, *, keep: bool = True
     ) -> tuple[int, str | None, int]:
-        """Collect text into ``parts`` (or, without ``keep``, drop it) up to a marker:
-        ``(start, role, end)`` of the marker; role None: no marker yet (``start`` is where to
-        go on from, -1 to wait)."""
+        """Collect (or drop) text up to a marker: ``(start, role, end)``; role None: none yet."""
         m = markers.search(s, i)
         if m is None:
             j = markers.free_end(s, i, eof)
@@ -203,9 +192,7 @@ class Body:
     def _name_text(
         self, markers: Markers, s: str, i: int, eof: bool
     ) -> tuple[int, str | None, int]:
-        """:meth:`_collect` for a name. One that runs past :data:`NAME_MAX_CHARS` is junk from
-        exactly its next character on, whether or not a terminator comes later: the verdict and
-        the place it ends do not depend on where the chunks were cut."""
+        """:meth:`_collect` for a name; past :data:`NAME_MAX_CHARS` it is junk."""
         parts, counted = self.parts, self._counted
         # Counted as the name grows, not summed again per chunk: one character per chunk
         # made that quadratic in the name's length (issue 38: 4x the input, 8.2x the time).
@@ -239,8 +226,7 @@ class Body:
         return text
 
     def _junk(self, reason: str, *raw: str) -> None:
-        """The attempt is malformed: skip to its closing marker, then report it with ``raw``,
-        the collected text and what was skipped."""
+        """Skip the malformed attempt to its closing marker, then report it."""
         self.junk_reason = reason
         self.junk = [*raw, *self.parts]
         self.parts = []
@@ -339,7 +325,6 @@ class _JsonBody(Body):
         return k
 
     def _drain(self, scanner: JsonScanner) -> None:
-        """Pass on the argument fragments the scanner found."""
         for fragment in scanner.frags:
             self.sink.fragment(fragment)
         scanner.frags.clear()
@@ -349,7 +334,7 @@ class _JsonBody(Body):
         raise NotImplementedError
 
     def _loads(self, scanner: JsonScanner) -> JSON:
-        """The finished object's value (``ValueError`` if it is not valid or nests too deep)."""
+        """The finished object's value (``ValueError`` if invalid or nested too deep)."""
         # The scanner counted the depth; only a too-deep text pays for the check (and fails).
         return loads(scanner.text(), depth_checked=not scanner.too_deep)
 
@@ -362,10 +347,10 @@ class JsonCallSpec:
     """A call written as one JSON object ``{"name": ..., "arguments": {...}}``.
 
     Attributes:
-        close: Closing markers (``</tool_call>``); empty when the object itself ends the call.
+        close: Closing markers; empty when the object itself ends the call.
         args_keys: Keys holding the arguments, in priority order.
-        candidate: Bare JSON in ordinary text (``llama3_json``): an object only becomes a call
-            once it has a string ``name`` and an arguments key; anything else is content.
+        candidate: Bare JSON in ordinary text (``llama3_json``): an object becomes a call only
+            with a string ``name`` and an arguments key; anything else is content.
         multi: Several objects may share one pair of markers.
         native_id_key: A key holding the model's own call id (Mistral Nemo's ``"id"``).
     """
@@ -543,8 +528,7 @@ class NamedJsonSpec:
         name_end: Markers that end the name and are consumed (``<｜tool▁sep｜>``, newline).
         close: Markers that end the call; empty when the JSON object ends it (Mistral).
         prefix: Skip everything up to one of these first (DeepSeek V3's call type).
-        id_marker: A marker after the name that introduces the model's own call id, which
-            runs to a ``name_end`` marker (Mistral ``[CALL_ID]``).
+        id_marker: Introduces the model's own call id after the name (Mistral ``[CALL_ID]``).
         brace_ends_name: An opening brace ends the name (and starts the arguments).
         fence: The arguments may be wrapped in a ```` ```json ```` code fence.
         name_from_id: Turn the header into ``(name, native_id)`` (Kimi's

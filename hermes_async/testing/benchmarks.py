@@ -1,12 +1,9 @@
 """Scripted policies for the benchmark environments: an oracle each, a null policy, a judge.
 
-Each oracle is a :class:`~hermes_async.testing.scripted_server.ScriptedPolicy` factory that
-solves its environment's built-in sample (:mod:`hermes_async.envs.samples`), so a run needs no
-model: ``hermes-async eval swe --oracle hermes_async.testing.benchmarks:swe_oracle``.
-:func:`null_policy` answers without a tool call (every environment scores it 0).
-:func:`scripted_judge` plays WebResearchEnv's judge model; :func:`open_web_research_world`
-serves it with a fake web provider for offline runs (``python -m
-hermes_async.testing.benchmarks web-research-world``).
+Each oracle solves its environment's built-in sample, so a run needs no model:
+``hermes-async eval swe --oracle hermes_async.testing.benchmarks:swe_oracle``.
+:func:`open_web_research_world` serves a fake web provider and the judge for offline runs
+(``python -m hermes_async.testing.benchmarks web-research-world``).
 """
 
 from __future__ import annotations
@@ -87,11 +84,7 @@ def null_policy(request: PolicyRequest) -> str:
 
 
 def swe_oracle(path: Path = SWE_SAMPLE) -> Policy:
-    """HermesSweEnv's oracle for rows with a ``canonical_solution`` (the built-in sample's).
-
-    Writes the solution file (the row's prompt and its canonical body), runs it once,
-    then answers. A task it does not know gets a plain reply.
-    """
+    """HermesSweEnv's oracle for rows with a ``canonical_solution``: write it, run it, answer."""
     rows = [r for r in _rows(path) if r.get("canonical_solution")]
 
     def policy(request: PolicyRequest) -> str:
@@ -123,8 +116,7 @@ def _solve_script(solution_tar: str) -> str | None:
 
 
 def tblite_oracle(path: Path = TBLITE_SAMPLE) -> Policy:
-    """TBLiteEvalEnv's oracle, the model's way, for rows with a ``solution_tar`` (the built-in
-    sample's): it runs the task's ``solve.sh`` in the terminal, then answers."""
+    """TBLiteEvalEnv's oracle for rows with a ``solution_tar``: run ``solve.sh``, answer."""
     scripts = {
         str(row["instruction"]).strip(): script
         for row in _rows(path)
@@ -145,9 +137,8 @@ def tblite_oracle(path: Path = TBLITE_SAMPLE) -> Policy:
 def yc_bench_oracle() -> Policy:
     """YCBenchEvalEnv's oracle for its built-in world (``--env.presets '["sample"]'``).
 
-    Looks at the company, takes the two best-paid prestige-1 tasks, puts every employee on
-    both, dispatches them and resumes time once; the rest of the year runs after it stops
-    (the env advances every run to its end). Two such tasks carry the sample's payroll.
+    Takes the two best-paid prestige-1 tasks, puts every employee on both, dispatches them and
+    resumes time once; the two tasks carry the sample's payroll for the rest of the year.
     """
     uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
@@ -197,9 +188,8 @@ def _frames_rows(path: Path) -> list[tuple[str, str, list[str]]]:
 class SampleWebProvider(FakeWebProvider):
     """A fake search provider that knows the sample's questions.
 
-    A search for one of them returns its Wikipedia pages and an encyclopedia page on a second
-    domain (``www.britannica.com``), each snippet stating the answer; any other query gets the
-    default results.
+    Their searches return the Wikipedia pages and a page on a second domain, each snippet
+    stating the answer; any other query gets the default results.
     """
 
     by_query: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
@@ -226,8 +216,7 @@ class SampleWebProvider(FakeWebProvider):
 
 
 def web_research_oracle(path: Path = WEB_RESEARCH_SAMPLE) -> Policy:
-    """WebResearchEnv's oracle for FRAMES-shaped rows: one ``web_search`` for the question,
-    then the row's answer citing the first results of two domains."""
+    """WebResearchEnv's oracle: one ``web_search``, then the answer citing two domains."""
     answers = {question: answer for question, answer, _ in _frames_rows(path)}
 
     def policy(request: PolicyRequest) -> str:
@@ -248,8 +237,7 @@ def web_research_oracle(path: Path = WEB_RESEARCH_SAMPLE) -> Policy:
 
 
 def scripted_judge(request: PolicyRequest) -> str:
-    """WebResearchEnv's judge: 1.0 when the model answer contains the reference answer
-    (case and spacing aside), else 0.0, in the judge's JSON reply format."""
+    """WebResearchEnv's judge: 1.0 when the answer holds the reference (case and spacing aside)."""
     text = request.last_user_text
     reference = re.search(r"^Reference answer: (.*)$", text, re.M)
     answer = re.search(r"^Model answer: (.*?)\n\nScore", text, re.M | re.S)
@@ -270,8 +258,8 @@ async def open_web_research_world(
 ) -> AsyncIterator[tuple[str, str]]:
     """Serve :class:`SampleWebProvider` (Tavily's API) and :func:`scripted_judge` on loopback.
 
-    Yields ``(web_url, judge_url)``: set ``TAVILY_API_KEY`` (any value) and
-    ``TAVILY_BASE_URL=web_url`` for the web tools, ``--env.judge_base_url judge_url``.
+    Yields ``(web_url, judge_url)``: set ``TAVILY_API_KEY`` (any value),
+    ``TAVILY_BASE_URL=web_url`` and ``--env.judge_base_url judge_url``.
 
     **Cancellation**: both servers stop.
     """

@@ -1,40 +1,9 @@
 """A chaos harness: many rollouts against a misbehaving world, and what came out of it.
 
-:func:`run_chaos` runs ``rollouts`` rollouts, in groups, with :func:`~hermes_async.agent.run_group`
-against the :class:`~hermes_async.testing.scripted_server.ScriptedModelServer` (Phase 2 tokens
-by default, or Phase 1 chat) and fake sandbox or real local sandboxes, injecting faults at random
-— reproducibly, from ``seed`` — at every decision point:
-
-=====================  ================================================  ====================
-fault                  where                                             expected category
-=====================  ================================================  ====================
-``server_500``         a model request answers HTTP 500                  infra after retries
-``server_429``         ... answers 429 with ``Retry-After``               (usually retried ok)
-``disconnect``         the connection is cut mid-stream                   infra
-``malformed_chunk``    a chunk is not valid JSON                          infra
-``stall``              the server stops sending                           infra (read timeout)
-``create_failure``     the sandbox cannot be created                      infra
-``create_hang``        creation hangs (the manager's deadline fires)      infra
-``exec_hang``          a command never returns                            tool (its timeout)
-``exec_death``         the sandbox dies after its first command           infra
-``reward_raises``      the reward function raises (with a fake secret)    verifier
-``hostile_text``       the model writes deep nesting, nine ``{``, lone    model / tool
-                       surrogates, broken or unknown calls, binary noise
-=====================  ================================================  ====================
-
-Each decision point (a model request, a sandbox creation, a reward call, a model reply) is
-faulted with probability ``fault_rate``, the fault chosen uniformly among the enabled kinds that
-apply there. A retry runs on a new task id, so it draws a new sandbox personality.
-
-:class:`ChaosStatistics` says whether the containment held: no group aborted (``run_group``
-raised), no mixed group (a kept group with an infra/verifier failure in it, under ``retry`` or
-``mask``), every rollout within ``rollout_timeout`` + the close bound (+ ``slack_seconds`` for a
-loaded machine), every failure categorized, no credential in any message, nothing leaked
-(sandboxes still open, tasks still running, file descriptors still open), and counts per
-category and per fault. Used by ``tests/testing/test_chaos.py`` and ``bench/chaos.py``::
-
-    stats = await run_chaos(ChaosConfig(rollouts=10_000, group_size=8, seed=1))
-    assert stats.ok, stats.format()
+:func:`run_chaos` runs groups of rollouts against the scripted model server and fake or
+local sandboxes, injecting faults reproducibly from ``seed`` at every decision point.
+:class:`ChaosStatistics` says whether the containment held. The faults and the verdict's
+rules: docs/decisions/051-chaos-harness.md.
 """
 
 from __future__ import annotations
@@ -76,7 +45,12 @@ from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import Limits
 from hermes_async.testing.fake_sandbox import FakeSandbox
 from hermes_async.testing.http import open_app_endpoint
-from hermes_async.testing.scripted_server import Fault, PolicyRequest, ScriptedModelServer
+from hermes_async.testing.scripted_server import (
+    Fault,
+    PolicyRequest,
+    ScriptedModelServer,
+    hermes_tool_call,
+)
 from hermes_async.tools.registry import get_tool_definitions
 from hermes_async.tools.sandbox.base import ExecResult, Sandbox
 from hermes_async.tools.sandbox.manager import SandboxManager
@@ -149,21 +123,13 @@ class ChaosConfig:
 
     Attributes:
         rollouts: Rollouts in total (rounded up to whole groups).
-        group_size: Rollouts per group.
         concurrency: Groups running at once.
-        seed: Seeds every fault decision.
         fault_rate: Probability that one decision point is faulted.
-        faults: The fault kinds enabled.
         sandbox: ``"fake"`` (:class:`FakeSandbox`) or ``"local"`` (real local sandboxes).
         protocol: ``"vllm"`` (Phase 2 tokens) or ``"chat"`` (Phase 1).
-        loopback: Serve the model over a real loopback socket (needs the ``testing`` extra)
-            instead of in-process.
+        loopback: Serve the model over a real loopback socket (needs the ``testing`` extra).
         rollout_timeout: Each rollout's deadline (covers loop, reward and release).
-        close_timeout: The sandbox manager's bound on one release.
-        create_timeout: The sandbox manager's bound on one creation.
-        tool_timeout: Per tool call.
         read_timeout: The client's longest silence (a stalled server).
-        max_turns: Turns per rollout.
         policy: The groups' failure policy (default: retry with short backoffs).
         slack_seconds: Scheduling slack allowed on top of ``rollout_timeout + close_timeout``.
     """
@@ -200,27 +166,19 @@ class ChaosConfig:
 
 @dataclass(frozen=True, slots=True)
 class ChaosStatistics:
-    """What a chaos run measured (see the module docstring); :attr:`ok` is the verdict.
+    """What a chaos run measured; :attr:`ok` is the verdict.
 
     Attributes:
         rollouts: Final rollouts (one per slot of every group).
         attempts: Rollout attempts, retries included.
-        groups: Groups run.
         group_aborts: Groups whose ``run_group`` raised.
-        abort_errors: The first few of those errors.
         mixed_groups: Kept groups holding an infra/verifier failure (policy retry or mask).
-        outcomes: Groups per outcome (``ok``, ``retried``, ``zeroed``, ``masked``).
         failures: Attempts per failure category (``none`` for clean ones).
         causes: Attempts per ``category/source/exception`` of their failure.
-        faults: Faults injected, per kind.
-        uncategorized: Attempts with an error but no valid category.
         over_deadline: Attempts that took longer than the deadline + close bound + slack.
-        max_attempt_seconds: The longest attempt.
         secret_leaks: Places the planted credential appeared unredacted.
         leaked_sandboxes: Sandboxes left open (or sandbox directories left behind).
-        leaked_tasks: Tasks still running after the run.
         leaked_fds: File descriptors open after the run that were not before.
-        seconds: Wall time of the run.
     """
 
     rollouts: int
@@ -244,8 +202,7 @@ class ChaosStatistics:
 
     @property
     def ok(self) -> bool:
-        """Containment held: no aborts, no mixed groups, all on time and categorized, no
-        leaks of any kind."""
+        """Containment held: no aborts, no mixed groups, all on time and categorized, no leaks."""
         return not (
             self.group_aborts
             or self.mixed_groups
@@ -258,7 +215,6 @@ class ChaosStatistics:
         )
 
     def format(self) -> str:
-        """A human-readable report."""
         lines = [
             f"{self.rollouts} rollouts ({self.attempts} attempts) in {self.groups} groups, "
             f"{self.seconds:.1f} s ({self.attempts / max(self.seconds, 1e-9):.0f} attempts/s)",
@@ -326,12 +282,14 @@ class _World:
             return rng.choice(HOSTILE_TEXTS)
         done = sum(1 for m in request.messages if m.get("role") == "tool")
         if done == 0:
-            return _call("terminal", {"command": "echo step one"})
+            return hermes_tool_call("terminal", {"command": "echo step one"})
         if done == 1:
             local_hang = self.config.sandbox == "local" and self.decide(
                 f"command:{request.request_number}", ("exec_hang",)
             )
-            return _call("terminal", {"command": "sleep 30" if local_hang else "echo step two"})
+            return hermes_tool_call(
+                "terminal", {"command": "sleep 30" if local_hang else "echo step two"}
+            )
         return "Done: both steps ran."
 
     # ---- the sandboxes
@@ -395,10 +353,6 @@ async def _hanging_step_two(command: str) -> ExecResult:
     return ExecResult("ok\n", "", 0)
 
 
-def _call(name: str, arguments: dict[str, Any]) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
 def _open_fds() -> int:
     try:
         return len(os.listdir("/proc/self/fd"))
@@ -433,10 +387,7 @@ async def run_chaos(config: ChaosConfig, *, tokenizer: Tokenizer | None = None) 
 
     Args:
         config: The run.
-        tokenizer: The tokenizer (default: the built-in offline Qwen one, loaded here).
-
-    Returns:
-        The :class:`ChaosStatistics`; check ``.ok``.
+        tokenizer: Default: the built-in offline Qwen one.
 
     **Cancellation**: every group is cancelled, every sandbox released; nothing is returned.
     """

@@ -1,24 +1,11 @@
 """Hostile peers: a model server and a web page that attack the client's bounds on purpose.
 
-The test suite and environment authors attack the same way (``docs/security.md`` lists the
-bounds these cases cross). :func:`open_hostile_server` serves, on loopback, a server that plays
-one :data:`HostileCase` on every ``POST`` (``GET /health`` answers 200, so a pool's health
-check passes). It writes raw HTTP/1.1 bytes, so it can break the framing itself, which an ASGI
-app cannot, and it needs no tokenizer and no extra dependency::
-
-    async with open_hostile_server("endless_tokens") as server:
-        client = VLLMGenerateClient(server.url)   # -> ServerProtocolError, at once
-
-A case keeps sending until the client goes away; :attr:`HostileServer.bytes_sent` shows how
-much the client read before it stopped. The server side holds nothing of it. :func:`attack`
-runs the client a case is aimed at; ``python -m hermes_async.testing.hostile CASE URL
---rlimit-as BYTES`` does so in a process of its own, under a memory limit, and prints what
-happened, how long it took and the peak RSS (the memory tests and ``bench/hostile.py``).
-
-A server of a pool that answers fast and wrong (``200 {}``, an HTML page, ``404``) is played by
-:class:`~hermes_async.testing.FaultyServer` (``fail(200, body=b"{}")``, ``fail(404)``), in front
-of a healthy :class:`~hermes_async.testing.ScriptedModelServer`. :data:`POPUP_FLOOD_PAGE` is
-the page for the browser's bounds.
+:func:`open_hostile_server` plays one :data:`HostileCase` on every ``POST`` on loopback,
+writing raw HTTP/1.1 bytes so it can break the framing itself (``GET /health`` answers 200).
+A case keeps sending until the client goes away. :func:`attack` runs the client a case is
+aimed at; ``python -m hermes_async.testing.hostile CASE URL --rlimit-as BYTES`` does so in a
+process of its own under a memory limit. Fast wrong answers (``200 {}``, ``404``) are
+:class:`~hermes_async.testing.FaultyServer`'s. docs/security.md lists the bounds crossed.
 """
 
 from __future__ import annotations
@@ -134,8 +121,6 @@ class HostileServer:
     """What :func:`open_hostile_server` yields.
 
     Attributes:
-        case: The case it plays.
-        url: Its base URL (``http://127.0.0.1:<port>``).
         requests: ``POST`` requests received.
         bytes_sent: Bytes written for those requests, over all connections.
         clients_gone: Connections whose client went away (closed or reset) mid-play.
@@ -178,9 +163,7 @@ async def open_hostile_server(case: HostileCase) -> AsyncIterator[HostileServer]
 
     Raises:
         ValueError: ``case`` is not one of :data:`HOSTILE_CASES`.
-
-    **Cancellation**: leaving the block cancels every connection's play and closes the
-    listener.
+    **Cancellation**: every connection's play is cancelled and the listener closed.
     """
     if case not in get_args(HostileCase):
         raise ValueError(f"unknown hostile case {case!r}; one of: {', '.join(HOSTILE_CASES)}")
@@ -286,15 +269,11 @@ ATTACK_MAX_TOKENS = 16
 async def attack(case: HostileCase, url: str) -> None:
     """Make the request ``case`` is aimed at, with the default client options, to ``url``.
 
-    The clients are imported here, so this module loads without the package's inference code
-    (``bench/hostile.py`` runs it against another tree's clients). Token-stream cases use
-    :class:`~hermes_async.inference.VLLMGenerateClient`, body cases a non-streamed
-    :class:`~hermes_async.inference.ChatClient`, completion cases a streamed one; every
-    request asks for :data:`ATTACK_MAX_TOKENS` tokens.
+    The clients are imported here, so ``bench/hostile.py`` can run this against another tree's
+    clients. Every request asks for :data:`ATTACK_MAX_TOKENS` tokens.
 
     Raises:
         ModelServerError: What the client makes of the attack (the bound it crossed).
-
     **Cancellation**: the request is abandoned and its connection closed.
     """
     from hermes_async.inference import ChatClient, SamplingParams, VLLMGenerateClient
@@ -312,8 +291,7 @@ async def attack(case: HostileCase, url: str) -> None:
 
 
 def _peak_rss_bytes() -> int:
-    """This process's peak resident set: ``VmHWM`` (``ru_maxrss`` also counts the parent's
-    pages this process was forked with, before its ``exec``)."""
+    """Peak resident set from ``VmHWM``: ``ru_maxrss`` counts the pre-exec parent's pages."""
     try:
         with open("/proc/self/status") as status:
             for line in status:

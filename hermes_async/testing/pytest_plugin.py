@@ -1,54 +1,27 @@
 """A pytest plugin for deterministic tests of environments built on hermes_async.
 
-Installed with the package (entry point ``pytest11``: ``hermes_async``) and complete with the
-``testing`` extra (``pip install 'hermes-async[testing]'``: the loopback server). Importing it
-costs nothing: everything heavy is imported when a fixture runs. Every async test using these
-fixtures needs the ``anyio`` marker (``pytestmark = pytest.mark.anyio``).
-
-Fixtures (override any of the first three in your ``conftest.py`` or test module):
-
-* ``hermes_policy`` -- the scripted model: ``PolicyRequest -> str`` (default: answers
-  ``"Done."``). Return ``<tool_call>`` blocks to call tools.
-* ``hermes_seed`` -- seeds the scripted server (logprobs, chunking) and the environment
-  (``seed``: toolset sampling, sampling seeds). Default 0.
-* ``hermes_sandbox_backend`` -- ``"local"`` (default: real commands in namespaced sandboxes
-  under ``tmp_path``; where namespaces cannot be made, set ``HERMES_SANDBOX_ISOLATION=process``
-  to run them unisolated) or ``"fake"`` (:class:`~hermes_async.testing.FakeSandbox`, in memory).
-* ``hermes_model_server`` -- a :class:`ScriptedEndpoint`: the
-  :class:`~hermes_async.testing.ScriptedModelServer` following ``hermes_policy`` on loopback
-  (every protocol: vLLM / Atropos / SGLang tokens, OpenAI chat), its randomness keyed by the
-  prompt, so a group's concurrent rollouts get the same numbers whatever order they ask in.
-* ``hermes_sandboxes`` -- a :class:`~hermes_async.tools.sandbox.manager.SandboxManager` on
-  that backend, current for the test (``ToolContext(task_id)`` and environments use it).
-* ``hermes_env_run`` -- ``await hermes_env_run(MyEnv, item, mode="collect" | "evaluate",
-  server_type="vllm" | "openai", group_size=..., **config)``: :func:`run_env_item` bound to the
-  fixtures above.
-
-Determinism: two runs of one item give identical groups when the policy is a function of the
-conversation and the commands it runs print the same things (random host paths, times and pids
-are the usual culprits; the fake sandbox has none). Tool-call ids, which parsers draw at random,
-are renamed ``call_0``, ``call_1``, ... in the returned messages (:func:`normalize_call_ids`).
-
-Environments are asyncio-only, because atroposlib is: run environment tests under asyncio
-(anyio's default backend). Under trio, :func:`run_env_item` fails at once with
-:class:`~hermes_async.errors.AsyncBackendError` naming the fix. The rollout core -- ``run_group``,
-``ToolContext``, the sandboxes and the scripted server -- runs on both.
+Installed with the package (entry point ``pytest11``); the loopback server needs the
+``testing`` extra. Fixtures: ``hermes_policy``, ``hermes_seed``, ``hermes_sandbox_backend``
+(override these three), ``hermes_model_server``, ``hermes_sandboxes`` and ``hermes_env_run``.
+Async tests need ``pytest.mark.anyio``; environments run under asyncio only. Usage is in
+docs/testing.md; determinism rules in docs/architecture.md, "The pytest plugin".
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from hermes_async.testing.endpoint import ScriptedEndpoint, open_scripted_endpoint
+
 if TYPE_CHECKING:
     from hermes_async.envs.results import EvalReport
-    from hermes_async.testing.scripted_server import PolicyRequest, ScriptedModelServer
+    from hermes_async.testing.scripted_server import PolicyRequest
     from hermes_async.tools.sandbox.manager import SandboxManager
 
 __all__ = (
@@ -68,68 +41,10 @@ __all__ = (
 Mode = Literal["collect", "evaluate"]
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptedEndpoint:
-    """A running scripted model server.
-
-    Attributes:
-        base_url: Its root URL (token clients use it; chat clients add ``/v1``).
-        server: The :class:`~hermes_async.testing.ScriptedModelServer` (``.requests`` records
-            every request).
-        transport: The in-process transport, or ``None`` on loopback (use the network).
-    """
-
-    base_url: str
-    server: ScriptedModelServer
-    transport: Any = None
-
-    @property
-    def openai_url(self) -> str:
-        """The URL an OpenAI-style client (and atroposlib's ``base_url``) wants."""
-        return self.base_url + "/v1"
-
-    def server_config(self, server_type: str = "vllm") -> Any:
-        """An atroposlib ``APIServerConfig`` for this server (needs the ``atropos`` extra)."""
-        try:
-            from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ImportError(
-                f"server_config() needs atroposlib: pip install 'hermes-async[atropos]' ({exc})"
-            ) from exc
-
-        return APIServerConfig(
-            base_url=self.openai_url,
-            server_type=server_type,
-            model_name="scripted",
-            api_key="x",
-            health_check=False,
-        )
-
-
-@asynccontextmanager
-async def open_scripted_endpoint(
-    policy: Callable[[PolicyRequest], str],
-    *,
-    seed: int = 0,
-    loopback: bool = True,
-) -> AsyncIterator[ScriptedEndpoint]:
-    """Serve a scripted model following ``policy`` (randomness keyed by the prompt).
-
-    **Cancellation**: the server is shut down.
-    """
-    from hermes_async.testing.http import open_app_endpoint
-    from hermes_async.testing.scripted_server import ScriptedModelServer
-
-    server = ScriptedModelServer(policy, seed=seed, rng_key="prompt")
-    async with open_app_endpoint(server, loopback=loopback) as (base_url, transport):
-        yield ScriptedEndpoint(base_url, server, transport)
-
-
 def normalize_call_ids(messages: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
     """A copy of a group's messages with tool-call ids renamed ``call_0``, ``call_1``, ...
 
-    Ids are numbered per rollout in order of first appearance (an assistant message's
-    ``tool_calls[].id``, then the ``tool`` messages' ``tool_call_id`` that answer them).
+    Ids are numbered per rollout in order of first appearance.
     """
     renamed: list[list[dict[str, Any]]] = []
     for rollout in messages:
@@ -153,16 +68,7 @@ def normalize_call_ids(messages: list[list[dict[str, Any]]]) -> list[list[dict[s
 
 @dataclass(slots=True)
 class EnvRun:
-    """What :func:`run_env_item` returns.
-
-    Attributes:
-        env: The environment that ran.
-        group: ``collect`` mode: the scored group (``tokens``, ``masks``, ``scores``,
-            ``inference_logprobs``, ``messages`` with normalized call ids), or ``None`` if
-            the environment returned none.
-        backlog: ``collect`` mode: the backlog the environment returned.
-        report: ``evaluate`` mode: the :class:`~hermes_async.envs.results.EvalReport`.
-    """
+    """What :func:`run_env_item` returns: ``group``, ``backlog`` (collect) or ``report``."""
 
     env: Any
     group: dict[str, Any] | None = None
@@ -193,24 +99,19 @@ async def run_env_item(
     """Run one ``item`` of an environment against a scripted model and return the result.
 
     Args:
-        env: An environment class (built from its ``config_init()``, with wandb and output
-            files off, ``seed`` set and ``config`` applied, pointed at ``endpoint``) or an
-            instance (used as it is; ``setup()`` is still called once).
+        env: An environment class (built from ``config_init()``, wandb and output files off) or
+            an instance (used as it is; ``setup()`` is still called once).
         item: The dataset item.
         endpoint: The scripted model (the ``hermes_model_server`` fixture).
-        mode: ``"collect"``: ``collect_trajectories(item)`` (one group of ``group_size``);
-            ``"evaluate"``: ``run_agent_eval([item])`` (one eval rollout, nothing logged).
-        server_type: ``"vllm"`` (Phase 2: exact tokens) or ``"openai"`` (Phase 1).
+        mode: ``"collect"``: ``collect_trajectories(item)``; ``"evaluate"``:
+            ``run_agent_eval([item])``, nothing logged.
+        server_type: ``"vllm"`` (Phase 2) or ``"openai"`` (Phase 1).
         group_size: Rollouts per group (default: the environment's).
         seed: The environment's ``seed``.
         **config: More config fields to set.
 
-    Returns:
-        An :class:`EnvRun`.
-
     Raises:
         AsyncBackendError: Under trio (environments are asyncio-only, as atroposlib is).
-
     **Cancellation**: the rollouts are cancelled and their sandboxes released.
     """
     from hermes_async._asynclib import require_asyncio
@@ -316,8 +217,7 @@ def hermes_env_run(
     hermes_sandboxes: SandboxManager,
     hermes_seed: int,
 ) -> Callable[..., Awaitable[EnvRun]]:
-    """``await hermes_env_run(env, item, mode=..., **options)``: :func:`run_env_item` on the
-    test's scripted model and sandboxes."""
+    """:func:`run_env_item` on the test's scripted model and sandboxes."""
 
     async def run(env: Any, item: Any, **options: Any) -> EnvRun:
         options.setdefault("seed", hermes_seed)

@@ -1,54 +1,10 @@
 """A scripted model server: one ASGI app speaking every protocol the clients speak.
 
-Why one module of this size: one concept, one ASGI app speaking every protocol the clients
-speak; the routes share the policy, the fault plan, the tokenizer and the record of served
-requests.
-
-:class:`ScriptedModelServer` answers from a :class:`ScriptedPolicy` (the conversation in, the
-next assistant text out) and serves:
-
-==========================================  ================================================
-``POST /inference/v1/generate``             vLLM tokens-in/tokens-out, SSE deltas (403 with
-                                            ``scale_out=False``, like a stock vLLM)
-``POST /v1/completions`` with id prompts    stock vLLM completions, SSE, ``token_ids`` +
-                                            ``logprobs`` (``return_token_ids``)
-``POST /generate`` with ``prompt``          Atropos reference server, one JSON response
-``POST /generate`` with ``input_ids``       SGLang, SSE, cumulative (default) or incremental
-``POST /v1/chat/completions``               OpenAI chat, streaming and non-streaming
-``GET /health``, ``GET /v1/models``         liveness
-==========================================  ================================================
-
-How a reply is made:
-
-1. The conversation: the chat route receives ``messages``; the token routes decode the prompt
-   ids with the real tokenizer and split the ChatML text back into messages
-   (:func:`parse_chatml`; ``<tool_response>`` blocks become ``tool`` messages).
-2. The policy returns the assistant's text (:class:`FixedScript` plays a list; any callable
-   ``PolicyRequest -> str`` is an oracle).
-3. Token routes encode the text, stop at the first of the request's ``stop_token_ids`` the
-   text contains (it is sent, finish ``"stop"``), else append the end-of-turn id (finish
-   ``"stop"``), and cut at ``max_tokens`` (finish ``"length"``), draw a logprob per token from a seeded RNG and stream
-   the ids in seeded random chunk sizes. The chat route turns ``<think>`` into
-   ``reasoning_content`` and ``<tool_call>`` blocks into structured ``tool_calls`` (when the
-   request has tools), streaming content in random character chunks and each call's
-   arguments in fragments.
-
-Everything random derives from ``(seed, request number)``, so a run is reproducible, and every
-response is recorded in :attr:`ScriptedModelServer.requests` (:class:`ServedRequest`: prompt,
-exact ids and logprobs sent, chunking, and a ``disconnected`` event set when the client went
-away), so tests compare what a client received with what was sent.
-
-Faults are injected per request number (1-based, counting generation requests only) with
-:class:`Fault`: HTTP 500 / any status (with a message of your choice, e.g. a context-length
-error), 429 with ``Retry-After``, a connection cut mid-stream, a malformed chunk, a stall —
-from the ``faults`` mapping, or decided per request by a ``fault_plan`` callable (random faults
-for chaos runs: :mod:`hermes_async.testing.chaos`). Latency: ``response_delay_seconds`` before
-the response and ``chunk_delay_seconds`` between chunks.
-
-Serve it in-process with :func:`hermes_async.testing.http.open_asgi_transport` (streams, and
-delivers disconnects) or over loopback with :func:`~hermes_async.testing.http.open_loopback_server`.
-``httpx.ASGITransport`` also works for non-stalling cases but buffers whole responses (see
-:mod:`hermes_async.testing.http`).
+:class:`ScriptedModelServer` answers from a :class:`ScriptedPolicy` (conversation in, assistant
+text out) on the vLLM, completions, Atropos, SGLang and chat routes. Everything random derives
+from the seed, every response is recorded in :attr:`ScriptedModelServer.requests`, and faults,
+pauses and aborts are injected per request.
+Routes and rules: docs/decisions/061-scripted-model-server.md.
 """
 
 from __future__ import annotations
@@ -80,6 +36,7 @@ __all__ = (
     "ScriptedModelServer",
     "ScriptedPolicy",
     "ServedRequest",
+    "hermes_tool_call",
     "parse_chatml",
 )
 
@@ -94,14 +51,9 @@ _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 class PolicyRequest:
     """What a policy sees for one request.
 
-    Attributes:
-        messages: The conversation so far (as sent on the chat route; recovered from the
-            prompt on token routes).
-        prompt_text: The prompt as text (the decoded ids, or the rendered chat template).
-        tools: Tool schemas sent with a chat request (empty on token routes; the schemas are
-            then inside the system message's text).
-        request_number: 1-based count of generation requests this server received.
-        protocol: Which route: ``"vllm"``, ``"atropos"``, ``"sglang"`` or ``"chat"``.
+    On token routes ``messages`` are recovered from the prompt and ``tools`` is empty (the
+    schemas are in the system message's text). ``protocol`` is ``"vllm"``, ``"atropos"``,
+    ``"sglang"`` or ``"chat"``.
     """
 
     messages: tuple[JSONObject, ...]
@@ -118,6 +70,17 @@ class PolicyRequest:
                 return str(message.get("content") or "")
         return ""
 
+    @property
+    def tool_results(self) -> tuple[str, ...]:
+        """Contents of the ``tool`` messages after the last ``user`` message, in order."""
+        start = 0
+        for index, message in enumerate(self.messages):
+            if message.get("role") == "user":
+                start = index + 1
+        return tuple(
+            str(m.get("content") or "") for m in self.messages[start:] if m.get("role") == "tool"
+        )
+
 
 @runtime_checkable
 class ScriptedPolicy(Protocol):
@@ -128,17 +91,21 @@ class ScriptedPolicy(Protocol):
         ...
 
 
+def hermes_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
+    """A ``<tool_call>`` block in the hermes format, for a policy's reply.
+
+    The chat route turns it into a structured ``tool_calls`` entry; token routes send it as is.
+    """
+    call = json.dumps({"name": name, "arguments": dict(arguments)}, ensure_ascii=False)
+    return f"<tool_call>\n{call}\n</tool_call>"
+
+
 class ScriptExhaustedError(RuntimeError):
     """A :class:`FixedScript` was asked for more replies than it holds."""
 
 
 class FixedScript:
-    """Reply with the given texts in order, one per request.
-
-    Args:
-        texts: The assistant messages, verbatim (``<tool_call>`` blocks included).
-        repeat: Start over after the last text instead of failing.
-    """
+    """Reply with the given texts in order; ``repeat`` starts over instead of failing."""
 
     def __init__(self, texts: Sequence[str], *, repeat: bool = False) -> None:
         if not texts:
@@ -167,15 +134,9 @@ FaultKind = Literal["status", "rate_limit", "disconnect", "malformed", "stall", 
 class Fault:
     """A misbehaviour to inject into one request. Build with the class methods.
 
-    Attributes:
-        kind: What goes wrong.
-        status: HTTP status for ``"status"`` / ``"rate_limit"``.
-        retry_after: ``Retry-After`` header value in seconds (``"rate_limit"``).
-        after_tokens: For ``disconnect`` / ``malformed`` / ``stall`` / ``abort``: how many
-            completion tokens (chat: chunks) to send first (``abort`` cuts exactly there, also
-            inside a chunk).
-        stall_seconds: How long a stall lasts (``inf``: until the client disconnects).
-        message: The error body's message for ``"status"`` (default ``injected HTTP <n>``).
+    ``after_tokens`` counts completion tokens (chat: chunks) sent before the fault; ``abort``
+    cuts exactly there, also inside a chunk. A ``stall_seconds`` of ``inf`` lasts until the
+    client disconnects.
     """
 
     kind: FaultKind
@@ -212,9 +173,7 @@ class Fault:
 
     @classmethod
     def abort(cls, after_tokens: int = 1) -> Fault:
-        """End the stream after exactly ``after_tokens`` tokens with ``finish_reason`` "abort"
-        (what vLLM sends for a request aborted by ``/pause`` or a weight update); token routes
-        only. The request can be continued (see :class:`ScriptedModelServer`)."""
+        """End a token stream after ``after_tokens`` tokens with ``finish_reason`` "abort"."""
         return cls("abort", after_tokens=after_tokens)
 
 
@@ -227,23 +186,11 @@ class ServedRequest:
     """The record of one generation request, filled in while it is served.
 
     Attributes:
-        number: 1-based request number.
-        protocol: The route.
-        body: The decoded request body.
-        prompt_ids: Prompt ids (token routes; empty for chat).
-        completion_ids: Every completion id the server *sent* (chat: the encoded text).
-        logprobs: Their logprobs.
-        chunks: The id chunks as sent.
-        finish_reason: As sent ('' while unfinished).
-        text: The policy's reply.
-        fault: The fault injected, if any.
-        fault_at_token: How many completion ids (chat: deltas) were sent when a mid-stream
-            fault fired (``None`` if none did).
-        continued: For a continuation of an aborted request (its prompt is that request's
-            prompt plus a prefix of what it sent): how many planned ids the prefix held
-            (``None``: a fresh request).
-        disconnected: Set when the server noticed the client going away mid-response.
-        completed: Set when the response was fully sent.
+        completion_ids: Every completion id the server sent (chat: the encoded text).
+        fault_at_token: Ids (chat: deltas) sent when a mid-stream fault fired.
+        continued: For the continuation of an aborted request, how many planned ids its
+            prompt's prefix held; ``None`` for a fresh request.
+        disconnected: Set when the client went away mid-response.
     """
 
     number: int
@@ -267,11 +214,7 @@ PauseMode = Literal["keep", "abort", "cut"]
 
 @dataclass(slots=True)
 class _Plan:
-    """An aborted generation, kept so that its continuation samples exactly what it would have.
-
-    ``ids`` / ``logprobs`` are the whole planned completion (through the stop token, before any
-    ``max_tokens`` cut), from the first request's prompt ``base`` and ``seed``.
-    """
+    """An aborted generation's whole planned completion, before any ``max_tokens`` cut."""
 
     base: list[int]
     seed: object
@@ -316,9 +259,7 @@ _THINK = re.compile(r"^\s*<think>\n?(.*?)\n?</think>\s*", re.S)
 def parse_chatml(text: str) -> list[JSONObject]:
     """Split ChatML prompt text back into messages (the inverse of the built-in template).
 
-    A ``user`` turn made only of ``<tool_response>`` blocks becomes one ``tool`` message per
-    block; the trailing empty ``assistant`` generation prompt is dropped. Tool schemas stay in
-    the system message's text.
+    ``<tool_response>`` blocks become ``tool`` messages; the generation prompt is dropped.
     """
     messages: list[JSONObject] = []
     for match in _CHATML_TURN.finditer(text):
@@ -335,55 +276,26 @@ def parse_chatml(text: str) -> list[JSONObject]:
 
 
 class ScriptedModelServer:
-    """An ASGI app simulating a model server from a policy (see the module docstring).
+    """An ASGI app simulating a model server from a policy.
 
     Args:
-        policy: Produces the assistant text for each request.
-        tokenizer: Tokenizer for prompts and replies; default: the built-in offline Qwen one
-            (loaded once per process, ~0.4 s, blocking: build servers at setup time).
-        seed: Seeds chunk sizes and logprobs, together with the request number.
+        tokenizer: Default: the built-in offline Qwen one (~0.4 s to load, blocking: build
+            servers at setup time).
         max_chunk_tokens: Chunks carry 1..this many tokens (chat: characters x 4).
-        chunk_delay_seconds: Pause between chunks.
-        response_delay_seconds: Pause before each response starts.
-        faults: Request number (1-based) -> :class:`Fault`. Mutable: tests may add faults
-            between requests (``server.faults[3] = Fault.disconnect(2)``).
-        fault_plan: Called with the number and body of each request that ``faults`` has no
-            entry for; returns its :class:`Fault` or ``None``.
-        sglang_incremental: Stream SGLang chunks as deltas instead of cumulative.
-        model_name: ``model`` reported on the chat route.
-        rng_key: What the per-request randomness (logprobs, chunking) derives from, with
-            ``seed``: ``"request"`` (default), the request number; ``"prompt"``, the prompt
-            text, so concurrent rollouts get the same numbers whatever order their requests
-            arrive in (what the pytest plugin uses for reproducible groups).
-        scale_out: Serve ``/inference/v1/generate``; ``False`` answers it 403 like a vLLM
-            started without ``--enable-scale-out`` (``/v1/completions`` still works).
-        seconds_per_token: Simulated sampling time: each chunk of ``n`` tokens is sent
-            ``n * seconds_per_token`` after the previous one (a realistic token rate for
-            benchmarks; an abort interrupts the wait).
-        capacity_tokens_per_second: The server's total sampling throughput, shared by every
-            stream (a saturated GPU batch): a chunk of ``n`` tokens waits for ``n / capacity``
-            seconds of the shared budget, so tokens that are later thrown away cost the other
-            streams time, as on a real server. ``None``: unlimited.
+        faults: Request number (1-based) -> :class:`Fault`; tests may add entries between
+            requests.
+        fault_plan: Called with the number and body of each request ``faults`` has no entry
+            for; returns its :class:`Fault` or ``None``.
+        rng_key: ``"request"`` seeds per request number; ``"prompt"`` per prompt text, so
+            concurrent rollouts get the same numbers in any arrival order.
+        scale_out: ``False`` answers ``/inference/v1/generate`` 403, like a stock vLLM.
+        seconds_per_token: Simulated sampling time per token.
+        capacity_tokens_per_second: Total sampling throughput shared by every stream;
+            ``None``: unlimited.
 
-    Pause, resume, abort (what an asynchronous RL trainer does around a weight update; also
-    over HTTP: ``POST /pause?mode=...``, ``POST /resume``, ``GET /is_paused``, shaped after
-    vLLM's endpoints of the same names):
-
-    * :meth:`pause` ``("keep")`` -- in-flight streams stop at the next chunk and wait; new
-      requests wait before their response starts; :meth:`resume` lets them all go on.
-    * :meth:`pause` ``("abort")`` -- in-flight token streams end at once with a last chunk
-      whose ``finish_reason`` is ``"abort"`` after the tokens sent so far; new requests wait.
-    * :meth:`pause` ``("cut")`` -- in-flight streams lose their connection (no finish
-      reason) while :attr:`is_paused` is true: the other way servers abort.
-    * :meth:`abort_inflight` -- abort the in-flight token streams without pausing.
-
-    Continuations are deterministic: a request whose prompt is an aborted request's prompt
-    plus a prefix of the ids it sent (same ``seed``) is served the rest of *that* planned
-    completion, with the same logprobs, and the policy is not asked again -- so an aborted and
-    resumed rollout produces exactly the text, ids and logprobs of an unaborted one (with
-    ``rng_key="prompt"`` also on later turns, whose request numbers shift). A continuation
-    sent with more ``max_tokens`` than the original request had left gets more tokens than
-    the original request: a budget overflow is visible, not hidden.
+    :meth:`pause` modes: ``"keep"`` holds streams at the next chunk, ``"abort"`` ends token
+    streams with ``finish_reason`` "abort", ``"cut"`` drops their connections. A request that
+    continues an aborted one is served the rest of that planned completion.
     """
 
     def __init__(
@@ -457,11 +369,7 @@ class ScriptedModelServer:
         return self._paused is not None
 
     def pause(self, mode: PauseMode = "abort") -> None:
-        """Pause generation (see the class docstring for the modes).
-
-        Raises:
-            ValueError: An unknown ``mode``.
-        """
+        """Pause generation in ``mode`` (see the class docstring)."""
         if mode not in ("keep", "abort", "cut"):
             raise ValueError(f"pause mode must be 'keep', 'abort' or 'cut', got {mode!r}")
         self._paused = mode
@@ -897,11 +805,18 @@ class ScriptedModelServer:
                 protocol="chat",
             )
         )
+        completion_ids = [*self.tokenizer.encode(text), self.tokenizer.eos_token_id]
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+            raise _BadRequest(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
+        cut = max_tokens is not None and len(completion_ids) > max_tokens
+        if cut:  # the reply is what the first max_tokens ids decode to, parsed as such
+            completion_ids = completion_ids[:max_tokens]
+            text = self.tokenizer.decode(completion_ids)
         record.text = text
         rng = self._rng(record, prompt_text)
         reasoning, content, calls = _split_reply(text, parse_tools=bool(tools))
-        finish = "tool_calls" if calls else "stop"
-        completion_ids = [*self.tokenizer.encode(text), self.tokenizer.eos_token_id]
+        finish = "length" if cut else "tool_calls" if calls else "stop"
         record.completion_ids = completion_ids
         record.finish_reason = finish
         usage = {
@@ -1154,11 +1069,7 @@ async def _send_json(
 
 
 async def _start_json_with_fault(send: _Send, payload: JSON, fault: Fault | None) -> bytes:
-    """Start a 200 JSON response, applying a body fault; return the body still to send.
-
-    ``malformed`` cuts the JSON in half (the content-length matches the cut body);
-    ``disconnect`` sends half of it and raises :class:`_SimulatedDisconnect`.
-    """
+    """Start a 200 JSON response with a body fault applied; return the body still to send."""
     data = json.dumps(payload).encode()
     if fault is not None and fault.kind == "malformed":
         data = data[: len(data) // 2]

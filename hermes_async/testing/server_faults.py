@@ -1,25 +1,8 @@
 """Server-level misbehaviour in front of any ASGI model server, switchable while it runs.
 
-:class:`ScriptedModelServer`'s :class:`~hermes_async.testing.Fault` s target single requests by
-number. Pool and failover tests need the other kind: *this server* is failing, rate limiting,
-slow or down from now on, until told otherwise. :class:`FaultyServer` wraps an app and answers
-generation requests (every ``POST``) itself while a mode is on; ``GET`` routes (``/health``,
-``/v1/models``) pass through, except in ``down`` mode::
-
-    server = FaultyServer(ScriptedModelServer(policy), name="b")
-    async with open_loopback_server(server) as url:
-        server.rate_limit(retry_after=0.5)          # every POST: 429, Retry-After: 0.5
-        server.rate_limit(retry_after=0.5, above=4) # only beyond 4 concurrent requests
-        server.fail(500)                            # every POST: HTTP 500 (health stays ok)
-        server.fail(200, body=b"{}")                # every POST: a fast, wrong 200
-        server.fail(404)                            # every POST: no such route
-        server.down()                               # every route: 503 (health fails too)
-        server.slow(0.2)                            # 0.2 s more before each response
-        server.pause()                              # hold every POST until resume()
-        server.heal()                               # back to normal
-
-It counts what it answered (:attr:`FaultyServer.statuses`) and the peak of concurrent generation
-requests (:attr:`FaultyServer.peak_concurrency`), so a test can assert that a client backed off.
+:class:`ScriptedModelServer`'s faults target single requests; :class:`FaultyServer` makes a
+whole server fail, rate limit, slow down or go down from now on, for pool and failover tests.
+docs/architecture.md ("The testing kit") shows every mode.
 """
 
 from __future__ import annotations
@@ -40,16 +23,13 @@ _App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 
 
 class FaultyServer:
-    """ASGI middleware: switchable failing / rate-limiting / slow / down modes (see above).
+    """ASGI middleware: switchable failing / rate-limiting / slow / down modes.
 
-    Args:
-        app: The server behind it (usually a :class:`ScriptedModelServer`).
-        name: A label for assertions and logs.
+    While a mode is on it answers every ``POST`` itself; ``GET`` routes pass through, except
+    in ``down`` mode.
 
     Attributes:
-        statuses: How many generation requests were answered with each status (the app's own
-            answers count as 200).
-        concurrency: Generation requests being served right now.
+        statuses: Generation requests answered with each status (the app's own count as 200).
         peak_concurrency: The most at once since the last :meth:`reset_counts`.
         timeline: ``(clock time, status)`` of every generation request answered.
     """
@@ -84,13 +64,10 @@ class FaultyServer:
         body: bytes | None = None,
         content_type: str = "application/json",
     ) -> None:
-        """Answer every generation request with ``status``; health checks still pass.
+        """Answer every generation request with ``status`` (200 too); health checks pass.
 
         Args:
-            status: The status (200 too: a server that answers fast and wrong).
-            body: The body (default: a JSON error object naming the status), e.g. ``b"{}"``
-                or an HTML page.
-            content_type: Its ``Content-Type``.
+            body: The body (default: a JSON error object naming the status).
         """
         self.mode, self._status = "fail", status
         self._body, self._content_type = body, content_type.encode("latin-1")
@@ -100,8 +77,7 @@ class FaultyServer:
         self.mode = "down"
 
     def rate_limit(self, retry_after: float | None = 0.5, *, above: int | None = None) -> None:
-        """Answer 429 (with ``Retry-After: retry_after`` when given) to every generation request,
-        or only to those beyond ``above`` concurrent ones (a server with that capacity)."""
+        """Answer 429 to every generation request, or only beyond ``above`` concurrent ones."""
         self.mode, self._retry_after, self._above = "rate_limit", retry_after, above
 
     def slow(self, seconds: float) -> None:
@@ -113,14 +89,13 @@ class FaultyServer:
         self._paused = True
 
     def resume(self) -> None:
-        """Let held requests (and new ones) through."""
         self._paused = False
         if self._gate is not None:
             self._gate.set()
             self._gate = None
 
     def reset_counts(self) -> None:
-        """Forget the counters (not the mode)."""
+        """Forget the counters, not the mode."""
         self.statuses.clear()
         self.peak_concurrency = self.concurrency
         self.timeline.clear()

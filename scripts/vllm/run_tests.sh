@@ -11,6 +11,7 @@
 #      VLLM_STARTUP_TIMEOUT_SECONDS (300), PYTEST_ARGS (extra pytest arguments),
 #      VLLM_WORK (artifacts: model, tokenizer, server logs; default $VLLM_VENV/work),
 #      VLLM_STOCK_PHASE (1; 0 skips the stock-server run),
+#      VLLM_TESTS (what the first server runs: paths or node ids; default tests/integration),
 #      VLLM_DEV_MODE (1; 0 starts the first server without the pause routes: the pause tests
 #      then skip, saying so).
 # Relative paths are taken from the checkout this script is in, so a git worktree can run it
@@ -90,7 +91,8 @@ trap stop_server EXIT
 
 start_server "$WORK/server.log" "${VLLM_DEV_MODE:-1}" --enable-scale-out
 HERMES_ASYNC_VLLM_URL="$url" HERMES_ASYNC_VLLM_TOKENIZER="$tokenizer_dir" \
-    "$VENV/bin/python" -m pytest -m vllm tests/integration -p no:cacheprovider ${PYTEST_ARGS:-}
+    "$VENV/bin/python" -m pytest -m vllm ${VLLM_TESTS:-tests/integration} -p no:cacheprovider \
+    ${PYTEST_ARGS:-}
 stop_server
 
 if [[ "${VLLM_STOCK_PHASE:-1}" != "0" ]]; then

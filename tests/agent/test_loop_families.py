@@ -309,5 +309,6 @@ def test_an_end_of_turn_text_that_is_not_one_token_is_an_error(llama3: FamilyTok
             defs.schemas,
             defs.valid_names,
             tokenizer=tok,
+            registry=reg,
             options=AgentOptions(end_of_turn=("end of turn",)),
         )

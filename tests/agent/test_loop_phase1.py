@@ -279,6 +279,47 @@ async def test_results_under_the_threshold_create_no_sandbox() -> None:
         assert manager.task_ids() == []  # the budget check did not create a sandbox
 
 
+async def test_a_call_cut_by_max_tokens_on_a_chat_server_is_an_error_the_next_prompt_carries() -> (
+    None
+):
+    """Decision 001 on the chat path: the scripted chat server cuts the call at max_tokens."""
+    from hermes_async.inference.chat import ChatClient
+    from hermes_async.inference.tokenizer import load_tokenizer
+    from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
+
+    long_call = (
+        '<tool_call>\n{"name": "sleepy", "arguments": {"tag": "' + "x" * 200 + '"}}\n</tool_call>'
+    )
+
+    def policy(request: PolicyRequest) -> str:
+        return long_call if request.request_number == 1 else "Done."
+
+    tokenizer = load_tokenizer()
+    scripted = ScriptedModelServer(policy, tokenizer=tokenizer)
+    async with (
+        open_app_endpoint(scripted, loopback=False) as (url, transport),
+        ChatClient(url + "/v1", model="scripted", transport=transport) as client,
+    ):
+        reg = _registry()
+        defs = reg.definitions(["terminal"])
+        loop = HermesAgentLoop(client, defs.schemas, defs.valid_names, registry=reg, max_tokens=20)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "tag it"}]
+        result = await loop.run(messages)
+    first, second = scripted.requests
+    assert first.finish_reason == "length" and len(first.completion_ids) == 20
+    assistant, error = messages[1], messages[2]
+    assert assistant == {"role": "assistant", "content": tokenizer.decode(first.completion_ids)}
+    assert assistant["content"].startswith("<tool_call>")
+    assert error["role"] == "user" and "cut off" in error["content"]
+    assert [(e.turn, e.tool_name, e.category, e.error) for e in result.tool_errors] == [
+        (1, "sleepy", "model", error["content"])
+    ]
+    # The error reached the model: the second request's prompt ends with it.
+    assert second.body["messages"][-1] == error
+    assert messages[-1] == {"role": "assistant", "content": "Done."}
+    assert result.finished_naturally and result.turns_used == 2
+
+
 async def test_calls_past_the_per_turn_cap_are_answered_with_an_error_not_run() -> None:
     calls = [_call("todo", json.dumps({"todos": []}), f"c{i}") for i in range(4)]
     server = ScriptServer([_reply("", calls), _reply("done")])

@@ -23,8 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hermes_async.agent import AgentResult, FailurePolicy, RolloutSetup, ToolContext, run_group
-from hermes_async.envs._eval import eval_sample
+from hermes_async.envs._eval import rollout_sample
 from hermes_async.envs.display import tool_error_entry, wandb_rows
+from hermes_async.envs.viewer import render_html
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.testing import (
     FakeSandboxFactory,
@@ -131,8 +132,9 @@ async def _scenario(secret: str, core: str, out: pathlib.Path) -> list[tuple[str
     rows = wandb_rows(batch, -1, lambda ids: TOKENIZER.decode(ids))
     surfaces.append(("wandb rows", json.dumps(rows, ensure_ascii=False)))
     for rollout in group.rollouts:
-        sample = eval_sample("task", prompt[0]["content"], rollout, rollout.task_id)
+        sample = rollout_sample("task", prompt[0]["content"], rollout, rollout.task_id)
         surfaces.append(("eval sample", json.dumps(sample, ensure_ascii=False)))
+        surfaces.append(("viewer html", render_html([sample], title="run")))
         entries = [tool_error_entry(e) for e in rollout.result.tool_errors]
         surfaces.append(("tool error details", json.dumps(entries, ensure_ascii=False)))
         errors = (rollout.error, rollout.reward_error, rollout.failure)

@@ -1,6 +1,6 @@
-"""The pytest plugin for environment authors, and the README's "Test your environment" example.
+"""The pytest plugin for environment authors, and docs/testing.md's "Test your environment" example.
 
-The README example is written to a fresh directory and run by pytest in a subprocess, as an
+The example is written to a fresh directory and run by pytest in a subprocess, as an
 author's test file would be: its environment tests pass under asyncio and assert the clear error
 under trio; its rollout-core test passes under both.
 """
@@ -29,16 +29,16 @@ from hermes_async.tools.sandbox.manager import SandboxManager, current_sandbox_m
 pytestmark = pytest.mark.anyio
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "testing.md"
 
 
 def readme_example() -> str:
     match = re.search(
         r"<!-- test-env-example:start -->\n```python\n(.*?)```\n<!-- test-env-example:end -->",
-        README.read_text(),
+        GUIDE.read_text(),
         re.S,
     )
-    assert match, "the README's test-env example markers are missing"
+    assert match, "docs/testing.md's test-env example markers are missing"
     return match.group(1)
 
 

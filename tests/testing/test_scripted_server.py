@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anyio
 import httpx
 import pytest
@@ -219,3 +221,39 @@ def test_a_delay_that_is_negative_nan_or_infinite_is_refused(delays: dict[str, f
 def test_a_policy_that_is_not_callable_is_refused() -> None:
     with pytest.raises(TypeError, match="policy must be a callable"):
         ScriptedModelServer("All done.")  # type: ignore[arg-type]
+
+
+def test_tool_results_are_the_steps_since_the_last_user_message() -> None:
+    def request(messages: list[dict[str, object]]) -> PolicyRequest:
+        return PolicyRequest(tuple(messages), "", (), 1, "chat")  # type: ignore[arg-type]
+
+    first = {"role": "user", "content": "one"}
+    call = {"role": "assistant", "content": "", "tool_calls": []}
+    assert request([first]).tool_results == ()
+    done = [first, call, {"role": "tool", "content": "a"}, call, {"role": "tool", "content": "b"}]
+    assert request(done).tool_results == ("a", "b")
+    # A new user message starts over: earlier tool results are another task's.
+    again = [*done, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "two"}]
+    assert request(again).tool_results == ()
+
+
+async def test_hermes_tool_call_is_read_back_as_the_call_it_writes() -> None:
+    from hermes_async.parsers import get_parser
+    from hermes_async.testing import hermes_tool_call
+
+    arguments = {"command": "echo 'é' \"quoted\" <b>", "timeout": 5}
+    text = "Let me look.\n" + hermes_tool_call("terminal", arguments)
+    calls = get_parser("hermes").parse(text).tool_calls or []
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("terminal", arguments)]
+    # And the chat route turns it into the structured call.
+    server = ScriptedModelServer(lambda r: hermes_tool_call("terminal", arguments))
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        httpx.AsyncClient(transport=transport, base_url=base_url) as client,
+    ):
+        reply = await client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": TOOLS},
+        )
+    sent = reply.json()["choices"][0]["message"]["tool_calls"]
+    assert [json.loads(c["function"]["arguments"]) for c in sent] == [arguments]

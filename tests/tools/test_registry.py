@@ -481,3 +481,48 @@ def test_custom_toolsets_and_tools_in_static_toolsets() -> None:
     assert reg.definitions(None, ["debugging"]).valid_names == {"mine"}
     with pytest.raises(ValueError, match="unknown toolset 'other'"):
         reg.definitions(["other"])
+
+
+async def _add(args: JSONObject, runtime: ToolRuntime) -> str:
+    return str(int(args["a"]) + int(args["b"]))
+
+
+ADD = Tool(
+    "add",
+    "Add two integers.",
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    _add,
+    "math",
+)
+
+
+def test_a_custom_tool_offered_without_its_registry_is_refused_before_any_rollout() -> None:
+    # The first-hour pitfall: the tool is registered and offered, but the loop would run tools
+    # from the built-in registry, and every call would be "Unknown tool 'add'", blamed on the
+    # model. Refused when the loop is built instead, naming the fix.
+    from hermes_async.agent import HermesAgentLoop
+    from hermes_async.inference import ChatClient
+
+    registry = ToolRegistry([*builtin_registry(), ADD])
+    schemas, names = get_tool_definitions(["terminal", "math"], registry=registry)
+    assert "add" in names
+    client = ChatClient("http://127.0.0.1:9/v1", model="m")
+    with pytest.raises(ConfigError, match=r"not in the built-in tools: \['add'\].*registry="):
+        HermesAgentLoop(client, schemas, names)
+    loop = HermesAgentLoop(client, schemas, names, registry=registry)  # passed: fine
+    assert loop.registry is registry
+    with pytest.raises(
+        ConfigError, match=r"registry passed as registry=: \['process', 'terminal'\]"
+    ):
+        HermesAgentLoop(client, schemas, names, registry=ToolRegistry([ADD]))
+
+
+async def test_run_group_refuses_a_custom_tool_without_its_registry() -> None:
+    from hermes_async.agent import run_group
+    from hermes_async.inference import ChatClient
+
+    registry = ToolRegistry([*builtin_registry(), ADD])
+    tools = get_tool_definitions(["math"], registry=registry)
+    async with ChatClient("http://127.0.0.1:9/v1", model="m") as client:
+        with pytest.raises(ConfigError, match=r"\['add'\]"):
+            await run_group(client, [{"role": "user", "content": "1 + 2?"}], tools, size=2)

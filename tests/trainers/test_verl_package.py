@@ -21,12 +21,24 @@ from ..integrations.helpers import (
 from .conftest import require
 
 # verl imports Ray, which warns about its own module layout (not ours to fix).
-pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.timeout(600),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray"),
+]
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # verl's workers are asyncio actors
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The offline Qwen tokenizer as verl gets it (an HF tokenizer; built once: it is slow)."""
+    transformers = require("transformers")
+    directory = qwen_offline_hf_dir(str(tmp_path_factory.mktemp("tok")))
+    return transformers.AutoTokenizer.from_pretrained(directory)
 
 
 class FakeServerManager:
@@ -49,10 +61,11 @@ class FakeServerManager:
         )
 
 
-async def test_the_agent_loop_flattens_a_multi_turn_rollout_exactly(tmp_path: Path) -> None:
+async def test_the_agent_loop_flattens_a_multi_turn_rollout_exactly(
+    tmp_path: Path, hf: Any
+) -> None:
     agent_loop = require("verl.experimental.agent_loop.agent_loop")
     replica = require("verl.workers.rollout.replica")
-    transformers = require("transformers")
     from omegaconf import OmegaConf
 
     from hermes_async.integrations.verl import HermesAgentLoop
@@ -60,7 +73,6 @@ async def test_the_agent_loop_flattens_a_multi_turn_rollout_exactly(tmp_path: Pa
     assert agent_loop._agent_loop_registry["hermes_async"] == {
         "_target_": "hermes_async.integrations.verl.HermesAgentLoop"
     }
-    hf = transformers.AutoTokenizer.from_pretrained(qwen_offline_hf_dir(str(tmp_path / "tok")))
     config = OmegaConf.create(
         {
             "actor_rollout_ref": {"rollout": {"response_length": 2048, "prompt_length": 8192}},
@@ -106,3 +118,83 @@ async def test_the_agent_loop_flattens_a_multi_turn_rollout_exactly(tmp_path: Pa
     assert all(c["logprobs"] is True and c["repetition_penalty"] == 1.0 for c in manager_fake.calls)
     as_dict = output.as_dict()  # verl's own conversion to tensors
     assert as_dict["responses"].tolist() == output.response_ids
+
+
+class DyingServerManager(FakeServerManager):
+    """A server_manager whose Ray actor dies after its first answer (as a crashed replica)."""
+
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict
+    ) -> Any:
+        if self.calls:
+            self.calls.append(dict(sampling_params))
+            raise RuntimeError("The actor died unexpectedly before finishing this task.")
+        return await super().generate(
+            request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
+        )
+
+
+async def test_failures_are_untrained_outputs_and_bad_input_is_refused(
+    tmp_path: Path, hf: Any
+) -> None:
+    agent_loop = require("verl.experimental.agent_loop.agent_loop")
+    replica = require("verl.workers.rollout.replica")
+    from omegaconf import OmegaConf
+
+    from hermes_async.errors import ConfigError
+    from hermes_async.integrations.verl import HermesAgentLoop
+
+    from ..integrations.helpers import raising_reward
+
+    config = OmegaConf.create(
+        {"actor_rollout_ref": {"rollout": {"response_length": 2048, "prompt_length": 8192}}}
+    )
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": False}
+    factory = RecordingFactory(tmp_path / "sb")
+    prompt = {"raw_prompt": [{"role": "user", "content": "x"}], "index": 0}
+
+    def loop(server_manager: Any, tasks: Any) -> Any:
+        return HermesAgentLoop(
+            trainer_config=agent_loop.DictConfigWrap(config),
+            server_manager=server_manager,
+            tokenizer=hf,
+            processor=None,
+            dataset_cls=None,
+            data_config=agent_loop.DictConfigWrap(OmegaConf.create({})),
+            tasks=tasks,
+        )
+
+    async with (
+        scripted() as (_, url, transport),
+        SandboxManager(factory) as manager,
+        vllm_client(transport, url) as client,
+    ):
+        dying = DyingServerManager(client, replica.TokenOutput)
+        dead = await loop(dying, make_tasks(manager)).run(sampling, **prompt)
+        healthy = FakeServerManager(client, replica.TokenOutput)
+        broken = await loop(healthy, make_tasks(manager, reward=raising_reward)).run(
+            sampling, **prompt
+        )
+        with pytest.raises(ConfigError, match="temperature"):
+            await loop(healthy, make_tasks(manager)).run({**sampling, "temperature": -1}, **prompt)
+        with pytest.raises(ConfigError, match="no tokenizer"):
+            await loop(healthy, make_tasks(manager, tokenizer=None)).run(sampling, **prompt)
+        assert manager.task_ids() == []
+    assert factory.leftovers() == []
+    for output in (dead, broken):
+        assert isinstance(output, agent_loop.AgentLoopOutput)
+        assert output.extra_fields["hermes_status"] == "failed" and output.reward_score == 0.0
+        assert not any(output.response_mask)
+        output.as_dict()  # verl still takes it
+    assert "actor died" in dead.extra_fields["hermes_failure"]["message"]
+    assert "the verifier broke" in broken.extra_fields["hermes_failure"]["message"]
+
+
+def test_the_verl_example_runs() -> None:
+    """examples/trainers/verl_example.py, as docs/trainers/verl.md tells to run it."""
+    require("verl.experimental.agent_loop.agent_loop")
+    from ..integrations.test_trainer_examples import run_example
+
+    out = run_example("verl_example.py")
+    assert out["reward"] == 1.0 and out["status"] == "completed"
+    assert 0 < out["sampled_tokens"] < out["response_tokens"]

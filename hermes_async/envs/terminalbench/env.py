@@ -1,15 +1,9 @@
 """TerminalBench2EvalEnv: Harbor tasks (Terminal-Bench 2) as an evaluation and training env.
 
-::
-
-    python -m hermes_async.envs.terminalbench evaluate --env.agent oracle \\
-        --env.dataset terminal-bench@2.0 --env.attempts 3 --env.data_dir_to_save_evals jobs/tb2
-
-Each trial runs in its own sandbox made from the task (:func:`~.images.task_sandbox_spec`);
-the reward is the verifier's, through :mod:`.trial`'s contract, on the very sandbox the model
-used. ``evaluate`` is :func:`~.runner.run_pass`: trials contained, written as they finish in
-Harbor's job layout (:mod:`.job`), resumable; it exits non-zero when no trial got a reward.
-In training a rollout without a verifier reward drops its group (never a 0 stand-in).
+Each trial runs in its own sandbox made from the task; the reward is the verifier's, on the
+very sandbox the model used. ``evaluate`` writes trials as they finish in Harbor's job layout,
+resumable, and exits non-zero when no trial got a reward. In training a rollout without a
+verifier reward drops its group, never a 0 stand-in. See docs/terminalbench.md.
 """
 
 from __future__ import annotations
@@ -143,12 +137,10 @@ class _Graded:
 
 
 class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
-    """Harbor tasks, one sandbox each, scored by their verifiers (see the module docstring).
+    """Harbor tasks, one sandbox each, scored by their verifiers.
 
-    Attributes:
-        tasks: The selected tasks (after ``setup``).
-        images: The Docker image builder (``builds`` counts images built, not found cached).
-        last_trials: The trials of the last :meth:`run_tasks` (resumed ones included).
+    ``images.builds`` counts images built, not found cached; ``last_trials`` includes resumed
+    trials.
     """
 
     name = "terminalbench2"
@@ -207,10 +199,8 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
     def load_tasks(self) -> list[HarborTask]:
         """Load ``dataset`` (default: the bundled tasks) and apply the selection.
 
-        Invalid tasks and unknown names are logged by name with the reason, and skipped.
-
-        Raises:
-            ConfigError: The dataset path does not exist, or nothing is left to run.
+        Invalid tasks and unknown names are logged with the reason and skipped; nothing left
+        to run is a ``ConfigError``.
         """
         from hermes_async.envs.terminalbench import BUNDLED_TASKS
 
@@ -288,11 +278,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
     async def compute_reward(
         self, item: HarborTask, result: AgentResult, ctx: ToolContext
     ) -> float:
-        """Run the verifier contract on the rollout's sandbox; the reward is the verifier's.
-
-        Raises:
-            VerifierError: No reward (none written, unreadable, verifier timeout) or the
-                sandbox failed while grading.
+        """Run the verifier on the rollout's sandbox; no reward is a ``VerifierError``.
 
         **Cancellation**: the running ``test.sh`` is killed; the sandbox is released by the
         rollout core.
@@ -337,8 +323,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         """A group of ``group_size`` rollouts of the task, scored by its verifier.
 
-        A group with a rollout the verifier could not score is dropped (``(None, [])``): its
-        zeros would be trained on as failures of the policy.
+        A group with an unscored rollout is dropped: its zeros would train as policy failures.
 
         **Cancellation**: as :meth:`HermesAgentBaseEnv.collect_trajectories`.
         """
@@ -396,10 +381,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
     async def run_tasks(
         self, tasks: Sequence[HarborTask] | None = None, *, writer: JobWriter | None = None
     ) -> list[TrialResult]:
-        """Run the pass over ``tasks`` (default: the selected ones); see :mod:`.runner`.
-
-        Raises:
-            AsyncBackendError: Not running under asyncio (atroposlib, aiodocker).
+        """Run the pass over ``tasks`` (default: the selected ones); asyncio only.
 
         **Cancellation**: every running trial is cancelled and its sandbox released; finished
         trials are already written by ``writer``.
@@ -485,10 +467,7 @@ class TerminalBench2EvalEnv(CyclingItems, HermesAgentBaseEnv):
         return TaskRun(graded.trial, scored.messages, graded.verifier_tar)
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Run the pass; write each trial as it finishes, then the metrics; print the table.
-
-        Raises:
-            NoRewardError: Trials ran and none produced a reward (after writing everything).
+        """Run the pass, writing each trial as it finishes; ``NoRewardError`` if none scored.
 
         **Cancellation**: running trials are cancelled and their sandboxes released; the
         finished ones are on disk (``--env.resume true`` runs the rest).

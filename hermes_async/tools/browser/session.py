@@ -1,34 +1,9 @@
 """One rollout's browser: a Playwright context, its page, and the browser tools' operations.
 
-Why one module of this size: one concept, a session's page and the ten operations on it; the
-operations share the session's lock, buffers and request routing.
-
-A :class:`BrowserSession` is handed out by :meth:`BrowserManager.get
-<hermes_async.tools.browser.manager.BrowserManager.get>`; the manager owns its lifetime (it is
-opened and closed by a task in the manager's task group). The session:
-
-* routes every request of its context through the SSRF-guarded fetcher (:mod:`._network`),
-  each in a task of the session's own task group (at most ``max_requests_per_session`` at a
-  time; a standalone session, which has no task of ours, serves it in the Playwright task that
-  delivered it, bounded by the fetch deadline), refuses WebSockets, blocks service workers and
-  downloads;
-* keeps bounded buffers of console messages, page errors and refused requests;
-* runs one operation at a time (a lock: a page has one input pipeline), each bounded by
-  Playwright's own timeout plus :data:`_OPERATION_SLACK_SECONDS` of anyio deadline;
-* follows the newest open page (a link with ``target=_blank`` moves the session to the new
-  tab), keeping at most ``max_pages`` pages: a page opened beyond it is closed at once (a
-  standalone session: before its next operation) unless the model's click or key opened it;
-* in a manager, measures the memory its pages' scripts hold every ``memory_check_seconds``
-  and, past ``max_session_heap_mb``, closes them and starts again on a blank page: one hostile
-  page degrades its own session, never the shared browser.
-
-What is returned and what is raised: every failure the *model* causes (an unknown ref, a click
-that times out, a refused URL, an unknown key) is a result ``{"success": false, "error": ...}``,
-the reference's shape. A browser that crashed, or a session whose page crashed, is raised as
-:class:`~hermes_async.tools.browser.manager.BrowserUnavailableError`: the rollout's browser
-state is gone, which is an infrastructure failure, not an observation.
-
-Requires the ``browser`` extra (Playwright); only the manager imports this module.
+Every request goes through the SSRF-guarded fetcher; one operation runs at a time. A failure
+the model causes is a ``{"success": false, "error": ...}`` result; a crashed browser or page
+raises :class:`~hermes_async.tools.browser.manager.BrowserUnavailableError`. Requires the
+``browser`` extra; only the manager imports this module. Design: docs/decisions/041.
 """
 
 from __future__ import annotations
@@ -177,9 +152,7 @@ class BrowserSession:
     """The browser context of one rollout (created by the manager; do not construct directly).
 
     Attributes:
-        task_id: The rollout this session belongs to.
-        dead: Set when the browser (or this session's page) crashed; every later operation
-            raises it.
+        dead: Set when the browser or the page crashed; every later operation raises it.
     """
 
     def __init__(
@@ -235,7 +208,6 @@ class BrowserSession:
 
     @property
     def last_used(self) -> float:
-        """``anyio.current_time()`` of the last operation's end."""
         return self._usage.last_used
 
     def __repr__(self) -> str:
@@ -246,10 +218,7 @@ class BrowserSession:
     # setup and the request path
 
     async def _setup(self) -> None:
-        """Route the context's requests and WebSockets, open the first page.
-
-        **Cancellation**: the manager closes the context afterwards, whatever happened.
-        """
+        """Route the context's requests and WebSockets, open the first page."""
         self._context.on("page", self._on_page)
         await self._context.route("**/*", self._on_route)
         await self._context.route_web_socket("**/*", self._on_websocket)
@@ -432,10 +401,7 @@ class BrowserSession:
                 logger.debug("closing a page of %r failed", self.task_id, exc_info=True)
 
     async def _watch_heap(self) -> None:
-        """Measure the pages' heap every ``memory_check_seconds``; reset them past the bound.
-
-        **Cancellation**: the session's close cancels it (it runs in the request task group).
-        """
+        """Measure the pages' heap every ``memory_check_seconds``; reset them past the bound."""
         limit = self._settings.max_session_heap_mb * 2**20
         while self.dead is None:
             await anyio.sleep(self._settings.memory_check_seconds)
@@ -444,9 +410,7 @@ class BrowserSession:
                 await self._reset_pages(used)
 
     async def _heap_bytes(self) -> int:
-        """The memory the session's open pages' scripts hold: V8's heap, the DOM's and the
-        array buffers (CDP ``Runtime.getHeapUsage``; a page that does not answer within a
-        second counts as 0)."""
+        """The memory the open pages' scripts hold (docs/decisions/041)."""
         total = 0
         pages = [p for p in self._pages if not p.is_closed()]
         for key in set(self._heap_probes) - {id(p) for p in pages}:
@@ -465,7 +429,7 @@ class BrowserSession:
         return total
 
     async def _reset_pages(self, used: int) -> None:
-        """Close every page and open a blank one (between operations: under the lock)."""
+        """Close every page and open a blank one (under the lock)."""
         limit = self._settings.max_session_heap_mb
         async with self._lock:
             pages, self._pages = self._pages, []
@@ -523,12 +487,7 @@ class BrowserSession:
 
     @asynccontextmanager
     async def _operation(self, timeout: float) -> AsyncIterator[Page]:
-        """Hold the session for one operation: alive check, lock, busy mark, deadline.
-
-        Playwright errors that mean "the browser is gone" become
-        :class:`BrowserUnavailableError`; the anyio deadline is a backstop over Playwright's
-        own timeout and surfaces as ``TimeoutError``.
-        """
+        """Hold the session for one operation: alive check, lock, busy mark, deadline."""
         with self._in_use():
             async with self._lock:
                 self._check_alive()
@@ -543,8 +502,7 @@ class BrowserSession:
 
     @contextmanager
     def _in_use(self) -> Iterator[None]:
-        """Mark the session busy (the idle reaper skips it) for the block; its end counts as
-        the last use. Raises :class:`BrowserUnavailableError` first if the session is dead."""
+        """Mark the session busy for the block; its end counts as the last use."""
         self._check_alive()
         with self._usage.in_use():
             yield
@@ -560,11 +518,8 @@ class BrowserSession:
     async def _settle(self, page: Page, before: tuple[int, int, int]) -> None:
         """Let a navigation started by a click or key press finish loading (bounded).
 
-        ``before`` is :meth:`_progress` taken before the action. A form submitted by Enter
-        reaches the network a little after ``keyboard.press`` returns, and the page is still
-        "loaded" meanwhile, so waiting on the load state alone can return before the
-        navigation starts: this waits up to :data:`NAVIGATION_START_WINDOW_SECONDS` for a
-        main-frame request of the page, then (if one came) for its ``load`` or its refusal.
+        ``before`` is :meth:`_progress` taken before the action; docs/decisions/041 says why
+        the load state alone is not enough.
         """
         navigations, loads, seq = before
         with anyio.move_on_after(NAVIGATION_START_WINDOW_SECONDS):
@@ -586,8 +541,7 @@ class BrowserSession:
         await self._follow_redirects(page, SETTLE_TIMEOUT_SECONDS)
 
     async def _follow_redirects(self, page: Page, timeout: float) -> None:
-        """Wait while the page sits on a redirect page (see :mod:`._network`) until the target
-        has loaded, or failed; at most ``max_redirects`` hops, each within ``timeout``."""
+        """Wait out redirect pages (:mod:`._network`): at most ``max_redirects`` hops."""
         for _ in range(self._settings.max_redirects + 1):
             current = page.url
             if current not in self._redirect_pages:
@@ -619,8 +573,7 @@ class BrowserSession:
         return None
 
     async def _settle_failure(self, page: Page) -> None:
-        """After a failed navigation, wait (briefly) for Chromium's error page to commit, so
-        that it cannot interrupt the next navigation."""
+        """Wait briefly for Chromium's error page to commit after a failed navigation."""
         try:
             await page.wait_for_url(
                 _is_error_page, wait_until="load", timeout=ERROR_PAGE_WAIT_SECONDS * 1000
@@ -633,15 +586,8 @@ class BrowserSession:
     # the operations (one per tool)
 
     async def navigate(self, url: str) -> JSONObject:
-        """Load ``url`` in the session's page (``browser_navigate``).
-
-        Returns:
-            ``{"success": true, "url": final_url, "title": title}`` (plus
-            ``bot_detection_warning`` when the title looks like a bot wall), or
-            ``{"success": false, "error": ...}`` (a refused or unreachable URL, a timeout).
-
-        Raises:
-            BrowserUnavailableError: The browser or the page crashed.
+        """Load ``url`` (``browser_navigate``); a title like a bot wall adds
+        ``bot_detection_warning``.
 
         **Cancellation**: the navigation is abandoned (the page may keep loading); the session
         stays usable.
@@ -709,17 +655,10 @@ class BrowserSession:
         return result
 
     async def snapshot(self, full: bool = False) -> JSONObject:
-        """The accessibility tree with ``[ref=eN]`` refs (``browser_snapshot``).
+        """The accessibility tree with ``[ref=eN]`` refs, cut at ``snapshot_max_chars``.
 
         Args:
             full: The whole tree; ``False`` drops unnamed layout containers.
-
-        Returns:
-            ``{"success": true, "snapshot": text, "element_count": n}``; text longer than
-            ``snapshot_max_chars`` is cut with the reference's marker.
-
-        Raises:
-            BrowserUnavailableError: The browser or the page crashed.
 
         **Cancellation**: nothing to clean up.
         """
@@ -755,12 +694,6 @@ class BrowserSession:
     async def click(self, ref: str) -> JSONObject:
         """Click the element ``ref`` names (``browser_click``).
 
-        Returns:
-            ``{"success": true, "clicked": "@eN"}`` or ``{"success": false, "error": ...}``.
-
-        Raises:
-            BrowserUnavailableError: The browser or the page crashed.
-
         **Cancellation**: the click may or may not have happened.
         """
         ref = self._normal_ref(ref)
@@ -783,12 +716,6 @@ class BrowserSession:
     async def type(self, ref: str, text: str) -> JSONObject:
         """Clear the field ``ref`` names and type ``text`` into it (``browser_type``).
 
-        Returns:
-            ``{"success": true, "typed": text, "element": "@eN"}`` or a failure.
-
-        Raises:
-            BrowserUnavailableError: The browser or the page crashed.
-
         **Cancellation**: the field may hold part of the text.
         """
         ref = self._normal_ref(ref)
@@ -806,12 +733,6 @@ class BrowserSession:
     async def scroll(self, direction: str) -> JSONObject:
         """Scroll the page up or down by most of a viewport (``browser_scroll``).
 
-        Returns:
-            ``{"success": true, "scrolled": direction}`` or a failure.
-
-        Raises:
-            BrowserUnavailableError: The browser or the page crashed.
-
         **Cancellation**: nothing to clean up.
         """
         if direction not in ("up", "down"):
@@ -828,12 +749,6 @@ class BrowserSession:
     async def back(self) -> JSONObject:
         """Go back one page in the history (``browser_back``).
 
-        Returns:
-            ``{"success": true, "url": url}`` or a failure.
-
-        Raises:
-            BrowserUnavailableError: The browser or the page crashed.
-
         **Cancellation**: the page may still be going back.
         """
         timeout = self._settings.navigation_timeout
@@ -846,12 +761,6 @@ class BrowserSession:
 
     async def press(self, key: str) -> JSONObject:
         """Press a keyboard key in the page (``browser_press``).
-
-        Returns:
-            ``{"success": true, "pressed": key}`` or a failure (an unknown key).
-
-        Raises:
-            BrowserUnavailableError: The browser or the page crashed.
 
         **Cancellation**: the key may or may not have been pressed.
         """
@@ -869,14 +778,7 @@ class BrowserSession:
         return {"success": True, "pressed": key}
 
     async def images(self) -> JSONObject:
-        """The page's images with their URLs and alt text (``browser_get_images``).
-
-        Returns:
-            ``{"success": true, "images": [{"src", "alt", "width", "height"}], "count": n}``
-            (at most :data:`MAX_IMAGES`; ``data:`` images left out, as the reference did).
-
-        Raises:
-            BrowserUnavailableError: The browser or the page crashed.
+        """The page's images, at most :data:`MAX_IMAGES`, ``data:`` ones left out.
 
         **Cancellation**: nothing to clean up.
         """
@@ -891,20 +793,9 @@ class BrowserSession:
         return {"success": True, "images": images, "count": len(images)}
 
     async def console(self, clear: bool = False) -> JSONObject:
-        """Console messages, uncaught page errors and refused requests (``browser_console``).
+        """Console messages, page errors and refused requests (``browser_console``).
 
-        Args:
-            clear: Empty the buffers after reading.
-
-        Returns:
-            ``{"success": true, "console_messages": [{"type", "text", "source"}],
-            "js_errors": [{"message", "source"}], "total_messages": n, "total_errors": m}``.
-            Requests the guard refused appear as messages of type ``error`` with source
-            ``network``. At most :data:`MAX_CONSOLE_RESULT_CHARS` of text: the newest entries
-            are kept and ``omitted_older`` counts the rest.
-
-        Raises:
-            BrowserUnavailableError: The browser crashed.
+        At most :data:`MAX_CONSOLE_RESULT_CHARS`: the newest; ``omitted_older`` counts the rest.
 
         **Cancellation**: nothing to clean up.
         """
@@ -931,7 +822,6 @@ class BrowserSession:
         """A PNG of the viewport (for ``browser_vision``).
 
         Raises:
-            BrowserUnavailableError: The browser or the page crashed.
             PlaywrightError: The screenshot failed (the caller reports it to the model).
 
         **Cancellation**: nothing to clean up.

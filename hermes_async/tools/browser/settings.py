@@ -1,48 +1,10 @@
 """Configuration of the browser tools, and where the Chromium executable comes from.
 
-One :class:`BrowserSettings` configures one :class:`~hermes_async.tools.browser.BrowserManager`
-(one browser process, one context per rollout). :meth:`BrowserSettings.from_env` reads:
-
-=================================  =============================================================
-``HERMES_BROWSER_EXECUTABLE``       Path of the Chromium (or Chrome) executable. Default: Debian's
-                                    ``/usr/lib/chromium/chromium``, else ``chromium``,
-                                    ``chromium-browser``, ``google-chrome-stable`` or
-                                    ``google-chrome`` on ``PATH``.
-``HERMES_BROWSER_ALLOW``            Comma-separated hosts and/or CIDRs the SSRF guard lets the
-                                    page reach although they are not public (tests, intranet).
-``HERMES_BROWSER_MAX_SESSIONS``     Browser contexts open at once (the ``browser_sessions``
-                                    limiter's default size).
-``BROWSER_INACTIVITY_TIMEOUT``      Seconds before an unused session is closed (the reference's
-                                    variable and default, 300).
-``HERMES_BROWSER_VISION_URL``       OpenAI-compatible base URL (``.../v1``) of a vision-capable
-                                    model for ``browser_vision``; unset means the tool answers
-                                    the reference's "unavailable" error.
-``HERMES_BROWSER_VISION_MODEL``     Model name sent to that server (required with the URL).
-``HERMES_BROWSER_VISION_API_KEY``   Optional bearer key for it.
-=================================  =============================================================
-
-The browser is never downloaded (``playwright install`` is not used anywhere): it is Debian's
-``chromium`` package, installed with ``apt-get install chromium`` (``scripts/browser/install.sh``)
-or any Chromium the operator points to.
-
-Why Chromium is started with these flags (:func:`chromium_args`):
-
-* ``--host-resolver-rules=MAP * ~NOTFOUND``: Chromium cannot resolve any name, nor connect to an
-  IP literal, by itself. Every request the page makes is answered by the manager's route handler
-  through the SSRF-guarded fetcher; anything that escaped interception (a redirect hop, a
-  WebSocket from a worker, a preconnect, a beacon) fails with ``ERR_NAME_NOT_RESOLVED`` instead
-  of reaching the network. This is the backstop of the no-bypass design.
-* ``--force-webrtc-ip-handling-policy=disable_non_proxied_udp``: WebRTC's UDP (STUN to an IP
-  literal) does not go through the host resolver, so it is switched off.
-* ``--disable-quic --disable-background-networking --disable-component-update --disable-sync
-  --no-first-run --no-pings``: no traffic of Chromium's own (updates, sync, field trials,
-  hyperlink-auditing pings) — it would fail anyway, and try hosts on a closed network at start.
-* ``--disable-gpu``: headless servers have none. ``--disable-dev-shm-usage``: containers often
-  mount a 64 MB ``/dev/shm``, too small for renderers.
-* ``--no-sandbox`` comes from Playwright's ``chromium_sandbox=False`` (Chromium refuses to start
-  its sandbox as root). Isolation from the host is the SSRF guard's job, not the sandbox's; run
-  the trainer as a non-root user to get Chromium's sandbox back
-  (``BrowserSettings(chromium_sandbox=True)``).
+One :class:`BrowserSettings` configures one :class:`~hermes_async.tools.browser.BrowserManager`.
+The browser is never downloaded: it is Debian's ``chromium`` (``scripts/browser/install.sh``)
+or one the operator points to. Chromium resolves no name itself, so every request of the page
+goes through the SSRF guard (docs/decisions/028-browser-network.md); :data:`_BASE_ARGS` says
+why each flag is there.
 """
 
 from __future__ import annotations
@@ -109,19 +71,24 @@ DEFAULT_IDLE_TIMEOUT_SECONDS = 300.0
 #: responsive while rollouts that wait for a slot queue in order.
 DEFAULT_MAX_SESSIONS = 16
 
-#: Flags every launch gets (see the module docstring for why each one).
+#: Flags every launch gets. ``--no-sandbox`` comes from Playwright's ``chromium_sandbox=False``:
+#: Chromium refuses its sandbox as root; isolation from the host is the SSRF guard's job.
 _BASE_ARGS: tuple[str, ...] = (
+    # The backstop: a request that escaped interception (a redirect hop, a worker's WebSocket,
+    # a preconnect, a beacon) fails with ERR_NAME_NOT_RESOLVED instead of reaching the network.
     "--host-resolver-rules=MAP * ~NOTFOUND",
+    # WebRTC's UDP (STUN to an IP literal) bypasses the host resolver.
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    # No traffic of Chromium's own (updates, sync, field trials, pings): it would fail anyway.
     "--disable-quic",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
     "--no-pings",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
+    "--disable-gpu",  # headless servers have none
+    "--disable-dev-shm-usage",  # containers often mount a 64 MB /dev/shm, too small
 )
 
 
@@ -129,14 +96,8 @@ _BASE_ARGS: tuple[str, ...] = (
 class VisionSettings:
     """A vision-capable model behind an OpenAI-compatible chat endpoint, for ``browser_vision``.
 
-    Attributes:
-        base_url: The server's OpenAI base URL, ending in ``/v1``; requests go to
-            ``{base_url}/chat/completions``. Operator-configured, so not SSRF-vetted.
-        model: Model name sent in the request.
-        api_key: Optional bearer key (hidden from ``repr``, redacted from errors).
-        timeout: Deadline of one analysis request.
-        max_tokens: ``max_tokens`` of the request (the reference's 2 000).
-        transport: httpx transport for the request (tests inject one); never closed here.
+    ``base_url`` ends in ``/v1``; it is the operator's, so not SSRF-vetted. ``api_key`` is
+    hidden from ``repr`` and errors. ``transport`` is never closed here.
     """
 
     base_url: str
@@ -152,51 +113,24 @@ class BrowserSettings:
     """How the browser manager starts Chromium, opens sessions and guards the page's requests.
 
     Attributes:
-        executable_path: The Chromium executable; ``None`` means ``HERMES_BROWSER_EXECUTABLE``
-            or the first of :data:`_CHROMIUM_CANDIDATES` found.
+        executable_path: ``None``: ``HERMES_BROWSER_EXECUTABLE`` or the first candidate found.
         allow: Hosts (exact, or ``.suffix``) and IP networks the SSRF guard lets the page reach
-            although they are not public. Empty by default: loopback, private, link-local and
-            metadata addresses are refused for navigation, redirects and every subresource.
-        max_sessions: Default size of the ``browser_sessions`` limiter (contexts open at once)
-            when the manager is not given one.
-        idle_timeout: A session unused this long is closed by the reaper; ``None``
-            disables the reaper.
-        reap_interval_seconds: Seconds between reaper passes (default ``idle / 4``, 1-30 s; the
-            reference checked every 30 s).
-        launch_timeout: Deadline of starting the Playwright driver and Chromium.
-        create_timeout: Deadline of opening one context and its page.
-        close_timeout: Deadline of closing one context (and of closing the browser).
-        action_timeout: Deadline of one click, fill, key press, snapshot (the
-            reference's 30 s command timeout).
-        navigation_timeout: Deadline of one navigation until ``load`` (the reference's
-            60 s ``open`` timeout).
-        fetch_timeout: Deadline of one request the page makes (all redirect hops and
-            the body included).
-        max_body_bytes: Bytes of one response body kept; a longer document is cut there, a
-            longer subresource is refused.
-        max_redirects: Redirects followed per request (each hop vetted again).
-        max_requests_per_session: Requests of one page fetched concurrently (the others wait).
-        snapshot_max_chars: Snapshots longer than this are cut with a marker.
-        console_max_messages: Console messages and page errors kept per session (each list).
-        max_pages: Pages (tabs) one session keeps open. A page opened beyond it is closed at
-            once (a popup refused), except the one a click or key press of the model opens,
-            which replaces the oldest. 4: a link or two followed in new tabs; a page that
-            opens popups without end holds four.
-        max_session_heap_mb: Memory one session's pages' scripts may hold together (V8's
-            heap, the DOM's, array buffers), in MB; past it their pages are closed and the
-            session starts again on a blank page (the model is told in the console). 512:
-            heavy web apps hold 100-300 MB.
-        memory_check_seconds: How often each session's heap is measured (between operations
-            too: a page grows while the model thinks).
-        viewport_width: Viewport width in CSS pixels.
-        viewport_height: Viewport height in CSS pixels.
+            although they are not public.
+        max_sessions: The ``browser_sessions`` limiter's size when the manager gets none.
+        idle_timeout: An unused session is closed after this; ``None`` disables the reaper.
+        reap_interval_seconds: Default ``idle / 4``, within 1-30 s (the reference: 30 s).
+        action_timeout: One click, fill, key press or snapshot (the reference's 30 s).
+        navigation_timeout: One navigation until ``load`` (the reference's 60 s).
+        fetch_timeout: One request of the page, redirect hops and body included.
+        max_body_bytes: A longer document is cut there, a longer subresource refused.
+        max_pages: Tabs one session keeps. A page opened beyond it is closed at once, except
+            one the model's click or key press opens, which replaces the oldest.
+        max_session_heap_mb: Script memory of one session's pages; past it they are closed and
+            the session starts again on a blank page. 512: heavy web apps hold 100-300 MB.
+        memory_check_seconds: How often each session's heap is measured, also between calls.
         chromium_sandbox: Run Chromium's own sandbox (needs a non-root user).
-        extra_args: More Chromium flags, appended to :func:`chromium_args`.
-        vision: The vision model for ``browser_vision``; ``None`` means the tool reports that
-            browser vision is unavailable.
-        transport: httpx transport for every request the page makes (tests inject one). The
-            tools never close it.
-        resolver: Host-name resolver of the SSRF guard (default :func:`anyio.getaddrinfo`).
+        vision: ``None``: ``browser_vision`` reports that it is unavailable.
+        transport: For every request of the page (tests inject one); never closed here.
     """
 
     executable_path: str | None = None
@@ -287,14 +221,12 @@ class BrowserSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BrowserSettings:
-        """Build settings from environment variables (see the module docstring for the names).
+        """Build settings from ``environ`` (default ``os.environ``).
 
-        Args:
-            environ: The mapping to read (default ``os.environ``).
-
-        Raises:
-            ConfigError: A variable has an invalid value (a bad allow entry, a number that is
-                not one, a vision URL without a model).
+        Reads ``HERMES_BROWSER_EXECUTABLE``, ``HERMES_BROWSER_ALLOW`` (comma-separated hosts
+        and CIDRs), ``HERMES_BROWSER_MAX_SESSIONS``, ``BROWSER_INACTIVITY_TIMEOUT`` (seconds,
+        the reference's variable) and ``HERMES_BROWSER_VISION_URL`` / ``_MODEL`` (required
+        with the URL) / ``_API_KEY``. An invalid value is a ``ConfigError``.
         """
         get = env_reader(environ)
 
@@ -341,21 +273,8 @@ def find_chromium(
     *,
     candidates: tuple[str, ...] = _CHROMIUM_CANDIDATES,
 ) -> str:
-    """The Chromium executable to start: the configured one, or the first one found.
-
-    Args:
-        configured: ``BrowserSettings.executable_path``; when ``None``,
-            ``HERMES_BROWSER_EXECUTABLE`` is read from ``environ``.
-        environ: The mapping to read (default ``os.environ``); its ``PATH`` is searched.
-        candidates: Paths and names to look for, in order.
-
-    Returns:
-        An absolute path to an executable file.
-
-    Raises:
-        ConfigError: The configured path is not an executable file, or no candidate exists;
-            the message says how to install one.
-    """
+    """The absolute path of Chromium: ``configured``, ``HERMES_BROWSER_EXECUTABLE``, or the
+    first of ``candidates`` on ``PATH``; else ``ConfigError`` saying how to install one."""
     env = os.environ if environ is None else environ
     chosen = configured or env_reader(env)(_EXECUTABLE_ENV)
     if chosen is not None:
@@ -377,7 +296,7 @@ def find_chromium(
 
 
 def chromium_args(settings: BrowserSettings) -> list[str]:
-    """The command-line flags Chromium is started with (see the module docstring)."""
+    """The command-line flags Chromium is started with."""
     return [*_BASE_ARGS, *settings.extra_args]
 
 
