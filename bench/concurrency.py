@@ -23,7 +23,9 @@ absolute numbers mean little).
 
 The process applies :func:`hermes_async.gc_tuning.tune_gc_for_rollouts` once at start-up, as
 ``hermes-async demo`` and ``HermesAgentBaseEnv`` do, so both sides run with the same collector
-settings; ``--gc default`` keeps CPython's defaults instead, to see what the tuning buys.
+settings; ``--gc default`` keeps CPython's defaults instead, to see what the tuning buys. In the
+idle pass, ``--gc tuned,50000/10/10`` alternates collector settings (the library's tuning and
+explicit thresholds, tuned the same way otherwise) pass by pass, beside ``--first-prompts``.
 
     .venv/bin/python bench/concurrency.py                      # N = 100, 500, 2000
     .venv/bin/python bench/concurrency.py --sizes 100 --tool-latency 0.5
@@ -52,7 +54,7 @@ from _scripted import serve, server_process, tool_turns
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
 from hermes_async.agent._prompt_ids import first_prompt_gate
-from hermes_async.gc_tuning import tune_gc_for_rollouts
+from hermes_async.gc_tuning import GCState, restore_gc, tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
 from hermes_async.limits import open_lag_monitor
@@ -174,6 +176,7 @@ async def run_rollouts(
     ramp: float = 0.0,
     model_requests: int | None = None,
     first_prompts: float | None = None,
+    one_loop: bool = False,
 ) -> tuple[float, int, Any, list[float], Stall]:
     """Run ``n`` rollouts at once; ``(seconds, completed, lag statistics, lag samples, start-up
     stall)``: the start-up stall is the longest lag until every rollout reached its first tool
@@ -187,11 +190,18 @@ async def run_rollouts(
     first_calls: set[str] = set()
     started_at: list[int] = []  # lag samples taken when the last rollout made its first call
 
+    cpu_stall = 0.0
+    last_tick = time.thread_time()
+
     async def first_call(args: JSONObject, runtime: ToolRuntime) -> str:
+        nonlocal cpu_stall
         if runtime.task_id not in first_calls:
             first_calls.add(runtime.task_id)
             if len(first_calls) == n:
                 started_at.append(len(monitor.samples()))
+                # The window closes here: what runs next (the idle pass's gc.collect) is not
+                # part of the start-up.
+                cpu_stall = max(cpu_stall, time.thread_time() - last_tick)
         return await handler(args, runtime)
 
     registry = ToolRegistry([Tool("wait", "Wait.", WAIT_SCHEMA, first_call, "terminal")])
@@ -204,20 +214,28 @@ async def run_rollouts(
     completed = 0
     async with VLLMGenerateClient(base_url, limiter=limits.model_requests) as client:
 
-        async def one(i: int) -> None:
-            nonlocal completed
-            await anyio.sleep(ramp * i / n)
-            loop = HermesAgentLoop(
+        def make_loop(task_id: str) -> HermesAgentLoop:
+            return HermesAgentLoop(
                 client,
                 defs.schemas,
                 defs.valid_names,
-                task_id=f"{label}-{i}",
+                task_id=task_id,
                 tokenizer=tokenizer,
                 registry=registry,
                 limits=limits,
                 max_tokens=128,
             )
-            result = await loop.run([{"role": "user", "content": f"Do task {i}."}])
+
+        # One loop for the batch, as run_group builds it; else one per rollout (the reference's
+        # use): each construction (~0.1 ms) runs in the pass that starts the rollouts.
+        shared = make_loop(label) if one_loop else None
+
+        async def one(i: int) -> None:
+            nonlocal completed
+            await anyio.sleep(ramp * i / n)
+            task_id = f"{label}-{i}"
+            loop = shared or make_loop(task_id)
+            result = await loop.run([{"role": "user", "content": f"Do task {i}."}], task_id=task_id)
             if result.finished_naturally and not result.tool_errors:
                 completed += 1
             else:
@@ -225,15 +243,15 @@ async def run_rollouts(
                     f"  rollout {i} failed: {result.error or result.tool_errors}", file=sys.stderr
                 )
 
-        cpu_stall = 0.0
-
         async def cpu_ticker() -> None:
-            nonlocal cpu_stall
-            last = time.thread_time()
-            while not started_at:
+            nonlocal cpu_stall, last_tick
+            last_tick = time.thread_time()
+            while True:
                 await anyio.sleep(0.005)
+                if started_at:
+                    return
                 now = time.thread_time()
-                cpu_stall, last = max(cpu_stall, now - last), now
+                cpu_stall, last_tick = max(cpu_stall, now - last_tick), now
 
         async with open_lag_monitor() as monitor, anyio.create_task_group() as outer:
             outer.start_soon(cpu_ticker)
@@ -270,7 +288,13 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
     GC_WATCH.clear()
     cpu_start = time.process_time()
     elapsed, completed, lag, samples, stall = await run_rollouts(
-        base_url, n, handler, label=mode, ramp=args.ramp, model_requests=args.model_requests
+        base_url,
+        n,
+        handler,
+        label=mode,
+        ramp=args.ramp,
+        model_requests=args.model_requests,
+        one_loop=args.one_loop,
     )
     pauses = GC_WATCH.pauses
     return Row(
@@ -293,7 +317,11 @@ async def measure(base_url: str, n: int, mode: str, args: argparse.Namespace) ->
 
 
 async def idle_rss_per_rollout(
-    base_url: str, n: int, model_requests: int | None, first_prompts: float | None = None
+    base_url: str,
+    n: int,
+    model_requests: int | None,
+    first_prompts: float | None = None,
+    one_loop: bool = False,
 ) -> tuple[float, Stall]:
     """Park all N rollouts inside their first tool call: ``(RSS growth / N in bytes, the
     start-up stall)``."""
@@ -328,6 +356,7 @@ async def idle_rss_per_rollout(
             label="idle",
             model_requests=model_requests,
             first_prompts=first_prompts,
+            one_loop=one_loop,
         )
     return result[0], stall
 
@@ -335,12 +364,26 @@ async def idle_rss_per_rollout(
 BASELINE_POOL = ThreadPoolExecutor(max_workers=128)
 
 
+def apply_gc(setting: str, previous: GCState | None) -> GCState | None:
+    """Undo ``previous``; apply ``tuned`` (the library's), ``default`` or ``young/middle/old``."""
+    if previous is not None:
+        restore_gc(previous)
+    if setting == "default":
+        return None
+    if setting == "tuned":
+        return tune_gc_for_rollouts()
+    young, middle, old = (int(x) for x in setting.split("/"))
+    state = tune_gc_for_rollouts(young_threshold=young)
+    gc.set_threshold(young, middle, old)
+    return state
+
+
 async def main(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = args.modes.split(",")
     load_tokenizer()  # load outside the measurements
-    if args.gc == "tuned":
-        tune_gc_for_rollouts()
+    gc_settings = args.gc.split(",")
+    gc_state = apply_gc(gc_settings[0], None)
     arguments = ["--model-latency", str(args.model_latency), "--turns", str(args.turns)]
     arguments += ["--tool-latency", str(args.tool_latency)]
     async with server_process(__file__, arguments) as base_url:
@@ -357,15 +400,19 @@ async def main(args: argparse.Namespace) -> None:
             for n in sizes:
                 # The first-prompt gates side by side, order alternating per round.
                 gates = [None] if args.first_prompts is None else args.first_prompts
+                sides = [(gate, setting) for setting in gc_settings for gate in gates]
                 for r in range(0 if args.no_rss else args.rss_rounds):
-                    for gate in gates[r % len(gates) :] + gates[: r % len(gates)]:
+                    for gate, setting in sides[r % len(sides) :] + sides[: r % len(sides)]:
+                        if len(gc_settings) > 1:
+                            gc_state = apply_gc(setting, gc_state)
                         GC_WATCH.clear()
                         rss[n], stall = await idle_rss_per_rollout(
-                            base_url, n, args.model_requests, gate
+                            base_url, n, args.model_requests, gate, args.one_loop
                         )
                         gc_max = max(GC_WATCH.pauses, default=0.0) * 1e3
                         print(
-                            f"  N={n:5d} first-prompt gate {gate or 'library'}: RSS per idle "
+                            f"  N={n:5d} GC {setting} {gc.get_threshold()} first-prompt gate "
+                            f"{gate or 'library'}: RSS per idle "
                             f"rollout {rss[n] / 1024:.1f} KB, start-up stall {stall.wall * 1e3:.0f} "
                             f"ms lag, {stall.cpu * 1e3:.0f} ms loop CPU between ticks (all {n} "
                             f"started at once, parked in a tool call); GC max pause {gc_max:.0f} "
@@ -424,9 +471,9 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--gc",
-        choices=("tuned", "default"),
         default="tuned",
-        help="tuned: tune_gc_for_rollouts() at start-up (default); default: CPython's settings",
+        help="tuned: tune_gc_for_rollouts() at start-up (default); default: CPython's settings; "
+        "young/middle/old: tuned with these thresholds; comma-separated: alternated in the idle pass",
     )
     parser.add_argument(
         "--model-requests",
@@ -447,6 +494,11 @@ if __name__ == "__main__":
         help="idle pass: first-prompt gate totals side by side (inf: no gate), e.g. 32,inf",
     )
     parser.add_argument("--rss-rounds", type=int, default=1, help="idle passes per gate")
+    parser.add_argument(
+        "--one-loop",
+        action="store_true",
+        help="one HermesAgentLoop for all rollouts (as run_group), not one per rollout",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.rss_only and ns.no_rss:

@@ -313,6 +313,7 @@ _CAN_BLOCK: list[tuple[str, tuple[str, ...], str]] = [
         "hermes_async/tools/sandbox/namespaces.py",
         (
             "namespace_support",
+            "_namespace_support",
             "_own_cgroup",
             "discover",
             "_sweep_dead_owners",

@@ -222,8 +222,19 @@ class NamespaceOptions:
 # Availability
 
 
+_support: dict[tuple[int, str | None], str | None] = {}
+
+
 def namespace_support() -> str | None:
     """Cheap check (PATH lookups, no process): ``None`` if the tools are here, else why not."""
+    # Once per user and PATH: each rollout's sandbox factory asks, 20,000 at once at start-up.
+    key = (os.geteuid(), os.environ.get("PATH"))
+    if key not in _support:
+        _support[key] = _namespace_support()
+    return _support[key]
+
+
+def _namespace_support() -> str | None:
     if os.geteuid() != 0:
         return "namespaced local sandboxes need root (nsenter into each sandbox's namespaces)"
     missing = [tool for tool in ("bwrap", "nsenter", "unshare") if shutil.which(tool) is None]

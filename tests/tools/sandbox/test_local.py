@@ -377,3 +377,27 @@ async def test_the_default_probes_bubblewrap_before_the_first_sandbox(
     with pytest.raises(ConfigError, match=r"isolation='process'"):
         await factory("t")
     await preflight_backend("local", isolation="process")
+
+
+def test_namespace_support_looks_up_the_tools_once_per_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every rollout's sandbox factory asks; 20,000 PATH scans at start-up stalled the loop.
+    looked_up: list[str] = []
+
+    def which(tool: str) -> str | None:
+        looked_up.append(tool)
+        return None if tool == "bwrap" else f"/usr/bin/{tool}"
+
+    monkeypatch.setattr(namespaces_module.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(namespaces_module.shutil, "which", which)
+    monkeypatch.setattr(namespaces_module, "_support", {})
+    monkeypatch.setenv("PATH", "/nowhere")
+    for _ in range(3):
+        assert namespaces_module.namespace_support() == (
+            "bwrap not found on PATH (Debian packages: bubblewrap, util-linux)"
+        )
+    assert looked_up == ["bwrap", "nsenter", "unshare"]
+    monkeypatch.setenv("PATH", "/elsewhere")  # another PATH: looked up again
+    namespaces_module.namespace_support()
+    assert len(looked_up) == 6
