@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -346,7 +345,7 @@ def main(args: argparse.Namespace) -> int:
                 parts.append(f"docker/{peer} {ours['rate'] / theirs['rate']:.2f}x")
         ns = table.get(("local-ns", c))
         if ours and ns:
-            ratio = statistics.median(ours["create"]) / statistics.median(ns["create"])
+            ratio = pct(ours["create"], 0.5) / pct(ns["create"], 0.5)  # the table's p50
             parts.append(f"docker/local-ns create p50 {ratio:.1f}x")
         print(f"  C={c:<4} " + ", ".join(parts))
     return 0
