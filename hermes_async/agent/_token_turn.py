@@ -1,38 +1,10 @@
 """Phase 2 turns: stream tokens, decode incrementally, parse, dispatch sealed calls early.
 
-Why one module of this size: one concept, a Phase 2 turn — stream, decode, parse, dispatch,
-resume after an abort — and the turn loop over it; the resume path must continue the same
-decoder, parser and tool runner, so they stay together.
-
-:class:`TokenTurns` runs the turns of one rollout against a token server (our
-``hermes_async.inference.generate`` clients) plus a tokenizer: the prompt is rendered with the
-chat template, completion tokens stream in, the parser sees them as they arrive, and each tool
-call is **dispatched the moment it is sealed**, while generation continues. The token sequence is
-kept exactly (prompt + sampled ids + rendered suffixes; never re-tokenized) and handed out as
-``managed_state`` (with the segment boundaries).
-
-Messages are the model's words: a sealed call keeps the argument text exactly as the model
-wrote it (``function.arguments``; the tool receives the parsed, validated arguments) and, where
-the format writes the whole call as JSON, that JSON (``raw`` on the tool call, which the
-project's templates render); a call cut off by ``max_tokens`` is no call: the text it got to is
-the assistant's content, and the model is told in a ``user`` message. Each turn is checked
-against the chat template once (:mod:`hermes_async.agent._segments`).
-
-**Abort is not failure** (asynchronous RL, issue #20): a generation the server ends with
-``finish_reason="abort"`` (a trainer pausing it for a weight update), or whose stream breaks
-while the server reports itself paused, keeps its exact sampled prefix and is *resumed*: the
-next request sends prompt + prefix with the **remaining** token budget (never the whole
-``max_tokens`` again: slime #2260), the same decoder and parser go on where they stopped (no
-event is repeated or lost; calls already dispatched keep running), and the turn's ids stay one
-contiguous sequence. Each request reads the policy version once, at dispatch; the turn's
-completion is split into segments where the version changed. At most ``max_resumes`` resumes
-per turn, each bounded by the rollout's deadline (and a paused server by ``pause_timeout``).
-
-:class:`_Phase2Turn` holds the state of one streamed completion, and nothing else: the ids and
-logprobs exactly as sampled, a UTF-8-safe incremental decoder, and a fresh streaming parser. Every
-tool call the parser *seals* is handed to the turn's
-:class:`~hermes_async.agent._tool_runner.TurnToolRunner` at once (early dispatch) — so a tool
-runs while the model is still writing the next call.
+:class:`TokenTurns` runs the turns of one rollout against a token server. The token sequence
+is kept exactly (prompt, sampled ids, rendered suffixes; never re-tokenized). Each tool call
+is dispatched the moment the parser seals it. An aborted generation is resumed with the same
+decoder and parser and the remaining token budget. The rules and their reasons:
+docs/decisions/071-phase2-turns.md.
 """
 
 from __future__ import annotations

@@ -1,64 +1,10 @@
 """Linux namespaces for the local backend: one bubblewrap world per sandbox, joined per command.
 
-Why one module of this size: one concept, the bubblewrap world of one sandbox (start, join,
-cgroups, kill); the host probes and the cgroup helpers exist only for it.
-
-Design (issue #15). A namespaced local sandbox is **one long-lived world** that every command
-of the sandbox joins, so background processes, files and ``/tmp`` live in one place and
-membership is decided by the kernel, never by anything a command controls:
-
-* **Start** (once per sandbox, ~20-40 ms): a host ``sh`` joins the sandbox's cgroups (v1
-  ``memory`` and ``pids``, created with their limits), copies a pre-made empty ext4 image
-  (sparse, ~1 MiB on disk) and ``exec``\\ s ``unshare --mount``; inside that private mount
-  namespace the image is loop-mounted (``nosuid,nodev``; the **disk cap**: the kernel answers
-  ``No space left on device`` at the cap) and ``bwrap`` starts with new PID, IPC, UTS, cgroup
-  and (by default) network namespaces. Its PID 1 is bubblewrap's reaper (orphans are
-  collected), PID 2 a ``sleep`` that keeps the world alive. bubblewrap reports the host pid of
-  PID 1 on ``--info-fd``; we hold a **pidfd** on it (no pid-reuse race when we signal it), and
-  wait until PID 1 has exec'd the keeper (the world is built by then: mounts, hostname).
-* **Each command** (a few ms more than a bare ``bash -c``): ``sh`` joins the cgroups, then
-  ``nsenter -t PID1`` enters the mount, PID, IPC, UTS, cgroup and network namespaces, takes
-  PID 1's root and drops to the sandbox user (uid/gid 65534 by default: no capabilities, and
-  every mount is ``nosuid``, so no setuid binary gives them back). A last ``sh`` checks the
-  UTS hostname (unique per sandbox: a recycled pid can never put a command into another
-  world), ``cd``\\ s and ``exec``\\ s the command. The host side is the same
-  :func:`~hermes_async.tools.sandbox.local.run_bounded` as the process mode: output drained
-  into bounded buffers, timeout and cancellation kill the process group.
-* **Close**: graceful, SIGTERM to every process of the world except PID 1 and the keeper (the cgroup's member
-  list, each pinned by a pidfd and checked to be in the world; without cgroups, ``kill -TERM
-  -1`` as the sandbox user inside), up to the grace for them to go (watched through the
-  ``pids`` cgroup), then SIGKILL to PID 1 through the pidfd: the kernel kills every process of a PID namespace
-  whose init dies and reaps them before the init is gone. No ``/proc`` scan, nothing a process
-  could hide from (``setsid``, double fork, ``env -i`` all stay in the namespace). The mount
-  namespace dies with its last process, the loop device detaches, the image is deleted.
-* **Crash safety**: bubblewrap's parent is a host ``sh`` (the *supervisor*, holding the private
-  mount namespace) that blocks reading a pipe only this process writes. When this process
-  dies, however, the kernel closes that pipe, the supervisor exits, and bubblewrap's
-  ``--die-with-parent`` SIGKILLs the world's PID 1. Why not bubblewrap straight under this
-  process: ``--die-with-parent`` fires when the *thread* that spawned bubblewrap exits, and
-  trio spawns processes from worker threads that come and go (worlds died at random); and a
-  keeper that merely exits does not end a world, since bubblewrap's PID 1 waits for every
-  orphan too.
-
-What a command sees (the mount namespace): the host's ``/usr``, ``/etc`` and the ``/bin``,
-``/lib*``, ``/sbin`` links read-only (:data:`DEFAULT_RO_PATHS`; add more with ``ro_binds``);
-a private ``/proc`` (only the world's processes; PID 1's environment is root's and unreadable
-to the sandbox user); a minimal ``/dev``; ``/sandbox`` (``work``, ``home``, ``tmp``, the
-background state) on the capped disk, the only writable place, also mounted on ``/tmp``.
-Everything else of the host (``/root``, ``/home``, ``/work``, ``/var``, ``/run``, other
-sandboxes) does not exist there. The network namespace has only a loopback of its own
-(``network="host"`` shares the host's).
-
-Why ``nsenter`` per command rather than an exec server inside: the command's pipes are plain
-pipes of a host child process, so output capture, timeouts, process-group kills and
-cancellation are exactly the process mode's code; nothing long-running of ours lives inside
-the world for a command to attack. Measured in ``bench/sandboxes_isolation.py``.
-
-Requirements: root (``nsenter`` into the world), ``bwrap`` (Debian ``bubblewrap``; install
-with ``scripts/sandbox/install.sh``), util-linux ``nsenter``/``unshare``, and for the disk cap
-loop devices plus ``mkfs.ext4`` (else a size-limited tmpfs: memory-backed, so the memory
-cgroup gets the disk cap on top). Limits need writable cgroup v1 ``memory``/``pids``
-hierarchies; without them the sandbox runs unlimited and one warning says so.
+Every command of a sandbox joins one long-lived world (``nsenter`` into bubblewrap's PID 1),
+so membership is decided by the kernel, never by anything a command controls. Close kills PID
+1 through a pidfd; the kernel ends the rest. If this process dies, the supervisor's pipe closes
+and ``--die-with-parent`` ends the world. The design, its costs and the rejected alternatives:
+docs/decisions/070-namespaced-worlds.md.
 """
 
 from __future__ import annotations
