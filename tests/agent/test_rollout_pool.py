@@ -57,9 +57,11 @@ class Turns:
                 mark = f"srv{server}-{request.request_number}"
                 self.served[mark] = [server]
                 return todo_call(mark)
-            turns = self.served[found.group(0)]
-            turns.append(server)
-            return todo_call(found.group(0) + "-again") if len(turns) == 2 else "Done."
+            self.served[found.group(0)].append(server)
+            # The turn is read from the prompt, not from the count served: a request the client
+            # retried (its answer lost under load) is served twice but is still the same turn.
+            done = found.group(0) + "-again" in request.prompt_text
+            return "Done." if done else todo_call(found.group(0) + "-again")
 
         return answer
 

@@ -104,11 +104,19 @@ async def abort_quietly(route: Any, error_code: str = "failed") -> None:
 
     **Cancellation**: runs shielded for at most :data:`ROUTE_ABORT_GRACE_SECONDS`.
     """
+    aborted = False
     with cleanup_scope("abort an intercepted request", ROUTE_ABORT_GRACE_SECONDS, log=logger):
         try:
             await route.abort(error_code)
+            aborted = True
         except Exception:  # handled already, or the page/context/browser is gone: nothing to do
             logger.debug("route.abort failed", exc_info=True)
+    if not aborted:
+        # Playwright's dispatch task waits until the route is handled, and an abort that failed
+        # or timed out never tells it: settle it without sending the request anywhere.
+        settle = getattr(route, "_report_handled", None)
+        if callable(settle) and getattr(route, "_handling_promise", None) is not None:
+            settle(True)
 
 
 def _redirect_page(response: HopResponse, target: str) -> tuple[dict[str, str], str]:
