@@ -17,6 +17,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 VENV="$(realpath -m "${YC_BENCH_VENV:-$PWD/.venv-yc-bench}")"
+# A namespaced sandbox mounts its own /tmp, so a simulator under /tmp is not there inside it.
+case "$VENV" in
+    /tmp|/tmp/*)
+        echo "yc-bench venv $VENV is under /tmp, which a sandbox cannot see (it has its own /tmp);" \
+            "set YC_BENCH_VENV to a path outside /tmp" >&2
+        exit 2 ;;
+esac
 SPEC="yc-bench==0.1.0"
 STAMP="$VENV/.installed-$SPEC-$(md5sum "$0" | cut -c1-8)"
 
