@@ -10,6 +10,7 @@ docs/decisions/071-phase2-turns.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import re
@@ -46,12 +47,14 @@ from hermes_async.inference.generate import (
     SamplingParams,
     TokenClient,
     TokenDelta,
+    TokenStream,
 )
 from hermes_async.inference.rendering import ChatRenderer
-from hermes_async.inference.tokenizer import Tokenizer
+from hermes_async.inference.tokenizer import IncrementalDecoder, Tokenizer
 from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
-from hermes_async.parsers import get_parser, list_parsers
+from hermes_async.parsers import PARSER_REGISTRY, ToolCallParser, get_parser, list_parsers
+from hermes_async.parsers._values import ToolSchemas
 from hermes_async.parsers.types import (
     ArgumentsDelta,
     FunctionCall,
@@ -89,24 +92,23 @@ class _Phase2Turn:
     """State of one streamed completion.
 
     Args:
-        tokenizer: Decodes the stream.
-        tool_schemas: Offered tools (parsers type parameters from them).
-        options: The loop's options (the parser, early dispatch).
+        parser: A fresh parser for this completion.
+        decoder: A fresh incremental decoder for this completion.
         stop_ids: End-of-turn ids: sampled (and trained on) but not text for the parser.
+        early_dispatch: Submit each call as soon as it is sealed.
     """
 
     def __init__(
         self,
-        tokenizer: Tokenizer,
-        tool_schemas: Sequence[JSONObject],
-        options: AgentOptions,
-        stop_ids: Sequence[int] = (),
+        parser: ToolCallParser,
+        decoder: IncrementalDecoder,
+        stop_ids: set[int],
+        *,
+        early_dispatch: bool,
     ) -> None:
-        self.parser = get_parser(
-            options.tool_call_parser, tools=list(tool_schemas) or None, tokenizer=tokenizer
-        )
-        self.decoder = tokenizer.incremental_decoder()
-        self.early_dispatch = options.early_dispatch
+        self.parser = parser
+        self.decoder = decoder
+        self.early_dispatch = early_dispatch
         # Compact arrays (4 and 8 bytes per token, not a Python object each): the turn is held
         # while its tools run, by thousands of rollouts at once.
         self.token_ids: array[int] = array("i")
@@ -116,10 +118,7 @@ class _Phase2Turn:
         self.content = ""
         #: Calls cut off by the end of the stream: content, never executed.
         self.cut: list[ToolCallTruncated] = []
-        self._stop_ids = {tokenizer.eos_token_id, *stop_ids}
-        endoftext = tokenizer.special_tokens.get("<|endoftext|>")
-        if endoftext is not None:
-            self._stop_ids.add(endoftext)
+        self._stop_ids = stop_ids
         self._held: list[ToolCallSealed | ToolCallInvalid] = []
         self._text: list[str] = []
         self._fragments: dict[int, list[str]] = {}
@@ -168,15 +167,19 @@ class _Phase2Turn:
         """Everything the parser was fed: the completion's text without end-of-turn tokens."""
         return "".join(self._text)
 
-    def feed(self, delta: TokenDelta, runner: TurnToolRunner, elapsed: float) -> None:
-        """Take one delta: keep its ids, decode, parse, and submit sealed calls."""
-        if self.ttft is None and delta.token_ids:
+    def feed(self, deltas: Sequence[TokenDelta], runner: TurnToolRunner, elapsed: float) -> None:
+        """Take deltas that arrived together: keep their ids, decode and parse them at once
+        (the parsers give the same results however the text is cut), submit sealed calls."""
+        stop = self._stop_ids
+        ids: list[int] = []
+        for delta in deltas:
+            self.token_ids.extend(delta.token_ids)
+            self.logprobs.extend(delta.logprobs)
+            if delta.finish_reason is not None:
+                self.finish_reason = delta.finish_reason
+            ids += [i for i in delta.token_ids if i not in stop]
+        if self.ttft is None and self.token_ids:
             self.ttft = elapsed
-        self.token_ids.extend(delta.token_ids)
-        self.logprobs.extend(delta.logprobs)
-        if delta.finish_reason is not None:
-            self.finish_reason = delta.finish_reason
-        ids = [i for i in delta.token_ids if i not in self._stop_ids]
         text = self.decoder.decode(ids)
         if text:
             self._text.append(text)
@@ -289,7 +292,18 @@ class TokenTurns:
         parser = options.tool_call_parser
         if parser not in list_parsers():  # every turn would fail: refuse it when built
             get_parser(parser)  # raises UnknownParserError, naming the registered ones
+        # One parser per turn, on schemas built once (as ToolCallParser.parse shares them).
+        self._new_parser = functools.partial(
+            PARSER_REGISTRY[parser],
+            tools=self._schemas or None,
+            tokenizer=tokenizer,
+            schemas=ToolSchemas(self._schemas or None),
+        )
         self._end_of_turn = end_of_turn_ids(tokenizer, options.end_of_turn)
+        self._stop_ids = {tokenizer.eos_token_id, *self._end_of_turn}
+        endoftext = tokenizer.special_tokens.get("<|endoftext|>")
+        if endoftext is not None:
+            self._stop_ids.add(endoftext)
         self._sampling = resolve_sampling(
             options.sampling,
             temperature=options.temperature,
@@ -357,10 +371,10 @@ class TokenTurns:
                 if sampling is not self._sampling and self._check_sampling is not None:
                     self._check_sampling(sampling)
                 step = _Phase2Turn(
-                    tokenizer,
-                    self._schemas,
-                    self._options,
-                    stop_ids=(*self._end_of_turn, *sampling.stop_token_ids),
+                    self._new_parser(),
+                    tokenizer.incremental_decoder(),
+                    self._stop_ids.union(sampling.stop_token_ids),
+                    early_dispatch=self._options.early_dispatch,
                 )
                 start = anyio.current_time()
                 failure: RolloutFailure | None = None
@@ -506,15 +520,20 @@ class TokenTurns:
             broken: InferenceError | None = None
             try:
                 async with self._server.stream(_joined(prompt, step.token_ids), params) as deltas:
-                    async for delta in deltas:
-                        ids = delta.token_ids
-                        # Whatever client this is: an id the tokenizer cannot have made never
-                        # reaches the trajectory (a client built without vocab_size lets it by).
-                        if ids and not 0 <= min(ids) <= max(ids) < self._vocab_size:
-                            raise _outside_vocabulary(ids, self._vocab_size, step, deltas)
-                        # The clock only until the first token (time to first token).
-                        elapsed = anyio.current_time() - start if step.ttft is None else 0.0
-                        step.feed(delta, runner, elapsed)
+                    # This library's streams hand over every delta already received at once.
+                    batched = isinstance(deltas, TokenStream)
+                    iterator = aiter(deltas)
+                    while True:
+                        if batched:
+                            batch = await deltas.next_batch()
+                            if batch is None:
+                                break
+                        else:
+                            try:
+                                batch = [await anext(iterator)]
+                            except StopAsyncIteration:
+                                break
+                        self._take(step, runner, batch, start, deltas)
             except (StreamInterruptedError, ServerTimeoutError, ServerConnectError) as exc:
                 # A stream cut by a pausing server is an abort; any other break is a failure.
                 if self._options.pause_probe is None or not await probe_paused(
@@ -547,6 +566,29 @@ class TokenTurns:
                 "stream cut while paused" if broken is not None else "finish_reason abort",
                 budget - len(step.token_ids),
             )
+
+    def _take(
+        self,
+        step: _Phase2Turn,
+        runner: TurnToolRunner,
+        batch: list[TokenDelta],
+        start: float,
+        stream: object,
+    ) -> None:
+        """Feed ``batch`` to ``step`` once every id in it is checked."""
+        size = self._vocab_size
+        for at, delta in enumerate(batch):
+            ids = delta.token_ids
+            # Whatever client this is: an id the tokenizer cannot have made never reaches the
+            # trajectory (a client built without vocab_size lets it by). The deltas before it
+            # are taken, as one by one.
+            if ids and not 0 <= min(ids) <= max(ids) < size:
+                if at:
+                    self._take(step, runner, batch[:at], start, stream)
+                raise _outside_vocabulary(ids, size, step, stream)
+        # The clock only until the first token (time to first token).
+        elapsed = anyio.current_time() - start if step.ttft is None else 0.0
+        step.feed(batch, runner, elapsed)
 
     def _place(
         self,

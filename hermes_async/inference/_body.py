@@ -183,6 +183,18 @@ class LineReader:
             elif chunk:
                 self._feed(chunk)
 
+    def ready_line(self) -> str | None:
+        """The next line if it is already buffered and short, else ``None`` (no waiting).
+
+        ``None`` does not mean the end of the body: :meth:`readline` says that.
+        """
+        lines = self._lines
+        if self._joined is None and lines and len(lines[0]) <= BIG_LINE_BYTES:
+            raw = lines.popleft()
+            self.line_bytes = len(raw)
+            return _decode(raw)
+        return None
+
     def _feed(self, chunk: bytes) -> None:
         """Split ``chunk`` into complete lines and the pending (unfinished) one."""
         limit = self._max_line_bytes

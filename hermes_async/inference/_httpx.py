@@ -69,6 +69,10 @@ class _HttpxResponse:
     def headers(self) -> Mapping[str, str]:
         return self._response.headers
 
+    @property
+    def body_received(self) -> bool:
+        return self._eof  # httpx does not say what it has buffered
+
     async def receive_some(self, timeout: float = math.inf) -> bytes | None:
         """The next piece of the body, or ``None`` at its end.
 

@@ -111,6 +111,10 @@ def qwen_encoding() -> tiktoken.Encoding:
     )
 
 
+#: Looked up once: ``codecs.getincrementaldecoder`` searches the codec registry on every call.
+_UTF8_DECODER = codecs.getincrementaldecoder("utf-8")
+
+
 class _Utf8IncrementalDecoder:
     """Byte-level incremental decoder over Python's incremental UTF-8 codec.
 
@@ -122,7 +126,7 @@ class _Utf8IncrementalDecoder:
 
     def __init__(self, tokenizer: QwenTokenizer) -> None:
         self._tokenizer = tokenizer
-        self._codec = codecs.getincrementaldecoder("utf-8")("replace")
+        self._codec = _UTF8_DECODER("replace")
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._codec.decode(self._tokenizer.decode_bytes(token_ids))

@@ -158,6 +158,9 @@ class SSEJSONReader:
         self._sse = SSEDecoder(max_event_bytes=max_event_bytes)
         self._ended = False
         self.saw_done = False
+        # Left by next_ready() for next(): ``[DONE]`` (drained there) or a long event.
+        self._done_seen = False
+        self._held: SSEEvent | None = None
 
     async def next(self) -> tuple[JSON, str] | None:
         """The next payload and the ``data`` line it came from; ``None`` at the end.
@@ -171,40 +174,71 @@ class SSEJSONReader:
         """
         if self._ended:
             return None
-        while True:
-            line = await self._reader.readline()
-            try:
-                event = (
-                    self._sse.flush()
-                    if line is None
-                    else self._sse.feed_line(line, self._reader.line_bytes)
-                )
-            except SSEEventTooLarge as exc:
-                self._ended = True
-                raise self.protocol_error(str(exc), exc.line[:_EXCERPT_CHARS]) from None
-            except SSEFormatError as exc:
-                self._ended = True
-                raise self.protocol_error(
-                    f"malformed Server-Sent Events stream: {exc}", exc.line
-                ) from None
-            if event is None:
+        event, self._held = self._held, None
+        if event is None and not self._done_seen:
+            while True:
+                line = await self._reader.readline()
+                event = self._feed(line)
+                if event is not None:
+                    break
                 if line is None:
                     self._ended = True
                     return None
-                continue
-            if event.data.strip() == "[DONE]":
-                self._ended = self.saw_done = True
-                await self._drain()
-                return None
-            if len(event.data) > BIG_LINE_BYTES:
-                await anyio.lowlevel.checkpoint()  # a turn for the loop before a long decode
-            try:
-                return wirejson.loads(event.data), event.last_line
-            except ValueError as exc:
-                self._ended = True
-                raise self.protocol_error(
-                    f"stream chunk is not valid JSON ({exc})", event.last_line
-                ) from None
+        if event is None or _is_done(event):
+            self._ended = self.saw_done = True
+            await self._drain()
+            return None
+        if len(event.data) > BIG_LINE_BYTES:
+            await anyio.lowlevel.checkpoint()  # a turn for the loop before a long decode
+        return self._decoded(event)
+
+    def next_ready(self) -> tuple[JSON, str] | None:
+        """The next payload if its lines are already buffered: no waiting, no yield.
+
+        ``None``: call :meth:`next` (which also ends the stream at ``[DONE]``).
+
+        Raises:
+            ServerProtocolError: As :meth:`next`.
+        """
+        if self._ended or self._done_seen or self._held is not None:
+            return None
+        reader = self._reader
+        while (line := reader.ready_line()) is not None:
+            if (event := self._feed(line)) is not None:
+                break
+        else:
+            return None
+        if _is_done(event):
+            self._done_seen = True
+            return None
+        if len(event.data) > BIG_LINE_BYTES:
+            self._held = event
+            return None
+        return self._decoded(event)
+
+    def _feed(self, line: str | None) -> SSEEvent | None:
+        """Feed one line (``None``: the body ended); the event it completes, if any."""
+        try:
+            if line is None:
+                return self._sse.flush()
+            return self._sse.feed_line(line, self._reader.line_bytes)
+        except SSEEventTooLarge as exc:
+            self._ended = True
+            raise self.protocol_error(str(exc), exc.line[:_EXCERPT_CHARS]) from None
+        except SSEFormatError as exc:
+            self._ended = True
+            raise self.protocol_error(
+                f"malformed Server-Sent Events stream: {exc}", exc.line
+            ) from None
+
+    def _decoded(self, event: SSEEvent) -> tuple[JSON, str]:
+        try:
+            return wirejson.loads(event.data), event.last_line
+        except ValueError as exc:
+            self._ended = True
+            raise self.protocol_error(
+                f"stream chunk is not valid JSON ({exc})", event.last_line
+            ) from None
 
     def protocol_error(self, message: str, line: str) -> ServerProtocolError:
         return ServerProtocolError(
@@ -216,9 +250,18 @@ class SSEJSONReader:
         )
 
     async def _drain(self) -> None:
-        with anyio.move_on_after(DRAIN_SECONDS):
-            try:
-                while await self._reader.readline() is not None:
+        reader = self._reader
+        try:
+            if reader.response.body_received:  # nothing to wait for: no timer needed
+                while await reader.readline() is not None:
                     pass
-            except ModelServerError:  # the stream already ended well; only reuse is lost
-                pass
+                return
+            with anyio.move_on_after(DRAIN_SECONDS):
+                while await reader.readline() is not None:
+                    pass
+        except ModelServerError:  # the stream already ended well; only reuse is lost
+            pass
+
+
+def _is_done(event: SSEEvent) -> bool:
+    return event.data.strip() == "[DONE]"

@@ -57,6 +57,12 @@ def _check_token_values(
 ) -> None:
     """Raise :class:`ChunkError` (``invalid_tokens``) for a bad id or logprob."""
     limit = TOKEN_ID_LIMIT if vocab_size is None else min(vocab_size, TOKEN_ID_LIMIT)
+    # Fast path, one C-level pass each: the sum of finite numbers is finite unless it
+    # overflows (then the loops below decide); a NaN or an infinity makes it non-finite.
+    if (not ids or (min(ids) >= 0 and max(ids) < limit)) and (
+        not logprobs or (max(logprobs) <= MAX_LOGPROB and math.isfinite(sum(logprobs)))
+    ):
+        return
     for position, token_id in enumerate(ids):
         if not 0 <= token_id < limit:
             if token_id < 0:
@@ -95,11 +101,19 @@ def _check_error_frame(payload: JSON) -> None:
 
 
 def _int_ids(value: JSON, what: str) -> list[int]:
+    if type(value) is list and set(map(type, value)) <= _INT:  # fast path, no bool
+        return value
     if not isinstance(value, list) or not all(
         isinstance(x, int) and not isinstance(x, bool) for x in value
     ):
         raise ChunkError(f"{what} must be a list of integers")
     return value
+
+
+_INT = frozenset({int})
+_FLOAT = frozenset({float})
+_NONE = frozenset({None})
+_NUMBER = frozenset({int, float})
 
 
 def _float(value: JSON, what: str) -> float:
@@ -167,22 +181,46 @@ class VLLMDecoder(ChunkDecoder):
             content = []
         if not isinstance(content, list):
             raise ChunkError("choices[0].logprobs.content must be a list")
-        logprobs: list[float] = []
-        for i, entry in enumerate(content):
-            if not isinstance(entry, dict):
-                raise ChunkError("logprobs.content entries must be objects")
-            logprobs.append(_float(entry.get("logprob"), "logprobs.content[].logprob"))
-            token_id = entry.get("token_id")
-            if token_id is not None and i < len(ids) and token_id != ids[i]:
-                raise ChunkError(
-                    f"logprob entry {i} is for token {token_id} but the chunk's id there is "
-                    f"{ids[i]}"
-                )
+        logprobs = _vllm_logprobs(content, ids)
+        if logprobs is None:
+            logprobs = _vllm_logprobs_checked(content, ids)
         self._checked(ids, logprobs)
         finish = _finish_reason(choice.get("finish_reason"))
         if not ids and finish is None:
             return None
         return TokenChunk(tuple(ids), tuple(logprobs), finish)
+
+
+def _vllm_logprobs(content: list[JSON], ids: list[int]) -> list[float] | None:
+    """The logprobs of well-formed entries whose ids match ``ids``; ``None`` for anything
+    else (then :func:`_vllm_logprobs_checked` names the fault, or accepts what this did not)."""
+    try:
+        logprobs = [entry["logprob"] for entry in content]
+        marks = [entry.get("token_id") for entry in content]
+    except (TypeError, KeyError, AttributeError):
+        return None
+    if marks != ids and set(marks) != _NONE:  # entries may leave token_id out
+        return None
+    types = set(map(type, logprobs))
+    if types == _FLOAT:
+        return logprobs
+    if types <= _NUMBER:
+        return list(map(float, logprobs))
+    return None
+
+
+def _vllm_logprobs_checked(content: list[JSON], ids: list[int]) -> list[float]:
+    logprobs: list[float] = []
+    for i, entry in enumerate(content):
+        if not isinstance(entry, dict):
+            raise ChunkError("logprobs.content entries must be objects")
+        logprobs.append(_float(entry.get("logprob"), "logprobs.content[].logprob"))
+        token_id = entry.get("token_id")
+        if token_id is not None and i < len(ids) and token_id != ids[i]:
+            raise ChunkError(
+                f"logprob entry {i} is for token {token_id} but the chunk's id there is {ids[i]}"
+            )
+    return logprobs
 
 
 class SGLangDecoder(ChunkDecoder):

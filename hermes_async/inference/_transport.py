@@ -83,6 +83,11 @@ class Response(Protocol):
     @property
     def headers(self) -> Mapping[str, str]: ...
 
+    @property
+    def body_received(self) -> bool:
+        """The whole body is here: :meth:`receive_some` returns the rest without waiting."""
+        ...
+
     async def receive_some(self, timeout: float = math.inf) -> bytes | None:
         """The next piece of the body, or ``None`` once it is complete.
 

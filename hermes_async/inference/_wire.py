@@ -278,6 +278,11 @@ class WireResponse:
             for name, value in exchange.headers
         }
 
+    @property
+    def body_received(self) -> bool:
+        """The whole body is here: :meth:`receive_some` returns the rest without waiting."""
+        return self._done or self._exchange.complete
+
     async def receive_some(self, timeout: float = math.inf) -> bytes | None:
         """Return the next piece of the body, or ``None`` once it is complete.
 

@@ -240,6 +240,8 @@ class TokenStream:
         self.chunks = 0
         self.first_token_at: float | None = None
         self._ended = False
+        # An error next_batch() found behind deltas it returned; raised by the next call.
+        self._deferred: ModelServerError | None = None
 
     def __aiter__(self) -> Self:
         return self
@@ -249,6 +251,9 @@ class TokenStream:
 
         **Cancellation**: the stream stays where it was; leaving ``stream()`` closes it.
         """
+        if self._deferred is not None:
+            exc, self._deferred = self._deferred, None
+            raise exc
         if self._ended:
             raise StopAsyncIteration
         try:
@@ -275,6 +280,35 @@ class TokenStream:
                     logprobs=self.logprobs,
                 )
             raise StopAsyncIteration
+        return self._accept(chunk)
+
+    async def next_batch(self) -> list[TokenDelta] | None:
+        """The next delta and those already received behind it; ``None`` at the end.
+
+        The same deltas as iterating, in the same order: one wait for the network per batch.
+        An error found in a later delta is raised by the next call, after the batch before it.
+
+        **Cancellation**: as for iterating.
+        """
+        try:
+            batch = [await self.__anext__()]
+        except StopAsyncIteration:
+            return None
+        sse = self._sse
+        if sse is None:
+            return batch
+        try:
+            while not self._ended and (item := sse.next_ready()) is not None:
+                if (chunk := self._decode(item[0], item[1])) is not None:
+                    batch.append(self._accept(chunk))
+        except ModelServerError as exc:
+            self._ended = True
+            self._deferred = exc.with_partial(self.token_ids, self.logprobs)
+            self._deferred.__cause__ = exc.__cause__
+        return batch
+
+    def _accept(self, chunk: TokenChunk) -> TokenDelta:
+        """Record a decoded chunk; its delta."""
         delta = TokenDelta(*chunk)
         if self.first_token_at is None and delta.token_ids:
             self.first_token_at = anyio.current_time()

@@ -29,6 +29,7 @@ class ChunkedResponse:
         self._cut = cut
         self.reads = 0
         self.closed = False
+        self.body_received = False
 
     async def receive_some(self, timeout: float = math.inf) -> bytes | None:
         await anyio.lowlevel.checkpoint()
@@ -36,6 +37,7 @@ class ChunkedResponse:
         chunk = next(self._chunks, None)
         if chunk is None and self._cut:
             raise BodyCut("connection reset")
+        self.body_received = chunk is None
         return chunk
 
     async def aclose(self) -> None:
