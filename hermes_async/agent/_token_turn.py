@@ -301,6 +301,7 @@ class TokenTurns:
         )
         self._end_of_turn = end_of_turn_ids(tokenizer, options.end_of_turn)
         self._stop_ids = {tokenizer.eos_token_id, *self._end_of_turn}
+        self._stop_texts: dict[int, str] = {}
         endoftext = tokenizer.special_tokens.get("<|endoftext|>")
         if endoftext is not None:
             self._stop_ids.add(endoftext)
@@ -612,7 +613,7 @@ class TokenTurns:
         full = renderer.render(messages, add_generation_prompt=not final)
         ids = step.token_ids
         ended = bool(ids) and ids[-1] in step.stop_ids
-        stops = [tokenizer.decode([ids[-1]])] if ended else self._end_texts()
+        stops = [self._stop_text(ids[-1])] if ended else self._end_texts()
         placement = place_turn(
             turn=turn,
             prompt=prompt,
@@ -635,7 +636,14 @@ class TokenTurns:
         return full
 
     def _end_texts(self) -> list[str]:
-        return [self._tokenizer.decode([i]) for i in self._end_of_turn]
+        return [self._stop_text(i) for i in self._end_of_turn]
+
+    def _stop_text(self, token_id: int) -> str:
+        """The text of one end-of-turn id, decoded once (there are a handful)."""
+        text = self._stop_texts.get(token_id)
+        if text is None:
+            text = self._stop_texts[token_id] = self._tokenizer.decode([token_id])
+        return text
 
 
 def _first_prompt(

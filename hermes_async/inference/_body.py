@@ -27,6 +27,9 @@ __all__ = ("BIG_LINE_BYTES", "BodyContext", "LineReader", "read_body", "read_exc
 #: not stall every other rollout (each step copies the whole line once).
 BIG_LINE_BYTES = 2**20
 
+#: A blank line, with or without its carriage return.
+_BLANK = (b"", b"\r")
+
 #: Bytes of an over-long line quoted in the error.
 _EXCERPT_BYTES = 200
 
@@ -193,6 +196,19 @@ class LineReader:
             raw = lines.popleft()
             self.line_bytes = len(raw)
             return _decode(raw)
+        return None
+
+    def ready_data_line(self) -> str | None:
+        """Like :meth:`ready_line`, for a short ``data: ...`` line followed by a blank line
+        (a Server-Sent Events event of one line): both are taken, the first returned."""
+        lines = self._lines
+        if self._joined is None and len(lines) >= 2 and lines[1] in _BLANK:
+            raw = lines[0]
+            if raw.startswith(b"data: ") and len(raw) <= BIG_LINE_BYTES:
+                lines.popleft()
+                lines.popleft()
+                self.line_bytes = len(raw)
+                return _decode(raw)
         return None
 
     def _feed(self, chunk: bytes) -> None:

@@ -131,6 +131,22 @@ class SSEDecoder:
             line,
         )
 
+    @property
+    def idle(self) -> bool:
+        """No event is under way (no ``data`` or ``event`` line since the last dispatch)."""
+        return not self._data and self._event is None
+
+    def feed_data_event(self, line: str, size: int) -> SSEEvent:
+        """``feed_line(line, size)`` then a blank line, when :attr:`idle` and ``line`` starts
+        with ``data: ``: the event, without the per-line steps.
+
+        Raises:
+            SSEEventTooLarge: ``size`` is over the bound.
+        """
+        if size > self._max_event_bytes:
+            raise self._too_large(line)
+        return SSEEvent(line[6:], None, self._id, line)
+
     def flush(self) -> SSEEvent | None:
         """End of stream: dispatch a final event that was not followed by a blank line."""
         return self._dispatch()
@@ -202,12 +218,18 @@ class SSEJSONReader:
         """
         if self._ended or self._done_seen or self._held is not None:
             return None
-        reader = self._reader
-        while (line := reader.ready_line()) is not None:
+        reader, sse = self._reader, self._sse
+        while True:
+            # The common event, one data line and a blank one, in one step.
+            line = reader.ready_data_line() if sse.idle else None
+            if line is not None:
+                event = self._feed(line, one_line_event=True)
+                break
+            if (line := reader.ready_line()) is None:
+                return None
             if (event := self._feed(line)) is not None:
                 break
-        else:
-            return None
+        assert event is not None  # a data line always makes one
         if _is_done(event):
             self._done_seen = True
             return None
@@ -216,11 +238,16 @@ class SSEJSONReader:
             return None
         return self._decoded(event)
 
-    def _feed(self, line: str | None) -> SSEEvent | None:
-        """Feed one line (``None``: the body ended); the event it completes, if any."""
+    def _feed(self, line: str | None, *, one_line_event: bool = False) -> SSEEvent | None:
+        """Feed one line (``None``: the body ended); the event it completes, if any.
+
+        ``one_line_event``: ``line`` is a ``data:`` line whose blank line was taken with it.
+        """
         try:
             if line is None:
                 return self._sse.flush()
+            if one_line_event:
+                return self._sse.feed_data_event(line, self._reader.line_bytes)
             return self._sse.feed_line(line, self._reader.line_bytes)
         except SSEEventTooLarge as exc:
             self._ended = True
