@@ -79,6 +79,9 @@ class Markers:
 _WS = " \t\r\n"
 _SCALAR_START = "-0123456789tfnNI"
 _STRING_STOP = re.compile(r'["\\]')
+#: A JSON string body without these is its own value (no escape; no control character, which
+#: JSON refuses unescaped).
+_NEEDS_DECODING = re.compile(r"[\x00-\x1f\\]")
 _DEEP_CACHE: dict[str, re.Pattern[str]] = {}
 
 # States of the top-level (depth 1) object, tracked to find the name and arguments early.
@@ -211,10 +214,14 @@ class JsonScanner:
                     if self._cap is not None:
                         self._cap.append(s[cs:j])
                         cs = -1
-                        try:
-                            value = scrub_text(json.loads('"' + "".join(self._cap) + '"'))
-                        except ValueError:
-                            value = None
+                        raw = "".join(self._cap)
+                        if _NEEDS_DECODING.search(raw) is None:  # what json.loads would give
+                            value = scrub_text(raw)
+                        else:
+                            try:
+                                value = scrub_text(json.loads('"' + raw + '"'))
+                            except ValueError:
+                                value = None
                         self._cap = None
                     if self._role == _ROLE_KEY:
                         self._key = value
