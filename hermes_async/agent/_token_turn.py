@@ -53,8 +53,7 @@ from hermes_async.inference.rendering import ChatRenderer
 from hermes_async.inference.tokenizer import IncrementalDecoder, Tokenizer
 from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
-from hermes_async.parsers import PARSER_REGISTRY, ToolCallParser, get_parser, list_parsers
-from hermes_async.parsers._values import ToolSchemas
+from hermes_async.parsers import ToolCallParser, get_parser, list_parsers
 from hermes_async.parsers.types import (
     ArgumentsDelta,
     FunctionCall,
@@ -292,12 +291,11 @@ class TokenTurns:
         parser = options.tool_call_parser
         if parser not in list_parsers():  # every turn would fail: refuse it when built
             get_parser(parser)  # raises UnknownParserError, naming the registered ones
-        # One parser per turn, on schemas built once (as ToolCallParser.parse shares them).
+        # One parser per turn, on the schemas of one built here (as ToolCallParser.parse
+        # shares them).
+        first = get_parser(parser, tools=self._schemas or None, tokenizer=tokenizer)
         self._new_parser = functools.partial(
-            PARSER_REGISTRY[parser],
-            tools=self._schemas or None,
-            tokenizer=tokenizer,
-            schemas=ToolSchemas(self._schemas or None),
+            type(first), tools=self._schemas or None, tokenizer=tokenizer, schemas=first.schemas
         )
         self._end_of_turn = end_of_turn_ids(tokenizer, options.end_of_turn)
         self._stop_ids = {tokenizer.eos_token_id, *self._end_of_turn}
