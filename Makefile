@@ -50,10 +50,11 @@ typecheck: venv
 	$(BIN)/mypy
 
 # Test files spread over two worker processes (pytest-xdist), each file whole on one worker (its
-# module fixtures load once). PYTEST_WORKERS=0 runs everything in this process (-s, --pdb).
+# module fixtures load once), in collection order: the longest first (tests/conftest.py's
+# LONGEST_FIRST). PYTEST_WORKERS=0 runs everything in this process (-s, --pdb).
 PYTEST_WORKERS ?= 2
 pytest: venv
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 

@@ -40,6 +40,10 @@ if not any(
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
     """Both backends; a test marked ``virtual_clock`` runs its trio half under a MockClock."""
     name, options = request.param
+    if name == "asyncio" and request.node.get_closest_marker("slow") is not None:
+        # A slow test is the large size of a test whose default size runs in debug mode in
+        # every run: debug mode's per-future stacks would multiply its time, checking no more.
+        return name, {**options, "debug": False}
     if name == "trio" and request.node.get_closest_marker("virtual_clock") is not None:
         import trio.testing
 
@@ -80,7 +84,46 @@ def _put_asyncio_on_uvloop(config: pytest.Config) -> None:
     anyio.pytest_plugin.extract_backend_and_options = with_uvloop
 
 
+#: The longest test files, longest first (seconds per file under `.ci/run`'s settings). With
+#: `--no-loadscope-reorder` (the Makefile's) pytest-xdist hands files to its workers in
+#: collection order: the long ones start at once and the short ones fill in at the end. xdist's
+#: own order (most tests first) started these last, one worker running alone for minutes.
+LONGEST_FIRST = (
+    "tests/tools/browser/test_sessions.py",
+    "tests/parsers/test_hostile_properties.py",
+    "tests/agent/test_loop_cancellation.py",
+    "tests/envs/test_command.py",
+    "tests/envs/test_preflight.py",
+    "tests/envs/test_reference_port.py",
+    "tests/agent/test_rollout_pool.py",
+    "tests/envs/terminalbench/test_env.py",
+    "tests/envs/test_serve.py",
+    "tests/agent/test_partial_acceptance.py",
+    "tests/envs/test_secrets.py",
+    "tests/envs/test_cli.py",
+    "tests/tools/sandbox/test_ssh.py",
+    "tests/envs/test_cli_modes.py",
+    "tests/envs/test_resume.py",
+    "tests/test_cli.py",
+    "tests/agent/test_without_atroposlib.py",
+    "tests/tools/browser/test_bounds.py",
+    "tests/envs/test_token_endpoint_auto.py",
+    "tests/tools/sandbox/test_apptainer.py",
+    "tests/envs/test_swe.py",
+    "tests/tools/sandbox/test_local.py",
+)
+
+
+def _longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    missing = [path for path in LONGEST_FIRST if not (config.rootpath / path).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names missing files: {missing}")
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _longest_first(config, items)
     run_slow = config.getoption("--run-slow") or os.environ.get("HERMES_ASYNC_RUN_SLOW") == "1"
     vllm_url = os.environ.get("HERMES_ASYNC_VLLM_URL")
     skip_slow = pytest.mark.skip(reason="slow: opt in with --run-slow or HERMES_ASYNC_RUN_SLOW=1")
