@@ -31,9 +31,11 @@ order; medians are printed with the ratios peer / ``hermes-chat``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -250,6 +252,7 @@ def _inspect_run(args: argparse.Namespace) -> Prepare:
 
     os.environ.setdefault("SCRIPTED_API_KEY", "unused")
     log_dir = tempfile.mkdtemp(prefix="hermes-bench-inspect-")
+    atexit.register(shutil.rmtree, log_dir, ignore_errors=True)  # after the measurement
 
     def prepare(n: int, label: str) -> Callable[[], int]:
         task = Task(

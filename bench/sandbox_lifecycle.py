@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -135,6 +136,7 @@ class Inspect(Lifecycle):
 
     async def finish(self) -> None:
         await self.env.task_cleanup("bench", self.compose, cleanup=True)
+        shutil.rmtree(self.dir)
 
 
 class Harbor(Lifecycle):
@@ -172,6 +174,9 @@ class Harbor(Lifecycle):
 
     async def close(self, sandbox: Any) -> None:
         await sandbox.stop(delete=True)  # Harbor's default (TrialConfig.environment.delete)
+
+    async def finish(self) -> None:
+        shutil.rmtree(self.dir)  # the trials' log directories
 
 
 def _cpu() -> float:
