@@ -94,7 +94,7 @@ class _Phase2Turn:
         parser: A fresh parser for this completion.
         decoder: A fresh incremental decoder for this completion.
         stop_ids: End-of-turn ids: sampled (and trained on) but not text for the parser.
-        early_dispatch: Submit each call as soon as it is sealed.
+        early_dispatch: As AgentOptions.early_dispatch.
     """
 
     def __init__(
