@@ -43,7 +43,7 @@ async def _wait_for(predicate: object, timeout: float = 10.0) -> bool:
 # while checking nothing more. The other browser tests run in debug mode.
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {"debug": False})], ids=["asyncio"])
 @pytest.mark.parametrize(
-    "rollouts", [40, pytest.param(200, marks=[pytest.mark.slow, pytest.mark.timeout(480)])]
+    "rollouts", [24, pytest.param(200, marks=[pytest.mark.slow, pytest.mark.timeout(480)])]
 )
 async def test_rollouts_half_cancelled_leave_nothing_open(
     browser_engine: str, site: Site, rollouts: int
