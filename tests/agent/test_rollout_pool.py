@@ -135,8 +135,7 @@ async def test_rollouts_on_four_servers_affinity_failover_and_a_429_storm(
     storm = range(groups * 3 // 4, groups)
     turns = Turns()
     limits = Limits()
-    # A limit of 8 halves to 4 in the storm and climbs back in ~22 successes (16: ~92).
-    options = PoolOptions(max_limit=8, eject_base_seconds=0.5, decrease_interval_seconds=0.1)
+    options = PoolOptions(max_limit=16, eject_base_seconds=0.5, decrease_interval_seconds=0.1)
     done: list[ScoredGroup] = []
     async with open_pool(turns, options, limits) as (servers, pool):
         with anyio.fail_after(1500):
@@ -183,8 +182,8 @@ async def test_rollouts_on_four_servers_affinity_failover_and_a_429_storm(
             # Recovery: keep serving until the limit is back at the top (bounded).
             extra = groups
             while pool.statistics().servers[2].limit < options.max_limit:
-                await run_groups(pool, range(extra, extra + 4), limits, done, concurrent=4)
-                extra += 4
+                await run_groups(pool, range(extra, extra + 16), limits, done, concurrent=16)
+                extra += 16
             trace = pool.limit_trace(2)
     after = [limit for _, limit in trace[storm_start + len(in_storm) :]]
     print(f"\nserver 2's limit during the storm: {in_storm}\nafter it: {after}")
@@ -193,7 +192,7 @@ async def test_rollouts_on_four_servers_affinity_failover_and_a_429_storm(
     assert_all_succeeded(done, extra * GROUP)
     assert min(in_storm) <= options.max_limit // 2 < options.max_limit == trace[-1][1]
     # No retry storm: the pool honours Retry-After (nothing sent to the server for 0.5 s after a
-    # 429 came back), so the 429s come at most a limit's worth per 0.5 s of storm.
+    # 429 came back), so the 429s come at most a limit's worth (16) per 0.5 s of storm.
     windows = (storm_seconds / 0.5) + 1
     assert rate_limited and len(rate_limited) <= options.max_limit * windows, (
         len(rate_limited),
