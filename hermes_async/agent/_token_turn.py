@@ -15,7 +15,7 @@ import logging
 import math
 import re
 from array import array
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 
 import anyio
 
@@ -519,19 +519,8 @@ class TokenTurns:
             broken: InferenceError | None = None
             try:
                 async with self._server.stream(_joined(prompt, step.token_ids), params) as deltas:
-                    # This library's streams hand over every delta already received at once.
-                    batched = isinstance(deltas, TokenStream)
-                    iterator = aiter(deltas)
-                    while True:
-                        if batched:
-                            batch = await deltas.next_batch()
-                            if batch is None:
-                                break
-                        else:
-                            try:
-                                batch = [await anext(iterator)]
-                            except StopAsyncIteration:
-                                break
+                    next_batch = _batches(deltas)
+                    while (batch := await next_batch()) is not None:
                         self._take(step, runner, batch, start, deltas)
             except (StreamInterruptedError, ServerTimeoutError, ServerConnectError) as exc:
                 # A stream cut by a pausing server is an abort; any other break is a failure.
@@ -576,6 +565,8 @@ class TokenTurns:
     ) -> None:
         """Feed ``batch`` to ``step`` once every id in it is checked."""
         size = self._vocab_size
+        # The clock only until the first token (time to first token).
+        elapsed = anyio.current_time() - start if step.ttft is None else 0.0
         for at, delta in enumerate(batch):
             ids = delta.token_ids
             # Whatever client this is: an id the tokenizer cannot have made never reaches the
@@ -583,10 +574,8 @@ class TokenTurns:
             # are taken, as one by one.
             if ids and not 0 <= min(ids) <= max(ids) < size:
                 if at:
-                    self._take(step, runner, batch[:at], start, stream)
+                    step.feed(batch[:at], runner, elapsed)
                 raise _outside_vocabulary(ids, size, step, stream)
-        # The clock only until the first token (time to first token).
-        elapsed = anyio.current_time() - start if step.ttft is None else 0.0
         step.feed(batch, runner, elapsed)
 
     def _place(
@@ -642,6 +631,21 @@ class TokenTurns:
         if text is None:
             text = self._stop_texts[token_id] = self._tokenizer.decode([token_id])
         return text
+
+
+def _batches(deltas: AsyncIterator[TokenDelta]) -> Callable[[], Awaitable[list[TokenDelta] | None]]:
+    """The next deltas of ``deltas``, ``None`` at its end: this library's streams give every
+    delta already received at once, any other client's one at a time."""
+    if isinstance(deltas, TokenStream):
+        return deltas.next_batch
+
+    async def one() -> list[TokenDelta] | None:
+        try:
+            return [await anext(deltas)]
+        except StopAsyncIteration:
+            return None
+
+    return one
 
 
 def _first_prompt(

@@ -278,16 +278,14 @@ class SSEJSONReader:
 
     async def _drain(self) -> None:
         reader = self._reader
-        try:
-            if reader.response.body_received:  # nothing to wait for: no timer needed
+        # A body already in needs no timer: reading it never waits.
+        deadline = math.inf if reader.response.body_received else DRAIN_SECONDS
+        with anyio.move_on_after(deadline):
+            try:
                 while await reader.readline() is not None:
                     pass
-                return
-            with anyio.move_on_after(DRAIN_SECONDS):
-                while await reader.readline() is not None:
-                    pass
-        except ModelServerError:  # the stream already ended well; only reuse is lost
-            pass
+            except ModelServerError:  # the stream already ended well; only reuse is lost
+                pass
 
 
 def _is_done(event: SSEEvent) -> bool:
