@@ -11,7 +11,7 @@ import os
 import pathlib
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -88,13 +88,41 @@ def make_provider(name: str, workdir: pathlib.Path, **fake_options: object) -> P
     return Provider(name, daytona, build_daytona, "fs.upload_file", "delete", "DAYTONA_API_KEY")
 
 
+def creating(started: anyio.Event) -> Callable[[], float]:
+    """A create latency of 0.5 s that sets ``started`` when the provider begins the create."""
+
+    def latency() -> float:
+        started.set()
+        return 0.5
+
+    return latency
+
+
+async def cancelled_once(started: anyio.Event, call: Callable[[], Awaitable[object]]) -> bool:
+    """Run ``call`` and cancel it once ``started`` is set; whether the cancel was caught.
+
+    The cancel waits for the create to begin, not for a fixed time: on a busy machine the
+    start-up sweep alone can take longer than any short timer.
+    """
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+
+            async def cancel_when_started() -> None:
+                await started.wait()
+                scope.cancel()
+
+            tg.start_soon(cancel_when_started)
+            await call()
+            tg.cancel_scope.cancel()
+    return scope.cancelled_caught
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_cancel_during_create_deletes_the_sandbox(tmp_path: pathlib.Path, kind: str) -> None:
-    provider = make_provider(kind, tmp_path, create_delay_seconds=0.5)
+    started = anyio.Event()
+    provider = make_provider(kind, tmp_path, create_delay_seconds=creating(started))
     factory = provider.build()
-    with anyio.move_on_after(0.1) as scope:
-        await factory("t")
-    assert scope.cancelled_caught
+    assert await cancelled_once(started, lambda: factory("t"))
     # The create was under way (the provider had made the sandbox) when the cancel came; it
     # was deleted once its id arrived, not left for the reaper.
     assert len(provider.fake.sandboxes) == 1
@@ -107,11 +135,11 @@ async def test_cancel_during_create_deletes_the_sandbox(tmp_path: pathlib.Path, 
 async def test_cancel_during_a_managers_create_leaves_nothing(
     tmp_path: pathlib.Path, kind: str
 ) -> None:
-    provider = make_provider(kind, tmp_path, create_delay_seconds=0.5)
+    started = anyio.Event()
+    provider = make_provider(kind, tmp_path, create_delay_seconds=creating(started))
     factory = provider.build()
     async with SandboxManager(factory) as manager:
-        with anyio.move_on_after(0.1):
-            await manager.get("t")
+        assert await cancelled_once(started, lambda: manager.get("t"))
         assert provider.fake.live == []  # gone before the manager closes (and reaps)
 
 
