@@ -114,8 +114,9 @@ async def abort_quietly(route: Any, error_code: str = "failed") -> None:
     if not aborted:
         # Playwright's dispatch task waits until the route is handled, and an abort that failed
         # or timed out never tells it: settle it without sending the request anywhere.
-        settle = getattr(route, "_report_handled", None)
-        if callable(settle) and getattr(route, "_handling_promise", None) is not None:
+        inner = getattr(route, "_impl_obj", route)  # the public Route wraps Playwright's own
+        settle = getattr(inner, "_report_handled", None)
+        if callable(settle) and getattr(inner, "_handling_promise", None) is not None:
             settle(True)
 
 

@@ -132,6 +132,39 @@ async def test_rollouts_half_cancelled_leave_nothing_open(
     print(f"\n{rollouts} rollouts ({outcomes}) in {elapsed:.1f} s")
 
 
+async def test_a_route_whose_abort_fails_is_settled(
+    browser_engine: str, site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Serving fails, then the abort fails too (as when the driver is slow or the page is going
+    # away). Playwright's dispatch task for that route must still end: it waits until the route
+    # is handled, and nothing told it.
+    import playwright.async_api
+
+    from hermes_async.tools.browser import session as session_module
+
+    async def broken_serve(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("serving failed")
+
+    async def broken_abort(self: object, error_code: str | None = None) -> None:
+        raise playwright.async_api.Error("abort failed")
+
+    monkeypatch.setattr(session_module, "serve_request", broken_serve)
+    monkeypatch.setattr(playwright.async_api.Route, "abort", broken_abort)
+    site.pages = {"/": Page(PAGE)}
+    tasks_before = set(asyncio.all_tasks())
+    async with BrowserManager(settings_for_tests(navigation_timeout=2.0)) as manager:
+        session = await manager.get("broken")
+        result = await session.navigate(site.url("/"))
+        assert not result["success"]  # the request was never answered
+        await manager.release("broken")
+
+    def routes_pending() -> list[str]:
+        left = set(asyncio.all_tasks()) - tasks_before - {asyncio.current_task()}
+        return [name for t in left if "_on_route" in (name := repr(t.get_coro()))]
+
+    assert await _wait_for(lambda: not routes_pending(), timeout=10.0), routes_pending()
+
+
 async def test_release_is_idempotent_and_a_session_block_releases(
     manager: BrowserManager, site: Site
 ) -> None:
