@@ -110,6 +110,27 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> No
             await anyio.sleep(0.01)
 
 
+def processes_mentioning(text: str) -> list[int]:
+    """Live host processes (not zombies, not this one) whose command line contains ``text``.
+
+    A namespaced world's launcher, supervisor and bubblewrap all name its directory.
+    """
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if text.encode() in cmdline and state not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
+
+
 def open_fds() -> set[str]:
     """This process's open file descriptors."""
     return set(os.listdir("/proc/self/fd"))

@@ -25,6 +25,7 @@ from hermes_async.service.ray import RayWorkerPool
 from hermes_async.service.wire import GroupRequest, GroupResult
 from hermes_async.service.worker import WorkerOptions
 from hermes_async.tools.sandbox.leftovers import count_sandboxes
+from tests.support import processes_mentioning
 
 pytestmark = [
     pytest.mark.ray,
@@ -168,6 +169,11 @@ async def test_a_killed_actor_loses_nothing_and_leaves_nothing(
     assert report.roots == 1
     assert count_sandboxes(str(parent)) == 0
     assert sorted(os.listdir(parent)) == []
+    # No process of a world is left either (worlds being built when the actor died included).
+    with anyio.move_on_after(15):
+        while processes_mentioning(str(parent)):
+            await anyio.sleep(0.1)
+    assert processes_mentioning(str(parent)) == []
 
 
 async def test_a_batch_cancelled_from_the_driver_releases_every_sandbox(

@@ -578,10 +578,11 @@ class Namespace:
                 f"chown {owner} " + " ".join(shlex.quote(d) for d in dirs),
                 f"chmod 1777 {shlex.quote(fs + '/tmp')}",
                 # This shell is the supervisor: bubblewrap's parent, waiting for end-of-file on
-                # the host's pipe (our close, or this process's death); then it exits and
-                # bubblewrap's --die-with-parent takes the world down.
-                shlex.join(bwrap) + " &",
+                # the host's pipe (our close, or this process's death); then it ends the world.
+                shlex.join(bwrap) + " >/dev/null &",
+                "world=$!",
                 "read -r _ || true",
+                *_END_OF_WORLD,
             ]
         )
         setup.append(
@@ -595,7 +596,10 @@ class Namespace:
                 ["/bin/sh", "-c", script, "hermes-launch"],
                 timeout=START_TIMEOUT_SECONDS,
                 stdin=subprocess.PIPE,  # the supervisor's lifeline (see the module doc)
-                stdout=subprocess.DEVNULL,
+                # The supervisor holds a read end of bubblewrap's report: if we die first,
+                # the report cannot fail with SIGPIPE and kill bubblewrap before it wakes
+                # the world's PID 1 (see _END_OF_WORLD).
+                stdout=info_r,
                 stderr=subprocess.PIPE,
                 env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
                 start_new_session=True,
@@ -842,6 +846,21 @@ class Namespace:
         with anyio.move_on_after(5):
             await self.launcher.aclose()
 
+
+# The supervisor's last step. --die-with-parent misses a world still being set up: bubblewrap
+# dies before it wakes the world's PID 1, which then waits forever. So the supervisor stops
+# bubblewrap (it can fork nothing more), kills its child (PID 1: the kernel ends the world)
+# and bubblewrap. The parent check keeps a reused pid safe.
+_END_OF_WORLD = (
+    'if read -r _ _ state ppid _ 2>/dev/null </proc/"$world"/stat && [ "$ppid" = $$ ]; then',
+    '  kill -STOP "$world" 2>/dev/null || true',
+    "  n=0",  # a loaded machine can take a while to schedule the stop: up to ~5 s
+    '  while [ $n -lt 500 ] && [ "$state" != T ] && [ "$state" != Z ] &&',
+    '    read -r _ _ state _ 2>/dev/null </proc/"$world"/stat; do sleep 0.01; n=$((n + 1)); done',
+    '  kill -KILL $(cat /proc/"$world"/task/"$world"/children 2>/dev/null || true) "$world" \\',
+    "    2>/dev/null || true",
+    "fi",
+)
 
 _KEEPER_CMDLINE = b"sleep\x002147483647\x00"
 

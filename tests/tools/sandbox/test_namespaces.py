@@ -27,7 +27,7 @@ from hermes_async.tools.sandbox.namespaces import (
     NamespaceOptions,
     processes_in_pid_namespace,
 )
-from tests.support import scaled
+from tests.support import processes_mentioning, scaled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.namespaces]
 
@@ -54,24 +54,6 @@ def _foreground_escapes(marker: str) -> str:
         f"env -i setsid -f sh -c ': > .esc2; exec sleep {marker}2'; "
         "while [ ! -e .esc1 ] || [ ! -e .esc2 ]; do sleep 0.01; done; rm -f .esc1 .esc2"
     )
-
-
-def _sleepers(marker: str) -> list[int]:
-    """Host pids of live processes whose command line contains ``marker`` (a /proc scan)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(name))
-    return found
 
 
 async def test_the_world_hides_the_host(tmp_path: pathlib.Path) -> None:
@@ -120,13 +102,13 @@ async def test_close_kills_every_escape_without_a_proc_scan(
             f"sh -c 'sleep {marker}5 & exec sleep {marker}6' & trap '' TERM HUP; sleep {marker}7"
         )
         with anyio.fail_after(30):  # a loaded machine starts shells slowly
-            while len(_sleepers(marker)) < 7:
+            while len(processes_mentioning(marker)) < 7:
                 await anyio.sleep(0.05)
         namespace = sb.namespace
         assert namespace is not None
     finally:
         await sb.aclose()  # also when an assertion failed: nothing left for the next case
-    assert _sleepers(marker) == []
+    assert processes_mentioning(marker) == []
     assert processes_in_pid_namespace(namespace.pid_namespace) == []
     assert not os.path.exists(sb.root)
     for cgroup in namespace.cgroups:
@@ -157,8 +139,49 @@ async def test_a_crashed_host_process_takes_its_worlds_with_it(tmp_path: pathlib
     assert result.returncode == 3, result.stderr.decode()
     inode = int(result.stdout.decode().split()[-1])
     with anyio.fail_after(10):
-        while processes_in_pid_namespace(inode) or _sleepers("666612"):
+        while processes_in_pid_namespace(inode) or processes_mentioning("666612"):
             await anyio.sleep(0.05)
+
+
+_CRASH_WHILE_BUILDING = """
+import os, sys, anyio
+from hermes_async.tools.sandbox.local import local_factory
+
+async def main():
+    factory = local_factory(sys.argv[1], isolation="namespaces")
+    made = 0
+
+    async def build_and_close():
+        nonlocal made
+        while True:
+            sandbox = await factory("building")
+            made += 1
+            if made == 16:
+                os._exit(3)  # no cleanup, while the other loops' worlds are being built
+            await sandbox.aclose()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(build_and_close)
+
+anyio.run(main)
+"""
+
+
+async def test_a_host_process_killed_mid_creation_leaves_no_world(tmp_path: pathlib.Path) -> None:
+    # A world whose bubblewrap dies before it wakes the world's PID 1 is not covered by
+    # --die-with-parent: the supervisor ends it (this left PID 1s behind when a Ray actor died).
+    for _ in range(2):
+        result = await anyio.run_process(
+            [sys.executable, "-c", _CRASH_WHILE_BUILDING, str(tmp_path)],
+            check=False,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
+        assert result.returncode == 3, result.stderr.decode()
+    with anyio.move_on_after(15):
+        while processes_mentioning(str(tmp_path)):
+            await anyio.sleep(0.05)
+    assert processes_mentioning(str(tmp_path)) == []
 
 
 @pytest.mark.parametrize("interrupted", [False, True], ids=["graceful", "interrupted"])
@@ -205,7 +228,7 @@ async def test_many_sandboxes_of_escapes_leave_nothing(tmp_path: pathlib.Path, n
                 for i in range(n):
                     tg.start_soon(one, i)
         with anyio.fail_after(120):  # the background sleepers start on their own time
-            while (alive := len(_sleepers(marker))) < 4 * n:
+            while (alive := len(processes_mentioning(marker))) < 4 * n:
                 await anyio.sleep(0.1)
         started = anyio.current_time() - start
         release_start = anyio.current_time()
@@ -214,7 +237,7 @@ async def test_many_sandboxes_of_escapes_leave_nothing(tmp_path: pathlib.Path, n
                 await m.release_all()
             lag = monitor.statistics()
         released = anyio.current_time() - release_start
-    left = _sleepers(marker)
+    left = processes_mentioning(marker)
     in_worlds = sum(len(processes_in_pid_namespace(i)) for i in set(inodes))
     print(
         f"{n} sandboxes: up with escapes in {started:.1f}s ({alive} sleepers alive), released "
@@ -415,22 +438,6 @@ async def test_a_read_only_bind_is_reachable_through_parents_nothing_shows() -> 
         shutil.rmtree(host, ignore_errors=True)
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    """Host pids whose command line contains ``text`` (the launcher, supervisor and bubblewrap
-    of a world all name its directory)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                if text.encode() in f.read():
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
-
-
 async def test_cancelled_starts_leave_nothing(tmp_path: pathlib.Path) -> None:
     """Cancelling a namespaced sandbox's creation at any moment leaves no process, no cgroup
     and no directory (the cancellation matrix's 'during sandbox start' on the real kernel)."""
@@ -449,7 +456,7 @@ async def test_cancelled_starts_leave_nothing(tmp_path: pathlib.Path) -> None:
             await sb.aclose()
     assert any(outcomes), outcomes  # at least some starts were really cut short
     with anyio.fail_after(15):
-        while _processes_mentioning(str(tmp_path)):
+        while processes_mentioning(str(tmp_path)):
             await anyio.sleep(0.05)
     assert list(tmp_path.iterdir()) == []
     for base in (_host().cgroups.memory, _host().cgroups.pids):
