@@ -3,7 +3,7 @@
 Every command of a sandbox joins one long-lived world (``nsenter`` into bubblewrap's PID 1),
 so membership is decided by the kernel, never by anything a command controls. Close kills PID
 1 through a pidfd; the kernel ends the rest. If this process dies, the supervisor's pipe closes
-and ``--die-with-parent`` ends the world. The design, its costs and the rejected alternatives:
+and the supervisor ends the world. The design, its costs and the rejected alternatives:
 docs/decisions/070-namespaced-worlds.md.
 """
 
