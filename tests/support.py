@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,25 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> No
     with anyio.fail_after(timeout):
         while not condition():
             await anyio.sleep(0.01)
+
+
+async def cancelled_once_set(event: anyio.Event, call: Callable[[], Awaitable[object]]) -> bool:
+    """Run ``call``, cancel it once ``event`` is set; whether the cancellation was caught.
+
+    For "cancel while X is under way": wait for X, not for a fixed time, which a busy machine
+    can outlast before X has begun.
+    """
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+
+            async def cancel_when_set() -> None:
+                await event.wait()
+                scope.cancel()
+
+            tg.start_soon(cancel_when_set)
+            await call()
+            tg.cancel_scope.cancel()
+    return scope.cancelled_caught
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -11,7 +11,7 @@ import os
 import pathlib
 import random
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -30,7 +30,7 @@ from hermes_async.tools.sandbox.daytona import DaytonaBackend, DaytonaSandboxCon
 from hermes_async.tools.sandbox.e2b import E2BBackend, E2BSandboxConfig
 from hermes_async.tools.sandbox.errors import SandboxUnavailableError
 from hermes_async.tools.sandbox.manager import SandboxManager
-from tests.support import SOAK
+from tests.support import SOAK, cancelled_once_set
 
 pytestmark = pytest.mark.anyio
 
@@ -98,31 +98,12 @@ def creating(started: anyio.Event) -> Callable[[], float]:
     return latency
 
 
-async def cancelled_once(started: anyio.Event, call: Callable[[], Awaitable[object]]) -> bool:
-    """Run ``call`` and cancel it once ``started`` is set; whether the cancel was caught.
-
-    The cancel waits for the create to begin, not for a fixed time: on a busy machine the
-    start-up sweep alone can take longer than any short timer.
-    """
-    with anyio.CancelScope() as scope:
-        async with anyio.create_task_group() as tg:
-
-            async def cancel_when_started() -> None:
-                await started.wait()
-                scope.cancel()
-
-            tg.start_soon(cancel_when_started)
-            await call()
-            tg.cancel_scope.cancel()
-    return scope.cancelled_caught
-
-
 @pytest.mark.parametrize("kind", KINDS)
 async def test_cancel_during_create_deletes_the_sandbox(tmp_path: pathlib.Path, kind: str) -> None:
     started = anyio.Event()
     provider = make_provider(kind, tmp_path, create_delay_seconds=creating(started))
     factory = provider.build()
-    assert await cancelled_once(started, lambda: factory("t"))
+    assert await cancelled_once_set(started, lambda: factory("t"))
     # The create was under way (the provider had made the sandbox) when the cancel came; it
     # was deleted once its id arrived, not left for the reaper.
     assert len(provider.fake.sandboxes) == 1
@@ -139,7 +120,7 @@ async def test_cancel_during_a_managers_create_leaves_nothing(
     provider = make_provider(kind, tmp_path, create_delay_seconds=creating(started))
     factory = provider.build()
     async with SandboxManager(factory) as manager:
-        assert await cancelled_once(started, lambda: manager.get("t"))
+        assert await cancelled_once_set(started, lambda: manager.get("t"))
         assert provider.fake.live == []  # gone before the manager closes (and reaps)
 
 
