@@ -50,10 +50,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from _scripted import serve, server_process, tool_turns
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
 from hermes_async.agent._prompt_ids import first_prompt_gate
+from hermes_async.agent._start_ramp import start_gate
 from hermes_async.gc_tuning import GCState, restore_gc, tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
@@ -177,15 +179,22 @@ async def run_rollouts(
     model_requests: int | None = None,
     first_prompts: float | None = None,
     one_loop: bool = False,
+    spawn_per_pass: int | None = None,
+    starts_per_pass: float | None = None,
 ) -> tuple[float, int, Any, list[float], Stall]:
     """Run ``n`` rollouts at once; ``(seconds, completed, lag statistics, lag samples, start-up
     stall)``: the start-up stall is the longest lag until every rollout reached its first tool
     call (the loop was started on ``n`` rollouts at once, or ramped over ``ramp`` seconds), and
     the most CPU the loop's thread spent between two 5 ms ticks until then (a starved process
     does not inflate it). ``first_prompts``: the loop's first-prompt gate
-    (``hermes_async.agent._prompt_ids``; ``inf``: no gate), else the library's."""
+    (``hermes_async.agent._prompt_ids``; ``inf``: no gate), else the library's.
+    ``spawn_per_pass``: the caller yields to the loop after every this many ``start_soon``
+    calls (``None``: all in one pass). ``starts_per_pass``: the loop's start ramp
+    (``hermes_async.agent._start_ramp``; ``inf``: no ramp), else the library's."""
     if first_prompts is not None:
         first_prompt_gate().total_tokens = first_prompts
+    if starts_per_pass is not None:
+        start_gate().total_tokens = starts_per_pass
     tokenizer = load_tokenizer()
     first_calls: set[str] = set()
     started_at: list[int] = []  # lag samples taken when the last rollout made its first call
@@ -259,6 +268,8 @@ async def run_rollouts(
             async with anyio.create_task_group() as tg:
                 for i in range(n):
                     tg.start_soon(one, i)
+                    if spawn_per_pass and (i + 1) % spawn_per_pass == 0:
+                        await anyio.lowlevel.checkpoint()
             elapsed = anyio.current_time() - start
             stats = monitor.statistics()
             samples = monitor.samples()
@@ -322,6 +333,8 @@ async def idle_rss_per_rollout(
     model_requests: int | None,
     first_prompts: float | None = None,
     one_loop: bool = False,
+    spawn_per_pass: int | None = None,
+    starts_per_pass: float | None = None,
 ) -> tuple[float, Stall]:
     """Park all N rollouts inside their first tool call: ``(RSS growth / N in bytes, the
     start-up stall)``."""
@@ -357,6 +370,8 @@ async def idle_rss_per_rollout(
             model_requests=model_requests,
             first_prompts=first_prompts,
             one_loop=one_loop,
+            spawn_per_pass=spawn_per_pass,
+            starts_per_pass=starts_per_pass,
         )
     return result[0], stall
 
@@ -398,16 +413,24 @@ async def main(args: argparse.Namespace) -> None:
         rss: dict[int, float] = {}
         try:
             for n in sizes:
-                # The first-prompt gates side by side, order alternating per round.
+                # The settings side by side, order alternating per round.
                 gates = [None] if args.first_prompts is None else args.first_prompts
-                sides = [(gate, setting) for setting in gc_settings for gate in gates]
+                sides = [
+                    (gate, setting, spawn, ramp)
+                    for setting in gc_settings
+                    for gate in gates
+                    for spawn in args.spawn_per_pass
+                    for ramp in args.starts_per_pass
+                ]
                 for r in range(0 if args.no_rss else args.rss_rounds):
-                    for gate, setting in sides[r % len(sides) :] + sides[: r % len(sides)]:
+                    for gate, setting, spawn, ramp in (
+                        sides[r % len(sides) :] + sides[: r % len(sides)]
+                    ):
                         if len(gc_settings) > 1:
                             gc_state = apply_gc(setting, gc_state)
                         GC_WATCH.clear()
                         rss[n], stall = await idle_rss_per_rollout(
-                            base_url, n, args.model_requests, gate, args.one_loop
+                            base_url, n, args.model_requests, gate, args.one_loop, spawn, ramp
                         )
                         gc_max = max(GC_WATCH.pauses, default=0.0) * 1e3
                         print(
@@ -415,7 +438,9 @@ async def main(args: argparse.Namespace) -> None:
                             f"{gate or 'library'}: RSS per idle "
                             f"rollout {rss[n] / 1024:.1f} KB, start-up stall {stall.wall * 1e3:.0f} "
                             f"ms lag, {stall.cpu * 1e3:.0f} ms loop CPU between ticks (all {n} "
-                            f"started at once, parked in a tool call); GC max pause {gc_max:.0f} "
+                            f"started, {spawn or 'all'} per caller pass, start ramp "
+                            f"{ramp or 'library'}, parked in a tool call); "
+                            f"GC max pause {gc_max:.0f} "
                             f"ms ({GC_WATCH.by_generation()})",
                             flush=True,
                         )
@@ -494,6 +519,19 @@ if __name__ == "__main__":
         help="idle pass: first-prompt gate totals side by side (inf: no gate), e.g. 32,inf",
     )
     parser.add_argument("--rss-rounds", type=int, default=1, help="idle passes per gate")
+    parser.add_argument(
+        "--spawn-per-pass",
+        type=lambda s: [None if x == "all" else int(x) for x in s.split(",")],
+        default=[None],
+        help="idle pass: the caller yields after this many start_soon calls, side by side "
+        "(all: every rollout started in one pass, the default), e.g. all,500",
+    )
+    parser.add_argument(
+        "--starts-per-pass",
+        type=lambda s: [math.inf if x == "inf" else int(x) for x in s.split(",")],
+        default=[None],
+        help="idle pass: start-ramp totals side by side (inf: no ramp), e.g. 32,inf",
+    )
     parser.add_argument(
         "--one-loop",
         action="store_true",

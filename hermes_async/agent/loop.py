@@ -21,6 +21,7 @@ import anyio
 
 from hermes_async._otel import span
 from hermes_async.agent._chat_turn import ChatServer, ChatTurns
+from hermes_async.agent._start_ramp import StartRamp
 from hermes_async.agent._token_turn import TokenTurns
 from hermes_async.agent._tool_runner import RunTools, ToolSettings
 from hermes_async.agent._transcript import first_user_content
@@ -234,30 +235,34 @@ class HermesAgentLoop:
         **Cancellation**: the model request and running tools are cancelled, the sandbox is
         released and the cancellation propagates; :attr:`partial` stays consistent.
         """
-        task_id = task_id or self.task_id
-        attributes = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": _AGENT_NAME,
-            "hermes_async.task_id": task_id,
-        }
-        # One invoke_agent span per run, whoever started it (a rollout's span is its parent).
-        with span(f"invoke_agent {_AGENT_NAME}", attributes) as traced:
-            provider = sandboxes or self.sandboxes or current_sandbox_manager()
-            if provider is None:
-                # Reference-style use outside an environment: this run owns a private manager.
-                # What open_sandbox_manager does, without its generator frame held for the run.
-                async with SandboxManager(
-                    standalone_factory()[1], limits=self.limits, idle_timeout=None
-                ) as private:
-                    with use_sandbox_manager(private):
-                        result = await self._run(messages, task_id, seed, private, deadline, abort)
-            else:
-                result = await self._run(messages, task_id, seed, provider, deadline, abort)
-            traced.set("hermes_async.turns", result.turns_used)
-            traced.set("hermes_async.finished_naturally", result.finished_naturally)
-            if result.failure is not None:
-                traced.error(result.failure.message)
-            return result
+        # First: thousands started in one pass wait here, before any of their set-up.
+        async with StartRamp():
+            task_id = task_id or self.task_id
+            attributes = {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": _AGENT_NAME,
+                "hermes_async.task_id": task_id,
+            }
+            # One invoke_agent span per run, whoever started it (a rollout's span is its parent).
+            with span(f"invoke_agent {_AGENT_NAME}", attributes) as traced:
+                provider = sandboxes or self.sandboxes or current_sandbox_manager()
+                if provider is None:
+                    # Reference-style use outside an environment: this run owns a private manager.
+                    # What open_sandbox_manager does, without its generator frame held for the run.
+                    async with SandboxManager(
+                        standalone_factory()[1], limits=self.limits, idle_timeout=None
+                    ) as private:
+                        with use_sandbox_manager(private):
+                            result = await self._run(
+                                messages, task_id, seed, private, deadline, abort
+                            )
+                else:
+                    result = await self._run(messages, task_id, seed, provider, deadline, abort)
+                traced.set("hermes_async.turns", result.turns_used)
+                traced.set("hermes_async.finished_naturally", result.finished_naturally)
+                if result.failure is not None:
+                    traced.error(result.failure.message)
+                return result
 
     async def _run(
         self,

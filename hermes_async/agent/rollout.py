@@ -25,6 +25,7 @@ import anyio
 from hermes_async._groups import single_errors
 from hermes_async._otel import span
 from hermes_async._redact import redact
+from hermes_async.agent._start_ramp import StartRamp
 from hermes_async.agent._watch import WatchedSandboxes
 from hermes_async.agent.context import ToolContext
 from hermes_async.agent.failures import (
@@ -782,7 +783,7 @@ async def run_rollout(
     bounded), a private manager is closed, and the cancellation propagates.
     """
     _check_call(messages, options, setup)
-    async with _open_batch(server, tools, setup, options) as batch:
+    async with StartRamp(), _open_batch(server, tools, setup, options) as batch:
         return await batch.rollout(messages, task_id or str(uuid.uuid4()), 0)
 
 
@@ -851,7 +852,7 @@ async def run_group(
     def give_up() -> bool:
         return lost
 
-    async with _open_batch(server, tools, setup, options) as batch:
+    async with StartRamp(), _open_batch(server, tools, setup, options) as batch:
         group_snapshot = None
         if sandbox_setup is not None and snapshot:
             group_snapshot = await prepare_group(
