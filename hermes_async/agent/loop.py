@@ -235,7 +235,9 @@ class HermesAgentLoop:
         **Cancellation**: the model request and running tools are cancelled, the sandbox is
         released and the cancellation propagates; :attr:`partial` stays consistent.
         """
-        # First: thousands started in one pass wait here, before any of their set-up.
+        result = AgentResult(messages=messages)
+        self.partial = result  # this run's, from the start: also if cancelled before it begins
+        # Thousands started in one pass wait here, before any of their set-up.
         async with StartRamp():
             task_id = task_id or self.task_id
             attributes = {
@@ -253,11 +255,9 @@ class HermesAgentLoop:
                         standalone_factory()[1], limits=self.limits, idle_timeout=None
                     ) as private:
                         with use_sandbox_manager(private):
-                            result = await self._run(
-                                messages, task_id, seed, private, deadline, abort
-                            )
+                            await self._run(result, task_id, seed, private, deadline, abort)
                 else:
-                    result = await self._run(messages, task_id, seed, provider, deadline, abort)
+                    await self._run(result, task_id, seed, provider, deadline, abort)
                 traced.set("hermes_async.turns", result.turns_used)
                 traced.set("hermes_async.finished_naturally", result.finished_naturally)
                 if result.failure is not None:
@@ -266,20 +266,18 @@ class HermesAgentLoop:
 
     async def _run(
         self,
-        messages: list[dict[str, Any]],
+        result: AgentResult,
         task_id: str,
         seed: int | None,
         sandboxes: SandboxProvider,
         deadline: float | None,
         abort: RunAbort | None,
-    ) -> AgentResult:
-        result = AgentResult(messages=messages)
-        self.partial = result
+    ) -> None:
         options = self.options
         runtime = ToolRuntime(
             task_id=task_id,
             limits=self.limits,
-            user_task=first_user_content(messages),
+            user_task=first_user_content(result.messages),
             sandboxes=sandboxes,
             terminal_timeout=options.terminal_timeout,
             skills_dir=options.skills_dir,
@@ -330,7 +328,6 @@ class HermesAgentLoop:
         if failure is not None and failure is not result.failure:
             result.failure = failure
             result.error = failure.message
-        return result
 
 
 async def _release(

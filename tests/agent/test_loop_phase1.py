@@ -8,9 +8,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from hermes_async.agent import AgentOptions, AgentResult, HermesAgentLoop
+from hermes_async.agent._start_ramp import STARTS_PER_PASS
 from hermes_async.jsontypes import JSONObject
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime, get_tool_definitions
 from tests.support import cancelled_once_set
@@ -207,6 +209,20 @@ async def test_rollout_deadline_returns_partial() -> None:
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
     assert messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"]
     assert "not completed: rollout deadline of 0.5 s exceeded" in messages[2]["content"]
+
+
+async def test_runs_cancelled_before_they_begin_leave_their_partial() -> None:
+    # More runs than the start ramp admits in a pass: most are cancelled while they wait.
+    loops = [_loop(ScriptServer([_reply("done")])) for _ in range(STARTS_PER_PASS * 3)]
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            for i, loop in enumerate(loops):
+                tg.start_soon(loop.run, [{"role": "user", "content": f"task {i}"}])
+            await anyio.lowlevel.checkpoint()
+            scope.cancel()
+    for i, loop in enumerate(loops):
+        assert isinstance(loop.partial, AgentResult)
+        assert loop.partial.messages[0]["content"] == f"task {i}"
 
 
 async def test_outer_cancellation_propagates_and_partial_is_readable() -> None:
