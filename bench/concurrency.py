@@ -54,8 +54,7 @@ import anyio.lowlevel
 from _scripted import serve, server_process, tool_turns
 
 from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
-from hermes_async.agent._prompt_ids import first_prompt_gate
-from hermes_async.agent._start_ramp import start_gate
+from hermes_async.agent._start_ramp import first_prompt_gate, start_gate
 from hermes_async.gc_tuning import GCState, restore_gc, tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
@@ -187,7 +186,7 @@ async def run_rollouts(
     call (the loop was started on ``n`` rollouts at once, or ramped over ``ramp`` seconds), and
     the most CPU the loop's thread spent between two 5 ms ticks until then (a starved process
     does not inflate it). ``first_prompts``: the loop's first-prompt gate
-    (``hermes_async.agent._prompt_ids``; ``inf``: no gate), else the library's.
+    (``hermes_async.agent._start_ramp``; ``inf``: no gate), else the library's.
     ``spawn_per_pass``: the caller yields to the loop after every this many ``start_soon``
     calls (``None``: all in one pass). ``starts_per_pass``: the loop's start ramp
     (``hermes_async.agent._start_ramp``; ``inf``: no ramp), else the library's."""

@@ -27,13 +27,10 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
-from anyio.lowlevel import RunVar
-
 from hermes_async.agent._reasoning import TemplateKwargsTokenizer
 from hermes_async.inference.tokenizer import Tokenizer
 
-__all__ = ("FIRST_PROMPTS_PER_PASS", "MIN_CHARS", "PROMPT_IDS", "PromptIds", "first_prompt_gate")
+__all__ = ("MIN_CHARS", "PROMPT_IDS", "PromptIds")
 
 #: Shorter prompts are encoded every time (microseconds; not worth an entry).
 MIN_CHARS = 2_000
@@ -104,24 +101,3 @@ class PromptIds:
 
 #: The process's cache, used by the token turns.
 PROMPT_IDS = PromptIds()
-
-
-#: Rollouts that render and encode their first prompt in one pass of the event loop. Started
-#: together (``start_soon`` in a loop), every rollout would do it in the same pass: 20,000 of
-#: them stalled the loop for seconds (bench/concurrency.py reports the start-up stall).
-FIRST_PROMPTS_PER_PASS = 32
-_FIRST_PROMPT_GATE: RunVar[anyio.CapacityLimiter] = RunVar("hermes_async.first_prompt_gate")
-
-
-def first_prompt_gate() -> anyio.CapacityLimiter:
-    """The gate of this event loop's first prompts (one per loop: the stall is the loop's).
-
-    A holder renders without awaiting and releases; a release wakes one waiter for the next
-    pass, so at most :data:`FIRST_PROMPTS_PER_PASS` first prompts are rendered per pass.
-    """
-    try:
-        return _FIRST_PROMPT_GATE.get()
-    except LookupError:
-        gate = anyio.CapacityLimiter(FIRST_PROMPTS_PER_PASS)
-        _FIRST_PROMPT_GATE.set(gate)
-        return gate

@@ -1,11 +1,16 @@
-"""The start ramp: at most :data:`STARTS_PER_PASS` rollouts begin per pass of the event loop.
+"""Rollouts started together begin a few per pass of the event loop.
 
-A caller may start thousands of rollouts in one pass (``start_soon`` in a loop). Each then does
-its set-up (sandbox manager, spans, scopes, first prompt) in the next pass, all in the same one:
-20,000 stalled the loop for over a second (``bench/concurrency.py``). Entering the ramp is the
-first thing a rollout does, so a waiting rollout costs the pass one limiter wait and nothing
-more. Work started inside an admitted rollout (a group's rollouts, a run inside
-``run_rollout``) is not held back again.
+A caller may start thousands of rollouts in one pass (``start_soon`` in a loop). Each would then
+do its set-up (sandbox manager, spans, scopes) and render its first prompt in the same next
+pass: 20,000 stalled the loop for seconds (``bench/concurrency.py``). Two gates, one per event
+loop, spread that out. A holder does its step without awaiting and releases; a release hands
+the slot to one waiter, for the next pass:
+
+* :class:`StartRamp`, the first thing a rollout does: at most :data:`STARTS_PER_PASS` begin
+  per pass, and a waiting rollout costs the pass one limiter wait. Work started inside an
+  admitted rollout (a group's rollouts, a run inside ``run_rollout``) is not held back again.
+* :func:`first_prompt_gate`, around the token path's first render and encode: at most
+  :data:`FIRST_PROMPTS_PER_PASS` per pass.
 """
 
 from __future__ import annotations
@@ -16,22 +21,41 @@ from types import TracebackType
 import anyio
 from anyio.lowlevel import RunVar
 
-__all__ = ("STARTS_PER_PASS", "StartRamp", "start_gate")
+__all__ = (
+    "FIRST_PROMPTS_PER_PASS",
+    "STARTS_PER_PASS",
+    "StartRamp",
+    "first_prompt_gate",
+    "start_gate",
+)
 
 #: Rollouts (or groups) admitted per pass of the event loop.
 STARTS_PER_PASS = 32
-_GATE: RunVar[anyio.CapacityLimiter] = RunVar("hermes_async.start_ramp")
+#: First prompts rendered and encoded per pass of the event loop.
+FIRST_PROMPTS_PER_PASS = 32
+_START_GATE: RunVar[anyio.CapacityLimiter] = RunVar("hermes_async.start_gate")
+_FIRST_PROMPT_GATE: RunVar[anyio.CapacityLimiter] = RunVar("hermes_async.first_prompt_gate")
 _ADMITTED: ContextVar[bool] = ContextVar("hermes_async.start_ramp.admitted", default=False)
 
 
-def start_gate() -> anyio.CapacityLimiter:
-    """This event loop's start gate (one per loop: the stall is the loop's)."""
+def _loop_gate(var: RunVar[anyio.CapacityLimiter], total: int) -> anyio.CapacityLimiter:
+    # One per event loop: the stall is the loop's.
     try:
-        return _GATE.get()
+        return var.get()
     except LookupError:
-        gate = anyio.CapacityLimiter(STARTS_PER_PASS)
-        _GATE.set(gate)
+        gate = anyio.CapacityLimiter(total)
+        var.set(gate)
         return gate
+
+
+def start_gate() -> anyio.CapacityLimiter:
+    """This event loop's gate of rollout starts."""
+    return _loop_gate(_START_GATE, STARTS_PER_PASS)
+
+
+def first_prompt_gate() -> anyio.CapacityLimiter:
+    """This event loop's gate of first prompts."""
+    return _loop_gate(_FIRST_PROMPT_GATE, FIRST_PROMPTS_PER_PASS)
 
 
 class StartRamp:
@@ -45,7 +69,6 @@ class StartRamp:
     async def __aenter__(self) -> None:
         if _ADMITTED.get():
             return
-        # Released at once: a release hands the slot to one waiter, for the next pass.
         async with start_gate():
             pass
         self._token = _ADMITTED.set(True)

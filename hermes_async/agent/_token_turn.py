@@ -21,10 +21,11 @@ import anyio
 
 from hermes_async._json import loads
 from hermes_async._otel import span
-from hermes_async.agent._prompt_ids import PROMPT_IDS, first_prompt_gate
+from hermes_async.agent._prompt_ids import PROMPT_IDS
 from hermes_async.agent._reasoning import TemplateKwargsTokenizer, thinking_template_kwargs
 from hermes_async.agent._sampling import end_of_turn_ids, resolve_sampling, turn_sampling
 from hermes_async.agent._segments import place_turn
+from hermes_async.agent._start_ramp import first_prompt_gate
 from hermes_async.agent._tool_runner import PendingCall, RunTools, TurnToolRunner, record_cut_calls
 from hermes_async.agent._transcript import assistant_message
 from hermes_async.agent.failures import RolloutFailure, classify_exception

@@ -13,13 +13,9 @@ import anyio
 import pytest
 
 from hermes_async.agent import AgentOptions, RolloutSetup, run_group
-from hermes_async.agent._prompt_ids import (
-    FIRST_PROMPTS_PER_PASS,
-    MIN_CHARS,
-    PROMPT_IDS,
-    PromptIds,
-)
+from hermes_async.agent._prompt_ids import MIN_CHARS, PROMPT_IDS, PromptIds
 from hermes_async.agent._reasoning import TemplateKwargsTokenizer
+from hermes_async.agent._start_ramp import FIRST_PROMPTS_PER_PASS
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.tokenizer import QwenTokenizer, load_tokenizer
 from hermes_async.testing import ScriptedModelServer, open_app_endpoint

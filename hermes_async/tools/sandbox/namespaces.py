@@ -921,6 +921,9 @@ def _keeper_pids(init_pid: int) -> list[int]:
     return found
 
 
+_MAX_INFO_BYTES = 65536
+
+
 async def _read_info(fd: int) -> dict[str, int] | None:
     """bubblewrap's ``--info-fd`` JSON, or ``None`` if it closed the pipe without one."""
     data = b""
@@ -934,6 +937,8 @@ async def _read_info(fd: int) -> dict[str, int] | None:
         if not chunk:
             break
         data += chunk
+        if len(data) > _MAX_INFO_BYTES:  # bubblewrap's report is one short JSON object
+            return None
         try:
             value, _ = decoder.raw_decode(data.decode("utf-8", "replace").lstrip())
         except ValueError:
