@@ -52,6 +52,7 @@ from hermes_async.tools.sandbox.namespaces import (
     INSIDE_ROOT,
     Namespace,
     NamespaceOptions,
+    in_cgroups,
     namespace_support,
     probe_namespaces,
     processes_in_pid_namespace,
@@ -596,6 +597,8 @@ class LocalSandbox(Sandbox):
         if not self._closed:
             own = {ns.init_pid, ns.keeper_pid}
             return [pid for pid in found if pid not in own]
+        # The kernel reuses a dead namespace's inode number: a newer world may hold it now.
+        found = [pid for pid in found if in_cgroups(pid, ns.cgroup_dirs)]
         if ns.launcher.returncode is None:
             found.append(ns.launcher.pid)
         return found

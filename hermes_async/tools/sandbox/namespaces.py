@@ -45,6 +45,7 @@ __all__ = (
     "Namespace",
     "NamespaceOptions",
     "Network",
+    "in_cgroups",
     "namespace_support",
     "probe_namespaces",
     "processes_in_pid_namespace",
@@ -98,9 +99,9 @@ _WRONG_WORLD_MARK = "hermes-async: not this sandbox's namespaces"
 
 _CGROUP_ROOT = "/sys/fs/cgroup"
 _CGROUP_DIR = "hermes-async"
-_TEMPLATE_VERSION = 1
+_TEMPLATE_VERSION = 2
 
-#: Where the empty disk images that sandboxes copy are kept (one per size).
+#: Where the disk images that sandboxes copy are kept (one per size and owner).
 TEMPLATE_DIR = os.path.join(tempfile.gettempdir(), "hermes-async-disk-templates")
 
 
@@ -301,7 +302,7 @@ class _Host:
         self.cgroups = _Cgroups.discover()
         # No lock: this object outlives event loops (tests run asyncio then trio), and both
         # steps below are idempotent (a concurrent duplicate only repeats the work).
-        self._templates: dict[tuple[str, int], str] = {}
+        self._templates: dict[tuple[str, int, int, int], str] = {}
         self._loop_ok: bool | None = None
         self.warned_limits = False
 
@@ -323,26 +324,32 @@ class _Host:
             self._loop_ok = ok
         return self._loop_ok
 
-    async def template(self, size_mb: int) -> str:
-        """An empty ext4 image of ``size_mb`` (made once per host, then copied per sandbox).
+    async def template(self, size_mb: int, uid: int, gid: int) -> str:
+        """An ext4 image of ``size_mb`` holding the world's empty directories, owned by
+        ``uid:gid`` (made once per host, then copied per sandbox).
 
         Kept in :data:`TEMPLATE_DIR`, not among the sandboxes: ~1 MiB on disk (sparse).
         """
         directory = TEMPLATE_DIR
-        key = (directory, size_mb)
+        key = (directory, size_mb, uid, gid)
         path = self._templates.get(key)
         if path is not None:
             return path
-        path = os.path.join(directory, f".hermes-sbx-template-v{_TEMPLATE_VERSION}-{size_mb}m.img")
+        name = f".hermes-sbx-template-v{_TEMPLATE_VERSION}-{size_mb}m-{uid}-{gid}.img"
+        path = os.path.join(directory, name)
+        # The directories are in the image (mke2fs -d), so a start runs no mkdir, chown or
+        # chmod: three fewer programs per sandbox.
         script = (
-            '[ -f "$1" ] && exit 0; mkdir -p -- "$(dirname -- "$1")"; t="$1.$$.tmp"; '
-            'truncate -s "$2" "$t" && '
-            'mkfs.ext4 -q -F -O ^has_journal -E lazy_itable_init=1,nodiscard -m 0 "$t" '
-            '&& mv -f "$t" "$1" || { rm -f "$t"; exit 1; }'
+            '[ -f "$1" ] && exit 0; mkdir -p -- "$(dirname -- "$1")"; t="$1.$$.tmp"; d="$1.$$.d"; '
+            'mkdir -p "$d/work" "$d/home" "$d/tmp" "$d/.state/bg" && chmod 0755 "$d" && '
+            'chown "$3" "$d/work" "$d/home" "$d/tmp" "$d/.state" "$d/.state/bg" && '
+            'chmod 1777 "$d/tmp" && truncate -s "$2" "$t" && '
+            'mkfs.ext4 -q -F -O ^has_journal -E lazy_itable_init=1,nodiscard -m 0 -d "$d" "$t" '
+            '&& mv -f "$t" "$1"; s=$?; rm -rf "$d"; [ $s = 0 ] || { rm -f "$t"; exit 1; }'
         )
         with anyio.fail_after(120):
             result = await anyio.run_process(
-                ["/bin/sh", "-c", script, "sh", path, f"{size_mb}M"], check=False
+                ["/bin/sh", "-c", script, "sh", path, f"{size_mb}M", f"{uid}:{gid}"], check=False
             )
         if result.returncode != 0:
             detail = result.stderr.decode("utf-8", "replace").strip()[:300]
@@ -429,6 +436,19 @@ def processes_in_pid_namespace(inode: int) -> list[int]:
     return found
 
 
+def in_cgroups(pid: int, directories: Sequence[str]) -> bool:
+    """Whether process ``pid`` is in one of the cgroup ``directories`` (True without any)."""
+    if not directories:
+        return True
+    names = {"/" + os.path.basename(d) for d in directories}
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    return any(line.endswith(name) for line in lines for name in names)
+
+
 class Namespace:
     """One sandbox's world: its bubblewrap, PID 1 (held by a pidfd), cgroups and disk.
 
@@ -490,7 +510,7 @@ class Namespace:
             )
             if use_loop:
                 disk = "loop"
-                template = await host.template(options.disk_limit_mb)
+                template = await host.template(options.disk_limit_mb, options.uid, options.gid)
             else:
                 disk = "tmpfs"
                 if memory_mb is not None:
@@ -501,17 +521,13 @@ class Namespace:
         name = os.path.basename(root)
         if memory_mb is not None and host.cgroups.memory is not None:
             memory_cgroup = os.path.join(host.cgroups.memory, name)
-            setup += [
-                f"mkdir -p {shlex.quote(memory_cgroup)}",
-                f"echo {memory_mb << 20} > {shlex.quote(memory_cgroup)}/memory.limit_in_bytes",
-            ]
+            setup.append(
+                f"echo {memory_mb << 20} > {shlex.quote(memory_cgroup)}/memory.limit_in_bytes"
+            )
             cgroups.append(os.path.join(memory_cgroup, "cgroup.procs"))
         if options.pids_limit is not None and host.cgroups.pids is not None:
             pids_cgroup = os.path.join(host.cgroups.pids, name)
-            setup += [
-                f"mkdir -p {shlex.quote(pids_cgroup)}",
-                f"echo {options.pids_limit} > {shlex.quote(pids_cgroup)}/pids.max",
-            ]
+            setup.append(f"echo {options.pids_limit} > {shlex.quote(pids_cgroup)}/pids.max")
             cgroups.append(os.path.join(pids_cgroup, "cgroup.procs"))
         wanted_limits = memory_mb is not None or options.pids_limit is not None
         if wanted_limits and not cgroups and not host.warned_limits:
@@ -534,7 +550,6 @@ class Namespace:
             mount = f"mount -t tmpfs -o size={size},nosuid,nodev,mode=0755 tmpfs {q_fs}"
         else:
             mount = "true"
-        setup.append(f"mkdir -p {q_fs}")
         info_r, info_w = os.pipe()
         os.set_blocking(info_r, False)
         owner = f"{options.uid}:{options.gid}"
@@ -570,13 +585,21 @@ class Namespace:
             "sleep",
             "2147483647",
         ]
+        # A loop disk's image holds the directories already (_Host.template).
+        made = (
+            []
+            if disk == "loop"
+            else [
+                "mkdir -p " + " ".join(shlex.quote(d) for d in dirs),
+                f"chown {owner} " + " ".join(shlex.quote(d) for d in dirs),
+                f"chmod 1777 {shlex.quote(fs + '/tmp')}",
+            ]
+        )
         inner = "\n".join(
             [
                 "set -e",
                 mount,
-                "mkdir -p " + " ".join(shlex.quote(d) for d in dirs),
-                f"chown {owner} " + " ".join(shlex.quote(d) for d in dirs),
-                f"chmod 1777 {shlex.quote(fs + '/tmp')}",
+                *made,
                 # This shell is the supervisor: bubblewrap's parent, waiting for end-of-file on
                 # the host's pipe (our close, or this process's death); then it ends the world.
                 shlex.join(bwrap) + " >/dev/null &",
@@ -592,6 +615,17 @@ class Namespace:
         launcher: Process | None = None
         pidfd: int | None = None
         try:
+            # Made here, not by the launcher's script: no mkdir program per directory.
+            try:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(fs)
+                os.chmod(fs, 0o755)
+                for procs in cgroups:
+                    os.makedirs(os.path.dirname(procs), exist_ok=True)
+            except OSError as exc:
+                raise SandboxError(
+                    f"cannot make the namespaced sandbox's directories: {exc}", task_id=task_id
+                ) from exc
             launcher = await start_process(
                 ["/bin/sh", "-c", script, "hermes-launch"],
                 timeout=START_TIMEOUT_SECONDS,

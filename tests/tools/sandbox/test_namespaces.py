@@ -75,6 +75,18 @@ async def test_the_world_hides_the_host(tmp_path: pathlib.Path) -> None:
         assert r.stdout.splitlines() == ["1", "x"], r
         r = await sb.exec("cat /proc/self/status | grep -E '^Cap(Eff|Prm)'")
         assert r.stdout.split() == ["CapPrm:", "0000000000000000", "CapEff:", "0000000000000000"]
+        # The world's directories (from the disk image's template) are the sandbox user's.
+        r = await sb.exec(
+            f"cd {INSIDE_ROOT} && stat -c '%n %a %u' . work home tmp .state .state/bg"
+        )
+        assert r.stdout.splitlines() == [
+            ". 755 0",
+            "work 755 65534",
+            "home 755 65534",
+            "tmp 1777 65534",
+            ".state 755 65534",
+            ".state/bg 755 65534",
+        ], r
     finally:
         await sb.aclose()
     assert sb.live_processes() == []
