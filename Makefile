@@ -49,10 +49,11 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-# Test files spread over two worker processes (pytest-xdist), each file whole on one worker (its
+# Test files spread over worker processes (pytest-xdist), each file whole on one worker (its
 # module fixtures load once), in collection order: the longest first (tests/conftest.py's
 # LONGEST_FIRST). PYTEST_WORKERS=0 runs everything in this process (-s, --pdb).
-PYTEST_WORKERS ?= 2
+# Three on 2 cores: with two, the plain suite left the CPUs 31% idle (docs/testing.md).
+PYTEST_WORKERS ?= 3
 pytest: venv
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
