@@ -73,6 +73,11 @@ async def test_a_dead_owners_sandboxes_and_their_processes_are_reaped(tmp_path: 
     escaped = subprocess.Popen(
         ["setsid", "sleep", "300"], env={**os.environ, SANDBOX_MARKER_ENV: sandbox.sandbox_id}
     )
+    # Until it has exec'd, the child's environ is ours (no marker): the sweep would miss it.
+    marker = f"{SANDBOX_MARKER_ENV}={sandbox.sandbox_id}".encode()
+    with anyio.fail_after(10):
+        while marker not in Path(f"/proc/{escaped.pid}/environ").read_bytes():
+            await anyio.sleep(0.01)
     live = Path(await claim_root(str(tmp_path), "live-worker"))
     (live / "hermes-sbx-keep-1").mkdir()
     try:
