@@ -101,6 +101,9 @@ _CGROUP_ROOT = "/sys/fs/cgroup"
 _CGROUP_DIR = "hermes-async"
 _TEMPLATE_VERSION = 2
 
+#: The world's directories under its root, the sandbox user's (``tmp`` is 1777).
+_WORLD_DIRS = ("work", "home", "tmp", ".state", ".state/bg")
+
 #: Where the disk images that sandboxes copy are kept (one per size and owner).
 TEMPLATE_DIR = os.path.join(tempfile.gettempdir(), "hermes-async-disk-templates")
 
@@ -341,15 +344,16 @@ class _Host:
         # chmod: three fewer programs per sandbox.
         script = (
             '[ -f "$1" ] && exit 0; mkdir -p -- "$(dirname -- "$1")"; t="$1.$$.tmp"; d="$1.$$.d"; '
-            'mkdir -p "$d/work" "$d/home" "$d/tmp" "$d/.state/bg" && chmod 0755 "$d" && '
-            'chown "$3" "$d/work" "$d/home" "$d/tmp" "$d/.state" "$d/.state/bg" && '
-            'chmod 1777 "$d/tmp" && truncate -s "$2" "$t" && '
+            'img="$1" size="$2" owner="$3"; shift 3; mkdir -p "$d" && chmod 0755 "$d" && cd "$d" && '
+            'mkdir -p "$@" && chown "$owner" "$@" && chmod 1777 tmp && cd / && '
+            'truncate -s "$size" "$t" && '
             'mkfs.ext4 -q -F -O ^has_journal -E lazy_itable_init=1,nodiscard -m 0 -d "$d" "$t" '
-            '&& mv -f "$t" "$1"; s=$?; rm -rf "$d"; [ $s = 0 ] || { rm -f "$t"; exit 1; }'
+            '&& mv -f "$t" "$img"; s=$?; rm -rf "$d"; [ $s = 0 ] || { rm -f "$t"; exit 1; }'
         )
         with anyio.fail_after(120):
             result = await anyio.run_process(
-                ["/bin/sh", "-c", script, "sh", path, f"{size_mb}M", f"{uid}:{gid}"], check=False
+                ["/bin/sh", "-c", script, "sh", path, f"{size_mb}M", f"{uid}:{gid}", *_WORLD_DIRS],
+                check=False,
             )
         if result.returncode != 0:
             detail = result.stderr.decode("utf-8", "replace").strip()[:300]
@@ -553,7 +557,7 @@ class Namespace:
         info_r, info_w = os.pipe()
         os.set_blocking(info_r, False)
         owner = f"{options.uid}:{options.gid}"
-        dirs = [f"{fs}/{d}" for d in ("work", "home", "tmp", ".state", ".state/bg")]
+        dirs = [f"{fs}/{d}" for d in _WORLD_DIRS]
         bwrap = [
             "bwrap",
             "--die-with-parent",
