@@ -11,6 +11,8 @@ running in its own process, so the server's CPU never counts against a client. S
 * ``hermes-token``: the same groups over ``VLLMGenerateClient`` with the built-in tokenizer:
   Phase 2, the token endpoint, the chat template, the incremental parser on the client
   (what trains);
+* ``hermes-token-json``: the same with ``VLLMGenerateClient(stream=False)``: one JSON
+  response per request instead of Server-Sent Events (like the chat side's requests);
 * ``verifiers``: its ``ToolEnv`` (``evaluate`` over N examples);
 * ``inspect``: ``inspect_ai.eval`` of a task whose solver is ``react(tools=[step],
   submit=False)`` over N samples.
@@ -48,7 +50,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SIDES = ("hermes-chat", "hermes-token", "verifiers", "inspect")
+SIDES = ("hermes-chat", "hermes-token", "hermes-token-json", "verifiers", "inspect")
 #: The venv (under the checkout, or $HERMES_PEERS_VENVS) each peer runs in.
 PEER_VENVS = {"verifiers": "verifiers", "inspect": "inspect"}
 FINAL_ANSWER = "All steps are complete."
@@ -147,7 +149,7 @@ class Hermes:
         }
         self.registry = ToolRegistry([Tool("step", STEP_DESCRIPTION, schema, step, "bench")])
         self.tools = self.registry.definitions(["bench"])
-        self.tokenizer = load_tokenizer() if phase == "token" else None
+        self.tokenizer = load_tokenizer() if phase.startswith("token") else None
         self.options = AgentOptions(
             max_turns=TOOL_CALLS + 2, sampling=SamplingParams(max_tokens=MAX_TOKENS)
         )
@@ -181,7 +183,9 @@ class Hermes:
         if self.phase == "chat":
             client = ChatClient(f"{self.args.base_url}/v1", limiter=limits.model_requests)
         else:
-            client = VLLMGenerateClient(self.args.base_url, limiter=limits.model_requests)
+            client = VLLMGenerateClient(
+                self.args.base_url, stream=self.phase == "token", limiter=limits.model_requests
+            )
         async with client, open_sandbox_manager(limits=limits) as manager:
             setup = RolloutSetup(
                 tokenizer=self.tokenizer, registry=self.registry, limits=limits, sandboxes=manager

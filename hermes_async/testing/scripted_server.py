@@ -634,6 +634,8 @@ class ScriptedModelServer:
             plan = _Plan(list(prompt_ids), seed, planned, [*logprobs, *beyond], text)
         if record.protocol == "atropos":
             await self._respond_atropos(record, send, ids, logprobs, finish, prompt_text)
+        elif record.protocol == "vllm" and not body.get("stream"):
+            await self._respond_vllm_json(record, send, ids, logprobs, finish, plan)
         else:
             await self._respond_sse_tokens(record, send, ids, logprobs, finish, chunks, plan, done)
 
@@ -708,6 +710,45 @@ class ScriptedModelServer:
             }
             await _send_sse(send, {"id": f"gen-{record.number}", "choices": [], "usage": usage})
         await _send_raw(send, b"data: [DONE]\n\n", more=False)
+
+    async def _respond_vllm_json(
+        self,
+        record: ServedRequest,
+        send: _Send,
+        ids: list[int],
+        logprobs: list[float],
+        finish: str,
+        plan: _Plan,
+    ) -> None:
+        """vLLM's non-streamed answer: the whole completion in one chunk-shaped body."""
+        fault = record.fault
+        if fault is not None and fault.kind == "abort" and fault.after_tokens < len(ids):
+            ids, logprobs, finish = (
+                ids[: fault.after_tokens],
+                logprobs[: fault.after_tokens],
+                "abort",
+            )
+            self.aborted += 1
+            record.fault_at_token = len(ids)
+            if plan not in self._plans:  # continuable, as a streamed abort
+                self._plans.append(plan)
+        await self._nap(len(ids) * self.seconds_per_token)
+        if fault is not None and fault.kind == "stall":
+            await anyio.sleep(fault.stall_seconds)
+        payload = _vllm_chunk(record.number, ids, logprobs, finish)
+        payload["usage"] = {
+            "prompt_tokens": len(record.prompt_ids),
+            "completion_tokens": len(ids),
+            "total_tokens": len(record.prompt_ids) + len(ids),
+        }
+        data = await _start_json_with_fault(send, payload, fault)
+        record.completion_ids, record.logprobs, record.chunks = (
+            list(ids),
+            list(logprobs),
+            [list(ids)],
+        )
+        record.finish_reason = finish
+        await _send_raw(send, data, more=False)
 
     async def _send_token_chunk(
         self,

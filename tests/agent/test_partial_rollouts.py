@@ -32,14 +32,14 @@ BUDGET = 200
 
 @asynccontextmanager
 async def serve(
-    texts: Sequence[str] = TEXTS, **server_kw: Any
+    texts: Sequence[str] = TEXTS, *, stream: bool = True, **server_kw: Any
 ) -> AsyncIterator[tuple[ScriptedModelServer, VLLMGenerateClient]]:
     server = ScriptedModelServer(
         FixedScript(texts), tokenizer=TOKENIZER, rng_key="prompt", max_chunk_tokens=5, **server_kw
     )
     async with (
         open_app_endpoint(server, loopback=False) as (base_url, transport),
-        VLLMGenerateClient(base_url, transport=transport) as client,
+        VLLMGenerateClient(base_url, stream=stream, transport=transport) as client,
     ):
         yield server, client
 
@@ -93,13 +93,28 @@ def call_positions() -> tuple[int, int, int]:
     return inside, between, len(ids) - 1
 
 
+async def test_an_unstreamed_rollout_is_the_streamed_one() -> None:
+    """``VLLMGenerateClient(stream=False)``: one JSON response per turn, the same exact ids,
+    logprobs, masks and messages as the streamed rollout."""
+    want, want_args, _ = await reference()
+    rec = Recorder()
+    async with serve(stream=False) as (server, client):
+        got = await run(client, rec)
+    assert got.finished_naturally, got.error
+    assert_same_rollout(got, want)
+    assert rec.args == want_args
+    assert [len(r.chunks) for r in server.requests] == [1, 1]
+    assert all(r.body["stream"] is False for r in server.requests)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["sse", "json"])
 @pytest.mark.parametrize("where", ["start", "inside-arguments", "between-calls", "last-token"])
-async def test_an_abort_resumes_into_the_same_exact_rollout(where: str) -> None:
+async def test_an_abort_resumes_into_the_same_exact_rollout(where: str, stream: bool) -> None:
     want, want_args, _ = await reference()
     inside, between, last = call_positions()
     position = {"start": 0, "inside-arguments": inside, "between-calls": between}.get(where, last)
     rec = Recorder()
-    async with serve(faults={1: Fault.abort(position)}) as (server, client):
+    async with serve(stream=stream, faults={1: Fault.abort(position)}) as (server, client):
         got = await run(client, rec)
     assert got.finished_naturally, got.error
     assert_same_rollout(got, want)

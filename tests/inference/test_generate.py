@@ -4,8 +4,9 @@ cancellation, and chunk validation -- each adapter, in-process and over loopback
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import anyio
@@ -47,8 +48,9 @@ PROMPT_IDS = TOKENIZER.encode(
     TOKENIZER.apply_chat_template([{"role": "user", "content": "List the files in /tmp."}])
 )
 
-CLIENTS: dict[str, type[GenerateClient]] = {
+CLIENTS: dict[str, Callable[..., GenerateClient]] = {
     "vllm": VLLMGenerateClient,
+    "vllm-json": partial(VLLMGenerateClient, stream=False),  # one JSON response per request
     "atropos": AtroposGenerateClient,
     "sglang": SGLangGenerateClient,
 }
@@ -64,7 +66,7 @@ def make_client(
 ) -> GenerateClient:
     if kind == "atropos":
         base_url += "/v1"  # as atroposlib configs name it; the client strips it
-    return CLIENTS[kind](base_url, transport=transport, **kwargs)  # type: ignore[arg-type]
+    return CLIENTS[kind](base_url, transport=transport, **kwargs)
 
 
 def concat(deltas: Sequence[TokenDelta]) -> tuple[list[int], list[float]]:
