@@ -581,36 +581,14 @@ class Namespace:
                 _CGROUP_ROOT,
             )
         fs = os.path.join(root, "fs")
-        q_fs = shlex.quote(fs)
-        loop_fd = -1
-        if disk == "loop":
-            image = os.path.join(root, "disk.img")
-            try:
-                _copy_sparse(template, image)
-            except OSError as exc:
-                raise SandboxError(
-                    f"cannot copy the disk image for the namespaced sandbox: {exc}",
-                    task_id=task_id,
-                ) from exc
-            try:
-                # Attached here and mounted by type: `mount -o loop` probed the image and
-                # searched the loop devices, ~3 ms of CPU more per sandbox.
-                loop_fd, device = _attach_loop(image)
-                mount = f"mount -t ext4 -o nosuid,nodev {device} {q_fs}"
-            except OSError as exc:
-                logger.debug("loop device not attached here (%s); mount -o loop instead", exc)
-                mount = f"mount -o loop,nosuid,nodev {shlex.quote(image)} {q_fs}"
-        elif disk == "tmpfs":
+        # The mount's arguments reach the launcher as its positional parameters: a loop
+        # disk's are known only once its device is attached (in the try block below).
+        mount: list[str] = []
+        if disk == "tmpfs":
             size = (options.disk_limit_mb or 0) << 20
-            mount = f"mount -t tmpfs -o size={size},nosuid,nodev,mode=0755 tmpfs {q_fs}"
-        else:
-            mount = "true"
-        try:
-            info_r, info_w = os.pipe()
-        except OSError:
-            if loop_fd >= 0:
-                os.close(loop_fd)
-            raise
+            mount = ["-t", "tmpfs", "-o", f"size={size},nosuid,nodev,mode=0755", "tmpfs", fs]
+        loop_fd = -1
+        info_r, info_w = os.pipe()
         os.set_blocking(info_r, False)
         owner = f"{options.uid}:{options.gid}"
         dirs = [f"{fs}/{d}" for d in _WORLD_DIRS]
@@ -663,7 +641,7 @@ class Namespace:
                 "umask 022",
                 *(f"echo $$ > {shlex.quote(c)}" for c in cgroups),
                 "echo -1000 > /proc/self/oom_score_adj 2>/dev/null || true",
-                mount,
+                '[ "$#" = 0 ] || mount "$@"',
                 *made,
                 # This shell is the supervisor: bubblewrap's parent, waiting for end-of-file on
                 # the host's pipe (our close, or this process's death); then it ends the world.
@@ -676,6 +654,8 @@ class Namespace:
         launcher: Process | None = None
         pidfd: int | None = None
         try:
+            if disk == "loop":
+                mount, loop_fd = _loop_disk(template, os.path.join(root, "disk.img"), fs, task_id)
             # Made here, not by the launcher's script: no mkdir program per directory.
             try:
                 with contextlib.suppress(FileExistsError):
@@ -700,6 +680,7 @@ class Namespace:
                     "-c",
                     script,
                     "hermes-launch",
+                    *mount,
                 ],
                 timeout=START_TIMEOUT_SECONDS,
                 stdin=subprocess.PIPE,  # the supervisor's lifeline (see the module doc)
@@ -1011,6 +992,25 @@ async def _abandon_cgroups(directories: Sequence[str]) -> None:
                 left.remove(directory)
         if left:
             await anyio.sleep(0.02)
+
+
+def _loop_disk(template: str, image: str, fs: str, task_id: str) -> tuple[list[str], int]:
+    """Copy the template to ``image`` and attach it: the mount's arguments, and the device's
+    fd (``-1`` where this host cannot attach: then ``mount -o loop`` does)."""
+    try:
+        _copy_sparse(template, image)
+    except OSError as exc:
+        raise SandboxError(
+            f"cannot copy the disk image for the namespaced sandbox: {exc}", task_id=task_id
+        ) from exc
+    try:
+        # Attached here and mounted by type: `mount -o loop` probed the image and searched the
+        # loop devices, ~3 ms of CPU more per sandbox.
+        fd, device = _attach_loop(image)
+    except OSError as exc:
+        logger.debug("loop device not attached here (%s); mount -o loop instead", exc)
+        return ["-o", "loop,nosuid,nodev", image, fs], -1
+    return ["-t", "ext4", "-o", "nosuid,nodev", device, fs], fd
 
 
 def _write_cgroup_file(path: str, value: int) -> None:
