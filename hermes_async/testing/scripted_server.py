@@ -733,22 +733,13 @@ class ScriptedModelServer:
             if plan not in self._plans:  # continuable, as a streamed abort
                 self._plans.append(plan)
         await self._nap(len(ids) * self.seconds_per_token)
-        if fault is not None and fault.kind == "stall":
-            await anyio.sleep(fault.stall_seconds)
         payload = _vllm_chunk(record.number, ids, logprobs, finish)
         payload["usage"] = {
             "prompt_tokens": len(record.prompt_ids),
             "completion_tokens": len(ids),
             "total_tokens": len(record.prompt_ids) + len(ids),
         }
-        data = await _start_json_with_fault(send, payload, fault)
-        record.completion_ids, record.logprobs, record.chunks = (
-            list(ids),
-            list(logprobs),
-            [list(ids)],
-        )
-        record.finish_reason = finish
-        await _send_raw(send, data, more=False)
+        await _send_whole(record, send, payload, ids, logprobs, finish)
 
     async def _send_token_chunk(
         self,
@@ -810,17 +801,7 @@ class ScriptedModelServer:
             "prompt_token_ids": record.prompt_ids,
             "token_ids": [ids],
         }
-        fault = record.fault
-        if fault is not None and fault.kind == "stall":
-            await anyio.sleep(fault.stall_seconds)
-        data = await _start_json_with_fault(send, payload, fault)
-        record.completion_ids, record.logprobs, record.chunks = (
-            list(ids),
-            list(logprobs),
-            [list(ids)],
-        )
-        record.finish_reason = finish
-        await _send_raw(send, data, more=False)
+        await _send_whole(record, send, payload, ids, logprobs, finish)
 
     # ---------------------------------------------------------------- chat route
 
@@ -1107,6 +1088,25 @@ async def _send_json(
     ]
     await send({"type": "http.response.start", "status": status, "headers": all_headers})
     await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+async def _send_whole(
+    record: ServedRequest,
+    send: _Send,
+    payload: JSON,
+    ids: list[int],
+    logprobs: list[float],
+    finish: str,
+) -> None:
+    """A non-streamed token answer: the record's fault applied, the completion recorded as one
+    chunk, the body sent."""
+    fault = record.fault
+    if fault is not None and fault.kind == "stall":
+        await anyio.sleep(fault.stall_seconds)
+    data = await _start_json_with_fault(send, payload, fault)
+    record.completion_ids, record.logprobs, record.chunks = list(ids), list(logprobs), [list(ids)]
+    record.finish_reason = finish
+    await _send_raw(send, data, more=False)
 
 
 async def _start_json_with_fault(send: _Send, payload: JSON, fault: Fault | None) -> bytes:

@@ -385,7 +385,7 @@ class _Host:
         # The directories are in the image (mke2fs -d), so a start runs no mkdir, chown or
         # chmod: three fewer programs per sandbox.
         script = (
-            '[ -f "$1" ] && exit 0; mkdir -p -- "$(dirname -- "$1")"; t="$1.$$.tmp"; d="$1.$$.d"; '
+            'mkdir -p -- "$(dirname -- "$1")"; t="$1.$$.tmp"; d="$1.$$.d"; '
             'img="$1" size="$2" owner="$3"; shift 3; mkdir -p "$d" && chmod 0755 "$d" && cd "$d" && '
             'mkdir -p "$@" && chown "$owner" "$@" && chmod 1777 tmp && cd / && '
             'truncate -s "$size" "$t" && '
