@@ -7,10 +7,10 @@
 #   scripts/lock.sh -o FILE    write FILE instead of requirements/lock.txt
 #
 # `make venv` installs with `-c requirements/lock.txt`, so a fresh clone gets what CI tested.
-# uv runs from its own small venv (.venv-tools); it is pinned here.
+# uv runs from its own small venv (.venv-tools), at the Makefile's UV_VERSION.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-UV_VERSION="0.13.9"
+UV_VERSION="$(sed -n 's/^UV_VERSION *:= *//p' Makefile)"
 TOOLS="${TOOLS_VENV:-.venv-tools}"
 out="requirements/lock.txt"
 upgrade=()
