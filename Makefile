@@ -51,8 +51,9 @@ lint: venv
 	$(BIN)/ruff check hermes_async tests bench
 	$(BIN)/ruff format --check hermes_async tests bench
 
+# Niced: under `make test` it runs beside pytest, on the CPU time the workers leave idle.
 typecheck: venv
-	$(BIN)/mypy
+	nice -n 19 $(BIN)/mypy
 
 # Test files spread over worker processes (pytest-xdist), each file whole on one worker (its
 # module fixtures load once), in collection order: the longest first (tests/conftest.py's

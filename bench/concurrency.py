@@ -46,6 +46,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,15 @@ import anyio
 import anyio.lowlevel
 from _scripted import serve, server_process, tool_turns
 
-from hermes_async import HermesAgentLoop, Limits, Tool, ToolRegistry, ToolRuntime, load_tokenizer
+from hermes_async import (
+    HermesAgentLoop,
+    Limits,
+    Tool,
+    ToolRegistry,
+    ToolRuntime,
+    load_tokenizer,
+    open_sandbox_manager,
+)
 from hermes_async.agent._start_ramp import first_prompt_gate, start_gate
 from hermes_async.gc_tuning import GCState, restore_gc, tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
@@ -220,7 +229,9 @@ async def run_rollouts(
         else Limits(tool_calls=n, model_requests=model_requests)
     )
     completed = 0
-    async with VLLMGenerateClient(base_url, limiter=limits.model_requests) as client:
+    # --sandboxes shared: every run finds this manager, as in an environment or run_group.
+    manager = open_sandbox_manager(limits=limits) if SHARED_SANDBOXES else nullcontext()
+    async with manager, VLLMGenerateClient(base_url, limiter=limits.model_requests) as client:
 
         def make_loop(task_id: str) -> HermesAgentLoop:
             return HermesAgentLoop(
@@ -376,13 +387,21 @@ async def idle_rss_per_rollout(
 
 
 BASELINE_POOL = ThreadPoolExecutor(max_workers=128)
+#: ``--sandboxes shared``: the rollouts share one ``SandboxManager``; else each reference-style
+#: ``run`` opens its own private one.
+SHARED_SANDBOXES = False
 
 
 def apply_gc(setting: str, previous: GCState | None) -> GCState | None:
-    """Undo ``previous``; apply ``tuned`` (the library's), ``default`` or ``young/middle/old``."""
+    """Undo ``previous``; apply ``tuned`` (the library's), ``default``, ``off`` (no collections:
+    what the start-up costs besides the collector) or ``young/middle/old``."""
+    gc.enable()
     if previous is not None:
         restore_gc(previous)
     if setting == "default":
+        return None
+    if setting == "off":
+        gc.disable()
         return None
     if setting == "tuned":
         return tune_gc_for_rollouts()
@@ -497,6 +516,7 @@ if __name__ == "__main__":
         "--gc",
         default="tuned",
         help="tuned: tune_gc_for_rollouts() at start-up (default); default: CPython's settings; "
+        "off: no collections; "
         "young/middle/old: tuned with these thresholds; comma-separated: alternated in the idle pass",
     )
     parser.add_argument(
@@ -536,10 +556,18 @@ if __name__ == "__main__":
         action="store_true",
         help="one HermesAgentLoop for all rollouts (as run_group), not one per rollout",
     )
+    parser.add_argument(
+        "--sandboxes",
+        choices=("private", "shared"),
+        default="private",
+        help="private: each run opens its own SandboxManager (reference-style use, the default); "
+        "shared: all runs share one, as in an environment or run_group",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.rss_only and ns.no_rss:
         parser.error("--rss-only and --no-rss exclude each other")
+    SHARED_SANDBOXES = ns.sandboxes == "shared"
     if ns.serve:
         anyio.run(serve, make_policy(ns.turns, ns.tool_latency), ns.model_latency)
     else:
