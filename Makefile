@@ -63,7 +63,7 @@ PYTEST_WORKERS ?= 3
 pytest: venv
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-# mypy runs beside pytest: it is one process, and the suite leaves the CPUs ~20% idle.
+# mypy runs beside pytest: it is one process, and the suite leaves the CPUs 10-20% idle.
 test: lint
 	@$(MAKE) --no-print-directory -j2 typecheck pytest
 

@@ -63,7 +63,6 @@ from hermes_async import (
     load_tokenizer,
     open_sandbox_manager,
 )
-from hermes_async.agent._start_ramp import first_prompt_gate, start_gate
 from hermes_async.gc_tuning import GCState, restore_gc, tune_gc_for_rollouts
 from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.jsontypes import JSONObject
@@ -199,10 +198,14 @@ async def run_rollouts(
     ``spawn_per_pass``: the caller yields to the loop after every this many ``start_soon``
     calls (``None``: all in one pass). ``starts_per_pass``: the loop's start ramp
     (``hermes_async.agent._start_ramp``; ``inf``: no ramp), else the library's."""
-    if first_prompts is not None:
-        first_prompt_gate().total_tokens = first_prompts
-    if starts_per_pass is not None:
-        start_gate().total_tokens = starts_per_pass
+    if first_prompts is not None or starts_per_pass is not None:
+        # Imported here: bench/rollout_cpu.py runs this module on older trees without the gates.
+        from hermes_async.agent._start_ramp import first_prompt_gate, start_gate
+
+        if first_prompts is not None:
+            first_prompt_gate().total_tokens = first_prompts
+        if starts_per_pass is not None:
+            start_gate().total_tokens = starts_per_pass
     tokenizer = load_tokenizer()
     first_calls: set[str] = set()
     started_at: list[int] = []  # lag samples taken when the last rollout made its first call
