@@ -60,6 +60,9 @@ async def test_each_fault_kind_lands_in_its_category(kind: ChaosFault) -> None:
         # generous: a loaded CI box must not turn every rollout into an agent_timeout
         rollout_timeout=10.0,
         slack_seconds=5.0,
+        # Under the tool timeout (0.5 s): a hung creation fails inside the first call's wait.
+        # At 1.0 s it raced the rollout's end (two timed-out calls), and a loaded box lost it.
+        create_timeout=0.25,
     )
     stats = await run_chaos(config)
     assert stats.ok, stats.format()
