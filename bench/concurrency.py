@@ -256,8 +256,13 @@ async def run_rollouts(
             nonlocal completed
             await anyio.sleep(ramp * i / n)
             task_id = f"{label}-{i}"
-            loop = shared or make_loop(task_id)
-            result = await loop.run([{"role": "user", "content": f"Do task {i}."}], task_id=task_id)
+            messages: list[JSONObject] = [{"role": "user", "content": f"Do task {i}."}]
+            # A loop of its own already has the task id (and round 1's run() takes no task_id,
+            # bench/rollout_cpu.py's default baseline); the shared loop is told per run.
+            if shared is None:
+                result = await make_loop(task_id).run(messages)
+            else:
+                result = await shared.run(messages, task_id=task_id)
             if result.finished_naturally and not result.tool_errors:
                 completed += 1
             else:
