@@ -17,8 +17,8 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 venv: $(STAMP)
 
-# uv installs the lock and scripts/lock.sh resolves it. From a cold cache it installs the lock in
-# 35 s where pip took 76 s, with the same versions (docs/testing.md).
+# uv installs the lock and scripts/lock.sh resolves it: the same versions as pip, in half the
+# time (docs/testing.md).
 UV_VERSION := 0.13.9
 
 # Re-installs only when pyproject.toml or the lock changes; a second `make venv` is a no-op.
@@ -51,9 +51,11 @@ lint: venv
 	$(BIN)/ruff check hermes_async tests bench
 	$(BIN)/ruff format --check hermes_async tests bench
 
-# Niced: under `make test` it runs beside pytest, on the CPU time the workers leave idle.
+# Niced: beside pytest (`make test`) it takes only the CPU time the workers leave idle.
+MYPY := nice -n 19 $(BIN)/mypy
+
 typecheck: venv
-	nice -n 19 $(BIN)/mypy
+	$(MYPY)
 
 # Test files spread over worker processes (pytest-xdist), each file whole on one worker (its
 # module fixtures load once), in collection order: the longest first (tests/conftest.py's
@@ -63,9 +65,13 @@ PYTEST_WORKERS ?= 3
 pytest: venv
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-# mypy runs beside pytest: it is one process, and the suite leaves the CPUs 10-20% idle.
+# mypy runs beside pytest (one process; the suite leaves the CPUs 10-20% idle), in the background
+# and not as a `make -j` job: under -j make takes stdin from all but one job, and pytest's --pdb
+# needs it. Its output is printed after pytest's; either failing fails the target.
 test: lint
-	@$(MAKE) --no-print-directory -j2 typecheck pytest
+	@$(MYPY) > $(VENV)/typecheck.log 2>&1 & mypy=$$!; trap 'kill $$mypy 2>/dev/null' INT TERM; \
+	$(MAKE) --no-print-directory pytest; pytest=$$?; wait $$mypy; mypy=$$?; \
+	cat $(VENV)/typecheck.log; [ $$pytest -eq 0 ] && [ $$mypy -eq 0 ]
 
 # Opt-in, NOT part of `make test`: a real CPU vLLM (own venv .venv-vllm, ~3.4 GB, ~80 s the
 # first time) serving a tiny random model with the offline Qwen tokenizer; runs tests/integration.

@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UV_VERSION="$(sed -n 's/^UV_VERSION *:= *//p' Makefile)"
+[ -n "$UV_VERSION" ] || { echo "scripts/lock.sh: no UV_VERSION := line in the Makefile" >&2; exit 2; }
 TOOLS="${TOOLS_VENV:-.venv-tools}"
 out="requirements/lock.txt"
 upgrade=()
