@@ -48,6 +48,9 @@ logger = logging.getLogger(__name__)
 _HEAP_PARTS = ("usedSize", "embedderHeapUsedSize", "backingStorageSize")
 #: anyio deadline over Playwright's own timeout, so Playwright reports the timeout itself.
 _OPERATION_SLACK_SECONDS = 5.0
+#: Refused popups a standalone session holds for its next operation to close. Past it a popup
+#: is left to the context (closed with the session): a flooding page cannot grow the list.
+_MAX_REFUSED_WAITING = 64
 #: Characters of one console message or page error kept.
 MAX_MESSAGE_CHARS = 2_000
 #: Characters of console output one ``browser_console`` result carries at most (the newest
@@ -387,7 +390,8 @@ class BrowserSession:
 
     def _close_soon(self, page: Page) -> None:
         if self._requests is None:
-            self._refused_pages.append(page)
+            if len(self._refused_pages) < _MAX_REFUSED_WAITING:
+                self._refused_pages.append(page)
             return
         # A closing session takes no new work (RuntimeError): its context closes the page.
         with contextlib.suppress(RuntimeError):
@@ -471,8 +475,10 @@ class BrowserSession:
     async def _page(self) -> Page:
         """The newest open page; refused and extra pages beyond ``max_pages`` are closed first."""
         refused, self._refused_pages = self._refused_pages, []
-        for page in refused:
-            await self._close_page(page)
+        if refused:  # at once, not one close_timeout each: this runs under the call's deadline
+            async with anyio.create_task_group() as tg:
+                for page in refused:
+                    tg.start_soon(self._close_page, page)
         self._pages = [p for p in self._pages if not p.is_closed()]
         while len(self._pages) > self._settings.max_pages:
             old = self._pages.pop(0)
