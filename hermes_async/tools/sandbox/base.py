@@ -594,6 +594,8 @@ class Sandbox(AsyncResource):
             return False
         proc = status.process
         pg = int(proc.pid or 0)
+        if pg <= 1:  # no pid recorded: `kill -- -0` would signal the kill script's own group
+            return False
         grace_steps = int(BACKGROUND_KILL_GRACE_SECONDS * 10)
         # `alive` ignores zombies: killed processes re-parented to an init that reaps slowly
         # (or never, in a container whose PID 1 is `sleep`) still answer `kill -0`.

@@ -267,7 +267,12 @@ class ProcessSweeper:
 
 
 def signal_group(pgid: int, sig: int) -> None:
-    """Send ``sig`` to process group ``pgid``; a group that is gone (or not ours) is ignored."""
+    """Send ``sig`` to process group ``pgid``; a group that is gone (or not ours) is ignored.
+
+    Never this process's own group: that group holds the caller and whatever started it.
+    """
+    if pgid <= 1 or pgid == os.getpgrp():
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
@@ -279,7 +284,9 @@ def _signal_entry(entry: ProcessEntry, sig: int) -> None:
         return  # exited (or the pid now names another process)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(entry.pid, sig)
-    if stat[1] == entry.pgrp:  # the group was ours when the sweep saw it, and still is
+    # The group only outside our session: a marked process can be seen before its own setsid()
+    # has run, still in its starter's group, which holds the starter and whatever started it.
+    if stat[1] == entry.pgrp and stat[2] != os.getsid(0):
         signal_group(entry.pgrp, sig)
 
 

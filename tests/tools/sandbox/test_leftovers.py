@@ -74,9 +74,12 @@ async def test_a_dead_owners_sandboxes_and_their_processes_are_reaped(tmp_path: 
         ["setsid", "sleep", "300"], env={**os.environ, SANDBOX_MARKER_ENV: sandbox.sandbox_id}
     )
     # Until it has exec'd, the child's environ is ours (no marker): the sweep would miss it.
+    # Until setsid() has run, it is in our session and group: the sweep kills it alone then.
     marker = f"{SANDBOX_MARKER_ENV}={sandbox.sandbox_id}".encode()
     with anyio.fail_after(10):
-        while marker not in Path(f"/proc/{escaped.pid}/environ").read_bytes():
+        while marker not in Path(f"/proc/{escaped.pid}/environ").read_bytes() or (
+            os.getsid(escaped.pid) != escaped.pid
+        ):
             await anyio.sleep(0.01)
     live = Path(await claim_root(str(tmp_path), "live-worker"))
     (live / "hermes-sbx-keep-1").mkdir()

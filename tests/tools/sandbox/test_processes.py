@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 
 import anyio
 import pytest
@@ -83,6 +84,37 @@ async def test_sweep_finds_and_signals_a_marked_process_and_its_group() -> None:
             if proc.returncode is None:
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.aclose()
+
+
+#: Run in a session of its own: a marked child still in this process's group (as before its own
+#: setsid()) is killed alone; neither the sweep nor ``signal_group`` signals that group.
+_OWN_GROUP_SCRIPT = """
+import os, signal, subprocess, sys, time
+import anyio
+from hermes_async.tools.sandbox.processes import SANDBOX_MARKER_ENV, ProcessSweeper, signal_group
+marker = sys.argv[1]
+child = subprocess.Popen(["sleep", "300"], env={**os.environ, SANDBOX_MARKER_ENV: marker})
+assert os.getpgid(child.pid) == os.getpgrp()
+deadline = time.monotonic() + 10
+while marker.encode() not in open(f"/proc/{child.pid}/environ", "rb").read():
+    assert time.monotonic() < deadline, "the child never exec'd"
+    time.sleep(0.01)
+signal_group(os.getpgrp(), signal.SIGKILL)
+found = anyio.run(ProcessSweeper().kill_round, marker, (), signal.SIGKILL)
+print(found == [child.pid], child.wait(timeout=10))
+"""
+
+
+def test_a_marked_process_in_the_callers_group_is_killed_alone() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _OWN_GROUP_SCRIPT, f"own-group-{os.getpid()}"],
+        start_new_session=True,  # if the guard fails, only this helper's group dies
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["True", str(-signal.SIGKILL)]
 
 
 async def test_concurrent_kill_rounds_share_sweeps() -> None:
