@@ -44,6 +44,11 @@ logger = logging.getLogger(__name__)
 #: the tokenizer, the environments' setup).
 READY_TIMEOUT_SECONDS = 120.0
 
+#: Starts of one actor while the pool opens: a worker process that dies before its actor
+#: is ready (a loaded node, seen once in CI) is started again; an error in the actor's
+#: ``__init__`` is not.
+START_ATTEMPTS = 3
+
 #: How long closing waits for an actor to close its worker before killing it.
 CLOSE_TIMEOUT_SECONDS = 60.0
 
@@ -224,18 +229,30 @@ class RayWorkerPool:
         """
         require_asyncio("the Ray worker pool", "ray", remedy="use the HTTP worker service")
         ray = _ray()
+        from ray import exceptions
+
         cls = actor_class()
         try:
             for i in range(self.size):
-                name = f"{self.name_prefix}-{i}"
-                config = replace(self.config, options=replace(self.config.options, name=name))
-                actor = cls.options(num_cpus=self.num_cpus, **self.actor_options).remote(config)
-                self.actors.append(actor)
-                self._serving.append(actor.serve.remote())
-                self.handles.append(RayWorker(actor, name))
+                self._start_actor(cls, i)
             with anyio.fail_after(READY_TIMEOUT_SECONDS):
-                for actor in self.actors:
-                    _, pid = await actor.ready.remote()
+                for i in range(self.size):
+                    for attempt in range(1, START_ATTEMPTS + 1):
+                        try:
+                            _, pid = await self.actors[i].ready.remote()
+                            break
+                        except exceptions.RayActorError as exc:
+                            if exc.actor_init_failed or attempt == START_ATTEMPTS:
+                                raise
+                            logger.warning(
+                                "actor %s died while starting (attempt %d of %d); starting it "
+                                "again: %s",
+                                self.handles[i].name,
+                                attempt,
+                                START_ATTEMPTS,
+                                str(exc).splitlines()[0],
+                            )
+                            self._start_actor(cls, i)
                     self.pids.append(pid)
         except BaseException:
             for actor in self.actors:
@@ -243,6 +260,23 @@ class RayWorkerPool:
             raise
         self._dispatcher = GroupDispatcher(self.handles, self.dispatch_options)
         return self
+
+    def _start_actor(self, cls: Any, i: int) -> None:
+        """Create actor ``i`` (replacing a dead one) and start its serving call."""
+        name = f"{self.name_prefix}-{i}"
+        config = replace(self.config, options=replace(self.config.options, name=name))
+        actor = cls.options(num_cpus=self.num_cpus, **self.actor_options).remote(config)
+        serving = actor.serve.remote()
+        if i < len(self.actors):
+            self.actors[i], self._serving[i], self.handles[i] = (
+                actor,
+                serving,
+                RayWorker(actor, name),
+            )
+        else:
+            self.actors.append(actor)
+            self._serving.append(serving)
+            self.handles.append(RayWorker(actor, name))
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

@@ -132,6 +132,40 @@ async def test_a_thousand_rollouts_over_four_actors(
     print(f"\n1000 rollouts over 4 actors in {took:.1f} s ({1000 / took:.1f} rollouts/s)")
 
 
+async def test_an_actor_whose_process_dies_while_starting_is_started_again(
+    cluster: None, model_url: str, parent: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    hold = tmp_path / "hold"
+    config = WorkerConfig(
+        ("echo=tests.ray.held_task:echo_task",),
+        (model_url,),
+        options=WorkerOptions(sandbox_parent=str(parent)),
+    )
+    pool = RayWorkerPool(
+        config,
+        workers=2,
+        actor_options={"runtime_env": {"env_vars": {"HERMES_TEST_HOLD": str(hold)}}},
+    )
+    killed: list[int] = []
+
+    async def kill_one_then_release() -> None:
+        with anyio.fail_after(60):
+            while not (started := list(tmp_path.glob("started-*"))):
+                await anyio.sleep(0.05)
+        killed.append(int(started[0].name.removeprefix("started-")))
+        os.kill(killed[0], signal.SIGKILL)
+        hold.touch()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(kill_one_then_release)
+        async with pool:
+            assert len(pool.pids) == 2 and killed[0] not in pool.pids
+            results = await pool.run_groups(groups(4, 2, 120))
+    assert {g.outcome for g in results} == {"ok"}
+    assert "died while starting (attempt 1 of 3)" in caplog.text
+    assert count_sandboxes(str(parent)) == 0
+
+
 async def test_a_killed_actor_loses_nothing_and_leaves_nothing(
     cluster: None, model_url: str, parent: Path
 ) -> None:
