@@ -16,7 +16,7 @@ if [ -r "$memcg/memory.limit_in_bytes" ]; then
 fi
 echo "[ci-monitor] start: MemTotal $(kb MemTotal) MB, MemAvailable $(kb MemAvailable) MB," \
     "this run's memory cgroup limit $limit, pid_max $(cat /proc/sys/kernel/pid_max)," \
-    "$(ls -d /proc/[0-9]* | wc -l) processes" >&2
+    "$(ls -d /proc/[0-9]* 2>/dev/null | wc -l) processes" >&2
 seen=$(dmesg 2>/dev/null | wc -l)
 nap=""
 trap '[ -n "$nap" ] && kill "$nap" 2>/dev/null; exit 0' TERM INT
@@ -24,10 +24,10 @@ while :; do
     sleep "$interval" &  # waited for with `wait`, which a TERM interrupts (a plain sleep defers it)
     nap=$!
     wait "$nap"
-    zombies=$(awk '$3 == "Z"' /proc/[0-9]*/stat 2>/dev/null | wc -l)
+    zombies=$(cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == "Z"' | wc -l)
     rss=$(awk '$1 == "total_rss" { print int($2 / 1048576) }' "$memcg/memory.stat" 2>/dev/null)
     echo "[ci-monitor] $(($(date +%s) - start)) s: MemAvailable $(kb MemAvailable) MB," \
-        "cgroup rss ${rss:-?} MB, $(ls -d /proc/[0-9]* | wc -l) processes ($zombies zombies)," \
+        "cgroup rss ${rss:-?} MB, $(ls -d /proc/[0-9]* 2>/dev/null | wc -l) processes ($zombies zombies)," \
         "load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     # A sandbox's own limit (hermes-sbx-*) killing inside it is a test; anything else is news.
     now=$(dmesg 2>/dev/null | wc -l)
