@@ -234,7 +234,10 @@ class RayWorkerPool:
         cls = actor_class()
         try:
             for i in range(self.size):
-                self._start_actor(cls, i)
+                actor, serving, handle = self._new_actor(cls, i)
+                self.actors.append(actor)
+                self._serving.append(serving)
+                self.handles.append(handle)
             with anyio.fail_after(READY_TIMEOUT_SECONDS):
                 for i in range(self.size):
                     for attempt in range(1, START_ATTEMPTS + 1):
@@ -252,7 +255,9 @@ class RayWorkerPool:
                                 START_ATTEMPTS,
                                 str(exc).splitlines()[0],
                             )
-                            self._start_actor(cls, i)
+                            self.actors[i], self._serving[i], self.handles[i] = self._new_actor(
+                                cls, i
+                            )
                     self.pids.append(pid)
         except BaseException:
             for actor in self.actors:
@@ -261,22 +266,12 @@ class RayWorkerPool:
         self._dispatcher = GroupDispatcher(self.handles, self.dispatch_options)
         return self
 
-    def _start_actor(self, cls: Any, i: int) -> None:
-        """Create actor ``i`` (replacing a dead one) and start its serving call."""
+    def _new_actor(self, cls: Any, i: int) -> tuple[Any, Any, RayWorker]:
+        """Actor ``i``, its serving call and its handle."""
         name = f"{self.name_prefix}-{i}"
         config = replace(self.config, options=replace(self.config.options, name=name))
         actor = cls.options(num_cpus=self.num_cpus, **self.actor_options).remote(config)
-        serving = actor.serve.remote()
-        if i < len(self.actors):
-            self.actors[i], self._serving[i], self.handles[i] = (
-                actor,
-                serving,
-                RayWorker(actor, name),
-            )
-        else:
-            self.actors.append(actor)
-            self._serving.append(serving)
-            self.handles.append(RayWorker(actor, name))
+        return actor, actor.serve.remote(), RayWorker(actor, name)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

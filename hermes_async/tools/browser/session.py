@@ -481,12 +481,7 @@ class BrowserSession:
                     tg.start_soon(self._close_page, page)
         self._pages = [p for p in self._pages if not p.is_closed()]
         while len(self._pages) > self._settings.max_pages:
-            old = self._pages.pop(0)
-            with anyio.move_on_after(self._settings.close_timeout):
-                try:
-                    await old.close()
-                except PlaywrightError:
-                    logger.debug("closing an extra page failed", exc_info=True)
+            await self._close_page(self._pages.pop(0))
         if not self._pages:  # the page closed itself (window.close()): open a fresh one
             await self._context.new_page()
         return self._pages[-1]
