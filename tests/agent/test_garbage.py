@@ -23,7 +23,7 @@ from hermes_async.inference.generate import VLLMGenerateClient
 from hermes_async.inference.rendering import ChatRenderer
 from hermes_async.inference.trajectory import Trajectory
 from hermes_async.jsontypes import JSONObject
-from hermes_async.limits import NamedLimiter
+from hermes_async.limits import Limits, NamedLimiter
 from hermes_async.testing import PolicyRequest, ScriptedModelServer, open_app_endpoint
 from hermes_async.testing.scripted_server import ServedRequest
 from hermes_async.tools.registry import Tool, ToolRegistry, ToolRuntime
@@ -229,3 +229,58 @@ async def test_a_group_parked_in_its_tools_holds_its_shared_prompt_once(
     assert counts == (size, size)
     assert len(held["ids"]) == len(held["text"]) == (1 if cache else size), held
     assert not lists, [len(o) for o in lists]
+
+
+async def test_a_standalone_runs_private_sandbox_manager_is_small_until_used() -> None:
+    """Each reference-style run outside an environment owns a manager and a local factory,
+    held while the run is parked in its tools (20,000 of them in one process: #41). Beyond the
+    manager's task group they held 3.7-4.3 KB per run before the table's hooks and the factory
+    were slotted objects (the sweeper made with the first sandbox); 1.2-1.7 KB now."""
+    from hermes_async.tools.sandbox.manager import SandboxManager, use_sandbox_manager
+    from hermes_async.tools.standalone import standalone_factory
+
+    n = 300
+    parked = 0
+    limits = Limits()  # a run passes its loop's
+
+    async def with_manager(release: anyio.Event) -> None:
+        nonlocal parked
+        async with SandboxManager(
+            standalone_factory()[1], limits=limits, idle_timeout=None
+        ) as manager:
+            with use_sandbox_manager(manager):
+                parked += 1
+                await release.wait()
+
+    async def task_group_only(release: anyio.Event) -> None:
+        nonlocal parked
+        async with anyio.create_task_group():
+            parked += 1
+            await release.wait()
+
+    async def held_per_task(holder: object) -> float:
+        nonlocal parked
+        parked = 0
+        release = anyio.Event()
+        gc.collect()
+        tracemalloc.start()
+        try:
+            async with anyio.create_task_group() as tg:
+                before = tracemalloc.get_traced_memory()[0]
+                for _ in range(n):
+                    tg.start_soon(holder, release)  # type: ignore[arg-type]
+                while parked < n:
+                    await anyio.sleep(0.01)
+                held = (tracemalloc.get_traced_memory()[0] - before) / n
+                release.set()
+        finally:
+            tracemalloc.stop()
+        return held
+
+    # Against a parked task group (the manager's own, which it needs): what the event loop's
+    # tasks and scopes cost differs by backend and debug mode; the rest is the manager's.
+    async with SandboxManager(standalone_factory()[1], limits=limits, idle_timeout=None):
+        pass  # the backend's modules imported and its checks cached: not counted below
+    task_group = await held_per_task(task_group_only)
+    owned = await held_per_task(with_manager)
+    assert owned - task_group < 2_500, (owned, task_group)

@@ -766,29 +766,79 @@ def local_factory(
         raise ConfigError(f"namespace must be a NamespaceOptions, got {type(options).__name__}")
     if isolation != "process" and (reason := namespace_support()) is not None:
         raise _isolation_unavailable(reason)
-    sweeper = ProcessSweeper()
-    remover = DirectoryRemover()
-    allowlist = tuple(env_allowlist)
+    return _LocalFactory(
+        root_dir,
+        tuple(env_allowlist),
+        extra_env,
+        default_timeout,
+        terminate_grace,
+        isolation,
+        options,
+    )
 
-    async def factory(task_id: str, spec: SandboxSpec | None = None) -> Sandbox:
+
+class _LocalFactory:
+    """What :func:`local_factory` returns: ``async (task_id, spec=None) -> LocalSandbox``.
+
+    A slotted object, not a closure, and the sweeper and remover its sandboxes share are made
+    with the first sandbox: every standalone run makes a factory, and most never use it.
+    """
+
+    __slots__ = (
+        "_allowlist",
+        "_default_timeout",
+        "_extra_env",
+        "_isolation",
+        "_options",
+        "_remover",
+        "_root_dir",
+        "_sweeper",
+        "_terminate_grace",
+    )
+
+    def __init__(
+        self,
+        root_dir: str | None,
+        allowlist: tuple[str, ...],
+        extra_env: Mapping[str, str] | None,
+        default_timeout: float,
+        terminate_grace: float,
+        isolation: Isolation,
+        options: NamespaceOptions,
+    ) -> None:
+        self._root_dir = root_dir
+        self._allowlist = allowlist
+        self._extra_env = extra_env
+        self._default_timeout = default_timeout
+        self._terminate_grace = terminate_grace
+        self._isolation = isolation
+        self._options = options
+        self._sweeper: ProcessSweeper | None = None
+        self._remover: DirectoryRemover | None = None
+
+    async def __call__(self, task_id: str, spec: SandboxSpec | None = None) -> Sandbox:
+        if self._sweeper is None or self._remover is None:
+            self._sweeper, self._remover = ProcessSweeper(), DirectoryRemover()
         # A spec's env and workdir apply here (a folder of that path inside the sandbox's
         # work dir); images and resource limits need a container backend.
-        env = dict(extra_env or {})
+        env = dict(self._extra_env or {})
         if spec is not None:
             env.update(spec.env)
         sandbox = await LocalSandbox.create(
             task_id,
-            root_dir=root_dir,
-            env_allowlist=allowlist,
+            root_dir=self._root_dir,
+            env_allowlist=self._allowlist,
             extra_env=env,
             default_timeout=(
-                spec.exec_timeout if spec is not None and spec.exec_timeout else default_timeout
+                spec.exec_timeout
+                if spec is not None and spec.exec_timeout
+                else self._default_timeout
             ),
-            terminate_grace=terminate_grace,
-            sweeper=sweeper,
-            remover=remover,
-            isolation=isolation,
-            namespace_options=options,
+            terminate_grace=self._terminate_grace,
+            sweeper=self._sweeper,
+            remover=self._remover,
+            isolation=self._isolation,
+            namespace_options=self._options,
         )
         if spec is not None and spec.workdir is not None:
             try:
@@ -797,5 +847,3 @@ def local_factory(
                 await sandbox.aclose(interrupted=True)  # shielded and bounded itself
                 raise
         return sandbox
-
-    return factory
