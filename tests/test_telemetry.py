@@ -330,3 +330,51 @@ async def test_the_prometheus_endpoint_shows_limiters_and_pool_servers_during_a_
     assert f'hermes_async_pool_server_up{{server="{url}"}} 1' in text
     assert f'hermes_async_pool_server_requests_total{{server="{url}"}} 1' in text
     assert "# TYPE hermes_async_limiter_wait_seconds_total counter" in text
+
+
+_GLOBAL_PROVIDER = """
+import os, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from hermes_async import _otel
+
+exporter = InMemorySpanExporter()
+with _otel.span("before"):
+    pass  # no provider yet: nothing recorded
+if sys.argv[1] == "code":
+    provider = TracerProvider()
+    trace.set_tracer_provider(provider)
+else:  # named by OTel's variable, set before the process started
+    assert os.environ["OTEL_PYTHON_TRACER_PROVIDER"] == "sdk_tracer_provider"
+    provider = trace.get_tracer_provider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+with _otel.span("after"):
+    pass
+print(",".join(s.name for s in exporter.get_finished_spans()))
+"""
+
+
+@pytest.mark.parametrize("how", ["code", "env"])
+def test_a_global_provider_set_later_or_named_by_the_environment_is_used(how: str) -> None:
+    """Spans skip OTel's own global lookup while no provider is set (a cost on every span);
+    a provider set later by code, or named by OTEL_PYTHON_TRACER_PROVIDER, is still used."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env.pop("OTEL_PYTHON_TRACER_PROVIDER", None)
+    if how == "env":
+        env["OTEL_PYTHON_TRACER_PROVIDER"] = "sdk_tracer_provider"
+    done = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_PROVIDER, how],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "after"
