@@ -32,8 +32,9 @@ from hermes_async.inference.tokenizer import Tokenizer
 
 __all__ = ("MIN_CHARS", "PROMPT_IDS", "PromptIds")
 
-#: Shorter prompts are encoded every time (microseconds; not worth an entry).
-MIN_CHARS = 2_000
+#: Shorter prompts are encoded every time (a few microseconds; not worth an entry). A 723-character
+#: prompt (one tool schema) takes 28 us to encode and 0.08 us to hash for the lookup.
+MIN_CHARS = 256
 #: Longer prompts are encoded every time too (an entry must stay small).
 _MAX_CHARS = 200_000  # 32 entries: at most ~13 MB (text + ids)
 
