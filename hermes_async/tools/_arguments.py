@@ -222,14 +222,13 @@ def parameters_validator(tool_name: str, schema: object) -> Draft202012Validator
     return validator
 
 
-def validate_arguments(tool_name: str, schema: Mapping[str, Any], args: JSONObject) -> None:
-    """Validate ``args`` against ``schema``.
+def validate_arguments(tool_name: str, validator: Draft202012Validator, args: JSONObject) -> None:
+    """Validate ``args`` with the tool's :func:`parameters_validator`.
 
     Raises:
         ToolArgumentsError: With a message naming the tool, the field and the problem.
-        ConfigError: ``schema`` itself is broken (see :func:`parameters_validator`).
     """
-    error = best_match(parameters_validator(tool_name, schema).iter_errors(args))
+    error = best_match(validator.iter_errors(args))
     if error is None:
         return
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)

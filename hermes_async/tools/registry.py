@@ -46,6 +46,8 @@ from hermes_async.tools.toolsets import (
 )
 
 if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+
     from hermes_async.tools.browser.manager import BrowserManager
 
 __all__ = (
@@ -216,6 +218,9 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        # Built once, at registration: a call's arguments are validated without looking the
+        # schema up again (its canonical JSON cost ~8 us per call).
+        self._validators: dict[str, Draft202012Validator] = {}
         for tool in tools:
             self.register(tool)
 
@@ -228,11 +233,19 @@ class ToolRegistry:
         """
         if tool.name in self._tools:
             raise ConfigError(f"tool {tool.name!r} is already registered")
-        parameters_validator(tool.name, tool.parameters)
+        self._validators[tool.name] = parameters_validator(tool.name, tool.parameters)
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def validator(self, name: str) -> Draft202012Validator:
+        """The validator of a registered tool's ``parameters``.
+
+        Raises:
+            KeyError: No tool ``name``.
+        """
+        return self._validators[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -427,7 +440,7 @@ async def dispatch(
     try:
         args = decode_arguments(arguments)
         args = coerce_arguments(tool.parameters, args)
-        validate_arguments(name, tool.parameters, args)
+        validate_arguments(name, registry.validator(name), args)
     except ToolArgumentsError as exc:
         return done(_error_json(exc.message), exc.message, malformed=True)
 
