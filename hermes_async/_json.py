@@ -49,6 +49,10 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: One decoder for every call: ``json.loads`` with hooks builds a decoder and its scanner each time.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def exceeds_depth(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether the brackets of JSON ``text`` nest deeper than ``limit`` (linear)."""
     if text.count("[") + text.count("{") <= limit:
@@ -87,7 +91,7 @@ def loads(text: str, *, depth_checked: bool = False) -> JSON:
     if not depth_checked and exceeds_depth(text):
         raise JSONDepthError
     try:
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = _DECODER.decode(text)
     except RecursionError as exc:  # within the limit, but the caller's stack was already deep
         raise JSONDepthError from exc
     # Only a text that could put a surrogate into a string pays for the walk: a surrogate
