@@ -445,6 +445,9 @@ async def test_file_tools_resolve_paths_before_the_block_list(tmp_path: pathlib.
             async def get(self, task_id: str) -> LocalSandbox:
                 return sb
 
+            async def release(self, task_id: str, *, interrupted: bool = False) -> None:
+                pass  # the test closes its world itself
+
         runtime = ToolRuntime("t", sandboxes=One())
         await sb.exec("ln -s /proc/1/environ env.txt; ln -s /proc proc-dir; echo ok > fine.txt")
         for path in (
