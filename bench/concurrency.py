@@ -394,6 +394,26 @@ async def idle_rss_per_rollout(
     return result[0], stall
 
 
+async def spawn_floor(n: int) -> tuple[float, float]:
+    """What any library's start-up stall includes when a caller starts ``n`` tasks in one pass:
+    ``(the caller's pass, the next pass)`` in seconds of loop-thread CPU, for ``n`` tasks that
+    only wait (``start_soon`` each, then each task's first step)."""
+    release = anyio.Event()
+
+    async def parked() -> None:
+        await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        start = time.thread_time()
+        for _ in range(n):
+            tg.start_soon(parked)
+        spawned = time.thread_time()
+        await anyio.lowlevel.checkpoint()  # every task's first step runs in this pass
+        stepped = time.thread_time()
+        release.set()
+    return spawned - start, stepped - spawned
+
+
 BASELINE_POOL = ThreadPoolExecutor(max_workers=128)
 #: ``--sandboxes shared``: the rollouts share one ``SandboxManager``; else each reference-style
 #: ``run`` opens its own private one.
@@ -470,6 +490,17 @@ async def main(args: argparse.Namespace) -> None:
                             f"ms ({GC_WATCH.by_generation()})",
                             flush=True,
                         )
+                        if args.spawn_floor:
+                            # After the idle pass: run first, its freed memory would make the
+                            # pass's RSS growth read low.
+                            caller, steps = await spawn_floor(n)
+                            print(
+                                f"  N={n:5d} spawn floor: {n} tasks that only wait, started in "
+                                f"one pass: the caller's pass {caller * 1e3:.0f} ms of loop CPU, "
+                                f"their first steps {steps * 1e3:.0f} ms; the stall above is "
+                                f"{stall.cpu / caller:.2f}x the caller's pass",
+                                flush=True,
+                            )
                 if args.rss_only:
                     continue
                 for mode in modes:
@@ -563,6 +594,12 @@ if __name__ == "__main__":
         "--one-loop",
         action="store_true",
         help="one HermesAgentLoop for all rollouts (as run_group), not one per rollout",
+    )
+    parser.add_argument(
+        "--spawn-floor",
+        action="store_true",
+        help="after each idle pass, time N tasks that only wait, started in one pass (what "
+        "any library's start-up stall includes when the caller starts everything at once)",
     )
     parser.add_argument(
         "--sandboxes",

@@ -144,7 +144,7 @@ class Lifetimes(Generic[T]):
         self._creating: dict[anyio.Event, None] = {}
         self._tg: TaskGroup | None = None
         self._accepting = False
-        self._pending: list[tuple[Lifetime[T], str]] = []
+        self._pending: list[tuple[Lifetime[T], str]] | None = None  # with the first request
         # The janitor starts with the first queued release: most owners never get one, and
         # thousands of parked standalone runs must not each keep an idle task.
         self._wake: anyio.Event | None = None
@@ -265,6 +265,8 @@ class Lifetimes(Generic[T]):
         entry = self.entries.get(key)
         if not self._accepting or entry is None:
             return
+        if self._pending is None:
+            self._pending = []
         self._pending.append((entry, reason))
         if self._wake is None:
             assert self._tg is not None
@@ -277,7 +279,7 @@ class Lifetimes(Generic[T]):
             assert self._wake is not None
             await self._wake.wait()
             self._wake = anyio.Event()
-            pending, self._pending = self._pending, []
+            pending, self._pending = self._pending or [], None
             for entry, reason in pending:
                 if self.entries.get(entry.key) is entry:
                     await self.release(entry.key, reason=reason)

@@ -105,6 +105,8 @@ DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = (
 #: ``"namespaces"``, ``"process"`` (no isolation), or ``"auto"`` (``$HERMES_SANDBOX_ISOLATION``
 #: in :func:`local_factory`, else namespaces).
 Isolation = Literal["auto", "namespaces", "process"]
+#: The options of a sandbox given none (frozen: one object serves every factory).
+_DEFAULT_NAMESPACE = NamespaceOptions()
 
 #: Commands without an explicit timeout get this one (the reference's ``TERMINAL_TIMEOUT``).
 DEFAULT_EXEC_TIMEOUT_SECONDS = 180.0
@@ -295,7 +297,7 @@ class LocalSandbox(Sandbox):
                 task_id=task_id,
             ) from exc
         remover = remover or DirectoryRemover()
-        options = namespace_options or NamespaceOptions()
+        options = namespace_options or _DEFAULT_NAMESPACE
         env: dict[str, str] = {}
         for name in env_allowlist:
             value = os.environ.get(name)
@@ -761,7 +763,7 @@ def local_factory(
     check_value("local_factory env_allowlist", env_allowlist, _NAMES)
     _check_environment("local_factory extra_env", extra_env)
     isolation = _chosen_isolation(isolation)
-    options = namespace if namespace is not None else NamespaceOptions()
+    options = namespace if namespace is not None else _DEFAULT_NAMESPACE
     if not isinstance(options, NamespaceOptions):
         raise ConfigError(f"namespace must be a NamespaceOptions, got {type(options).__name__}")
     if isolation != "process" and (reason := namespace_support()) is not None:
