@@ -8,8 +8,8 @@ rendered prompt depend only on the tokenizer and the text, so :class:`PromptIds`
 few as compact arrays and hands the same ids to every rollout whose prompt renders the same.
 ``bench/prompt_ids.py`` measures it.
 
-What is cached: prompts of at least :data:`MIN_CHARS` characters (a short one encodes in
-microseconds) and at most :data:`_MAX_CHARS`, for tokenizers that can be referenced weakly (the
+What is cached: prompts of at least :data:`MIN_CHARS` characters and at most
+:data:`_MAX_CHARS`, for tokenizers that can be referenced weakly (the
 cache never keeps a tokenizer alive), keyed by the tokenizer object and the exact text; at most
 ``max_entries`` of them, least recently used dropped first. The caller gets an ``array('i')``
 it must not change: ``Trajectory`` keeps it as its prompt segment, so the rollouts of a group

@@ -229,8 +229,6 @@ class RayWorkerPool:
         """
         require_asyncio("the Ray worker pool", "ray", remedy="use the HTTP worker service")
         ray = _ray()
-        from ray import exceptions
-
         cls = actor_class()
         try:
             for i in range(self.size):
@@ -240,31 +238,36 @@ class RayWorkerPool:
                 self.handles.append(handle)
             with anyio.fail_after(READY_TIMEOUT_SECONDS):
                 for i in range(self.size):
-                    for attempt in range(1, START_ATTEMPTS + 1):
-                        try:
-                            _, pid = await self.actors[i].ready.remote()
-                            break
-                        except exceptions.RayActorError as exc:
-                            if exc.actor_init_failed or attempt == START_ATTEMPTS:
-                                raise
-                            logger.warning(
-                                "actor %s died while starting (attempt %d of %d); starting it "
-                                "again: %s",
-                                self.handles[i].name,
-                                attempt,
-                                START_ATTEMPTS,
-                                str(exc).splitlines()[0],
-                            )
-                            self.actors[i], self._serving[i], self.handles[i] = self._new_actor(
-                                cls, i
-                            )
-                    self.pids.append(pid)
+                    self.pids.append(await self._ready(cls, i))
         except BaseException:
             for actor in self.actors:
                 ray.kill(actor)
             raise
         self._dispatcher = GroupDispatcher(self.handles, self.dispatch_options)
         return self
+
+    async def _ready(self, cls: Any, i: int) -> int:
+        """Wait until actor ``i`` serves, starting it again if its process died; its pid."""
+        from ray import exceptions
+
+        for attempt in range(1, START_ATTEMPTS):
+            try:
+                _, pid = await self.actors[i].ready.remote()
+                return int(pid)
+            except exceptions.RayActorError as exc:
+                if exc.actor_init_failed:
+                    raise
+                logger.warning(
+                    "actor %s died while starting (attempt %d of %d); starting it again: %s",
+                    self.handles[i].name,
+                    attempt,
+                    START_ATTEMPTS,
+                    str(exc).splitlines()[0],
+                )
+                _ray().kill(self.actors[i])  # dead already; nothing of it may restart
+                self.actors[i], self._serving[i], self.handles[i] = self._new_actor(cls, i)
+        _, pid = await self.actors[i].ready.remote()  # the last start: its error is raised
+        return int(pid)
 
     def _new_actor(self, cls: Any, i: int) -> tuple[Any, Any, RayWorker]:
         """Actor ``i``, its serving call and its handle."""
