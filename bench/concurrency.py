@@ -186,7 +186,7 @@ async def run_rollouts(
     model_requests: int | None = None,
     first_prompts: float | None = None,
     one_loop: bool = False,
-    spawn_per_pass: int | None = None,
+    spawn_per_pass: int | str | None = None,
     starts_per_pass: float | None = None,
 ) -> tuple[float, int, Any, list[float], Stall]:
     """Run ``n`` rollouts at once; ``(seconds, completed, lag statistics, lag samples, start-up
@@ -196,7 +196,8 @@ async def run_rollouts(
     does not inflate it). ``first_prompts``: the loop's first-prompt gate
     (``hermes_async.agent._start_ramp``; ``inf``: no gate), else the library's.
     ``spawn_per_pass``: the caller yields to the loop after every this many ``start_soon``
-    calls (``None``: all in one pass). ``starts_per_pass``: the loop's start ramp
+    calls (``None``: all in one pass; ``"paced"``: the library's own batch starter,
+    ``start_paced``). ``starts_per_pass``: the loop's start ramp
     (``hermes_async.agent._start_ramp``; ``inf``: no ramp), else the library's."""
     if first_prompts is not None or starts_per_pass is not None:
         # Imported here: bench/rollout_cpu.py runs this module on older trees without the gates.
@@ -284,10 +285,15 @@ async def run_rollouts(
             outer.start_soon(cpu_ticker)
             start = anyio.current_time()
             async with anyio.create_task_group() as tg:
-                for i in range(n):
-                    tg.start_soon(one, i)
-                    if spawn_per_pass and (i + 1) % spawn_per_pass == 0:
-                        await anyio.lowlevel.checkpoint()
+                if spawn_per_pass == "paced":
+                    from hermes_async.agent._start_ramp import start_paced  # not in older trees
+
+                    await start_paced(tg, one, range(n))
+                else:
+                    for i in range(n):
+                        tg.start_soon(one, i)
+                        if spawn_per_pass and (i + 1) % int(spawn_per_pass) == 0:
+                            await anyio.lowlevel.checkpoint()
             elapsed = anyio.current_time() - start
             stats = monitor.statistics()
             samples = monitor.samples()
@@ -351,7 +357,7 @@ async def idle_rss_per_rollout(
     model_requests: int | None,
     first_prompts: float | None = None,
     one_loop: bool = False,
-    spawn_per_pass: int | None = None,
+    spawn_per_pass: int | str | None = None,
     starts_per_pass: float | None = None,
 ) -> tuple[float, Stall]:
     """Park all N rollouts inside their first tool call: ``(RSS growth / N in bytes, the
@@ -579,10 +585,13 @@ if __name__ == "__main__":
     parser.add_argument("--rss-rounds", type=int, default=1, help="idle passes per gate")
     parser.add_argument(
         "--spawn-per-pass",
-        type=lambda s: [None if x == "all" else int(x) for x in s.split(",")],
+        type=lambda s: [
+            None if x == "all" else x if x == "paced" else int(x) for x in s.split(",")
+        ],
         default=[None],
         help="idle pass: the caller yields after this many start_soon calls, side by side "
-        "(all: every rollout started in one pass, the default), e.g. all,500",
+        "(all: every rollout started in one pass, the default; paced: the library's batch starter, "
+        "start_paced), e.g. all,500,paced",
     )
     parser.add_argument(
         "--starts-per-pass",

@@ -25,7 +25,7 @@ import anyio
 from hermes_async._groups import single_errors
 from hermes_async._otel import span
 from hermes_async._redact import redact
-from hermes_async.agent._start_ramp import StartRamp
+from hermes_async.agent._start_ramp import StartRamp, start_paced
 from hermes_async.agent._watch import WatchedSandboxes
 from hermes_async.agent.context import ToolContext
 from hermes_async.agent.failures import (
@@ -879,8 +879,7 @@ async def run_group(
         try:
             with pool_session(f"group:{ids[0]}"):
                 async with anyio.create_task_group() as tg:
-                    for index in range(size):
-                        tg.start_soon(one, index, name=f"rollout {ids[index]}")
+                    await start_paced(tg, one, range(size), name=lambda i: f"rollout {ids[i]}")
         finally:
             if sandbox_setup is not None and snapshot:
                 # The first rollout's sandbox was made before its rollout ran: a no-op once the

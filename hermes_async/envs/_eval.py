@@ -16,6 +16,7 @@ import anyio
 
 from hermes_async._redact import redact, redact_messages
 from hermes_async.agent import FAILURE_CATEGORIES, RolloutFailure, ScoredRollout
+from hermes_async.agent._start_ramp import start_paced
 from hermes_async.envs._resume import ITEM_KEY, errored
 from hermes_async.envs.display import format_trajectory_for_display
 from hermes_async.envs.results import EvalReport, RolloutSummary
@@ -84,17 +85,16 @@ async def run_items(
     results: list[T | None] = [None] * len(items)
     failures: dict[int, str] = {}
 
-    async def run(index: int, item: Any) -> None:
+    async def run(index: int) -> None:
         async with limiter:
             try:
-                results[index] = await one(item)
+                results[index] = await one(items[index])
             except Exception as exc:  # one broken item must not end the evaluation
                 failures[index] = redact(f"{type(exc).__name__}: {exc}")
                 logger.warning("eval item %d failed: %s", index, failures[index])
 
     async with anyio.create_task_group() as tg:
-        for index, item in enumerate(items):
-            tg.start_soon(run, index, item)
+        await start_paced(tg, run, range(len(items)))
     return results, failures
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import anyio
 
+from hermes_async.agent._start_ramp import start_paced
+
 __all__ = ("collect_with_override", "overrides")
 
 _OPTIONAL_PER_ITEM = ("advantages", "ref_logprobs", "messages", "overrides", "images")
@@ -88,8 +90,7 @@ async def collect_with_override(
         results[index] = await collect(item)
 
     async with anyio.create_task_group() as tg:
-        for index in range(size):
-            tg.start_soon(one, index, name=f"collect_trajectory #{index}")
+        await start_paced(tg, one, range(size), name=lambda i: f"collect_trajectory #{i}")
     items: list[Any] = []
     backlog: list[Any] = []
     for result in results:

@@ -16,6 +16,7 @@ import anyio
 
 from hermes_async._groups import single_errors
 from hermes_async.agent import AgentOptions, ScoredRollout, run_group
+from hermes_async.agent._start_ramp import start_paced
 from hermes_async.errors import ConfigError
 from hermes_async.integrations._rollouts import (
     RolloutStatus,
@@ -204,8 +205,7 @@ class HermesGenerator:
 
         with single_errors():  # a lone error (a dead server) comes out as itself
             async with anyio.create_task_group() as tg:
-                for indexes in groups.values():
-                    tg.start_soon(one_group, indexes)
+                await start_paced(tg, one_group, groups.values())
         done = [r for r in results if r is not None]
         return generator_output(
             done,

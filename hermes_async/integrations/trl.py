@@ -17,6 +17,7 @@ import anyio.from_thread
 
 from hermes_async._groups import single_errors
 from hermes_async.agent import AgentOptions, RolloutTask, ScoredRollout, run_group
+from hermes_async.agent._start_ramp import start_paced
 from hermes_async.agent.rollout import RolloutSetup
 from hermes_async.errors import ConfigError
 from hermes_async.inference.completions import VLLMCompletionsClient
@@ -206,8 +207,7 @@ class RolloutFunc:
 
             with single_errors():  # a lone error (a dead server) comes out as itself
                 async with anyio.create_task_group() as tg:
-                    for indexes in runs:
-                        tg.start_soon(one, indexes)
+                    await start_paced(tg, one, runs)
         return rollout_fields(
             [r for r in results if r is not None],
             max_completion_length=budget,

@@ -20,6 +20,7 @@ import httpx
 import orjson
 
 from hermes_async._checks import INTEGER_AT_LEAST_ONE, NON_NEGATIVE_FINITE, check_fields
+from hermes_async.agent._start_ramp import start_paced
 from hermes_async.agent.failures import RolloutFailure
 from hermes_async.errors import RequestError, WorkerError
 from hermes_async.service.wire import GroupRequest, GroupResult
@@ -366,6 +367,5 @@ class GroupDispatcher:
                 on_result(result)
 
         async with anyio.create_task_group() as tg:
-            for i in range(len(requests)):
-                tg.start_soon(one, i)
+            await start_paced(tg, one, range(len(requests)))
         return [r for r in results if r is not None]

@@ -36,6 +36,7 @@ from hermes_async.agent import (
     ToolContext,
     run_group,
 )
+from hermes_async.agent._start_ramp import start_paced
 from hermes_async.errors import SandboxError
 from hermes_async.inference import HTTPOptions, RetryPolicy
 from hermes_async.inference.chat import ChatClient
@@ -451,8 +452,7 @@ async def run_chaos(config: ChaosConfig, *, tokenizer: Tokenizer | None = None) 
                             aborts.append("")
 
             async with anyio.create_task_group() as tg:
-                for number in range(groups_total):
-                    tg.start_soon(group, number)
+                await start_paced(tg, group, range(groups_total))
             still_open = manager.statistics().active
         seconds = time.perf_counter() - start
     finally:

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from hermes_async.agent import AgentOptions, HermesAgentLoop
+from hermes_async.agent._start_ramp import start_paced
 from hermes_async.agent.result import AgentResult
 from hermes_async.inference.generate import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.tokenizer import Tokenizer
@@ -255,8 +256,7 @@ async def _run_all(
                 results[index] = await loop.run(messages, task_id=f"t{index}", seed=index)
 
         async with anyio.create_task_group() as tg:
-            for index in range(config.rollouts):
-                tg.start_soon(one, index)
+            await start_paced(tg, one, range(config.rollouts))
     done = [r for r in results if r is not None]
     return done, server
 

@@ -9,7 +9,13 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from hermes_async.agent._start_ramp import _ADMITTED, STARTS_PER_PASS, StartRamp, start_gate
+from hermes_async.agent._start_ramp import (
+    _ADMITTED,
+    STARTS_PER_PASS,
+    StartRamp,
+    start_gate,
+    start_paced,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -94,3 +100,39 @@ async def test_cancelled_waiters_leave_the_ramp_free() -> None:
     gate = start_gate()
     assert gate.borrowed_tokens == 0
     assert gate.statistics().tasks_waiting == 0
+
+
+async def test_start_paced_yields_to_the_loop_between_chunks(passes: Passes) -> None:
+    n = STARTS_PER_PASS * 8
+    started_at: list[int] = []
+
+    async def task(i: int) -> None:
+        started_at.append(passes.count)
+
+    async with anyio.create_task_group() as tg:
+        await start_paced(tg, task, range(n), name=lambda i: f"task {i}")
+    assert len(started_at) == n
+    per_pass = collections.Counter(started_at)
+    # A loop of start_soon starts all n in one pass; the ticker may be one pass off on trio.
+    assert max(per_pass.values()) <= 2 * STARTS_PER_PASS, per_pass
+    assert len(per_pass) >= n // (2 * STARTS_PER_PASS)
+
+
+async def test_start_paced_names_tasks_and_stops_starting_when_the_group_fails() -> None:
+    names: list[str] = []
+    started: list[int] = []
+
+    async def task(i: int) -> None:
+        names.append(anyio.get_current_task().name)
+        started.append(i)
+        if i == 0:
+            raise RuntimeError("boom")
+        await anyio.sleep_forever()
+
+    with pytest.raises(ExceptionGroup) as caught:
+        async with anyio.create_task_group() as tg:
+            await start_paced(tg, task, range(STARTS_PER_PASS * 100), name=lambda i: f"t{i}")
+    assert caught.group_contains(RuntimeError, match="boom")
+    assert "t0" in names
+    # The group's failure cancels the starter at its next yield: the rest are never started.
+    assert len(started) < STARTS_PER_PASS * 100
