@@ -286,7 +286,7 @@ async def run_rollouts(
             start = anyio.current_time()
             async with anyio.create_task_group() as tg:
                 if spawn_per_pass == "paced":
-                    from hermes_async.agent._start_ramp import start_paced  # not in older trees
+                    from hermes_async._paced import start_paced  # not in older trees
 
                     await start_paced(tg, one, range(n))
                 else:

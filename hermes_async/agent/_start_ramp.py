@@ -13,20 +13,19 @@ the slot to one waiter, for the next pass:
   :data:`FIRST_PROMPTS_PER_PASS` per pass.
 
 The gates cannot shorten the caller's own pass: 20,000 ``start_soon`` calls in one pass cost
-~200 ms by themselves. The library's own batch starters use :func:`start_paced`, which yields
-to the loop between chunks of :data:`STARTS_PER_PASS`.
+~200 ms by themselves. The library's own batch starters use
+:func:`hermes_async._paced.start_paced`, which starts no faster than the gate admits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, TypeVar
 
 import anyio
-import anyio.abc
-from anyio.lowlevel import RunVar, checkpoint
+from anyio.lowlevel import RunVar
+
+from hermes_async._paced import STARTS_PER_PASS
 
 __all__ = (
     "FIRST_PROMPTS_PER_PASS",
@@ -34,13 +33,8 @@ __all__ = (
     "StartRamp",
     "first_prompt_gate",
     "start_gate",
-    "start_paced",
 )
 
-T = TypeVar("T")
-
-#: Rollouts (or groups) admitted per pass of the event loop.
-STARTS_PER_PASS = 32
 #: First prompts rendered and encoded per pass of the event loop.
 FIRST_PROMPTS_PER_PASS = 32
 _START_GATE: RunVar[anyio.CapacityLimiter] = RunVar("hermes_async.start_gate")
@@ -66,22 +60,6 @@ def start_gate() -> anyio.CapacityLimiter:
 def first_prompt_gate() -> anyio.CapacityLimiter:
     """This event loop's gate of first prompts."""
     return _loop_gate(_FIRST_PROMPT_GATE, FIRST_PROMPTS_PER_PASS)
-
-
-async def start_paced(
-    tg: anyio.abc.TaskGroup,
-    func: Callable[[T], Coroutine[Any, Any, object]],
-    items: Iterable[T],
-    *,
-    name: Callable[[T], str] | None = None,
-) -> None:
-    """``tg.start_soon(func, item)`` for each item, yielding to the loop after every
-    :data:`STARTS_PER_PASS` starts (the rate the start gate admits, so no queue of started
-    rollouts builds up behind it)."""
-    for i, item in enumerate(items):
-        if i and i % STARTS_PER_PASS == 0:
-            await checkpoint()
-        tg.start_soon(func, item, name=None if name is None else name(item))
 
 
 class StartRamp:

@@ -24,8 +24,9 @@ import anyio
 
 from hermes_async._groups import single_errors
 from hermes_async._otel import span
+from hermes_async._paced import start_paced
 from hermes_async._redact import redact
-from hermes_async.agent._start_ramp import StartRamp, start_paced
+from hermes_async.agent._start_ramp import StartRamp
 from hermes_async.agent._watch import WatchedSandboxes
 from hermes_async.agent.context import ToolContext
 from hermes_async.agent.failures import (

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import anyio
 
+from hermes_async._paced import start_paced
 from hermes_async._redact import redact, redact_messages
 from hermes_async.agent import FAILURE_CATEGORIES, RolloutFailure, ScoredRollout
-from hermes_async.agent._start_ramp import start_paced
 from hermes_async.envs._resume import ITEM_KEY, errored
 from hermes_async.envs.display import format_trajectory_for_display
 from hermes_async.envs.results import EvalReport, RolloutSummary

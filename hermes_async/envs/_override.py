@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from hermes_async.agent._start_ramp import start_paced
+from hermes_async._paced import start_paced
 
 __all__ = ("collect_with_override", "overrides")
 

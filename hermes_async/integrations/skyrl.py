@@ -15,8 +15,8 @@ from typing import Any
 import anyio
 
 from hermes_async._groups import single_errors
+from hermes_async._paced import start_paced
 from hermes_async.agent import AgentOptions, ScoredRollout, run_group
-from hermes_async.agent._start_ramp import start_paced
 from hermes_async.errors import ConfigError
 from hermes_async.integrations._rollouts import (
     RolloutStatus,

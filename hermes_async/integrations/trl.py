@@ -16,8 +16,8 @@ import anyio
 import anyio.from_thread
 
 from hermes_async._groups import single_errors
+from hermes_async._paced import start_paced
 from hermes_async.agent import AgentOptions, RolloutTask, ScoredRollout, run_group
-from hermes_async.agent._start_ramp import start_paced
 from hermes_async.agent.rollout import RolloutSetup
 from hermes_async.errors import ConfigError
 from hermes_async.inference.completions import VLLMCompletionsClient

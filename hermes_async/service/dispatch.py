@@ -20,7 +20,7 @@ import httpx
 import orjson
 
 from hermes_async._checks import INTEGER_AT_LEAST_ONE, NON_NEGATIVE_FINITE, check_fields
-from hermes_async.agent._start_ramp import start_paced
+from hermes_async._paced import start_paced
 from hermes_async.agent.failures import RolloutFailure
 from hermes_async.errors import RequestError, WorkerError
 from hermes_async.service.wire import GroupRequest, GroupResult

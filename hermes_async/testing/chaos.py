@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeAlias, get_args
 import anyio
 
 from hermes_async._cleanup import bounded_cleanup
+from hermes_async._paced import start_paced
 from hermes_async.agent import (
     FAILURE_CATEGORIES,
     AgentOptions,
@@ -36,7 +37,6 @@ from hermes_async.agent import (
     ToolContext,
     run_group,
 )
-from hermes_async.agent._start_ramp import start_paced
 from hermes_async.errors import SandboxError
 from hermes_async.inference import HTTPOptions, RetryPolicy
 from hermes_async.inference.chat import ChatClient

@@ -18,8 +18,8 @@ from typing import Any
 
 import anyio
 
+from hermes_async._paced import start_paced
 from hermes_async.agent import AgentOptions, HermesAgentLoop
-from hermes_async.agent._start_ramp import start_paced
 from hermes_async.agent.result import AgentResult
 from hermes_async.inference.generate import SamplingParams, VLLMGenerateClient
 from hermes_async.inference.tokenizer import Tokenizer

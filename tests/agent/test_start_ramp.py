@@ -9,13 +9,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from hermes_async.agent._start_ramp import (
-    _ADMITTED,
-    STARTS_PER_PASS,
-    StartRamp,
-    start_gate,
-    start_paced,
-)
+from hermes_async._paced import start_paced
+from hermes_async.agent._start_ramp import _ADMITTED, STARTS_PER_PASS, StartRamp, start_gate
 
 pytestmark = pytest.mark.anyio
 
@@ -119,7 +114,7 @@ async def test_start_paced_yields_to_the_loop_between_chunks(passes: Passes) -> 
 
 
 async def test_start_paced_names_tasks_and_stops_starting_when_the_group_fails() -> None:
-    names: list[str] = []
+    names: list[str | None] = []
     started: list[int] = []
 
     async def task(i: int) -> None:
