@@ -56,6 +56,14 @@ logger = logging.getLogger(__name__)
 
 #: The agent's name in telemetry (``gen_ai.agent.name``; spans ``invoke_agent hermes-agent``).
 _AGENT_NAME = "hermes-agent"
+# The options a loop derived from (base, reference-style arguments), each pinning its base so
+# an id is not reused. A loop per rollout (the reference's use) would otherwise build and check
+# the same options once per rollout.
+_DERIVED: dict[
+    tuple[int, tuple[tuple[str, type, object], ...]], tuple[AgentOptions, AgentOptions]
+] = {}
+_DERIVED_MAX = 64
+_DEFAULT_OPTIONS = AgentOptions()  # frozen: one serves every loop built without options
 
 
 class RunAbort:
@@ -90,6 +98,26 @@ class _TurnStrategy(Protocol):
     async def run(self, result: AgentResult, tools: RunTools, *, seed: int | None = None) -> None:
         """Run one rollout's turns into ``result``."""
         ...
+
+
+def _options_with(base: AgentOptions, given: dict[str, Any]) -> AgentOptions:
+    """``dataclasses.replace(base, **given)``, built once per base and hashable ``given``.
+
+    Shared, not copied: the options are frozen, and a replace shares ``base``'s field values
+    anyway. The value's type is in the key: ``temperature=1`` and ``1.0`` stay apart.
+    """
+    key = (id(base), tuple((name, type(value), value) for name, value in sorted(given.items())))
+    try:
+        hit = _DERIVED.get(key)
+    except TypeError:  # an unhashable value (extra_body, a budget with a dict): not cached
+        return dataclasses.replace(base, **given)
+    if hit is not None and hit[0] is base:
+        return hit[1]
+    derived = dataclasses.replace(base, **given)
+    if len(_DERIVED) >= _DERIVED_MAX:
+        _DERIVED.clear()
+    _DERIVED[key] = (base, derived)
+    return derived
 
 
 class HermesAgentLoop:
@@ -132,7 +160,7 @@ class HermesAgentLoop:
         registry: ToolRegistry | None = None,
         release_sandbox: bool = False,
     ) -> None:
-        base = options if options is not None else AgentOptions()
+        base = options if options is not None else _DEFAULT_OPTIONS
         if not isinstance(base, AgentOptions):
             raise TypeError(f"options must be an AgentOptions, got {type(base).__name__}")
         given: dict[str, Any] = {}
@@ -146,7 +174,7 @@ class HermesAgentLoop:
             given["extra_body"] = dict(extra_body)
         if isinstance(budget_config, BudgetConfig):
             given["budget"] = budget_config
-        self.options = dataclasses.replace(base, **given) if given else base
+        self.options = _options_with(base, given) if given else base
         self.server = server
         self.tool_schemas: list[JSONObject] = list(tool_schemas)
         self.valid_tool_names: set[str] = set(valid_tool_names)
