@@ -56,12 +56,9 @@ logger = logging.getLogger(__name__)
 
 #: The agent's name in telemetry (``gen_ai.agent.name``; spans ``invoke_agent hermes-agent``).
 _AGENT_NAME = "hermes-agent"
-# The options a loop derived from (base, reference-style arguments), each pinning its base so
-# an id is not reused. A loop per rollout (the reference's use) would otherwise build and check
-# the same options once per rollout.
-_DERIVED: dict[
-    tuple[int, tuple[tuple[str, type, object], ...]], tuple[AgentOptions, AgentOptions]
-] = {}
+# The default options with the reference's arguments applied, by those arguments. A loop per
+# rollout (the reference's use) would otherwise build and check the same options each time.
+_DERIVED: dict[tuple[tuple[str, type, object], ...], AgentOptions] = {}
 _DERIVED_MAX = 64
 _DEFAULT_OPTIONS = AgentOptions()  # frozen: one serves every loop built without options
 
@@ -101,22 +98,25 @@ class _TurnStrategy(Protocol):
 
 
 def _options_with(base: AgentOptions, given: dict[str, Any]) -> AgentOptions:
-    """``dataclasses.replace(base, **given)``, built once per base and hashable ``given``.
+    """``dataclasses.replace(base, **given)``, built once per hashable ``given`` when ``base``
+    is the default.
 
-    Shared, not copied: the options are frozen, and a replace shares ``base``'s field values
-    anyway. The value's type is in the key: ``temperature=1`` and ``1.0`` stay apart.
+    Only the default's: a table keyed by the caller's own options would keep them (and the
+    hooks they hold) alive. Shared, not copied: the options are frozen. The value's type is in
+    the key: ``temperature=1`` and ``1.0`` stay apart.
     """
-    key = (id(base), tuple((name, type(value), value) for name, value in sorted(given.items())))
-    try:
-        hit = _DERIVED.get(key)
-    except TypeError:  # an unhashable value (extra_body, a budget with a dict): not cached
+    if base is not _DEFAULT_OPTIONS:
         return dataclasses.replace(base, **given)
-    if hit is not None and hit[0] is base:
-        return hit[1]
-    derived = dataclasses.replace(base, **given)
-    if len(_DERIVED) >= _DERIVED_MAX:
-        _DERIVED.clear()
-    _DERIVED[key] = (base, derived)
+    key = tuple((name, type(value), value) for name, value in sorted(given.items()))
+    try:
+        derived = _DERIVED.get(key)
+    except TypeError:  # an unhashable value (extra_body, a budget with a dict): not kept
+        return dataclasses.replace(base, **given)
+    if derived is None:
+        derived = dataclasses.replace(base, **given)
+        if len(_DERIVED) >= _DERIVED_MAX:
+            _DERIVED.clear()
+        _DERIVED[key] = derived
     return derived
 
 

@@ -38,6 +38,14 @@ def test_an_int_and_a_float_of_equal_value_stay_apart() -> None:
     assert repr(as_float.options.temperature) == "1.0"
 
 
+def test_the_callers_own_options_are_not_kept() -> None:
+    options = AgentOptions(max_turns=4)
+    first, second = build(options=options, max_tokens=64), build(options=options, max_tokens=64)
+    assert first.options == second.options
+    assert first.options is not second.options  # derived per loop: nothing holds `options`
+    assert all(value is not first.options for value in loop_module._DERIVED.values())
+
+
 def test_equal_bases_that_are_different_objects_each_derive_their_own() -> None:
     a = AgentOptions(max_turns=4)
     b = AgentOptions(max_turns=4, tool_timeout=9.0)
