@@ -48,7 +48,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -186,7 +186,7 @@ async def run_rollouts(
     model_requests: int | None = None,
     first_prompts: float | None = None,
     one_loop: bool = False,
-    spawn_per_pass: int | str | None = None,
+    spawn_per_pass: int | Literal["paced"] | None = None,
     starts_per_pass: float | None = None,
 ) -> tuple[float, int, Any, list[float], Stall]:
     """Run ``n`` rollouts at once; ``(seconds, completed, lag statistics, lag samples, start-up
@@ -292,7 +292,7 @@ async def run_rollouts(
                 else:
                     for i in range(n):
                         tg.start_soon(one, i)
-                        if spawn_per_pass and (i + 1) % int(spawn_per_pass) == 0:
+                        if spawn_per_pass and (i + 1) % spawn_per_pass == 0:
                             await anyio.lowlevel.checkpoint()
             elapsed = anyio.current_time() - start
             stats = monitor.statistics()
@@ -357,7 +357,7 @@ async def idle_rss_per_rollout(
     model_requests: int | None,
     first_prompts: float | None = None,
     one_loop: bool = False,
-    spawn_per_pass: int | str | None = None,
+    spawn_per_pass: int | Literal["paced"] | None = None,
     starts_per_pass: float | None = None,
 ) -> tuple[float, Stall]:
     """Park all N rollouts inside their first tool call: ``(RSS growth / N in bytes, the

@@ -12,9 +12,8 @@ the slot to one waiter, for the next pass:
 * :func:`first_prompt_gate`, around the token path's first render and encode: at most
   :data:`FIRST_PROMPTS_PER_PASS` per pass.
 
-The gates cannot shorten the caller's own pass: 20,000 ``start_soon`` calls in one pass cost
-~200 ms by themselves. The library's own batch starters use
-:func:`hermes_async._paced.start_paced`, which starts no faster than the gate admits.
+The gates cannot shorten the caller's own pass of ``start_soon`` calls; the library's batch
+starters pace theirs (:func:`hermes_async._paced.start_paced`).
 """
 
 from __future__ import annotations
