@@ -80,12 +80,20 @@ def exact_rows(managed_state: Mapping[str, Any] | None) -> Rows | None:
         return None
     node = nodes[-1]
     return Rows(
-        # map, not a comprehension: the same conversion at C speed (thousands of ids a rollout)
-        tokens=list(map(int, _node_field(node, "tokens"))),
-        masks=list(map(int, _node_field(node, "masked_tokens"))),
-        logprobs=list(map(float, _node_field(node, "logprobs"))),
+        tokens=_as(int, _node_field(node, "tokens")),
+        masks=_as(int, _node_field(node, "masked_tokens")),
+        logprobs=_as(float, _node_field(node, "logprobs")),
         trainable=True,
     )
+
+
+def _as(kind: type[Any], values: Iterable[Any]) -> list[Any]:
+    """``values`` as a new list of ``kind``: copied when a list holds exactly that type (this
+    library's trajectories), converted one by one otherwise (numpy numbers, bools)."""
+    # One C pass to read the types is cheaper than a call to kind() per value.
+    if type(values) is list and set(map(type, values)) <= {kind}:
+        return values.copy()
+    return list(map(kind, values))
 
 
 def placeholder_rows(

@@ -78,7 +78,7 @@ class SSEDecoder:
         self._id: str | None = None
         self._last_line = ""
         # No bound: a count no event reaches (one comparison per line either way).
-        self._max_event_bytes: float = math.inf if max_event_bytes is None else max_event_bytes
+        self.max_event_bytes: float = math.inf if max_event_bytes is None else max_event_bytes
         self._event_bytes = 0
 
     def feed_line(self, line: str, size: int | None = None) -> SSEEvent | None:
@@ -94,7 +94,7 @@ class SSEDecoder:
             return self._dispatch()
         if line.startswith("data: "):  # the common case, with one copy of a long line
             self._event_bytes += len(line) if size is None else size
-            if self._event_bytes > self._max_event_bytes:
+            if self._event_bytes > self.max_event_bytes:
                 raise self._too_large(line)
             self._data.append(line[6:])
             self._last_line = line
@@ -112,7 +112,7 @@ class SSEDecoder:
             value = value[1:]
         if name == "data":
             self._event_bytes += len(line) if size is None else size
-            if self._event_bytes > self._max_event_bytes:
+            if self._event_bytes > self.max_event_bytes:
                 raise self._too_large(line)
             self._data.append(value)
             self._last_line = line
@@ -123,7 +123,7 @@ class SSEDecoder:
         return None
 
     def _too_large(self, line: str) -> SSEEventTooLarge:
-        limit = self._max_event_bytes
+        limit = self.max_event_bytes
         return SSEEventTooLarge(
             f"an event is longer than HTTPOptions.max_event_bytes={limit} bytes "
             f"({limit / 2**20:.3g} MiB): {len(self._data) + 1} data lines without the "
@@ -143,7 +143,7 @@ class SSEDecoder:
         Raises:
             SSEEventTooLarge: ``size`` is over the bound.
         """
-        if size > self._max_event_bytes:
+        if size > self.max_event_bytes:
             raise self._too_large(line)
         return SSEEvent(line[6:], None, self._id, line)
 
@@ -206,7 +206,7 @@ class SSEJSONReader:
             return None
         if len(event.data) > BIG_LINE_BYTES:
             await anyio.lowlevel.checkpoint()  # a turn for the loop before a long decode
-        return self._decoded(event)
+        return self._decoded(event.data, event.last_line)
 
     def next_ready(self) -> tuple[JSON, str] | None:
         """The next payload if its lines are already buffered: no waiting, no yield.
@@ -220,9 +220,12 @@ class SSEJSONReader:
             return None
         reader, sse = self._reader, self._sse
         while True:
-            # The common event, one data line and a blank one, in one step.
-            line = reader.ready_data_line() if sse.idle else None
-            if line is not None:
+            # The common event, one short data line of JSON and a blank line, in one step: the
+            # checks of feed_data_event() and _is_done(), without building an SSEEvent.
+            if sse.idle and (line := reader.ready_data_line()) is not None:
+                data = line[6:]
+                if reader.line_bytes <= sse.max_event_bytes and data.strip() != "[DONE]":
+                    return self._decoded(data, line)
                 event = self._feed(line, one_line_event=True)
                 break
             if (line := reader.ready_line()) is None:
@@ -236,7 +239,7 @@ class SSEJSONReader:
         if len(event.data) > BIG_LINE_BYTES:
             self._held = event
             return None
-        return self._decoded(event)
+        return self._decoded(event.data, event.last_line)
 
     def _feed(self, line: str | None, *, one_line_event: bool = False) -> SSEEvent | None:
         """Feed one line (``None``: the body ended); the event it completes, if any.
@@ -258,14 +261,13 @@ class SSEJSONReader:
                 f"malformed Server-Sent Events stream: {exc}", exc.line
             ) from None
 
-    def _decoded(self, event: SSEEvent) -> tuple[JSON, str]:
+    def _decoded(self, data: str, line: str) -> tuple[JSON, str]:
+        """An event's ``data`` decoded, and its last ``data`` line (for errors)."""
         try:
-            return wirejson.loads(event.data), event.last_line
+            return wirejson.loads(data), line
         except ValueError as exc:
             self._ended = True
-            raise self.protocol_error(
-                f"stream chunk is not valid JSON ({exc})", event.last_line
-            ) from None
+            raise self.protocol_error(f"stream chunk is not valid JSON ({exc})", line) from None
 
     def protocol_error(self, message: str, line: str) -> ServerProtocolError:
         return ServerProtocolError(

@@ -151,16 +151,19 @@ def accepted_extras(kind: str) -> frozenset[str]:
     Raises:
         ConfigError: An unknown kind.
     """
-    tables: Mapping[str, frozenset[str]] = {
-        "vllm": _VLLM_SAMPLING | _VLLM_TOP,
-        "completions": _COMPLETIONS,
-        "sglang": _SGLANG_SAMPLING | _SGLANG_TOP | {"structured_outputs", "min_tokens"},
-        "atropos": _ATROPOS,
-    }
-    if kind not in tables:
+    table = _ACCEPTED.get(kind)
+    if table is None:
         raise ConfigError(f"unknown server kind {kind!r}; known: {', '.join(EXTRA_KINDS)}")
-    table = tables[kind]
-    return table | frozenset(_GUIDED) if kind != "atropos" else table
+    return table
+
+
+# Built once: clients check every request's extras against these.
+_ACCEPTED: Mapping[str, frozenset[str]] = {
+    "vllm": _VLLM_SAMPLING | _VLLM_TOP | frozenset(_GUIDED),
+    "completions": _COMPLETIONS | frozenset(_GUIDED),
+    "sglang": _SGLANG_SAMPLING | _SGLANG_TOP | {"structured_outputs", "min_tokens", *_GUIDED},
+    "atropos": _ATROPOS,
+}
 
 
 def _sglang_structured(value: JSON, kind: str) -> JSONObject:

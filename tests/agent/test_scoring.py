@@ -35,6 +35,28 @@ def test_exact_rows_come_from_the_last_node_dict_or_object() -> None:
     assert exact_rows(None) is None and exact_rows({"nodes": []}) is None
 
 
+def test_exact_rows_are_new_lists_of_exact_types() -> None:
+    from array import array
+    from fractions import Fraction
+
+    node = {
+        "tokens": [1, 2, 3],
+        "masked_tokens": array("i", [-100, 2, 3]),
+        "logprobs": [1.0, Fraction(-1, 2), 0],
+    }
+    rows = exact_rows({"nodes": [node]})
+    assert rows is not None
+    # Copies: a trainer editing its rows does not edit the rollout's managed_state.
+    assert rows.tokens == [1, 2, 3] and rows.tokens is not node["tokens"]
+    rows.tokens.append(9)
+    assert node["tokens"] == [1, 2, 3]
+    assert rows.masks == [-100, 2, 3] and type(rows.masks) is list
+    assert rows.logprobs == [1.0, -0.5, 0.0]
+    assert [type(v) for v in rows.logprobs] == [float, float, float]
+    bools = exact_rows({"nodes": [{"tokens": [True, 2], "masked_tokens": [], "logprobs": []}]})
+    assert bools is not None and [type(v) for v in bools.tokens] == [int, int]
+
+
 def test_placeholder_rows_are_the_reference_ones() -> None:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "sys"},

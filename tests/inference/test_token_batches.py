@@ -179,3 +179,32 @@ def test_vllm_chunk_ids_are_checked(ids: list[object], message: str) -> None:
     payload = {"choices": [{"token_ids": ids, "logprobs": {"content": content}}]}
     with pytest.raises(ChunkError, match=message):
         VLLMDecoder(vocab_size=10).feed(payload)
+
+
+async def test_a_one_line_event_over_the_event_bound_is_refused_in_a_batch() -> None:
+    body = "\n".join([_event([3]), "", _event([1, 2]), "", _event([4], "stop"), ""]).encode()
+    context = BodyContext("POST http://m/generate", 1, anyio.current_time() + 60, 30.0, 2**20)
+    reader = LineReader(ChunkedResponse([body]), context, max_line_bytes=2**20)
+    # The first event fits; the second is one byte over the bound (its "data: " line counts).
+    bound = len(_event([3]))
+    assert len(_event([1, 2])) > bound
+    stream = TokenStream(
+        SSEJSONReader(reader, max_event_bytes=bound),
+        VLLMDecoder(),
+        "POST http://m/generate",
+        max_tokens=64,
+    )
+    batch = await stream.next_batch()
+    assert batch is not None and [d.token_ids for d in batch] == [(3,)]
+    with pytest.raises(ServerProtocolError, match=r"HTTPOptions\.max_event_bytes=") as caught:
+        await stream.next_batch()
+    assert caught.value.token_ids == (3,)
+
+
+async def test_done_with_spaces_ends_a_batch() -> None:
+    body = "\n".join([_event([1]), "", _event([2], "stop"), "", "data:  [DONE] ", "", ""])
+    stream, response = _stream([body.encode()])
+    batches = []
+    while (batch := await stream.next_batch()) is not None:
+        batches.append([d.token_ids for d in batch])
+    assert batches == [[(1,), (2,)]] and response.body_received
