@@ -200,7 +200,7 @@ class SSEJSONReader:
                 if line is None:
                     self._ended = True
                     return None
-        if event is None or _is_done(event):
+        if event is None or _is_done(event.data):
             self._ended = self.saw_done = True
             await self._drain()
             return None
@@ -221,10 +221,10 @@ class SSEJSONReader:
         reader, sse = self._reader, self._sse
         while True:
             # The common event, one short data line of JSON and a blank line, in one step: the
-            # checks of feed_data_event() and _is_done(), without building an SSEEvent.
+            # size check of feed_data_event() without building an SSEEvent.
             if sse.idle and (line := reader.ready_data_line()) is not None:
                 data = line[6:]
-                if reader.line_bytes <= sse.max_event_bytes and data.strip() != "[DONE]":
+                if reader.line_bytes <= sse.max_event_bytes and not _is_done(data):
                     return self._decoded(data, line)
                 event = self._feed(line, one_line_event=True)
                 break
@@ -233,7 +233,7 @@ class SSEJSONReader:
             if (event := self._feed(line)) is not None:
                 break
         assert event is not None  # a data line always makes one
-        if _is_done(event):
+        if _is_done(event.data):
             self._done_seen = True
             return None
         if len(event.data) > BIG_LINE_BYTES:
@@ -290,5 +290,6 @@ class SSEJSONReader:
                 pass
 
 
-def _is_done(event: SSEEvent) -> bool:
-    return event.data.strip() == "[DONE]"
+def _is_done(data: str) -> bool:
+    """Whether an event's ``data`` is the end-of-stream marker."""
+    return data.strip() == "[DONE]"

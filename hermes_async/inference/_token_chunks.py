@@ -56,12 +56,8 @@ def _check_token_values(
     ids: Sequence[int], logprobs: Sequence[float], vocab_size: int | None
 ) -> None:
     """Raise :class:`ChunkError` (``invalid_tokens``) for a bad id or logprob."""
-    limit = TOKEN_ID_LIMIT if vocab_size is None else min(vocab_size, TOKEN_ID_LIMIT)
-    # Fast path, one C-level pass each: the sum of finite numbers is finite unless it
-    # overflows (then the loops below decide); a NaN or an infinity makes it non-finite.
-    if (not ids or (min(ids) >= 0 and max(ids) < limit)) and (
-        not logprobs or (max(logprobs) <= MAX_LOGPROB and math.isfinite(sum(logprobs)))
-    ):
+    limit = _id_limit(vocab_size)
+    if _values_ok(ids, logprobs, limit):
         return
     for position, token_id in enumerate(ids):
         if not 0 <= token_id < limit:
@@ -87,6 +83,20 @@ def _check_token_values(
                 "number <= 0",
                 invalid_tokens=True,
             )
+
+
+def _id_limit(vocab_size: int | None) -> int:
+    """Ids must be below this: the vocabulary's size, and never past 32 bits."""
+    return TOKEN_ID_LIMIT if vocab_size is None else min(vocab_size, TOKEN_ID_LIMIT)
+
+
+def _values_ok(ids: Sequence[int], logprobs: Sequence[float], limit: int) -> bool:
+    """Whether every id is in ``[0, limit)`` and every logprob finite and ``<= 0``: one C-level
+    pass each. The sum of finite numbers is finite unless it overflows (``False`` then, and
+    the caller's loops decide); a NaN or an infinity makes it non-finite."""
+    return (not ids or (min(ids) >= 0 and max(ids) < limit)) and (
+        not logprobs or (max(logprobs) <= MAX_LOGPROB and math.isfinite(sum(logprobs)))
+    )
 
 
 def _check_error_frame(payload: JSON) -> None:
@@ -191,19 +201,11 @@ class VLLMDecoder(ChunkDecoder):
                     and all(type(entry) is dict for entry in content)
                 ):
                     values = [entry.get("logprob") for entry in content]
-                    limit = (
-                        TOKEN_ID_LIMIT
-                        if self.vocab_size is None
-                        else min(self.vocab_size, TOKEN_ID_LIMIT)
-                    )
                     if (
                         set(map(type, ids)) == _INT
                         and set(map(type, values)) == _FLOAT
                         and [entry.get("token_id") for entry in content] == ids
-                        and min(ids) >= 0
-                        and max(ids) < limit
-                        and max(values) <= MAX_LOGPROB
-                        and math.isfinite(sum(values))
+                        and _values_ok(ids, values, _id_limit(self.vocab_size))
                     ):
                         return TokenChunk(tuple(ids), tuple(values), finish)
         return self._feed_checked(payload)

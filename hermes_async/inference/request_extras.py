@@ -145,6 +145,15 @@ _GUIDED = {
 }
 
 
+# Built once: clients check every request's extras against these.
+_ACCEPTED: Mapping[str, frozenset[str]] = {
+    "vllm": _VLLM_SAMPLING | _VLLM_TOP | frozenset(_GUIDED),
+    "completions": _COMPLETIONS | frozenset(_GUIDED),
+    "sglang": _SGLANG_SAMPLING | _SGLANG_TOP | {"structured_outputs", "min_tokens", *_GUIDED},
+    "atropos": _ATROPOS,
+}
+
+
 def accepted_extras(kind: str) -> frozenset[str]:
     """Every extra key ``kind`` accepts (translated spellings included).
 
@@ -155,15 +164,6 @@ def accepted_extras(kind: str) -> frozenset[str]:
     if table is None:
         raise ConfigError(f"unknown server kind {kind!r}; known: {', '.join(EXTRA_KINDS)}")
     return table
-
-
-# Built once: clients check every request's extras against these.
-_ACCEPTED: Mapping[str, frozenset[str]] = {
-    "vllm": _VLLM_SAMPLING | _VLLM_TOP | frozenset(_GUIDED),
-    "completions": _COMPLETIONS | frozenset(_GUIDED),
-    "sglang": _SGLANG_SAMPLING | _SGLANG_TOP | {"structured_outputs", "min_tokens", *_GUIDED},
-    "atropos": _ATROPOS,
-}
 
 
 def _sglang_structured(value: JSON, kind: str) -> JSONObject:

@@ -17,24 +17,12 @@ from hermes_async.inference._token_chunks import (
     TokenChunk,
     VLLMDecoder,
 )
+from hermes_async.testing.scripted_server import _vllm_chunk
 
 
 def _chunk(ids: list[int], logprobs: list[Any], finish: Any = None) -> dict[str, Any]:
-    return {
-        "id": "gen-1",
-        "choices": [
-            {
-                "index": 0,
-                "token_ids": ids,
-                "logprobs": {
-                    "content": [
-                        {"token_id": i, "logprob": lp} for i, lp in zip(ids, logprobs, strict=True)
-                    ]
-                },
-                "finish_reason": finish,
-            }
-        ],
-    }
+    # The chunk the scripted server sends, as vLLM does.
+    return _vllm_chunk(1, ids, logprobs, finish)
 
 
 def _answer(feed: Callable[[Any], TokenChunk | None], payload: Any) -> object:
