@@ -21,6 +21,7 @@ from hermes_async._cleanup import cleanup_scope
 from hermes_async.errors import SandboxError
 from hermes_async.tools.sandbox.base import (
     MAX_READ_BYTES,
+    PID_REUSE_SH,
     TIMEOUT_EXIT_CODE,
     ByteSink,
     ExecRequest,
@@ -73,6 +74,7 @@ _STREAM_ARCHIVE = (
 
 EXEC_WRAPPER = r"""
 id=$1; dir=$2; in=$3; cmd=$4; d=${5:-/tmp/.hermes-exec}
+{reuse}
 mkdir -p "$d" 2>/dev/null && chmod 1777 "$d" 2>/dev/null
 if [ -e "$d/$id.cancel" ]; then rm -f "$d/$id.cancel" "$in"; exit 124; fi
 if command -v bash >/dev/null 2>&1; then sh_=bash; else sh_=/bin/sh; fi
@@ -88,22 +90,23 @@ else
     "$sh_" -c "$cmd" <"$src" &
     pid=$!
 fi
+note_start "$pid" "$d/$id.pid"
 echo "$pid" >"$d/$id.pid"
 if [ -e "$d/$id.cancel" ]; then kill -KILL -"$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; fi
 wait "$pid"
 rc=$?
 # Like the local backend: whatever the command left running in its group (`cmd &`) dies with it.
 kill -KILL -"$pid" 2>/dev/null
-rm -f "$d/$id.pid" "$d/$id.cancel" "$in"
+rm -f "$d/$id.pid" "$d/$id.pid.start" "$d/$id.cancel" "$in"
 exit $rc
-"""
+""".replace("{reuse}", PID_REUSE_SH)
 
 KILL_SCRIPT = r"""
 id=$1; d=${2:-/tmp/.hermes-exec}
+{reuse}
 mkdir -p "$d" 2>/dev/null && chmod 1777 "$d" 2>/dev/null
 : >"$d/$id.cancel"
-if [ -f "$d/$id.pid" ]; then
-    pid=$(cat "$d/$id.pid")
+if [ -f "$d/$id.pid" ] && read -r pid < "$d/$id.pid" && ! reused "$pid" "$d/$id.pid"; then
     # Before the child's setsid() the group does not exist yet: kill the pid itself then.
     kill -KILL -"$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
     # Wait (bounded) until the group is gone, so the caller sees nothing left running.
@@ -113,7 +116,7 @@ if [ -f "$d/$id.pid" ]; then
     done
 fi
 exit 0
-"""
+""".replace("{reuse}", PID_REUSE_SH)
 
 
 def _exec_argv(

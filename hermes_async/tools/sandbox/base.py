@@ -90,6 +90,21 @@ DEFAULT_CLOSE_TIMEOUT_SECONDS = 30.0
 #: Deadline for each short bookkeeping ``exec`` (status probe, kill, stdin write).
 BACKGROUND_EXEC_TIMEOUT_SECONDS = 30.0
 
+#: Shell functions (POSIX sh, no fork) for the pids that scripts record in files. A pid file
+#: ``F`` may have ``F.start`` beside it: the process's start time (field 22 of ``/proc/PID/stat``),
+#: written by ``note_start PID F``. ``reused PID F`` is true when a live process PID started at
+#: another time: the kernel gave the number to someone else (on an ssh host, perhaps another
+#: sandbox's command), so PID is not signalled. A recorded session leader that is gone still
+#: names its session: Linux keeps a number while any process has it as its session or group.
+#: Without ``/proc`` (or an older file) nothing counts as reused, as before.
+PID_REUSE_SH = (
+    'start_ticks() { ticks=; { read -r l < "/proc/$1/stat"; } 2>/dev/null || return 1; '
+    'set -- ${l##*) }; ticks=${20}; [ -n "$ticks" ]; }; '
+    'note_start() { start_ticks "$1" && { echo "$ticks" > "$2.start"; } 2>/dev/null; true; }; '
+    'reused() { [ -s "$2.start" ] && start_ticks "$1" '
+    '&& { read -r s < "$2.start"; } 2>/dev/null && [ "$ticks" != "$s" ]; }'
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ExecResult:
@@ -551,10 +566,10 @@ class Sandbox(AsyncResource):
             else ""
         )
         probe = (
-            f"d={state}; pid={proc.pid}; "
+            f"{PID_REUSE_SH}; d={state}; pid={proc.pid}; "
             'if [ -f "$d/exit" ]; then echo exited; '
             'elif [ -d /proc/$pid ] && ! grep -q "^State:.*Z" /proc/$pid/status 2>/dev/null; '
-            "then echo running; "
+            'then if reused "$pid" "$d/pid"; then echo exited; else echo running; fi; '
             'elif [ ! -d /proc ] && kill -0 "$pid" 2>/dev/null; then echo running; '
             "else echo exited; fi; "
             'cat "$d/exit" 2>/dev/null || echo; '
@@ -627,7 +642,8 @@ class Sandbox(AsyncResource):
         keeper = shlex.quote(posixpath.join(proc.state_dir, "keeper"))
         # Only write while the keeper holds the FIFO open; otherwise opening it would block.
         script = (
-            f'k=$(cat {keeper} 2>/dev/null); [ -n "$k" ] && kill -0 "$k" 2>/dev/null '
+            f"{PID_REUSE_SH}; k=$(cat {keeper} 2>/dev/null); "
+            f'[ -n "$k" ] && kill -0 "$k" 2>/dev/null && ! reused "$k" {keeper} '
             f"|| {{ echo 'stdin is closed' >&2; exit 3; }}; cat >> {fifo}"
         )
         result = await self.exec(script, stdin=data, timeout=BACKGROUND_EXEC_TIMEOUT_SECONDS)
@@ -649,7 +665,8 @@ class Sandbox(AsyncResource):
         proc = self._background_table()[session_id]
         keeper = shlex.quote(posixpath.join(proc.state_dir, "keeper"))
         await self.exec(
-            f'k=$(cat {keeper} 2>/dev/null); [ -n "$k" ] && kill "$k" 2>/dev/null; true',
+            f"{PID_REUSE_SH}; k=$(cat {keeper} 2>/dev/null); "
+            f'[ -n "$k" ] && ! reused "$k" {keeper} && kill "$k" 2>/dev/null; true',
             timeout=BACKGROUND_EXEC_TIMEOUT_SECONDS,
         )
 
@@ -677,7 +694,8 @@ def _wrapper_script(state_dir: str, cwd: str) -> bytes:
     # The keeper holds the FIFO's write end so the command's stdin stays open (no EOF) until
     # `close`; its open() blocks until the command opens the read end, so start it first in
     # the background. `pid` is written last: its appearance tells the launcher that the
-    # wrapper is in its own session and the keeper is recorded.
+    # wrapper is in its own session and the keeper is recorded. Both pids are noted with their
+    # start times (PID_REUSE_SH), so a later kill never reaches a process that reused them.
     #
     # Output goes through `ring`, never straight to a file: `dd` copies up to one segment
     # (it reads with read(2), never past what it writes, unlike busybox's `head -c`), the log
@@ -691,9 +709,12 @@ def _wrapper_script(state_dir: str, cwd: str) -> bytes:
     # reports a TERMed child on stderr) before its own TERM handler could run. The ring ends at
     # EOF, when the command is gone, or with the SIGKILL that follows the grace.
     script = f"""d={d}
+{PID_REUSE_SH}
 mkfifo "$d/stdin" 2>/dev/null
 sleep 2147483647 > "$d/stdin" &
+note_start $! "$d/keeper"
 echo $! > "$d/keeper"
+note_start $$ "$d/pid"
 echo $$ > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"
 ring() {{
   : > "$d/log"; dropped=0

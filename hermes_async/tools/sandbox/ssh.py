@@ -38,7 +38,7 @@ from hermes_async.tools.sandbox._container import (
 )
 from hermes_async.tools.sandbox._sdk import import_sdk
 from hermes_async.tools.sandbox.archive import check_tar_members
-from hermes_async.tools.sandbox.base import MAX_READ_BYTES, _enter_spec_workdir
+from hermes_async.tools.sandbox.base import MAX_READ_BYTES, PID_REUSE_SH, _enter_spec_workdir
 from hermes_async.tools.sandbox.errors import (
     NotARegularFileError,
     SandboxUnavailableError,
@@ -103,15 +103,17 @@ _REMOVE_PREFIX = _RESOLVE_ROOT + (
 )
 
 #: ``$1`` the sandbox root, ``$2`` its id (the marker's value), ``$3`` the grace in tenths of a
-#: second (0: SIGKILL at once). Finds members by recorded session and by marker, kills them,
-#: removes the directory; exits 0 only when the directory is gone.
+#: second (0: SIGKILL at once). Finds members by recorded session (a pid the kernel gave to
+#: another process since is skipped) and by marker, kills them, removes the directory; exits 0
+#: only when the directory is gone.
 _CLOSE = r"""
 root=$1; id=$2; grace=$3
 [ -d "$root" ] || exit 0
+{reuse}
 members() {
     ids=" "
     for f in "$root"/.exec/*.pid "$root"/.state/bg/*/pid; do
-        [ -f "$f" ] && read -r p < "$f" && ids="$ids$p "
+        [ -f "$f" ] && read -r p < "$f" && ! reused "$p" "$f" && ids="$ids$p "
     done
     if [ -d /proc/self ]; then
         for s in /proc/[0-9]*/stat; do
@@ -140,7 +142,7 @@ chmod -R u+rwx -- "$root" 2>/dev/null
 rm -rf -- "$root"
 [ ! -e "$root" ] || { echo "could not remove $root" >&2; exit 1; }
 [ -z "$(members)" ] || { echo "processes survived: $(members | tr '\n' ' ')" >&2; exit 2; }
-"""
+""".replace("{reuse}", PID_REUSE_SH)
 
 
 def _import_asyncssh() -> Any:

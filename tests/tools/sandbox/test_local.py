@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pathlib
+import shutil
 import signal
+import subprocess
+import time
 
 import anyio
 import pytest
@@ -12,7 +16,7 @@ from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS, ConformanceCheck, make_tar
 from hermes_async.tools.sandbox import local as local_module, namespaces as namespaces_module
 from hermes_async.tools.sandbox.backends import make_backend_factory, preflight_backend
-from hermes_async.tools.sandbox.base import check_tar_members
+from hermes_async.tools.sandbox.base import PID_REUSE_SH, check_tar_members
 from hermes_async.tools.sandbox.local import (
     ISOLATION_ENV,
     SANDBOX_MARKER_ENV,
@@ -401,3 +405,109 @@ def test_namespace_support_looks_up_the_tools_once_per_path(
     monkeypatch.setenv("PATH", "/elsewhere")  # another PATH: looked up again
     namespaces_module.namespace_support()
     assert len(looked_up) == 6
+
+
+# ------------------------------------------------------------------- recorded pids reused
+
+
+def _shells() -> list[list[str]]:
+    found = [[path] for path in ("/bin/dash", "/bin/bash") if os.path.exists(path)]
+    busybox = shutil.which("busybox")
+    return [*found, [busybox, "sh"]] if busybox else found
+
+
+def _start_ticks(pid: int) -> str:
+    return (pathlib.Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
+@pytest.mark.parametrize("shell", _shells(), ids=lambda argv: argv[-1].rsplit("/", 1)[-1])
+def test_pid_reuse_functions_tell_a_reused_pid_from_the_recorded_process(
+    tmp_path: pathlib.Path, shell: list[str]
+) -> None:
+    recorded = subprocess.Popen(["sleep", "60"])
+    time.sleep(0.05)  # start times count in clock ticks (1/100 s): the two must differ
+    other = subprocess.Popen(["sleep", "60"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    pid_file = tmp_path / "pid"
+    lines = [
+        f'note_start {recorded.pid} "{pid_file}"',
+        f'reused {recorded.pid} "{pid_file}" && echo same:reused || echo same:ours',
+        # The file names the recorded process; a live process with another start time has the
+        # number now (as after the kernel reused it).
+        f'reused {other.pid} "{pid_file}" && echo other:reused || echo other:ours',
+        # The recorded process is gone: its number may still name its session's survivors.
+        f'reused {gone.pid} "{pid_file}" && echo gone:reused || echo gone:ours',
+        f'cp "{pid_file}.start" "{tmp_path}/kept"; rm "{pid_file}.start"',
+        # No start time recorded (an older file): nothing counts as reused.
+        f'reused {other.pid} "{pid_file}" && echo unknown:reused || echo unknown:ours',
+        'echo "args:$1:$2"',
+    ]
+    try:
+        out = subprocess.run(
+            [*shell, "-c", "\n".join([PID_REUSE_SH, *lines]), "script", "a", "b"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        ticks = _start_ticks(recorded.pid)
+    finally:
+        for process in (recorded, other):
+            process.kill()
+            process.wait()
+    assert out.stderr == ""
+    # The functions keep their arguments to themselves: the script's own are unchanged.
+    assert out.stdout.split() == [
+        "same:ours",
+        "other:reused",
+        "gone:ours",
+        "unknown:ours",
+        "args:a:b",
+    ]
+    assert (tmp_path / "kept").read_text().strip() == ticks
+
+
+def _group_alive(pgid: int) -> bool:
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+async def test_a_background_pid_reused_by_another_process_is_never_signalled(
+    tmp_path: pathlib.Path,
+) -> None:
+    sb = await _sandbox(tmp_path)
+    other = subprocess.Popen(["sleep", "3311"], start_new_session=True)
+    try:
+        await anyio.sleep(0.05)  # start times count in clock ticks (1/100 s): theirs must differ
+        proc = await sb.start_background("sleep 3310")
+        state = pathlib.Path(proc.state_dir)
+        assert (state / "pid.start").read_text().strip() == _start_ticks(proc.pid)
+        assert (state / "keeper.start").read_text().strip().isdigit()
+        # The wrapper dies without writing its exit status, and the kernel gives its number
+        # (and the keeper's) to a process outside the sandbox, in a session of its own.
+        os.killpg(proc.pid, signal.SIGKILL)
+        with anyio.fail_after(10):
+            while _group_alive(proc.pid):
+                await anyio.sleep(0.02)
+        (state / "pid").write_text(f"{other.pid}\n")
+        (state / "keeper").write_text(f"{other.pid}\n")
+        # The sandbox's own record of the pid, as the launch read it from that file.
+        sb._background_table()[proc.session_id] = dataclasses.replace(proc, pid=other.pid)
+        assert not (await sb.background_status(proc.session_id)).running
+        assert await sb.kill_background(proc.session_id) is False
+        await sb.close_background_stdin(proc.session_id)
+        with pytest.raises(OSError, match="stdin is closed"):
+            await sb.write_background_stdin(proc.session_id, b"x\n")
+        await sb.aclose()
+        assert other.poll() is None, "a process outside the sandbox was signalled"
+    finally:
+        other.kill()
+        other.wait()
+        with anyio.move_on_after(10, shield=True):
+            await sb.aclose()

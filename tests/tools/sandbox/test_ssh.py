@@ -14,6 +14,7 @@ import logging
 import os
 import pathlib
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -323,6 +324,30 @@ async def test_close_kills_escaped_processes_and_background(backend: SshBackend)
     assert processes_with("sleep 3304") == [] and processes_with("sleep 3305") == []
     with pytest.raises(SandboxError, match="closed"):
         await sb.exec("true")
+
+
+@ssh
+async def test_close_leaves_alone_a_session_that_reused_a_recorded_pid(
+    backend: SshBackend,
+) -> None:
+    # Every sandbox on an ssh host shares its pid space: the number a finished command
+    # recorded can name another sandbox's command by the time this one closes.
+    sb = await backend("pid-reuse")
+    other = subprocess.Popen(["sleep", "3306"], start_new_session=True)
+    try:
+        await anyio.sleep(0.05)  # start times count in clock ticks (1/100 s): theirs must differ
+        proc = await sb.start_background("sleep 3307")
+        assert (await sb.exec(f"cat {proc.state_dir}/pid.start")).stdout.strip().isdigit()
+        await sb.kill_background(proc.session_id)
+        # The kernel gives the recorded number to a process in a session of its own, outside
+        # the sandbox (no marker), as it would to another sandbox's command.
+        await sb.exec(f"echo {other.pid} > {proc.state_dir}/pid")
+        await sb.aclose()
+        assert processes_with("sleep 3307") == []
+        assert other.poll() is None, "the close killed a session outside its sandbox"
+    finally:
+        other.kill()
+        other.wait()
 
 
 async def _create_cancelled_after(backend: SshBackend, task_id: str, seconds: float) -> None:
