@@ -91,9 +91,9 @@ def _id_limit(vocab_size: int | None) -> int:
 
 
 def _values_ok(ids: Sequence[int], logprobs: Sequence[float], limit: int) -> bool:
-    """Whether every id is in ``[0, limit)`` and every logprob finite and ``<= 0``: one C-level
-    pass each. The sum of finite numbers is finite unless it overflows (``False`` then, and
-    the caller's loops decide); a NaN or an infinity makes it non-finite."""
+    """Whether every id is in ``[0, limit)`` and every logprob finite and ``<= MAX_LOGPROB``: one
+    C-level pass each. The sum of finite numbers is finite unless it overflows (``False`` then,
+    and the caller's loops decide); a NaN or an infinity makes it non-finite."""
     return (not ids or (min(ids) >= 0 and max(ids) < limit)) and (
         not logprobs or (max(logprobs) <= MAX_LOGPROB and math.isfinite(sum(logprobs)))
     )

@@ -96,7 +96,8 @@ BACKGROUND_EXEC_TIMEOUT_SECONDS = 30.0
 #: another time: the kernel gave the number to someone else (on an ssh host, perhaps another
 #: sandbox's command), so PID is not signalled. A recorded session leader that is gone still
 #: names its session: Linux keeps a number while any process has it as its session or group.
-#: Without ``/proc`` (or an older file) nothing counts as reused, as before.
+#: Without ``/proc`` (or an older file) nothing counts as reused, as before. The same rule on
+#: this host, in Python: ``processes.process_tag`` and ``tag_alive``.
 PID_REUSE_SH = (
     'start_ticks() { ticks=; { read -r l < "/proc/$1/stat"; } 2>/dev/null || return 1; '
     'set -- ${l##*) }; ticks=${20}; [ -n "$ticks" ]; }; '

@@ -26,6 +26,7 @@ from hermes_async.tools.sandbox.local import (
     run_bounded,
 )
 from hermes_async.tools.sandbox.namespaces import NamespaceOptions
+from hermes_async.tools.sandbox.processes import group_alive, process_tag
 
 pytestmark = pytest.mark.anyio
 
@@ -417,7 +418,7 @@ def _shells() -> list[list[str]]:
 
 
 def _start_ticks(pid: int) -> str:
-    return (pathlib.Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
+    return process_tag(pid).partition("-")[2]
 
 
 @pytest.mark.parametrize("shell", _shells(), ids=lambda argv: argv[-1].rsplit("/", 1)[-1])
@@ -467,17 +468,6 @@ def test_pid_reuse_functions_tell_a_reused_pid_from_the_recorded_process(
     assert (tmp_path / "kept").read_text().strip() == ticks
 
 
-def _group_alive(pgid: int) -> bool:
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
-
-
 async def test_a_background_pid_reused_by_another_process_is_never_signalled(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -493,7 +483,7 @@ async def test_a_background_pid_reused_by_another_process_is_never_signalled(
         # (and the keeper's) to a process outside the sandbox, in a session of its own.
         os.killpg(proc.pid, signal.SIGKILL)
         with anyio.fail_after(10):
-            while _group_alive(proc.pid):
+            while group_alive(proc.pid):
                 await anyio.sleep(0.02)
         (state / "pid").write_text(f"{other.pid}\n")
         (state / "keeper").write_text(f"{other.pid}\n")
