@@ -29,7 +29,10 @@ def tool_turns(turns: int, call: Callable[[int], dict[str, Any]]) -> Callable[[P
 
 async def serve(policy: Callable[[PolicyRequest], str], model_latency: float) -> None:
     """The server side (``--serve``): print the base URL, then serve until killed."""
-    server = ScriptedModelServer(policy, response_delay_seconds=model_latency, max_chunk_tokens=8)
+    # Kept alive for whole benchmark runs: no record per request (it grew to GBs).
+    server = ScriptedModelServer(
+        policy, response_delay_seconds=model_latency, max_chunk_tokens=8, keep_requests=False
+    )
     async with open_loopback_server(server) as base_url:
         print(base_url, flush=True)
         await anyio.sleep_forever()

@@ -54,7 +54,9 @@ from hermes_async.testing import ScriptedModelServer, open_loopback_server
 from hermes_async.testing.worker_tasks import echo_policy
 
 async def main():
-    server = ScriptedModelServer(echo_policy, max_chunk_tokens=8, response_delay_seconds={delay})
+    server = ScriptedModelServer(
+        echo_policy, max_chunk_tokens=8, response_delay_seconds={delay}, keep_requests=False
+    )
     async with open_loopback_server(server) as url:
         print(url, flush=True)
         await anyio.sleep_forever()

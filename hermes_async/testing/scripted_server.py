@@ -292,6 +292,9 @@ class ScriptedModelServer:
         seconds_per_token: Simulated sampling time per token.
         capacity_tokens_per_second: Total sampling throughput shared by every stream;
             ``None``: unlimited.
+        keep_requests: Keep each request's record in :attr:`requests` (tests read them).
+            ``False`` for a server that runs long (a benchmark's): a record holds the request's
+            body and ids, so keeping them all grows without bound.
 
     :meth:`pause` modes: ``"keep"`` holds streams at the next chunk, ``"abort"`` ends token
     streams with ``finish_reason`` "abort", ``"cut"`` drops their connections. A request that
@@ -315,6 +318,7 @@ class ScriptedModelServer:
         scale_out: bool = True,
         seconds_per_token: float = 0.0,
         capacity_tokens_per_second: float | None = None,
+        keep_requests: bool = True,
     ) -> None:
         if max_chunk_tokens < 1:
             raise ValueError(f"max_chunk_tokens must be >= 1, got {max_chunk_tokens!r}")
@@ -352,6 +356,8 @@ class ScriptedModelServer:
         self.capacity_tokens_per_second = capacity_tokens_per_second
         self._capacity_free_at = -math.inf
         self.requests: list[ServedRequest] = []
+        self.keep_requests = keep_requests
+        self._served = 0  # requests so far (their numbers), kept or not
         #: How many streams ended with ``finish_reason`` "abort" (faults, pauses, aborts).
         self.aborted = 0
         self._paused: PauseMode | None = None
@@ -483,11 +489,13 @@ class ScriptedModelServer:
             protocol = "completions"
         else:
             protocol = "chat"
-        record = ServedRequest(number=len(self.requests) + 1, protocol=protocol, body=body)
+        self._served += 1
+        record = ServedRequest(number=self._served, protocol=protocol, body=body)
         record.fault = self.faults.get(record.number)
         if record.fault is None and self.fault_plan is not None:
             record.fault = self.fault_plan(record.number, body)
-        self.requests.append(record)
+        if self.keep_requests:
+            self.requests.append(record)
         await self._serve(record, receive, send)
 
     async def _control(self, method: str, path: str, scope: _Scope, send: _Send) -> bool:

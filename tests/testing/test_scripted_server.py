@@ -94,6 +94,26 @@ async def test_fixed_script_exhaustion_is_a_clear_500() -> None:
             await client.generate([1, 2])
 
 
+async def test_a_server_that_keeps_no_requests_still_numbers_them_for_faults() -> None:
+    # A benchmark's server runs for hours: it keeps no record, and fault numbers still count.
+    server = ScriptedModelServer(
+        FixedScript(["one", "two", "three"]),
+        tokenizer=TOKENIZER,
+        faults={3: Fault.http_error(503)},
+        keep_requests=False,
+    )
+    options = HTTPOptions(retry=RetryPolicy(max_attempts=1))
+    async with (
+        open_app_endpoint(server, loopback=False) as (base_url, transport),
+        VLLMGenerateClient(base_url, transport=transport, options=options) as client,
+    ):
+        await client.generate([1, 2])
+        await client.generate([1, 2])
+        with pytest.raises(ServerStatusError, match="HTTP 503"):
+            await client.generate([1, 2])
+    assert server.requests == []
+
+
 async def test_chunking_and_logprobs_are_seeded() -> None:
     text = "A reply long enough to be cut into many chunks of varying size, " * 3
 
