@@ -8,12 +8,21 @@ again. Used by the parsers and tool-argument decoding. Why each rule: docs/archi
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
+from collections.abc import Callable
 from itertools import accumulate
 
 from hermes_async.jsontypes import JSON
 
-__all__ = ("MAX_JSON_DEPTH", "JSONDepthError", "exceeds_depth", "loads", "scrub_text")
+__all__ = (
+    "MAX_JSON_DEPTH",
+    "JSONDepthError",
+    "exceeds_depth",
+    "loads",
+    "object_members",
+    "scrub_text",
+)
 
 #: Deepest nesting accepted in model-written JSON (a top-level object is depth 1). Far beyond
 #: any tool schema (the built-in tools nest three levels) and far below the interpreter's
@@ -28,6 +37,7 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_JSON_WS = re.compile(r"[ \t\n\r]*")
 
 
 class JSONDepthError(ValueError):
@@ -100,3 +110,64 @@ def loads(text: str, *, depth_checked: bool = False) -> JSON:
     if _SURROGATE_ESCAPE.search(text) or (not text.isascii() and _SURROGATE.search(text)):
         value = _scrub_json(value)
     return value
+
+
+#: The decoder's scanner: one value at an index, ``(value, end)``; StopIteration if none.
+# (typeshed types make_scanner's argument as itself; it takes the decoder, as json does.)
+_SCAN_ONCE: Callable[[str, int], tuple[JSON, int]] = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]
+
+
+def _skip_ws(s: str, k: int) -> int:
+    """The index of the first character at or after ``k`` that is not JSON whitespace."""
+    match = _JSON_WS.match(s, k)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
+
+
+#: A member of a JSON object: its key, its value, and where the value's text starts and ends.
+Member = tuple[str, JSON, int, int]
+
+
+def object_members(s: str, i: int) -> tuple[list[Member], int] | None:
+    """The members of the JSON object that starts at ``s[i]`` and the index after it.
+
+    ``None`` unless the object is complete and :func:`loads` would give its text as plain
+    values: invalid or unfinished JSON, too deep, or text that needs scrubbing all say
+    ``None`` (the caller then takes the general way). Each value is decoded by the C scanner
+    once, so the object costs about one ``loads``.
+    """
+    scan, ws = _SCAN_ONCE, _skip_ws
+    members: list[Member] = []
+    try:
+        if not s.startswith("{", i):
+            return None
+        k = ws(s, i + 1)
+        if s.startswith("}", k):
+            end = k + 1
+        else:
+            while True:
+                if not s.startswith('"', k):
+                    return None
+                key, k = scan(s, k)
+                k = ws(s, k)
+                if not s.startswith(":", k):
+                    return None
+                start = ws(s, k + 1)
+                value, k = scan(s, start)
+                members.append((key, value, start, k))
+                k = ws(s, k)
+                if s.startswith(",", k):
+                    k = ws(s, k + 1)
+                    continue
+                if not s.startswith("}", k):
+                    return None
+                end = k + 1
+                break
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    text = s[i:end]
+    if exceeds_depth(text) or _SURROGATE_ESCAPE.search(text):
+        return None
+    if not text.isascii() and _SURROGATE.search(text):
+        return None
+    return members, end

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from hermes_async._json import loads
+from hermes_async._json import loads, object_members
 from hermes_async.jsontypes import JSON, JSONObject
 from hermes_async.parsers._scan import PARTIAL, JsonScanner, Markers
 from hermes_async.parsers._values import ToolSchemas, decode_arguments
@@ -369,6 +369,12 @@ class JsonCallSpec:
 
 
 _PRE, _AFTER = range(2)
+_NAME_KEYS = frozenset({"name"})
+
+
+@functools.cache
+def _key_set(keys: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(keys)
 
 
 class JsonCallBody(_JsonBody):
@@ -395,6 +401,13 @@ class JsonCallBody(_JsonBody):
             return end
         if s[j] == "{" and (state == _PRE or self.spec.multi):
             self._begin_object()
+            if self.committed and (end := self._whole_object(s, j)) >= 0:
+                return end
+            self.scanner = JsonScanner(
+                name_keys=_NAME_KEYS,
+                args_keys=_key_set(self.spec.args_keys),
+                interrupts=self.interrupts,
+            )
             return j
         if self.close is None:
             self.done = True
@@ -407,12 +420,8 @@ class JsonCallBody(_JsonBody):
         return j
 
     def _begin_object(self) -> None:
+        """Start an object (the caller makes its scanner if it is not taken whole)."""
         spec = self.spec
-        self.scanner = JsonScanner(
-            name_keys=frozenset({"name"}),
-            args_keys=frozenset(spec.args_keys),
-            interrupts=self.interrupts,
-        )
         self.state = SCAN
         self.started = False
         self.committed = not spec.candidate
@@ -420,6 +429,46 @@ class JsonCallBody(_JsonBody):
         self.name = None
         if self.committed:
             self.sink.begin()
+
+    def _whole_object(self, s: str, j: int) -> int:
+        """A call object already complete in ``s`` and valid, taken at once: the events the
+        scanner would give for it (start, one arguments fragment, sealed), and the index after
+        it. ``-1`` for anything else (unfinished, invalid, unusual): the scanner takes it, from
+        the same place, as before.
+        """
+        parsed = object_members(s, j)
+        if parsed is None:
+            return -1
+        members, end = parsed
+        spec = self.spec
+        keys = [member[0] for member in members]
+        if len(set(keys)) != len(keys):  # the scanner reads a repeated key first, loads last
+            return -1
+        found = [member for member in members if member[0] in spec.args_keys]
+        named = [member for member in members if member[0] == "name"]
+        if len(found) != 1 or len(named) != 1:  # the scanner sends each key's fragments
+            return -1
+        name = named[0][1]
+        if type(name) is not str or _name_problem(name) is not None:
+            return -1
+        ((_, raw_args, args_start, args_end),) = found
+        arguments, _ = decode_arguments(raw_args)
+        if arguments is None:
+            return -1
+        native = None
+        if spec.native_id_key is not None and spec.native_id_key in keys:
+            value = members[keys.index(spec.native_id_key)][1]
+            native = value if isinstance(value, str) else None
+        self.scanner = None
+        self.state = _AFTER
+        if self.close is None:
+            self.done = True
+        self.started = True
+        self.name = name
+        self.sink.start(name)
+        self.sink.fragment(s[args_start:args_end])
+        self.sink.seal(name, arguments, native, s[j:end])
+        return end
 
     def _drain(self, scanner: JsonScanner) -> None:
         if (

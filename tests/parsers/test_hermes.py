@@ -191,3 +191,33 @@ def test_nan_is_not_json() -> None:
     )
     assert result.tool_calls is None
     assert "NaN is not valid JSON" in result.invalid_calls[0].reason
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"name": "a", "arguments": {"x": 1}}',
+        '{"arguments": {"x": [1, {"y": "}"}]}, "name": "a"}',  # arguments before the name
+        '{"name": "a", "parameters": {"x": 1}}',
+        '{"name": "a", "arguments": {"x": 1}, "parameters": {"y": 2}}',  # both keys
+        '{"name": "a", "name": "b", "arguments": {}}',  # a repeated key
+        '{"name": "a", "arguments": "{\\"x\\": 1}"}',  # arguments as a JSON string
+        '{"name": "a", "arguments": null}',
+        '{"name": "a", "arguments": 3}',
+        '{"name": "a", "arguments": {"x": 1}, "extra": [true, false, null]}',
+        '{"name": "a b", "arguments": {}}',  # not a tool name
+        '{"name": 7, "arguments": {}}',
+        '{"name": "a"}',
+        '{ "name" : "é\\u00e9" , "arguments" : { "s" : "😀 <tool_call> \\ud83d\\ude00" } }',
+        '{"name": "a", "arguments": {"s": "\\ud800"}}',  # a lone surrogate escape: scrubbed
+        '{"name": "a", "arguments": {"x": 1e999}}',
+        '{"name": "a", "arguments": {"x": 12345678901234567890123}}',
+        '{"name": "a", "arguments": {"x": 1},}',
+        '{"name": "a", "arguments": {"x": 1}} trailing',
+        '{"name": "a", "arguments": ' + "[" * 70 + "]" * 70 + "}",  # too deep
+    ],
+)
+def test_a_call_whole_in_one_chunk_gives_what_the_scanner_gives(body: str) -> None:
+    # Whole in one chunk takes the one-pass decode; one character at a time, the scanner.
+    for text in (f"Hi.\n<tool_call>\n{body}\n</tool_call>", f"<tool_call>{body}</tool_call>x"):
+        assert_invariant("hermes", text, cuts=[len(text) // 2])
