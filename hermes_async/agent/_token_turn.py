@@ -108,6 +108,8 @@ class _Phase2Turn:
     ) -> None:
         self.parser = parser
         self.decoder = decoder
+        # Ids let the parser put back markers a decoder dropped; one that spells them needs none.
+        self._parse_ids = not getattr(decoder, "spells_special_tokens", False)
         self.early_dispatch = early_dispatch
         # Compact arrays (4 and 8 bytes per token, not a Python object each): the turn is held
         # while its tools run, by thousands of rollouts at once.
@@ -183,7 +185,7 @@ class _Phase2Turn:
         text = self.decoder.decode(ids)
         if text:
             self._text.append(text)
-            self._handle(self.parser.feed(text, ids), runner)
+            self._handle(self.parser.feed(text, ids if self._parse_ids else None), runner)
 
     def finish(self, runner: TurnToolRunner) -> None:
         """End of stream: flush the decoder, close the parser, submit what is left."""
@@ -520,7 +522,7 @@ class TokenTurns:
             broken: InferenceError | None = None
             try:
                 async with self._server.stream(_joined(prompt, step.token_ids), params) as deltas:
-                    next_batch = _batches(deltas)
+                    next_batch = _batches(deltas, self._vocab_size)
                     while (batch := await next_batch()) is not None:
                         self._take(step, runner, batch, start, deltas)
             except (StreamInterruptedError, ServerTimeoutError, ServerConnectError) as exc:
@@ -634,11 +636,14 @@ class TokenTurns:
         return text
 
 
-def _batches(deltas: AsyncIterator[TokenDelta]) -> Callable[[], Awaitable[list[TokenDelta] | None]]:
+def _batches(
+    deltas: AsyncIterator[TokenDelta], vocab_size: int
+) -> Callable[[], Awaitable[list[TokenDelta] | None]]:
     """The next deltas of ``deltas``, ``None`` at its end: this library's streams give every
-    delta already received at once, any other client's one at a time."""
+    delta already received at once, joined (an id outside the vocabulary comes alone, so the
+    ones before it are taken), any other client's one at a time."""
     if isinstance(deltas, TokenStream):
-        return deltas.next_batch
+        return functools.partial(deltas.next_joined, vocab_size)
 
     async def one() -> list[TokenDelta] | None:
         try:

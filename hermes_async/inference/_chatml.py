@@ -31,8 +31,16 @@ class _Unknown(Exception):
     """A message shape this renderer leaves to Jinja."""
 
 
+# json.dumps(value, ensure_ascii=False) builds an encoder per call; this is its encoder, and a
+# string goes straight to the function that encoder calls for one.
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+_ENCODE_STRING: Any = json.encoder.encode_basestring
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    if type(value) is str:
+        return _ENCODE_STRING(value)  # type: ignore[no-any-return]
+    return _ENCODE(value)
 
 
 def _content(content: Any) -> str:

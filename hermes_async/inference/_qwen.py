@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import ClassVar
 
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
@@ -123,6 +124,10 @@ class _Utf8IncrementalDecoder:
     """
 
     __slots__ = ("_codec", "_tokenizer")
+
+    #: Special tokens come out as their text (bytes are bytes): a parser needs no ids to
+    #: find its markers (``ToolCallParser.feed``).
+    spells_special_tokens: ClassVar[bool] = True
 
     def __init__(self, tokenizer: QwenTokenizer) -> None:
         self._tokenizer = tokenizer

@@ -280,14 +280,18 @@ class SSEJSONReader:
 
     async def _drain(self) -> None:
         reader = self._reader
-        # A body already in needs no timer: reading it never waits.
-        deadline = math.inf if reader.response.body_received else DRAIN_SECONDS
-        with anyio.move_on_after(deadline):
-            try:
-                while await reader.readline() is not None:
-                    pass
-            except ModelServerError:  # the stream already ended well; only reuse is lost
+        if reader.response.body_received:  # reading it never waits: no timer
+            await self._read_rest()
+            return
+        with anyio.move_on_after(DRAIN_SECONDS):
+            await self._read_rest()
+
+    async def _read_rest(self) -> None:
+        try:
+            while await self._reader.readline() is not None:
                 pass
+        except ModelServerError:  # the stream already ended well; only reuse is lost
+            pass
 
 
 def _is_done(data: str) -> bool:

@@ -198,13 +198,16 @@ class VLLMDecoder(ChunkDecoder):
                     and len(content) == len(ids)
                     and (finish is None or type(finish) is str)
                     and payload.get("object") != "error"
-                    and all(type(entry) is dict for entry in content)
                 ):
-                    values = [entry.get("logprob") for entry in content]
+                    try:  # entries that are not objects with both keys: the general path
+                        values = [entry["logprob"] for entry in content]
+                        marks = [entry["token_id"] for entry in content]
+                    except (TypeError, KeyError):
+                        return self._feed_checked(payload)
                     if (
-                        set(map(type, ids)) == _INT
+                        marks == ids
+                        and set(map(type, ids)) == _INT
                         and set(map(type, values)) == _FLOAT
-                        and [entry.get("token_id") for entry in content] == ids
                         and _values_ok(ids, values, _id_limit(self.vocab_size))
                     ):
                         return TokenChunk(tuple(ids), tuple(values), finish)

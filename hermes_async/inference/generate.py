@@ -204,6 +204,11 @@ class _JSONSource:
         )
 
 
+def _outside(ids: Sequence[int], limit: int) -> bool:
+    """Whether an id of ``ids`` is outside ``[0, limit)``."""
+    return bool(ids) and not 0 <= min(ids) <= max(ids) < limit
+
+
 def _shown(payload: JSON) -> str:
     try:
         return json.dumps(payload)[:_SHOWN_CHARS]
@@ -242,6 +247,8 @@ class TokenStream:
         self._ended = False
         # An error next_batch() found behind deltas it returned; raised by the next call.
         self._deferred: ModelServerError | None = None
+        # A delta next_joined() took but did not join: returned by its next call.
+        self._held: TokenDelta | None = None
 
     def __aiter__(self) -> Self:
         return self
@@ -307,17 +314,66 @@ class TokenStream:
             self._deferred.__cause__ = exc.__cause__
         return batch
 
+    async def next_joined(self, id_limit: int) -> list[TokenDelta] | None:
+        """:meth:`next_batch` as one delta (its ids and logprobs joined, its last
+        ``finish_reason``) in a list; ``None`` at the end.
+
+        A chunk with an id outside ``[0, id_limit)`` is not joined: it comes alone, in the next
+        call, so a caller that refuses it has taken everything before it. Do not mix with
+        :meth:`next_batch` or iterating on one stream.
+
+        **Cancellation**: as for iterating.
+        """
+        held, self._held = self._held, None
+        if held is not None:
+            return [held]
+        try:
+            first = await self.__anext__()
+        except StopAsyncIteration:
+            return None
+        sse = self._sse
+        if sse is None or _outside(first.token_ids, id_limit):
+            return [first]
+        ids: list[int] | None = None
+        logprobs: list[float] = []
+        finish = first.finish_reason
+        try:
+            while not self._ended and (item := sse.next_ready()) is not None:
+                if (chunk := self._decode(item[0], item[1])) is None:
+                    continue
+                if _outside(chunk.token_ids, id_limit):
+                    self._held = self._accept(chunk)
+                    break
+                self._record(chunk)
+                if ids is None:
+                    ids, logprobs = list(first.token_ids), list(first.logprobs)
+                ids += chunk.token_ids
+                logprobs += chunk.logprobs
+                if chunk.finish_reason is not None:
+                    finish = chunk.finish_reason
+        except ModelServerError as exc:
+            self._ended = True
+            self._deferred = exc.with_partial(self.token_ids, self.logprobs)
+            self._deferred.__cause__ = exc.__cause__
+        if ids is None:
+            return [first]
+        return [TokenDelta(tuple(ids), tuple(logprobs), finish)]
+
     def _accept(self, chunk: TokenChunk) -> TokenDelta:
         """Record a decoded chunk; its delta."""
         delta = TokenDelta(*chunk)
-        if self.first_token_at is None and delta.token_ids:
-            self.first_token_at = anyio.current_time()
-        self.token_ids.extend(delta.token_ids)
-        self.logprobs.extend(delta.logprobs)
-        if delta.finish_reason is not None:
-            self.finish_reason = delta.finish_reason
-        self.chunks += 1
+        self._record(chunk)
         return delta
+
+    def _record(self, chunk: TokenChunk) -> None:
+        """Record a decoded chunk."""
+        if self.first_token_at is None and chunk.token_ids:
+            self.first_token_at = anyio.current_time()
+        self.token_ids.extend(chunk.token_ids)
+        self.logprobs.extend(chunk.logprobs)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        self.chunks += 1
 
     def _decode(self, payload: JSON, line: str | None) -> TokenChunk | None:
         """One chunk's tokens, checked against the stream so far."""

@@ -347,3 +347,47 @@ async def test_calls_past_the_per_turn_cap_are_answered_with_an_error_not_run(
 def _record_tools(rec: Recorder) -> tuple[Any, Any]:
     defs = registry(rec).definitions(["terminal", "todo"])
     return defs.schemas, defs.valid_names
+
+
+async def test_an_id_outside_the_vocabulary_fails_the_turn_after_the_chunks_before_it() -> None:
+    # A client built without vocab_size lets ids up to 2**31 by; the loop refuses one the
+    # tokenizer cannot have made, with every chunk before it taken (all arrive in one read).
+    good = TOKENIZER.encode("Looking. " + call_text("record", {"tag": "a"}))
+    content = [{"token_id": i, "logprob": -0.5} for i in good]
+    events = [
+        {"choices": [{"token_ids": good, "logprobs": {"content": content}, "finish_reason": None}]},
+        {
+            "choices": [
+                {
+                    "token_ids": [10**6],
+                    "logprobs": {"content": [{"token_id": 10**6, "logprob": -0.5}]},
+                    "finish_reason": "stop",
+                }
+            ]
+        },
+    ]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body.encode()})
+
+    async with (
+        open_app_endpoint(app, loopback=False) as (base_url, transport),
+        VLLMGenerateClient(base_url, transport=transport) as client,
+    ):
+        result = await make_loop(client, Recorder()).run([{"role": "user", "content": "go"}])
+    assert result.error is not None
+    assert "token id 1000000 is outside the tokenizer's vocabulary" in result.error
+    assert result.failure is not None
+    assert result.failure.detail["completion_tokens"] == len(good)

@@ -208,3 +208,73 @@ async def test_done_with_spaces_ends_a_batch() -> None:
     while (batch := await stream.next_batch()) is not None:
         batches.append([d.token_ids for d in batch])
     assert batches == [[(1,), (2,)]] and response.body_received
+
+
+async def _joined(
+    chunks: list[bytes], limit: int
+) -> tuple[list[list[TokenDelta]], ModelServerError | None]:
+    stream, _ = _stream(chunks)
+    batches: list[list[TokenDelta]] = []
+    try:
+        while (batch := await stream.next_joined(limit)) is not None:
+            batches.append(batch)
+    except ModelServerError as exc:
+        return batches, exc
+    return batches, None
+
+
+async def test_joined_batches_hold_the_batched_ids_in_one_delta_however_the_body_is_cut() -> None:
+    rng = random.Random(5)
+    for max_piece in (2, 7, 40, 200, len(BODY)):
+        for _ in range(5):
+            chunks = cut(BODY, rng, max_piece)
+            batches, _ = await _batched(chunks)
+            joined, error = await _joined(chunks, 100)
+            assert error is None
+            assert [len(batch) for batch in joined] == [1] * len(batches)
+            for batch, (one,) in zip(batches, joined, strict=True):
+                assert one.token_ids == tuple(i for d in batch for i in d.token_ids)
+                assert one.logprobs == tuple(lp for d in batch for lp in d.logprobs)
+                assert one.finish_reason == batch[-1].finish_reason
+    joined, _ = await _joined([BODY], 100)
+    assert len(joined) == 1 and joined[0][0].token_ids == tuple(range(1, 11))
+
+
+async def test_a_chunk_outside_the_limit_comes_alone_after_the_ones_before_it() -> None:
+    body = "\n".join(
+        [
+            _event([1, 2]),
+            "",
+            _event([3]),
+            "",
+            _event([4, 60]),
+            "",
+            _event([5], "stop"),
+            "",
+            "data: [DONE]",
+            "",
+            "",
+        ]
+    )
+    joined, error = await _joined([body.encode()], 50)
+    assert error is None
+    assert [[d.token_ids for d in batch] for batch in joined] == [[(1, 2, 3)], [(4, 60)], [(5,)]]
+    # Its first delta too: nothing is joined to it.
+    first, _ = await _joined([body.replace(_event([1, 2]), _event([1, 70])).encode()], 50)
+    assert [[d.token_ids for d in batch] for batch in first] == [
+        [(1, 70)],
+        [(3,)],
+        [(4, 60)],
+        [(5,)],
+    ]
+
+
+async def test_a_joined_batch_comes_before_the_error_behind_it() -> None:
+    body = "\n".join(
+        [_event([1, 2]), "", _event([3]), "", "data: {not json", "", _event([4], "stop"), ""]
+    )
+    iterated = await _iterated([body.encode()])
+    joined, error = await _joined([body.encode()], 100)
+    assert [[d.token_ids for d in batch] for batch in joined] == [[(1, 2, 3)]]
+    assert isinstance(error, ServerProtocolError) and str(error) == str(iterated)
+    assert error.token_ids == (1, 2, 3)
