@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ pytest.importorskip("transformers")
 
 from hermes_async.inference.families import FamilyTokenizer
 from hermes_async.jsontypes import JSON, JSONObject
+from hermes_async.parsers import _engine
 from tests.agent.test_loop_families import CASES, SCRIPTS, rollout, tokenizer_for
 
 pytestmark = pytest.mark.anyio
@@ -59,10 +59,6 @@ class CountingTokenizer:
             add_generation_prompt=add_generation_prompt,
             chat_template_kwargs=chat_template_kwargs,
         )
-
-
-def _uuid(n: int) -> uuid.UUID:
-    return uuid.UUID(int=n)
 
 
 def long_script(name: str) -> list[str]:
@@ -124,7 +120,8 @@ async def test_rollouts_are_identical_with_full_and_incremental_rendering(
     for incremental in (False, True):
         counting = CountingTokenizer(tok)
         # Call ids are random and Kimi K2's template renders them: the same ids in both runs.
-        monkeypatch.setattr(uuid, "uuid4", functools.partial(next, map(_uuid, itertools.count())))
+        ids = (f"call_{n:024x}" for n in itertools.count())
+        monkeypatch.setattr(_engine, "new_call_id", functools.partial(next, ids))
         result, server, _rec = await rollout(
             counting,  # type: ignore[arg-type]
             long_script(name),
