@@ -9,6 +9,7 @@ refuses a line over ``HTTPOptions.max_line_bytes``, so memory stays bounded.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import anyio
@@ -21,7 +22,14 @@ from hermes_async.inference._errors import (
 )
 from hermes_async.inference._transport import Response, TransportError, TransportTimeout
 
-__all__ = ("BIG_LINE_BYTES", "BodyContext", "LineReader", "read_body", "read_excerpt")
+__all__ = (
+    "BIG_LINE_BYTES",
+    "BodyContext",
+    "LineReader",
+    "decode_line",
+    "read_body",
+    "read_excerpt",
+)
 
 #: Lines longer than this yield to the event loop between copying steps, so one huge line does
 #: not stall every other rollout (each step copies the whole line once).
@@ -173,7 +181,7 @@ class LineReader:
             if self._lines:
                 raw = self._lines.popleft()
                 self.line_bytes = len(raw)
-                return _decode(raw) if len(raw) <= BIG_LINE_BYTES else await _assemble([raw])
+                return decode_line(raw) if len(raw) <= BIG_LINE_BYTES else await _assemble([raw])
             if self._eof:
                 if not self._pending:
                     return None
@@ -195,7 +203,7 @@ class LineReader:
         if self._joined is None and lines and len(lines[0]) <= BIG_LINE_BYTES:
             raw = lines.popleft()
             self.line_bytes = len(raw)
-            return _decode(raw)
+            return decode_line(raw)
         return None
 
     def ready_data_line(self) -> str | None:
@@ -208,8 +216,22 @@ class LineReader:
                 lines.popleft()
                 lines.popleft()
                 self.line_bytes = len(raw)
-                return _decode(raw)
+                return decode_line(raw)
         return None
+
+    def ready_data_lines(self, max_bytes: float) -> Iterator[bytes]:
+        """The buffered one-line ``data: {...`` events in a row, raw, each taken (with its
+        blank line) as it is asked for: :meth:`ready_data_line` without decoding, for JSON
+        objects of at most ``max_bytes``, up to the first line of any other kind."""
+        lines = self._lines
+        while self._joined is None and len(lines) >= 2 and lines[1] in _BLANK:
+            raw = lines[0]
+            if len(raw) > max_bytes or not raw.startswith(b"data: {"):
+                return
+            lines.popleft()
+            lines.popleft()
+            self.line_bytes = len(raw)
+            yield raw
 
     def _feed(self, chunk: bytes) -> None:
         """Split ``chunk`` into complete lines and the pending (unfinished) one."""
@@ -262,14 +284,15 @@ async def _assemble(pieces: list[bytes]) -> str:
     """Join and decode one line; a big one yields to the loop before and after decoding."""
     raw = pieces[0] if len(pieces) == 1 else b"".join(pieces)
     if len(raw) <= BIG_LINE_BYTES:
-        return _decode(raw)
+        return decode_line(raw)
     await anyio.lowlevel.checkpoint()
-    line = _decode(raw)
+    line = decode_line(raw)
     await anyio.lowlevel.checkpoint()
     return line
 
 
-def _decode(raw: bytes) -> str:
+def decode_line(raw: bytes) -> str:
+    """A raw line as :meth:`LineReader.readline` returns it."""
     if raw.endswith(b"\r"):
         raw = raw[:-1]
     return raw.decode("utf-8", errors="replace")

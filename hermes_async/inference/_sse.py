@@ -9,6 +9,7 @@ docs/architecture.md ("Model-server errors and SSE").
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import anyio
@@ -16,7 +17,7 @@ import anyio.lowlevel
 
 from hermes_async._net import CLOSE_GRACE_SECONDS
 from hermes_async.inference import _wirejson as wirejson
-from hermes_async.inference._body import BIG_LINE_BYTES, LineReader
+from hermes_async.inference._body import BIG_LINE_BYTES, LineReader, decode_line
 from hermes_async.inference._errors import ModelServerError, ServerProtocolError
 from hermes_async.jsontypes import JSON
 
@@ -240,6 +241,30 @@ class SSEJSONReader:
             self._held = event
             return None
         return self._decoded(event.data, event.last_line)
+
+    def ready_lines(self) -> Iterator[bytes]:
+        """The buffered one-line JSON-object events :meth:`next_ready` would give, as raw
+        ``data:`` lines taken one by one as asked for; decode each with :meth:`decoded_line`.
+
+        Empty where :meth:`next_ready` decides (any other line, ``[DONE]`` included).
+        """
+        sse = self._sse
+        if self._ended or self._done_seen or self._held is not None or not sse.idle:
+            return iter(())
+        # A line over max_event_bytes is left for next_ready(), which refuses it.
+        return self._reader.ready_data_lines(min(BIG_LINE_BYTES, sse.max_event_bytes))
+
+    def decoded_line(self, raw: bytes) -> JSON:
+        """The payload of a line from :meth:`ready_lines`, as :meth:`next_ready` decodes it.
+
+        Raises:
+            ServerProtocolError: As :meth:`next`.
+        """
+        value = wirejson.loads_data_line(raw)
+        if value is wirejson.UNDECIDED:
+            line = decode_line(raw)
+            return self._decoded(line[6:], line)[0]
+        return value
 
     def _feed(self, line: str | None, *, one_line_event: bool = False) -> SSEEvent | None:
         """Feed one line (``None``: the body ended); the event it completes, if any.

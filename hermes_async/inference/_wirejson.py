@@ -14,7 +14,7 @@ import orjson
 
 from hermes_async.jsontypes import JSON
 
-__all__ = ("dumps", "loads")
+__all__ = ("UNDECIDED", "dumps", "loads", "loads_data_line")
 
 # orjson turns these into TypeError; the standard library serializes neither.
 _STRICT = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
@@ -27,6 +27,15 @@ _SHAPE = str.maketrans(
     {chr(c): "0" if chr(c).isdigit() else "." if chr(c) in ".eE" else " " for c in range(128)}
 )
 _LONG_INTEGER = " " + "0" * 19
+# The same shapes for UTF-8 bytes, where every byte past ASCII is " ": this flags a superset of
+# what the text's check flags (a flagged line goes the text's way).
+_SHAPE_BYTES = bytes(
+    ord("0") if chr(c).isdigit() else ord(".") if chr(c) in ".eE" else ord(" ") for c in range(256)
+)
+_LONG_INTEGER_BYTES = _LONG_INTEGER.encode()
+
+#: :func:`loads_data_line` could not decide: decode the line's text and call :func:`loads`.
+UNDECIDED = object()
 
 
 def dumps(value: object) -> bytes | None:
@@ -52,6 +61,21 @@ def _non_finite(value: object) -> bool:
     if isinstance(value, list | tuple):
         return any(map(_non_finite, value))
     return isinstance(value, float) and not math.isfinite(value)
+
+
+def loads_data_line(line: bytes) -> object:
+    """The JSON after ``data: `` in a raw SSE line, as :func:`loads` decodes its text; or
+    :data:`UNDECIDED`.
+
+    Decided only where orjson reads the bytes (so they are UTF-8 and JSON orjson takes) and no
+    run of digits may be a long integer: the text would then decode to the same value.
+    """
+    if _LONG_INTEGER_BYTES in line.translate(_SHAPE_BYTES):  # "data: " reads as spaces
+        return UNDECIDED
+    try:
+        return orjson.loads(memoryview(line)[6:])
+    except orjson.JSONDecodeError:
+        return UNDECIDED
 
 
 def loads(text: str) -> JSON:

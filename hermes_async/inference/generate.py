@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, Self, TypeGuard, Unpack, runtime_checkable
@@ -21,6 +21,7 @@ import anyio
 
 from hermes_async._checks import Requirement, check_value
 from hermes_async._otel import request_attributes, span
+from hermes_async.inference._body import decode_line
 from hermes_async.inference._errors import (
     DECODE_FAILURES,
     ModelServerError,
@@ -301,12 +302,11 @@ class TokenStream:
             batch = [await self.__anext__()]
         except StopAsyncIteration:
             return None
-        sse = self._sse
-        if sse is None:
+        if self._sse is None:
             return batch
         try:
-            while not self._ended and (item := sse.next_ready()) is not None:
-                if (chunk := self._decode(item[0], item[1])) is not None:
+            for payload, line in self._ready():
+                if (chunk := self._decode(payload, line)) is not None:
                     batch.append(self._accept(chunk))
         except ModelServerError as exc:
             self._ended = True
@@ -331,15 +331,14 @@ class TokenStream:
             first = await self.__anext__()
         except StopAsyncIteration:
             return None
-        sse = self._sse
-        if sse is None or _outside(first.token_ids, id_limit):
+        if self._sse is None or _outside(first.token_ids, id_limit):
             return [first]
         ids: list[int] | None = None
         logprobs: list[float] = []
         finish = first.finish_reason
         try:
-            while not self._ended and (item := sse.next_ready()) is not None:
-                if (chunk := self._decode(item[0], item[1])) is None:
+            for payload, line in self._ready():
+                if (chunk := self._decode(payload, line)) is None:
                     continue
                 if _outside(chunk.token_ids, id_limit):
                     self._held = self._accept(chunk)
@@ -359,6 +358,19 @@ class TokenStream:
             return [first]
         return [TokenDelta(tuple(ids), tuple(logprobs), finish)]
 
+    def _ready(self) -> Iterator[tuple[JSON, str | bytes]]:
+        """The payloads already received, in order, each with its line (no waiting): runs of
+        one-line events without a call per event, anything else through ``next_ready()``.
+        A caller that stops early leaves the rest buffered."""
+        sse = self._sse
+        assert sse is not None
+        while not self._ended:
+            for raw in sse.ready_lines():
+                yield sse.decoded_line(raw), raw
+            if self._ended or (item := sse.next_ready()) is None:
+                return
+            yield item
+
     def _accept(self, chunk: TokenChunk) -> TokenDelta:
         """Record a decoded chunk; its delta."""
         delta = TokenDelta(*chunk)
@@ -375,7 +387,7 @@ class TokenStream:
             self.finish_reason = chunk.finish_reason
         self.chunks += 1
 
-    def _decode(self, payload: JSON, line: str | None) -> TokenChunk | None:
+    def _decode(self, payload: JSON, line: str | bytes | None) -> TokenChunk | None:
         """One chunk's tokens, checked against the stream so far."""
         try:
             chunk = self._decoder.feed(payload)
@@ -408,7 +420,13 @@ class TokenStream:
         raise cls(
             message,
             endpoint=self.endpoint,
-            line=_shown(payload) if line is None else line,
+            line=(
+                _shown(payload)
+                if line is None
+                else decode_line(line)
+                if isinstance(line, bytes)
+                else line
+            ),
             token_ids=self.token_ids,
             logprobs=self.logprobs,
         ) from None

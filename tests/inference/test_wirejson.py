@@ -143,3 +143,30 @@ def test_json_too_deep_for_the_standard_library_is_a_value_error(depth: int) -> 
         wirejson.loads("[" * depth + "]" * depth)
     with pytest.raises(ValueError, match="nested too deeply"):
         wirejson.loads('{"n": ' + "1" * 25 + ', "x": ' + "[" * depth)  # the long-integer path
+
+
+def _line_loads(line: bytes) -> object:
+    """What the stream does with a raw data line: the bytes path, else the text path."""
+    value = wirejson.loads_data_line(line)
+    if value is wirejson.UNDECIDED:
+        return wirejson.loads(line.decode("utf-8", errors="replace").removesuffix("\r")[6:])
+    return value
+
+
+@pytest.mark.parametrize("text", [t.strip() for t in EDGE_TEXTS if t.strip().startswith("{")])
+@pytest.mark.parametrize("end", ["", "\r"])
+def test_a_data_line_decodes_as_its_text_on_the_edges(text: str, end: str) -> None:
+    line = ("data: " + text + end).encode()
+    assert repr(_line_loads(line)) == repr(wirejson.loads(text))
+
+
+@given(_json_values)
+def test_a_data_line_decodes_as_its_text(value: object) -> None:
+    text = json.dumps({"choices": [value]}, ensure_ascii=False)
+    assert repr(_line_loads(("data: " + text).encode())) == repr(json.loads(text))
+
+
+def test_invalid_utf8_in_a_data_line_goes_the_text_way() -> None:
+    line = b'data: {"a": "\xff"}'
+    assert wirejson.loads_data_line(line) is wirejson.UNDECIDED
+    assert _line_loads(line) == {"a": "\ufffd"}
