@@ -206,23 +206,10 @@ class LineReader:
             return decode_line(raw)
         return None
 
-    def ready_data_line(self) -> str | None:
-        """Like :meth:`ready_line`, for a short ``data: ...`` line followed by a blank line
-        (a Server-Sent Events event of one line): both are taken, the first returned."""
-        lines = self._lines
-        if self._joined is None and len(lines) >= 2 and lines[1] in _BLANK:
-            raw = lines[0]
-            if raw.startswith(b"data: ") and len(raw) <= BIG_LINE_BYTES:
-                lines.popleft()
-                lines.popleft()
-                self.line_bytes = len(raw)
-                return decode_line(raw)
-        return None
-
     def ready_data_lines(self, max_bytes: float) -> Iterator[bytes]:
         """The buffered one-line ``data: {...`` events in a row, raw, each taken (with its
-        blank line) as it is asked for: :meth:`ready_data_line` without decoding, for JSON
-        objects of at most ``max_bytes``, up to the first line of any other kind."""
+        blank line) as it is asked for: JSON objects of at most ``max_bytes``, up to the first
+        line of any other kind. A caller that stops leaves the rest buffered."""
         lines = self._lines
         while self._joined is None and len(lines) >= 2 and lines[1] in _BLANK:
             raw = lines[0]

@@ -137,17 +137,6 @@ class SSEDecoder:
         """No event is under way (no ``data`` or ``event`` line since the last dispatch)."""
         return not self._data and self._event is None
 
-    def feed_data_event(self, line: str, size: int) -> SSEEvent:
-        """``feed_line(line, size)`` then a blank line, when :attr:`idle` and ``line`` starts
-        with ``data: ``: the event, without the per-line steps.
-
-        Raises:
-            SSEEventTooLarge: ``size`` is over the bound.
-        """
-        if size > self.max_event_bytes:
-            raise self._too_large(line)
-        return SSEEvent(line[6:], None, self._id, line)
-
     def flush(self) -> SSEEvent | None:
         """End of stream: dispatch a final event that was not followed by a blank line."""
         return self._dispatch()
@@ -219,21 +208,14 @@ class SSEJSONReader:
         """
         if self._ended or self._done_seen or self._held is not None:
             return None
-        reader, sse = self._reader, self._sse
+        reader = self._reader
+        # (The common event, one line of JSON, comes through ready_lines() without this.)
         while True:
-            # The common event, one short data line of JSON and a blank line, in one step: the
-            # size check of feed_data_event() without building an SSEEvent.
-            if sse.idle and (line := reader.ready_data_line()) is not None:
-                data = line[6:]
-                if reader.line_bytes <= sse.max_event_bytes and not _is_done(data):
-                    return self._decoded(data, line)
-                event = self._feed(line, one_line_event=True)
-                break
             if (line := reader.ready_line()) is None:
                 return None
             if (event := self._feed(line)) is not None:
                 break
-        assert event is not None  # a data line always makes one
+        assert event is not None  # the loop ends on an event
         if _is_done(event.data):
             self._done_seen = True
             return None
@@ -266,16 +248,11 @@ class SSEJSONReader:
             return self._decoded(line[6:], line)[0]
         return value
 
-    def _feed(self, line: str | None, *, one_line_event: bool = False) -> SSEEvent | None:
-        """Feed one line (``None``: the body ended); the event it completes, if any.
-
-        ``one_line_event``: ``line`` is a ``data:`` line whose blank line was taken with it.
-        """
+    def _feed(self, line: str | None) -> SSEEvent | None:
+        """Feed one line (``None``: the body ended); the event it completes, if any."""
         try:
             if line is None:
                 return self._sse.flush()
-            if one_line_event:
-                return self._sse.feed_data_event(line, self._reader.line_bytes)
             return self._sse.feed_line(line, self._reader.line_bytes)
         except SSEEventTooLarge as exc:
             self._ended = True
