@@ -46,6 +46,15 @@ _SWEEP_SLICE_SECONDS = 0.002
 #: Pause between kill rounds (a SIGKILL takes a moment to land on a busy machine).
 _ROUND_PAUSE_SECONDS = 0.02
 
+#: A user process's environment reads empty for a moment while it execs (~15 us here, longer
+#: when the machine is loaded): such a process is read again after this pause, a few times.
+#: One that stays empty has no environment (``env -i``), so no marker either.
+_UNSETTLED_PAUSE_SECONDS = 0.005
+_UNSETTLED_TRIES = 3
+
+#: ``PF_KTHREAD`` in ``/proc/<pid>/stat``'s flags: a kernel thread, which has no environment.
+_PF_KTHREAD = 0x00200000
+
 _MARKER_KEY = f"{SANDBOX_MARKER_ENV}=".encode()
 _DEAD_STATES = ("Z", "X")
 
@@ -120,8 +129,8 @@ class ProcessTable:
         return marked + others
 
 
-def _read_stat(pid: str) -> tuple[str, int, int, int] | None:
-    """``(state, pgrp, session, start_ticks)`` of ``pid``, or ``None`` if it is gone."""
+def _read_stat(pid: str) -> tuple[str, int, int, int, int] | None:
+    """``(state, pgrp, session, start_ticks, flags)`` of ``pid``, or ``None`` if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -130,7 +139,7 @@ def _read_stat(pid: str) -> tuple[str, int, int, int] | None:
     # Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
     fields = data[data.rfind(b")") + 2 :].split()
     try:
-        return fields[0].decode(), int(fields[2]), int(fields[3]), int(fields[19])
+        return fields[0].decode(), int(fields[2]), int(fields[3]), int(fields[19]), int(fields[6])
     except (IndexError, ValueError):
         return None
 
@@ -144,7 +153,12 @@ def _markers(environ: bytes) -> tuple[str, ...]:
     )
 
 
-def _read_entry(name: str) -> ProcessEntry | None:
+def _read_entry(name: str, unsettled: list[str]) -> ProcessEntry | None:
+    """The entry of pid ``name``, or ``None`` if it is gone or a zombie.
+
+    A user process whose environment reads empty is appended to ``unsettled``: it may be in
+    the middle of an exec (its marker would be missed), so the caller reads it again.
+    """
     stat = _read_stat(name)
     if stat is None or stat[0] in _DEAD_STATES:
         return None
@@ -152,9 +166,23 @@ def _read_entry(name: str) -> ProcessEntry | None:
         with open(f"/proc/{name}/environ", "rb") as f:
             environ = f.read()
     except OSError:  # gone, or another user's process (not ours either way)
-        environ = b""
+        return ProcessEntry(int(name), stat[0], stat[1], stat[2], stat[3])
+    if not environ and not stat[4] & _PF_KTHREAD:
+        unsettled.append(name)
     markers = _markers(environ) if _MARKER_KEY in environ else ()
     return ProcessEntry(int(name), stat[0], stat[1], stat[2], stat[3], markers)
+
+
+def _read_into(entries: dict[str, ProcessEntry], names: Iterable[str]) -> list[str]:
+    """Read ``names`` into ``entries`` (dropping the gone); return those left unsettled."""
+    unsettled: list[str] = []
+    for name in names:
+        entry = _read_entry(name, unsettled)
+        if entry is None:
+            entries.pop(name, None)
+        else:
+            entries[name] = entry
+    return unsettled
 
 
 def _proc_names() -> Iterator[str]:
@@ -170,7 +198,14 @@ def _proc_names() -> Iterator[str]:
 
 def read_process_table() -> ProcessTable:
     """A snapshot of ``/proc``, read synchronously (tests and one-off checks; see the sweeper)."""
-    return ProcessTable(tuple(e for e in map(_read_entry, _proc_names()) if e is not None))
+    entries: dict[str, ProcessEntry] = {}
+    unsettled = _read_into(entries, _proc_names())
+    for _ in range(_UNSETTLED_TRIES):
+        if not unsettled:
+            break
+        time.sleep(_UNSETTLED_PAUSE_SECONDS)
+        unsettled = _read_into(entries, unsettled)
+    return ProcessTable(tuple(entries.values()))
 
 
 async def sweep_process_table(slice_seconds: float = _SWEEP_SLICE_SECONDS) -> ProcessTable:
@@ -178,16 +213,22 @@ async def sweep_process_table(slice_seconds: float = _SWEEP_SLICE_SECONDS) -> Pr
 
     **Cancellation**: abandoned at the next yield; nothing to clean up.
     """
-    entries: list[ProcessEntry] = []
+    entries: dict[str, ProcessEntry] = {}
+    unsettled: list[str] = []
     budget_end = time.perf_counter() + slice_seconds
     for name in _proc_names():
-        entry = _read_entry(name)
+        entry = _read_entry(name, unsettled)
         if entry is not None:
-            entries.append(entry)
+            entries[name] = entry
         if time.perf_counter() >= budget_end:
             await anyio.lowlevel.checkpoint()
             budget_end = time.perf_counter() + slice_seconds
-    return ProcessTable(tuple(entries))
+    for _ in range(_UNSETTLED_TRIES):
+        if not unsettled:
+            break
+        await anyio.sleep(_UNSETTLED_PAUSE_SECONDS)
+        unsettled = _read_into(entries, unsettled)
+    return ProcessTable(tuple(entries.values()))
 
 
 def find_sandbox_processes(

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
+from hermes_async.tools.sandbox import processes
 from hermes_async.tools.sandbox._batch import Batcher
 from hermes_async.tools.sandbox.processes import (
     SANDBOX_MARKER_ENV,
@@ -128,6 +134,64 @@ async def test_concurrent_kill_rounds_share_sweeps() -> None:
     table = read_process_table()
     assert all(e.pid != os.getpid() for e in table.entries)
     assert any(e.pid == os.getppid() for e in table.entries)
+
+
+@contextmanager
+def _marked_sleep(marker: str | None) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``sleep`` with the marker in its environment (``None``: no environment at all)."""
+    env = {} if marker is None else {**os.environ, SANDBOX_MARKER_ENV: marker}
+    child = subprocess.Popen(["/bin/sleep", "300"], env=env)
+    try:
+        # Until it has exec'd, the child's environment is ours.
+        while Path(f"/proc/{child.pid}/comm").read_text().strip() != "sleep":
+            pass
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+async def test_a_process_caught_mid_exec_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # While a process execs, its environment reads empty for a moment (~15 us; longer under
+    # load): a sweep that read it then would miss the marker of a `setsid cmd` for good.
+    marker = f"mid-exec-{os.getpid()}"
+    with _marked_sleep(marker) as child:
+        blank_once = {f"/proc/{child.pid}/environ"}
+
+        def reading_mid_exec(path: str, *args: Any, **kwargs: Any) -> Any:
+            if path in blank_once:
+                blank_once.discard(path)
+                return io.BytesIO(b"")
+            return open(path, *args, **kwargs)
+
+        monkeypatch.setattr(processes, "open", reading_mid_exec, raising=False)
+        found = await ProcessSweeper().kill_round(marker, (), signal.SIGKILL)
+        assert not blank_once  # the first read was the blank one
+        assert found == [child.pid]
+        with anyio.fail_after(10):
+            while child.poll() is None:
+                await anyio.sleep(0.01)
+        assert child.returncode == -signal.SIGKILL
+
+
+async def test_a_process_with_no_environment_is_read_a_few_times_then_kept_unmarked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with _marked_sleep(None) as child:
+        path = f"/proc/{child.pid}/environ"
+        reads = 0
+
+        def counting(name: str, *args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += name == path
+            return open(name, *args, **kwargs)
+
+        monkeypatch.setattr(processes, "open", counting, raising=False)
+        with anyio.fail_after(5):
+            table = await processes.sweep_process_table()
+        assert reads == 1 + processes._UNSETTLED_TRIES
+        assert [e.markers for e in table.entries if e.pid == child.pid] == [()]
+        assert child.pid in [e.pid for e in read_process_table().entries]
 
 
 def test_sweeper_validates() -> None:
