@@ -136,8 +136,14 @@ if [ "$grace" -gt 0 ]; then
     i=0
     while [ "$i" -lt "$grace" ] && [ -n "$(members)" ]; do sleep 0.1; i=$((i + 1)); done
 fi
-n=0
-while [ -n "$(members)" ] && [ "$n" -lt 50 ]; do signal_all KILL; sleep 0.1; n=$((n + 1)); done
+# Done after two empty looks 20 ms apart: a process in the middle of an exec (`setsid cmd`)
+# shows no environment, so no marker, for a moment.
+n=0; quiet=0
+while [ "$quiet" -lt 2 ] && [ "$n" -lt 50 ]; do
+    if [ -n "$(members)" ]; then signal_all KILL; quiet=0; sleep 0.1
+    else quiet=$((quiet + 1)); [ "$quiet" -lt 2 ] && sleep 0.02; fi
+    n=$((n + 1))
+done
 chmod -R u+rwx -- "$root" 2>/dev/null
 rm -rf -- "$root"
 [ ! -e "$root" ] || { echo "could not remove $root" >&2; exit 1; }
