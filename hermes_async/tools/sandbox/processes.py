@@ -185,6 +185,16 @@ def _read_into(entries: dict[str, ProcessEntry], names: Iterable[str]) -> list[s
     return unsettled
 
 
+def _settling(entries: dict[str, ProcessEntry], unsettled: list[str]) -> Iterator[float]:
+    """Read the unsettled processes again, a few times: yields the pause to take before each
+    read (the caller sleeps its own way)."""
+    for _ in range(_UNSETTLED_TRIES):
+        if not unsettled:
+            return
+        yield _UNSETTLED_PAUSE_SECONDS
+        unsettled = _read_into(entries, unsettled)
+
+
 def _proc_names() -> Iterator[str]:
     try:
         names = os.listdir("/proc")
@@ -199,12 +209,8 @@ def _proc_names() -> Iterator[str]:
 def read_process_table() -> ProcessTable:
     """A snapshot of ``/proc``, read synchronously (tests and one-off checks; see the sweeper)."""
     entries: dict[str, ProcessEntry] = {}
-    unsettled = _read_into(entries, _proc_names())
-    for _ in range(_UNSETTLED_TRIES):
-        if not unsettled:
-            break
-        time.sleep(_UNSETTLED_PAUSE_SECONDS)
-        unsettled = _read_into(entries, unsettled)
+    for pause in _settling(entries, _read_into(entries, _proc_names())):
+        time.sleep(pause)
     return ProcessTable(tuple(entries.values()))
 
 
@@ -223,11 +229,8 @@ async def sweep_process_table(slice_seconds: float = _SWEEP_SLICE_SECONDS) -> Pr
         if time.perf_counter() >= budget_end:
             await anyio.lowlevel.checkpoint()
             budget_end = time.perf_counter() + slice_seconds
-    for _ in range(_UNSETTLED_TRIES):
-        if not unsettled:
-            break
-        await anyio.sleep(_UNSETTLED_PAUSE_SECONDS)
-        unsettled = _read_into(entries, unsettled)
+    for pause in _settling(entries, unsettled):
+        await anyio.sleep(pause)
     return ProcessTable(tuple(entries.values()))
 
 
