@@ -104,12 +104,17 @@ def loads(text: str, *, depth_checked: bool = False) -> JSON:
         value = _DECODER.decode(text)
     except RecursionError as exc:  # within the limit, but the caller's stack was already deep
         raise JSONDepthError from exc
-    # Only a text that could put a surrogate into a string pays for the walk: a surrogate
-    # escape (``\u`` escapes of ordinary characters are common, ``\ud800`` is not), or a
-    # surrogate in the text itself.
-    if _SURROGATE_ESCAPE.search(text) or (not text.isascii() and _SURROGATE.search(text)):
+    if _may_hold_surrogates(text):
         value = _scrub_json(value)
     return value
+
+
+def _may_hold_surrogates(text: str) -> bool:
+    """Whether decoding ``text`` can put a surrogate into a string (only such a text pays for
+    the scrubbing walk)."""
+    # A surrogate escape (``\u`` escapes of ordinary characters are common, ``\ud800`` is
+    # not), or a surrogate in the text itself.
+    return bool(_SURROGATE_ESCAPE.search(text) or (not text.isascii() and _SURROGATE.search(text)))
 
 
 #: The decoder's scanner: one value at an index, ``(value, end)``; StopIteration if none.
@@ -166,8 +171,6 @@ def object_members(s: str, i: int) -> tuple[list[Member], int] | None:
     except (StopIteration, ValueError, RecursionError):
         return None
     text = s[i:end]
-    if exceeds_depth(text) or _SURROGATE_ESCAPE.search(text):
-        return None
-    if not text.isascii() and _SURROGATE.search(text):
+    if exceeds_depth(text) or _may_hold_surrogates(text):
         return None
     return members, end

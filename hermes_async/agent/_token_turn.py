@@ -43,6 +43,7 @@ from hermes_async.inference import (
     ServerTimeoutError,
     StreamInterruptedError,
 )
+from hermes_async.inference._token_chunks import ids_outside
 from hermes_async.inference.generate import (
     GenerateClient,
     SamplingParams,
@@ -108,7 +109,7 @@ class _Phase2Turn:
     ) -> None:
         self.parser = parser
         self.decoder = decoder
-        # Ids let the parser put back markers a decoder dropped; one that spells them needs none.
+        # Ids let the parser put back markers a decoder dropped (IncrementalDecoder says when not).
         self._parse_ids = not getattr(decoder, "spells_special_tokens", False)
         self.early_dispatch = early_dispatch
         # Compact arrays (4 and 8 bytes per token, not a Python object each): the turn is held
@@ -575,7 +576,7 @@ class TokenTurns:
             # Whatever client this is: an id the tokenizer cannot have made never reaches the
             # trajectory (a client built without vocab_size lets it by). The deltas before it
             # are taken, as one by one.
-            if ids and not 0 <= min(ids) <= max(ids) < size:
+            if ids_outside(ids, size):
                 if at:
                     step.feed(batch[:at], runner, elapsed)
                 raise _outside_vocabulary(ids, size, step, stream)

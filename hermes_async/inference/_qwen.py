@@ -125,8 +125,7 @@ class _Utf8IncrementalDecoder:
 
     __slots__ = ("_codec", "_tokenizer")
 
-    #: Special tokens come out as their text (bytes are bytes): a parser needs no ids to
-    #: find its markers (``ToolCallParser.feed``).
+    #: Special tokens come out as their text (bytes are bytes): see ``IncrementalDecoder``.
     spells_special_tokens: ClassVar[bool] = True
 
     def __init__(self, tokenizer: QwenTokenizer) -> None:

@@ -24,6 +24,7 @@ __all__ = (
     "TokenChunk",
     "VLLMDecoder",
     "first_choice",
+    "ids_outside",
 )
 
 #: Ids must be below this to fit the signed 32-bit arrays of a trajectory (``array("i")``).
@@ -90,11 +91,16 @@ def _id_limit(vocab_size: int | None) -> int:
     return TOKEN_ID_LIMIT if vocab_size is None else min(vocab_size, TOKEN_ID_LIMIT)
 
 
+def ids_outside(ids: Sequence[int], limit: int) -> bool:
+    """Whether an id of ``ids`` is outside ``[0, limit)``: one C-level pass each way."""
+    return bool(ids) and not 0 <= min(ids) <= max(ids) < limit
+
+
 def _values_ok(ids: Sequence[int], logprobs: Sequence[float], limit: int) -> bool:
     """Whether every id is in ``[0, limit)`` and every logprob finite and ``<= MAX_LOGPROB``: one
     C-level pass each. The sum of finite numbers is finite unless it overflows (``False`` then,
     and the caller's loops decide); a NaN or an infinity makes it non-finite."""
-    return (not ids or (min(ids) >= 0 and max(ids) < limit)) and (
+    return not ids_outside(ids, limit) and (
         not logprobs or (max(logprobs) <= MAX_LOGPROB and math.isfinite(sum(logprobs)))
     )
 

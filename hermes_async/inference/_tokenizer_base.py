@@ -22,7 +22,12 @@ _ToolSpecs: TypeAlias = Sequence[JSONObject] | None
 
 @runtime_checkable
 class IncrementalDecoder(Protocol):
-    """Decodes a token stream piece by piece, UTF-8 safe: a split character comes out whole."""
+    """Decodes a token stream piece by piece, UTF-8 safe: a split character comes out whole.
+
+    A decoder whose text always spells special tokens (``<tool_call>``...) may say so with a
+    class attribute ``spells_special_tokens = True``: the loop then gives the parser no ids
+    to find markers by (``ToolCallParser.feed``).
+    """
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Feed more ids; return the text that is now complete."""

@@ -44,6 +44,7 @@ from hermes_async.inference._token_chunks import (
     SGLangDecoder,
     TokenChunk,
     VLLMDecoder,
+    ids_outside,
 )
 from hermes_async.inference.request_extras import split_extras
 from hermes_async.jsontypes import JSON, JSONObject
@@ -205,9 +206,9 @@ class _JSONSource:
         )
 
 
-def _outside(ids: Sequence[int], limit: int) -> bool:
-    """Whether an id of ``ids`` is outside ``[0, limit)``."""
-    return bool(ids) and not 0 <= min(ids) <= max(ids) < limit
+def _line_text(line: str | bytes) -> str:
+    """An event's line as an error shows it (raw lines come from ``ready_lines()``)."""
+    return decode_line(line) if isinstance(line, bytes) else line
 
 
 def _shown(payload: JSON) -> str:
@@ -302,16 +303,8 @@ class TokenStream:
             batch = [await self.__anext__()]
         except StopAsyncIteration:
             return None
-        if self._sse is None:
-            return batch
-        try:
-            for payload, line in self._ready():
-                if (chunk := self._decode(payload, line)) is not None:
-                    batch.append(self._accept(chunk))
-        except ModelServerError as exc:
-            self._ended = True
-            self._deferred = exc.with_partial(self.token_ids, self.logprobs)
-            self._deferred.__cause__ = exc.__cause__
+        if self._sse is not None:
+            batch += map(self._accept, self._received())
         return batch
 
     async def next_joined(self, id_limit: int) -> list[TokenDelta] | None:
@@ -331,45 +324,47 @@ class TokenStream:
             first = await self.__anext__()
         except StopAsyncIteration:
             return None
-        if self._sse is None or _outside(first.token_ids, id_limit):
+        if self._sse is None or ids_outside(first.token_ids, id_limit):
             return [first]
         ids: list[int] | None = None
         logprobs: list[float] = []
         finish = first.finish_reason
-        try:
-            for payload, line in self._ready():
-                if (chunk := self._decode(payload, line)) is None:
-                    continue
-                if _outside(chunk.token_ids, id_limit):
-                    self._held = self._accept(chunk)
-                    break
-                self._record(chunk)
-                if ids is None:
-                    ids, logprobs = list(first.token_ids), list(first.logprobs)
-                ids += chunk.token_ids
-                logprobs += chunk.logprobs
-                if chunk.finish_reason is not None:
-                    finish = chunk.finish_reason
-        except ModelServerError as exc:
-            self._ended = True
-            self._deferred = exc.with_partial(self.token_ids, self.logprobs)
-            self._deferred.__cause__ = exc.__cause__
+        for chunk in self._received():
+            if ids_outside(chunk.token_ids, id_limit):
+                self._held = self._accept(chunk)
+                break
+            self._record(chunk)
+            if ids is None:
+                ids, logprobs = list(first.token_ids), list(first.logprobs)
+            ids += chunk.token_ids
+            logprobs += chunk.logprobs
+            if chunk.finish_reason is not None:
+                finish = chunk.finish_reason
         if ids is None:
             return [first]
         return [TokenDelta(tuple(ids), tuple(logprobs), finish)]
 
-    def _ready(self) -> Iterator[tuple[JSON, str | bytes]]:
-        """The payloads already received, in order, each with its line (no waiting): runs of
-        one-line events without a call per event, anything else through ``next_ready()``.
-        A caller that stops early leaves the rest buffered."""
+    def _received(self) -> Iterator[TokenChunk]:
+        """The chunks already received, in order, decoded and checked (no waiting): runs of
+        one-line events without a call per event, anything else through ``next_ready()``. A
+        caller that stops early leaves the rest buffered. An error ends the stream; the next
+        call raises it, after the chunks before it.
+        """
         sse = self._sse
         assert sse is not None
-        while not self._ended:
-            for raw in sse.ready_lines():
-                yield sse.decoded_line(raw), raw
-            if self._ended or (item := sse.next_ready()) is None:
-                return
-            yield item
+        try:
+            while not self._ended:
+                for raw in sse.ready_lines():
+                    if (chunk := self._decode(sse.decoded_line(raw), raw)) is not None:
+                        yield chunk
+                if self._ended or (item := sse.next_ready()) is None:
+                    return
+                if (chunk := self._decode(*item)) is not None:
+                    yield chunk
+        except ModelServerError as exc:
+            self._ended = True
+            self._deferred = exc.with_partial(self.token_ids, self.logprobs)
+            self._deferred.__cause__ = exc.__cause__
 
     def _accept(self, chunk: TokenChunk) -> TokenDelta:
         """Record a decoded chunk; its delta."""
@@ -420,13 +415,7 @@ class TokenStream:
         raise cls(
             message,
             endpoint=self.endpoint,
-            line=(
-                _shown(payload)
-                if line is None
-                else decode_line(line)
-                if isinstance(line, bytes)
-                else line
-            ),
+            line=_shown(payload) if line is None else _line_text(line),
             token_ids=self.token_ids,
             logprobs=self.logprobs,
         ) from None

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -143,8 +144,9 @@ def _marked_sleep(marker: str | None) -> Iterator[subprocess.Popen[bytes]]:
     child = subprocess.Popen(["/bin/sleep", "300"], env=env)
     try:
         # Until it has exec'd, the child's environment is ours.
+        deadline = time.monotonic() + 10
         while Path(f"/proc/{child.pid}/comm").read_text().strip() != "sleep":
-            pass
+            assert time.monotonic() < deadline, "the child never exec'd"
         yield child
     finally:
         child.kill()
