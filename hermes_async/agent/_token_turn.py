@@ -43,7 +43,6 @@ from hermes_async.inference import (
     ServerTimeoutError,
     StreamInterruptedError,
 )
-from hermes_async.inference._token_chunks import ids_outside
 from hermes_async.inference.generate import (
     GenerateClient,
     SamplingParams,
@@ -576,7 +575,8 @@ class TokenTurns:
             # Whatever client this is: an id the tokenizer cannot have made never reaches the
             # trajectory (a client built without vocab_size lets it by). The deltas before it
             # are taken, as one by one.
-            if ids_outside(ids, size):
+            # (The rule of inference's private ids_outside, which this package may not import.)
+            if ids and not 0 <= min(ids) <= max(ids) < size:
                 if at:
                     step.feed(batch[:at], runner, elapsed)
                 raise _outside_vocabulary(ids, size, step, stream)
