@@ -14,7 +14,17 @@ exchange cannot do without, over the same event loop (anyio on asyncio) and the 
 
 No tools run, nothing is checked, no tool call is parsed, nothing is rendered or tokenized:
 the first prompt's ids and the suffixes' come from one hermes_async Phase 2 rollout made before
-the clock (the suffix does not depend on the rollout). The sides ``hermes-chat`` and
+the clock (the suffix does not depend on the rollout).
+
+* ``floor-phase2``: ``floor-token`` plus the work a Phase 2 client cannot hand to a server, done
+  once per turn with the fastest pieces at hand: the completion decoded (tiktoken); its one
+  tool call found with ``str.find`` and its JSON decoded (orjson), the least parse of this
+  workload's well-formed calls (no streaming, no other format, no fault named); the turn
+  rendered through the chat template (hermes_async's built-in renderer, incremental); the new
+  suffix encoded (tiktoken). Still no tools, no checks, no limits. Its distance
+  from ``floor-chat`` is the least a Phase 2 rollout can cost beyond a chat rollout here, so
+  ``(hermes-chat + floor-phase2 - floor-chat) / hermes-chat`` bounds Phase 2 / chat from below
+  (printed when the four sides ran). The sides ``hermes-chat`` and
 ``hermes-token`` are ``bench/peers.py``'s; each side runs in its own client process, rounds
 alternate, and the ratios hermes / floor per rollout are printed.
 
@@ -35,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # (this folder's peers.py: the workload, the server, the harness)
 
-SIDES = ("floor-chat", "hermes-chat", "floor-token", "hermes-token")
+SIDES = ("floor-chat", "hermes-chat", "floor-token", "hermes-token", "floor-phase2")
 PAIRS = (("hermes-chat", "floor-chat"), ("hermes-token", "floor-token"))
 
 
@@ -92,6 +102,14 @@ class Floor:
         self.hermes = peers.Hermes(args, "token")
         self.schemas = list(self.hermes.tools.schemas)
         self.prompt, self.suffixes, self.last = self.hermes.run(self._reference)
+        if phase == "phase2":
+            tokenizer = self.hermes.tokenizer
+            special = tokenizer.special_tokens
+            self.stop_ids = {
+                tokenizer.eos_token_id,
+                special["<|im_end|>"],
+                special["<|endoftext|>"],
+            }
 
     async def _reference(self) -> tuple[list[int], list[list[int]], list[int]]:
         """Prompt ids, tool-response suffix ids and the last completion of one Phase 2 rollout."""
@@ -157,10 +175,62 @@ class Floor:
                 prompt = prompt + ids + self.suffixes[turn]
         return ids == self.last
 
+    async def _phase2(self, pool: Pool, i: int) -> bool:
+        import orjson
+
+        from hermes_async.inference.rendering import ChatRenderer
+
+        tokenizer = self.hermes.tokenizer
+        stops = self.stop_ids
+        messages: list[Any] = [{"role": "user", "content": "Do task reference."}]
+        renderer = ChatRenderer(tokenizer, self.schemas)
+        text = renderer.render(messages, add_generation_prompt=True)
+        prompt, ids, same = self.prompt, [], True
+        for turn in range(peers.TOOL_CALLS + 1):
+            body = {
+                "token_ids": prompt,
+                "sampling_params": {"max_tokens": peers.MAX_TOKENS, "logprobs": 0},
+                "stream": True,
+            }
+            pieces = await pool.post("/inference/v1/generate", orjson.dumps(body))
+            ids = []
+            for event in b"".join(pieces).split(b"\n\n"):
+                if event.startswith(b"data: {"):
+                    for choice in orjson.loads(event[6:])["choices"]:  # none in a usage event
+                        ids += choice["token_ids"]
+            completion = tokenizer.decode([t for t in ids if t not in stops])
+            # The least parse of this workload's one well-formed call: find it, decode its JSON.
+            start = completion.find("<tool_call>\n")
+            if turn == peers.TOOL_CALLS:
+                return same and start < 0 and ids == self.last
+            end = completion.index("\n</tool_call>", start)
+            call = orjson.loads(completion[start + 12 : end])
+            messages += [
+                {
+                    "role": "assistant",
+                    "content": completion[:start].rstrip("\n"),
+                    "tool_calls": [
+                        {"id": f"call_{i}_{turn}", "type": "function", "function": call}
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": f"call_{i}_{turn}",
+                    "content": f"step {turn + 1} done",
+                },
+            ]
+            full = renderer.render(messages, add_generation_prompt=True)
+            # The template renders the call as it was sampled (this workload's calls are): the
+            # suffix is what follows the prompt and the sampled text.
+            suffix = tokenizer.encode(full[len(text) + len(tokenizer.decode(ids)) :])
+            same = same and suffix == self.suffixes[turn]
+            prompt, text = prompt + ids + suffix, full
+        return False
+
     async def batch(self, n: int) -> int:
         import anyio
 
-        one = self._chat if self.phase == "chat" else self._token
+        one = {"chat": self._chat, "token": self._token, "phase2": self._phase2}[self.phase]
         pool = Pool(self.args.base_url, self.args.connections)
         completed = 0
 
@@ -203,6 +273,20 @@ def main(args: argparse.Namespace) -> int:
                 print(
                     f"  {ours} / {floor}: {a / n * 1e3:.3f} / {b / n * 1e3:.3f} ms per rollout"
                     f" = {a / b:.2f}x"
+                )
+        ms = {side: peers.median_of(results.get(side, []), "cpu_s") for side in SIDES}
+        if all(ms[side] is not None for side in ("hermes-chat", "floor-chat", "floor-phase2")):
+            chat, floor_chat, least = ms["hermes-chat"], ms["floor-chat"], ms["floor-phase2"]
+            print(
+                f"  Phase 2's least own work: floor-phase2 - floor-chat = "
+                f"{(least - floor_chat) / n * 1e3:.3f} ms per rollout; the least Phase 2 / chat: "
+                f"(hermes-chat + that) / hermes-chat = {(chat + least - floor_chat) / chat:.2f}x"
+            )
+            if ms["hermes-token"] is not None:
+                token = ms["hermes-token"]
+                print(
+                    f"  hermes-token / hermes-chat = {token / chat:.2f}x; "
+                    f"hermes-token / floor-phase2 = {token / least:.2f}x"
                 )
     return 0
 
