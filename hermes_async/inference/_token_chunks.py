@@ -224,7 +224,10 @@ class VLLMDecoder(ChunkDecoder):
         if choice is None:  # the usage chunk
             return None
         ids = _int_ids(choice.get("token_ids", []), "choices[0].token_ids")
-        content = (choice.get("logprobs") or {}).get("content")
+        logprobs_field = choice.get("logprobs") or {}  # null or empty: no logprobs
+        if not isinstance(logprobs_field, dict):
+            raise ChunkError("choices[0].logprobs must be an object or null")
+        content = logprobs_field.get("content")
         if content is None:
             content = []
         if not isinstance(content, list):

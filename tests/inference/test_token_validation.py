@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from hermes_async.agent import AgentOptions, FailurePolicy, RolloutSetup, run_rollout
 from hermes_async.inference import (
@@ -19,7 +21,15 @@ from hermes_async.inference import (
     SGLangGenerateClient,
     VLLMGenerateClient,
 )
-from hermes_async.inference._token_chunks import MAX_LOGPROB, TOKEN_ID_LIMIT
+from hermes_async.inference._token_chunks import (
+    MAX_LOGPROB,
+    TOKEN_ID_LIMIT,
+    AtroposDecoder,
+    ChunkDecoder,
+    ChunkError,
+    SGLangDecoder,
+    VLLMDecoder,
+)
 from hermes_async.inference.trajectory import MASK_ID
 from hermes_async.tools.registry import get_tool_definitions
 from tests.support import TOKENIZER
@@ -170,3 +180,121 @@ async def test_a_rollout_never_trains_on_invalid_tokens(
     assert "hunter22pw" not in str(rollout.failure) and "model-host" in str(rollout.failure)
     assert set(rollout.masks) == {MASK_ID}  # only the prompt: nothing sampled is kept
     assert all(0 <= t < len(TOKENIZER) for t in rollout.tokens)
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    st.text(max_size=4),
+)
+_KEYS = st.sampled_from(
+    ["choices", "token_ids", "logprobs", "content", "logprob", "token_id", "finish_reason",
+     "error", "object", "type", "meta_info", "output_ids", "output_token_logprobs",
+     "finish_reasons"]
+)  # fmt: skip
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+_IDS = st.lists(st.integers(-2, 200_000) | _SCALARS, max_size=3)
+#: Near-valid chunks of each server's shape, with any value anywhere.
+_CHUNKS = st.one_of(
+    _VALUES,
+    st.fixed_dictionaries(
+        {
+            "choices": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "token_ids": _IDS,
+                        "logprobs": _VALUES
+                        | st.fixed_dictionaries(
+                            {
+                                "content": st.lists(
+                                    _VALUES
+                                    | st.fixed_dictionaries(
+                                        {"logprob": _VALUES, "token_id": _VALUES}
+                                    ),
+                                    max_size=3,
+                                )
+                            }
+                        ),
+                        "finish_reason": _VALUES,
+                    }
+                )
+                | _VALUES,
+                max_size=2,
+            )
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "output_ids": _IDS,
+            "meta_info": _VALUES
+            | st.fixed_dictionaries(
+                {
+                    "output_token_logprobs": st.lists(
+                        st.lists(_VALUES, max_size=3) | _VALUES, max_size=3
+                    ),
+                    "finish_reason": _VALUES,
+                }
+            ),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "token_ids": st.lists(_IDS | _VALUES, max_size=2),
+            "logprobs": st.lists(
+                st.lists(
+                    st.dictionaries(st.text(max_size=3), _VALUES, max_size=2) | _VALUES, max_size=3
+                )
+                | _VALUES,
+                max_size=2,
+            ),
+            "finish_reasons": _VALUES,
+        }
+    ),
+)
+_DECODERS: list[Callable[[int | None], ChunkDecoder]] = [
+    lambda vocab: VLLMDecoder(vocab_size=vocab),
+    lambda vocab: SGLangDecoder(incremental=True, vocab_size=vocab),
+    lambda vocab: SGLangDecoder(incremental=False, vocab_size=vocab),
+    lambda vocab: AtroposDecoder(vocab_size=vocab),
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(payload=_CHUNKS, vocab=st.sampled_from([None, 1000]))
+def test_any_chunk_is_decoded_checked_or_refused_with_a_chunk_error(
+    payload: Any, vocab: int | None
+) -> None:
+    """Whatever JSON a server sends, a decoder gives checked tokens, nothing, or a ChunkError
+    (which the client turns into a protocol error naming the server): never another exception."""
+    for make in _DECODERS:
+        try:
+            chunk = make(vocab).feed(payload)
+        except ChunkError:
+            continue
+        if chunk is not None:
+            assert len(chunk.token_ids) == len(chunk.logprobs)
+            assert all(
+                type(i) is int and 0 <= i < (vocab or TOKEN_ID_LIMIT) for i in chunk.token_ids
+            )
+            assert all(math.isfinite(lp) and lp <= MAX_LOGPROB for lp in chunk.logprobs)
+
+
+@pytest.mark.parametrize("logprobs", [True, -3.5, "none", ["x"]])
+async def test_a_vllm_chunk_whose_logprobs_is_not_an_object_is_a_protocol_error(
+    logprobs: Any,
+) -> None:
+    choice = {"index": 0, "token_ids": [9707], "logprobs": logprobs, "finish_reason": "stop"}
+    body = f"data: {json.dumps({'choices': [choice]})}\n\ndata: [DONE]\n\n".encode()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    async with VLLMGenerateClient(URL, transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(ServerProtocolError, match="logprobs must be an object or null"):
+            await client.generate([1, 2, 3])
