@@ -41,6 +41,9 @@ _BLANK = (b"", b"\r")
 #: Bytes of an over-long line quoted in the error.
 _EXCERPT_BYTES = 200
 
+#: Digits of a refused Content-Length shown in the error (a longer one is shown by its length).
+_SHOWN_DIGITS = 30
+
 
 @dataclass(frozen=True, slots=True)
 class BodyContext:
@@ -107,8 +110,13 @@ async def read_body(response: Response, context: BodyContext) -> bytes:
     """
     limit = context.max_body_bytes
     declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _body_too_large(response, context, f"a Content-Length of {int(declared)} bytes")
+    # ASCII digits only: "²" is a digit to isdigit() but not to int(). Leading zeros go first:
+    # int() refuses more than 4,300 digits, and a value with more digits than the limit is past it.
+    if declared.isascii() and declared.isdigit():
+        digits = declared.lstrip("0")
+        if len(digits) > len(str(limit)) or int(digits or "0") > limit:
+            shown = digits if len(digits) <= _SHOWN_DIGITS else f"{len(digits)}-digit"
+            raise _body_too_large(response, context, f"a Content-Length of {shown} bytes")
     body = bytearray()  # one buffer (a list of parts and their join would hold it twice)
     while (part := await _receive_part(response, context)) is not None:
         body += part

@@ -635,7 +635,7 @@ class ServerConnection(AsyncResource):
     async def _send(
         self, path: str, body: JSONObject | bytes, endpoint: str, deadline: float
     ) -> tuple[Response, int]:
-        """Send with retries until a response < 400 arrives; raise the last failure."""
+        """Send with retries until a 2xx response arrives; raise the last failure."""
         self._require_open()
         payload = encode_body(body)
         options = self.options
@@ -667,7 +667,7 @@ class ServerConnection(AsyncResource):
     async def send_once(
         self, path: str, payload: bytes, endpoint: str, deadline: float, attempt: int
     ) -> Response | AttemptFailure:
-        """One attempt: the response (status < 400, body unread) or how it failed.
+        """One attempt: the response (2xx, body unread) or how it failed.
 
         Used by this connection's retry loop and a pool's. An error status's body is read
         (bounded) and closed here.
@@ -687,7 +687,8 @@ class ServerConnection(AsyncResource):
             return AttemptFailure(exc, exc)
         if scope.cancelled_caught:
             raise self.request_deadline_error(endpoint, attempt)
-        if response.status_code < 400:
+        # 2xx only: a redirect is not followed, and a status under 100 is no answer.
+        if 200 <= response.status_code < 300:
             return response
         return AttemptFailure(await self._status_outcome(response, endpoint, attempt, deadline))
 

@@ -98,7 +98,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     except ValueError:
         try:
             when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # a year past a C int: OverflowError
             return None
         current = time.time() if now is None else now
         return max(0.0, when.timestamp() - current)

@@ -121,7 +121,7 @@ class ChatCompletion:
                         reasoning_content=_encodable_or_none(msg.get("reasoning_content")),
                         reasoning=_encodable_or_none(msg.get("reasoning")),
                     ),
-                    finish_reason=raw.get("finish_reason"),
+                    finish_reason=_str_or_none(raw.get("finish_reason")),
                     logprobs=raw.get("logprobs"),
                     token_ids=raw.get("token_ids"),
                 )
@@ -150,6 +150,11 @@ def _tool_call_from_dict(raw: JSON) -> ToolCall:
         ),
         type=str(raw.get("type") or "function"),
     )
+
+
+def _str_or_none(value: JSON) -> str | None:
+    """``value`` as the stream's assembler keeps it: a string, or ``None`` for null."""
+    return None if value is None else str(value)
 
 
 def _usage(raw: JSON) -> Usage | None:
@@ -298,7 +303,8 @@ class ChatStreamAssembler:
             limit = self._max_tokens
             if limit is not None and len(parts.token_ids) > limit:
                 raise _TooLong(
-                    f"the server sent {len(parts.token_ids)} token ids for max_tokens={limit}"
+                    f"the server sent {len(parts.token_ids)} token ids in one choice, more than "
+                    f"its bound of {limit}"
                 )
         if raw.get("finish_reason") is not None:
             parts.finish_reason = str(raw["finish_reason"])
@@ -399,7 +405,8 @@ class ChatStream:
 
     Each chunk is folded into :attr:`assembler`; :meth:`completion` gives the whole. A choice
     longer than ``options.max_completion_chars`` (or ``max_tokens x
-    options.max_chars_per_token``) is a ``ServerProtocolError`` naming the option.
+    options.max_chars_per_token``) is a ``ServerProtocolError`` naming the option; so is one
+    with more token ids than ``max_tokens`` (without it, than that character bound).
     """
 
     def __init__(
@@ -410,8 +417,12 @@ class ChatStream:
         per_choice = options.max_completion_chars
         if max_tokens is not None:
             per_choice = min(per_choice, max_tokens * options.max_chars_per_token)
+        # Without max_tokens, a choice's token ids are bounded as its characters are (millions,
+        # past any context length): else a stream of ids alone grows until the deadline.
         self.assembler = ChatStreamAssembler(
-            max_chars=per_choice * n, max_tokens=max_tokens, max_choices=n
+            max_chars=per_choice * n,
+            max_tokens=per_choice if max_tokens is None else max_tokens,
+            max_choices=n,
         )
         self._bounds = (
             f"HTTPOptions.max_completion_chars={options.max_completion_chars}, or "

@@ -160,6 +160,28 @@ async def test_read_body_refuses_a_declared_length_past_the_bound_before_reading
     assert response.reads == 0
 
 
+@pytest.mark.parametrize(
+    ("declared", "refused_as"),
+    [
+        ("0" * 5000 + "5", None),  # llhttp takes leading zeros; int() refused 4,301+ digits
+        ("\u00b2", None),  # "²": a digit to isdigit(), not to int()
+        ("1" * 5000, "5000-digit"),
+        ("9" * 30, "9" * 30),
+    ],
+)
+async def test_read_body_reads_any_declared_length_without_a_raw_error(
+    declared: str, refused_as: str | None
+) -> None:
+    response = ChunkedResponse([b"hello"])
+    response.headers = {"content-length": declared}
+    if refused_as is None:
+        assert await read_body(response, context(4096)) == b"hello"
+        return
+    with pytest.raises(ServerProtocolError, match=f"a Content-Length of {refused_as} bytes"):
+        await read_body(response, context(4096))
+    assert response.reads == 0
+
+
 async def test_read_body_stops_an_endless_body_at_the_bound() -> None:
     response = EndlessResponse(b"x" * 1000)
     with pytest.raises(ServerProtocolError, match=r"max_body_bytes=4096 .* sent 5000\+ bytes"):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
 import anyio
 import httpx
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from hermes_async.inference import (
     ChatClient,
@@ -19,6 +21,8 @@ from hermes_async.inference import (
     ServerTimeoutError,
     StreamInterruptedError,
 )
+from hermes_async.inference._errors import DECODE_FAILURES
+from hermes_async.jsontypes import JSON
 from hermes_async.testing.http import open_app_endpoint
 from hermes_async.testing.scripted_server import (
     MALFORMED_LINE,
@@ -420,7 +424,7 @@ def test_assembler_bounds_what_a_stream_may_grow() -> None:
         asm.feed({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
     asm = ChatStreamAssembler(max_tokens=3)
     asm.feed({"choices": [{"index": 0, "token_ids": [1, 2], "delta": {}}]})
-    with pytest.raises(ValueError, match="4 token ids for max_tokens=3"):
+    with pytest.raises(ValueError, match="4 token ids in one choice, more than its bound of 3"):
         asm.feed({"choices": [{"index": 0, "token_ids": [3, 4], "delta": {}}]})
     asm = ChatStreamAssembler(max_choices=2)
     asm.feed(content("a", 0))
@@ -431,6 +435,25 @@ def test_assembler_bounds_what_a_stream_may_grow() -> None:
     with pytest.raises(ValueError, match="more than 1024 tool-call indexes"):
         for i in range(1025):
             asm.feed({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i}]}}]})
+
+
+async def test_a_stream_of_token_ids_alone_is_bounded_without_max_tokens() -> None:
+    # No max_tokens and no text: the ids were kept without a bound, until the request deadline.
+    chunk = {"choices": [{"index": 0, "delta": {}, "token_ids": [7] * 100}]}
+    body = f"data: {json.dumps(chunk)}\n\n".encode() * 100
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    options = HTTPOptions(max_completion_chars=1000)
+    transport = httpx.MockTransport(handler)
+    async with ChatClient("http://m/v1", transport=transport, options=options) as client:
+        with pytest.raises(
+            ServerProtocolError,
+            match=r"1100 token ids in one choice, more than its bound of 1000 "
+            r"\(HTTPOptions\.max_completion_chars=1000",
+        ):
+            await client.chat_completion(messages=MESSAGES, stream=True)
 
 
 def test_assembler_keeps_token_ids_in_linear_time() -> None:
@@ -472,6 +495,8 @@ async def test_any_undecodable_chunk_is_a_protocol_error(chunk: str) -> None:
         + "[" * 990
         + "]" * 990
         + "}}]}}]}",
+        # str() of it for the span's finish_reasons recursed past the limit: a raw RecursionError
+        '{"choices": [{"message": {}, "finish_reason": ' + "[" * 990 + "]" * 990 + "}]}",
     ],
 )
 async def test_any_undecodable_whole_response_is_a_protocol_error(payload: str) -> None:
@@ -481,3 +506,53 @@ async def test_any_undecodable_whole_response_is_a_protocol_error(payload: str) 
     async with ChatClient("http://m/v1", transport=httpx.MockTransport(handler)) as client:
         with pytest.raises(ServerProtocolError, match="unexpected response body"):
             await client.chat_completion(messages=MESSAGES)
+
+
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=4)
+)
+_KEYS = st.sampled_from(
+    ["choices", "message", "delta", "content", "tool_calls", "function", "name", "arguments",
+     "id", "index", "finish_reason", "usage", "prompt_tokens", "token_ids", "error", "role"]
+)  # fmt: skip
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+_CALL = _VALUES | st.fixed_dictionaries(
+    {}, optional={"id": _VALUES, "function": _VALUES | st.dictionaries(_KEYS, _VALUES)}
+)
+_MESSAGE = st.fixed_dictionaries(
+    {}, optional={"content": _VALUES, "tool_calls": _VALUES | st.lists(_CALL, max_size=2)}
+)
+_CHOICE = st.fixed_dictionaries(
+    {"message": _MESSAGE, "delta": _MESSAGE},
+    optional={"index": _VALUES, "finish_reason": _VALUES, "token_ids": _VALUES},
+)
+#: Near-valid chat bodies and stream chunks, with any value anywhere.
+_CHAT_BODIES = st.fixed_dictionaries(
+    {"choices": st.lists(_CHOICE, min_size=1, max_size=2) | _VALUES},
+    optional={"usage": _VALUES, "error": _VALUES},
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(body=_CHAT_BODIES, chunks=st.lists(_CHAT_BODIES, max_size=3))
+def test_any_chat_body_gives_a_completion_or_a_decode_failure(
+    body: JSON, chunks: list[JSON]
+) -> None:
+    """Whatever JSON a server sends, the chat decoders give a completion whose finish reasons
+    are strings or null, or raise what the client turns into a protocol error: never another
+    exception (a raw one escaped the client when str() of a finish_reason failed later)."""
+    results = []
+    with contextlib.suppress(DECODE_FAILURES):
+        results.append(ChatCompletion.from_dict(body))
+    assembler = ChatStreamAssembler(max_chars=1000, max_tokens=50, max_choices=2)
+    with contextlib.suppress(DECODE_FAILURES):
+        for chunk in chunks:
+            assembler.feed(chunk)
+    results.append(assembler.result())
+    for completion in results:
+        completion.model_dump()
+        assert all(isinstance(c.finish_reason, str | None) for c in completion.choices)

@@ -79,6 +79,31 @@ def test_parse_retry_after_forms() -> None:
     assert parse_retry_after(past, now=now) == 0.0
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Mon, 01 Jan 99999999999 00:00:00 GMT",  # a year past a C int: OverflowError escaped
+        "Mon, 01 Jan 2147483648 00:00:00 GMT",
+        "Mon, 01 Jan 10000 00:00:00 GMT",  # past datetime's year 9999
+    ],
+)
+def test_parse_retry_after_ignores_a_date_out_of_range(value: str) -> None:
+    assert parse_retry_after(value) is None
+
+
+@pytest.mark.anyio
+async def test_a_retry_after_date_out_of_range_is_retried_as_without_one() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        headers = {"retry-after": "Mon, 01 Jan 99999999999 00:00:00 GMT"}
+        return httpx.Response(429, text="slow down", headers=headers)
+
+    options = HTTPOptions(retry=FAST_RETRY)
+    transport = httpx.MockTransport(handler)
+    async with ServerConnection("http://m", options=options, transport=transport) as conn:
+        with pytest.raises(ServerStatusError, match=r"HTTP 429 .*gave up after"):
+            await conn.post_json("/x", {})
+
+
 def test_invalid_options_are_rejected_with_the_value() -> None:
     with pytest.raises(ValueError, match=r"read_timeout must be > 0 seconds, got 0"):
         HTTPOptions(read_timeout=0)

@@ -340,6 +340,34 @@ async def test_body_delimited_by_close_is_read_to_the_end() -> None:
         assert pool_of(conn).idle_connections == 0
 
 
+async def test_a_content_length_with_thousands_of_leading_zeros_is_read() -> None:
+    # The parser takes it; int() of its 5,002 digits raised a raw ValueError in read_body.
+    body = b'{"ok": 1}'
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {'0' * 5000}{len(body)}\r\n\r\n"
+
+    async def handler(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(head.encode() + body)
+
+    async with serving(handler) as server, connection(server.url()) as conn:
+        assert await conn.post_json("a", {}) == {"ok": 1}
+
+
+@pytest.mark.parametrize("status", [b"000 Nothing", b"099 Odd", b"302 Found"])
+async def test_a_final_status_outside_2xx_is_a_status_error(status: bytes) -> None:
+    # These were taken as success (status < 400) and their body decoded as the answer.
+    body = b'{"ok": 1}'
+
+    async def handler(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(b"HTTP/1.1 " + status + b"\r\nContent-Length: 9\r\n\r\n" + body)
+
+    async with serving(handler) as server, connection(server.url()) as conn:
+        with pytest.raises(ServerStatusError, match=f"HTTP {int(status[:3])} ") as info:
+            await conn.post_json("a", {})
+    assert info.value.status == int(status[:3])
+
+
 async def test_an_informational_head_before_the_response_is_skipped() -> None:
     def respond(n: int, request: Request) -> bytes:
         early = b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"
