@@ -81,6 +81,11 @@ def _check_params(params: Mapping[str, Any]) -> None:
             "chooses its tools ('auto'); a forced or disabled choice cannot be applied to "
             "token-level generation"
         )
+    tools = params.get("tools")
+    if tools is not None and (isinstance(tools, str) or not isinstance(tools, Sequence)):
+        raise UnsupportedRequestError(
+            f"responses_create_params.tools must be a list, got {type(tools).__name__}"
+        )
     for name in ("temperature", "top_p", "max_output_tokens"):
         value = params.get(name)
         if value is None:
@@ -113,6 +118,10 @@ def messages_from_params(params: Mapping[str, Any]) -> list[JSONObject]:
     """The chat messages of ``responses_create_params``: ``instructions``, then ``input``.
 
     An input item other than a message, function call or its output is refused.
+
+    Raises:
+        UnsupportedRequestError: ``input`` is not a string or a list of objects, or holds an
+            item or content part this agent cannot read.
     """
     messages: list[JSONObject] = []
     if params.get("instructions"):
@@ -121,7 +130,16 @@ def messages_from_params(params: Mapping[str, Any]) -> list[JSONObject]:
     if isinstance(given, str):
         messages.append({"role": "user", "content": given})
         return messages
+    if not isinstance(given, Sequence):
+        raise UnsupportedRequestError(
+            f"responses_create_params.input must be a string or a list of items, got "
+            f"{type(given).__name__}"
+        )
     for item in given:
+        if not isinstance(item, Mapping):
+            raise UnsupportedRequestError(
+                f"each input item must be an object, got {type(item).__name__}"
+            )
         kind = item.get("type", "message")
         if kind == "message":
             role = "system" if item.get("role") == "developer" else item.get("role")
@@ -312,6 +330,7 @@ class GymAgent:
                 "a /run body needs a 'responses_create_params' object (a BaseRunRequest)"
             )
         _check_params(params)
+        messages_from_params(params)  # an input it cannot read is refused before any rollout
         task = await make_task(self.tasks, dict(body))
         options = _options(task.options, params)
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -25,6 +25,7 @@ __all__ = (
     "RolloutStatus",
     "TaskSource",
     "TurnTokens",
+    "as_tuple",
     "flatten",
     "load_tasks",
     "make_task",
@@ -82,6 +83,14 @@ async def make_task(source: object, item: Any) -> RolloutTask:
             "tokenizer_name)"
         )
     return made
+
+
+def as_tuple(value: object) -> object:
+    """A trainer's list setting (``stop``, ``stop_token_ids``) as a tuple; a lone string is one
+    item. Anything else stays as it is, for ``SamplingParams`` to refuse by name."""
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value) if isinstance(value, Iterable) else value
 
 
 def with_sampling(options: AgentOptions, trainer: Mapping[str, Any]) -> AgentOptions:

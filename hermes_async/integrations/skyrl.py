@@ -21,6 +21,7 @@ from hermes_async.errors import ConfigError
 from hermes_async.integrations._rollouts import (
     RolloutStatus,
     TaskSource,
+    as_tuple,
     flatten,
     make_task,
     rollout_status,
@@ -66,10 +67,8 @@ def sampling_from_skyrl(params: Mapping[str, Any] | None) -> dict[str, Any]:
             out[key] = value
         elif key == "top_k":
             out["top_k"] = -1 if value == 0 else value  # SkyRL's "no cut-off" spelling
-        elif key == "stop":
-            out["stop"] = tuple([value] if isinstance(value, str) else value)
-        elif key == "stop_token_ids":
-            out["stop_token_ids"] = tuple(value)
+        elif key in ("stop", "stop_token_ids"):
+            out[key] = as_tuple(value)
         elif key == "n":
             if value != 1:
                 raise ConfigError(

@@ -19,6 +19,7 @@ from hermes_async.inference.generate import SGLangGenerateClient
 from hermes_async.integrations._rollouts import (
     RolloutStatus,
     TaskSource,
+    as_tuple,
     flatten,
     make_task,
     rollout_status,
@@ -51,10 +52,8 @@ def sampling_from_sglang(params: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = value
         elif key == "sampling_seed":
             out["seed"] = value
-        elif key == "stop":
-            out["stop"] = tuple([value] if isinstance(value, str) else value)
-        elif key == "stop_token_ids":
-            out["stop_token_ids"] = tuple(value)
+        elif key in ("stop", "stop_token_ids"):
+            out[key] = as_tuple(value)
         elif key in _EXTRAS:
             extra[key] = value
         elif key == "n" and value == 1:

@@ -2,7 +2,7 @@
 
 ``POST /groups`` (optionally NDJSON, a line per rollout), ``GET /health``,
 ``GET /statistics``, ``POST /drain``. A refused request gets a 4xx or 503 and the worker
-goes on; bodies are bounded; a client that disconnects cancels its group.
+goes on; bodies are bounded in size and time; a client that disconnects cancels its group.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hermes_async.errors import RequestError
 from hermes_async.service.wire import WIRE_VERSION, GroupRequest, RolloutRecord
 from hermes_async.service.worker import RolloutWorker
 
-__all__ = ("NDJSON", "worker_app")
+__all__ = ("BODY_TIMEOUT_SECONDS", "NDJSON", "worker_app")
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,9 @@ NDJSON = "application/x-ndjson"
 
 #: How much of an oversized body is read (and dropped) before answering 413.
 _DISCARD_FACTOR = 4
+
+#: Longest wait for a request's whole body (1 MiB in a minute is 17 KiB/s); past it, 408.
+BODY_TIMEOUT_SECONDS = 60.0
 
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -44,6 +47,9 @@ def worker_app(worker: RolloutWorker, *, on_drain: Callable[[], object] | None =
     async def app(scope: MutableMapping[str, Any], receive: _Receive, send: _Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
+            return
+        if scope["type"] == "websocket":
+            await _refuse_websocket(scope, receive, send)
             return
         if scope["type"] != "http":
             return
@@ -94,6 +100,29 @@ async def _lifespan(receive: _Receive, send: _Send) -> None:
             return
 
 
+async def _refuse_websocket(
+    scope: MutableMapping[str, Any], receive: _Receive, send: _Send
+) -> None:
+    """Refuse a WebSocket handshake with a 400 (the server's bare 403 if it cannot send one)."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close"})
+        return
+    data = orjson.dumps({"error": "this worker speaks plain HTTP, not WebSocket", "status": 400})
+    await send(
+        {
+            "type": "websocket.http.response.start",
+            "status": 400,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "websocket.http.response.body", "body": data})
+
+
 async def _json(send: _Send, status: int, body: object) -> None:
     data = orjson.dumps(body)
     await send(
@@ -110,7 +139,7 @@ async def _json(send: _Send, status: int, body: object) -> None:
 
 
 async def _read_body(scope: MutableMapping[str, Any], receive: _Receive, limit: int) -> bytes:
-    """The request body, refused past ``limit`` bytes (413) before more is read."""
+    """The request body: refused past ``limit`` bytes (413) or ``BODY_TIMEOUT_SECONDS`` (408)."""
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
             try:
@@ -123,25 +152,31 @@ async def _read_body(scope: MutableMapping[str, Any], receive: _Receive, limit: 
                 )
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise RequestError("the client went away before sending the body", status=400)
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        more = message.get("more_body", False)
-        if size > limit:
-            # Read on (and drop) up to DISCARD_FACTOR x the limit so the client, still
-            # sending, gets the 413 rather than a reset; past that the connection is cut.
-            if more and size <= limit * _DISCARD_FACTOR:
-                chunks.clear()
-                continue
-            raise RequestError(
-                f"the body is over {limit} bytes; this worker takes at most {limit}", status=413
-            )
-        chunks.append(chunk)
-        if not more:
-            return b"".join(chunks)
+    with anyio.move_on_after(BODY_TIMEOUT_SECONDS):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise RequestError("the client went away before sending the body", status=400)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            more = message.get("more_body", False)
+            if size > limit:
+                # Read on (and drop) up to DISCARD_FACTOR x the limit so the client, still
+                # sending, gets the 413 rather than a reset; past that the connection is cut.
+                if more and size <= limit * _DISCARD_FACTOR:
+                    chunks.clear()
+                    continue
+                raise RequestError(
+                    f"the body is over {limit} bytes; this worker takes at most {limit}",
+                    status=413,
+                )
+            chunks.append(chunk)
+            if not more:
+                return b"".join(chunks)
+    raise RequestError(
+        f"the body did not arrive within {BODY_TIMEOUT_SECONDS:g} s ({size} bytes came)",
+        status=408,
+    )
 
 
 def _wants_stream(scope: MutableMapping[str, Any]) -> bool:

@@ -424,13 +424,16 @@ class GroupResult:
             outcome = obj["outcome"]
             if outcome not in _STATES:
                 raise ValueError(f"unknown outcome {outcome!r}")
+            counts = obj.get("failure_counts") or {}
+            if not isinstance(counts, dict):
+                raise ValueError(f"'failure_counts' must be an object, got {counts!r:.80}")
             return cls(
                 str(obj["group_id"]),
                 str(obj["environment"]),
                 outcome,
                 tuple(RolloutRecord.from_json(r) for r in obj["rollouts"]),
                 _failure(obj.get("failure")),
-                {str(k): int(v) for k, v in (obj.get("failure_counts") or {}).items()},
+                {str(k): int(v) for k, v in counts.items()},
                 str(obj.get("worker", "")),
                 float(obj.get("seconds", 0.0)),
                 obj.get("policy_version"),

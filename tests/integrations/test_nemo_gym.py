@@ -164,3 +164,28 @@ def test_messages_from_params_reads_instructions_and_items() -> None:
         },
         {"role": "tool", "tool_call_id": "c1", "content": "ok"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ({"input": None}, "input must be a string or a list of items, got NoneType"),
+        ({"input": {"role": "user"}}, "input must be a string or a list of items, got dict"),
+        ({"input": ["hi"]}, "each input item must be an object, got str"),
+        ({"input": "x", "tools": 5}, "tools must be a list, got int"),
+    ],
+)
+async def test_a_run_body_of_the_wrong_shape_gets_422_before_any_rollout(
+    params: dict[str, Any], said: str
+) -> None:
+    def tasks(item: Any) -> Any:
+        raise AssertionError("no task is made for a refused request")
+
+    app = create_app(tasks, server=object())
+    async with (
+        open_asgi_transport(app) as asgi,
+        httpx.AsyncClient(transport=asgi, base_url="http://gym") as http,
+    ):
+        refused = await http.post("/run", json={"responses_create_params": params})
+    assert refused.status_code == 422, refused.text
+    assert said in refused.json()["detail"]

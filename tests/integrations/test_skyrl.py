@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from hermes_async.agent import AgentOptions
 from hermes_async.errors import ConfigError
+from hermes_async.integrations._rollouts import with_sampling
 from hermes_async.integrations.skyrl import HermesGenerator, sampling_from_skyrl
 from hermes_async.testing import Fault
 from hermes_async.tools.sandbox.manager import SandboxManager
@@ -84,3 +86,13 @@ def test_sampling_params_that_cannot_be_honoured() -> None:
         sampling_from_skyrl({"n": 4})
     with pytest.raises(ConfigError, match="logit_bias"):
         sampling_from_skyrl({"logit_bias": {"1": 2}})
+
+
+def test_a_lone_stop_value_is_refused_by_name() -> None:
+    assert sampling_from_skyrl({"stop": "</s>", "stop_token_ids": [2]}) == {
+        "stop": ("</s>",),
+        "stop_token_ids": (2,),
+    }
+    for key in ("stop", "stop_token_ids"):
+        with pytest.raises(ConfigError, match=f"{key} must be a tuple"):
+            with_sampling(AgentOptions(), sampling_from_skyrl({key: 151645}))

@@ -148,3 +148,12 @@ async def test_an_abort_is_resumed_across_versions_and_one_that_persists_is_abor
     # to train on (slime puts an ABORTED sample back in its buffer for a later call).
     assert aborted.tokens == aborted_served[0].prompt_ids and aborted.response_length == 0
     assert aborted.loss_mask == [] and aborted.reward == 0.0
+
+
+async def test_a_lone_stop_token_id_is_a_failed_sample_naming_it(tmp_path: Path) -> None:
+    refused, served = await generate(tmp_path, {**SGLANG, "stop_token_ids": 151645})
+    assert refused.status is Sample.Status.FAILED and served == []
+    assert (
+        "stop_token_ids must be a tuple of ints"
+        in refused.metadata["hermes_async_failure"]["message"]
+    )

@@ -133,3 +133,46 @@ async def test_a_client_that_disconnects_cancels_its_group(tmp_path: Path) -> No
             while worker.statistics().groups_running:
                 await anyio.sleep(0.05)
         assert worker.manager.statistics().active == 0
+
+
+async def _raw_exchange(url: str, request: bytes) -> bytes:
+    """Send ``request`` on a fresh connection; everything the worker sends back until it closes."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    answer = b""
+    with anyio.fail_after(10):
+        async with await anyio.connect_tcp(host, int(port)) as stream:
+            await stream.send(request)
+            try:
+                while True:
+                    answer += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                pass
+    return answer
+
+
+async def test_a_websocket_handshake_is_refused_with_a_400(tmp_path: Path) -> None:
+    async with served(tmp_path) as (_worker, client):
+        answer = await _raw_exchange(
+            str(client.base_url),
+            b"GET /health HTTP/1.1\r\nHost: worker\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n",
+        )
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"speaks plain HTTP, not WebSocket" in answer
+        assert (await client.get("/health")).json()["status"] == "serving"
+
+
+async def test_a_body_that_never_arrives_is_refused_with_a_408(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("hermes_async.service.app.BODY_TIMEOUT_SECONDS", 0.3)
+    async with served(tmp_path) as (_worker, client):
+        answer = await _raw_exchange(
+            str(client.base_url),
+            b'POST /groups HTTP/1.1\r\nHost: worker\r\nContent-Length: 100\r\n\r\n{"wire": 1',
+        )
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"did not arrive within 0.3 s (10 bytes came)" in answer
+        stats = (await client.get("/statistics")).json()
+        assert stats["refused"] == 1 and stats["groups_running"] == 0

@@ -141,6 +141,7 @@ def test_a_failed_result_says_why_and_has_no_rows() -> None:
         (lambda o: o["rollouts"][0].update(masks=[1]), "differ in length"),
         (lambda o: o.update(failure={"category": "bad"}), "not a failure"),
         (lambda o: o.pop("group_id"), "group_id"),
+        (lambda o: o.update(failure_counts=["infra"]), "'failure_counts' must be an object"),
     ],
 )
 def test_malformed_results_are_a_worker_error(mutate: Any, match: str) -> None:
