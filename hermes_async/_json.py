@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import math
 import re
 from collections.abc import Callable
 from itertools import accumulate
@@ -19,6 +20,7 @@ __all__ = (
     "MAX_JSON_DEPTH",
     "JSONDepthError",
     "exceeds_depth",
+    "finite_number",
     "loads",
     "object_members",
     "scrub_text",
@@ -174,3 +176,15 @@ def object_members(s: str, i: int) -> tuple[list[Member], int] | None:
     if exceeds_depth(text) or _may_hold_surrogates(text):
         return None
     return members, end
+
+
+def finite_number(value: object) -> float | None:
+    """A JSON number read back as a finite float, else ``None`` (a string, a bool, NaN, an
+    integer past a float's range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

@@ -80,24 +80,38 @@ def read_rows_file(path: Path) -> list[Row]:
                 f"dataset_path {str(path)!r}: Parquet needs pyarrow: pip install pyarrow"
             ) from exc
         return [dict(row) for row in parquet.read_table(path).to_pylist()]
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"dataset_path {str(path)!r} is not UTF-8 text ({exc.reason})") from None
     if suffix == ".jsonl":
         rows = []
         for number, line in enumerate(text.splitlines(), 1):
             if line.strip():
-                rows.append(_row(json.loads(line), path, number))
+                rows.append(_row(_json(line, path, f"line {number}"), path, number))
         return rows
     if suffix == ".json":
-        data = json.loads(text)
+        data = _json(text, path, "the file")
         items = data if isinstance(data, list) else [data]
         return [_row(item, path, number) for number, item in enumerate(items, 1)]
     if suffix in (".csv", ".tsv"):
         delimiter = "\t" if suffix == ".tsv" else ","
-        return [dict(row) for row in csv.DictReader(io.StringIO(text), delimiter=delimiter)]
+        try:
+            return [dict(row) for row in csv.DictReader(io.StringIO(text), delimiter=delimiter)]
+        except csv.Error as exc:
+            raise ConfigError(f"dataset_path {str(path)!r} is not valid CSV: {exc}") from None
     raise ConfigError(
         f"dataset_path {str(path)!r}: unknown format {suffix or '(no suffix)'!r}; use .jsonl, "
         ".json, .csv, .tsv, .parquet or a datasets.save_to_disk folder"
     )
+
+
+def _json(text: str, path: Path, where: str) -> object:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
+        reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        raise ConfigError(f"{path}: {where} is not JSON ({reason[:200]})") from None
 
 
 def _row(value: object, path: Path, number: int) -> Row:

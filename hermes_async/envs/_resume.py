@@ -120,7 +120,7 @@ class ResultsFile:
                 continue
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested too deeply
                 dropped += 1
                 continue
             key = record.get(ITEM_KEY) if isinstance(record, dict) else None
@@ -152,14 +152,14 @@ class ResultsFile:
             raise RuntimeError(f"results file {self.path} is not open")
         if not isinstance(record.get(ITEM_KEY), str):
             raise ValueError(f"a result line needs a string {ITEM_KEY!r}")
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.write(_line(record))
         self._file.flush()
 
     def write(self, record: Mapping[str, Any]) -> None:
         """jsonlines' ``Writer.write``: :meth:`append`, keyless records included."""
         if self._file is None:
             raise RuntimeError(f"results file {self.path} is not open")
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.write(_line(record))
         self._file.flush()
 
     def close(self) -> None:
@@ -167,6 +167,17 @@ class ResultsFile:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _line(record: Mapping[str, Any]) -> str:
+    text = json.dumps(record, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (a file name of non-UTF-8 bytes) cannot be written as UTF-8; as a
+        # JSON \u escape it can, and it reads back as the same string (the same item key).
+        text = json.dumps(record)
+    return text + "\n"
 
 
 def missing(keys: Iterable[str], done: Mapping[str, object]) -> list[int]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hermes_async._json import finite_number
 from hermes_async._redact import redact
 from hermes_async.envs._eval import eval_metrics, summary_from_sample
 from hermes_async.envs.results import RolloutSummary
@@ -136,7 +137,7 @@ def _lines(file: Any, limit: int) -> Iterator[tuple[bytes, bool]]:
 def _record(line: bytes) -> JSONObject | None:
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         return None
     return value if isinstance(value, dict) else None
 
@@ -172,15 +173,15 @@ class RunInfo:
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> RunInfo:
         """Read back a ``run.json`` object (missing fields read as empty)."""
-        seconds = value.get("seconds")
+        seconds, started = value.get("seconds"), value.get("started")
         return cls(
             command=str(value.get("command", "")),
             env=str(value.get("env", "")),
             env_name=str(value.get("env_name", "")),
             mode=str(value.get("mode", "")),
             model=str(value.get("model", "")),
-            started=float(value.get("started") or 0.0),
-            seconds=float(seconds) if isinstance(seconds, int | float) else None,
+            started=finite_number(started) or 0.0,
+            seconds=finite_number(seconds),
         )
 
     def write(self, run_dir: Path) -> Path:
@@ -195,7 +196,7 @@ class RunInfo:
             if path.stat().st_size > 1024 * 1024:
                 return None
             value = json.loads(path.read_bytes())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
         return cls.from_json(value) if isinstance(value, dict) else None
 

@@ -166,6 +166,33 @@ def test_results_file_drops_a_cut_tail_and_errored_lines_keeping_the_rest(tmp_pa
     unkeyed.close()
 
 
+def test_results_file_drops_a_line_nested_too_deeply(tmp_path: Path) -> None:
+    # json.loads raises RecursionError (not ValueError) there: resume crashed.
+    path = tmp_path / "r.jsonl"
+    good = json.dumps({"item_key": "a", "reward": 1.0}) + "\n"
+    path.write_text(good + '{"item_key": "b", "x": ' + "[" * 100_000 + "\n" + good)
+    results = ResultsFile(path, resume=True).open()
+    results.close()
+    assert set(results.done) == {"a"} and path.read_text() == good
+
+
+def test_results_file_writes_a_lone_surrogate_as_an_escape(tmp_path: Path) -> None:
+    # A key from a file name of non-UTF-8 bytes raised UnicodeEncodeError out of append.
+    path = tmp_path / "r.jsonl"
+    results = ResultsFile(path, resume=False).open()
+    results.append({"item_key": "bad\udcff", "error": "in /data/\udcfe"})
+    results.write({"note": "\udcfe"})
+    results.append({"item_key": "ünï"})  # valid UTF-8 is written as it is
+    results.close()
+    assert path.read_bytes().splitlines()[1:] == [
+        b'{"note": "\\udcfe"}',
+        '{"item_key": "ünï"}'.encode(),
+    ]
+    resumed = ResultsFile(path, resume=True).open()
+    resumed.close()
+    assert set(resumed.done) == {"bad\udcff", "ünï"}
+
+
 def test_item_keys_are_stable_and_unique() -> None:
     items: list[Any] = [{"name": "a"}, {"id": 7}, {"x": [1, 2]}, {"name": "a"}, "plain"]
     keys = item_keys(items, default_item_key)

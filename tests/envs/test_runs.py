@@ -100,3 +100,20 @@ def test_samples_read_back_as_summaries(tmp_path: Path) -> None:
         ("t", False, None, 3),
         ("u", True, "verifier", 0),
     ]
+
+
+def test_damaged_run_json_and_samples_read_as_broken_not_raise(tmp_path: Path) -> None:
+    # Deep nesting raised RecursionError; a 400-digit "started" OverflowError, a string
+    # ValueError.
+    from hermes_async.envs.runs import RUN_FILE, RunInfo
+
+    (tmp_path / RUN_FILE).write_text("[" * 100_000)
+    assert RunInfo.read(tmp_path) is None
+    (tmp_path / RUN_FILE).write_text('{"started": ' + "9" * 400 + ', "seconds": "x"}')
+    info = RunInfo.read(tmp_path)
+    assert info is not None and (info.started, info.seconds) == (0.0, None)
+    assert RunInfo.from_json({"started": "yesterday", "seconds": float("nan")}).started == 0.0
+    path = tmp_path / "samples.jsonl"
+    path.write_text("[" * 100_000 + '\n{"item_key": "a"}\n')
+    samples = read_samples(path)
+    assert [r["item_key"] for r in samples.rows] == ["a"] and samples.skipped == 1

@@ -41,6 +41,10 @@ __all__ = (
 )
 
 
+#: Largest dataset registry read.
+_MAX_REGISTRY_BYTES = 1 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class LoadReport:
     """What :func:`load_dataset` found: valid ``tasks`` in dataset order, and ``invalid`` ``(name, reason)`` pairs."""
@@ -222,9 +226,15 @@ def resolve_dataset(spec: str | Path, *, registry: str | Path | None = None) -> 
             'give a folder, or register it there: [datasets."NAME@VERSION"] path = "..."'
         )
     try:
-        entries = tomllib.loads(file.read_text(encoding="utf-8")).get("datasets", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read the dataset registry {file}: {exc}") from None
+        with file.open("rb") as f:
+            data = f.read(_MAX_REGISTRY_BYTES + 1)
+        if len(data) > _MAX_REGISTRY_BYTES:
+            raise ConfigError(f"dataset registry {file} is larger than 1 MiB")
+        entries = tomllib.loads(data.decode("utf-8")).get("datasets", {})
+    except (OSError, ValueError, RecursionError) as exc:
+        # ValueError: not UTF-8, not TOML, a 5000-digit integer; RecursionError: deep nesting.
+        reason = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
+        raise ConfigError(f"cannot read the dataset registry {file}: {reason}") from None
     if not isinstance(entries, dict):
         raise ConfigError(f"dataset registry {file}: [datasets] must be a table")
     key = name if name in entries else None
@@ -242,6 +252,13 @@ def resolve_dataset(spec: str | Path, *, registry: str | Path | None = None) -> 
 def _entry_path(key: str, entry: object, file: Path) -> Path:
     if not isinstance(entry, dict):
         raise ConfigError(f"dataset registry {file}: entry {key!r} must be a table")
+    for field in ("path", "git", "commit", "subdir"):
+        value = entry.get(field)
+        if value is not None and (not isinstance(value, str) or "\0" in value):
+            raise ConfigError(
+                f"dataset registry {file}: entry {key!r}: {field} must be a string without NUL "
+                f"bytes, got {value!r}"
+            )
     where = entry.get("path") or entry.get("git")
     if not isinstance(where, str):
         raise ConfigError(f"dataset registry {file}: entry {key!r} needs path = or git =")

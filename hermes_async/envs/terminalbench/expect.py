@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import get_args
 
+from hermes_async._json import finite_number
 from hermes_async.envs.terminalbench.contract import AgentKind, TrialStatus
 from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.envs.terminalbench.trial import TrialResult
@@ -57,15 +58,27 @@ def expectation_for(task: HarborTask, agent: AgentKind) -> Expectation | None:
         error = meta.get("expect_error")
         return Expectation(
             status=status,
-            reward=float(reward) if isinstance(reward, int | float) else None,
+            reward=_reward(task, "expect_reward", reward)
+            if isinstance(reward, int | float)
+            else None,
             error_contains=error if isinstance(error, str) else None,
         )
     if agent == "oracle":
         return Expectation("ok", 1.0)
     if agent == "null":
         floor = meta.get("null_floor", 0.0)
-        return Expectation("ok", float(floor) if isinstance(floor, int | float) else 0.0)
+        return Expectation(
+            "ok", _reward(task, "null_floor", floor) if isinstance(floor, int | float) else 0.0
+        )
     return None
+
+
+def _reward(task: HarborTask, key: str, value: float) -> float:
+    number = finite_number(value)
+    if number is None:  # NaN, an infinity, a 400-digit integer
+        shown = f"{value!r:.80}"
+        raise ValueError(f"task {task.name!r}: [metadata].{key} {shown} is not a finite number")
+    return number
 
 
 def mismatch(result: TrialResult, expected: Expectation) -> str | None:

@@ -79,10 +79,11 @@ def read_text(task: str, folder: Path, relative: str, *, max_bytes: int) -> str 
         fd = os.open(os.path.realpath(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise TaskError(task, f"cannot read {relative}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)  # checked before fdopen, which raises IsADirectoryError for a folder
+        raise TaskError(task, f"{relative} is not a regular file; refusing to read it")
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise TaskError(task, f"{relative} is not a regular file; refusing to read it")
         if info.st_size > max_bytes:
             raise TaskError(task, f"{relative} is {info.st_size} bytes (at most {max_bytes})")
         data = f.read(max_bytes + 1)  # a file that grows after fstat is still cut here

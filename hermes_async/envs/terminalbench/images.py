@@ -61,13 +61,25 @@ def parse_image_map(text: str | None = None, file: str | Path | None = None) -> 
     if file is not None:
         path = Path(file)
         try:
-            if path.stat().st_size > _MAX_MAP_FILE_BYTES:
+            with path.open("rb") as f:
+                data = f.read(_MAX_MAP_FILE_BYTES + 1)  # bounded even for a pipe or a device
+            if len(data) > _MAX_MAP_FILE_BYTES:
                 raise ConfigError(f"image map file {str(path)!r} is larger than 1 MiB")
-            content = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read image map file {str(path)!r}: {exc}") from None
+        try:
+            content = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"image map file {str(path)!r} is not UTF-8 text") from None
         if content.lstrip().startswith("{"):
-            loaded = json.loads(content)
+            try:
+                loaded = json.loads(content)
+            except (ValueError, RecursionError) as exc:
+                reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+                raise ConfigError(
+                    f"image map file {str(path)!r} is not JSON ({reason}); want an object of "
+                    "strings, or FROM_IMAGE=LOCAL_IMAGE lines"
+                ) from None
             if not isinstance(loaded, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in loaded.items()
             ):

@@ -19,11 +19,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
+from hermes_async._json import finite_number
 from hermes_async._redact import redact
 from hermes_async.envs._resume import ITEM_KEY, ResultsFile
-from hermes_async.envs.terminalbench.contract import AgentKind
+from hermes_async.envs.terminalbench.contract import AgentKind, TrialStatus
 from hermes_async.envs.terminalbench.report import pass_metrics
 from hermes_async.envs.terminalbench.trial import TrialResult
 
@@ -71,19 +72,36 @@ def result_row(
 
 
 def trial_from_row(row: Mapping[str, Any]) -> TrialResult:
-    """A :class:`TrialResult` rebuilt from its row (for a resumed pass's table and metrics)."""
+    """A :class:`TrialResult` rebuilt from its row (for a resumed pass's table and metrics).
+
+    A row damaged by hand or by another tool never raises: a field of the wrong type reads as
+    its default; the task, agent and attempt come from the row's key if need be.
+    """
+    key = row.get(ITEM_KEY)
+    parts = key.rsplit("#", 2) if isinstance(key, str) and key.count("#") >= 2 else ["?", "", ""]
+    task, agent, attempt = row.get("task"), row.get("agent"), row.get("attempt")
+    if not isinstance(agent, str) or agent not in _AGENT_NAMES:
+        agent = parts[1] if parts[1] in _AGENT_NAMES else "model"
+    if isinstance(attempt, bool) or not isinstance(attempt, int):
+        attempt = int(parts[2]) if parts[2].isdigit() else 0
+    status, error, notes = row.get("status"), row.get("error"), row.get("notes")
+    metrics = row.get("metrics")
+    numbers = (
+        {str(k): finite_number(v) for k, v in metrics.items()} if isinstance(metrics, dict) else {}
+    )
+    category = row.get("category")
     return TrialResult(
-        task=str(row["task"]),
-        category=str(row.get("category") or "uncategorized"),
-        agent=row.get("agent", "model"),
-        status=row.get("status", "infra"),
-        reward=row.get("reward"),
-        error=row.get("error"),
-        metrics=dict(row.get("metrics") or {}),
-        agent_seconds=float(row.get("agent_seconds") or 0.0),
-        verifier_seconds=float(row.get("verifier_seconds") or 0.0),
-        attempt=int(row.get("attempt") or 0),
-        notes=tuple(row.get("notes") or ()),
+        task=task if isinstance(task, str) else parts[0],
+        category=category if isinstance(category, str) and category else "uncategorized",
+        agent=cast(AgentKind, agent),
+        status=cast(TrialStatus, status if status in get_args(TrialStatus) else "infra"),
+        reward=finite_number(row.get("reward")),
+        error=error if isinstance(error, str) else None,
+        metrics={k: v for k, v in numbers.items() if v is not None},
+        agent_seconds=finite_number(row.get("agent_seconds")) or 0.0,
+        verifier_seconds=finite_number(row.get("verifier_seconds")) or 0.0,
+        attempt=attempt,
+        notes=tuple(n for n in notes if isinstance(n, str)) if isinstance(notes, list) else (),
     )
 
 

@@ -156,6 +156,13 @@ def _jsonl_rows(file: Path) -> Iterator[RawRow]:
             except json.JSONDecodeError as exc:
                 yield RawRow(f"row {index}", None, f"line {index} is not JSON ({exc.msg})")
                 continue
+            except (ValueError, RecursionError):  # a 5000-digit number; nesting too deep
+                yield RawRow(
+                    f"row {index}",
+                    None,
+                    f"line {index} is not JSON it can read (too deep or a huge number)",
+                )
+                continue
             if not isinstance(data, dict):
                 yield RawRow(f"row {index}", None, f"line {index} is not a JSON object")
                 continue

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal, TypeVar, cast
 
 from hermes_async.envs.terminalbench.files import FolderLimits, TaskError, read_text, scan_tree
+from hermes_async.tools.sandbox.base import USER_NAME
 from hermes_async.tools.sandbox.docker_images import dockerfile_base_images, dockerfile_lines
 
 __all__ = (
@@ -183,8 +184,11 @@ class _Fields:
         self.table = cast(dict[str, object], table)
 
     def _bad(self, key: str, want: str, value: object) -> TaskError:
+        shown = repr(value)
+        if len(shown) > 80:  # a megabyte string or a 4000-digit number: its start says enough
+            shown = shown[:77] + "..."
         return TaskError(
-            self.task, f"{self.section}.{key} must be {want}, got {value!r} in task.toml"
+            self.task, f"{self.section}.{key} must be {want}, got {shown} in task.toml"
         )
 
     def has(self, key: str) -> bool:
@@ -206,6 +210,10 @@ class _Fields:
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise self._bad(key, "a user name or uid", value)
         text = str(value).strip()
+        # The sandbox's rule for a user (ExecRequest): refused here, the task is task_invalid
+        # before it runs, not an infra failure at its first command.
+        if text and not USER_NAME.fullmatch(text):
+            raise self._bad(key, "a user name or uid (letters, digits, '_', '-', '.')", value)
         return text or None
 
     def number(self, key: str, *, positive: bool = True) -> float | None:
@@ -214,7 +222,10 @@ class _Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._bad(key, "a number", value)
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past a float's range: as large as inf
+            number = math.inf if value > 0 else -math.inf
         # +inf is clamped to the operator's maximum like any large value; NaN means nothing.
         if math.isnan(number) or number < 0 or (positive and number == 0):
             raise self._bad(key, "a positive number" if positive else "a number >= 0", value)
@@ -226,7 +237,8 @@ class _Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self._bad(key, "an integer >= 0", value)
-        return value
+        # Any larger count is clamped to the operator's maximum; this keeps it a float's size.
+        return min(value, _MAX_COUNT)
 
     def strings(self, key: str) -> tuple[str, ...]:
         value = self.table.get(key)
@@ -250,12 +262,17 @@ class _Fields:
                 item = "true" if item else "false"
             if not isinstance(item, str | int | float):
                 raise self._bad(f"{key}.{name}", "a string", item)
+            if "\0" in str(item):
+                raise self._bad(f"{key}.{name}", "a string without NUL bytes", item)
             env[name] = str(item)
         return env
 
     def sub(self, key: str) -> _Fields:
         return _Fields(self.task, f"{self.section}.{key}", self.table.get(key))
 
+
+#: Counts above this are as large as any (every maximum is far below).
+_MAX_COUNT = 1 << 62
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B?)\s*$", re.IGNORECASE)
 _SIZE_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024.0}
@@ -448,7 +465,7 @@ def parse_task_config(
             "no environment/Dockerfile and no [environment].docker_image: the task has no image",
         )
     workdir = env_t.str_("workdir")
-    if workdir is not None and not workdir.startswith("/"):
+    if workdir is not None and (not workdir.startswith("/") or "\0" in workdir):
         raise env_t._bad("workdir", "an absolute path", workdir)
     build_context = path / "environment" if dockerfile_text is not None else None
     environment = TaskEnvironment(
@@ -481,8 +498,8 @@ def parse_task_config(
     for i, hook in enumerate(raw_collect):
         hook_t = _Fields(name, f"verifier.collect[{i}]", hook)
         command = hook_t.str_("command")
-        if not command:
-            raise hook_t._bad("command", "a non-empty shell command", command)
+        if not command or "\0" in command:
+            raise hook_t._bad("command", "a non-empty shell command without NUL bytes", command)
         collect.append(
             CollectHook(
                 command=command,
@@ -552,6 +569,11 @@ def load_task(
     """
     folder = Path(path)
     task_name = name or folder.resolve().name
+    try:
+        task_name.encode("utf-8")
+    except UnicodeEncodeError:  # a folder name of non-UTF-8 bytes: no row or log could hold it
+        shown = task_name.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise TaskError(shown, "the folder name is not UTF-8; rename the folder") from None
     cap = limits or TaskLimits()
     text_bytes = cap.folder.max_text_bytes
 
@@ -563,8 +585,10 @@ def load_task(
         raise TaskError(task_name, f"no task.toml in {folder}")
     try:
         data = tomllib.loads(toml_text)
-    except tomllib.TOMLDecodeError as exc:
-        raise TaskError(task_name, f"task.toml is not valid TOML: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        # TOMLDecodeError, an integer of over 4300 digits (ValueError), deep nesting.
+        reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        raise TaskError(task_name, f"task.toml is not valid TOML: {reason[:200]}") from None
     instruction = text("instruction.md")
     if instruction is None:
         raise TaskError(task_name, "no instruction.md (the agent's prompt)")

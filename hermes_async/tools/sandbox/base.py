@@ -37,6 +37,7 @@ __all__ = (
     "DEFAULT_OUTPUT_LIMIT_BYTES",
     "MAX_READ_BYTES",
     "TIMEOUT_EXIT_CODE",
+    "USER_NAME",
     "BackgroundProcess",
     "BackgroundStatus",
     "ByteSink",
@@ -226,14 +227,15 @@ class ExecRequest:
             object.__setattr__(self, "timeout", max(0.0, float(self.timeout)))
         if self.output_limit < 0:
             raise ValueError(f"output_limit must be >= 0 bytes, got {self.output_limit!r}")
-        if self.user is not None and not _USER.fullmatch(self.user):
+        if self.user is not None and not USER_NAME.fullmatch(self.user):
             raise ValueError(
                 f"user must be a user name or a uid (letters, digits, '_', '-', '.'), "
                 f"got {self.user!r}"
             )
 
 
-_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+#: What ``ExecRequest.user`` may hold: a user name or a uid.
+USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 def _is_variable_name(name: object) -> bool:

@@ -224,3 +224,72 @@ def test_image_map_and_offline_reasons(tmp_path: Path) -> None:
     spec = task_sandbox_spec(task, image_map=mapping)
     assert spec.image_map == mapping and spec.network_mode == "none"
     assert task_sandbox_spec(task, network=True).network_mode is None  # the config's
+
+
+def test_a_folder_name_that_is_not_utf8_is_task_invalid(tmp_path: Path) -> None:
+    # The name loaded as a lone surrogate; writing its row raised UnicodeEncodeError later.
+    import os
+
+    good = make_task(tmp_path, "good")
+    os.rename(good, os.fsencode(tmp_path) + b"/bad\xff")
+    make_task(tmp_path, "good")
+    report = load_dataset(tmp_path)
+    assert [t.name for t in report.tasks] == ["good"]
+    assert report.invalid == (("bad\\udcff", "the folder name is not UTF-8; rename the folder"),)
+    report.describe().encode("utf-8")  # printable as it is
+
+
+def test_a_null_floor_or_expected_reward_past_a_float_is_refused(tmp_path: Path) -> None:
+    from hermes_async.envs.terminalbench.expect import expectation_for
+
+    huge = "9" * 400
+    task = load_dataset(make_task(tmp_path, "floor", f"[metadata]\nnull_floor = {huge}\n")).tasks[0]
+    with pytest.raises(ValueError, match=r"\[metadata\].null_floor 999.* is not a finite number"):
+        expectation_for(task, "null")
+    toml = f'[metadata]\ntags = ["negative"]\nexpect_reward = {huge}\n'
+    task = load_dataset(make_task(tmp_path, "fixture", toml)).tasks[0]
+    with pytest.raises(ValueError, match=r"expect_reward 999.* is not a finite number"):
+        expectation_for(task, "oracle")
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"\xff\xfe", r"cannot read the dataset registry .*: 'utf-8' codec can't decode"),
+        (b"x = " + b"9" * 5000, r"cannot read the dataset registry .*: Exceeds the limit"),
+        (b"x = " + b"[" * 100_000, r"cannot read the dataset registry .*: nested too deeply"),
+        (b'[datasets."tb@2"]\npath = "a\\u0000b"\n', r"path must be a string without NUL"),
+        (b'[datasets."tb@2"]\npath = "."\ncommit = 5\n', r"commit must be a string"),
+        (b'[datasets."tb@2"]\npath = "."\nsubdir = 5\n', r"subdir must be a string"),
+        (b"[datasets]\n" + b"x = 1\n" * 200_000, r"dataset registry .* is larger than 1 MiB"),
+    ],
+)
+def test_a_damaged_registry_is_a_config_error(tmp_path: Path, content: bytes, match: str) -> None:
+    # Each raised UnicodeDecodeError, ValueError or RecursionError; a commit or subdir of the
+    # wrong type was ignored (the pin silently unchecked).
+    from hermes_async.envs.terminalbench import resolve_dataset
+
+    registry = tmp_path / "datasets.toml"
+    registry.write_bytes(content)
+    with pytest.raises(ConfigError, match=match):
+        resolve_dataset("tb@2", registry=registry)
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b'{"a": ', r"image map file .* is not JSON \(Expecting value"),
+        (b'{"a": ' + b"[" * 100_000, r"image map file .* is not JSON \(nested too deeply"),
+        (b"a=\xff\n", r"image map file .* is not UTF-8 text"),
+        (b"a=b\n" * 300_000, r"image map file .* is larger than 1 MiB"),
+    ],
+)
+def test_a_damaged_image_map_file_is_a_config_error(
+    tmp_path: Path, content: bytes, match: str
+) -> None:
+    from hermes_async.envs.terminalbench.images import parse_image_map
+
+    path = tmp_path / "map"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=match):
+        parse_image_map(None, path)

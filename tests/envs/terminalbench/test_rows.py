@@ -278,6 +278,17 @@ def test_jsonl_dataset_reports_bad_rows_by_name(tmp_path: Path) -> None:
     assert "invalid escape: environment_tar: tar member" in report.describe()
 
 
+def test_jsonl_lines_json_cannot_hold_are_invalid_rows(tmp_path: Path) -> None:
+    # A 5000-digit number (ValueError) or deep nesting (RecursionError) aborted the load.
+    path = write_jsonl(
+        tmp_path / "rows.jsonl", '{"task_name": ' + "9" * 5000 + "}", "[" * 100_000, row()
+    )
+    report = load_dataset(path, cache_dir=tmp_path / "cache")
+    assert [t.name for t in report.tasks] == ["hello"]
+    assert [name for name, _ in report.invalid] == ["row 1", "row 2"]
+    assert report.invalid[0][1] == "line 1 is not JSON it can read (too deep or a huge number)"
+
+
 def test_unknown_file_kind_and_missing_file(tmp_path: Path) -> None:
     (tmp_path / "rows.csv").write_text("a,b\n")
     with pytest.raises(ConfigError, match=r"unknown kind '.csv'"):

@@ -14,6 +14,7 @@ from hermes_async.envs.terminalbench import (
     JobWriter,
     PassOptions,
     TaskRun,
+    format_pass_table,
     load_dataset,
     pass_metrics,
     run_pass,
@@ -171,3 +172,62 @@ async def test_attempts_give_pass_at_k(tmp_path: Path) -> None:
     assert metrics["eval/pass@1"] == pytest.approx(1 / 3)
     assert metrics["eval/pass@3"] == pytest.approx(1.0)
     assert metrics["eval/pass@2"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"task": None, "agent": None, "status": None, "reward": None, "attempt": None},
+        {"agent": ["oracle"], "status": 7, "category": [1]},
+        {"reward": "1.0", "metrics": [1, 2], "notes": 5},
+        {"reward": 10**400, "agent_seconds": "slow", "verifier_seconds": [1]},
+        {"attempt": "first", "error": 5, "notes": [{"a": 1}]},
+    ],
+)
+async def test_resume_over_rows_of_the_wrong_shape(
+    tmp_path: Path, damage: dict[str, object]
+) -> None:
+    # Each raised KeyError, TypeError, ValueError or OverflowError out of the resumed pass
+    # (trial_from_row) or its table; now the row reads with defaults and stays as it was.
+    tasks = [load_dataset(hostile_tasks.plain_task(tmp_path, n)).tasks[0] for n in "ab"]
+    options = PassOptions(agent="null")
+    job = tmp_path / "job"
+    writer = JobWriter(job, config={}, resume=False)
+    await run_pass(tasks, fake_trials(options), options=options, writer=writer)
+    writer.close()
+    lines = (job / "results.jsonl").read_text().splitlines()
+    first, second = sorted(lines, key=lambda line: json.loads(line)["task"])  # a's, then b's
+    row = {k: v for k, v in json.loads(first).items() if k == "item_key" or k not in damage}
+    row.update({k: v for k, v in damage.items() if v is not None})
+    damaged = (json.dumps(row) + "\n" + second + "\n").encode()
+    (job / "results.jsonl").write_bytes(damaged)
+
+    ran: list[str] = []
+    writer = JobWriter(job, config={}, resume=True)
+    trials = await run_pass(tasks, fake_trials(options, ran), options=options, writer=writer)
+    writer.close()
+    assert ran == [] and (job / "results.jsonl").read_bytes() == damaged
+    assert [(t.task, t.agent, t.attempt) for t in trials] == [("a", "null", 0), ("b", "null", 0)]
+    assert trials[1].reward == 1.0
+    format_pass_table(trials)
+    pass_metrics(trials)
+
+
+async def test_a_row_that_is_not_utf8_is_escaped_and_resumes(tmp_path: Path) -> None:
+    # A refused task whose name held a lone surrogate raised UnicodeEncodeError out of the
+    # pass when its row was written.
+    options = PassOptions(agent="null")
+    writer = JobWriter(tmp_path / "job", config={}, resume=False)
+    invalid = [("bad\udcff", "refused in /data/\udcfe")]
+    trials = await run_pass(
+        [], fake_trials(options), options=options, writer=writer, invalid=invalid
+    )
+    writer.close()
+    assert [(t.task, t.status) for t in trials] == [("bad\udcff", "task_invalid")]
+    before = (tmp_path / "job" / "results.jsonl").read_bytes()
+    assert b"bad\\udcff" in before
+    writer = JobWriter(tmp_path / "job", config={}, resume=True)
+    assert writer.finished == {"bad\udcff#null#0"}  # the same key read back
+    await run_pass([], fake_trials(options), options=options, writer=writer, invalid=invalid)
+    writer.close()
+    assert (tmp_path / "job" / "results.jsonl").read_bytes() == before

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from hermes_async.envs.terminalbench.dataset import load_dataset
 from hermes_async.envs.terminalbench.task import (
     DEFAULT_BUILD_TIMEOUT_SECONDS,
     DEFAULT_VERIFIER_TIMEOUT_SECONDS,
     NetworkPolicy,
     TaskError,
+    TaskLimits,
     dockerfile_base_images,
     load_task,
     network_reasons,
@@ -251,6 +254,17 @@ def test_later_minor_schema_loads(tmp_path: Path) -> None:
         ('[[steps]]\nname = "one"\n', r"multi-step tasks"),
         ('[verifier.environment]\ndocker_image = "v:1"\n', r"separate verifier environments"),
         ("[agent]\nuser = [1]\n", r"agent.user must be a user name or uid"),
+        # Values the sandbox would refuse at the first command: refused at load instead.
+        ("[agent]\nuser = -2\n", r"agent.user must be a user name or uid"),
+        ('[verifier]\nuser = "a b"\n', r"verifier.user must be a user name or uid"),
+        ('[verifier.env]\nA = "x\\u0000y"\n', r"verifier.env.A must be a string without NUL"),
+        ('[[verifier.collect]]\ncommand = "ls\\u0000"\n', r"command must be a non-empty shell"),
+        ('[environment]\nworkdir = "/app\\u0000"\n', r"workdir must be an absolute path"),
+        # The messages stay short whatever the value's size.
+        (
+            '[environment]\ncpus = "' + "x" * 5000 + '"\n',
+            r"environment.cpus must be a number, got 'x{76}\.\.\. in task.toml$",
+        ),
     ],
 )
 def test_invalid_fields_name_the_field(tmp_path: Path, toml: str, match: str) -> None:
@@ -272,6 +286,55 @@ def test_invalid_fields_name_the_field(tmp_path: Path, toml: str, match: str) ->
 def test_missing_files(tmp_path: Path, kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(TaskError, match=match):
         load_task(make_task(tmp_path, "t", **kwargs))  # type: ignore[arg-type]
+
+
+def test_integers_past_a_float_are_clamped_not_raised(tmp_path: Path) -> None:
+    # A 400-digit integer raised OverflowError out of load_task (the whole load aborted).
+    huge = "9" * 400
+    toml = (
+        f"[agent]\ntimeout_sec = {huge}\n[environment]\ncpus = {huge}\ngpus = {huge}\n"
+        f"memory_mb = {huge}\n[[verifier.collect]]\ncommand = 'true'\ntimeout_sec = {huge}\n"
+    )
+    task = load_task(make_task(tmp_path, "t", toml))
+    cap = TaskLimits()
+    assert task.agent_timeout_sec == cap.agent_timeout_sec
+    assert task.environment.cpus == cap.cpus and task.environment.gpus == cap.gpus
+    assert task.environment.memory_mb == cap.memory_mb
+    assert task.collect[0].timeout_sec == cap.verifier_timeout_sec
+    assert len(task.clamped) == 5 and "agent.timeout_sec inf -> 14400" in task.clamped
+
+
+@pytest.mark.parametrize(
+    ("toml", "match"),
+    [
+        ("version = " + "9" * 5000 + "\n", r"task.toml is not valid TOML: Exceeds the limit"),
+        ("[agent]\nuser = " + "9" * 5000 + "\n", r"task.toml is not valid TOML"),
+        ("x = " + "[" * 100_000 + "\n", r"task.toml is not valid TOML: nested too deeply"),
+    ],
+)
+def test_toml_the_parser_cannot_hold_is_task_invalid(tmp_path: Path, toml: str, match: str) -> None:
+    # tomllib raises ValueError (over 4300 digits) and RecursionError, not TOMLDecodeError.
+    make_task(tmp_path, "t", toml)
+    make_task(tmp_path, "good")
+    report = load_dataset(tmp_path)
+    assert [t.name for t in report.tasks] == ["good"]
+    assert [name for name, _ in report.invalid] == ["t"]
+    assert re.match(match, report.invalid[0][1]) and len(report.invalid[0][1]) < 300
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["task.toml", "instruction.md", "tests/test.sh", "environment/Dockerfile", "solution/solve.sh"],
+)
+def test_a_folder_where_a_file_belongs_is_task_invalid(tmp_path: Path, relative: str) -> None:
+    # os.fdopen raised IsADirectoryError out of the load (and leaked the descriptor).
+    folder = make_task(tmp_path, "t")
+    (folder / relative).unlink()
+    (folder / relative).mkdir()
+    make_task(tmp_path, "good")
+    report = load_dataset(tmp_path)
+    assert [t.name for t in report.tasks] == ["good"]
+    assert report.invalid == (("t", f"{relative} is not a regular file; refusing to read it"),)
 
 
 def test_bad_toml_and_no_toml(tmp_path: Path) -> None:

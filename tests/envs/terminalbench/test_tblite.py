@@ -158,6 +158,28 @@ async def test_the_tasks_come_from_the_hub_else_the_sample(tmp_path: Path) -> No
         await make_env(tmp_path, require_dataset=True).setup()
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("r.jsonl", b"{nope\n", r"r.jsonl: line 1 is not JSON \(Expecting property name"),
+        ("r.jsonl", b"[" * 100_000, r"r.jsonl: line 1 is not JSON \(nested too deeply"),
+        ("r.json", b'{"a": ' + b"9" * 5000 + b"}", r"r.json: the file is not JSON \(Exceeds"),
+        ("r.jsonl", b'{"a": "\xff"}\n', r"r.jsonl' is not UTF-8 text"),
+        ("r.csv", b'a\n"' + b"x" * 200_000 + b'"\n', r"r.csv' is not valid CSV: field larger"),
+    ],
+)
+def test_a_damaged_dataset_path_is_a_config_error(
+    tmp_path: Path, name: str, content: bytes, match: str
+) -> None:
+    # --env.dataset_path: each raised JSONDecodeError, RecursionError, ValueError,
+    # UnicodeDecodeError or csv.Error with a traceback.
+    from hermes_async.envs._datasets import read_rows_file
+
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ConfigError, match=match):
+        read_rows_file(tmp_path / name)
+
+
 def test_force_build_never_uses_the_image(tmp_path: Path) -> None:
     row_task = load_dataset(TBLITE_SAMPLE, cache_dir=tmp_path / "rows").tasks[0]
     with_image = dataclasses.replace(
