@@ -128,7 +128,6 @@ def _int_ids(value: JSON, what: str) -> list[int]:
 
 _INT = frozenset({int})
 _FLOAT = frozenset({float})
-_NONE = frozenset({None})
 _NUMBER = frozenset({int, float})
 
 
@@ -250,7 +249,8 @@ def _vllm_logprobs(content: list[JSON], ids: list[int]) -> list[float] | None:
         marks = [entry.get("token_id") for entry in content]
     except (TypeError, KeyError, AttributeError):
         return None
-    if marks != ids and set(marks) != _NONE:  # entries may leave token_id out
+    # Entries may leave token_id out (all None); a mark of any kind may be unhashable.
+    if marks != ids and (not marks or any(mark is not None for mark in marks)):
         return None
     types = set(map(type, logprobs))
     if types == _FLOAT:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from hermes_async.agent import AgentOptions, FailurePolicy, RolloutSetup, run_rollout
 from hermes_async.inference import (
@@ -267,6 +267,16 @@ _DECODERS: list[Callable[[int | None], ChunkDecoder]] = [
 
 @settings(max_examples=400, deadline=None)
 @given(payload=_CHUNKS, vocab=st.sampled_from([None, 1000]))
+# Found by this test: an unhashable token_id (a TypeError), a logprobs that is not an object.
+@example(
+    payload={
+        "choices": [{"token_ids": [], "logprobs": {"content": [{"logprob": None, "token_id": []}]}}]
+    },
+    vocab=None,
+)
+@example(
+    payload={"choices": [{"token_ids": [0], "logprobs": True, "finish_reason": None}]}, vocab=None
+)
 def test_any_chunk_is_decoded_checked_or_refused_with_a_chunk_error(
     payload: Any, vocab: int | None
 ) -> None:
