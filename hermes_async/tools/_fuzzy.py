@@ -12,12 +12,17 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hermes_async.tools._v4a import _PUNCT
+from hermes_async.tools._v4a import _PUNCT, _LineText
 
 __all__ = ("ReplaceError", "fuzzy_replace")
 
 #: Similarity the middle of a block must reach for the ``block_anchor`` strategy.
 BLOCK_ANCHOR_MIN_SIMILARITY = 0.7
+#: Characters the ``block_anchor`` strategy may compare in one call, over all the places it
+#: tries; past it, it finds nothing. Its similarity test (difflib) is superlinear and runs on
+#: the event loop: a 5,000-char middle tried at each line of a 100,000-line file took 80 s,
+#: and one 20,000-char pair takes 0.5 s.
+BLOCK_ANCHOR_MAX_CHARS = 40_000
 
 
 class ReplaceError(ValueError):
@@ -70,15 +75,12 @@ def _line_matches(
     """Non-overlapping ``(first, end)`` line ranges where ``old_lines`` match under ``norm``."""
     n = len(old_lines)
     want = [norm(x) for x in old_lines]
-    have = [norm(x.rstrip("\r\n")) for x in file_lines]
+    have = _LineText([norm(x.rstrip("\r\n")) for x in file_lines])
     found: list[tuple[int, int]] = []
-    i = 0
-    while i <= len(have) - n:
-        if have[i : i + n] == want:
-            found.append((i, i + n))
-            i += n
-        else:
-            i += 1
+    i = have.find(want)
+    while i >= 0:
+        found.append((i, i + n))
+        i = have.find(want, i + n)
     return found
 
 
@@ -89,9 +91,20 @@ def _block_anchor(file_lines: Sequence[str], old_lines: Sequence[str]) -> list[t
     first, last = old_lines[0].strip(), old_lines[-1].strip()
     middle = "\n".join(x.strip() for x in old_lines[1:-1])
     have = [x.rstrip("\r\n").strip() for x in file_lines]
+    ends = [0]  # ends[k]: length of the first k lines of ``have``, each with a newline
+    for line in have:
+        ends.append(ends[-1] + len(line) + 1)
     found = []
+    work = 0
     for i in range(len(have) - n + 1):
         if have[i] == first and have[i + n - 1] == last:
+            size = ends[i + n - 1] - ends[i + 1] - 1  # of the joined middle lines
+            total = size + len(middle)
+            if total and 2.0 * min(size, len(middle)) / total < BLOCK_ANCHOR_MIN_SIMILARITY:
+                continue  # the lengths alone rule it out (difflib's real_quick_ratio)
+            work += total
+            if work > BLOCK_ANCHOR_MAX_CHARS:
+                return []  # too costly to compare: no approximate match
             candidate = "\n".join(have[i + 1 : i + n - 1])
             ratio = difflib.SequenceMatcher(None, middle, candidate).ratio()
             if ratio >= BLOCK_ANCHOR_MIN_SIMILARITY:

@@ -7,6 +7,7 @@ One script per call, where the files are: ripgrep if present, else ``grep -r``, 
 
 from __future__ import annotations
 
+import bisect
 import shlex
 from dataclasses import dataclass
 
@@ -235,13 +236,21 @@ def _shape_matches(req: SearchRequest, body: list[str], total: int | None) -> JS
     selected = set(match_idx[req.offset : req.offset + req.limit])
     keep: list[int] = []
     if req.context > 0 and selected:
-        chosen = [records[i] for i in selected]
+        # The selected matches' line numbers per (path, group), sorted: one bisect per
+        # context line (a scan of all selected matches took seconds on a 1 MB output).
+        chosen: dict[tuple[str, int], list[int]] = {}
+        for i in sorted(selected):
+            chosen.setdefault((records[i][0], records[i][4]), []).append(records[i][1])
+        for nums in chosen.values():
+            nums.sort()
         for i, (path, num, _, is_match, grp) in enumerate(records):
             if is_match:
                 if i in selected:
                     keep.append(i)
                 continue
-            if any(c[0] == path and c[4] == grp and abs(c[1] - num) <= req.context for c in chosen):
+            nums = chosen.get((path, grp), [])
+            at = bisect.bisect_left(nums, num - req.context)
+            if at < len(nums) and nums[at] <= num + req.context:
                 keep.append(i)
     else:
         keep = sorted(selected)

@@ -174,6 +174,14 @@ def _err(message: str, **extra: object) -> JSONObject:
     return {"error": message, **extra}
 
 
+def _nul_error(**values: object) -> str | None:
+    """The error for the first argument holding a NUL byte (no shell command can carry one)."""
+    for name, value in values.items():
+        if isinstance(value, str) and "\0" in value:
+            return f"{name} contains a NUL byte, which no file name or shell command can hold."
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # Sandbox access
 
@@ -363,6 +371,8 @@ async def _read_file(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
     path = str(args.get("path") or "")
     if not path:
         return _err("path is required: the file to read.")
+    if (nul := _nul_error(path=path)) is not None:
+        return _err(nul)
     offset = max(1, int(args.get("offset") or 1))
     limit = min(max(1, int(args.get("limit") or DEFAULT_READ_LINES)), _MAX_READ_LINES)
     if _blocked(path):
@@ -443,6 +453,8 @@ async def _write_file(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         return _err("path is required: the file to write.")
     if not isinstance(content, str):
         return _err("content is required: the complete text of the file.")
+    if (nul := _nul_error(path=path)) is not None:
+        return _err(nul)
     if _blocked(path):
         return _err(
             f"Cannot write {path}: device and kernel paths (/dev, /proc, /sys) are blocked."
@@ -572,6 +584,8 @@ async def _patch_replace(sandbox: Sandbox, args: JSONObject) -> JSONObject:
             "success": False,
             "error": "old_string and new_string are required for mode 'replace'.",
         }
+    if (nul := _nul_error(path=path)) is not None:
+        return {"success": False, "error": nul}
     if _blocked(path):
         return {"success": False, "error": f"Cannot patch {path}: device paths are blocked."}
     current = await _read_exact(sandbox, path)
@@ -599,6 +613,8 @@ async def _patch_v4a(sandbox: Sandbox, text: str) -> JSONObject:
     except PatchParseError as exc:
         return {"success": False, "error": f"Failed to parse patch: {exc}"}
     for op in ops:
+        if (nul := _nul_error(path=op.path, move_to=op.move_to)) is not None:
+            return {"success": False, "error": f"{nul} (in '*** {op.kind.title()} File:')"}
         for p in (op.path, op.move_to):
             if p is not None and _blocked(p):
                 return {"success": False, "error": f"Cannot patch {p}: device paths are blocked."}
@@ -777,6 +793,9 @@ async def _search_files(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
             "error": f"Unknown output_mode {mode!r}: use 'content', 'files_only' or 'count'.",
         }
     glob = args.get("file_glob")
+    nul = _nul_error(pattern=pattern, path=args.get("path"), file_glob=glob)
+    if nul is not None:
+        return {"total_count": 0, "error": nul}
     req = SearchRequest(
         pattern=pattern,
         target=target,

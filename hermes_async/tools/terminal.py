@@ -372,6 +372,8 @@ async def _terminal(args: JSONObject, runtime: ToolRuntime) -> JSONObject:
         timeout = float(requested)
     if not isinstance(command, str) or not command.strip():
         return _failure("command must be a non-empty string")
+    if "\0" in command:
+        return _failure("command contains a NUL byte, which no shell command can hold")
     try:
         sandbox = await get_sandbox(runtime)
     except _NoSandbox as exc:

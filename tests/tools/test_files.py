@@ -673,3 +673,26 @@ async def test_large_file_reads_only_the_page(sandbox: LocalSandbox) -> None:
     )
     assert r["success"] is False and "too large to patch" in str(r["error"])
     assert max(recording.output_sizes) < 1_000
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "name"),
+    [
+        ("read_file", {"path": "a\0b"}, "path"),
+        ("write_file", {"path": "a\0b", "content": "x"}, "path"),
+        (
+            "patch",
+            {"mode": "replace", "path": "a\0b", "old_string": "a", "new_string": "b"},
+            "path",
+        ),
+        ("patch", {"mode": "patch", "patch": "*** Add File: a\0b\n+x\n"}, "path"),
+        ("search_files", {"pattern": "a\0"}, "pattern"),
+        ("search_files", {"pattern": "a", "path": "a\0"}, "path"),
+        ("search_files", {"pattern": "a", "file_glob": "*\0"}, "file_glob"),
+    ],
+)
+async def test_nul_byte_in_an_argument_is_a_clear_error(
+    runtime: ToolRuntime, tool: str, args: dict[str, object], name: str
+) -> None:
+    r = await call(runtime, tool, **args)
+    assert str(r["error"]).startswith(f"{name} contains a NUL byte")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from hermes_async.tools._fuzzy import ReplaceError, fuzzy_replace
@@ -81,3 +83,17 @@ def test_fuzzy_ambiguity_is_an_error_too() -> None:
     text = "  v = 1\n    v = 1\n"
     with pytest.raises(ReplaceError, match=r"Found 2 matches .*indentation"):
         fuzzy_replace(text, "v = 1 ", "v = 2")
+
+
+def test_repetitive_file_is_searched_in_bounded_time() -> None:
+    # Line matching compared a slice at every line (13 s here), and the block anchor ran
+    # difflib at every line whose first and last lines fit (80 s for a 100,000-line file).
+    content = "a\n" * 100_000
+    start = time.thread_time()
+    with pytest.raises(ReplaceError, match="Could not find"):
+        fuzzy_replace(content, "a\n" * 20_000 + "b", "c")
+    with pytest.raises(ReplaceError, match="Could not find"):
+        fuzzy_replace(content[:80_000], "a\n" + "x" * 3_000 + "\na", "c")
+    assert time.thread_time() - start < 1.0
+    r = fuzzy_replace(content + "b\n", " a\n" * 20_000 + "b", "c")
+    assert (r.content, r.strategy) == ("a\n" * 80_000 + "c\n", "indentation")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import time
 
 import pytest
 
@@ -114,3 +115,15 @@ def test_every_user_value_is_quoted() -> None:
     script = build_search_script(req)
     assert script.count(shlex.quote(evil)) >= 3
     assert "touch /tmp/pwned;" not in script.replace(shlex.quote(evil), "")
+
+
+def test_context_lines_are_selected_in_linear_time() -> None:
+    # Each context line was checked against every selected match: 6 s for a 1 MB output.
+    rows = [("a", n, "t", ":" if n % 2 else "-") for n in range(1, 120_000)]
+    req = SearchRequest(pattern="t", limit=1_000, context=20)
+    start = time.thread_time()
+    out = parse_search_output(req, "@engine grep\n" + _records(*rows))
+    assert time.thread_time() - start < 1.0
+    matches = out["matches"]
+    assert isinstance(matches, list) and len(matches) == 1_000 + 999 + 10
+    assert matches[-1] == {"path": "a", "line": 2_018, "content": "t"}

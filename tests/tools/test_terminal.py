@@ -243,3 +243,8 @@ async def test_cancelled_call_leaves_no_process(runtime: ToolRuntime) -> None:
         await run(runtime, command="sleep 1000 & sleep 1000 & wait")
     inner = getattr(sandbox, "inner", sandbox)
     assert find_sandbox_processes(getattr(inner, "sandbox_id", None), ()) == []
+
+
+async def test_nul_byte_in_command_is_a_clear_error(runtime: ToolRuntime) -> None:
+    result = await run(runtime, command="echo a\0b")
+    assert result["exit_code"] == -1 and "contains a NUL byte" in str(result["error"])

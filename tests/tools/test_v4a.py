@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from hermes_async.tools._v4a import (
@@ -168,3 +170,27 @@ def test_parse_then_apply_roundtrip() -> None:
 def test_add_file_trailing_blank_lines_are_formatting() -> None:
     (op,) = parse_patch("*** Add File: a.txt\n+one\n\n+three\n\n\n*** End Patch")
     assert op.content == "one\n\nthree\n"
+
+
+def test_long_space_runs_in_headers_parse_in_linear_time() -> None:
+    # A lazy regex group before ``\s*$`` backtracked over such runs: 7 s for the hunk line,
+    # 10 s for the header, on the event loop.
+    path, hint = "a" + " " * 50_000 + "b", "x" + " " * 2_000 + "y"
+    start = time.thread_time()
+    (op,) = parse_patch(f"*** Update File: {path}\n@@ {hint} @@\n-x\n+y\n")
+    assert time.thread_time() - start < 1.0
+    assert op.path == path and op.hunks[0].hint == hint
+    ops = parse_patch(f"*** Move File: {path} -> c\n@@\n-x\n+y\n*** Delete File: {path}  ")
+    assert (ops[0].path, ops[0].move_to, ops[1].path) == (path, "c", path)
+
+
+def test_long_hunk_in_a_repetitive_file_is_found_in_linear_time() -> None:
+    # Comparing a slice at every line cost lines x hunk lines: 24 s here.
+    content = "a\n" * 100_000 + "b\n"
+    miss = Hunk(None, (*[HunkLine(" ", "a")] * 5_000, HunkLine("-", "c")))
+    hit = Hunk(None, (*[HunkLine(" ", "a")] * 5_000, HunkLine("-", "b"), HunkLine("+", "c")))
+    start = time.thread_time()
+    with pytest.raises(PatchApplyError, match="this line is not in the file: 'c'"):
+        apply_update("f", content, [miss])
+    assert apply_update("f", content, [hit]) == "a\n" * 100_000 + "c\n"
+    assert time.thread_time() - start < 1.0
