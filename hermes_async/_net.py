@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import ssl
+import urllib.parse
 from collections.abc import AsyncIterator
 
 import httpx
@@ -20,6 +21,7 @@ __all__ = (
     "REDACTED",
     "aclose_httpx_stream",
     "default_ssl_context",
+    "is_http_url",
     "redact_url",
     "redact_urls",
 )
@@ -73,3 +75,13 @@ async def aclose_httpx_stream(
                 return
             except Exception:  # the closed chain's "stream closed" error is the way out
                 return
+
+
+def is_http_url(text: str) -> bool:
+    """Whether ``text`` is ``http(s)://host[:port]...``, with a port in 0-65535 if it has one."""
+    parsed = urllib.parse.urlsplit(text)
+    try:
+        parsed.port  # noqa: B018  (raises for a port that is not a number in 0-65535)
+    except ValueError:
+        return False
+    return parsed.scheme in ("http", "https") and bool(parsed.hostname)

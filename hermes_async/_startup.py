@@ -8,7 +8,9 @@ the note :data:`STARTUP_FAILED`, and the line says so.
 
 from __future__ import annotations
 
-__all__ = ("STARTUP_FAILED", "failure_line")
+from typing import Any
+
+__all__ = ("STARTUP_FAILED", "failure_line", "validation_summary")
 
 #: The note an entry point adds to the error of a failed start-up check.
 STARTUP_FAILED = "start-up check failed, no rollout was run"
@@ -19,3 +21,12 @@ def failure_line(prog: str, exc: BaseException) -> str:
     started = STARTUP_FAILED in getattr(exc, "__notes__", ())
     text = " ".join(str(exc).split())  # one line, whatever the message holds
     return f"{prog}: {STARTUP_FAILED + ': ' if started else ''}{text}"
+
+
+def validation_summary(exc: Any, prefix: str = "") -> str:
+    """A pydantic ``ValidationError`` as one line: ``<prefix><field>: <why> (got <value>)``
+    for each bad field, joined by ``; ``."""
+    return "; ".join(
+        f"{prefix}{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})"
+        for e in exc.errors()
+    )

@@ -24,7 +24,8 @@ import anyio
 from hermes_async._asynclib import EVENT_LOOPS, loop_options
 from hermes_async._checks import check_names
 from hermes_async._groups import single_errors
-from hermes_async._startup import failure_line
+from hermes_async._net import is_http_url
+from hermes_async._startup import failure_line, validation_summary
 from hermes_async.errors import ConfigError, HermesAsyncError
 
 __all__ = ("main",)
@@ -93,7 +94,19 @@ def _build_configs(
     server_values = servers[0].model_dump()
     server_values.update(model_name="scripted-oracle", health_check=False)
     server_values.update({k: (None if v == "None" else v) for k, v in openai_over.items()})
-    return TerminalTestEnvConfig(**values), APIServerConfig(**server_values)
+    return _built(TerminalTestEnvConfig, values, "env"), _built(
+        APIServerConfig, server_values, "openai"
+    )
+
+
+def _built(config_type: Any, values: dict[str, Any], flag: str) -> Any:
+    """``config_type(**values)``; a bad value is a ``ConfigError`` naming its flag."""
+    from pydantic import ValidationError
+
+    try:
+        return config_type(**values)
+    except ValidationError as exc:
+        raise ConfigError(validation_summary(exc, f"--{flag}.")) from None
 
 
 async def _demo(
@@ -232,7 +245,11 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
     except ConfigError as exc:
         print(failure_line("hermes-async demo", exc), file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"hermes-async demo: --out {out}: cannot make the folder: {exc}", file=sys.stderr)
+        return 2
     for stale in ("terminal_test.jsonl", "terminal_test.html"):
         (out / stale).unlink(missing_ok=True)  # atroposlib would write *_1.jsonl instead
     try:
@@ -241,7 +258,7 @@ def _run_demo(args: argparse.Namespace, rest: Sequence[str]) -> int:
             run: _DemoRun = anyio.run(
                 _demo, env_over, openai_over, out, not args.no_progress, **run_options
             )
-    except HermesAsyncError as exc:
+    except (HermesAsyncError, OSError) as exc:  # OSError: e.g. a tokenizer that cannot load
         if args.verbose:
             raise
         print(failure_line("hermes-async demo", exc), file=sys.stderr)
@@ -338,6 +355,11 @@ def _run_env(args: argparse.Namespace, rest: Sequence[str], argv: Sequence[str])
             raise
         print(failure_line(prog, exc), file=sys.stderr)
         return 2
+    except OSError as exc:  # e.g. an --out that cannot be a folder, a tokenizer that cannot load
+        if args.verbose:
+            raise
+        print(failure_line(prog, exc), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # the run was cancelled: sandboxes released, rows kept
         print(f"{prog}: interrupted; finished rows are kept (--resume continues)", file=sys.stderr)
         return 130
@@ -359,6 +381,17 @@ def _hide_secret_flags(argv: Sequence[str]) -> list[str]:
     return shown
 
 
+def _port(text: str) -> int:
+    """An argparse ``type``: a TCP port, 0-65535 (0: any free one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, got {text!r}")
+    return port
+
+
 def _add_view_parser(sub: Any) -> None:
     view = sub.add_parser(
         "view",
@@ -368,7 +401,7 @@ def _add_view_parser(sub: Any) -> None:
     )
     view.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (or its samples.jsonl)")
     view.add_argument("--serve", action="store_true", help="serve it on 127.0.0.1")
-    view.add_argument("--port", type=int, default=0, help="with --serve (default: any free port)")
+    view.add_argument("--port", type=_port, default=0, help="with --serve (default: any free port)")
 
 
 def _view(args: argparse.Namespace) -> int:
@@ -403,7 +436,11 @@ async def _serve_viewer(run_dir: Path, port: int) -> int:
         return "200 OK", "text/html; charset=utf-8", page
 
     async with anyio.create_task_group() as tg:
-        bound = await tg.start(serve_get, answer, port)
+        try:
+            bound = await tg.start(serve_get, answer, port)
+        except OSError as exc:  # the port is taken
+            print(f"hermes-async view: cannot serve on port {port}: {exc}", file=sys.stderr)
+            return 2
         print(f"serving http://127.0.0.1:{bound}/ (Ctrl-C stops)", flush=True)
     return 0
 
@@ -434,7 +471,7 @@ def _add_serve_gym_parser(sub: Any) -> None:
     )
     gym.add_argument("--vocab-size", type=int, help="the tokenizer's size (checks the ids)")
     gym.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
-    gym.add_argument("--port", type=int, default=8000, help="default: 8000")
+    gym.add_argument("--port", type=_port, default=8000, help="default: 8000")
 
 
 def _serve_gym(args: argparse.Namespace) -> int:
@@ -513,7 +550,7 @@ def _add_worker_parser(sub: Any) -> None:
         "--api-key-env", metavar="VAR", help="the variable holding the servers' API key"
     )
     worker.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    worker.add_argument("--port", type=int, default=8700, help="default 8700 (0: any free port)")
+    worker.add_argument("--port", type=_port, default=8700, help="default 8700 (0: any free port)")
     worker.add_argument("--name", help="worker name (default <host>-<pid>); names its sandbox root")
     worker.add_argument("--max-groups", type=int, default=64, help="groups run at once")
     worker.add_argument("--max-group-size", type=int, default=256)
@@ -540,7 +577,10 @@ async def _serve_worker(config: Any, host: str, port: int) -> int:
 
     with single_errors():
         async with anyio.create_task_group() as tg:
-            url = await tg.start(run)
+            try:
+                url = await tg.start(run)
+            except OSError as exc:  # the port is taken, or the host is not this machine's
+                raise ConfigError(f"cannot serve on {host}:{port}: {exc}") from exc
             print(f"hermes-async worker {config.options.name}: serving on {url}", flush=True)
     return cancelled[0]
 
@@ -652,6 +692,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         if args.watch is not None and not args.watch > 0:
             parser.error("--watch takes a positive number of seconds")
+        if not is_http_url(args.url):
+            parser.error(f"status takes an http(s)://host[:port] URL, got {args.url!r}")
         return anyio.run(_status, args.url, args.watch)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse exits
 

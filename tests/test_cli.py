@@ -187,3 +187,66 @@ def test_failed_start_up_is_one_line_without_a_traceback(
         [*DEMO, "--out", str(tmp_path), "--openai.base_url", url, "--verbose"], without_bubblewrap
     )
     assert verbose.returncode == 1 and "Traceback" in verbose.text()
+
+
+def test_demo_bad_values_and_out_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["demo", "--out", str(tmp_path / "out"), "--no-progress"]
+    assert main([*argv, "--env.max_agent_turns", "0"]) == 2  # was pydantic's traceback
+    assert capsys.readouterr().err == (
+        "hermes-async demo: --env.max_agent_turns: Input should be greater than or equal "
+        "to 1 (got '0')\n"
+    )
+    assert main([*argv, "--openai.timeout", "abc"]) == 2
+    assert "hermes-async demo: --openai.timeout: Input should be a valid integer" in (
+        capsys.readouterr().err
+    )
+    (tmp_path / "a-file").write_text("")
+    assert main(["demo", "--out", str(tmp_path / "a-file" / "out")]) == 2  # was a traceback
+    err = capsys.readouterr().err
+    assert err.startswith(f"hermes-async demo: --out {tmp_path / 'a-file' / 'out'}: cannot make")
+    assert err.count("\n") == 1
+
+
+def test_eval_out_that_cannot_be_a_folder_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "run"
+    assert main(["eval", "terminal_test", "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"hermes-async eval: [Errno 20] Not a directory: '{out}'\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["status", "http://h:abc"], "status takes an http(s)://host[:port] URL, got"),
+        (["view", ".", "--port", "70000"], "a port is a number from 0 to 65535, got '70000'"),
+        (["worker", "--env", "a:b", "--server", "http://x", "--port", "-1"], "got '-1'"),
+        (["serve-gym", "--tasks", "a:b", "--model-url", "http://x", "--port", "x"], "got 'x'"),
+    ],
+)
+def test_bad_url_or_port_is_a_usage_error(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)  # was httpx's InvalidURL, or an OverflowError from bind()
+    assert exited.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_worker_on_a_taken_port_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["worker", "--env", "x=hermes_async.testing.worker_tasks:echo_task"]
+        argv += ["--server", "http://127.0.0.1:1", "--api", "chat", "--port", str(port)]
+        assert main(argv) == 2  # was a traceback from bind()
+    err = capsys.readouterr().err
+    assert err.startswith(f"hermes-async worker: error: cannot serve on 127.0.0.1:{port}: ")
+    assert "Address already in use" in err and err.count("\n") == 1

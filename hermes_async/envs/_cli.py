@@ -16,8 +16,10 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from hermes_async._checks import check_names
-from hermes_async._startup import failure_line
+from hermes_async._startup import failure_line, validation_summary
 from hermes_async.errors import ConfigError, HermesAsyncError
 
 __all__ = ("check_cli_names", "chosen_use_wandb", "flag_names", "run_cli")
@@ -57,9 +59,33 @@ def _yaml(path: str | None) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             loaded = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"--config {path}: cannot read it: {exc}") from exc
-    return loaded if isinstance(loaded, dict) else {}
+    except RecursionError:
+        raise ConfigError(f"--config {path}: cannot read it: nested too deeply") from None
+    if loaded is None:  # an empty file
+        return {}
+    for where, value in (("the file", loaded), *_sections(loaded)):
+        if not isinstance(value, dict):
+            raise ConfigError(
+                f"--config {path}: {where} must be a mapping of names to values, got "
+                f"{type(value).__name__}"
+            )
+    return loaded  # type: ignore[no-any-return]
+
+
+def _sections(loaded: object) -> list[tuple[str, object]]:
+    """The ``env`` and ``openai`` sections atroposlib reads (``openai`` may be a list)."""
+    if not isinstance(loaded, dict):
+        return []
+    found: list[tuple[str, object]] = []
+    for section in ("env", "openai"):
+        value = loaded.get(section)
+        if value is None:
+            continue
+        for item in value if section == "openai" and isinstance(value, list) else [value]:
+            found.append((f"the {section} section", item))
+    return found
 
 
 def _yaml_keys(section: object) -> list[str]:
@@ -149,6 +175,11 @@ def run_cli(env_cls: Any, atropos_cli: Callable[[], None]) -> None:
         sys.argv[1:] = argv
     command = next((a for a in argv if a in _COMMANDS), None)
     prog = " ".join(filter(None, (Path(sys.argv[0]).name, command)))
+    if command is None and not {"-h", "--help"} & set(argv):
+        print(
+            f"{prog}: give a command: {', '.join(_COMMANDS)} (--help shows them)", file=sys.stderr
+        )
+        raise SystemExit(2)
     try:
         check_cli_names(env_cls, argv)
         choice = _wandb_choice(env_cls, argv) if command in ("process", "evaluate") else None
@@ -159,7 +190,12 @@ def run_cli(env_cls: Any, atropos_cli: Callable[[], None]) -> None:
     try:
         with _quiet_atroposlib(verbose):
             atropos_cli()
-    except HermesAsyncError as exc:
+    except ValidationError as exc:  # a flag's or a YAML key's value, as atroposlib built it
+        if verbose:
+            raise
+        print(f"{prog}: bad config value: {validation_summary(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (HermesAsyncError, OSError) as exc:  # OSError: e.g. a tokenizer that cannot load
         if verbose:
             raise
         print(failure_line(prog, exc), file=sys.stderr)

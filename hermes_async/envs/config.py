@@ -160,6 +160,13 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]
     def _registered_backend(cls, value: str) -> str:
         return check_backend_name(value)
 
+    @field_validator("group_size")
+    @classmethod
+    def _positive_group_size(cls, value: int) -> int:  # atroposlib's field has no bound
+        if value < 1:
+            raise ValueError("must be >= 1")
+        return value
+
     # ---- drop-in completeness (issue #14): reference spellings and settings
     eval_size: int | None = Field(
         default=None,

@@ -14,13 +14,13 @@ import importlib.util
 import inspect
 import os
 import sys
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
+from hermes_async._net import is_http_url
 from hermes_async.errors import ConfigError
 
 __all__ = (
@@ -115,8 +115,7 @@ def parse_model(text: str) -> ModelSpec:
     if not name.strip():
         raise ConfigError(f"--model {text!r}: the model name is empty; expected {shape}")
     url = url.strip() or PROVIDERS[provider][2]
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+    if not is_http_url(url):
         raise ConfigError(
             f"--model {text!r}: the server URL {url!r} is not http(s)://host[:port]; "
             f"expected {shape}"
@@ -160,6 +159,9 @@ def _load_file(path: Path) -> ModuleType:
         sys.path.insert(0, str(path.parent))  # its sibling modules, as `python file.py` has
     try:
         spec.loader.exec_module(module)
+    except SyntaxError as exc:  # also a file that is not UTF-8
+        del sys.modules[name]
+        raise ConfigError(f"cannot import {str(path)!r}: {_syntax(exc)}") from exc
     except BaseException:
         del sys.modules[name]
         raise
@@ -186,6 +188,8 @@ def load_object(spec: str, *, what: str) -> tuple[ModuleType, Any]:
             sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(target)
+        except SyntaxError as exc:
+            raise ConfigError(f"{what} {spec!r}: cannot import {target!r}: {_syntax(exc)}") from exc
         except ModuleNotFoundError as exc:
             if exc.name is None or not target.startswith(exc.name):
                 raise  # the module exists; something it imports does not
@@ -201,6 +205,12 @@ def load_object(spec: str, *, what: str) -> tuple[ModuleType, Any]:
             f"{what} {spec!r}: {module.__name__} has no {name!r}{did_you_mean(name, public)}"
         )
     return module, getattr(module, name)
+
+
+def _syntax(exc: SyntaxError) -> str:
+    """``invalid syntax (line 3 of my_env.py)``: where to look, without the traceback."""
+    where = f"line {exc.lineno} of " if exc.lineno else ""
+    return f"{exc.msg} ({where}{exc.filename or 'the file'}); fix the file"
 
 
 def did_you_mean(name: str, options: list[str]) -> str:

@@ -101,6 +101,59 @@ def test_an_unknown_yaml_key_fails_too(
     assert "'model_nam'; did you mean 'model_name'?" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "yaml", "expected"),
+    [
+        (["--env.max_agent_turns", "0"], None, "bad config value: max_agent_turns: Input should "),
+        (["--openai.timeout", "abc"], None, "bad config value: openai.timeout: Input should be "),
+        ([], b"env: \xff\n", "cannot read it: 'utf-8' codec can't decode byte 0xff"),
+        ([], b"- 1\n", "the file must be a mapping of names to values, got list"),
+        ([], b"env: 3\n", "the env section must be a mapping of names to values, got int"),
+        ([], b"openai: [1]\n", "the openai section must be a mapping of names to values"),
+        ([], b"a: " + b"[" * 5000 + b"]" * 5000, "cannot read it: nested too deeply"),
+        (["--env.tokenizer_name", "/no/such/tokenizer"], None, "'/no/such/tokenizer'"),
+    ],
+)
+def test_a_bad_value_or_config_file_is_one_line(
+    argv: list[str],
+    yaml: bytes | None,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if yaml is not None:
+        (tmp_path / "cfg.yaml").write_bytes(yaml)
+        argv = [*argv, "--config", str(tmp_path / "cfg.yaml")]
+    monkeypatch.setattr(sys, "argv", ["my_env.py", "evaluate", *argv])
+    with pytest.raises(SystemExit) as exited:
+        TerminalTestEnv.cli()  # was a traceback: ValidationError, UnicodeDecodeError, ...
+    assert exited.value.code in (1, 2)
+    err = capsys.readouterr().err
+    assert err.startswith("my_env.py evaluate: ") and expected in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_no_command_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["my_env.py", "--env.group_size", "2"])
+    with pytest.raises(SystemExit) as exited:
+        TerminalTestEnv.cli()  # was AttributeError: 'Namespace' object has no attribute 'cmd'
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "my_env.py: give a command: serve, process, evaluate (--help shows them)\n"
+    )
+
+
+def test_group_size_below_one_is_refused() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"group_size\n.*must be >= 1"):
+        HermesAgentEnvConfig(group_size=0)  # was a ValueError from run_group mid-run
+    assert HermesAgentEnvConfig(group_size=1).group_size == 1
+
+
 def test_process_keeps_config_inits_use_wandb_unless_told(tmp_path: Path) -> None:
     assert TerminalTestEnv.config_init()[0].use_wandb is False
     assert _wandb_choice(TerminalTestEnv, ["process"]) is False

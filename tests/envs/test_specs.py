@@ -95,3 +95,15 @@ def test_resolve_oracle_forms() -> None:
         resolve_oracle(f"{MY_ENV}:TASKS")
     with pytest.raises(ConfigError, match="did you mean 'oracle'"):
         resolve_oracle(f"{MY_ENV}:oracel")
+
+
+def test_a_bad_port_or_an_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
+    for bad in ("vllm/m@http://h:abc", "vllm/m@http://h:99999", "vllm/m@http://:80"):
+        with pytest.raises(ConfigError, match="is not http"):
+            parse_model(bad)  # was httpx's InvalidURL at the first request
+    (tmp_path / "latin1_env.py").write_bytes(b"x = '\xff'\n")
+    (tmp_path / "broken_env.py").write_text("def f(:\n    pass\n")
+    with pytest.raises(ConfigError, match=r"cannot import .*latin1_env.py.*utf-8.*line 1"):
+        resolve_env(str(tmp_path / "latin1_env.py"))
+    with pytest.raises(ConfigError, match=r"invalid syntax \(line 1 of .*broken_env.py\)"):
+        resolve_oracle(f"{tmp_path / 'broken_env.py'}:f")

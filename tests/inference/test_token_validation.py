@@ -265,7 +265,7 @@ _DECODERS: list[Callable[[int | None], ChunkDecoder]] = [
 ]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, derandomize=True)  # the same cases each run
 @given(payload=_CHUNKS, vocab=st.sampled_from([None, 1000]))
 # Found by this test: an unhashable token_id (a TypeError), a logprobs that is not an object.
 @example(
