@@ -33,6 +33,7 @@ __all__ = (
     "registered_environments",
     "resolve_env",
     "resolve_oracle",
+    "syntax_problem",
 )
 
 #: Entry point group where installed packages register environments (name -> "module:Class").
@@ -161,7 +162,7 @@ def _load_file(path: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except SyntaxError as exc:  # also a file that is not UTF-8
         del sys.modules[name]
-        raise ConfigError(f"cannot import {str(path)!r}: {_syntax(exc)}") from exc
+        raise ConfigError(f"cannot import {str(path)!r}: {syntax_problem(exc)}") from exc
     except BaseException:
         del sys.modules[name]
         raise
@@ -189,7 +190,9 @@ def load_object(spec: str, *, what: str) -> tuple[ModuleType, Any]:
         try:
             module = importlib.import_module(target)
         except SyntaxError as exc:
-            raise ConfigError(f"{what} {spec!r}: cannot import {target!r}: {_syntax(exc)}") from exc
+            raise ConfigError(
+                f"{what} {spec!r}: cannot import {target!r}: {syntax_problem(exc)}"
+            ) from exc
         except ModuleNotFoundError as exc:
             if exc.name is None or not target.startswith(exc.name):
                 raise  # the module exists; something it imports does not
@@ -207,7 +210,7 @@ def load_object(spec: str, *, what: str) -> tuple[ModuleType, Any]:
     return module, getattr(module, name)
 
 
-def _syntax(exc: SyntaxError) -> str:
+def syntax_problem(exc: SyntaxError) -> str:
     """``invalid syntax (line 3 of my_env.py)``: where to look, without the traceback."""
     where = f"line {exc.lineno} of " if exc.lineno else ""
     return f"{exc.msg} ({where}{exc.filename or 'the file'}); fix the file"

@@ -71,6 +71,11 @@ async def open_configured_worker(config: WorkerConfig) -> AsyncIterator[RolloutW
     **Cancellation**: everything opened is closed (sandboxes released, shielded, bounded).
     """
     api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+    if config.api_key_env and api_key is None:  # read here, where the worker runs (Ray: its node)
+        raise ConfigError(
+            f"--api-key-env {config.api_key_env}: the variable is not set; set it, or leave "
+            "the option out for servers without a key"
+        )
     limits = Limits()
     tokenizer = None
     if config.api != "chat":

@@ -123,10 +123,26 @@ def _import(target: str) -> Any:
                 raise ConfigError(f"environment {target!r}: cannot import {path!r}")
             module = importlib.util.module_from_spec(spec)
             sys.modules[key] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException as exc:
+                del sys.modules[key]  # a later spec of this file imports it afresh
+                if isinstance(exc, SyntaxError):  # also a file that is not UTF-8
+                    from hermes_async.envs.specs import syntax_problem
+
+                    raise ConfigError(
+                        f"environment {target!r}: cannot import {path!r}: {syntax_problem(exc)}"
+                    ) from None
+                raise
     else:
         try:
             module = importlib.import_module(module_name)
+        except SyntaxError as exc:
+            from hermes_async.envs.specs import syntax_problem
+
+            raise ConfigError(
+                f"environment {target!r}: cannot import {module_name!r}: {syntax_problem(exc)}"
+            ) from None
         except ModuleNotFoundError as exc:
             if exc.name is None or not module_name.startswith(exc.name):
                 raise

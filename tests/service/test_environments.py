@@ -42,6 +42,20 @@ def test_load_environment_finds_functions_and_says_what_is_missing(tmp_path: Pat
         load_environment(f"{tmp_path}/missing.py:make")
 
 
+@pytest.mark.parametrize(
+    "content", [b"def make(:\n", b"x = '\xff\xfe'\n"], ids=["syntax", "not-utf8"]
+)
+def test_a_file_that_does_not_compile_is_one_config_error_and_can_be_fixed(
+    tmp_path: Path, content: bytes
+) -> None:
+    tasks = tmp_path / "broken_tasks.py"
+    tasks.write_bytes(content)
+    with pytest.raises(ConfigError, match=r"cannot import .*broken_tasks\.py.*fix the file"):
+        load_environment(f"{tasks}:make")  # was a SyntaxError traceback
+    tasks.write_text("from hermes_async.testing.worker_tasks import echo_task as make\n")
+    assert load_environment(f"{tasks}:make")[1] == FunctionEnvironment(echo_task)  # not cached
+
+
 @pytest.fixture
 def terminal_test() -> Any:
     """The module, imported off the event loop (its import loads atroposlib)."""
