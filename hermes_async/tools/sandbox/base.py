@@ -238,6 +238,17 @@ class ExecRequest:
 USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
+#: A number a sandbox-written file may hold (an exit code, a pid, a byte count): ASCII digits
+#: only (``int`` also takes ``"٣"`` and refuses ``"²"`` and 4,301 digits).
+_SMALL_INT = re.compile(r"-?[0-9]{1,18}")
+
+
+def _small_int(text: str) -> int | None:
+    """``text`` (stripped) as an int if it is a short decimal number, else ``None``."""
+    text = text.strip()
+    return int(text) if _SMALL_INT.fullmatch(text) else None
+
+
 def _is_variable_name(name: object) -> bool:
     """What ``execve`` accepts as a variable name (also the local factory's check)."""
     return isinstance(name, str) and bool(name) and "=" not in name and "\0" not in name
@@ -530,7 +541,8 @@ class Sandbox(AsyncResource):
         )
         result = await self.exec(launch, env=env, timeout=BACKGROUND_EXEC_TIMEOUT_SECONDS)
         pid_text = result.stdout.strip().splitlines()[-1:] if result.stdout.strip() else []
-        if result.exit_code != 0 or not pid_text or not pid_text[0].isdigit():
+        pid = _small_int(pid_text[0]) if pid_text else None
+        if result.exit_code != 0 or pid is None or pid < 0:
             raise SandboxError(
                 f"could not start a background process (exit {result.exit_code}): "
                 f"{result.output.strip()[:500]!r}; the sandbox needs sh, setsid and mkfifo",
@@ -540,7 +552,7 @@ class Sandbox(AsyncResource):
             session_id=session_id,
             command=command,
             cwd=cwd,
-            pid=int(pid_text[0]),
+            pid=pid,
             started_at=time.time(),
             state_dir=state,
         )
@@ -563,20 +575,26 @@ class Sandbox(AsyncResource):
         # One round trip: line 1 "running"|"exited", line 2 the exit code (or empty), line 3
         # the bytes the ring dropped, then the log's tail (the previous segment, then the
         # current one).
+        # The command can write every file of its state directory: regular files only (a
+        # FIFO would block the probe), one short line of `exit` and `dropped` (more lines would
+        # shift the ones after), the log's tail by seeking (not a sparse terabyte read through).
+        n = int(tail_chars) * 4
         tail = (
-            f'cat "$d/log.0" "$d/log" 2>/dev/null | tail -c {int(tail_chars) * 4}; '
+            f'for f in "$d/log.0" "$d/log"; do [ -f "$f" ] && tail -c {n} "$f"; done 2>/dev/null '
+            f"| tail -c {n}; "
             if tail_chars
             else ""
         )
         probe = (
             f"{PID_REUSE_SH}; d={state}; pid={proc.pid}; "
+            'line() { c=; [ -f "$1" ] && c=$(head -c 32 "$1" 2>/dev/null | head -n 1); '
+            "printf '%s\\n' \"${c:-$2}\"; }; "
             'if [ -f "$d/exit" ]; then echo exited; '
             'elif [ -d /proc/$pid ] && ! grep -q "^State:.*Z" /proc/$pid/status 2>/dev/null; '
             'then if reused "$pid" "$d/pid"; then echo exited; else echo running; fi; '
             'elif [ ! -d /proc ] && kill -0 "$pid" 2>/dev/null; then echo running; '
             "else echo exited; fi; "
-            'cat "$d/exit" 2>/dev/null || echo; '
-            'cat "$d/dropped" 2>/dev/null || echo 0; '
+            'line "$d/exit" ""; line "$d/dropped" 0; '
             f"{tail}true"
         )
         result = await self.exec(
@@ -589,11 +607,11 @@ class Sandbox(AsyncResource):
         dropped_line, _, output = rest.partition("\n")
         running = state_line.strip() == "running" and proc.exit_code is None
         if not running and proc.exit_code is None:
-            code = code_line.strip()
-            proc = replace(proc, exit_code=int(code) if code.lstrip("-").isdigit() else -1)
+            code = _small_int(code_line)
+            proc = replace(proc, exit_code=-1 if code is None else code)
             if session_id in self._background_table():
                 self._background_table()[session_id] = proc
-        dropped = int(dropped_line) if dropped_line.strip().isdigit() else 0
+        dropped = max(0, _small_int(dropped_line) or 0)
         output = output[-tail_chars:] if tail_chars else ""
         if dropped and tail_chars:
             output = dropped_marker(dropped) + output

@@ -107,6 +107,7 @@ class RawResult:
         exit_code: Exit status (``128 + n`` when killed by signal ``n``; 124 on timeout).
         stdout: Captured stdout (head + tail if truncated, a marker in between).
         pgid: The process group (= session) id the command ran in.
+        stderr_prefixed: stderr began with ``run_bounded``'s ``stderr_prefix`` (removed).
     """
 
     exit_code: int
@@ -115,9 +116,39 @@ class RawResult:
     timed_out: bool
     truncated: bool
     pgid: int
+    stderr_prefixed: bool = False
 
 
-async def _drain(stream: ByteReceiveStream | None, sink: OutputCapture) -> None:
+class _Unprefix:
+    """Feed a stream to ``sink`` without ``prefix`` if it starts with it; ``found`` says so."""
+
+    __slots__ = ("_pending", "_prefix", "_sink", "found")
+
+    def __init__(self, prefix: bytes, sink: OutputCapture) -> None:
+        self._prefix = prefix
+        self._sink = sink
+        self._pending: bytearray | None = bytearray()  # None once the start is decided
+        self.found = False
+
+    def feed(self, data: bytes) -> None:
+        pending = self._pending
+        if pending is not None:
+            pending += data
+            if len(pending) < len(self._prefix) and self._prefix.startswith(pending):
+                return  # too short to tell yet
+            self._pending = None
+            self.found = pending.startswith(self._prefix)
+            data = bytes(pending[len(self._prefix) :] if self.found else pending)
+        self._sink.feed(data)
+
+    def finish(self) -> None:
+        """Pass on what was held back (the stream ended inside the prefix)."""
+        if self._pending:
+            self._sink.feed(bytes(self._pending))
+        self._pending = None
+
+
+async def _drain(stream: ByteReceiveStream | None, sink: OutputCapture | _Unprefix) -> None:
     if stream is None:
         return
     try:
@@ -335,12 +366,15 @@ async def run_bounded(
     on_start: Callable[[int], None] | None = None,
     on_exit: Callable[[int], None] | None = None,
     stdout_sink: ByteSink | None = None,
+    stderr_prefix: bytes = b"",
 ) -> RawResult:
     """Run ``argv`` in a new session, drain its output into bounded buffers, enforce ``timeout``.
 
     ``env=None`` inherits; ``stdin=None`` is ``/dev/null``; ``output_limit=None`` keeps
     everything. ``on_start`` and ``on_exit`` get the group id after the start and after the
     reap. ``stdout_sink`` takes stdout chunk by chunk; its exception kills the group.
+    ``stderr_prefix``: removed from the start of stderr, before the limit applies; the result
+    says whether it was there.
 
     **Cancellation**: the process group is terminated (TERM, grace, KILL), shielded and bounded.
     """
@@ -361,6 +395,7 @@ async def run_bounded(
     if on_start is not None:
         on_start(pgid)
     out, err = OutputCapture(output_limit), OutputCapture(output_limit)
+    err_in = _Unprefix(stderr_prefix, err) if stderr_prefix else err
     timed_out = False
     failure: list[Exception] = []
     ending = "cancelled or failed"  # why the group is cleaned up, for an overrun log line
@@ -369,7 +404,9 @@ async def run_bounded(
             drained = anyio.Event()
             remaining = [2]
 
-            async def drain(stream: ByteReceiveStream | None, sink: OutputCapture) -> None:
+            async def drain(
+                stream: ByteReceiveStream | None, sink: OutputCapture | _Unprefix
+            ) -> None:
                 await _drain(stream, sink)
                 remaining[0] -= 1
                 if remaining[0] == 0:
@@ -394,7 +431,7 @@ async def run_bounded(
                 tg.start_soon(drain, proc.stdout, out)
             else:
                 tg.start_soon(stream_out, proc.stdout, stdout_sink)
-            tg.start_soon(drain, proc.stderr, err)
+            tg.start_soon(drain, proc.stderr, err_in)
             if stdin is not None:
                 tg.start_soon(_feed, proc.stdin, stdin)
             with anyio.move_on_after(timeout) as scope:
@@ -432,8 +469,12 @@ async def run_bounded(
         if on_exit is not None:
             on_exit(pgid)
     code = TIMEOUT_EXIT_CODE if timed_out else _exit_code(proc.returncode)
+    prefixed = False
+    if isinstance(err_in, _Unprefix):
+        err_in.finish()
+        prefixed = err_in.found
     return RawResult(
-        code, out.value(), err.value(), timed_out, out.truncated or err.truncated, pgid
+        code, out.value(), err.value(), timed_out, out.truncated or err.truncated, pgid, prefixed
     )
 
 

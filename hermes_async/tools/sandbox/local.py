@@ -49,6 +49,7 @@ from hermes_async.tools.sandbox.host import (
     run_bounded,
 )
 from hermes_async.tools.sandbox.namespaces import (
+    ENTERED_MARK,
     INSIDE_ROOT,
     Namespace,
     NamespaceOptions,
@@ -416,6 +417,7 @@ class LocalSandbox(Sandbox):
                 on_start=self._on_start,
                 on_exit=self._groups.discard,
                 stdout_sink=stdout_sink,
+                stderr_prefix=ENTERED_MARK if ns is not None else b"",
             )
         finally:
             self._inflight -= 1
@@ -424,7 +426,7 @@ class LocalSandbox(Sandbox):
         if ns is not None and not self._closed:
             if not ns.alive():
                 raise ns.unavailable(self.task_id)
-            if ns.wrong_world(raw.exit_code, raw.stderr):
+            if not raw.stderr_prefixed and ns.wrong_world(raw.exit_code, raw.stderr):
                 raise SandboxError(
                     f"could not enter the namespaced sandbox: {_decode(raw.stderr).strip()[:500]}",
                     task_id=self.task_id,

@@ -44,6 +44,7 @@ __all__ = (
     "DEFAULT_PIDS_LIMIT",
     "DEFAULT_RO_PATHS",
     "DEFAULT_SANDBOX_UID",
+    "ENTERED_MARK",
     "INSIDE_ROOT",
     "DiskBackend",
     "Namespace",
@@ -100,6 +101,10 @@ _BASE_TASKS = 4
 #: Exit code of the entry script when the world is not the sandbox's (hostname check failed).
 _WRONG_WORLD = 125
 _WRONG_WORLD_MARK = "hermes-async: not this sandbox's namespaces"
+#: What the entry script writes to stderr once the hostname check passed, before anything of
+#: the command runs (``run_bounded(stderr_prefix=...)`` removes it). Without it, the command's
+#: own stderr and exit code could pass for a failed entry.
+ENTERED_MARK = b"hermes-async: entered\n"
 
 _CGROUP_ROOT = "/sys/fs/cgroup"
 _CGROUP_DIR = "hermes-async"
@@ -423,11 +428,12 @@ def _host() -> _Host:
 # so all it forks is counted), then `exec` the rest (nsenter ...).
 _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 126; shift; done; shift; exec "$@"'
 
-# Inside, as the sandbox user: prove this is the sandbox's world (its unique hostname), cd,
-# exec the command. $1 hostname, $2 directory, then the command's argv.
+# Inside, as the sandbox user: prove this is the sandbox's world (its unique hostname), say
+# so on stderr (ENTERED_MARK), cd, exec the command. $1 hostname, $2 directory, then the command's argv.
 _ENTER = (
     'read -r h < /proc/sys/kernel/hostname 2>/dev/null; [ "$h" = "$1" ] || '
     f'{{ echo "{_WRONG_WORLD_MARK}" >&2; exit {_WRONG_WORLD}; }}; '
+    f"printf '%s\\n' '{ENTERED_MARK.decode().strip()}' >&2; "
     'cd -- "$2" 2>/dev/null || { printf \'bash: cd: %s: No such file or directory\\n\' "$2" >&2; '
     'exit 1; }; shift 2; exec "$@"'
 )
@@ -805,7 +811,8 @@ class Namespace:
     @staticmethod
     def wrong_world(exit_code: int, stderr: bytes) -> bool:
         """Whether a command's result says it never reached the world (see :meth:`command`):
-        the cgroup join, ``nsenter`` or the hostname check failed."""
+        the cgroup join, ``nsenter`` or the hostname check failed. Ask only of a result whose
+        stderr lacked :data:`ENTERED_MARK`."""
         if exit_code == _WRONG_WORLD and _WRONG_WORLD_MARK.encode() in stderr:
             return True
         if exit_code == 126 and b"cgroup.procs" in stderr:

@@ -245,9 +245,19 @@ async def download_dir(
         raise OSError(f"cannot extract into {local_dir!r}: {detail or f'exit {code}'}")
     files = []
     for line in writer.out.value().decode("utf-8", "replace").splitlines():
-        item = json.loads(line)
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue  # the cut of a report over its limit: the files are written all the same
         if isinstance(item, list):
             files.append(DownloadedFile(posixpath.join(local_dir, item[0]), int(item[1])))
+    if writer.out.truncated:
+        logger.warning(
+            "the download of %r listed only %d of its files (the report passed %d bytes)",
+            remote_dir,
+            len(files),
+            _REPORT_LIMIT_BYTES,
+        )
     return files
 
 

@@ -14,7 +14,11 @@ import pytest
 
 from hermes_async.errors import ConfigError, SandboxError
 from hermes_async.testing.sandbox_conformance import CONFORMANCE_CHECKS, ConformanceCheck, make_tar
-from hermes_async.tools.sandbox import local as local_module, namespaces as namespaces_module
+from hermes_async.tools.sandbox import (
+    base as base_module,
+    local as local_module,
+    namespaces as namespaces_module,
+)
 from hermes_async.tools.sandbox.backends import make_backend_factory, preflight_backend
 from hermes_async.tools.sandbox.base import PID_REUSE_SH, check_tar_members
 from hermes_async.tools.sandbox.local import (
@@ -499,5 +503,69 @@ async def test_a_background_pid_reused_by_another_process_is_never_signalled(
     finally:
         other.kill()
         other.wait()
+        with anyio.move_on_after(10, shield=True):
+            await sb.aclose()
+
+
+async def test_a_command_cannot_pass_for_a_failed_entry(tmp_path: pathlib.Path) -> None:
+    # What the entry steps print when they fail, printed by the command itself, is its result:
+    # it once raised SandboxError ("could not enter"), as if the sandbox were lost.
+    sb = await _sandbox(tmp_path, "namespaces")
+    try:
+        forged = {
+            "echo 'nsenter: reassociate to namespace failed' >&2; exit 1": 1,
+            "nsenter -t 1 -m true": 1,
+            'echo "hermes-async: not this sandbox\'s namespaces" >&2; exit 125': 125,
+            "echo 'cannot create cgroup.procs' >&2; exit 126": 126,
+        }
+        for command, code in forged.items():
+            result = await sb.exec(command)
+            assert result.exit_code == code, command
+            assert "hermes-async: entered" not in result.stderr
+        assert (await sb.exec("echo err >&2")).stderr == "err\n"
+        assert (await sb.exec("true", output_limit=0)).stderr == ""
+        # A real failed entry is still an error.
+        assert sb.namespace is not None
+        sb.namespace.hostname = "another-world"
+        with pytest.raises(SandboxError, match="could not enter the namespaced sandbox"):
+            await sb.exec("true")
+    finally:
+        with anyio.move_on_after(10, shield=True):
+            await sb.aclose()
+
+
+@ISOLATIONS
+async def test_state_files_written_by_a_background_command_do_not_break_its_status(
+    tmp_path: pathlib.Path, isolation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The command can write every file the status probe reads: non-ASCII digits, thousands of
+    # digits and extra lines once raised ValueError; a FIFO blocked the probe to its timeout.
+    monkeypatch.setattr(base_module, "BACKGROUND_EXEC_TIMEOUT_SECONDS", 8.0)
+    sb = await _sandbox(tmp_path, isolation)
+    here = 'cd "$(dirname "$0")"'
+    try:
+        for content, code in (("\u00b2", -1), ("0" * 5000, -1), ("7\n12\nFAKE", 7)):
+            proc = await sb.start_background(
+                f"{here}; echo out; printf '%s' '{content}' > exit; sleep 1000"
+            )
+            with anyio.fail_after(10):
+                while (status := await sb.background_status(proc.session_id)).running:
+                    await anyio.sleep(0.05)
+            assert (status.exit_code, status.dropped_bytes, status.output) == (code, 0, "out\n")
+        proc = await sb.start_background(
+            f"{here}; printf '\u00b2' > dropped; echo ready; sleep 1000"
+        )
+        with anyio.fail_after(10):
+            while "ready" not in (status := await sb.background_status(proc.session_id)).output:
+                await anyio.sleep(0.05)
+        assert status.running and status.dropped_bytes == 0
+        proc = await sb.start_background(
+            f"{here}; rm -f log.0 dropped; mkfifo log.0 dropped; echo ready; sleep 1000"
+        )
+        await anyio.sleep(0.5)
+        with anyio.fail_after(4):
+            status = await sb.background_status(proc.session_id)
+        assert status.running and status.output == "ready\n"
+    finally:
         with anyio.move_on_after(10, shield=True):
             await sb.aclose()

@@ -272,3 +272,19 @@ async def test_uploads_strip_setuid_and_refuse_links_out(
     assert refused[0]["exit_code"] == -1 and "absolute path '/etc'" in str(refused[0]["output"])
     too_big = await ctx.upload_file(str(tool), "t", max_bytes=4)
     assert too_big["exit_code"] == -1 and "too large" in str(too_big["output"])
+
+
+async def test_a_file_report_over_its_limit_still_lists_what_it_kept(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many files with long names make the extractor's report (a JSON line per file) pass its
+    # limit; the cut through the middle once raised a JSON error although every file was written.
+    from hermes_async.tools.sandbox import transfer
+
+    monkeypatch.setattr(transfer, "_REPORT_LIMIT_BYTES", 400)
+    names = [f"{i:03d}-" + "n" * 60 for i in range(40)]
+    data = _tar(*((name, b"x", {}) for name in names))
+    files = await download_dir(CraftedArchive(data), "d", str(tmp_path / "dest"))
+    assert 0 < len(files) < len(names)
+    assert {f.size for f in files} == {1}
+    assert sorted(p.name for p in (tmp_path / "dest").iterdir()) == names
