@@ -194,3 +194,18 @@ def test_long_hunk_in_a_repetitive_file_is_found_in_linear_time() -> None:
         apply_update("f", content, [miss])
     assert apply_update("f", content, [hit]) == "a\n" * 100_000 + "c\n"
     assert time.thread_time() - start < 1.0
+
+
+def test_a_patch_that_would_search_too_much_is_refused_at_once() -> None:
+    # Each hunk searches the whole file on the event loop: 1,000 hunks over 200,000 lines
+    # took 42 s. Past MAX_PATCH_LINE_VISITS the patch is refused before any search.
+    content = "".join(f"line {i}\n" for i in range(200_000))
+    hunks = [
+        Hunk(None, (HunkLine(" ", f"line {k * 1000}"), HunkLine("-", f"line {k * 1000 + 1}")))
+        for k in range(20)
+    ]
+    start = time.thread_time()
+    with pytest.raises(PatchApplyError, match=r"20 hunks over 200000 lines .* split it"):
+        apply_update("big.txt", content, hunks)
+    assert time.thread_time() - start < 0.5
+    assert apply_update("big.txt", content, hunks[:10]).count("\n") == 200_000 - 10
