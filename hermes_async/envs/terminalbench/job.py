@@ -83,7 +83,8 @@ def trial_from_row(row: Mapping[str, Any]) -> TrialResult:
     if not isinstance(agent, str) or agent not in _AGENT_NAMES:
         agent = parts[1] if parts[1] in _AGENT_NAMES else "model"
     if isinstance(attempt, bool) or not isinstance(attempt, int):
-        attempt = int(parts[2]) if parts[2].isdigit() else 0
+        number = parts[2]  # ASCII and short: int() refuses "²" and 4,301 digits
+        attempt = int(number) if number.isascii() and number.isdigit() and len(number) < 10 else 0
     status, error, notes = row.get("status"), row.get("error"), row.get("notes")
     metrics = row.get("metrics")
     numbers = (

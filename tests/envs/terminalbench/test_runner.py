@@ -20,6 +20,7 @@ from hermes_async.envs.terminalbench import (
     run_pass,
     run_trial,
 )
+from hermes_async.envs.terminalbench.job import trial_from_row
 from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.testing import hostile_tasks
 from tests.envs.terminalbench.fakes import ContractSandbox
@@ -211,6 +212,13 @@ async def test_resume_over_rows_of_the_wrong_shape(
     assert trials[1].reward == 1.0
     format_pass_table(trials)
     pass_metrics(trials)
+
+
+@pytest.mark.parametrize("attempt", ["\u00b2", "7" * 5000, "-1", ""])
+def test_a_row_key_whose_attempt_is_not_a_plain_number_reads_as_attempt_0(attempt: str) -> None:
+    # "²" passes str.isdigit() but not int(); 5,000 digits pass neither int(): ValueError.
+    trial = trial_from_row({"item_key": f"a#null#{attempt}", "attempt": None})
+    assert (trial.task, trial.agent, trial.attempt) == ("a", "null", 0)
 
 
 async def test_a_row_that_is_not_utf8_is_escaped_and_resumes(tmp_path: Path) -> None:
