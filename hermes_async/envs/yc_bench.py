@@ -39,7 +39,7 @@ from hermes_async.envs.config import HermesAgentEnvConfig
 from hermes_async.envs.results import EvalReport
 from hermes_async.envs.samples import YC_BENCH_SAMPLE_PRESET
 from hermes_async.errors import ConfigError, SandboxError
-from hermes_async.tools.sandbox.base import Sandbox
+from hermes_async.tools.sandbox.base import Sandbox, small_int
 from hermes_async.tools.sandbox.spec import SandboxSpec
 
 __all__ = (
@@ -496,7 +496,8 @@ class YCBenchEvalEnv(CyclingItems, HermesAgentBaseEnv):
         url = (await sandbox.exec("printenv DATABASE_URL", timeout=30)).stdout.strip()
         path = "/" + url.removeprefix("sqlite:///").lstrip("/")
         size = (await sandbox.exec(f"stat -c %s {shlex.quote(path)}", timeout=30)).stdout.strip()
-        if not size.isdigit() or int(size) > MAX_DB_BYTES:
+        number = small_int(size)
+        if number is None or not 0 <= number <= MAX_DB_BYTES:
             raise SandboxError(f"the run's database {path} is missing or over {MAX_DB_BYTES} bytes")
         try:
             state = read_final_state(await sandbox.read_bytes(path))

@@ -7,7 +7,11 @@ connection outside 127.0.0.0/8 can happen, and any attempt fails the test.
 
 from __future__ import annotations
 
+import gzip
 import json
+import time
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -54,6 +58,7 @@ class Site:
     slow: set[str] = field(default_factory=set)
     hits: list[str] = field(default_factory=list)
     gate: Callable[[str], Awaitable[None]] | None = None
+    extra_headers: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,7 +94,8 @@ class Site:
             {
                 "type": "http.response.start",
                 "status": status,
-                "headers": [(b"content-type", content_type.encode())],
+                "headers": [(b"content-type", content_type.encode())]
+                + self.extra_headers.get(path, []),
             }
         )
         # Several chunks, as a real server streams a big page.
@@ -271,6 +277,94 @@ async def test_redirect_chain_is_followed_and_bounded() -> None:
     assert "too many redirects" in loop["error"] and "more than 3" in loop["error"]
     assert "too many redirects" in too_long["error"]
     assert site.hits.count("/loop") == 4  # the first request and 3 redirects
+
+
+async def test_compressed_body_is_decoded_within_the_byte_cap() -> None:
+    # The server compresses although identity was asked for: 100 MB of zeros in ~100 KB.
+    bomb = gzip.compress(bytes(100_000_000), 9)
+    text = "compressed text ü " * 100
+    deflated = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)  # raw, no zlib header
+    raw_deflate = deflated.compress(text.encode()) + deflated.flush()
+    site = Site(
+        pages={
+            "/bomb": (200, "text/plain", bomb),
+            "/gz": (200, "text/plain; charset=utf-8", gzip.compress(text.encode())),
+            "/deflate": (200, "text/plain; charset=utf-8", raw_deflate),
+            "/corrupt": (200, "text/plain", b"not gzip at all"),
+            "/br": (200, "text/plain", b"\x1b\x00"),
+        },
+        extra_headers={
+            "/bomb": [(b"content-encoding", b"gzip")],
+            "/gz": [(b"content-encoding", b"gzip")],
+            "/deflate": [(b"content-encoding", b"deflate")],
+            "/corrupt": [(b"content-encoding", b"gzip")],
+            "/br": [(b"content-encoding", b"br")],
+        },
+    )
+    async with serve(site) as (base, transport):
+        web = settings(transport, max_body_bytes=1_000_000, max_content_chars=200)
+        tracemalloc.start()
+        try:
+            [bombed] = await extract([f"{base}/bomb"], web)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        gz, deflate, corrupt, br = await extract(
+            [f"{base}/gz", f"{base}/deflate", f"{base}/corrupt", f"{base}/br"],
+            settings(transport),
+        )
+    assert bombed["error"] is None
+    assert bombed["content"].endswith("the first 1,000,000 bytes were downloaded (max_body_bytes)]")
+    assert peak < 20_000_000, peak  # a few times the cap, not the 100 MB it inflates to
+    assert gz["content"] == text and deflate["content"] == text
+    assert "its gzip data is corrupt" in corrupt["error"]
+    assert "Content-Encoding 'br'" in br["error"]
+
+
+async def test_charset_that_is_not_a_text_encoding_falls_back_to_utf8() -> None:
+    site = Site(
+        pages={
+            "/rot13": (200, "text/html; charset=rot13", b"<p>caf\xc3\xa9</p>"),
+            "/idna": (200, "text/plain; charset=idna", b"caf\xc3\xa9 \xff"),
+            "/meta": (200, "text/html", b"<meta charset=base64><p>caf\xc3\xa9</p>"),
+        }
+    )
+    async with serve(site) as (base, transport):
+        rot13, idna, meta = await extract(
+            [f"{base}/rot13", f"{base}/idna", f"{base}/meta"],
+            settings(transport, html_extractor="basic"),
+        )
+    assert rot13["content"] == "café" and meta["content"] == "café"
+    assert idna["content"] == "café \ufffd"
+
+
+async def test_redirect_to_a_location_that_is_no_url_is_a_page_error() -> None:
+    site = Site(redirects={"/js": "javascript:alert(1)", "/mail": "mailto:a@example.com"})
+    async with serve(site) as (base, transport):
+        js, mail = await extract([f"{base}/js", f"{base}/mail"], settings(transport))
+    assert js["content"] is None and mail["content"] is None
+    assert js["error"].startswith(f"could not fetch '{base}/js': InvalidURL")
+    assert mail["error"].startswith(f"could not fetch '{base}/mail': InvalidURL")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<title>" * 28_000,  # never closed: the title search must not be quadratic
+        b"<html><body>" + b"<a" * 100_000,  # a tag never ended
+        b"<html><body><p>text</p>" + b"<!--" * 60_000,  # a comment never closed
+    ],
+    ids=["titles", "tags", "comments"],
+)
+async def test_pathological_html_is_converted_in_linear_time(body: bytes) -> None:
+    # Under 256 000 characters: converted on the event loop, so it must be fast.
+    site = Site(pages={"/p": (200, "text/html", body)})
+    async with serve(site) as (base, transport):
+        for extractor in ("basic", "auto"):
+            start = time.monotonic()
+            [page] = await extract([f"{base}/p"], settings(transport, html_extractor=extractor))
+            assert time.monotonic() - start < 3, extractor
+            assert page["error"] is None
 
 
 async def test_http_error_status_is_a_page_error() -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hermes_async.envs.terminalbench.task import HarborTask
-from hermes_async.tools.sandbox.base import ExecRequest
+from hermes_async.tools.sandbox.base import ExecRequest, small_int
 
 __all__ = (
     "AGENT_LOGS_DIR",
@@ -152,7 +152,8 @@ def setup_spec() -> Step:
 
 def parse_pids(output: str) -> frozenset[int]:
     """The process ids :func:`setup_spec` printed."""
-    return frozenset(int(line) for line in output.split() if line.isdigit())
+    numbers = map(small_int, output.split())
+    return frozenset(n for n in numbers if n is not None and n >= 0)
 
 
 def prepare_solution_spec() -> Step:

@@ -28,6 +28,7 @@ from hermes_async.tools.sandbox.base import (
     ExecResult,
     Sandbox,
     resolve_path,
+    small_int,
 )
 from hermes_async.tools.sandbox.errors import (
     NotARegularFileError,
@@ -408,9 +409,7 @@ class ContainerSandbox(Sandbox):
         if code == _NOT_REGULAR:
             raise NotARegularFileError(f"not a regular file in the sandbox: {path!r}")
         if code == _TOO_LARGE and max_bytes is not None:
-            raise TransferLimitError(
-                what, limit=max_bytes, size=int(detail) if detail.isdigit() else None
-            )
+            raise TransferLimitError(what, limit=max_bytes, size=small_int(detail))
         if code != 0:
             raise OSError(f"cannot read {path!r} in the sandbox: {detail or f'exit {code}'}")
         return counted[0]

@@ -39,6 +39,7 @@ from hermes_async.tools.sandbox.base import (
     ExecRequest,
     ExecResult,
     _deliver_whole,
+    small_int,
 )
 from hermes_async.tools.sandbox.errors import (
     NotARegularFileError,
@@ -550,7 +551,7 @@ class _RemoteSandbox(StagedTransferSandbox):
         if code == _NOT_REGULAR:
             raise NotARegularFileError(f"not a regular file in the sandbox: {path!r}")
         if code == _TOO_LARGE and max_bytes is not None:
-            size = int(out) if out.isdigit() else None
+            size = small_int(out)
             raise TransferLimitError(f"file {path!r}", limit=max_bytes, size=size)
         if code != 0:
             raise OSError(f"cannot read {path!r} in the sandbox: {err or f'exit {code}'}")

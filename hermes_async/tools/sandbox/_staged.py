@@ -13,6 +13,7 @@ from abc import abstractmethod
 from hermes_async._cleanup import bounded_cleanup
 from hermes_async.tools.sandbox._container import MISSING_EXIT, ContainerSandbox
 from hermes_async.tools.sandbox.archive import check_tar_members
+from hermes_async.tools.sandbox.base import small_int
 
 __all__ = ("StagedTransferSandbox",)
 
@@ -75,7 +76,8 @@ class StagedTransferSandbox(ContainerSandbox):
             raise FileNotFoundError(f"no such file or directory in the sandbox: {path!r}")
         if code != 0:
             raise OSError(f"cannot archive {path!r}: {err}")
-        return staged, int(out) if out.strip().isdigit() else -1
+        size = small_int(out)
+        return staged, -1 if size is None or size < 0 else size
 
     async def _remove_staged(self, staged: str) -> None:
         await bounded_cleanup(

@@ -51,6 +51,7 @@ __all__ = (
     "check_tar_members",
     "dropped_marker",
     "resolve_path",
+    "small_int",
 )
 
 #: Exit code reported for a command killed by its timeout (what coreutils' ``timeout`` uses).
@@ -243,8 +244,10 @@ USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _SMALL_INT = re.compile(r"-?[0-9]{1,18}")
 
 
-def _small_int(text: str) -> int | None:
-    """``text`` (stripped) as an int if it is a short decimal number, else ``None``."""
+def small_int(text: str) -> int | None:
+    """``text`` (stripped) as an int if it is a short decimal number, else ``None``: how a
+    number the sandbox printed or wrote is read (``str.isdigit`` takes ``"²"``, which ``int``
+    refuses)."""
     text = text.strip()
     return int(text) if _SMALL_INT.fullmatch(text) else None
 
@@ -541,7 +544,7 @@ class Sandbox(AsyncResource):
         )
         result = await self.exec(launch, env=env, timeout=BACKGROUND_EXEC_TIMEOUT_SECONDS)
         pid_text = result.stdout.strip().splitlines()[-1:] if result.stdout.strip() else []
-        pid = _small_int(pid_text[0]) if pid_text else None
+        pid = small_int(pid_text[0]) if pid_text else None
         if result.exit_code != 0 or pid is None or pid < 0:
             raise SandboxError(
                 f"could not start a background process (exit {result.exit_code}): "
@@ -607,11 +610,11 @@ class Sandbox(AsyncResource):
         dropped_line, _, output = rest.partition("\n")
         running = state_line.strip() == "running" and proc.exit_code is None
         if not running and proc.exit_code is None:
-            code = _small_int(code_line)
+            code = small_int(code_line)
             proc = replace(proc, exit_code=-1 if code is None else code)
             if session_id in self._background_table():
                 self._background_table()[session_id] = proc
-        dropped = max(0, _small_int(dropped_line) or 0)
+        dropped = max(0, small_int(dropped_line) or 0)
         output = output[-tail_chars:] if tail_chars else ""
         if dropped and tail_chars:
             output = dropped_marker(dropped) + output

@@ -34,6 +34,7 @@ from hermes_async.tools.sandbox.base import (
     _enter_spec_workdir,
     _is_variable_name,
     resolve_path,
+    small_int,
 )
 from hermes_async.tools.sandbox.errors import (
     NotARegularFileError,
@@ -161,9 +162,7 @@ def _check_read(raw: RawResult, path: str, limit: int | None) -> None:
         raise _not_found(path, raw.exit_code)
     if limit is not None and (raw.exit_code == _TOO_LARGE or raw.truncated):
         size = _decode(raw.stderr).strip()
-        raise TransferLimitError(
-            f"file {path!r}", limit=limit, size=int(size) if size.isdigit() else None
-        )
+        raise TransferLimitError(f"file {path!r}", limit=limit, size=small_int(size))
     if raw.exit_code != 0:
         raise OSError(f"cannot read {path!r}: {_decode(raw.stderr).strip()}")
 

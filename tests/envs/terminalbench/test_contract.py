@@ -222,6 +222,8 @@ def test_processes_from_before_the_agent_survive_the_hygiene() -> None:
     assert "/proc/[0-9]*" in setup_spec().request.command
     keep = parse_pids("1\n7\n12\nnot-a-pid\n")
     assert keep == frozenset({1, 7, 12})
+    # The snapshot is the sandbox's output: "²" passes isdigit() and raised ValueError in int().
+    assert parse_pids("1\n\u00b2\n-3\n" + "9" * 5000 + "\n") == frozenset({1})
     command = prepare_verifier_spec(keep=keep).request.command
     assert command.startswith("HERMES_KEEP_PIDS='1 7 12'\n")
     assert 'keep=" 1 $$ $idle $HERMES_KEEP_PIDS "' in command

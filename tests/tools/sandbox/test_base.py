@@ -14,6 +14,7 @@ from hermes_async.tools.sandbox.base import (
     ExecRequest,
     Sandbox,
     resolve_path,
+    small_int,
 )
 from hermes_async.tools.sandbox.manager import SandboxManager
 
@@ -143,3 +144,14 @@ async def test_managed_sandbox_async_with_releases_through_the_manager() -> None
         assert factory.created[1].closes == [False]
         with pytest.raises(SandboxError, match="was released"):
             await sb.exec("x")
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("42", 42), (" 7\n", 7), ("-1", -1), ("\u00b2", None), ("\u0663", None), ("9" * 19, None),
+     ("", None), ("1e3", None), ("+5", None)],
+)  # fmt: skip
+def test_a_number_from_the_sandbox_is_short_ascii_or_none(text: str, number: int | None) -> None:
+    # int() refuses "²" (isdigit() takes it) and takes "٣" (Arabic three): neither is a number
+    # a sandbox's `stat` or `echo $$` prints.
+    assert small_int(text) == number
