@@ -49,7 +49,13 @@ _HEADINGS = {"h1": "#", "h2": "##", "h3": "###", "h4": "####", "h5": "#####", "h
 _VOID = frozenset({"br", "hr", "img", "input", "meta", "link", "area", "base", "col", "source"})
 logger = logging.getLogger(__name__)
 
-_TITLE_RE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_TITLE_OPEN = re.compile(r"<title", re.IGNORECASE)
+_TITLE_CLOSE = re.compile(r"</title\s*>", re.IGNORECASE)
+#: Characters searched for the ``<title>``.
+_TITLE_SEARCH_CHARS = 200_000
+#: Characters of an unfinished construct at the end (``<a<a<a...``, ``<!--`` never closed)
+#: given to ``HTMLParser.close``, which is quadratic in them on Python before 3.11.13.
+_MAX_UNFINISHED_CHARS = 2048
 
 
 def is_html(media_type: str) -> bool:
@@ -64,10 +70,16 @@ def is_text(media_type: str) -> bool:
 
 def _html_title(html: str) -> str | None:
     """The document's ``<title>``, unescaped and whitespace-collapsed, or ``None``."""
-    match = _TITLE_RE.search(html, 0, 200_000)
-    if match is None:
+    # Three forward searches, not one regex: a backtracking search is quadratic on a page of
+    # unclosed "<title>" tags.
+    opening = _TITLE_OPEN.search(html, 0, _TITLE_SEARCH_CHARS)
+    if opening is None:
         return None
-    title = " ".join(html_lib.unescape(match.group(1)).split())
+    start = html.find(">", opening.end(), _TITLE_SEARCH_CHARS) + 1
+    closing = _TITLE_CLOSE.search(html, start, _TITLE_SEARCH_CHARS) if start else None
+    if closing is None:
+        return None
+    title = " ".join(html_lib.unescape(html[start : closing.start()]).split())
     return title or None
 
 
@@ -143,6 +155,8 @@ def basic_html_to_text(html: str) -> str:
     """Convert HTML to Markdown-like plain text with the standard library only."""
     parser = _TextParser()
     parser.feed(html)
+    # What ``feed`` left is an unfinished construct and all after it: cut it before ``close``.
+    parser.rawdata = parser.rawdata[:_MAX_UNFINISHED_CHARS]
     parser.close()
     return parser.result()
 

@@ -8,6 +8,7 @@ for one host must not carry another's). Redirects are followed by hand, each tar
 from __future__ import annotations
 
 import email.message
+import zlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ __all__ = ("HopResponse", "NonClosingTransport", "aclose_client", "fetch", "fetc
 
 #: Statuses that redirect (with a ``Location`` header).
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: ``Content-Encoding`` values decoded here (zlib ``wbits``), bounded by ``max_body_bytes``.
+_CODINGS = {"gzip": zlib.MAX_WBITS | 16, "x-gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +234,8 @@ async def _fetch_hop(
 ) -> HopResponse:
     """One request to the vetted address of ``url``; redirects are returned, not followed.
 
-    ``Accept-Encoding: identity`` makes the cap count what was sent: no compressed bomb.
+    ``Accept-Encoding: identity`` asks for the body as is; one compressed anyway is decoded
+    under the cap (:class:`_Decoder`): no compressed bomb.
     """
     target = await vet_url(url, allow=allow, resolver=settings.resolver)
     sent = {k: v for k, v in headers.items() if k.lower() not in ("host", "accept-encoding")}
@@ -246,7 +250,7 @@ async def _fetch_hop(
         )
         try:
             response = await client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL: a bad Location
             raise WebFetchError(
                 f"could not fetch {str(url)!r}: {type(exc).__name__}: {exc}", url=str(url)
             ) from None
@@ -260,8 +264,11 @@ async def _fetch_hop(
             if redirect or (response.status_code >= 400 and not error_bodies):
                 body, truncated = b"", False
             else:
-                body_chunks = response.aiter_bytes()
-                body, truncated = await _read_capped(body_chunks, settings.max_body_bytes, url)
+                decoder = _Decoder(response.headers.get_list("content-encoding"), url)
+                body_chunks = response.aiter_raw()
+                body, truncated = await _read_capped(
+                    body_chunks, decoder, settings.max_body_bytes, url
+                )
             return HopResponse(
                 url=str(url),
                 status=response.status_code,
@@ -276,16 +283,59 @@ async def _fetch_hop(
         await aclose_client(client, "close a page-fetch client")
 
 
+class _Decoder:
+    """Undo a ``Content-Encoding`` chunk by chunk, never making more than the room left.
+
+    The request asks for ``identity``; a server may still compress, and a few KB of gzip can
+    inflate to gigabytes, so the cap must hold while decoding, not after.
+    """
+
+    def __init__(self, values: list[str], url: httpx.URL) -> None:
+        codings = [c.strip().lower() for v in values for c in v.split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        self._url = url
+        self._coding = codings[0] if codings else None
+        if len(codings) > 1 or (self._coding is not None and self._coding not in _CODINGS):
+            raise WebFetchError(
+                f"{str(url)!r} sent its body with Content-Encoding {', '.join(codings)!r}; "
+                "only gzip and deflate can be read",
+                url=str(url),
+            )
+        self._inflater = zlib.decompressobj(_CODINGS[self._coding]) if self._coding else None
+        self._started = False
+
+    def decode(self, data: bytes, room: int) -> bytes:
+        """Decoded ``data``: at most ``room + 1`` bytes (more than ``room`` means it was cut)."""
+        if self._inflater is None:
+            return data
+        try:
+            out = self._inflater.decompress(data, room + 1)
+        except zlib.error as exc:
+            if self._coding == "deflate" and not self._started:
+                # Some servers send raw deflate data without the zlib header.
+                self._started = True
+                self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+                return self.decode(data, room)
+            raise WebFetchError(
+                f"reading the body of {str(self._url)!r} failed: its {self._coding} data is "
+                f"corrupt ({exc})",
+                url=str(self._url),
+            ) from None
+        self._started = True
+        return out
+
+
 async def _read_capped(
-    chunks: AsyncIterator[bytes], limit: int, url: httpx.URL
+    chunks: AsyncIterator[bytes], decoder: _Decoder, limit: int, url: httpx.URL
 ) -> tuple[bytes, bool]:
-    """The body up to ``limit`` bytes, and whether it was longer (the rest is not read; the
-    caller's close finishes the iterator)."""
+    """The decoded body up to ``limit`` bytes, and whether it was longer (the rest is not read;
+    the caller's close finishes the iterator)."""
     parts: list[bytes] = []
     size = 0
     try:
-        async for chunk in chunks:
+        async for raw in chunks:
             room = limit - size
+            chunk = decoder.decode(raw, room)
             if len(chunk) > room:
                 parts.append(chunk[:room])
                 return b"".join(parts), True

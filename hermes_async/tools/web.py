@@ -8,7 +8,6 @@ redacted from every error and log line.
 
 from __future__ import annotations
 
-import codecs
 import functools
 import logging
 import re
@@ -184,10 +183,9 @@ def _decode(body: bytes, charset: str | None, html: bool) -> str:
         if match is not None:
             encoding = match.group(1).decode("ascii", "replace")
     try:
-        codecs.lookup(encoding or "utf-8")
-    except LookupError:
-        encoding = None
-    return body.decode(encoding or "utf-8", errors="replace")
+        return body.decode(encoding or "utf-8", errors="replace")
+    except (LookupError, UnicodeError):  # unknown, or not a text codec ("rot13", "idna")
+        return body.decode("utf-8", errors="replace")
 
 
 async def _direct_page(

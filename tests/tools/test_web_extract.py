@@ -94,8 +94,10 @@ class Site:
             {
                 "type": "http.response.start",
                 "status": status,
-                "headers": [(b"content-type", content_type.encode())]
-                + self.extra_headers.get(path, []),
+                "headers": [
+                    (b"content-type", content_type.encode()),
+                    *self.extra_headers.get(path, []),
+                ],
             }
         )
         # Several chunks, as a real server streams a big page.
