@@ -94,6 +94,24 @@ class Pool:
             await stream.aclose()
 
 
+async def _sample(pool: Pool, prompt: list[int]) -> list[int]:
+    """One streamed ``/inference/v1/generate`` request: the sampled ids of its events."""
+    import orjson
+
+    body = {
+        "token_ids": prompt,
+        "sampling_params": {"max_tokens": peers.MAX_TOKENS, "logprobs": 0},
+        "stream": True,
+    }
+    pieces = await pool.post("/inference/v1/generate", orjson.dumps(body))
+    ids: list[int] = []
+    for event in b"".join(pieces).split(b"\n\n"):
+        if event.startswith(b"data: {"):
+            for choice in orjson.loads(event[6:])["choices"]:  # none in a usage event
+                ids += choice["token_ids"]
+    return ids
+
+
 class Floor:
     """The floor client of one phase (``chat`` or ``token``)."""
 
@@ -155,22 +173,10 @@ class Floor:
         return bool(message is not None and message["content"] == peers.FINAL_ANSWER)
 
     async def _token(self, pool: Pool, i: int) -> bool:
-        import orjson
-
         prompt = self.prompt
         ids: list[int] = []
         for turn in range(peers.TOOL_CALLS + 1):
-            body = {
-                "token_ids": prompt,
-                "sampling_params": {"max_tokens": peers.MAX_TOKENS, "logprobs": 0},
-                "stream": True,
-            }
-            pieces = await pool.post("/inference/v1/generate", orjson.dumps(body))
-            ids = []
-            for event in b"".join(pieces).split(b"\n\n"):
-                if event.startswith(b"data: {"):
-                    for choice in orjson.loads(event[6:])["choices"]:  # none in a usage event
-                        ids += choice["token_ids"]
+            ids = await _sample(pool, prompt)
             if turn < peers.TOOL_CALLS:
                 prompt = prompt + ids + self.suffixes[turn]
         return ids == self.last
@@ -187,17 +193,7 @@ class Floor:
         text = renderer.render(messages, add_generation_prompt=True)
         prompt, ids, same = self.prompt, [], True
         for turn in range(peers.TOOL_CALLS + 1):
-            body = {
-                "token_ids": prompt,
-                "sampling_params": {"max_tokens": peers.MAX_TOKENS, "logprobs": 0},
-                "stream": True,
-            }
-            pieces = await pool.post("/inference/v1/generate", orjson.dumps(body))
-            ids = []
-            for event in b"".join(pieces).split(b"\n\n"):
-                if event.startswith(b"data: {"):
-                    for choice in orjson.loads(event[6:])["choices"]:  # none in a usage event
-                        ids += choice["token_ids"]
+            ids = await _sample(pool, prompt)
             completion = tokenizer.decode([t for t in ids if t not in stops])
             # The least parse of this workload's one well-formed call: find it, decode its JSON.
             start = completion.find("<tool_call>\n")

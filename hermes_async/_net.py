@@ -20,8 +20,8 @@ __all__ = (
     "CLOSE_GRACE_SECONDS",
     "REDACTED",
     "aclose_httpx_stream",
+    "base_url_problem",
     "default_ssl_context",
-    "is_http_url",
     "redact_url",
     "redact_urls",
 )
@@ -77,11 +77,18 @@ async def aclose_httpx_stream(
                 return
 
 
-def is_http_url(text: str) -> bool:
-    """Whether ``text`` is ``http(s)://host[:port]...``, with a port in 0-65535 if it has one."""
-    parsed = urllib.parse.urlsplit(text)
+def base_url_problem(url: str) -> str | None:
+    """Why ``url`` is not a server's base URL, ``http(s)://host[:port][/path]`` (``None``: it
+    is one). The model-server clients' rule; a CLI or config check asks it before they exist."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        return "must start with http:// or https://"
+    if not parts.hostname:
+        return "has no host"
+    if parts.query or parts.fragment:
+        return "must not have a query or fragment"
     try:
-        parsed.port  # noqa: B018  (raises for a port that is not a number in 0-65535)
+        parts.port  # noqa: B018  (raises for a port that is not a number in 0-65535)
     except ValueError:
-        return False
-    return parsed.scheme in ("http", "https") and bool(parsed.hostname)
+        return "has an invalid port"
+    return None

@@ -24,7 +24,7 @@ import anyio
 from hermes_async._asynclib import EVENT_LOOPS, loop_options
 from hermes_async._checks import check_names
 from hermes_async._groups import single_errors
-from hermes_async._net import is_http_url
+from hermes_async._net import base_url_problem
 from hermes_async._startup import failure_line, validation_summary
 from hermes_async.errors import ConfigError, HermesAsyncError
 
@@ -692,7 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         if args.watch is not None and not args.watch > 0:
             parser.error("--watch takes a positive number of seconds")
-        if not is_http_url(args.url):
+        if base_url_problem(args.url) is not None:
             parser.error(f"status takes an http(s)://host[:port] URL, got {args.url!r}")
         return anyio.run(_status, args.url, args.watch)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse exits

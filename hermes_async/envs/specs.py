@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from hermes_async._net import is_http_url
+from hermes_async._net import base_url_problem
 from hermes_async.errors import ConfigError
 
 __all__ = (
@@ -116,7 +116,7 @@ def parse_model(text: str) -> ModelSpec:
     if not name.strip():
         raise ConfigError(f"--model {text!r}: the model name is empty; expected {shape}")
     url = url.strip() or PROVIDERS[provider][2]
-    if not is_http_url(url):
+    if base_url_problem(url) is not None:
         raise ConfigError(
             f"--model {text!r}: the server URL {url!r} is not http(s)://host[:port]; "
             f"expected {shape}"

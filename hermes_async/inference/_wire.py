@@ -25,7 +25,7 @@ import anyio.abc
 import httptools
 
 from hermes_async._cleanup import cleanup_scope
-from hermes_async._net import CLOSE_GRACE_SECONDS, redact_url
+from hermes_async._net import CLOSE_GRACE_SECONDS, base_url_problem, redact_url
 from hermes_async.inference._transport import (
     BodyCut,
     ClosedBeforeResponse,
@@ -61,23 +61,15 @@ class _Origin:
 
 
 def _parse_origin(base_url: str) -> _Origin:
+    problem = base_url_problem(base_url)
+    if problem is not None:
+        raise ValueError(f"model-server base_url {problem}: {redact_url(base_url)!r}")
     parts = urllib.parse.urlsplit(base_url)
-    shown_url = redact_url(base_url)
     scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
-        raise ValueError(
-            f"model-server base_url must start with http:// or https://, got {shown_url!r}"
-        )
-    if not parts.hostname:
-        raise ValueError(f"model-server base_url has no host: {shown_url!r}")
-    if parts.query or parts.fragment:
-        raise ValueError(f"model-server base_url must not have a query or fragment: {shown_url!r}")
     default_port = 443 if scheme == "https" else 80
-    try:
-        port = parts.port or default_port
-    except ValueError:
-        raise ValueError(f"model-server base_url has an invalid port: {shown_url!r}") from None
+    port = parts.port or default_port
     host = parts.hostname
+    assert host is not None  # base_url_problem checked it
     shown = f"[{host}]" if ":" in host else host
     host_header = shown if port == default_port else f"{shown}:{port}"
     return _Origin(scheme, host, port, parts.path.rstrip("/"), host_header.encode("ascii"))

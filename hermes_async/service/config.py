@@ -16,7 +16,7 @@ from typing import Literal
 
 import anyio
 
-from hermes_async._net import is_http_url
+from hermes_async._net import base_url_problem
 from hermes_async.errors import ConfigError
 from hermes_async.inference.pool import ServerPool
 from hermes_async.inference.tokenizer import load_tokenizer
@@ -55,9 +55,10 @@ class WorkerConfig:
         if not self.servers:
             raise ConfigError("a worker needs at least one model server (--server URL)")
         for url in self.servers:
-            if not is_http_url(url):
+            if (problem := base_url_problem(url)) is not None:
                 raise ConfigError(
-                    f"--server {url!r} is not a model server URL; expected http(s)://host[:port]"
+                    f"--server {url!r} is not a model server URL: it {problem}; expected "
+                    "http(s)://host[:port]"
                 )
 
 
