@@ -19,6 +19,7 @@ from hermes_async.jsontypes import JSON
 __all__ = (
     "MAX_JSON_DEPTH",
     "JSONDepthError",
+    "decode_problem",
     "exceeds_depth",
     "finite_number",
     "loads",
@@ -188,3 +189,9 @@ def finite_number(value: object) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def decode_problem(exc: BaseException) -> str:
+    """Why decoding outside text (JSON, TOML) failed, for a message: the decoder's own words,
+    or, for a ``RecursionError``, that it is nested too deeply."""
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)

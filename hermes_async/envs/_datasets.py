@@ -23,6 +23,7 @@ import anyio
 from anyio.lowlevel import RunVar
 from pydantic import BaseModel, Field
 
+from hermes_async._json import decode_problem
 from hermes_async.errors import ConfigError
 
 __all__ = (
@@ -110,7 +111,7 @@ def _json(text: str, path: Path, where: str) -> object:
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
-        reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        reason = decode_problem(exc)
         raise ConfigError(f"{path}: {where} is not JSON ({reason[:200]})") from None
 
 

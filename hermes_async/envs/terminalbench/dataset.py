@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermes_async._json import decode_problem
 from hermes_async.envs.terminalbench.rows import (
     default_cache_dir,
     materialise_row,
@@ -233,7 +234,7 @@ def resolve_dataset(spec: str | Path, *, registry: str | Path | None = None) -> 
         entries = tomllib.loads(data.decode("utf-8")).get("datasets", {})
     except (OSError, ValueError, RecursionError) as exc:
         # ValueError: not UTF-8, not TOML, a 5000-digit integer; RecursionError: deep nesting.
-        reason = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
+        reason = decode_problem(exc)
         raise ConfigError(f"cannot read the dataset registry {file}: {reason}") from None
     if not isinstance(entries, dict):
         raise ConfigError(f"dataset registry {file}: [datasets] must be a table")

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from hermes_async._json import decode_problem
 from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.errors import ConfigError
 from hermes_async.tools.sandbox.spec import SandboxSpec
@@ -75,7 +76,7 @@ def parse_image_map(text: str | None = None, file: str | Path | None = None) -> 
             try:
                 loaded = json.loads(content)
             except (ValueError, RecursionError) as exc:
-                reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+                reason = decode_problem(exc)
                 raise ConfigError(
                     f"image map file {str(path)!r} is not JSON ({reason}); want an object of "
                     "strings, or FROM_IMAGE=LOCAL_IMAGE lines"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, TypeVar, cast
 
+from hermes_async._json import decode_problem
 from hermes_async.envs.terminalbench.files import FolderLimits, TaskError, read_text, scan_tree
 from hermes_async.tools.sandbox.base import USER_NAME
 from hermes_async.tools.sandbox.docker_images import dockerfile_base_images, dockerfile_lines
@@ -587,7 +588,7 @@ def load_task(
         data = tomllib.loads(toml_text)
     except (ValueError, RecursionError) as exc:
         # TOMLDecodeError, an integer of over 4300 digits (ValueError), deep nesting.
-        reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        reason = decode_problem(exc)
         raise TaskError(task_name, f"task.toml is not valid TOML: {reason[:200]}") from None
     instruction = text("instruction.md")
     if instruction is None:
