@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_async._json import decode_problem
+from hermes_async.envs.terminalbench.files import read_head
 from hermes_async.envs.terminalbench.rows import (
     default_cache_dir,
     materialise_row,
@@ -227,8 +228,7 @@ def resolve_dataset(spec: str | Path, *, registry: str | Path | None = None) -> 
             'give a folder, or register it there: [datasets."NAME@VERSION"] path = "..."'
         )
     try:
-        with file.open("rb") as f:
-            data = f.read(_MAX_REGISTRY_BYTES + 1)
+        data = read_head(file, _MAX_REGISTRY_BYTES + 1)
         if len(data) > _MAX_REGISTRY_BYTES:
             raise ConfigError(f"dataset registry {file} is larger than 1 MiB")
         entries = tomllib.loads(data.decode("utf-8")).get("datasets", {})

@@ -16,7 +16,15 @@ from pathlib import Path
 
 from hermes_async.errors import ConfigError
 
-__all__ = ("FolderLimits", "TaskError", "Tree", "read_text", "scan_tree")
+__all__ = (
+    "FolderLimits",
+    "NotRegularFileError",
+    "TaskError",
+    "Tree",
+    "read_head",
+    "read_text",
+    "scan_tree",
+)
 
 
 class TaskError(ConfigError):
@@ -62,6 +70,29 @@ def _inside(folder: Path, path: Path) -> bool:
     return real == base or real.startswith(base + os.sep)
 
 
+class NotRegularFileError(OSError):
+    """:func:`read_head` was given a folder, a FIFO, a device or a socket."""
+
+
+def read_head(path: str | Path, size: int, *, follow_links: bool = True) -> bytes:
+    """At most ``size`` bytes from the start of the regular file ``path``.
+
+    Opened without blocking: a FIFO would wait for a writer. A caller that reads ``limit + 1``
+    knows a longer file by its length (one that grows after the open is still cut).
+
+    Raises:
+        NotRegularFileError: ``path`` is not a regular file.
+        OSError: It cannot be opened (``follow_links=False``: a final link is refused).
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)  # checked before fdopen, which raises IsADirectoryError for a folder
+        raise NotRegularFileError(f"{os.fspath(path)!r} is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        return f.read(size)
+
+
 def read_text(task: str, folder: Path, relative: str, *, max_bytes: int) -> str | None:
     """The UTF-8 text of ``folder/relative``; None when it does not exist.
 
@@ -75,19 +106,19 @@ def read_text(task: str, folder: Path, relative: str, *, max_bytes: int) -> str 
     if not _inside(folder, path):
         raise TaskError(task, f"{relative} is a link out of the task folder; refusing to read it")
     try:
-        # Open the resolved path without following a link swapped in since (O_NOFOLLOW).
-        fd = os.open(os.path.realpath(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        # The resolved path, not following a link swapped in since.
+        data = read_head(os.path.realpath(path), max_bytes + 1, follow_links=False)
+    except NotRegularFileError:
+        raise TaskError(task, f"{relative} is not a regular file; refusing to read it") from None
     except OSError as exc:
         raise TaskError(task, f"cannot read {relative}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)  # checked before fdopen, which raises IsADirectoryError for a folder
-        raise TaskError(task, f"{relative} is not a regular file; refusing to read it")
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if info.st_size > max_bytes:
-            raise TaskError(task, f"{relative} is {info.st_size} bytes (at most {max_bytes})")
-        data = f.read(max_bytes + 1)  # a file that grows after fstat is still cut here
     if len(data) > max_bytes:
+        try:
+            size = os.stat(os.path.realpath(path)).st_size
+        except OSError:  # gone since: no size to say
+            size = 0
+        if size > max_bytes:
+            raise TaskError(task, f"{relative} is {size} bytes (at most {max_bytes})")
         raise TaskError(task, f"{relative} is more than {max_bytes} bytes")
     try:
         return data.decode("utf-8")

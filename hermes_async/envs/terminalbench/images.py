@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hermes_async._json import decode_problem
+from hermes_async.envs.terminalbench.files import read_head
 from hermes_async.envs.terminalbench.task import HarborTask
 from hermes_async.errors import ConfigError
 from hermes_async.tools.sandbox.spec import SandboxSpec
@@ -62,8 +63,7 @@ def parse_image_map(text: str | None = None, file: str | Path | None = None) -> 
     if file is not None:
         path = Path(file)
         try:
-            with path.open("rb") as f:
-                data = f.read(_MAX_MAP_FILE_BYTES + 1)  # bounded even for a pipe or a device
+            data = read_head(path, _MAX_MAP_FILE_BYTES + 1)
             if len(data) > _MAX_MAP_FILE_BYTES:
                 raise ConfigError(f"image map file {str(path)!r} is larger than 1 MiB")
         except OSError as exc:
